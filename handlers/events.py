@@ -1,0 +1,128 @@
+"""Runner reports: the wire schema both the runner (writer) and the bot (reader) import.
+
+Every report is one JSON object with ``id``, ``type``, ``job_id``, ``attempt`` and ``time`` plus the fields of
+its type. ``id`` is unique per event so the bot can drop redeliveries; ``(job_id, attempt)`` fences reports
+from an older attempt. Unknown fields are ignored on read so an older bot accepts a newer runner.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from handlers.ids import JOB_ID_PATTERN, new_event_id
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Report(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str = Field(default_factory=new_event_id, min_length=8, max_length=64)
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    attempt: int = Field(ge=1)
+    time: datetime = Field(default_factory=utcnow)
+
+
+class SkippedCheckpoint(BaseModel):
+    """A checkpoint restore refused to load, and why (missing manifest, partial, checksum mismatch…)."""
+
+    model_config = ConfigDict(frozen=True)
+    step: int
+    uri: str
+    reason: str
+
+
+class Started(_Report):
+    type: Literal["started"] = "started"
+    resumed_from_step: int | None = None
+    restored_uri: str | None = None
+    restore_seconds: float = 0.0
+    skipped: list[SkippedCheckpoint] = Field(default_factory=list)
+    instance_id: str | None = None
+    restarts: int = 0
+
+
+class Progress(_Report):
+    type: Literal["progress"] = "progress"
+    step: int
+    total_steps: int | None = None
+    loss: float | None = None
+    epoch: float | None = None
+
+
+class CheckpointSaved(_Report):
+    type: Literal["checkpoint_saved"] = "checkpoint_saved"
+    step: int
+    uri: str
+    bytes: int
+    seconds: float
+    reason: Literal["periodic", "rebalance", "notice", "final"] = "periodic"
+
+
+class Notice(_Report):
+    """The cloud announced something: a spot interruption, a rebalance recommendation or a stop request."""
+
+    type: Literal["notice"] = "notice"
+    kind: Literal["spot-interruption", "rebalance", "termination", "stop"]
+    source: str
+    deadline: datetime | None = None
+
+
+class Interrupted(_Report):
+    type: Literal["interrupted"] = "interrupted"
+    reason: str
+    step: int | None = None
+    uri: str | None = None
+    deadline: datetime | None = None
+    saved_in_time: bool = True
+    note: str | None = None
+    seconds: dict[str, float] = Field(default_factory=dict)
+
+
+class Completed(_Report):
+    type: Literal["completed"] = "completed"
+    step: int | None = None
+    total_steps: int | None = None
+    output_uri: str
+    already_complete: bool = False
+
+
+class Failed(_Report):
+    type: Literal["failed"] = "failed"
+    reason: str
+    step: int | None = None
+    exit_code: int | None = None
+    log_tail: list[str] = Field(default_factory=list)
+
+
+class RunnerWarning(_Report):
+    """Something degraded that does not stop training (metadata down, storage errors); sent once per outage."""
+
+    type: Literal["warning"] = "warning"
+    kind: str
+    message: str
+
+
+RunnerReport = Annotated[
+    Started | Progress | CheckpointSaved | Notice | Interrupted | Completed | Failed | RunnerWarning,
+    Field(discriminator="type"),
+]
+_REPORT_ADAPTER: TypeAdapter[RunnerReport] = TypeAdapter(RunnerReport)
+REPORT_TYPES = ("started", "progress", "checkpoint_saved", "notice", "interrupted", "completed", "failed", "warning")
+
+
+def parse_report(raw: str | bytes | dict[str, Any]) -> RunnerReport:
+    """Validate one report from the wire (raises ``pydantic.ValidationError`` on a malformed one)."""
+    if isinstance(raw, dict):
+        return _REPORT_ADAPTER.validate_python(raw)
+    return _REPORT_ADAPTER.validate_json(raw)
+
+
+def dump_report(report: RunnerReport) -> str:
+    """One compact JSON line, the form every report target carries."""
+    return report.model_dump_json()

@@ -1,0 +1,146 @@
+"""The job spec: what the bot hands the runner on a GPU host (JSON on the wire, versioned).
+
+The bot writes it (to S3 / OSS or user-data) and the runner reads it, so both import this one definition.
+Validation is strict: a spec with an unknown field, a shell string for a command or a malformed URI is
+refused with an error naming the field, and the runner starts nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from handlers.ids import JOB_ID_PATTERN
+
+SPEC_VERSION = 1
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SNS_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# Variables the runner owns: a spec may not point the trainer elsewhere.
+RESERVED_ENV = frozenset({"FINETUNE_OUTPUT_DIR", "FINETUNE_RESUME_FROM", "FINETUNE_PROGRESS_FILE"})
+
+
+class SpecError(ValueError):
+    """A spec that must not be run; the message names the offending field."""
+
+
+def check_checkpoint_uri(uri: str) -> str:
+    """Accept ``s3://bucket/prefix/``, ``oss://bucket/prefix/`` or ``file:///abs/path/``; end it with ``/``."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("s3", "oss"):
+        if not _BUCKET.match(parsed.netloc):
+            raise ValueError(f"{uri!r} has no valid bucket name")
+        if parsed.query or parsed.fragment:
+            raise ValueError(f"{uri!r} must not carry a query or fragment")
+    elif parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
+            raise ValueError(f"{uri!r} must be an absolute file:/// URI")
+    else:
+        raise ValueError(f"{uri!r} must start with s3://, oss:// or file:///")
+    if ".." in parsed.path.split("/"):
+        raise ValueError(f"{uri!r} must not contain '..'")
+    return uri if uri.endswith("/") else uri + "/"
+
+
+def check_report_target(target: str) -> str:
+    """Accept ``file:///path.jsonl``, ``sns:<topic arn>`` or ``http(s)://host/path``."""
+    if target.startswith("sns:"):
+        if not _SNS_ARN.match(target[4:]):
+            raise ValueError(f"{target!r} is not sns:<topic ARN>")
+        return target
+    parsed = urlparse(target)
+    if parsed.scheme == "file" and parsed.path.startswith("/") and parsed.netloc in ("", "localhost"):
+        return target
+    if parsed.scheme in ("http", "https") and parsed.hostname:
+        return target
+    raise ValueError(f"{target!r} must be file:///….jsonl, sns:<topic ARN> or http(s)://…")
+
+
+class ReleaseAwsInstance(BaseModel):
+    """On completion, terminate this EC2 instance (its id comes from instance metadata)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["aws-instance"]
+
+
+class ReleaseAwsAutoScaling(BaseModel):
+    """On completion, set the job's Auto Scaling group to desired capacity 0 so it launches no replacement."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["aws-autoscaling"]
+    group: str = Field(min_length=1, max_length=255)
+
+
+Release = Annotated[ReleaseAwsInstance | ReleaseAwsAutoScaling, Field(discriminator="kind")]
+
+
+class JobSpec(BaseModel):
+    """One attempt of one job, as the runner on the instance sees it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1]
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    attempt: int = Field(ge=1, le=10_000)
+    command: list[str] = Field(min_length=1, max_length=512)
+    env: dict[str, str] = Field(default_factory=dict)
+    checkpoint_uri: str
+    report: list[str] = Field(default_factory=list, max_length=8)
+    notice: Literal["aws", "aliyun", "none"] = "none"
+    keep_checkpoints: int = Field(default=3, ge=1, le=100)
+    max_restarts: int = Field(default=2, ge=0, le=20)
+    release: Release | None = None
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv_not_shell(cls, value: object) -> object:
+        if isinstance(value, str):
+            raise ValueError("must be an argv list such as [\"python\", \"train.py\"], not a shell string")
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str) and " " in value[0]:
+            raise ValueError("looks like a shell string in a one-element list; split it into argv items")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _no_nul(cls, value: list[str]) -> list[str]:
+        if any("\x00" in arg for arg in value) or not value[0]:
+            raise ValueError("argv items must be non-empty strings without NUL bytes")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+            if name in RESERVED_ENV:
+                raise ValueError(f"{name} is set by the runner itself")
+            if "\x00" in item:
+                raise ValueError(f"{name} contains a NUL byte")
+        return value
+
+    @field_validator("checkpoint_uri")
+    @classmethod
+    def _checkpoint_uri(cls, value: str) -> str:
+        return check_checkpoint_uri(value)
+
+    @field_validator("report")
+    @classmethod
+    def _report_targets(cls, value: list[str]) -> list[str]:
+        return [check_report_target(target) for target in value]
+
+
+def parse_spec(raw: str | bytes) -> JobSpec:
+    """Parse and validate a spec; raise :class:`SpecError` whose message names each bad field."""
+    try:
+        return JobSpec.model_validate_json(raw)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"]) or "spec"
+            problems.append(f"{where}: {error['msg']}")
+        raise SpecError("invalid job spec: " + "; ".join(problems)) from None

@@ -1,0 +1,102 @@
+"""``file://`` store: a local directory, or a bucket mounted with Mountpoint for S3 or ossfs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from runner.storage.base import ObjectInfo, StorageError
+
+
+class FileStore:
+    """Objects are files under a root directory; writes go to a temp name and are renamed into place."""
+
+    def __init__(self, base_uri: str) -> None:
+        self.base_uri = base_uri if base_uri.endswith("/") else base_uri + "/"
+        self.root = Path(unquote(urlparse(self.base_uri).path))
+
+    def uri(self, key: str) -> str:
+        return self.base_uri + key
+
+    def _path(self, key: str) -> Path:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise StorageError(f"refusing key outside the store: {key!r}")
+        return self.root / key
+
+    async def list(self, prefix: str = "") -> list[ObjectInfo]:
+        return await asyncio.to_thread(self._list_sync, prefix)
+
+    def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if name.startswith(".tmp-"):
+                    continue  # an upload in flight (or one killed mid-way) is not an object
+                full = Path(dirpath) / name
+                key = full.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    found.append(ObjectInfo(key, full.stat().st_size))
+        return sorted(found, key=lambda info: info.key)
+
+    async def list_dirs(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        if not base.is_dir():
+            return []
+        return sorted(entry.name for entry in base.iterdir() if entry.is_dir())
+
+    async def upload_file(self, path: Path, key: str) -> None:
+        await asyncio.to_thread(self._write_atomic, key, lambda tmp: shutil.copyfile(path, tmp))
+
+    async def download_file(self, key: str, path: Path) -> None:
+        source = self._path(key)
+        if not source.is_file():
+            raise StorageError(f"{self.uri(key)} does not exist")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(shutil.copyfile, source, path)
+
+    async def put_bytes(self, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self._write_atomic, key, lambda tmp: tmp.write_bytes(data))
+
+    async def get_bytes(self, key: str) -> bytes | None:
+        path = self._path(key)
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            return None
+
+    async def delete(self, keys: list[str]) -> None:
+        def remove() -> None:
+            for key in keys:
+                path = self._path(key)
+                path.unlink(missing_ok=True)
+                self._prune_empty_parents(path.parent)
+
+        await asyncio.to_thread(remove)
+
+    async def close(self) -> None:
+        return None
+
+    def _write_atomic(self, key: str, write: Callable[[Path], object]) -> None:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".tmp-{uuid.uuid4().hex}-{target.name}"
+        try:
+            write(tmp)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _prune_empty_parents(self, directory: Path) -> None:
+        while directory != self.root and directory.is_relative_to(self.root):
+            try:
+                directory.rmdir()
+            except OSError:
+                return
+            directory = directory.parent
