@@ -113,7 +113,16 @@ RunnerReport = Annotated[
     Field(discriminator="type"),
 ]
 _REPORT_ADAPTER: TypeAdapter[RunnerReport] = TypeAdapter(RunnerReport)
-REPORT_TYPES = ("started", "progress", "checkpoint_saved", "notice", "interrupted", "completed", "failed", "warning")
+REPORT_TYPES = (
+    "started",
+    "progress",
+    "checkpoint_saved",
+    "notice",
+    "interrupted",
+    "completed",
+    "failed",
+    "warning",
+)
 
 
 def parse_report(raw: str | bytes | dict[str, Any]) -> RunnerReport:

@@ -99,7 +99,7 @@ class JobSpec(BaseModel):
     @classmethod
     def _argv_not_shell(cls, value: object) -> object:
         if isinstance(value, str):
-            raise ValueError("must be an argv list such as [\"python\", \"train.py\"], not a shell string")
+            raise ValueError('must be an argv list such as ["python", "train.py"], not a shell string')
         if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str) and " " in value[0]:
             raise ValueError("looks like a shell string in a one-element list; split it into argv items")
         return value

@@ -28,7 +28,7 @@ class FileStore:
             raise StorageError(f"refusing key outside the store: {key!r}")
         return self.root / key
 
-    async def list(self, prefix: str = "") -> list[ObjectInfo]:
+    async def list_objects(self, prefix: str = "") -> list[ObjectInfo]:
         return await asyncio.to_thread(self._list_sync, prefix)
 
     def _list_sync(self, prefix: str) -> list[ObjectInfo]:

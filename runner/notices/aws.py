@@ -1,0 +1,116 @@
+"""AWS IMDSv2: spot interruption notices and rebalance recommendations, polled by the runner.
+
+IMDSv2 needs a session token from ``PUT /latest/api/token``; we refresh it well before its TTL runs out and
+once more on a 401 (the service restarted or the clock jumped). The base URL comes from
+``AWS_EC2_METADATA_SERVICE_ENDPOINT`` like botocore, so tests and the local cloud can serve their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+
+import aiohttp
+
+from runner.notices.base import MetadataUnavailable, Notice
+
+DEFAULT_ENDPOINT = "http://169.254.169.254"
+TOKEN_TTL_SECONDS = 21600
+_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=0.5)
+
+
+def parse_time(value: str) -> datetime:
+    """IMDS times look like ``2026-11-30T08:22:00Z``."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+class AwsImdsSource:
+    name = "aws-imds"
+
+    def __init__(self, endpoint: str | None = None, token_ttl: int = TOKEN_TTL_SECONDS) -> None:
+        base = endpoint or os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or DEFAULT_ENDPOINT
+        self.base = base.rstrip("/")
+        self.token_ttl = token_ttl
+        self._token: str | None = None
+        self._token_expires = 0.0
+        self._session: aiohttp.ClientSession | None = None
+
+    async def poll(self) -> list[Notice]:
+        notices = []
+        action = await self._get("/latest/meta-data/spot/instance-action")
+        if action is not None:
+            notices.append(Notice("spot-interruption", self.name, _deadline(_json(action))))
+        rebalance = await self._get("/latest/meta-data/events/recommendations/rebalance")
+        if rebalance is not None:
+            _json(rebalance)
+            notices.append(Notice("rebalance", self.name, None))
+        return notices
+
+    async def instance_id(self) -> str | None:
+        try:
+            return await self._get("/latest/meta-data/instance-id")
+        except MetadataUnavailable:
+            return None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _get(self, path: str) -> str | None:
+        """The body at ``path``, ``None`` on 404 (no notice), MetadataUnavailable on anything else."""
+        for _ in range(2):
+            token = await self._valid_token()
+            try:
+                async with self._http().get(self.base + path, headers={"X-aws-ec2-metadata-token": token}) as response:
+                    if response.status == 401:
+                        self._token = None  # expired or revoked: fetch a fresh one and ask again
+                        continue
+                    if response.status == 404:
+                        return None
+                    if response.status != 200:
+                        raise MetadataUnavailable(f"GET {path} answered HTTP {response.status}")
+                    return await response.text()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise MetadataUnavailable(f"GET {path}: {exc!r}") from exc
+        raise MetadataUnavailable(f"GET {path} refused a fresh token (401)")
+
+    async def _valid_token(self) -> str:
+        if self._token is not None and time.monotonic() < self._token_expires:
+            return self._token
+        try:
+            async with self._http().put(
+                self.base + "/latest/api/token",
+                headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.token_ttl)},
+            ) as response:
+                if response.status != 200:
+                    raise MetadataUnavailable(f"PUT /latest/api/token answered HTTP {response.status}")
+                self._token = (await response.text()).strip()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise MetadataUnavailable(f"PUT /latest/api/token: {exc!r}") from exc
+        # Renew at 80% of the TTL so a token never expires between two polls.
+        self._token_expires = time.monotonic() + self.token_ttl * 0.8
+        return self._token
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=_REQUEST_TIMEOUT)
+        return self._session
+
+
+def _deadline(doc: dict[str, str]) -> datetime:
+    try:
+        return parse_time(doc["time"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MetadataUnavailable(f"instance-action has no valid time: {doc!r}") from exc
+
+
+def _json(body: str) -> dict[str, str]:
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise MetadataUnavailable(f"metadata answered malformed JSON: {body[:100]!r}") from exc
+    if not isinstance(doc, dict):
+        raise MetadataUnavailable(f"metadata answered unexpected JSON: {body[:100]!r}")
+    return doc

@@ -1,0 +1,47 @@
+"""``http(s)://…``: POST the report to the bot, signed with HMAC-SHA256 of ``FINETUNE_REPORT_SECRET``."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import aiohttp
+
+from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from runner.reports.base import PermanentDeliveryError
+
+_TIMEOUT = aiohttp.ClientTimeout(total=10)
+_RETRYABLE = {408, 425, 429}
+
+
+class HttpTarget:
+    def __init__(self, target: str, secret: str | None = None) -> None:
+        self.name = target
+        self.url = target
+        secret = secret if secret is not None else os.environ.get("FINETUNE_REPORT_SECRET", "")
+        if not secret:
+            raise ValueError(f"report target {target} needs FINETUNE_REPORT_SECRET to sign reports")
+        self.secret = secret
+        self._session: aiohttp.ClientSession | None = None
+
+    async def deliver(self, line: str, report_type: str) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=_TIMEOUT)
+        body = line.encode()
+        now = int(time.time())
+        headers = {
+            "Content-Type": "application/json",
+            TIMESTAMP_HEADER: str(now),
+            SIGNATURE_HEADER: sign(self.secret, now, body),
+        }
+        async with self._session.post(self.url, data=body, headers=headers) as response:
+            if response.status < 300:
+                return
+            detail = (await response.text())[:200]
+            if 400 <= response.status < 500 and response.status not in _RETRYABLE:
+                raise PermanentDeliveryError(f"{self.url} refused the report: HTTP {response.status} {detail}")
+            raise RuntimeError(f"{self.url} answered HTTP {response.status} {detail}")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
