@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -20,6 +21,15 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: if the runner dies, so does the trainer (nobody would upload its checkpoints, and a
+    restarted runner would start a second trainer on the same GPUs). Linux only; elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class TrainerProcess:
@@ -58,6 +68,7 @@ class TrainerProcess:
             stderr=asyncio.subprocess.STDOUT,
             # Its own process group: a Ctrl-C at the runner's terminal must not reach the trainer unsaved.
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         return cls(process, log_path, echo)
 

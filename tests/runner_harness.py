@@ -1,0 +1,101 @@
+"""Drive the real runner (``finetune-runner run``) as a subprocess, the way user-data or systemd would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.servers import AWS_TEST_ENV
+
+TINY_ARGS = ["--max-steps", "20", "--save-steps", "5"]
+
+
+def tiny_command(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "runner.hf.tiny", *TINY_ARGS, *extra]
+
+
+def write_spec(path: Path, **fields: Any) -> Path:
+    spec: dict[str, Any] = {
+        "version": 1,
+        "job_id": "ft-test",
+        "attempt": 1,
+        "command": tiny_command(),
+        "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        "notice": "none",
+        "keep_checkpoints": 3,
+    }
+    spec.update(fields)
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def runner_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(AWS_TEST_ENV)
+    env.update(
+        {
+            "FINETUNE_NOTICE_POLL_SECONDS": "0.1",
+            "FINETUNE_PROGRESS_SECONDS": "0",
+            "FINETUNE_SYNC_SECONDS": "0.2",
+            "FINETUNE_TRAINER_ECHO": "0",
+            "FINETUNE_STORAGE_PATIENCE_SECONDS": "30",
+            "HF_HUB_OFFLINE": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+async def start_runner(spec: Path, work_dir: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
+    log = (work_dir.parent / f"{work_dir.name}-runner.log").open("wb")
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runner.cli", "run", "--spec", str(spec), "--work-dir", str(work_dir),
+        env=env, stdout=log, stderr=log,
+    )
+
+
+def read_reports(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def wait_for_report(
+    path: Path, predicate: Callable[[dict[str, Any]], bool], timeout: float = 120.0
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for report in read_reports(path):
+            if predicate(report):
+                return report
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no matching report in {path} after {timeout}s: {read_reports(path)[-5:]}")
+
+
+def of_type(reports: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [report for report in reports if report["type"] == kind]
+
+
+def run_tiny_directly(output_dir: Path, *extra: str) -> Path:
+    """An uninterrupted run of the tiny trainer without the runner: the reference result."""
+    import subprocess
+
+    env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(output_dir), HF_HUB_OFFLINE="1", FINETUNE_RESUME_FROM="")
+    subprocess.run(tiny_command(*extra), env=env, check=True, capture_output=True, timeout=300)
+    return output_dir / "adapter_model.safetensors"
+
+
+def same_tensors(first: bytes, second: bytes) -> bool:
+    """Bitwise equality of every tensor in two safetensors files."""
+    from safetensors.torch import load
+
+    left, right = load(first), load(second)
+    import torch
+
+    return left.keys() == right.keys() and all(torch.equal(left[name], right[name]) for name in left)

@@ -1,0 +1,132 @@
+"""Notice watchers against a real local metadata service (IMDSv2 tokens, Alibaba termination-time)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import aiohttp
+import pytest
+
+from bot.cloud.local_metadata import LocalMetadataServer
+from runner.notices.aliyun import AliyunMetadataSource
+from runner.notices.aws import AwsImdsSource
+from runner.notices.base import MetadataUnavailable, Notice
+from runner.notices.watch import watch_notices
+from tests.servers import free_port
+
+
+@pytest.fixture
+async def imds() -> AsyncIterator[LocalMetadataServer]:
+    server = await LocalMetadataServer(instance_id="i-0abc123").start()
+    yield server
+    await server.stop()
+
+
+async def test_imds_refuses_requests_without_a_token(imds: LocalMetadataServer) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(imds.endpoint + "/latest/meta-data/spot/instance-action") as response:
+            assert response.status == 401
+        async with http.put(imds.endpoint + "/latest/api/token") as response:
+            assert response.status == 400
+
+
+async def test_aws_source_sees_nothing_then_the_interruption_and_rebalance(imds: LocalMetadataServer) -> None:
+    source = AwsImdsSource(imds.endpoint)
+    try:
+        assert await source.poll() == []
+        assert await source.instance_id() == "i-0abc123"
+        deadline = imds.interrupt(seconds=120)
+        imds.recommend_rebalance()
+        notices = await source.poll()
+        assert [notice.kind for notice in notices] == ["spot-interruption", "rebalance"]
+        assert notices[0].deadline == deadline.replace(microsecond=0)
+        assert notices[0].interrupts and not notices[1].interrupts
+    finally:
+        await source.close()
+
+
+async def test_aws_source_honours_the_endpoint_variable(
+    imds: LocalMetadataServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.endpoint + "/")
+    source = AwsImdsSource()
+    try:
+        assert source.base == imds.endpoint
+        assert await source.instance_id() == "i-0abc123"
+    finally:
+        await source.close()
+
+
+async def test_token_is_renewed_before_expiry_and_after_a_401(imds: LocalMetadataServer) -> None:
+    source = AwsImdsSource(imds.endpoint, token_ttl=1)
+    try:
+        await source.poll()
+        assert imds.token_requests == 1
+        await source.poll()
+        assert imds.token_requests == 1  # reused while fresh
+        await asyncio.sleep(0.9)  # past 80% of the 1 s TTL
+        await source.poll()
+        assert imds.token_requests == 2
+        imds.expire_tokens()  # the service forgot every token: the next poll gets a 401 and retries
+        imds.interrupt(seconds=60)
+        notices = await source.poll()
+        assert imds.token_requests == 3
+        assert [notice.kind for notice in notices] == ["spot-interruption"]
+    finally:
+        await source.close()
+
+
+async def test_unreachable_metadata_raises_metadata_unavailable() -> None:
+    source = AwsImdsSource(f"http://127.0.0.1:{free_port()}")
+    try:
+        with pytest.raises(MetadataUnavailable):
+            await source.poll()
+        assert await source.instance_id() is None
+    finally:
+        await source.close()
+
+
+async def test_aliyun_termination_time() -> None:
+    server = await LocalMetadataServer(dialect="aliyun", instance_id="i-bp1xyz").start()
+    source = AliyunMetadataSource(server.endpoint)
+    try:
+        assert await source.poll() == []
+        assert await source.instance_id() == "i-bp1xyz"
+        deadline = server.interrupt(seconds=300)
+        [notice] = await source.poll()
+        assert notice.kind == "termination"
+        assert notice.deadline == deadline.replace(microsecond=0)
+    finally:
+        await source.close()
+        await server.stop()
+
+
+async def test_watcher_hands_each_notice_over_once_and_reports_an_outage_once(imds: LocalMetadataServer) -> None:
+    source = AwsImdsSource(imds.endpoint)
+    notices: asyncio.Queue[Notice] = asyncio.Queue()
+    outages: list[str] = []
+    watcher = asyncio.create_task(watch_notices(source, notices, outages.append, interval=0.05))
+    try:
+        imds.down = True
+        await asyncio.sleep(0.5)  # about ten failed polls
+        assert imds.requests >= 5
+        assert len(outages) == 1 and "unreachable" in outages[0]
+        imds.down = False
+        imds.recommend_rebalance()
+        first = await asyncio.wait_for(notices.get(), 5)
+        assert first.kind == "rebalance"
+        imds.interrupt(seconds=100)
+        second = await asyncio.wait_for(notices.get(), 5)
+        assert second.kind == "spot-interruption"
+        assert second.deadline is not None and second.deadline > datetime.now(UTC) + timedelta(seconds=90)
+        await asyncio.sleep(0.3)  # still standing on the service, but never handed over twice
+        assert notices.empty()
+        imds.down = True
+        await asyncio.sleep(0.3)
+        assert len(outages) == 2  # a new outage is reported again, once
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        await source.close()

@@ -1,0 +1,164 @@
+"""The runner's life around the happy path: crashes, restarts, stop, already-done jobs, releasing capacity."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from bot.cloud.local_metadata import LocalMetadataServer
+from tests.runner_harness import (
+    TINY_ARGS,
+    of_type,
+    read_reports,
+    run_tiny_directly,
+    runner_env,
+    same_tensors,
+    start_runner,
+    tiny_command,
+    wait_for_report,
+    write_spec,
+)
+
+
+def quick_trainer(code: str) -> list[str]:
+    """A trainer that needs no torch: for paths where what it trains does not matter."""
+    return [sys.executable, "-c", code]
+
+
+WRITES_OUTPUT = quick_trainer(
+    "import os, pathlib; out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR']);"
+    "(out / 'adapter_model.safetensors').write_bytes(b'weights')"
+)
+
+
+async def test_a_crash_is_retried_from_the_last_checkpoint(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    reports = tmp_path / "reports.jsonl"
+    command = [sys.executable, "-m", "tests.trainers.crash_once", *TINY_ARGS, "--step-seconds", "0.05"]
+    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{store}/", report=[f"file://{reports}"],
+                      command=command, env={"CRASH_MARKER": str(tmp_path / "crashed"), "CRASH_AT_STEP": "7"})
+    runner = await start_runner(spec, tmp_path / "work", runner_env())
+    assert await asyncio.wait_for(runner.wait(), 240) == 0
+
+    got = read_reports(reports)
+    [restart] = [r for r in of_type(got, "warning") if r["kind"] == "trainer-restart"]
+    assert "code 137" in restart["message"] and "from step 5" in restart["message"]
+    steps = [r["step"] for r in of_type(got, "progress")]
+    assert steps.index(6) < steps.index(7) and steps.count(6) == 2  # steps 6.. are replayed after the crash
+    assert of_type(got, "completed")[0]["step"] == 20
+    reference = run_tiny_directly(tmp_path / "reference").read_bytes()
+    assert same_tensors((store / "output" / "adapter_model.safetensors").read_bytes(), reference)
+
+
+async def test_a_crash_loop_is_reported_failed_with_the_last_log_lines(tmp_path: Path) -> None:
+    reports = tmp_path / "reports.jsonl"
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{tmp_path}/store/",
+        report=[f"file://{reports}"],
+        command=quick_trainer("import sys; print('RuntimeError: CUDA out of memory'); sys.exit(3)"),
+        max_restarts=1,
+    )
+    runner = await start_runner(spec, tmp_path / "work", runner_env())
+    assert await asyncio.wait_for(runner.wait(), 60) == 1
+    got = read_reports(reports)
+    assert len([r for r in of_type(got, "warning") if r["kind"] == "trainer-restart"]) == 1
+    [failed] = of_type(got, "failed")
+    assert failed["exit_code"] == 3
+    assert "gave up after 1 restart" in failed["reason"]
+    assert "RuntimeError: CUDA out of memory" in failed["log_tail"]
+    assert (tmp_path / "work" / "trainer.log").read_text().count("CUDA out of memory") == 2
+
+
+async def test_sigterm_to_the_runner_checkpoints_and_exits_interrupted(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    reports = tmp_path / "reports.jsonl"
+    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{store}/", report=[f"file://{reports}"],
+                      command=tiny_command("--step-seconds", "0.2"))
+    runner = await start_runner(spec, tmp_path / "work", runner_env())
+    await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 3)
+    runner.send_signal(signal.SIGTERM)  # systemctl stop, or the bot's stop command
+    assert await asyncio.wait_for(runner.wait(), 120) == 75
+    got = read_reports(reports)
+    [interrupted] = of_type(got, "interrupted")
+    assert interrupted["reason"] == "stop" and interrupted["saved_in_time"]
+    assert interrupted["step"] == max(r["step"] for r in of_type(got, "progress"))
+    assert (store / f"checkpoint-{interrupted['step']}" / "MANIFEST.json").exists()
+
+
+async def test_a_job_already_complete_reports_completed_and_starts_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "COMPLETED.json").write_text(json.dumps({"step": 20, "output_uri": f"file://{store}/output/"}))
+    reports = tmp_path / "reports.jsonl"
+    marker = tmp_path / "trainer-ran"
+    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{store}/", report=[f"file://{reports}"],
+                      attempt=3, command=quick_trainer(f"open({str(marker)!r}, 'w')"))
+    runner = await start_runner(spec, tmp_path / "work", runner_env())
+    assert await asyncio.wait_for(runner.wait(), 60) == 0
+    [completed] = read_reports(reports)
+    assert completed["type"] == "completed" and completed["already_complete"] is True
+    assert completed["step"] == 20 and completed["attempt"] == 3
+    assert not marker.exists()
+
+
+@pytest.fixture
+async def imds_for(aws: str) -> AsyncIterator[Any]:
+    servers: list[LocalMetadataServer] = []
+
+    async def start(instance_id: str) -> LocalMetadataServer:
+        server = await LocalMetadataServer(instance_id=instance_id).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+def launch_instance(ec2: Any) -> str:
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    reservation = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="g5.xlarge")
+    return str(reservation["Instances"][0]["InstanceId"])
+
+
+async def test_completion_terminates_this_instance_when_asked(tmp_path: Path, aws: str, imds_for: Any) -> None:
+    ec2 = boto3.client("ec2", endpoint_url=aws)
+    instance_id = launch_instance(ec2)
+    imds = await imds_for(instance_id)
+    reports = tmp_path / "reports.jsonl"
+    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{tmp_path}/store/", report=[f"file://{reports}"],
+                      notice="aws", command=WRITES_OUTPUT, release={"kind": "aws-instance"})
+    env = runner_env(AWS_ENDPOINT_URL=aws, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint)
+    runner = await start_runner(spec, tmp_path / "work", env)
+    assert await asyncio.wait_for(runner.wait(), 60) == 0
+    assert of_type(read_reports(reports), "completed")
+    state = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in ("shutting-down", "terminated")
+    assert (tmp_path / "store" / "output" / "adapter_model.safetensors").read_bytes() == b"weights"
+
+
+async def test_completion_sets_the_scaling_group_to_zero_when_asked(tmp_path: Path, aws: str) -> None:
+    ec2 = boto3.client("ec2", endpoint_url=aws)
+    autoscaling = boto3.client("autoscaling", endpoint_url=aws)
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.create_launch_template(LaunchTemplateName="ft-lt", LaunchTemplateData={"ImageId": image,
+                                                                            "InstanceType": "g5.xlarge"})
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName="ft-test-asg", MinSize=1, MaxSize=1, DesiredCapacity=1,
+        LaunchTemplate={"LaunchTemplateName": "ft-lt"}, AvailabilityZones=["us-east-1a"],
+    )
+    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{tmp_path}/store/", command=WRITES_OUTPUT,
+                      release={"kind": "aws-autoscaling", "group": "ft-test-asg"})
+    runner = await start_runner(spec, tmp_path / "work", runner_env(AWS_ENDPOINT_URL=aws))
+    assert await asyncio.wait_for(runner.wait(), 60) == 0
+    [group] = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["ft-test-asg"])["AutoScalingGroups"]
+    assert (group["MinSize"], group["DesiredCapacity"]) == (0, 0)

@@ -1,0 +1,199 @@
+"""The runner end to end: real trainer subprocess, moto S3 in server mode, a local IMDSv2, real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from bot.cloud.local_metadata import LocalMetadataServer
+from runner.checkpoints import CheckpointStore
+from runner.storage.s3 import S3Store
+from tests.runner_harness import (
+    of_type,
+    read_reports,
+    run_tiny_directly,
+    runner_env,
+    same_tensors,
+    start_runner,
+    tiny_command,
+    wait_for_report,
+    write_spec,
+)
+from tests.s3_proxy import S3FaultProxy
+
+BUCKET = "ckpt-bucket"
+URI = f"s3://{BUCKET}/jobs/ft-test/"
+
+
+@pytest.fixture(scope="module")
+def reference_adapter(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """Final LoRA weights of an uninterrupted tiny run: what every recovered run must reproduce exactly."""
+    return run_tiny_directly(tmp_path_factory.mktemp("reference")).read_bytes()
+
+
+@pytest.fixture
+def s3(aws: str) -> Iterator[Any]:
+    client = boto3.client("s3", endpoint_url=aws)
+    client.create_bucket(Bucket=BUCKET)
+    yield client
+
+
+@pytest.fixture
+async def imds() -> AsyncIterator[LocalMetadataServer]:
+    server = await LocalMetadataServer(instance_id="i-0runner").start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def proxy(aws: str) -> AsyncIterator[S3FaultProxy]:
+    server = await S3FaultProxy(aws).start()
+    yield server
+    await server.stop()
+
+
+def keys(s3: Any, prefix: str = "jobs/ft-test/") -> list[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return [item["Key"][len(prefix) :] for page in pages for item in page.get("Contents", [])]
+
+
+async def test_notice_mid_training_loses_no_step_and_resumes_bitwise_equal(
+    tmp_path: Path, aws: str, s3: Any, imds: LocalMetadataServer, reference_adapter: bytes
+) -> None:
+    reports = tmp_path / "reports.jsonl"
+    # No periodic sync: only the rebalance recommendation and the notice make commits here.
+    env = runner_env(AWS_ENDPOINT_URL=aws, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint,
+                     FINETUNE_SYNC_SECONDS="600")
+    spec = write_spec(tmp_path / "a1.json", checkpoint_uri=URI, report=[f"file://{reports}"], notice="aws",
+                      command=tiny_command("--step-seconds", "0.25"))
+    first = await start_runner(spec, tmp_path / "a1", env)
+
+    await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 7)
+    imds.recommend_rebalance()
+    early = await wait_for_report(reports, lambda r: r["type"] == "checkpoint_saved")
+    assert early["reason"] == "rebalance" and early["step"] == 5
+    await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 11)
+    imds.interrupt(seconds=120)
+    assert await asyncio.wait_for(first.wait(), 120) == 75
+
+    attempt1 = read_reports(reports)
+    [notice] = [r for r in of_type(attempt1, "notice") if r["kind"] == "spot-interruption"]
+    [interrupted] = of_type(attempt1, "interrupted")
+    reached = max(r["step"] for r in of_type(attempt1, "progress"))
+    assert interrupted["saved_in_time"] is True
+    assert interrupted["step"] == reached >= 12  # the step the trainer reached: nothing lost
+    assert interrupted["uri"] == f"{URI}checkpoint-{reached}/"
+    assert set(interrupted["seconds"]) == {"save", "upload", "total"}
+    assert notice["deadline"] is not None
+    assert f"checkpoint-{reached}/MANIFEST.json" in keys(s3)
+    assert not of_type(attempt1, "completed")
+
+    # The replacement instance: an empty disk, attempt 2, same checkpoint URI.
+    spec2 = write_spec(tmp_path / "a2.json", checkpoint_uri=URI, report=[f"file://{reports}"], notice="aws", attempt=2)
+    second = await start_runner(spec2, tmp_path / "a2", env)
+    assert await asyncio.wait_for(second.wait(), 180) == 0
+    attempt2 = [r for r in read_reports(reports) if r["attempt"] == 2]
+    [started] = of_type(attempt2, "started")
+    assert started["resumed_from_step"] == reached and started["skipped"] == []
+    assert started["instance_id"] == "i-0runner"
+    assert min(r["step"] for r in of_type(attempt2, "progress")) == reached + 1
+    [completed] = of_type(attempt2, "completed")
+    assert completed["step"] == 20 and completed["output_uri"] == f"{URI}output/"
+
+    final = s3.get_object(Bucket=BUCKET, Key="jobs/ft-test/output/adapter_model.safetensors")["Body"].read()
+    assert same_tensors(final, reference_adapter)
+    assert "COMPLETED.json" in keys(s3)
+
+
+async def test_sigkill_mid_upload_skips_the_partial_checkpoint(
+    tmp_path: Path, s3: Any, proxy: S3FaultProxy
+) -> None:
+    reports = tmp_path / "reports.jsonl"
+    env = runner_env(AWS_ENDPOINT_URL=proxy.endpoint)
+    # Freeze the commit of checkpoint-10 after its files went up, just before its manifest: then pull the plug.
+    proxy.hold = lambda method, path: method == "PUT" and "checkpoint-10/MANIFEST.json" in path
+    spec = write_spec(tmp_path / "a1.json", checkpoint_uri=URI, report=[f"file://{reports}"],
+                      command=tiny_command("--step-seconds", "0.2"))
+    first = await start_runner(spec, tmp_path / "a1", env)
+    await asyncio.wait_for(proxy.held.wait(), 120)
+    first.send_signal(signal.SIGKILL)
+    await first.wait()
+
+    stored = keys(s3)
+    assert "checkpoint-5/MANIFEST.json" in stored
+    assert "checkpoint-10/adapter_model.safetensors" in stored
+    assert "checkpoint-10/MANIFEST.json" not in stored
+
+    proxy.hold = None
+    spec2 = write_spec(tmp_path / "a2.json", checkpoint_uri=URI, report=[f"file://{reports}"], attempt=2)
+    second = await start_runner(spec2, tmp_path / "a2", env)
+    assert await asyncio.wait_for(second.wait(), 180) == 0
+    [started] = of_type([r for r in read_reports(reports) if r["attempt"] == 2], "started")
+    assert started["resumed_from_step"] == 5
+    assert [(s["step"], s["reason"]) for s in started["skipped"]] == [(10, "no manifest: its upload never committed")]
+
+
+async def test_a_flipped_byte_is_caught_and_the_previous_checkpoint_used(
+    tmp_path: Path, aws: str, s3: Any, reference_adapter: bytes
+) -> None:
+    # Two real checkpoints, committed with the runner's own commit protocol.
+    local = tmp_path / "trained"
+    run_tiny_directly(local, "--max-steps", "10")
+    store = CheckpointStore(S3Store(URI), "ft-test", 1)
+    for step in (5, 10):
+        await store.commit(local / f"checkpoint-{step}", step)
+    await store.store.close()
+    key = "jobs/ft-test/checkpoint-10/optimizer.pt"
+    body = bytearray(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    body[len(body) // 2] ^= 0x01
+    s3.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
+
+    reports = tmp_path / "reports.jsonl"
+    spec = write_spec(tmp_path / "a2.json", checkpoint_uri=URI, report=[f"file://{reports}"], attempt=2)
+    runner = await start_runner(spec, tmp_path / "a2", runner_env(AWS_ENDPOINT_URL=aws))
+    assert await asyncio.wait_for(runner.wait(), 180) == 0
+    [started] = of_type(read_reports(reports), "started")
+    assert started["resumed_from_step"] == 5
+    assert [(s["step"], s["reason"]) for s in started["skipped"]] == [(10, "checksum mismatch in optimizer.pt")]
+    final = s3.get_object(Bucket=BUCKET, Key="jobs/ft-test/output/adapter_model.safetensors")["Body"].read()
+    assert same_tensors(final, reference_adapter)
+
+
+async def test_training_goes_on_through_metadata_outage_token_expiry_and_s3_errors(
+    tmp_path: Path, s3: Any, proxy: S3FaultProxy, imds: LocalMetadataServer
+) -> None:
+    reports = tmp_path / "reports.jsonl"
+    env = runner_env(AWS_ENDPOINT_URL=proxy.endpoint, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint,
+                     AWS_MAX_ATTEMPTS="2")
+    spec = write_spec(tmp_path / "a1.json", checkpoint_uri=URI, report=[f"file://{reports}"], notice="aws",
+                      command=tiny_command("--max-steps", "60", "--step-seconds", "0.25"))
+    runner = await start_runner(spec, tmp_path / "a1", env)
+    await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 1)
+    imds.down = True
+    proxy.fail_writes = True
+    await wait_for_report(reports, lambda r: r["type"] == "warning" and r["kind"] == "metadata")
+    await wait_for_report(reports, lambda r: r["type"] == "warning" and r["kind"] == "storage")
+    stuck_at = max(r["step"] for r in of_type(read_reports(reports), "progress"))
+    # Still failing, and training still moves.
+    await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= stuck_at + 5)
+    assert runner.returncode is None
+    assert not of_type(read_reports(reports), "checkpoint_saved")
+
+    imds.down = False
+    imds.expire_tokens()  # the runner's token is now refused: it must fetch a new one by itself
+    proxy.fail_writes = False
+    await wait_for_report(reports, lambda r: r["type"] == "checkpoint_saved")
+    imds.interrupt(seconds=60)
+    assert await asyncio.wait_for(runner.wait(), 120) == 75
+    got = read_reports(reports)
+    assert len([r for r in of_type(got, "warning") if r["kind"] == "metadata"]) == 1  # once, not every second
+    assert len([r for r in of_type(got, "warning") if r["kind"] == "storage"]) == 1
+    [interrupted] = of_type(got, "interrupted")
+    assert interrupted["step"] == max(r["step"] for r in of_type(got, "progress"))
+    assert f"checkpoint-{interrupted['step']}/MANIFEST.json" in keys(s3)
