@@ -1,0 +1,117 @@
+"""The commit protocol on both kinds of store: manifest last, verify on restore, prune only after a commit."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from runner.checkpoints import CheckpointStore
+from runner.local_checkpoints import complete_checkpoints
+from runner.manifest import COMPLETE_MARKER, MANIFEST_NAME
+from runner.storage.base import ObjectStore
+from runner.storage.file import FileStore
+from runner.storage.s3 import S3Store
+
+
+@pytest.fixture(params=["file", "s3"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
+    backend: ObjectStore
+    if request.param == "file":
+        backend = FileStore(f"file://{tmp_path}/bucket/job/")
+    else:
+        endpoint = request.getfixturevalue("aws")
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="ckpts")
+        backend = S3Store("s3://ckpts/job/")
+    yield backend
+    await backend.close()
+
+
+def fake_checkpoint(root: Path, step: int, size: int = 3000) -> Path:
+    directory = root / f"checkpoint-{step}"
+    (directory / "nested").mkdir(parents=True)
+    (directory / "adapter_model.safetensors").write_bytes(os.urandom(size))
+    (directory / "nested" / "optimizer.pt").write_bytes(os.urandom(size // 2))
+    (directory / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (directory / COMPLETE_MARKER).touch()
+    return directory
+
+
+async def test_commit_then_restore_round_trips_every_byte(store: ObjectStore, tmp_path: Path) -> None:
+    checkpoints = CheckpointStore(store, "ft-abcd", 1)
+    source = fake_checkpoint(tmp_path / "local", 7)
+    committed = await checkpoints.commit(source, 7)
+    assert committed.uri == store.uri("checkpoint-7/")
+    assert committed.bytes == 3000 + 1500 + len(json.dumps({"global_step": 7}))
+    keys = [info.key for info in await store.list_objects("checkpoint-7/")]
+    assert f"checkpoint-7/{MANIFEST_NAME}" in keys
+    assert f"checkpoint-7/{COMPLETE_MARKER}" not in keys
+
+    restored = await checkpoints.restore(tmp_path / "fresh")
+    assert restored.step == 7 and restored.skipped == []
+    assert restored.path == tmp_path / "fresh" / "checkpoint-7"
+    for name in ("adapter_model.safetensors", "nested/optimizer.pt", "trainer_state.json"):
+        assert (restored.path / name).read_bytes() == (source / name).read_bytes()
+    assert (restored.path / COMPLETE_MARKER).exists()
+
+
+async def test_restore_falls_back_past_uncommitted_partial_and_corrupt(store: ObjectStore, tmp_path: Path) -> None:
+    checkpoints = CheckpointStore(store, "ft-abcd", 1)
+    for step in (10, 20, 30, 40, 50):
+        await checkpoints.commit(fake_checkpoint(tmp_path / "local", step), step)
+    await store.delete([f"checkpoint-50/{MANIFEST_NAME}"])  # the instance died before the commit
+    await store.delete(["checkpoint-40/nested/optimizer.pt"])  # a file went missing
+    await store.put_bytes(f"checkpoint-30/{MANIFEST_NAME}", b"{\"version\": 1, \"trunc")  # a torn manifest
+    raw = await store.get_bytes("checkpoint-20/adapter_model.safetensors")
+    assert raw is not None
+    await store.put_bytes("checkpoint-20/adapter_model.safetensors", bytes([raw[0] ^ 0xFF]) + raw[1:])
+
+    restored = await checkpoints.restore(tmp_path / "fresh")
+    assert restored.step == 10
+    assert [(skip.step, skip.reason) for skip in restored.skipped] == [
+        (50, "no manifest: its upload never committed"),
+        (40, "partial: nested/optimizer.pt is missing"),
+        (30, "corrupt manifest: 1 error(s)"),
+        (20, "checksum mismatch in adapter_model.safetensors"),
+    ]
+    assert [path.name for path in (tmp_path / "fresh").iterdir()] == ["checkpoint-10"]  # no staging left over
+
+
+async def test_restore_refuses_a_manifest_pointing_outside_the_checkpoint(store: ObjectStore, tmp_path: Path) -> None:
+    checkpoints = CheckpointStore(store, "ft-abcd", 1)
+    await checkpoints.commit(fake_checkpoint(tmp_path / "local", 3), 3)
+    manifest = json.loads(await store.get_bytes(f"checkpoint-3/{MANIFEST_NAME}") or b"")
+    manifest["files"][0]["path"] = "../../escape"
+    await store.put_bytes(f"checkpoint-3/{MANIFEST_NAME}", json.dumps(manifest).encode())
+    restored = await checkpoints.restore(tmp_path / "fresh")
+    assert restored.step is None
+    assert restored.skipped[0].reason == "manifest names a path outside the checkpoint"
+
+
+async def test_an_empty_store_restores_nothing(store: ObjectStore, tmp_path: Path) -> None:
+    restored = await CheckpointStore(store, "ft-abcd", 1).restore(tmp_path / "fresh")
+    assert restored.step is None and restored.path is None and restored.skipped == []
+
+
+async def test_prune_keeps_the_newest_committed_and_only_drops_older(store: ObjectStore, tmp_path: Path) -> None:
+    checkpoints = CheckpointStore(store, "ft-abcd", 1)
+    for step in (1, 2, 3):
+        await checkpoints.commit(fake_checkpoint(tmp_path / "local", step), step)
+    await store.put_bytes("checkpoint-4/adapter_model.safetensors", b"upload in flight")
+    assert await checkpoints.prune(keep=2) == [1]
+    assert await checkpoints.stored_steps() == [4, 3, 2]  # the in-flight newer upload is left alone
+    assert await checkpoints.prune(keep=5) == []
+    assert await checkpoints.stored_steps() == [4, 3, 2]
+
+
+def test_local_completeness_rules(tmp_path: Path) -> None:
+    for step in (5, 10, 15):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-5" / COMPLETE_MARKER).touch()
+    (tmp_path / "checkpoint-x").mkdir()
+    assert [c.step for c in complete_checkpoints(tmp_path)] == [5, 10]  # 10 superseded by 15; 15 may be mid-write
+    assert [c.step for c in complete_checkpoints(tmp_path, trainer_exited_cleanly=True)] == [5, 10, 15]
