@@ -22,6 +22,7 @@ class S3FaultProxy:
         self.hold: Callable[[str, str], bool] | None = None
         self.held = asyncio.Event()  # set once a request has been held
         self.seen: list[tuple[str, str, int]] = []
+        self._released = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self.port = 0
@@ -42,6 +43,7 @@ class S3FaultProxy:
         return self
 
     async def stop(self) -> None:
+        self._released.set()
         if self._client is not None:
             await self._client.close()
         if self._runner is not None:
@@ -52,7 +54,8 @@ class S3FaultProxy:
         path = request.path_qs
         if self.hold is not None and self.hold(request.method, path):
             self.held.set()
-            await asyncio.Event().wait()  # until the client goes away
+            await self._released.wait()  # until the test is over
+            return web.Response(status=503)
         if self.fail_writes and request.method in ("PUT", "POST", "DELETE"):
             self.seen.append((request.method, path, 503))
             return web.Response(status=503, text="<Error><Code>SlowDown</Code></Error>")
@@ -63,4 +66,7 @@ class S3FaultProxy:
             payload = await reply.read()
             self.seen.append((request.method, path, reply.status))
             out_headers = {key: value for key, value in reply.headers.items() if key.lower() not in _HOP_HEADERS}
+            if request.method == "HEAD":  # no body, but the size the client asked about must survive
+                out_headers["Content-Length"] = reply.headers.get("Content-Length", "0")
+                return web.Response(status=reply.status, headers=out_headers)
             return web.Response(status=reply.status, body=payload, headers=out_headers)

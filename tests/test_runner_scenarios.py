@@ -32,9 +32,17 @@ URI = f"s3://{BUCKET}/jobs/ft-test/"
 
 
 @pytest.fixture(scope="module")
-def reference_adapter(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """Final LoRA weights of an uninterrupted tiny run: what every recovered run must reproduce exactly."""
-    return run_tiny_directly(tmp_path_factory.mktemp("reference")).read_bytes()
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted tiny run (its checkpoints every 5 steps, and its final adapter)."""
+    output = tmp_path_factory.mktemp("reference")
+    run_tiny_directly(output)
+    return output
+
+
+@pytest.fixture(scope="module")
+def reference_adapter(reference_run: Path) -> bytes:
+    """Final LoRA weights of the uninterrupted run: what every recovered run must reproduce exactly."""
+    return (reference_run / "adapter_model.safetensors").read_bytes()
 
 
 @pytest.fixture
@@ -94,7 +102,8 @@ async def test_notice_mid_training_loses_no_step_and_resumes_bitwise_equal(
     assert f"checkpoint-{reached}/MANIFEST.json" in keys(s3)
     assert not of_type(attempt1, "completed")
 
-    # The replacement instance: an empty disk, attempt 2, same checkpoint URI.
+    # The replacement instance: an empty disk, no notice pending, attempt 2, same checkpoint URI.
+    imds.interruption = imds.rebalance_at = None
     spec2 = write_spec(tmp_path / "a2.json", checkpoint_uri=URI, report=[f"file://{reports}"], notice="aws", attempt=2)
     second = await start_runner(spec2, tmp_path / "a2", env)
     assert await asyncio.wait_for(second.wait(), 180) == 0
@@ -140,11 +149,10 @@ async def test_sigkill_mid_upload_skips_the_partial_checkpoint(
 
 
 async def test_a_flipped_byte_is_caught_and_the_previous_checkpoint_used(
-    tmp_path: Path, aws: str, s3: Any, reference_adapter: bytes
+    tmp_path: Path, aws: str, s3: Any, reference_run: Path, reference_adapter: bytes
 ) -> None:
-    # Two real checkpoints, committed with the runner's own commit protocol.
-    local = tmp_path / "trained"
-    run_tiny_directly(local, "--max-steps", "10")
+    # Two real checkpoints of the reference run, committed with the runner's own commit protocol.
+    local = reference_run
     store = CheckpointStore(S3Store(URI), "ft-test", 1)
     for step in (5, 10):
         await store.commit(local / f"checkpoint-{step}", step)
