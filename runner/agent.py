@@ -247,7 +247,7 @@ class Runner:
             await asyncio.gather(*background, return_exceptions=True)
 
     async def _interrupt(self, trainer: TrainerProcess, notice: Notice) -> int:
-        """SIGTERM the trainer, wait for its checkpoint until the deadline allows, commit it, report."""
+        """SIGTERM the trainer, commit its checkpoint the moment it is complete, report, before the deadline."""
         noticed = time.monotonic()
         deadline = notice.deadline or datetime.now(UTC) + timedelta(seconds=self.options.stop_grace_seconds)
         known = {checkpoint.step for checkpoint in list_checkpoint_dirs(self.output_dir)}
@@ -255,21 +255,16 @@ class Runner:
         # Leave room to upload: twice the last commit's time, at least 10 s, but never all of the window.
         window = (deadline - datetime.now(UTC)).total_seconds()
         reserve = max(10.0, 2 * (self.committed.seconds if self.committed else 0.0))
-        save_budget = max(window - reserve, window / 2, 5.0)
-        try:
-            await asyncio.wait_for(asyncio.shield(trainer.wait()), save_budget)
-            exited_by_itself = True
-        except TimeoutError:
-            log.error("trainer did not exit %.0fs after SIGTERM; killing it", save_budget)
+        fresh = await self._fresh_checkpoint(trainer, known, budget=max(window - reserve, window / 2, 5.0))
+        saved = time.monotonic()
+        if fresh is None and trainer.running:
+            log.error("trainer saved nothing %.0fs after SIGTERM; killing it", saved - noticed)
             trainer.kill()
             await trainer.wait()
-            exited_by_itself = False
-        saved = time.monotonic()
         self._report_progress(force=True)
-        newest = newest_complete(self.output_dir, trainer_exited_cleanly=exited_by_itself)
-        saved_in_time = newest is not None and newest.step not in known
+        newest = fresh or newest_complete(self.output_dir, trainer_exited_cleanly=not trainer.killed)
         note = None
-        if not saved_in_time:
+        if fresh is None:
             note = "trainer did not save a checkpoint in time; committed the newest complete one"
         remaining = max((deadline - datetime.now(UTC)).total_seconds(), 5.0)
         try:
@@ -286,7 +281,7 @@ class Runner:
                 step=self.committed.step if self.committed else None,
                 uri=self.committed.uri if self.committed else None,
                 deadline=deadline,
-                saved_in_time=saved_in_time,
+                saved_in_time=fresh is not None,
                 note=note,
                 seconds={
                     "save": round(saved - noticed, 3),
@@ -295,7 +290,36 @@ class Runner:
                 },
             )
         )
+        await self._reap(trainer, deadline)
         return EXIT_INTERRUPTED
+
+    async def _fresh_checkpoint(
+        self, trainer: TrainerProcess, known: set[int], budget: float
+    ) -> LocalCheckpoint | None:
+        """The checkpoint the trainer saves after the SIGTERM, as soon as it is complete (None: not in budget).
+
+        With our callback the marker shows the save is done while the trainer is still shutting down, so the
+        upload starts seconds earlier; without it, the trainer's exit is the sign.
+        """
+        give_up = time.monotonic() + budget
+        while time.monotonic() < give_up:
+            exited = not trainer.running
+            newest = newest_complete(self.output_dir, trainer_exited_cleanly=exited)
+            if newest is not None and newest.step not in known:
+                return newest
+            if exited:
+                return None
+            await asyncio.sleep(0.05)
+        return None
+
+    async def _reap(self, trainer: TrainerProcess, deadline: datetime) -> None:
+        """Let the trainer finish exiting on its own, but not past the deadline."""
+        remaining = max((deadline - datetime.now(UTC)).total_seconds(), 1.0)
+        try:
+            await asyncio.wait_for(asyncio.shield(trainer.wait()), remaining)
+        except TimeoutError:
+            trainer.kill()
+            await trainer.wait()
 
     async def _complete(self) -> int:
         patience = self.options.storage_patience_seconds

@@ -38,7 +38,7 @@ class TrainerProcess:
         self.echo = echo
         self.log_path = log_path
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
-        self.signalled = False
+        self.killed = False
         self._pump = asyncio.create_task(self._stream_output())
 
     @classmethod
@@ -83,13 +83,12 @@ class TrainerProcess:
 
     def terminate(self) -> None:
         """Ask the trainer to save and exit (SIGTERM to its main process, which forwards to its workers)."""
-        self.signalled = True
         with contextlib.suppress(ProcessLookupError):
             self.process.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         """The deadline passed: kill the trainer's whole process group."""
-        self.signalled = True
+        self.killed = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
 
