@@ -1,0 +1,134 @@
+"""Notice → checkpoint committed, end to end: a real runner subprocess, a local IMDSv2 posting the spot notice,
+moto in server mode as S3. Measured from posting the notice to the runner's ``interrupted`` report (so it
+includes detection, the trainer's save, the parallel upload and the manifest commit).
+
+    python bench/notice_to_commit.py [--tiny-runs 3] [--big-runs 2] [--big-mib 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import boto3  # noqa: E402
+
+from bot.cloud.local_metadata import LocalMetadataServer  # noqa: E402
+from tests.servers import AWS_TEST_ENV, moto_server  # noqa: E402
+
+
+def reports(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def wait_for(path: Path, kind: str, min_step: int = 0) -> dict[str, Any]:
+    while True:
+        for report in reports(path):
+            if report["type"] == kind and report.get("step", 0) >= min_step:
+                return report
+        await asyncio.sleep(0.01)
+
+
+async def one_run(endpoint: str, work: Path, name: str, command: list[str], interrupt_at: int) -> dict[str, Any]:
+    imds = await LocalMetadataServer().start()
+    log = work / f"{name}.jsonl"
+    spec = {
+        "version": 1,
+        "job_id": "ft-bench",
+        "attempt": 1,
+        "command": command,
+        "env": {"HF_HUB_OFFLINE": "1"},
+        "checkpoint_uri": f"s3://bench/{name}/",
+        "report": [f"file://{log}"],
+        "notice": "aws",
+    }
+    spec_path = work / f"{name}.json"
+    spec_path.write_text(json.dumps(spec))
+    env = dict(
+        os.environ,
+        **AWS_TEST_ENV,
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint,
+        FINETUNE_PROGRESS_SECONDS="0",
+        FINETUNE_TRAINER_ECHO="0",
+        FINETUNE_LOG_LEVEL="WARNING",
+        FINETUNE_SYNC_SECONDS="3600",
+    )  # no periodic sync: the notice path does all the work
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "run",
+        "--spec",
+        str(spec_path),
+        "--work-dir",
+        str(work / name),
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        await wait_for(log, "progress", interrupt_at)
+        posted = time.perf_counter()
+        imds.interrupt(seconds=120)
+        interrupted = await wait_for(log, "interrupted")
+        wall = time.perf_counter() - posted
+        code = await runner.wait()
+    finally:
+        await imds.stop()
+    saved = [r for r in reports(log) if r["type"] == "checkpoint_saved"][-1]
+    return {
+        "wall": wall,
+        "code": code,
+        "bytes": saved["bytes"],
+        **interrupted["seconds"],
+        "in_time": interrupted["saved_in_time"],
+    }
+
+
+def show(label: str, runs: list[dict[str, Any]]) -> None:
+    print(label)
+    for run in runs:
+        mib = run["bytes"] / 2**20
+        rate = mib / run["upload"] if run["upload"] else float("inf")
+        print(
+            f"  notice→committed {run['wall']:6.2f}s  (trainer save {run['save']:5.2f}s, upload+commit "
+            f"{run['upload']:5.2f}s = {rate:7.1f} MiB/s of {mib:7.1f} MiB; exit {run['code']}, "
+            f"saved in time {run['in_time']})"
+        )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tiny-runs", type=int, default=3)
+    parser.add_argument("--big-runs", type=int, default=2)
+    parser.add_argument("--big-mib", type=int, default=1024)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, moto_server(Path(tmp)) as endpoint:
+        work = Path(tmp)
+        os.environ.update(AWS_TEST_ENV)
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
+        tiny = [sys.executable, "-m", "runner.hf.tiny", "--max-steps", "200", "--step-seconds", "0.1"]
+        big = [sys.executable, str(ROOT / "bench" / "synthetic_trainer.py"), "--checkpoint-mib", str(args.big_mib)]
+        show(
+            "tiny model (LoRA on a tiny Llama, HF Trainer):",
+            [await one_run(endpoint, work, f"tiny-{i}", tiny, 8) for i in range(args.tiny_runs)],
+        )
+        show(
+            f"synthetic {args.big_mib} MiB checkpoint:",
+            [await one_run(endpoint, work, f"big-{i}", big, 3) for i in range(args.big_runs)],
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
