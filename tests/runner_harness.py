@@ -55,8 +55,17 @@ def runner_env(**extra: str) -> dict[str, str]:
 async def start_runner(spec: Path, work_dir: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
     log = (work_dir.parent / f"{work_dir.name}-runner.log").open("wb")
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runner.cli", "run", "--spec", str(spec), "--work-dir", str(work_dir),
-        env=env, stdout=log, stderr=log,
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "run",
+        "--spec",
+        str(spec),
+        "--work-dir",
+        str(work_dir),
+        env=env,
+        stdout=log,
+        stderr=log,
     )
 
 

@@ -65,7 +65,7 @@ async def test_restore_falls_back_past_uncommitted_partial_and_corrupt(store: Ob
         await checkpoints.commit(fake_checkpoint(tmp_path / "local", step), step)
     await store.delete([f"checkpoint-50/{MANIFEST_NAME}"])  # the instance died before the commit
     await store.delete(["checkpoint-40/nested/optimizer.pt"])  # a file went missing
-    await store.put_bytes(f"checkpoint-30/{MANIFEST_NAME}", b"{\"version\": 1, \"trunc")  # a torn manifest
+    await store.put_bytes(f"checkpoint-30/{MANIFEST_NAME}", b'{"version": 1, "trunc')  # a torn manifest
     raw = await store.get_bytes("checkpoint-20/adapter_model.safetensors")
     assert raw is not None
     await store.put_bytes("checkpoint-20/adapter_model.safetensors", bytes([raw[0] ^ 0xFF]) + raw[1:])

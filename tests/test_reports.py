@@ -38,8 +38,9 @@ class BotEndpoint:
         if self.fail_next:
             self.fail_next -= 1
             return web.Response(status=503)
-        ok = verify(SECRET, request.headers.get(TIMESTAMP_HEADER), body, request.headers.get(SIGNATURE_HEADER),
-                    time.time())
+        ok = verify(
+            SECRET, request.headers.get(TIMESTAMP_HEADER), body, request.headers.get(SIGNATURE_HEADER), time.time()
+        )
         if not ok:
             self.refused += 1
             return web.Response(status=401, text="bad signature")

@@ -43,8 +43,13 @@ async def test_a_crash_is_retried_from_the_last_checkpoint(tmp_path: Path) -> No
     store = tmp_path / "store"
     reports = tmp_path / "reports.jsonl"
     command = [sys.executable, "-m", "tests.trainers.crash_once", *TINY_ARGS, "--step-seconds", "0.05"]
-    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{store}/", report=[f"file://{reports}"],
-                      command=command, env={"CRASH_MARKER": str(tmp_path / "crashed"), "CRASH_AT_STEP": "7"})
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{store}/",
+        report=[f"file://{reports}"],
+        command=command,
+        env={"CRASH_MARKER": str(tmp_path / "crashed"), "CRASH_AT_STEP": "7"},
+    )
     runner = await start_runner(spec, tmp_path / "work", runner_env())
     assert await asyncio.wait_for(runner.wait(), 240) == 0
 
@@ -81,8 +86,12 @@ async def test_a_crash_loop_is_reported_failed_with_the_last_log_lines(tmp_path:
 async def test_sigterm_to_the_runner_checkpoints_and_exits_interrupted(tmp_path: Path) -> None:
     store = tmp_path / "store"
     reports = tmp_path / "reports.jsonl"
-    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{store}/", report=[f"file://{reports}"],
-                      command=tiny_command("--step-seconds", "0.2"))
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{store}/",
+        report=[f"file://{reports}"],
+        command=tiny_command("--step-seconds", "0.2"),
+    )
     runner = await start_runner(spec, tmp_path / "work", runner_env())
     await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 3)
     runner.send_signal(signal.SIGTERM)  # systemctl stop, or the bot's stop command
@@ -100,8 +109,13 @@ async def test_a_job_already_complete_reports_completed_and_starts_nothing(tmp_p
     (store / "COMPLETED.json").write_text(json.dumps({"step": 20, "output_uri": f"file://{store}/output/"}))
     reports = tmp_path / "reports.jsonl"
     marker = tmp_path / "trainer-ran"
-    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{store}/", report=[f"file://{reports}"],
-                      attempt=3, command=quick_trainer(f"open({str(marker)!r}, 'w')"))
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{store}/",
+        report=[f"file://{reports}"],
+        attempt=3,
+        command=quick_trainer(f"open({str(marker)!r}, 'w')"),
+    )
     runner = await start_runner(spec, tmp_path / "work", runner_env())
     assert await asyncio.wait_for(runner.wait(), 60) == 0
     [completed] = read_reports(reports)
@@ -135,8 +149,14 @@ async def test_completion_terminates_this_instance_when_asked(tmp_path: Path, aw
     instance_id = launch_instance(ec2)
     imds = await imds_for(instance_id)
     reports = tmp_path / "reports.jsonl"
-    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{tmp_path}/store/", report=[f"file://{reports}"],
-                      notice="aws", command=WRITES_OUTPUT, release={"kind": "aws-instance"})
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{tmp_path}/store/",
+        report=[f"file://{reports}"],
+        notice="aws",
+        command=WRITES_OUTPUT,
+        release={"kind": "aws-instance"},
+    )
     env = runner_env(AWS_ENDPOINT_URL=aws, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint)
     runner = await start_runner(spec, tmp_path / "work", env)
     assert await asyncio.wait_for(runner.wait(), 60) == 0
@@ -150,14 +170,23 @@ async def test_completion_sets_the_scaling_group_to_zero_when_asked(tmp_path: Pa
     ec2 = boto3.client("ec2", endpoint_url=aws)
     autoscaling = boto3.client("autoscaling", endpoint_url=aws)
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    ec2.create_launch_template(LaunchTemplateName="ft-lt", LaunchTemplateData={"ImageId": image,
-                                                                            "InstanceType": "g5.xlarge"})
-    autoscaling.create_auto_scaling_group(
-        AutoScalingGroupName="ft-test-asg", MinSize=1, MaxSize=1, DesiredCapacity=1,
-        LaunchTemplate={"LaunchTemplateName": "ft-lt"}, AvailabilityZones=["us-east-1a"],
+    ec2.create_launch_template(
+        LaunchTemplateName="ft-lt", LaunchTemplateData={"ImageId": image, "InstanceType": "g5.xlarge"}
     )
-    spec = write_spec(tmp_path / "spec.json", checkpoint_uri=f"file://{tmp_path}/store/", command=WRITES_OUTPUT,
-                      release={"kind": "aws-autoscaling", "group": "ft-test-asg"})
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName="ft-test-asg",
+        MinSize=1,
+        MaxSize=1,
+        DesiredCapacity=1,
+        LaunchTemplate={"LaunchTemplateName": "ft-lt"},
+        AvailabilityZones=["us-east-1a"],
+    )
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{tmp_path}/store/",
+        command=WRITES_OUTPUT,
+        release={"kind": "aws-autoscaling", "group": "ft-test-asg"},
+    )
     runner = await start_runner(spec, tmp_path / "work", runner_env(AWS_ENDPOINT_URL=aws))
     assert await asyncio.wait_for(runner.wait(), 60) == 0
     [group] = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["ft-test-asg"])["AutoScalingGroups"]

@@ -76,10 +76,14 @@ async def test_notice_mid_training_loses_no_step_and_resumes_bitwise_equal(
 ) -> None:
     reports = tmp_path / "reports.jsonl"
     # No periodic sync: only the rebalance recommendation and the notice make commits here.
-    env = runner_env(AWS_ENDPOINT_URL=aws, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint,
-                     FINETUNE_SYNC_SECONDS="600")
-    spec = write_spec(tmp_path / "a1.json", checkpoint_uri=URI, report=[f"file://{reports}"], notice="aws",
-                      command=tiny_command("--step-seconds", "0.25"))
+    env = runner_env(AWS_ENDPOINT_URL=aws, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_SYNC_SECONDS="600")
+    spec = write_spec(
+        tmp_path / "a1.json",
+        checkpoint_uri=URI,
+        report=[f"file://{reports}"],
+        notice="aws",
+        command=tiny_command("--step-seconds", "0.25"),
+    )
     first = await start_runner(spec, tmp_path / "a1", env)
 
     await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 7)
@@ -120,15 +124,17 @@ async def test_notice_mid_training_loses_no_step_and_resumes_bitwise_equal(
     assert "COMPLETED.json" in keys(s3)
 
 
-async def test_sigkill_mid_upload_skips_the_partial_checkpoint(
-    tmp_path: Path, s3: Any, proxy: S3FaultProxy
-) -> None:
+async def test_sigkill_mid_upload_skips_the_partial_checkpoint(tmp_path: Path, s3: Any, proxy: S3FaultProxy) -> None:
     reports = tmp_path / "reports.jsonl"
     env = runner_env(AWS_ENDPOINT_URL=proxy.endpoint)
     # Freeze the commit of checkpoint-10 after its files went up, just before its manifest: then pull the plug.
     proxy.hold = lambda method, path: method == "PUT" and "checkpoint-10/MANIFEST.json" in path
-    spec = write_spec(tmp_path / "a1.json", checkpoint_uri=URI, report=[f"file://{reports}"],
-                      command=tiny_command("--step-seconds", "0.2"))
+    spec = write_spec(
+        tmp_path / "a1.json",
+        checkpoint_uri=URI,
+        report=[f"file://{reports}"],
+        command=tiny_command("--step-seconds", "0.2"),
+    )
     first = await start_runner(spec, tmp_path / "a1", env)
     await asyncio.wait_for(proxy.held.wait(), 120)
     first.send_signal(signal.SIGKILL)
@@ -177,10 +183,16 @@ async def test_training_goes_on_through_metadata_outage_token_expiry_and_s3_erro
     tmp_path: Path, s3: Any, proxy: S3FaultProxy, imds: LocalMetadataServer
 ) -> None:
     reports = tmp_path / "reports.jsonl"
-    env = runner_env(AWS_ENDPOINT_URL=proxy.endpoint, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint,
-                     AWS_MAX_ATTEMPTS="2")
-    spec = write_spec(tmp_path / "a1.json", checkpoint_uri=URI, report=[f"file://{reports}"], notice="aws",
-                      command=tiny_command("--max-steps", "60", "--step-seconds", "0.25"))
+    env = runner_env(
+        AWS_ENDPOINT_URL=proxy.endpoint, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, AWS_MAX_ATTEMPTS="2"
+    )
+    spec = write_spec(
+        tmp_path / "a1.json",
+        checkpoint_uri=URI,
+        report=[f"file://{reports}"],
+        notice="aws",
+        command=tiny_command("--max-steps", "60", "--step-seconds", "0.25"),
+    )
     runner = await start_runner(spec, tmp_path / "a1", env)
     await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 1)
     imds.down = True
