@@ -1,0 +1,131 @@
+"""The job: what the bot knows about one fine-tune, across all of its attempts.
+
+A job is one record (JSON in the store) changed only through :class:`Change` values produced by the pure
+decision code in ``handlers``; the store applies a change atomically together with its history entry, its
+dedup key and its outbox (the follow-up events and effects, put on the bus in the same transaction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from handlers.events import utcnow
+from handlers.ids import JOB_ID_PATTERN
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    PROVISIONING = "PROVISIONING"
+    RUNNING = "RUNNING"
+    INTERRUPTED = "INTERRUPTED"
+    RECOVERING = "RECOVERING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    RESUME_FAILED = "RESUME_FAILED"
+
+
+TERMINAL_STATES = frozenset({JobState.STOPPED, JobState.SUCCEEDED, JobState.FAILED})
+# States in which the job holds (or is acquiring) capacity: they count against the concurrency guard.
+ACTIVE_STATES = frozenset(
+    {
+        JobState.PENDING,
+        JobState.PROVISIONING,
+        JobState.RUNNING,
+        JobState.INTERRUPTED,
+        JobState.RECOVERING,
+        JobState.STOPPING,
+    }
+)
+
+Market = Literal["spot", "on-demand"]
+
+
+class ChatRef(BaseModel):
+    """Where the job talks: the platform, the channel, and the job card's message once posted."""
+
+    model_config = ConfigDict(frozen=True)
+    platform: str
+    channel: str
+    card_id: str | None = None
+
+
+class Attempt(BaseModel):
+    """One launch of the job on one instance."""
+
+    model_config = ConfigDict(frozen=True)
+    number: int = Field(ge=1)
+    market: Market = "spot"
+    instance_id: str | None = None
+    instance_type: str | None = None
+    zone: str | None = None
+    price_per_hour: float | None = None
+    on_demand_price_per_hour: float | None = None
+    launched_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    end_reason: str | None = None
+    resumed_from_step: int | None = None
+
+
+class CheckpointRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    step: int
+    uri: str
+    at: datetime = Field(default_factory=utcnow)
+
+
+class Job(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(pattern=JOB_ID_PATTERN)
+    recipe: str
+    params: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    requested_by: str
+    chat: ChatRef | None = None
+    state: JobState = JobState.PENDING
+    attempts: list[Attempt] = Field(default_factory=list)
+    step: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    checkpoint: CheckpointRef | None = None
+    interruptions: int = 0
+    steps_lost: int = 0
+    downtime_seconds: float = 0.0
+    output_uri: str | None = None
+    failure: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    version: int = 0
+
+    @property
+    def attempt(self) -> int:
+        """The current attempt number (0 before the first launch)."""
+        return self.attempts[-1].number if self.attempts else 0
+
+    @property
+    def current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def instance_ids(self) -> list[str]:
+        return [attempt.instance_id for attempt in self.attempts if attempt.instance_id]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A decided change of one job: the new record, what to note in its history, what happens next.
+
+    ``outbox`` items are JSON-able dicts published on the event bus in the same transaction as the job, so a
+    crash can lose neither the state change nor what must follow from it.
+    """
+
+    job: Job
+    history: dict[str, Any]
+    outbox: list[dict[str, Any]] = field(default_factory=list)
