@@ -24,6 +24,25 @@ LOG_TAIL_LINES = 40
 _PR_SET_PDEATHSIG = 1
 
 
+def expand_argv(command: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """Put the runner's own paths into argv for trainers that take them as flags (``swift sft --output_dir``).
+
+    Only ``${FINETUNE_OUTPUT_DIR}``, ``${FINETUNE_RESUME_FROM}`` and ``${FINETUNE_PROGRESS_FILE}`` are
+    replaced: nothing else is expanded and no shell is involved. An option whose value is an empty
+    ``${FINETUNE_RESUME_FROM}`` (a fresh start) is left out together with its flag.
+    """
+    argv: list[str] = []
+    for item in command:
+        if item == "${FINETUNE_RESUME_FROM}" and not values["FINETUNE_RESUME_FROM"]:
+            if argv and argv[-1].startswith("--"):
+                argv.pop()
+            continue
+        for name, value in values.items():
+            item = item.replace("${" + name + "}", value)
+        argv.append(item)
+    return argv
+
+
 def _die_with_parent() -> None:
     """In the child: if the runner dies, so does the trainer (nobody would upload its checkpoints, and a
     restarted runner would start a second trainer on the same GPUs). Linux only; elsewhere a no-op."""
@@ -52,16 +71,18 @@ class TrainerProcess:
         log_path: Path,
         echo: bool = True,
     ) -> TrainerProcess:
-        full_env = dict(os.environ)
-        full_env.update(env)
-        full_env["FINETUNE_OUTPUT_DIR"] = str(output_dir)
-        full_env["FINETUNE_RESUME_FROM"] = str(resume_from) if resume_from else ""
-        full_env["FINETUNE_PROGRESS_FILE"] = str(progress_file)
+        ours = {
+            "FINETUNE_OUTPUT_DIR": str(output_dir),
+            "FINETUNE_RESUME_FROM": str(resume_from) if resume_from else "",
+            "FINETUNE_PROGRESS_FILE": str(progress_file),
+        }
+        full_env = {**os.environ, **env, **ours}
         full_env.setdefault("PYTHONUNBUFFERED", "1")
+        argv = expand_argv(command, ours)
         output_dir.mkdir(parents=True, exist_ok=True)
-        log.info("starting trainer: %s (resume from %s)", list(command), resume_from or "scratch")
+        log.info("starting trainer: %s (resume from %s)", argv, resume_from or "scratch")
         process = await asyncio.create_subprocess_exec(
-            *command,
+            *argv,
             env=full_env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,

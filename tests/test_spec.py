@@ -100,3 +100,22 @@ def test_the_cli_names_a_missing_spec_file(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "nope.json" in result.stderr
+
+
+def test_runner_paths_are_put_into_argv_without_a_shell() -> None:
+    from runner.trainer import expand_argv
+
+    template = [
+        "swift",
+        "sft",
+        "--output_dir",
+        "${FINETUNE_OUTPUT_DIR}",
+        "--resume_from_checkpoint",
+        "${FINETUNE_RESUME_FROM}",
+        "--note",
+        "$HOME;${OTHER}",
+    ]
+    fresh = {"FINETUNE_OUTPUT_DIR": "/w/out", "FINETUNE_RESUME_FROM": "", "FINETUNE_PROGRESS_FILE": "/w/p"}
+    assert expand_argv(template, fresh) == ["swift", "sft", "--output_dir", "/w/out", "--note", "$HOME;${OTHER}"]
+    resumed = {**fresh, "FINETUNE_RESUME_FROM": "/w/out/checkpoint-40"}
+    assert expand_argv(template, resumed)[4:6] == ["--resume_from_checkpoint", "/w/out/checkpoint-40"]

@@ -1,0 +1,223 @@
+"""Recipes: named, validated fine-tunes, and the typed overrides a chat user may give them.
+
+A chat argument never reaches a shell. ``key=value`` overrides are checked against the recipe's declared
+parameters (type, bounds, choices) and only then substituted into the recipe's argv template, one argv item
+at a time, so a value can never become a second argument, let alone a command.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ParamValue = str | int | float | bool
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+_SAFE_TEXT = re.compile(r"^[A-Za-z0-9._:/@+#-]{1,200}$")
+
+
+class RecipeError(ValueError):
+    """An unknown recipe or a refused override; the message is meant for the chat user."""
+
+
+class Parameter(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["int", "float", "str", "bool"]
+    default: ParamValue
+    min: float | None = None
+    max: float | None = None
+    choices: list[str] | None = None
+    help: str = ""
+
+    def parse(self, name: str, raw: str) -> ParamValue:
+        """The typed value of ``raw``, or RecipeError saying what is allowed."""
+        value: ParamValue
+        try:
+            if self.type == "int":
+                value = int(raw)
+            elif self.type == "float":
+                value = float(raw)
+                if not math.isfinite(value):
+                    raise ValueError(raw)
+            elif self.type == "bool":
+                lowered = raw.lower()
+                if lowered not in ("true", "false", "yes", "no", "1", "0"):
+                    raise ValueError(raw)
+                value = lowered in ("true", "yes", "1")
+            else:
+                value = raw
+        except ValueError:
+            raise RecipeError(f"{name} must be a{'n' if self.type == 'int' else ''} {self.type}, not {raw!r}") from None
+        self.check(name, value)
+        return value
+
+    def check(self, name: str, value: ParamValue) -> None:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if self.min is not None and value < self.min:
+                raise RecipeError(f"{name}={value} is below the minimum {_num(self.min)}")
+            if self.max is not None and value > self.max:
+                raise RecipeError(f"{name}={value} is above the maximum {_num(self.max)}")
+        if isinstance(value, str):
+            if self.choices is not None and value not in self.choices:
+                raise RecipeError(f"{name} must be one of {', '.join(self.choices)}")
+            if self.choices is None and not _SAFE_TEXT.match(value):
+                raise RecipeError(f"{name} may only use letters, digits and . _ : / @ + # -")
+
+
+class Recipe(BaseModel):
+    """What to train and how; the argv ``command`` may use ``{python}`` and ``{<parameter>}`` placeholders."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,40}$")
+    description: str
+    model: str
+    command: list[str] = Field(min_length=1)
+    parameters: dict[str, Parameter] = Field(default_factory=dict)
+    total_steps_param: str | None = None
+    instance_types: dict[str, list[str]] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _placeholders_declared(self) -> Recipe:
+        for arg in self.command:
+            for name in _PLACEHOLDER.findall(arg):
+                if name != "python" and name not in self.parameters:
+                    raise ValueError(f"command uses {{{name}}} but the recipe declares no such parameter")
+        return self
+
+    def resolve(self, overrides: dict[str, str]) -> dict[str, ParamValue]:
+        """Defaults with the user's overrides applied; RecipeError for unknown or out-of-range ones."""
+        values = {name: spec.default for name, spec in self.parameters.items()}
+        for name, raw in overrides.items():
+            spec = self.parameters.get(name)
+            if spec is None:
+                allowed = ", ".join(sorted(self.parameters)) or "none"
+                raise RecipeError(f"{self.name} has no parameter {name!r} (it takes: {allowed})")
+            values[name] = spec.parse(name, raw)
+        return values
+
+    def argv(self, values: dict[str, ParamValue], python: str) -> list[str]:
+        """The trainer's argv: each template item formatted with already validated values."""
+
+        def fill(match: re.Match[str]) -> str:
+            name = match.group(1)
+            return python if name == "python" else _text(values[name])
+
+        return [_PLACEHOLDER.sub(fill, arg) for arg in self.command]
+
+
+def _text(value: ParamValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)
+
+
+TINY = Recipe(
+    name="tiny",
+    description="a CPU-sized Llama + LoRA that trains in seconds (demo and tests)",
+    model="tiny-llama (built from a config in code)",
+    command=[
+        "{python}",
+        "-m",
+        "runner.hf.tiny",
+        "--max-steps",
+        "{steps}",
+        "--save-steps",
+        "{save_steps}",
+        "--lr",
+        "{lr}",
+        "--seed",
+        "{seed}",
+        "--step-seconds",
+        "{step_seconds}",
+    ],
+    parameters={
+        "steps": Parameter(type="int", default=30, min=1, max=10_000, help="optimizer steps"),
+        "save_steps": Parameter(type="int", default=5, min=1, max=10_000, help="checkpoint interval"),
+        "lr": Parameter(type="float", default=0.05, min=1e-6, max=1.0, help="peak learning rate"),
+        "seed": Parameter(type="int", default=0, min=0, max=2**31 - 1),
+        "step_seconds": Parameter(type="float", default=0.2, min=0.0, max=10.0, help="slow each step down"),
+    },
+    total_steps_param="steps",
+    instance_types={"local": ["local.cpu"], "aws": ["g5.xlarge", "g6.xlarge"], "aliyun": ["ecs.gn7i-c8g1.2xlarge"]},
+    env={"HF_HUB_OFFLINE": "1"},
+)
+
+DEEPSEEK_7B = Recipe(
+    name="deepseek-7b",
+    description="LoRA of DeepSeek-R1-Distill-Qwen-7B with ms-swift (swift sft), as the Alibaba guide runs it",
+    model="deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+    command=[
+        "swift",
+        "sft",
+        "--model",
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+        "--train_type",
+        "lora",
+        "--dataset",
+        "{dataset}",
+        "--torch_dtype",
+        "bfloat16",
+        "--num_train_epochs",
+        "{epochs}",
+        "--per_device_train_batch_size",
+        "{batch_size}",
+        "--learning_rate",
+        "{lr}",
+        "--lora_rank",
+        "{lora_rank}",
+        "--lora_alpha",
+        "{lora_alpha}",
+        "--gradient_accumulation_steps",
+        "{grad_accum}",
+        "--save_steps",
+        "{save_steps}",
+        "--save_total_limit",
+        "{keep}",
+        "--logging_steps",
+        "5",
+        "--max_length",
+        "{max_length}",
+        "--output_dir",
+        "${FINETUNE_OUTPUT_DIR}",
+        "--add_version",
+        "false",
+        "--resume_from_checkpoint",
+        "${FINETUNE_RESUME_FROM}",
+        "--external_plugins",
+        "/opt/finetune/spot_plugin.py",
+        "--callbacks",
+        "spot_checkpoint",
+    ],
+    parameters={
+        "dataset": Parameter(type="str", default="AI-ModelScope/alpaca-gpt4-data-zh#2000"),
+        "epochs": Parameter(type="int", default=1, min=1, max=20),
+        "batch_size": Parameter(type="int", default=1, min=1, max=64),
+        "lr": Parameter(type="float", default=1e-4, min=1e-6, max=1e-2),
+        "lora_rank": Parameter(type="int", default=8, min=1, max=256),
+        "lora_alpha": Parameter(type="int", default=32, min=1, max=512),
+        "grad_accum": Parameter(type="int", default=16, min=1, max=256),
+        "save_steps": Parameter(type="int", default=50, min=1, max=100_000),
+        "keep": Parameter(type="int", default=3, min=1, max=50),
+        "max_length": Parameter(type="int", default=2048, min=128, max=32_768),
+    },
+    instance_types={
+        "aws": ["g5.2xlarge", "g6.2xlarge", "g5.4xlarge"],
+        "aliyun": ["ecs.gn7i-c16g1.4xlarge", "ecs.gn6i-c8g1.2xlarge"],
+    },
+)
+
+BUILT_IN = {recipe.name: recipe for recipe in (TINY, DEEPSEEK_7B)}
+
+
+def find_recipe(name: str, recipes: dict[str, Recipe]) -> Recipe:
+    recipe = recipes.get(name)
+    if recipe is None:
+        raise RecipeError(f"unknown recipe {name!r}; known recipes: {', '.join(sorted(recipes))}")
+    return recipe
