@@ -1,0 +1,51 @@
+"""Who may do what, and the guards that keep a team's spend bounded: decisions, made without I/O.
+
+Users are ``platform:id`` strings (``slack:U024BE7LH``, ``dingtalk:manager4220``, ``console:alice``). A rule
+lists users, or ``platform:*`` for everyone on a platform, or ``*``. With no rules configured, everyone may
+use every command (the bot says so once at start). Reading (status, list, logs, help) is always allowed.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from handlers.commands import Action
+
+GUARDED_ACTIONS: tuple[Action, ...] = ("start", "stop", "interrupt-test", "ack", "resume")
+READ_ACTIONS = frozenset({"status", "list", "logs", "help"})
+
+
+class Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    allow: dict[str, list[str]] | None = None
+    max_concurrent_jobs: int | None = Field(default=None, ge=1)
+    max_hourly_price: float | None = Field(default=None, gt=0)
+
+    @property
+    def open(self) -> bool:
+        """True when no permission rules are configured (everyone may do everything)."""
+        return self.allow is None
+
+
+def may(policy: Policy, user: str, action: Action) -> bool:
+    if action in READ_ACTIONS or policy.allow is None:
+        return True
+    platform = user.split(":", 1)[0]
+    allowed = policy.allow.get(action, [])
+    return "*" in allowed or user in allowed or f"{platform}:*" in allowed
+
+
+def refusal(policy: Policy, user: str, action: Action) -> str | None:
+    """Why ``user`` may not do ``action``, or None when they may."""
+    if may(policy, user, action):
+        return None
+    return f"you are not allowed to {action} jobs; ask an admin to add {user} to the {action} rule"
+
+
+def guard_start(policy: Policy, active_jobs: int, hourly_price: float | None) -> str | None:
+    """Why a new job may not start now (concurrency or price cap), or None."""
+    if policy.max_concurrent_jobs is not None and active_jobs >= policy.max_concurrent_jobs:
+        return f"{active_jobs} jobs are already running (the limit is {policy.max_concurrent_jobs}); stop one first"
+    if policy.max_hourly_price is not None and hourly_price is not None and hourly_price > policy.max_hourly_price:
+        return f"${hourly_price:.2f}/h is above the configured cap of ${policy.max_hourly_price:.2f}/h"
+    return None

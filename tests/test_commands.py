@@ -1,0 +1,122 @@
+"""The command grammar, recipes' typed overrides and the permission rules: pure decisions, no I/O."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from handlers.commands import Command, UsageError, parse
+from handlers.policy import Policy, guard_start, may, refusal
+from handlers.recipes import BUILT_IN, TINY, RecipeError, find_recipe
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", Command("help")),
+        ("/finetune help", Command("help")),
+        ("start tiny", Command("start", recipe="tiny")),
+        (
+            "START deepseek-7b lr=2e-4 epochs=2",
+            Command("start", recipe="deepseek-7b", overrides={"lr": "2e-4", "epochs": "2"}),
+        ),
+        ("stop FT-7K2Q", Command("stop", job_id="ft-7k2q")),
+        ("interrupt-test ft-7k2q", Command("interrupt-test", job_id="ft-7k2q")),
+        ("status", Command("status")),
+        ("status ft-7k2q", Command("status", job_id="ft-7k2q")),
+        ("list", Command("list")),
+        ("logs ft-7k2q", Command("logs", job_id="ft-7k2q")),
+        ("ack ft-7k2q", Command("ack", job_id="ft-7k2q")),
+        ("resume ft-7k2q", Command("resume", job_id="ft-7k2q")),
+        ("resume ft-7k2q on-demand", Command("resume", job_id="ft-7k2q", on_demand=True)),
+    ],
+)
+def test_commands_parse(text: str, expected: Command) -> None:
+    assert parse(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("start", "start needs a recipe. Usage: /finetune start <recipe>"),
+        ("start tiny lr", "'lr' is not key=value"),
+        ("start tiny lr=1 lr=2", "lr is given twice"),
+        ("start tiny x=$(rm -rf /)", "is not key=value"),
+        ("start ../etc", "is not a recipe name"),
+        ("stop", "stop takes exactly one job id"),
+        ("stop job;rm", "is not a job id"),
+        ("resume ft-7k2q now", "optionally the word on-demand"),
+        ("list all", "list takes no arguments"),
+        ("deploy prod", "unknown command 'deploy'"),
+    ],
+)
+def test_malformed_commands_answer_with_usage(text: str, words: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse(text)
+    assert words in str(caught.value)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=300))
+def test_fuzzed_input_never_crashes_and_yields_only_safe_values(text: str) -> None:
+    try:
+        command = parse(text)
+    except UsageError:
+        return
+    if command.job_id is not None:
+        assert command.job_id.startswith("ft-")
+        assert all(ch.isalnum() or ch == "-" for ch in command.job_id)
+    if command.recipe is not None:
+        assert "/" not in command.recipe and not command.recipe.startswith(".")
+    for key, value in command.overrides.items():
+        assert key.isidentifier() and not any(ch.isspace() for ch in value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(TINY.parameters)), st.text(max_size=40), max_size=5))
+def test_fuzzed_overrides_either_refused_or_typed_and_one_argv_item_each(overrides: dict[str, str]) -> None:
+    try:
+        values = TINY.resolve(overrides)
+    except RecipeError:
+        return
+    argv = TINY.argv(values, python=sys.executable)
+    assert len(argv) == len(TINY.command)  # a value never becomes a second argument
+    assert argv[0] == sys.executable
+
+
+def test_recipes_refuse_unknown_and_out_of_range_overrides() -> None:
+    with pytest.raises(RecipeError, match=r"unknown recipe 'llama-70b'; known recipes: deepseek-7b, tiny"):
+        find_recipe("llama-70b", BUILT_IN)
+    with pytest.raises(RecipeError, match="has no parameter 'batch'"):
+        TINY.resolve({"batch": "4"})
+    with pytest.raises(RecipeError, match=r"lr=5\.0 is above the maximum 1"):
+        TINY.resolve({"lr": "5"})
+    with pytest.raises(RecipeError, match="steps must be an int"):
+        TINY.resolve({"steps": "ten"})
+    with pytest.raises(RecipeError, match="lr must be a float"):
+        TINY.resolve({"lr": "nan"})
+    with pytest.raises(RecipeError, match="may only use"):
+        BUILT_IN["deepseek-7b"].resolve({"dataset": "a;b"})
+    values = TINY.resolve({"steps": "12", "lr": "0.01"})
+    assert values["steps"] == 12 and values["lr"] == 0.01 and values["save_steps"] == 5
+    argv = TINY.argv(values, python="/usr/bin/python3")
+    assert argv[:3] == ["/usr/bin/python3", "-m", "runner.hf.tiny"]
+    assert argv[argv.index("--max-steps") + 1] == "12"
+
+
+def test_permissions_and_guards() -> None:
+    open_policy = Policy()
+    assert open_policy.open and may(open_policy, "slack:U1", "stop")
+    policy = Policy(
+        allow={"start": ["slack:*"], "stop": ["slack:U1"], "ack": ["*"]}, max_concurrent_jobs=2, max_hourly_price=3.0
+    )
+    assert may(policy, "slack:U2", "start") and not may(policy, "dingtalk:x", "start")
+    assert may(policy, "slack:U1", "stop") and not may(policy, "slack:U2", "stop")
+    assert may(policy, "dingtalk:x", "ack") and may(policy, "dingtalk:x", "status")
+    assert refusal(policy, "slack:U2", "interrupt-test") is not None
+    assert guard_start(policy, active_jobs=2, hourly_price=1.0) is not None
+    assert guard_start(policy, active_jobs=1, hourly_price=4.0) is not None
+    assert guard_start(policy, active_jobs=1, hourly_price=1.0) is None
