@@ -100,6 +100,8 @@ class Job(BaseModel):
     downtime_seconds: float = 0.0
     output_uri: str | None = None
     failure: str | None = None
+    acked_by: str | None = None
+    acked_at: datetime | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0

@@ -1,0 +1,426 @@
+"""Every decision about a job, as pure functions: (job, what happened, now) → Change.
+
+The bus handler loads the job, calls :func:`decide` inside the store's transaction and commits the Change;
+commands from chat call the ``*_command`` functions the same way. Fencing happens here: a report or event for
+an attempt other than the current one (a dying instance's late heartbeat, the old instance's termination
+after a relaunch) is recorded and ignored, as is anything the transition table does not allow.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from handlers.events import (
+    CheckpointSaved,
+    Completed,
+    Failed,
+    Interrupted,
+    Notice,
+    Progress,
+    RunnerReport,
+    Started,
+)
+from handlers.jobs import Attempt, Change, ChatRef, CheckpointRef, Job, JobState, Market
+from handlers.messages import (
+    BusMessage,
+    CloudEvent,
+    Drill,
+    Launch,
+    Launched,
+    LaunchFailed,
+    Notify,
+    NotifyChannel,
+    ReportReceived,
+    StartDeadline,
+    StopRunner,
+    Terminate,
+    dump_message,
+)
+from handlers.transitions import Trigger, next_state
+
+START_TIMEOUT = timedelta(minutes=15)
+
+
+def new_job(job_id: str, recipe: str, params: dict[str, Any], user: str, chat: ChatRef | None, now: datetime) -> Change:
+    """A job is created PENDING with its first attempt planned; the launch follows through the outbox."""
+    job = Job(id=job_id, recipe=recipe, params=params, requested_by=user, chat=chat, created_at=now, updated_at=now)
+    return _relaunch(job, job, "spot", now, {"event": "created", "by": user, "recipe": recipe, "params": params})
+
+
+def decide(job: Job, message: BusMessage, now: datetime) -> Change:
+    """The change an input message makes to ``job`` (possibly only a history note that it was ignored)."""
+    if isinstance(message, ReportReceived):
+        return _report(job, message.report, now)
+    if isinstance(message, CloudEvent):
+        return _cloud(job, message, now)
+    if isinstance(message, Launched):
+        return _launched(job, message, now)
+    if isinstance(message, LaunchFailed):
+        if message.attempt != job.attempt:
+            return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+        return _failure(job, "launch-failed", f"launch failed: {message.reason}", now, [])
+    if isinstance(message, StartDeadline):
+        current = job.current
+        if message.attempt != job.attempt or current is None or current.started_at is not None:
+            return _ignored(job, message.kind, "the attempt started, or was replaced")
+        return _failure(job, "start-timeout", "the runner did not report started in time", now, [])
+    return _ignored(job, message.kind, "not an input")
+
+
+# -- commands ---------------------------------------------------------------------------------------------
+
+
+def stop_command(job: Job, user: str, now: datetime) -> Change:
+    state = next_state(job.state, "stop")
+    if state is None:
+        return _ignored(job, "stop", f"the job is {job.state}", by=user)
+    instance = job.current.instance_id if job.current else None
+    outbox: list[Notify | StopRunner | Terminate] = [_note(job, "thread", "stop-requested", by=user)]
+    if instance and state is JobState.STOPPING:
+        outbox.append(StopRunner(job_id=job.id, instance_id=instance))
+    elif instance:
+        outbox.append(Terminate(job_id=job.id, instance_id=instance))
+    return _change(job, state, now, {"event": "stop", "by": user}, outbox)
+
+
+def drill_command(job: Job, user: str, now: datetime) -> Change:
+    instance = job.current.instance_id if job.current else None
+    state = next_state(job.state, "drill")
+    if state is None or instance is None:
+        return _ignored(job, "interrupt-test", f"the job is {job.state}, not RUNNING", by=user)
+    outbox = [
+        Drill(job_id=job.id, instance_id=instance, requested_by=user),
+        _note(job, "thread", "drill-started", by=user, instance=instance),
+    ]
+    return _change(job, state, now, {"event": "interrupt-test", "by": user}, outbox)
+
+
+def ack_command(job: Job, user: str, now: datetime) -> Change:
+    if next_state(job.state, "ack") is None:
+        return _ignored(job, "ack", f"nothing to acknowledge: the job is {job.state}", by=user)
+    if job.acked_by:
+        return _ignored(job, "ack", f"already acknowledged by {job.acked_by}", by=user)
+    acked = job.model_copy(update={"acked_by": user, "acked_at": now, "updated_at": now})
+    return _make(acked, {"event": "ack", "by": user}, [_note(acked, "thread", "acked", by=user)])
+
+
+def retry_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change:
+    if next_state(job.state, "retry") is None:
+        return _ignored(job, "resume", f"the job is {job.state}; only failed jobs can be resumed", by=user)
+    market: Market = "on-demand" if on_demand else "spot"
+    moved = job.model_copy(update={"state": JobState.RECOVERING, "failure": None, "acked_by": None, "acked_at": None})
+    return _relaunch(
+        job,
+        moved,
+        market,
+        now,
+        {"event": "resume", "by": user, "market": market},
+        [_note(job, "thread", "resume-requested", by=user, market=market)],
+    )
+
+
+# -- inputs -----------------------------------------------------------------------------------------------
+
+
+def _report(job: Job, report: RunnerReport, now: datetime) -> Change:
+    if report.attempt != job.attempt:
+        return _ignored(job, f"report:{report.type}", f"from attempt {report.attempt}, current is {job.attempt}")
+    if isinstance(report, Started):
+        return _started(job, report, now)
+    if isinstance(report, Progress):
+        return _update(
+            job,
+            "progress",
+            now,
+            {
+                "step": max(report.step, job.step or 0),
+                "total_steps": report.total_steps or job.total_steps,
+                "loss": report.loss,
+            },
+            history=None,
+            outbox=[_note(job, "card", "progress")],
+        )
+    if isinstance(report, CheckpointSaved):
+        checkpoint = CheckpointRef(step=report.step, uri=report.uri, at=report.time)
+        outbox = [_note(job, "card", "checkpoint")]
+        if report.reason == "rebalance":
+            outbox.append(_note(job, "thread", "rebalance-checkpoint", step=report.step, seconds=report.seconds))
+        return _update(
+            job,
+            "checkpoint",
+            now,
+            {"checkpoint": checkpoint},
+            {"event": "checkpoint", "step": report.step, "reason": report.reason},
+            outbox,
+        )
+    if isinstance(report, Notice):
+        if report.kind == "rebalance":
+            return _update(
+                job,
+                "rebalance",
+                now,
+                {},
+                {"event": "rebalance", "source": report.source},
+                [_note(job, "thread", "rebalance")],
+            )
+        if report.kind == "stop":
+            return _ignored(job, "notice:stop", "the runner acknowledges a stop")
+        return _spot_warning(job, report.source, report.deadline, now)
+    if isinstance(report, Interrupted):
+        return _interrupted(job, report, now)
+    if isinstance(report, Completed):
+        return _completed(job, report, now)
+    if isinstance(report, Failed):
+        detail = {"log_tail": report.log_tail[-10:], "exit_code": report.exit_code}
+        return _failure(job, "failed", report.reason, now, [], **detail)
+    return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
+
+
+def _cloud(job: Job, event: CloudEvent, now: datetime) -> Change:
+    current = job.current
+    if current is None or current.instance_id != event.instance_id:
+        return _ignored(job, f"cloud:{event.type}", f"{event.instance_id} is not the current instance")
+    if event.type == "spot-warning":
+        return _spot_warning(job, event.source, event.deadline, now)
+    if event.type == "rebalance":
+        return _update(
+            job,
+            "rebalance",
+            now,
+            {},
+            {"event": "rebalance", "source": event.source},
+            [_note(job, "thread", "rebalance")],
+        )
+    state = next_state(job.state, "instance-gone")
+    if state is None:
+        return _ignored(job, "cloud:instance-gone", f"the job is {job.state}")
+    history = {"event": "instance-gone", "instance": event.instance_id, "source": event.source}
+    if state is JobState.RECOVERING:
+        ended = _end_attempt(job, now, f"instance gone: {event.detail or event.source}")
+        return _relaunch(
+            job,
+            ended.model_copy(update={"state": state}),
+            current.market,
+            now,
+            history,
+            [_note(job, "thread", "instance-gone", instance=event.instance_id)],
+        )
+    if state is JobState.RESUME_FAILED:
+        return _failure(job, "instance-gone", f"the replacement instance {event.instance_id} went away", now, [])
+    ended = _end_attempt(job, now, "stopped")
+    return _change(ended, state, now, history, [_note(job, "thread", "stopped")])
+
+
+def _started(job: Job, report: Started, now: datetime) -> Change:
+    state = next_state(job.state, "started")
+    current = job.current
+    if state is None or current is None:
+        return _ignored(job, "report:started", f"the job is {job.state}")
+    attempt = current.model_copy(
+        update={
+            "started_at": report.time,
+            "resumed_from_step": report.resumed_from_step,
+            "instance_id": current.instance_id or report.instance_id,
+        }
+    )
+    updates: dict[str, Any] = {"attempts": [*job.attempts[:-1], attempt]}
+    fields: dict[str, Any] = {"attempt": attempt.number, "resumed_from_step": report.resumed_from_step}
+    if attempt.number > 1:
+        lost = max((job.step or 0) - (report.resumed_from_step or 0), 0)
+        previous = job.attempts[-2]
+        downtime = (report.time - (previous.ended_at or previous.launched_at)).total_seconds()
+        updates["steps_lost"] = job.steps_lost + lost
+        updates["downtime_seconds"] = job.downtime_seconds + max(downtime, 0.0)
+        fields.update(
+            lost=lost,
+            downtime=round(max(downtime, 0.0), 1),
+            zone=attempt.zone,
+            skipped=[skip.model_dump() for skip in report.skipped],
+        )
+    moved = job.model_copy(update=updates)
+    outbox = [_note(moved, "card", "started")]
+    if attempt.number > 1:
+        outbox.append(_note(moved, "thread", "resumed", **fields))
+    return _change(moved, state, now, {"event": "started", **fields}, outbox)
+
+
+def _spot_warning(job: Job, source: str, deadline: datetime | None, now: datetime) -> Change:
+    state = next_state(job.state, "spot-warning")
+    if state is None:
+        return _ignored(job, "spot-warning", f"the job is {job.state}")
+    history = {"event": "spot-warning", "source": source, "deadline": deadline.isoformat() if deadline else None}
+    if job.state is JobState.INTERRUPTED:  # the other path (runner or cloud) already told us
+        return Change(job, {**history, "duplicate": True})
+    warned = job.model_copy(update={"interruptions": job.interruptions + 1})
+    fields = {
+        "deadline": deadline.isoformat() if deadline else None,
+        "source": source,
+        "instance": job.current.instance_id if job.current else None,
+    }
+    outbox = [
+        _note(warned, "alert", "interruption-warning", **fields),
+        _note(warned, "thread", "interruption-warning", **fields),
+    ]
+    return _change(warned, state, now, history, outbox)
+
+
+def _interrupted(job: Job, report: Interrupted, now: datetime) -> Change:
+    state = next_state(job.state, "interrupted")
+    if state is None:
+        return _ignored(job, "report:interrupted", f"the job is {job.state}")
+    updates: dict[str, Any] = {}
+    if report.step is not None and report.uri:
+        updates["checkpoint"] = CheckpointRef(step=report.step, uri=report.uri, at=report.time)
+    if job.state is JobState.RUNNING:  # no warning came first: count the interruption here
+        updates["interruptions"] = job.interruptions + 1
+    ended = _end_attempt(job.model_copy(update=updates), report.time, f"interrupted: {report.reason}")
+    fields = {
+        "step": report.step,
+        "seconds": report.seconds,
+        "saved_in_time": report.saved_in_time,
+        "note": report.note,
+        "reason": report.reason,
+    }
+    history = {"event": "interrupted", **fields}
+    instance = job.current.instance_id if job.current else None
+    release: list[Terminate] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
+    if state is JobState.STOPPED:
+        return _change(ended, state, now, history, [*release, _note(ended, "thread", "stopped", **fields)])
+    market = job.current.market if job.current else "spot"
+    return _relaunch(
+        job,
+        ended.model_copy(update={"state": state}),
+        market,
+        now,
+        history,
+        [*release, _note(ended, "thread", "interrupted", **fields)],
+    )
+
+
+def _completed(job: Job, report: Completed, now: datetime) -> Change:
+    state = next_state(job.state, "completed")
+    if state is None:
+        return _ignored(job, "report:completed", f"the job is {job.state}")
+    done = _end_attempt(job, report.time, "completed").model_copy(
+        update={
+            "output_uri": report.output_uri,
+            "step": report.step or job.step,
+            "total_steps": report.total_steps or job.total_steps,
+        }
+    )
+    instance = job.current.instance_id if job.current else None
+    outbox: list[Notify | Terminate] = [_note(done, "thread", "completed", output_uri=report.output_uri)]
+    if instance:
+        outbox.insert(0, Terminate(job_id=job.id, instance_id=instance))
+    return _change(done, state, now, {"event": "completed", "output_uri": report.output_uri}, outbox)
+
+
+def _launched(job: Job, message: Launched, now: datetime) -> Change:
+    current = job.current
+    state = next_state(job.state, "launched")
+    if current is None or message.attempt != current.number:
+        return _ignored(job, "launched", f"for attempt {message.attempt}, current is {job.attempt}")
+    if state is None:
+        return _ignored(job, "launched", f"the job is {job.state}")
+    attempt = current.model_copy(
+        update={
+            "instance_id": message.instance_id,
+            "instance_type": message.instance_type,
+            "zone": message.zone,
+            "market": message.market,
+            "price_per_hour": message.price_per_hour,
+            "on_demand_price_per_hour": message.on_demand_price_per_hour,
+            "launched_at": message.at,
+        }
+    )
+    moved = job.model_copy(update={"attempts": [*job.attempts[:-1], attempt]})
+    history = {
+        "event": "launched",
+        "attempt": attempt.number,
+        "instance": message.instance_id,
+        "zone": message.zone,
+        "market": message.market,
+    }
+    outbox: list[Any] = [_note(moved, "card", "launched")]
+    if state is JobState.STOPPING:
+        outbox.append(Terminate(job_id=job.id, instance_id=message.instance_id))
+    else:
+        outbox.append(StartDeadline(job_id=job.id, attempt=attempt.number, due=now + START_TIMEOUT))
+    return _change(moved, state, now, history, outbox)
+
+
+def _failure(job: Job, trigger: Trigger, reason: str, now: datetime, outbox: list[Any], **detail: Any) -> Change:
+    state = next_state(job.state, trigger)
+    if state is None:
+        return _ignored(job, trigger, f"the job is {job.state}")
+    instance = job.current.instance_id if job.current else None
+    release = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
+    ended = _end_attempt(job, now, reason).model_copy(update={"failure": reason})
+    history = {"event": trigger, "reason": reason, **detail}
+    if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
+        market = job.current.market if job.current else "spot"
+        return _relaunch(job, ended.model_copy(update={"state": state}), market, now, history, release)
+    if state is JobState.RESUME_FAILED:
+        page = _note(ended, "page", "resume-failed", reason=reason, **detail)
+        return _change(ended, state, now, history, [*release, *outbox, page, _note(ended, "card", "resume-failed")])
+    topic = "stopped" if state is JobState.STOPPED else "failed"
+    return _change(
+        ended, state, now, history, [*release, *outbox, _note(ended, "thread", topic, reason=reason, **detail)]
+    )
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+
+def _relaunch(
+    before: Job, job: Job, market: Market, now: datetime, history: dict[str, Any], outbox: list[Any] | None = None
+) -> Change:
+    """Plan the next attempt now (so reports of the old one are fenced off at once) and ask for its launch."""
+    number = before.attempt + 1
+    planned = job.model_copy(
+        update={"attempts": [*job.attempts, Attempt(number=number, market=market, launched_at=now)], "updated_at": now}
+    )
+    effects = [*(outbox or []), Launch(job_id=job.id, attempt=number, market=market), _note(planned, "card", "launch")]
+    return _make(planned, {**history, "state": planned.state.value, "next_attempt": number}, effects)
+
+
+def _end_attempt(job: Job, at: datetime, reason: str) -> Job:
+    current = job.current
+    if current is None or current.ended_at is not None:
+        return job
+    ended = current.model_copy(update={"ended_at": at, "end_reason": reason})
+    return job.model_copy(update={"attempts": [*job.attempts[:-1], ended]})
+
+
+def _update(
+    job: Job,
+    trigger: Trigger,
+    now: datetime,
+    updates: dict[str, Any],
+    history: dict[str, Any] | None,
+    outbox: list[Any],
+) -> Change:
+    state = next_state(job.state, trigger)
+    if state is None:
+        return _ignored(job, trigger, f"the job is {job.state}")
+    moved = job.model_copy(update=updates)
+    return _change(moved, state, now, history or {"event": trigger}, outbox)
+
+
+def _change(job: Job, state: JobState, now: datetime, history: dict[str, Any], outbox: list[Any]) -> Change:
+    moved = job.model_copy(update={"state": state, "updated_at": now})
+    return _make(moved, {**history, "state": state.value}, outbox)
+
+
+def _make(job: Job, history: dict[str, Any], outbox: list[Any]) -> Change:
+    return Change(job, history, [dump_message(message) for message in outbox])
+
+
+def _ignored(job: Job, what: str, why: str, **extra: Any) -> Change:
+    """Record that ``what`` was not applied and why; the job itself does not change."""
+    return Change(job, {"event": "ignored", "what": what, "why": why, "state": job.state.value, **extra})
+
+
+def _note(job: Job, channel: NotifyChannel, topic: str, **fields: Any) -> Notify:
+    return Notify(job_id=job.id, channel=channel, topic=topic, fields=fields)

@@ -1,0 +1,137 @@
+"""What travels on the bot's event bus: things that happened (inputs) and things to do (effects).
+
+Inputs come from the runner (reports), the cloud (spot warnings, instances gone), the effect executors
+(launched, launch failed) and timers. Effects are written to the bus by the store in the same transaction as
+the job change that caused them, then executed by the bot; each carries its own id, so a redelivered effect
+is recognised and not executed twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from handlers.events import RunnerReport, utcnow
+from handlers.ids import new_event_id
+from handlers.jobs import Market
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    id: str = Field(default_factory=new_event_id)
+    at: datetime = Field(default_factory=utcnow)
+
+
+# -- inputs ----------------------------------------------------------------------------------------------
+
+
+class ReportReceived(_Message):
+    kind: Literal["report"] = "report"
+    report: RunnerReport
+
+
+class CloudEvent(_Message):
+    """A cloud's own event about an instance (EventBridge, CloudMonitor, the local cloud)."""
+
+    kind: Literal["cloud"] = "cloud"
+    type: Literal["spot-warning", "rebalance", "instance-gone"]
+    instance_id: str
+    source: str
+    deadline: datetime | None = None
+    detail: str = ""
+
+
+class Launched(_Message):
+    kind: Literal["launched"] = "launched"
+    job_id: str
+    attempt: int
+    instance_id: str
+    instance_type: str | None = None
+    zone: str | None = None
+    market: Market = "spot"
+    price_per_hour: float | None = None
+    on_demand_price_per_hour: float | None = None
+
+
+class LaunchFailed(_Message):
+    kind: Literal["launch-failed"] = "launch-failed"
+    job_id: str
+    attempt: int
+    reason: str
+
+
+class StartDeadline(_Message):
+    """Timer: the attempt should have reported ``started`` by now."""
+
+    kind: Literal["start-deadline"] = "start-deadline"
+    job_id: str
+    attempt: int
+    due: datetime
+
+
+# -- effects ---------------------------------------------------------------------------------------------
+
+
+class Launch(_Message):
+    kind: Literal["launch"] = "launch"
+    job_id: str
+    attempt: int
+    market: Market = "spot"
+
+
+class Terminate(_Message):
+    kind: Literal["terminate"] = "terminate"
+    job_id: str
+    instance_id: str
+
+
+class Drill(_Message):
+    kind: Literal["drill"] = "drill"
+    job_id: str
+    instance_id: str
+    requested_by: str
+
+
+class StopRunner(_Message):
+    kind: Literal["stop-runner"] = "stop-runner"
+    job_id: str
+    instance_id: str
+
+
+NotifyChannel = Literal["card", "thread", "alert", "page"]
+
+
+class Notify(_Message):
+    """Tell people: ``card`` refreshes the job card; the others post a message of ``topic``."""
+
+    kind: Literal["notify"] = "notify"
+    job_id: str
+    channel: NotifyChannel
+    topic: str
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
+BusMessage = Annotated[
+    ReportReceived
+    | CloudEvent
+    | Launched
+    | LaunchFailed
+    | StartDeadline
+    | Launch
+    | Terminate
+    | Drill
+    | StopRunner
+    | Notify,
+    Field(discriminator="kind"),
+]
+_ADAPTER: TypeAdapter[BusMessage] = TypeAdapter(BusMessage)
+
+
+def parse_message(raw: dict[str, Any]) -> BusMessage:
+    return _ADAPTER.validate_python(raw)
+
+
+def dump_message(message: BusMessage) -> dict[str, Any]:
+    return message.model_dump(mode="json")

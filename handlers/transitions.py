@@ -1,0 +1,82 @@
+"""The job state machine, as one explicit table.
+
+An event that is not in the table for the job's current state is recorded in the job's history and
+ignored, never half-applied.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from handlers.jobs import JobState as S
+
+Trigger = Literal[
+    "launched",
+    "launch-failed",
+    "started",
+    "progress",
+    "checkpoint",
+    "rebalance",
+    "spot-warning",
+    "interrupted",
+    "instance-gone",
+    "completed",
+    "failed",
+    "start-timeout",
+    "stop",
+    "drill",
+    "ack",
+    "retry",
+]
+
+TRANSITIONS: dict[tuple[S, Trigger], S] = {
+    (S.PENDING, "launched"): S.PROVISIONING,
+    (S.PENDING, "launch-failed"): S.FAILED,
+    (S.PENDING, "stop"): S.STOPPED,
+    (S.PROVISIONING, "started"): S.RUNNING,
+    (S.PROVISIONING, "failed"): S.FAILED,
+    (S.PROVISIONING, "start-timeout"): S.FAILED,
+    (S.PROVISIONING, "instance-gone"): S.RECOVERING,
+    (S.PROVISIONING, "stop"): S.STOPPING,
+    (S.RUNNING, "progress"): S.RUNNING,
+    (S.RUNNING, "checkpoint"): S.RUNNING,
+    (S.RUNNING, "rebalance"): S.RUNNING,
+    (S.RUNNING, "drill"): S.RUNNING,
+    (S.RUNNING, "spot-warning"): S.INTERRUPTED,
+    (S.RUNNING, "interrupted"): S.RECOVERING,
+    (S.RUNNING, "instance-gone"): S.RECOVERING,
+    (S.RUNNING, "completed"): S.SUCCEEDED,
+    (S.RUNNING, "failed"): S.FAILED,
+    (S.RUNNING, "stop"): S.STOPPING,
+    (S.INTERRUPTED, "progress"): S.INTERRUPTED,
+    (S.INTERRUPTED, "checkpoint"): S.INTERRUPTED,
+    (S.INTERRUPTED, "spot-warning"): S.INTERRUPTED,
+    (S.INTERRUPTED, "interrupted"): S.RECOVERING,
+    (S.INTERRUPTED, "instance-gone"): S.RECOVERING,
+    (S.INTERRUPTED, "failed"): S.RECOVERING,
+    (S.INTERRUPTED, "completed"): S.SUCCEEDED,
+    (S.INTERRUPTED, "stop"): S.STOPPING,
+    (S.RECOVERING, "launched"): S.RECOVERING,
+    (S.RECOVERING, "started"): S.RUNNING,
+    (S.RECOVERING, "launch-failed"): S.RESUME_FAILED,
+    (S.RECOVERING, "failed"): S.RESUME_FAILED,
+    (S.RECOVERING, "start-timeout"): S.RESUME_FAILED,
+    (S.RECOVERING, "instance-gone"): S.RESUME_FAILED,
+    (S.RECOVERING, "stop"): S.STOPPING,
+    (S.STOPPING, "launched"): S.STOPPING,
+    (S.STOPPING, "progress"): S.STOPPING,
+    (S.STOPPING, "checkpoint"): S.STOPPING,
+    (S.STOPPING, "interrupted"): S.STOPPED,
+    (S.STOPPING, "instance-gone"): S.STOPPED,
+    (S.STOPPING, "failed"): S.STOPPED,
+    (S.STOPPING, "completed"): S.SUCCEEDED,
+    (S.RESUME_FAILED, "ack"): S.RESUME_FAILED,
+    (S.RESUME_FAILED, "retry"): S.RECOVERING,
+    (S.RESUME_FAILED, "stop"): S.STOPPED,
+    (S.FAILED, "retry"): S.RECOVERING,
+}
+
+
+def next_state(state: S, trigger: Trigger) -> S | None:
+    """The state ``trigger`` leads to from ``state``, or None when it is not allowed there."""
+    return TRANSITIONS.get((state, trigger))
