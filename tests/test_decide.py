@@ -1,0 +1,173 @@
+"""The job's life as pure decisions: interruption and recovery, fencing, failures and commands."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from handlers.decide import ack_command, decide, drill_command, new_job, retry_command, stop_command
+from handlers.events import Completed, Failed, Interrupted, Notice, Progress, Started
+from handlers.jobs import Change, ChatRef, Job, JobState
+from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline
+from handlers.transitions import TRANSITIONS
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def kinds(change: Change) -> list[str]:
+    return [f"{item['kind']}:{item.get('channel', '')}{item.get('topic', '')}".rstrip(":") for item in change.outbox]
+
+
+def report(job: Job, report_type: type[Any], attempt: int | None = None, **fields: Any) -> ReportReceived:
+    return ReportReceived(report=report_type(job_id=job.id, attempt=attempt or job.attempt, **fields))
+
+
+def running_job() -> Job:
+    job = new_job("ft-ab12", "tiny", {"steps": 30}, "console:ana", ChatRef(platform="console", channel="c"), T0).job
+    job = decide(
+        job,
+        Launched(
+            job_id=job.id,
+            attempt=1,
+            instance_id="i-1",
+            zone="us-east-1a",
+            price_per_hour=0.5,
+            on_demand_price_per_hour=1.5,
+        ),
+        at(1),
+    ).job
+    job = decide(job, report(job, Started, time=at(5)), at(5)).job
+    return decide(job, report(job, Progress, step=12, total_steps=30, loss=1.2), at(20)).job
+
+
+def test_a_new_job_plans_attempt_one_and_asks_for_its_launch() -> None:
+    change = new_job("ft-ab12", "tiny", {}, "console:ana", None, T0)
+    assert change.job.state is JobState.PENDING and change.job.attempt == 1
+    assert kinds(change) == ["launch", "notify:cardlaunch"]
+    assert change.outbox[0]["attempt"] == 1 and change.outbox[0]["market"] == "spot"
+
+
+def test_interruption_and_recovery_with_fencing() -> None:
+    job = running_job()
+    assert job.state is JobState.RUNNING and job.step == 12
+
+    warning = decide(
+        job, CloudEvent(type="spot-warning", instance_id="i-1", source="aws.ec2", deadline=at(140)), at(20)
+    )
+    assert warning.job.state is JobState.INTERRUPTED and warning.job.interruptions == 1
+    assert kinds(warning) == ["notify:alertinterruption-warning", "notify:threadinterruption-warning"]
+    job = warning.job
+    duplicate = decide(job, report(job, Notice, kind="spot-interruption", source="aws-imds", deadline=at(140)), at(21))
+    assert duplicate.job == job and duplicate.outbox == [] and duplicate.history["duplicate"] is True
+
+    job = decide(job, report(job, Progress, step=13, total_steps=30), at(21)).job
+    interrupted = decide(
+        job,
+        report(
+            job,
+            Interrupted,
+            reason="spot-interruption",
+            step=13,
+            uri="s3://b/ft-ab12/checkpoint-13/",
+            time=at(22),
+            seconds={"save": 0.2, "upload": 0.1, "total": 0.3},
+        ),
+        at(22),
+    )
+    job = interrupted.job
+    assert job.state is JobState.RECOVERING and job.attempt == 2 and job.checkpoint is not None
+    assert job.checkpoint.step == 13 and job.attempts[0].ended_at == at(22)
+    assert kinds(interrupted) == ["terminate", "notify:threadinterrupted", "launch", "notify:cardlaunch"]
+
+    late = decide(job, report(job, Progress, attempt=1, step=14), at(23))  # the dying instance's heartbeat
+    assert late.job == job and late.history["event"] == "ignored" and "attempt 1" in late.history["why"]
+    gone = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="aws.ec2"), at(30))
+    assert gone.job == job and gone.history["event"] == "ignored"  # the old instance, reclaimed as expected
+
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2", zone="us-east-1c"), at(31)).job
+    resumed = decide(job, report(job, Started, resumed_from_step=13, time=at(40)), at(40))
+    job = resumed.job
+    assert job.state is JobState.RUNNING and job.steps_lost == 0 and job.downtime_seconds == 18.0
+    assert kinds(resumed) == ["notify:cardstarted", "notify:threadresumed"]
+    assert resumed.outbox[1]["fields"]["lost"] == 0 and resumed.outbox[1]["fields"]["zone"] == "us-east-1c"
+
+    done = decide(job, report(job, Completed, step=30, total_steps=30, output_uri="s3://b/ft-ab12/output/"), at(60))
+    assert done.job.state is JobState.SUCCEEDED and done.job.output_uri == "s3://b/ft-ab12/output/"
+    assert kinds(done) == ["terminate", "notify:threadcompleted"]
+
+
+def test_a_reclaim_without_notice_loses_at_most_the_checkpoint_interval() -> None:
+    job = running_job()
+    gone = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="aws.ec2"), at(30))
+    assert gone.job.state is JobState.RECOVERING and gone.job.attempt == 2
+    job = decide(gone.job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
+    job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
+    assert job.steps_lost == 2  # reached 12, resumed from the step-10 checkpoint
+
+
+def test_resume_failures_page_and_commands_leave_resume_failed() -> None:
+    job = running_job()
+    job = decide(
+        job, report(job, Interrupted, reason="spot-interruption", step=12, uri="s3://x/", time=at(22)), at(22)
+    ).job
+    failed = decide(job, LaunchFailed(job_id=job.id, attempt=2, reason="InsufficientInstanceCapacity"), at(23))
+    assert failed.job.state is JobState.RESUME_FAILED
+    assert "notify:pageresume-failed" in kinds(failed)
+    job = failed.job
+
+    acked = ack_command(job, "console:oncall", at(30))
+    assert acked.job.acked_by == "console:oncall" and acked.job.state is JobState.RESUME_FAILED
+    again = ack_command(acked.job, "console:other", at(31))
+    assert again.job == acked.job and "already acknowledged" in again.history["why"]
+
+    retried = retry_command(acked.job, "console:oncall", on_demand=True, now=at(40))
+    assert retried.job.state is JobState.RECOVERING and retried.job.attempt == 3
+    assert retried.job.current is not None and retried.job.current.market == "on-demand"
+    assert retried.job.acked_by is None
+    assert next(item for item in retried.outbox if item["kind"] == "launch")["market"] == "on-demand"
+
+
+def test_a_replacement_that_never_starts_times_out_into_resume_failed() -> None:
+    job = running_job()
+    job = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="local"), at(30)).job
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
+    late_timer = decide(job, StartDeadline(job_id=job.id, attempt=1, due=at(900)), at(900))
+    assert late_timer.history["event"] == "ignored"
+    timeout = decide(job, StartDeadline(job_id=job.id, attempt=2, due=at(931)), at(931))
+    assert timeout.job.state is JobState.RESUME_FAILED and "did not report started" in (timeout.job.failure or "")
+
+
+def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
+    job = running_job()
+    failed = decide(
+        job, report(job, Failed, reason="trainer exited with code 1", log_tail=["OOM"], exit_code=1), at(30)
+    )
+    assert failed.job.state is JobState.FAILED
+    assert failed.outbox[-1]["fields"]["log_tail"] == ["OOM"]
+
+
+def test_stop_and_drill_commands() -> None:
+    job = running_job()
+    drill = drill_command(job, "console:ana", at(21))
+    assert kinds(drill) == ["drill", "notify:threaddrill-started"] and drill.outbox[0]["instance_id"] == "i-1"
+    stopping = stop_command(job, "console:ana", at(22))
+    assert stopping.job.state is JobState.STOPPING and kinds(stopping) == ["notify:threadstop-requested", "stop-runner"]
+    refused = drill_command(stopping.job, "console:ana", at(23))
+    assert refused.job == stopping.job and refused.outbox == []
+    stopped = decide(
+        stopping.job, report(stopping.job, Interrupted, reason="stop", step=12, uri="s3://x/", time=at(24)), at(24)
+    )
+    assert stopped.job.state is JobState.STOPPED and kinds(stopped) == ["terminate", "notify:threadstopped"]
+    assert stop_command(stopped.job, "console:ana", at(25)).history["event"] == "ignored"
+
+
+def test_every_state_is_reachable_and_terminal_states_only_leave_by_retry() -> None:
+    targets = {state for state in TRANSITIONS.values()}
+    assert targets | {JobState.PENDING} == set(JobState)
+    for (state, trigger), _ in TRANSITIONS.items():
+        if state in (JobState.SUCCEEDED, JobState.STOPPED):
+            raise AssertionError(f"{state} must be final, but {trigger} leaves it")
