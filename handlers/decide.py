@@ -345,8 +345,6 @@ def _launched(job: Job, message: Launched, now: datetime) -> Change:
     outbox: list[Any] = [_note(moved, "card", "launched")]
     if state is JobState.STOPPING:
         outbox.append(Terminate(job_id=job.id, instance_id=message.instance_id))
-    else:
-        outbox.append(StartDeadline(job_id=job.id, attempt=attempt.number, due=now + START_TIMEOUT))
     return _change(moved, state, now, history, outbox)
 
 
@@ -381,7 +379,13 @@ def _relaunch(
     planned = job.model_copy(
         update={"attempts": [*job.attempts, Attempt(number=number, market=market, launched_at=now)], "updated_at": now}
     )
-    effects = [*(outbox or []), Launch(job_id=job.id, attempt=number, market=market), _note(planned, "card", "launch")]
+    # The deadline is set with the launch request, so even a launch lost on the way ends in a page, not silence.
+    effects = [
+        *(outbox or []),
+        Launch(job_id=job.id, attempt=number, market=market),
+        StartDeadline(job_id=job.id, attempt=number, due=now + START_TIMEOUT),
+        _note(planned, "card", "launch"),
+    ]
     return _make(planned, {**history, "state": planned.state.value, "next_attempt": number}, effects)
 
 

@@ -98,6 +98,17 @@ class Recipe(BaseModel):
             values[name] = spec.parse(name, raw)
         return values
 
+    def resolve_values(self, stored: dict[str, ParamValue]) -> dict[str, ParamValue]:
+        """Re-check values kept with a job (they were validated at start; the recipe may have changed since)."""
+        values = {name: spec.default for name, spec in self.parameters.items()}
+        for name, value in stored.items():
+            spec = self.parameters.get(name)
+            if spec is None:
+                raise RecipeError(f"{self.name} no longer has a parameter {name!r}")
+            spec.check(name, value)
+            values[name] = value
+        return values
+
     def argv(self, values: dict[str, ParamValue], python: str) -> list[str]:
         """The trainer's argv: each template item formatted with already validated values."""
 

@@ -47,7 +47,7 @@ def running_job() -> Job:
 def test_a_new_job_plans_attempt_one_and_asks_for_its_launch() -> None:
     change = new_job("ft-ab12", "tiny", {}, "console:ana", None, T0)
     assert change.job.state is JobState.PENDING and change.job.attempt == 1
-    assert kinds(change) == ["launch", "notify:cardlaunch"]
+    assert kinds(change) == ["launch", "start-deadline", "notify:cardlaunch"]
     assert change.outbox[0]["attempt"] == 1 and change.outbox[0]["market"] == "spot"
 
 
@@ -81,7 +81,13 @@ def test_interruption_and_recovery_with_fencing() -> None:
     job = interrupted.job
     assert job.state is JobState.RECOVERING and job.attempt == 2 and job.checkpoint is not None
     assert job.checkpoint.step == 13 and job.attempts[0].ended_at == at(22)
-    assert kinds(interrupted) == ["terminate", "notify:threadinterrupted", "launch", "notify:cardlaunch"]
+    assert kinds(interrupted) == [
+        "terminate",
+        "notify:threadinterrupted",
+        "launch",
+        "start-deadline",
+        "notify:cardlaunch",
+    ]
 
     late = decide(job, report(job, Progress, attempt=1, step=14), at(23))  # the dying instance's heartbeat
     assert late.job == job and late.history["event"] == "ignored" and "attempt 1" in late.history["why"]

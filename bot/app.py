@@ -1,0 +1,280 @@
+"""The bot's core loop: a chat command or a bus message in, a decided job change and its effects out.
+
+Where things enter:
+- ``command``: ``/finetune …`` from any chat adapter (Slack, DingTalk, the console). Parsed, authorised,
+  guarded, then applied to the store as a Change whose outbox carries what must follow.
+- ``handle``: every message on the bus. Inputs (runner reports, cloud events, launch results, timers) are
+  applied through :func:`handlers.decide.decide` with a dedup key, so a redelivery changes nothing; effects
+  (launch, terminate, drill, stop, notify) are executed against the cloud and chat ports, each at most once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from bot.chat.base import ChatPort
+from bot.chat.render import card_text
+from bot.cloud.base import CloudProvider
+from bot.store import JobStore
+from handlers.commands import HELP, Command, UsageError, parse
+from handlers.decide import ack_command, decide, drill_command, new_job, retry_command, stop_command
+from handlers.events import utcnow
+from handlers.ids import new_job_id
+from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
+from handlers.launch import build_spec
+from handlers.messages import (
+    BusMessage,
+    CloudEvent,
+    Drill,
+    Launch,
+    Launched,
+    LaunchFailed,
+    Notify,
+    StartDeadline,
+    StopRunner,
+    Terminate,
+    dump_message,
+    parse_message,
+)
+from handlers.policy import Policy, guard_start, refusal
+from handlers.recipes import Recipe, RecipeError, find_recipe
+
+log = logging.getLogger(__name__)
+
+EFFECT_TTL = 7 * 86400
+
+
+class Publisher(Protocol):
+    """What the bot needs of the bus and the timers: put a message on the bus now, or at ``due``."""
+
+    async def publish(self, event: dict[str, Any]) -> str: ...
+
+    async def schedule(self, event: dict[str, Any], due: datetime) -> None: ...
+
+
+class Bot:
+    def __init__(
+        self,
+        store: JobStore,
+        publisher: Publisher,
+        cloud: CloudProvider,
+        chat: ChatPort,
+        policy: Policy,
+        recipes: Mapping[str, Recipe],
+        report_targets: list[str],
+        python: str = sys.executable,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.cloud = cloud
+        self.chat = chat
+        self.policy = policy
+        self.recipes = dict(recipes)
+        self.report_targets = report_targets
+        self.python = python
+        self.clock = clock
+        self.malformed = 0
+
+    # -- chat commands ------------------------------------------------------------------------------------
+
+    async def command(self, user: str, chat: ChatRef, text: str) -> str:
+        """Answer one ``/finetune`` command; the reply goes back to the caller only."""
+        try:
+            command = parse(text)
+        except UsageError as exc:
+            return str(exc)
+        if command.action == "help":
+            return HELP
+        if command.action == "list":
+            return await self._list()
+        if command.action in ("status", "logs"):
+            return await self._read(command)
+        refused = refusal(self.policy, user, command.action)
+        if refused is not None:
+            await self._record_refusal(user, command)
+            return f"⛔ {refused}"
+        if command.action == "start":
+            return await self._start(user, chat, command)
+        return await self._job_command(user, command)
+
+    async def _start(self, user: str, chat: ChatRef, command: Command) -> str:
+        assert command.recipe is not None
+        try:
+            recipe = find_recipe(command.recipe, self.recipes)
+            params = recipe.resolve(command.overrides)
+        except RecipeError as exc:
+            return f"⛔ {exc}"
+        active = len(await self.store.list_jobs(ACTIVE_STATES))
+        blocked = guard_start(self.policy, active, hourly_price=None)
+        if blocked is not None:
+            return f"⛔ {blocked}"
+        for _ in range(20):
+            change = new_job(new_job_id(), recipe.name, dict(params), user, chat, self.clock())
+            if await self.store.create(change.job, change.history, change.outbox):
+                shown = " ".join(f"{key}={value}" for key, value in params.items())
+                return f"Starting {change.job.id}: {recipe.name} ({shown})"
+        raise RuntimeError("could not find a free job id")
+
+    async def _job_command(self, user: str, command: Command) -> str:
+        assert command.job_id is not None
+        now = self.clock()
+
+        def change(job: Job) -> Change:
+            if command.action == "stop":
+                return stop_command(job, user, now)
+            if command.action == "interrupt-test":
+                return drill_command(job, user, now)
+            if command.action == "ack":
+                return ack_command(job, user, now)
+            return retry_command(job, user, command.on_demand, now)
+
+        applied = await self.store.apply(command.job_id, change)
+        if applied.missing:
+            return f"no job {command.job_id}"
+        assert applied.change is not None
+        history = applied.change.history
+        if history.get("event") == "ignored":
+            return f"⛔ {command.action} {command.job_id}: {history['why']}"
+        return f"OK: {command.action} {command.job_id} ({applied.change.job.state.value})"
+
+    async def _list(self) -> str:
+        jobs = sorted(await self.store.list_jobs(), key=lambda job: job.created_at, reverse=True)[:20]
+        if not jobs:
+            return "no jobs yet: /finetune start tiny"
+        return "\n".join(
+            f"{job.id}  {job.state.value:<13} {job.recipe:<12} step {job.step or 0}/{job.total_steps or '?'}"
+            for job in jobs
+        )
+
+    async def _read(self, command: Command) -> str:
+        if command.job_id is None:
+            return await self._list()
+        job = await self.store.get(command.job_id)
+        if job is None:
+            return f"no job {command.job_id}"
+        if command.action == "status":
+            return card_text(job, self.clock())
+        entries = await self.store.history(job.id, count=30)
+        return "\n".join(
+            f"{entry.get('at', '')} {entry.get('event')} "
+            + " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("event", "at"))
+            for entry in entries
+        )
+
+    async def _record_refusal(self, user: str, command: Command) -> None:
+        log.warning("refused %s from %s", command.action, user)
+        if command.job_id is None:
+            await self.store.audit({"event": "refused", "action": command.action, "by": user})
+            return
+
+        def note(job: Job) -> Change:
+            return Change(job, {"event": "refused", "action": command.action, "by": user})
+
+        await self.store.apply(command.job_id, note)
+
+    # -- the bus ------------------------------------------------------------------------------------------
+
+    async def handle(self, raw: dict[str, Any]) -> None:
+        """Handle one bus message; raising leaves it pending for a retry (and parking after too many)."""
+        try:
+            message = parse_message(raw)
+        except ValidationError as exc:
+            self.malformed += 1
+            log.error("dropped a malformed bus message %s: %s", raw.get("id"), exc.errors()[:3])
+            return
+        if isinstance(message, Launch | Terminate | Drill | StopRunner | Notify):
+            await self._effect(message)
+        elif isinstance(message, StartDeadline) and message.due > self.clock():
+            await self.publisher.schedule(raw, message.due)
+        else:
+            await self._input(message)
+
+    async def _input(self, message: BusMessage) -> None:
+        job_id = await self._job_of(message)
+        if job_id is None:
+            log.info("no job for %s %s; ignored", message.kind, message.id)
+            return
+        await self.store.apply(job_id, lambda job: decide(job, message, self.clock()), dedup_key=f"in:{message.id}")
+
+    async def _job_of(self, message: BusMessage) -> str | None:
+        if isinstance(message, CloudEvent):
+            return await self.store.job_for_instance(message.instance_id)
+        report = getattr(message, "report", None)
+        if report is not None:
+            return str(report.job_id)
+        return getattr(message, "job_id", None)
+
+    async def _effect(self, effect: Launch | Terminate | Drill | StopRunner | Notify) -> None:
+        key = f"effect:{effect.id}"
+        if isinstance(effect, Launch):
+            # At most once: a second instance costs money; a lost launch ends in the start deadline's page.
+            if await self.store.claim_once(key, EFFECT_TTL):
+                await self._launch(effect)
+            return
+        if await self.store.was_done(key):
+            return
+        job = await self.store.get(effect.job_id)
+        if job is None:
+            return
+        if isinstance(effect, Notify):
+            await self.chat.notify(job, effect)
+        elif isinstance(effect, Terminate):
+            await self.cloud.terminate(effect.instance_id)
+        elif isinstance(effect, StopRunner):
+            await self._try(job, "stop", self.cloud.stop_runner(effect.instance_id))
+        else:
+            await self._try(job, "drill", self.cloud.drill(effect.instance_id))
+        await self.store.claim_once(key, EFFECT_TTL)
+
+    async def _launch(self, effect: Launch) -> None:
+        job = await self.store.get(effect.job_id)
+        if job is None:
+            return
+        try:
+            recipe = find_recipe(job.recipe, self.recipes)
+            spec = build_spec(
+                job,
+                effect.attempt,
+                recipe,
+                self.cloud.checkpoint_uri(job.id),
+                self.report_targets,
+                self.cloud.notice,
+                self.python,
+            )
+            instance = await self.cloud.launch(spec, recipe.instance_types.get(self.cloud.name, []), effect.market)
+        except Exception as exc:
+            log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
+            failed = LaunchFailed(job_id=job.id, attempt=effect.attempt, reason=str(exc) or type(exc).__name__)
+            await self.publisher.publish(dump_message(failed))
+            return
+        launched = Launched(
+            job_id=job.id,
+            attempt=effect.attempt,
+            instance_id=instance.instance_id,
+            instance_type=instance.instance_type,
+            zone=instance.zone,
+            market=instance.market,
+            price_per_hour=instance.price_per_hour,
+            on_demand_price_per_hour=instance.on_demand_price_per_hour,
+        )
+        await self.publisher.publish(dump_message(launched))
+
+    async def _try(self, job: Job, what: str, action: Any) -> None:
+        try:
+            done = await action
+        except Exception as exc:
+            log.warning("%s on %s failed: %s", what, job.id, exc)
+            note = Notify(job_id=job.id, channel="thread", topic=f"{what}-failed", fields={"reason": str(exc)})
+            await self.chat.notify(job, note)
+            return
+        if isinstance(done, str):
+            await self.chat.notify(
+                job, Notify(job_id=job.id, channel="thread", topic=f"{what}-done", fields={"detail": done})
+            )

@@ -1,0 +1,14 @@
+"""The chat port: how the bot tells people about a job, whichever platform they are on."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from handlers.jobs import Job
+from handlers.messages import Notify
+
+
+class ChatPort(Protocol):
+    async def notify(self, job: Job, note: Notify) -> None:
+        """Refresh the job's card (``card``) or post ``note`` to its thread, the alert channel or on-call."""
+        ...

@@ -1,0 +1,50 @@
+"""The cloud-provider port: what the bot asks of a cloud, whichever it is (local, AWS, Alibaba)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from handlers.jobs import Market
+from handlers.messages import CloudEvent
+from handlers.spec import JobSpec
+
+CloudEventSink = Callable[[CloudEvent], Awaitable[None]]
+
+
+class LaunchError(RuntimeError):
+    """No capacity, no permission, a bad template: the attempt did not start (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    instance_id: str
+    instance_type: str
+    zone: str
+    market: Market
+    price_per_hour: float | None
+    on_demand_price_per_hour: float | None
+
+
+class CloudProvider(Protocol):
+    name: str  # the key of the recipe's instance_types to use
+    notice: Literal["aws", "aliyun", "none"]  # which metadata service the runner should watch
+
+    def checkpoint_uri(self, job_id: str) -> str: ...
+
+    async def launch(self, spec: JobSpec, instance_types: list[str], market: Market) -> Instance:
+        """Start an instance whose runner runs ``spec``; LaunchError when it cannot."""
+        ...
+
+    async def terminate(self, instance_id: str) -> None: ...
+
+    async def drill(self, instance_id: str) -> str:
+        """Start an interruption drill on the instance; returns what was done (e.g. the FIS experiment id)."""
+        ...
+
+    async def stop_runner(self, instance_id: str) -> None:
+        """Ask the instance's runner to checkpoint and stop."""
+        ...
+
+    async def close(self) -> None: ...

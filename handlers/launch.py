@@ -1,0 +1,30 @@
+"""Turn a job's next attempt into the runner's spec: the recipe's argv with the job's validated parameters."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from handlers.jobs import Job
+from handlers.recipes import Recipe
+from handlers.spec import SPEC_VERSION, JobSpec
+
+
+def build_spec(
+    job: Job,
+    attempt: int,
+    recipe: Recipe,
+    checkpoint_uri: str,
+    report: list[str],
+    notice: Literal["aws", "aliyun", "none"],
+    python: str,
+) -> JobSpec:
+    return JobSpec(
+        version=SPEC_VERSION,
+        job_id=job.id,
+        attempt=attempt,
+        command=recipe.argv(recipe.resolve_values(job.params), python),
+        env=dict(recipe.env),
+        checkpoint_uri=checkpoint_uri,
+        report=report,
+        notice=notice,
+    )
