@@ -1,199 +1,111 @@
-"""``finetune-bot demo``: a spot interruption and recovery, played end to end on this machine.
+"""``finetune-bot demo``: the whole story on this machine, through the real bot.
 
-A real runner runs the real ``tiny`` fine-tune as a "local instance" with its own IMDSv2 endpoint. Mid-training
-the demo posts a spot interruption notice there, exactly as EC2 would; the runner checkpoints, commits and
-exits; a replacement instance (a fresh runner on an empty work dir) restores the newest valid checkpoint and
-finishes. The demo exits 0 only if the job was interrupted, resumed with no step lost, and completed.
+The bot runs with its embedded Redis, the local cloud (each instance a runner subprocess with its own IMDSv2
+endpoint) and the console chat. The demo types ``/finetune start tiny``, waits for training, types
+``/finetune interrupt-test <job>`` (a spot interruption notice on the instance's metadata service, then a
+reclaim after the grace period), and watches the bot alert, the runner commit its checkpoint, the relaunch,
+the resume and the finish. It exits 0 only if all of that happened with no step lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import os
-import sys
 import time
-import uuid
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.chat.console import ConsoleChat
+from bot.chat.render import card_text
+from bot.service import BotService
+from bot.settings import Settings
+from handlers.cost import job_cost
+from handlers.events import utcnow
+from handlers.jobs import TERMINAL_STATES, ChatRef, Job, JobState
 
-TOTAL_STEPS = 30
-INTERRUPT_AT_STEP = 12
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("FINETUNE_STATE_DIR") or ".finetune-state").resolve()
-
-
-class ReportFeed:
-    """Reads the runner's report log as it grows and prints what a team channel would see."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.seen: list[dict[str, Any]] = []
-
-    def poll(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        lines = self.path.read_text().splitlines()
-        fresh = [json.loads(line) for line in lines[len(self.seen) :] if line.strip()]
-        self.seen.extend(fresh)
-        for report in fresh:
-            say(describe(report))
-        return fresh
-
-    def of_type(self, kind: str, attempt: int | None = None) -> list[dict[str, Any]]:
-        return [r for r in self.seen if r["type"] == kind and (attempt is None or r["attempt"] == attempt)]
-
-
-def describe(report: dict[str, Any]) -> str:
-    kind, attempt = report["type"], report["attempt"]
-    prefix = f"[attempt {attempt}]"
-    if kind == "started":
-        where = f"resumed from step {report['resumed_from_step']}" if report["resumed_from_step"] else "fresh start"
-        return f"{prefix} runner started on {report.get('instance_id')}: {where}"
-    if kind == "progress":
-        loss = report.get("loss")
-        return f"{prefix} step {report['step']}/{report.get('total_steps')}" + (f"  loss {loss:.4f}" if loss else "")
-    if kind == "checkpoint_saved":
-        return f"{prefix} checkpoint step {report['step']} committed in {report['seconds']:.2f}s ({report['reason']})"
-    if kind == "notice":
-        return f"{prefix} ⚠ {report['kind']} notice from {report['source']}, deadline {report.get('deadline')}"
-    if kind == "interrupted":
-        phases = ", ".join(f"{name} {value:.2f}s" for name, value in report["seconds"].items())
-        return f"{prefix} interrupted: checkpoint step {report['step']} committed before the deadline ({phases})"
-    if kind == "completed":
-        return f"{prefix} ✅ completed at step {report['step']}, output {report['output_uri']}"
-    if kind == "failed":
-        return f"{prefix} ❌ failed: {report['reason']}"
-    return f"{prefix} {kind}: {report.get('message', '')}"
+USER = "console:demo"
+CHANNEL = ChatRef(platform="console", channel="demo")
+INTERRUPT_AT_STEP = 10
+STEPS = 30
 
 
 def say(text: str) -> None:
     print(text, flush=True)
 
 
-async def launch(spec: dict[str, Any], root: Path, imds: LocalMetadataServer) -> asyncio.subprocess.Process:
-    """Boot a 'local instance': the runner, pointed at this instance's metadata service."""
-    attempt = spec["attempt"]
-    spec_path = root / f"spec-attempt-{attempt}.json"
-    spec_path.write_text(json.dumps(spec))
-    env = dict(
-        os.environ,
-        AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint,
-        FINETUNE_PROGRESS_SECONDS="0",
-        FINETUNE_NOTICE_POLL_SECONDS="0.2",
-        FINETUNE_TRAINER_ECHO="0",
-        FINETUNE_LOG_LEVEL="WARNING",
-        HF_HUB_OFFLINE="1",
-    )
-    log = (root / f"runner-attempt-{attempt}.log").open("wb")
-    work = root / f"instance-{attempt}"
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "runner.cli",
-        "run",
-        "--spec",
-        str(spec_path),
-        "--work-dir",
-        str(work),
-        env=env,
-        stdout=log,
-        stderr=log,
-    )
+async def wait_for(service: BotService, job_id: str, done: Callable[[Job], bool], timeout: float) -> Job:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = await service.bot.store.get(job_id)
+        if job is not None and done(job):
+            return job
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{job_id} is {job.state if job else 'missing'} after {timeout:.0f}s")
+        await asyncio.sleep(0.1)
 
 
-async def follow(feed: ReportFeed, process: asyncio.subprocess.Process, until_step: int | None = None) -> None:
-    """Print reports until the runner exits (or, with ``until_step``, until training reaches it)."""
-    while process.returncode is None:
-        feed.poll()
-        progress = feed.of_type("progress")
-        if until_step is not None and progress and progress[-1]["step"] >= until_step:
+async def wait_said(chat: ConsoleChat, job_id: str, what: str, timeout: float) -> None:
+    """Let the bot's last messages for the job go out before the summary (they follow the state change)."""
+    deadline = time.monotonic() + timeout
+    marker = "✅" if what == "completed" else "[PAGE]"
+    while time.monotonic() < deadline:
+        if any(job == job_id and marker in text for job, _, text in chat.transcript):
             return
         await asyncio.sleep(0.1)
-    feed.poll()
 
 
-async def run_demo() -> int:
-    job_id = "ft-" + uuid.uuid4().hex[:4]
-    root = state_dir() / "demo" / job_id
-    root.mkdir(parents=True)
-    feed = ReportFeed(root / "reports.jsonl")
-    spec: dict[str, Any] = {
-        "version": 1,
-        "job_id": job_id,
-        "attempt": 1,
-        "command": [
-            sys.executable,
-            "-m",
-            "runner.hf.tiny",
-            "--max-steps",
-            str(TOTAL_STEPS),
-            "--save-steps",
-            "5",
-            "--step-seconds",
-            "0.2",
-        ],
-        "env": {"HF_HUB_OFFLINE": "1"},
-        "checkpoint_uri": f"file://{root}/bucket/",
-        "report": [f"file://{feed.path}"],
-        "notice": "aws",
-    }
-    say(f"/finetune start tiny  →  job {job_id} (state in {root})")
-
-    first_instance = await LocalMetadataServer(instance_id="i-0demo00000000001").start()
-    second_instance = await LocalMetadataServer(instance_id="i-0demo00000000002").start()
-    try:
-        first = await launch(spec, root, first_instance)
-        await follow(feed, first, until_step=INTERRUPT_AT_STEP)
-        say(f"/finetune interrupt-test {job_id}  →  EC2 posts a spot interruption notice (2 minutes)")
-        first_instance.interrupt(seconds=120)
-        first_code = await first.wait()
-        await follow(feed, first)
-        interrupted_at = time.monotonic()
-
-        say("relaunching on a replacement instance (attempt 2)")
-        second = await launch({**spec, "attempt": 2}, root, second_instance)
-        await follow(feed, second)
-        downtime = _downtime(feed)
-    finally:
-        await first_instance.stop()
-        await second_instance.stop()
-    return summarize(feed, first_code, second.returncode, downtime or time.monotonic() - interrupted_at)
+async def run_demo(state_dir: Path) -> int:
+    settings = Settings(finetune_state_dir=state_dir, finetune_http_port=0, finetune_local_grace_seconds=30)
+    chat = ConsoleChat(write=lambda text: say("  " + text.replace("\n", "\n  ")))
+    async with BotService(settings, chat) as service:
+        say(f"> /finetune start tiny steps={STEPS}")
+        say(await service.bot.command(USER, CHANNEL, f"start tiny steps={STEPS}"))
+        [job] = await service.bot.store.list_jobs()
+        await wait_for(
+            service, job.id, lambda j: j.state is JobState.RUNNING and (j.step or 0) >= INTERRUPT_AT_STEP, timeout=120
+        )
+        say(f"> /finetune interrupt-test {job.id}")
+        say(await service.bot.command(USER, CHANNEL, f"interrupt-test {job.id}"))
+        final = await wait_for(
+            service, job.id, lambda j: j.state in TERMINAL_STATES | {JobState.RESUME_FAILED}, timeout=180
+        )
+        await wait_said(chat, job.id, "completed" if final.state is JobState.SUCCEEDED else "page", timeout=30)
+        say(f"> /finetune status {job.id}")
+        say(card_text(final, utcnow()))
+        return summarize(final, chat, utcnow())
 
 
-def _downtime(feed: ReportFeed) -> float | None:
-    """Seconds from the interruption report to the replacement's start report (both stamped by runners)."""
-    from datetime import datetime
-
-    interrupted, started = feed.of_type("interrupted", 1), feed.of_type("started", 2)
-    if not interrupted or not started:
-        return None
-    return (datetime.fromisoformat(started[0]["time"]) - datetime.fromisoformat(interrupted[0]["time"])).total_seconds()
-
-
-def summarize(feed: ReportFeed, first_code: int | None, second_code: int | None, downtime: float) -> int:
-    interrupted = feed.of_type("interrupted", 1)
-    started = feed.of_type("started", 2)
-    completed = feed.of_type("completed", 2)
-    reached = max((r["step"] for r in feed.of_type("progress", 1)), default=0)
-    resumed = started[0]["resumed_from_step"] if started else None
-    lost = reached - resumed if resumed is not None else reached
+def summarize(job: Job, chat: ConsoleChat, now: datetime) -> int:
+    alerts = [text for _, channel, text in chat.transcript if channel == "alert"]
+    resumed = job.attempts[1].resumed_from_step if len(job.attempts) > 1 else None
+    cost = job_cost(job, now)
     checks = {
-        "interrupted by the spot notice (exit 75)": first_code == 75 and bool(interrupted),
-        "checkpoint committed before the deadline": bool(interrupted) and interrupted[0]["saved_in_time"],
-        f"resumed at step {resumed}, {lost} steps lost": resumed is not None and lost == 0,
-        "finished": second_code == 0 and bool(completed) and completed[0]["step"] == TOTAL_STEPS,
+        "interruption alert posted": len(alerts) == 1,
+        "checkpoint committed before the deadline": job.checkpoint is not None and job.interruptions == 1,
+        f"relaunched and resumed at step {resumed}, {job.steps_lost} steps lost": len(job.attempts) == 2
+        and resumed is not None
+        and job.steps_lost == 0,
+        "finished": job.state is JobState.SUCCEEDED and job.step == STEPS,
     }
+    saving = f"{cost.savings:.0%}" if cost.savings is not None else "n/a"
     say("")
-    say(f"summary: 2 attempts, 1 interruption, downtime {downtime:.1f}s, {lost} steps lost")
+    say(
+        f"summary: {len(job.attempts)} attempts, {job.interruptions} interruption, downtime "
+        f"{job.downtime_seconds:.1f}s, {job.steps_lost} steps lost, cost ${cost.paid:.4f} "
+        f"(on-demand ${cost.on_demand:.4f}, saving {saving})"
+    )
     for what, ok in checks.items():
         say(f"  {'✔' if ok else '✘'} {what}")
     return 0 if all(checks.values()) else 1
 
 
 def main() -> int:
-    return asyncio.run(run_demo())
+    logging.basicConfig(
+        level=os.environ.get("FINETUNE_LOG_LEVEL", "ERROR"), format="%(levelname)s %(name)s: %(message)s"
+    )
+    root = Path(os.environ.get("FINETUNE_STATE_DIR") or ".finetune-state").resolve()
+    state_dir = root / "demo" / datetime.now().strftime("%Y%m%d-%H%M%S")
+    say(f"finetune-bot demo (state in {state_dir})")
+    return asyncio.run(run_demo(state_dir))

@@ -21,6 +21,7 @@ class ConsoleChat:
         self.clock = clock
         self.transcript: list[tuple[str, str, str]] = []  # (job id, channel, text)
         self._shown_state: dict[str, JobState] = {}
+        self._last = ""
 
     async def notify(self, job: Job, note: Notify) -> None:
         if note.channel == "card":
@@ -35,4 +36,7 @@ class ConsoleChat:
             elif note.channel == "alert":
                 text = "[ALERT] " + text
         self.transcript.append((job.id, note.channel, text))
+        if note.channel == "thread" and self._last == "[ALERT] " + text:
+            return  # one terminal is both the alert channel and the thread: say it once
+        self._last = text
         self.write(text)

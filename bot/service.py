@@ -1,0 +1,129 @@
+"""Wire the bot together (Redis, store, bus, timers, HTTP server, cloud, chat) and run it until stopped.
+
+``serve``, ``demo`` and ``chat`` all run this same service; they differ only in the chat adapter in front.
+Stopping is clean: the consumer finishes the message in flight (or leaves it pending for another replica),
+then the HTTP server, the cloud and Redis are closed in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from bot.app import Bot
+from bot.bus import EventBus, default_consumer_name
+from bot.chat.base import ChatPort
+from bot.chat.console import ConsoleChat
+from bot.cloud.local import LocalCloud
+from bot.http import REPORTS_PATH, build_app
+from bot.redis_server import RedisHandle, open_redis
+from bot.settings import Settings, all_recipes, load_file_config
+from bot.store import JobStore
+from bot.timers import Timers
+from handlers.messages import CloudEvent, dump_message
+
+log = logging.getLogger(__name__)
+
+
+class BusPublisher:
+    def __init__(self, bus: EventBus, timers: Timers) -> None:
+        self.bus = bus
+        self.timers = timers
+
+    async def publish(self, event: dict[str, Any]) -> str:
+        return await self.bus.publish(event)
+
+    async def schedule(self, event: dict[str, Any], due: datetime) -> None:
+        await self.timers.schedule(event, due)
+
+
+class BotService:
+    def __init__(self, settings: Settings, chat: ChatPort | None = None) -> None:
+        self.settings = settings
+        self.chat = chat or ConsoleChat()
+        self.stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._redis: RedisHandle | None = None
+        self._http: web.AppRunner | None = None
+        self._cloud: LocalCloud | None = None
+        self._bus: EventBus | None = None
+        self._bot: Bot | None = None
+        self.port = 0
+
+    @property
+    def bot(self) -> Bot:
+        assert self._bot is not None, "BotService is not started"
+        return self._bot
+
+    @property
+    def bus(self) -> EventBus:
+        assert self._bus is not None, "BotService is not started"
+        return self._bus
+
+    async def start(self) -> BotService:
+        config = load_file_config(self.settings.finetune_config)
+        if config.policy.open:
+            log.warning("no permission rules configured: everyone may use every command")
+        if self.settings.finetune_cloud != "local":
+            raise NotImplementedError(f"FINETUNE_CLOUD={self.settings.finetune_cloud} is not available yet")
+        secret = self.settings.finetune_report_secret or secrets.token_urlsafe(32)
+        self._redis = redis = await open_redis(self.settings)
+        store = JobStore(redis.client)
+        self._bus = bus = EventBus(redis.new_client(), consumer=default_consumer_name())
+        await bus.ensure_group()
+        timers = Timers(redis.client)
+
+        self._http = web.AppRunner(build_app(store, bus, secret), access_log=None)
+        await self._http.setup()
+        site = web.TCPSite(self._http, self.settings.finetune_http_host, self.settings.finetune_http_port)
+        await site.start()
+        self.port = int(self._http.addresses[0][1])
+
+        async def cloud_event(event: CloudEvent) -> None:
+            await bus.publish(dump_message(event))
+
+        self._cloud = LocalCloud(
+            self.settings.finetune_state_dir,
+            cloud_event,
+            grace_seconds=self.settings.finetune_local_grace_seconds,
+            runner_env={"FINETUNE_REPORT_SECRET": secret},
+        )
+        reports = [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
+        self._bot = Bot(
+            store, BusPublisher(bus, timers), self._cloud, self.chat, config.policy, all_recipes(config), reports
+        )
+        self._tasks = [
+            asyncio.create_task(bus.run(self._bot.handle, self.stopping), name="bus"),
+            asyncio.create_task(timers.run(self.stopping), name="timers"),
+        ]
+        log.info(
+            "bot up: http on %s:%d, cloud %s, redis %s",
+            self.settings.finetune_http_host,
+            self.port,
+            self.settings.finetune_cloud,
+            "embedded" if redis.embedded else "external",
+        )
+        return self
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._http is not None:
+            await self._http.cleanup()
+        if self._cloud is not None:
+            await self._cloud.close()
+        if self._bus is not None:
+            await self._bus.redis.aclose()
+        if self._redis is not None:
+            await self._redis.close()
+
+    async def __aenter__(self) -> BotService:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

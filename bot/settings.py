@@ -1,0 +1,69 @@
+"""The bot's configuration: environment variables, plus an optional YAML file named by ``FINETUNE_CONFIG``.
+
+The file holds what does not fit in a variable: permission rules and guards, and the team's own recipes
+(added to the built-in ``tiny`` and ``deepseek-7b``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from handlers.policy import Policy
+from handlers.recipes import BUILT_IN, Recipe
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore")
+
+    finetune_cloud: Literal["local", "aws", "aliyun"] = "local"
+    finetune_report_secret: str | None = None
+    redis_url: str | None = None
+    finetune_state_dir: Path = Path(".finetune-state")
+    finetune_http_port: int = Field(default=8080, ge=0, le=65535)
+    finetune_http_host: str = "127.0.0.1"
+    finetune_config: Path | None = None
+    finetune_local_grace_seconds: float = Field(default=30.0, gt=0)
+
+    # The names bot.redis_server reads.
+    @property
+    def state_dir(self) -> Path:
+        return self.finetune_state_dir
+
+
+class FileConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    policy: Policy = Field(default_factory=Policy)
+    recipes: list[Recipe] = Field(default_factory=list)
+
+
+class ConfigError(ValueError):
+    """The config file is missing or invalid; the message names the file and the field."""
+
+
+def load_file_config(path: Path | None) -> FileConfig:
+    if path is None:
+        return FileConfig()
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+        return FileConfig.model_validate(raw)
+    except OSError as exc:
+        raise ConfigError(f"cannot read FINETUNE_CONFIG={path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: {problems}") from None
+
+
+def all_recipes(config: FileConfig) -> dict[str, Recipe]:
+    recipes = dict(BUILT_IN)
+    recipes.update({recipe.name: recipe for recipe in config.recipes})
+    return recipes
+
+
+Cloud = Literal["local", "aws", "aliyun"]

@@ -1,0 +1,63 @@
+"""Redis fixtures: one embedded Valkey per session (started through ``bot.redis_server``), a fresh namespace per test.
+
+Import them explicitly in a test module (``from tests.redis_fixtures import fixture_valkey_url, ...``); each is
+registered under the name without ``fixture_``, so a test's parameter never shadows the import.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from bot.redis_server import EmbeddedValkey, RedisHandle
+
+__all__ = [
+    "RedisClientFactory",
+    "fixture_key_prefix",
+    "fixture_redis_client",
+    "fixture_redis_client_factory",
+    "fixture_valkey_url",
+]
+
+RedisClientFactory = Callable[[], Awaitable[aioredis.Redis]]
+
+
+@pytest.fixture(scope="session", name="valkey_url")
+def fixture_valkey_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a Valkey server shared by the whole session (tests keep apart by key prefix)."""
+    server = EmbeddedValkey(tmp_path_factory.mktemp("valkey") / "redis")
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(name="key_prefix")
+def fixture_key_prefix() -> str:
+    """A namespace no other test uses: keys, streams and groups all live under it."""
+    return f"t{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture(name="redis_client_factory")
+async def fixture_redis_client_factory(valkey_url: str) -> AsyncIterator[RedisClientFactory]:
+    """Make clients on separate connection pools (as separate replicas would have); all closed afterwards."""
+    handles: list[RedisHandle] = []
+
+    async def make() -> aioredis.Redis:
+        handle = RedisHandle(url=valkey_url)
+        await handle.start()
+        handles.append(handle)
+        return handle.client
+
+    yield make
+    for handle in handles:
+        await handle.close()
+
+
+@pytest.fixture(name="redis_client")
+async def fixture_redis_client(redis_client_factory: RedisClientFactory) -> aioredis.Redis:
+    return await redis_client_factory()

@@ -1,0 +1,325 @@
+"""The event bus against a real Valkey: sharing, exactly-once handling, reclaim after a crash, parking, draining."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from bot.bus import EventBus, Handler
+from bot.redis_server import connect
+from bot.store import JobStore
+from handlers.jobs import Change, Job, JobState
+from tests.redis_fixtures import (  # noqa: F401 - fixtures
+    RedisClientFactory,
+    fixture_key_prefix,
+    fixture_redis_client,
+    fixture_redis_client_factory,
+    fixture_valkey_url,
+)
+
+Consumer = Callable[..., Awaitable[EventBus]]
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+async def pending(bus: EventBus) -> int:
+    summary = await bus.redis.xpending(bus.stream, bus.group)
+    return int(summary["pending"])
+
+
+class Running:
+    """Consumers started by a test, each on its own connection pool; all stopped at teardown."""
+
+    def __init__(self, factory: RedisClientFactory, stream: str) -> None:
+        self.factory = factory
+        self.stream = stream
+        self.tasks: list[tuple[asyncio.Event, asyncio.Task[None]]] = []
+
+    async def bus(self, consumer: str, **options: Any) -> EventBus:
+        options.setdefault("block_ms", 50)
+        bus = EventBus(await self.factory(), stream=self.stream, consumer=consumer, **options)
+        await bus.ensure_group()
+        return bus
+
+    def start(self, bus: EventBus, handler: Handler) -> tuple[asyncio.Event, asyncio.Task[None]]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(bus.run(handler, stop))
+        self.tasks.append((stop, task))
+        return stop, task
+
+    async def close(self) -> None:
+        for stop, _task in self.tasks:
+            stop.set()
+        for _stop, task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(task, 5)
+
+
+@pytest.fixture
+async def running(redis_client_factory: RedisClientFactory, key_prefix: str) -> AsyncIterator[Running]:
+    consumers = Running(redis_client_factory, key_prefix + "events")
+    yield consumers
+    await consumers.close()
+
+
+async def test_publish_then_handle_and_ack(running: Running) -> None:
+    bus = await running.bus("c1")
+    seen: list[dict[str, Any]] = []
+
+    async def handler(event: dict[str, Any]) -> None:
+        seen.append(event)
+
+    message_id = await bus.publish({"type": "hello", "nested": {"n": [1, 2]}})
+    assert "-" in message_id
+    running.start(bus, handler)
+    await wait_for(lambda: bus.handled == 1)
+
+    assert seen[0]["type"] == "hello" and seen[0]["nested"] == {"n": [1, 2]}
+    assert seen[0]["id"]  # given one on publish
+    assert await pending(bus) == 0
+    assert (bus.failed, bus.parked) == (0, 0)
+    assert bus.latency.count == 1 and bus.latency.sum >= 0
+    assert bus.latency.cumulative()[-1] == (float("inf"), 1)
+
+
+async def test_events_published_before_the_group_exists_are_delivered(
+    running: Running, redis_client: aioredis.Redis
+) -> None:
+    early = EventBus(redis_client, stream=running.stream)
+    await early.publish({"id": "ev-early-0001"})
+    bus = await running.bus("c1")
+    await bus.ensure_group()  # idempotent
+    seen: list[str] = []
+
+    async def handler(event: dict[str, Any]) -> None:
+        seen.append(event["id"])
+
+    running.start(bus, handler)
+    await wait_for(lambda: seen == ["ev-early-0001"])
+
+
+async def test_two_consumers_share_the_work_and_handle_each_event_once(running: Running) -> None:
+    buses = [await running.bus("a"), await running.bus("b")]
+    handled: list[tuple[str, str]] = []
+
+    def handler_for(name: str) -> Handler:
+        async def handler(event: dict[str, Any]) -> None:
+            await asyncio.sleep(0.005)
+            handled.append((name, event["id"]))
+
+        return handler
+
+    for bus in buses:
+        running.start(bus, handler_for(bus.consumer))
+    ids = [await buses[0].publish({"id": f"ev-{n:04d}-share", "n": n}) for n in range(40)]
+    await wait_for(lambda: len(handled) >= 40)
+    await asyncio.sleep(0.1)  # any duplicate would show up now
+
+    counts = Counter(event_id for _name, event_id in handled)
+    assert len(ids) == 40 and sorted(counts) == [f"ev-{n:04d}-share" for n in range(40)]
+    assert set(counts.values()) == {1}
+    by_consumer = Counter(name for name, _id in handled)
+    assert by_consumer["a"] > 0 and by_consumer["b"] > 0
+    assert buses[0].handled + buses[1].handled == 40
+    assert await pending(buses[0]) == 0
+
+
+async def test_an_event_a_crashed_consumer_held_is_reclaimed_and_handled(running: Running) -> None:
+    crashing = await running.bus("crashing", claim_idle_ms=200)
+    started = asyncio.Event()
+
+    async def hang(event: dict[str, Any]) -> None:
+        started.set()
+        await asyncio.Event().wait()  # never returns
+
+    _stop, task = running.start(crashing, hang)
+    await crashing.publish({"id": "ev-orphaned-01"})
+    await asyncio.wait_for(started.wait(), 5)
+    task.cancel()  # the replica dies mid-event: no ack
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert await pending(crashing) == 1
+
+    survivor = await running.bus("survivor", claim_idle_ms=200)
+    seen: list[str] = []
+
+    async def record(event: dict[str, Any]) -> None:
+        seen.append(event["id"])
+
+    running.start(survivor, record)
+    await wait_for(lambda: seen == ["ev-orphaned-01"])
+
+    assert survivor.claimed == 1 and survivor.handled == 1
+    assert await pending(survivor) == 0
+
+
+async def test_a_slow_handler_keeps_its_event(running: Running) -> None:
+    """The lease is renewed while a handler runs, so a live consumer's event is not taken from it."""
+    slow, other = await running.bus("slow", claim_idle_ms=150), await running.bus("other", claim_idle_ms=150)
+    handled: list[str] = []
+    started = asyncio.Event()
+
+    async def slow_handler(event: dict[str, Any]) -> None:
+        started.set()
+        await asyncio.sleep(0.6)  # four times claim_idle_ms
+        handled.append("slow")
+
+    async def other_handler(event: dict[str, Any]) -> None:
+        handled.append("other")
+
+    running.start(slow, slow_handler)
+    await slow.publish({"id": "ev-slow-00001"})
+    await asyncio.wait_for(started.wait(), 5)
+    running.start(other, other_handler)
+    await wait_for(lambda: handled != [])
+    await asyncio.sleep(0.3)  # more than claim_idle_ms: a wrongful reclaim would have run by now
+
+    assert handled == ["slow"]
+    assert other.claimed == 0
+
+
+async def test_a_poison_event_is_parked_and_the_stream_keeps_flowing(running: Running) -> None:
+    bus = await running.bus("c1", max_tries=3, claim_idle_ms=100)
+    good: list[int] = []
+
+    async def handler(event: dict[str, Any]) -> None:
+        if event.get("poison"):
+            raise ValueError("cannot digest this")
+        good.append(event["n"])
+
+    running.start(bus, handler)
+    await bus.publish({"id": "ev-poison-001", "poison": True})
+    for n in range(5):
+        await bus.publish({"n": n})
+    await wait_for(lambda: bus.parked == 1 and len(good) == 5)
+
+    assert good == [0, 1, 2, 3, 4]
+    assert bus.failed == 3 and bus.handled == 5
+    [parked] = await bus.parked_events()
+    assert parked["event"] == {"id": "ev-poison-001", "poison": True}
+    assert parked["deliveries"] == 3
+    assert parked["error"] == "ValueError: cannot digest this"
+    assert await pending(bus) == 0
+    await bus.publish({"n": 5})  # still flowing
+    await wait_for(lambda: good[-1:] == [5])
+
+
+async def test_a_malformed_message_is_parked_at_once(running: Running) -> None:
+    bus = await running.bus("c1")
+    seen: list[dict[str, Any]] = []
+
+    async def handler(event: dict[str, Any]) -> None:
+        seen.append(event)
+
+    await bus.redis.xadd(bus.stream, {"event": "{not json"})
+    await bus.redis.xadd(bus.stream, {"other": "field"})
+    await bus.publish({"id": "ev-fine-00001"})
+    running.start(bus, handler)
+    await wait_for(lambda: bus.handled == 1 and bus.parked == 2)
+
+    assert [event["id"] for event in seen] == ["ev-fine-00001"]
+    assert all(entry["error"].startswith("malformed") for entry in await bus.parked_events())
+    assert bus.failed == 0
+
+
+async def test_stop_lets_the_handler_in_flight_finish(running: Running) -> None:
+    bus = await running.bus("c1")
+    started, finished = asyncio.Event(), asyncio.Event()
+
+    async def handler(event: dict[str, Any]) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+        finished.set()
+
+    await bus.publish({"id": "ev-inflight-01"})
+    await bus.publish({"id": "ev-later-00001"})
+    stop, task = running.start(bus, handler)
+    await asyncio.wait_for(started.wait(), 5)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+    assert finished.is_set()
+    assert bus.handled == 1
+    assert await pending(bus) == 0  # the finished one was acknowledged
+
+    successor = await running.bus("c2")  # what was not handled is still there for another replica
+    seen: list[str] = []
+
+    async def record(event: dict[str, Any]) -> None:
+        seen.append(event["id"])
+
+    running.start(successor, record)
+    await wait_for(lambda: seen == ["ev-later-00001"])
+
+
+async def test_the_store_outbox_is_delivered_on_the_bus(
+    running: Running, redis_client: aioredis.Redis, key_prefix: str
+) -> None:
+    store = JobStore(redis_client, prefix=key_prefix, events_stream=running.stream)
+    job = Job(id="ft-bus1", recipe="tiny", requested_by="U1")
+    await store.create(job, {"type": "created"})
+
+    def provision(job: Job) -> Change:
+        return Change(
+            job=job.model_copy(update={"state": JobState.PROVISIONING}),
+            history={"type": "provisioning"},
+            outbox=[{"type": "launch", "job_id": job.id}],
+        )
+
+    applied = await store.apply(job.id, provision, "cmd-1")
+    assert applied.change is not None
+    bus = await running.bus("c1")
+    seen: list[dict[str, Any]] = []
+
+    async def handler(event: dict[str, Any]) -> None:
+        seen.append(event)
+
+    running.start(bus, handler)
+    await wait_for(lambda: len(seen) == 1)
+    assert seen == applied.change.outbox
+
+
+async def test_a_deleted_stream_and_group_are_created_again(running: Running) -> None:
+    bus = await running.bus("c1")
+    seen: list[str] = []
+
+    async def handler(event: dict[str, Any]) -> None:
+        seen.append(event["id"])
+
+    running.start(bus, handler)
+    await bus.publish({"id": "ev-before-0001"})
+    await wait_for(lambda: seen == ["ev-before-0001"])
+    await bus.redis.delete(bus.stream)  # e.g. a server restarted without its data
+    await asyncio.sleep(0.1)
+    await bus.publish({"id": "ev-after-00001"})
+    await wait_for(lambda: seen == ["ev-before-0001", "ev-after-00001"])
+
+
+async def test_run_survives_an_unreachable_redis_and_still_stops() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = connect(f"redis://127.0.0.1:{port}")
+    try:
+        bus = EventBus(client, stream="unreachable:events", consumer="c1", block_ms=50)
+        stop = asyncio.Event()
+        task = asyncio.create_task(bus.run(lambda event: asyncio.sleep(0), stop))
+        await asyncio.sleep(0.3)
+        assert not task.done()  # still trying
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    finally:
+        await client.aclose()

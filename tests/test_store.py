@@ -1,0 +1,292 @@
+"""The job store against a real Valkey: atomic transitions, dedup, indexes, concurrency, durability."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from bot.redis_server import RedisConfig, RedisHandle, open_redis
+from bot.store import Applied, Decider, JobStore
+from handlers.events import utcnow
+from handlers.jobs import Attempt, Change, Job, JobState
+from tests.redis_fixtures import (  # noqa: F401 - fixtures
+    RedisClientFactory,
+    fixture_key_prefix,
+    fixture_redis_client,
+    fixture_redis_client_factory,
+    fixture_valkey_url,
+)
+
+
+def new_job(job_id: str = "ft-abc1", **fields: Any) -> Job:
+    return Job.model_validate({"id": job_id, "recipe": "tiny", "requested_by": "U1", **fields})
+
+
+def move(state: JobState, outbox: list[dict[str, Any]] | None = None, **fields: Any) -> Decider:
+    def decide(job: Job) -> Change:
+        updated = job.model_copy(update={"state": state, "updated_at": utcnow(), **fields})
+        return Change(job=updated, history={"type": "state", "from": job.state, "to": state}, outbox=outbox or [])
+
+    return decide
+
+
+def launch(instance_id: str) -> Decider:
+    def decide(job: Job) -> Change:
+        attempt = Attempt(number=job.attempt + 1, instance_id=instance_id, zone="us-east-1a")
+        updated = job.model_copy(update={"state": JobState.PROVISIONING, "attempts": [*job.attempts, attempt]})
+        return Change(job=updated, history={"type": "launched", "instance_id": instance_id})
+
+    return decide
+
+
+def step_up(job: Job) -> Change:
+    return Change(job=job.model_copy(update={"step": (job.step or 0) + 1}), history={"type": "step"})
+
+
+@pytest.fixture
+def store(redis_client: aioredis.Redis, key_prefix: str) -> JobStore:
+    return JobStore(redis_client, prefix=key_prefix, events_stream=key_prefix + "events")
+
+
+async def outbox(store: JobStore) -> list[dict[str, Any]]:
+    entries: Any = await store.redis.xrange(store.events_stream)  # decode_responses=True: str throughout
+    return [json.loads(fields["event"]) for _id, fields in entries]
+
+
+async def test_create_refuses_a_taken_id(store: JobStore) -> None:
+    job = new_job()
+    assert await store.create(job, {"type": "created"}) is True
+    assert await store.create(new_job(recipe="other"), {"type": "created again"}) is False
+
+    stored = await store.get(job.id)
+    assert stored == job
+    assert await store.history(job.id) == [{"type": "created"}]
+    assert [j.id for j in await store.list_jobs([JobState.PENDING])] == [job.id]
+    assert await store.get("ft-none") is None
+
+
+async def test_apply_writes_job_history_and_outbox_together(store: JobStore) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+    events = [{"id": "ev-given-0001", "type": "provision", "job_id": job.id}, {"type": "card", "job_id": job.id}]
+
+    applied = await store.apply(job.id, move(JobState.PROVISIONING, outbox=events), dedup_key="cmd-1")
+
+    assert applied.changed and not applied.duplicate and not applied.missing
+    assert applied.job is not None and applied.change is not None
+    assert applied.job.version == 1 and applied.job.state is JobState.PROVISIONING
+    assert await store.get(job.id) == applied.job
+    assert [h["type"] for h in await store.history(job.id)] == ["created", "state"]
+    assert (await store.history(job.id))[-1] == {"type": "state", "from": "PENDING", "to": "PROVISIONING"}
+    published = await outbox(store)
+    assert [e["type"] for e in published] == ["provision", "card"]
+    assert published[0]["id"] == "ev-given-0001"
+    assert published[1]["id"]  # an id is given to events without one
+    assert published == applied.change.outbox
+    assert await store.redis.ttl(store.dedup_key("cmd-1")) > 6 * 86400
+
+
+async def test_duplicate_dedup_key_changes_nothing_and_publishes_nothing(store: JobStore) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+    first = await store.apply(job.id, move(JobState.PROVISIONING, outbox=[{"type": "provision"}]), "ev-1")
+    assert first.changed
+
+    calls: list[Job] = []
+
+    def decide(job: Job) -> Change | None:
+        calls.append(job)
+        return move(JobState.RUNNING, outbox=[{"type": "again"}])(job)
+
+    again = await store.apply(job.id, decide, "ev-1")
+
+    assert again == Applied(duplicate=True)
+    assert calls == []
+    assert await store.get(job.id) == first.job
+    assert len(await store.history(job.id)) == 2
+    assert [e["type"] for e in await outbox(store)] == ["provision"]
+
+
+async def test_no_change_records_the_dedup_key_and_appends_nothing(store: JobStore) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+
+    applied = await store.apply(job.id, lambda job: None, "ev-stale")
+
+    assert applied == Applied(job=job)
+    assert await store.get(job.id) == job  # version not bumped
+    assert len(await store.history(job.id)) == 1
+    assert await outbox(store) == []
+    assert (await store.apply(job.id, move(JobState.RUNNING), "ev-stale")).duplicate
+
+
+async def test_a_failing_or_foreign_decision_writes_nothing(store: JobStore) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+
+    def boom(job: Job) -> Change:
+        raise RuntimeError("decider failed")
+
+    with pytest.raises(RuntimeError):
+        await store.apply(job.id, boom, "ev-1")
+    with pytest.raises(ValueError, match="ft-other"):
+        await store.apply(job.id, lambda job: Change(job=new_job("ft-other"), history={}), "ev-2")
+
+    assert await store.get(job.id) == job
+    assert len(await store.history(job.id)) == 1
+    assert await store.redis.exists(store.dedup_key("ev-1"), store.dedup_key("ev-2")) == 0
+    assert await store.get("ft-other") is None
+
+
+async def test_missing_job(store: JobStore) -> None:
+    assert await store.apply("ft-nope", step_up, "ev-1") == Applied(missing=True)
+    assert await store.redis.exists(store.dedup_key("ev-1")) == 0
+
+
+async def test_a_write_between_read_and_commit_makes_apply_decide_again(store: JobStore, valkey_url: str) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+    seen: list[int] = []
+
+    def decide(current: Job) -> Change:
+        seen.append(current.version)
+        if len(seen) == 1:  # another replica commits while this one is deciding (a blocking client: no await here)
+            with redis.Redis.from_url(valkey_url, decode_responses=True) as other:
+                other.set(
+                    store.job_key(job.id), current.model_copy(update={"step": 100, "version": 1}).model_dump_json()
+                )
+        return step_up(current)
+
+    applied = await store.apply(job.id, decide, "ev-1")
+
+    assert seen == [0, 1]  # decided again, on what the other replica wrote
+    assert applied.job is not None and applied.job.version == 2 and applied.job.step == 101
+    assert [h["type"] for h in await store.history(job.id)] == ["created", "step"]  # the lost try wrote nothing
+
+
+async def test_concurrent_applies_on_two_connections_all_land(
+    store: JobStore, redis_client_factory: RedisClientFactory
+) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+    stores = [
+        JobStore(await redis_client_factory(), prefix=store.prefix, events_stream=store.events_stream) for _ in range(2)
+    ]
+    decisions = 0
+
+    def decide(current: Job) -> Change:
+        nonlocal decisions
+        decisions += 1
+        return step_up(current)
+
+    async def writer(replica: JobStore, n: int) -> None:
+        for i in range(n):
+            await replica.apply(job.id, decide, dedup_key=f"{id(replica)}-{i}")
+
+    await asyncio.gather(writer(stores[0], 15), writer(stores[1], 15))
+
+    final = await store.get(job.id)
+    assert final is not None
+    assert final.version == 30 and final.step == 30  # no lost update
+    assert len(await store.history(job.id)) == 31
+    assert decisions >= 30
+
+
+async def test_state_index_follows_every_transition(store: JobStore) -> None:
+    a, b, c = new_job("ft-aaa"), new_job("ft-bbb"), new_job("ft-ccc")
+    for job in (a, b, c):
+        await store.create(job, {"type": "created"})
+    await store.apply(a.id, move(JobState.PROVISIONING))
+    await store.apply(a.id, move(JobState.RUNNING))
+    await store.apply(b.id, move(JobState.PROVISIONING))
+    await store.apply(b.id, move(JobState.RUNNING))
+    await store.apply(b.id, move(JobState.INTERRUPTED))
+    await store.apply(b.id, move(JobState.INTERRUPTED))  # same state: still indexed once
+    await store.apply(c.id, move(JobState.FAILED, failure="no capacity"))
+
+    assert [j.id for j in await store.list_jobs([JobState.RUNNING])] == ["ft-aaa"]
+    assert [j.id for j in await store.list_jobs({JobState.INTERRUPTED, JobState.FAILED})] == ["ft-bbb", "ft-ccc"]
+    assert [j.id for j in await store.list_jobs()] == ["ft-aaa", "ft-bbb", "ft-ccc"]
+    assert await store.list_jobs([JobState.PENDING, JobState.PROVISIONING]) == []
+    assert await store.list_jobs([]) == []
+    counts = await store.counts_by_state()
+    assert set(counts) == set(JobState)
+    assert {s: n for s, n in counts.items() if n} == {JobState.RUNNING: 1, JobState.INTERRUPTED: 1, JobState.FAILED: 1}
+    for state in JobState:  # every job in exactly one set
+        members = await store.redis.smembers(store.state_key(state))
+        assert members == {j.id for j in await store.list_jobs([state])}
+
+
+async def test_instance_index_maps_every_attempt_to_its_job(store: JobStore) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+    await store.apply(job.id, launch("i-0first"))
+    await store.apply(job.id, launch("i-0second"))
+
+    assert await store.job_for_instance("i-0first") == job.id
+    assert await store.job_for_instance("i-0second") == job.id
+    assert await store.job_for_instance("i-0unknown") is None
+
+
+async def test_history_keeps_the_latest_entries_oldest_first(store: JobStore) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created", "n": 0})
+
+    def note(n: int) -> Decider:
+        return lambda job: Change(job=job, history={"type": "note", "n": n})
+
+    for n in range(1, 6):
+        await store.apply(job.id, note(n))
+
+    assert [h["n"] for h in await store.history(job.id)] == [0, 1, 2, 3, 4, 5]
+    assert [h["n"] for h in await store.history(job.id, count=2)] == [4, 5]
+
+
+async def test_jobs_and_history_survive_a_restart_of_the_embedded_server(tmp_path: Path) -> None:
+    settings = RedisConfig(redis_url=None, state_dir=tmp_path / "state")
+    handle = await open_redis(settings)
+    assert handle.embedded
+    try:
+        store = JobStore(handle.client)
+        job = new_job()
+        await store.create(job, {"type": "created"})
+        await store.apply(job.id, launch("i-0abc"), "ev-1")
+        before = await store.get(job.id)
+    finally:
+        await handle.close()
+    assert (tmp_path / "state" / "redis" / "appendonlydir").is_dir()
+
+    handle = await open_redis(settings)
+    try:
+        store = JobStore(handle.client)
+        assert await store.get(job.id) == before
+        assert [h["type"] for h in await store.history(job.id)] == ["created", "launched"]
+        assert [j.id for j in await store.list_jobs([JobState.PROVISIONING])] == [job.id]
+        assert await store.job_for_instance("i-0abc") == job.id
+        assert (await store.apply(job.id, step_up, "ev-1")).duplicate
+    finally:
+        await handle.close()
+
+
+async def test_a_server_left_running_on_the_data_dir_is_stopped_first(tmp_path: Path) -> None:
+    """A killed bot leaves its server running: the next one must take over the data, never share the AOF."""
+    first = RedisHandle(data_dir=tmp_path / "redis")
+    await first.start()
+    second = RedisHandle(data_dir=tmp_path / "redis")
+    try:
+        await first.client.set("k", "v")
+        old_pid = int((await first.client.info("server"))["process_id"])
+        await second.start()
+        assert await second.client.get("k") == "v"
+        assert int((await second.client.info("server"))["process_id"]) != old_pid
+        old_cmdline = Path(f"/proc/{old_pid}/cmdline")
+        assert not old_cmdline.exists() or old_cmdline.read_bytes() == b""  # gone (a zombie has no command line)
+    finally:
+        await second.close()
+        await first.close()
