@@ -49,9 +49,9 @@ async def wait_for(service: BotService, job_id: str, done: Callable[[Job], bool]
 async def wait_said(chat: ConsoleChat, job_id: str, what: str, timeout: float) -> None:
     """Let the bot's last messages for the job go out before the summary (they follow the state change)."""
     deadline = time.monotonic() + timeout
-    marker = "✅" if what == "completed" else "[PAGE]"
+    channel = "thread" if what == "finished" else "page"
     while time.monotonic() < deadline:
-        if any(job == job_id and marker in text for job, _, text in chat.transcript):
+        if any(job == job_id and said == channel and what in text for job, said, text in chat.transcript):
             return
         await asyncio.sleep(0.1)
 
@@ -71,7 +71,7 @@ async def run_demo(state_dir: Path) -> int:
         final = await wait_for(
             service, job.id, lambda j: j.state in TERMINAL_STATES | {JobState.RESUME_FAILED}, timeout=180
         )
-        await wait_said(chat, job.id, "completed" if final.state is JobState.SUCCEEDED else "page", timeout=30)
+        await wait_said(chat, job.id, "finished" if final.state is JobState.SUCCEEDED else "resume", timeout=30)
         say(f"> /finetune status {job.id}")
         say(card_text(final, utcnow()))
         return summarize(final, chat, utcnow())
