@@ -61,6 +61,11 @@ class BotService:
         return self._bot
 
     @property
+    def redis_url(self) -> str:
+        assert self._redis is not None, "BotService is not started"
+        return self._redis.url
+
+    @property
     def bus(self) -> EventBus:
         assert self._bus is not None, "BotService is not started"
         return self._bus

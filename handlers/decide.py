@@ -173,7 +173,8 @@ def _report(job: Job, report: RunnerReport, now: datetime) -> Change:
         return _completed(job, report, now)
     if isinstance(report, Failed):
         detail = {"log_tail": report.log_tail[-10:], "exit_code": report.exit_code}
-        return _failure(job, "failed", report.reason, now, [], **detail)
+        trigger: Trigger = "failed" if job.attempt == 1 else "resume-failed"
+        return _failure(job, trigger, report.reason, now, [], **detail)
     return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
 
 

@@ -1,7 +1,8 @@
 """The job state machine, as one explicit table.
 
-An event that is not in the table for the job's current state is recorded in the job's history and
-ignored, never half-applied.
+A runner failure is ``failed`` on the first attempt and ``resume-failed`` on a later one: a resumed attempt
+that cannot train pages on-call instead of quietly failing the job. An event that is not in the table for the
+job's current state is recorded in the job's history and ignored, never half-applied.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ Trigger = Literal[
     "instance-gone",
     "completed",
     "failed",
+    "resume-failed",
     "start-timeout",
     "stop",
     "drill",
@@ -47,6 +49,7 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.RUNNING, "instance-gone"): S.RECOVERING,
     (S.RUNNING, "completed"): S.SUCCEEDED,
     (S.RUNNING, "failed"): S.FAILED,
+    (S.RUNNING, "resume-failed"): S.RESUME_FAILED,
     (S.RUNNING, "stop"): S.STOPPING,
     (S.INTERRUPTED, "progress"): S.INTERRUPTED,
     (S.INTERRUPTED, "checkpoint"): S.INTERRUPTED,
@@ -54,12 +57,14 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.INTERRUPTED, "interrupted"): S.RECOVERING,
     (S.INTERRUPTED, "instance-gone"): S.RECOVERING,
     (S.INTERRUPTED, "failed"): S.RECOVERING,
+    (S.INTERRUPTED, "resume-failed"): S.RECOVERING,
     (S.INTERRUPTED, "completed"): S.SUCCEEDED,
     (S.INTERRUPTED, "stop"): S.STOPPING,
     (S.RECOVERING, "launched"): S.RECOVERING,
     (S.RECOVERING, "started"): S.RUNNING,
     (S.RECOVERING, "launch-failed"): S.RESUME_FAILED,
     (S.RECOVERING, "failed"): S.RESUME_FAILED,
+    (S.RECOVERING, "resume-failed"): S.RESUME_FAILED,
     (S.RECOVERING, "start-timeout"): S.RESUME_FAILED,
     (S.RECOVERING, "instance-gone"): S.RESUME_FAILED,
     (S.RECOVERING, "stop"): S.STOPPING,
@@ -69,6 +74,7 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.STOPPING, "interrupted"): S.STOPPED,
     (S.STOPPING, "instance-gone"): S.STOPPED,
     (S.STOPPING, "failed"): S.STOPPED,
+    (S.STOPPING, "resume-failed"): S.STOPPED,
     (S.STOPPING, "completed"): S.SUCCEEDED,
     (S.RESUME_FAILED, "ack"): S.RESUME_FAILED,
     (S.RESUME_FAILED, "retry"): S.RECOVERING,

@@ -177,3 +177,13 @@ def test_every_state_is_reachable_and_terminal_states_only_leave_by_retry() -> N
     for (state, trigger), _ in TRANSITIONS.items():
         if state in (JobState.SUCCEEDED, JobState.STOPPED):
             raise AssertionError(f"{state} must be final, but {trigger} leaves it")
+
+
+def test_a_resumed_attempt_that_cannot_train_pages_on_call() -> None:
+    job = running_job()
+    job = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="local"), at(30)).job
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
+    job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
+    failed = decide(job, report(job, Failed, reason="trainer exited with code 3", exit_code=3), at(50))
+    assert failed.job.state is JobState.RESUME_FAILED
+    assert "notify:pageresume-failed" in kinds(failed)

@@ -1,0 +1,94 @@
+"""Run the real bot service (embedded Valkey, HTTP server, local cloud, console chat) inside a test."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bot.chat.console import ConsoleChat
+from bot.service import BotService
+from bot.settings import Settings
+from handlers.jobs import ChatRef, Job
+
+CHANNEL = ChatRef(platform="console", channel="test")
+SECRET = "test-report-secret"
+
+
+def quick_recipe(name: str, code: str) -> dict[str, Any]:
+    """A recipe whose trainer is a few lines of Python: for paths where what it trains does not matter."""
+    return {"name": name, "description": name, "model": "none", "command": ["{python}", "-c", code]}
+
+
+# Writes checkpoint-1 (complete), then on a fresh start trains until SIGTERM; when resumed it crashes.
+FAILS_ON_RESUME = """
+import os, pathlib, signal, sys, time, json
+out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR'])
+if os.environ.get('FINETUNE_RESUME_FROM'):
+    print('cannot load checkpoint: CUDA error'); sys.exit(3)
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+step = 0
+while not stop:
+    step += 1
+    pathlib.Path(os.environ['FINETUNE_PROGRESS_FILE']).open('a').write(json.dumps({'step': step}) + '\\n')
+    time.sleep(0.1)
+ckpt = out / ('checkpoint-%d' % step)
+ckpt.mkdir(parents=True)
+(ckpt / 'state.json').write_text('{}')
+(ckpt / '.finetune-complete').touch()
+"""
+
+SLEEPS = "import time; time.sleep(600)"
+
+
+def write_config(path: Path, **config: Any) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@asynccontextmanager
+async def running_bot(
+    state_dir: Path, config: Path | None = None, redis_url: str | None = None, grace: float = 20.0
+) -> AsyncIterator[tuple[BotService, ConsoleChat]]:
+    settings = Settings(
+        finetune_state_dir=state_dir,
+        finetune_http_port=0,
+        finetune_config=config,
+        finetune_report_secret=SECRET,
+        redis_url=redis_url,
+        finetune_local_grace_seconds=grace,
+    )
+    lines: list[str] = []
+    chat = ConsoleChat(write=lines.append)
+    async with BotService(settings, chat) as service:
+        yield service, chat
+
+
+async def wait_job(service: BotService, job_id: str, done: Callable[[Job], bool], timeout: float = 120) -> Job:
+    deadline = time.monotonic() + timeout
+    job = None
+    while time.monotonic() < deadline:
+        job = await service.bot.store.get(job_id)
+        if job is not None and done(job):
+            return job
+        await asyncio.sleep(0.05)
+    history = await service.bot.store.history(job_id) if job else []
+    raise AssertionError(f"{job_id} stuck in {job.state if job else None}: {json.dumps(history[-6:], default=str)}")
+
+
+async def start_job(service: BotService, user: str, text: str) -> str:
+    reply = await service.bot.command(user, CHANNEL, text)
+    assert reply.startswith("Starting ft-"), reply
+    return reply.split()[1].rstrip(":")
+
+
+def python() -> str:
+    return sys.executable
