@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import re
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -88,15 +90,33 @@ async def test_multipart_round_trip(store: S3Store, bucket: Any, work: Path) -> 
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.safetensors"]
 
 
+async def test_s3_uploads_carry_crc32_checksums(store: S3Store, bucket: Any, work: Path) -> None:
+    small = random_file(work / "small.bin", 1000)
+    big = random_file(work / "big.bin", 12 * MiB)
+    await store.upload_file(work / "small.bin", "small.bin")
+    await store.upload_file(work / "big.bin", "big.bin")
+
+    def crc(key: str) -> str:
+        head = bucket.head_object(Bucket=BUCKET, Key=f"runs/r1/{key}", ChecksumMode="ENABLED")
+        return str(head.get("ChecksumCRC32"))
+
+    def b64crc(data: bytes) -> str:
+        return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
+    assert crc("small.bin") == b64crc(small)
+    # Multipart objects get S3's composite checksum: the CRC32 of the parts' CRC32s (5 + 5 + 2 MiB).
+    parts = [big[start : start + 5 * MiB] for start in range(0, len(big), 5 * MiB)]
+    composite = b64crc(b"".join(zlib.crc32(part).to_bytes(4, "big") for part in parts))
+    assert crc("big.bin").split("-")[0] == composite
+
+
 async def test_concurrent_uploads_share_the_store(store: S3Store, work: Path) -> None:
     files = {f"shard-{i}.bin": random_file(work / f"shard-{i}.bin", (7 + i) * MiB) for i in range(3)}
     files["config.json"] = random_file(work / "config.json", 300)
     await asyncio.gather(*(store.upload_file(work / name, f"c/{name}") for name in files))
 
     listed = await store.list_objects("c/")
-    assert listed == sorted(
-        (ObjectInfo(f"c/{name}", len(data)) for name, data in files.items()), key=lambda i: i.key
-    )
+    assert listed == sorted((ObjectInfo(f"c/{name}", len(data)) for name, data in files.items()), key=lambda i: i.key)
     for name, data in files.items():
         assert await store.get_bytes(f"c/{name}") == data
 
@@ -184,7 +204,7 @@ async def test_failed_part_aborts_the_upload(
     random_file(work / "big.bin", 20 * MiB)
     real_read = s3_module._read_range
 
-    def flaky_read(path: Path, offset: int, size: int) -> bytes:
+    def flaky_read(path: Path, offset: int, size: int) -> tuple[bytes, int]:
         if offset >= 10 * MiB:
             raise OSError("disk went away")
         return real_read(path, offset, size)
@@ -206,14 +226,14 @@ async def test_download_replaces_existing_file_only_when_complete(
     target = work / "restore.bin"
     target.write_bytes(b"previous")
 
-    real_write = s3_module._write_range
+    real_write = s3_module._write_chunks
 
-    def failing_write(path: Path, offset: int, chunk: bytes) -> None:
+    def failing_write(path: Path, offset: int, chunks: list[bytes]) -> None:
         if offset >= 10 * MiB:
             raise OSError("disk full")
-        real_write(path, offset, chunk)
+        real_write(path, offset, chunks)
 
-    monkeypatch.setattr(s3_module, "_write_range", failing_write)
+    monkeypatch.setattr(s3_module, "_write_chunks", failing_write)
     with pytest.raises(StorageError, match="disk full"):
         await store.download_file("big.bin", target)
     assert target.read_bytes() == b"previous"
@@ -224,9 +244,7 @@ async def test_download_replaces_existing_file_only_when_complete(
     assert target.read_bytes() == data
 
 
-async def test_oss_against_moto_with_path_override(
-    aws: str, work: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_oss_against_moto_with_path_override(aws: str, work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     monkeypatch.setenv("OSS_ENDPOINT", aws)
     monkeypatch.setenv("FINETUNE_S3_ADDRESSING", "path")
@@ -270,6 +288,7 @@ def test_oss_defaults_to_virtual_addressing_and_region_from_host(monkeypatch: py
     assert config.retries == {"max_attempts": 5, "mode": "standard"}
     assert config.max_pool_connections >= store.concurrency
     assert store.settings.region == "cn-hangzhou"
+    assert store.settings.send_crc32 is False  # OSS's S3 API takes no x-amz-checksum-* headers
     assert store.settings.endpoint_url == "https://oss-cn-hangzhou-internal.aliyuncs.com"
     assert (store.settings.access_key_id, store.settings.secret_access_key) == ("LTAI-id", "secret")
 

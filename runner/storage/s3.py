@@ -1,0 +1,445 @@
+"""``s3://`` and ``oss://`` store over the S3 API (aiobotocore), built for fast parallel checkpoint transfers.
+
+A spot notice gives us ~2 minutes, so transfers are the point: large files go as concurrent multipart
+parts, downloads as concurrent ranged GETs, and one store-wide semaphore bounds the requests (and the
+part buffers) in flight across every concurrent ``upload_file``/``download_file``.
+
+Integrity without redundant hashing: botocore's automatic checksums and SigV4 payload hashing are off
+(TLS guards the wire, the runner's manifest has its own sha256 of every file, and OSS rejects the
+aws-chunked trailer encoding botocore would otherwise use). For ``s3://`` we still send a CRC32 of every
+upload, computed in the worker thread that reads the part (zlib drops the GIL), so S3 verifies each part
+and stores a composite checksum; OSS's S3 API does not take ``x-amz-checksum-*``, so it gets none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import logging
+import os
+import uuid
+import zlib
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import aiohttp
+from aiobotocore.session import get_session
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from runner.storage.base import ObjectInfo, StorageError
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+MIN_PART_SIZE = 5 * MiB  # S3's own floor for every part but the last
+MAX_PARTS = 10_000
+# Measured against moto on 2 cores (bench/upload_throughput.py): 8-24 MiB parts are all about equal; 64 MiB
+# parts are ~30% slower (buffers above glibc's 32 MiB mmap ceiling are page-faulted in afresh every time).
+# 16 MiB x 8 in flight is also the usual sweet spot for real S3, at ~128 MiB of part buffers.
+DEFAULT_PART_SIZE = 16 * MiB
+DEFAULT_MULTIPART_THRESHOLD = 16 * MiB
+DEFAULT_CONCURRENCY = 8
+WRITE_CHUNK = 8 * MiB  # downloads stream to disk in pieces this big, whatever the range size
+DELETE_BATCH = 1000  # the DeleteObjects maximum
+LIST_PAGE_SIZE = 1000  # the ListObjectsV2 maximum; tests shrink it to exercise paging
+ADDRESSING_STYLES = ("auto", "virtual", "path")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """How the S3 client connects, resolved once from the URI scheme and the environment.
+
+    ``None`` fields are left to botocore's own resolution (``AWS_ENDPOINT_URL``, profiles, credential chain).
+    """
+
+    endpoint_url: str | None
+    region: str | None
+    addressing_style: str | None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    send_crc32: bool = True
+
+
+def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
+    """``s3``: botocore defaults. ``oss``: Alibaba OSS's S3-compatible API, which wants virtual hosting."""
+    override = env.get("FINETUNE_S3_ADDRESSING") or None
+    if override is not None and override not in ADDRESSING_STYLES:
+        raise StorageError(f"FINETUNE_S3_ADDRESSING must be one of {ADDRESSING_STYLES}, not {override!r}")
+    if scheme == "s3":
+        # botocore itself only reads AWS_DEFAULT_REGION; None lets it fall back to the profile / us-east-1.
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+        return ClientSettings(None, region, override)
+    if scheme == "oss":
+        endpoint = env.get("OSS_ENDPOINT") or env.get("AWS_ENDPOINT_URL")
+        if not endpoint:
+            raise StorageError(
+                "oss:// needs an endpoint: set OSS_ENDPOINT (e.g. https://oss-cn-hangzhou-internal.aliyuncs.com)"
+            )
+        key_id = env.get("ALIBABA_CLOUD_ACCESS_KEY_ID") or None
+        secret = env.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET") or None
+        if key_id is None or secret is None:  # half a key pair is no key pair: use the normal chain
+            key_id = secret = None
+        return ClientSettings(
+            endpoint_url=endpoint,
+            region=env.get("OSS_REGION") or _oss_region(endpoint),
+            addressing_style=override or "virtual",
+            access_key_id=key_id,
+            secret_access_key=secret,
+            session_token=(env.get("ALIBABA_CLOUD_SECURITY_TOKEN") or None) if key_id else None,
+            send_crc32=False,
+        )
+    raise StorageError(f"unsupported scheme {scheme!r} for the S3 store")
+
+
+def _oss_region(endpoint: str) -> str:
+    """``https://oss-cn-hangzhou-internal.aliyuncs.com`` → ``cn-hangzhou``; anything else → us-east-1."""
+    host = urlparse(endpoint if "//" in endpoint else "//" + endpoint).hostname or ""
+    label = host.split(".", 1)[0]
+    if label.startswith("oss-") and host.endswith(".aliyuncs.com"):
+        return label.removeprefix("oss-").removesuffix("-internal")
+    return "us-east-1"
+
+
+def _add_content_md5(params: dict[str, Any], **_: Any) -> None:
+    """DeleteObjects needs Content-MD5 on OSS and most S3 clones; botocore >= 1.36 only sends a CRC32."""
+    body = params.get("body") or b""
+    digest = hashlib.md5(body, usedforsecurity=False).digest()
+    params["headers"]["Content-MD5"] = base64.b64encode(digest).decode()
+
+
+class S3Store:
+    """Objects under ``s3://bucket/prefix/`` or ``oss://bucket/prefix/``; keys are relative to the prefix.
+
+    ``part_size`` is the multipart part size, grown for huge files to stay within 10,000 parts; files up
+    to ``multipart_threshold`` go in one request; ``concurrency`` bounds the part and range requests in
+    flight for the whole store, so upload buffers stay near ``concurrency * part_size``.
+    """
+
+    def __init__(
+        self,
+        base_uri: str,
+        *,
+        part_size: int = DEFAULT_PART_SIZE,
+        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
+        parsed = urlparse(base_uri)
+        if parsed.scheme not in ("s3", "oss") or not parsed.netloc:
+            raise StorageError(f"not an s3:// or oss:// bucket URI: {base_uri!r}")
+        if part_size < MIN_PART_SIZE:
+            raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (the S3 minimum)")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.bucket = parsed.netloc
+        self.prefix = parsed.path.lstrip("/")
+        if self.prefix and not self.prefix.endswith("/"):
+            self.prefix += "/"
+        self.base_uri = f"{parsed.scheme}://{self.bucket}/{self.prefix}"
+        self.part_size = part_size
+        self.multipart_threshold = max(multipart_threshold, 0)
+        self.concurrency = concurrency
+        self.settings = client_settings(parsed.scheme, os.environ)
+        self._slots = asyncio.Semaphore(concurrency)
+        self._client_lock = asyncio.Lock()
+        self._stack = AsyncExitStack()
+        self._s3: Any = None
+
+    def client_config(self) -> Config:
+        """Few retries' worth of patience, a pool as wide as our concurrency, no redundant hashing."""
+        s3: dict[str, Any] = {"payload_signing_enabled": False}
+        if self.settings.addressing_style is not None:
+            s3["addressing_style"] = self.settings.addressing_style
+        return Config(
+            retries={"max_attempts": 5, "mode": "standard"},
+            max_pool_connections=self.concurrency + 4,  # + HEAD/list/complete calls beside the parts
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            s3=s3,
+        )
+
+    def uri(self, key: str) -> str:
+        return self.base_uri + key
+
+    async def list_objects(self, prefix: str = "") -> list[ObjectInfo]:
+        with self._errors("list", prefix):
+            client = await self._client()
+            found = []
+            paginator = client.get_paginator("list_objects_v2")
+            async for page in paginator.paginate(
+                Bucket=self.bucket, Prefix=self.prefix + prefix, PaginationConfig={"PageSize": LIST_PAGE_SIZE}
+            ):
+                for item in page.get("Contents", []):
+                    found.append(ObjectInfo(item["Key"][len(self.prefix) :], int(item["Size"])))
+        return sorted(found, key=lambda info: info.key)
+
+    async def list_dirs(self, prefix: str = "") -> list[str]:
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        full = self.prefix + prefix
+        with self._errors("list", prefix):
+            client = await self._client()
+            names = []
+            paginator = client.get_paginator("list_objects_v2")
+            async for page in paginator.paginate(
+                Bucket=self.bucket, Prefix=full, Delimiter="/", PaginationConfig={"PageSize": LIST_PAGE_SIZE}
+            ):
+                for common in page.get("CommonPrefixes", []):
+                    names.append(common["Prefix"][len(full) :].rstrip("/"))
+        return sorted(names)
+
+    async def upload_file(self, path: Path, key: str) -> None:
+        with self._errors("upload to", key):
+            client = await self._client()
+            size = (await asyncio.to_thread(path.stat)).st_size
+            if size <= self.multipart_threshold:
+                async with self._slots:
+                    data, crc = await asyncio.to_thread(_read_range, path, 0, size)
+                    await client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data, **self._crc_args(crc))
+            else:
+                await self._upload_multipart(client, path, size, key)
+
+    async def _upload_multipart(self, client: Any, path: Path, size: int, key: str) -> None:
+        full_key = self.prefix + key
+        part_size = self._part_size_for(size)
+        # With a checksum algorithm S3 (and moto) keep a composite checksum of the part CRCs; without one,
+        # moto re-copies and re-hashes the whole object on completion, which costs ~20% of the upload.
+        algorithm = {"ChecksumAlgorithm": "CRC32"} if self.settings.send_crc32 else {}
+        created = await client.create_multipart_upload(Bucket=self.bucket, Key=full_key, **algorithm)
+        upload_id: str = created["UploadId"]
+
+        async def part(number: int, offset: int) -> dict[str, Any]:
+            async with self._slots:
+                data, crc = await asyncio.to_thread(_read_range, path, offset, min(part_size, size - offset))
+                checksum = self._crc_args(crc)
+                sent = await client.upload_part(
+                    Bucket=self.bucket, Key=full_key, UploadId=upload_id, PartNumber=number, Body=data, **checksum
+                )
+            done = {"PartNumber": number, "ETag": sent["ETag"]}
+            if "ChecksumCRC32" in checksum:
+                done["ChecksumCRC32"] = checksum["ChecksumCRC32"]
+            return done
+
+        try:
+            offsets = range(0, size, part_size)
+            parts = await _all_or_nothing(part(n, off) for n, off in enumerate(offsets, start=1))
+            await client.complete_multipart_upload(
+                Bucket=self.bucket, Key=full_key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            )
+        except BaseException:
+            # Parts of an unfinished upload are billed storage and invisible to list(): never leave them.
+            try:
+                await client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id)
+            except Exception as exc:
+                log.warning("could not abort multipart upload of %s: %s", self.uri(key), exc)
+            raise
+
+    def _crc_args(self, crc: int) -> dict[str, str]:
+        if not self.settings.send_crc32:
+            return {}
+        return {"ChecksumAlgorithm": "CRC32", "ChecksumCRC32": base64.b64encode(crc.to_bytes(4, "big")).decode()}
+
+    def _part_size_for(self, size: int) -> int:
+        """At least ``part_size``, but big enough for S3's 10,000-part limit (rounded up to whole MiB)."""
+        needed = -(-size // MAX_PARTS)
+        return max(self.part_size, -(-needed // MiB) * MiB)
+
+    async def download_file(self, key: str, path: Path) -> None:
+        with self._errors("download of", key):
+            client = await self._client()
+            try:
+                head = await client.head_object(Bucket=self.bucket, Key=self.prefix + key)
+            except ClientError as exc:
+                if _is_missing(exc):
+                    raise StorageError(f"{self.uri(key)} does not exist") from exc
+                raise
+            size = int(head["ContentLength"])
+            etag: str = head["ETag"]
+            # Write a temp name in the same directory and rename: the final name is whole or absent.
+            tmp = path.parent / f".tmp-{uuid.uuid4().hex}-{path.name}"
+            await asyncio.to_thread(_create_sized, tmp, size)
+            try:
+                step = self._range_size(size)
+                ranges = [(start, min(start + step, size)) for start in range(0, size, step)]
+                ranged = len(ranges) > 1
+                await _all_or_nothing(
+                    self._download_range(client, key, etag, tmp, start, end, ranged) for start, end in ranges
+                )
+                await asyncio.to_thread(os.replace, tmp, path)
+            except BaseException:
+                await asyncio.shield(asyncio.to_thread(tmp.unlink, missing_ok=True))
+                raise
+
+    def _range_size(self, size: int) -> int:
+        """One GET for small objects, else about one range per slot (never below ``part_size``).
+
+        Few big ranges beat many small ones: each GET has a fixed cost (moto even reads the whole
+        object for every range), and since ranges stream to disk their size costs no memory.
+        """
+        if size <= self.multipart_threshold:
+            return max(size, 1)
+        per_slot = -(-size // self.concurrency)
+        return max(self.part_size, -(-per_slot // MiB) * MiB)
+
+    async def _download_range(
+        self, client: Any, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool
+    ) -> None:
+        """GET bytes ``[start, end)`` into the file; If-Match makes a concurrent overwrite fail, not mix."""
+        extra = {"Range": f"bytes={start}-{end - 1}"} if ranged else {}
+        async with self._slots:
+            got = await client.get_object(Bucket=self.bucket, Key=self.prefix + key, IfMatch=etag, **extra)
+            offset = start
+            body = got["Body"]
+            async with body:  # entering yields the raw aiohttp response; read via the checked wrapper
+                while offset < end:
+                    chunks: list[bytes] = []
+                    pending = 0
+                    while pending < WRITE_CHUNK:
+                        chunk: bytes = await body.read(WRITE_CHUNK - pending)
+                        if not chunk:
+                            break
+                        chunks.append(chunk)
+                        pending += len(chunk)
+                    if not chunks:
+                        break
+                    await asyncio.to_thread(_write_chunks, tmp, offset, chunks)
+                    offset += pending
+            if offset != end:
+                raise StorageError(f"{self.uri(key)}: range {start}-{end} ended early at byte {offset}")
+
+    async def put_bytes(self, key: str, data: bytes) -> None:
+        with self._errors("upload to", key):
+            client = await self._client()
+            await client.put_object(
+                Bucket=self.bucket, Key=self.prefix + key, Body=data, **self._crc_args(zlib.crc32(data))
+            )
+
+    async def get_bytes(self, key: str) -> bytes | None:
+        with self._errors("read of", key):
+            client = await self._client()
+            try:
+                got = await client.get_object(Bucket=self.bucket, Key=self.prefix + key)
+            except ClientError as exc:
+                if _is_missing(exc):
+                    return None
+                raise
+            body = got["Body"]
+            async with body:
+                data: bytes = await body.read()
+            return data
+
+    async def delete(self, keys: list[str]) -> None:
+        with self._errors("delete under", ""):
+            client = await self._client()
+            for start in range(0, len(keys), DELETE_BATCH):
+                batch = keys[start : start + DELETE_BATCH]
+                done = await client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": self.prefix + key} for key in batch], "Quiet": True},
+                )
+                errors = done.get("Errors", [])
+                if errors:
+                    first = errors[0]
+                    raise StorageError(
+                        f"delete of {len(errors)} objects under {self.base_uri} failed, "
+                        f"e.g. {first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+                    )
+
+    async def close(self) -> None:
+        async with self._client_lock:
+            await self._stack.aclose()
+            self._stack = AsyncExitStack()
+            self._s3 = None
+
+    async def _client(self) -> Any:
+        """Created on first use, so building a store costs nothing and needs no running loop."""
+        if self._s3 is None:
+            async with self._client_lock:
+                if self._s3 is None:
+                    settings = self.settings
+                    client = await self._stack.enter_async_context(
+                        get_session().create_client(
+                            "s3",
+                            endpoint_url=settings.endpoint_url,
+                            region_name=settings.region,
+                            aws_access_key_id=settings.access_key_id,
+                            aws_secret_access_key=settings.secret_access_key,
+                            aws_session_token=settings.session_token,
+                            config=self.client_config(),
+                        )
+                    )
+                    client.meta.events.register("before-call.s3.DeleteObjects", _add_content_md5)
+                    self._s3 = client
+        return self._s3
+
+    @contextlib.contextmanager
+    def _errors(self, action: str, key: str) -> Iterator[None]:
+        """SDK, HTTP and local I/O failures (after botocore's retries) become StorageError naming the URI."""
+        try:
+            yield
+        except (BotoCoreError, ClientError, aiohttp.ClientError, OSError) as exc:
+            raise StorageError(f"{action} {self.uri(key)} failed: {exc}") from exc
+
+
+async def _all_or_nothing(jobs: Iterable[Awaitable[T]]) -> list[T]:
+    """Run concurrently, in order; the first failure cancels the rest and is raised as itself."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_awaited(job)) for job in jobs]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
+
+
+async def _awaited(job: Awaitable[T]) -> T:
+    return await job
+
+
+def _is_missing(exc: ClientError) -> bool:
+    error = exc.response.get("Error", {})
+    return error.get("Code") in ("NoSuchKey", "404", "NotFound")
+
+
+# Each thread job opens its own descriptor: a cancelled task's thread keeps running, and must never touch
+# a descriptor the event loop side has closed (and the kernel may have reused for another file).
+
+
+def _read_range(path: Path, offset: int, size: int) -> tuple[bytes, int]:
+    """One part of the file and its CRC32; a short read means the file shrank, which must not upload."""
+    with open(path, "rb", buffering=0) as file:
+        file.seek(offset)
+        data = file.read(size) if size else b""
+    if len(data) != size:
+        raise StorageError(f"{path} changed during upload: wanted {size} bytes at {offset}, got {len(data)}")
+    return data, zlib.crc32(data)
+
+
+def _create_sized(path: Path, size: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _write_chunks(path: Path, offset: int, chunks: list[bytes]) -> None:
+    fd = os.open(path, os.O_WRONLY)  # no O_CREAT: a straggler after a failed download must not resurrect it
+    try:
+        for chunk in chunks:
+            view = memoryview(chunk)
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view = view[written:]
+                offset += written
+    finally:
+        os.close(fd)
