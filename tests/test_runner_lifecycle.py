@@ -191,3 +191,36 @@ async def test_completion_sets_the_scaling_group_to_zero_when_asked(tmp_path: Pa
     assert await asyncio.wait_for(runner.wait(), 60) == 0
     [group] = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["ft-test-asg"])["AutoScalingGroups"]
     assert (group["MinSize"], group["DesiredCapacity"]) == (0, 0)
+
+
+IGNORES_SIGTERM = quick_trainer(
+    "import os, pathlib, signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR']) / 'checkpoint-4'\n"
+    "out.mkdir(parents=True); (out / 'weights.bin').write_bytes(b'w' * 1000); (out / '.finetune-complete').touch()\n"
+    "time.sleep(600)"
+)
+
+
+async def test_a_trainer_that_never_saves_gets_its_last_complete_checkpoint_committed(
+    tmp_path: Path, imds_for: Any
+) -> None:
+    imds = await imds_for("i-0stubborn")
+    store = tmp_path / "store"
+    reports = tmp_path / "reports.jsonl"
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{store}/",
+        report=[f"file://{reports}"],
+        notice="aws",
+        command=IGNORES_SIGTERM,
+    )
+    env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_SYNC_SECONDS="600")
+    runner = await start_runner(spec, tmp_path / "work", env)
+    await wait_for_report(reports, lambda r: r["type"] == "started")
+    imds.interrupt(seconds=12)  # the trainer gets about half of that, then the runner commits what it has
+    assert await asyncio.wait_for(runner.wait(), 60) == 75
+    [interrupted] = of_type(read_reports(reports), "interrupted")
+    assert interrupted["saved_in_time"] is False
+    assert "did not save a checkpoint in time" in interrupted["note"]
+    assert interrupted["step"] == 4 and (store / "checkpoint-4" / "MANIFEST.json").exists()
