@@ -156,14 +156,7 @@ def _report(job: Job, report: RunnerReport, now: datetime) -> Change:
         )
     if isinstance(report, Notice):
         if report.kind == "rebalance":
-            return _update(
-                job,
-                "rebalance",
-                now,
-                {},
-                {"event": "rebalance", "source": report.source},
-                [_note(job, "thread", "rebalance")],
-            )
+            return _rebalance(job, report.source, now)
         if report.kind == "stop":
             return _ignored(job, "notice:stop", "the runner acknowledges a stop")
         return _spot_warning(job, report.source, report.deadline, now)
@@ -185,14 +178,7 @@ def _cloud(job: Job, event: CloudEvent, now: datetime) -> Change:
     if event.type == "spot-warning":
         return _spot_warning(job, event.source, event.deadline, now)
     if event.type == "rebalance":
-        return _update(
-            job,
-            "rebalance",
-            now,
-            {},
-            {"event": "rebalance", "source": event.source},
-            [_note(job, "thread", "rebalance")],
-        )
+        return _rebalance(job, event.source, now)
     state = next_state(job.state, "instance-gone")
     if state is None:
         return _ignored(job, "cloud:instance-gone", f"the job is {job.state}")
@@ -244,6 +230,13 @@ def _started(job: Job, report: Started, now: datetime) -> Change:
     if attempt.number > 1:
         outbox.append(_note(moved, "thread", "resumed", **fields))
     return _change(moved, state, now, {"event": "started", **fields}, outbox)
+
+
+def _rebalance(job: Job, source: str, now: datetime) -> Change:
+    """Advice, not an interruption: the runner commits early; the thread hears about it."""
+    return _update(
+        job, "rebalance", now, {}, {"event": "rebalance", "source": source}, [_note(job, "thread", "rebalance")]
+    )
 
 
 def _spot_warning(job: Job, source: str, deadline: datetime | None, now: datetime) -> Change:
