@@ -90,7 +90,7 @@ async def test_notice_mid_training_loses_no_step_and_resumes_bitwise_equal(
     await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 7)
     imds.recommend_rebalance()
     early = await wait_for_report(reports, lambda r: r["type"] == "checkpoint_saved")
-    assert early["reason"] == "rebalance" and early["step"] == 5
+    assert early["reason"] == "rebalance" and early["step"] in (5, 10)  # the newest complete one, committed early
     await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 11)
     imds.interrupt(seconds=120)
     assert await asyncio.wait_for(first.wait(), 120) == 75
