@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,6 +43,7 @@ from runner.local_checkpoints import LocalCheckpoint, list_checkpoint_dirs, newe
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
 from runner.notices.base import Notice, NoticeSource
+from runner.notices.control import CONTROL_POLL_SECONDS, ControlObjectSource
 from runner.notices.watch import watch_notices
 from runner.progress import ProgressTail
 from runner.release import release_capacity
@@ -71,6 +73,7 @@ class RunnerOptions:
     sync_seconds: float = 1.0  # how often to look for a newly completed checkpoint
     storage_patience_seconds: float = 300.0  # how long start-up and completion keep retrying storage
     echo_trainer: bool = True
+    control_seconds: float = CONTROL_POLL_SECONDS  # how often to look for a stop or drill from the bot
 
     @classmethod
     def from_env(cls, work_dir: Path) -> RunnerOptions:
@@ -85,6 +88,7 @@ class RunnerOptions:
             sync_seconds=number("FINETUNE_SYNC_SECONDS", 1.0),
             storage_patience_seconds=number("FINETUNE_STORAGE_PATIENCE_SECONDS", 300.0),
             echo_trainer=os.environ.get("FINETUNE_TRAINER_ECHO", "1") != "0",
+            control_seconds=number("FINETUNE_CONTROL_POLL_SECONDS", CONTROL_POLL_SECONDS),
         )
 
 
@@ -127,19 +131,27 @@ class Runner:
     async def run(self) -> int:
         """Run the attempt to its end; returns the process exit code."""
         self.reporter.start()
-        watcher: asyncio.Task[None] | None = None
+        control = ControlObjectSource(self.store, self.spec.attempt)
+        watchers = [
+            asyncio.create_task(
+                watch_notices(control, self.notices, self._outage("control"), self.options.control_seconds),
+                name="control",
+            )
+        ]
         try:
             if self.notice_source is not None:
                 self.instance_id = await self.notice_source.instance_id()
-                watcher = asyncio.create_task(
-                    watch_notices(self.notice_source, self.notices, self._metadata_outage), name="notices"
+                watchers.append(
+                    asyncio.create_task(
+                        watch_notices(self.notice_source, self.notices, self._outage("metadata")), name="notices"
+                    )
                 )
             self._install_signal_handlers()
             return await self._run()
         finally:
-            if watcher is not None:
+            for watcher in watchers:
                 watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
+            await asyncio.gather(*watchers, return_exceptions=True)
             if self.notice_source is not None:
                 await self.notice_source.close()
             self._remove_signal_handlers()
@@ -449,8 +461,9 @@ class Runner:
                 Progress(**self.ids, step=state.step, total_steps=state.total_steps, loss=state.loss, epoch=state.epoch)
             )
 
-    def _metadata_outage(self, message: str) -> None:
-        self.reporter.emit(RunnerWarning(**self.ids, kind="metadata", message=message))
+    def _outage(self, kind: str) -> Callable[[str], None]:
+        """Report the first failure of an outage of one notice source (the watcher calls this once per outage)."""
+        return lambda message: self.reporter.emit(RunnerWarning(**self.ids, kind=kind, message=message))
 
     def _reset_output_dir(self) -> None:
         """The store is the truth: local leftovers of an earlier run on this disk are not resumed from."""

@@ -43,6 +43,7 @@ def runner_env(**extra: str) -> dict[str, str]:
             "FINETUNE_NOTICE_POLL_SECONDS": "0.1",
             "FINETUNE_PROGRESS_SECONDS": "0",
             "FINETUNE_SYNC_SECONDS": "0.2",
+            "FINETUNE_CONTROL_POLL_SECONDS": "0.2",
             "FINETUNE_TRAINER_ECHO": "0",
             "FINETUNE_STORAGE_PATIENCE_SECONDS": "30",
             "HF_HUB_OFFLINE": "1",

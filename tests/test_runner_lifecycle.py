@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,54 @@ async def test_a_trainer_that_never_saves_gets_its_last_complete_checkpoint_comm
     assert interrupted["saved_in_time"] is False
     assert "did not save a checkpoint in time" in interrupted["note"]
     assert interrupted["step"] == 4 and (store / "checkpoint-4" / "MANIFEST.json").exists()
+
+
+SAVES_ON_SIGTERM = quick_trainer(
+    "import json, os, pathlib, signal, time\n"
+    "stop = []\n"
+    "signal.signal(signal.SIGTERM, lambda *a: stop.append(1))\n"
+    "step = 0\n"
+    "while not stop:\n"
+    "    step += 1\n"
+    "    pathlib.Path(os.environ['FINETUNE_PROGRESS_FILE']).open('a').write(json.dumps({'step': step}) + '\\n')\n"
+    "    time.sleep(0.05)\n"
+    "out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR']) / ('checkpoint-%d' % step)\n"
+    "out.mkdir(parents=True); (out / 'w.bin').write_bytes(b'w'); (out / '.finetune-complete').touch()\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("control", "reason", "source"),
+    [
+        ({"action": "stop"}, "stop", "control"),
+        ({"action": "drill", "deadline": "DEADLINE"}, "spot-interruption", "drill"),
+    ],
+)
+async def test_the_bots_control_object_stops_or_drills_the_runner(
+    tmp_path: Path, control: dict[str, str], reason: str, source: str
+) -> None:
+    store = tmp_path / "store"
+    reports = tmp_path / "reports.jsonl"
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{store}/",
+        report=[f"file://{reports}"],
+        command=SAVES_ON_SIGTERM,
+        attempt=2,
+    )
+    runner = await start_runner(spec, tmp_path / "work", runner_env())
+    await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 3)
+    deadline = (datetime.now(UTC) + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {key: deadline if value == "DEADLINE" else value for key, value in control.items()}
+    (store / "control").mkdir(parents=True, exist_ok=True)
+    (store / "control" / "attempt-1.json").write_text(json.dumps({"action": "stop"}))  # another attempt's: ignored
+    await asyncio.sleep(0.6)
+    assert runner.returncode is None
+    (store / "control" / "attempt-2.json").write_text(json.dumps(body))
+    assert await asyncio.wait_for(runner.wait(), 60) == 75
+    got = read_reports(reports)
+    [notice] = of_type(got, "notice")
+    assert notice["source"] == source
+    [interrupted] = of_type(got, "interrupted")
+    assert interrupted["reason"] == reason and interrupted["saved_in_time"] is True
+    assert (store / f"checkpoint-{interrupted['step']}" / "MANIFEST.json").exists()
