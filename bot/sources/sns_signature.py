@@ -1,0 +1,176 @@
+"""Is this SNS message really from SNS? Its RSA signature, checked with the certificate SNS publishes.
+
+The string to sign is fixed by AWS: ``<Key>\\n<value>\\n`` for a fixed list of keys in a fixed order. A
+``Notification`` signs Message, MessageId, Subject (only when present), Timestamp, TopicArn, Type; a
+``SubscriptionConfirmation`` or ``UnsubscribeConfirmation`` signs Message, MessageId, SubscribeURL, Timestamp,
+Token, TopicArn, Type. ``SignatureVersion`` 1 is SHA1withRSA, 2 is SHA256withRSA (PKCS #1 v1.5), base64-encoded.
+
+Anyone can put the URL of their own certificate in a forged message, so the certificate is fetched only from an
+https URL on an SNS host (``sns.<region>.amazonaws.com``, ``.com.cn`` in China) and never through a redirect:
+that host check is what ties the key to AWS. Certificates are cached by URL: SNS rotates them rarely, and a
+fetch per message would make the endpoint a request amplifier. The scheme, the host pattern and the fetcher
+are injectable so tests can serve their own certificate; production keeps the strict defaults.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeGuard
+from urllib.parse import urlsplit
+
+import aiohttp
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+SNS_HOST_PATTERN = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
+SECURE_SCHEMES: tuple[str, ...] = ("https",)
+NOTIFICATION_KEYS: tuple[str, ...] = ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type")
+CONFIRMATION_KEYS: tuple[str, ...] = ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type")
+MAX_CERT_BYTES = 64 * 1024
+FETCH_TIMEOUT_SECONDS = 10.0
+
+UrlFetcher = Callable[[str], Awaitable[bytes]]
+
+
+class SignatureError(Exception):
+    """The message is unsigned, forged, or its certificate cannot be trusted; the text says which."""
+
+
+class FetchError(Exception):
+    """A GET of an SNS URL did not return what was expected."""
+
+
+def string_to_sign(message: Mapping[str, Any]) -> bytes:
+    """The canonical bytes SNS signed for ``message`` (raises :class:`SignatureError` if a signed field is missing)."""
+    kind = message.get("Type")
+    if kind == "Notification":
+        keys = NOTIFICATION_KEYS
+    elif kind in ("SubscriptionConfirmation", "UnsubscribeConfirmation"):
+        keys = CONFIRMATION_KEYS
+    else:
+        raise SignatureError(f"no signing rule for message type {kind!r}")
+    parts: list[str] = []
+    for key in keys:
+        value = message.get(key)
+        if value is None and key == "Subject":
+            continue  # optional: signed only when present
+        if not isinstance(value, str):
+            raise SignatureError(f"signed field {key} is missing or not a string")
+        parts.append(f"{key}\n{value}\n")
+    return "".join(parts).encode()
+
+
+def is_allowed_url(url: object, host_pattern: re.Pattern[str], schemes: Collection[str]) -> TypeGuard[str]:
+    """True when ``url`` uses an allowed scheme, names an allowed host, and carries no credentials."""
+    if not isinstance(url, str):
+        return False
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError on a malformed port
+    except ValueError:
+        return False
+    host = parts.hostname or ""
+    return (
+        parts.scheme in schemes
+        and parts.username is None
+        and parts.password is None
+        and host_pattern.fullmatch(host) is not None
+    )
+
+
+async def fetch_url(url: str, max_bytes: int = MAX_CERT_BYTES) -> bytes:
+    """GET ``url`` (no redirects: one could leave the SNS host) and return at most ``max_bytes`` of a 200 body."""
+    timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(url, allow_redirects=False) as response,
+    ):
+        if response.status != 200:
+            raise FetchError(f"GET {url} answered {response.status}")
+        body = await response.content.read(max_bytes + 1)
+        if len(body) > max_bytes:
+            raise FetchError(f"GET {url} returned more than {max_bytes} bytes")
+        return body
+
+
+class SnsVerifier:
+    """Verifies SNS message signatures; holds the certificate cache. One per process is enough."""
+
+    def __init__(
+        self,
+        fetch: UrlFetcher = fetch_url,
+        *,
+        host_pattern: re.Pattern[str] = SNS_HOST_PATTERN,
+        schemes: Collection[str] = SECURE_SCHEMES,
+        cache_size: int = 32,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._fetch = fetch
+        self.host_pattern = host_pattern
+        self.schemes = tuple(schemes)
+        self._cache_size = cache_size
+        self._clock = clock
+        self._certs: OrderedDict[str, x509.Certificate] = OrderedDict()
+        self.fetches = 0
+
+    def allows_url(self, url: object) -> TypeGuard[str]:
+        """Whether ``url`` is on SNS (the same rule guards SigningCertURL and SubscribeURL)."""
+        return is_allowed_url(url, self.host_pattern, self.schemes)
+
+    async def verify(self, message: Mapping[str, Any]) -> None:
+        """Return if ``message`` is signed by SNS; raise :class:`SignatureError` saying why not otherwise."""
+        version = message.get("SignatureVersion")
+        if version == "1":
+            algorithm: hashes.HashAlgorithm = hashes.SHA1()  # SNS SignatureVersion 1 is SHA1withRSA
+        elif version == "2":
+            algorithm = hashes.SHA256()
+        else:
+            raise SignatureError(f"unsupported or missing SignatureVersion {version!r}")
+        signature_text = message.get("Signature")
+        if not isinstance(signature_text, str) or not signature_text:
+            raise SignatureError("no Signature")
+        try:
+            signature = base64.b64decode(signature_text, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise SignatureError("Signature is not base64") from exc
+        signed = string_to_sign(message)
+        cert_url = message.get("SigningCertURL")
+        if not self.allows_url(cert_url):
+            raise SignatureError(f"SigningCertURL {cert_url!r} is not an SNS certificate URL")
+        key = (await self._certificate(cert_url)).public_key()
+        if not isinstance(key, rsa.RSAPublicKey):
+            raise SignatureError("the signing certificate does not hold an RSA key")
+        try:
+            key.verify(signature, signed, padding.PKCS1v15(), algorithm)
+        except InvalidSignature as exc:
+            raise SignatureError("the signature does not match the message") from exc
+
+    async def _certificate(self, url: str) -> x509.Certificate:
+        cert = self._certs.get(url)
+        if cert is None:
+            self.fetches += 1
+            try:
+                pem = await self._fetch(url)
+            except Exception as exc:
+                raise SignatureError(f"cannot fetch the signing certificate {url}: {exc}") from exc
+            try:
+                cert = x509.load_pem_x509_certificate(pem)
+            except ValueError as exc:
+                raise SignatureError(f"{url} is not a PEM certificate") from exc
+            self._certs[url] = cert
+            while len(self._certs) > self._cache_size:
+                self._certs.popitem(last=False)
+        else:
+            self._certs.move_to_end(url)
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+            raise SignatureError(f"the signing certificate {url} is not valid now")
+        return cert

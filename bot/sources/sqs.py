@@ -1,0 +1,197 @@
+"""The SQS consumer: EventBridge targets and SNS subscriptions in, bus messages out.
+
+Delivery rules (at least once; nothing lost; poison kept as evidence):
+
+- A message is deleted only after every bus message parsed from it was published. A crash in between means a
+  redelivery, which the bus messages' deterministic ids make harmless.
+- A message that fails — publishing raised, or :func:`handlers.aws_events.parse_aws_message` does not recognise
+  it — is left alone: it becomes visible again after the queue's visibility timeout (which is the retry backoff),
+  and once it has been received ``maxReceiveCount`` times the queue's redrive policy moves it to the dead-letter
+  queue. Unrecognised messages are deliberately *not* deleted at once: the dead-letter queue keeps the evidence
+  (what sent it, what it looked like) for whoever fixes the rule or the parser, and they can be redriven after
+  the fix. The consumer warns at start if the queue has no redrive policy, since then such a message returns
+  until the retention period ends.
+- A message that is understood and needs nothing (an instance became ``running``) is deleted at once.
+- SQS errors never end the loop: it logs, backs off exponentially (capped), and keeps going.
+- SNS envelopes arriving here are not signature-checked: IAM authenticates whoever sends to the queue and the
+  queue policy decides who may (the HTTPS endpoint, open to anyone, is where signatures are verified).
+- On ``stop``, a batch in hand is finished (published and deleted) and the long poll in flight is abandoned. A
+  message SQS handed out in that very instant returns after the visibility timeout, one receive count older.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from aiobotocore.session import get_session
+
+from handlers.aws_events import UnrecognisedMessage, parse_aws_message
+from handlers.messages import BusMessage, dump_message
+
+log = logging.getLogger(__name__)
+
+MAX_WAIT_SECONDS = 20  # the longest long poll SQS allows
+MAX_MESSAGES = 10  # the largest batch SQS returns
+
+Publish = Callable[[dict[str, Any]], Awaitable[str]]
+Parse = Callable[[str, Mapping[str, str]], Sequence[BusMessage]]
+ClientFactory = Callable[[], AbstractAsyncContextManager[Any]]
+
+
+@dataclass
+class SqsStats:
+    """Counters for ``/metrics`` and tests."""
+
+    received: int = 0
+    published: int = 0
+    deleted: int = 0
+    ignored: int = 0  # understood, nothing to do: deleted
+    unrecognised: int = 0  # left for the dead-letter queue
+    publish_failures: int = 0  # left for redelivery
+    errors: int = 0
+
+
+class SqsSource:
+    """Long-polls one queue and publishes what it receives; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        queue_url: str,
+        publish: Publish,
+        *,
+        region_name: str | None = None,
+        client_factory: ClientFactory | None = None,
+        wait_seconds: int = MAX_WAIT_SECONDS,
+        max_messages: int = MAX_MESSAGES,
+        max_backoff: float = 30.0,
+        parse: Parse = parse_aws_message,
+    ) -> None:
+        if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
+            raise ValueError(f"wait_seconds must be within 0..{MAX_WAIT_SECONDS}")
+        if not 1 <= max_messages <= MAX_MESSAGES:
+            raise ValueError(f"max_messages must be within 1..{MAX_MESSAGES}")
+        self.queue_url = queue_url
+        self._publish = publish
+        self._client_factory = client_factory or (lambda: get_session().create_client("sqs", region_name=region_name))
+        self.wait_seconds = wait_seconds
+        self.max_messages = max_messages
+        self.max_backoff = max_backoff
+        self._parse = parse
+        self.stats = SqsStats()
+        self.redrive_policy: str | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set; returns once the batch in hand is done."""
+        async with self._client_factory() as client:
+            await self._check_redrive(client)
+            failures = 0
+            while not stop.is_set():
+                try:
+                    messages = await self._receive(client, stop)
+                except Exception as exc:
+                    failures += 1
+                    self.stats.errors += 1
+                    delay = min(0.5 * 2 ** (failures - 1), self.max_backoff)
+                    log.warning("cannot receive from %s (%s): retrying in %.1fs", self.queue_url, exc, delay)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+                    continue
+                failures = 0
+                for message in messages:
+                    await self._handle(client, message)
+
+    def metrics(self) -> dict[str, float]:
+        """The counters as ``finetune_sqs_<name>`` values, the shape ``bot.http.build_app(extra_metrics=…)`` takes."""
+        return {f"finetune_sqs_{name}_total": float(value) for name, value in vars(self.stats).items()}
+
+    async def _receive(self, client: Any, stop: asyncio.Event) -> list[dict[str, Any]]:
+        """One long poll, abandoned if ``stop`` is set first (then nothing is returned)."""
+        receive = asyncio.ensure_future(
+            client.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=self.max_messages,
+                WaitTimeSeconds=self.wait_seconds,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
+        )
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({receive, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not receive.done():
+                receive.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await receive
+        if receive.cancelled():
+            return []
+        messages: list[dict[str, Any]] = receive.result().get("Messages", [])
+        self.stats.received += len(messages)
+        return messages
+
+    async def _handle(self, client: Any, message: Mapping[str, Any]) -> None:
+        message_id = message.get("MessageId")
+        receives = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
+        try:
+            bus_messages = self._parse(message.get("Body", ""), _string_attributes(message))
+        except UnrecognisedMessage as exc:
+            self.stats.unrecognised += 1
+            log.warning(
+                "unrecognised SQS message %s (receive %s): %s; left for the dead-letter queue",
+                message_id,
+                receives,
+                exc.reason,
+            )
+            return
+        except Exception:
+            self.stats.unrecognised += 1
+            log.exception(
+                "parsing SQS message %s (receive %s) failed; left for the dead-letter queue", message_id, receives
+            )
+            return
+        for bus_message in bus_messages:
+            try:
+                await self._publish(dump_message(bus_message))
+            except Exception:
+                self.stats.publish_failures += 1
+                log.exception(
+                    "could not publish SQS message %s (receive %s); it will be redelivered", message_id, receives
+                )
+                return
+            self.stats.published += 1
+        if not bus_messages:
+            self.stats.ignored += 1
+        try:
+            await client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        except Exception as exc:
+            self.stats.errors += 1
+            log.warning("could not delete SQS message %s (%s): its redelivery will be deduplicated", message_id, exc)
+            return
+        self.stats.deleted += 1
+
+    async def _check_redrive(self, client: Any) -> None:
+        try:
+            reply = await client.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["RedrivePolicy"])
+        except Exception as exc:
+            log.warning("cannot read the attributes of %s (%s); consuming anyway", self.queue_url, exc)
+            return
+        self.redrive_policy = reply.get("Attributes", {}).get("RedrivePolicy")
+        if not self.redrive_policy:
+            log.warning(
+                "%s has no redrive policy: a message the bot cannot handle will come back until the retention "
+                "period ends instead of moving to a dead-letter queue",
+                self.queue_url,
+            )
+
+
+def _string_attributes(message: Mapping[str, Any]) -> dict[str, str]:
+    """The message's string (and number) attributes; raw SNS delivery puts the SNS message attributes here."""
+    attributes: Mapping[str, Any] = message.get("MessageAttributes", {})
+    return {name: value["StringValue"] for name, value in attributes.items() if "StringValue" in value}

@@ -1,0 +1,201 @@
+"""AWS deliveries → bus messages: the one parser the SQS consumer and the SNS HTTPS endpoint share.
+
+Accepted shapes, each as AWS documents it:
+
+- an EventBridge event as an SQS target receives it (the body is the event JSON);
+- an SNS notification envelope (``Type=Notification``; ``Message`` holds the EventBridge event, or a runner report
+  line the runner published to SNS), as SNS delivers it to SQS or POSTs it to an HTTPS endpoint;
+- the same through SNS raw message delivery (the body is the inner message itself, SNS message attributes become
+  SQS message attributes).
+
+Three outcomes: bus messages; an empty list for an event that is understood and deliberately not acted on (an
+instance became ``running``), which the consumer may delete; or :class:`UnrecognisedMessage` with the reason, which
+the consumer keeps as evidence (the SQS consumer leaves it for the dead-letter queue).
+
+EC2 events map as follows:
+
+- ``EC2 Spot Instance Interruption Warning`` → ``spot-warning``. The event's ``time`` is when the notice was issued
+  and AWS issues it two minutes before the interruption, so the deadline is ``time + 2 min``; for
+  ``instance-action: hibernate`` hibernation starts at once (no two-minute warning), so the deadline is ``time``.
+  A warning whose action is missing or new is still a warning: losing one costs far more than a loose deadline.
+- ``EC2 Instance Rebalance Recommendation`` → ``rebalance``.
+- ``EC2 Instance State-change Notification``: ``shutting-down``, ``terminated``, ``stopping`` and ``stopped`` →
+  ``instance-gone``. A stopped instance runs no trainer either (spot ``stop``/``hibernate`` interruptions and
+  manual stops alike), so the job must move on; if the instance comes back later, its runner's reports carry an
+  old attempt and are fenced. Both events of a pair (``shutting-down`` then ``terminated``) are published; the
+  second finds the instance no longer current and is ignored by the state machine. ``pending`` and ``running``
+  are understood and ignored (the runner's ``started`` report is what counts), so a broad rule does not fill the
+  dead-letter queue.
+
+Bus message ids derive from the EventBridge event ``id`` (a UUID5), so a redelivery — or the same event reaching
+the bot through two routes — carries the same id and is deduplicated downstream. A runner report keeps its own id.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from handlers.events import REPORT_TYPES, parse_report
+from handlers.messages import CloudEvent, ReportReceived
+
+EC2_SOURCE = "aws.ec2"
+SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
+REBALANCE = "EC2 Instance Rebalance Recommendation"
+STATE_CHANGE = "EC2 Instance State-change Notification"
+SPOT_NOTICE_LEAD = timedelta(minutes=2)
+GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+LIVE_STATES = frozenset({"pending", "running"})
+# The SNS message attribute the runner sets on its reports (runner/reports/sns.py).
+REPORT_ATTRIBUTE = "finetune_report"
+SNS_TYPES = frozenset({"Notification", "SubscriptionConfirmation", "UnsubscribeConfirmation"})
+
+_ID_NAMESPACE = uuid.UUID("6b0c3f43-2f3e-4b8e-9a55-3c1f0e0a7d21")
+
+AwsMessage = CloudEvent | ReportReceived
+CloudEventType = Literal["spot-warning", "rebalance", "instance-gone"]
+
+
+class UnrecognisedMessage(ValueError):
+    """Not something this bot understands; ``reason`` says why, for the log and whoever reads the dead letters."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _EventBridgeEvent(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    id: str = Field(min_length=1)
+    detail_type: str = Field(alias="detail-type")
+    source: str
+    time: datetime
+    detail: dict[str, Any]
+
+
+class _SnsAttribute(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    Type: str
+    Value: str
+
+
+class _SnsNotification(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    Type: str
+    MessageId: str
+    TopicArn: str
+    Message: str
+    MessageAttributes: dict[str, _SnsAttribute] = Field(default_factory=dict)
+
+
+def parse_aws_message(body: str | bytes, attributes: Mapping[str, str] | None = None) -> list[AwsMessage]:
+    """The bus messages in one delivery (see the module docstring); raises :class:`UnrecognisedMessage`.
+
+    ``attributes`` are the string message attributes that came with it (SQS message attributes, which carry the
+    SNS ones under raw delivery); only ``finetune_report`` is looked at, to say clearly when a report is malformed.
+    """
+    document = _json_object(body, "the message body")
+    if is_sns_envelope(document):
+        return _from_sns(document)
+    return _from_inner(document, attributes or {})
+
+
+def is_sns_envelope(document: Mapping[str, Any]) -> bool:
+    """True for an SNS JSON envelope (notification or (un)subscription confirmation)."""
+    return document.get("Type") in SNS_TYPES and "TopicArn" in document and "MessageId" in document
+
+
+def event_message_id(event_id: str) -> str:
+    """The bus message id of the EventBridge event ``event_id``: the same on every delivery of it."""
+    return uuid.uuid5(_ID_NAMESPACE, f"aws.events/{event_id}").hex
+
+
+def _from_sns(document: Mapping[str, Any]) -> list[AwsMessage]:
+    kind = document["Type"]
+    if kind != "Notification":
+        raise UnrecognisedMessage(
+            f"SNS {kind} for {document.get('TopicArn')}: a subscription delivered here must be confirmed (or was "
+            "removed) out of band; it carries no event"
+        )
+    try:
+        envelope = _SnsNotification.model_validate(document)
+    except ValidationError as exc:
+        raise UnrecognisedMessage(f"malformed SNS notification: {_summary(exc)}") from exc
+    inner = _json_object(envelope.Message, f"the Message of SNS notification {envelope.MessageId}")
+    attributes = {name: attribute.Value for name, attribute in envelope.MessageAttributes.items()}
+    return _from_inner(inner, attributes)
+
+
+def _from_inner(document: Mapping[str, Any], attributes: Mapping[str, str]) -> list[AwsMessage]:
+    if "detail-type" in document:
+        return _from_eventbridge(document)
+    looks_like_report = document.get("type") in REPORT_TYPES and "job_id" in document
+    if looks_like_report or REPORT_ATTRIBUTE in attributes:
+        try:
+            report = parse_report(dict(document))
+        except ValidationError as exc:
+            raise UnrecognisedMessage(f"malformed runner report: {_summary(exc)}") from exc
+        # The report's own id is the bus message id, as on the HTTP route: a redelivery dedups downstream.
+        return [ReportReceived(id=report.id, report=report)]
+    keys = ", ".join(sorted(str(key) for key in document)[:10])
+    raise UnrecognisedMessage(f"neither an EventBridge event nor a runner report (keys: {keys})")
+
+
+def _from_eventbridge(document: Mapping[str, Any]) -> list[AwsMessage]:
+    try:
+        event = _EventBridgeEvent.model_validate(document)
+    except ValidationError as exc:
+        raise UnrecognisedMessage(f"malformed EventBridge event: {_summary(exc)}") from exc
+    if event.source != EC2_SOURCE or event.detail_type not in (SPOT_WARNING, REBALANCE, STATE_CHANGE):
+        raise UnrecognisedMessage(
+            f"EventBridge event {event.id} ({event.source!r}, {event.detail_type!r}) is not one this bot handles"
+        )
+    instance_id = event.detail.get("instance-id")
+    if not isinstance(instance_id, str) or not instance_id:
+        raise UnrecognisedMessage(f"{event.detail_type} {event.id} has no detail.instance-id")
+    at = event.time if event.time.tzinfo else event.time.replace(tzinfo=UTC)
+    message_id = event_message_id(event.id)
+    if event.detail_type == SPOT_WARNING:
+        action = event.detail.get("instance-action") or "unknown"
+        deadline = at if action == "hibernate" else at + SPOT_NOTICE_LEAD
+        return [_cloud_event("spot-warning", message_id, at, instance_id, f"instance-action {action}", deadline)]
+    if event.detail_type == REBALANCE:
+        return [_cloud_event("rebalance", message_id, at, instance_id, "rebalance recommendation")]
+    state = event.detail.get("state")
+    if state in LIVE_STATES:
+        return []
+    if state in GONE_STATES:
+        return [_cloud_event("instance-gone", message_id, at, instance_id, f"state {state}")]
+    raise UnrecognisedMessage(f"{event.detail_type} {event.id} has an unknown state {state!r}")
+
+
+def _cloud_event(
+    kind: CloudEventType, message_id: str, at: datetime, instance_id: str, detail: str, deadline: datetime | None = None
+) -> CloudEvent:
+    return CloudEvent(
+        id=message_id, at=at, type=kind, instance_id=instance_id, source=EC2_SOURCE, deadline=deadline, detail=detail
+    )
+
+
+def _json_object(raw: str | bytes, what: str) -> dict[str, Any]:
+    try:
+        document = json.loads(raw)
+    except ValueError as exc:
+        raise UnrecognisedMessage(f"{what} is not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise UnrecognisedMessage(f"{what} is JSON but not an object ({type(document).__name__})")
+    return document
+
+
+def _summary(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or '(root)'}: {error['msg']}" for error in exc.errors()[:5]
+    )

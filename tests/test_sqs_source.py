@@ -1,0 +1,202 @@
+"""The SQS consumer against moto: every delivery route, dead letters for poison, redelivery after a failed publish."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from bot.sources.sqs import SqsSource
+from handlers.aws_events import event_message_id
+from handlers.messages import CloudEvent, ReportReceived, parse_message
+from tests.sns_payloads import progress_report, rebalance, spot_warning
+from tests.sns_queues import Aws, RecordingBus, until
+
+SPOT_EVENT = "0b1c2d3e-0000-4000-8000-000000000001"
+REBALANCE_EVENT = "0b1c2d3e-0000-4000-8000-000000000002"
+
+
+@asynccontextmanager
+async def consuming(source: SqsSource) -> AsyncIterator[asyncio.Event]:
+    """Run ``source`` in the background; on exit, stop it and wait for it to return."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(source.run(stop))
+    try:
+        yield stop
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+def kinds(bus: RecordingBus) -> list[tuple[str, str]]:
+    """``(type, instance or job)`` of each published message, sorted (SQS standard queues do not keep order)."""
+    result: list[tuple[str, str]] = []
+    for event in bus.events:
+        message = parse_message(event)
+        if isinstance(message, CloudEvent):
+            result.append((message.type, message.instance_id))
+        elif isinstance(message, ReportReceived):
+            result.append((message.report.type, message.report.job_id))
+    return sorted(result)
+
+
+def ec2_detail(detail_type: str, detail: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "Source": "aws.ec2",
+        "DetailType": detail_type,
+        "Detail": json.dumps(detail),
+        "Resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{detail['instance-id']}"],
+    }
+
+
+async def test_events_reach_the_bus_by_every_route_and_leave_the_queue(aws: str) -> None:
+    cloud = Aws(aws)
+    queue = cloud.queue("finetune-events")
+    raw_queue = cloud.queue("finetune-events-raw")
+    topic = cloud.sns.create_topic(Name="finetune-events")["TopicArn"]
+    cloud.subscribe(topic, queue)
+    cloud.subscribe(topic, raw_queue, raw=True)
+    cloud.route_ec2_events(queue)
+
+    # EventBridge → SNS → SQS (envelope, and raw), and a runner report published to SNS as the runner does.
+    cloud.sns.publish(TopicArn=topic, Message=spot_warning("i-0spot", event_id=SPOT_EVENT))
+    report, line = progress_report()
+    cloud.sns.publish(
+        TopicArn=topic,
+        Message=line,
+        MessageAttributes={"finetune_report": {"DataType": "String", "StringValue": "progress"}},
+    )
+    # EventBridge → SQS directly: the body is the event itself.
+    cloud.sqs.send_message(QueueUrl=queue, MessageBody=rebalance("i-0rebal", event_id=REBALANCE_EVENT))
+    # A real EventBridge rule on moto: put_events → rule → SQS target.
+    entries = [
+        ec2_detail("EC2 Instance State-change Notification", {"instance-id": "i-0gone", "state": "terminated"}),
+        ec2_detail("EC2 Instance State-change Notification", {"instance-id": "i-0new", "state": "running"}),
+        ec2_detail("EC2 Fleet Error", {"instance-id": "i-0other"}),  # the rule's pattern does not match it
+    ]
+    assert cloud.events.put_events(Entries=entries)["FailedEntryCount"] == 0
+
+    bus, raw_bus = RecordingBus(), RecordingBus()
+    source = SqsSource(queue, bus.publish, wait_seconds=1)
+    raw_source = SqsSource(raw_queue, raw_bus.publish, wait_seconds=1)
+    async with consuming(source), consuming(raw_source):
+        await until(lambda: len(bus.events) == 4 and source.stats.ignored == 1, what="the envelope queue's events")
+        await until(lambda: len(raw_bus.events) == 2, what="the raw queue's events")
+
+    assert kinds(bus) == [
+        ("instance-gone", "i-0gone"),
+        ("progress", report.job_id),
+        ("rebalance", "i-0rebal"),
+        ("spot-warning", "i-0spot"),
+    ]
+    assert kinds(raw_bus) == [("progress", report.job_id), ("spot-warning", "i-0spot")]
+    # The same event through two routes carries one id, so the bus dedups it.
+    ids = {event["id"] for event in bus.events} & {event["id"] for event in raw_bus.events}
+    assert ids == {event_message_id(SPOT_EVENT), report.id}
+    assert (source.stats.deleted, source.stats.unrecognised, source.stats.publish_failures) == (5, 0, 0)
+    assert source.redrive_policy is None  # these queues have none (the consumer warned)
+    assert cloud.depth(queue) == cloud.depth(raw_queue) == 0
+
+
+async def test_a_poison_message_ends_in_the_dead_letter_queue_while_good_ones_flow(aws: str) -> None:
+    cloud = Aws(aws)
+    dlq = cloud.queue("finetune-events-dlq")
+    queue = cloud.queue("finetune-events", dlq_arn=cloud.arn(dlq), max_receives=2, visibility=1)
+    cloud.sqs.send_message(QueueUrl=queue, MessageBody="this is not an event")
+    cloud.sqs.send_message(QueueUrl=queue, MessageBody=rebalance("i-0first"))
+
+    bus = RecordingBus()
+    source = SqsSource(queue, bus.publish, wait_seconds=1)
+    async with consuming(source):
+        await until(lambda: len(bus.events) == 1, what="the good message")
+        await until(lambda: cloud.depth(dlq) == 1, what="the poison message in the dead-letter queue")
+        cloud.sqs.send_message(QueueUrl=queue, MessageBody=rebalance("i-0second"))
+        await until(lambda: len(bus.events) == 2, what="a good message after the poison one")
+
+    assert kinds(bus) == [("rebalance", "i-0first"), ("rebalance", "i-0second")]
+    assert source.stats.unrecognised == 2  # received twice (maxReceiveCount), never deleted
+    assert source.redrive_policy is not None
+    assert cloud.depth(queue) == 0
+    [dead] = cloud.sqs.receive_message(QueueUrl=dlq)["Messages"]
+    assert dead["Body"] == "this is not an event"  # the evidence is kept
+
+
+async def test_a_failed_publish_leaves_the_message_for_redelivery(aws: str) -> None:
+    cloud = Aws(aws)
+    dlq = cloud.queue("finetune-events-dlq")
+    queue = cloud.queue("finetune-events", dlq_arn=cloud.arn(dlq), max_receives=3, visibility=1)
+    cloud.sqs.send_message(QueueUrl=queue, MessageBody=spot_warning("i-0spot", event_id=SPOT_EVENT))
+
+    bus = RecordingBus()
+    bus.fail_next = 1
+    source = SqsSource(queue, bus.publish, wait_seconds=1)
+    async with consuming(source):
+        await until(lambda: len(bus.events) == 1, what="the redelivered message")
+        await until(lambda: cloud.depth(queue) == 0, what="the delete")
+
+    assert bus.events[0]["id"] == event_message_id(SPOT_EVENT)
+    assert (source.stats.publish_failures, source.stats.received, source.stats.deleted) == (1, 2, 1)
+    assert cloud.depth(dlq) == 0
+
+
+async def test_stop_finishes_the_batch_in_hand(aws: str) -> None:
+    cloud = Aws(aws)
+    queue = cloud.queue("finetune-events", visibility=30)
+    for index in range(5):
+        cloud.sqs.send_message(QueueUrl=queue, MessageBody=rebalance(f"i-0{index}"))
+    stop = asyncio.Event()
+    bus = RecordingBus()
+
+    async def publish_then_stop(event: dict[str, Any]) -> str:
+        stop.set()  # stop arrives while the first message of the batch is being handled
+        return await bus.publish(event)
+
+    source = SqsSource(queue, publish_then_stop, wait_seconds=1)
+    await asyncio.wait_for(source.run(stop), 10)
+
+    assert source.stats.received >= 1
+    assert len(bus.events) == source.stats.deleted == source.stats.received
+    assert cloud.depth(queue) == 5 - source.stats.received
+
+
+async def test_stop_abandons_a_long_poll(aws: str) -> None:
+    cloud = Aws(aws)
+    queue = cloud.queue("finetune-events")
+    source = SqsSource(queue, RecordingBus().publish, wait_seconds=20)
+    stop = asyncio.Event()
+    task = asyncio.create_task(source.run(stop))
+    await asyncio.sleep(0.5)  # the long poll is in flight
+    stop.set()
+    await asyncio.wait_for(task, 5)  # long before the 20 s poll would end
+
+
+async def test_errors_back_off_and_never_stop_the_consumer(aws: str) -> None:
+    cloud = Aws(aws)
+    queue_url = f"{aws}/123456789012/created-late"
+    bus = RecordingBus()
+    source = SqsSource(queue_url, bus.publish, wait_seconds=1, max_backoff=0.2)
+    async with consuming(source):
+        await until(lambda: source.stats.errors >= 3, what="receive errors on a missing queue")
+        assert cloud.queue("created-late") == queue_url
+        cloud.sqs.send_message(QueueUrl=queue_url, MessageBody=rebalance("i-0late"))
+        await until(lambda: len(bus.events) == 1, what="the message once the queue exists")
+    assert kinds(bus) == [("rebalance", "i-0late")]
+
+
+def test_metrics_and_argument_checks() -> None:
+    source = SqsSource("https://sqs.us-east-1.amazonaws.com/123456789012/q", RecordingBus().publish)
+    source.stats.deleted = 3
+    metrics = source.metrics()
+    assert metrics["finetune_sqs_deleted_total"] == 3.0
+    assert set(metrics) >= {"finetune_sqs_unrecognised_total", "finetune_sqs_publish_failures_total"}
+    bad: list[Callable[[], SqsSource]] = [
+        lambda: SqsSource("q", RecordingBus().publish, wait_seconds=21),
+        lambda: SqsSource("q", RecordingBus().publish, max_messages=11),
+    ]
+    for make in bad:
+        with pytest.raises(ValueError):
+            make()
