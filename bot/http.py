@@ -23,7 +23,7 @@ from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 log = logging.getLogger(__name__)
 
 REPORTS_PATH = "/runner/reports"
-MAX_REPORT_BYTES = 256 * 1024
+MAX_BODY_BYTES = 1024 * 1024  # SNS notifications go up to 256 KiB before their envelope
 
 
 def build_app(
@@ -33,7 +33,7 @@ def build_app(
     extra_metrics: Callable[[], dict[str, float]] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> web.Application:
-    app = web.Application(client_max_size=MAX_REPORT_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
 
     async def healthz(request: web.Request) -> web.Response:
         await store.redis.ping()

@@ -23,6 +23,9 @@ from bot.cloud.local import LocalCloud
 from bot.http import REPORTS_PATH, build_app
 from bot.redis_server import RedisHandle, open_redis
 from bot.settings import Settings, all_recipes, load_file_config
+from bot.sources.sns_http import sns_routes
+from bot.sources.sns_signature import SnsVerifier
+from bot.sources.sqs import SqsSource
 from bot.store import JobStore
 from bot.timers import Timers
 from handlers.messages import CloudEvent, dump_message
@@ -83,7 +86,10 @@ class BotService:
         await bus.ensure_group()
         timers = Timers(redis.client)
 
-        self._http = web.AppRunner(build_app(store, bus, secret), access_log=None)
+        app = build_app(store, bus, secret)
+        if self.settings.sns_topics:
+            app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, SnsVerifier()))
+        self._http = web.AppRunner(app, access_log=None)
         await self._http.setup()
         site = web.TCPSite(self._http, self.settings.finetune_http_host, self.settings.finetune_http_port)
         await site.start()
@@ -106,6 +112,9 @@ class BotService:
             asyncio.create_task(bus.run(self._bot.handle, self.stopping), name="bus"),
             asyncio.create_task(timers.run(self.stopping), name="timers"),
         ]
+        if self.settings.finetune_sqs_queue_url:
+            sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish)
+            self._tasks.append(asyncio.create_task(sqs.run(self.stopping), name="sqs"))
         log.info(
             "bot up: http on %s:%d, cloud %s, redis %s",
             self.settings.finetune_http_host,

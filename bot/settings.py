@@ -28,6 +28,14 @@ class Settings(BaseSettings):
     finetune_http_host: str = "127.0.0.1"
     finetune_config: Path | None = None
     finetune_local_grace_seconds: float = Field(default=30.0, gt=0)
+    # AWS event intake: the SQS queue EventBridge (via SNS or directly) feeds, and the SNS topics the HTTPS
+    # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
+    finetune_sqs_queue_url: str | None = None
+    finetune_sns_topics: str = ""
+
+    @property
+    def sns_topics(self) -> list[str]:
+        return [topic.strip() for topic in self.finetune_sns_topics.split(",") if topic.strip()]
 
     # The names bot.redis_server reads.
     @property

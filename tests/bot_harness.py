@@ -56,7 +56,7 @@ def write_config(path: Path, **config: Any) -> Path:
 
 @asynccontextmanager
 async def running_bot(
-    state_dir: Path, config: Path | None = None, redis_url: str | None = None, grace: float = 20.0
+    state_dir: Path, config: Path | None = None, redis_url: str | None = None, grace: float = 20.0, **extra: Any
 ) -> AsyncIterator[tuple[BotService, ConsoleChat]]:
     settings = Settings(
         finetune_state_dir=state_dir,
@@ -65,6 +65,7 @@ async def running_bot(
         finetune_report_secret=SECRET,
         redis_url=redis_url,
         finetune_local_grace_seconds=grace,
+        **extra,
     )
     lines: list[str] = []
     chat = ConsoleChat(write=lines.append)

@@ -1,0 +1,52 @@
+"""AWS events reach the bot: an EventBridge spot warning on SQS (moto) alerts the channel before the runner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import boto3
+
+from handlers.jobs import JobState
+from tests.bot_harness import SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
+
+
+def spot_warning(instance_id: str) -> str:
+    return json.dumps(
+        {
+            "version": "0",
+            "id": "1e5527d7-bb36-4607-3370-4164db56a40e",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": "us-east-1",
+            "resources": [f"arn:aws:ec2:us-east-1a:instance/{instance_id}"],
+            "detail": {"instance-id": instance_id, "instance-action": "terminate"},
+        }
+    )
+
+
+async def test_an_eventbridge_spot_warning_on_sqs_alerts_at_once(tmp_path: Path, aws: str) -> None:
+    sqs = boto3.client("sqs", endpoint_url=aws)
+    queue_url = sqs.create_queue(QueueName="finetune-events")["QueueUrl"]
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    async with running_bot(tmp_path / "state", config, finetune_sqs_queue_url=queue_url) as (service, chat):
+        job_id = await start_job(service, "console:ana", "start sleepy")
+        running = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+        assert running.current is not None and running.current.instance_id
+        for _ in range(2):  # SQS delivers at least once; the same EventBridge event twice alerts once
+            sqs.send_message(QueueUrl=queue_url, MessageBody=spot_warning(running.current.instance_id))
+        warned = await wait_job(service, job_id, lambda job: job.state is JobState.INTERRUPTED)
+        assert warned.interruptions == 1
+        await asyncio.sleep(1.0)
+        alerts = [text for job, channel, text in chat.transcript if job == job_id and channel == "alert"]
+        assert len(alerts) == 1 and "from aws.ec2" in alerts[0]
+        assert (
+            sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"][
+                "ApproximateNumberOfMessages"
+            ]
+            == "0"
+        )
