@@ -18,12 +18,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check handlers bot runner tests bench
 	$(BIN)/mypy
+	$(BIN)/cfn-lint deploy/aws/*.yaml
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python bench/notice_to_commit.py
 	$(BIN)/python bench/upload_throughput.py
 	$(BIN)/python bench/notice_latency.py
+	$(BIN)/python bench/bus_throughput.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

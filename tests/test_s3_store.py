@@ -296,7 +296,7 @@ def test_oss_defaults_to_virtual_addressing_and_region_from_host(monkeypatch: py
     assert config.retries == {"max_attempts": 5, "mode": "standard"}
     assert config.max_pool_connections >= store.concurrency
     assert store.settings.region == "cn-hangzhou"
-    assert store.settings.send_crc32 is False  # OSS's S3 API takes no x-amz-checksum-* headers
+    assert store.settings.send_crc32 is False  # OSS's S3 API does not document x-amz-checksum-*
     assert store.settings.endpoint_url == "https://oss-cn-hangzhou-internal.aliyuncs.com"
     assert (store.settings.access_key_id, store.settings.secret_access_key) == ("LTAI-id", "secret")
 
