@@ -277,3 +277,43 @@ async def test_the_bots_control_object_stops_or_drills_the_runner(
     [interrupted] = of_type(got, "interrupted")
     assert interrupted["reason"] == reason and interrupted["saved_in_time"] is True
     assert (store / f"checkpoint-{interrupted['step']}" / "MANIFEST.json").exists()
+
+
+async def test_the_spec_is_read_from_s3_as_user_data_points_to_it(tmp_path: Path, aws: str) -> None:
+    s3 = boto3.client("s3", endpoint_url=aws)
+    s3.create_bucket(Bucket="specs-bucket")
+    reports = tmp_path / "reports.jsonl"
+    local = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri="s3://specs-bucket/jobs/ft-test/",
+        report=[f"file://{reports}"],
+        command=WRITES_OUTPUT,
+    )
+    s3.put_object(Bucket="specs-bucket", Key="jobs/ft-test/spec-attempt-1.json", Body=local.read_bytes())
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "run",
+        "--spec",
+        "s3://specs-bucket/jobs/ft-test/spec-attempt-1.json",
+        "--work-dir",
+        str(tmp_path / "work"),
+        env=runner_env(AWS_ENDPOINT_URL=aws),
+    )
+    assert await asyncio.wait_for(runner.wait(), 60) == 0
+    assert of_type(read_reports(reports), "completed")[0]["output_uri"] == "s3://specs-bucket/jobs/ft-test/output/"
+    body = s3.get_object(Bucket="specs-bucket", Key="jobs/ft-test/output/adapter_model.safetensors")["Body"].read()
+    assert body == b"weights"
+    missing = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "run",
+        "--spec",
+        "s3://specs-bucket/jobs/ft-test/nope.json",
+        env=runner_env(AWS_ENDPOINT_URL=aws),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await missing.communicate()
+    assert missing.returncode == 2 and b"does not exist" in stderr
