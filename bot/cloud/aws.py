@@ -1,0 +1,746 @@
+"""AWS: EC2 Spot instances (or one Auto Scaling group per job) that run the runner from a prebuilt image.
+
+A launch uploads the attempt's spec to S3 first, then starts an instance whose user-data only points the
+runner's systemd unit at that object (the image carries the runner; nothing is installed at boot). The zone
+and type come from the pure ordering in ``handlers.placement`` over spot placement scores and spot prices;
+capacity errors move on to the next candidate and, after ``max_launch_failures`` of them, to on-demand.
+Drills are AWS FIS experiments (``aws:ec2:send-spot-instance-interruptions``); a stop is a control object the
+runner polls. Every call is aioboto3, so nothing blocks the bot's event loop.
+
+Client config comes from the standard AWS variables: ``AWS_ENDPOINT_URL`` (botocore honours it, and
+``AWS_ENDPOINT_URL_<SERVICE>`` per service), ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, the credential chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Collection, Mapping
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import aioboto3  # type: ignore[import-untyped]
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from bot.cloud.base import CloudEventSink, CloudProvider, Instance, LaunchError
+from handlers.jobs import Market
+from handlers.placement import (
+    Candidate,
+    LaunchPlan,
+    SpotPrice,
+    latest_prices,
+    order_on_demand_candidates,
+    order_spot_candidates,
+    scores_by_zone,
+)
+from handlers.spec import JobSpec, ReleaseAwsAutoScaling, ReleaseAwsInstance, check_report_target
+
+log = logging.getLogger(__name__)
+
+# us-east-1 Linux on-demand list prices in $/h, for the cost report's "saved against on-demand". The Pricing
+# API is not worth a call per launch (and moto has none); these are list prices: override them per region or
+# for your discounts with ``AwsSettings.on_demand_prices``.
+ON_DEMAND_PRICES: dict[str, float] = {
+    "g5.xlarge": 1.006,
+    "g5.2xlarge": 1.212,
+    "g5.4xlarge": 1.624,
+    "g6.xlarge": 0.805,
+    "g6.2xlarge": 0.978,
+    "p5.48xlarge": 98.32,
+    "p4d.24xlarge": 32.77,
+}
+
+JOB_TAG = "finetune:job"
+ATTEMPT_TAG = "finetune:attempt"
+GROUP_TAG = "aws:autoscaling:groupName"  # set by Auto Scaling on the instances it launches
+RUNNER_UNIT = "finetune-runner.service"
+RUNNER_ENV_FILE = "/etc/finetune-runner.env"
+_NOT_FOUND_INSTANCE = frozenset({"InvalidInstanceID.NotFound"})
+_NOT_FOUND_TEMPLATE = frozenset({"InvalidLaunchTemplateName.NotFoundException", "InvalidLaunchTemplateId.NotFound"})
+_DENIED = frozenset(
+    {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException", "OptInRequired"}
+)
+_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+_SCORES_RETRY_SECONDS = 3600.0  # after a refusal, ask for placement scores again only this much later
+
+_logged_once: set[str] = set()
+
+
+def _log_once(key: str, message: str, *args: object) -> None:
+    """Log a degraded mode once per process, not once per launch."""
+    if key not in _logged_once:
+        _logged_once.add(key)
+        log.warning(message, *args)
+
+
+class AwsError(RuntimeError):
+    """A drill or a stop the cloud could not do; the message says what to fix."""
+
+
+class AwsSettings(BaseModel):
+    """Where and how the AWS provider launches. Only ``bucket`` and an image (or a template) are required."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    prefix: str = Field(default="jobs/", pattern=r"^([A-Za-z0-9._-]+/)*$")
+    region: str | None = None  # default: AWS_REGION, then AWS_DEFAULT_REGION, then botocore's own chain
+    # zone name -> subnet id; without subnets the default VPC is used with ``zones`` (or every available zone).
+    subnets: dict[str, str] = Field(default_factory=dict)
+    zones: list[str] = Field(default_factory=list)  # preference order when scores and prices tie
+    security_group_ids: list[str] = Field(default_factory=list)
+    instance_profile: str | None = None  # a name, or an ARN (arn:aws:iam::…:instance-profile/…)
+    image_id: str | None = None  # an AMI with the runner under runner_path and its systemd unit
+    launch_template: str | None = None  # instances mode: a template of yours holding image, groups, volumes
+    key_name: str | None = None
+    report_topic_arn: str | None = None  # added to every spec as an ``sns:`` report target
+    max_launch_failures: int | None = Field(default=3, ge=1)  # spot capacity failures before on-demand; None: never
+    mode: Literal["instances", "autoscaling"] = "instances"
+    template_name: str = "finetune-runner"  # autoscaling mode: the launch template we keep versions in
+    group_wait_seconds: float = Field(default=60.0, gt=0)
+    group_poll_seconds: float = Field(default=2.0, gt=0)
+    fis_role_arn: str | None = None
+    fis_template_tag: str = "finetune:drill"  # tag (value "true") marking the experiment templates we own
+    drill_notice: str = Field(default="PT2M", pattern=r"^PT\d+[MS]$")
+    runner_path: str = "/opt/finetune"
+    work_dir: str = "/opt/dlami/nvme/finetune"
+    on_demand_prices: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("runner_path", "work_dir")
+    @classmethod
+    def _plain_path(cls, value: str) -> str:
+        if not _SAFE_PATH.match(value):
+            raise ValueError("must be an absolute path of letters, digits and . _ / -")
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str | None) -> str | None:
+        if value is not None and not _REGION.match(value):
+            raise ValueError(f"{value!r} is not an AWS region name")
+        return value
+
+    @field_validator("report_topic_arn")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_report_target(f"sns:{value}")
+        return value
+
+    @model_validator(mode="after")
+    def _image_or_template(self) -> AwsSettings:
+        if self.mode == "instances" and not (self.image_id or self.launch_template):
+            raise ValueError("set image_id (an AMI with the runner installed) or launch_template")
+        if self.mode == "autoscaling" and not self.subnets:
+            raise ValueError("autoscaling mode needs subnets (zone name -> subnet id)")
+        return self
+
+
+def group_name(job_id: str) -> str:
+    return f"finetune-{job_id}"
+
+
+def user_data_script(spec_uri: str, settings: AwsSettings, region: str | None) -> str:
+    """The instance's user-data: point the runner's unit at this attempt's spec object and start it.
+
+    It installs nothing; an image without the runner fails here, loudly, in the console output.
+    """
+    env = [f"FINETUNE_SPEC={spec_uri}", f"FINETUNE_WORK_DIR={settings.work_dir}"]
+    if region and _REGION.match(region):  # the runner's S3 / SNS clients need it; IMDS would do, more slowly
+        env += [f"AWS_REGION={region}", f"AWS_DEFAULT_REGION={region}"]
+    runner = f"{settings.runner_path}/bin/finetune-runner"
+    lines = [
+        "#!/bin/bash",
+        "# finetune-chatops: start the runner baked into the image on this attempt's spec.",
+        "set -euo pipefail",
+        f"if [ ! -x '{runner}' ]; then",
+        f"  echo 'finetune-chatops: {runner} is missing: launch an image with the runner installed' >&2",
+        "  exit 1",
+        "fi",
+        f"cat > {RUNNER_ENV_FILE} <<'ENV'",
+        *env,
+        "ENV",
+        "systemctl daemon-reload",
+        f"systemctl enable --now {RUNNER_UNIT}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _error(exc: ClientError) -> tuple[str, str]:
+    error = exc.response.get("Error", {})
+    return str(error.get("Code", "")), str(error.get("Message", ""))
+
+
+def _tags(resource: Mapping[str, Any]) -> dict[str, str]:
+    return {str(tag["Key"]): str(tag["Value"]) for tag in resource.get("Tags") or []}
+
+
+class AwsCloud:
+    name = "aws"
+    notice: Literal["aws", "aliyun", "none"] = "aws"
+
+    def __init__(self, settings: AwsSettings, on_event: CloudEventSink | None = None) -> None:
+        self.settings = settings
+        self.on_event = on_event  # cloud events arrive through EventBridge -> SQS / SNS, not from here (yet)
+        self.region: str | None = (
+            settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        )
+        self._session = aioboto3.Session(region_name=self.region)
+        self._stack = AsyncExitStack()
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = asyncio.Lock()
+        self._zone_names: dict[str, str] | None = None  # zone id -> zone name
+        self._available_zones: list[str] | None = None
+        self._scores_retry_at = 0.0
+
+    # -- where things live --------------------------------------------------------------------------------
+
+    def checkpoint_uri(self, job_id: str) -> str:
+        return f"s3://{self.settings.bucket}/{self.settings.prefix}{job_id}/"
+
+    def spec_key(self, job_id: str, attempt: int) -> str:
+        return f"{self.settings.prefix}{job_id}/spec-attempt-{attempt}.json"
+
+    def control_key(self, job_id: str, attempt: int) -> str:
+        return f"{self.settings.prefix}{job_id}/control/attempt-{attempt}.json"
+
+    def on_demand_price(self, instance_type: str) -> float | None:
+        return self.settings.on_demand_prices.get(instance_type, ON_DEMAND_PRICES.get(instance_type))
+
+    # -- launch ---------------------------------------------------------------------------------------------
+
+    async def launch(
+        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+    ) -> Instance:
+        """Start the attempt's instance; LaunchError naming every failed candidate when none would start.
+
+        ``avoid_zones``: zones where this job was just reclaimed or failed (the bot passes the zones of the
+        job's previous attempts); they are tried last.
+        """
+        if not instance_types:
+            raise LaunchError("the recipe lists no instance types for aws")
+        spec = self._complete_spec(spec)
+        spec_uri = await self._upload_spec(spec)
+        script = user_data_script(spec_uri, self.settings, self.region)
+        if self.settings.mode == "autoscaling":
+            return await self._launch_group(spec, script, instance_types, market, avoid_zones)
+        zones = await self._zones()
+        spot: list[Candidate] = []
+        if market == "spot":
+            prices = await self._spot_prices(instance_types)
+            scores = await self._placement_scores(instance_types)
+            spot = order_spot_candidates(zones, instance_types, scores, prices, avoid_zones)
+        plan = LaunchPlan(
+            spot=spot,
+            on_demand=order_on_demand_candidates(zones, instance_types, avoid_zones),
+            max_failures=self.settings.max_launch_failures,
+        )
+        while (candidate := plan.next()) is not None:
+            where = f"{candidate.market} {candidate.instance_type} in {candidate.zone}"
+            try:
+                instance_id = await self._run_instance(spec, script, candidate)
+            except ClientError as exc:
+                code, message = _error(exc)
+                kind = plan.failed(candidate, code, message)
+                log.info("%s attempt %d: %s failed: %s (%s)", spec.job_id, spec.attempt, where, code, kind)
+                continue
+            except (BotoCoreError, ResponseParserError) as exc:
+                raise LaunchError(f"EC2 did not answer RunInstances: {exc}") from exc
+            if plan.fell_back:
+                log.warning("%s attempt %d: no spot capacity (%s)", spec.job_id, spec.attempt, "; ".join(plan.failures))
+            log.info("%s attempt %d: launched %s (%s)", spec.job_id, spec.attempt, instance_id, where)
+            on_demand = self.on_demand_price(candidate.instance_type)
+            price = candidate.spot_price if candidate.market == "spot" else on_demand
+            return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
+        raise LaunchError(plan.summary())
+
+    def _complete_spec(self, spec: JobSpec) -> JobSpec:
+        """What only the AWS side knows: how the runner gives the capacity back, and the SNS report topic."""
+        update: dict[str, Any] = {}
+        if spec.release is None:
+            if self.settings.mode == "autoscaling":
+                update["release"] = ReleaseAwsAutoScaling(kind="aws-autoscaling", group=group_name(spec.job_id))
+            else:
+                update["release"] = ReleaseAwsInstance(kind="aws-instance")
+        topic = self.settings.report_topic_arn
+        if topic and f"sns:{topic}" not in spec.report:
+            update["report"] = [*spec.report, f"sns:{topic}"]
+        return spec.model_copy(update=update) if update else spec
+
+    async def _upload_spec(self, spec: JobSpec) -> str:
+        key = self.spec_key(spec.job_id, spec.attempt)
+        s3 = await self._client("s3")
+        try:
+            await s3.put_object(
+                Bucket=self.settings.bucket,
+                Key=key,
+                Body=spec.model_dump_json().encode(),
+                ContentType="application/json",
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise LaunchError(f"could not upload the spec to s3://{self.settings.bucket}/{key}: {exc}") from exc
+        return f"s3://{self.settings.bucket}/{key}"
+
+    def _tag_list(self, spec: JobSpec) -> list[dict[str, str]]:
+        return [
+            {"Key": JOB_TAG, "Value": spec.job_id},
+            {"Key": ATTEMPT_TAG, "Value": str(spec.attempt)},
+            {"Key": "Name", "Value": f"finetune-{spec.job_id}-{spec.attempt}"},
+        ]
+
+    def _instance_settings(self) -> dict[str, Any]:
+        """What every instance gets, in RunInstances / LaunchTemplateData spelling."""
+        params: dict[str, Any] = {"MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"}}
+        if self.settings.image_id:
+            params["ImageId"] = self.settings.image_id
+        if self.settings.security_group_ids:
+            params["SecurityGroupIds"] = list(self.settings.security_group_ids)
+        profile = self.settings.instance_profile
+        if profile:
+            params["IamInstanceProfile"] = {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
+        if self.settings.key_name:
+            params["KeyName"] = self.settings.key_name
+        return params
+
+    async def _run_instance(self, spec: JobSpec, script: str, candidate: Candidate) -> str:
+        tags = self._tag_list(spec)
+        params: dict[str, Any] = {
+            **self._instance_settings(),
+            "InstanceType": candidate.instance_type,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "UserData": script,  # botocore base64-encodes RunInstances user-data itself
+            "Placement": {"AvailabilityZone": candidate.zone},
+            "TagSpecifications": [{"ResourceType": kind, "Tags": tags} for kind in ("instance", "volume")],
+        }
+        subnet = self.settings.subnets.get(candidate.zone)
+        if subnet:
+            params["SubnetId"] = subnet
+        if self.settings.launch_template:
+            params["LaunchTemplate"] = {"LaunchTemplateName": self.settings.launch_template, "Version": "$Default"}
+        if candidate.market == "spot":
+            params["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+            }
+        # No botocore retries here: a capacity error answers HTTP 500, and retrying the same zone only burns
+        # the RunInstances rate limit; the plan moves on to the next candidate instead.
+        ec2 = await self._client("ec2", retries=False)
+        reply = await ec2.run_instances(**params)
+        return str(reply["Instances"][0]["InstanceId"])
+
+    # -- what to launch where ------------------------------------------------------------------------------
+
+    async def _zone_info(self) -> tuple[dict[str, str], list[str]]:
+        if self._zone_names is None or self._available_zones is None:
+            ec2 = await self._client("ec2")
+            reply = await ec2.describe_availability_zones(
+                Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}]
+            )
+            zones = reply.get("AvailabilityZones", [])
+            self._zone_names = {str(zone["ZoneId"]): str(zone["ZoneName"]) for zone in zones}
+            self._available_zones = [str(zone["ZoneName"]) for zone in zones if zone.get("State") == "available"]
+        return self._zone_names, self._available_zones
+
+    async def _zones(self) -> list[str]:
+        """Candidate zones in preference order: ``zones`` first, then other zones with a subnet."""
+        settings = self.settings
+        if settings.subnets:
+            return [z for z in settings.zones if z in settings.subnets] + [
+                z for z in settings.subnets if z not in settings.zones
+            ]
+        if settings.zones:
+            return list(settings.zones)
+        try:
+            _, available = await self._zone_info()
+        except (ClientError, BotoCoreError) as exc:
+            raise LaunchError(f"could not list availability zones: {exc}") from exc
+        return available
+
+    async def _spot_prices(self, instance_types: list[str]) -> dict[tuple[str, str], float]:
+        """The current spot price per (zone, type); empty (ordering by configuration) when EC2 will not say."""
+        ec2 = await self._client("ec2")
+        points: list[SpotPrice] = []
+        try:
+            paginator = ec2.get_paginator("describe_spot_price_history")
+            pages = paginator.paginate(
+                InstanceTypes=instance_types,
+                ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+                StartTime=datetime.now(UTC),  # "from now": the price in effect now, per zone and type
+                PaginationConfig={"MaxItems": 1000},
+            )
+            async for page in pages:
+                for item in page.get("SpotPriceHistory", []):
+                    points.append(
+                        SpotPrice(
+                            str(item["AvailabilityZone"]),
+                            str(item["InstanceType"]),
+                            float(item["SpotPrice"]),
+                            item["Timestamp"],
+                        )
+                    )
+        except (ClientError, BotoCoreError, ResponseParserError, KeyError, ValueError) as exc:
+            log.warning("spot price history unavailable (%s); zones ordered without prices", exc)
+            return {}
+        return latest_prices(points)
+
+    async def _placement_scores(self, instance_types: list[str]) -> dict[str, int] | None:
+        """Spot placement scores per zone name, or None where the API is refused or missing (moto has none:
+        it answers HTTP 500). Then ordering falls back to price and configuration, logged once per process."""
+        if time.monotonic() < self._scores_retry_at:
+            return None
+        ec2 = await self._client("ec2", retries=False)
+        try:
+            reply = await ec2.get_spot_placement_scores(
+                InstanceTypes=instance_types,
+                TargetCapacity=1,
+                TargetCapacityUnitType="units",
+                SingleAvailabilityZone=True,
+                RegionNames=[ec2.meta.region_name],
+            )
+            names, _ = await self._zone_info()
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:  # moto: HTTP 500, not XML
+            reason = _error(exc)[0] if isinstance(exc, ClientError) else type(exc).__name__
+            self._scores_retry_at = time.monotonic() + _SCORES_RETRY_SECONDS
+            _log_once(
+                "placement-scores",
+                "spot placement scores unavailable (%s); choosing zones by spot price and the configured order",
+                reason,
+            )
+            return None
+        scores = ((str(s["AvailabilityZoneId"]), int(s["Score"])) for s in reply.get("SpotPlacementScores", []))
+        return scores_by_zone(scores, names)
+
+    # -- Auto Scaling mode ----------------------------------------------------------------------------------
+
+    async def _launch_group(
+        self, spec: JobSpec, script: str, instance_types: list[str], market: Market, avoid_zones: Collection[str]
+    ) -> Instance:
+        """One group per job (``finetune-<job>``), min 0 / max 1 / desired 1, spot only (or on-demand only),
+        over every configured subnet; Auto Scaling picks the pool (price-capacity-optimized).
+
+        A relaunch first sets the group to 0, so a replacement the group started by itself from an older
+        attempt's template version is not left running next to the new attempt.
+        """
+        group = group_name(spec.job_id)
+        version = await self._template_version(spec, script)
+        zones = await self._zones()
+        ordered = [z for z in zones if z not in avoid_zones] + [z for z in zones if z in avoid_zones]
+        subnets = ",".join(self.settings.subnets[z] for z in ordered)
+        policy = {
+            "LaunchTemplate": {
+                "LaunchTemplateSpecification": {"LaunchTemplateName": self.settings.template_name, "Version": version},
+                "Overrides": [{"InstanceType": instance_type} for instance_type in instance_types],
+            },
+            "InstancesDistribution": {
+                "OnDemandBaseCapacity": 0,
+                "OnDemandPercentageAboveBaseCapacity": 0 if market == "spot" else 100,
+                "SpotAllocationStrategy": "price-capacity-optimized",
+            },
+        }
+        tags = [
+            {**tag, "ResourceId": group, "ResourceType": "auto-scaling-group", "PropagateAtLaunch": True}
+            for tag in self._tag_list(spec)
+        ]
+        asg = await self._client("autoscaling")
+        try:
+            existing = await self._group(group)
+            before: set[str] = set()
+            if existing is None:
+                await asg.create_auto_scaling_group(
+                    AutoScalingGroupName=group,
+                    MinSize=0,
+                    MaxSize=1,
+                    DesiredCapacity=1,
+                    VPCZoneIdentifier=subnets,
+                    MixedInstancesPolicy=policy,
+                    Tags=tags,
+                )
+            else:
+                before = {str(i["InstanceId"]) for i in existing.get("Instances", [])}
+                if before or existing.get("DesiredCapacity"):
+                    await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
+                await asg.create_or_update_tags(Tags=tags)
+                await asg.update_auto_scaling_group(
+                    AutoScalingGroupName=group,
+                    MinSize=0,
+                    MaxSize=1,
+                    DesiredCapacity=1,
+                    VPCZoneIdentifier=subnets,
+                    MixedInstancesPolicy=policy,
+                )
+        except (ClientError, BotoCoreError) as exc:
+            raise LaunchError(f"could not set up Auto Scaling group {group}: {exc}") from exc
+        found = await self._wait_for_group_instance(group, before)
+        instance_type = str(found.get("InstanceType") or instance_types[0])
+        zone = str(found.get("AvailabilityZone", ""))
+        on_demand = self.on_demand_price(instance_type)
+        price = on_demand
+        if market == "spot":
+            price = (await self._spot_prices([instance_type])).get((zone, instance_type))
+        instance_id = str(found["InstanceId"])
+        log.info(
+            "%s attempt %d: group %s launched %s (%s in %s)",
+            spec.job_id,
+            spec.attempt,
+            group,
+            instance_id,
+            instance_type,
+            zone,
+        )
+        # The market is what the group was told to buy (spot only, or on-demand only).
+        return Instance(instance_id, instance_type, zone, market, price, on_demand)
+
+    async def _group(self, group: str) -> dict[str, Any] | None:
+        asg = await self._client("autoscaling")
+        reply = await asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])
+        groups = reply.get("AutoScalingGroups", [])
+        return dict(groups[0]) if groups else None
+
+    async def _wait_for_group_instance(self, group: str, before: set[str]) -> dict[str, Any]:
+        deadline = time.monotonic() + self.settings.group_wait_seconds
+        while True:
+            try:
+                found = await self._group(group)
+            except (ClientError, BotoCoreError) as exc:
+                log.warning("describing group %s failed: %s", group, exc)
+                found = None
+            for item in (found or {}).get("Instances", []):
+                if str(item["InstanceId"]) not in before and not str(item.get("LifecycleState", "")).startswith(
+                    "Terminat"
+                ):
+                    return dict(item)
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(self.settings.group_poll_seconds)
+        why = await self._last_activity(group)
+        asg = await self._client("autoscaling")
+        try:  # no instance nobody tracks may turn up later
+            await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
+        except (ClientError, BotoCoreError) as exc:
+            log.warning("could not set group %s back to 0: %s", group, exc)
+        raise LaunchError(
+            f"Auto Scaling group {group} launched no instance within {self.settings.group_wait_seconds:g} s"
+            + (f" (last activity: {why})" if why else "")
+        )
+
+    async def _last_activity(self, group: str) -> str:
+        asg = await self._client("autoscaling")
+        try:
+            reply = await asg.describe_scaling_activities(AutoScalingGroupName=group, MaxRecords=1)
+        except (ClientError, BotoCoreError):
+            return ""
+        activities = reply.get("Activities", [])
+        if not activities:
+            return ""
+        return str(activities[0].get("StatusMessage") or activities[0].get("Description") or "")
+
+    async def _template_version(self, spec: JobSpec, script: str) -> str:
+        """A new version of the shared launch template carrying this attempt's user-data; creates the
+        template on first use. Returns the version number."""
+        data: dict[str, Any] = {**self._instance_settings(), "UserData": base64.b64encode(script.encode()).decode()}
+        name = self.settings.template_name
+        description = f"{spec.job_id} attempt {spec.attempt}"
+        ec2 = await self._client("ec2")
+        for _ in range(2):
+            try:
+                reply = await ec2.create_launch_template_version(
+                    LaunchTemplateName=name,
+                    SourceVersion="$Latest",
+                    LaunchTemplateData=data,
+                    VersionDescription=description,
+                )
+                return str(reply["LaunchTemplateVersion"]["VersionNumber"])
+            except ClientError as exc:
+                code, message = _error(exc)
+                if code not in _NOT_FOUND_TEMPLATE:
+                    raise LaunchError(f"could not add a version to launch template {name}: {code}: {message}") from exc
+            if "ImageId" not in data:
+                raise LaunchError(f"launch template {name} does not exist: set image_id so the bot can create it")
+            try:
+                reply = await ec2.create_launch_template(
+                    LaunchTemplateName=name, LaunchTemplateData=data, VersionDescription=description
+                )
+                return str(reply["LaunchTemplate"]["LatestVersionNumber"])
+            except ClientError as exc:
+                code, message = _error(exc)
+                if code != "InvalidLaunchTemplateName.AlreadyExistsException":  # else: created meanwhile, retry
+                    raise LaunchError(f"could not create launch template {name}: {code}: {message}") from exc
+        raise LaunchError(f"launch template {name} could not be created or versioned")
+
+    # -- instances after launch -----------------------------------------------------------------------------
+
+    async def _describe(self, instance_id: str) -> dict[str, Any] | None:
+        ec2 = await self._client("ec2")
+        try:
+            reply = await ec2.describe_instances(InstanceIds=[instance_id])
+        except ClientError as exc:
+            if _error(exc)[0] in _NOT_FOUND_INSTANCE:
+                return None
+            raise
+        for reservation in reply.get("Reservations", []):
+            for instance in reservation.get("Instances", []):
+                return dict(instance)
+        return None
+
+    async def _job_of(self, instance_id: str) -> tuple[dict[str, Any], str, int]:
+        """The instance, its job id and attempt number, from the tags the launch put on it."""
+        instance = await self._describe(instance_id)
+        if instance is None:
+            raise AwsError(f"instance {instance_id} does not exist")
+        tags = _tags(instance)
+        job_id, attempt = tags.get(JOB_TAG), tags.get(ATTEMPT_TAG, "")
+        if not job_id or not attempt.isdigit():
+            raise AwsError(f"instance {instance_id} has no {JOB_TAG} / {ATTEMPT_TAG} tags: not launched by this bot")
+        return instance, job_id, int(attempt)
+
+    async def terminate(self, instance_id: str) -> None:
+        """Terminate the instance (a missing one is fine); an Auto Scaling instance's group goes to 0 first,
+        so the group does not replace it."""
+        instance = await self._describe(instance_id)
+        if instance is None:
+            return
+        group = _tags(instance).get(GROUP_TAG)
+        if group:
+            asg = await self._client("autoscaling")
+            try:
+                await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
+            except ClientError as exc:
+                log.warning("could not set group %s to 0: %s", group, _error(exc))
+        ec2 = await self._client("ec2")
+        try:
+            await ec2.terminate_instances(InstanceIds=[instance_id])
+        except ClientError as exc:
+            if _error(exc)[0] not in _NOT_FOUND_INSTANCE:
+                raise
+
+    async def stop_runner(self, instance_id: str) -> None:
+        """Ask the runner to checkpoint and stop by writing ``<prefix><job>/control/attempt-<n>.json`` =
+        ``{"action": "stop"}``, the control object the runner polls.
+
+        Not SSM Run Command: that needs the SSM agent and the AmazonSSMManagedInstanceCore role on the
+        instance, and has no effect in moto. The control object needs only the S3 access the runner already
+        has for checkpoints, and works the same on Alibaba OSS.
+        """
+        _, job_id, attempt = await self._job_of(instance_id)
+        key = self.control_key(job_id, attempt)
+        s3 = await self._client("s3")
+        try:
+            await s3.put_object(
+                Bucket=self.settings.bucket,
+                Key=key,
+                Body=json.dumps({"action": "stop"}).encode(),
+                ContentType="application/json",
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise AwsError(f"could not write the stop request s3://{self.settings.bucket}/{key}: {exc}") from exc
+
+    async def drill(self, instance_id: str) -> str:
+        """A real spot interruption through AWS FIS: an experiment template per job (tagged
+        ``<fis_template_tag>=true``, reused), targeting the job's running spot instances by their
+        ``finetune:job`` tag, then a started experiment. The interruption itself comes from EC2."""
+        role = self.settings.fis_role_arn
+        if not role:
+            raise AwsError(
+                "FIS is not set up: set fis_role_arn to a role FIS may assume (with the "
+                "AWSFaultInjectionSimulatorEC2Access policy) to run interruption drills"
+            )
+        instance, job_id, _ = await self._job_of(instance_id)
+        state = str(instance.get("State", {}).get("Name", ""))
+        if state not in ("pending", "running"):
+            raise AwsError(f"instance {instance_id} is {state or 'gone'}: nothing to interrupt")
+        if instance.get("InstanceLifecycle") != "spot":
+            raise AwsError(f"instance {instance_id} is on-demand: FIS interrupts only spot instances")
+        fis = await self._client("fis")
+        try:
+            template_id = await self._drill_template(fis, job_id, role)
+            reply = await fis.start_experiment(
+                experimentTemplateId=template_id,
+                clientToken=uuid.uuid4().hex,
+                tags={JOB_TAG: job_id, "finetune:instance": instance_id},
+            )
+        except ClientError as exc:
+            code, message = _error(exc)
+            if code in _DENIED:
+                raise AwsError(
+                    f"not permitted: FIS said {code} ({message}); the bot needs fis:CreateExperimentTemplate, "
+                    f"fis:StartExperiment, fis:ListExperimentTemplates, fis:TagResource and iam:PassRole on {role}"
+                ) from exc
+            raise AwsError(f"FIS could not start the drill: {code}: {message}") from exc
+        except BotoCoreError as exc:
+            raise AwsError(f"FIS is not available here ({self.region or 'default region'}): {exc}") from exc
+        experiment_id = str(reply["experiment"]["id"])
+        return (
+            f"FIS experiment {experiment_id} started: spot interruption notice for {instance_id} ({job_id}), "
+            f"interrupted after {self.settings.drill_notice[2:].lower()} (template {template_id})"
+        )
+
+    async def _drill_template(self, fis: Any, job_id: str, role: str) -> str:
+        marker = self.settings.fis_template_tag
+        paginator = fis.get_paginator("list_experiment_templates")
+        async for page in paginator.paginate():
+            for summary in page.get("experimentTemplates", []):
+                tags = summary.get("tags") or {}
+                if tags.get(marker) == "true" and tags.get(JOB_TAG) == job_id:
+                    return str(summary["id"])
+        reply = await fis.create_experiment_template(
+            clientToken=uuid.uuid4().hex,
+            description=f"finetune-chatops drill: spot interruption of {job_id}",
+            roleArn=role,
+            stopConditions=[{"source": "none"}],
+            targets={
+                "SpotInstances": {
+                    "resourceType": "aws:ec2:spot-instance",
+                    "resourceTags": {JOB_TAG: job_id},
+                    "filters": [{"path": "State.Name", "values": ["running"]}],
+                    "selectionMode": "ALL",
+                }
+            },
+            actions={
+                "interrupt": {
+                    "actionId": "aws:ec2:send-spot-instance-interruptions",
+                    "parameters": {"durationBeforeInterruption": self.settings.drill_notice},
+                    "targets": {"SpotInstances": "SpotInstances"},
+                }
+            },
+            tags={marker: "true", JOB_TAG: job_id},
+        )
+        return str(reply["experimentTemplate"]["id"])
+
+    # -- clients --------------------------------------------------------------------------------------------
+
+    async def _client(self, service: str, *, retries: bool = True) -> Any:
+        """One client per (service, retry policy), opened on first use and closed by ``close``."""
+        key = f"{service}:{'retry' if retries else 'once'}"
+        async with self._clients_lock:
+            client = self._clients.get(key)
+            if client is None:
+                attempts = {"mode": "standard", "max_attempts": 3} if retries else {"total_max_attempts": 1}
+                config = Config(retries=attempts, connect_timeout=10, read_timeout=60)
+                client = await self._stack.enter_async_context(self._session.client(service, config=config))
+                self._clients[key] = client
+            return client
+
+    async def close(self) -> None:
+        async with self._clients_lock:
+            self._clients.clear()
+            await self._stack.aclose()
+            self._stack = AsyncExitStack()
+
+
+if TYPE_CHECKING:  # AwsCloud must stay a CloudProvider (mypy checks this line)
+
+    def _is_provider(cloud: AwsCloud) -> CloudProvider:
+        return cloud

@@ -1,0 +1,162 @@
+"""What moto does not do for the AWS provider's tests, supplied explicitly at the wire level.
+
+``Ec2Proxy`` sits in front of moto for the clients the test points at it (``AWS_ENDPOINT_URL_EC2``,
+``AWS_ENDPOINT_URL_FIS``) and forwards everything unchanged except what a test asks it to fake:
+
+- RunInstances answered with EC2's real capacity error (HTTP 500 + EC2 error XML) for chosen requests,
+  since moto never runs out of capacity;
+- GetSpotPlacementScores answered with chosen scores (moto does not implement it: it answers HTTP 500);
+- DescribeSpotPriceHistory answered with chosen prices (moto's are one constant);
+- FIS answered with AccessDeniedException, as for a bot without the FIS permissions.
+
+``deliver_fis_interruption`` plays EC2's part of a started FIS experiment (moto only records experiments):
+it resolves the template's tag target against the instances and reclaims the matching spot instances.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+import aiohttp
+from aiohttp import web
+
+_HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "content-encoding"}
+EC2_XMLNS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+
+RunInstancesFault = Callable[[dict[str, str]], str | None]
+
+
+def ec2_error(code: str, message: str) -> str:
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors>"
+        f"<RequestID>{uuid.uuid4()}</RequestID></Response>"
+    )
+
+
+def placement_scores_xml(scores: dict[str, int], region: str = "us-east-1") -> str:
+    items = "".join(
+        f"<item><region>{region}</region><availabilityZoneId>{zone_id}</availabilityZoneId>"
+        f"<score>{score}</score></item>"
+        for zone_id, score in scores.items()
+    )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<GetSpotPlacementScoresResponse xmlns="{EC2_XMLNS}">'
+        f"<requestId>{uuid.uuid4()}</requestId><spotPlacementScoreSet>{items}</spotPlacementScoreSet>"
+        "</GetSpotPlacementScoresResponse>"
+    )
+
+
+def spot_prices_xml(prices: dict[tuple[str, str], float]) -> str:
+    items = "".join(
+        f"<item><instanceType>{instance_type}</instanceType><productDescription>Linux/UNIX</productDescription>"
+        f"<spotPrice>{price}</spotPrice><timestamp>2025-01-01T00:00:00.000Z</timestamp>"
+        f"<availabilityZone>{zone}</availabilityZone></item>"
+        for (zone, instance_type), price in prices.items()
+    )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<DescribeSpotPriceHistoryResponse xmlns="{EC2_XMLNS}">'
+        f"<requestId>{uuid.uuid4()}</requestId><spotPriceHistorySet>{items}</spotPriceHistorySet>"
+        "<nextToken/></DescribeSpotPriceHistoryResponse>"
+    )
+
+
+class Ec2Proxy:
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.run_instances_fault: RunInstancesFault | None = None
+        self.placement_scores: dict[str, int] | None = None  # zone id -> score; None: moto's own answer
+        self.spot_prices: dict[tuple[str, str], float] | None = None
+        self.deny_fis = False
+        self.calls: list[tuple[str, dict[str, str]]] = []  # (EC2 Action, form) of every EC2 query request
+        self._runner: web.AppRunner | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self.port = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def actions(self, action: str) -> list[dict[str, str]]:
+        return [form for name, form in self.calls if name == action]
+
+    async def start(self) -> Ec2Proxy:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        self._client = aiohttp.ClientSession(auto_decompress=False)
+        return self
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if request.path.startswith(("/experimentTemplates", "/experiments")) and self.deny_fis:
+            payload = {"__type": "AccessDeniedException", "message": "User is not authorized to perform fis:*"}
+            return web.json_response(payload, status=403, headers={"x-amzn-ErrorType": "AccessDeniedException"})
+        form: dict[str, str] = {}
+        if request.method == "POST" and request.content_type == "application/x-www-form-urlencoded":
+            form = dict(parse_qsl(body.decode(), keep_blank_values=True))
+        action = form.get("Action", "")
+        if action:
+            self.calls.append((action, form))
+        if action == "RunInstances" and self.run_instances_fault is not None:
+            code = self.run_instances_fault(form)
+            if code is not None:
+                zone = form.get("Placement.AvailabilityZone", "?")
+                message = f"We currently do not have sufficient {form.get('InstanceType')} capacity in {zone}."
+                return web.Response(status=500, text=ec2_error(code, message), content_type="text/xml")
+        if action == "GetSpotPlacementScores" and self.placement_scores is not None:
+            return web.Response(text=placement_scores_xml(self.placement_scores), content_type="text/xml")
+        if action == "DescribeSpotPriceHistory" and self.spot_prices is not None:
+            return web.Response(text=spot_prices_xml(self.spot_prices), content_type="text/xml")
+        return await self._forward(request, body)
+
+    async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        assert self._client is not None
+        headers = {key: value for key, value in request.headers.items() if key.lower() not in _HOP_HEADERS}
+        headers["Host"] = request.host
+        async with self._client.request(
+            request.method, self.upstream + request.path_qs, headers=headers, data=body
+        ) as reply:
+            payload = await reply.read()
+            out_headers = {key: value for key, value in reply.headers.items() if key.lower() not in _HOP_HEADERS}
+            return web.Response(status=reply.status, body=payload, headers=out_headers)
+
+
+def spot_request(form: dict[str, str]) -> bool:
+    return form.get("InstanceMarketOptions.MarketType") == "spot"
+
+
+def deliver_fis_interruption(ec2: Any, fis: Any, experiment_id: str) -> list[str]:
+    """EC2's side of ``aws:ec2:send-spot-instance-interruptions``, which moto does not perform: select the
+    experiment's target (resource type, tags, state filter) among the instances, and reclaim the selected
+    spot instances. Returns the reclaimed instance ids."""
+    experiment = fis.get_experiment(id=experiment_id)["experiment"]
+    template = fis.get_experiment_template(id=experiment["experimentTemplateId"])["experimentTemplate"]
+    reclaimed: list[str] = []
+    for target in template["targets"].values():
+        assert target["resourceType"] == "aws:ec2:spot-instance"
+        filters = [{"Name": f"tag:{key}", "Values": [value]} for key, value in target["resourceTags"].items()]
+        for extra in target.get("filters", []):
+            assert extra["path"] == "State.Name"
+            filters.append({"Name": "instance-state-name", "Values": list(extra["values"])})
+        reservations = ec2.describe_instances(Filters=filters)["Reservations"]
+        for reservation in reservations:
+            for instance in reservation["Instances"]:
+                if instance.get("InstanceLifecycle") == "spot":
+                    reclaimed.append(instance["InstanceId"])
+    if reclaimed:
+        ec2.terminate_instances(InstanceIds=reclaimed)
+    return reclaimed

@@ -1,0 +1,434 @@
+"""AwsCloud against moto in server mode, with an EC2 proxy for what moto cannot do (see tests/aws_fakes.py).
+
+moto supplies: S3, EC2 RunInstances with spot market options (InstanceLifecycle "spot"), tags on instances
+and volumes, user-data, a constant spot price history, Auto Scaling groups with mixed instances policies and
+launch template versions, FIS templates and experiments (as records only), IAM instance profiles.
+The proxy fakes: capacity errors, placement scores, distinct spot prices, an FIS AccessDenied. The test itself
+delivers the effect of an FIS spot interruption (moto's FIS has none).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from pydantic import ValidationError
+
+import bot.cloud.aws as aws_module
+from bot.cloud.aws import AwsCloud, AwsError, AwsSettings
+from bot.cloud.base import LaunchError
+from handlers.spec import JobSpec, parse_spec
+from tests.aws_fakes import Ec2Proxy, deliver_fis_interruption, spot_request
+from tests.servers import AWS_TEST_ENV, free_port
+
+BUCKET = "ft-ckpt"
+ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
+ZONE_IDS = {"us-east-1a": "use1-az6", "us-east-1b": "use1-az1", "us-east-1c": "use1-az2"}  # moto's mapping
+FIS_ROLE = "arn:aws:iam::123456789012:role/finetune-fis"
+TYPES = ["g5.xlarge", "g6.xlarge"]
+
+
+@dataclass
+class World:
+    endpoint: str
+    ec2: Any
+    s3: Any
+    fis: Any
+    asg: Any
+    subnets: dict[str, str]
+    security_group: str
+    image_id: str
+
+    def settings(self, **changes: Any) -> AwsSettings:
+        values: dict[str, Any] = {
+            "bucket": BUCKET,
+            "subnets": self.subnets,
+            "zones": ZONES,
+            "security_group_ids": [self.security_group],
+            "instance_profile": "finetune-runner",
+            "image_id": self.image_id,
+            "fis_role_arn": FIS_ROLE,
+            "group_poll_seconds": 0.2,
+            "group_wait_seconds": 10,
+        }
+        values.update(changes)
+        return AwsSettings(**values)
+
+    def instance(self, instance_id: str) -> dict[str, Any]:
+        reservations = self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        return dict(reservations[0]["Instances"][0])
+
+    def user_data(self, instance_id: str) -> str:
+        value = self.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")["UserData"]["Value"]
+        return base64.b64decode(value).decode()
+
+    def object(self, key: str) -> bytes:
+        return bytes(self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+
+def build_world(endpoint: str) -> World:
+    """Bucket, a VPC with a subnet in three zones, a security group, an instance profile and an AMI, made with
+    clients that talk to moto directly (never through the proxy, which runs on the test's event loop)."""
+
+    def client(service: str) -> Any:
+        return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1")
+
+    ec2, s3 = client("ec2"), client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnets = {
+        zone: ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{index}.0/24", AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        for index, zone in enumerate(ZONES)
+    }
+    group = ec2.create_security_group(GroupName="finetune", Description="runner", VpcId=vpc)["GroupId"]
+    client("iam").create_instance_profile(InstanceProfileName="finetune-runner")
+    # Filtered: all of moto's ~1300 images take seconds to list.
+    images = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])
+    image = images["Images"][0]["ImageId"]
+    return World(endpoint, ec2, s3, client("fis"), client("autoscaling"), subnets, group, image)
+
+
+@pytest.fixture
+def world(aws: str) -> World:
+    return build_world(aws)
+
+
+@pytest.fixture
+async def proxy(world: World, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Ec2Proxy]:
+    """Every EC2 and FIS call of the provider goes through the proxy (botocore's per-service endpoint)."""
+    started = await Ec2Proxy(world.endpoint).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", started.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_FIS", started.endpoint)
+    yield started
+    await started.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_log_once(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(aws_module, "_logged_once", set())
+    yield
+
+
+@pytest.fixture
+async def open_clouds() -> AsyncIterator[list[AwsCloud]]:
+    clouds: list[AwsCloud] = []
+    yield clouds
+    for cloud in clouds:
+        await cloud.close()
+
+
+@pytest.fixture
+def make_cloud(world: World, proxy: Ec2Proxy, open_clouds: list[AwsCloud]) -> Any:
+    def make(**changes: Any) -> AwsCloud:
+        cloud = AwsCloud(world.settings(**changes))
+        open_clouds.append(cloud)
+        return cloud
+
+    return make
+
+
+def job_spec(cloud: AwsCloud, job_id: str = "ft-abc1", attempt: int = 1) -> JobSpec:
+    return JobSpec(
+        version=1,
+        job_id=job_id,
+        attempt=attempt,
+        command=["python", "-m", "runner.hf.tiny"],
+        checkpoint_uri=cloud.checkpoint_uri(job_id),
+        notice="aws",
+    )
+
+
+def test_settings_and_names() -> None:
+    cloud = AwsCloud(AwsSettings(bucket="my-bucket", image_id="ami-1"))
+    assert (cloud.name, cloud.notice) == ("aws", "aws")
+    assert cloud.checkpoint_uri("ft-7k2q") == "s3://my-bucket/jobs/ft-7k2q/"
+    assert cloud.spec_key("ft-7k2q", 2) == "jobs/ft-7k2q/spec-attempt-2.json"
+    with pytest.raises(ValidationError, match="image_id"):
+        AwsSettings(bucket="my-bucket")
+    with pytest.raises(ValidationError, match="subnets"):
+        AwsSettings(bucket="my-bucket", image_id="ami-1", mode="autoscaling")
+    with pytest.raises(ValidationError):
+        AwsSettings(bucket="my-bucket", image_id="ami-1", work_dir="/tmp/x'; rm -rf /")
+
+
+async def test_spot_launch_tags_market_options_and_user_data(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+
+    # Equal (moto) prices and no scores: the configured zone order decides.
+    assert (instance.zone, instance.instance_type, instance.market) == ("us-east-1a", "g5.xlarge", "spot")
+    assert instance.price_per_hour == pytest.approx(0.00001)  # moto's spot price history
+    assert instance.on_demand_price_per_hour == pytest.approx(1.006)
+    described = world.instance(instance.instance_id)
+    assert described["InstanceLifecycle"] == "spot"
+    assert described["SubnetId"] == world.subnets["us-east-1a"]
+    assert described["MetadataOptions"]["HttpTokens"] == "required"
+    tags = {tag["Key"]: tag["Value"] for tag in described["Tags"]}
+    assert tags == {"finetune:job": "ft-abc1", "finetune:attempt": "1", "Name": "finetune-ft-abc1-1"}
+    volumes = world.ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [instance.instance_id]}])
+    assert all({"Key": "finetune:job", "Value": "ft-abc1"} in volume["Tags"] for volume in volumes["Volumes"])
+
+    (run,) = proxy.actions("RunInstances")
+    assert run["InstanceMarketOptions.MarketType"] == "spot"
+    assert run["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == "one-time"
+    assert run["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] == "terminate"
+    assert run["IamInstanceProfile.Name"] == "finetune-runner"
+    assert run["SecurityGroupId.1"] == world.security_group
+
+    script = world.user_data(instance.instance_id)
+    assert script.startswith("#!/bin/bash\n")
+    assert "FINETUNE_SPEC=s3://ft-ckpt/jobs/ft-abc1/spec-attempt-1.json\n" in script
+    assert "AWS_REGION=us-east-1\n" in script
+    assert "systemctl enable --now finetune-runner.service" in script
+    assert not any(word in script for word in ("pip ", "apt", "curl", "wget"))  # installs nothing at boot
+    spec = parse_spec(world.object("jobs/ft-abc1/spec-attempt-1.json"))
+    assert spec.job_id == "ft-abc1"
+    assert spec.attempt == 1
+    assert spec.release is not None
+    assert spec.release.kind == "aws-instance"
+
+
+async def test_spec_gets_the_sns_report_topic(world: World, make_cloud: Any) -> None:
+    topic = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
+    cloud: AwsCloud = make_cloud(report_topic_arn=topic)
+    await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+    assert parse_spec(world.object("jobs/ft-abc1/spec-attempt-1.json")).report == [f"sns:{topic}"]
+
+
+async def test_without_placement_scores_falls_back_and_logs_once(
+    proxy: Ec2Proxy, make_cloud: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="bot.cloud.aws")
+    proxy.spot_prices = {("us-east-1a", "g5.xlarge"): 0.52, ("us-east-1b", "g5.xlarge"): 0.41}
+    first: AwsCloud = make_cloud()
+    second: AwsCloud = make_cloud()
+    launched = [await first.launch(job_spec(first, attempt=n), ["g5.xlarge"], "spot") for n in (1, 2)]
+    launched.append(await second.launch(job_spec(second, attempt=3), ["g5.xlarge"], "spot"))
+
+    # moto has no GetSpotPlacementScores (HTTP 500): asked once per provider, never retried, logged once.
+    assert len(proxy.actions("GetSpotPlacementScores")) == 2
+    notes = [r for r in caplog.records if "placement scores unavailable" in r.getMessage()]
+    assert len(notes) == 1
+    # The fallback order is the spot price (1b is cheaper), then the configured order (1c before 1a: unpriced).
+    assert [i.zone for i in launched] == ["us-east-1b"] * 3
+    assert launched[0].price_per_hour == pytest.approx(0.41)
+
+
+async def test_placement_scores_then_price_then_zone_order(proxy: Ec2Proxy, make_cloud: Any) -> None:
+    proxy.placement_scores = {ZONE_IDS["us-east-1a"]: 9, ZONE_IDS["us-east-1b"]: 3, ZONE_IDS["us-east-1c"]: 9}
+    proxy.spot_prices = {
+        ("us-east-1a", "g5.xlarge"): 0.40,
+        ("us-east-1a", "g6.xlarge"): 0.35,
+        ("us-east-1b", "g6.xlarge"): 0.10,
+        ("us-east-1c", "g5.xlarge"): 0.45,
+        ("us-east-1c", "g6.xlarge"): 0.30,
+    }
+    cloud: AwsCloud = make_cloud()
+    best = await cloud.launch(job_spec(cloud), TYPES, "spot")
+    assert (best.zone, best.instance_type, best.price_per_hour) == ("us-east-1c", "g6.xlarge", 0.30)
+    (asked,) = proxy.actions("GetSpotPlacementScores")
+    assert asked["SingleAvailabilityZone"] == "true"
+    assert asked["TargetCapacity"] == "1"
+    assert {asked["InstanceType.1"], asked["InstanceType.2"]} == set(TYPES)
+
+    # The zone that just reclaimed the job goes last: the other score-9 zone is next.
+    moved = await cloud.launch(job_spec(cloud, attempt=2), TYPES, "spot", avoid_zones=["us-east-1c"])
+    assert (moved.zone, moved.instance_type) == ("us-east-1a", "g6.xlarge")
+
+
+async def test_capacity_error_moves_to_the_next_zone(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
+    proxy.run_instances_fault = lambda form: (
+        "InsufficientInstanceCapacity" if form.get("Placement.AvailabilityZone") == "us-east-1a" else None
+    )
+    cloud: AwsCloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+
+    assert (instance.zone, instance.market) == ("us-east-1b", "spot")
+    assert world.instance(instance.instance_id)["InstanceLifecycle"] == "spot"
+    zones = [form["Placement.AvailabilityZone"] for form in proxy.actions("RunInstances")]
+    assert zones == ["us-east-1a", "us-east-1b"]  # the HTTP 500 was not retried in the same zone
+
+
+async def test_on_demand_after_max_capacity_failures(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
+    codes = iter(["InsufficientInstanceCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded"] * 3)
+    proxy.run_instances_fault = lambda form: next(codes) if spot_request(form) else None
+    cloud: AwsCloud = make_cloud(max_launch_failures=3)
+    instance = await cloud.launch(job_spec(cloud), TYPES, "spot")
+
+    runs = proxy.actions("RunInstances")
+    assert [spot_request(form) for form in runs] == [True, True, True, False]  # 6 spot candidates, 3 tried
+    assert (instance.market, instance.zone, instance.instance_type) == ("on-demand", "us-east-1a", "g5.xlarge")
+    assert instance.price_per_hour == instance.on_demand_price_per_hour == pytest.approx(1.006)
+    assert "InstanceLifecycle" not in world.instance(instance.instance_id)
+
+
+async def test_on_demand_market_skips_spot_entirely(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud), ["g6.xlarge"], "on-demand")
+    assert (instance.market, instance.price_per_hour) == ("on-demand", pytest.approx(0.805))
+    (run,) = proxy.actions("RunInstances")
+    assert not any(key.startswith("InstanceMarketOptions") for key in run)
+    assert not proxy.actions("GetSpotPlacementScores")
+    assert "InstanceLifecycle" not in world.instance(instance.instance_id)
+
+
+async def test_no_capacity_anywhere_is_a_launch_error(proxy: Ec2Proxy, make_cloud: Any) -> None:
+    proxy.run_instances_fault = lambda form: "InsufficientInstanceCapacity"
+    cloud: AwsCloud = make_cloud(max_launch_failures=2)
+    with pytest.raises(LaunchError, match="every candidate failed") as caught:
+        await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+    # 2 spot tries, then on-demand in every zone; the message names each try.
+    assert len(proxy.actions("RunInstances")) == 2 + len(ZONES)
+    assert "on-demand g5.xlarge in us-east-1c: InsufficientInstanceCapacity" in str(caught.value)
+
+
+async def test_a_configuration_error_stops_at_once(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud(subnets={**world.subnets, "us-east-1a": "subnet-0000dead"})
+    refused = "launch refused: spot g5.xlarge in us-east-1a: InvalidSubnetID.NotFound"
+    with pytest.raises(LaunchError, match=re.escape(refused)):
+        await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+    assert len(proxy.actions("RunInstances")) == 1  # not a capacity problem: no other zone is tried
+
+
+async def test_stop_runner_writes_the_control_object(world: World, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot")
+    await cloud.stop_runner(instance.instance_id)
+    assert json.loads(world.object("jobs/ft-abc1/control/attempt-2.json")) == {"action": "stop"}
+    with pytest.raises(AwsError, match="does not exist"):
+        await cloud.stop_runner("i-0123456789abcdef0")
+
+
+async def test_terminate_is_idempotent(world: World, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+    await cloud.terminate(instance.instance_id)
+    assert world.instance(instance.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
+    await cloud.terminate(instance.instance_id)
+    await cloud.terminate("i-0123456789abcdef0")
+
+
+async def test_drill_starts_an_fis_experiment_on_the_jobs_spot_instance(world: World, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud()
+    target = await cloud.launch(job_spec(cloud, "ft-drl1"), ["g5.xlarge"], "spot")
+    bystander = await cloud.launch(job_spec(cloud, "ft-oth2"), ["g5.xlarge"], "spot")
+
+    done = await cloud.drill(target.instance_id)
+    assert done.startswith("FIS experiment ")
+    experiment_id = done.split()[2]
+    experiment = world.fis.get_experiment(id=experiment_id)["experiment"]
+    template = world.fis.get_experiment_template(id=experiment["experimentTemplateId"])["experimentTemplate"]
+    assert template["tags"] == {"finetune:drill": "true", "finetune:job": "ft-drl1"}
+    assert template["roleArn"] == FIS_ROLE
+    assert template["stopConditions"] == [{"source": "none"}]
+    (action,) = template["actions"].values()
+    assert action["actionId"] == "aws:ec2:send-spot-instance-interruptions"
+    assert action["parameters"] == {"durationBeforeInterruption": "PT2M"}
+    (selector,) = template["targets"].values()
+    assert selector["resourceType"] == "aws:ec2:spot-instance"
+    assert selector["resourceTags"] == {"finetune:job": "ft-drl1"}
+    assert selector["selectionMode"] == "ALL"
+
+    # A second drill of the job reuses its template.
+    again = await cloud.drill(target.instance_id)
+    assert again.split()[2] != experiment_id
+    assert len(world.fis.list_experiment_templates()["experimentTemplates"]) == 1
+
+    # moto records the experiment but interrupts nothing: the test plays EC2's part, on the template's target.
+    assert deliver_fis_interruption(world.ec2, world.fis, experiment_id) == [target.instance_id]
+    assert world.instance(target.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
+    assert world.instance(bystander.instance_id)["State"]["Name"] == "running"
+
+
+async def test_drill_refusals_say_what_to_fix(proxy: Ec2Proxy, make_cloud: Any) -> None:
+    unset: AwsCloud = make_cloud(fis_role_arn=None)
+    spot = await unset.launch(job_spec(unset), ["g5.xlarge"], "spot")
+    with pytest.raises(AwsError, match="FIS is not set up: set fis_role_arn"):
+        await unset.drill(spot.instance_id)
+
+    cloud: AwsCloud = make_cloud()
+    on_demand = await cloud.launch(job_spec(cloud, "ft-odm1"), ["g5.xlarge"], "on-demand")
+    with pytest.raises(AwsError, match="on-demand: FIS interrupts only spot"):
+        await cloud.drill(on_demand.instance_id)
+
+    proxy.deny_fis = True
+    with pytest.raises(AwsError, match="not permitted: FIS said AccessDeniedException"):
+        await cloud.drill(spot.instance_id)
+
+
+@pytest.fixture
+def patched_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An in-process moto with one fix: moto 5.2.5 keeps the UserData of CreateLaunchTemplateVersion as a plain
+    string, and Auto Scaling then fails (HTTP 500) launching from that version; AWS itself is fine. Only the
+    Auto Scaling test, whose relaunch adds a template version, needs it."""
+    from moto.core.types import Base64EncodedString
+    from moto.ec2.models.launch_templates import LaunchTemplateVersion
+    from moto.server import ThreadedMotoServer
+
+    def user_data(version: Any) -> Any:
+        value = version.data.get("UserData")
+        return Base64EncodedString(value) if isinstance(value, str) else value
+
+    monkeypatch.setattr(LaunchTemplateVersion, "user_data", property(user_data))
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{server._port}"
+    for name, value in AWS_TEST_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    yield endpoint
+    server.stop()
+
+
+async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[AwsCloud]) -> None:
+    world = build_world(patched_moto)
+    cloud = AwsCloud(world.settings(mode="autoscaling"))
+    open_clouds.append(cloud)
+    first = await cloud.launch(job_spec(cloud), TYPES, "spot")
+
+    (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]
+    assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == (0, 1, 1)
+    assert set(group["VPCZoneIdentifier"].split(",")) == set(world.subnets.values())
+    policy = group["MixedInstancesPolicy"]
+    assert [o["InstanceType"] for o in policy["LaunchTemplate"]["Overrides"]] == TYPES
+    distribution = policy["InstancesDistribution"]
+    assert distribution["OnDemandPercentageAboveBaseCapacity"] == 0
+    assert distribution["SpotAllocationStrategy"] == "price-capacity-optimized"
+    assert {t["Key"]: (t["Value"], t["PropagateAtLaunch"]) for t in group["Tags"]}["finetune:job"] == ("ft-abc1", True)
+    assert [i["InstanceId"] for i in group["Instances"]] == [first.instance_id]
+    # moto launches group instances as on-demand (no spot marking); the market is what the group asks for.
+    assert first.market == "spot"
+    tags = {tag["Key"]: tag["Value"] for tag in world.instance(first.instance_id)["Tags"]}
+    assert (tags["finetune:job"], tags["finetune:attempt"]) == ("ft-abc1", "1")
+
+    version = policy["LaunchTemplate"]["LaunchTemplateSpecification"]["Version"]
+    data = world.ec2.describe_launch_template_versions(LaunchTemplateName="finetune-runner", Versions=[version])
+    script = base64.b64decode(data["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]).decode()
+    assert "FINETUNE_SPEC=s3://ft-ckpt/jobs/ft-abc1/spec-attempt-1.json\n" in script
+    spec = parse_spec(world.object("jobs/ft-abc1/spec-attempt-1.json"))
+    assert spec.release is not None
+    assert spec.release.model_dump() == {"kind": "aws-autoscaling", "group": "finetune-ft-abc1"}
+
+    await cloud.terminate(first.instance_id)
+    (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]
+    assert group["DesiredCapacity"] == 0
+    assert world.instance(first.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
+
+    # The next attempt reuses the group with a new template version and gets a new instance.
+    second = await cloud.launch(job_spec(cloud, attempt=2), TYPES, "spot")
+    assert second.instance_id != first.instance_id
+    (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]
+    assert group["DesiredCapacity"] == 1
+    assert int(group["MixedInstancesPolicy"]["LaunchTemplate"]["LaunchTemplateSpecification"]["Version"]) > int(version)
+    assert "spec-attempt-2.json" in world.user_data(second.instance_id)
+    tags = {tag["Key"]: tag["Value"] for tag in world.instance(second.instance_id)["Tags"]}
+    assert tags["finetune:attempt"] == "2"
+    await cloud.stop_runner(second.instance_id)
+    assert json.loads(world.object("jobs/ft-abc1/control/attempt-2.json")) == {"action": "stop"}
