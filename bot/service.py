@@ -19,10 +19,12 @@ from bot.app import Bot
 from bot.bus import EventBus, default_consumer_name
 from bot.chat.base import ChatPort
 from bot.chat.console import ConsoleChat
+from bot.cloud.aws import AwsCloud
+from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
 from bot.http import REPORTS_PATH, build_app
 from bot.redis_server import RedisHandle, open_redis
-from bot.settings import Settings, all_recipes, load_file_config
+from bot.settings import ConfigError, Settings, all_recipes, load_file_config
 from bot.sources.sns_http import sns_routes
 from bot.sources.sns_signature import SnsVerifier
 from bot.sources.sqs import SqsSource
@@ -53,7 +55,7 @@ class BotService:
         self._tasks: list[asyncio.Task[None]] = []
         self._redis: RedisHandle | None = None
         self._http: web.AppRunner | None = None
-        self._cloud: LocalCloud | None = None
+        self._cloud: CloudProvider | None = None
         self._bus: EventBus | None = None
         self._bot: Bot | None = None
         self.port = 0
@@ -77,8 +79,10 @@ class BotService:
         config = load_file_config(self.settings.finetune_config)
         if config.policy.open:
             log.warning("no permission rules configured: everyone may use every command")
-        if self.settings.finetune_cloud != "local":
-            raise NotImplementedError(f"FINETUNE_CLOUD={self.settings.finetune_cloud} is not available yet")
+        if self.settings.finetune_cloud == "aliyun":
+            raise ConfigError("FINETUNE_CLOUD=aliyun is not available yet; use local or aws")
+        if self.settings.finetune_cloud == "aws" and config.aws is None:
+            raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
         secret = self.settings.finetune_report_secret or secrets.token_urlsafe(32)
         self._redis = redis = await open_redis(self.settings)
         store = JobStore(redis.client)
@@ -98,13 +102,19 @@ class BotService:
         async def cloud_event(event: CloudEvent) -> None:
             await bus.publish(dump_message(event))
 
-        self._cloud = LocalCloud(
-            self.settings.finetune_state_dir,
-            cloud_event,
-            grace_seconds=self.settings.finetune_local_grace_seconds,
-            runner_env={"FINETUNE_REPORT_SECRET": secret},
-        )
-        reports = [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
+        cloud: CloudProvider
+        if config.aws is not None and self.settings.finetune_cloud == "aws":
+            # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.
+            cloud, reports = AwsCloud(config.aws, cloud_event), []
+        else:
+            cloud = LocalCloud(
+                self.settings.finetune_state_dir,
+                cloud_event,
+                grace_seconds=self.settings.finetune_local_grace_seconds,
+                runner_env={"FINETUNE_REPORT_SECRET": secret},
+            )
+            reports = [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
+        self._cloud = cloud
         self._bot = Bot(
             store, BusPublisher(bus, timers), self._cloud, self.chat, config.policy, all_recipes(config), reports
         )

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.cloud.aws import AwsSettings
 from handlers.policy import Policy
 from handlers.recipes import BUILT_IN, Recipe
 
@@ -47,6 +48,7 @@ class FileConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policy: Policy = Field(default_factory=Policy)
     recipes: list[Recipe] = Field(default_factory=list)
+    aws: AwsSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aws
 
 
 class ConfigError(ValueError):

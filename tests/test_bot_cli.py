@@ -83,3 +83,15 @@ def test_a_bad_config_file_is_one_clear_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "policy.max_concurrent_jobs" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_aws_cloud_without_its_settings_is_one_clear_error(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "serve"],
+        env=bot_env(tmp_path, FINETUNE_CLOUD="aws", FINETUNE_HTTP_PORT="0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "FINETUNE_CLOUD=aws needs an aws: section" in result.stderr and "Traceback" not in result.stderr
