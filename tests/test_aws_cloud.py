@@ -432,3 +432,11 @@ async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[Aw
     assert tags["finetune:attempt"] == "2"
     await cloud.stop_runner(second.instance_id)
     assert json.loads(world.object("jobs/ft-abc1/control/attempt-2.json")) == {"action": "stop"}
+
+
+async def test_hourly_price_for_the_spend_guard(proxy: Ec2Proxy, make_cloud: Any) -> None:
+    proxy.spot_prices = {("us-east-1a", "g5.xlarge"): 0.52, ("us-east-1b", "g6.xlarge"): 0.41}
+    cloud: AwsCloud = make_cloud()
+    assert await cloud.hourly_price(["g5.xlarge", "g6.xlarge"], "spot") == pytest.approx(0.41)
+    assert await cloud.hourly_price(["g5.xlarge", "g6.xlarge"], "on-demand") == pytest.approx(0.805)
+    assert await cloud.hourly_price(["x9.unknown"], "on-demand") is None

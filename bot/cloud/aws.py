@@ -606,6 +606,15 @@ class AwsCloud:
             raise AwsError(f"instance {instance_id} has no {JOB_TAG} / {ATTEMPT_TAG} tags: not launched by this bot")
         return instance, job_id, int(attempt)
 
+    async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
+        """Spot: the lowest current price of these types in our zones; on-demand: the lowest list price."""
+        if market == "spot":
+            prices = await self._spot_prices(instance_types)
+            if prices:
+                return min(prices.values())
+        listed = [price for price in map(self.on_demand_price, instance_types) if price is not None]
+        return min(listed) if listed else None
+
     async def terminate(self, instance_id: str) -> None:
         """Terminate the instance (a missing one is fine); an Auto Scaling instance's group goes to 0 first,
         so the group does not replace it."""

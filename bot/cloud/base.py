@@ -37,6 +37,10 @@ class CloudProvider(Protocol):
         """Start an instance whose runner runs ``spec``; LaunchError when it cannot."""
         ...
 
+    async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
+        """The cheapest $/h a launch of these types would pay now (for the spend guard), None if unknown."""
+        ...
+
     async def terminate(self, instance_id: str) -> None: ...
 
     async def drill(self, instance_id: str) -> str:

@@ -106,6 +106,9 @@ class LocalCloud:
             instance_id, (instance_types or ["local.cpu"])[0], "local-a", market, price, LOCAL_ON_DEMAND_PRICE
         )
 
+    async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
+        return LOCAL_SPOT_PRICE if market == "spot" else LOCAL_ON_DEMAND_PRICE
+
     async def terminate(self, instance_id: str) -> None:
         instance = self.instances.get(instance_id)
         if instance is not None and instance.process.returncode is None:
