@@ -218,10 +218,8 @@ class Bot:
             if await self.store.claim_once(key, EFFECT_TTL):
                 await self._launch(effect)
             return
-        if await self.store.was_done(key):
-            return
-        job = await self.store.get(effect.job_id)
-        if job is None:
+        done, job = await self.store.job_unless_done(key, effect.job_id)
+        if done or job is None:
             return
         if isinstance(effect, Notify):
             await self.chat.notify(job, effect)

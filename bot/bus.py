@@ -1,11 +1,16 @@
 """The event bus: one Redis stream read by a consumer group, so replicas share the work and none loses it.
 
-Delivery is at least once. A message is acknowledged only after its handler returned; one whose consumer died
-stays pending and is claimed by a live consumer once idle for ``claim_idle_ms``. While a handler runs, its
-message's idle time is reset regularly so a slow handler is not mistaken for a dead one; messages are taken
-one at a time for the same reason (a fetched message waiting behind a slow one would look abandoned). A message
-that failed ``max_tries`` deliveries is parked on ``<stream>:parked`` with its error, so a poison event never
-blocks the stream. Handlers must be idempotent (the job store's dedup keys make them so).
+Delivery is at least once. A consumer reads messages in batches and runs them concurrently, one *lane* per
+partition key (the job a message is about, see :func:`partition_key`): messages of one lane are handled one
+after the other in stream order, lanes run side by side, and a message without a key waits for everything read
+before it and holds up everything read after it. A message is acknowledged only after its handler returned
+(the acknowledgements of whatever finished meanwhile go in one XACK). One whose consumer died stays pending and
+is claimed by a live consumer once idle for ``claim_idle_ms``. While a consumer holds messages (running or
+waiting for their turn), their idle time is reset regularly, so a slow handler or a message queued behind one is
+not mistaken for an abandoned one. On stop, handlers already running finish; messages read but not started are
+handed back (marked idle, so the next consumer that looks for stale work takes them at once). A message that
+failed ``max_tries`` deliveries is parked on ``<stream>:parked`` with its error, so a poison event never blocks
+the stream. Handlers must be idempotent (the job store's dedup keys make them so).
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import pydantic_core
@@ -27,7 +34,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.typing import EncodableT, FieldT
+from redis.typing import EncodableT, FieldT, StreamIdT
 
 from handlers.ids import new_event_id
 
@@ -39,8 +46,13 @@ EVENT_FIELD = "event"
 # messages long since acknowledged.
 STREAM_MAXLEN = 100_000
 LATENCY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# The idle time given to messages handed back on stop: past any consumer's ``claim_idle_ms``, so they are stale.
+RELEASED_IDLE_MS = 86_400_000
+# How many ids go in one XCLAIM when leases are renewed.
+LEASE_CHUNK = 500
 
 Handler = Callable[[dict[str, Any]], Awaitable[None]]
+PartitionKey = Callable[[dict[str, Any]], str | None]
 
 
 def encode_event(event: dict[str, Any]) -> dict[str, str]:
@@ -53,6 +65,21 @@ def encode_event(event: dict[str, Any]) -> dict[str, str]:
 def default_consumer_name() -> str:
     """Unique per replica and per process: a restarted bot must not inherit the old one's pending list."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def partition_key(event: Mapping[str, Any]) -> str | None:
+    """The lane of a bus message: its job (a runner report's, or the message's own ``job_id``), else its instance.
+
+    ``None`` (nothing to go by) puts the message in stream order with respect to every other message.
+    """
+    report = event.get("report")
+    if isinstance(report, Mapping) and isinstance(report.get("job_id"), str):
+        return f"job:{report['job_id']}"
+    if isinstance(event.get("job_id"), str):
+        return f"job:{event['job_id']}"
+    if isinstance(event.get("instance_id"), str):
+        return f"instance:{event['instance_id']}"
+    return None
 
 
 @dataclass
@@ -79,6 +106,12 @@ class LatencySummary:
         return [*zip(self.buckets, self.bucket_counts, strict=True), (float("inf"), self.count)]
 
 
+class _Outcome(Enum):
+    DONE = "done"  # handled: acknowledge
+    FAILED = "failed"  # left pending for a retry
+    PARKED = "parked"  # moved aside (already acknowledged)
+
+
 class EventBus:
     """Publish events and run a consumer of the group; see the module docstring for the delivery rules."""
 
@@ -93,9 +126,14 @@ class EventBus:
         *,
         block_ms: int = 1000,
         claim_every_ms: int | None = None,
+        batch_size: int = 64,
+        max_in_flight: int = 256,
+        key: PartitionKey = partition_key,
     ) -> None:
         if max_tries < 1:
             raise ValueError("max_tries must be >= 1")
+        if batch_size < 1 or max_in_flight < 1:
+            raise ValueError("batch_size and max_in_flight must be >= 1")
         self.redis = redis
         self.stream = stream
         self.group = group
@@ -104,11 +142,15 @@ class EventBus:
         self.claim_idle_ms = claim_idle_ms
         self.block_ms = block_ms
         self.claim_every_ms = claim_idle_ms // 2 if claim_every_ms is None else claim_every_ms
+        self.batch_size = batch_size
+        self.max_in_flight = max_in_flight
+        self.key = key
         self.parked_stream = f"{stream}:parked"
         self.handled = 0
         self.failed = 0
         self.parked = 0
         self.claimed = 0
+        self.released = 0
         self.latency = LatencySummary()
 
     async def ensure_group(self) -> None:
@@ -126,78 +168,91 @@ class EventBus:
         return str(message_id)
 
     async def run(self, handler: Handler, stop: asyncio.Event) -> None:
-        """Consume until ``stop`` is set. The handler in flight finishes first; what was not handled stays pending.
+        """Consume until ``stop`` is set. Handlers running then finish; what was not handled stays pending.
 
         Handler errors never end the loop, nor does losing Redis for a while (it backs off and tries again) or
-        losing the group with its stream (it is created again).
+        losing the group with its stream (it is created again). Cancelling it is a crash: nothing more is
+        acknowledged, and what this consumer held is reclaimed by another once idle.
         """
+        lanes = _Lanes(self, handler, stop)
         group_ready = False
         next_claim = 0.0
         outage = 0
-        while not stop.is_set():
-            try:
-                if not group_ready:
-                    await self.ensure_group()
-                    group_ready = True
-                if time.monotonic() >= next_claim:
-                    await self._claim_stale(handler, stop)
-                    next_claim = time.monotonic() + self.claim_every_ms / 1000
-                if stop.is_set():
-                    break
-                block = max(1, min(self.block_ms, int((next_claim - time.monotonic()) * 1000)))
-                await self._read_new(handler, stop, block)
-                outage = 0
-            except ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                log.warning("consumer group %s of %s vanished: creating it again", self.group, self.stream)
-                group_ready = False
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                outage += 1
-                delay = min(0.05 * 2**outage, 5.0)
-                log.warning("event bus cannot reach Redis (%s): retrying in %.2fs", exc, delay)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
+        try:
+            while not stop.is_set():
+                try:
+                    if not group_ready:
+                        await self.ensure_group()
+                        group_ready = True
+                    if time.monotonic() >= next_claim:
+                        await self._claim_stale(lanes, stop)
+                        next_claim = time.monotonic() + self.claim_every_ms / 1000
+                    if stop.is_set():
+                        break
+                    block = max(1, min(self.block_ms, int((next_claim - time.monotonic()) * 1000)))
+                    if lanes.room() <= 0:
+                        await lanes.wait_for_room(block / 1000)
+                        continue
+                    await self._read_new(lanes, block)
+                    outage = 0
+                except ResponseError as exc:
+                    if "NOGROUP" not in str(exc):
+                        raise
+                    log.warning("consumer group %s of %s vanished: creating it again", self.group, self.stream)
+                    group_ready = False
+                except (RedisConnectionError, RedisTimeoutError) as exc:
+                    outage += 1
+                    delay = min(0.05 * 2**outage, 5.0)
+                    log.warning("event bus cannot reach Redis (%s): retrying in %.2fs", exc, delay)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+            await lanes.drain()
+        finally:
+            await lanes.abort()
 
-    async def _read_new(self, handler: Handler, stop: asyncio.Event, block_ms: int) -> None:
-        reply = await self.redis.xreadgroup(self.group, self.consumer, {self.stream: ">"}, count=1, block=block_ms)
+    async def _read_new(self, lanes: _Lanes, block_ms: int) -> None:
+        count = min(self.batch_size, lanes.room())
+        reply = await self.redis.xreadgroup(self.group, self.consumer, {self.stream: ">"}, count=count, block=block_ms)
         for message_id, fields in _read_entries(reply):
-            if stop.is_set():
-                return  # fetched but unhandled: pending, a live consumer claims it
-            await self._process(handler, message_id, fields, deliveries=1)
+            lanes.dispatch(message_id, fields, deliveries=1)
 
-    async def _claim_stale(self, handler: Handler, stop: asyncio.Event) -> None:
+    async def _claim_stale(self, lanes: _Lanes, stop: asyncio.Event) -> None:
         """Take over messages idle longer than ``claim_idle_ms`` (a crashed consumer's, or failed ones) and retry."""
         cursor = "0-0"
-        while not stop.is_set():
+        while not stop.is_set() and lanes.room() > 0:
             reply = await self.redis.xautoclaim(
-                self.stream, self.group, self.consumer, self.claim_idle_ms, start_id=cursor, count=1
+                self.stream,
+                self.group,
+                self.consumer,
+                self.claim_idle_ms,
+                start_id=cursor,
+                count=min(self.batch_size, lanes.room()),
             )
             # Entries trimmed away while pending come back in reply[2] and are already dropped from the group.
             cursor = str(reply[0])
-            for message_id, fields in _entries(reply[1]):
-                if stop.is_set():
-                    return
+            # One of our own could only be here if renewing its lease failed; it is in hand already.
+            entries = [(message_id, fields) for message_id, fields in _entries(reply[1]) if not lanes.holds(message_id)]
+            deliveries = await self._deliveries([message_id for message_id, _fields in entries])
+            for message_id, fields in entries:
                 self.claimed += 1
-                await self._process(handler, message_id, fields, deliveries=await self._deliveries(message_id))
+                lanes.dispatch(message_id, fields, deliveries.get(message_id, 1))
             if cursor == "0-0":
                 return
 
-    async def _deliveries(self, message_id: str) -> int:
-        pending = await self.redis.xpending_range(self.stream, self.group, min=message_id, max=message_id, count=1)
-        return int(pending[0]["times_delivered"]) if pending else 1
+    async def _deliveries(self, message_ids: Sequence[str]) -> dict[str, int]:
+        """How many times each of ``message_ids`` was delivered (one round trip for all)."""
+        if not message_ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for message_id in message_ids:
+                pipe.xpending_range(self.stream, self.group, min=message_id, max=message_id, count=1)
+            replies = await pipe.execute()
+        return {str(entry["message_id"]): int(entry["times_delivered"]) for reply in replies for entry in reply}
 
-    async def _process(self, handler: Handler, message_id: str, fields: dict[str, str], deliveries: int) -> None:
-        try:
-            event = json.loads(fields[EVENT_FIELD])
-            if not isinstance(event, dict):
-                raise TypeError(f"event is a {type(event).__name__}, not an object")
-        except (KeyError, TypeError, ValueError) as exc:
-            # Malformed: no retry can fix it.
-            await self._park(message_id, fields, f"malformed: {exc!r}", deliveries)
-            return
+    async def _process(
+        self, handler: Handler, message_id: str, fields: dict[str, str], event: dict[str, Any], deliveries: int
+    ) -> _Outcome:
         started = time.perf_counter()
-        renew = asyncio.create_task(self._keep_lease(message_id))
         try:
             await handler(event)
         except Exception as exc:
@@ -205,26 +260,12 @@ class EventBus:
             if deliveries >= self.max_tries:
                 log.exception("event %s failed %d times: parked", event.get("id"), deliveries)
                 await self._park(message_id, fields, f"{type(exc).__name__}: {exc}", deliveries)
-            else:
-                log.exception("event %s failed (delivery %d/%d)", event.get("id"), deliveries, self.max_tries)
-            return
+                return _Outcome.PARKED
+            log.exception("event %s failed (delivery %d/%d)", event.get("id"), deliveries, self.max_tries)
+            return _Outcome.FAILED
         finally:
-            renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renew
             self.latency.observe(time.perf_counter() - started)
-        await self.redis.xack(self.stream, self.group, message_id)
-        self.handled += 1
-
-    async def _keep_lease(self, message_id: str) -> None:
-        """Reset the message's idle time while its handler runs (XCLAIM JUSTID does not count a delivery)."""
-        interval = max(self.claim_idle_ms / 3000, 0.01)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.redis.xclaim(self.stream, self.group, self.consumer, 0, [message_id], justid=True)
-            except Exception:
-                log.warning("could not renew the lease of %s", message_id, exc_info=True)
+        return _Outcome.DONE
 
     async def _park(self, message_id: str, fields: dict[str, str], error: str, deliveries: int) -> None:
         """Move the message aside with its error, in one transaction with its ack."""
@@ -251,6 +292,297 @@ class EventBus:
             item["deliveries"] = int(fields.get("deliveries", "0"))
             result.append(item)
         return result
+
+
+class _Entry:
+    """A message read, waiting for its turn or running."""
+
+    __slots__ = ("_done", "barrier", "deliveries", "event", "fields", "finished", "message_id")
+
+    def __init__(
+        self, message_id: str, fields: dict[str, str], event: dict[str, Any], deliveries: int, barrier: _Entry | None
+    ) -> None:
+        self.message_id = message_id
+        self.fields = fields
+        self.event = event
+        self.deliveries = deliveries
+        self.barrier = barrier  # the message without a key read last before this one: it runs first
+        self.finished = False
+        self._done: asyncio.Future[None] | None = None
+
+    def done_future(self) -> asyncio.Future[None]:
+        """Resolved once this message has run (or was handed back); made only for a message someone waits for."""
+        if self._done is None:
+            self._done = asyncio.get_running_loop().create_future()
+            if self.finished:
+                self._done.set_result(None)
+        return self._done
+
+    def finish(self) -> None:
+        self.finished = True
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+
+class _Lane:
+    """The messages of one partition key, run in stream order by one worker task."""
+
+    __slots__ = ("current", "queue")
+
+    def __init__(self) -> None:
+        self.queue: deque[_Entry] = deque()
+        self.current: _Entry | None = None
+
+    def last(self) -> _Entry:
+        """The message read last in this lane (a lane exists only while it has one)."""
+        if self.queue:
+            return self.queue[-1]
+        assert self.current is not None
+        return self.current
+
+
+class _Lanes:
+    """The messages one :meth:`EventBus.run` holds: their ordering, leases, acknowledgements and hand-back.
+
+    Each partition key with messages in hand has a lane whose worker runs them one after the other, so one lane
+    runs in stream order while lanes run concurrently. A message without a key waits for the last message of
+    every lane (and the previous keyless one) and holds up every message read after it. ``held`` maps every
+    message this consumer owns and has neither acknowledged nor given up to its delivery count: those leases are
+    renewed, and their number bounds how much is read ahead.
+    """
+
+    def __init__(self, bus: EventBus, handler: Handler, stop: asyncio.Event) -> None:
+        self.bus = bus
+        self.handler = handler
+        self.stop = stop
+        self._held: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lanes: dict[str, _Lane] = {}  # the lanes with messages to run, each with its worker
+        self._barrier: _Entry | None = None  # the last message read without a key, until it has run
+        self._unstarted: list[tuple[str, int]] = []  # read, not started before stop: to hand back
+        self._to_ack: list[str] = []
+        self._ack_wanted = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._closing = False
+        self._lease_lock = asyncio.Lock()
+        self._acker = asyncio.create_task(self._ack_loop(), name=f"bus-ack-{bus.consumer}")
+        self._leaser = asyncio.create_task(self._lease_loop(), name=f"bus-lease-{bus.consumer}")
+
+    # -- what the reader asks ----------------------------------------------------------------------------
+
+    def room(self) -> int:
+        return self.bus.max_in_flight - len(self._held)
+
+    def holds(self, message_id: str) -> bool:
+        return message_id in self._held
+
+    async def wait_for_room(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._room.wait(), timeout)
+
+    def dispatch(self, message_id: str, fields: dict[str, str], deliveries: int) -> None:
+        """Take a message read (or claimed) by this consumer; it runs when its turn in its lane comes."""
+        if message_id in self._held:
+            return
+        self._hold(message_id, deliveries)
+        try:
+            event = json.loads(fields[EVENT_FIELD])
+            if not isinstance(event, dict):
+                raise TypeError(f"event is a {type(event).__name__}, not an object")
+        except (KeyError, TypeError, ValueError) as exc:
+            # Malformed: no retry can fix it, and it has no place in any lane.
+            self._spawn(self._park_malformed(message_id, fields, f"malformed: {exc!r}", deliveries))
+            return
+        entry = _Entry(message_id, fields, event, deliveries, self._barrier)
+        key = self.bus.key(event)
+        if key is None:
+            # After everything read before it, before everything read after it.
+            before = [lane.last() for lane in self._lanes.values()]
+            if self._barrier is not None:
+                before.append(self._barrier)
+            self._barrier = entry
+            self._spawn(self._run_barrier(entry, [other.done_future() for other in before]))
+            return
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+            lane.queue.append(entry)
+            self._spawn(self._run_lane(key, lane))
+        else:
+            lane.queue.append(entry)
+
+    # -- running messages --------------------------------------------------------------------------------
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_lane(self, key: str, lane: _Lane) -> None:
+        """One lane's worker: its messages one after the other; it ends (and the lane with it) once none is left."""
+        try:
+            while lane.queue:
+                entry = lane.current = lane.queue.popleft()
+                try:
+                    if entry.barrier is not None and not entry.barrier.finished:
+                        await asyncio.wait([entry.barrier.done_future()])
+                    await self._run(entry)
+                finally:
+                    entry.finish()
+                    lane.current = None
+        finally:
+            if self._lanes.get(key) is lane:
+                del self._lanes[key]
+
+    async def _run_barrier(self, entry: _Entry, before: list[asyncio.Future[None]]) -> None:
+        try:
+            if before:
+                await asyncio.wait(before)
+            await self._run(entry)
+        finally:
+            entry.finish()
+            if self._barrier is entry:
+                self._barrier = None
+
+    async def _run(self, entry: _Entry) -> None:
+        if self.stop.is_set():
+            self._release_later(entry.message_id)
+            return
+        try:
+            outcome = await self.bus._process(
+                self.handler, entry.message_id, entry.fields, entry.event, entry.deliveries
+            )
+        except Exception:
+            # Parking failed (Redis gone?): it stays pending, and a consumer retries it once idle.
+            log.exception("event %s: could not park it", entry.event.get("id"))
+            outcome = _Outcome.FAILED
+        if outcome is _Outcome.DONE:
+            self._to_ack.append(entry.message_id)
+            self._ack_wanted.set()
+        else:
+            self._let_go(entry.message_id)  # a failed one goes idle (its lease lapses): retried after claim_idle_ms
+
+    async def _park_malformed(self, message_id: str, fields: dict[str, str], error: str, deliveries: int) -> None:
+        try:
+            await self.bus._park(message_id, fields, error, deliveries)
+        except Exception:
+            log.exception("could not park malformed message %s", message_id)
+        finally:
+            self._let_go(message_id)
+
+    def _hold(self, message_id: str, deliveries: int) -> None:
+        self._held[message_id] = deliveries
+        if self.room() <= 0:
+            self._room.clear()
+
+    def _let_go(self, message_id: str) -> int | None:
+        deliveries = self._held.pop(message_id, None)
+        if self.room() > 0:
+            self._room.set()
+        return deliveries
+
+    def _release_later(self, message_id: str) -> None:
+        deliveries = self._let_go(message_id)
+        if deliveries is not None:
+            self._unstarted.append((message_id, deliveries))
+
+    # -- acknowledgements and leases ---------------------------------------------------------------------
+
+    async def _ack_loop(self) -> None:
+        """Acknowledge what finished, many at once: whatever completes while one XACK is on its way goes next."""
+        failures = 0
+        while True:
+            await self._ack_wanted.wait()
+            self._ack_wanted.clear()
+            ids, self._to_ack = self._to_ack, []
+            if ids:
+                try:
+                    await self.bus.redis.xack(self.bus.stream, self.bus.group, *ids)
+                except (RedisConnectionError, RedisTimeoutError) as exc:
+                    failures += 1
+                    self._to_ack = ids + self._to_ack
+                    self._ack_wanted.set()
+                    if self._closing and failures >= 5:
+                        log.warning("giving up acknowledging %d events (%s): they will be redelivered", len(ids), exc)
+                        for message_id in self._to_ack:
+                            self._let_go(message_id)
+                        self._to_ack = []
+                        return
+                    delay = min(0.05 * 2**failures, 5.0)
+                    log.warning("cannot acknowledge %d events (%s): retrying in %.2fs", len(ids), exc, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                except ResponseError as exc:
+                    # e.g. NOGROUP: the stream and its group are gone, and these entries with them.
+                    log.warning("could not acknowledge %d events: %s", len(ids), exc)
+                else:
+                    self.bus.handled += len(ids)
+                failures = 0
+                for message_id in ids:
+                    self._let_go(message_id)
+            if self._closing and not self._to_ack:
+                return
+
+    async def _lease_loop(self) -> None:
+        """Reset the idle time of every message held (XCLAIM JUSTID does not count a delivery)."""
+        interval = max(self.bus.claim_idle_ms / 3000, 0.01)
+        while True:
+            await asyncio.sleep(interval)
+            ids = list(self._held)
+            if not ids:
+                continue
+            try:
+                async with self._lease_lock:
+                    for start in range(0, len(ids), LEASE_CHUNK):
+                        chunk: list[StreamIdT] = list(ids[start : start + LEASE_CHUNK])
+                        await self.bus.redis.xclaim(
+                            self.bus.stream, self.bus.group, self.bus.consumer, 0, chunk, justid=True
+                        )
+            except Exception:
+                log.warning("could not renew the leases of %d events", len(ids), exc_info=True)
+
+    async def _release(self) -> None:
+        """Hand back what was read but not started: idle at once, delivery count as before it was read."""
+        unstarted, self._unstarted = self._unstarted, []
+        by_count: dict[int, list[StreamIdT]] = {}
+        for message_id, deliveries in unstarted:
+            by_count.setdefault(deliveries, []).append(message_id)
+        try:
+            async with self._lease_lock:
+                for deliveries, ids in by_count.items():
+                    await self.bus.redis.xclaim(
+                        self.bus.stream,
+                        self.bus.group,
+                        self.bus.consumer,
+                        0,
+                        ids,
+                        idle=RELEASED_IDLE_MS,
+                        retrycount=max(deliveries - 1, 0),
+                        justid=True,
+                    )
+            self.bus.released += len(unstarted)
+        except Exception:
+            log.warning("could not hand back %d events: reclaimed once idle", len(unstarted), exc_info=True)
+
+    # -- the end -----------------------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """On stop: let running handlers finish, hand back what did not start, acknowledge what finished."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+        if self._unstarted:
+            await self._release()
+        self._closing = True
+        self._ack_wanted.set()
+        await self._acker
+
+    async def abort(self) -> None:
+        """Cancel whatever is left (everything, when the consumer itself was cancelled) and let it unwind."""
+        tasks = {*self._tasks, self._acker, self._leaser}
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=1.0)
 
 
 def _fields(entry: Mapping[str, str]) -> dict[FieldT, EncodableT]:

@@ -198,6 +198,88 @@ async def test_concurrent_applies_on_two_connections_all_land(
     assert decisions >= 30
 
 
+async def test_many_jobs_applied_at_once_share_round_trips_and_all_land(store: JobStore) -> None:
+    """Concurrent transitions of different jobs go out together; each still lands whole, once."""
+    jobs = [new_job(f"ft-many{n:02d}") for n in range(40)]
+    await asyncio.gather(*(store.create(job, {"type": "created"}) for job in jobs))
+
+    async def steps(job: Job) -> list[Applied]:
+        return [await store.apply(job.id, step_up, dedup_key=f"{job.id}-{i}") for i in range(5)]
+
+    results = await asyncio.gather(*(steps(job) for job in jobs))
+    again = await asyncio.gather(*(store.apply(job.id, step_up, dedup_key=f"{job.id}-4") for job in jobs))
+
+    assert all(applied.changed for per_job in results for applied in per_job)
+    assert all(applied.duplicate for applied in again)
+    for job in jobs:
+        stored = await store.get(job.id)
+        assert stored is not None and stored.step == 5 and stored.version == 5
+        assert len(await store.history(job.id)) == 6
+
+
+async def test_concurrent_creates_of_one_id_have_one_winner(store: JobStore) -> None:
+    results = await asyncio.gather(*(store.create(new_job(recipe=f"r{n}"), {"type": "created"}) for n in range(10)))
+
+    assert results.count(True) == 1
+    stored = await store.get("ft-abc1")
+    assert stored is not None and stored.recipe == f"r{results.index(True)}"
+    assert len(await store.history("ft-abc1")) == 1
+
+
+async def test_the_write_script_is_loaded_again_after_a_script_flush(store: JobStore) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+    await store.redis.script_flush()  # as after a server restart without the script cache
+
+    applied = await store.apply(job.id, step_up, "ev-1")
+
+    assert applied.job is not None and applied.job.step == 1
+    assert (await store.apply(job.id, step_up, "ev-1")).duplicate
+
+
+async def test_an_error_reply_fails_only_its_own_command(store: JobStore) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+    batch = [store.get(job.id), store._pipe.execute("INCR", store.job_key(job.id)), store.get(job.id)]
+
+    got, error, again = await asyncio.gather(*batch, return_exceptions=True)  # one pipeline: issued in one turn
+
+    assert got == job and again == job
+    assert isinstance(error, redis.ResponseError) and "not an integer" in str(error)
+
+
+async def test_effect_bookkeeping(store: JobStore) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+
+    assert await store.job_unless_done("effect:1", job.id) == (False, job)
+    assert await store.job_unless_done("effect:1", "ft-none") == (False, None)
+    assert await store.claim_once("effect:1") is True
+    assert await store.claim_once("effect:1") is False
+    assert await store.was_done("effect:1") and not await store.was_done("effect:2")
+    assert await store.job_unless_done("effect:1", job.id) == (True, None)
+
+
+async def test_a_lost_connection_fails_the_commands_then_the_store_works_again(
+    redis_client: aioredis.Redis, valkey_url: str, key_prefix: str
+) -> None:
+    name = key_prefix.rstrip(":")
+    client = aioredis.Redis.from_url(valkey_url, decode_responses=True, client_name=name)
+    store = JobStore(client, prefix=key_prefix, events_stream=key_prefix + "events")
+    job = new_job()
+    await store.create(job, {"type": "created"})
+    for line in (await redis_client.execute_command("CLIENT", "LIST")).splitlines():
+        fields = dict(item.split("=", 1) for item in line.split())
+        if fields["name"] == name:
+            await redis_client.execute_command("CLIENT", "KILL", "ID", fields["id"])
+
+    outcomes = await asyncio.gather(*(store.get(job.id) for _ in range(3)), return_exceptions=True)
+    assert all(outcome == job or isinstance(outcome, redis.ConnectionError) for outcome in outcomes)
+    assert await store.get(job.id) == job
+    assert (await store.apply(job.id, step_up, "ev-1")).changed
+    await client.aclose()
+
+
 async def test_state_index_follows_every_transition(store: JobStore) -> None:
     a, b, c = new_job("ft-aaa"), new_job("ft-bbb"), new_job("ft-ccc")
     for job in (a, b, c):

@@ -1,0 +1,222 @@
+"""Events through the bus, the handlers and the store to a rendered chat message, on the embedded server.
+
+Runner progress reports for a set of running jobs go onto the real Redis stream and one bot replica consumes
+them: each is parsed, fenced, decided, applied atomically (job + history + dedup + outbox), and the card
+notification it produced is handled in turn and rendered. Two measurements, each on its own set of jobs:
+
+- throughput: a backlog of ``--events`` reports is put on the stream first, then the replica starts and the
+  time until every report *and* its notification is acknowledged gives events per second;
+- latency: reports are published at a steady pace below capacity (``--load`` times the measured throughput, or
+  ``--rate``) for ``--seconds``, each at its own due time; a report's latency runs from that time to the first
+  rendered card that shows its step. A burst would only measure queueing, so this phase never makes one. The
+  publisher runs in the bot's process, as the HTTP endpoint for runner reports does.
+
+    python bench/bus_throughput.py [--events 5000] [--jobs 20] [--load 0.5 | --rate N] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bot.app import Bot
+from bot.bus import EVENT_FIELD, EventBus, encode_event
+from bot.chat.render import card_text
+from bot.redis_server import RedisHandle
+from bot.service import BusPublisher
+from bot.store import JobStore
+from bot.timers import Timers
+from handlers.decide import decide, new_job
+from handlers.events import Progress, Started, utcnow
+from handlers.jobs import Job
+from handlers.messages import Launched, Notify, ReportReceived, dump_message
+from handlers.policy import Policy
+from handlers.recipes import BUILT_IN
+
+
+class TimingChat:
+    """Renders every card like a chat adapter would, and notes when each job's step was first shown."""
+
+    def __init__(self) -> None:
+        self.shown: dict[tuple[str, int], float] = {}
+        self.last_step: dict[str, int] = {}
+        self.cards = 0
+
+    async def notify(self, job: Job, note: Notify) -> None:
+        card_text(job, utcnow())
+        self.cards += 1
+        if note.channel == "card" and job.step is not None:
+            now = time.perf_counter()
+            for step in range(self.last_step.get(job.id, 0) + 1, job.step + 1):
+                self.shown[(job.id, step)] = now  # a card showing step N also shows every step before it
+            self.last_step[job.id] = max(job.step, self.last_step.get(job.id, 0))
+
+
+class NoCloud:
+    name = "local"
+    notice = "none"
+
+
+async def make_jobs(store: JobStore, prefix: str, count: int) -> list[str]:
+    now = utcnow()
+    jobs = []
+    for index in range(count):
+        change = new_job(f"ft-{prefix}{index:03d}", "tiny", {}, "console:bench", None, now)
+        job = decide(change.job, Launched(job_id=change.job.id, attempt=1, instance_id=f"i-{prefix}{index}"), now).job
+        job = decide(job, ReportReceived(report=Started(job_id=job.id, attempt=1)), now).job
+        await store.create(job, {"event": "bench"})
+        jobs.append(job.id)
+    return jobs
+
+
+def reports(jobs: list[str], count: int) -> list[tuple[str, int, dict[str, Any]]]:
+    """``count`` progress reports spread round-robin over ``jobs``, steps 1, 2, … per job."""
+    result = []
+    for number in range(count):
+        job_id = jobs[number % len(jobs)]
+        step = number // len(jobs) + 1
+        report = Progress(job_id=job_id, attempt=1, step=step, total_steps=count)
+        result.append((job_id, step, dump_message(ReportReceived(report=report))))
+    return result
+
+
+async def until(condition: Any, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the replica did not keep up: timed out")
+        await asyncio.sleep(0.002)
+
+
+async def server_cpu(redis: aioredis.Redis) -> float:
+    info = await redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def throughput(redis: aioredis.Redis, bus: EventBus, bot: Bot, jobs: list[str], events: int) -> Throughput:
+    """Events per second through a backlog of ``events`` reports (each with its card notification)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for _job, _step, message in reports(jobs, events):
+            pipe.xadd(bus.stream, {EVENT_FIELD: encode_event(message)[EVENT_FIELD]})
+        await pipe.execute()
+    stop = asyncio.Event()
+    before = bus.handled
+    cpu, valkey = time.process_time(), await server_cpu(redis)
+    started = time.perf_counter()
+    consumer = asyncio.create_task(bus.run(bot.handle, stop))
+    await until(lambda: bus.handled - before >= events * 2)  # each report, then its card notification
+    elapsed = time.perf_counter() - started
+    cpu, valkey = time.process_time() - cpu, await server_cpu(redis) - valkey
+    stop.set()
+    await consumer
+    return Throughput(events / elapsed, cpu / events, valkey / events)
+
+
+@dataclass
+class Throughput:
+    rate: float
+    bot_cpu: float  # seconds of the bot process's CPU per event
+    valkey_cpu: float
+
+
+async def paced(
+    publisher: aioredis.Redis, bus: EventBus, bot: Bot, chat: TimingChat, jobs: list[str], rate: float, seconds: float
+) -> tuple[list[float], float]:
+    """Publish at ``rate`` per second for ``seconds``; the publish → card latencies and the achieved rate.
+
+    Reports come from many runners at once: one never waits for another's XADD. Whatever fell due while an XADD
+    was on its way goes in the next one (one pipeline), and latency counts from each report's due time, so a
+    report published late counts as late.
+    """
+    messages = reports(jobs, max(int(rate * seconds), 1))
+    stop = asyncio.Event()
+    before = bus.handled
+    consumer = asyncio.create_task(bus.run(bot.handle, stop))
+    await asyncio.sleep(0.2)  # the consumer is reading
+    due: dict[tuple[str, int], float] = {}
+    start = time.perf_counter()
+    sent = 0
+    while sent < len(messages):
+        if (delay := start + sent / rate - time.perf_counter()) > 0:
+            await asyncio.sleep(delay)
+        now = time.perf_counter()
+        batch = []
+        while sent < len(messages) and start + sent / rate <= now:
+            job_id, step, message = messages[sent]
+            due[(job_id, step)] = start + sent / rate
+            batch.append(message)
+            sent += 1
+        async with publisher.pipeline(transaction=False) as pipe:
+            for message in batch:
+                pipe.xadd(bus.stream, {EVENT_FIELD: encode_event(message)[EVENT_FIELD]})
+            await pipe.execute()
+    achieved = len(messages) / (time.perf_counter() - start) if len(messages) > 1 else rate
+    await until(lambda: bus.handled - before >= len(messages) * 2)
+    stop.set()
+    await consumer
+    latencies = sorted(chat.shown[key] - at for key, at in due.items())
+    return latencies, achieved
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=5000, help="backlog size for the throughput run")
+    parser.add_argument("--jobs", type=int, default=20, help="running jobs the reports are spread over")
+    parser.add_argument("--load", type=float, default=0.5, help="paced rate as a fraction of measured throughput")
+    parser.add_argument("--rate", type=float, default=None, help="paced rate in events/s (overrides --load)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long the paced run publishes")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        redis = RedisHandle(data_dir=Path(tmp) / "redis")
+        await redis.start()
+        try:
+            store = JobStore(redis.client)
+            bus = EventBus(redis.new_client(), consumer="bench")
+            await bus.ensure_group()
+            publisher = redis.new_client()  # like the HTTP endpoint for runner reports
+            chat = TimingChat()
+            bot = Bot(store, BusPublisher(bus, Timers(redis.client)), NoCloud(), chat, Policy(), BUILT_IN, [])  # type: ignore[arg-type]
+
+            load = os.getloadavg()[0]
+            measured = await throughput(redis.client, bus, bot, await make_jobs(store, "tput", args.jobs), args.events)
+            rate = measured.rate
+            target = args.rate if args.rate is not None else rate * args.load
+            latencies, achieved = await paced(
+                publisher, bus, bot, chat, await make_jobs(store, "lat", args.jobs), target, args.seconds
+            )
+            q = statistics.quantiles(latencies, n=100, method="inclusive")
+            cores = len(os.sched_getaffinity(0))
+            print(f"progress reports for {args.jobs} jobs through bus → handlers → store → rendered card")
+            print(f"(one replica, embedded Valkey, {cores} cores, load average {load:.2f} at the start;")
+            print(" targets: 2,000 events/s, p99 < 50 ms)")
+            print(
+                f"  throughput, backlog of {args.events}:   {rate:8.0f} events/s   "
+                f"(CPU per event: bot {measured.bot_cpu * 1e6:.0f} µs, Valkey {measured.valkey_cpu * 1e6:.0f} µs)"
+            )
+            print(
+                f"  latency at {achieved:.0f} events/s ({achieved / rate:.0%} of that), {len(latencies)} events, "
+                f"publish → card rendered:"
+            )
+            print(f"    p50 {q[49] * 1000:6.1f} ms   p99 {q[98] * 1000:6.1f} ms   max {latencies[-1] * 1000:6.1f} ms")
+            if bus.failed or bus.parked:
+                print(f"  !! {bus.failed} handler failures, {bus.parked} parked")
+            await bus.redis.aclose()
+            await publisher.aclose()
+        finally:
+            await redis.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
