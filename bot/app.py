@@ -112,7 +112,10 @@ class Bot:
         except RecipeError as exc:
             return f"⛔ {exc}"
         active = len(await self.store.list_jobs(ACTIVE_STATES))
-        blocked = guard_start(self.policy, active, hourly_price=None)
+        price = None
+        if self.policy.max_hourly_price is not None:  # only ask the cloud when a cap is configured
+            price = await self.cloud.hourly_price(recipe.instance_types.get(self.cloud.name, []), "spot")
+        blocked = guard_start(self.policy, active, hourly_price=price)
         if blocked is not None:
             return f"⛔ {blocked}"
         for _ in range(20):
@@ -246,7 +249,11 @@ class Bot:
                 self.cloud.notice,
                 self.python,
             )
-            instance = await self.cloud.launch(spec, recipe.instance_types.get(self.cloud.name, []), effect.market)
+            # Zones that just failed or reclaimed this job go last (the provider still uses them if nothing else).
+            tried = [attempt.zone for attempt in job.attempts if attempt.zone and attempt.number < effect.attempt]
+            instance = await self.cloud.launch(
+                spec, recipe.instance_types.get(self.cloud.name, []), effect.market, avoid_zones=tried
+            )
         except Exception as exc:
             log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
             failed = LaunchFailed(job_id=job.id, attempt=effect.attempt, reason=str(exc) or type(exc).__name__)

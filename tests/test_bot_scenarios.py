@@ -171,3 +171,19 @@ async def wait_for_text(chat: object, channel: str, words: str, timeout: float =
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"no {channel} message with {words!r}: {transcript[-5:]}")
+
+
+async def test_guards_cap_concurrency_and_price(tmp_path: Path) -> None:
+    cheap = write_config(tmp_path / "cheap.yaml", policy={"max_hourly_price": 0.10})
+    async with running_bot(tmp_path / "a", cheap) as (service, _chat):
+        refused = await service.bot.command("console:ana", CHANNEL, "start tiny")
+        assert refused == "⛔ $0.30/h is above the configured cap of $0.10/h"
+        assert await service.bot.store.list_jobs() == []
+    one = write_config(
+        tmp_path / "one.yaml", policy={"max_concurrent_jobs": 1}, recipes=[quick_recipe("sleepy", SLEEPS)]
+    )
+    async with running_bot(tmp_path / "b", one) as (service, _chat):
+        await start_job(service, "console:ana", "start sleepy")
+        second = await service.bot.command("console:ana", CHANNEL, "start sleepy")
+        assert second.startswith("⛔ 1 jobs are already running (the limit is 1)")
+        assert len(await service.bot.store.list_jobs()) == 1

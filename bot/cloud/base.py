@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -33,8 +33,11 @@ class CloudProvider(Protocol):
 
     def checkpoint_uri(self, job_id: str) -> str: ...
 
-    async def launch(self, spec: JobSpec, instance_types: list[str], market: Market) -> Instance:
-        """Start an instance whose runner runs ``spec``; LaunchError when it cannot."""
+    async def launch(
+        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+    ) -> Instance:
+        """Start an instance whose runner runs ``spec`` (preferring zones not in ``avoid_zones``); LaunchError when
+        it cannot."""
         ...
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:

@@ -17,6 +17,7 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -63,7 +64,9 @@ class LocalCloud:
     def checkpoint_uri(self, job_id: str) -> str:
         return (self.state_dir / "bucket" / "jobs" / job_id).resolve().as_uri() + "/"
 
-    async def launch(self, spec: JobSpec, instance_types: list[str], market: Market) -> Instance:
+    async def launch(
+        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+    ) -> Instance:
         instance_id = f"i-{self._prefix}{next(self._numbers):010x}"
         metadata = await LocalMetadataServer(instance_id=instance_id).start()
         home = self.state_dir / "instances" / instance_id
