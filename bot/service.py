@@ -48,9 +48,10 @@ class BusPublisher:
 
 
 class BotService:
-    def __init__(self, settings: Settings, chat: ChatPort | None = None) -> None:
+    def __init__(self, settings: Settings, chat: ChatPort | None = None, cloud: CloudProvider | None = None) -> None:
         self.settings = settings
         self.chat = chat or ConsoleChat()
+        self.given_cloud = cloud  # tests put the real provider behind what the cloud itself would do
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._redis: RedisHandle | None = None
@@ -81,7 +82,7 @@ class BotService:
             log.warning("no permission rules configured: everyone may use every command")
         if self.settings.finetune_cloud == "aliyun":
             raise ConfigError("FINETUNE_CLOUD=aliyun is not available yet; use local or aws")
-        if self.settings.finetune_cloud == "aws" and config.aws is None:
+        if self.settings.finetune_cloud == "aws" and config.aws is None and self.given_cloud is None:
             raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
         secret = self.settings.finetune_report_secret or secrets.token_urlsafe(32)
         self._redis = redis = await open_redis(self.settings)
@@ -103,7 +104,10 @@ class BotService:
             await bus.publish(dump_message(event))
 
         cloud: CloudProvider
-        if config.aws is not None and self.settings.finetune_cloud == "aws":
+        reports: list[str]
+        if self.given_cloud is not None:
+            cloud, reports = self.given_cloud, []
+        elif config.aws is not None and self.settings.finetune_cloud == "aws":
             # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.
             cloud, reports = AwsCloud(config.aws, cloud_event), []
         else:

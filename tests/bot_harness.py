@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from bot.chat.console import ConsoleChat
+from bot.cloud.base import CloudProvider
 from bot.service import BotService
 from bot.settings import Settings
 from handlers.jobs import ChatRef, Job
@@ -56,7 +57,12 @@ def write_config(path: Path, **config: Any) -> Path:
 
 @asynccontextmanager
 async def running_bot(
-    state_dir: Path, config: Path | None = None, redis_url: str | None = None, grace: float = 20.0, **extra: Any
+    state_dir: Path,
+    config: Path | None = None,
+    redis_url: str | None = None,
+    grace: float = 20.0,
+    cloud: CloudProvider | None = None,
+    **extra: Any,
 ) -> AsyncIterator[tuple[BotService, ConsoleChat]]:
     settings = Settings(
         finetune_state_dir=state_dir,
@@ -69,7 +75,7 @@ async def running_bot(
     )
     lines: list[str] = []
     chat = ConsoleChat(write=lines.append)
-    async with BotService(settings, chat) as service:
+    async with BotService(settings, chat, cloud) as service:
         yield service, chat
 
 
