@@ -132,7 +132,14 @@ class CheckpointStore:
                 )
         staging = output_dir / f".restore-{uuid.uuid4().hex[:8]}-checkpoint-{step}"
         try:
-            await asyncio.gather(*(self._fetch(prefix, item, staging) for item in manifest.files))
+            # Let every download finish before judging: one failing early must not leave others writing into a
+            # staging directory that is being removed.
+            outcomes = await asyncio.gather(
+                *(self._fetch(prefix, item, staging) for item in manifest.files), return_exceptions=True
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
             (staging / COMPLETE_MARKER).touch()
             final = output_dir / f"checkpoint-{step}"
             if final.exists():
