@@ -12,13 +12,11 @@ import os
 import time
 from datetime import datetime
 
-import aiohttp
-
 from runner.notices.base import MetadataUnavailable, Notice
+from runner.notices.http import MetadataHttp, TokenRefused
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 TOKEN_TTL_SECONDS = 21600
-_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=0.5)
 
 
 def parse_time(value: str) -> datetime:
@@ -26,77 +24,48 @@ def parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-class AwsImdsSource:
+class AwsImdsSource(MetadataHttp):
     name = "aws-imds"
 
     def __init__(self, endpoint: str | None = None, token_ttl: int = TOKEN_TTL_SECONDS) -> None:
-        base = endpoint or os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or DEFAULT_ENDPOINT
-        self.base = base.rstrip("/")
+        super().__init__(endpoint or os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or DEFAULT_ENDPOINT)
         self.token_ttl = token_ttl
         self._token: str | None = None
         self._token_expires = 0.0
-        self._session: aiohttp.ClientSession | None = None
 
     async def poll(self) -> list[Notice]:
         notices = []
-        action = await self._get("/latest/meta-data/spot/instance-action")
+        action = await self.get("/latest/meta-data/spot/instance-action")
         if action is not None:
             notices.append(Notice("spot-interruption", self.name, _deadline(_json(action))))
-        rebalance = await self._get("/latest/meta-data/events/recommendations/rebalance")
+        rebalance = await self.get("/latest/meta-data/events/recommendations/rebalance")
         if rebalance is not None:
             _json(rebalance)
             notices.append(Notice("rebalance", self.name, None))
         return notices
 
-    async def instance_id(self) -> str | None:
-        try:
-            return await self._get("/latest/meta-data/instance-id")
-        except MetadataUnavailable:
-            return None
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-    async def _get(self, path: str) -> str | None:
-        """The body at ``path``, ``None`` on 404 (no notice), MetadataUnavailable on anything else."""
+    async def get(self, path: str) -> str | None:
+        """GET with a session token; on a 401 (expired or revoked) fetch a fresh token and ask once more."""
         for _ in range(2):
             token = await self._valid_token()
             try:
-                async with self._http().get(self.base + path, headers={"X-aws-ec2-metadata-token": token}) as response:
-                    if response.status == 401:
-                        self._token = None  # expired or revoked: fetch a fresh one and ask again
-                        continue
-                    if response.status == 404:
-                        return None
-                    if response.status != 200:
-                        raise MetadataUnavailable(f"GET {path} answered HTTP {response.status}")
-                    return await response.text()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise MetadataUnavailable(f"GET {path}: {exc!r}") from exc
+                return await self.request("GET", path, {"X-aws-ec2-metadata-token": token})
+            except TokenRefused:
+                self._token = None
         raise MetadataUnavailable(f"GET {path} refused a fresh token (401)")
 
     async def _valid_token(self) -> str:
         if self._token is not None and time.monotonic() < self._token_expires:
             return self._token
-        try:
-            async with self._http().put(
-                self.base + "/latest/api/token",
-                headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.token_ttl)},
-            ) as response:
-                if response.status != 200:
-                    raise MetadataUnavailable(f"PUT /latest/api/token answered HTTP {response.status}")
-                self._token = (await response.text()).strip()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise MetadataUnavailable(f"PUT /latest/api/token: {exc!r}") from exc
+        token = await self.request(
+            "PUT", "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": str(self.token_ttl)}
+        )
+        if not token:
+            raise MetadataUnavailable("PUT /latest/api/token gave no token")
+        self._token = token.strip()
         # Renew at 80% of the TTL so a token never expires between two polls.
         self._token_expires = time.monotonic() + self.token_ttl * 0.8
         return self._token
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=_REQUEST_TIMEOUT)
-        return self._session
 
 
 def _deadline(doc: dict[str, str]) -> datetime:
