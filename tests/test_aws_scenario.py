@@ -26,7 +26,7 @@ from bot.cloud.base import Instance
 from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.jobs import JobState, Market
 from handlers.spec import JobSpec
-from tests.bot_harness import CHANNEL, running_bot, start_job, wait_job
+from tests.bot_harness import running_bot, start_job, wait_job
 from tests.runner_harness import runner_env
 from tests.test_aws_cloud import BUCKET, build_world
 
@@ -168,4 +168,3 @@ async def test_spot_warning_relaunch_in_another_zone_resume_and_cost_report(tmp_
     for attempt in done.attempts:  # both instances released: the old by the bot, the last by its runner
         assert world.instance(str(attempt.instance_id))["State"]["Name"] in ("shutting-down", "terminated")
     assert world.s3.get_object(Bucket=BUCKET, Key=f"jobs/{job_id}/COMPLETED.json")["Body"].read()
-    assert CHANNEL.platform == "console"
