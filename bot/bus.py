@@ -7,10 +7,11 @@ before it and holds up everything read after it. A message is acknowledged only 
 (the acknowledgements of whatever finished meanwhile go in one XACK). One whose consumer died stays pending and
 is claimed by a live consumer once idle for ``claim_idle_ms``. While a consumer holds messages (running or
 waiting for their turn), their idle time is reset regularly, so a slow handler or a message queued behind one is
-not mistaken for an abandoned one. On stop, handlers already running finish; messages read but not started are
-handed back (marked idle, so the next consumer that looks for stale work takes them at once). A message that
-failed ``max_tries`` deliveries is parked on ``<stream>:parked`` with its error, so a poison event never blocks
-the stream. Handlers must be idempotent (the job store's dedup keys make them so).
+not mistaken for an abandoned one. On stop, handlers already running finish; messages read but not started, and
+those whose handler raised :class:`HandBack` then, are handed back (marked idle, so the next consumer that looks
+for stale work takes them at once). A message that failed ``max_tries`` deliveries is parked on
+``<stream>:parked`` with its error, so a poison event never blocks the stream. Handlers must be idempotent (the
+job store's dedup keys make them so).
 """
 
 from __future__ import annotations
@@ -104,6 +105,13 @@ class LatencySummary:
     def cumulative(self) -> list[tuple[float, int]]:
         """``(upper bound, observations <= bound)`` pairs, ending with ``+Inf``."""
         return [*zip(self.buckets, self.bucket_counts, strict=True), (float("inf"), self.count)]
+
+
+class HandBack(Exception):
+    """Raised by a handler that cannot finish because the consumer is stopping (e.g. it was waiting for an
+    outside service to come back): the message goes back as if it had never been read, and this delivery does
+    not count towards ``max_tries``. Raised while the consumer is not stopping, it is an ordinary failure.
+    """
 
 
 class _Outcome(Enum):
@@ -255,6 +263,8 @@ class EventBus:
         started = time.perf_counter()
         try:
             await handler(event)
+        except HandBack:
+            raise
         except Exception as exc:
             self.failed += 1
             if deliveries >= self.max_tries:
@@ -453,6 +463,12 @@ class _Lanes:
             outcome = await self.bus._process(
                 self.handler, entry.message_id, entry.fields, entry.event, entry.deliveries
             )
+        except HandBack:
+            if self.stop.is_set():
+                self._release_later(entry.message_id)
+                return
+            log.warning("event %s handed back while not stopping: retried once idle", entry.event.get("id"))
+            outcome = _Outcome.FAILED
         except Exception:
             # Parking failed (Redis gone?): it stays pending, and a consumer retries it once idle.
             log.exception("event %s: could not park it", entry.event.get("id"))

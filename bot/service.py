@@ -11,7 +11,7 @@ import asyncio
 import logging
 import secrets
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -19,18 +19,25 @@ from bot.app import Bot
 from bot.bus import EventBus, default_consumer_name
 from bot.chat.base import ChatPort
 from bot.chat.console import ConsoleChat
+from bot.chat.delivery import Platform
+from bot.chat.outbox import ChatOutbox
+from bot.chat.refs import ChatRefs
+from bot.chat.router import ChatRouter
 from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
 from bot.http import REPORTS_PATH, build_app
 from bot.redis_server import RedisHandle, open_redis
-from bot.settings import ConfigError, Settings, all_recipes, load_file_config
+from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_file_config
 from bot.sources.sns_http import sns_routes
 from bot.sources.sns_signature import SnsVerifier
 from bot.sources.sqs import SqsSource
 from bot.store import JobStore
 from bot.timers import Timers
 from handlers.messages import CloudEvent, dump_message
+
+if TYPE_CHECKING:
+    from bot.chat.slack.adapter import SlackAdapter
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,8 @@ class BotService:
         self._cloud: CloudProvider | None = None
         self._bus: EventBus | None = None
         self._bot: Bot | None = None
+        self._slack: SlackAdapter | None = None
+        self._outbox: ChatOutbox | None = None
         self.port = 0
 
     @property
@@ -76,6 +85,16 @@ class BotService:
         assert self._bus is not None, "BotService is not started"
         return self._bus
 
+    @property
+    def slack(self) -> SlackAdapter | None:
+        """The Slack adapter, when SLACK_BOT_TOKEN is set."""
+        return self._slack
+
+    @property
+    def outbox(self) -> ChatOutbox | None:
+        """The durable chat outbox, when a platform that needs one (Slack) is configured."""
+        return self._outbox
+
     async def start(self) -> BotService:
         config = load_file_config(self.settings.finetune_config)
         if config.policy.open:
@@ -84,6 +103,15 @@ class BotService:
             raise ConfigError("FINETUNE_CLOUD=aliyun is not available yet; use local or aws")
         if self.settings.finetune_cloud == "aws" and config.aws is None and self.given_cloud is None:
             raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
+        # Chat platforms are checked before anything starts: a refused token is one error, and nothing to undo.
+        self._slack = await self._connect_slack(config)
+        try:
+            return await self._start(config)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self, config: FileConfig) -> BotService:
         secret = self.settings.finetune_report_secret or secrets.token_urlsafe(32)
         self._redis = redis = await open_redis(self.settings)
         store = JobStore(redis.client)
@@ -94,6 +122,8 @@ class BotService:
         app = build_app(store, bus, secret)
         if self.settings.sns_topics:
             app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, SnsVerifier()))
+        if self._slack is not None:
+            self._slack.mount(app)
         self._http = web.AppRunner(app, access_log=None)
         await self._http.setup()
         site = web.TCPSite(self._http, self.settings.finetune_http_host, self.settings.finetune_http_port)
@@ -119,13 +149,23 @@ class BotService:
             )
             reports = [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
         self._cloud = cloud
-        self._bot = Bot(
-            store, BusPublisher(bus, timers), self._cloud, self.chat, config.policy, all_recipes(config), reports
+        chat = self.chat
+        if self._slack is not None:
+            chat_redis = redis.new_client()
+            refs = ChatRefs(chat_redis)
+            self._outbox = ChatOutbox(chat_redis, store, {"slack": Platform(self._slack.deliverer(refs))}, refs=refs)
+            chat = ChatRouter({"slack": self._outbox}, fallback=self.chat)
+        self._bot = bot = Bot(
+            store, BusPublisher(bus, timers), self._cloud, chat, config.policy, all_recipes(config), reports
         )
         self._tasks = [
-            asyncio.create_task(bus.run(self._bot.handle, self.stopping), name="bus"),
+            asyncio.create_task(bus.run(bot.handle, self.stopping), name="bus"),
             asyncio.create_task(timers.run(self.stopping), name="timers"),
         ]
+        if self._outbox is not None:
+            self._tasks.append(asyncio.create_task(self._outbox.run(self.stopping), name="chat-outbox"))
+        if self._slack is not None:
+            await self._slack.start(bot.command)
         if self.settings.finetune_sqs_queue_url:
             sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish)
             self._tasks.append(asyncio.create_task(sqs.run(self.stopping), name="sqs"))
@@ -143,12 +183,34 @@ class BotService:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._http is not None:
             await self._http.cleanup()
+        if self._slack is not None:
+            await self._slack.close()
         if self._cloud is not None:
             await self._cloud.close()
+        if self._outbox is not None:
+            await self._outbox.redis.aclose()
         if self._bus is not None:
             await self._bus.redis.aclose()
         if self._redis is not None:
             await self._redis.close()
+
+    async def _connect_slack(self, config: FileConfig) -> SlackAdapter | None:
+        """The Slack adapter when SLACK_BOT_TOKEN is set, its tokens checked with Slack; else None."""
+        from bot.chat.slack.startup import check_secrets  # slack_bolt loads only when Slack is configured
+
+        found = check_secrets(
+            self.settings.secret("slack_bot_token"),
+            self.settings.secret("slack_signing_secret"),
+            self.settings.secret("slack_app_token"),
+        )
+        if found is None:
+            return None
+        from bot.chat.slack.adapter import SlackAdapter
+
+        slack = SlackAdapter(found, config.slack, self.settings.slack_api_url)
+        await slack.connect()
+        log.info("slack: %s mode, command %s", "Socket" if slack.socket_mode else "HTTP", config.slack.command)
+        return slack
 
     async def __aenter__(self) -> BotService:
         return await self.start()

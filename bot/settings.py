@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.chat.slack.config import SlackConfig
 from bot.cloud.aws import AwsSettings
 from handlers.policy import Policy
 from handlers.recipes import BUILT_IN, Recipe
@@ -33,6 +34,17 @@ class Settings(BaseSettings):
     # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
     finetune_sqs_queue_url: str | None = None
     finetune_sns_topics: str = ""
+    # Slack: the bot token turns the adapter on; Socket Mode with an app token, else HTTP mode (signing secret).
+    slack_bot_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
+    slack_api_url: str | None = None  # the Web API base, e.g. a local fake's; default Slack's own
+
+    def secret(self, name: str) -> str | None:
+        """The value of secret setting ``name``; an empty variable counts as unset."""
+        value: SecretStr | None = getattr(self, name)
+        text = value.get_secret_value().strip() if value is not None else ""
+        return text or None
 
     @property
     def sns_topics(self) -> list[str]:
@@ -49,6 +61,7 @@ class FileConfig(BaseModel):
     policy: Policy = Field(default_factory=Policy)
     recipes: list[Recipe] = Field(default_factory=list)
     aws: AwsSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aws
+    slack: SlackConfig = Field(default_factory=SlackConfig)  # alert channel, command name
 
 
 class ConfigError(ValueError):

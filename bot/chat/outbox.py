@@ -1,0 +1,177 @@
+"""The chat outbox: the chat port of every platform with a deliverer (Slack now, DingTalk next).
+
+``notify`` only appends the note to a durable Redis stream and returns, so a slow or absent platform never holds
+up event handling. A consumer group (one consumer per replica, lanes per job, see :mod:`bot.bus`) delivers:
+
+- in order per job: the card is posted before anything is replied under it;
+- until it gets through: rate limits are waited out (the platform's own ``Retry-After``), outages and network
+  errors are retried with backoff, and the message stays in the stream meanwhile (handed back untouched when the
+  bot stops, delivered by whichever replica runs next). Only a refusal for good (unknown channel, bot not in the
+  channel, bad token) drops a message, with one log line;
+- once: a note's id is recorded when it is delivered, so a redelivery posts nothing twice;
+- card edits coalesced by :class:`bot.chat.cards.CardRefresher`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bot.bus import EventBus, HandBack, default_consumer_name
+from bot.chat.cards import CardRefresher
+from bot.chat.delivery import MessageRef, Platform, RetryLater, Undeliverable, backoff
+from bot.chat.refs import DEFAULT_PREFIX, ChatRefs
+from bot.store import JobStore
+from handlers.jobs import Job
+from handlers.messages import Notify, dump_message
+
+log = logging.getLogger(__name__)
+
+CHAT_STREAM = "finetune:chat"
+SENT_TTL = 7 * 86400
+CARD_POST_LEASE_MS = 60_000
+
+
+class ChatOutbox:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        store: JobStore,
+        platforms: Mapping[str, Platform],
+        *,
+        refs: ChatRefs | None = None,
+        consumer: str | None = None,
+        stream: str = CHAT_STREAM,
+        prefix: str = DEFAULT_PREFIX,
+        card_interval: float = 2.0,
+        backoff_cap: float = 10.0,
+    ) -> None:
+        self.redis = redis
+        self.store = store
+        self.platforms = dict(platforms)
+        self.prefix = prefix
+        self.backoff_cap = backoff_cap
+        self.refs = refs or ChatRefs(redis, prefix)
+        self.cards = CardRefresher(redis, store, self.refs, self.platforms, interval=card_interval, prefix=prefix)
+        # Deliveries retry in the handler (the lane waits), so a failure reaching the bus is a bug: parked after 5.
+        self.bus = EventBus(redis, stream=stream, group="chat", consumer=consumer or default_consumer_name())
+        self.delivered = 0
+        self.dropped = 0
+        self._stop = asyncio.Event()
+
+    # -- the chat port -------------------------------------------------------------------------------------
+
+    async def notify(self, job: Job, note: Notify) -> None:
+        """Queue ``note`` for delivery on the job's platform; returns once it is safely in Redis."""
+        platform = job.chat.platform if job.chat is not None else ""
+        await self.bus.publish({"id": note.id, "job_id": job.id, "platform": platform, "note": dump_message(note)})
+
+    # -- the consumer --------------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Deliver until ``stop`` is set; what is not delivered by then stays in the stream."""
+        self._stop = stop
+        await self.bus.ensure_group()
+        await asyncio.gather(self.bus.run(self.handle, stop), self.cards.run(stop))
+
+    async def handle(self, item: dict[str, Any]) -> None:
+        try:
+            note = Notify.model_validate(item.get("note"))
+        except ValidationError as exc:
+            log.error("dropped a malformed chat outbox entry %s: %s", item.get("id"), exc.errors()[:3])
+            return
+        platform = self.platforms.get(str(item.get("platform")))
+        if platform is None:
+            log.warning(
+                "no deliverer for platform %r: note %s of %s dropped", item.get("platform"), note.id, note.job_id
+            )
+            return
+        sent = f"{self.prefix}sent:{note.id}"
+        if await self._until_done(platform, note, lambda: self.redis.exists(sent)):
+            return
+        delivered = await self._until_done(platform, note, lambda: self._deliver(platform, note))
+        if delivered:
+            self.delivered += 1
+        await self._until_done(platform, note, lambda: self.redis.set(sent, "1", ex=SENT_TTL))
+        # Whatever the note was, the job changed: its card should show that (coalesced, latest state).
+        await self._until_done(platform, note, lambda: self.cards.mark(note.job_id))
+
+    async def _deliver(self, platform: Platform, note: Notify) -> bool:
+        job = await self.store.get(note.job_id)
+        if job is None:
+            log.warning("note %s is for job %s, which does not exist: dropped", note.id, note.job_id)
+            return False
+        if note.channel == "card":
+            if await self.refs.card(job.id) is None:
+                await self._post_card(platform, job)
+            return True  # an existing card is edited by the refresher, from the mark set after this
+        card: MessageRef | None = None
+        try:
+            card = await self._card(platform, job)
+        except Undeliverable as exc:
+            log.warning("card of %s cannot be posted: %s", job.id, exc)
+        await platform.deliverer.post_note(job, note, card)
+        return True
+
+    async def _card(self, platform: Platform, job: Job) -> MessageRef:
+        existing = await self.refs.card(job.id)
+        return existing.message if existing is not None else await self._post_card(platform, job)
+
+    async def _post_card(self, platform: Platform, job: Job) -> MessageRef:
+        """Post the card once, even with several replicas delivering notes of the same job at the same time."""
+        lock = f"{self.prefix}card-posting:{job.id}"
+        token = uuid.uuid4().hex
+        if not await self.redis.set(lock, token, nx=True, px=CARD_POST_LEASE_MS):
+            for _ in range(50):  # another replica is posting it: wait for its ref
+                await asyncio.sleep(0.1)
+                existing = await self.refs.card(job.id)
+                if existing is not None:
+                    return existing.message
+            raise RetryLater(f"the card of {job.id} is being posted elsewhere")
+        try:
+            existing = await self.refs.card(job.id)
+            if existing is not None:
+                return existing.message
+            latest = await self.store.get(job.id) or job
+            message = await platform.deliverer.post_card(latest)
+            await self.refs.save_card(job.id, message, latest.version)
+            return message
+        finally:
+            if await self.redis.get(lock) == token:
+                await self.redis.delete(lock)
+
+    async def _until_done(self, platform: Platform, note: Notify, work: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``work`` until it succeeds or is refused for good (then None); hand the note back on stop."""
+        attempt = 0
+        while True:
+            if not await platform.gate.wait(self._stop):
+                raise HandBack()
+            try:
+                return await work()
+            except RetryLater as exc:
+                attempt += 1
+                delay = exc.after if exc.after is not None else backoff(attempt, cap=self.backoff_cap)
+                platform.gate.close_for(delay)
+                level = logging.WARNING if attempt == 1 or attempt % 20 == 0 else logging.DEBUG
+                log.log(level, "%s note of %s waits %.1fs (try %d): %s", note.topic, note.job_id, delay, attempt, exc)
+            except Undeliverable as exc:
+                self.dropped += 1
+                log.warning("dropped the %s note %s of %s: %s", note.channel, note.topic, note.job_id, exc)
+                return None
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                attempt += 1
+                delay = backoff(attempt, cap=self.backoff_cap)
+                log.warning("chat outbox cannot reach Redis (%s): again in %.1fs", exc, delay)
+                try:
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                except TimeoutError:
+                    continue
+                raise HandBack() from exc

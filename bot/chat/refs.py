@@ -1,0 +1,66 @@
+"""Where each job's chat messages are: its card (and the job version it shows) and its pages, kept in Redis.
+
+Any replica (or the bot after a restart) edits the same card and acknowledges the same pages. Entries expire a
+while after the job last changed, so finished jobs do not pile up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from bot.chat.delivery import MessageRef
+
+REFS_TTL = 30 * 86400
+DEFAULT_PREFIX = "finetune:chat:"
+
+
+@dataclass(frozen=True, slots=True)
+class CardRef:
+    message: MessageRef
+    version: int  # the job version the card shows
+
+
+class ChatRefs:
+    def __init__(self, redis: aioredis.Redis, prefix: str = DEFAULT_PREFIX, ttl: int = REFS_TTL) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.ttl = ttl
+
+    def card_key(self, job_id: str) -> str:
+        return f"{self.prefix}card:{job_id}"
+
+    def pages_key(self, job_id: str) -> str:
+        return f"{self.prefix}pages:{job_id}"
+
+    async def card(self, job_id: str) -> CardRef | None:
+        raw, version = await self.redis.hmget(self.card_key(job_id), ["ref", "version"])
+        if raw is None:
+            return None
+        return CardRef(MessageRef.load(str(raw)), int(version or -1))
+
+    async def save_card(self, job_id: str, message: MessageRef, version: int) -> None:
+        await self._set(job_id, {"ref": message.dump(), "version": str(version)})
+
+    async def card_shows(self, job_id: str, version: int) -> None:
+        """Record that the card now shows ``version`` of the job."""
+        await self._set(job_id, {"version": str(version)})
+
+    async def add_page(self, job_id: str, message: MessageRef) -> None:
+        key = self.pages_key(job_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, message.dump())
+            pipe.expire(key, self.ttl)
+            await pipe.execute()
+
+    async def pages(self, job_id: str) -> list[MessageRef]:
+        raws = await self.redis.lrange(self.pages_key(job_id), 0, -1)
+        return [MessageRef.load(str(raw)) for raw in raws]
+
+    async def _set(self, job_id: str, fields: dict[str, str]) -> None:
+        key = self.card_key(job_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+            pipe.expire(key, self.ttl)
+            await pipe.execute()

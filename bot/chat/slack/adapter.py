@@ -1,0 +1,132 @@
+"""The Slack adapter as the bot service sees it: check at start, serve requests, deliver messages, stop.
+
+``connect`` runs the startup checks (see :mod:`bot.chat.slack.startup`) before anything else of the bot
+starts; ``mount`` puts ``/slack/events`` on the bot's HTTP server (HTTP mode); ``deliverer`` is what the shared
+chat outbox delivers through; ``start`` hands requests to the bot's command entry (and opens the Socket Mode
+connection in Socket Mode); ``close`` undoes all of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.chat.refs import ChatRefs
+from bot.chat.slack.actions import ButtonActions
+from bot.chat.slack.app import build_bolt_app, events_route
+from bot.chat.slack.commands import CommandRunner, SlashCommand
+from bot.chat.slack.config import SlackConfig
+from bot.chat.slack.deliverer import SlackDeliverer
+from bot.chat.slack.replies import EphemeralReplies
+from bot.chat.slack.startup import Identity, SlackSecrets, verify_app_token, verify_bot_token
+from handlers.jobs import ChatRef
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_URL = "https://slack.com/api/"
+HTTP_TIMEOUT = 10  # seconds per Web API call; a hung call must not hold a job's messages for long
+STARTING = "The bot is still starting; try again in a moment."
+
+
+class SlackAdapter:
+    def __init__(self, secrets: SlackSecrets, config: SlackConfig, api_url: str | None = None) -> None:
+        self.secrets = secrets
+        self.config = config
+        base = api_url or DEFAULT_API_URL
+        self.api_url = base if base.endswith("/") else base + "/"
+        self.identity = Identity()
+        self._session: aiohttp.ClientSession | None = None
+        self._client: AsyncWebClient | None = None
+        self._app: AsyncApp | None = None
+        self._run: CommandRunner | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._socket_url: str | None = None
+        self._socket_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def socket_mode(self) -> bool:
+        return self.secrets.socket_mode
+
+    @property
+    def client(self) -> AsyncWebClient:
+        assert self._client is not None, "SlackAdapter is not connected"
+        return self._client
+
+    @property
+    def app(self) -> AsyncApp:
+        assert self._app is not None, "SlackAdapter is not connected"
+        return self._app
+
+    async def connect(self) -> None:
+        """Check the tokens with Slack (raising ConfigError on a refusal) and build the app."""
+        self._session = aiohttp.ClientSession()
+        common: dict[str, Any] = {"base_url": self.api_url, "session": self._session, "timeout": HTTP_TIMEOUT}
+        # No retry handlers: the outbox decides about retries, once, for every call.
+        self._client = AsyncWebClient(token=self.secrets.bot_token, retry_handlers=[], **common)
+        try:
+            self.identity = await verify_bot_token(self._client)
+            if self.secrets.app_token is not None:
+                self._socket_url = await verify_app_token(self._client, self.secrets.app_token)
+        except BaseException:
+            await self.close()
+            raise
+        replies = EphemeralReplies(self._client)
+        self._app = build_bolt_app(
+            AsyncWebClient(**common),
+            self.secrets.bot_token,
+            None if self.socket_mode else self.secrets.signing_secret,
+            lambda: self.identity,
+            self.config.command,
+            SlashCommand(self._command, replies, self._spawn),
+            ButtonActions(self._command, replies, self._spawn),
+        )
+
+    def mount(self, http: web.Application) -> None:
+        """Serve ``/slack/events`` on the bot's HTTP server (HTTP mode only; Socket Mode needs no endpoint)."""
+        if not self.socket_mode:
+            http.add_routes([events_route(self.app)])
+
+    def deliverer(self, refs: ChatRefs) -> SlackDeliverer:
+        return SlackDeliverer(self.client, refs, self.config.alert_channel)
+
+    async def start(self, run: CommandRunner) -> None:
+        """Hand commands and button clicks to ``run`` (the bot's command entry); open Socket Mode if configured."""
+        self._run = run
+        if self.secrets.app_token is not None:
+            self._socket = AsyncSocketModeHandler(self.app, self.secrets.app_token, web_client=self.client)
+            if self._socket_url is not None:
+                self._socket.client.wss_uri = self._socket_url  # checked at start: no second apps.connections.open
+            self._socket_task = asyncio.create_task(self._socket.connect_async(), name="slack-socket-mode")  # type: ignore[no-untyped-call]
+
+    async def close(self) -> None:
+        if self._socket is not None:
+            await self._socket.close_async()  # type: ignore[no-untyped-call]
+        if self._socket_task is not None:
+            self._socket_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._socket_task
+        if self._tasks:  # commands in flight finish (they are short), so their answers are not cut off
+            await asyncio.wait(set(self._tasks), timeout=5)
+        if self._session is not None:
+            await self._session.close()
+
+    async def _command(self, user: str, chat: ChatRef, text: str) -> str:
+        if self._run is None:
+            return STARTING
+        return await self._run(user, chat, text)
+
+    def _spawn(self, work: Coroutine[Any, Any, str]) -> asyncio.Task[str]:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task

@@ -1,0 +1,20 @@
+"""Slack options that do not fit an environment variable: the ``slack:`` section of the config file.
+
+Tokens and the signing secret stay in the environment (``SLACK_BOT_TOKEN``, ``SLACK_SIGNING_SECRET``,
+``SLACK_APP_TOKEN``); this holds where things go.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CHANNEL_ID = r"^[CGD][A-Z0-9]{2,}$"
+SLASH_COMMAND = r"^/[a-z0-9_-]{1,31}$"
+
+
+class SlackConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Interruption warnings also go here (a channel id such as C0123ABCD); unset: the job's own channel.
+    alert_channel: str | None = Field(default=None, pattern=CHANNEL_ID)
+    # The slash command as named in the app's manifest (a staging app might use /finetune-dev).
+    command: str = Field(default="/finetune", pattern=SLASH_COMMAND)

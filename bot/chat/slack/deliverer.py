@@ -1,0 +1,100 @@
+"""Slack's side of the outbox: a job's card, thread replies, alerts and pages as Web API calls.
+
+- the card: ``chat.postMessage`` once, then ``chat.update`` in place;
+- thread notes: replies under the card (``thread_ts``);
+- alerts: the configured alert channel (else the job's channel);
+- pages: a new top-level message in the job's channel for every step (an edit would notify no one), mentions
+  first, with the on-call buttons; each page's ``ts`` is kept, and an ``acked`` note turns every page of the
+  job into "Acknowledged by … at …" without buttons.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.chat.delivery import MessageRef, Undeliverable
+from bot.chat.refs import ChatRefs
+from bot.chat.slack.blocks import acked_page_layout, card_layout, note_text, page_layout
+from bot.chat.slack.errors import call
+from handlers.events import utcnow
+from handlers.jobs import Job
+from handlers.messages import Notify
+
+log = logging.getLogger(__name__)
+
+
+class SlackDeliverer:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        refs: ChatRefs,
+        alert_channel: str | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.client = client
+        self.refs = refs
+        self.alert_channel = alert_channel
+        self.clock = clock
+
+    async def post_card(self, job: Job) -> MessageRef:
+        text, blocks = card_layout(job, self.clock())
+        reply = await call(self.client.chat_postMessage(channel=_channel(job), text=text, blocks=blocks))
+        return MessageRef(channel=str(reply["channel"]), ts=str(reply["ts"]))
+
+    async def edit_card(self, job: Job, card: MessageRef) -> None:
+        text, blocks = card_layout(job, self.clock())
+        await call(self.client.chat_update(channel=card.channel, ts=card.ts, text=text, blocks=blocks))
+
+    async def post_note(self, job: Job, note: Notify, card: MessageRef | None) -> None:
+        now = self.clock()
+        if note.channel == "page":
+            await self._page(job, note, now)
+            return
+        if note.channel == "alert":
+            channel = self.alert_channel or _channel(job)
+            text = note_text(job, note, now)
+            if channel != _channel(job):
+                text += f" (job channel <#{_channel(job)}>)"
+            await call(self.client.chat_postMessage(channel=channel, text=text))
+            return
+        if note.topic == "acked":
+            await self._acknowledge_pages(job, note)
+        thread: dict[str, Any] = {"thread_ts": card.ts} if card is not None else {}
+        channel = card.channel if card is not None else _channel(job)
+        await call(self.client.chat_postMessage(channel=channel, text=note_text(job, note, now), **thread))
+
+    async def _page(self, job: Job, note: Notify, now: datetime) -> None:
+        text, plain, blocks = page_layout(job, note, now)
+        reply = await call(self.client.chat_postMessage(channel=_channel(job), text=text, blocks=blocks))
+        await self.refs.add_page(job.id, MessageRef(channel=str(reply["channel"]), ts=str(reply["ts"]), text=plain))
+
+    async def _acknowledge_pages(self, job: Job, note: Notify) -> None:
+        """Every page of the job loses its buttons and says who owns it now (repeatable: edits, not posts)."""
+        by = str(note.fields.get("by") or job.acked_by or "someone")
+        at = _when(note.fields.get("at"), job.acked_at or note.at)
+        for page in await self.refs.pages(job.id):
+            text, blocks = acked_page_layout(page.text, by, at)
+            try:
+                await call(self.client.chat_update(channel=page.channel, ts=page.ts, text=text, blocks=blocks))
+            except Undeliverable as exc:  # e.g. someone deleted that page: the others still get updated
+                log.warning("page %s of %s not marked acknowledged: %s", page.ts, job.id, exc)
+
+
+def _channel(job: Job) -> str:
+    if job.chat is None:
+        raise Undeliverable(f"{job.id} has no chat channel")
+    return job.chat.channel
+
+
+def _when(value: Any, fallback: datetime) -> datetime:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    return fallback

@@ -1,0 +1,61 @@
+"""What a failed Slack Web API call means for the message: wait and retry, or give up on it.
+
+slack_sdk raises :class:`SlackApiError` for every answer that is not ``ok`` (its ``response`` has the HTTP
+status, headers and Slack's ``error`` code) and lets aiohttp's errors through for network trouble.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from bot.chat.delivery import RetryLater, Undeliverable
+
+# Error codes Slack documents as temporary (besides any 429 or 5xx answer).
+TRANSIENT_ERRORS = frozenset(
+    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout", "timeout"}
+)
+
+
+def slack_error(exc: SlackApiError) -> str:
+    data = exc.response.data
+    error = data.get("error") if isinstance(data, dict) else None
+    return str(error or f"HTTP {exc.response.status_code}")
+
+
+def classify(exc: BaseException) -> RetryLater | Undeliverable | None:
+    """The delivery outcome of ``exc``; None for an exception that is no Slack or network failure (a bug)."""
+    if isinstance(exc, SlackApiError):
+        status = exc.response.status_code
+        error = slack_error(exc)
+        if status == 429:
+            return RetryLater("rate limited by Slack", after=_retry_after(exc))
+        if status >= 500 or error in TRANSIENT_ERRORS:
+            return RetryLater(f"Slack answered {status} {error}")
+        return Undeliverable(error)
+    if isinstance(exc, aiohttp.ClientError | OSError):  # network trouble, timeouts included
+        return RetryLater(f"cannot reach Slack: {type(exc).__name__}: {exc}")
+    return None
+
+
+def _retry_after(exc: SlackApiError) -> float | None:
+    headers = exc.response.headers or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+async def call(request: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:
+    """Await one Web API call; its failure comes out as RetryLater / Undeliverable (anything else is a bug)."""
+    try:
+        return await request
+    except Exception as exc:
+        outcome = classify(exc)
+        if outcome is None:
+            raise
+        raise outcome from exc

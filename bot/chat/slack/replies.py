@@ -1,0 +1,42 @@
+"""Answers meant for one person (a slow command's result, what a button did): ``chat.postEphemeral``.
+
+They are not job notes, so they do not go through the durable outbox: the person is looking at Slack right
+now, and an answer that arrives after a long outage would be stale. A few retries (honouring ``Retry-After``)
+cover a rate limit or a blip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.chat.delivery import RetryLater, Undeliverable, backoff
+from bot.chat.slack.errors import call
+
+log = logging.getLogger(__name__)
+
+MAX_WAIT = 30.0
+
+
+class EphemeralReplies:
+    def __init__(self, client: AsyncWebClient, tries: int = 4) -> None:
+        self.client = client
+        self.tries = tries
+
+    async def send(self, channel: str, user: str, text: str) -> bool:
+        """Show ``text`` to ``user`` in ``channel``; False if it could not be delivered."""
+        for attempt in range(1, self.tries + 1):
+            try:
+                await call(self.client.chat_postEphemeral(channel=channel, user=user, text=text))
+                return True
+            except Undeliverable as exc:
+                log.warning("reply to %s in %s not delivered: %s", user, channel, exc)
+                return False
+            except RetryLater as exc:
+                if attempt == self.tries:
+                    log.warning("reply to %s in %s not delivered after %d tries: %s", user, channel, attempt, exc)
+                    return False
+                await asyncio.sleep(min(exc.after if exc.after is not None else backoff(attempt), MAX_WAIT))
+        return False
