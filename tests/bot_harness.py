@@ -50,6 +50,19 @@ ckpt.mkdir(parents=True)
 SLEEPS = "import time; time.sleep(600)"
 
 
+def slack_settings(api_url: str, socket_mode: bool = False, **override: Any) -> dict[str, Any]:
+    """Settings for running_bot(**…) that turn on the Slack adapter against a local fake (tests/fake_slack.py)."""
+    from tests.fake_slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
+
+    settings: dict[str, Any] = {"slack_bot_token": BOT_TOKEN, "slack_api_url": api_url}
+    if socket_mode:
+        settings["slack_app_token"] = APP_TOKEN
+    else:
+        settings["slack_signing_secret"] = SIGNING_SECRET
+    settings.update(override)
+    return settings
+
+
 def write_config(path: Path, **config: Any) -> Path:
     path.write_text(yaml.safe_dump(config))
     return path

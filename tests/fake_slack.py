@@ -1,0 +1,308 @@
+"""A local Slack for tests: the Web API methods the bot uses, a Socket Mode websocket, and Slack's request signing.
+
+:class:`FakeSlack` answers ``auth.test``, ``apps.connections.open``, ``chat.postMessage``, ``chat.update``,
+``chat.postEphemeral`` and ``views.open`` over real HTTP, checks the bearer token like Slack does, keeps every
+message as it stands after edits, and records every call (failed ones too) with its arguments. It can be told
+to answer the next N calls with 429 (and a ``Retry-After``) or 500, or to be down until told otherwise. Its
+``/socket`` endpoint speaks the Socket Mode protocol: ``hello`` on connect, envelopes from the test, acks back.
+
+The helpers at the bottom build requests the way Slack sends them to an app in HTTP mode (form-encoded slash
+commands, ``payload=`` for interactivity) and sign them as Slack does: ``v0=`` + HMAC-SHA256 of
+``v0:{timestamp}:{body}`` with the signing secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import WSMsgType, web
+
+BOT_TOKEN = "xoxb-test-bot-token"
+APP_TOKEN = "xapp-1-test-app-token"
+SIGNING_SECRET = "test-signing-secret"
+TEAM = "T0TEST"
+BOT_USER = "U0BOT"
+
+
+@dataclass
+class Call:
+    method: str
+    args: dict[str, Any]
+    token: str | None
+    status: int
+    error: str | None = None
+    at: float = field(default_factory=time.monotonic)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.error is None
+
+
+@dataclass
+class Message:
+    channel: str
+    ts: str
+    text: str
+    blocks: list[dict[str, Any]]
+    thread_ts: str | None = None
+    edits: int = 0
+
+
+class FakeSlack:
+    def __init__(self, token: str = BOT_TOKEN, app_token: str = APP_TOKEN) -> None:
+        self.token = token
+        self.app_token = app_token
+        self.calls: list[Call] = []
+        self.messages: dict[tuple[str, str], Message] = {}
+        self.ephemeral: list[dict[str, Any]] = []
+        self.unknown_channels: set[str] = set()
+        self.socket_received: list[dict[str, Any]] = []
+        self._failures: list[tuple[int, float | None]] = []
+        self._down = False
+        self._ts = itertools.count(1)
+        self._sockets: list[web.WebSocketResponse] = []
+        self._received = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    async def start(self) -> FakeSlack:
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/socket", self._socket)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return self
+
+    async def close(self) -> None:
+        for socket in list(self._sockets):
+            await socket.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> FakeSlack:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    # -- what tests tell it --------------------------------------------------------------------------------
+
+    def fail_next(self, count: int, status: int = 500, retry_after: float | None = None) -> None:
+        """Answer the next ``count`` Web API calls with ``status`` (429 carries ``Retry-After``)."""
+        self._failures.extend([(status, retry_after)] * count)
+
+    def go_down(self) -> None:
+        """Answer every Web API call with 500 until :meth:`come_back`."""
+        self._down = True
+
+    def come_back(self) -> None:
+        self._down = False
+        self._failures.clear()
+
+    # -- what tests read -----------------------------------------------------------------------------------
+
+    def called(self, method: str, ok: bool | None = True) -> list[Call]:
+        return [call for call in self.calls if call.method == method and (ok is None or call.ok == ok)]
+
+    def channel_messages(self, channel: str, top_level: bool = True) -> list[Message]:
+        return [
+            message
+            for message in self.messages.values()
+            if message.channel == channel and (message.thread_ts is None) == top_level
+        ]
+
+    def replies(self, channel: str, thread_ts: str) -> list[Message]:
+        return [m for m in self.messages.values() if m.channel == channel and m.thread_ts == thread_ts]
+
+    async def wait_for(self, what: Callable[[], Any], timeout: float = 30.0) -> Any:
+        """Poll ``what`` until it returns something truthy; fail with the recorded calls otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = what()
+            if result:
+                return result
+            await asyncio.sleep(0.05)
+        shown = [(c.method, c.status, c.error, {k: str(v)[:80] for k, v in c.args.items()}) for c in self.calls[-8:]]
+        raise AssertionError(f"fake Slack never saw it; last calls: {shown}")
+
+    # -- the Web API ---------------------------------------------------------------------------------------
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        args: dict[str, Any] = dict(request.query)
+        if request.content_type == "application/json":
+            args.update(await request.json())
+        elif request.can_read_body:
+            args.update(dict(await request.post()))
+        header = request.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ") if header.startswith("Bearer ") else args.get("token")
+        if self._down or self._failures:
+            status, retry_after = self._failures.pop(0) if self._failures else (500, None)
+            error = "ratelimited" if status == 429 else "internal_error"
+            self.calls.append(Call(method, args, token, status, error=error))
+            headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else {}
+            return web.json_response({"ok": False, "error": error}, status=status, headers=headers)
+        answer = self._answer(method, args, token)
+        error = None if answer.get("ok") else str(answer.get("error"))
+        self.calls.append(Call(method, args, token, 200, error=error))
+        return web.json_response(answer)
+
+    def _answer(self, method: str, args: dict[str, Any], token: str | None) -> dict[str, Any]:
+        if method == "apps.connections.open":
+            if token != self.app_token:
+                return {"ok": False, "error": "invalid_auth"}
+            return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/socket"}
+        if token != self.token:
+            return {"ok": False, "error": "invalid_auth" if token else "not_authed"}
+        if method == "auth.test":
+            return {"ok": True, "url": "https://fake.slack.test/", "team_id": TEAM, "user_id": BOT_USER, "bot_id": "B0BOT"}
+        if method == "views.open":
+            return {"ok": True, "view": {"id": "V" + uuid.uuid4().hex[:8].upper()}}
+        channel = str(args.get("channel", ""))
+        if channel in self.unknown_channels or not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        blocks = _json(args.get("blocks")) or []
+        if method == "chat.postMessage":
+            ts = f"{1_700_000_000 + next(self._ts)}.000100"
+            thread = args.get("thread_ts")
+            self.messages[(channel, ts)] = Message(channel, ts, str(args.get("text", "")), blocks, thread)
+            return {"ok": True, "channel": channel, "ts": ts, "message": {"text": args.get("text"), "ts": ts}}
+        if method == "chat.update":
+            message = self.messages.get((channel, str(args.get("ts"))))
+            if message is None:
+                return {"ok": False, "error": "message_not_found"}
+            message.text, message.blocks = str(args.get("text", "")), blocks
+            message.edits += 1
+            return {"ok": True, "channel": channel, "ts": message.ts, "text": message.text}
+        if method == "chat.postEphemeral":
+            self.ephemeral.append({"channel": channel, "user": args.get("user"), "text": args.get("text")})
+            return {"ok": True, "message_ts": f"{time.time():.6f}"}
+        return {"ok": False, "error": "unknown_method"}
+
+    # -- Socket Mode ---------------------------------------------------------------------------------------
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        self._sockets.append(socket)
+        hello = {"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A0TEST"}}
+        await socket.send_str(json.dumps(hello))
+        try:
+            async for frame in socket:
+                if frame.type == WSMsgType.TEXT:
+                    async with self._received:
+                        self.socket_received.append(json.loads(frame.data))
+                        self._received.notify_all()
+        finally:
+            self._sockets.remove(socket)
+        return socket
+
+    async def connected(self, timeout: float = 30.0) -> None:
+        await self.wait_for(lambda: self._sockets, timeout)
+
+    async def send_envelope(self, kind: str, payload: dict[str, Any]) -> str:
+        """Send an envelope (``slash_commands``, ``interactive``…) to the connected app; returns its id."""
+        envelope_id = uuid.uuid4().hex
+        envelope = {"envelope_id": envelope_id, "type": kind, "accepts_response_payload": True, "payload": payload}
+        await self._sockets[-1].send_str(json.dumps(envelope))
+        return envelope_id
+
+    async def ack_of(self, envelope_id: str, timeout: float = 10.0) -> dict[str, Any]:
+        """The app's acknowledgement of an envelope (what it sent back with that ``envelope_id``)."""
+
+        def found() -> dict[str, Any] | None:
+            return next((m for m in self.socket_received if m.get("envelope_id") == envelope_id), None)
+
+        async with self._received:
+            await asyncio.wait_for(self._received.wait_for(found), timeout)
+        ack = found()
+        assert ack is not None
+        return ack
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+# -- requests as Slack sends them -------------------------------------------------------------------------
+
+
+def slack_signature(secret: str, timestamp: int, body: bytes) -> str:
+    base = b"v0:" + str(timestamp).encode() + b":" + body
+    return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+
+
+def signed_headers(body: bytes, secret: str = SIGNING_SECRET, timestamp: int | None = None) -> dict[str, str]:
+    moment = int(time.time()) if timestamp is None else timestamp
+    return {
+        "X-Slack-Request-Timestamp": str(moment),
+        "X-Slack-Signature": slack_signature(secret, moment, body),
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+
+
+def slash_command(text: str, user: str = "U0ANA", channel: str = "C0JOBS", command: str = "/finetune") -> dict[str, str]:
+    return {
+        "token": "deprecated-verification-token",
+        "team_id": TEAM,
+        "team_domain": "fake",
+        "channel_id": channel,
+        "channel_name": "ml-jobs",
+        "user_id": user,
+        "user_name": user.lower(),
+        "command": command,
+        "text": text,
+        "api_app_id": "A0TEST",
+        "response_url": "https://hooks.slack.test/commands/T0TEST/1/abc",
+        "trigger_id": "13345224609.738474920.8088930838d88f008e0",
+    }
+
+
+def block_action(action_id: str, value: str, user: str = "U0ANA", channel: str = "C0JOBS") -> dict[str, Any]:
+    return {
+        "type": "block_actions",
+        "team": {"id": TEAM, "domain": "fake"},
+        "user": {"id": user, "username": user.lower(), "team_id": TEAM},
+        "api_app_id": "A0TEST",
+        "token": "deprecated-verification-token",
+        "container": {"type": "message", "message_ts": "1700000001.000100", "channel_id": channel},
+        "trigger_id": "13345224609.738474920.8088930838d88f008e0",
+        "channel": {"id": channel, "name": "ml-jobs"},
+        "response_url": "https://hooks.slack.test/actions/T0TEST/1/abc",
+        "actions": [
+            {
+                "action_id": action_id,
+                "block_id": "finetune_card",
+                "type": "button",
+                "value": value,
+                "action_ts": f"{time.time():.6f}",
+            }
+        ],
+    }
+
+
+def form_body(fields: dict[str, str]) -> bytes:
+    return urlencode(fields).encode()
+
+
+def action_body(payload: dict[str, Any]) -> bytes:
+    return urlencode({"payload": json.dumps(payload)}).encode()

@@ -1,0 +1,190 @@
+"""Slack in HTTP mode, end to end: signed requests to the running bot's /slack/events, Web API calls to a fake.
+
+The bot is the real BotService (embedded Valkey, local cloud with real runner subprocesses); Slack is
+tests/fake_slack.py over real HTTP.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bot.service import BotService
+from handlers.jobs import JobState
+from tests.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
+from tests.fake_slack import (
+    FakeSlack,
+    Message,
+    action_body,
+    block_action,
+    form_body,
+    signed_headers,
+    slash_command,
+)
+
+CHANNEL = "C0JOBS"
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as fake:
+        yield fake
+
+
+async def post(service: BotService, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as http:
+        url = f"http://127.0.0.1:{service.port}/slack/events"
+        async with http.post(url, data=body, headers=headers) as response:
+            return response.status, await response.text()
+
+
+async def command(service: BotService, text: str, user: str = "U0ANA") -> tuple[int, str]:
+    body = form_body(slash_command(text, user=user, channel=CHANNEL))
+    return await post(service, body, signed_headers(body))
+
+
+async def click(service: BotService, action_id: str, value: str, user: str = "U0ANA") -> int:
+    body = action_body(block_action(action_id, value, user=user, channel=CHANNEL))
+    status, _text = await post(service, body, signed_headers(body))
+    return status
+
+
+def started(reply: str) -> str:
+    assert "Starting ft-" in reply, reply
+    return reply.split("Starting ", 1)[1].split(":", 1)[0]
+
+
+def card_of(slack: FakeSlack, job_id: str) -> Message | None:
+    for message in slack.channel_messages(CHANNEL):
+        header = message.blocks[0] if message.blocks else {}
+        if header.get("type") == "header" and header["text"]["text"].startswith(job_id):
+            return message
+    return None
+
+
+def field_text(message: Message) -> str:
+    return " ".join(
+        item["text"] for block in message.blocks if block["type"] == "section" for item in block.get("fields", [])
+    )
+
+
+def buttons(message: Message) -> dict[str, dict[str, Any]]:
+    return {
+        element["action_id"]: element
+        for block in message.blocks
+        if block["type"] == "actions"
+        for element in block["elements"]
+    }
+
+
+def sleepy_config(tmp_path: Path, **extra: Any) -> Path:
+    return write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)], **extra)
+
+
+async def test_a_slash_command_starts_a_job_whose_card_is_posted_once_then_edited_in_place(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        status, reply = await command(service, "start sleepy")
+        assert status == 200
+        job_id = started(reply)
+        job = await service.bot.store.get(job_id)
+        assert job is not None and job.requested_by == "slack:U0ANA"
+        assert job.chat is not None and (job.chat.platform, job.chat.channel) == ("slack", CHANNEL)
+
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+        card = await slack.wait_for(lambda: (c := card_of(slack, job_id)) and "RUNNING" in field_text(c) and c)
+        assert slack.channel_messages(CHANNEL) == [card]
+        assert card.edits >= 1  # posted while PENDING, then edited in place
+        assert len(slack.called("chat.postMessage")) == 1
+        assert all(call.args["ts"] == card.ts for call in slack.called("chat.update"))
+        shown = buttons(card)
+        assert set(shown) == {"finetune_stop", "finetune_drill"}
+        assert all("confirm" in button and button["value"] == job_id for button in shown.values())
+
+        status, reply = await command(service, f"stop {job_id}")
+        assert status == 200 and f"OK: stop {job_id}" in reply
+        await wait_job(service, job_id, lambda job: job.state is JobState.STOPPED)
+        replies = await slack.wait_for(lambda: slack.replies(CHANNEL, card.ts))
+        assert "Stop requested by <@U0ANA>" in replies[0].text
+        final = await slack.wait_for(lambda: "STOPPED" in field_text(card) and card)
+        assert buttons(final) == {}
+        assert slack.channel_messages(CHANNEL) == [card]  # one card; everything else went into its thread
+        assert all(reply.thread_ts == card.ts for reply in slack.channel_messages(CHANNEL, top_level=False))
+
+
+async def test_usage_errors_and_help_are_answered_in_the_ack_and_change_nothing(tmp_path: Path, slack: FakeSlack) -> None:
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        for text, expected in (
+            ("start", "start needs a recipe"),
+            ("frobnicate ft-1234", "unknown command 'frobnicate'"),
+            ("stop not-a-job", "is not a job id"),
+            ("help", "/finetune start <recipe>"),
+            ("", "/finetune start <recipe>"),
+        ):
+            status, reply = await command(service, text)
+            assert status == 200 and expected in reply, (text, reply)
+            assert '"response_type":"ephemeral"' in reply.replace(" ", "")
+        assert await service.bot.store.list_jobs() == []
+        assert [call.method for call in slack.calls] == ["auth.test"]
+
+
+async def test_bad_signatures_and_old_timestamps_get_401_and_change_nothing(tmp_path: Path, slack: FakeSlack) -> None:
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        body = form_body(slash_command("start sleepy", channel=CHANNEL))
+        old = int(time.time()) - 301
+        forged = [
+            {"Content-Type": "application/x-www-form-urlencoded"},
+            signed_headers(body, secret="not-the-secret"),
+            signed_headers(body, timestamp=old),
+            signed_headers(body + b"&text=stop"),
+        ]
+        for headers in forged:
+            status, _reply = await post(service, body, headers)
+            assert status == 401
+        action = action_body(block_action("finetune_stop", "ft-abcd"))
+        status, _reply = await post(service, action, signed_headers(action, secret="not-the-secret"))
+        assert status == 401
+        assert await service.bot.store.list_jobs() == []
+        assert await service.bot.store.audit_log() == []
+        assert [call.method for call in slack.calls] == ["auth.test"]
+
+
+async def test_an_unauthorised_stop_button_is_refused_recorded_and_the_job_keeps_running(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    policy = {"allow": {"start": ["slack:*"], "stop": ["slack:U0BOSS"], "interrupt-test": ["slack:U0BOSS"]}}
+    config = sleepy_config(tmp_path, policy=policy)
+    async with running_bot(tmp_path / "state", config, **slack_settings(slack.api_url)) as (service, _console):
+        job_id = started((await command(service, "start sleepy", user="U0EVE"))[1])
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+
+        assert await click(service, "finetune_stop", job_id, user="U0EVE") == 200
+        refusal = await slack.wait_for(lambda: [e for e in slack.ephemeral if e["user"] == "U0EVE"])
+        assert refusal[0]["text"].startswith("⛔") and "not allowed to stop" in refusal[0]["text"]
+        assert refusal[0]["channel"] == CHANNEL
+        job = await service.bot.store.get(job_id)
+        assert job is not None and job.state is JobState.RUNNING
+        refused = [e for e in await service.bot.store.history(job_id) if e.get("event") == "refused"]
+        assert [(e["action"], e["by"]) for e in refused] == [("stop", "slack:U0EVE")]
+
+        assert await click(service, "finetune_stop", job_id, user="U0BOSS") == 200
+        await wait_job(service, job_id, lambda job: job.state in (JobState.STOPPING, JobState.STOPPED))
+        allowed = await slack.wait_for(lambda: [e for e in slack.ephemeral if e["user"] == "U0BOSS"])
+        assert allowed[0]["text"].startswith("OK: stop " + job_id)
+        stops = [e for e in await service.bot.store.history(job_id) if e.get("event") == "stop"]
+        assert [e["by"] for e in stops] == ["slack:U0BOSS"]
