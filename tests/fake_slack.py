@@ -174,7 +174,13 @@ class FakeSlack:
         if token != self.token:
             return {"ok": False, "error": "invalid_auth" if token else "not_authed"}
         if method == "auth.test":
-            return {"ok": True, "url": "https://fake.slack.test/", "team_id": TEAM, "user_id": BOT_USER, "bot_id": "B0BOT"}
+            return {
+                "ok": True,
+                "url": "https://fake.slack.test/",
+                "team_id": TEAM,
+                "user_id": BOT_USER,
+                "bot_id": "B0BOT",
+            }
         if method == "views.open":
             return {"ok": True, "view": {"id": "V" + uuid.uuid4().hex[:8].upper()}}
         channel = str(args.get("channel", ""))
@@ -260,7 +266,9 @@ def signed_headers(body: bytes, secret: str = SIGNING_SECRET, timestamp: int | N
     }
 
 
-def slash_command(text: str, user: str = "U0ANA", channel: str = "C0JOBS", command: str = "/finetune") -> dict[str, str]:
+def slash_command(
+    text: str, user: str = "U0ANA", channel: str = "C0JOBS", command: str = "/finetune"
+) -> dict[str, str]:
     return {
         "token": "deprecated-verification-token",
         "team_id": TEAM,

@@ -6,6 +6,7 @@ tests/fake_slack.py over real HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,8 +15,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bot.cloud.local import LocalCloud
 from bot.service import BotService
-from handlers.jobs import JobState
+from handlers.jobs import JobState, Market
+from handlers.messages import CloudEvent
 from tests.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
 from tests.fake_slack import (
     FakeSlack,
@@ -121,7 +124,9 @@ async def test_a_slash_command_starts_a_job_whose_card_is_posted_once_then_edite
         assert all(reply.thread_ts == card.ts for reply in slack.channel_messages(CHANNEL, top_level=False))
 
 
-async def test_usage_errors_and_help_are_answered_in_the_ack_and_change_nothing(tmp_path: Path, slack: FakeSlack) -> None:
+async def test_usage_errors_and_help_are_answered_in_the_ack_and_change_nothing(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
     async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
         service,
         _console,
@@ -188,3 +193,31 @@ async def test_an_unauthorised_stop_button_is_refused_recorded_and_the_job_keeps
         assert allowed[0]["text"].startswith("OK: stop " + job_id)
         stops = [e for e in await service.bot.store.history(job_id) if e.get("event") == "stop"]
         assert [e["by"] for e in stops] == ["slack:U0BOSS"]
+
+
+class SlowPrices(LocalCloud):
+    """The local cloud, with a price lookup slower than Slack's three seconds (a slow pricing API)."""
+
+    async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
+        await asyncio.sleep(3.5)
+        return await super().hourly_price(instance_types, market)
+
+
+async def test_a_slow_command_is_acked_at_once_and_answered_ephemerally_when_done(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    async def no_events(event: CloudEvent) -> None:
+        return None
+
+    cloud = SlowPrices(tmp_path / "cloud", no_events)
+    config = sleepy_config(tmp_path, policy={"max_hourly_price": 5.0})  # a cap makes start ask for the price
+    async with running_bot(tmp_path / "state", config, cloud=cloud, **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        status, reply = await command(service, "start sleepy")
+        assert status == 200 and "Working on it" in reply and "Starting" not in reply
+        answer = await slack.wait_for(lambda: slack.ephemeral)
+        assert answer[0]["user"] == "U0ANA" and answer[0]["channel"] == CHANNEL
+        job_id = started(answer[0]["text"])
+        assert await service.bot.store.get(job_id) is not None

@@ -95,14 +95,14 @@ class ChatOutbox:
             )
             return
         sent = f"{self.prefix}sent:{note.id}"
-        if await self._until_done(platform, note, lambda: self.redis.exists(sent)):
+        if await self._until_done(platform, note, lambda: self.redis.exists(sent), gated=False):
             return
-        delivered = await self._until_done(platform, note, lambda: self._deliver(platform, note))
-        if delivered:
+        if await self._until_done(platform, note, lambda: self._deliver(platform, note)):
             self.delivered += 1
-        await self._until_done(platform, note, lambda: self.redis.set(sent, "1", ex=SENT_TTL))
+        # Bookkeeping after a delivery waits for no gate: stopping now must not hand back what was posted.
+        await self._until_done(platform, note, lambda: self.redis.set(sent, "1", ex=SENT_TTL), gated=False)
         # Whatever the note was, the job changed: its card should show that (coalesced, latest state).
-        await self._until_done(platform, note, lambda: self.cards.mark(note.job_id))
+        await self._until_done(platform, note, lambda: self.cards.mark(note.job_id), gated=False)
 
     async def _deliver(self, platform: Platform, note: Notify) -> bool:
         job = await self.store.get(note.job_id)
@@ -148,11 +148,16 @@ class ChatOutbox:
             if await self.redis.get(lock) == token:
                 await self.redis.delete(lock)
 
-    async def _until_done(self, platform: Platform, note: Notify, work: Callable[[], Awaitable[Any]]) -> Any:
-        """Run ``work`` until it succeeds or is refused for good (then None); hand the note back on stop."""
+    async def _until_done(
+        self, platform: Platform, note: Notify, work: Callable[[], Awaitable[Any]], gated: bool = True
+    ) -> Any:
+        """Run ``work`` until it succeeds or is refused for good (then None); hand the note back on stop.
+
+        ``gated`` work talks to the platform, so it first waits while the platform's gate is closed.
+        """
         attempt = 0
         while True:
-            if not await platform.gate.wait(self._stop):
+            if gated and not await platform.gate.wait(self._stop):
                 raise HandBack()
             try:
                 return await work()

@@ -1,0 +1,79 @@
+"""Block Kit layouts without I/O: what a card and a page look like, and that outside text cannot inject markup."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from bot.chat.slack.blocks import acked_page_layout, card_layout, mentions, mrkdwn, note_text, page_layout, user
+from handlers.jobs import Attempt, ChatRef, Job, JobState
+from handlers.messages import Notify
+
+NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def job(state: JobState = JobState.RUNNING, **extra: object) -> Job:
+    attempt = Attempt(number=1, instance_id="i-1", instance_type="g5.xlarge", zone="us-east-1a", price_per_hour=0.5)
+    return Job(
+        id="ft-abcd",
+        recipe="tiny",
+        requested_by="slack:U0ANA",
+        chat=ChatRef(platform="slack", channel="C0JOBS"),
+        state=state,
+        attempts=[attempt],
+        step=40,
+        total_steps=100,
+        created_at=NOW,
+        updated_at=NOW,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def action_ids(blocks: list[dict[str, object]]) -> list[str]:
+    return [e["action_id"] for b in blocks if b["type"] == "actions" for e in b["elements"]]  # type: ignore[attr-defined]
+
+
+def test_the_card_lays_out_the_shared_fields_and_offers_what_applies_now() -> None:
+    text, blocks = card_layout(job(), NOW)
+    assert text == "ft-abcd · tiny: 🟢 RUNNING"
+    assert blocks[0] == {"type": "header", "text": {"type": "plain_text", "text": "ft-abcd · tiny", "emoji": True}}
+    fields = [f["text"] for f in blocks[1]["fields"]]
+    assert fields[0] == "*State*\n🟢 RUNNING" and "*Step*\n40/100" in fields
+    assert "Started by <@U0ANA> · updated 03:04:05 UTC" in str(blocks)
+    assert action_ids(blocks) == ["finetune_stop", "finetune_drill"]
+    assert action_ids(card_layout(job(JobState.RESUME_FAILED), NOW)[1]) == ["finetune_stop"]
+    assert action_ids(card_layout(job(JobState.SUCCEEDED), NOW)[1]) == []
+    assert action_ids(card_layout(job(JobState.STOPPING), NOW)[1]) == []
+
+
+def test_text_from_outside_is_escaped_and_cannot_mention_anyone() -> None:
+    failed = job(JobState.FAILED, failure="<!channel> & <@U0EVE> broke <https://evil|here>")
+    _text, blocks = card_layout(failed, NOW)
+    problem = next(f["text"] for f in blocks[1]["fields"] if f["text"].startswith("*Problem*"))
+    assert problem == "*Problem*\n&lt;!channel&gt; &amp; &lt;@U0EVE&gt; broke &lt;https://evil|here&gt;"
+    assert user("console:<!here>") == "console:&lt;!here&gt;" and user("slack:U0ANA") == "<@U0ANA>"
+    assert mrkdwn("Stop requested by slack:U0BOB.") == "Stop requested by <@U0BOB>."
+
+
+def test_page_mentions_come_first_and_only_from_valid_ids() -> None:
+    people = [
+        {"name": "a", "slack": "U0ANA"},
+        {"name": "team", "slack": "S0TEAM"},
+        {"name": "again", "slack": "U0ANA"},
+        {"name": "bad", "slack": "U0X> <!everyone"},
+        {"name": "dingtalk only", "slack": None, "dingtalk": "x"},
+    ]
+    assert mentions({"mention": people, "everyone": "channel"}) == "<@U0ANA> <!subteam^S0TEAM> <!channel>"
+    assert mentions({"mention": [], "everyone": "everyone"}) == ""
+    note = Notify(job_id="ft-abcd", channel="page", topic="resume-failed", fields={"reason": "x", "mention": people})
+    text, plain, blocks = page_layout(job(JobState.RESUME_FAILED), note, NOW)
+    assert text == f"<@U0ANA> <!subteam^S0TEAM> {plain}" and plain.startswith("🚨 On-call: ft-abcd could not resume")
+    assert action_ids(blocks) == ["finetune_ack", "finetune_retry", "finetune_ondemand", "finetune_stop"]
+
+
+def test_an_acknowledged_page_keeps_its_words_and_loses_its_buttons() -> None:
+    text, blocks = acked_page_layout("🚨 On-call: ft-abcd could not resume", "slack:U0BOB", NOW)
+    assert action_ids(blocks) == []
+    assert blocks[-1]["elements"][0]["text"] == "✅ Acknowledged by <@U0BOB> at 03:04 UTC"
+    assert text.startswith("🚨 On-call") and "<@U0BOB>" in text
+    note = Notify(job_id="ft-abcd", channel="thread", topic="acked", fields={"by": "slack:U0BOB"})
+    assert note_text(job(), note, NOW) == "👀 <@U0BOB> acknowledged the page for ft-abcd."

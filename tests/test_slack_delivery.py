@@ -1,0 +1,252 @@
+"""Delivery to Slack: coalesced card edits, rate limits, outages, dedup, alerts, pages and their acknowledgement.
+
+Real BotService with the Slack adapter in HTTP mode against tests/fake_slack.py; jobs started with signed slash
+commands; notes either produced by the real handlers or, for the on-call page contract, built here and handed
+to the service's chat outbox (the same call the bot makes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.service import BotService
+from handlers.events import Progress
+from handlers.jobs import Job, JobState
+from handlers.messages import Notify, ReportReceived, dump_message
+from tests.bot_harness import FAILS_ON_RESUME, quick_recipe, running_bot, slack_settings, wait_job, write_config
+from tests.fake_slack import FakeSlack, Message
+from tests.test_slack_http import CHANNEL, buttons, card_of, click, command, field_text, sleepy_config, started
+
+ALERTS = "C0ALERTS"
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as fake:
+        yield fake
+
+
+async def running_job(service: BotService, recipe: str = "sleepy") -> Job:
+    job_id = started((await command(service, f"start {recipe}"))[1])
+    return await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+
+
+def context_text(message: Message) -> str:
+    return " ".join(e["text"] for block in message.blocks if block["type"] == "context" for e in block["elements"])
+
+
+async def test_a_burst_of_progress_reports_costs_few_card_edits_and_the_last_shows_the_latest_step(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        job = await running_job(service)
+        card = await slack.wait_for(lambda: (c := card_of(slack, job.id)) and "RUNNING" in field_text(c) and c)
+        before = len(slack.called("chat.update"))
+        for step in range(1, 101):
+            report = ReportReceived(
+                report=Progress(job_id=job.id, attempt=1, step=step, total_steps=100, loss=1 / step)
+            )
+            await service.bus.publish(dump_message(report))
+        await wait_job(service, job.id, lambda job: job.step == 100)
+        await slack.wait_for(lambda: "100/100" in field_text(card))
+        await asyncio.sleep(2.5)  # one more coalescing interval: nothing else is owed
+        edits = slack.called("chat.update")[before:]
+        assert 1 <= len(edits) <= 10, len(edits)  # 100 card notes, a handful of edits
+        gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(edits)]
+        assert all(gap >= 1.9 for gap in gaps), gaps  # at most one edit per card every 2 s
+        assert all(call.args["ts"] == card.ts for call in edits)
+        assert "100/100" in field_text(card) and "loss 0.0100" in field_text(card)
+        assert len(slack.called("chat.postMessage")) == 1
+
+
+async def test_a_rate_limited_post_waits_for_retry_after_then_arrives_once(tmp_path: Path, slack: FakeSlack) -> None:
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        slack.fail_next(1, status=429, retry_after=1)
+        job_id = started((await command(service, "start sleepy"))[1])  # answered in the ack: no Web API call
+        card = await slack.wait_for(lambda: card_of(slack, job_id))
+        posts = slack.called("chat.postMessage", ok=None)
+        assert [call.status for call in posts] == [429, 200]
+        assert posts[1].at - posts[0].at >= 0.95  # Retry-After: 1 was honoured
+        assert slack.channel_messages(CHANNEL) == [card]
+
+
+async def test_while_slack_is_down_jobs_still_move_and_every_message_arrives_once_it_is_back(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        slack.go_down()
+        job = await running_job(service)  # the slash command needs no Web API call; delivery does
+        status, reply = await command(service, f"stop {job.id}")
+        assert status == 200 and f"OK: stop {job.id}" in reply
+        await wait_job(service, job.id, lambda job: job.state is JobState.STOPPED)
+        await slack.wait_for(lambda: len(slack.called("chat.postMessage", ok=None)) >= 2)
+        assert slack.messages == {}  # nothing got through while it was down
+        assert service.outbox is not None and service.outbox.dropped == 0
+
+        slack.come_back()
+        card = await slack.wait_for(lambda: (c := card_of(slack, job.id)) and "STOPPED" in field_text(c) and c)
+        replies = await slack.wait_for(
+            lambda: len(slack.replies(CHANNEL, card.ts)) >= 2 and slack.replies(CHANNEL, card.ts)
+        )
+        texts = [reply.text for reply in replies]
+        assert any("Stop requested by <@U0ANA>" in text for text in texts)
+        assert any(f"{job.id} stopped" in text for text in texts)
+        await asyncio.sleep(1)
+        assert len(slack.replies(CHANNEL, card.ts)) == len(replies)  # each once
+        assert slack.channel_messages(CHANNEL) == [card]
+
+
+async def test_a_redelivered_note_is_posted_once(tmp_path: Path, slack: FakeSlack) -> None:
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        job = await running_job(service)
+        assert service.outbox is not None
+        card = await slack.wait_for(lambda: card_of(slack, job.id))
+        note = Notify(job_id=job.id, channel="thread", topic="rebalance")
+        handled = service.outbox.bus.handled
+        for _ in range(3):
+            await service.outbox.notify(job, note)
+        await slack.wait_for(lambda: service.outbox is not None and service.outbox.bus.handled >= handled + 3)
+        rebalance = [m for m in slack.replies(CHANNEL, card.ts) if "Rebalance recommendation" in m.text]
+        assert len(rebalance) == 1
+
+
+async def test_pages_mention_on_call_and_an_acknowledgement_updates_every_page(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        job = await running_job(service)
+        outbox = service.outbox
+        assert outbox is not None
+        card = await slack.wait_for(lambda: card_of(slack, job.id))
+        ana = {"name": "Ana", "slack": "U0ANA", "dingtalk": None, "mobile": None}
+        team = {"name": "ML on-call", "slack": "S0ONCALL", "dingtalk": None, "mobile": None}
+        bob = {"name": "Bob", "slack": "U0BOB", "dingtalk": "bob", "mobile": None}
+        nobody = {"name": "Eve", "slack": "U0EVE> <!channel", "dingtalk": None, "mobile": None}
+        steps = [
+            {"reason": "no spot capacity", "step": 0, "mention": [ana, team, nobody], "everyone": None},
+            {"reason": "no spot capacity", "step": 1, "mention": [ana, bob], "everyone": "here"},
+        ]
+        for fields in steps:
+            await outbox.notify(job, Notify(job_id=job.id, channel="page", topic="resume-failed", fields=fields))
+        pages = await slack.wait_for(
+            lambda: len(slack.channel_messages(CHANNEL)) == 3 and slack.channel_messages(CHANNEL)[1:]
+        )
+        assert pages[0].text.startswith(f"<@U0ANA> <!subteam^S0ONCALL> 🚨 On-call: {job.id} could not resume")
+        assert pages[1].text.startswith("<@U0ANA> <@U0BOB> <!here> 🚨")
+        assert "<!channel>" not in pages[0].text and "U0EVE" not in pages[0].text
+        for page in pages:
+            assert page.thread_ts is None  # a new top-level message per step: edits notify no one
+            shown = buttons(page)
+            assert list(shown) == ["finetune_ack", "finetune_retry", "finetune_ondemand", "finetune_stop"]
+            assert {button["value"] for button in shown.values()} == {job.id}
+            assert "confirm" in shown["finetune_stop"]
+
+        acked = Notify(
+            job_id=job.id,
+            channel="thread",
+            topic="acked",
+            fields={"by": "slack:U0BOB", "at": "2030-01-02T03:04:05+00:00"},
+        )
+        await outbox.notify(job, acked)
+        await slack.wait_for(lambda: all(page.edits == 1 for page in pages))
+        for page in pages:
+            assert buttons(page) == {}
+            assert context_text(page) == "✅ Acknowledged by <@U0BOB> at 03:04 UTC"
+            assert "could not resume" in page.blocks[0]["text"]["text"]
+            assert "<@U0ANA>" not in page.blocks[0]["text"]["text"]  # an edit does not call anyone again
+        thread = await slack.wait_for(lambda: slack.replies(CHANNEL, card.ts))
+        assert any(f"<@U0BOB> acknowledged the page for {job.id}" in reply.text for reply in thread)
+
+
+async def test_a_failed_resume_alerts_pages_and_is_acknowledged_and_resumed_from_the_buttons(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    config = write_config(
+        tmp_path / "bot.yaml", recipes=[quick_recipe("flaky", FAILS_ON_RESUME)], slack={"alert_channel": ALERTS}
+    )
+    async with running_bot(tmp_path / "state", config, **slack_settings(slack.api_url)) as (service, _console):
+        job = await running_job(service, "flaky")
+        await asyncio.sleep(0.5)
+        assert await click(service, "finetune_drill", job.id) == 200
+        drill = await slack.wait_for(lambda: [e for e in slack.ephemeral if "interrupt-test" in e["text"]])
+        assert drill[0]["text"].startswith(f"OK: interrupt-test {job.id}") and drill[0]["user"] == "U0ANA"
+        await wait_job(service, job.id, lambda job: job.state is JobState.RESUME_FAILED)
+
+        alerts = await slack.wait_for(lambda: slack.channel_messages(ALERTS))
+        assert "Spot interruption warning" in alerts[0].text and f"<#{CHANNEL}>" in alerts[0].text
+        card = await slack.wait_for(lambda: card_of(slack, job.id))
+        page = await slack.wait_for(lambda: [m for m in slack.channel_messages(CHANNEL) if m is not card])
+        assert "could not resume" in page[0].text and "finetune_ack" in buttons(page[0])
+        thread = " ".join(m.text for m in slack.replies(CHANNEL, card.ts))
+        assert "Spot interruption warning" in thread and "Interruption drill" in thread
+
+        assert await click(service, "finetune_ack", job.id, user="U0ONCALL") == 200
+        await wait_job(service, job.id, lambda job: job.acked_by == "slack:U0ONCALL")
+        await slack.wait_for(lambda: page[0].edits == 1)
+        assert buttons(page[0]) == {} and "Acknowledged by <@U0ONCALL>" in context_text(page[0])
+        acks = [e for e in await service.bot.store.history(job.id) if e.get("event") == "ack"]
+        assert [e["by"] for e in acks] == ["slack:U0ONCALL"]
+
+        assert await click(service, "finetune_ondemand", job.id, user="U0ONCALL") == 200
+        again = await wait_job(service, job.id, lambda job: job.state is JobState.RESUME_FAILED and job.attempt == 3)
+        assert again.attempts[2].market == "on-demand"
+        await slack.wait_for(lambda: len(slack.channel_messages(CHANNEL)) == 3)  # a second page, its own message
+        card_now = await slack.wait_for(lambda: "RESUME_FAILED" in field_text(card) and card)
+        assert "finetune_stop" in buttons(card_now)
+
+
+async def test_messages_waiting_for_slack_survive_a_restart_of_the_bot(tmp_path: Path, slack: FakeSlack) -> None:
+    config = sleepy_config(tmp_path)
+    async with running_bot(tmp_path / "state", config, **slack_settings(slack.api_url)) as (service, _console):
+        slack.go_down()
+        job = await running_job(service)
+        await slack.wait_for(lambda: slack.called("chat.postMessage", ok=None))
+        first = service.outbox
+    assert slack.messages == {}
+    assert first is not None and first.bus.released >= 1  # stopped while waiting: handed back, not acknowledged
+
+    slack.come_back()
+    async with running_bot(tmp_path / "state", config, **slack_settings(slack.api_url)) as (service, _console):
+        card = await slack.wait_for(lambda: card_of(slack, job.id))
+        assert service.outbox is not None
+        await slack.wait_for(lambda: service.outbox is not None and service.outbox.delivered >= 1)
+        assert slack.channel_messages(CHANNEL) == [card]
+        assert await service.outbox.bus.parked_events() == []
+
+
+async def test_a_channel_slack_refuses_for_good_is_logged_and_dropped_not_retried(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    slack.unknown_channels.add(CHANNEL)
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        job = await running_job(service)  # the job runs regardless of its chat
+        assert service.outbox is not None
+        await slack.wait_for(lambda: service.outbox is not None and service.outbox.dropped >= 2)
+        tried = len(slack.called("chat.postMessage", ok=False))
+        await asyncio.sleep(2)
+        assert len(slack.called("chat.postMessage", ok=False)) == tried  # no retries of a refusal
+        assert {call.error for call in slack.calls[1:]} == {"channel_not_found"}
+        assert job.state is JobState.RUNNING and slack.messages == {}
