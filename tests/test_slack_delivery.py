@@ -177,6 +177,18 @@ async def test_pages_mention_on_call_and_an_acknowledgement_updates_every_page(
         thread = await slack.wait_for(lambda: slack.replies(CHANNEL, card.ts))
         assert any(f"<@U0BOB> acknowledged the page for {job.id}" in reply.text for reply in thread)
 
+        # A later incident: its page is acknowledged by someone else; the earlier pages keep who owned them.
+        await outbox.notify(job, Notify(job_id=job.id, channel="page", topic="resume-failed", fields=steps[0]))
+        later = await slack.wait_for(
+            lambda: len(slack.channel_messages(CHANNEL)) == 4 and slack.channel_messages(CHANNEL)[3]
+        )
+        fields = {"by": "slack:U0ANA", "at": "2030-01-02T05:06:07+00:00"}
+        await outbox.notify(job, Notify(job_id=job.id, channel="thread", topic="acked", fields=fields))
+        await slack.wait_for(lambda: later.edits == 1)
+        assert context_text(later) == "✅ Acknowledged by <@U0ANA> at 05:06 UTC"
+        await slack.wait_for(lambda: len(slack.replies(CHANNEL, card.ts)) >= 2)
+        assert [page.edits for page in pages] == [1, 1] and "<@U0BOB>" in context_text(pages[0])
+
 
 async def test_a_failed_resume_alerts_pages_and_is_acknowledged_and_resumed_from_the_buttons(
     tmp_path: Path, slack: FakeSlack
@@ -250,3 +262,26 @@ async def test_a_channel_slack_refuses_for_good_is_logged_and_dropped_not_retrie
         assert len(slack.called("chat.postMessage", ok=False)) == tried  # no retries of a refusal
         assert {call.error for call in slack.calls[1:]} == {"channel_not_found"}
         assert job.state is JobState.RUNNING and slack.messages == {}
+
+
+async def test_two_replicas_post_a_card_once_and_edit_it_at_most_once_per_interval(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    config = sleepy_config(tmp_path)
+    async with running_bot(tmp_path / "a", config, **slack_settings(slack.api_url)) as (first, _console):
+        second_settings = slack_settings(slack.api_url)
+        async with running_bot(tmp_path / "b", config, redis_url=first.redis_url, **second_settings) as (second, _):
+            job = await running_job(first)
+            card = await slack.wait_for(lambda: (c := card_of(slack, job.id)) and "RUNNING" in field_text(c) and c)
+            before = len(slack.called("chat.update"))
+            for step in range(1, 201):
+                progress = Progress(job_id=job.id, attempt=1, step=step, total_steps=200)
+                await first.bus.publish(dump_message(ReportReceived(report=progress)))
+            await wait_job(first, job.id, lambda job: job.step == 200)
+            await slack.wait_for(lambda: "200/200" in field_text(card))
+            assert first.outbox is not None and second.outbox is not None
+            assert first.outbox.bus.handled > 0 and second.outbox.bus.handled > 0  # both replicas delivered
+            edits = slack.called("chat.update")[before:]
+            gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(edits)]
+            assert all(gap >= 1.9 for gap in gaps), gaps
+            assert slack.channel_messages(CHANNEL) == [card] and len(slack.called("chat.postMessage")) == 1

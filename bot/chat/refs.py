@@ -58,6 +58,10 @@ class ChatRefs:
         raws = await self.redis.lrange(self.pages_key(job_id), 0, -1)
         return [MessageRef.load(str(raw)) for raw in raws]
 
+    async def drop_pages(self, job_id: str, count: int) -> None:
+        """Forget the job's first ``count`` pages (acknowledged: a later incident's ack must not re-edit them)."""
+        await self.redis.ltrim(self.pages_key(job_id), count, -1)
+
     async def _set(self, job_id: str, fields: dict[str, str]) -> None:
         key = self.card_key(job_id)
         async with self.redis.pipeline(transaction=True) as pipe:

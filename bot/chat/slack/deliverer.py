@@ -5,7 +5,7 @@
 - alerts: the configured alert channel (else the job's channel);
 - pages: a new top-level message in the job's channel for every step (an edit would notify no one), mentions
   first, with the on-call buttons; each page's ``ts`` is kept, and an ``acked`` note turns every page of the
-  job into "Acknowledged by … at …" without buttons.
+  job not acknowledged yet into "Acknowledged by … at …" without buttons.
 """
 
 from __future__ import annotations
@@ -77,12 +77,14 @@ class SlackDeliverer:
         """Every page of the job loses its buttons and says who owns it now (repeatable: edits, not posts)."""
         by = str(note.fields.get("by") or job.acked_by or "someone")
         at = _when(note.fields.get("at"), job.acked_at or note.at)
-        for page in await self.refs.pages(job.id):
+        pages = await self.refs.pages(job.id)
+        for page in pages:
             text, blocks = acked_page_layout(page.text, by, at)
             try:
                 await call(self.client.chat_update(channel=page.channel, ts=page.ts, text=text, blocks=blocks))
             except Undeliverable as exc:  # e.g. someone deleted that page: the others still get updated
                 log.warning("page %s of %s not marked acknowledged: %s", page.ts, job.id, exc)
+        await self.refs.drop_pages(job.id, len(pages))  # done with this incident's pages
 
 
 def _channel(job: Job) -> str:
