@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from bot.bus import EventBus, Handler
+from bot.bus import EventBus, HandBack, Handler
 from bot.redis_server import connect
 from bot.store import JobStore
 from handlers.jobs import Change, Job, JobState
@@ -268,6 +268,36 @@ async def test_stop_lets_the_handler_in_flight_finish(running: Running) -> None:
 
     running.start(successor, record)
     await wait_for(lambda: seen == ["ev-later-00001"])
+
+
+async def test_a_handler_waiting_on_something_outside_hands_its_event_back_on_stop(running: Running) -> None:
+    bus = await running.bus("c1", max_tries=1)
+    waiting, stop = asyncio.Event(), asyncio.Event()
+
+    async def handler(event: dict[str, Any]) -> None:
+        waiting.set()
+        await stop.wait()  # e.g. a chat platform that is down, until the bot stops
+        raise HandBack()
+
+    task = asyncio.create_task(bus.run(handler, stop))
+    running.tasks.append((stop, task))
+    await bus.publish({"id": "ev-waiting-001"})
+    await asyncio.wait_for(waiting.wait(), 5)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+    assert bus.failed == 0 and bus.parked == 0 and bus.released == 1  # not a failure, even with max_tries=1
+    [left] = await bus.redis.xpending_range(bus.stream, bus.group, min="-", max="+", count=10)
+    assert left["time_since_delivered"] >= bus.claim_idle_ms and left["times_delivered"] == 0
+
+    successor = await running.bus("c2", max_tries=1)
+    seen: list[str] = []
+
+    async def record(event: dict[str, Any]) -> None:
+        seen.append(event["id"])
+
+    running.start(successor, record)
+    await wait_for(lambda: seen == ["ev-waiting-001"])
 
 
 async def test_the_store_outbox_is_delivered_on_the_bus(
