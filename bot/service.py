@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from bot.sources.sns_signature import SnsVerifier
 from bot.sources.sqs import SqsSource
 from bot.store import JobStore
 from bot.timers import Timers
+from handlers.events import utcnow
 from handlers.messages import CloudEvent, dump_message
 
 log = logging.getLogger(__name__)
@@ -48,8 +50,15 @@ class BusPublisher:
 
 
 class BotService:
-    def __init__(self, settings: Settings, chat: ChatPort | None = None, cloud: CloudProvider | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        chat: ChatPort | None = None,
+        cloud: CloudProvider | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.settings = settings
+        self.clock = clock  # the bot's and the timers' idea of now: tests step it to walk an escalation ladder
         self.chat = chat or ConsoleChat()
         self.given_cloud = cloud  # tests put the real provider behind what the cloud itself would do
         self.stopping = asyncio.Event()
@@ -89,7 +98,7 @@ class BotService:
         store = JobStore(redis.client)
         self._bus = bus = EventBus(redis.new_client(), consumer=default_consumer_name())
         await bus.ensure_group()
-        timers = Timers(redis.client)
+        timers = Timers(redis.client, clock=self.clock)
 
         app = build_app(store, bus, secret)
         if self.settings.sns_topics:
@@ -120,7 +129,15 @@ class BotService:
             reports = [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
         self._cloud = cloud
         self._bot = Bot(
-            store, BusPublisher(bus, timers), self._cloud, self.chat, config.policy, all_recipes(config), reports
+            store,
+            BusPublisher(bus, timers),
+            self._cloud,
+            self.chat,
+            config.policy,
+            all_recipes(config),
+            reports,
+            clock=self.clock,
+            oncall=config.oncall,
         )
         self._tasks = [
             asyncio.create_task(bus.run(self._bot.handle, self.stopping), name="bus"),
