@@ -36,12 +36,14 @@ from handlers.messages import (
     Launched,
     LaunchFailed,
     Notify,
+    PageStep,
     StartDeadline,
     StopRunner,
     Terminate,
     dump_message,
     parse_message,
 )
+from handlers.oncall import OnCall
 from handlers.policy import Policy, guard_start, refusal
 from handlers.recipes import Recipe, RecipeError, find_recipe
 
@@ -70,6 +72,7 @@ class Bot:
         report_targets: list[str],
         python: str = sys.executable,
         clock: Callable[[], datetime] = utcnow,
+        oncall: OnCall | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -80,6 +83,7 @@ class Bot:
         self.report_targets = report_targets
         self.python = python
         self.clock = clock
+        self.oncall = oncall or OnCall()
         self.malformed = 0
 
     # -- chat commands ------------------------------------------------------------------------------------
@@ -194,8 +198,8 @@ class Bot:
             return
         if isinstance(message, Launch | Terminate | Drill | StopRunner | Notify):
             await self._effect(message)
-        elif isinstance(message, StartDeadline) and message.due > self.clock():
-            await self.publisher.schedule(raw, message.due)
+        elif isinstance(message, StartDeadline | PageStep) and message.due > self.clock():
+            await self.publisher.schedule(raw, message.due)  # a timer: comes back on the bus when due
         else:
             await self._input(message)
 
@@ -204,7 +208,9 @@ class Bot:
         if job_id is None:
             log.info("no job for %s %s; ignored", message.kind, message.id)
             return
-        await self.store.apply(job_id, lambda job: decide(job, message, self.clock()), dedup_key=f"in:{message.id}")
+        await self.store.apply(
+            job_id, lambda job: decide(job, message, self.clock(), self.oncall), dedup_key=f"in:{message.id}"
+        )
 
     async def _job_of(self, message: BusMessage) -> str | None:
         if isinstance(message, CloudEvent):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from bot.sources.sns_signature import SnsVerifier
 from bot.sources.sqs import SqsSource
 from bot.store import JobStore
 from bot.timers import Timers
+from handlers.events import utcnow
 from handlers.messages import CloudEvent, dump_message
 
 if TYPE_CHECKING:
@@ -55,8 +57,15 @@ class BusPublisher:
 
 
 class BotService:
-    def __init__(self, settings: Settings, chat: ChatPort | None = None, cloud: CloudProvider | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        chat: ChatPort | None = None,
+        cloud: CloudProvider | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.settings = settings
+        self.clock = clock  # the bot's and the timers' idea of now: tests step it to walk an escalation ladder
         self.chat = chat or ConsoleChat()
         self.given_cloud = cloud  # tests put the real provider behind what the cloud itself would do
         self.stopping = asyncio.Event()
@@ -117,7 +126,7 @@ class BotService:
         store = JobStore(redis.client)
         self._bus = bus = EventBus(redis.new_client(), consumer=default_consumer_name())
         await bus.ensure_group()
-        timers = Timers(redis.client)
+        timers = Timers(redis.client, clock=self.clock)
 
         app = build_app(store, bus, secret)
         if self.settings.sns_topics:
@@ -153,10 +162,19 @@ class BotService:
         if self._slack is not None:
             chat_redis = redis.new_client()
             refs = ChatRefs(chat_redis)
-            self._outbox = ChatOutbox(chat_redis, store, {"slack": Platform(self._slack.deliverer(refs))}, refs=refs)
+            slack = Platform(self._slack.deliverer(refs, self.clock))
+            self._outbox = ChatOutbox(chat_redis, store, {"slack": slack}, refs=refs)
             chat = ChatRouter({"slack": self._outbox}, fallback=self.chat)
         self._bot = bot = Bot(
-            store, BusPublisher(bus, timers), self._cloud, chat, config.policy, all_recipes(config), reports
+            store,
+            BusPublisher(bus, timers),
+            self._cloud,
+            chat,
+            config.policy,
+            all_recipes(config),
+            reports,
+            clock=self.clock,
+            oncall=config.oncall,
         )
         self._tasks = [
             asyncio.create_task(bus.run(bot.handle, self.stopping), name="bus"),

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.chat.slack.config import SlackConfig
 from bot.cloud.aws import AwsSettings
+from handlers.oncall import OnCall
 from handlers.policy import Policy
 from handlers.recipes import BUILT_IN, Recipe
 
@@ -60,6 +61,7 @@ class FileConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policy: Policy = Field(default_factory=Policy)
     recipes: list[Recipe] = Field(default_factory=list)
+    oncall: OnCall = Field(default_factory=OnCall)  # the rota and escalation ladder of failed-resume pages
     aws: AwsSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aws
     slack: SlackConfig = Field(default_factory=SlackConfig)  # alert channel, command name
 

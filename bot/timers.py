@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -35,8 +36,15 @@ return #due
 
 
 class Timers:
-    def __init__(self, redis: aioredis.Redis, stream: str = EVENTS_STREAM, key: str = TIMERS_KEY) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        stream: str = EVENTS_STREAM,
+        key: str = TIMERS_KEY,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.redis = redis
+        self.clock = clock
         self.stream = stream
         self.key = key
         self._fire = redis.register_script(_FIRE)
@@ -46,7 +54,7 @@ class Timers:
         await self.redis.zadd(self.key, {member: due.timestamp()})
 
     async def fire_due(self, now: datetime | None = None) -> int:
-        moment = (now or utcnow()).timestamp()
+        moment = (now or self.clock()).timestamp()
         fired = await self._fire(keys=[self.key, self.stream], args=[moment, 100, STREAM_MAXLEN, EVENT_FIELD])
         return int(fired)
 

@@ -21,7 +21,7 @@ from handlers.events import (
     RunnerReport,
     Started,
 )
-from handlers.jobs import Attempt, Change, ChatRef, CheckpointRef, Job, JobState, Market
+from handlers.jobs import Attempt, Change, ChatRef, CheckpointRef, Job, JobState, Market, Page
 from handlers.messages import (
     BusMessage,
     CloudEvent,
@@ -31,12 +31,14 @@ from handlers.messages import (
     LaunchFailed,
     Notify,
     NotifyChannel,
+    PageStep,
     ReportReceived,
     StartDeadline,
     StopRunner,
     Terminate,
     dump_message,
 )
+from handlers.oncall import OnCall, open_page, page_step
 from handlers.transitions import Trigger, next_state
 
 START_TIMEOUT = timedelta(minutes=15)
@@ -48,8 +50,10 @@ def new_job(job_id: str, recipe: str, params: dict[str, Any], user: str, chat: C
     return _relaunch(job, job, "spot", now, {"event": "created", "by": user, "recipe": recipe, "params": params})
 
 
-def decide(job: Job, message: BusMessage, now: datetime) -> Change:
+def decide(job: Job, message: BusMessage, now: datetime, oncall: OnCall | None = None) -> Change:
     """The change an input message makes to ``job`` (possibly only a history note that it was ignored)."""
+    if isinstance(message, PageStep):
+        return page_step(job, message, oncall or OnCall(), now)
     if isinstance(message, ReportReceived):
         return _report(job, message.report, now)
     if isinstance(message, CloudEvent):
@@ -77,6 +81,7 @@ def stop_command(job: Job, user: str, now: datetime) -> Change:
         return _ignored(job, "stop", f"the job is {job.state}", by=user)
     instance = job.current.instance_id if job.current else None
     outbox: list[Notify | StopRunner | Terminate] = [_note(job, "thread", "stop-requested", by=user)]
+    job = job.model_copy(update={"page": None})  # a stop closes the page: nobody needs waking for it
     if instance and state is JobState.STOPPING:
         outbox.append(StopRunner(job_id=job.id, instance_id=instance))
     elif instance:
@@ -99,17 +104,23 @@ def drill_command(job: Job, user: str, now: datetime) -> Change:
 def ack_command(job: Job, user: str, now: datetime) -> Change:
     if next_state(job.state, "ack") is None:
         return _ignored(job, "ack", f"nothing to acknowledge: the job is {job.state}", by=user)
-    if job.acked_by:
-        return _ignored(job, "ack", f"already acknowledged by {job.acked_by}", by=user)
-    acked = job.model_copy(update={"acked_by": user, "acked_at": now, "updated_at": now})
-    return _make(acked, {"event": "ack", "by": user}, [_note(acked, "thread", "acked", by=user)])
+    if job.page is None:
+        return _ignored(job, "ack", "no page is open", by=user)
+    if job.page.acked_by:
+        return _ignored(job, "ack", f"already acknowledged by {job.page.acked_by}", by=user)
+    page = job.page.model_copy(update={"acked_by": user, "acked_at": now})
+    acked = job.model_copy(update={"page": page, "updated_at": now})
+    history = {"event": "ack", "by": user, "at": now.isoformat(), "after_steps": page.sent}
+    return _make(
+        acked, history, [_note(acked, "thread", "acked", by=user, at=now.isoformat()), _note(acked, "card", "acked")]
+    )
 
 
 def retry_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change:
     if next_state(job.state, "retry") is None:
         return _ignored(job, "resume", f"the job is {job.state}; only failed jobs can be resumed", by=user)
     market: Market = "on-demand" if on_demand else "spot"
-    moved = job.model_copy(update={"state": JobState.RECOVERING, "failure": None, "acked_by": None, "acked_at": None})
+    moved = job.model_copy(update={"state": JobState.RECOVERING, "failure": None, "page": None})
     return _relaunch(
         job,
         moved,
@@ -353,9 +364,11 @@ def _failure(job: Job, trigger: Trigger, reason: str, now: datetime, outbox: lis
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
         market = job.current.market if job.current else "spot"
         return _relaunch(job, ended.model_copy(update={"state": state}), market, now, history, release)
-    if state is JobState.RESUME_FAILED:
-        page = _note(ended, "page", "resume-failed", reason=reason, **detail)
-        return _change(ended, state, now, history, [*release, *outbox, page, _note(ended, "card", "resume-failed")])
+    if state is JobState.RESUME_FAILED:  # page on-call: the first step goes out at once, the ladder follows
+        page = Page(attempt=job.attempt, opened_at=now, reason=reason, detail=detail)
+        paged = ended.model_copy(update={"page": page})
+        first = open_page(paged, now)
+        return _change(paged, state, now, history, [*release, *outbox, first, _note(paged, "card", "resume-failed")])
     topic = "stopped" if state is JobState.STOPPED else "failed"
     return _change(
         ended, state, now, history, [*release, *outbox, _note(ended, "thread", topic, reason=reason, **detail)]

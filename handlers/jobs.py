@@ -81,6 +81,23 @@ class CheckpointRef(BaseModel):
     at: datetime = Field(default_factory=utcnow)
 
 
+class Page(BaseModel):
+    """The on-call page of a failed resume: opened with the failure, closed by a retry or a stop.
+
+    ``sent`` counts the escalation steps already sent (see :mod:`handlers.oncall`); a step is sent only when it
+    is the next one and nobody has acknowledged.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    attempt: int
+    opened_at: datetime
+    reason: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+    sent: int = 0
+    acked_by: str | None = None
+    acked_at: datetime | None = None
+
+
 class Job(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -100,8 +117,7 @@ class Job(BaseModel):
     downtime_seconds: float = 0.0
     output_uri: str | None = None
     failure: str | None = None
-    acked_by: str | None = None
-    acked_at: datetime | None = None
+    page: Page | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0
@@ -110,6 +126,11 @@ class Job(BaseModel):
     def attempt(self) -> int:
         """The current attempt number (0 before the first launch)."""
         return self.attempts[-1].number if self.attempts else 0
+
+    @property
+    def acked_by(self) -> str | None:
+        """Who acknowledged the open page, if anyone."""
+        return self.page.acked_by if self.page else None
 
     @property
     def current(self) -> Attempt | None:

@@ -71,6 +71,16 @@ class StartDeadline(_Message):
     due: datetime
 
 
+class PageStep(_Message):
+    """Timer: send escalation step ``step`` of the page opened when ``attempt`` failed to resume."""
+
+    kind: Literal["page-step"] = "page-step"
+    job_id: str
+    attempt: int
+    step: int = Field(ge=0)
+    due: datetime
+
+
 # -- effects ---------------------------------------------------------------------------------------------
 
 
@@ -119,6 +129,7 @@ BusMessage = Annotated[
     | Launched
     | LaunchFailed
     | StartDeadline
+    | PageStep
     | Launch
     | Terminate
     | Drill

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from bot.chat.console import ConsoleChat
 from bot.cloud.base import CloudProvider
 from bot.service import BotService
 from bot.settings import Settings
+from handlers.events import utcnow
 from handlers.jobs import ChatRef, Job
 
 CHANNEL = ChatRef(platform="console", channel="test")
@@ -50,6 +52,19 @@ ckpt.mkdir(parents=True)
 SLEEPS = "import time; time.sleep(600)"
 
 
+class SteppedClock:
+    """Real time plus an offset the test moves forward: timers due "in 5 minutes" fire when it says so."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return utcnow() + self.offset
+
+    def advance(self, minutes: float) -> None:
+        self.offset += timedelta(minutes=minutes)
+
+
 def slack_settings(api_url: str, socket_mode: bool = False, **override: Any) -> dict[str, Any]:
     """Settings for running_bot(**…) that turn on the Slack adapter against a local fake (tests/fake_slack.py)."""
     from tests.fake_slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
@@ -75,6 +90,7 @@ async def running_bot(
     redis_url: str | None = None,
     grace: float = 20.0,
     cloud: CloudProvider | None = None,
+    clock: Callable[[], datetime] = utcnow,
     **extra: Any,
 ) -> AsyncIterator[tuple[BotService, ConsoleChat]]:
     settings = Settings(
@@ -88,7 +104,7 @@ async def running_bot(
     )
     lines: list[str] = []
     chat = ConsoleChat(write=lines.append)
-    async with BotService(settings, chat, cloud) as service:
+    async with BotService(settings, chat, cloud, clock=clock) as service:
         yield service, chat
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from handlers.decide import ack_command, decide, drill_command, new_job, retry_command, stop_command
 from handlers.events import Completed, Failed, Interrupted, Notice, Progress, Started
 from handlers.jobs import Change, ChatRef, Job, JobState
-from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline
+from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline, parse_message
 from handlers.transitions import TRANSITIONS
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -122,7 +122,7 @@ def test_resume_failures_page_and_commands_leave_resume_failed() -> None:
     ).job
     failed = decide(job, LaunchFailed(job_id=job.id, attempt=2, reason="InsufficientInstanceCapacity"), at(23))
     assert failed.job.state is JobState.RESUME_FAILED
-    assert "notify:pageresume-failed" in kinds(failed)
+    assert "page-step" in kinds(failed)  # the page opens; its first step is due at once
     job = failed.job
 
     acked = ack_command(job, "console:oncall", at(30))
@@ -186,4 +186,8 @@ def test_a_resumed_attempt_that_cannot_train_pages_on_call() -> None:
     job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
     failed = decide(job, report(job, Failed, reason="trainer exited with code 3", exit_code=3), at(50))
     assert failed.job.state is JobState.RESUME_FAILED
-    assert "notify:pageresume-failed" in kinds(failed)
+    step = next(item for item in failed.outbox if item["kind"] == "page-step")
+    paged = decide(failed.job, parse_message(step), at(50))
+    assert "notify:pageresume-failed" in kinds(paged)
+    page = next(item for item in paged.outbox if item["kind"] == "notify")
+    assert page["fields"]["exit_code"] == 3 and page["fields"]["everyone"] == "here"  # no rota: @here

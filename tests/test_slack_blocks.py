@@ -75,5 +75,7 @@ def test_an_acknowledged_page_keeps_its_words_and_loses_its_buttons() -> None:
     assert action_ids(blocks) == []
     assert blocks[-1]["elements"][0]["text"] == "✅ Acknowledged by <@U0BOB> at 03:04 UTC"
     assert text.startswith("🚨 On-call") and "<@U0BOB>" in text
-    note = Notify(job_id="ft-abcd", channel="thread", topic="acked", fields={"by": "slack:U0BOB"})
-    assert note_text(job(), note, NOW) == "👀 <@U0BOB> acknowledged the page for ft-abcd."
+    note = Notify(
+        job_id="ft-abcd", channel="thread", topic="acked", fields={"by": "slack:U0BOB", "at": NOW.isoformat()}
+    )
+    assert note_text(job(), note, NOW).startswith("👀 <@U0BOB> acknowledged the page for ft-abcd at 03:04:05 UTC")

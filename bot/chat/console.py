@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from bot.chat.render import card_text, message_text
+from bot.chat.render import card_text, mentions, message_text
 from handlers.events import utcnow
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
@@ -32,7 +32,7 @@ class ConsoleChat:
         else:
             text = message_text(job, note, self.clock())
             if note.channel == "page":
-                text = "[PAGE] " + text
+                text = "[PAGE] " + mentions(note) + text
             elif note.channel == "alert":
                 text = "[ALERT] " + text
         self.transcript.append((job.id, note.channel, text))

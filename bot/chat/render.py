@@ -63,8 +63,10 @@ def card(job: Job, now: datetime) -> Card:
         )
     if job.failure and job.state in (JobState.FAILED, JobState.RESUME_FAILED):
         fields.append(("Problem", job.failure))
-    if job.acked_by:
-        fields.append(("On-call", f"acknowledged by {job.acked_by}"))
+    if job.page is not None and job.page.acked_by:
+        fields.append(("On-call", f"acknowledged by {job.page.acked_by} at {_time(job.page.acked_at)}"))
+    elif job.page is not None:
+        fields.append(("On-call", f"paged {job.page.sent} time(s), not acknowledged yet"))
     return Card(title=f"{job.id} · {job.recipe}", fields=fields)
 
 
@@ -107,8 +109,10 @@ def message_text(job: Job, note: Notify, now: datetime) -> str:
         tail = "\n".join(f"    {line}" for line in (f.get("log_tail") or [])[-5:])
         return f"❌ {job.id} failed: {f.get('reason')}" + (f"\n{tail}" if tail else "")
     if topic == "resume-failed":
+        escalation = int(f.get("step") or 0)
+        again = f" (escalation {escalation + 1} of {f.get('steps')}, not acknowledged yet)" if escalation else ""
         return (
-            f"🚨 On-call: {job.id} could not resume ({f.get('reason')}). "
+            f"🚨 On-call{again}: {job.id} could not resume ({f.get('reason')}). "
             f"Reply `/finetune ack {job.id}`, then `resume {job.id}` or `resume {job.id} on-demand`, "
             f"or `stop {job.id}`."
         )
@@ -120,7 +124,7 @@ def message_text(job: Job, note: Notify, now: datetime) -> str:
         step = f.get("step")
         return f"⏹️ {job.id} stopped" + (f"; checkpoint at step {step} kept." if step is not None else ".")
     if topic == "acked":
-        return f"👀 {f.get('by')} acknowledged the page for {job.id}."
+        return f"👀 {f.get('by')} acknowledged the page for {job.id} at {_time(f.get('at'))}; the escalation stops."
     if topic == "resume-requested":
         return f"🔁 {f.get('by')} asked to resume {job.id} on {f.get('market')}."
     if topic == "rebalance":
@@ -134,6 +138,14 @@ def message_text(job: Job, note: Notify, now: datetime) -> str:
     if topic.endswith("-done"):
         return f"ℹ️ {f.get('detail')}"
     return f"{job.id}: {topic}"
+
+
+def mentions(note: Notify) -> str:
+    """The people a page step calls, as plain ``@name`` words (chat adapters use their own mention syntax)."""
+    names = [f"@{person.get('name')}" for person in note.fields.get("mention") or []]
+    if note.fields.get("everyone"):
+        names.append(f"@{note.fields['everyone']}")
+    return " ".join(names) + " " if names else ""
 
 
 def _eta(job: Job, now: datetime) -> str | None:

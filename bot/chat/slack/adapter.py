@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from datetime import datetime
 from typing import Any
 
 import aiohttp
@@ -28,6 +29,7 @@ from bot.chat.slack.config import SlackConfig
 from bot.chat.slack.deliverer import SlackDeliverer
 from bot.chat.slack.replies import EphemeralReplies
 from bot.chat.slack.startup import Identity, SlackSecrets, verify_app_token, verify_bot_token
+from handlers.events import utcnow
 from handlers.jobs import ChatRef
 
 log = logging.getLogger(__name__)
@@ -96,8 +98,8 @@ class SlackAdapter:
         if not self.socket_mode:
             http.add_routes([events_route(self.app)])
 
-    def deliverer(self, refs: ChatRefs) -> SlackDeliverer:
-        return SlackDeliverer(self.client, refs, self.config.alert_channel)
+    def deliverer(self, refs: ChatRefs, clock: Callable[[], datetime] = utcnow) -> SlackDeliverer:
+        return SlackDeliverer(self.client, refs, self.config.alert_channel, clock)
 
     async def start(self, run: CommandRunner) -> None:
         """Hand commands and button clicks to ``run`` (the bot's command entry); open Socket Mode if configured."""

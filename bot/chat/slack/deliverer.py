@@ -75,8 +75,9 @@ class SlackDeliverer:
 
     async def _acknowledge_pages(self, job: Job, note: Notify) -> None:
         """Every page of the job loses its buttons and says who owns it now (repeatable: edits, not posts)."""
+        acked_at = job.page.acked_at if job.page is not None else None
         by = str(note.fields.get("by") or job.acked_by or "someone")
-        at = _when(note.fields.get("at"), job.acked_at or note.at)
+        at = _when(note.fields.get("at"), acked_at or note.at)
         pages = await self.refs.pages(job.id)
         for page in pages:
             text, blocks = acked_page_layout(page.text, by, at)
