@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,15 @@ from bot.service import BotService
 from handlers.events import Progress
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify, ReportReceived, dump_message
-from tests.bot_harness import FAILS_ON_RESUME, quick_recipe, running_bot, slack_settings, wait_job, write_config
+from tests.bot_harness import (
+    FAILS_ON_RESUME,
+    SteppedClock,
+    quick_recipe,
+    running_bot,
+    slack_settings,
+    wait_job,
+    write_config,
+)
 from tests.fake_slack import FakeSlack, Message
 from tests.test_slack_http import CHANNEL, buttons, card_of, click, command, field_text, sleepy_config, started
 
@@ -34,6 +43,13 @@ async def slack() -> AsyncIterator[FakeSlack]:
 async def running_job(service: BotService, recipe: str = "sleepy") -> Job:
     job_id = started((await command(service, f"start {recipe}"))[1])
     return await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"{check.__name__} never held"
+        await asyncio.sleep(0.05)
 
 
 def context_text(message: Message) -> str:
@@ -190,13 +206,29 @@ async def test_pages_mention_on_call_and_an_acknowledgement_updates_every_page(
         assert [page.edits for page in pages] == [1, 1] and "<@U0BOB>" in context_text(pages[0])
 
 
-async def test_a_failed_resume_alerts_pages_and_is_acknowledged_and_resumed_from_the_buttons(
+ONCALL = {
+    "people": {"ana": {"slack": "U0ANA"}, "bo": {"slack": "U0BO"}, "leads": {"slack": "S0LEADS"}},
+    "rota": [["ana", "bo"]],
+    "ladder": [
+        {"after_minutes": 0, "notify": ["primary"]},
+        {"after_minutes": 5, "notify": ["primary", "secondary"]},
+        {"after_minutes": 15, "notify": ["here", "leads"]},
+    ],
+    "repeat_every_minutes": None,
+}
+
+
+async def test_a_failed_resume_alerts_escalates_and_is_acknowledged_and_resumed_from_the_buttons(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
     config = write_config(
-        tmp_path / "bot.yaml", recipes=[quick_recipe("flaky", FAILS_ON_RESUME)], slack={"alert_channel": ALERTS}
+        tmp_path / "bot.yaml",
+        recipes=[quick_recipe("flaky", FAILS_ON_RESUME)],
+        slack={"alert_channel": ALERTS},
+        oncall=ONCALL,
     )
-    async with running_bot(tmp_path / "state", config, **slack_settings(slack.api_url)) as (service, _console):
+    clock = SteppedClock()
+    async with running_bot(tmp_path / "state", config, clock=clock, **slack_settings(slack.api_url)) as (service, _):
         job = await running_job(service, "flaky")
         await asyncio.sleep(0.5)
         assert await click(service, "finetune_drill", job.id) == 200
@@ -207,22 +239,46 @@ async def test_a_failed_resume_alerts_pages_and_is_acknowledged_and_resumed_from
         alerts = await slack.wait_for(lambda: slack.channel_messages(ALERTS))
         assert "Spot interruption warning" in alerts[0].text and f"<#{CHANNEL}>" in alerts[0].text
         card = await slack.wait_for(lambda: card_of(slack, job.id))
-        page = await slack.wait_for(lambda: [m for m in slack.channel_messages(CHANNEL) if m is not card])
-        assert "could not resume" in page[0].text and "finetune_ack" in buttons(page[0])
+        first = await slack.wait_for(lambda: [m for m in slack.channel_messages(CHANNEL) if m is not card])
+        assert first[0].text.startswith(f"<@U0ANA> 🚨 On-call: {job.id} could not resume")
+        assert "finetune_ack" in buttons(first[0])
         thread = " ".join(m.text for m in slack.replies(CHANNEL, card.ts))
         assert "Spot interruption warning" in thread and "Interruption drill" in thread
 
-        assert await click(service, "finetune_ack", job.id, user="U0ONCALL") == 200
-        await wait_job(service, job.id, lambda job: job.acked_by == "slack:U0ONCALL")
-        await slack.wait_for(lambda: page[0].edits == 1)
-        assert buttons(page[0]) == {} and "Acknowledged by <@U0ONCALL>" in context_text(page[0])
-        acks = [e for e in await service.bot.store.history(job.id) if e.get("event") == "ack"]
-        assert [e["by"] for e in acks] == ["slack:U0ONCALL"]
+        clock.advance(5)  # nobody acknowledged: the primary and the secondary, in a new message
+        pages = await slack.wait_for(
+            lambda: len(slack.channel_messages(CHANNEL)) == 3 and slack.channel_messages(CHANNEL)[1:]
+        )
+        assert pages[1].text.startswith("<@U0ANA> <@U0BO> 🚨 On-call (escalation 2 of 3")
 
-        assert await click(service, "finetune_ondemand", job.id, user="U0ONCALL") == 200
+        assert await click(service, "finetune_ack", job.id, user="U0BO") == 200
+        acked = await wait_job(service, job.id, lambda job: job.acked_by == "slack:U0BO")
+        assert acked.page is not None and acked.page.acked_at is not None
+        await slack.wait_for(lambda: all(page.edits == 1 for page in pages))
+        for page in pages:
+            assert buttons(page) == {}
+            assert context_text(page) == f"✅ Acknowledged by <@U0BO> at {acked.page.acked_at:%H:%M} UTC"
+        await slack.wait_for(lambda: "acknowledged by <@U0BO>" in field_text(card))
+        acks = [e for e in await service.bot.store.history(job.id) if e.get("event") == "ack"]
+        assert [e["by"] for e in acks] == ["slack:U0BO"]
+
+        clock.advance(15)  # the third step falls due, finds the ack, and nobody is called
+
+        async def dropped() -> bool:
+            history = await service.bot.store.history(job.id)
+            return any(e.get("what") == "page-step" and "acknowledged" in str(e.get("why")) for e in history)
+
+        await eventually(dropped)
+        assert len(slack.channel_messages(CHANNEL)) == 3
+
+        assert await click(service, "finetune_ondemand", job.id, user="U0BO") == 200
         again = await wait_job(service, job.id, lambda job: job.state is JobState.RESUME_FAILED and job.attempt == 3)
         assert again.attempts[2].market == "on-demand"
-        await slack.wait_for(lambda: len(slack.channel_messages(CHANNEL)) == 3)  # a second page, its own message
+        fresh = await slack.wait_for(
+            lambda: len(slack.channel_messages(CHANNEL)) == 4 and slack.channel_messages(CHANNEL)[3]
+        )
+        assert fresh.text.startswith("<@U0ANA> 🚨 On-call:") and "finetune_ack" in buttons(fresh)  # a new incident
+        assert [page.edits for page in pages] == [1, 1]
         card_now = await slack.wait_for(lambda: "RESUME_FAILED" in field_text(card) and card)
         assert "finetune_stop" in buttons(card_now)
 
