@@ -128,7 +128,7 @@ class BotService:
         await bus.ensure_group()
         timers = Timers(redis.client, clock=self.clock)
 
-        app = build_app(store, bus, secret)
+        app = build_app(store, bus, secret, extra_metrics=lambda: self._outbox.metrics() if self._outbox else {})
         if self.settings.sns_topics:
             app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, SnsVerifier()))
         if self._slack is not None:

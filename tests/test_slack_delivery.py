@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from bot.service import BotService
@@ -81,6 +82,12 @@ async def test_a_burst_of_progress_reports_costs_few_card_edits_and_the_last_sho
         assert all(call.args["ts"] == card.ts for call in edits)
         assert "100/100" in field_text(card) and "loss 0.0100" in field_text(card)
         assert len(slack.called("chat.postMessage")) == 1
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{service.port}/metrics") as response:
+            metrics = dict(line.rsplit(" ", 1) for line in (await response.text()).splitlines() if line[:1] != "#")
+        assert float(metrics["finetune_chat_card_edits_total"]) == len(slack.called("chat.update"))
+        assert (
+            float(metrics["finetune_chat_delivered_total"]) >= 100 and metrics["finetune_chat_dropped_total"] == "0.0"
+        )
 
 
 async def test_a_rate_limited_post_waits_for_retry_after_then_arrives_once(tmp_path: Path, slack: FakeSlack) -> None:

@@ -67,6 +67,14 @@ class ChatOutbox:
         self.dropped = 0
         self._stop = asyncio.Event()
 
+    def metrics(self) -> dict[str, float]:
+        """Counters for ``/metrics`` (the shape ``bot.http.build_app(extra_metrics=…)`` takes)."""
+        return {
+            "finetune_chat_delivered_total": float(self.delivered),
+            "finetune_chat_dropped_total": float(self.dropped),
+            "finetune_chat_card_edits_total": float(self.cards.edits),
+        }
+
     # -- the chat port -------------------------------------------------------------------------------------
 
     async def notify(self, job: Job, note: Notify) -> None:
