@@ -102,13 +102,14 @@ class ChatOutbox:
                 "no deliverer for platform %r: note %s of %s dropped", item.get("platform"), note.id, note.job_id
             )
             return
-        sent = f"{self.prefix}sent:{note.id}"
-        if await self._until_done(platform, note, lambda: self.redis.exists(sent), gated=False):
+        # Card notes need no record: posting the card is guarded by its ref, and an edit only marks the job.
+        sent = f"{self.prefix}sent:{note.id}" if note.channel != "card" else None
+        if sent and await self._until_done(platform, note, lambda: self.redis.exists(sent), gated=False):
             return
         if await self._until_done(platform, note, lambda: self._deliver(platform, note)):
             self.delivered += 1
-        # Bookkeeping after a delivery waits for no gate: stopping now must not hand back what was posted.
-        await self._until_done(platform, note, lambda: self.redis.set(sent, "1", ex=SENT_TTL), gated=False)
+        if sent:  # bookkeeping waits for no gate: stopping now must not hand back what was posted
+            await self._until_done(platform, note, lambda: self.redis.set(sent, "1", ex=SENT_TTL), gated=False)
         # Whatever the note was, the job changed: its card should show that (coalesced, latest state).
         await self._until_done(platform, note, lambda: self.cards.mark(note.job_id), gated=False)
 
