@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.cloud.aliyun import AliyunSettings
 from bot.cloud.aws import AwsSettings
 from handlers.policy import Policy
 from handlers.recipes import BUILT_IN, Recipe
@@ -33,6 +34,10 @@ class Settings(BaseSettings):
     # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
     finetune_sqs_queue_url: str | None = None
     finetune_sns_topics: str = ""
+    # Alibaba Cloud event intake (POST /aliyun/cloudmonitor, /aliyun/eventbridge), mounted when the token is set:
+    # the shared secret the pushes carry, and optionally the source networks allowed (comma-separated CIDRs).
+    finetune_aliyun_webhook_token: str | None = None
+    finetune_aliyun_webhook_sources: str = ""
 
     @property
     def sns_topics(self) -> list[str]:
@@ -49,6 +54,7 @@ class FileConfig(BaseModel):
     policy: Policy = Field(default_factory=Policy)
     recipes: list[Recipe] = Field(default_factory=list)
     aws: AwsSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aws
+    aliyun: AliyunSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aliyun
 
 
 class ConfigError(ValueError):

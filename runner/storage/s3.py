@@ -122,7 +122,8 @@ class S3Store:
 
     ``part_size`` is the multipart part size, grown for huge files to stay within 10,000 parts; files up
     to ``multipart_threshold`` go in one request; ``concurrency`` bounds the part and range requests in
-    flight for the whole store, so upload buffers stay near ``concurrency * part_size``.
+    flight for the whole store, so upload buffers stay near ``concurrency * part_size``. ``env`` replaces
+    ``os.environ`` as the source of the client settings (the bot passes its configured OSS endpoint this way).
     """
 
     def __init__(
@@ -132,6 +133,7 @@ class S3Store:
         part_size: int = DEFAULT_PART_SIZE,
         multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
         concurrency: int = DEFAULT_CONCURRENCY,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         parsed = urlparse(base_uri)
         if parsed.scheme not in ("s3", "oss") or not parsed.netloc:
@@ -148,7 +150,7 @@ class S3Store:
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, 0)
         self.concurrency = concurrency
-        self.settings = client_settings(parsed.scheme, os.environ)
+        self.settings = client_settings(parsed.scheme, os.environ if env is None else env)
         self._slots = asyncio.Semaphore(concurrency)
         self._client_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
