@@ -12,6 +12,7 @@ a failure means (RunInstances moves on to the next zone rather than retrying the
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -58,9 +59,9 @@ def endpoint_parts(endpoint: str) -> tuple[str, str]:
 
 
 class AliyunApi:
-    """One ECS and one ESS client for a region. Credentials: the given key pair, else the SDK's default chain
-    (``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``, the credentials file, the ECS RAM role
-    of the machine the bot runs on, …)."""
+    """One ECS and one ESS client for a region. Credentials: the given key pair, else ``ALIBABA_CLOUD_ACCESS_KEY_ID``
+    / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET`` (/ ``ALIBABA_CLOUD_SECURITY_TOKEN``), else the SDK's default chain (the
+    credentials file, the ECS RAM role of the machine the bot runs on, …)."""
 
     def __init__(
         self,
@@ -72,8 +73,14 @@ class AliyunApi:
         access_key_secret: str | None = None,
     ) -> None:
         self.region = region
+        if not (access_key_id and access_key_secret):  # the standard variables, read now (the SDK reads them
+            access_key_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID")  # once, when it is first imported)
+            access_key_secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET")
+            token = os.environ.get("ALIBABA_CLOUD_SECURITY_TOKEN") or None
+        else:
+            token = None
         if access_key_id and access_key_secret:
-            self._static: Credentials | None = Credentials(access_key_id, access_key_secret)
+            self._static: Credentials | None = Credentials(access_key_id, access_key_secret, token)
             self._chain: Any = None
         else:
             self._static = None
@@ -89,6 +96,7 @@ class AliyunApi:
         if self._static is not None:
             config.access_key_id = self._static.access_key_id
             config.access_key_secret = self._static.access_key_secret
+            config.security_token = self._static.security_token
         else:
             config.credential = self._chain
         if endpoint:  # else the SDK's own regional endpoint (ecs.<region>.aliyuncs.com, ess.aliyuncs.com)
