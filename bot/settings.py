@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     finetune_http_host: str = "127.0.0.1"
     finetune_config: Path | None = None
     finetune_local_grace_seconds: float = Field(default=30.0, gt=0)
+    finetune_local_dialect: Literal["aws", "aliyun"] = "aws"  # the local cloud's metadata service (spot notices)
     # AWS event intake: the SQS queue EventBridge (via SNS or directly) feeds, and the SNS topics the HTTPS
     # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
     finetune_sqs_queue_url: str | None = None

@@ -43,8 +43,10 @@ class LocalInstance:
 
 
 class LocalCloud:
+    """``dialect`` picks the metadata service the local instances serve and their runners watch: AWS IMDSv2, or
+    Alibaba ECS's (``instance/spot/termination-time``), so Alibaba's notice path runs end to end on one machine."""
+
     name = "local"
-    notice: Literal["aws", "aliyun", "none"] = "aws"
 
     def __init__(
         self,
@@ -52,7 +54,10 @@ class LocalCloud:
         on_event: CloudEventSink,
         grace_seconds: float = 30.0,
         runner_env: dict[str, str] | None = None,
+        dialect: Literal["aws", "aliyun"] = "aws",
     ) -> None:
+        self.dialect = dialect
+        self.notice: Literal["aws", "aliyun", "none"] = dialect
         self.state_dir = state_dir
         self.on_event = on_event
         self.grace_seconds = grace_seconds
@@ -68,7 +73,7 @@ class LocalCloud:
         self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
     ) -> Instance:
         instance_id = f"i-{self._prefix}{next(self._numbers):010x}"
-        metadata = await LocalMetadataServer(instance_id=instance_id).start()
+        metadata = await LocalMetadataServer(dialect=self.dialect, instance_id=instance_id).start()
         home = self.state_dir / "instances" / instance_id
         home.mkdir(parents=True, exist_ok=True)
         spec_path = home / "spec.json"
@@ -76,6 +81,7 @@ class LocalCloud:
         env = {
             **os.environ,
             "AWS_EC2_METADATA_SERVICE_ENDPOINT": metadata.endpoint,
+            "ALIBABA_CLOUD_METADATA_ENDPOINT": metadata.endpoint,
             "FINETUNE_TRAINER_ECHO": "0",
             "FINETUNE_PROGRESS_SECONDS": "1",
             **self.runner_env,
