@@ -19,7 +19,6 @@ from bot.app import Bot
 from bot.bus import EventBus, default_consumer_name
 from bot.chat.base import ChatPort
 from bot.chat.console import ConsoleChat
-from bot.cloud.aliyun import AliyunCloud
 from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
@@ -116,6 +115,8 @@ class BotService:
         elif config.aliyun is not None and self.settings.finetune_cloud == "aliyun":
             # Runner reports come to this server's public URL (aliyun.report_url, which the provider adds to every
             # spec), signed with FINETUNE_REPORT_SECRET, which the instance's boot script hands the runner.
+            from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
+
             cloud, reports = AliyunCloud(config.aliyun, cloud_event, report_secret=secret), []
         else:
             cloud = LocalCloud(

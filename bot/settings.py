@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from bot.cloud.aliyun import AliyunSettings
+from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.aws import AwsSettings
 from handlers.policy import Policy
 from handlers.recipes import BUILT_IN, Recipe

@@ -19,7 +19,8 @@ import pytest
 from pydantic import ValidationError
 
 import bot.cloud.aliyun as aliyun_module
-from bot.cloud.aliyun import AliyunCloud, AliyunError, AliyunSettings
+from bot.cloud.aliyun import AliyunCloud, AliyunError
+from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.base import LaunchError
 from handlers.spec import JobSpec, parse_spec
 from runner.notices.control import ControlObjectSource

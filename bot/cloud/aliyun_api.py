@@ -15,7 +15,6 @@ import asyncio
 import os
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 from alibabacloud_credentials.client import Client as CredentialClient
 from alibabacloud_ecs20140526.client import Client as EcsClient
@@ -24,6 +23,8 @@ from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
 from alibabacloud_tea_openapi.utils_models import Config
 from darabonba.runtime import RuntimeOptions
 from Tea.exceptions import TeaException
+
+from bot.cloud.aliyun_settings import endpoint_parts
 
 CONNECT_TIMEOUT_MS = 5_000
 READ_TIMEOUT_MS = 30_000
@@ -48,14 +49,6 @@ class Credentials:
     access_key_id: str
     access_key_secret: str
     security_token: str | None = None
-
-
-def endpoint_parts(endpoint: str) -> tuple[str, str]:
-    """``http://127.0.0.1:8080`` → (``http``, ``127.0.0.1:8080``); a bare host means https."""
-    parsed = urlparse(endpoint if "//" in endpoint else "https://" + endpoint)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path not in ("", "/"):
-        raise ValueError(f"{endpoint!r} is not an endpoint (host[:port], optionally with http:// or https://)")
-    return parsed.scheme, parsed.netloc
 
 
 class AliyunApi:
