@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.chat.dingtalk.config import DingTalkConfig
 from bot.cloud.aws import AwsSettings
 from handlers.oncall import OnCall
 from handlers.policy import Policy
@@ -34,6 +35,10 @@ class Settings(BaseSettings):
     # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
     finetune_sqs_queue_url: str | None = None
     finetune_sns_topics: str = ""
+    # -- DingTalk (bot/chat/dingtalk): on when the app's client id is set; the rest is the dingtalk: section --
+    dingtalk_client_id: str | None = None
+    dingtalk_client_secret: str | None = None
+    dingtalk_openapi_endpoint: str = "https://api.dingtalk.com"  # also the Stream gateway's; tests use a fake
 
     @property
     def sns_topics(self) -> list[str]:
@@ -51,6 +56,7 @@ class FileConfig(BaseModel):
     recipes: list[Recipe] = Field(default_factory=list)
     oncall: OnCall = Field(default_factory=OnCall)  # the rota and escalation ladder of failed-resume pages
     aws: AwsSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aws
+    dingtalk: DingTalkConfig | None = None  # alert robot, card template and languages of the DingTalk groups
 
 
 class ConfigError(ValueError):
