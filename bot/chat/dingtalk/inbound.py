@@ -21,6 +21,7 @@ from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.dingtalk.markdown import reply
 from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.webhooks import Markdown, Webhooks
+from handlers.commands import USAGE
 from handlers.jobs import ChatRef
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ CommandFn = Callable[[str, ChatRef, str], Awaitable[str]]
 OnceFn = Callable[[str], Awaitable[bool]]
 GROUP = "2"  # DingTalk's conversationType of a group chat ("1" is one to one)
 WEBHOOK_MARGIN_MS = 60_000  # do not answer through a sessionWebhook about to expire
+NAME_WORDS = 4  # a command word this early follows the robot's @name
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +57,15 @@ class Click:
 
 
 def command_text(content: str) -> str:
-    """The command in ``@bot /finetune start tiny``: after ``/finetune`` when it is there, else after the @names."""
+    """The command in ``@bot /finetune start tiny``: what follows ``/finetune`` when it is there, else from the
+    first command word near the start (a robot's name may be several words), else what follows the @names."""
     words = content.split()
     lowered = [word.lower() for word in words]
     if "/finetune" in lowered:
         return " ".join(words[lowered.index("/finetune") + 1 :])
+    for index, word in enumerate(lowered[:NAME_WORDS]):
+        if word in USAGE:
+            return " ".join(words[index:])
     while words and words[0].startswith("@"):
         words.pop(0)
     return " ".join(words)
