@@ -115,11 +115,17 @@ class FakeDingTalk:
     def session_webhook(self, name: str) -> str:
         return f"{self.url}/session/{name}"
 
-    def fail_next(self, path: str, status: int, times: int = 1, **headers: str) -> None:
-        """The next ``times`` calls of ``path`` get ``status`` (with DingTalk's error body) and change nothing."""
-        code = "Forbidden.AccessDenied.QpsLimitForApi" if status == 403 else f"http{status}"
-        failure = Failure(status, {"code": code, "message": "injected failure", "requestid": "fake"}, headers)
-        self._failures.setdefault(path, deque()).extend([failure] * times)
+    def fail_next(
+        self, path: str, status: int = 200, times: int = 1, errcode: int | None = None, **headers: str
+    ) -> None:
+        """The next ``times`` calls of ``path`` fail and change nothing: with ``status`` and the OpenAPI's error
+        body, or (webhooks) HTTP 200 with ``errcode``. A 403 is the OpenAPI's QPS limit."""
+        if errcode is not None:
+            body: dict[str, Any] = {"errcode": errcode, "errmsg": "injected failure"}
+        else:
+            code = "Forbidden.AccessDenied.QpsLimitForApi" if status == 403 else f"http{status}"
+            body = {"code": code, "message": "injected failure", "requestid": "fake"}
+        self._failures.setdefault(path, deque()).extend([Failure(status, body, headers)] * times)
 
     def revoke_tokens(self) -> None:
         """Every access token issued so far stops working (as when DingTalk rotates them)."""
