@@ -1,7 +1,8 @@
 """The local cloud: an "instance" is a runner subprocess on this machine with its own IMDSv2 endpoint.
 
-It behaves like EC2 Spot where it matters: ``drill`` posts a spot interruption notice on the instance's
-metadata service and kills the instance when the grace period is over, so the runner's real notice path runs;
+It behaves like EC2 Spot (or, with ``dialect="aliyun"``, a preemptible ECS instance) where it matters: ``drill``
+posts an interruption notice on the instance's metadata service, in that cloud's dialect, and kills the instance
+when the grace period is over, so the runner's real notice path runs;
 an instance whose runner exits is gone, and the bot hears about it as a cloud event, as it would from
 EventBridge.
 """
@@ -52,8 +53,14 @@ class LocalCloud:
         on_event: CloudEventSink,
         grace_seconds: float = 30.0,
         runner_env: dict[str, str] | None = None,
+        dialect: Literal["aws", "aliyun"] = "aws",
+        checkpoint_base: str | None = None,
     ) -> None:
         self.state_dir = state_dir
+        self.dialect = dialect
+        self.notice = dialect
+        # Where checkpoints go: a local directory by default, or any store the runner opens (s3://, oss://).
+        self.checkpoint_base = checkpoint_base or (state_dir / "bucket").resolve().as_uri() + "/"
         self.on_event = on_event
         self.grace_seconds = grace_seconds
         self.runner_env = runner_env or {}
@@ -62,13 +69,13 @@ class LocalCloud:
         self._prefix = secrets.token_hex(3)
 
     def checkpoint_uri(self, job_id: str) -> str:
-        return (self.state_dir / "bucket" / "jobs" / job_id).resolve().as_uri() + "/"
+        return f"{self.checkpoint_base.rstrip('/')}/jobs/{job_id}/"
 
     async def launch(
         self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
     ) -> Instance:
         instance_id = f"i-{self._prefix}{next(self._numbers):010x}"
-        metadata = await LocalMetadataServer(instance_id=instance_id).start()
+        metadata = await LocalMetadataServer(self.dialect, instance_id=instance_id).start()
         home = self.state_dir / "instances" / instance_id
         home.mkdir(parents=True, exist_ok=True)
         spec_path = home / "spec.json"
@@ -76,6 +83,7 @@ class LocalCloud:
         env = {
             **os.environ,
             "AWS_EC2_METADATA_SERVICE_ENDPOINT": metadata.endpoint,
+            "ALIBABA_CLOUD_METADATA_ENDPOINT": metadata.endpoint,
             "FINETUNE_TRAINER_ECHO": "0",
             "FINETUNE_PROGRESS_SECONDS": "1",
             **self.runner_env,
