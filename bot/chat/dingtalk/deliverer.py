@@ -26,6 +26,7 @@ from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.dingtalk.ledger import Ledger
 from bot.chat.dingtalk.markdown import note_message, to_markdown
 from bot.chat.dingtalk.openapi import OpenApi
+from bot.chat.dingtalk.transport import Rejected
 from bot.chat.dingtalk.webhooks import Markdown, Webhooks
 from bot.chat.render import card_text
 from handlers.events import utcnow
@@ -88,7 +89,13 @@ class DingTalkDeliverer:
         if await self.ledger.done(f"card:{track}"):
             await self.api.update_card(track, params)
         else:
-            await self.api.create_and_deliver_card(template, track, conversation, self.robot_code, params)
+            try:
+                await self.api.create_and_deliver_card(template, track, conversation, self.robot_code, params)
+            except Rejected as refused:  # created already (another replica, or a crash before the mark): update
+                try:
+                    await self.api.update_card(track, params)
+                except Rejected:
+                    raise refused from None
             await self.ledger.mark(f"card:{track}")
         if len(self._shown) >= MAX_SHOWN:
             self._shown.clear()
