@@ -98,5 +98,6 @@ MESSAGES: dict[str, str] = {
     "title.page": "On-call · {job}",
     "chat.not-text": "I only read text commands: `@bot /finetune help`",
     "chat.unknown-button": "This button is not one of the bot's ({action}).",
+    "chat.failed": "Something went wrong on the bot's side; check `/finetune status` before trying again.",
     "chat.unknown-card": "This card does not belong to a job of the bot.",
 }

@@ -97,5 +97,6 @@ MESSAGES: dict[str, str] = {
     "title.page": "值班告警 · {job}",
     "chat.not-text": "我只接受文字命令：`@机器人 /finetune help`",
     "chat.unknown-button": "这个按钮不属于本机器人（{action}）。",
+    "chat.failed": "机器人内部出错；请先用 `/finetune status` 查看，再决定是否重试。",
     "chat.unknown-card": "这张卡片不属于本机器人的任务。",
 }

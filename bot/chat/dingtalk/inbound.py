@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.chat.catalog import text
+from bot.chat.catalog import Lang, text
 from bot.chat.delivery import DeliveryError
 from bot.chat.dingtalk.cards import BUTTONS, clicked, job_of
 from bot.chat.dingtalk.config import DingTalkConfig
@@ -101,7 +101,7 @@ class Inbound:
             answer = text(lang, "chat.not-text")
         else:
             chat = ChatRef(platform="dingtalk", channel=message.conversation_id)
-            answer = await self.command(f"dingtalk:{message.sender}", chat, command_text(message.text))
+            answer = await self._run(f"dingtalk:{message.sender}", chat, command_text(message.text), lang)
         self._spawn(self._answer(message, reply(answer, lang)))
 
     async def click(self, frame_id: str, click: Click) -> dict[str, Any]:
@@ -117,11 +117,19 @@ class Inbound:
             return {}
         else:
             chat = ChatRef(platform="dingtalk", channel=click.space_id)
-            answer = await self.command(f"dingtalk:{click.user_id}", chat, BUTTONS[action].format(job=job_id))
+            answer = await self._run(f"dingtalk:{click.user_id}", chat, BUTTONS[action].format(job=job_id), lang)
         return {
             "cardUpdateOptions": {"updatePrivateDataByKey": True},
             "userPrivateData": {"cardParamMap": {"notice": answer}},
         }
+
+    async def _run(self, user: str, chat: ChatRef, command: str, lang: Lang) -> str:
+        """The bot's answer; a failure on the bot's side is said as such (DingTalk will not deliver it again)."""
+        try:
+            return await self.command(user, chat, command)
+        except Exception:
+            log.exception("DingTalk command %r from %s failed", command, user)
+            return text(lang, "chat.failed")
 
     async def close(self) -> None:
         """Let the answers on their way finish."""
