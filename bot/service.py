@@ -27,6 +27,7 @@ from bot.cloud.local import LocalCloud
 from bot.http import REPORTS_PATH, build_app
 from bot.redis_server import RedisHandle, open_redis
 from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_file_config
+from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
 from bot.sources.sns_http import sns_routes
 from bot.sources.sns_signature import SnsVerifier
 from bot.sources.sqs import SqsSource
@@ -94,8 +95,7 @@ class BotService:
         config = load_file_config(self.settings.finetune_config)
         if config.policy.open:
             log.warning("no permission rules configured: everyone may use every command")
-        if self.settings.finetune_cloud == "aliyun":
-            raise ConfigError("FINETUNE_CLOUD=aliyun is not available yet; use local or aws")
+        aliyun_intake = self._check_aliyun(config)  # before anything starts
         if self.settings.finetune_cloud == "aws" and config.aws is None and self.given_cloud is None:
             raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
         secret = self.settings.finetune_report_secret or secrets.token_urlsafe(32)
@@ -109,6 +109,8 @@ class BotService:
         app = build_app(store, bus, secret)
         if self.settings.sns_topics:
             app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, SnsVerifier()))
+        if aliyun_intake is not None:
+            app.add_routes(aliyun_routes(bus.publish, *aliyun_intake))
         self._http = web.AppRunner(app, access_log=None)
         await self._http.setup()
         site = web.TCPSite(self._http, self.settings.finetune_http_host, self.settings.finetune_http_port)
@@ -125,12 +127,19 @@ class BotService:
         elif config.aws is not None and self.settings.finetune_cloud == "aws":
             # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.
             cloud, reports = AwsCloud(config.aws, cloud_event), []
+        elif config.aliyun is not None and self.settings.finetune_cloud == "aliyun":
+            # Runner reports come to this server's public URL (aliyun.report_url, which the provider adds to every
+            # spec), signed with FINETUNE_REPORT_SECRET, which the instance's boot script hands the runner.
+            from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
+
+            cloud, reports = AliyunCloud(config.aliyun, cloud_event, report_secret=secret), []
         else:
             cloud = LocalCloud(
                 self.settings.finetune_state_dir,
                 cloud_event,
                 grace_seconds=self.settings.finetune_local_grace_seconds,
                 runner_env={"FINETUNE_REPORT_SECRET": secret},
+                dialect=self.settings.finetune_local_dialect,
             )
             reports = [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
         self._cloud = cloud
@@ -162,6 +171,27 @@ class BotService:
             "embedded" if redis.embedded else "external",
         )
         return self
+
+    # -- Alibaba Cloud: FINETUNE_CLOUD=aliyun and the CloudMonitor / EventBridge routes -------------------------
+
+    def _check_aliyun(self, config: FileConfig) -> tuple[str, list[Network]] | None:
+        """ConfigError for an unusable Alibaba setup; the event routes' token and source networks, or None when no
+        token is set (no routes). A report URL needs a fixed FINETUNE_REPORT_SECRET: runners outlive the bot."""
+        if self.settings.finetune_cloud == "aliyun" and self.given_cloud is None:
+            if config.aliyun is None:
+                raise ConfigError("FINETUNE_CLOUD=aliyun needs an aliyun: section in FINETUNE_CONFIG (region, bucket…)")
+            if config.aliyun.report_url and not self.settings.finetune_report_secret:
+                raise ConfigError("aliyun.report_url needs FINETUNE_REPORT_SECRET: runners sign their reports with it")
+        token = self.settings.finetune_aliyun_webhook_token
+        if not token:
+            return None
+        if len(token) < MIN_TOKEN_LENGTH:
+            raise ConfigError(f"FINETUNE_ALIYUN_WEBHOOK_TOKEN must be at least {MIN_TOKEN_LENGTH} characters")
+        try:
+            networks = parse_networks(self.settings.finetune_aliyun_webhook_sources)
+        except ValueError as exc:
+            raise ConfigError(f"FINETUNE_ALIYUN_WEBHOOK_SOURCES: {exc}") from None
+        return token, networks
 
     async def stop(self) -> None:
         self.stopping.set()

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.chat.dingtalk.config import DingTalkConfig
+from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.aws import AwsSettings
 from handlers.oncall import OnCall
 from handlers.policy import Policy
@@ -31,10 +32,15 @@ class Settings(BaseSettings):
     finetune_http_host: str = "127.0.0.1"
     finetune_config: Path | None = None
     finetune_local_grace_seconds: float = Field(default=30.0, gt=0)
+    finetune_local_dialect: Literal["aws", "aliyun"] = "aws"  # the local cloud's metadata service (spot notices)
     # AWS event intake: the SQS queue EventBridge (via SNS or directly) feeds, and the SNS topics the HTTPS
     # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
     finetune_sqs_queue_url: str | None = None
     finetune_sns_topics: str = ""
+    # Alibaba Cloud event intake (POST /aliyun/cloudmonitor, /aliyun/eventbridge), mounted when the token is set:
+    # the shared secret the pushes carry, and optionally the source networks allowed (comma-separated CIDRs).
+    finetune_aliyun_webhook_token: str | None = None
+    finetune_aliyun_webhook_sources: str = ""
     # -- DingTalk (bot/chat/dingtalk): on when the app's client id is set; the rest is the dingtalk: section --
     dingtalk_client_id: str | None = None
     dingtalk_client_secret: str | None = None
@@ -56,6 +62,7 @@ class FileConfig(BaseModel):
     recipes: list[Recipe] = Field(default_factory=list)
     oncall: OnCall = Field(default_factory=OnCall)  # the rota and escalation ladder of failed-resume pages
     aws: AwsSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aws
+    aliyun: AliyunSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aliyun
     dingtalk: DingTalkConfig | None = None  # alert robot, card template and languages of the DingTalk groups
 
 
