@@ -12,7 +12,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -20,6 +20,7 @@ from bot.app import Bot
 from bot.bus import EventBus, default_consumer_name
 from bot.chat.base import ChatPort
 from bot.chat.console import ConsoleChat
+from bot.chat.dingtalk.config import DingTalkConfig
 from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
@@ -34,6 +35,9 @@ from bot.store import JobStore
 from bot.timers import Timers
 from handlers.events import utcnow
 from handlers.messages import CloudEvent, dump_message
+
+if TYPE_CHECKING:
+    from bot.chat.dingtalk.adapter import DingTalk
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,7 @@ class BotService:
         self._cloud: CloudProvider | None = None
         self._bus: EventBus | None = None
         self._bot: Bot | None = None
+        self.dingtalk: DingTalk | None = None  # DingTalk (bot/chat/dingtalk), when DINGTALK_CLIENT_ID is set
         self.port = 0
 
     @property
@@ -99,6 +104,7 @@ class BotService:
         self._bus = bus = EventBus(redis.new_client(), consumer=default_consumer_name())
         await bus.ensure_group()
         timers = Timers(redis.client, clock=self.clock)
+        chat = await self._start_dingtalk(config, store)
 
         app = build_app(store, bus, secret)
         if self.settings.sns_topics:
@@ -141,7 +147,7 @@ class BotService:
             store,
             BusPublisher(bus, timers),
             self._cloud,
-            self.chat,
+            chat,
             config.policy,
             all_recipes(config),
             reports,
@@ -152,6 +158,8 @@ class BotService:
             asyncio.create_task(bus.run(self._bot.handle, self.stopping), name="bus"),
             asyncio.create_task(timers.run(self.stopping), name="timers"),
         ]
+        if self.dingtalk is not None:
+            self.dingtalk.listen(self._bot.command)
         if self.settings.finetune_sqs_queue_url:
             sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish)
             self._tasks.append(asyncio.create_task(sqs.run(self.stopping), name="sqs"))
@@ -188,6 +196,8 @@ class BotService:
     async def stop(self) -> None:
         self.stopping.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.dingtalk is not None:
+            await self.dingtalk.close()
         if self._http is not None:
             await self._http.cleanup()
         if self._cloud is not None:
@@ -196,6 +206,31 @@ class BotService:
             await self._bus.redis.aclose()
         if self._redis is not None:
             await self._redis.close()
+
+    # -- DingTalk (bot/chat/dingtalk) ---------------------------------------------------------------------------
+
+    async def _start_dingtalk(self, config: FileConfig, store: JobStore) -> ChatPort:
+        """The bot's chat: with DingTalk configured, DingTalk jobs go there and the rest to ``self.chat``."""
+        client_id = self.settings.dingtalk_client_id
+        if not client_id:
+            return self.chat
+        from bot.chat.dingtalk.adapter import DingTalk  # the SDK loads only when DingTalk is configured
+
+        try:
+            self.dingtalk = DingTalk(
+                client_id,
+                self.settings.dingtalk_client_secret,
+                self.settings.dingtalk_openapi_endpoint,
+                config.dingtalk or DingTalkConfig(),
+                store,
+            )
+            await self.dingtalk.check()
+        except ConfigError:
+            await self.stop()
+            raise
+        return self.dingtalk.route(self.chat)
+
+    # ------------------------------------------------------------------------------------------------------------
 
     async def __aenter__(self) -> BotService:
         return await self.start()

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.chat.dingtalk.config import DingTalkConfig
 from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.aws import AwsSettings
 from handlers.oncall import OnCall
@@ -40,6 +41,10 @@ class Settings(BaseSettings):
     # the shared secret the pushes carry, and optionally the source networks allowed (comma-separated CIDRs).
     finetune_aliyun_webhook_token: str | None = None
     finetune_aliyun_webhook_sources: str = ""
+    # -- DingTalk (bot/chat/dingtalk): on when the app's client id is set; the rest is the dingtalk: section --
+    dingtalk_client_id: str | None = None
+    dingtalk_client_secret: str | None = None
+    dingtalk_openapi_endpoint: str = "https://api.dingtalk.com"  # also the Stream gateway's; tests use a fake
 
     @property
     def sns_topics(self) -> list[str]:
@@ -58,6 +63,7 @@ class FileConfig(BaseModel):
     oncall: OnCall = Field(default_factory=OnCall)  # the rota and escalation ladder of failed-resume pages
     aws: AwsSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aws
     aliyun: AliyunSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aliyun
+    dingtalk: DingTalkConfig | None = None  # alert robot, card template and languages of the DingTalk groups
 
 
 class ConfigError(ValueError):
