@@ -140,6 +140,7 @@ class BotService:
                 grace_seconds=self.settings.finetune_local_grace_seconds,
                 runner_env={"FINETUNE_REPORT_SECRET": secret},
                 dialect=self.settings.finetune_local_dialect,
+                checkpoint_base=self.settings.finetune_local_checkpoints,
             )
             reports = [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
         self._cloud = cloud

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     finetune_config: Path | None = None
     finetune_local_grace_seconds: float = Field(default=30.0, gt=0)
     finetune_local_dialect: Literal["aws", "aliyun"] = "aws"  # the local cloud's metadata service (spot notices)
+    # Where the local cloud's runners keep checkpoints: a directory under the state dir by default, or an object
+    # store URI (s3://bucket/prefix, oss://bucket/prefix with OSS_ENDPOINT) the runners reach with their own env.
+    finetune_local_checkpoints: str | None = Field(default=None, pattern=r"^(s3|oss|file)://[^\s]+$")
     # AWS event intake: the SQS queue EventBridge (via SNS or directly) feeds, and the SNS topics the HTTPS
     # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
     finetune_sqs_queue_url: str | None = None
