@@ -21,6 +21,7 @@ from bot.bus import EventBus, default_consumer_name
 from bot.chat.base import ChatPort
 from bot.chat.console import ConsoleChat
 from bot.chat.delivery import Platform
+from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.outbox import ChatOutbox
 from bot.chat.refs import ChatRefs
 from bot.chat.router import ChatRouter
@@ -30,6 +31,7 @@ from bot.cloud.local import LocalCloud
 from bot.http import REPORTS_PATH, build_app
 from bot.redis_server import RedisHandle, open_redis
 from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_file_config
+from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
 from bot.sources.sns_http import sns_routes
 from bot.sources.sns_signature import SnsVerifier
 from bot.sources.sqs import SqsSource
@@ -39,6 +41,7 @@ from handlers.events import utcnow
 from handlers.messages import CloudEvent, dump_message
 
 if TYPE_CHECKING:
+    from bot.chat.dingtalk.adapter import DingTalk
     from bot.chat.slack.adapter import SlackAdapter
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,7 @@ class BotService:
         self._bot: Bot | None = None
         self._slack: SlackAdapter | None = None
         self._outbox: ChatOutbox | None = None
+        self.dingtalk: DingTalk | None = None  # DingTalk (bot/chat/dingtalk), when DINGTALK_CLIENT_ID is set
         self.port = 0
 
     @property
@@ -101,36 +105,38 @@ class BotService:
 
     @property
     def outbox(self) -> ChatOutbox | None:
-        """The durable chat outbox, when a platform that needs one (Slack) is configured."""
+        """The durable chat outbox, when a chat platform (Slack, DingTalk) is configured."""
         return self._outbox
 
     async def start(self) -> BotService:
         config = load_file_config(self.settings.finetune_config)
         if config.policy.open:
             log.warning("no permission rules configured: everyone may use every command")
-        if self.settings.finetune_cloud == "aliyun":
-            raise ConfigError("FINETUNE_CLOUD=aliyun is not available yet; use local or aws")
+        aliyun_intake = self._check_aliyun(config)  # before anything starts
         if self.settings.finetune_cloud == "aws" and config.aws is None and self.given_cloud is None:
             raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
         # Chat platforms are checked before anything starts: a refused token is one error, and nothing to undo.
         self._slack = await self._connect_slack(config)
         try:
-            return await self._start(config)
+            return await self._start(config, aliyun_intake)
         except BaseException:
             await self.stop()
             raise
 
-    async def _start(self, config: FileConfig) -> BotService:
+    async def _start(self, config: FileConfig, aliyun_intake: tuple[str, list[Network]] | None) -> BotService:
         secret = self.settings.finetune_report_secret or secrets.token_urlsafe(32)
         self._redis = redis = await open_redis(self.settings)
         store = JobStore(redis.client)
         self._bus = bus = EventBus(redis.new_client(), consumer=default_consumer_name())
         await bus.ensure_group()
         timers = Timers(redis.client, clock=self.clock)
+        await self._start_dingtalk(config, store)
 
         app = build_app(store, bus, secret, extra_metrics=lambda: self._outbox.metrics() if self._outbox else {})
         if self.settings.sns_topics:
             app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, SnsVerifier()))
+        if aliyun_intake is not None:
+            app.add_routes(aliyun_routes(bus.publish, *aliyun_intake))
         if self._slack is not None:
             self._slack.mount(app)
         self._http = web.AppRunner(app, access_log=None)
@@ -149,22 +155,24 @@ class BotService:
         elif config.aws is not None and self.settings.finetune_cloud == "aws":
             # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.
             cloud, reports = AwsCloud(config.aws, cloud_event), []
+        elif config.aliyun is not None and self.settings.finetune_cloud == "aliyun":
+            # Runner reports come to this server's public URL (aliyun.report_url, which the provider adds to every
+            # spec), signed with FINETUNE_REPORT_SECRET, which the instance's boot script hands the runner.
+            from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
+
+            cloud, reports = AliyunCloud(config.aliyun, cloud_event, report_secret=secret), []
         else:
             cloud = LocalCloud(
                 self.settings.finetune_state_dir,
                 cloud_event,
                 grace_seconds=self.settings.finetune_local_grace_seconds,
                 runner_env={"FINETUNE_REPORT_SECRET": secret},
+                dialect=self.settings.finetune_local_dialect,
+                checkpoint_base=self.settings.finetune_local_checkpoints,
             )
             reports = [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
         self._cloud = cloud
-        chat = self.chat
-        if self._slack is not None:
-            chat_redis = redis.new_client()
-            refs = ChatRefs(chat_redis)
-            slack = Platform(self._slack.deliverer(refs, self.clock))
-            self._outbox = ChatOutbox(chat_redis, store, {"slack": slack}, refs=refs)
-            chat = ChatRouter({"slack": self._outbox}, fallback=self.chat)
+        chat = self._chat(redis, store)
         self._bot = bot = Bot(
             store,
             BusPublisher(bus, timers),
@@ -184,6 +192,8 @@ class BotService:
             self._tasks.append(asyncio.create_task(self._outbox.run(self.stopping), name="chat-outbox"))
         if self._slack is not None:
             await self._slack.start(bot.command)
+        if self.dingtalk is not None:
+            self.dingtalk.listen(bot.command)
         if self.settings.finetune_sqs_queue_url:
             sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish)
             self._tasks.append(asyncio.create_task(sqs.run(self.stopping), name="sqs"))
@@ -196,9 +206,32 @@ class BotService:
         )
         return self
 
+    # -- Alibaba Cloud: FINETUNE_CLOUD=aliyun and the CloudMonitor / EventBridge routes -------------------------
+
+    def _check_aliyun(self, config: FileConfig) -> tuple[str, list[Network]] | None:
+        """ConfigError for an unusable Alibaba setup; the event routes' token and source networks, or None when no
+        token is set (no routes). A report URL needs a fixed FINETUNE_REPORT_SECRET: runners outlive the bot."""
+        if self.settings.finetune_cloud == "aliyun" and self.given_cloud is None:
+            if config.aliyun is None:
+                raise ConfigError("FINETUNE_CLOUD=aliyun needs an aliyun: section in FINETUNE_CONFIG (region, bucket…)")
+            if config.aliyun.report_url and not self.settings.finetune_report_secret:
+                raise ConfigError("aliyun.report_url needs FINETUNE_REPORT_SECRET: runners sign their reports with it")
+        token = self.settings.finetune_aliyun_webhook_token
+        if not token:
+            return None
+        if len(token) < MIN_TOKEN_LENGTH:
+            raise ConfigError(f"FINETUNE_ALIYUN_WEBHOOK_TOKEN must be at least {MIN_TOKEN_LENGTH} characters")
+        try:
+            networks = parse_networks(self.settings.finetune_aliyun_webhook_sources)
+        except ValueError as exc:
+            raise ConfigError(f"FINETUNE_ALIYUN_WEBHOOK_SOURCES: {exc}") from None
+        return token, networks
+
     async def stop(self) -> None:
         self.stopping.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.dingtalk is not None:
+            await self.dingtalk.close()
         if self._http is not None:
             await self._http.cleanup()
         if self._slack is not None:
@@ -211,6 +244,20 @@ class BotService:
             await self._bus.redis.aclose()
         if self._redis is not None:
             await self._redis.close()
+
+    def _chat(self, redis: RedisHandle, store: JobStore) -> ChatPort:
+        """The bot's chat port: jobs of a configured platform through the durable outbox, the rest to the console."""
+        platforms: dict[str, Platform] = {}
+        chat_redis = redis.new_client() if self._slack is not None or self.dingtalk is not None else None
+        if chat_redis is None:
+            return self.chat
+        refs = ChatRefs(chat_redis)
+        if self._slack is not None:
+            platforms["slack"] = Platform(self._slack.deliverer(refs, self.clock))
+        if self.dingtalk is not None:
+            platforms["dingtalk"] = Platform(self.dingtalk.deliverer)
+        self._outbox = ChatOutbox(chat_redis, store, platforms, refs=refs)
+        return ChatRouter(dict.fromkeys(platforms, self._outbox), fallback=self.chat)
 
     async def _connect_slack(self, config: FileConfig) -> SlackAdapter | None:
         """The Slack adapter when SLACK_BOT_TOKEN is set, its tokens checked with Slack; else None."""
@@ -229,6 +276,23 @@ class BotService:
         await slack.connect()
         log.info("slack: %s mode, command %s", "Socket" if slack.socket_mode else "HTTP", config.slack.command)
         return slack
+
+    async def _start_dingtalk(self, config: FileConfig, store: JobStore) -> DingTalk | None:
+        """The DingTalk adapter when DINGTALK_CLIENT_ID is set, its credentials checked with DingTalk; else None."""
+        client_id = self.settings.dingtalk_client_id
+        if not client_id:
+            return None
+        from bot.chat.dingtalk.adapter import DingTalk  # the SDK loads only when DingTalk is configured
+
+        self.dingtalk = DingTalk(
+            client_id,
+            self.settings.dingtalk_client_secret,
+            self.settings.dingtalk_openapi_endpoint,
+            config.dingtalk or DingTalkConfig(),
+            store,
+        )
+        await self.dingtalk.check()
+        return self.dingtalk
 
     async def __aenter__(self) -> BotService:
         return await self.start()

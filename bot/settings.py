@@ -13,7 +13,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.slack.config import SlackConfig
+from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.aws import AwsSettings
 from handlers.oncall import OnCall
 from handlers.policy import Policy
@@ -31,6 +33,10 @@ class Settings(BaseSettings):
     finetune_http_host: str = "127.0.0.1"
     finetune_config: Path | None = None
     finetune_local_grace_seconds: float = Field(default=30.0, gt=0)
+    finetune_local_dialect: Literal["aws", "aliyun"] = "aws"  # the local cloud's metadata service (spot notices)
+    # Where the local cloud's runners keep checkpoints: a directory under the state dir by default, or an object
+    # store URI (s3://bucket/prefix, oss://bucket/prefix with OSS_ENDPOINT) the runners reach with their own env.
+    finetune_local_checkpoints: str | None = Field(default=None, pattern=r"^(s3|oss|file)://[^\s]+$")
     # AWS event intake: the SQS queue EventBridge (via SNS or directly) feeds, and the SNS topics the HTTPS
     # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
     finetune_sqs_queue_url: str | None = None
@@ -46,6 +52,14 @@ class Settings(BaseSettings):
         value: SecretStr | None = getattr(self, name)
         text = value.get_secret_value().strip() if value is not None else ""
         return text or None
+    # Alibaba Cloud event intake (POST /aliyun/cloudmonitor, /aliyun/eventbridge), mounted when the token is set:
+    # the shared secret the pushes carry, and optionally the source networks allowed (comma-separated CIDRs).
+    finetune_aliyun_webhook_token: str | None = None
+    finetune_aliyun_webhook_sources: str = ""
+    # -- DingTalk (bot/chat/dingtalk): on when the app's client id is set; the rest is the dingtalk: section --
+    dingtalk_client_id: str | None = None
+    dingtalk_client_secret: str | None = None
+    dingtalk_openapi_endpoint: str = "https://api.dingtalk.com"  # also the Stream gateway's; tests use a fake
 
     @property
     def sns_topics(self) -> list[str]:
@@ -64,6 +78,8 @@ class FileConfig(BaseModel):
     oncall: OnCall = Field(default_factory=OnCall)  # the rota and escalation ladder of failed-resume pages
     aws: AwsSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aws
     slack: SlackConfig = Field(default_factory=SlackConfig)  # alert channel, command name
+    aliyun: AliyunSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aliyun
+    dingtalk: DingTalkConfig | None = None  # alert robot, card template and languages of the DingTalk groups
 
 
 class ConfigError(ValueError):

@@ -7,7 +7,7 @@ attempts) and the error codes it got back; the adapter only does the I/O.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -145,12 +145,13 @@ class LaunchPlan:
     Spot candidates go first (none when on-demand was asked for). The plan switches to on-demand once
     ``max_failures`` spot tries failed for capacity, or once every spot candidate failed; with
     ``max_failures`` None it never switches by itself (the on-call person chooses on-demand instead).
-    A ``fatal`` error ends the plan at once.
+    A ``fatal`` error ends the plan at once. ``classify`` reads the cloud's error codes (EC2's by default).
     """
 
     spot: list[Candidate]
     on_demand: list[Candidate]
     max_failures: int | None = 3
+    classify: Callable[[str], ErrorKind] = classify_launch_error
     capacity_failures: int = 0
     failures: list[str] = field(default_factory=list)
     fatal: str | None = None
@@ -182,7 +183,7 @@ class LaunchPlan:
 
     def failed(self, candidate: Candidate, code: str, message: str = "") -> ErrorKind:
         """Record a failed try; returns how the error was classified."""
-        kind = classify_launch_error(code)
+        kind = self.classify(code)
         note = f"{candidate.market} {candidate.instance_type} in {candidate.zone}: {code}"
         self.failures.append(f"{note} ({message})" if message else note)
         if kind == "capacity" and candidate.market == "spot":

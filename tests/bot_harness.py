@@ -20,6 +20,7 @@ from bot.service import BotService
 from bot.settings import Settings
 from handlers.events import utcnow
 from handlers.jobs import ChatRef, Job
+from tests.fake_dingtalk import FakeDingTalk
 
 CHANNEL = ChatRef(platform="console", channel="test")
 SECRET = "test-report-secret"
@@ -106,6 +107,23 @@ async def running_bot(
     chat = ConsoleChat(write=lines.append)
     async with BotService(settings, chat, cloud, clock=clock) as service:
         yield service, chat
+
+
+@asynccontextmanager
+async def running_dingtalk_bot(
+    state_dir: Path, dingtalk: FakeDingTalk, config: Path | None = None, **extra: Any
+) -> AsyncIterator[tuple[BotService, ConsoleChat]]:
+    """``running_bot`` with the DingTalk adapter on, pointed at a fake DingTalk, once its stream is connected."""
+    async with running_bot(
+        state_dir,
+        config,
+        dingtalk_client_id=dingtalk.client_id,
+        dingtalk_client_secret=dingtalk.client_secret,
+        dingtalk_openapi_endpoint=dingtalk.url,
+        **extra,
+    ) as running:
+        await dingtalk.wait_connected()
+        yield running
 
 
 async def wait_job(service: BotService, job_id: str, done: Callable[[Job], bool], timeout: float = 120) -> Job:

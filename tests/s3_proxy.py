@@ -22,6 +22,7 @@ class S3FaultProxy:
         self.hold: Callable[[str, str], bool] | None = None
         self.held = asyncio.Event()  # set once a request has been held
         self.seen: list[tuple[str, str, int]] = []
+        self.credentials: list[tuple[str, str]] = []  # (Authorization, X-Amz-Security-Token) of every request
         self._released = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
@@ -52,6 +53,9 @@ class S3FaultProxy:
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         path = request.path_qs
+        self.credentials.append(
+            (request.headers.get("Authorization", ""), request.headers.get("X-Amz-Security-Token", ""))
+        )
         if self.hold is not None and self.hold(request.method, path):
             self.held.set()
             await self._released.wait()  # until the test is over

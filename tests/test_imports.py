@@ -18,9 +18,19 @@ def test_the_runner_agent_stays_light() -> None:
 
 
 def test_handlers_need_no_io_library() -> None:
-    loaded = loaded_after("handlers.decide, handlers.commands, handlers.aws_events, handlers.placement")
+    loaded = loaded_after(
+        "handlers.decide, handlers.commands, handlers.aws_events, handlers.placement, handlers.aliyun_events, "
+        "handlers.aliyun_placement"
+    )
     assert not loaded & {"aiohttp", "boto3", "botocore", "aiobotocore", "redis", "slack_bolt", "bot", "runner"}
 
 
 def test_the_bot_does_not_load_torch() -> None:
     assert not loaded_after("bot.service") & {"torch", "transformers", "peft"}
+
+
+def test_alibabas_sdks_load_only_with_the_alibaba_provider() -> None:
+    """They take about a second to import: a bot on another cloud (or the console chat) never pays for it."""
+    sdks = {"alibabacloud_ecs20140526", "alibabacloud_ess20220222", "alibabacloud_tea_openapi"}
+    assert not loaded_after("bot.service") & sdks
+    assert loaded_after("bot.cloud.aliyun") >= sdks

@@ -18,9 +18,18 @@ from collections.abc import Mapping
 
 import redis.asyncio as aioredis
 
-from bot.chat.delivery import Platform, RetryLater, Undeliverable, backoff
+from bot.chat.delivery import (
+    CardDeliverer,
+    Deliverer,
+    PermanentDeliveryError,
+    Platform,
+    TransientDeliveryError,
+    backoff,
+)
 from bot.chat.refs import DEFAULT_PREFIX, ChatRefs
 from bot.store import JobStore
+from handlers.jobs import Job
+from handlers.messages import Notify
 
 log = logging.getLogger(__name__)
 
@@ -97,23 +106,21 @@ class CardRefresher:
             return
         hold_ms = int(self.interval * 1000)
         try:
-            card = await self.refs.card(job_id)
             job = await self.store.get(job_id) or job  # the latest, now that this replica holds the card
-            if card is None or card.version >= job.version:
+            if not await self._edit(platform.deliverer, job):
                 await self._done(job_id, token)
                 return
-            await platform.deliverer.edit_card(job, card.message)
             self.edits += 1
             self._failures = 0
             await self.refs.card_shows(job_id, job.version)
             await self._done(job_id, token)
-        except RetryLater as exc:
+        except TransientDeliveryError as exc:
             self._failures += 1
-            delay = exc.after if exc.after is not None else backoff(self._failures)
+            delay = exc.retry_after if exc.retry_after is not None else backoff(self._failures)
             platform.gate.close_for(delay)
             hold_ms = max(hold_ms, int(delay * 1000))
-            log.info("card of %s not edited (%s): again in %.1fs", job_id, exc.reason, delay)
-        except Undeliverable as exc:
+            log.info("card of %s not edited (%s): again in %.1fs", job_id, exc, delay)
+        except PermanentDeliveryError as exc:
             log.warning("card of %s cannot be edited: %s", job_id, exc)
             await self._done(job_id, token)
         except Exception:
@@ -121,6 +128,20 @@ class CardRefresher:
             await self._done(job_id, token)
         finally:
             await self.redis.pexpire(throttle, hold_ms)
+
+    async def _edit(self, deliverer: Deliverer | CardDeliverer, job: Job) -> bool:
+        """Show ``job`` on its card; False when there is no card yet or it already shows this version."""
+        if isinstance(deliverer, CardDeliverer):
+            card = await self.refs.card(job.id)
+            if card is None or card.version >= job.version:
+                return False
+            await deliverer.edit_card(job, card.message)
+            return True
+        shown = await self.refs.shown_version(job.id)
+        if shown is None or shown >= job.version:
+            return False
+        await deliverer.deliver(job, Notify(job_id=job.id, channel="card", topic="refresh"))
+        return True
 
     async def _done(self, job_id: str, token: str) -> None:
         await self._clear(keys=[self.marks_key], args=[job_id, token])

@@ -1,9 +1,16 @@
-"""What a chat platform adapter provides to the shared outbox, and how a delivery can go wrong.
+"""What a chat platform's sender promises the durable outbox: deliver, or say whether to try again.
 
-The outbox (``bot/chat/outbox.py``) owns durability, order, retries, dedup and card coalescing; a platform's
-:class:`Deliverer` only turns a job and a note into that platform's API calls. It reports trouble as one of two
-exceptions, so the retry policy lives in one place: :class:`RetryLater` (rate limited, platform down, network
-gone: the message waits) or :class:`Undeliverable` (the platform refused it for good: logged and dropped).
+A platform plugs into the outbox (``bot/chat/outbox.py``) with one of two shapes:
+
+- a :class:`Deliverer` (``async deliver(job, note)``): sends one notification, or refreshes the job's card when
+  the note is a ``card`` note; the outbox keeps order, retries, dedups and coalesces card refreshes around it;
+- a :class:`CardDeliverer` (Slack): posts the card once, edits it in place, replies under it; the outbox also
+  remembers where the card is (``bot/chat/refs.py``) and posts it before anything is replied under it.
+
+Either way a call delivers, or raises :class:`TransientDeliveryError` (the platform is down, slow or
+rate-limiting: try again, after ``retry_after`` seconds when it said so) or :class:`PermanentDeliveryError` (the
+request itself is wrong: retrying changes nothing). That split is all the outbox needs to keep a message until it
+can go, and to drop one that never will.
 """
 
 from __future__ import annotations
@@ -15,10 +22,32 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from handlers.jobs import Job
 from handlers.messages import Notify
+
+
+class DeliveryError(Exception):
+    """A notification did not reach the platform."""
+
+
+class TransientDeliveryError(DeliveryError):
+    """5xx, 429, a timeout or a dropped connection: the same request may succeed later."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentDeliveryError(DeliveryError):
+    """The platform refused the request for a reason a retry does not change (bad id, no permission, …)."""
+
+
+class Deliverer(Protocol):
+    async def deliver(self, job: Job, note: Notify) -> None:
+        """Send ``note`` about ``job`` (or refresh its card), raising a :class:`DeliveryError` when it did not go."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,23 +67,11 @@ class MessageRef:
         return cls(channel=str(data["channel"]), ts=str(data["ts"]), text=str(data.get("text", "")))
 
 
-class RetryLater(Exception):
-    """The platform cannot take the message now; ``after`` is its own hint (HTTP ``Retry-After``) if it gave one."""
-
-    def __init__(self, reason: str, after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.after = after
-
-
-class Undeliverable(Exception):
-    """The platform refused the message for good (unknown channel, bot not invited, revoked token…)."""
-
-
-class Deliverer(Protocol):
-    """One platform's side of delivery. Every method either succeeds or raises RetryLater / Undeliverable.
-
-    A method may be retried after a failure, so each does at most one non-repeatable post, as its last step.
+@runtime_checkable
+class CardDeliverer(Protocol):
+    """A platform that edits one card per job in place and replies under it. Every method may raise a
+    :class:`DeliveryError`; a method may be retried after one, so each does at most one non-repeatable post, as
+    its last step.
     """
 
     async def post_card(self, job: Job) -> MessageRef:
@@ -99,7 +116,7 @@ class Gate:
 class Platform:
     """A platform as the outbox sees it: its deliverer and the pause all its senders share."""
 
-    deliverer: Deliverer
+    deliverer: Deliverer | CardDeliverer
     gate: Gate = field(default_factory=Gate)
 
 

@@ -27,7 +27,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.bus import EventBus, HandBack, default_consumer_name
 from bot.chat.cards import CardRefresher
-from bot.chat.delivery import MessageRef, Platform, RetryLater, Undeliverable, backoff
+from bot.chat.delivery import (
+    CardDeliverer,
+    MessageRef,
+    PermanentDeliveryError,
+    Platform,
+    TransientDeliveryError,
+    backoff,
+)
 from bot.chat.refs import DEFAULT_PREFIX, ChatRefs
 from bot.store import JobStore
 from handlers.jobs import Job
@@ -118,23 +125,31 @@ class ChatOutbox:
         if job is None:
             log.warning("note %s is for job %s, which does not exist: dropped", note.id, note.job_id)
             return False
+        deliverer = platform.deliverer
+        if not isinstance(deliverer, CardDeliverer):
+            if note.channel != "card":
+                await deliverer.deliver(job, note)
+            elif await self.refs.shown_version(job.id) is None:  # the first card goes in order, before the rest
+                await deliverer.deliver(job, note)
+                await self.refs.card_shows(job.id, job.version)
+            return True
         if note.channel == "card":
             if await self.refs.card(job.id) is None:
-                await self._post_card(platform, job)
+                await self._post_card(deliverer, job)
             return True  # an existing card is edited by the refresher, from the mark set after this
         card: MessageRef | None = None
         try:
-            card = await self._card(platform, job)
-        except Undeliverable as exc:
+            card = await self._card(deliverer, job)
+        except PermanentDeliveryError as exc:
             log.warning("card of %s cannot be posted: %s", job.id, exc)
-        await platform.deliverer.post_note(job, note, card)
+        await deliverer.post_note(job, note, card)
         return True
 
-    async def _card(self, platform: Platform, job: Job) -> MessageRef:
+    async def _card(self, deliverer: CardDeliverer, job: Job) -> MessageRef:
         existing = await self.refs.card(job.id)
-        return existing.message if existing is not None else await self._post_card(platform, job)
+        return existing.message if existing is not None else await self._post_card(deliverer, job)
 
-    async def _post_card(self, platform: Platform, job: Job) -> MessageRef:
+    async def _post_card(self, deliverer: CardDeliverer, job: Job) -> MessageRef:
         """Post the card once, even with several replicas delivering notes of the same job at the same time."""
         lock = f"{self.prefix}card-posting:{job.id}"
         token = uuid.uuid4().hex
@@ -144,13 +159,13 @@ class ChatOutbox:
                 existing = await self.refs.card(job.id)
                 if existing is not None:
                     return existing.message
-            raise RetryLater(f"the card of {job.id} is being posted elsewhere")
+            raise TransientDeliveryError(f"the card of {job.id} is being posted elsewhere")
         try:
             existing = await self.refs.card(job.id)
             if existing is not None:
                 return existing.message
             latest = await self.store.get(job.id) or job
-            message = await platform.deliverer.post_card(latest)
+            message = await deliverer.post_card(latest)
             await self.refs.save_card(job.id, message, latest.version)
             return message
         finally:
@@ -170,13 +185,13 @@ class ChatOutbox:
                 raise HandBack()
             try:
                 return await work()
-            except RetryLater as exc:
+            except TransientDeliveryError as exc:
                 attempt += 1
-                delay = exc.after if exc.after is not None else backoff(attempt, cap=self.backoff_cap)
+                delay = exc.retry_after if exc.retry_after is not None else backoff(attempt, cap=self.backoff_cap)
                 platform.gate.close_for(delay)
                 level = logging.WARNING if attempt == 1 or attempt % 20 == 0 else logging.DEBUG
                 log.log(level, "%s note of %s waits %.1fs (try %d): %s", note.topic, note.job_id, delay, attempt, exc)
-            except Undeliverable as exc:
+            except PermanentDeliveryError as exc:
                 self.dropped += 1
                 log.warning("dropped the %s note %s of %s: %s", note.channel, note.topic, note.job_id, exc)
                 return None

@@ -40,6 +40,11 @@ class ChatRefs:
             return None
         return CardRef(MessageRef.load(str(raw)), int(version or -1))
 
+    async def shown_version(self, job_id: str) -> int | None:
+        """The job version its card shows; None if no card was delivered yet."""
+        version = await self.redis.hget(self.card_key(job_id), "version")
+        return None if version is None else int(version)
+
     async def save_card(self, job_id: str, message: MessageRef, version: int) -> None:
         await self._set(job_id, {"ref": message.dump(), "version": str(version)})
 

@@ -1,7 +1,8 @@
 """Turn a job into a card and its events into messages, platform-neutral: fields and short sentences.
 
 The console prints them as text; Slack and DingTalk adapters lay the same card fields out as Block Kit and
-interactive cards.
+interactive cards. Every word comes from :mod:`bot.chat.catalog` in the channel's language (English unless
+the adapter asks for another), so no sentence is written here.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bot.chat.catalog import Lang, text, word
 from handlers.cost import job_cost
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
@@ -34,110 +36,150 @@ class Card:
     fields: list[tuple[str, str]]
 
 
-def card(job: Job, now: datetime) -> Card:
+def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
     current = job.current
-    fields: list[tuple[str, str]] = [("State", f"{STATE_ICON[job.state]} {job.state.value}")]
+    fields: list[tuple[str, str]] = [(text(lang, "label.state"), state_text(job.state, lang))]
     if current is not None:
         where = " · ".join(part for part in (current.instance_id, current.instance_type, current.zone) if part)
-        fields.append(("Instance", f"{where or 'launching…'} ({current.market}, attempt {current.number})"))
+        instance = text(
+            lang,
+            "card.instance",
+            where=where or text(lang, "card.launching"),
+            market=text(lang, f"market.{current.market}"),
+            attempt=current.number,
+        )
+        fields.append((text(lang, "label.instance"), instance))
         if current.price_per_hour is not None:
-            fields.append(("Price", f"${current.price_per_hour:.2f}/h"))
+            fields.append((text(lang, "label.price"), text(lang, "card.price", price=current.price_per_hour)))
     if job.step is not None:
         progress = f"{job.step}/{job.total_steps}" if job.total_steps else str(job.step)
-        fields.append(("Step", progress + (f" · loss {job.loss:.4f}" if job.loss is not None else "")))
-        eta = _eta(job, now) if job.state is JobState.RUNNING else None
+        loss = text(lang, "card.loss", loss=job.loss) if job.loss is not None else ""
+        fields.append((text(lang, "label.step"), progress + loss))
+        eta = _eta(job, now, lang) if job.state is JobState.RUNNING else None
         if eta:
-            fields.append(("ETA", eta))
+            fields.append((text(lang, "label.eta"), eta))
     cost = job_cost(job, now)
     if cost.hours > 0:
-        saving = f" · saving {cost.savings:.0%} vs on-demand" if cost.savings is not None else ""
-        fields.append(("Cost", f"${cost.paid:.4f}{saving}"))
+        saving = text(lang, "card.saving", savings=cost.savings) if cost.savings is not None else ""
+        fields.append((text(lang, "label.cost"), text(lang, "card.cost", paid=cost.paid, saving=saving)))
     if job.checkpoint is not None:
-        fields.append(("Checkpoint", f"step {job.checkpoint.step} · {job.checkpoint.uri}"))
+        checkpoint = text(lang, "card.checkpoint", step=job.checkpoint.step, uri=job.checkpoint.uri)
+        fields.append((text(lang, "label.checkpoint"), checkpoint))
     if job.interruptions:
-        fields.append(
-            (
-                "Interruptions",
-                f"{job.interruptions} · {job.steps_lost} steps lost · {job.downtime_seconds:.0f}s downtime",
-            )
+        interruptions = text(
+            lang,
+            "card.interruptions",
+            count=job.interruptions,
+            lost=job.steps_lost,
+            downtime=job.downtime_seconds,
         )
+        fields.append((text(lang, "label.interruptions"), interruptions))
     if job.failure and job.state in (JobState.FAILED, JobState.RESUME_FAILED):
-        fields.append(("Problem", job.failure))
+        fields.append((text(lang, "label.problem"), job.failure))
     if job.page is not None and job.page.acked_by:
-        fields.append(("On-call", f"acknowledged by {job.page.acked_by} at {_time(job.page.acked_at)}"))
+        acked = text(lang, "card.acked", by=job.page.acked_by, at=_time(job.page.acked_at, lang))
+        fields.append((text(lang, "label.on-call"), acked))
     elif job.page is not None:
-        fields.append(("On-call", f"paged {job.page.sent} time(s), not acknowledged yet"))
-    return Card(title=f"{job.id} · {job.recipe}", fields=fields)
+        fields.append((text(lang, "label.on-call"), text(lang, "card.paged", sent=job.page.sent)))
+    return Card(title=text(lang, "card.title", job=job.id, recipe=job.recipe), fields=fields)
 
 
-def card_text(job: Job, now: datetime) -> str:
-    shown = card(job, now)
+def card_text(job: Job, now: datetime, lang: Lang = "en") -> str:
+    shown = card(job, now, lang)
     return shown.title + "\n" + "\n".join(f"  {label}: {value}" for label, value in shown.fields)
 
 
-def message_text(job: Job, note: Notify, now: datetime) -> str:
+def state_text(state: JobState, lang: Lang = "en") -> str:
+    return f"{STATE_ICON[state]} {text(lang, f'state.{state.value}')}"
+
+
+def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> str:
     """One sentence (or a few lines) for a thread message, an alert or a page."""
     f: dict[str, Any] = note.fields
     topic = note.topic
     if topic == "interruption-warning":
-        return (
-            f"⚠️ Spot interruption warning for {job.id} on {f.get('instance')} (from {f.get('source')}); "
-            f"the machine goes at {_time(f.get('deadline'))}. Checkpointing now."
+        return text(
+            lang,
+            "topic.interruption-warning",
+            job=job.id,
+            instance=f.get("instance"),
+            source=f.get("source"),
+            deadline=_time(f.get("deadline"), lang),
         )
     if topic == "interrupted":
         seconds = f.get("seconds") or {}
-        timing = ", ".join(f"{name} {value:.1f}s" for name, value in seconds.items())
-        saved = "saved before the deadline" if f.get("saved_in_time") else f"NOT saved in time ({f.get('note')})"
-        return f"💾 Checkpoint at step {f.get('step')} {saved} ({timing}). Relaunching…"
+        timing = text(lang, "list.separator").join(
+            text(lang, "timing.item", name=word(lang, f"phase.{name}", name), seconds=value)
+            for name, value in seconds.items()
+        )
+        if f.get("saved_in_time"):
+            return text(lang, "topic.interrupted.saved", step=f.get("step"), timing=timing)
+        return text(lang, "topic.interrupted.late", step=f.get("step"), note=f.get("note"), timing=timing)
     if topic == "resumed":
-        lost = f.get("lost", 0)
         skipped = f.get("skipped") or []
-        extra = f"; skipped {len(skipped)} invalid checkpoint(s)" if skipped else ""
-        return (
-            f"🔁 Resumed on attempt {f.get('attempt')} in {f.get('zone') or 'a new zone'} from step "
-            f"{f.get('resumed_from_step')}: {lost} steps lost, {f.get('downtime', 0):.0f}s downtime{extra}."
+        return text(
+            lang,
+            "topic.resumed",
+            attempt=f.get("attempt"),
+            zone=f.get("zone") or text(lang, "topic.resumed.new-zone"),
+            step=f.get("resumed_from_step"),
+            lost=f.get("lost", 0),
+            downtime=f.get("downtime", 0),
+            skipped=text(lang, "topic.resumed.skipped", count=len(skipped)) if skipped else "",
         )
     if topic == "completed":
         cost = job_cost(job, now)
-        saving = f", saved {cost.savings:.0%} against on-demand" if cost.savings is not None else ""
-        return (
-            f"✅ {job.id} finished: {len(job.attempts)} attempt(s), {job.interruptions} interruption(s), "
-            f"{job.steps_lost} steps lost, {job.downtime_seconds:.0f}s downtime, cost ${cost.paid:.4f}"
-            f"{saving}. Output: {f.get('output_uri')}"
+        saving = text(lang, "topic.completed.saving", savings=cost.savings) if cost.savings is not None else ""
+        return text(
+            lang,
+            "topic.completed",
+            job=job.id,
+            attempts=len(job.attempts),
+            interruptions=job.interruptions,
+            lost=job.steps_lost,
+            downtime=job.downtime_seconds,
+            paid=cost.paid,
+            saving=saving,
+            output=f.get("output_uri"),
         )
     if topic == "failed":
         tail = "\n".join(f"    {line}" for line in (f.get("log_tail") or [])[-5:])
-        return f"❌ {job.id} failed: {f.get('reason')}" + (f"\n{tail}" if tail else "")
+        return text(lang, "topic.failed", job=job.id, reason=f.get("reason")) + (f"\n{tail}" if tail else "")
     if topic == "resume-failed":
-        escalation = int(f.get("step") or 0)
-        again = f" (escalation {escalation + 1} of {f.get('steps')}, not acknowledged yet)" if escalation else ""
-        return (
-            f"🚨 On-call{again}: {job.id} could not resume ({f.get('reason')}). "
-            f"Reply `/finetune ack {job.id}`, then `resume {job.id}` or `resume {job.id} on-demand`, "
-            f"or `stop {job.id}`."
-        )
+        escalation = int(f.get("step") or 0)  # a later step of the on-call ladder says which
+        again = ""
+        if escalation:
+            again = text(lang, "topic.resume-failed.again", number=escalation + 1, steps=f.get("steps"))
+        return text(lang, "topic.resume-failed", again=again, job=job.id, reason=f.get("reason"))
     if topic == "drill-started":
-        return f"🧪 Interruption drill on {f.get('instance')} started by {f.get('by')}."
+        return text(lang, "topic.drill-started", instance=f.get("instance"), by=f.get("by"))
     if topic == "stop-requested":
-        return f"⏹️ Stop requested by {f.get('by')}: checkpointing, then releasing the instance."
+        return text(lang, "topic.stop-requested", by=f.get("by"))
     if topic == "stopped":
         step = f.get("step")
-        return f"⏹️ {job.id} stopped" + (f"; checkpoint at step {step} kept." if step is not None else ".")
+        if step is None:
+            return text(lang, "topic.stopped", job=job.id)
+        return text(lang, "topic.stopped.kept", job=job.id, step=step)
     if topic == "acked":
-        return f"👀 {f.get('by')} acknowledged the page for {job.id} at {_time(f.get('at'))}; the escalation stops."
+        return text(lang, "topic.acked", by=f.get("by"), job=job.id, at=_time(f.get("at"), lang))
     if topic == "resume-requested":
-        return f"🔁 {f.get('by')} asked to resume {job.id} on {f.get('market')}."
+        market = f.get("market")
+        shown = word(lang, f"market.{market}", str(market))
+        return text(lang, "topic.resume-requested", by=f.get("by"), job=job.id, market=shown)
     if topic == "rebalance":
-        return "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early."
+        return text(lang, "topic.rebalance")
     if topic == "rebalance-checkpoint":
-        return f"💾 Early checkpoint at step {f.get('step')} committed in {f.get('seconds', 0):.1f}s."
+        return text(lang, "topic.rebalance-checkpoint", step=f.get("step"), seconds=f.get("seconds", 0))
     if topic == "instance-gone":
-        return f"⚠️ Instance {f.get('instance')} went away without notice; relaunching from the last checkpoint."
+        return text(lang, "topic.instance-gone", instance=f.get("instance"))
     if topic.endswith("-failed"):
-        return f"⚠️ {topic.removesuffix('-failed')} failed for {job.id}: {f.get('reason')}"
+        what = topic.removesuffix("-failed")
+        return text(
+            lang, "topic.other-failed", what=word(lang, f"action.{what}", what), job=job.id, reason=f.get("reason")
+        )
     if topic.endswith("-done"):
-        return f"ℹ️ {f.get('detail')}"
-    return f"{job.id}: {topic}"
+        return text(lang, "topic.other-done", detail=f.get("detail"))
+    return text(lang, "topic.unknown", job=job.id, topic=topic)
 
 
 def mentions(note: Notify) -> str:
@@ -148,7 +190,7 @@ def mentions(note: Notify) -> str:
     return " ".join(names) + " " if names else ""
 
 
-def _eta(job: Job, now: datetime) -> str | None:
+def _eta(job: Job, now: datetime, lang: Lang) -> str | None:
     current = job.current
     if current is None or current.started_at is None or not job.total_steps or job.step is None:
         return None
@@ -157,10 +199,12 @@ def _eta(job: Job, now: datetime) -> str | None:
     if done <= 0 or elapsed <= 0:
         return None
     remaining = (job.total_steps - job.step) * elapsed / done
-    return f"{remaining / 60:.0f} min" if remaining >= 90 else f"{remaining:.0f}s"
+    if remaining >= 90:
+        return text(lang, "card.eta.minutes", minutes=remaining / 60)
+    return text(lang, "card.eta.seconds", seconds=remaining)
 
 
-def _time(value: Any) -> str:
+def _time(value: Any, lang: Lang) -> str:
     if not value:
-        return "an unknown time"
-    return datetime.fromisoformat(str(value)).strftime("%H:%M:%S UTC")
+        return text(lang, "time.unknown")
+    return datetime.fromisoformat(str(value)).strftime(text(lang, "time.format"))

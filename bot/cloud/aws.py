@@ -33,6 +33,7 @@ from botocore.parsers import ResponseParserError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bot.cloud.base import CloudEventSink, CloudProvider, Instance, LaunchError
+from bot.cloud.user_data import runner_boot_script
 from handlers.jobs import Market
 from handlers.placement import (
     Candidate,
@@ -63,8 +64,6 @@ ON_DEMAND_PRICES: dict[str, float] = {
 JOB_TAG = "finetune:job"
 ATTEMPT_TAG = "finetune:attempt"
 GROUP_TAG = "aws:autoscaling:groupName"  # set by Auto Scaling on the instances it launches
-RUNNER_UNIT = "finetune-runner.service"
-RUNNER_ENV_FILE = "/etc/finetune-runner.env"
 _NOT_FOUND_INSTANCE = frozenset({"InvalidInstanceID.NotFound"})
 _NOT_FOUND_TEMPLATE = frozenset({"InvalidLaunchTemplateName.NotFoundException", "InvalidLaunchTemplateId.NotFound"})
 _DENIED = frozenset(
@@ -152,30 +151,11 @@ def group_name(job_id: str) -> str:
 
 
 def user_data_script(spec_uri: str, settings: AwsSettings, region: str | None) -> str:
-    """The instance's user-data: point the runner's unit at this attempt's spec object and start it.
-
-    It installs nothing; an image without the runner fails here, loudly, in the console output.
-    """
-    env = [f"FINETUNE_SPEC={spec_uri}", f"FINETUNE_WORK_DIR={settings.work_dir}"]
+    """The instance's user-data: point the runner's unit at this attempt's spec object and start it."""
+    env = {"FINETUNE_SPEC": spec_uri, "FINETUNE_WORK_DIR": settings.work_dir}
     if region and _REGION.match(region):  # the runner's S3 / SNS clients need it; IMDS would do, more slowly
-        env += [f"AWS_REGION={region}", f"AWS_DEFAULT_REGION={region}"]
-    runner = f"{settings.runner_path}/bin/finetune-runner"
-    lines = [
-        "#!/bin/bash",
-        "# finetune-chatops: start the runner baked into the image on this attempt's spec.",
-        "set -euo pipefail",
-        f"if [ ! -x '{runner}' ]; then",
-        f"  echo 'finetune-chatops: {runner} is missing: launch an image with the runner installed' >&2",
-        "  exit 1",
-        "fi",
-        f"cat > {RUNNER_ENV_FILE} <<'ENV'",
-        *env,
-        "ENV",
-        "systemctl daemon-reload",
-        f"systemctl enable --now {RUNNER_UNIT}",
-        "",
-    ]
-    return "\n".join(lines)
+        env |= {"AWS_REGION": region, "AWS_DEFAULT_REGION": region}
+    return runner_boot_script(env, settings.runner_path)
 
 
 def _error(exc: ClientError) -> tuple[str, str]:

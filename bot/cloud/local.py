@@ -44,8 +44,10 @@ class LocalInstance:
 
 
 class LocalCloud:
+    """``dialect`` picks the metadata service the local instances serve and their runners watch: AWS IMDSv2, or
+    Alibaba ECS's (``instance/spot/termination-time``), so Alibaba's notice path runs end to end on one machine."""
+
     name = "local"
-    notice: Literal["aws", "aliyun", "none"] = "aws"
 
     def __init__(
         self,
@@ -56,9 +58,9 @@ class LocalCloud:
         dialect: Literal["aws", "aliyun"] = "aws",
         checkpoint_base: str | None = None,
     ) -> None:
-        self.state_dir = state_dir
         self.dialect = dialect
-        self.notice = dialect
+        self.notice: Literal["aws", "aliyun", "none"] = dialect
+        self.state_dir = state_dir
         # Where checkpoints go: a local directory by default, or any store the runner opens (s3://, oss://).
         self.checkpoint_base = checkpoint_base or (state_dir / "bucket").resolve().as_uri() + "/"
         self.on_event = on_event
@@ -75,7 +77,7 @@ class LocalCloud:
         self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
     ) -> Instance:
         instance_id = f"i-{self._prefix}{next(self._numbers):010x}"
-        metadata = await LocalMetadataServer(self.dialect, instance_id=instance_id).start()
+        metadata = await LocalMetadataServer(dialect=self.dialect, instance_id=instance_id).start()
         home = self.state_dir / "instances" / instance_id
         home.mkdir(parents=True, exist_ok=True)
         spec_path = home / "spec.json"

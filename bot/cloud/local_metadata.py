@@ -2,8 +2,9 @@
 
 It speaks either dialect the runner polls: AWS IMDSv2 (a session token from ``PUT /latest/api/token`` is
 required, 401 without it; ``spot/instance-action`` and ``events/recommendations/rebalance`` answer 404 until a
-notice is posted) and Alibaba ECS (``instance/spot/termination-time``). The local cloud gives each local
-instance its own server; tests use it to deliver notices, expire tokens and take the service down.
+notice is posted) and Alibaba ECS (``instance/spot/termination-time``, and the STS credentials of the instance's
+RAM roles under ``ram/security-credentials/``). The local cloud gives each local instance its own server; tests
+use it to deliver notices, expire tokens and take the service down.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class LocalMetadataServer:
         self.tokens: dict[str, float] = {}
         self.interruption: datetime | None = None
         self.rebalance_at: datetime | None = None
+        self.ram_roles: dict[str, dict[str, str]] = {}  # aliyun: role name -> its STS credentials document
+        self.credential_requests = 0
         self.down = False  # answer 500 to everything, like a metadata service in trouble
         self.requests = 0
         self.token_requests = 0
@@ -119,4 +122,10 @@ class LocalMetadataServer:
             return web.Response(text=self.instance_id)
         if path == "instance/spot/termination-time" and self.interruption is not None:
             return web.Response(text=_stamp(self.interruption))
+        if path.rstrip("/") == "ram/security-credentials" and self.ram_roles:
+            return web.Response(text="\n".join(self.ram_roles))
+        role = path.removeprefix("ram/security-credentials/")
+        if role != path and role in self.ram_roles:
+            self.credential_requests += 1
+            return web.Response(text=json.dumps(self.ram_roles[role]), content_type="text/plain")
         return web.Response(status=404)

@@ -33,6 +33,7 @@ from aiobotocore.session import get_session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from runner.storage.aliyun_credentials import DEFAULT_METADATA_ENDPOINT, RamRoleCredentialProvider
 from runner.storage.base import ObjectInfo, StorageError
 
 log = logging.getLogger(__name__)
@@ -68,10 +69,14 @@ class ClientSettings:
     secret_access_key: str | None = None
     session_token: str | None = None
     send_crc32: bool = True
+    ram_role: str | None = None  # oss:// on ECS without a key pair: the instance RAM role's STS credentials
+    metadata_endpoint: str = DEFAULT_METADATA_ENDPOINT
 
 
 def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
-    """``s3``: botocore defaults. ``oss``: Alibaba OSS's S3-compatible API, which wants virtual hosting."""
+    """``s3``: botocore defaults. ``oss``: Alibaba OSS's S3-compatible API, which wants virtual hosting; its
+    credentials are ``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``_SECRET`` (/ ``ALIBABA_CLOUD_SECURITY_TOKEN``), else the
+    instance RAM role named by ``ALIBABA_CLOUD_ECS_METADATA`` (:mod:`runner.storage.aliyun_credentials`)."""
     override = env.get("FINETUNE_S3_ADDRESSING") or None
     if override is not None and override not in ADDRESSING_STYLES:
         raise StorageError(f"FINETUNE_S3_ADDRESSING must be one of {ADDRESSING_STYLES}, not {override!r}")
@@ -87,7 +92,7 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
             )
         key_id = env.get("ALIBABA_CLOUD_ACCESS_KEY_ID") or None
         secret = env.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET") or None
-        if key_id is None or secret is None:  # half a key pair is no key pair: use the normal chain
+        if key_id is None or secret is None:  # half a key pair is no key pair: the role, else the normal chain
             key_id = secret = None
         return ClientSettings(
             endpoint_url=endpoint,
@@ -97,6 +102,8 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
             secret_access_key=secret,
             session_token=(env.get("ALIBABA_CLOUD_SECURITY_TOKEN") or None) if key_id else None,
             send_crc32=False,
+            ram_role=None if key_id else (env.get("ALIBABA_CLOUD_ECS_METADATA") or None),
+            metadata_endpoint=env.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_METADATA_ENDPOINT,
         )
     raise StorageError(f"unsupported scheme {scheme!r} for the S3 store")
 
@@ -122,7 +129,8 @@ class S3Store:
 
     ``part_size`` is the multipart part size, grown for huge files to stay within 10,000 parts; files up
     to ``multipart_threshold`` go in one request; ``concurrency`` bounds the part and range requests in
-    flight for the whole store, so upload buffers stay near ``concurrency * part_size``.
+    flight for the whole store, so upload buffers stay near ``concurrency * part_size``. ``env`` replaces
+    ``os.environ`` as the source of the client settings (the bot passes its configured OSS endpoint this way).
     """
 
     def __init__(
@@ -132,6 +140,7 @@ class S3Store:
         part_size: int = DEFAULT_PART_SIZE,
         multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
         concurrency: int = DEFAULT_CONCURRENCY,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         parsed = urlparse(base_uri)
         if parsed.scheme not in ("s3", "oss") or not parsed.netloc:
@@ -148,7 +157,7 @@ class S3Store:
         self.part_size = part_size
         self.multipart_threshold = max(multipart_threshold, 0)
         self.concurrency = concurrency
-        self.settings = client_settings(parsed.scheme, os.environ)
+        self.settings = client_settings(parsed.scheme, os.environ if env is None else env)
         self._slots = asyncio.Semaphore(concurrency)
         self._client_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
@@ -366,8 +375,14 @@ class S3Store:
             async with self._client_lock:
                 if self._s3 is None:
                     settings = self.settings
+                    session = get_session()
+                    if settings.ram_role:
+                        resolver = session.get_component("credential_provider")
+                        resolver.insert_before(
+                            "env", RamRoleCredentialProvider(settings.ram_role, settings.metadata_endpoint)
+                        )
                     client = await self._stack.enter_async_context(
-                        get_session().create_client(
+                        session.create_client(
                             "s3",
                             endpoint_url=settings.endpoint_url,
                             region_name=settings.region,

@@ -17,7 +17,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.chat.delivery import MessageRef, Undeliverable
+from bot.chat.delivery import MessageRef, PermanentDeliveryError
 from bot.chat.refs import ChatRefs
 from bot.chat.slack.blocks import acked_page_layout, card_layout, note_text, page_layout
 from bot.chat.slack.errors import call
@@ -83,14 +83,14 @@ class SlackDeliverer:
             text, blocks = acked_page_layout(page.text, by, at)
             try:
                 await call(self.client.chat_update(channel=page.channel, ts=page.ts, text=text, blocks=blocks))
-            except Undeliverable as exc:  # e.g. someone deleted that page: the others still get updated
+            except PermanentDeliveryError as exc:  # e.g. someone deleted that page: the others still get updated
                 log.warning("page %s of %s not marked acknowledged: %s", page.ts, job.id, exc)
         await self.refs.drop_pages(job.id, len(pages))  # done with this incident's pages
 
 
 def _channel(job: Job) -> str:
     if job.chat is None:
-        raise Undeliverable(f"{job.id} has no chat channel")
+        raise PermanentDeliveryError(f"{job.id} has no chat channel")
     return job.chat.channel
 
 

@@ -12,7 +12,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from bot.chat.delivery import RetryLater, Undeliverable
+from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
 
 # Error codes Slack documents as temporary (besides any 429 or 5xx answer).
 TRANSIENT_ERRORS = frozenset(
@@ -26,18 +26,18 @@ def slack_error(exc: SlackApiError) -> str:
     return str(error or f"HTTP {exc.response.status_code}")
 
 
-def classify(exc: BaseException) -> RetryLater | Undeliverable | None:
+def classify(exc: BaseException) -> TransientDeliveryError | PermanentDeliveryError | None:
     """The delivery outcome of ``exc``; None for an exception that is no Slack or network failure (a bug)."""
     if isinstance(exc, SlackApiError):
         status = exc.response.status_code
         error = slack_error(exc)
         if status == 429:
-            return RetryLater("rate limited by Slack", after=_retry_after(exc))
+            return TransientDeliveryError("rate limited by Slack", retry_after=_retry_after(exc))
         if status >= 500 or error in TRANSIENT_ERRORS:
-            return RetryLater(f"Slack answered {status} {error}")
-        return Undeliverable(error)
+            return TransientDeliveryError(f"Slack answered {status} {error}")
+        return PermanentDeliveryError(error)
     if isinstance(exc, aiohttp.ClientError | OSError):  # network trouble, timeouts included
-        return RetryLater(f"cannot reach Slack: {type(exc).__name__}: {exc}")
+        return TransientDeliveryError(f"cannot reach Slack: {type(exc).__name__}: {exc}")
     return None
 
 
@@ -51,7 +51,7 @@ def _retry_after(exc: SlackApiError) -> float | None:
 
 
 async def call(request: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:
-    """Await one Web API call; its failure comes out as RetryLater / Undeliverable (anything else is a bug)."""
+    """Await one Web API call; a failure comes out as a Transient / PermanentDeliveryError (anything else: a bug)."""
     try:
         return await request
     except Exception as exc:

@@ -12,7 +12,7 @@ import logging
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.chat.delivery import RetryLater, Undeliverable, backoff
+from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError, backoff
 from bot.chat.slack.errors import call
 
 log = logging.getLogger(__name__)
@@ -31,12 +31,12 @@ class EphemeralReplies:
             try:
                 await call(self.client.chat_postEphemeral(channel=channel, user=user, text=text))
                 return True
-            except Undeliverable as exc:
+            except PermanentDeliveryError as exc:
                 log.warning("reply to %s in %s not delivered: %s", user, channel, exc)
                 return False
-            except RetryLater as exc:
+            except TransientDeliveryError as exc:
                 if attempt == self.tries:
                     log.warning("reply to %s in %s not delivered after %d tries: %s", user, channel, attempt, exc)
                     return False
-                await asyncio.sleep(min(exc.after if exc.after is not None else backoff(attempt), MAX_WAIT))
+                await asyncio.sleep(min(exc.retry_after if exc.retry_after is not None else backoff(attempt), MAX_WAIT))
         return False

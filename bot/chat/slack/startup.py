@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.chat.delivery import RetryLater, Undeliverable
+from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
 from bot.chat.slack.errors import call
 from bot.settings import ConfigError
 
@@ -66,9 +66,9 @@ def check_secrets(bot_token: str | None, signing_secret: str | None, app_token: 
 async def verify_bot_token(client: AsyncWebClient) -> Identity:
     try:
         reply = await call(client.auth_test())
-    except Undeliverable as exc:
+    except PermanentDeliveryError as exc:
         raise ConfigError(f"SLACK_BOT_TOKEN was refused by Slack: {exc}") from None
-    except RetryLater as exc:
+    except TransientDeliveryError as exc:
         log.warning("cannot check SLACK_BOT_TOKEN now (%s): starting anyway; messages wait until Slack is back", exc)
         return Identity()
     return Identity(team_id=reply.get("team_id"), user_id=reply.get("user_id"), bot_id=reply.get("bot_id"))
@@ -78,9 +78,9 @@ async def verify_app_token(client: AsyncWebClient, app_token: str) -> str | None
     """A Socket Mode URL for the app token, or None when Slack cannot be reached now (the client retries)."""
     try:
         reply = await call(client.apps_connections_open(app_token=app_token))
-    except Undeliverable as exc:
+    except PermanentDeliveryError as exc:
         raise ConfigError(f"SLACK_APP_TOKEN was refused by Slack: {exc}") from None
-    except RetryLater as exc:
+    except TransientDeliveryError as exc:
         log.warning("cannot open a Socket Mode connection now (%s): retrying in the background", exc)
         return None
     return str(reply["url"])

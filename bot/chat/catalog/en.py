@@ -1,0 +1,103 @@
+"""English: the bot's original wording, kept word for word (tests and the demo compare it)."""
+
+from __future__ import annotations
+
+MESSAGES: dict[str, str] = {
+    # The job card.
+    "card.title": "{job} · {recipe}",
+    "label.state": "State",
+    "label.instance": "Instance",
+    "label.price": "Price",
+    "label.step": "Step",
+    "label.eta": "ETA",
+    "label.cost": "Cost",
+    "label.checkpoint": "Checkpoint",
+    "label.interruptions": "Interruptions",
+    "label.problem": "Problem",
+    "label.on-call": "On-call",
+    "state.PENDING": "PENDING",
+    "state.PROVISIONING": "PROVISIONING",
+    "state.RUNNING": "RUNNING",
+    "state.INTERRUPTED": "INTERRUPTED",
+    "state.RECOVERING": "RECOVERING",
+    "state.STOPPING": "STOPPING",
+    "state.STOPPED": "STOPPED",
+    "state.SUCCEEDED": "SUCCEEDED",
+    "state.FAILED": "FAILED",
+    "state.RESUME_FAILED": "RESUME_FAILED",
+    "market.spot": "spot",
+    "market.on-demand": "on-demand",
+    "card.instance": "{where} ({market}, attempt {attempt})",
+    "card.launching": "launching…",
+    "card.price": "${price:.2f}/h",
+    "card.loss": " · loss {loss:.4f}",
+    "card.eta.minutes": "{minutes:.0f} min",
+    "card.eta.seconds": "{seconds:.0f}s",
+    "card.cost": "${paid:.4f}{saving}",
+    "card.saving": " · saving {savings:.0%} vs on-demand",
+    "card.checkpoint": "step {step} · {uri}",
+    "card.interruptions": "{count} · {lost} steps lost · {downtime:.0f}s downtime",
+    "card.acked": "acknowledged by {by} at {at}",
+    "card.paged": "paged {sent} time(s), not acknowledged yet",
+    "button.ack": "Acknowledge",
+    "button.stop": "Stop",
+    "button.retry": "Retry",
+    "button.on-demand": "On-demand",
+    # Times and lists inside sentences.
+    "time.format": "%H:%M:%S UTC",
+    "time.unknown": "an unknown time",
+    "list.separator": ", ",
+    "timing.item": "{name} {seconds:.1f}s",
+    "phase.save": "save",
+    "phase.upload": "upload",
+    "phase.total": "total",
+    "action.stop": "stop",
+    "action.drill": "drill",
+    "action.launch": "launch",
+    # Thread messages, alerts and pages, by topic.
+    "topic.interruption-warning": (
+        "⚠️ Spot interruption warning for {job} on {instance} (from {source}); "
+        "the machine goes at {deadline}. Checkpointing now."
+    ),
+    "topic.interrupted.saved": "💾 Checkpoint at step {step} saved before the deadline ({timing}). Relaunching…",
+    "topic.interrupted.late": "💾 Checkpoint at step {step} NOT saved in time ({note}) ({timing}). Relaunching…",
+    "topic.resumed": (
+        "🔁 Resumed on attempt {attempt} in {zone} from step {step}: {lost} steps lost, "
+        "{downtime:.0f}s downtime{skipped}."
+    ),
+    "topic.resumed.new-zone": "a new zone",
+    "topic.resumed.skipped": "; skipped {count} invalid checkpoint(s)",
+    "topic.completed": (
+        "✅ {job} finished: {attempts} attempt(s), {interruptions} interruption(s), {lost} steps lost, "
+        "{downtime:.0f}s downtime, cost ${paid:.4f}{saving}. Output: {output}"
+    ),
+    "topic.completed.saving": ", saved {savings:.0%} against on-demand",
+    "topic.failed": "❌ {job} failed: {reason}",
+    "topic.resume-failed": (
+        "🚨 On-call{again}: {job} could not resume ({reason}). "
+        "Reply `/finetune ack {job}`, then `resume {job}` or `resume {job} on-demand`, or `stop {job}`."
+    ),
+    "topic.resume-failed.again": " (escalation {number} of {steps}, not acknowledged yet)",
+    "topic.drill-started": "🧪 Interruption drill on {instance} started by {by}.",
+    "topic.stop-requested": "⏹️ Stop requested by {by}: checkpointing, then releasing the instance.",
+    "topic.stopped": "⏹️ {job} stopped.",
+    "topic.stopped.kept": "⏹️ {job} stopped; checkpoint at step {step} kept.",
+    "topic.acked": "👀 {by} acknowledged the page for {job} at {at}; the escalation stops.",
+    "topic.resume-requested": "🔁 {by} asked to resume {job} on {market}.",
+    "topic.rebalance": "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early.",
+    "topic.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
+    "topic.instance-gone": ("⚠️ Instance {instance} went away without notice; relaunching from the last checkpoint."),
+    "topic.other-failed": "⚠️ {what} failed for {job}: {reason}",
+    "topic.other-done": "ℹ️ {detail}",
+    "topic.unknown": "{job}: {topic}",
+    # Message titles (the notification preview) and what the chat adapters say themselves.
+    "title.reply": "finetune",
+    "title.card": "{job} · {recipe}",
+    "title.thread": "{job}",
+    "title.alert": "Spot alert · {job}",
+    "title.page": "On-call · {job}",
+    "chat.not-text": "I only read text commands: `@bot /finetune help`",
+    "chat.unknown-button": "This button is not one of the bot's ({action}).",
+    "chat.failed": "Something went wrong on the bot's side; check `/finetune status` before trying again.",
+    "chat.unknown-card": "This card does not belong to a job of the bot.",
+}

@@ -1,0 +1,634 @@
+"""Alibaba Cloud: preemptible ECS instances (or a pool of Auto Scaling groups) running the runner from an image.
+
+A launch uploads the attempt's spec to OSS first (through the runner's own S3-API store, virtual-hosted addressing),
+then starts a preemptible instance whose user-data only points the runner's systemd unit at that object, with the
+bucket's *internal* endpoint. Two modes:
+
+- ``instances``: ``RunInstances`` with ``SpotStrategy`` ``SpotAsPriceGo`` (or ``SpotWithPriceLimit`` when a price
+  limit is configured; ``NoSpot`` for on-demand) over the configured zones and vSwitches. The order comes from the
+  pure :mod:`handlers.placement` over ``DescribeSpotPriceHistory`` (zones where this job was just reclaimed go
+  last; without prices, the configured order); ``OperationDenied.NoStock`` and kin move on to the next candidate
+  (:mod:`handlers.aliyun_placement`), and after ``max_launch_failures`` of them, to on-demand.
+- ``scaling-group``: the guide's setup, a multi-zone ESS scaling group (``deploy/aliyun/finetune.ros.yaml``) per
+  concurrent job. A launch writes the attempt into the group's scaling configuration (user-data, tags, types, spot
+  strategy) and sets the desired capacity to 1; ESS picks the zone and replaces a reclaimed instance by itself.
+  Completion or stop sets it back to 0. A group belongs to the job named in its configuration's tags while it has
+  capacity; a group at 0 is free.
+
+There is no FIS on Alibaba Cloud: a drill writes the runner's control object (``{"action": "drill", "deadline"}``)
+next to the checkpoints, and releases the instance when the grace period is over, as ECS would reclaim it. A stop is
+the same control object with ``{"action": "stop"}``.
+
+Every SDK call runs in a worker thread (:mod:`bot.cloud.aliyun_api`). Prices are in the currency of the account's
+site (CNY on the China site, USD on the international one), per hour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Collection
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from alibabacloud_ecs20140526 import models as ecs_models
+from alibabacloud_ess20220222 import models as ess_models
+
+from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
+from bot.cloud.aliyun_settings import AliyunSettings
+from bot.cloud.base import CloudEventSink, CloudProvider, Instance, LaunchError
+from bot.cloud.user_data import runner_boot_script
+from handlers.aliyun_placement import classify_aliyun_launch_error
+from handlers.jobs import Market
+from handlers.placement import (
+    Candidate,
+    LaunchPlan,
+    SpotPrice,
+    latest_prices,
+    order_on_demand_candidates,
+    order_spot_candidates,
+)
+from handlers.spec import JobSpec
+from runner.notices.control import control_key
+from runner.storage.base import StorageError
+from runner.storage.s3 import S3Store
+
+log = logging.getLogger(__name__)
+
+JOB_TAG = "finetune:job"
+ATTEMPT_TAG = "finetune:attempt"
+LIVE_STATUSES = frozenset({"Pending", "Starting", "Running"})
+_NOT_FOUND = frozenset({"InvalidInstanceId.NotFound", "InvalidInstanceIds.NotFound", "InvalidInstance.NotFound"})
+_PRICE_TTL_SECONDS = 3600.0
+
+_logged_once: set[str] = set()
+
+
+def _log_once(key: str, message: str, *args: object) -> None:
+    """Log a degraded mode once per process, not once per launch."""
+    if key not in _logged_once:
+        _logged_once.add(key)
+        log.warning(message, *args)
+
+
+class AliyunError(RuntimeError):
+    """A drill or a stop the cloud could not do; the message says what to fix."""
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _tags(instance: dict[str, Any]) -> dict[str, str]:
+    return {str(tag.get("TagKey")): str(tag.get("TagValue")) for tag in instance.get("Tags", {}).get("Tag", [])}
+
+
+def _client_token(*parts: object) -> str:
+    """RunInstances' idempotency token: the same request sent again (after no answer) starts nothing new."""
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
+
+
+class AliyunCloud:
+    name = "aliyun"
+    notice: Literal["aws", "aliyun", "none"] = "aliyun"
+
+    def __init__(
+        self, settings: AliyunSettings, on_event: CloudEventSink | None = None, *, report_secret: str | None = None
+    ) -> None:
+        self.settings = settings
+        self.on_event = on_event  # cloud events arrive through the CloudMonitor / EventBridge routes, not from here
+        self.report_secret = report_secret
+        secret = settings.access_key_secret.get_secret_value() if settings.access_key_secret else None
+        self.api = AliyunApi(
+            settings.region,
+            endpoint=settings.endpoint,
+            ess_endpoint=settings.ess_endpoint,
+            access_key_id=settings.access_key_id,
+            access_key_secret=secret,
+        )
+        self._drills: set[asyncio.Task[None]] = set()
+        self._group_lock = asyncio.Lock()
+        self._on_demand: dict[str, tuple[float, float]] = {}  # type -> (price, monotonic time read)
+
+    # -- where things live --------------------------------------------------------------------------------
+
+    def checkpoint_uri(self, job_id: str) -> str:
+        return f"oss://{self.settings.bucket}/{self.settings.prefix}{job_id}/"
+
+    def spec_key(self, job_id: str, attempt: int) -> str:
+        return f"{self.settings.prefix}{job_id}/spec-attempt-{attempt}.json"
+
+    def control_key(self, job_id: str, attempt: int) -> str:
+        """The runner's control object, relative to the bucket (the runner reads it relative to its checkpoints)."""
+        return f"{self.settings.prefix}{job_id}/{control_key(attempt)}"
+
+    # -- launch ---------------------------------------------------------------------------------------------
+
+    async def launch(
+        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+    ) -> Instance:
+        """Start the attempt's instance; LaunchError naming every failed candidate when none would start.
+
+        ``avoid_zones``: zones where this job was just reclaimed or failed; they are tried last.
+        """
+        if not instance_types:
+            raise LaunchError("the recipe lists no instance types for aliyun")
+        spec = self._complete_spec(spec)
+        spec_uri = await self._upload_spec(spec)
+        script = self.user_data(spec_uri)
+        if self.settings.mode == "scaling-group":
+            return await self._launch_in_group(spec, script, instance_types, market, avoid_zones)
+        zones = self._zones()
+        spot: list[Candidate] = []
+        if market == "spot":
+            prices, _ = await self._spot_prices(instance_types)
+            spot = order_spot_candidates(zones, instance_types, None, prices, avoid_zones)
+        plan = LaunchPlan(
+            spot=spot,
+            on_demand=order_on_demand_candidates(zones, instance_types, avoid_zones),
+            max_failures=self.settings.max_launch_failures,
+            classify=classify_aliyun_launch_error,
+        )
+        while (candidate := plan.next()) is not None:
+            where = f"{candidate.market} {candidate.instance_type} in {candidate.zone}"
+            try:
+                instance_id = await self._run_instance(spec, script, candidate)
+            except AliyunApiError as exc:
+                kind = plan.failed(candidate, exc.code, exc.message)
+                log.info("%s attempt %d: %s failed: %s (%s)", spec.job_id, spec.attempt, where, exc.code, kind)
+                continue
+            except AliyunUnavailable as exc:
+                raise LaunchError(f"ECS did not answer RunInstances: {exc}") from exc
+            if plan.fell_back:
+                log.warning("%s attempt %d: no spot capacity (%s)", spec.job_id, spec.attempt, "; ".join(plan.failures))
+            log.info("%s attempt %d: launched %s (%s)", spec.job_id, spec.attempt, instance_id, where)
+            on_demand = await self.on_demand_price(candidate.instance_type)
+            price = candidate.spot_price if candidate.market == "spot" else on_demand
+            return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
+        raise LaunchError(plan.summary())
+
+    def _complete_spec(self, spec: JobSpec) -> JobSpec:
+        """What only this side knows: where runner reports go. The capacity is released by the bot (``terminate``
+        on completion), so the spec asks the runner for no release of its own."""
+        url = self.settings.report_url
+        if url and url not in spec.report:
+            return spec.model_copy(update={"report": [*spec.report, url]})
+        return spec
+
+    def user_data(self, spec_uri: str) -> str:
+        """The boot script: the spec's OSS URI and the bucket's internal endpoint for the runner."""
+        env = {
+            "FINETUNE_SPEC": spec_uri,
+            "FINETUNE_WORK_DIR": self.settings.work_dir,
+            "OSS_ENDPOINT": self.settings.runner_oss_endpoint,
+            "OSS_REGION": self.settings.region,
+        }
+        if self.settings.ram_role:  # the runner reads the role's STS credentials from the instance metadata
+            env["ALIBABA_CLOUD_ECS_METADATA"] = self.settings.ram_role
+        if self.settings.report_url and self.report_secret:
+            env["FINETUNE_REPORT_SECRET"] = self.report_secret
+        return runner_boot_script(env, self.settings.runner_path)
+
+    async def _upload_spec(self, spec: JobSpec) -> str:
+        key = self.spec_key(spec.job_id, spec.attempt)
+        try:
+            await self._put_object(key, spec.model_dump_json().encode())
+        except (StorageError, AliyunUnavailable) as exc:
+            raise LaunchError(f"could not upload the spec to oss://{self.settings.bucket}/{key}: {exc}") from exc
+        return f"oss://{self.settings.bucket}/{key}"
+
+    async def _put_object(self, key: str, data: bytes) -> None:
+        """One object into the bucket with the API's own credentials (fetched per call: STS ones rotate)."""
+        credentials = await self.api.credentials()
+        env = {
+            "OSS_ENDPOINT": self.settings.bot_oss_endpoint,
+            "OSS_REGION": self.settings.region,
+            "FINETUNE_S3_ADDRESSING": self.settings.oss_addressing,
+            "ALIBABA_CLOUD_ACCESS_KEY_ID": credentials.access_key_id,
+            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": credentials.access_key_secret,
+        }
+        if credentials.security_token:
+            env["ALIBABA_CLOUD_SECURITY_TOKEN"] = credentials.security_token
+        store = S3Store(f"oss://{self.settings.bucket}/", env=env)
+        try:
+            await store.put_bytes(key, data)
+        finally:
+            await store.close()
+
+    def _zones(self) -> list[str]:
+        """Candidate zones in preference order: ``zones`` first, then the other zones with a vSwitch."""
+        return list(self.settings.zones) + [zone for zone in self.settings.vswitches if zone not in self.settings.zones]
+
+    async def _run_instance(self, spec: JobSpec, script: str, candidate: Candidate) -> str:
+        settings = self.settings
+        spot = candidate.market == "spot"
+        request = ecs_models.RunInstancesRequest(
+            region_id=settings.region,
+            zone_id=candidate.zone,
+            v_switch_id=settings.vswitches.get(candidate.zone),
+            instance_type=candidate.instance_type,
+            image_id=settings.image_id,
+            security_group_ids=list(settings.security_group_ids) or None,
+            instance_charge_type="PostPaid",
+            spot_strategy=self._spot_strategy(candidate.market),
+            spot_price_limit=settings.spot_price_limit if spot else None,
+            spot_duration=settings.spot_duration if spot else None,
+            spot_interruption_behavior="Terminate" if spot else None,
+            internet_max_bandwidth_out=0,
+            user_data=base64.b64encode(script.encode()).decode(),
+            ram_role_name=settings.ram_role,
+            key_pair_name=settings.key_pair,
+            instance_name=f"finetune-{spec.job_id}-{spec.attempt}",
+            tag=[
+                ecs_models.RunInstancesRequestTag(key=JOB_TAG, value=spec.job_id),
+                ecs_models.RunInstancesRequestTag(key=ATTEMPT_TAG, value=str(spec.attempt)),
+            ],
+            amount=1,
+            client_token=_client_token(spec.job_id, spec.attempt, candidate.zone, candidate.instance_type, spot),
+        )
+        if settings.system_disk_category or settings.system_disk_size:
+            request.system_disk = ecs_models.RunInstancesRequestSystemDisk(
+                category=settings.system_disk_category, size=settings.system_disk_size
+            )
+        try:
+            reply = await self.api.ecs("run_instances", request)
+        except AliyunUnavailable:
+            # No answer: ECS may have started it all the same. The same client token returns that instance
+            # instead of starting a second one.
+            reply = await self.api.ecs("run_instances", request)
+        ids = reply.get("InstanceIdSets", {}).get("InstanceIdSet", [])
+        if not ids:
+            raise AliyunApiError("RunInstances", "NoInstance", "ECS answered without an instance id")
+        return str(ids[0])
+
+    def _spot_strategy(self, market: Market) -> str:
+        if market != "spot":
+            return "NoSpot"
+        return "SpotWithPriceLimit" if self.settings.spot_price_limit else "SpotAsPriceGo"
+
+    # -- prices ---------------------------------------------------------------------------------------------
+
+    async def _spot_prices(self, instance_types: list[str]) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
+        """The current spot price per (zone, type) in our zones, and the on-demand ("origin") price per type, from
+        ``DescribeSpotPriceHistory`` (one call per type, concurrently). Empty when ECS will not say: the zones are
+        then tried in the configured order."""
+        zones = set(self._zones())
+
+        async def history(instance_type: str) -> list[dict[str, Any]]:
+            request = ecs_models.DescribeSpotPriceHistoryRequest(
+                region_id=self.settings.region, instance_type=instance_type, network_type="vpc", ostype="linux"
+            )
+            reply = await self.api.ecs("describe_spot_price_history", request)
+            return list(reply.get("SpotPrices", {}).get("SpotPriceType", []))
+
+        try:
+            replies = await asyncio.gather(*(history(instance_type) for instance_type in instance_types))
+            points: list[SpotPrice] = []
+            origin: dict[str, tuple[datetime, float]] = {}
+            for item in (item for reply in replies for item in reply):
+                zone, instance_type = str(item["ZoneId"]), str(item["InstanceType"])
+                at = datetime.fromisoformat(str(item["Timestamp"]).replace("Z", "+00:00"))
+                if zone in zones:
+                    points.append(SpotPrice(zone, instance_type, float(item["SpotPrice"]), at))
+                if item.get("OriginPrice") is not None and (
+                    instance_type not in origin or at > origin[instance_type][0]
+                ):
+                    origin[instance_type] = (at, float(item["OriginPrice"]))
+        except (AliyunApiError, AliyunUnavailable, KeyError, TypeError, ValueError) as exc:
+            _log_once("spot-prices", "spot price history unavailable (%s); zones ordered without prices", exc)
+            return {}, {}
+        origins = {instance_type: price for instance_type, (_, price) in origin.items()}
+        now = time.monotonic()
+        for instance_type, price in origins.items():
+            self._on_demand.setdefault(instance_type, (price, now))
+        return latest_prices(points), origins
+
+    async def on_demand_price(self, instance_type: str) -> float | None:
+        """Pay-as-you-go $/h of the type: configured, else ``DescribePrice`` (cached for an hour), else the origin
+        price of the spot history; None when nothing says."""
+        configured = self.settings.on_demand_prices.get(instance_type)
+        if configured is not None:
+            return configured
+        cached = self._on_demand.get(instance_type)
+        if cached is not None and time.monotonic() - cached[1] < _PRICE_TTL_SECONDS:
+            return cached[0]
+        request = ecs_models.DescribePriceRequest(
+            region_id=self.settings.region,
+            resource_type="instance",
+            instance_type=instance_type,
+            instance_network_type="vpc",
+            price_unit="Hour",
+            amount=1,
+        )
+        if self.settings.system_disk_category:
+            request.system_disk = ecs_models.DescribePriceRequestSystemDisk(category=self.settings.system_disk_category)
+        try:
+            reply = await self.api.ecs("describe_price", request)
+            price_info = reply["PriceInfo"]["Price"]
+            price = float(price_info.get("TradePrice", price_info.get("OriginalPrice")))
+        except (AliyunApiError, AliyunUnavailable, KeyError, TypeError, ValueError) as exc:
+            _log_once(f"price:{instance_type}", "no on-demand price for %s (%s)", instance_type, exc)
+            return cached[0] if cached is not None else None
+        self._on_demand[instance_type] = (price, time.monotonic())
+        return price
+
+    async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
+        """Spot: the lowest current price of these types in our zones; on-demand: the lowest pay-as-you-go price."""
+        if market == "spot":
+            prices, _ = await self._spot_prices(instance_types)
+            if prices:
+                return min(prices.values())
+        listed = [price for price in [await self.on_demand_price(t) for t in instance_types] if price is not None]
+        return min(listed) if listed else None
+
+    # -- scaling-group mode ---------------------------------------------------------------------------------
+
+    async def _launch_in_group(
+        self, spec: JobSpec, script: str, instance_types: list[str], market: Market, avoid_zones: Collection[str]
+    ) -> Instance:
+        """Write the attempt into a free (or this job's) group's configuration, then desired capacity 1.
+
+        A relaunch first sets the group to 0, so a replacement ESS started by itself from the older attempt's
+        configuration is not left running next to the new attempt.
+        """
+        async with self._group_lock:  # two launches must not claim the same free group
+            group = await self._claim_group(spec.job_id)
+            group_id = str(group["ScalingGroupId"])
+            config_id = group.get("ActiveScalingConfigurationId")
+            if not config_id:
+                raise LaunchError(f"scaling group {group_id} has no active scaling configuration: enable it first")
+            try:
+                before = {str(item["InstanceId"]) for item in await self._group_instances(group_id)}
+                if before or group.get("DesiredCapacity"):
+                    await self._set_desired(group_id, 0)
+                await self.api.ess(
+                    "modify_scaling_configuration",
+                    self._configuration(spec, script, instance_types, market, str(config_id)),
+                )
+                ordered = [z for z in self._zones() if z not in avoid_zones] + [
+                    z for z in self._zones() if z in avoid_zones
+                ]
+                vswitches = [self.settings.vswitches[zone] for zone in ordered] or None
+                await self.api.ess(
+                    "modify_scaling_group",
+                    ess_models.ModifyScalingGroupRequest(
+                        scaling_group_id=group_id,
+                        min_size=0,
+                        max_size=max(1, int(group.get("MaxSize") or 1)),
+                        desired_capacity=1,
+                        v_switch_ids=vswitches,
+                    ),
+                )
+            except (AliyunApiError, AliyunUnavailable) as exc:
+                raise LaunchError(f"could not set up scaling group {group_id}: {exc}") from exc
+        instance_id = await self._wait_for_group_instance(group_id, before)
+        described = await self._describe(instance_id) or {}
+        instance_type = str(described.get("InstanceType") or instance_types[0])
+        zone = str(described.get("ZoneId") or "")
+        on_demand = await self.on_demand_price(instance_type)
+        price = on_demand
+        if market == "spot":
+            price = (await self._spot_prices([instance_type]))[0].get((zone, instance_type))
+        log.info(
+            "%s attempt %d: group %s launched %s (%s in %s)",
+            spec.job_id,
+            spec.attempt,
+            group_id,
+            instance_id,
+            instance_type,
+            zone,
+        )
+        return Instance(instance_id, instance_type, zone, market, price, on_demand)
+
+    def _configuration(
+        self, spec: JobSpec, script: str, instance_types: list[str], market: Market, config_id: str
+    ) -> Any:
+        limit = self.settings.spot_price_limit if market == "spot" else None
+        return ess_models.ModifyScalingConfigurationRequest(
+            scaling_configuration_id=config_id,
+            user_data=base64.b64encode(script.encode()).decode(),
+            tags=json.dumps({JOB_TAG: spec.job_id, ATTEMPT_TAG: str(spec.attempt)}),
+            instance_types=list(instance_types),
+            instance_name=f"finetune-{spec.job_id}-{spec.attempt}",
+            spot_strategy=self._spot_strategy(market),
+            spot_price_limits=[
+                ess_models.ModifyScalingConfigurationRequestSpotPriceLimits(instance_type=t, price_limit=limit)
+                for t in instance_types
+            ]
+            if limit
+            else None,
+            spot_duration=self.settings.spot_duration if market == "spot" else None,
+        )
+
+    async def _claim_group(self, job_id: str) -> dict[str, Any]:
+        """This job's group (its configuration is tagged with the job), else a free one (desired 0, no instances);
+        LaunchError saying who holds them when every group is busy."""
+        try:
+            reply = await self.api.ess(
+                "describe_scaling_groups",
+                ess_models.DescribeScalingGroupsRequest(
+                    region_id=self.settings.region, scaling_group_ids=list(self.settings.scaling_groups)
+                ),
+            )
+            groups = {str(g["ScalingGroupId"]): g for g in reply.get("ScalingGroups", [])}
+            free: list[dict[str, Any]] = []
+            busy: list[str] = []
+            for group_id in self.settings.scaling_groups:
+                group = groups.get(group_id)
+                if group is None:
+                    busy.append(f"{group_id} does not exist")
+                    continue
+                if group.get("LifecycleState") not in (None, "Active"):
+                    busy.append(f"{group_id} is {group.get('LifecycleState')}")
+                    continue
+                owner = await self._group_owner(group_id, group.get("ActiveScalingConfigurationId"))
+                if owner == job_id:
+                    return dict(group)
+                if not group.get("DesiredCapacity") and not group.get("TotalCapacity"):
+                    free.append(dict(group))
+                else:
+                    busy.append(f"{group_id} runs {owner or 'something else'}")
+        except (AliyunApiError, AliyunUnavailable) as exc:
+            raise LaunchError(f"could not read the scaling groups: {exc}") from exc
+        if free:
+            return free[0]
+        raise LaunchError("every scaling group is busy: " + "; ".join(busy))
+
+    async def _group_owner(self, group_id: str, config_id: object) -> str | None:
+        if not config_id:
+            return None
+        reply = await self.api.ess(
+            "describe_scaling_configurations",
+            ess_models.DescribeScalingConfigurationsRequest(
+                region_id=self.settings.region, scaling_group_id=group_id, scaling_configuration_ids=[str(config_id)]
+            ),
+        )
+        for config in reply.get("ScalingConfigurations", []):
+            for tag in config.get("Tags") or []:
+                if tag.get("Key") == JOB_TAG:
+                    return str(tag.get("Value"))
+        return None
+
+    async def _group_instances(self, group_id: str, instance_ids: list[str] | None = None) -> list[dict[str, Any]]:
+        reply = await self.api.ess(
+            "describe_scaling_instances",
+            ess_models.DescribeScalingInstancesRequest(
+                region_id=self.settings.region, scaling_group_id=group_id, instance_ids=instance_ids, page_size=50
+            ),
+        )
+        return list(reply.get("ScalingInstances", []))
+
+    async def _set_desired(self, group_id: str, desired: int) -> None:
+        await self.api.ess(
+            "modify_scaling_group",
+            ess_models.ModifyScalingGroupRequest(scaling_group_id=group_id, min_size=0, desired_capacity=desired),
+        )
+
+    async def _wait_for_group_instance(self, group_id: str, before: set[str]) -> str:
+        deadline = time.monotonic() + self.settings.group_wait_seconds
+        while True:
+            try:
+                for item in await self._group_instances(group_id):
+                    instance_id = str(item.get("InstanceId") or "")
+                    if instance_id and instance_id not in before and item.get("LifecycleState") != "Removing":
+                        return instance_id
+            except (AliyunApiError, AliyunUnavailable) as exc:
+                log.warning("describing the instances of group %s failed: %s", group_id, exc)
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(self.settings.group_poll_seconds)
+        why = await self._last_activity(group_id)
+        try:  # no instance nobody tracks may turn up later
+            await self._set_desired(group_id, 0)
+        except (AliyunApiError, AliyunUnavailable) as exc:
+            log.warning("could not set group %s back to 0: %s", group_id, exc)
+        raise LaunchError(
+            f"scaling group {group_id} launched no instance within {self.settings.group_wait_seconds:g} s"
+            + (f" (last activity: {why})" if why else "")
+        )
+
+    async def _last_activity(self, group_id: str) -> str:
+        try:
+            reply = await self.api.ess(
+                "describe_scaling_activities",
+                ess_models.DescribeScalingActivitiesRequest(
+                    region_id=self.settings.region, scaling_group_id=group_id, page_size=10
+                ),
+            )
+        except (AliyunApiError, AliyunUnavailable):
+            return ""
+        activities = reply.get("ScalingActivities", [])
+        if not activities:
+            return ""
+        latest = activities[0]
+        return str(latest.get("StatusMessage") or latest.get("Description") or latest.get("StatusCode") or "")
+
+    async def _group_of(self, instance_id: str) -> str | None:
+        """The configured scaling group holding the instance, if any."""
+        for group_id in self.settings.scaling_groups:
+            if await self._group_instances(group_id, [instance_id]):
+                return group_id
+        return None
+
+    # -- instances after launch -----------------------------------------------------------------------------
+
+    async def _describe(self, instance_id: str) -> dict[str, Any] | None:
+        reply = await self.api.ecs(
+            "describe_instances",
+            ecs_models.DescribeInstancesRequest(region_id=self.settings.region, instance_ids=json.dumps([instance_id])),
+        )
+        for instance in reply.get("Instances", {}).get("Instance", []):
+            if instance.get("InstanceId") == instance_id:
+                return dict(instance)
+        return None
+
+    async def _job_of(self, instance_id: str) -> tuple[dict[str, Any], str, int]:
+        """The instance, its job id and attempt number, from the tags the launch put on it."""
+        try:
+            instance = await self._describe(instance_id)
+        except (AliyunApiError, AliyunUnavailable) as exc:
+            raise AliyunError(f"could not look up instance {instance_id}: {exc}") from exc
+        if instance is None:
+            raise AliyunError(f"instance {instance_id} does not exist")
+        tags = _tags(instance)
+        job_id, attempt = tags.get(JOB_TAG), tags.get(ATTEMPT_TAG, "")
+        if not job_id or not attempt.isdigit():
+            raise AliyunError(f"instance {instance_id} has no {JOB_TAG} / {ATTEMPT_TAG} tags: not launched by this bot")
+        return instance, job_id, int(attempt)
+
+    async def terminate(self, instance_id: str) -> None:
+        """Release the instance (a missing one is fine); in scaling-group mode its group goes to desired 0 first,
+        so ESS does not replace it."""
+        if self.settings.mode == "scaling-group":
+            group_id = await self._group_of(instance_id)
+            if group_id is not None:
+                try:
+                    await self._set_desired(group_id, 0)
+                except AliyunApiError as exc:
+                    log.warning("could not set group %s to 0: %s", group_id, exc)
+        await self._delete(instance_id)
+
+    async def _delete(self, instance_id: str) -> None:
+        try:
+            await self.api.ecs("delete_instance", ecs_models.DeleteInstanceRequest(instance_id=instance_id, force=True))
+        except AliyunApiError as exc:
+            if exc.code not in _NOT_FOUND:
+                raise
+
+    async def stop_runner(self, instance_id: str) -> None:
+        """Ask the runner to checkpoint and stop: ``{"action": "stop"}`` in its control object on OSS."""
+        _, job_id, attempt = await self._job_of(instance_id)
+        await self._write_control(job_id, attempt, {"action": "stop"})
+
+    async def drill(self, instance_id: str) -> str:
+        """An interruption drill: the runner's control object announces a reclaim at now + grace (the runner then
+        behaves exactly as on ECS's own notice), and the instance is released when the grace period is over."""
+        instance, job_id, attempt = await self._job_of(instance_id)
+        status = str(instance.get("Status", ""))
+        if status not in LIVE_STATUSES:
+            raise AliyunError(f"instance {instance_id} is {status or 'gone'}: nothing to interrupt")
+        grace = self.settings.drill_grace_seconds
+        deadline = datetime.now(UTC) + timedelta(seconds=grace)
+        key = await self._write_control(job_id, attempt, {"action": "drill", "deadline": _stamp(deadline)})
+        task = asyncio.create_task(self._release_after(instance_id, grace), name=f"drill:{instance_id}")
+        self._drills.add(task)
+        task.add_done_callback(self._drills.discard)
+        return (
+            f"drill: interruption notice for {instance_id} ({job_id} attempt {attempt}) written to "
+            f"oss://{self.settings.bucket}/{key}; the instance is released at {deadline:%H:%M:%S} UTC"
+        )
+
+    async def _write_control(self, job_id: str, attempt: int, command: dict[str, str]) -> str:
+        key = self.control_key(job_id, attempt)
+        try:
+            await self._put_object(key, json.dumps(command).encode())
+        except (StorageError, AliyunUnavailable) as exc:
+            raise AliyunError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
+        return key
+
+    async def _release_after(self, instance_id: str, seconds: float) -> None:
+        """What ECS does at the end of a reclaim notice: the instance goes (a scaling group replaces it)."""
+        await asyncio.sleep(seconds)
+        try:
+            await self._delete(instance_id)
+        except (AliyunApiError, AliyunUnavailable) as exc:
+            log.warning("drill: could not release %s: %s", instance_id, exc)
+            return
+        log.info("drill: released %s after %g s", instance_id, seconds)
+
+    async def close(self) -> None:
+        """Cancel pending drill releases (the instance then lives on; its runner has already checkpointed)."""
+        for task in list(self._drills):
+            task.cancel()
+        await asyncio.gather(*self._drills, return_exceptions=True)
+        self._drills.clear()
+
+
+if TYPE_CHECKING:  # AliyunCloud must stay a CloudProvider (mypy checks this line)
+
+    def _is_provider(cloud: AliyunCloud) -> CloudProvider:
+        return cloud

@@ -1,0 +1,136 @@
+"""Alibaba Cloud's official ECS and ESS SDKs, called off the event loop, with their errors made plain.
+
+The SDKs (``alibabacloud_ecs20140526``, ``alibabacloud_ess20220222``) block on every call, so each call runs in a
+worker thread (``asyncio.to_thread``). Their answers come back as the API's own JSON (``body.to_map()``): the
+field names are those of Alibaba's API reference, which keeps the provider readable next to the docs.
+
+Errors: an answer with an error ``Code`` becomes :class:`AliyunApiError` (code and message); no answer at all
+(connection refused, timeout) becomes :class:`AliyunUnavailable`. SDK retries are off: the provider decides what
+a failure means (RunInstances moves on to the next zone rather than retrying the same one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from alibabacloud_credentials.client import Client as CredentialClient
+from alibabacloud_ecs20140526.client import Client as EcsClient
+from alibabacloud_ess20220222.client import Client as EssClient
+from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
+from alibabacloud_tea_openapi.utils_models import Config
+from darabonba.runtime import RuntimeOptions
+from Tea.exceptions import TeaException
+
+from bot.cloud.aliyun_settings import endpoint_parts
+
+CONNECT_TIMEOUT_MS = 5_000
+READ_TIMEOUT_MS = 30_000
+
+
+class AliyunApiError(RuntimeError):
+    """The API answered with an error ``code`` (``OperationDenied.NoStock``, ``Forbidden.RAM``, …)."""
+
+    def __init__(self, action: str, code: str, message: str) -> None:
+        super().__init__(f"{action}: {code}: {message}")
+        self.action = action
+        self.code = code
+        self.message = message
+
+
+class AliyunUnavailable(RuntimeError):
+    """The API did not answer (network, timeout, a broken reply)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    access_key_id: str
+    access_key_secret: str
+    security_token: str | None = None
+
+
+class AliyunApi:
+    """One ECS and one ESS client for a region. Credentials: the given key pair, else ``ALIBABA_CLOUD_ACCESS_KEY_ID``
+    / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET`` (/ ``ALIBABA_CLOUD_SECURITY_TOKEN``), else the SDK's default chain (the
+    credentials file, the ECS RAM role of the machine the bot runs on, …)."""
+
+    def __init__(
+        self,
+        region: str,
+        *,
+        endpoint: str | None = None,
+        ess_endpoint: str | None = None,
+        access_key_id: str | None = None,
+        access_key_secret: str | None = None,
+    ) -> None:
+        self.region = region
+        if not (access_key_id and access_key_secret):  # the standard variables, read now (the SDK reads them
+            access_key_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID")  # once, when it is first imported)
+            access_key_secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET")
+            token = os.environ.get("ALIBABA_CLOUD_SECURITY_TOKEN") or None
+        else:
+            token = None
+        if access_key_id and access_key_secret:
+            self._static: Credentials | None = Credentials(access_key_id, access_key_secret, token)
+            self._chain: Any = None
+        else:
+            self._static = None
+            self._chain = _default_chain()
+        self._ecs = EcsClient(self._config(endpoint))
+        self._ess = EssClient(self._config(ess_endpoint))
+        self._runtime = RuntimeOptions(
+            autoretry=False, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS
+        )
+
+    def _config(self, endpoint: str | None) -> Config:
+        config = Config(region_id=self.region, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS)
+        if self._static is not None:
+            config.access_key_id = self._static.access_key_id
+            config.access_key_secret = self._static.access_key_secret
+            config.security_token = self._static.security_token
+        else:
+            config.credential = self._chain
+        if endpoint:  # else the SDK's own regional endpoint (ecs.<region>.aliyuncs.com, ess.aliyuncs.com)
+            config.protocol, config.endpoint = endpoint_parts(endpoint)
+        return config
+
+    async def ecs(self, action: str, request: Any) -> dict[str, Any]:
+        """Call ECS ``action`` (the SDK's snake-case name, e.g. ``run_instances``); the answer's JSON."""
+        return await self._call(self._ecs, action, request)
+
+    async def ess(self, action: str, request: Any) -> dict[str, Any]:
+        """Call Auto Scaling (ESS, API 2022-02-22) ``action``; the answer's JSON."""
+        return await self._call(self._ess, action, request)
+
+    async def credentials(self) -> Credentials:
+        """The key pair (and STS token) in use now, for the OSS client that shares them."""
+        if self._static is not None:
+            return self._static
+        try:
+            found = await asyncio.to_thread(self._chain.get_credential)
+        except Exception as exc:  # the chain raises plain exceptions of several kinds when it finds nothing
+            raise AliyunUnavailable(f"no Alibaba Cloud credentials: {exc}") from exc
+        return Credentials(found.access_key_id, found.access_key_secret, found.security_token or None)
+
+    async def _call(self, client: Any, action: str, request: Any) -> dict[str, Any]:
+        method = getattr(client, f"{action}_with_options")
+        name = "".join(part.capitalize() for part in action.split("_"))
+        try:
+            response = await asyncio.to_thread(method, request, self._runtime)
+        except AlibabaCloudException as exc:
+            data = exc.data if isinstance(exc.data, dict) else {}
+            message = str(data.get("Message") or data.get("message") or exc.message or "")
+            raise AliyunApiError(name, str(exc.code or "Unknown"), message) from exc
+        except TeaException as exc:  # the SDK's wrapper for "no answer" (UnretryableException and kin)
+            raise AliyunUnavailable(f"{name}: no answer from Alibaba Cloud: {exc}") from exc
+        except OSError as exc:
+            raise AliyunUnavailable(f"{name}: no answer from Alibaba Cloud: {exc}") from exc
+        body: dict[str, Any] = response.body.to_map() if response.body is not None else {}
+        return body
+
+
+def _default_chain() -> Any:
+    """The SDK's default credential chain; it looks for credentials on first use and raises if it finds none."""
+    return CredentialClient()

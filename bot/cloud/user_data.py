@@ -1,0 +1,44 @@
+"""The boot script every cloud instance gets: point the runner's systemd unit at this attempt's spec, start it.
+
+It installs nothing: the image carries the runner (``deploy/systemd/finetune-runner.service`` reads
+``/etc/finetune-runner.env``), and an image without it fails here, loudly, in the console output. The environment
+file is written with umask 077 because it may hold the report-signing secret.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+RUNNER_UNIT = "finetune-runner.service"
+RUNNER_ENV_FILE = "/etc/finetune-runner.env"
+_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_ENV_VALUE = re.compile(r"^[A-Za-z0-9._:/@%+=,~!^&*?()\[\]{}|<>;-]*$")  # no quote, backslash, $, space, #
+
+
+def runner_boot_script(env: Mapping[str, str], runner_path: str) -> str:
+    """The script; ValueError for a path or an environment entry that could break out of the heredoc."""
+    if not _SAFE_PATH.match(runner_path):
+        raise ValueError(f"runner path {runner_path!r} must be an absolute path of letters, digits and . _ / -")
+    for name, value in env.items():
+        if not _ENV_NAME.match(name) or not _ENV_VALUE.match(value):
+            raise ValueError(f"environment entry {name} has characters a boot script must not carry")
+    runner = f"{runner_path}/bin/finetune-runner"
+    lines = [
+        "#!/bin/bash",
+        "# finetune-chatops: start the runner baked into the image on this attempt's spec.",
+        "set -euo pipefail",
+        f"if [ ! -x '{runner}' ]; then",
+        f"  echo 'finetune-chatops: {runner} is missing: launch an image with the runner installed' >&2",
+        "  exit 1",
+        "fi",
+        "umask 077",
+        f"cat > {RUNNER_ENV_FILE} <<'ENV'",
+        *(f"{name}={value}" for name, value in env.items()),
+        "ENV",
+        "systemctl daemon-reload",
+        f"systemctl enable --now {RUNNER_UNIT}",
+        "",
+    ]
+    return "\n".join(lines)

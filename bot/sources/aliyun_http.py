@@ -1,0 +1,119 @@
+"""Alibaba Cloud event intake on the bot's HTTP server: ``POST /aliyun/cloudmonitor`` and ``POST /aliyun/eventbridge``.
+
+CloudMonitor webhooks are not signed, so these routes trust a request only when it
+
+1. comes from an allowed source address, when a list of networks is configured — else 403;
+2. carries the shared secret token, as ``?token=…`` in the URL (what a CloudMonitor push channel or an EventBridge
+   HTTP target can be given), an ``X-Finetune-Token`` header or ``Authorization: Bearer …``; compared in constant
+   time — else 401;
+3. holds an event :mod:`handlers.aliyun_events` understands — else 400 (logged with the body).
+
+Only then is anything published to the bus. A bus that cannot take the message gets 503, so the sender retries;
+redeliveries are harmless since the bus messages carry ids derived from the event. The source address is the peer
+of the TCP connection: behind a reverse proxy it is the proxy's, so list the proxy's address there.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable, Collection
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from handlers.aliyun_events import UnrecognisedEvent, parse_cloudmonitor, parse_eventbridge
+from handlers.messages import CloudEvent, dump_message
+
+log = logging.getLogger(__name__)
+
+CLOUDMONITOR_PATH = "/aliyun/cloudmonitor"
+EVENTBRIDGE_PATH = "/aliyun/eventbridge"
+TOKEN_HEADER = "X-Finetune-Token"
+MIN_TOKEN_LENGTH = 16
+
+Publish = Callable[[dict[str, Any]], Awaitable[str]]
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Parser = Callable[[bytes, datetime], list[CloudEvent]]
+
+
+def parse_networks(value: str) -> list[Network]:
+    """``"100.100.0.0/16, 10.0.0.5"`` → networks; ValueError naming the bad entry."""
+    networks: list[Network] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"{item!r} is not an IP address or network (CIDR)") from exc
+    return networks
+
+
+def aliyun_routes(
+    publish: Publish,
+    token: str,
+    sources: Collection[Network] = (),
+    *,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> list[web.RouteDef]:
+    """The routes to mount on the bot's app (``app.add_routes(aliyun_routes(...))``).
+
+    ``token`` must be at least 16 characters: it is all that stands between the internet and the bus. An empty
+    ``sources`` accepts every address (the token still applies).
+    """
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ValueError(f"the Alibaba webhook token must be at least {MIN_TOKEN_LENGTH} characters")
+    expected = token.encode()
+    allowed = tuple(sources)
+
+    def handler(parse: Parser, what: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def receive(request: web.Request) -> web.Response:
+            if allowed and not _address_allowed(request.remote, allowed):
+                return _refuse(request, 403, f"source address {request.remote} is not allowed")
+            if not hmac.compare_digest(_token_of(request).encode(), expected):
+                return _refuse(request, 401, "missing or wrong token")
+            raw = await request.read()
+            try:
+                messages = parse(raw, clock())
+            except UnrecognisedEvent as exc:
+                log.warning("unrecognised %s from %s: %s; body: %s", what, request.remote, exc.reason, raw[:4000])
+                return web.json_response({"error": "unrecognised event", "reason": exc.reason}, status=400)
+            try:
+                for message in messages:
+                    await publish(dump_message(message))
+            except Exception:
+                log.exception("could not publish an %s: asking the sender to retry", what)
+                return web.json_response({"error": "bus unavailable, retry"}, status=503)
+            return web.json_response({"accepted": [message.id for message in messages]})
+
+        return receive
+
+    return [
+        web.post(CLOUDMONITOR_PATH, handler(parse_cloudmonitor, "CloudMonitor event")),
+        web.post(EVENTBRIDGE_PATH, handler(parse_eventbridge, "EventBridge event")),
+    ]
+
+
+def _token_of(request: web.Request) -> str:
+    authorization = request.headers.get("Authorization", "")
+    if authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return request.headers.get(TOKEN_HEADER) or request.query.get("token") or ""
+
+
+def _address_allowed(remote: str | None, allowed: tuple[Network, ...]) -> bool:
+    try:
+        address = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in allowed)
+
+
+def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
+    log.warning("refused an Alibaba event push to %s from %s: %s", request.path, request.remote, reason)
+    return web.json_response({"error": reason}, status=status)

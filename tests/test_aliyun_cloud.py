@@ -1,0 +1,488 @@
+"""AliyunCloud with Alibaba's own SDKs against a local ECS / ESS OpenAPI endpoint (tests/aliyun_fakes.py), which
+checks their ACS3 signatures, and moto in server mode as the S3-API bucket standing in for OSS.
+
+The fake supplies: instances with tags and user-data, sold-out zones, unsupported types, spot and pay-as-you-go
+prices, scaling groups that follow their desired capacity over vSwitches in priority order. moto supplies the
+bucket the spec and the runner's control object go to; the runner's own control-object reader reads them back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from pydantic import ValidationError
+
+import bot.cloud.aliyun as aliyun_module
+from bot.cloud.aliyun import AliyunCloud, AliyunError
+from bot.cloud.aliyun_settings import AliyunSettings
+from bot.cloud.base import LaunchError
+from handlers.spec import JobSpec, parse_spec
+from runner.notices.control import ControlObjectSource
+from runner.storage.s3 import S3Store
+from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
+
+REGION = "cn-hangzhou"
+BUCKET = "ft-oss"
+GPU = "ecs.gn7i-c8g1.2xlarge"
+GPU_BIG = "ecs.gn7i-c16g1.4xlarge"
+VSWITCHES = {"cn-hangzhou-j": "vsw-j", "cn-hangzhou-k": "vsw-k", "cn-hangzhou-h": "vsw-h"}
+ZONES = list(VSWITCHES)
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeAliyun]:
+    monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")  # never ask a real metadata service
+    monkeypatch.setattr(aliyun_module, "_logged_once", set())
+    started = await FakeAliyun(REGION).start()
+    started.vswitch_zones = {vswitch: zone for zone, vswitch in VSWITCHES.items()}
+    started.spot_prices = {
+        ("cn-hangzhou-j", GPU): 3.0,
+        ("cn-hangzhou-k", GPU): 2.0,
+        ("cn-hangzhou-h", GPU): 2.5,
+        ("cn-hangzhou-j", GPU_BIG): 5.0,
+    }
+    started.on_demand_prices = {GPU: 10.0, GPU_BIG: 18.0}
+    yield started
+    await started.stop()
+
+
+@pytest.fixture
+def bucket(aws: str) -> Any:
+    s3 = boto3.client("s3", endpoint_url=aws)
+    s3.create_bucket(Bucket=BUCKET)
+    return s3
+
+
+@pytest.fixture
+async def make_cloud(fake: FakeAliyun, bucket: Any, aws: str) -> AsyncIterator[Callable[..., AliyunCloud]]:
+    clouds: list[AliyunCloud] = []
+
+    def make(**changes: Any) -> AliyunCloud:
+        cloud = AliyunCloud(settings(fake, aws, **changes), report_secret="report-secret-for-tests")
+        clouds.append(cloud)
+        return cloud
+
+    yield make
+    for cloud in clouds:
+        await cloud.close()
+
+
+def settings(fake: FakeAliyun, oss: str, **changes: Any) -> AliyunSettings:
+    values: dict[str, Any] = {
+        "region": REGION,
+        "bucket": BUCKET,
+        "endpoint": fake.endpoint,
+        "ess_endpoint": fake.endpoint,
+        "access_key_id": ACCESS_KEY_ID,
+        "access_key_secret": ACCESS_KEY_SECRET,
+        "oss_endpoint": oss,
+        "oss_addressing": "path",  # moto on 127.0.0.1 has no bucket host names
+        "vswitches": VSWITCHES,
+        "zones": ZONES,
+        "security_group_ids": ["sg-runner"],
+        "image_id": "m-finetune-runner",
+        "ram_role": "finetune-runner",
+        "drill_grace_seconds": 0.3,
+        "group_poll_seconds": 0.05,
+        "group_wait_seconds": 3,
+    }
+    values.update(changes)
+    return AliyunSettings(**values)
+
+
+def job_spec(cloud: AliyunCloud, job_id: str = "ft-abc1", attempt: int = 1) -> JobSpec:
+    return JobSpec(
+        version=1,
+        job_id=job_id,
+        attempt=attempt,
+        command=["python", "-m", "runner.hf.tiny"],
+        checkpoint_uri=cloud.checkpoint_uri(job_id),
+        notice="aliyun",
+    )
+
+
+def oss_store(oss: str, prefix: str) -> S3Store:
+    """The runner's own store on the bucket, configured as a runner on ECS would be (but path-style on moto)."""
+    env = {
+        "OSS_ENDPOINT": oss,
+        "OSS_REGION": REGION,
+        "FINETUNE_S3_ADDRESSING": "path",
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": "runner",
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "runner-secret",
+    }
+    return S3Store(f"oss://{BUCKET}/{prefix}", env=env)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+# -- settings -------------------------------------------------------------------------------------------------
+
+
+def test_settings_say_what_is_missing() -> None:
+    base: dict[str, Any] = {"region": REGION, "bucket": BUCKET}
+    with pytest.raises(ValidationError, match="image_id"):
+        AliyunSettings(**base, vswitches=VSWITCHES)
+    with pytest.raises(ValidationError, match="vswitches"):
+        AliyunSettings(**base, image_id="m-1")
+    with pytest.raises(ValidationError, match="scaling_groups"):
+        AliyunSettings(**base, mode="scaling-group")
+    with pytest.raises(ValidationError, match="no vSwitch"):
+        AliyunSettings(**base, image_id="m-1", vswitches=VSWITCHES, zones=["cn-hangzhou-z"])
+    with pytest.raises(ValidationError, match="region"):
+        AliyunSettings(**{**base, "region": "Hangzhou"}, image_id="m-1", vswitches=VSWITCHES)
+    with pytest.raises(ValidationError, match="endpoint"):
+        AliyunSettings(**base, image_id="m-1", vswitches=VSWITCHES, endpoint="ftp://ecs.example.com")
+    with pytest.raises(ValidationError, match="both"):
+        AliyunSettings(**base, image_id="m-1", vswitches=VSWITCHES, access_key_id="LTAI-only-half")
+    with pytest.raises(ValidationError, match="absolute path"):
+        AliyunSettings(**base, image_id="m-1", vswitches=VSWITCHES, work_dir="/tmp/x'; rm -rf /")
+    ok = AliyunSettings(**base, image_id="m-1", vswitches=VSWITCHES)
+    assert ok.bot_oss_endpoint == "https://oss-cn-hangzhou.aliyuncs.com"
+    assert ok.runner_oss_endpoint == "https://oss-cn-hangzhou-internal.aliyuncs.com"
+    cloud = AliyunCloud(ok)
+    assert (cloud.name, cloud.notice) == ("aliyun", "aliyun")
+    assert cloud.checkpoint_uri("ft-7k2q") == "oss://ft-oss/jobs/ft-7k2q/"
+    assert cloud.control_key("ft-7k2q", 3) == "jobs/ft-7k2q/control/attempt-3.json"
+
+
+# -- instances mode -------------------------------------------------------------------------------------------
+
+
+async def test_spot_launch_goes_to_the_cheapest_zone_with_tags_user_data_and_the_spec_on_oss(
+    fake: FakeAliyun, bucket: Any, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(report_url="https://bot.example.com/runner/reports")
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+
+    assert (instance.zone, instance.instance_type, instance.market) == ("cn-hangzhou-k", GPU, "spot")
+    assert (instance.price_per_hour, instance.on_demand_price_per_hour) == (2.0, 10.0)
+    assert fake.rejected == []  # every SDK request carried a valid ACS3 signature of our key pair
+    (run,) = fake.actions("RunInstances")
+    assert run["SpotStrategy"] == "SpotAsPriceGo"
+    assert run["SpotInterruptionBehavior"] == "Terminate"
+    assert "SpotPriceLimit" not in run
+    assert (run["ZoneId"], run["VSwitchId"], run["InstanceChargeType"]) == ("cn-hangzhou-k", "vsw-k", "PostPaid")
+    assert (run["ImageId"], run["SecurityGroupIds.1"], run["RamRoleName"]) == (
+        "m-finetune-runner",
+        "sg-runner",
+        "finetune-runner",
+    )
+    assert run["ClientToken"]
+    created = fake.instances[instance.instance_id]
+    assert created.tags == {"finetune:job": "ft-abc1", "finetune:attempt": "1"}
+    assert created.name == "finetune-ft-abc1-1"
+
+    script = created.user_data
+    assert script.startswith("#!/bin/bash\n")
+    assert "FINETUNE_SPEC=oss://ft-oss/jobs/ft-abc1/spec-attempt-1.json\n" in script
+    assert "OSS_ENDPOINT=https://oss-cn-hangzhou-internal.aliyuncs.com\n" in script  # the runner's way to OSS
+    assert "ALIBABA_CLOUD_ECS_METADATA=finetune-runner\n" in script
+    assert "FINETUNE_REPORT_SECRET=report-secret-for-tests\n" in script
+    assert "umask 077" in script
+    assert not any(word in script for word in ("pip ", "apt", "curl", "wget"))  # installs nothing at boot
+    spec = parse_spec(bucket.get_object(Bucket=BUCKET, Key="jobs/ft-abc1/spec-attempt-1.json")["Body"].read())
+    assert (spec.job_id, spec.attempt, spec.notice) == ("ft-abc1", 1, "aliyun")
+    assert spec.report == ["https://bot.example.com/runner/reports"]
+    assert spec.release is None  # the bot releases the capacity (terminate on completion)
+
+
+async def test_sold_out_zones_move_on_and_reclaimed_zones_go_last(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.no_stock = {"cn-hangzhou-k"}
+    fake.unsupported = {("cn-hangzhou-j", GPU)}
+    cloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud), [GPU, GPU_BIG], "spot", avoid_zones=["cn-hangzhou-h"])
+
+    tried = [(call["ZoneId"], call["InstanceType"]) for call in fake.actions("RunInstances")]
+    # Cheapest first (k 2.0, then j 3.0, then j's big type at 5.0), the avoided zone h last although at 2.5.
+    assert tried == [("cn-hangzhou-k", GPU), ("cn-hangzhou-j", GPU), ("cn-hangzhou-j", GPU_BIG)]
+    assert (instance.zone, instance.instance_type, instance.price_per_hour) == ("cn-hangzhou-j", GPU_BIG, 5.0)
+    assert instance.on_demand_price_per_hour == 18.0
+
+
+async def test_a_price_limit_and_a_spot_duration_are_asked_for(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(spot_price_limit=4.5, spot_duration=0, system_disk_category="cloud_essd", system_disk_size=200)
+    await cloud.launch(job_spec(cloud), [GPU], "spot")
+    (run,) = fake.actions("RunInstances")
+    assert (run["SpotStrategy"], run["SpotPriceLimit"], run["SpotDuration"]) == ("SpotWithPriceLimit", "4.5", "0")
+    assert (run["SystemDisk.Category"], run["SystemDisk.Size"]) == ("cloud_essd", "200")
+
+
+async def test_after_max_capacity_failures_it_pays_for_on_demand(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.run_fault = lambda params: "OperationDenied.NoStock" if params["SpotStrategy"] != "NoSpot" else None
+    cloud = make_cloud(max_launch_failures=2)
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+
+    strategies = [call["SpotStrategy"] for call in fake.actions("RunInstances")]
+    assert strategies == ["SpotAsPriceGo", "SpotAsPriceGo", "NoSpot"]
+    assert (instance.market, instance.zone, instance.price_per_hour) == ("on-demand", "cn-hangzhou-j", 10.0)
+
+
+async def test_on_demand_asks_for_no_spot_and_no_prices(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(spot_price_limit=4.5)
+    instance = await cloud.launch(job_spec(cloud), [GPU], "on-demand")
+    (run,) = fake.actions("RunInstances")
+    assert run["SpotStrategy"] == "NoSpot"
+    assert "SpotPriceLimit" not in run and "SpotInterruptionBehavior" not in run
+    assert fake.actions("DescribeSpotPriceHistory") == []
+    assert (instance.market, instance.price_per_hour, instance.on_demand_price_per_hour) == ("on-demand", 10.0, 10.0)
+
+
+async def test_refusals_end_in_a_launch_error_naming_each_try(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.no_stock = set(ZONES)
+    cloud = make_cloud(max_launch_failures=None)  # spot only: the on-call person decides about on-demand
+    with pytest.raises(LaunchError, match="every candidate failed") as failed:
+        await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert str(failed.value).count("OperationDenied.NoStock") == 3
+    assert fake.live() == []
+
+    fake.no_stock = set()
+    fake.run_fault = lambda params: "InvalidImageId.NotFound"
+    before = len(fake.actions("RunInstances"))
+    with pytest.raises(LaunchError, match=r"launch refused: .*InvalidImageId\.NotFound"):
+        await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot")
+    assert len(fake.actions("RunInstances")) == before + 1  # a bad image fails everywhere: no second try
+
+
+async def test_without_price_history_the_configured_order_decides(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.fail_price_history = True
+    cloud = make_cloud(zones=["cn-hangzhou-h", "cn-hangzhou-j"])
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert instance.zone == "cn-hangzhou-h"
+    assert instance.price_per_hour is None  # unknown, never made up
+    assert instance.on_demand_price_per_hour == 10.0  # DescribePrice still answers
+
+
+async def test_prices_for_the_spend_guard(fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]) -> None:
+    cloud = make_cloud()
+    assert await cloud.hourly_price([GPU, GPU_BIG], "spot") == 2.0
+    assert await cloud.hourly_price([GPU, GPU_BIG], "on-demand") == 10.0
+    assert await cloud.on_demand_price("ecs.unknown") is None
+    fake.on_demand_prices[GPU] = 99.0
+    assert await cloud.on_demand_price(GPU) == 10.0  # cached for an hour
+    assert make_cloud(on_demand_prices={GPU: 7.5}).settings.on_demand_prices[GPU] == 7.5
+    assert await make_cloud(on_demand_prices={GPU: 7.5}).on_demand_price(GPU) == 7.5
+
+
+async def test_the_sdks_credentials_come_from_the_standard_variables(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", ACCESS_KEY_ID)
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", ACCESS_KEY_SECRET)
+    cloud = make_cloud(access_key_id=None, access_key_secret=None)
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert instance.instance_id in fake.instances
+    assert fake.rejected == []
+
+
+async def test_a_wrong_secret_is_refused_by_the_endpoint(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(access_key_secret="not-the-secret")
+    with pytest.raises(LaunchError, match="SignatureDoesNotMatch"):
+        await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert "signature" in fake.rejected
+    assert fake.live() == []
+
+
+async def test_terminate_releases_and_tolerates_a_missing_instance(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    await cloud.terminate(instance.instance_id)
+    assert fake.instances[instance.instance_id].status == "Deleted"
+    (delete,) = fake.actions("DeleteInstance")
+    assert (delete["InstanceId"], delete["Force"].lower()) == (instance.instance_id, "true")
+    await cloud.terminate(instance.instance_id)  # already gone: fine
+    await cloud.terminate("i-bpdoesnotexist00")
+
+
+# -- drills and stops ---------------------------------------------------------------------------------------
+
+
+async def test_a_drill_writes_the_runners_control_object_then_releases_after_the_grace(
+    fake: FakeAliyun, aws: str, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(drill_grace_seconds=0.5)
+    instance = await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot")
+    before = datetime.now(UTC)
+    done = await cloud.drill(instance.instance_id)
+    assert "oss://ft-oss/jobs/ft-abc1/control/attempt-2.json" in done
+
+    # The runner's own control-object reader, on its checkpoint prefix, sees a spot notice with that deadline.
+    store = oss_store(aws, "jobs/ft-abc1/")
+    try:
+        (notice,) = await ControlObjectSource(store, attempt=2).poll()
+        assert await ControlObjectSource(store, attempt=1).poll() == []  # another attempt is left alone
+    finally:
+        await store.close()
+    assert (notice.kind, notice.source) == ("spot-interruption", "drill")
+    assert notice.deadline is not None
+    # now + grace, in whole seconds as ECS writes its termination time (rounded down: never later than the release)
+    assert before - timedelta(seconds=1) <= notice.deadline <= before + timedelta(seconds=2)
+
+    assert fake.instances[instance.instance_id].status == "Running"  # not before the grace period is over
+    await until(lambda: fake.instances[instance.instance_id].status == "Deleted")
+    assert fake.actions("DeleteInstance")[0]["InstanceId"] == instance.instance_id
+
+
+async def test_closing_the_provider_cancels_a_pending_drill_release(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(drill_grace_seconds=60)
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    await cloud.drill(instance.instance_id)
+    await cloud.close()
+    assert fake.actions("DeleteInstance") == []
+    assert fake.instances[instance.instance_id].status == "Running"
+
+
+async def test_drills_refuse_instances_not_ours_or_gone(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    with pytest.raises(AliyunError, match="does not exist"):
+        await cloud.drill("i-bpnothere0000000")
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    fake.instances[instance.instance_id].tags = {}
+    with pytest.raises(AliyunError, match="not launched by this bot"):
+        await cloud.drill(instance.instance_id)
+    fake.instances[instance.instance_id].tags = {"finetune:job": "ft-abc1", "finetune:attempt": "1"}
+    fake.instances[instance.instance_id].status = "Stopped"
+    with pytest.raises(AliyunError, match="is Stopped"):
+        await cloud.drill(instance.instance_id)
+
+
+async def test_stop_runner_writes_a_stop_control_object(
+    fake: FakeAliyun, aws: str, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    await cloud.stop_runner(instance.instance_id)
+    store = oss_store(aws, "jobs/ft-abc1/")
+    try:
+        (notice,) = await ControlObjectSource(store, attempt=1).poll()
+    finally:
+        await store.close()
+    assert notice.kind == "stop"
+    assert fake.instances[instance.instance_id].status == "Running"  # the runner stops; the bot releases later
+
+
+# -- scaling-group mode ---------------------------------------------------------------------------------------
+
+
+def group_settings(fake: FakeAliyun, groups: int = 1) -> dict[str, Any]:
+    ids = [fake.add_group(list(VSWITCHES.values()), [GPU]).group_id for _ in range(groups)]
+    return {"mode": "scaling-group", "scaling_groups": ids, "image_id": None}
+
+
+async def test_scaling_group_launch_sets_desired_one_and_completion_sets_zero(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.no_stock = {"cn-hangzhou-j"}
+    cloud = make_cloud(**group_settings(fake), spot_price_limit=4.0)
+    (group,) = fake.groups.values()
+    instance = await cloud.launch(job_spec(cloud), [GPU, GPU_BIG], "spot")
+
+    assert group.desired == 1
+    assert group.instances == [instance.instance_id]
+    assert (instance.zone, instance.instance_type, instance.market) == ("cn-hangzhou-k", GPU, "spot")
+    assert (instance.price_per_hour, instance.on_demand_price_per_hour) == (2.0, 10.0)
+    (modified,) = fake.actions("ModifyScalingConfiguration")
+    assert (modified["SpotStrategy"], modified["InstanceTypes.1"], modified["InstanceTypes.2"]) == (
+        "SpotWithPriceLimit",
+        GPU,
+        GPU_BIG,
+    )
+    assert (modified["SpotPriceLimits.1.InstanceType"], modified["SpotPriceLimits.1.PriceLimit"]) == (GPU, "4.0")
+    configuration = fake.configurations[group.configuration_id]
+    assert "FINETUNE_SPEC=oss://ft-oss/jobs/ft-abc1/spec-attempt-1.json\n" in configuration.user_data
+    assert fake.instances[instance.instance_id].tags == {"finetune:job": "ft-abc1", "finetune:attempt": "1"}
+
+    await cloud.terminate(instance.instance_id)
+    assert group.desired == 0
+    assert fake.live() == []  # released, and not replaced
+
+
+async def test_a_scaling_group_relaunch_replaces_what_ess_started_from_the_old_attempt(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(**group_settings(fake))
+    (group,) = fake.groups.values()
+    first = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert first.zone == "cn-hangzhou-j"  # the first vSwitch (priority order)
+    # ECS reclaims it; ESS replaces it at once from the attempt-1 configuration.
+    fake._ecs_DeleteInstance({"InstanceId": first.instance_id, "Force": "true"})
+    (replacement,) = group.instances
+    assert fake.instances[replacement].tags["finetune:attempt"] == "1"
+
+    second = await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot", avoid_zones=["cn-hangzhou-j"])
+    assert group.instances == [second.instance_id]
+    assert fake.instances[replacement].status == "Deleted"  # the stale replacement was scaled in first
+    assert fake.instances[second.instance_id].tags["finetune:attempt"] == "2"
+    assert second.zone == "cn-hangzhou-k"  # the reclaimed zone's vSwitch went last
+    vswitch_orders = [indexed_vswitches(call) for call in fake.actions("ModifyScalingGroup") if "VSwitchIds.1" in call]
+    assert vswitch_orders[-1] == ["vsw-k", "vsw-h", "vsw-j"]
+
+
+def indexed_vswitches(call: dict[str, str]) -> list[str]:
+    return [call[f"VSwitchIds.{n}"] for n in range(1, 10) if f"VSwitchIds.{n}" in call]
+
+
+async def test_each_job_holds_its_own_group_and_a_free_group_is_reused(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(**group_settings(fake, groups=2))
+    first_group, second_group = fake.groups.values()
+    a = await cloud.launch(job_spec(cloud, "ft-aaaa"), [GPU], "spot")
+    b = await cloud.launch(job_spec(cloud, "ft-bbbb"), [GPU], "spot")
+    assert (first_group.instances, second_group.instances) == ([a.instance_id], [b.instance_id])
+    with pytest.raises(LaunchError, match=r"every scaling group is busy: .*runs ft-aaaa.*runs ft-bbbb"):
+        await cloud.launch(job_spec(cloud, "ft-cccc"), [GPU], "spot")
+
+    await cloud.terminate(a.instance_id)  # ft-aaaa completes
+    c = await cloud.launch(job_spec(cloud, "ft-cccc"), [GPU], "spot")
+    assert first_group.instances == [c.instance_id]
+    assert second_group.instances == [b.instance_id]  # untouched
+
+
+async def test_a_sold_out_region_fails_the_group_launch_with_the_scaling_activity(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.no_stock = set(ZONES)
+    cloud = make_cloud(**group_settings(fake), group_wait_seconds=0.3)
+    (group,) = fake.groups.values()
+    with pytest.raises(LaunchError, match=r"launched no instance.*OperationDenied\.NoStock"):
+        await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert group.desired == 0  # nothing left that could start later, unseen
+
+
+def test_the_boot_script_never_carries_what_could_break_out_of_it(fake: FakeAliyun, aws: str) -> None:
+    with_reports = settings(fake, aws, report_url="https://bot.example.com/runner/reports")
+    with pytest.raises(ValueError, match="FINETUNE_REPORT_SECRET"):
+        AliyunCloud(with_reports, report_secret="x\nENV\nrm -rf /").user_data("oss://ft-oss/x.json")
+    without_reports = AliyunCloud(settings(fake, aws), report_secret="never-sent-anywhere")
+    assert "never-sent-anywhere" not in without_reports.user_data("oss://ft-oss/x.json")

@@ -1,0 +1,270 @@
+"""The Alibaba event routes on a real aiohttp server, publishing to the real event bus on the embedded Valkey: a push
+with the token (from an allowed address) lands on the bus; anything else is refused and publishes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from bot.bus import EVENT_FIELD, EventBus
+from bot.cloud.aliyun import AliyunCloud
+from bot.settings import ConfigError
+from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH, aliyun_routes, parse_networks
+from handlers.aliyun_events import event_message_id
+from handlers.jobs import JobState
+from handlers.messages import CloudEvent, parse_message
+from tests.aliyun_payloads import (
+    INTERRUPTION,
+    STATE_CHANGE,
+    cloudevent,
+    interruption_content,
+    notification,
+    state_content,
+)
+from tests.bot_harness import SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
+from tests.redis_fixtures import (  # noqa: F401 - fixtures
+    fixture_key_prefix,
+    fixture_redis_client,
+    fixture_redis_client_factory,
+    fixture_valkey_url,
+)
+from tests.servers import free_port
+
+TOKEN = "a-long-shared-secret-token-0123"
+INSTANCE = "i-bp1ecr0000005go2go"
+Post = Callable[..., Awaitable[tuple[int, Any]]]
+
+
+class Intake:
+    """The routes served on loopback, over a real bus; ``post`` sends a push, ``published`` reads the stream."""
+
+    def __init__(self, url: str, bus: EventBus) -> None:
+        self.url = url
+        self.bus = bus
+
+    async def post(
+        self,
+        path: str,
+        document: Any,
+        *,
+        query: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        body = document if isinstance(document, str) else json.dumps(document)
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.url + path, data=body, params=query or {}, headers=sent) as response,
+        ):
+            return response.status, await response.json()
+
+    async def published(self) -> list[dict[str, Any]]:
+        entries = await self.bus.redis.xrange(self.bus.stream)
+        return [json.loads(fields[EVENT_FIELD]) for _, fields in entries]  # the bus client decodes
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[web.Application], Awaitable[str]]]:
+    runners: list[web.AppRunner] = []
+
+    async def start(app: web.Application) -> str:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def make_intake(
+    serve: Callable[[web.Application], Awaitable[str]], redis_client: aioredis.Redis, key_prefix: str
+) -> Callable[..., Awaitable[Intake]]:
+    async def make(sources: str = "", bus: EventBus | None = None) -> Intake:
+        bus = bus or EventBus(redis_client, stream=key_prefix + "events")
+        app = web.Application()
+        app.add_routes(aliyun_routes(bus.publish, TOKEN, parse_networks(sources)))
+        return Intake(await serve(app), bus)
+
+    return make
+
+
+def warning() -> dict[str, Any]:
+    return notification(INTERRUPTION, interruption_content(INSTANCE), INSTANCE)
+
+
+async def test_a_push_with_the_token_is_published(make_intake: Callable[..., Awaitable[Intake]]) -> None:
+    intake = await make_intake()
+    status, answer = await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
+    assert status == 200
+    (event,) = await intake.published()
+    message = parse_message(event)
+    assert isinstance(message, CloudEvent)
+    assert (message.type, message.instance_id, message.id) == (
+        "spot-warning",
+        INSTANCE,
+        event_message_id("spot-warning", INSTANCE),
+    )
+    assert answer == {"accepted": [message.id]}
+
+
+async def test_the_token_may_come_in_a_header(make_intake: Callable[..., Awaitable[Intake]]) -> None:
+    intake = await make_intake()
+    for headers in ({"X-Finetune-Token": TOKEN}, {"Authorization": f"Bearer {TOKEN}"}):
+        status, _ = await intake.post(CLOUDMONITOR_PATH, warning(), headers=headers)
+        assert status == 200
+    assert len(await intake.published()) == 2  # a redelivery is published again; the bus dedups by its id
+
+
+async def test_eventbridge_cloudevents_have_their_own_route(make_intake: Callable[..., Awaitable[Intake]]) -> None:
+    intake = await make_intake()
+    gone = cloudevent(STATE_CHANGE, state_content(INSTANCE, "Deleted"), INSTANCE)
+    status, _ = await intake.post(EVENTBRIDGE_PATH, gone, query={"token": TOKEN})
+    assert status == 200
+    (event,) = await intake.published()
+    assert (event["type"], event["instance_id"]) == ("instance-gone", INSTANCE)
+    status, answer = await intake.post(CLOUDMONITOR_PATH, gone, query={"token": TOKEN})
+    assert status == 400 and "EventBridge" in answer["reason"]
+
+
+async def test_a_live_state_is_accepted_and_publishes_nothing(make_intake: Callable[..., Awaitable[Intake]]) -> None:
+    intake = await make_intake()
+    running = notification(STATE_CHANGE, state_content(INSTANCE, "Running"), INSTANCE)
+    assert await intake.post(CLOUDMONITOR_PATH, running, query={"token": TOKEN}) == (200, {"accepted": []})
+    assert await intake.published() == []
+
+
+@pytest.mark.parametrize(
+    ("query", "headers"),
+    [
+        ({}, {}),
+        ({"token": "a-long-shared-secret-token-0124"}, {}),
+        ({"token": TOKEN[:-1]}, {}),
+        ({}, {"X-Finetune-Token": "wrong"}),
+        ({}, {"Authorization": "Basic " + TOKEN}),
+    ],
+)
+async def test_without_the_token_nothing_is_published(
+    make_intake: Callable[..., Awaitable[Intake]], query: dict[str, str], headers: dict[str, str]
+) -> None:
+    intake = await make_intake()
+    for path in (CLOUDMONITOR_PATH, EVENTBRIDGE_PATH):
+        status, answer = await intake.post(path, warning(), query=query, headers=headers)
+        assert (status, answer) == (401, {"error": "missing or wrong token"})
+    assert await intake.published() == []
+
+
+async def test_source_networks_are_enforced_before_the_token(make_intake: Callable[..., Awaitable[Intake]]) -> None:
+    elsewhere = await make_intake(sources="100.104.0.0/16, 10.0.0.0/8")
+    status, answer = await elsewhere.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
+    assert status == 403 and "127.0.0.1 is not allowed" in answer["error"]
+    assert await elsewhere.published() == []
+
+    loopback = await make_intake(sources="10.0.0.0/8,127.0.0.1")
+    status, _ = await loopback.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
+    assert status == 200
+    assert len(await loopback.published()) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("{not json", "not JSON"),
+        (json.dumps(notification("Disk:Stalled", {"diskId": "d-1"}, INSTANCE)), "not one this bot handles"),
+        (json.dumps({"hello": "world"}), "malformed CloudMonitor system event"),
+    ],
+)
+async def test_malformed_pushes_are_refused_with_the_reason(
+    make_intake: Callable[..., Awaitable[Intake]], body: str, reason: str
+) -> None:
+    intake = await make_intake()
+    status, answer = await intake.post(CLOUDMONITOR_PATH, body, query={"token": TOKEN})
+    assert status == 400
+    assert answer["error"] == "unrecognised event" and reason in answer["reason"]
+    assert await intake.published() == []
+
+
+async def test_a_bus_that_cannot_take_it_asks_for_a_retry(make_intake: Callable[..., Awaitable[Intake]]) -> None:
+    unreachable = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
+    try:
+        intake = await make_intake(bus=EventBus(unreachable, stream="nowhere:events"))
+        status, answer = await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
+    finally:
+        await unreachable.aclose()
+    assert (status, answer) == (503, {"error": "bus unavailable, retry"})
+
+
+def test_the_routes_refuse_a_weak_token_and_unreadable_networks() -> None:
+    async def publish(event: dict[str, Any]) -> str:
+        raise AssertionError("never called")
+
+    with pytest.raises(ValueError, match="at least 16"):
+        aliyun_routes(publish, "short")
+    with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33'"):
+        parse_networks("10.0.0.0/8, 10.0.0.0/33")
+    assert [str(n) for n in parse_networks(" 10.1.2.3 , ,::1 ")] == ["10.1.2.3/32", "::1/128"]
+
+
+# -- wired into the bot --------------------------------------------------------------------------------------
+
+
+async def test_a_cloudmonitor_warning_reaches_the_running_bot_and_alerts_once(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    async with running_bot(tmp_path / "state", config, finetune_aliyun_webhook_token=TOKEN) as (service, chat):
+        job_id = await start_job(service, "console:ana", "start sleepy")
+        running = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+        assert running.current is not None and running.current.instance_id
+        instance_id = running.current.instance_id
+        url = f"http://127.0.0.1:{service.port}{CLOUDMONITOR_PATH}"
+        push = notification(INTERRUPTION, interruption_content(instance_id), instance_id)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2):  # CloudMonitor redelivers; the same event alerts once
+                async with session.post(url, json=push, params={"token": TOKEN}) as response:
+                    assert response.status == 200
+            async with session.post(url, json=push) as response:
+                assert response.status == 401
+        warned = await wait_job(service, job_id, lambda job: job.state is JobState.INTERRUPTED)
+        assert warned.interruptions == 1
+        await asyncio.sleep(1.0)
+        alerts = [text for job, channel, text in chat.transcript if job == job_id and channel == "alert"]
+        assert len(alerts) == 1 and "acs.ecs" in alerts[0]
+
+
+@pytest.mark.parametrize(
+    ("settings", "config", "message"),
+    [
+        ({"finetune_cloud": "aliyun"}, {}, "needs an aliyun: section"),
+        ({"finetune_aliyun_webhook_token": "short"}, {}, "at least 16"),
+        (
+            {"finetune_aliyun_webhook_token": TOKEN, "finetune_aliyun_webhook_sources": "10.0.0.0/8,nowhere"},
+            {},
+            "FINETUNE_ALIYUN_WEBHOOK_SOURCES: 'nowhere'",
+        ),
+    ],
+)
+async def test_the_bot_refuses_an_unusable_alibaba_setup(
+    tmp_path: Path, settings: dict[str, Any], config: dict[str, Any], message: str
+) -> None:
+    path = write_config(tmp_path / "bot.yaml", **config)
+    with pytest.raises(ConfigError, match=message):
+        async with running_bot(tmp_path / "state", path, **settings):
+            pass
+
+
+async def test_finetune_cloud_aliyun_runs_the_alibaba_provider(tmp_path: Path) -> None:
+    section = {"region": "cn-hangzhou", "bucket": "ft-oss", "image_id": "m-1", "vswitches": {"cn-hangzhou-j": "v-j"}}
+    config = write_config(tmp_path / "bot.yaml", aliyun=section)
+    async with running_bot(tmp_path / "state", config, finetune_cloud="aliyun") as (service, _):
+        assert isinstance(service.bot.cloud, AliyunCloud)
+        assert service.bot.cloud.checkpoint_uri("ft-7k2q") == "oss://ft-oss/jobs/ft-7k2q/"

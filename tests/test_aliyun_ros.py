@@ -1,0 +1,148 @@
+"""deploy/aliyun/finetune.ros.yaml: valid YAML in ROS's format, every reference resolves, and the pieces the bot relies
+on are there and wired to each other (there is no cfn-lint for ROS, so this is its lint)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "aliyun" / "finetune.ros.yaml"
+PSEUDO = {"ALIYUN::NoValue", "ALIYUN::Region", "ALIYUN::AccountId", "ALIYUN::StackName", "ALIYUN::StackId"}
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    document = yaml.safe_load(TEMPLATE.read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+def walk(node: Any) -> Iterator[tuple[str, Any]]:
+    """Every (function name, argument) of ``Ref`` / ``Fn::*`` anywhere in the tree."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "Ref" or key.startswith("Fn::"):
+                yield key, value
+            yield from walk(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from walk(item)
+
+
+def resource(template: dict[str, Any], name: str, kind: str) -> dict[str, Any]:
+    found = template["Resources"][name]
+    assert found["Type"] == kind
+    properties: dict[str, Any] = found["Properties"]
+    return properties
+
+
+def test_the_format_version_and_every_reference_resolve(template: dict[str, Any]) -> None:
+    assert template["ROSTemplateFormatVersion"] == "2015-09-01"
+    parameters, resources = set(template["Parameters"]), set(template["Resources"])
+    conditions = set(template.get("Conditions", {}))
+    assert not parameters & resources
+    functions = list(walk(template))
+    assert functions  # the walk sees the template's functions
+    for name, argument in functions:
+        if name == "Ref":
+            assert argument in parameters | resources | PSEUDO, f"Ref {argument} resolves to nothing"
+        elif name == "Fn::GetAtt":
+            assert argument[0] in resources, f"GetAtt of unknown resource {argument[0]}"
+        elif name == "Fn::If":
+            assert argument[0] in conditions, f"If on unknown condition {argument[0]}"
+    for name, body in template["Resources"].items():
+        assert body["Type"].startswith("ALIYUN::"), name
+        for dependency in [body["DependsOn"]] if isinstance(body.get("DependsOn"), str) else body.get("DependsOn", []):
+            assert dependency in resources
+
+
+def test_the_scaling_group_spans_two_zones_of_one_vpc(template: dict[str, Any]) -> None:
+    group = resource(template, "ScalingGroup", "ALIYUN::ESS::ScalingGroup")
+    switches = [item["Ref"] for item in group["VSwitchIds"]]
+    assert len(switches) >= 2
+    zones = {resource(template, name, "ALIYUN::ECS::VSwitch")["ZoneId"]["Ref"] for name in switches}
+    assert len(zones) == len(switches)  # one vSwitch per zone
+    assert {resource(template, name, "ALIYUN::ECS::VSwitch")["VpcId"]["Ref"] for name in switches} == {"Vpc"}
+    # Desired capacity must be set at creation for ESS to accept it later; 0 until the bot starts a job.
+    assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == (0, 1, 0)
+    assert group["MultiAZPolicy"] == "PRIORITY"  # the bot orders the vSwitches: a reclaimed zone goes last
+    assert group["SpotInstanceRemedy"] is False
+
+
+def test_the_scaling_configuration_launches_preemptible_runners_with_the_bucket_role(template: dict[str, Any]) -> None:
+    configuration = resource(template, "ScalingConfiguration", "ALIYUN::ESS::ScalingConfiguration")
+    assert configuration["ScalingGroupId"] == {"Ref": "ScalingGroup"}
+    assert configuration["SpotStrategy"]["Fn::If"][1:] == ["SpotWithPriceLimit", "SpotAsPriceGo"]
+    assert configuration["SpotPriceLimit"]["Fn::If"][1] == {"Ref": "SpotPriceLimit"}
+    assert configuration["ImageId"] == {"Ref": "ImageId"}
+    assert configuration["SecurityGroupId"] == {"Ref": "SecurityGroup"}
+    assert configuration["RamRoleName"] == {"Fn::GetAtt": ["RunnerRole", "RoleName"]}
+    assert configuration["InternetMaxBandwidthOut"] == 0
+    enable = resource(template, "ScalingGroupEnable", "ALIYUN::ESS::ScalingGroupEnable")
+    assert enable == {
+        "ScalingGroupId": {"Ref": "ScalingGroup"},
+        "ScalingConfigurationId": {"Ref": "ScalingConfiguration"},
+    }
+
+
+def test_the_runner_role_is_for_ecs_and_reaches_only_the_bucket(template: dict[str, Any]) -> None:
+    role = resource(template, "RunnerRole", "ALIYUN::RAM::Role")
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"]["Service"] == ["ecs.aliyuncs.com"]
+    (policy,) = role["Policies"]
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert all(action.startswith("oss:") and action != "oss:*" for action in statement["Action"])
+    for arn in statement["Resource"]:
+        assert arn["Fn::Join"][1][:2] == ["acs:oss:*:*:", {"Ref": "BucketName"}]
+    assert resource(template, "CheckpointBucket", "ALIYUN::OSS::Bucket")["AccessControl"] == "private"
+
+
+def test_cloudmonitor_pushes_interruptions_to_the_bots_webhook_with_the_token(template: dict[str, Any]) -> None:
+    rule = resource(template, "InterruptionRule", "ALIYUN::CMS::EventRule")
+    assert rule["EventType"] == "SYSTEM"
+    (pattern,) = rule["EventPattern"]
+    assert pattern["Product"] == "ECS"
+    assert {"Instance:PreemptibleInstanceInterruption", "Instance:StateChange"} <= set(pattern["NameList"])
+    targets = resource(template, "InterruptionWebhook", "ALIYUN::CMS::EventRuleTargets")
+    assert targets["RuleName"] == rule["RuleName"]
+    assert template["Resources"]["InterruptionWebhook"]["DependsOn"] == "InterruptionRule"
+    (webhook,) = targets["WebhookParameters"]
+    assert webhook["Method"] == "POST"
+    assert webhook["Url"]["Fn::Join"][1] == [
+        {"Ref": "BotWebhookUrl"},
+        "/aliyun/cloudmonitor?token=",  # bot.sources.aliyun_http's route and token parameter
+        {"Ref": "WebhookToken"},
+    ]
+    token = template["Parameters"]["WebhookToken"]
+    assert token["NoEcho"] is True and token["MinLength"] >= 16
+
+
+def test_the_bot_policy_covers_what_the_provider_calls(template: dict[str, Any]) -> None:
+    policy = resource(template, "BotPolicy", "ALIYUN::RAM::ManagedPolicy")
+    actions = {action for statement in policy["PolicyDocument"]["Statement"] for action in _list(statement["Action"])}
+    source = (Path(__file__).resolve().parent.parent / "bot" / "cloud" / "aliyun.py").read_text()
+    called = {
+        "run_instances": "ecs:RunInstances",
+        "describe_instances": "ecs:DescribeInstances",
+        "delete_instance": "ecs:DeleteInstance",
+        "describe_spot_price_history": "ecs:DescribeSpotPriceHistory",
+        "describe_price": "ecs:DescribePrice",
+        "describe_scaling_groups": "ess:DescribeScalingGroups",
+        "describe_scaling_configurations": "ess:DescribeScalingConfigurations",
+        "describe_scaling_instances": "ess:DescribeScalingInstances",
+        "describe_scaling_activities": "ess:DescribeScalingActivities",
+        "modify_scaling_group": "ess:ModifyScalingGroup",
+        "modify_scaling_configuration": "ess:ModifyScalingConfiguration",
+    }
+    for snake, action in called.items():
+        assert f'"{snake}"' in source, f"the provider no longer calls {snake}: update this test"
+        assert action in actions, f"{action} missing from the bot's policy"
+    assert {"ram:PassRole", "oss:PutObject"} <= actions
+
+
+def _list(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value

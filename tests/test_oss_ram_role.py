@@ -1,0 +1,107 @@
+"""oss:// on an ECS instance without a key pair: the runner's S3-API store signs with the STS credentials of the
+instance's RAM role, read from (the local stand-in for) the ECS metadata service, and renews them when they run out.
+moto is the bucket; a forwarding proxy in front of it shows which credentials each request was signed with."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+
+from bot.cloud.local_metadata import LocalMetadataServer
+from runner.storage.base import StorageError
+from runner.storage.s3 import S3Store, client_settings
+from tests.s3_proxy import S3FaultProxy
+
+ROLE = "finetune-runner"
+BUCKET = "ft-oss-role"
+
+
+def credentials(key: str, token: str, valid_for: timedelta) -> dict[str, str]:
+    expiry = (datetime.now(UTC) + valid_for).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "AccessKeyId": key,
+        "AccessKeySecret": f"secret-of-{key}",
+        "SecurityToken": token,
+        "Expiration": expiry,
+        "LastUpdated": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "Code": "Success",
+    }
+
+
+@pytest.fixture
+async def metadata() -> AsyncIterator[LocalMetadataServer]:
+    server = await LocalMetadataServer(dialect="aliyun", instance_id="i-bp1role000000000").start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def proxy(aws: str) -> AsyncIterator[S3FaultProxy]:
+    boto3.client("s3", endpoint_url=aws).create_bucket(Bucket=BUCKET)
+    started = await S3FaultProxy(aws).start()
+    yield started
+    await started.stop()
+
+
+def role_store(proxy: S3FaultProxy, metadata: LocalMetadataServer, role: str = ROLE) -> S3Store:
+    env = {
+        "OSS_ENDPOINT": proxy.endpoint,
+        "OSS_REGION": "cn-hangzhou",
+        "FINETUNE_S3_ADDRESSING": "path",
+        "ALIBABA_CLOUD_ECS_METADATA": role,
+        "ALIBABA_CLOUD_METADATA_ENDPOINT": metadata.endpoint,
+    }
+    return S3Store(f"oss://{BUCKET}/jobs/ft-abc1/", env=env)
+
+
+async def test_the_store_signs_with_the_roles_sts_credentials(
+    proxy: S3FaultProxy, metadata: LocalMetadataServer
+) -> None:
+    metadata.ram_roles[ROLE] = credentials("STS.first", "token-one", timedelta(hours=1))
+    store = role_store(proxy, metadata)
+    try:
+        await store.put_bytes("control/attempt-1.json", b'{"action": "stop"}')
+        assert await store.get_bytes("control/attempt-1.json") == b'{"action": "stop"}'
+    finally:
+        await store.close()
+    assert proxy.credentials
+    for authorization, token in proxy.credentials:
+        assert "Credential=STS.first/" in authorization
+        assert token == "token-one"
+    assert metadata.credential_requests == 1  # valid for an hour: read once
+
+
+async def test_credentials_about_to_expire_are_read_again(proxy: S3FaultProxy, metadata: LocalMetadataServer) -> None:
+    metadata.ram_roles[ROLE] = credentials("STS.old", "token-old", timedelta(minutes=2))
+    store = role_store(proxy, metadata)
+    try:
+        await store.put_bytes("a", b"1")  # loads the old ones, which are inside botocore's refresh window already
+        metadata.ram_roles[ROLE] = credentials("STS.new", "token-new", timedelta(hours=1))
+        await store.put_bytes("b", b"2")
+    finally:
+        await store.close()
+    assert proxy.credentials[-1][1] == "token-new"
+    assert "Credential=STS.new/" in proxy.credentials[-1][0]
+    assert metadata.credential_requests >= 2
+
+
+async def test_a_missing_role_is_a_clear_storage_error(proxy: S3FaultProxy, metadata: LocalMetadataServer) -> None:
+    store = role_store(proxy, metadata, role="no-such-role")
+    try:
+        with pytest.raises(StorageError, match="no RAM role 'no-such-role'"):
+            await store.put_bytes("a", b"1")
+    finally:
+        await store.close()
+    assert proxy.credentials == []  # nothing was sent unsigned
+
+
+def test_a_key_pair_wins_over_the_role() -> None:
+    env = {"OSS_ENDPOINT": "https://oss-cn-hangzhou-internal.aliyuncs.com", "ALIBABA_CLOUD_ECS_METADATA": ROLE}
+    assert client_settings("oss", env).ram_role == ROLE
+    assert client_settings("oss", env).metadata_endpoint == "http://100.100.100.200"
+    keyed = {**env, "ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAI", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "s"}
+    assert client_settings("oss", keyed).ram_role is None
+    assert client_settings("s3", env).ram_role is None  # only oss:// reads Alibaba's variables
