@@ -46,12 +46,6 @@ class Settings(BaseSettings):
     slack_signing_secret: SecretStr | None = None
     slack_app_token: SecretStr | None = None
     slack_api_url: str | None = None  # the Web API base, e.g. a local fake's; default Slack's own
-
-    def secret(self, name: str) -> str | None:
-        """The value of secret setting ``name``; an empty variable counts as unset."""
-        value: SecretStr | None = getattr(self, name)
-        text = value.get_secret_value().strip() if value is not None else ""
-        return text or None
     # Alibaba Cloud event intake (POST /aliyun/cloudmonitor, /aliyun/eventbridge), mounted when the token is set:
     # the shared secret the pushes carry, and optionally the source networks allowed (comma-separated CIDRs).
     finetune_aliyun_webhook_token: str | None = None
@@ -60,6 +54,12 @@ class Settings(BaseSettings):
     dingtalk_client_id: str | None = None
     dingtalk_client_secret: str | None = None
     dingtalk_openapi_endpoint: str = "https://api.dingtalk.com"  # also the Stream gateway's; tests use a fake
+
+    def secret(self, name: str) -> str | None:
+        """The value of secret setting ``name``; an empty variable counts as unset."""
+        value: SecretStr | None = getattr(self, name)
+        text = value.get_secret_value().strip() if value is not None else ""
+        return text or None
 
     @property
     def sns_topics(self) -> list[str]:
