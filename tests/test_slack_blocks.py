@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from bot.chat.slack.blocks import acked_page_layout, card_layout, mentions, mrkdwn, note_text, page_layout, user
+from bot.chat.slack.config import SlackConfig
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import Notify
 
@@ -79,3 +80,26 @@ def test_an_acknowledged_page_keeps_its_words_and_loses_its_buttons() -> None:
         job_id="ft-abcd", channel="thread", topic="acked", fields={"by": "slack:U0BOB", "at": NOW.isoformat()}
     )
     assert note_text(job(), note, NOW).startswith("👀 <@U0BOB> acknowledged the page for ft-abcd at 03:04:05 UTC")
+
+
+def test_a_channel_configured_for_chinese_gets_its_cards_pages_and_dialogs_in_chinese() -> None:
+    config = SlackConfig.model_validate({"channels": {"C0CN": {"language": "zh-CN"}}})
+    assert config.language_for("C0CN") == "zh-CN" and config.language_for("C0JOBS") == "en"
+    assert config.language_for(None) == "en"
+
+    text, blocks = card_layout(job(), NOW, "zh-CN")
+    fields = [f["text"] for f in blocks[1]["fields"]]
+    assert fields[0].startswith("*状态*") and "State" not in text
+    stop = next(e for b in blocks if b["type"] == "actions" for e in b["elements"])
+    assert stop["text"]["text"] == "停止" and stop["confirm"]["deny"]["text"] == "取消"
+    assert "由 <@U0ANA> 启动" in str(blocks)
+
+    note = Notify(job_id="ft-abcd", channel="page", topic="resume-failed", fields={"reason": "x", "everyone": "here"})
+    said, _plain, page = page_layout(job(JobState.RESUME_FAILED), note, NOW, "zh-CN")
+    assert said.startswith("<!here> ") and [e["text"]["text"] for e in page[1]["elements"]][:3] == [
+        "确认",
+        "重试恢复",
+        "改用按量付费",
+    ]
+    _text, acked = acked_page_layout("🚨", "slack:U0BOB", NOW, "zh-CN")
+    assert acked[-1]["elements"][0]["text"] == "✅ 已由 <@U0BOB> 于 03:04（UTC）确认"

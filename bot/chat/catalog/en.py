@@ -100,4 +100,23 @@ MESSAGES: dict[str, str] = {
     "chat.unknown-button": "This button is not one of the bot's ({action}).",
     "chat.failed": "Something went wrong on the bot's side; check `/finetune status` before trying again.",
     "chat.unknown-card": "This card does not belong to a job of the bot.",
+    # Slack's own labels (buttons, confirmation dialogs, the card's footer, an acknowledged page).
+    "slack.drill": "Interrupt-test",
+    "slack.retry": "Retry resume",
+    "slack.on-demand": "Fall back to on-demand",
+    "slack.cancel": "Cancel",
+    "slack.stop-title": "Stop {job}?",
+    "slack.stop-text": "The job checkpoints, uploads, then its instance is released.",
+    "slack.stop-yes": "Stop it",
+    "slack.drill-title": "Interrupt {job}?",
+    "slack.drill-text": (
+        "A real spot interruption drill: the instance gets a notice and is reclaimed; the job should resume."
+    ),
+    "slack.drill-yes": "Interrupt",
+    "slack.on-demand-title": "Resume {job} on-demand?",
+    "slack.on-demand-text": "Relaunch on on-demand capacity, at the on-demand price.",
+    "slack.on-demand-yes": "Resume",
+    "slack.footer": "Started by {user} · updated {at:%H:%M:%S} UTC",
+    "slack.acked": "✅ Acknowledged by {user} at {at:%H:%M} UTC",
+    "slack.job-channel": " (job channel {channel})",
 }

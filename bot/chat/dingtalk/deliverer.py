@@ -1,7 +1,8 @@
 """DingTalk's side of every notification: the job card in place, group messages, alerts and pages.
 
 ``deliver(job, note)`` sends one notification and raises a transient or permanent delivery error when it did
-not go (:mod:`bot.chat.delivery`), so it plugs into the durable chat outbox (:mod:`bot.chat.outbox`) as it is. Where things go:
+not go (:mod:`bot.chat.delivery`), so it plugs into the durable chat outbox (:mod:`bot.chat.outbox`) as it
+is. Where things go:
 
 - ``card``: the job's interactive card, created in the job's group the first time and updated in place after
   (its outTrackId is derived from the job; Redis remembers that it exists). Without a card template, a markdown

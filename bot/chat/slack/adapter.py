@@ -99,7 +99,7 @@ class SlackAdapter:
             http.add_routes([events_route(self.app)])
 
     def deliverer(self, refs: ChatRefs, clock: Callable[[], datetime] = utcnow) -> SlackDeliverer:
-        return SlackDeliverer(self.client, refs, self.config.alert_channel, clock)
+        return SlackDeliverer(self.client, refs, self.config.alert_channel, clock, self.config.language_for)
 
     async def start(self, run: CommandRunner) -> None:
         """Hand commands and button clicks to ``run`` (the bot's command entry); open Socket Mode if configured."""

@@ -1,8 +1,9 @@
 """Block Kit layouts: the job card, thread text, pages with their buttons, and a page once acknowledged.
 
-The words come from :mod:`bot.chat.render` (shared with the console and DingTalk); this module only lays them
-out. Everything that came from elsewhere (a failure message, a user's id) is escaped, so it can neither break
-the markup nor mention anyone; mentions are built only from validated Slack ids.
+The words come from :mod:`bot.chat.render` and :mod:`bot.chat.catalog` (shared with the console and DingTalk),
+in the channel's language; this module only lays them out. Everything that came from elsewhere (a failure
+message, a user's id) is escaped, so it can neither break the markup nor mention anyone; mentions are built only
+from validated Slack ids.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from bot.chat.catalog import Lang, text
 from bot.chat.render import card, message_text
 from handlers.jobs import TERMINAL_STATES, Job, JobState
 from handlers.messages import Notify
@@ -77,98 +79,79 @@ def _button(action_id: str, label: str, job_id: str, style: str | None = None, c
     return button
 
 
-def _confirm(title: str, text: str, yes: str, danger: bool = True) -> Block:
+def _confirm(lang: Lang, what: str, job_id: str, danger: bool = True) -> Block:
     dialog: Block = {
-        "title": _plain(title, 100),
-        "text": {"type": "mrkdwn", "text": text[:300]},
-        "confirm": _plain(yes, 30),
-        "deny": _plain("Cancel", 30),
+        "title": _plain(text(lang, f"slack.{what}-title", job=job_id), 100),
+        "text": {"type": "mrkdwn", "text": text(lang, f"slack.{what}-text")[:300]},
+        "confirm": _plain(text(lang, f"slack.{what}-yes"), 30),
+        "deny": _plain(text(lang, "slack.cancel"), 30),
     }
     if danger:
         dialog["style"] = "danger"
     return dialog
 
 
-def stop_button(job_id: str) -> Block:
-    return _button(
-        ACTION_STOP,
-        "Stop",
-        job_id,
-        "danger",
-        _confirm(f"Stop {job_id}?", "The job checkpoints, uploads, then its instance is released.", "Stop it"),
-    )
+def stop_button(job_id: str, lang: Lang = "en") -> Block:
+    return _button(ACTION_STOP, text(lang, "button.stop"), job_id, "danger", _confirm(lang, "stop", job_id))
 
 
-def drill_button(job_id: str) -> Block:
-    text = "A real spot interruption drill: the instance gets a notice and is reclaimed; the job should resume."
-    return _button(ACTION_DRILL, "Interrupt-test", job_id, None, _confirm(f"Interrupt {job_id}?", text, "Interrupt"))
+def drill_button(job_id: str, lang: Lang = "en") -> Block:
+    return _button(ACTION_DRILL, text(lang, "slack.drill"), job_id, None, _confirm(lang, "drill", job_id))
 
 
-def card_layout(job: Job, now: datetime) -> tuple[str, list[Block]]:
+def card_layout(job: Job, now: datetime, lang: Lang = "en") -> tuple[str, list[Block]]:
     """The card's fallback text and blocks: header, fields, who and when, and the buttons that apply now."""
-    shown = card(job, now)
+    shown = card(job, now, lang)
     fields = [{"type": "mrkdwn", "text": f"*{escape(label)}*\n{mrkdwn(value)[:1900]}"} for label, value in shown.fields]
     blocks: list[Block] = [{"type": "header", "text": _plain(shown.title, 150)}]
     blocks += [{"type": "section", "fields": chunk} for chunk in _chunks(fields, MAX_FIELDS)]
     blocks.append(
         {
             "type": "context",
-            "elements": [
-                {"type": "mrkdwn", "text": f"Started by {user(job.requested_by)} · updated {now:%H:%M:%S} UTC"}
-            ],
+            "elements": [{"type": "mrkdwn", "text": text(lang, "slack.footer", user=user(job.requested_by), at=now)}],
         }
     )
     buttons: list[Block] = []
     if job.state not in TERMINAL_STATES and job.state is not JobState.STOPPING:
-        buttons.append(stop_button(job.id))
+        buttons.append(stop_button(job.id, lang))
     if job.state is JobState.RUNNING:
-        buttons.append(drill_button(job.id))
+        buttons.append(drill_button(job.id, lang))
     if buttons:
         blocks.append({"type": "actions", "block_id": "finetune_card", "elements": buttons})
-    state = next(value for label, value in shown.fields if label == "State")
+    state = shown.fields[0][1]  # the card's first field is always the state
     return f"{shown.title}: {state}", blocks
 
 
-def note_text(job: Job, note: Notify, now: datetime) -> str:
+def note_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> str:
     """A thread reply or an alert: the shared sentence, escaped, with our Slack users as mentions."""
-    return mrkdwn(message_text(job, note, now))
+    return mrkdwn(message_text(job, note, now, lang))
 
 
-def page_layout(job: Job, note: Notify, now: datetime) -> tuple[str, str, list[Block]]:
+def page_layout(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> tuple[str, str, list[Block]]:
     """A page: ``(text with mentions first, text without them, blocks with the four on-call buttons)``.
 
     The mentions lead the text because that is what notifies people (and shows in the notification).
     """
-    plain = note_text(job, note, now)
+    plain = note_text(job, note, now, lang)
     called = mentions(note.fields)
-    text = f"{called} {plain}" if called else plain
+    said = f"{called} {plain}" if called else plain
+    on_demand = _confirm(lang, "on-demand", job.id, danger=False)
     buttons = [
-        _button(ACTION_ACK, "Acknowledge", job.id, "primary"),
-        _button(ACTION_RETRY, "Retry resume", job.id),
-        _button(
-            ACTION_ON_DEMAND,
-            "Fall back to on-demand",
-            job.id,
-            None,
-            _confirm(
-                f"Resume {job.id} on-demand?",
-                "Relaunch on on-demand capacity, at the on-demand price.",
-                "Resume",
-                False,
-            ),
-        ),
-        stop_button(job.id),
+        _button(ACTION_ACK, text(lang, "button.ack"), job.id, "primary"),
+        _button(ACTION_RETRY, text(lang, "slack.retry"), job.id),
+        _button(ACTION_ON_DEMAND, text(lang, "slack.on-demand"), job.id, None, on_demand),
+        stop_button(job.id, lang),
     ]
     blocks: list[Block] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": text[:MAX_TEXT]}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": said[:MAX_TEXT]}},
         {"type": "actions", "block_id": "finetune_page", "elements": buttons},
     ]
-    return text, plain, blocks
+    return said, plain, blocks
 
 
-def acked_page_layout(page_text: str, by: str, at: datetime) -> tuple[str, list[Block]]:
+def acked_page_layout(page_text: str, by: str, at: datetime, lang: Lang = "en") -> tuple[str, list[Block]]:
     """A page once someone owns it: the same words, no buttons, who acknowledged and when."""
-    acked = f"✅ Acknowledged by {user(by)} at {at:%H:%M} UTC"
+    acked = text(lang, "slack.acked", user=user(by), at=at)
     blocks: list[Block] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": page_text[:MAX_TEXT]}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": acked}]},

@@ -17,6 +17,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.chat.catalog import Lang, text
 from bot.chat.delivery import MessageRef, PermanentDeliveryError
 from bot.chat.refs import ChatRefs
 from bot.chat.slack.blocks import acked_page_layout, card_layout, note_text, page_layout
@@ -35,54 +36,60 @@ class SlackDeliverer:
         refs: ChatRefs,
         alert_channel: str | None = None,
         clock: Callable[[], datetime] = utcnow,
+        language_for: Callable[[str | None], Lang] = lambda channel: "en",
     ) -> None:
         self.client = client
         self.refs = refs
         self.alert_channel = alert_channel
         self.clock = clock
+        self.language_for = language_for  # the language of a channel's messages (SlackConfig.language_for)
 
     async def post_card(self, job: Job) -> MessageRef:
-        text, blocks = card_layout(job, self.clock())
-        reply = await call(self.client.chat_postMessage(channel=_channel(job), text=text, blocks=blocks))
+        said, blocks = card_layout(job, self.clock(), self._lang(job))
+        reply = await call(self.client.chat_postMessage(channel=_channel(job), text=said, blocks=blocks))
         return MessageRef(channel=str(reply["channel"]), ts=str(reply["ts"]))
 
     async def edit_card(self, job: Job, card: MessageRef) -> None:
-        text, blocks = card_layout(job, self.clock())
-        await call(self.client.chat_update(channel=card.channel, ts=card.ts, text=text, blocks=blocks))
+        said, blocks = card_layout(job, self.clock(), self._lang(job))
+        await call(self.client.chat_update(channel=card.channel, ts=card.ts, text=said, blocks=blocks))
 
     async def post_note(self, job: Job, note: Notify, card: MessageRef | None) -> None:
         now = self.clock()
+        lang = self._lang(job)
         if note.channel == "page":
-            await self._page(job, note, now)
+            await self._page(job, note, now, lang)
             return
         if note.channel == "alert":
             channel = self.alert_channel or _channel(job)
-            text = note_text(job, note, now)
+            said = note_text(job, note, now, lang)
             if channel != _channel(job):
-                text += f" (job channel <#{_channel(job)}>)"
-            await call(self.client.chat_postMessage(channel=channel, text=text))
+                said += text(lang, "slack.job-channel", channel=f"<#{_channel(job)}>")
+            await call(self.client.chat_postMessage(channel=channel, text=said))
             return
         if note.topic == "acked":
-            await self._acknowledge_pages(job, note)
+            await self._acknowledge_pages(job, note, lang)
         thread: dict[str, Any] = {"thread_ts": card.ts} if card is not None else {}
         channel = card.channel if card is not None else _channel(job)
-        await call(self.client.chat_postMessage(channel=channel, text=note_text(job, note, now), **thread))
+        await call(self.client.chat_postMessage(channel=channel, text=note_text(job, note, now, lang), **thread))
 
-    async def _page(self, job: Job, note: Notify, now: datetime) -> None:
-        text, plain, blocks = page_layout(job, note, now)
-        reply = await call(self.client.chat_postMessage(channel=_channel(job), text=text, blocks=blocks))
+    def _lang(self, job: Job) -> Lang:
+        return self.language_for(job.chat.channel if job.chat is not None else None)
+
+    async def _page(self, job: Job, note: Notify, now: datetime, lang: Lang) -> None:
+        said, plain, blocks = page_layout(job, note, now, lang)
+        reply = await call(self.client.chat_postMessage(channel=_channel(job), text=said, blocks=blocks))
         await self.refs.add_page(job.id, MessageRef(channel=str(reply["channel"]), ts=str(reply["ts"]), text=plain))
 
-    async def _acknowledge_pages(self, job: Job, note: Notify) -> None:
+    async def _acknowledge_pages(self, job: Job, note: Notify, lang: Lang) -> None:
         """Every page of the job loses its buttons and says who owns it now (repeatable: edits, not posts)."""
         acked_at = job.page.acked_at if job.page is not None else None
         by = str(note.fields.get("by") or job.acked_by or "someone")
         at = _when(note.fields.get("at"), acked_at or note.at)
         pages = await self.refs.pages(job.id)
         for page in pages:
-            text, blocks = acked_page_layout(page.text, by, at)
+            said, blocks = acked_page_layout(page.text, by, at, lang)
             try:
-                await call(self.client.chat_update(channel=page.channel, ts=page.ts, text=text, blocks=blocks))
+                await call(self.client.chat_update(channel=page.channel, ts=page.ts, text=said, blocks=blocks))
             except PermanentDeliveryError as exc:  # e.g. someone deleted that page: the others still get updated
                 log.warning("page %s of %s not marked acknowledged: %s", page.ts, job.id, exc)
         await self.refs.drop_pages(job.id, len(pages))  # done with this incident's pages
