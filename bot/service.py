@@ -145,33 +145,7 @@ class BotService:
         await site.start()
         self.port = int(self._http.addresses[0][1])
 
-        async def cloud_event(event: CloudEvent) -> None:
-            await bus.publish(dump_message(event))
-
-        cloud: CloudProvider
-        reports: list[str]
-        if self.given_cloud is not None:
-            cloud, reports = self.given_cloud, []
-        elif config.aws is not None and self.settings.finetune_cloud == "aws":
-            # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.
-            cloud, reports = AwsCloud(config.aws, cloud_event), []
-        elif config.aliyun is not None and self.settings.finetune_cloud == "aliyun":
-            # Runner reports come to this server's public URL (aliyun.report_url, which the provider adds to every
-            # spec), signed with FINETUNE_REPORT_SECRET, which the instance's boot script hands the runner.
-            from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
-
-            cloud, reports = AliyunCloud(config.aliyun, cloud_event, report_secret=secret), []
-        else:
-            cloud = LocalCloud(
-                self.settings.finetune_state_dir,
-                cloud_event,
-                grace_seconds=self.settings.finetune_local_grace_seconds,
-                runner_env={"FINETUNE_REPORT_SECRET": secret},
-                dialect=self.settings.finetune_local_dialect,
-                checkpoint_base=self.settings.finetune_local_checkpoints,
-            )
-            reports = [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
-        self._cloud = cloud
+        self._cloud, reports = self._open_cloud(config, secret, bus)
         chat = self._chat(redis, store)
         self._bot = bot = Bot(
             store,
@@ -205,6 +179,33 @@ class BotService:
             "embedded" if redis.embedded else "external",
         )
         return self
+
+    def _open_cloud(self, config: FileConfig, secret: str, bus: EventBus) -> tuple[CloudProvider, list[str]]:
+        """The configured cloud, and where its runners send their reports (nowhere extra when it routes them)."""
+
+        async def cloud_event(event: CloudEvent) -> None:
+            await bus.publish(dump_message(event))
+
+        if self.given_cloud is not None:
+            return self.given_cloud, []
+        if config.aws is not None and self.settings.finetune_cloud == "aws":
+            # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.
+            return AwsCloud(config.aws, cloud_event), []
+        if config.aliyun is not None and self.settings.finetune_cloud == "aliyun":
+            # Runner reports come to this server's public URL (aliyun.report_url, which the provider adds to every
+            # spec), signed with FINETUNE_REPORT_SECRET, which the instance's boot script hands the runner.
+            from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
+
+            return AliyunCloud(config.aliyun, cloud_event, report_secret=secret), []
+        cloud = LocalCloud(
+            self.settings.finetune_state_dir,
+            cloud_event,
+            grace_seconds=self.settings.finetune_local_grace_seconds,
+            runner_env={"FINETUNE_REPORT_SECRET": secret},
+            dialect=self.settings.finetune_local_dialect,
+            checkpoint_base=self.settings.finetune_local_checkpoints,
+        )
+        return cloud, [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
 
     # -- Alibaba Cloud: FINETUNE_CLOUD=aliyun and the CloudMonitor / EventBridge routes -------------------------
 
