@@ -60,6 +60,24 @@ async def until(condition: Callable[[], Any], timeout: float = 60.0, poll: float
     return result
 
 
+class Stalls:
+    """The longest time the event loop could not run a 5 ms timer: a blocking call, a full GC, CPU starvation."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.005)
+            self.worst = max(self.worst, time.perf_counter() - before - 0.005)
+
+    def close(self) -> float:
+        self._task.cancel()
+        return self.worst
+
+
 class Slash:
     """Signed slash commands to the bot's /slack/events over one keep-alive session, each one timed."""
 
@@ -98,21 +116,27 @@ async def commands(service: BotService, slash: Slash, requests: int, starts: int
     """Section 1; returns the started jobs, running."""
     started: list[float] = []
     jobs: list[str] = []
+    stalls = Stalls()
     for _ in range(starts):
         elapsed, reply = await slash("start sleepy")
         started.append(elapsed)
         jobs.append(job_id_of(reply))
+    starting_stall = stalls.close()
     running = [await wait_job(service, job, lambda j: j.state is JobState.RUNNING, timeout=90) for job in jobs]
+    stalls = Stalls()
     timings: dict[str, list[float]] = {"status <job>": [], "list": []}
     for number in range(requests):
         kind = "list" if number % 2 else "status <job>"
-        elapsed, _reply = await slash("list" if number % 2 else f"status {jobs[number % len(jobs)]}")
+        elapsed, _reply = await slash("list" if kind == "list" else f"status {jobs[number % len(jobs)]}")
         timings[kind].append(elapsed)
+    reading_stall = stalls.close()
     print(f"1. slash command → HTTP response (signed POST /slack/events; Slack's limit 3 s), {len(jobs)} jobs exist")
     print(f"   status + list, {requests}:  {figures(timings['status <job>'] + timings['list'])}")
     for kind, values in timings.items():
         print(f"     {kind:<13} {len(values):4d}:  {figures(values)}")
+    print(f"     longest event-loop stall meanwhile: {reading_stall * 1000:.0f} ms")
     print(f"   start <recipe>, {starts}:    {figures(started)}")
+    print(f"     back to back, each launching a runner subprocess; longest loop stall {starting_stall * 1000:.0f} ms")
     print(f"   answers deferred past the 2 s budget: {slash.deferred}")
     return running
 
@@ -166,12 +190,12 @@ async def outage(service: BotService, slack: FakeSlack, job: Job, seconds: float
     slack.come_back()
     back = time.monotonic()
     await until(lambda: len({str(c.args.get("text")) for c in posted()}) >= NOTES, timeout=90, poll=0.01)
-    done = max(c.at for c in posted())
+    first, done = min(c.at for c in posted()), max(c.at for c in posted())
     await asyncio.sleep(3.0)  # any duplicate would show up by now
     counts = Counter(str(c.args.get("text")) for c in posted())
     print(f"3. delivery through an outage: the fake answers 500 for {seconds:.0f} s while {NOTES} thread notes come")
     print(f"   calls refused while down: {refused}   (outbox backoff doubles from 0.5 s up to 10 s, shared gate)")
-    print(f"   recovery → last note delivered: {(done - back) * 1000:.0f} ms")
+    print(f"   recovery → first note delivered: {(first - back) * 1000:.0f} ms, last: {(done - back) * 1000:.0f} ms")
     print(
         f"   produced {NOTES}, delivered {len(counts)} distinct, {sum(counts.values())} posts: "
         f"lost {NOTES - len(counts)}, duplicated {sum(n - 1 for n in counts.values())}; "
