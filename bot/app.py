@@ -115,7 +115,8 @@ class Bot:
             params = recipe.resolve(command.overrides)
         except RecipeError as exc:
             return f"⛔ {exc}"
-        active = len(await self.store.list_jobs(ACTIVE_STATES))
+        counts = await self.store.counts_by_state()  # the state indexes: no job is read to count them
+        active = sum(counts[state] for state in ACTIVE_STATES)
         price = None
         if self.policy.max_hourly_price is not None:  # only ask the cloud when a cap is configured
             price = await self.cloud.hourly_price(recipe.instance_types.get(self.cloud.name, []), "spot")

@@ -8,6 +8,7 @@ then the HTTP server, the cloud and Redis are closed in that order.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import secrets
 from collections.abc import Callable
@@ -171,6 +172,9 @@ class BotService:
         if self.settings.finetune_sqs_queue_url:
             sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish)
             self._tasks.append(asyncio.create_task(sqs.run(self.stopping), name="sqs"))
+        # What exists now (modules, settings, adapters) lives as long as the bot: keep it out of the collector's
+        # full passes, which otherwise stall the event loop for a second when the machine is busy.
+        gc.freeze()
         log.info(
             "bot up: http on %s:%d, cloud %s, redis %s",
             self.settings.finetune_http_host,
