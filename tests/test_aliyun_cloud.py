@@ -18,7 +18,7 @@ import boto3
 import pytest
 from pydantic import ValidationError
 
-import bot.cloud.aliyun as aliyun_module
+import bot.cloud.base as cloud_base
 from bot.cloud.aliyun import AliyunCloud, AliyunError
 from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.base import LaunchError
@@ -38,7 +38,7 @@ ZONES = list(VSWITCHES)
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeAliyun]:
     monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")  # never ask a real metadata service
-    monkeypatch.setattr(aliyun_module, "_logged_once", set())
+    monkeypatch.setattr(cloud_base, "_logged_once", set())
     started = await FakeAliyun(REGION).start()
     started.vswitch_zones = {vswitch: zone for zone, vswitch in VSWITCHES.items()}
     started.spot_prices = {

@@ -21,7 +21,7 @@ import boto3
 import pytest
 from pydantic import ValidationError
 
-import bot.cloud.aws as aws_module
+import bot.cloud.base as cloud_base
 from bot.cloud.aws import AwsCloud, AwsError, AwsSettings
 from bot.cloud.base import LaunchError
 from handlers.spec import JobSpec, parse_spec
@@ -112,7 +112,7 @@ async def proxy(world: World, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
 
 @pytest.fixture(autouse=True)
 def fresh_log_once(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(aws_module, "_logged_once", set())
+    monkeypatch.setattr(cloud_base, "_logged_once", set())
     yield
 
 

@@ -40,7 +40,7 @@ from alibabacloud_ess20220222 import models as ess_models
 
 from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_settings import AliyunSettings
-from bot.cloud.base import CloudEventSink, CloudProvider, Instance, LaunchError
+from bot.cloud.base import CloudEventSink, CloudProvider, Instance, LaunchError, log_once
 from bot.cloud.user_data import runner_boot_script
 from handlers.aliyun_placement import classify_aliyun_launch_error
 from handlers.jobs import Market
@@ -64,15 +64,6 @@ ATTEMPT_TAG = "finetune:attempt"
 LIVE_STATUSES = frozenset({"Pending", "Starting", "Running"})
 _NOT_FOUND = frozenset({"InvalidInstanceId.NotFound", "InvalidInstanceIds.NotFound", "InvalidInstance.NotFound"})
 _PRICE_TTL_SECONDS = 3600.0
-
-_logged_once: set[str] = set()
-
-
-def _log_once(key: str, message: str, *args: object) -> None:
-    """Log a degraded mode once per process, not once per launch."""
-    if key not in _logged_once:
-        _logged_once.add(key)
-        log.warning(message, *args)
 
 
 class AliyunError(RuntimeError):
@@ -299,7 +290,7 @@ class AliyunCloud:
                 ):
                     origin[instance_type] = (at, float(item["OriginPrice"]))
         except (AliyunApiError, AliyunUnavailable, KeyError, TypeError, ValueError) as exc:
-            _log_once("spot-prices", "spot price history unavailable (%s); zones ordered without prices", exc)
+            log_once(log, "spot-prices", "spot price history unavailable (%s); zones ordered without prices", exc)
             return {}, {}
         origins = {instance_type: price for instance_type, (_, price) in origin.items()}
         now = time.monotonic()
@@ -331,7 +322,7 @@ class AliyunCloud:
             price_info = reply["PriceInfo"]["Price"]
             price = float(price_info.get("TradePrice", price_info.get("OriginalPrice")))
         except (AliyunApiError, AliyunUnavailable, KeyError, TypeError, ValueError) as exc:
-            _log_once(f"price:{instance_type}", "no on-demand price for %s (%s)", instance_type, exc)
+            log_once(log, f"price:{instance_type}", "no on-demand price for %s (%s)", instance_type, exc)
             return cached[0] if cached is not None else None
         self._on_demand[instance_type] = (price, time.monotonic())
         return price

@@ -12,10 +12,10 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from bot.cloud.user_data import plain_path
 from handlers.spec import check_report_target
 
 _REGION = re.compile(r"^[a-z]{2}-[a-z0-9]+(-[a-z0-9]+)*$")
-_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
 
 
 def endpoint_parts(endpoint: str) -> tuple[str, str]:
@@ -76,12 +76,7 @@ class AliyunSettings(BaseModel):
             endpoint_parts(value)
         return value
 
-    @field_validator("runner_path", "work_dir")
-    @classmethod
-    def _plain_path(cls, value: str) -> str:
-        if not _SAFE_PATH.match(value):
-            raise ValueError("must be an absolute path of letters, digits and . _ / -")
-        return value
+    _plain_path = field_validator("runner_path", "work_dir")(plain_path)
 
     @field_validator("report_url")
     @classmethod

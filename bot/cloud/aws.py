@@ -32,8 +32,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bot.cloud.base import CloudEventSink, CloudProvider, Instance, LaunchError
-from bot.cloud.user_data import runner_boot_script
+from bot.cloud.base import CloudEventSink, CloudProvider, Instance, LaunchError, log_once
+from bot.cloud.user_data import plain_path, runner_boot_script
 from handlers.jobs import Market
 from handlers.placement import (
     Candidate,
@@ -69,18 +69,8 @@ _NOT_FOUND_TEMPLATE = frozenset({"InvalidLaunchTemplateName.NotFoundException", 
 _DENIED = frozenset(
     {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException", "OptInRequired"}
 )
-_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 _SCORES_RETRY_SECONDS = 3600.0  # after a refusal, ask for placement scores again only this much later
-
-_logged_once: set[str] = set()
-
-
-def _log_once(key: str, message: str, *args: object) -> None:
-    """Log a degraded mode once per process, not once per launch."""
-    if key not in _logged_once:
-        _logged_once.add(key)
-        log.warning(message, *args)
 
 
 class AwsError(RuntimeError):
@@ -116,12 +106,7 @@ class AwsSettings(BaseModel):
     work_dir: str = "/opt/dlami/nvme/finetune"
     on_demand_prices: dict[str, float] = Field(default_factory=dict)
 
-    @field_validator("runner_path", "work_dir")
-    @classmethod
-    def _plain_path(cls, value: str) -> str:
-        if not _SAFE_PATH.match(value):
-            raise ValueError("must be an absolute path of letters, digits and . _ / -")
-        return value
+    _plain_path = field_validator("runner_path", "work_dir")(plain_path)
 
     @field_validator("region")
     @classmethod
@@ -394,7 +379,8 @@ class AwsCloud:
         except (ClientError, BotoCoreError, ResponseParserError) as exc:  # moto: HTTP 500, not XML
             reason = _error(exc)[0] if isinstance(exc, ClientError) else type(exc).__name__
             self._scores_retry_at = time.monotonic() + _SCORES_RETRY_SECONDS
-            _log_once(
+            log_once(
+                log,
                 "placement-scores",
                 "spot placement scores unavailable (%s); choosing zones by spot price and the configured order",
                 reason,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -11,6 +12,15 @@ from handlers.messages import CloudEvent
 from handlers.spec import JobSpec
 
 CloudEventSink = Callable[[CloudEvent], Awaitable[None]]
+
+_logged_once: set[str] = set()
+
+
+def log_once(log: logging.Logger, key: str, message: str, *args: object) -> None:
+    """Warn of a degraded mode (no placement scores, no price history) once per process, not once per launch."""
+    if key not in _logged_once:
+        _logged_once.add(key)
+        log.warning(message, *args)
 
 
 class LaunchError(RuntimeError):

@@ -17,6 +17,13 @@ _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _ENV_VALUE = re.compile(r"^[A-Za-z0-9._:/@%+=,~!^&*?()\[\]{}|<>;-]*$")  # no quote, backslash, $, space, #
 
 
+def plain_path(value: str) -> str:
+    """A settings validator for the runner's paths on the instance: they go into the boot script as they are."""
+    if not _SAFE_PATH.match(value):
+        raise ValueError("must be an absolute path of letters, digits and . _ / -")
+    return value
+
+
 def runner_boot_script(env: Mapping[str, str], runner_path: str) -> str:
     """The script; ValueError for a path or an environment entry that could break out of the heredoc."""
     if not _SAFE_PATH.match(runner_path):
