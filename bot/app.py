@@ -2,7 +2,8 @@
 
 Where things enter:
 - ``command``: ``/finetune …`` from any chat adapter (Slack, DingTalk, the console). Parsed, authorised,
-  guarded, then applied to the store as a Change whose outbox carries what must follow.
+  guarded, then applied to the store as a Change whose outbox carries what must follow. The answer is in the
+  language the adapter asks for (the channel's); the handlers' reasons are rendered through the catalogue.
 - ``handle``: every message on the bus. Inputs (runner reports, cloud events, launch results, timers) are
   applied through :func:`handlers.decide.decide` with a dedup key, so a redelivery changes nothing; effects
   (launch, terminate, drill, stop, notify) are executed against the cloud and chat ports, each at most once.
@@ -18,11 +19,13 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from bot.chat import catalog
 from bot.chat.base import ChatPort
+from bot.chat.catalog import Lang, say
 from bot.chat.render import card_text
 from bot.cloud.base import CloudProvider
 from bot.store import JobStore
-from handlers.commands import HELP, Command, UsageError, parse
+from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, drill_command, new_job, retry_command, stop_command
 from handlers.events import utcnow
 from handlers.ids import new_job_id
@@ -88,33 +91,33 @@ class Bot:
 
     # -- chat commands ------------------------------------------------------------------------------------
 
-    async def command(self, user: str, chat: ChatRef, text: str) -> str:
-        """Answer one ``/finetune`` command; the reply goes back to the caller only."""
+    async def command(self, user: str, chat: ChatRef, text: str, lang: Lang = "en") -> str:
+        """Answer one ``/finetune`` command in ``lang``; the reply goes back to the caller only."""
         try:
             command = parse(text)
         except UsageError as exc:
-            return str(exc)
+            return say(lang, exc.reason)
         if command.action == "help":
-            return HELP
+            return say(lang, HELP_REASON)
         if command.action == "list":
-            return await self._list()
+            return await self._list(lang)
         if command.action in ("status", "logs"):
-            return await self._read(command)
+            return await self._read(command, lang)
         refused = refusal(self.policy, user, command.action)
         if refused is not None:
             await self._record_refusal(user, command)
-            return f"⛔ {refused}"
+            return catalog.text(lang, "reply.refused", why=say(lang, refused))
         if command.action == "start":
-            return await self._start(user, chat, command)
-        return await self._job_command(user, command)
+            return await self._start(user, chat, command, lang)
+        return await self._job_command(user, command, lang)
 
-    async def _start(self, user: str, chat: ChatRef, command: Command) -> str:
+    async def _start(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
         assert command.recipe is not None
         try:
             recipe = find_recipe(command.recipe, self.recipes)
             params = recipe.resolve(command.overrides)
         except RecipeError as exc:
-            return f"⛔ {exc}"
+            return catalog.text(lang, "reply.refused", why=say(lang, exc.reason))
         counts = await self.store.counts_by_state()  # the state indexes: no job is read to count them
         active = sum(counts[state] for state in ACTIVE_STATES)
         price = None
@@ -122,15 +125,15 @@ class Bot:
             price = await self.cloud.hourly_price(recipe.instance_types.get(self.cloud.name, []), "spot")
         blocked = guard_start(self.policy, active, hourly_price=price)
         if blocked is not None:
-            return f"⛔ {blocked}"
+            return catalog.text(lang, "reply.refused", why=say(lang, blocked))
         for _ in range(20):
             change = new_job(new_job_id(), recipe.name, dict(params), user, chat, self.clock())
             if await self.store.create(change.job, change.history, change.outbox):
                 shown = " ".join(f"{key}={value}" for key, value in params.items())
-                return f"Starting {change.job.id}: {recipe.name} ({shown})"
+                return catalog.text(lang, "reply.starting", job=change.job.id, recipe=recipe.name, params=shown)
         raise RuntimeError("could not find a free job id")
 
-    async def _job_command(self, user: str, command: Command) -> str:
+    async def _job_command(self, user: str, command: Command, lang: Lang) -> str:
         assert command.job_id is not None
         now = self.clock()
 
@@ -145,30 +148,41 @@ class Bot:
 
         applied = await self.store.apply(command.job_id, change)
         if applied.missing:
-            return f"no job {command.job_id}"
+            return catalog.text(lang, "reply.no-job", job=command.job_id)
         assert applied.change is not None
-        history = applied.change.history
-        if history.get("event") == "ignored":
-            return f"⛔ {command.action} {command.job_id}: {history['why']}"
-        return f"OK: {command.action} {command.job_id} ({applied.change.job.state.value})"
+        done = applied.change
+        if done.history.get("event") == "ignored":
+            why = say(lang, done.reason) if done.reason is not None else str(done.history["why"])
+            return catalog.text(lang, "reply.ignored", action=command.action, job=command.job_id, why=why)
+        state = catalog.text(lang, f"state.{done.job.state.value}")
+        return catalog.text(lang, "reply.ok", action=command.action, job=command.job_id, state=state)
 
-    async def _list(self) -> str:
+    async def _list(self, lang: Lang) -> str:
         jobs = sorted(await self.store.list_jobs(), key=lambda job: job.created_at, reverse=True)[:20]
         if not jobs:
-            return "no jobs yet: /finetune start tiny"
+            return catalog.text(lang, "reply.no-jobs")
         return "\n".join(
-            f"{job.id}  {job.state.value:<13} {job.recipe:<12} step {job.step or 0}/{job.total_steps or '?'}"
+            catalog.text(
+                lang,
+                "reply.list-line",
+                job=job.id,
+                state=catalog.text(lang, f"state.{job.state.value}"),
+                recipe=job.recipe,
+                step=job.step or 0,
+                total=job.total_steps or "?",
+            )
             for job in jobs
         )
 
-    async def _read(self, command: Command) -> str:
+    async def _read(self, command: Command, lang: Lang) -> str:
         if command.job_id is None:
-            return await self._list()
+            return await self._list(lang)
         job = await self.store.get(command.job_id)
         if job is None:
-            return f"no job {command.job_id}"
+            return catalog.text(lang, "reply.no-job", job=command.job_id)
         if command.action == "status":
-            return card_text(job, self.clock())
+            return card_text(job, self.clock(), lang)
+        # The history is the operators' record: its lines stay as written (English), whatever the channel reads.
         entries = await self.store.history(job.id, count=30)
         return "\n".join(
             f"{entry.get('at', '')} {entry.get('event')} "

@@ -1,7 +1,8 @@
 """The ``/finetune`` command grammar, shared by Slack, DingTalk and the console.
 
 Parsing only splits on whitespace and matches words: no quoting rules, no expansion, nothing a shell would
-interpret. Anything malformed raises :class:`UsageError` carrying the usage line to answer with.
+interpret. Anything malformed raises :class:`UsageError` carrying the usage line to answer with, as a
+:class:`~handlers.reasons.Reason` (English by ``str()``, the channel's language once the bot renders it).
 """
 
 from __future__ import annotations
@@ -11,11 +12,18 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from handlers.ids import JOB_ID_PATTERN
+from handlers.reasons import ReasonError, Wording
 
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 _RECIPE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,40}$")
 _OVERRIDE = re.compile(r"^([a-z_][a-z0-9_]{0,40})=(\S{1,200})$")
 MAX_COMMAND_LENGTH = 2000
+
+
+def _slot(verb: str) -> str:
+    """The placeholder of a verb's usage line in ``help`` (``interrupt-test`` → ``interrupt_test``)."""
+    return verb.replace("-", "_")
+
 
 USAGE = {
     "start": "start <recipe> [key=value …]",
@@ -28,13 +36,34 @@ USAGE = {
     "resume": "resume <job> [on-demand]",
     "help": "help",
 }
-HELP = "/finetune " + "\n/finetune ".join(USAGE.values())
+
+# What a malformed command is answered with (the catalogue's ``usage.*`` and ``help``; see handlers.reasons).
+WORDING = Wording(
+    {
+        **{f"usage.line.{verb}": line for verb, line in USAGE.items()},
+        "help": "\n".join(f"/finetune {{{_slot(verb)}}}" for verb in USAGE),
+        "usage.error": "{verb} {problem}. Usage: /finetune {usage}",
+        "usage.too-long": "command too long (over {limit} characters)\n{help}",
+        "usage.unknown": "unknown command {word}\n{help}",
+        "usage.at-most-one-job": "takes at most one job id",
+        "usage.resume-args": "takes a job id and optionally the word on-demand",
+        "usage.needs-recipe": "needs a recipe",
+        "usage.not-recipe": "{word} is not a recipe name",
+        "usage.not-key-value": "{word} is not key=value",
+        "usage.given-twice": "{key} is given twice",
+        "usage.not-job-id": "{word} is not a job id (they look like ft-7k2q)",
+        "usage.no-arguments": "takes no arguments",
+        "usage.one-job": "takes exactly one job id",
+    }
+)
+HELP_REASON = WORDING("help", **{_slot(verb): WORDING(f"usage.line.{verb}") for verb in USAGE})
+HELP = HELP_REASON.english
 
 Action = Literal["start", "stop", "interrupt-test", "status", "list", "logs", "ack", "resume", "help"]
 
 
-class UsageError(ValueError):
-    """A command that does not parse; the message says what was wrong and shows the usage."""
+class UsageError(ReasonError):
+    """A command that does not parse; the reason says what was wrong and shows the usage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +78,7 @@ class Command:
 def parse(text: str) -> Command:
     """Parse the text after ``/finetune`` (a leading ``/finetune`` is accepted too)."""
     if len(text) > MAX_COMMAND_LENGTH:
-        raise UsageError(f"command too long (over {MAX_COMMAND_LENGTH} characters)\n{HELP}")
+        raise UsageError(WORDING("usage.too-long", limit=MAX_COMMAND_LENGTH, help=HELP_REASON))
     words = text.split()
     if words and words[0].lower() == "/finetune":
         words = words[1:]
@@ -65,32 +94,32 @@ def parse(text: str) -> Command:
         return _start(args)
     if verb == "status":
         if len(args) > 1:
-            raise _usage(verb, "takes at most one job id")
+            raise _usage(verb, "usage.at-most-one-job")
         return Command("status", job_id=_job(verb, args[0]) if args else None)
     if verb == "resume":
         if len(args) not in (1, 2) or (len(args) == 2 and args[1].lower() != "on-demand"):
-            raise _usage(verb, "takes a job id and optionally the word on-demand")
+            raise _usage(verb, "usage.resume-args")
         return Command("resume", job_id=_job(verb, args[0]), on_demand=len(args) == 2)
     if verb in ("stop", "interrupt-test", "logs", "ack"):
         _expect(verb, args, 1)
         return Command(verb, job_id=_job(verb, args[0]))  # type: ignore[arg-type]
-    raise UsageError(f"unknown command {_shown(verb)}\n{HELP}")
+    raise UsageError(WORDING("usage.unknown", word=_shown(verb), help=HELP_REASON))
 
 
 def _start(args: list[str]) -> Command:
     if not args:
-        raise _usage("start", "needs a recipe")
+        raise _usage("start", "usage.needs-recipe")
     recipe = args[0].lower()
     if not _RECIPE.match(recipe):
-        raise _usage("start", f"{_shown(args[0])} is not a recipe name")
+        raise _usage("start", "usage.not-recipe", word=_shown(args[0]))
     overrides: dict[str, str] = {}
     for arg in args[1:]:
         match = _OVERRIDE.match(arg)
         if not match:
-            raise _usage("start", f"{_shown(arg)} is not key=value")
+            raise _usage("start", "usage.not-key-value", word=_shown(arg))
         key, value = match.groups()
         if key in overrides:
-            raise _usage("start", f"{key} is given twice")
+            raise _usage("start", "usage.given-twice", key=key)
         overrides[key] = value
     return Command("start", recipe=recipe, overrides=overrides)
 
@@ -98,17 +127,19 @@ def _start(args: list[str]) -> Command:
 def _job(verb: str, word: str) -> str:
     job_id = word.lower()
     if not _JOB_ID.match(job_id):
-        raise _usage(verb, f"{_shown(word)} is not a job id (they look like ft-7k2q)")
+        raise _usage(verb, "usage.not-job-id", word=_shown(word))
     return job_id
 
 
 def _expect(verb: str, args: list[str], count: int) -> None:
     if len(args) != count:
-        raise _usage(verb, "takes no arguments" if count == 0 else "takes exactly one job id")
+        raise _usage(verb, "usage.no-arguments" if count == 0 else "usage.one-job")
 
 
-def _usage(verb: str, problem: str) -> UsageError:
-    return UsageError(f"{verb} {problem}. Usage: /finetune {USAGE[verb]}")
+def _usage(verb: str, problem: str, /, **values: str) -> UsageError:
+    return UsageError(
+        WORDING("usage.error", verb=verb, problem=WORDING(problem, **values), usage=WORDING(f"usage.line.{verb}"))
+    )
 
 
 def _shown(word: str) -> str:

@@ -39,9 +39,22 @@ from handlers.messages import (
     dump_message,
 )
 from handlers.oncall import OnCall, open_page, page_step
+from handlers.reasons import Reason, Wording
 from handlers.transitions import Trigger, next_state
 
 START_TIMEOUT = timedelta(minutes=15)
+
+# Why a person's command changed nothing (the catalogue's ``ignored.*``); the history keeps the English.
+WORDING = Wording(
+    {
+        "ignored.stop": "the job is {state}",
+        "ignored.interrupt-test": "the job is {state}, not RUNNING",
+        "ignored.ack": "nothing to acknowledge: the job is {state}",
+        "ignored.no-page": "no page is open",
+        "ignored.already-acked": "already acknowledged by {by}",
+        "ignored.resume": "the job is {state}; only failed jobs can be resumed",
+    }
+)
 
 
 def new_job(job_id: str, recipe: str, params: dict[str, Any], user: str, chat: ChatRef | None, now: datetime) -> Change:
@@ -78,7 +91,7 @@ def decide(job: Job, message: BusMessage, now: datetime, oncall: OnCall | None =
 def stop_command(job: Job, user: str, now: datetime) -> Change:
     state = next_state(job.state, "stop")
     if state is None:
-        return _ignored(job, "stop", f"the job is {job.state}", by=user)
+        return _ignored(job, "stop", WORDING("ignored.stop", state=job.state), by=user)
     instance = job.current.instance_id if job.current else None
     outbox: list[Notify | StopRunner | Terminate] = [_note(job, "thread", "stop-requested", by=user)]
     job = job.model_copy(update={"page": None})  # a stop closes the page: nobody needs waking for it
@@ -93,7 +106,7 @@ def drill_command(job: Job, user: str, now: datetime) -> Change:
     instance = job.current.instance_id if job.current else None
     state = next_state(job.state, "drill")
     if state is None or instance is None:
-        return _ignored(job, "interrupt-test", f"the job is {job.state}, not RUNNING", by=user)
+        return _ignored(job, "interrupt-test", WORDING("ignored.interrupt-test", state=job.state), by=user)
     outbox = [
         Drill(job_id=job.id, instance_id=instance, requested_by=user),
         _note(job, "thread", "drill-started", by=user, instance=instance),
@@ -103,11 +116,11 @@ def drill_command(job: Job, user: str, now: datetime) -> Change:
 
 def ack_command(job: Job, user: str, now: datetime) -> Change:
     if next_state(job.state, "ack") is None:
-        return _ignored(job, "ack", f"nothing to acknowledge: the job is {job.state}", by=user)
+        return _ignored(job, "ack", WORDING("ignored.ack", state=job.state), by=user)
     if job.page is None:
-        return _ignored(job, "ack", "no page is open", by=user)
+        return _ignored(job, "ack", WORDING("ignored.no-page"), by=user)
     if job.page.acked_by:
-        return _ignored(job, "ack", f"already acknowledged by {job.page.acked_by}", by=user)
+        return _ignored(job, "ack", WORDING("ignored.already-acked", by=job.page.acked_by), by=user)
     page = job.page.model_copy(update={"acked_by": user, "acked_at": now})
     acked = job.model_copy(update={"page": page, "updated_at": now})
     history = {"event": "ack", "by": user, "at": now.isoformat(), "after_steps": page.sent}
@@ -118,7 +131,7 @@ def ack_command(job: Job, user: str, now: datetime) -> Change:
 
 def retry_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change:
     if next_state(job.state, "retry") is None:
-        return _ignored(job, "resume", f"the job is {job.state}; only failed jobs can be resumed", by=user)
+        return _ignored(job, "resume", WORDING("ignored.resume", state=job.state), by=user)
     market: Market = "on-demand" if on_demand else "spot"
     moved = job.model_copy(update={"state": JobState.RECOVERING, "failure": None, "page": None})
     return _relaunch(
@@ -428,9 +441,13 @@ def _make(job: Job, history: dict[str, Any], outbox: list[Any]) -> Change:
     return Change(job, history, [dump_message(message) for message in outbox])
 
 
-def _ignored(job: Job, what: str, why: str, **extra: Any) -> Change:
-    """Record that ``what`` was not applied and why; the job itself does not change."""
-    return Change(job, {"event": "ignored", "what": what, "why": why, "state": job.state.value, **extra})
+def _ignored(job: Job, what: str, why: str | Reason, **extra: Any) -> Change:
+    """Record that ``what`` was not applied and why; the job itself does not change.
+
+    ``why`` is a Reason when a person asked (the bot answers them in their language); the history keeps English.
+    """
+    history = {"event": "ignored", "what": what, "why": str(why), "state": job.state.value, **extra}
+    return Change(job, history, reason=why if isinstance(why, Reason) else None)
 
 
 def _note(job: Job, channel: NotifyChannel, topic: str, **fields: Any) -> Notify:

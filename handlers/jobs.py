@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.events import utcnow
 from handlers.ids import JOB_ID_PATTERN
+from handlers.reasons import Reason
 
 
 class JobState(StrEnum):
@@ -152,3 +153,4 @@ class Change:
     job: Job
     history: dict[str, Any]
     outbox: list[dict[str, Any]] = field(default_factory=list)
+    reason: Reason | None = None  # why a person's command changed nothing (not stored; the history has it)

@@ -10,9 +10,18 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.commands import Action
+from handlers.reasons import Reason, Wording
 
 GUARDED_ACTIONS: tuple[Action, ...] = ("start", "stop", "interrupt-test", "ack", "resume")
 READ_ACTIONS = frozenset({"status", "list", "logs", "help"})
+
+WORDING = Wording(
+    {
+        "refused.not-allowed": "you are not allowed to {action} jobs; ask an admin to add {user} to the {action} rule",
+        "guard.concurrency": "{active} jobs are already running (the limit is {limit}); stop one first",
+        "guard.price": "${price:.2f}/h is above the configured cap of ${cap:.2f}/h",
+    }
+)
 
 
 class Policy(BaseModel):
@@ -35,17 +44,17 @@ def may(policy: Policy, user: str, action: Action) -> bool:
     return "*" in allowed or user in allowed or f"{platform}:*" in allowed
 
 
-def refusal(policy: Policy, user: str, action: Action) -> str | None:
+def refusal(policy: Policy, user: str, action: Action) -> Reason | None:
     """Why ``user`` may not do ``action``, or None when they may."""
     if may(policy, user, action):
         return None
-    return f"you are not allowed to {action} jobs; ask an admin to add {user} to the {action} rule"
+    return WORDING("refused.not-allowed", action=action, user=user)
 
 
-def guard_start(policy: Policy, active_jobs: int, hourly_price: float | None) -> str | None:
+def guard_start(policy: Policy, active_jobs: int, hourly_price: float | None) -> Reason | None:
     """Why a new job may not start now (concurrency or price cap), or None."""
     if policy.max_concurrent_jobs is not None and active_jobs >= policy.max_concurrent_jobs:
-        return f"{active_jobs} jobs are already running (the limit is {policy.max_concurrent_jobs}); stop one first"
+        return WORDING("guard.concurrency", active=active_jobs, limit=policy.max_concurrent_jobs)
     if policy.max_hourly_price is not None and hourly_price is not None and hourly_price > policy.max_hourly_price:
-        return f"${hourly_price:.2f}/h is above the configured cap of ${policy.max_hourly_price:.2f}/h"
+        return WORDING("guard.price", price=hourly_price, cap=policy.max_hourly_price)
     return None

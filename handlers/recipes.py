@@ -13,13 +13,33 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from handlers.reasons import ReasonError, Wording
+
 ParamValue = str | int | float | bool
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _SAFE_TEXT = re.compile(r"^[A-Za-z0-9._:/@+#-]{1,200}$")
 
 
-class RecipeError(ValueError):
-    """An unknown recipe or a refused override; the message is meant for the chat user."""
+class RecipeError(ReasonError):
+    """An unknown recipe or a refused override; the reason is meant for the chat user."""
+
+
+WORDING = Wording(
+    {
+        "recipe.unknown": "unknown recipe {name!r}; known recipes: {known}",
+        "recipe.no-parameter": "{recipe} has no parameter {name!r} (it takes: {allowed})",
+        "recipe.no-parameters": "{recipe} has no parameter {name!r} (it takes: none)",
+        "recipe.parameter-gone": "{recipe} no longer has a parameter {name!r}",
+        "recipe.not-int": "{name} must be an int, not {raw!r}",
+        "recipe.not-float": "{name} must be a float, not {raw!r}",
+        "recipe.not-bool": "{name} must be a bool, not {raw!r}",
+        "recipe.not-str": "{name} must be a str, not {raw!r}",
+        "recipe.below-minimum": "{name}={value} is below the minimum {minimum}",
+        "recipe.above-maximum": "{name}={value} is above the maximum {maximum}",
+        "recipe.not-a-choice": "{name} must be one of {choices}",
+        "recipe.unsafe-text": "{name} may only use letters, digits and . _ : / @ + # -",
+    }
+)
 
 
 class Parameter(BaseModel):
@@ -49,21 +69,21 @@ class Parameter(BaseModel):
             else:
                 value = raw
         except ValueError:
-            raise RecipeError(f"{name} must be a{'n' if self.type == 'int' else ''} {self.type}, not {raw!r}") from None
+            raise RecipeError(WORDING(f"recipe.not-{self.type}", name=name, raw=raw)) from None
         self.check(name, value)
         return value
 
     def check(self, name: str, value: ParamValue) -> None:
         if isinstance(value, int | float) and not isinstance(value, bool):
             if self.min is not None and value < self.min:
-                raise RecipeError(f"{name}={value} is below the minimum {_num(self.min)}")
+                raise RecipeError(WORDING("recipe.below-minimum", name=name, value=value, minimum=_num(self.min)))
             if self.max is not None and value > self.max:
-                raise RecipeError(f"{name}={value} is above the maximum {_num(self.max)}")
+                raise RecipeError(WORDING("recipe.above-maximum", name=name, value=value, maximum=_num(self.max)))
         if isinstance(value, str):
             if self.choices is not None and value not in self.choices:
-                raise RecipeError(f"{name} must be one of {', '.join(self.choices)}")
+                raise RecipeError(WORDING("recipe.not-a-choice", name=name, choices=", ".join(self.choices)))
             if self.choices is None and not _SAFE_TEXT.match(value):
-                raise RecipeError(f"{name} may only use letters, digits and . _ : / @ + # -")
+                raise RecipeError(WORDING("recipe.unsafe-text", name=name))
 
 
 class Recipe(BaseModel):
@@ -93,8 +113,10 @@ class Recipe(BaseModel):
         for name, raw in overrides.items():
             spec = self.parameters.get(name)
             if spec is None:
-                allowed = ", ".join(sorted(self.parameters)) or "none"
-                raise RecipeError(f"{self.name} has no parameter {name!r} (it takes: {allowed})")
+                if not self.parameters:
+                    raise RecipeError(WORDING("recipe.no-parameters", recipe=self.name, name=name))
+                allowed = ", ".join(sorted(self.parameters))
+                raise RecipeError(WORDING("recipe.no-parameter", recipe=self.name, name=name, allowed=allowed))
             values[name] = spec.parse(name, raw)
         return values
 
@@ -104,7 +126,7 @@ class Recipe(BaseModel):
         for name, value in stored.items():
             spec = self.parameters.get(name)
             if spec is None:
-                raise RecipeError(f"{self.name} no longer has a parameter {name!r}")
+                raise RecipeError(WORDING("recipe.parameter-gone", recipe=self.name, name=name))
             spec.check(name, value)
             values[name] = value
         return values
@@ -230,5 +252,5 @@ BUILT_IN = {recipe.name: recipe for recipe in (TINY, DEEPSEEK_7B)}
 def find_recipe(name: str, recipes: dict[str, Recipe]) -> Recipe:
     recipe = recipes.get(name)
     if recipe is None:
-        raise RecipeError(f"unknown recipe {name!r}; known recipes: {', '.join(sorted(recipes))}")
+        raise RecipeError(WORDING("recipe.unknown", name=name, known=", ".join(sorted(recipes))))
     return recipe

@@ -1,6 +1,19 @@
-"""English: the bot's original wording, kept word for word (tests and the demo compare it)."""
+"""English: the bot's original wording, kept word for word (tests and the demo compare it).
+
+What the handlers say (usage errors, refusals, guards, recipe errors, why a command changed nothing) is their
+own English, taken from the tables next to the code that says it, so the two can never differ.
+"""
 
 from __future__ import annotations
+
+from handlers import commands, decide, policy, recipes
+
+HANDLERS: dict[str, str] = {
+    **commands.WORDING.sentences,
+    **policy.WORDING.sentences,
+    **recipes.WORDING.sentences,
+    **decide.WORDING.sentences,
+}
 
 MESSAGES: dict[str, str] = {
     # The job card.
@@ -100,6 +113,15 @@ MESSAGES: dict[str, str] = {
     "chat.unknown-button": "This button is not one of the bot's ({action}).",
     "chat.failed": "Something went wrong on the bot's side; check `/finetune status` before trying again.",
     "chat.unknown-card": "This card does not belong to a job of the bot.",
+    "chat.starting": "The bot is still starting; try again in a moment.",
+    # Answers to commands (the reasons inside them come from the handlers, below).
+    "reply.starting": "Starting {job}: {recipe} ({params})",
+    "reply.ok": "OK: {action} {job} ({state})",
+    "reply.no-job": "no job {job}",
+    "reply.refused": "⛔ {why}",
+    "reply.ignored": "⛔ {action} {job}: {why}",
+    "reply.no-jobs": "no jobs yet: /finetune start tiny",
+    "reply.list-line": "{job}  {state:<13} {recipe:<12} step {step}/{total}",
     # Slack's own labels (buttons, confirmation dialogs, the card's footer, an acknowledged page).
     "slack.drill": "Interrupt-test",
     "slack.retry": "Retry resume",
@@ -119,4 +141,8 @@ MESSAGES: dict[str, str] = {
     "slack.footer": "Started by {user} · updated {at:%H:%M:%S} UTC",
     "slack.acked": "✅ Acknowledged by {user} at {at:%H:%M} UTC",
     "slack.job-channel": " (job channel {channel})",
+    "slack.working": "⏳ Working on it…",
+    "slack.failed": "⚠️ That did not work: the bot hit an internal error (it is logged). Try again in a moment.",
+    "slack.bad-button": "⛔ that button does not name a job ({value!r})",
+    **HANDLERS,
 }

@@ -99,6 +99,15 @@ MESSAGES: dict[str, str] = {
     "chat.unknown-button": "这个按钮不属于本机器人（{action}）。",
     "chat.failed": "机器人内部出错；请先用 `/finetune status` 查看，再决定是否重试。",
     "chat.unknown-card": "这张卡片不属于本机器人的任务。",
+    "chat.starting": "机器人还在启动中，请稍后再试。",
+    # 命令的回答（其中的原因来自 handlers，见下）
+    "reply.starting": "正在启动 {job}：{recipe}（{params}）",
+    "reply.ok": "已受理：{action} {job}（{state}）",
+    "reply.no-job": "找不到任务 {job}",
+    "reply.refused": "⛔ {why}",
+    "reply.ignored": "⛔ {action} {job}：{why}",
+    "reply.no-jobs": "还没有任务：/finetune start tiny",
+    "reply.list-line": "{job}  {state}  {recipe}  第 {step}/{total} 步",
     # Slack 自己的文字（按钮、确认框、卡片页脚、已确认的告警）
     "slack.drill": "中断演练",
     "slack.retry": "重试恢复",
@@ -116,4 +125,64 @@ MESSAGES: dict[str, str] = {
     "slack.footer": "由 {user} 启动 · 更新于 {at:%H:%M:%S}（UTC）",
     "slack.acked": "✅ 已由 {user} 于 {at:%H:%M}（UTC）确认",
     "slack.job-channel": "（任务频道 {channel}）",
+    "slack.working": "⏳ 正在处理…",
+    "slack.failed": "⚠️ 操作未成功：机器人内部出错（已记录日志）。请稍后再试。",
+    "slack.bad-button": "⛔ 这个按钮没有指明任务（{value!r}）",
+    # 命令用法（handlers/commands.py）；命令词与 on-demand 保持英文，因为要照原样输入
+    "usage.line.start": "start <配方> [参数=值 …]",
+    "usage.line.stop": "stop <任务>",
+    "usage.line.interrupt-test": "interrupt-test <任务>",
+    "usage.line.status": "status [任务]",
+    "usage.line.list": "list",
+    "usage.line.logs": "logs <任务>",
+    "usage.line.ack": "ack <任务>",
+    "usage.line.resume": "resume <任务> [on-demand]",
+    "usage.line.help": "help",
+    "help": (
+        "/finetune {start} —— 启动微调任务\n"
+        "/finetune {stop} —— 停止任务（先保存检查点）\n"
+        "/finetune {interrupt_test} —— 中断演练\n"
+        "/finetune {status} —— 查看任务状态\n"
+        "/finetune {list} —— 列出最近的任务\n"
+        "/finetune {logs} —— 查看任务记录\n"
+        "/finetune {ack} —— 认领值班告警\n"
+        "/finetune {resume} —— 恢复失败的任务（可改用按量付费）\n"
+        "/finetune {help} —— 显示本帮助"
+    ),
+    "usage.error": "{verb}：{problem}。用法：/finetune {usage}",
+    "usage.too-long": "命令太长（超过 {limit} 个字符）\n{help}",
+    "usage.unknown": "未知命令 {word}\n{help}",
+    "usage.at-most-one-job": "最多只能带一个任务编号",
+    "usage.resume-args": "需要一个任务编号，后面可以再加 on-demand",
+    "usage.needs-recipe": "需要指定配方",
+    "usage.not-recipe": "{word} 不是配方名",
+    "usage.not-key-value": "{word} 不是“参数=值”的形式",
+    "usage.given-twice": "参数 {key} 重复出现",
+    "usage.not-job-id": "{word} 不是任务编号（任务编号形如 ft-7k2q）",
+    "usage.no-arguments": "不带参数",
+    "usage.one-job": "需要且只能带一个任务编号",
+    # 权限与限额（handlers/policy.py）
+    "refused.not-allowed": "你没有 {action} 任务的权限；请管理员把 {user} 加入 {action} 规则",
+    "guard.concurrency": "已有 {active} 个任务在运行（上限 {limit} 个）；请先停止一个",
+    "guard.price": "${price:.2f}/小时 超过了配置的上限 ${cap:.2f}/小时",
+    # 配方与参数（handlers/recipes.py）
+    "recipe.unknown": "未知配方 {name!r}；可用的配方：{known}",
+    "recipe.no-parameter": "{recipe} 没有参数 {name!r}（可用参数：{allowed}）",
+    "recipe.no-parameters": "{recipe} 没有参数 {name!r}（它不接受任何参数）",
+    "recipe.parameter-gone": "{recipe} 已不再有参数 {name!r}",
+    "recipe.not-int": "{name} 必须是整数，而不是 {raw!r}",
+    "recipe.not-float": "{name} 必须是浮点数，而不是 {raw!r}",
+    "recipe.not-bool": "{name} 必须是布尔值（true 或 false），而不是 {raw!r}",
+    "recipe.not-str": "{name} 必须是字符串，而不是 {raw!r}",
+    "recipe.below-minimum": "{name}={value} 低于最小值 {minimum}",
+    "recipe.above-maximum": "{name}={value} 超过最大值 {maximum}",
+    "recipe.not-a-choice": "{name} 只能是以下之一：{choices}",
+    "recipe.unsafe-text": "{name} 只能包含字母、数字和 . _ : / @ + # -",
+    # 命令为何没有生效（handlers/decide.py）
+    "ignored.stop": "任务当前状态为 {state}",
+    "ignored.interrupt-test": "任务当前状态为 {state}，不在运行中",
+    "ignored.ack": "没有需要确认的告警：任务当前状态为 {state}",
+    "ignored.no-page": "没有未处理的值班告警",
+    "ignored.already-acked": "已由 {by} 确认",
+    "ignored.resume": "任务当前状态为 {state}；只有失败的任务才能恢复",
 }

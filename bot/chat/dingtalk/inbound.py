@@ -1,7 +1,8 @@
 """What people do in DingTalk, turned into the bot's commands: ``@bot /finetune …`` and card button clicks.
 
-Both end in ``Bot.command(user, chat, text)``, the one entry every chat uses, so permissions, refusals and their
-record in the job's history are the same as anywhere. DingTalk redelivers what it thinks was not acknowledged;
+Both end in ``Bot.command(user, chat, text, lang)``, the one entry every chat uses, so permissions, refusals and
+their record in the job's history are the same as anywhere; the answer is in the group's language (zh-CN unless
+the config says otherwise). DingTalk redelivers what it thinks was not acknowledged;
 a message or click is run once (its id is claimed in Redis first) and a redelivery only acknowledged.
 """
 
@@ -26,7 +27,7 @@ from handlers.jobs import ChatRef
 
 log = logging.getLogger(__name__)
 
-CommandFn = Callable[[str, ChatRef, str], Awaitable[str]]
+CommandFn = Callable[[str, ChatRef, str, Lang], Awaitable[str]]
 OnceFn = Callable[[str], Awaitable[bool]]
 GROUP = "2"  # DingTalk's conversationType of a group chat ("1" is one to one)
 WEBHOOK_MARGIN_MS = 60_000  # do not answer through a sessionWebhook about to expire
@@ -126,7 +127,7 @@ class Inbound:
     async def _run(self, user: str, chat: ChatRef, command: str, lang: Lang) -> str:
         """The bot's answer; a failure on the bot's side is said as such (DingTalk will not deliver it again)."""
         try:
-            return await self.command(user, chat, command)
+            return await self.command(user, chat, command, lang)
         except Exception:
             log.exception("DingTalk command %r from %s failed", command, user)
             return text(lang, "chat.failed")

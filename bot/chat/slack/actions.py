@@ -3,7 +3,7 @@
 So a button is allowed exactly when the command is (one permission check, in :meth:`bot.app.Bot.command`), and
 a refusal is recorded in the job's history the same way. Slack gets its acknowledgement at once; the outcome
 ("OK: stop ft-7k2q (STOPPING)", "⛔ you are not allowed…") is shown to whoever clicked, with
-``chat.postEphemeral``.
+``chat.postEphemeral``, in the channel's language.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any
 
 from slack_bolt.context.ack.async_ack import AsyncAck
 
+from bot.chat.catalog import text
 from bot.chat.slack.blocks import ACTION_ACK, ACTION_DRILL, ACTION_ON_DEMAND, ACTION_RETRY, ACTION_STOP
-from bot.chat.slack.commands import CommandRunner, Spawn, run_guarded
+from bot.chat.slack.commands import CommandRunner, LanguageFor, Spawn, run_guarded
 from bot.chat.slack.replies import EphemeralReplies
 from handlers.ids import JOB_ID_PATTERN
 from handlers.jobs import ChatRef
@@ -31,10 +32,11 @@ _JOB_ID = re.compile(JOB_ID_PATTERN)
 
 
 class ButtonActions:
-    def __init__(self, run: CommandRunner, replies: EphemeralReplies, spawn: Spawn) -> None:
+    def __init__(self, run: CommandRunner, replies: EphemeralReplies, spawn: Spawn, language_for: LanguageFor) -> None:
         self.run = run
         self.replies = replies
         self.spawn = spawn
+        self.language_for = language_for
 
     async def on_action(self, ack: AsyncAck, body: dict[str, Any], action: dict[str, Any]) -> None:
         await ack()
@@ -43,11 +45,11 @@ class ButtonActions:
         job_id = str(action.get("value") or "")
         if not user or not channel:
             return
+        lang = self.language_for(channel)
         if not _JOB_ID.match(job_id):
-            await self.replies.send(channel, user, f"⛔ that button does not name a job ({job_id[:40]!r})")
+            await self.replies.send(channel, user, text(lang, "slack.bad-button", value=job_id[:40]))
             return
-        text = COMMANDS[str(action["action_id"])].format(job=job_id)
-        reply = await self.spawn(
-            run_guarded(self.run, f"slack:{user}", ChatRef(platform="slack", channel=channel), text)
-        )
+        command = COMMANDS[str(action["action_id"])].format(job=job_id)
+        chat = ChatRef(platform="slack", channel=channel)
+        reply = await self.spawn(run_guarded(self.run, f"slack:{user}", chat, command, lang))
         await self.replies.send(channel, user, reply)

@@ -21,6 +21,7 @@ from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.chat.catalog import Lang, text
 from bot.chat.refs import ChatRefs
 from bot.chat.slack.actions import ButtonActions
 from bot.chat.slack.app import build_bolt_app, events_route
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_API_URL = "https://slack.com/api/"
 HTTP_TIMEOUT = 10  # seconds per Web API call; a hung call must not hold a job's messages for long
-STARTING = "The bot is still starting; try again in a moment."
 
 
 class SlackAdapter:
@@ -89,8 +89,8 @@ class SlackAdapter:
             None if self.socket_mode else self.secrets.signing_secret,
             lambda: self.identity,
             self.config.command,
-            SlashCommand(self._command, replies, self._spawn),
-            ButtonActions(self._command, replies, self._spawn),
+            SlashCommand(self._command, replies, self._spawn, self.config.language_for),
+            ButtonActions(self._command, replies, self._spawn, self.config.language_for),
         )
 
     def mount(self, http: web.Application) -> None:
@@ -122,10 +122,10 @@ class SlackAdapter:
         if self._session is not None:
             await self._session.close()
 
-    async def _command(self, user: str, chat: ChatRef, text: str) -> str:
+    async def _command(self, user: str, chat: ChatRef, command: str, lang: Lang) -> str:
         if self._run is None:
-            return STARTING
-        return await self._run(user, chat, text)
+            return text(lang, "chat.starting")
+        return await self._run(user, chat, command, lang)
 
     def _spawn(self, work: Coroutine[Any, Any, str]) -> asyncio.Task[str]:
         task = asyncio.ensure_future(work)
