@@ -109,7 +109,7 @@ async def test_alert_and_page_reach_the_signed_robot_in_chinese_and_the_card_ack
         await dingtalk.push(frame)
         ack = await dingtalk.ack(frame["headers"]["messageId"])
         notice = json.loads(ack["data"])["response"]["userPrivateData"]["cardParamMap"]["notice"]
-        assert notice == f"OK: ack {job.id} (RESUME_FAILED)"
+        assert notice == f"已受理：ack {job.id}（恢复失败）"
         acked = await service.bot.store.get(job.id)
         assert acked is not None and acked.page is not None and acked.page.acked_by == f"dingtalk:{ANA}"
         await dingtalk.wait_until(

@@ -70,7 +70,7 @@ async def test_a_group_command_starts_a_job_and_the_answer_comes_back_in_markdow
         assert reply["session"] == "s1" and reply["body"]["msgtype"] == "markdown"
         assert reply["body"]["markdown"]["title"] == "微调任务"
         answer = reply["body"]["markdown"]["text"]
-        assert answer.startswith("Starting ft-") and "sleepy" in answer
+        assert answer.startswith("正在启动 ft-") and "sleepy" in answer  # the group's language: zh-CN by default
         [job] = await service.bot.store.list_jobs()
         assert job.requested_by == "dingtalk:manager4220"
         assert job.chat is not None and (job.chat.platform, job.chat.channel) == ("dingtalk", GROUP)
@@ -92,7 +92,7 @@ async def test_a_group_command_starts_a_job_and_the_answer_comes_back_in_markdow
         await dingtalk.push(status)
         await dingtalk.wait_until(lambda: len(dingtalk.session_replies) == 2, what="status reply")
         text = dingtalk.session_replies[1]["body"]["markdown"]["text"]
-        assert job.id in text and "RUNNING" in text
+        assert job.id in text and "运行中" in text
         assert "\n\n" in text  # one markdown paragraph per line of the card
 
 
@@ -109,7 +109,7 @@ async def test_expired_session_webhook_answers_through_the_openapi_and_pictures_
         await dingtalk.wait_until(lambda: len(dingtalk.session_replies) == 1, what="picture answer")
     [listed] = dingtalk.group_messages
     assert listed["conversation"] == GROUP and listed["title"] == "微调任务"
-    assert listed["text"] == "no jobs yet: /finetune start tiny"
+    assert listed["text"] == "还没有任务：/finetune start tiny"
     [usage] = dingtalk.session_replies
     assert usage["body"]["markdown"]["title"] == "finetune"  # this group reads English
     assert usage["body"]["markdown"]["text"] == "I only read text commands: `@bot /finetune help`"
