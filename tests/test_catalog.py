@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from bot.chat.catalog import LANGUAGES, messages
+from bot.chat.catalog import LANGUAGES, en, messages, say, text
 from bot.chat.render import card, card_text, message_text
+from handlers import commands, decide, recipes
+from handlers import policy as policy_module
+from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
+from handlers.decide import ack_command, drill_command, retry_command, stop_command
 from handlers.jobs import Attempt, CheckpointRef, Job, JobState, Page
 from handlers.messages import Notify
+from handlers.policy import Policy, guard_start, refusal
+from handlers.reasons import Reason
+from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -134,3 +142,149 @@ def test_english_stays_the_default_and_word_for_word() -> None:
         "Checkpointing now."
     )
     assert card_text(job(), NOW, "zh-CN").splitlines()[1] == "  状态: 🟢 运行中"
+
+
+# -- what the handlers say to a person (handlers/reasons.py), and the bot's answers to commands ------------
+
+
+def _parse_error(text: str) -> Reason:
+    with pytest.raises(UsageError) as caught:
+        parse(text)
+    return caught.value.reason
+
+
+def _recipe_error(call: Callable[[], object]) -> Reason:
+    with pytest.raises(RecipeError) as caught:
+        call()
+    return caught.value.reason
+
+
+def handler_reasons() -> list[Reason]:
+    """Every kind of Reason the handlers give, each made by the real code path that gives it."""
+    running = job().model_copy(update={"state": JobState.RUNNING, "page": None})
+    failed = running.model_copy(update={"state": JobState.RESUME_FAILED})
+    acked = failed.model_copy(update={"page": Page(attempt=2, opened_at=NOW, reason="x", acked_by="slack:U1")})
+    pending = running.model_copy(update={"state": JobState.PENDING, "attempts": []})
+    stopped = running.model_copy(update={"state": JobState.STOPPED})
+    bare = Recipe(name="bare", description="d", model="m", command=["true"])
+    ignored = [
+        stop_command(stopped, "slack:U1", NOW),
+        drill_command(pending, "slack:U1", NOW),
+        ack_command(running, "slack:U1", NOW),
+        ack_command(failed, "slack:U1", NOW),
+        ack_command(acked, "slack:U2", NOW),
+        retry_command(running, "slack:U1", False, NOW),
+    ]
+    policy = Policy(allow={"start": []}, max_concurrent_jobs=2, max_hourly_price=1.0)
+    reasons = [
+        HELP_REASON,
+        *(_parse_error(text) for text in ("x" * 2001, "deploy prod", "status a b", "resume ft-7k2q now", "start")),
+        *(_parse_error(text) for text in ("start BAD/x", "start tiny lr", "start tiny a=1 a=2", "stop job;rm")),
+        *(_parse_error(text) for text in ("list all", "logs")),
+        _recipe_error(lambda: find_recipe("llama-70b", dict(BUILT_IN))),
+        _recipe_error(lambda: TINY.resolve({"batch": "1"})),
+        _recipe_error(lambda: bare.resolve({"batch": "1"})),
+        _recipe_error(lambda: TINY.resolve_values({"gone": 1})),
+        *(_recipe_error(lambda o=o: TINY.resolve(o)) for o in ({"steps": "x"}, {"lr": "x"}, {"lr": "9"}, {"lr": "0"})),
+        _recipe_error(lambda: Parameter(type="bool", default=True).parse("flag", "maybe")),
+        _recipe_error(lambda: Parameter(type="str", default="a", choices=["a", "b"]).parse("mode", "c")),
+        _recipe_error(lambda: Parameter(type="str", default="a").parse("dataset", "a;b")),
+        recipes.WORDING("recipe.not-str", name="mode", raw="x"),  # a str parameter takes any text: never raised
+        refusal(policy, "dingtalk:bob", "start"),
+        guard_start(policy, active_jobs=2, hourly_price=None),
+        guard_start(policy, active_jobs=0, hourly_price=1.5),
+        *(change.reason for change in ignored),
+    ]
+    assert all(reason is not None for reason in reasons)
+    return [reason for reason in reasons if reason is not None]
+
+
+def keys_in(reason: Reason) -> set[str]:
+    nested = (keys_in(value) for value in reason.values.values() if isinstance(value, Reason))
+    return {reason.key}.union(*nested)
+
+
+def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
+    tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING]
+    assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
+    assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice
+    assert en.BOT.keys().isdisjoint(en.HANDLERS)
+    assert all(messages("en")[key] == value for key, value in en.HANDLERS.items())
+    assert set(messages("zh-CN")) >= set(en.HANDLERS)
+
+
+def test_every_reason_renders_in_both_languages_english_exactly_as_str() -> None:
+    reasons = handler_reasons()
+    assert set().union(*(keys_in(reason) for reason in reasons)) == set(en.HANDLERS)  # every key is exercised
+    kept = {*USAGE, "finetune", "demand"}  # the words a person types stay as they are
+    for reason in reasons:
+        english, chinese = say("en", reason), say("zh-CN", reason)
+        assert english == str(reason) == reason.english
+        assert CJK.search(chinese) and not CJK.search(english), reason.key
+        literal = "".join(part for part, *_ in string.Formatter().parse(messages("en")[reason.key]))
+        leftover = {w for w in re.findall(r"[A-Za-z]{3,}", literal) if w not in kept and w in chinese}
+        assert not leftover, (reason.key, chinese, leftover)
+
+
+def test_help_and_usage_in_chinese_keep_the_words_to_type() -> None:
+    assert say("en", HELP_REASON) == HELP == "/finetune " + "\n/finetune ".join(USAGE.values())
+    lines = say("zh-CN", HELP_REASON).splitlines()
+    assert [line.split(" —— ")[0].split()[1] for line in lines] == list(USAGE)
+    assert lines[-2] == "/finetune resume <任务> [on-demand] —— 恢复失败的任务（可改用按量付费）"
+    assert say("zh-CN", _parse_error("stop a b")) == "stop：需要且只能带一个任务编号。用法：/finetune stop <任务>"
+    state = say("zh-CN", stop_command(job().model_copy(update={"state": JobState.STOPPED}), "u", NOW).reason)
+    assert state == "任务当前状态为 已停止"  # a job state inside a reason is said in the channel's language
+
+
+# The bot's own answers, with values as Bot.command gives them: the English as the bot always wrote it.
+REPLIES: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        "reply.starting",
+        {"job": "ft-ab12", "recipe": "tiny", "params": "steps=30 lr=0.05"},
+        "Starting ft-ab12: tiny (steps=30 lr=0.05)",
+        "正在启动 ft-ab12：tiny（steps=30 lr=0.05）",
+    ),
+    (
+        "reply.ok",
+        {"action": "stop", "job": "ft-ab12", "state": "STOPPING"},
+        "OK: stop ft-ab12 (STOPPING)",
+        "已受理：stop ft-ab12（STOPPING）",
+    ),
+    ("reply.no-job", {"job": "ft-ab12"}, "no job ft-ab12", "找不到任务 ft-ab12"),
+    ("reply.refused", {"why": "x"}, "⛔ x", "⛔ x"),  # only a frame: the reason inside is in the language
+    ("reply.ignored", {"action": "ack", "job": "ft-ab12", "why": "y"}, "⛔ ack ft-ab12: y", "⛔ ack ft-ab12：y"),
+    ("reply.no-jobs", {}, "no jobs yet: /finetune start tiny", "还没有任务：/finetune start tiny"),
+    (
+        "reply.list-line",
+        {"job": "ft-ab12", "state": "RUNNING", "recipe": "tiny", "step": 3, "total": "?"},
+        f"{'ft-ab12'}  {'RUNNING':<13} {'tiny':<12} step 3/?",  # the f-string the bot used to write
+        "ft-ab12  RUNNING  tiny  第 3/? 步",
+    ),
+    ("chat.starting", {}, "The bot is still starting; try again in a moment.", "机器人还在启动中，请稍后再试。"),
+    ("slack.working", {}, "⏳ Working on it…", "⏳ 正在处理…"),
+    (
+        "slack.failed",
+        {},
+        "⚠️ That did not work: the bot hit an internal error (it is logged). Try again in a moment.",
+        "⚠️ 操作未成功：机器人内部出错（已记录日志）。请稍后再试。",
+    ),
+    (
+        "slack.bad-button",
+        {"value": "x;y"},
+        "⛔ that button does not name a job ('x;y')",
+        "⛔ 这个按钮没有指明任务（'x;y'）",
+    ),
+]
+
+
+@pytest.mark.parametrize(("key", "values", "english", "chinese"), REPLIES, ids=[key for key, *_ in REPLIES])
+def test_every_answer_of_the_bot_renders_in_both_languages(
+    key: str, values: dict[str, Any], english: str, chinese: str
+) -> None:
+    assert text("en", key, **values) == english
+    assert text("zh-CN", key, **values) == chinese
+
+
+def test_every_answer_key_of_the_bot_is_tested_above() -> None:
+    answers = {key for key in en.BOT if key.startswith("reply.")} | {"chat.starting", "slack.working"}
+    assert answers <= {key for key, *_ in REPLIES}

@@ -7,6 +7,7 @@ tests/fake_slack.py over real HTTP.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from tests.fake_slack import (
 )
 
 CHANNEL = "C0JOBS"
+CHINESE_CHANNEL = "C0ZHTEAM"
 
 
 @pytest.fixture
@@ -46,13 +48,13 @@ async def post(service: BotService, body: bytes, headers: dict[str, str]) -> tup
             return response.status, await response.text()
 
 
-async def command(service: BotService, text: str, user: str = "U0ANA") -> tuple[int, str]:
-    body = form_body(slash_command(text, user=user, channel=CHANNEL))
+async def command(service: BotService, text: str, user: str = "U0ANA", channel: str = CHANNEL) -> tuple[int, str]:
+    body = form_body(slash_command(text, user=user, channel=channel))
     return await post(service, body, signed_headers(body))
 
 
-async def click(service: BotService, action_id: str, value: str, user: str = "U0ANA") -> int:
-    body = action_body(block_action(action_id, value, user=user, channel=CHANNEL))
+async def click(service: BotService, action_id: str, value: str, user: str = "U0ANA", channel: str = CHANNEL) -> int:
+    body = action_body(block_action(action_id, value, user=user, channel=channel))
     status, _text = await post(service, body, signed_headers(body))
     return status
 
@@ -193,6 +195,44 @@ async def test_an_unauthorised_stop_button_is_refused_recorded_and_the_job_keeps
         assert allowed[0]["text"].startswith("OK: stop " + job_id)
         stops = [e for e in await service.bot.store.history(job_id) if e.get("event") == "stop"]
         assert [e["by"] for e in stops] == ["slack:U0BOSS"]
+
+
+async def test_a_channel_configured_in_chinese_is_answered_in_chinese_and_the_others_in_english(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    policy = {"allow": {"start": ["slack:*"], "stop": ["slack:U0BOSS"]}}
+    chinese = {"channels": {CHINESE_CHANNEL: {"language": "zh-CN"}}}
+    config = sleepy_config(tmp_path, policy=policy, slack=chinese)
+    async with running_bot(tmp_path / "state", config, **slack_settings(slack.api_url)) as (service, _console):
+        # A usage error is answered in the ack itself, in the channel's language.
+        status, reply = await command(service, "start", channel=CHINESE_CHANNEL)
+        assert status == 200 and json.loads(reply) == {
+            "text": "start：需要指定配方。用法：/finetune start <配方> [参数=值 …]",
+            "response_type": "ephemeral",
+        }
+        status, reply = await command(service, "start sleepy", user="U0EVE", channel=CHINESE_CHANNEL)
+        answer = json.loads(reply)["text"]
+        [job] = await service.bot.store.list_jobs()
+        assert status == 200 and answer.startswith(f"正在启动 {job.id}：sleepy（")
+        await wait_job(service, job.id, lambda job: job.state is JobState.RUNNING)
+
+        # Eve may not stop: the card's Stop button gets her a Chinese refusal, shown to her only.
+        assert await click(service, "finetune_stop", job.id, user="U0EVE", channel=CHINESE_CHANNEL) == 200
+        refusal = await slack.wait_for(lambda: [e for e in slack.ephemeral if e["user"] == "U0EVE"])
+        assert refusal[0]["channel"] == CHINESE_CHANNEL
+        assert refusal[0]["text"] == "⛔ 你没有 stop 任务的权限；请管理员把 slack:U0EVE 加入 stop 规则"
+        still = await service.bot.store.get(job.id)
+        assert still is not None and still.state is JobState.RUNNING
+        refused = [e for e in await service.bot.store.history(job.id) if e.get("event") == "refused"]
+        assert [(e["action"], e["by"]) for e in refused] == [("stop", "slack:U0EVE")]
+
+        # The same refusal in a channel with no language set is the English one, word for word.
+        assert await click(service, "finetune_stop", job.id, user="U0EVE", channel=CHANNEL) == 200
+        english = await slack.wait_for(lambda: [e for e in slack.ephemeral if e["channel"] == CHANNEL])
+        assert (
+            english[0]["text"]
+            == "⛔ you are not allowed to stop jobs; ask an admin to add slack:U0EVE to the stop rule"
+        )
 
 
 class SlowPrices(LocalCloud):
