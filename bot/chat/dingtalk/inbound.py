@@ -2,8 +2,8 @@
 
 Both end in ``Bot.command(user, chat, text, lang)``, the one entry every chat uses, so permissions, refusals and
 their record in the job's history are the same as anywhere; the answer is in the group's language (zh-CN unless
-the config says otherwise). DingTalk redelivers what it thinks was not acknowledged;
-a message or click is run once (its id is claimed in Redis first) and a redelivery only acknowledged.
+the config says otherwise). DingTalk redelivers what it thinks was not acknowledged; a message or click is run
+once (its id is claimed in Redis first) and a redelivery only acknowledged.
 """
 
 from __future__ import annotations

@@ -54,9 +54,7 @@ class SlashCommand:
 
     async def on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         typed = str(command.get("text") or "")
-        user = str(command["user_id"])
-        channel = str(command["channel_id"])
-        lang = self.language_for(channel)
+        lang = self.language_for(command.get("channel_id"))
         try:
             parsed = parse(typed)
         except UsageError as exc:
@@ -65,6 +63,8 @@ class SlashCommand:
         if parsed.action == "help":
             await ack(text=say(lang, HELP_REASON), response_type="ephemeral")
             return
+        user = str(command["user_id"])
+        channel = str(command["channel_id"])
         chat = ChatRef(platform="slack", channel=channel)
         work = self.spawn(run_guarded(self.run, f"slack:{user}", chat, typed, lang))
         done, _pending = await asyncio.wait({work}, timeout=self.budget)
