@@ -45,6 +45,7 @@ from handlers.placement import (
     scores_by_zone,
 )
 from handlers.spec import JobSpec, ReleaseAwsAutoScaling, ReleaseAwsInstance, check_report_target
+from runner.notices.control import control_key
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +180,8 @@ class AwsCloud:
         return f"{self.settings.prefix}{job_id}/spec-attempt-{attempt}.json"
 
     def control_key(self, job_id: str, attempt: int) -> str:
-        return f"{self.settings.prefix}{job_id}/control/attempt-{attempt}.json"
+        """The runner's control object, relative to the bucket (the runner reads it relative to its checkpoints)."""
+        return f"{self.settings.prefix}{job_id}/{control_key(attempt)}"
 
     def on_demand_price(self, instance_type: str) -> float | None:
         return self.settings.on_demand_prices.get(instance_type, ON_DEMAND_PRICES.get(instance_type))
