@@ -166,7 +166,7 @@ class BotService:
         if self._outbox is not None:
             self._tasks.append(asyncio.create_task(self._outbox.run(self.stopping), name="chat-outbox"))
         if self._slack is not None:
-            await self._slack.start(bot.command)
+            await self._slack.start(bot.command, store.claim_once)
         if self.dingtalk is not None:
             self.dingtalk.listen(bot.command)
         if self.settings.finetune_sqs_queue_url:
