@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.log_limit import LimitedLog
 from handlers.aliyun_events import UnrecognisedEvent, parse_cloudmonitor, parse_eventbridge
 from handlers.messages import CloudEvent, dump_message
 
@@ -68,24 +69,39 @@ def aliyun_routes(
         raise ValueError(f"the Alibaba webhook token must be at least {MIN_TOKEN_LENGTH} characters")
     expected = token.encode()
     allowed = tuple(sources)
+    quiet = LimitedLog(log)
+
+    def refuse(request: web.Request, status: int, reason: str) -> web.Response:
+        quiet.warning(
+            "refused", "refused an Alibaba event push to %s from %s: %s", request.path, request.remote, reason
+        )
+        return web.json_response({"error": reason}, status=status)
 
     def handler(parse: Parser, what: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def receive(request: web.Request) -> web.Response:
             if allowed and not _address_allowed(request.remote, allowed):
-                return _refuse(request, 403, f"source address {request.remote} is not allowed")
+                return refuse(request, 403, f"source address {request.remote} is not allowed")
             if not hmac.compare_digest(_token_of(request).encode(), expected):
-                return _refuse(request, 401, "missing or wrong token")
+                return refuse(request, 401, "missing or wrong token")
             raw = await request.read()
             try:
                 messages = parse(raw, clock())
             except UnrecognisedEvent as exc:
-                log.warning("unrecognised %s from %s: %s; body: %s", what, request.remote, exc.reason, raw[:4000])
+                quiet.warning(
+                    "refused", "unrecognised %s from %s: %s; body: %s", what, request.remote, exc.reason, raw[:2000]
+                )
                 return web.json_response({"error": "unrecognised event", "reason": exc.reason}, status=400)
             try:
                 for message in messages:
                     await publish(dump_message(message))
-            except Exception:
-                log.exception("could not publish an %s: asking the sender to retry", what)
+            except Exception as exc:  # whatever stops the bus, the sender keeps the event and tries again
+                quiet.warning(
+                    "unpublished",
+                    "could not publish an %s (%s: %s): asking the sender to retry",
+                    what,
+                    type(exc).__name__,
+                    exc,
+                )
                 return web.json_response({"error": "bus unavailable, retry"}, status=503)
             return web.json_response({"accepted": [message.id for message in messages]})
 
@@ -112,8 +128,3 @@ def _address_allowed(remote: str | None, allowed: tuple[Network, ...]) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return any(address in network for network in allowed)
-
-
-def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
-    log.warning("refused an Alibaba event push to %s from %s: %s", request.path, request.remote, reason)
-    return web.json_response({"error": reason}, status=status)
