@@ -128,7 +128,7 @@ async def test_a_slash_command_starts_a_job_whose_card_is_posted_once_then_edite
         assert all(reply.thread_ts == card.ts for reply in slack.channel_messages(CHANNEL, top_level=False))
 
 
-async def test_usage_errors_and_help_are_answered_in_the_ack_and_change_nothing(
+async def test_usage_errors_refusals_and_help_are_answered_in_the_ack_and_change_nothing(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
     async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
@@ -140,6 +140,7 @@ async def test_usage_errors_and_help_are_answered_in_the_ack_and_change_nothing(
             ("frobnicate ft-1234", "unknown command 'frobnicate'"),
             ("stop not-a-job", "is not a job id"),
             ("help", "/finetune start <recipe>"),
+            ("start deepseek-7b dataset=--push_to_hub", "dataset may not start with '-'"),
             ("", "/finetune start <recipe>"),
         ):
             status, reply = await command(service, text)
