@@ -6,7 +6,8 @@ CloudMonitor webhooks are not signed, so these routes trust a request only when 
 2. carries the shared secret token, as ``?token=…`` in the URL (what a CloudMonitor push channel or an EventBridge
    HTTP target can be given), an ``X-Finetune-Token`` header or ``Authorization: Bearer …``; compared in constant
    time — else 401;
-3. holds an event :mod:`handlers.aliyun_events` understands — else 400 (logged with the body).
+3. holds an event :mod:`handlers.aliyun_events` understands — else 400 (logged with the body);
+4. is not older than the freshness window (:func:`handlers.aliyun_events.staleness`) — else 403.
 
 Only then is anything published to the bus. A bus that cannot take the message gets 503, so the sender retries;
 redeliveries are harmless since the bus messages carry ids derived from the event. The source address is the peer
@@ -25,7 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.log_limit import LimitedLog
-from handlers.aliyun_events import UnrecognisedEvent, parse_cloudmonitor, parse_eventbridge
+from handlers.aliyun_events import UnrecognisedEvent, parse_cloudmonitor, parse_eventbridge, staleness
 from handlers.messages import CloudEvent, dump_message
 
 log = logging.getLogger(__name__)
@@ -84,13 +85,17 @@ def aliyun_routes(
             if not hmac.compare_digest(_token_of(request).encode(), expected):
                 return refuse(request, 401, "missing or wrong token")
             raw = await request.read()
+            now = clock()
             try:
-                messages = parse(raw, clock())
+                messages = parse(raw, now)
             except UnrecognisedEvent as exc:
                 quiet.warning(
                     "refused", "unrecognised %s from %s: %s; body: %s", what, request.remote, exc.reason, raw[:2000]
                 )
                 return web.json_response({"error": "unrecognised event", "reason": exc.reason}, status=400)
+            stale = staleness(messages, now)
+            if stale is not None:
+                return refuse(request, 403, stale)
             try:
                 for message in messages:
                     await publish(dump_message(message))
