@@ -6,10 +6,11 @@ request refused with 503 started nothing, so the retry its sender makes once Red
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,24 @@ from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH
 from handlers.events import Progress, dump_report
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from tests.aliyun_payloads import INTERRUPTION, cloudevent, interruption_content, notification
-from tests.bot_harness import SECRET, SLEEPS, quick_recipe, running_bot, slack_settings, write_config
+from tests.bot_harness import (
+    SECRET,
+    SLEEPS,
+    quick_recipe,
+    running_bot,
+    running_dingtalk_bot,
+    slack_settings,
+    write_config,
+)
+from tests.fake_dingtalk import FakeDingTalk, group_message, message_frame
 from tests.fake_slack import FakeSlack, action_body, block_action, form_body, signed_headers, slash_command
 from tests.restartable_valkey import RestartableValkey
 
 TOKEN = "a-long-shared-secret-token-0123"
 INSTANCE = "i-bp1ecr0000005go2go"
 # The loggers of the HTTP edge: none of them may log a traceback for a request, however bad or badly timed.
-EDGE_LOGGERS = ("bot.http", "bot.chat.slack", "bot.sources", "aiohttp")
+EDGE_LOGGERS = ("bot.http", "bot.chat.slack", "bot.chat.dingtalk", "bot.sources", "aiohttp")
+GROUP = "cidMLteam0001=="
 
 
 @pytest.fixture
@@ -147,4 +158,49 @@ async def test_bad_runner_reports_get_a_4xx_and_a_bounded_log(
             ] == 401
         lines = [r for r in caplog.records if r.name == "bot.http"]
         assert 0 < len(lines) <= 20 and all(len(r.getMessage()) < 300 for r in lines)
+        assert edge_tracebacks(caplog) == []
+
+
+async def eventually(done: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "never happened"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_dingtalk_message_in_an_outage_is_left_unacked_and_runs_once_when_delivered_again(
+    tmp_path: Path, valkey: RestartableValkey, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    async with (
+        FakeDingTalk() as dingtalk,
+        running_dingtalk_bot(tmp_path / "state", dingtalk, config, redis_url=valkey.url) as (service, _console),
+    ):
+        caplog.set_level(logging.INFO)
+        data = group_message(" /finetune start sleepy", "manager4220", GROUP, dingtalk.session_webhook("s1"))
+        frame = message_frame(data)
+        frame_id = frame["headers"]["messageId"]
+
+        await valkey.stop()
+        await dingtalk.push(frame)
+
+        def said_unavailable() -> bool:
+            return any(
+                r.name == "bot.chat.dingtalk.stream" and "Redis is unavailable" in r.getMessage()
+                for r in caplog.records
+            )
+
+        await eventually(said_unavailable)  # logged once the frame's handling has ended, without an ack
+        assert frame_id not in dingtalk.acks
+
+        await valkey.start()
+        await dingtalk.push(frame)  # DingTalk delivers what was not acknowledged again
+        assert (await dingtalk.ack(frame_id))["code"] == 200
+        await dingtalk.wait_until(lambda: len(dingtalk.session_replies) == 1, what="reply")
+        assert dingtalk.session_replies[0]["body"]["markdown"]["text"].startswith("正在启动 ft-")
+        again = message_frame(data)  # and once more, the ack having been lost: acknowledged, not run
+        await dingtalk.push(again)
+        assert (await dingtalk.ack(again["headers"]["messageId"]))["code"] == 200
+        assert len(await service.bot.store.list_jobs()) == 1
+        assert len(dingtalk.session_replies) == 1
         assert edge_tracebacks(caplog) == []
