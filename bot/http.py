@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
 
 from bot.bus import EventBus
@@ -99,6 +100,31 @@ def build_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_post(REPORTS_PATH, runner_report)
     return app
+
+
+class _MalformedRequests(logging.Filter):
+    """aiohttp logs every request it cannot parse (a bad request line, header or chunk) at ERROR, with a
+    traceback; anyone can send those. Such a record becomes one short, rate-limited warning line instead."""
+
+    def __init__(self, quiet: LimitedLog) -> None:
+        super().__init__()
+        self.quiet = quiet
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError) or not 400 <= exc.code < 500:
+            return True
+        peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        self.quiet.warning("malformed-http", "refused a malformed HTTP request from %s: %s", peer, exc.message[:200])
+        return False
+
+
+def server_logger() -> logging.Logger:
+    """The logger for the HTTP server's protocol errors: ``web.AppRunner(app, logger=server_logger())``."""
+    server = logging.getLogger(__name__ + ".server")
+    if not any(isinstance(known, _MalformedRequests) for known in server.filters):
+        server.addFilter(_MalformedRequests(LimitedLog(server)))
+    return server
 
 
 def _counter(name: str, help_text: str, value: float) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bot.log_limit import BURST
 from bot.service import BotService
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH
 from handlers.events import Progress, dump_report
@@ -131,7 +132,25 @@ async def test_while_redis_is_down_every_route_answers_503_and_the_retries_run_o
         assert edge_tracebacks(caplog) == []
 
 
-async def test_bad_runner_reports_get_a_4xx_and_a_bounded_log(
+async def raw_http(service: BotService, request: bytes) -> bytes:
+    """Send bytes that are not quite HTTP; the status line of the answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return (await reader.readline()).strip()
+    finally:
+        writer.close()
+
+
+MALFORMED_HTTP = [
+    b"POST /runner/reports HTTP/1.1\r\nHost: bot\r\nNot a header\r\n\r\n",
+    b"POST /runner/reports HTTP/1.1\r\nHost: bot\r\nContent-Length: abc\r\n\r\n",
+    b"POST /slack/events HTTP/1.1\r\nHost: bot\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+]
+
+
+async def test_bad_runner_reports_and_malformed_http_get_a_4xx_and_a_bounded_log(
     tmp_path: Path, valkey: RestartableValkey, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with running_bot(tmp_path / "state", redis_url=valkey.url) as (service, _console):
@@ -157,7 +176,16 @@ async def test_bad_runner_reports_get_a_4xx_and_a_bounded_log(
                 0
             ] == 401
         lines = [r for r in caplog.records if r.name == "bot.http"]
-        assert 0 < len(lines) <= 20 and all(len(r.getMessage()) < 300 for r in lines)
+        assert 0 < len(lines) <= BURST and all(len(r.getMessage()) < 300 for r in lines)
+
+        for request in MALFORMED_HTTP:
+            caplog.clear()
+            assert (await raw_http(service, request)).startswith(b"HTTP/1.0 400"), request
+            [line] = [r for r in caplog.records if r.name.startswith(("aiohttp", "bot.http"))]
+            assert line.getMessage().startswith("refused a malformed HTTP request from 127.0.0.1")
+        for _ in range(60):
+            assert (await raw_http(service, MALFORMED_HTTP[0])).startswith(b"HTTP/1.0 400")
+        assert len([r for r in caplog.records if r.name == "bot.http.server"]) <= BURST
         assert edge_tracebacks(caplog) == []
 
 
