@@ -9,10 +9,10 @@ minutes of now. This module checks, cheapest first:
 3. it is a slash command of ours (``command``, ``user_id``, ``channel_id``, ``trigger_id``) or an interactivity
    ``payload=`` that is a JSON object: ``block_actions`` of our buttons, with the user and the channel — else 400.
 
-Slack's certificate check (``ssl_check=1``) is answered 200 and does nothing, as bolt answers it. Bolt then gets the
-fields already decoded (as JSON), so its own body parser, which reads any body that contains
-the word "payload" as an interaction, never guesses. A refusal is a :class:`Refused` with the status and a short
-reason for the answer and the log; nothing in a refused request reaches the bot.
+Slack's certificate check (``ssl_check=1``) is answered 200 and does nothing, as bolt answers it. Bolt then gets
+the fields already decoded (as JSON), so its own body parser, which takes any body containing the word "payload"
+for an interaction, never guesses. A refusal is a :class:`Refused` with the status and a short reason for the
+answer and the log; nothing in a refused request reaches the bot.
 """
 
 from __future__ import annotations
