@@ -1,19 +1,26 @@
 """The bot's one HTTP server: health, Prometheus metrics, and the signed runner report endpoint.
 
-Slack's HTTP mode, the SNS endpoint and the CloudMonitor webhook mount on this same application.
+Slack's HTTP mode, the SNS endpoint and the CloudMonitor webhook mount on this same application, under one rule
+for all of them: a request that cannot be handled because Redis is unavailable (down, restarting, loading) gets
+503 and a short log line, on every route, so its sender tries again later (runners, SNS and Alibaba retry a
+5xx; what Slack does is in :mod:`bot.chat.slack.app`). Refused requests are logged at a bounded rate
+(:mod:`bot.log_limit`): nobody can make the bot write log lines without end.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
 
 from bot.bus import EventBus
+from bot.log_limit import LimitedLog
+from bot.redis_server import UNAVAILABLE
 from bot.store import JobStore
 from handlers.events import parse_report
 from handlers.jobs import JobState
@@ -22,8 +29,11 @@ from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 
 log = logging.getLogger(__name__)
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 REPORTS_PATH = "/runner/reports"
 MAX_BODY_BYTES = 1024 * 1024  # SNS notifications go up to 256 KiB before their envelope
+RETRY_AFTER_SECONDS = 5
 
 
 def build_app(
@@ -33,7 +43,21 @@ def build_app(
     extra_metrics: Callable[[], dict[str, float]] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    refusals = LimitedLog(log)
+
+    @web.middleware
+    async def store_outage(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except UNAVAILABLE as exc:
+            refusals.warning(
+                "redis-unavailable", "%s %s answered 503: Redis is unavailable (%s)", request.method, request.path, exc
+            )
+            return web.json_response(
+                {"error": "store unavailable, retry"}, status=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+            )
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[store_outage])
 
     async def healthz(request: web.Request) -> web.Response:
         await store.redis.ping()
@@ -56,12 +80,18 @@ def build_app(
         if not verify(
             report_secret, request.headers.get(TIMESTAMP_HEADER), body, request.headers.get(SIGNATURE_HEADER), clock()
         ):
-            log.warning("refused an unsigned or wrongly signed runner report from %s", request.remote)
+            refusals.warning(
+                "runner-report", "refused an unsigned or badly signed runner report from %s", request.remote
+            )
             return web.json_response({"error": "bad or missing signature"}, status=401)
         try:
             report = parse_report(body)
         except ValidationError as exc:
-            return web.json_response({"error": "malformed report", "detail": _errors(exc)}, status=400)
+            detail = _errors(exc)
+            refusals.warning(
+                "runner-report", "refused a malformed runner report from %s: %s", request.remote, detail[0]
+            )
+            return web.json_response({"error": "malformed report", "detail": detail}, status=400)
         # The report's own id is the bus message id: a runner's retry of the same report dedups downstream.
         await bus.publish(dump_message(ReportReceived(id=report.id, report=report)))
         return web.json_response({"accepted": report.id}, status=202)
@@ -70,6 +100,31 @@ def build_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_post(REPORTS_PATH, runner_report)
     return app
+
+
+class _MalformedRequests(logging.Filter):
+    """aiohttp logs every request it cannot parse (a bad request line, header or chunk) at ERROR, with a
+    traceback; anyone can send those. Such a record becomes one short, rate-limited warning line instead."""
+
+    def __init__(self, quiet: LimitedLog) -> None:
+        super().__init__()
+        self.quiet = quiet
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError) or not 400 <= exc.code < 500:
+            return True
+        peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        self.quiet.warning("malformed-http", "refused a malformed HTTP request from %s: %s", peer, exc.message[:200])
+        return False
+
+
+def server_logger() -> logging.Logger:
+    """The logger for the HTTP server's protocol errors: ``web.AppRunner(app, logger=server_logger())``."""
+    server = logging.getLogger(__name__ + ".server")
+    if not any(isinstance(known, _MalformedRequests) for known in server.filters):
+        server.addFilter(_MalformedRequests(LimitedLog(server)))
+    return server
 
 
 def _counter(name: str, help_text: str, value: float) -> list[str]:

@@ -23,10 +23,14 @@ from types import TracebackType
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
+import redis.exceptions
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path(".finetune-state")
+# What a call raises while the server is down, restarting or loading its data: the edges answer these with 503
+# ("try again"), never with a traceback. A ResponseError (a bug, a wrong command) is not among them.
+UNAVAILABLE: tuple[type[Exception], ...] = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 # Durable enough to lose at most a second on a power cut, cheap enough for a chat bot's write rate.
 EMBEDDED_CONFIG: dict[str, Any] = {
     "appendonly": "yes",

@@ -29,7 +29,7 @@ from bot.chat.router import ChatRouter
 from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
-from bot.http import REPORTS_PATH, build_app
+from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.redis_server import RedisHandle, open_redis
 from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_file_config
 from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
@@ -140,7 +140,7 @@ class BotService:
             app.add_routes(aliyun_routes(bus.publish, *aliyun_intake))
         if self._slack is not None:
             self._slack.mount(app)
-        self._http = web.AppRunner(app, access_log=None)
+        self._http = web.AppRunner(app, access_log=None, logger=server_logger())
         await self._http.setup()
         site = web.TCPSite(self._http, self.settings.finetune_http_host, self.settings.finetune_http_port)
         await site.start()
@@ -166,7 +166,7 @@ class BotService:
         if self._outbox is not None:
             self._tasks.append(asyncio.create_task(self._outbox.run(self.stopping), name="chat-outbox"))
         if self._slack is not None:
-            await self._slack.start(bot.command)
+            await self._slack.start(bot.command, store.claim_once)
         if self.dingtalk is not None:
             self.dingtalk.listen(bot.command)
         if self.settings.finetune_sqs_queue_url:

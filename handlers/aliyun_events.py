@@ -27,6 +27,13 @@ Events map as follows:
 Bus message ids derive from what happened (kind, instance, state), not from the delivery, so the same event
 arriving twice, or through CloudMonitor *and* EventBridge, or in two shapes, carries one id and is deduplicated
 downstream.
+
+Freshness (:func:`staleness`): a push whose event time is more than :data:`MAX_AGE` ago (or more than
+:data:`MAX_CLOCK_SKEW` ahead) is refused. Alibaba redelivers a push for at most a day (EventBridge's exponential
+decay retry: 176 tries over one day; its default backoff retry gives up after three), so nothing genuine is
+older; and the window is far shorter than the 7-day dedup of event ids, so a captured push is either caught by
+the dedup or too old, never accepted twice. A shape without a time (a CloudMonitor subscription push) is dated
+by its receipt and cannot be checked.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ ECS_SOURCE = "acs.ecs"
 INTERRUPTION = "Instance:PreemptibleInstanceInterruption"
 STATE_CHANGE = "Instance:StateChange"
 NOTICE_LEAD = timedelta(minutes=5)  # CloudMonitor: "five minutes before a preemptible instance is released"
+MAX_AGE = timedelta(hours=25)  # Alibaba retries a push for a day at most; an hour's margin
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 GONE_STATES = frozenset({"stopping", "stopped", "deleted", "released", "releasing", "pendingrelease", "expired"})
 LIVE_STATES = frozenset({"pending", "starting", "running", "created"})
 _INSTANCE_ID = re.compile(r"^i-[0-9a-z]{4,64}$")
@@ -95,6 +104,16 @@ def parse_eventbridge(body: str | bytes, received_at: datetime) -> list[CloudEve
     """The bus messages in an EventBridge push (one CloudEvent, or an array of them); raises
     :class:`UnrecognisedEvent`."""
     return _each(body, "EventBridge CloudEvent", lambda item: _from_cloudevent(item, received_at))
+
+
+def staleness(events: list[CloudEvent], received_at: datetime, max_age: timedelta = MAX_AGE) -> str | None:
+    """Why a push holding ``events`` must be refused for its age (see the module docstring), or None."""
+    for event in events:
+        if received_at - event.at > max_age:
+            return f"event {event.id} happened at {event.at.isoformat()}, more than {max_age} ago: a replay"
+        if event.at - received_at > MAX_CLOCK_SKEW:
+            return f"event {event.id} is dated {event.at.isoformat()}, in the future"
+    return None
 
 
 def event_message_id(kind: str, instance_id: str, state: str = "") -> str:

@@ -18,6 +18,10 @@ from handlers.reasons import ReasonError, Wording
 ParamValue = str | int | float | bool
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _SAFE_TEXT = re.compile(r"^[A-Za-z0-9._:/@+#-]{1,200}$")
+# The first character of a value from chat: never one a trainer's argument parser could take for an option
+# ("-", "--push_to_hub"), an argument file (argparse's "@file") or another option prefix ("+"). The value stays
+# one argv item either way; this keeps it from being read as anything but a value.
+_SAFE_FIRST = re.compile(r"^[A-Za-z0-9._/]")
 
 
 class RecipeError(ReasonError):
@@ -38,6 +42,7 @@ WORDING = Wording(
         "recipe.above-maximum": "{name}={value} is above the maximum {maximum}",
         "recipe.not-a-choice": "{name} must be one of {choices}",
         "recipe.unsafe-text": "{name} may only use letters, digits and . _ : / @ + # -",
+        "recipe.option-like": "{name} may not start with {first!r}: a trainer could read it as an option",
     }
 )
 
@@ -70,6 +75,8 @@ class Parameter(BaseModel):
                 value = raw
         except ValueError:
             raise RecipeError(WORDING(f"recipe.not-{self.type}", name=name, raw=raw)) from None
+        if raw[:1] and not _SAFE_FIRST.match(raw):  # a negative number too: "-1e-05" looks like an option
+            raise RecipeError(WORDING("recipe.option-like", name=name, first=raw[0]))
         self.check(name, value)
         return value
 
@@ -84,6 +91,8 @@ class Parameter(BaseModel):
                 raise RecipeError(WORDING("recipe.not-a-choice", name=name, choices=", ".join(self.choices)))
             if self.choices is None and not _SAFE_TEXT.match(value):
                 raise RecipeError(WORDING("recipe.unsafe-text", name=name))
+            if self.choices is None and not _SAFE_FIRST.match(value):
+                raise RecipeError(WORDING("recipe.option-like", name=name, first=value[0]))
 
 
 class Recipe(BaseModel):

@@ -7,7 +7,7 @@ recording them:
   endpoint and a one-time ticket; the websocket at that endpoint sends frames exactly as the SDK expects them
   (``SYSTEM`` ping / disconnect, ``CALLBACK`` robot messages and card clicks) and records the SDK's acks;
 - the OpenAPI: the access token, interactive card create-and-deliver and update, app robot group messages;
-  every call must carry a token this server issued;
+  every call must carry a token this server issued (else HTTP 400 ``InvalidAuthentication``, as DingTalk answers);
 - session webhooks (replies to a message) and a group's custom robot webhook, whose signature is checked with
   this module's own HMAC code and whose timestamp must be within an hour, so a wrong secret is caught.
 
@@ -116,14 +116,20 @@ class FakeDingTalk:
         return f"{self.url}/session/{name}"
 
     def fail_next(
-        self, path: str, status: int = 200, times: int = 1, errcode: int | None = None, **headers: str
+        self,
+        path: str,
+        status: int = 200,
+        times: int = 1,
+        errcode: int | None = None,
+        code: str | None = None,
+        **headers: str,
     ) -> None:
         """The next ``times`` calls of ``path`` fail and change nothing: with ``status`` and the OpenAPI's error
-        body, or (webhooks) HTTP 200 with ``errcode``. A 403 is the OpenAPI's QPS limit."""
+        body (its ``code``; a 403 is by default the OpenAPI's QPS limit), or (webhooks) HTTP 200 with ``errcode``."""
         if errcode is not None:
             body: dict[str, Any] = {"errcode": errcode, "errmsg": "injected failure"}
         else:
-            code = "Forbidden.AccessDenied.QpsLimitForApi" if status == 403 else f"http{status}"
+            code = code or ("Forbidden.AccessDenied.QpsLimitForApi" if status == 403 else f"http{status}")
             body = {"code": code, "message": "injected failure", "requestid": "fake"}
         self._failures.setdefault(path, deque()).extend([Failure(status, body, headers)] * times)
 
@@ -218,7 +224,9 @@ class FakeDingTalk:
         if failure is not None:
             return {}, failure
         if request.headers.get("x-acs-dingtalk-access-token") not in self._tokens:
-            return {}, web.json_response({"code": "InvalidAuthentication", "message": "bad token"}, status=401)
+            # What DingTalk answers for a token it does not accept: HTTP 400, not 401.
+            refused = {"code": "InvalidAuthentication", "message": "不合法的access_token", "requestid": "fake"}
+            return {}, web.json_response(refused, status=400)
         body = await request.json()
         return body, None
 

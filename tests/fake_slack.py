@@ -266,6 +266,14 @@ def signed_headers(body: bytes, secret: str = SIGNING_SECRET, timestamp: int | N
     }
 
 
+def trigger_id() -> str:
+    """A fresh ``trigger_id``, as Slack makes one for each command typed and each click."""
+    return f"{next(_triggers)}.738474920.{uuid.uuid4().hex[:31]}"
+
+
+_triggers = itertools.count(13345224609)
+
+
 def slash_command(
     text: str, user: str = "U0ANA", channel: str = "C0JOBS", command: str = "/finetune"
 ) -> dict[str, str]:
@@ -281,7 +289,7 @@ def slash_command(
         "text": text,
         "api_app_id": "A0TEST",
         "response_url": "https://hooks.slack.test/commands/T0TEST/1/abc",
-        "trigger_id": "13345224609.738474920.8088930838d88f008e0",
+        "trigger_id": trigger_id(),
     }
 
 
@@ -293,7 +301,7 @@ def block_action(action_id: str, value: str, user: str = "U0ANA", channel: str =
         "api_app_id": "A0TEST",
         "token": "deprecated-verification-token",
         "container": {"type": "message", "message_ts": "1700000001.000100", "channel_id": channel},
-        "trigger_id": "13345224609.738474920.8088930838d88f008e0",
+        "trigger_id": trigger_id(),
         "channel": {"id": channel, "name": "ml-jobs"},
         "response_url": "https://hooks.slack.test/actions/T0TEST/1/abc",
         "actions": [

@@ -10,11 +10,13 @@ import pytest
 
 from handlers.aliyun_events import (
     ECS_SOURCE,
+    MAX_AGE,
     NOTICE_LEAD,
     UnrecognisedEvent,
     event_message_id,
     parse_cloudmonitor,
     parse_eventbridge,
+    staleness,
 )
 from tests.aliyun_payloads import (
     INTERRUPTION,
@@ -175,3 +177,14 @@ def test_cloudmonitor_refusals_say_why(body: str, reason: str) -> None:
 def test_eventbridge_refusals_say_why(document: dict[str, Any], reason: str) -> None:
     with pytest.raises(UnrecognisedEvent, match=reason):
         eventbridge(document)
+
+
+def test_staleness_dates_a_push_by_its_event_time_else_by_its_receipt() -> None:
+    dated = cloudmonitor(notification(INTERRUPTION, interruption_content(INSTANCE), INSTANCE))  # from 2019
+    reason = staleness(dated, RECEIVED)
+    assert reason is not None and "a replay" in reason
+    assert staleness(dated, EVENT_AT + MAX_AGE) is None
+    undated = cloudmonitor(subscription(INTERRUPTION, interruption_content(INSTANCE), INSTANCE))
+    assert staleness(undated, RECEIVED) is None  # a subscription push has no time: its receipt dates it
+    ahead = staleness(dated, EVENT_AT - timedelta(minutes=6))
+    assert ahead is not None and "in the future" in ahead

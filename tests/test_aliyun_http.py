@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,8 @@ from bot.bus import EVENT_FIELD, EventBus
 from bot.cloud.aliyun import AliyunCloud
 from bot.settings import ConfigError
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH, aliyun_routes, parse_networks
-from handlers.aliyun_events import event_message_id
+from bot.store import DEDUP_TTL
+from handlers.aliyun_events import MAX_AGE, event_message_id
 from handlers.jobs import JobState
 from handlers.messages import CloudEvent, parse_message
 from tests.aliyun_payloads import (
@@ -40,6 +43,7 @@ from tests.servers import free_port
 
 TOKEN = "a-long-shared-secret-token-0123"
 INSTANCE = "i-bp1ecr0000005go2go"
+PAYLOAD_TIME = datetime(2019, 4, 9, 4, 18, 26, 922000, tzinfo=UTC)  # the payloads' default event time
 Post = Callable[..., Awaitable[tuple[int, Any]]]
 
 
@@ -91,10 +95,12 @@ async def serve() -> AsyncIterator[Callable[[web.Application], Awaitable[str]]]:
 def make_intake(
     serve: Callable[[web.Application], Awaitable[str]], redis_client: aioredis.Redis, key_prefix: str
 ) -> Callable[..., Awaitable[Intake]]:
-    async def make(sources: str = "", bus: EventBus | None = None) -> Intake:
+    async def make(
+        sources: str = "", bus: EventBus | None = None, now: datetime = PAYLOAD_TIME + timedelta(minutes=1)
+    ) -> Intake:
         bus = bus or EventBus(redis_client, stream=key_prefix + "events")
         app = web.Application()
-        app.add_routes(aliyun_routes(bus.publish, TOKEN, parse_networks(sources)))
+        app.add_routes(aliyun_routes(bus.publish, TOKEN, parse_networks(sources), clock=lambda: now))
         return Intake(await serve(app), bus)
 
     return make
@@ -205,6 +211,48 @@ async def test_a_bus_that_cannot_take_it_asks_for_a_retry(make_intake: Callable[
     assert (status, answer) == (503, {"error": "bus unavailable, retry"})
 
 
+@pytest.mark.parametrize(
+    ("age", "why"),
+    [
+        (MAX_AGE + timedelta(minutes=1), "more than 1 day, 1:00:00 ago: a replay"),
+        (timedelta(days=8), "a replay"),  # what a captured push is once the 7-day dedup has forgotten it
+        (-timedelta(minutes=30), "in the future"),
+    ],
+)
+async def test_pushes_outside_the_freshness_window_are_refused(
+    make_intake: Callable[..., Awaitable[Intake]], age: timedelta, why: str
+) -> None:
+    intake = await make_intake(now=PAYLOAD_TIME + age)
+    bridged = cloudevent(STATE_CHANGE, state_content(INSTANCE, "Deleted"), INSTANCE)
+    for path, push in ((CLOUDMONITOR_PATH, warning()), (EVENTBRIDGE_PATH, bridged)):
+        status, answer = await intake.post(path, push, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert status == 403 and why in answer["error"], answer
+    assert await intake.published() == []
+
+
+async def test_a_push_a_day_late_is_still_taken(make_intake: Callable[..., Awaitable[Intake]]) -> None:
+    intake = await make_intake(now=PAYLOAD_TIME + timedelta(hours=24))  # EventBridge retries for up to a day
+    assert (await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN}))[0] == 200
+    assert len(await intake.published()) == 1
+
+
+def test_the_freshness_window_is_well_inside_the_dedup_of_event_ids() -> None:
+    assert timedelta(seconds=DEDUP_TTL) / 2 > MAX_AGE  # so a captured push is deduplicated or too old, never new
+
+
+async def test_the_token_is_never_logged(
+    make_intake: Callable[..., Awaitable[Intake]], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    intake = await make_intake()
+    await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
+    await intake.post(CLOUDMONITOR_PATH, "{not json", query={"token": TOKEN})
+    await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN[:-1] + "x"})
+    stale = await make_intake(now=PAYLOAD_TIME + timedelta(days=3))
+    await stale.post(EVENTBRIDGE_PATH, warning(), headers={"X-Finetune-Token": TOKEN})
+    assert caplog.records and not [r for r in caplog.records if TOKEN[:12] in r.getMessage()]
+
+
 def test_the_routes_refuse_a_weak_token_and_unreadable_networks() -> None:
     async def publish(event: dict[str, Any]) -> str:
         raise AssertionError("never called")
@@ -227,7 +275,8 @@ async def test_a_cloudmonitor_warning_reaches_the_running_bot_and_alerts_once(tm
         assert running.current is not None and running.current.instance_id
         instance_id = running.current.instance_id
         url = f"http://127.0.0.1:{service.port}{CLOUDMONITOR_PATH}"
-        push = notification(INTERRUPTION, interruption_content(instance_id), instance_id)
+        now = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.000%z")
+        push = notification(INTERRUPTION, interruption_content(instance_id), instance_id, event_time=now)
         async with aiohttp.ClientSession() as session:
             for _ in range(2):  # CloudMonitor redelivers; the same event alerts once
                 async with session.post(url, json=push, params={"token": TOKEN}) as response:

@@ -87,6 +87,47 @@ def test_fuzzed_overrides_either_refused_or_typed_and_one_argv_item_each(overrid
     assert argv[0] == sys.executable
 
 
+@pytest.mark.parametrize(
+    ("name", "raw", "first"),
+    [
+        ("dataset", "--push_to_hub", "-"),
+        ("dataset", "-x", "-"),
+        ("dataset", "@/etc/finetune-args", "@"),  # argparse's fromfile_prefix_chars
+        ("dataset", "+override", "+"),
+        ("dataset", "#2000", "#"),
+        ("dataset", ":memory:", ":"),
+        ("lr", "-1e-05", "-"),  # a negative number could be read as an option too ("-1e-05" is no number to argparse)
+        ("epochs", "+2", "+"),
+    ],
+)
+def test_override_values_never_start_like_an_option(name: str, raw: str, first: str) -> None:
+    with pytest.raises(RecipeError) as refused:
+        BUILT_IN["deepseek-7b"].resolve({name: raw})
+    assert str(refused.value) == f"{name} may not start with {first!r}: a trainer could read it as an option"
+
+
+def test_values_that_start_like_a_value_are_kept() -> None:
+    recipe = BUILT_IN["deepseek-7b"]
+    for dataset in ("AI-ModelScope/alpaca-gpt4-data-zh#500", "./data/train.jsonl", "/mnt/data/x-y", "_local", "9x"):
+        values = recipe.resolve({"dataset": dataset})
+        argv = recipe.argv(values, python="python")
+        assert argv[argv.index("--dataset") + 1] == dataset
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_fuzzed_string_overrides_never_become_an_option(dataset: str) -> None:
+    recipe = BUILT_IN["deepseek-7b"]
+    try:
+        values = recipe.resolve({"dataset": dataset})
+    except RecipeError:
+        return
+    argv = recipe.argv(values, python="python")
+    assert len(argv) == len(recipe.command)
+    given_value = argv[argv.index("--dataset") + 1]
+    assert given_value == dataset and given_value[0] not in "-@+"
+
+
 def test_recipes_refuse_unknown_and_out_of_range_overrides() -> None:
     with pytest.raises(RecipeError, match=r"unknown recipe 'llama-70b'; known recipes: deepseek-7b, tiny"):
         find_recipe("llama-70b", BUILT_IN)

@@ -198,3 +198,34 @@ async def test_mentions_need_both_the_at_list_and_the_words() -> None:
     body = Markdown("t", "值班", mentions).body()
     assert body["at"] == {"atUserIds": ["manager4220"], "atMobiles": ["13800000000"], "isAtAll": False}
     assert body["markdown"] == {"title": "t", "text": "值班\n\n@manager4220 @13800000000"}
+
+
+async def test_a_token_dingtalk_refuses_is_renewed_however_dingtalk_says_so(parts: Parts) -> None:
+    fake, api = parts.dingtalk, parts.api
+    await api.access_token()
+    fake.revoke_tokens()  # DingTalk's own answer to a token it no longer takes: HTTP 400 InvalidAuthentication
+    await api.send_group_markdown(GROUP, fake.client_id, "t", "after a rotation")
+    assert fake.token_requests == 2
+    refusals: list[dict[str, Any]] = [
+        {"status": 401},
+        {"status": 400, "code": "InvalidAuthentication"},
+        {"errcode": 40014},  # the older style: 不合法的access_token
+        {"errcode": 42001},  # the older style: the token expired
+    ]
+    for refusal in refusals:
+        fake.fail_next(GROUP_SEND, **refusal)
+        await api.send_group_markdown(GROUP, fake.client_id, "t", f"after {refusal}")
+    assert fake.token_requests == 2 + len(refusals)
+    assert len(fake.group_messages) == 1 + len(refusals)
+
+    # A token refused again right after its renewal: one renewal per call, then the refusal stands.
+    fake.fail_next(GROUP_SEND, 400, times=2, code="InvalidAuthentication")
+    with pytest.raises(Rejected, match="InvalidAuthentication"):
+        await api.send_group_markdown(GROUP, fake.client_id, "t", "refused twice")
+    # A missing permission is no token problem: no renewal, a permanent refusal that says which.
+    denied = "Forbidden.AccessDenied.AccessTokenPermissionDenied"
+    fake.fail_next(GROUP_SEND, 403, code=denied)
+    with pytest.raises(Rejected, match=denied):
+        await api.send_group_markdown(GROUP, fake.client_id, "t", "not allowed")
+    assert fake.token_requests == 3 + len(refusals)
+    assert len(fake.group_messages) == 1 + len(refusals)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import aiohttp
 import pytest
 
 from bot.cloud.local import LocalCloud
+from bot.log_limit import BURST
 from bot.service import BotService
 from handlers.jobs import JobState, Market
 from handlers.messages import CloudEvent
@@ -126,7 +128,7 @@ async def test_a_slash_command_starts_a_job_whose_card_is_posted_once_then_edite
         assert all(reply.thread_ts == card.ts for reply in slack.channel_messages(CHANNEL, top_level=False))
 
 
-async def test_usage_errors_and_help_are_answered_in_the_ack_and_change_nothing(
+async def test_usage_errors_refusals_and_help_are_answered_in_the_ack_and_change_nothing(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
     async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
@@ -138,6 +140,7 @@ async def test_usage_errors_and_help_are_answered_in_the_ack_and_change_nothing(
             ("frobnicate ft-1234", "unknown command 'frobnicate'"),
             ("stop not-a-job", "is not a job id"),
             ("help", "/finetune start <recipe>"),
+            ("start deepseek-7b dataset=--push_to_hub", "dataset may not start with '-'"),
             ("", "/finetune start <recipe>"),
         ):
             status, reply = await command(service, text)
@@ -261,3 +264,148 @@ async def test_a_slow_command_is_acked_at_once_and_answered_ephemerally_when_don
         assert answer[0]["user"] == "U0ANA" and answer[0]["channel"] == CHANNEL
         job_id = started(answer[0]["text"])
         assert await service.bot.store.get(job_id) is not None
+
+
+class HeldPrices(LocalCloud):
+    """The local cloud, whose price lookup waits until the test releases it: a command still running, for sure."""
+
+    release: asyncio.Event
+
+    async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
+        await self.release.wait()
+        return await super().hourly_price(instance_types, market)
+
+
+async def test_retries_and_replays_of_a_command_start_one_job_and_post_one_card(
+    tmp_path: Path, slack: FakeSlack
+) -> None:
+    async def no_events(event: CloudEvent) -> None:
+        return None
+
+    cloud = HeldPrices(tmp_path / "cloud", no_events)
+    cloud.release = asyncio.Event()
+    config = sleepy_config(tmp_path, policy={"max_hourly_price": 5.0})  # a cap makes start ask for the price
+    async with running_bot(tmp_path / "state", config, cloud=cloud, **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        body = form_body(slash_command("start sleepy"))
+        headers = signed_headers(body)
+        status, reply = await post(service, body, headers)
+        assert status == 200 and "Working on it" in reply  # acked; the command itself waits for the price
+
+        # While the first delivery is still running: Slack's three retries (same body, signed anew, as Slack
+        # sends them) and a replay of the very same signed request. Each is answered and does nothing.
+        for retry in ("1", "2", "3"):
+            again = {**signed_headers(body), "X-Slack-Retry-Num": retry, "X-Slack-Retry-Reason": "http_timeout"}
+            assert await post(service, body, again) == (200, "")
+        assert await post(service, body, headers) == (200, "")
+
+        cloud.release.set()
+        answer = await slack.wait_for(lambda: slack.ephemeral)
+        job_id = started(answer[0]["text"])
+        card = await slack.wait_for(lambda: card_of(slack, job_id))
+        assert await post(service, body, headers) == (200, "")  # a replay once it is done changes nothing either
+
+        # A different request, answered after all the others: by then they have all been handled.
+        status, reply = await command(service, "list")
+        assert status == 200 and job_id in reply
+        assert [job.id for job in await service.bot.store.list_jobs()] == [job_id]
+        assert slack.channel_messages(CHANNEL) == [card]
+        assert len(slack.called("chat.postMessage")) == 1
+        assert [e["text"] for e in slack.ephemeral] == [answer[0]["text"]]
+
+
+async def test_a_replayed_or_retried_click_changes_nothing(tmp_path: Path, slack: FakeSlack) -> None:
+    policy = {"allow": {"start": ["slack:*"], "stop": ["slack:U0BOSS"]}}
+    async with running_bot(
+        tmp_path / "state", sleepy_config(tmp_path, policy=policy), **slack_settings(slack.api_url)
+    ) as (
+        service,
+        _console,
+    ):
+        job_id = started((await command(service, "start sleepy", user="U0EVE"))[1])
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+
+        body = action_body(block_action("finetune_stop", job_id, user="U0EVE"))
+        headers = signed_headers(body)
+        assert (await post(service, body, headers))[0] == 200
+        await slack.wait_for(lambda: [e for e in slack.ephemeral if e["user"] == "U0EVE"])
+        assert await post(service, body, headers) == (200, "")
+        assert await post(service, body, {**signed_headers(body), "X-Slack-Retry-Num": "1"}) == (200, "")
+
+        # The boss's click comes after the replays and is handled: the replays were handled before it, and did nothing.
+        assert await click(service, "finetune_stop", job_id, user="U0BOSS") == 200
+        await slack.wait_for(lambda: [e for e in slack.ephemeral if e["user"] == "U0BOSS"])
+        await wait_job(service, job_id, lambda job: job.state in (JobState.STOPPING, JobState.STOPPED))
+        assert len([e for e in slack.ephemeral if e["user"] == "U0EVE"]) == 1
+        history = await service.bot.store.history(job_id)
+        assert [(e["action"], e["by"]) for e in history if e.get("event") == "refused"] == [("stop", "slack:U0EVE")]
+        assert [e["by"] for e in history if e.get("event") == "stop"] == ["slack:U0BOSS"]
+
+
+def _resigned(body: bytes, **headers: str) -> tuple[bytes, dict[str, str]]:
+    return body, {**signed_headers(body), **headers}
+
+
+def _bad_requests() -> list[tuple[str, bytes, dict[str, str], int]]:
+    """Requests /slack/events must refuse: (what, body, headers, status). All but the first few are signed."""
+    command_fields = slash_command("start sleepy")
+    body = form_body(command_fields)
+    without_user = {k: v for k, v in command_fields.items() if k != "user_id"}
+    click_payload = block_action("finetune_stop", "ft-abcd")
+    no_user_click = {k: v for k, v in click_payload.items() if k != "user"}
+    unknown_button = {**click_payload, "actions": [{**click_payload["actions"][0], "action_id": "delete_all"}]}
+    json_body = json.dumps(command_fields).encode()
+    cases: list[tuple[str, bytes, dict[str, str]]] = [
+        ("a timestamp that is no number", body, {**signed_headers(body), "X-Slack-Request-Timestamp": "abc"}),
+        ("an empty timestamp", body, {**signed_headers(body), "X-Slack-Request-Timestamp": ""}),
+        ("a signature of another form", body, {**signed_headers(body), "X-Slack-Signature": "v1=abc"}),
+        ("a form without user_id", *_resigned(form_body(without_user))),
+        ("a form sent as JSON", json_body, {**signed_headers(json_body), "Content-Type": "application/json"}),
+        ("a form labelled JSON", body, {**signed_headers(body), "Content-Type": "application/json"}),
+        ("a payload that is not JSON", *_resigned(b"payload=%7Bnot+json")),
+        ("a payload that is a list", *_resigned(action_body([1, 2]))),  # type: ignore[arg-type]
+        ("an interaction of another type", *_resigned(action_body({**click_payload, "type": "view_submission"}))),
+        ("a click without its user", *_resigned(action_body(no_user_click))),
+        ("a click on no button of ours", *_resigned(action_body(unknown_button))),
+        ("a body that is not UTF-8", *_resigned(b"text=\xff\xfe&command=%2Ffinetune")),
+        ("a field given twice", *_resigned(body + b"&user_id=U0OTHER")),
+        ("another app's command", *_resigned(form_body({**command_fields, "command": "/deploy"}))),
+        ("an empty body", *_resigned(b"")),
+    ]
+    return [(what, raw, headers, 401 if index < 3 else 400) for index, (what, raw, headers) in enumerate(cases)]
+
+
+async def test_bad_requests_get_a_4xx_and_a_short_line_and_a_flood_of_them_a_bounded_log(
+    tmp_path: Path, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
+        service,
+        _console,
+    ):
+        caplog.set_level(logging.INFO)
+        cases = _bad_requests()
+        for what, body, headers, expected in cases:
+            caplog.clear()
+            status, answer = await post(service, body, headers)
+            assert status == expected, (what, status, answer)
+            lines = [r for r in caplog.records if r.name == "bot.chat.slack.app"]
+            assert len(lines) == 1 and len(lines[0].getMessage()) < 300, (what, [r.getMessage() for r in lines])
+            assert all(r.exc_info is None and r.levelno < logging.ERROR for r in caplog.records), what
+
+        # A command whose text says "payload" is a command (bolt's own parser would have taken it for a click).
+        status, reply = await command(service, "start sleepy payload=1")
+        assert status == 200 and "has no parameter 'payload'" in reply
+
+        caplog.clear()
+        flood = form_body(slash_command("start sleepy"))
+        for _ in range(200):
+            status, _answer = await post(service, flood, {**signed_headers(flood), "X-Slack-Request-Timestamp": "x"})
+            assert status == 401
+        lines = [r for r in caplog.records if r.name == "bot.chat.slack.app"]
+        assert 0 < len(lines) <= BURST  # this window's lines were spent; the rest is counted, not logged
+        assert all(r.exc_info is None for r in caplog.records)
+
+        assert await service.bot.store.list_jobs() == []
+        assert [call.method for call in slack.calls] == ["auth.test"]

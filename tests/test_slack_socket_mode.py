@@ -31,7 +31,8 @@ async def test_a_slash_command_over_socket_mode_is_acked_on_the_socket_and_start
         async with aiohttp.ClientSession() as http, http.post(url, data=b"x") as response:
             assert response.status == 404  # no HTTP endpoint for Slack in Socket Mode
 
-        envelope = await slack.send_envelope("slash_commands", slash_command("start sleepy", channel=CHANNEL))
+        start = slash_command("start sleepy", channel=CHANNEL)
+        envelope = await slack.send_envelope("slash_commands", start)
         ack = await slack.ack_of(envelope)
         assert ack["payload"]["response_type"] == "ephemeral"
         text = ack["payload"]["text"]
@@ -40,6 +41,8 @@ async def test_a_slash_command_over_socket_mode_is_acked_on_the_socket_and_start
         job = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
         assert job.requested_by == "slack:U0ANA" and job.chat is not None and job.chat.platform == "slack"
         await slack.wait_for(lambda: (c := card_of(slack, job_id)) and "RUNNING" in field_text(c))
+        # Slack delivers the same command again in a new envelope (it thought the ack lost): acked, nothing runs.
+        assert (await slack.ack_of(await slack.send_envelope("slash_commands", start))).get("payload") in (None, {})
 
         usage = await slack.ack_of(await slack.send_envelope("slash_commands", slash_command("stop everything")))
         assert "is not a job id" in usage["payload"]["text"]
@@ -48,3 +51,4 @@ async def test_a_slash_command_over_socket_mode_is_acked_on_the_socket_and_start
         assert (await slack.ack_of(click)).get("payload") in (None, {})
         await wait_job(service, job_id, lambda job: job.state in (JobState.STOPPING, JobState.STOPPED))
         await slack.wait_for(lambda: [e for e in slack.ephemeral if e["text"].startswith(f"OK: stop {job_id}")])
+        assert [job.id for job in await service.bot.store.list_jobs()] == [job_id]

@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,10 +15,13 @@ import boto3
 import pytest
 from aiohttp import web
 
+from bot.bus import EVENT_FIELD, EventBus
+from bot.redis_server import connect
 from bot.sources.sns_http import SNS_PATH, sns_routes
 from bot.sources.sns_signature import SnsVerifier, UrlFetcher, fetch_url, is_allowed_url, string_to_sign
 from handlers.aws_events import event_message_id
 from handlers.messages import CloudEvent, ReportReceived, parse_message
+from tests.restartable_valkey import RestartableValkey
 from tests.sns_payloads import progress_report, rebalance, spot_warning
 from tests.sns_queues import RecordingBus
 from tests.sns_signing import SnsSigner, confirmation, notification
@@ -265,6 +269,30 @@ async def test_a_bus_outage_asks_sns_to_retry(serve: Serve, cert_host: CertHost)
     assert (await endpoint.post(signed))[0] == 503
     assert (await endpoint.post(signed))[0] == 200  # SNS's retry
     assert len(bus.events) == 1
+
+
+async def test_a_stopped_redis_asks_sns_to_retry_and_the_retry_lands(
+    serve: Serve, cert_host: CertHost, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    valkey = RestartableValkey(tmp_path / "redis")
+    await valkey.start()
+    client = connect(valkey.url)
+    try:
+        bus = EventBus(client, stream="sns-outage:events")
+        app = web.Application()
+        app.add_routes(sns_routes(bus.publish, [TOPIC], SnsVerifier(host_pattern=LOCAL_HOST, schemes=("http",))))
+        endpoint = Endpoint(await serve(app) + SNS_PATH, RecordingBus(), SnsVerifier(), Confirmations())  # for post()
+        signed = cert_host.signer.sign(notification(TOPIC, rebalance("i-0abc")), cert_host.url)
+        await valkey.stop()
+        assert await endpoint.post(signed) == (503, {"error": "bus unavailable, retry"})
+        assert [r for r in caplog.records if r.name.startswith("bot.sources") and r.exc_info is not None] == []
+        await valkey.start()
+        assert (await endpoint.post(signed))[0] == 200  # SNS's retry
+        entries = await client.xrange("sns-outage:events")
+        assert [json.loads(fields[EVENT_FIELD])["instance_id"] for _id, fields in entries] == ["i-0abc"]
+    finally:
+        await client.aclose()
+        await valkey.stop()
 
 
 async def test_malformed_bodies_are_bad_requests(local: Endpoint, cert_host: CertHost) -> None:

@@ -6,7 +6,8 @@ CloudMonitor webhooks are not signed, so these routes trust a request only when 
 2. carries the shared secret token, as ``?token=…`` in the URL (what a CloudMonitor push channel or an EventBridge
    HTTP target can be given), an ``X-Finetune-Token`` header or ``Authorization: Bearer …``; compared in constant
    time — else 401;
-3. holds an event :mod:`handlers.aliyun_events` understands — else 400 (logged with the body).
+3. holds an event :mod:`handlers.aliyun_events` understands — else 400 (logged with the body);
+4. is not older than the freshness window (:func:`handlers.aliyun_events.staleness`) — else 403.
 
 Only then is anything published to the bus. A bus that cannot take the message gets 503, so the sender retries;
 redeliveries are harmless since the bus messages carry ids derived from the event. The source address is the peer
@@ -24,7 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
-from handlers.aliyun_events import UnrecognisedEvent, parse_cloudmonitor, parse_eventbridge
+from bot.log_limit import LimitedLog
+from handlers.aliyun_events import UnrecognisedEvent, parse_cloudmonitor, parse_eventbridge, staleness
 from handlers.messages import CloudEvent, dump_message
 
 log = logging.getLogger(__name__)
@@ -68,24 +70,43 @@ def aliyun_routes(
         raise ValueError(f"the Alibaba webhook token must be at least {MIN_TOKEN_LENGTH} characters")
     expected = token.encode()
     allowed = tuple(sources)
+    quiet = LimitedLog(log)
+
+    def refuse(request: web.Request, status: int, reason: str) -> web.Response:
+        quiet.warning(
+            "refused", "refused an Alibaba event push to %s from %s: %s", request.path, request.remote, reason
+        )
+        return web.json_response({"error": reason}, status=status)
 
     def handler(parse: Parser, what: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def receive(request: web.Request) -> web.Response:
             if allowed and not _address_allowed(request.remote, allowed):
-                return _refuse(request, 403, f"source address {request.remote} is not allowed")
+                return refuse(request, 403, f"source address {request.remote} is not allowed")
             if not hmac.compare_digest(_token_of(request).encode(), expected):
-                return _refuse(request, 401, "missing or wrong token")
+                return refuse(request, 401, "missing or wrong token")
             raw = await request.read()
+            now = clock()
             try:
-                messages = parse(raw, clock())
+                messages = parse(raw, now)
             except UnrecognisedEvent as exc:
-                log.warning("unrecognised %s from %s: %s; body: %s", what, request.remote, exc.reason, raw[:4000])
+                quiet.warning(
+                    "refused", "unrecognised %s from %s: %s; body: %s", what, request.remote, exc.reason, raw[:2000]
+                )
                 return web.json_response({"error": "unrecognised event", "reason": exc.reason}, status=400)
+            stale = staleness(messages, now)
+            if stale is not None:
+                return refuse(request, 403, stale)
             try:
                 for message in messages:
                     await publish(dump_message(message))
-            except Exception:
-                log.exception("could not publish an %s: asking the sender to retry", what)
+            except Exception as exc:  # whatever stops the bus, the sender keeps the event and tries again
+                quiet.warning(
+                    "unpublished",
+                    "could not publish an %s (%s: %s): asking the sender to retry",
+                    what,
+                    type(exc).__name__,
+                    exc,
+                )
                 return web.json_response({"error": "bus unavailable, retry"}, status=503)
             return web.json_response({"accepted": [message.id for message in messages]})
 
@@ -112,8 +133,3 @@ def _address_allowed(remote: str | None, allowed: tuple[Network, ...]) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return any(address in network for network in allowed)
-
-
-def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
-    log.warning("refused an Alibaba event push to %s from %s: %s", request.path, request.remote, reason)
-    return web.json_response({"error": reason}, status=status)

@@ -31,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.log_limit import LimitedLog
 from bot.sources.sns_signature import SignatureError, SnsVerifier, UrlFetcher, fetch_url
 from handlers.aws_events import SNS_TYPES, UnrecognisedMessage, parse_aws_message
 from handlers.messages import dump_message
@@ -63,30 +64,31 @@ def sns_routes(
     allowed = frozenset(topic_allowlist)
     if not allowed:
         raise ValueError("the SNS endpoint needs at least one allowed topic ARN")
+    quiet = LimitedLog(log)  # refusals are logged, at a rate no stranger can raise
 
     async def receive(request: web.Request) -> web.Response:
         raw = await request.read()
         try:
             message = _envelope(raw, request.headers.get(MESSAGE_TYPE_HEADER))
         except ValueError as exc:
-            return _refuse(request, 400, str(exc))
+            return _refuse(quiet, request, 400, str(exc))
         topic = message["TopicArn"]
         if topic not in allowed:
-            return _refuse(request, 403, f"topic {topic!r} is not allowed here")
+            return _refuse(quiet, request, 403, f"topic {topic!r} is not allowed here")
         stale = _staleness(message.get("Timestamp"), datetime.fromtimestamp(clock(), UTC), max_age)
         if stale:
-            return _refuse(request, 403, stale)
+            return _refuse(quiet, request, 403, stale)
         try:
             await verifier.verify(message)
         except SignatureError as exc:
-            return _refuse(request, 403, f"signature refused: {exc}")
+            return _refuse(quiet, request, 403, f"signature refused: {exc}")
         kind = message["Type"]
         if kind == "SubscriptionConfirmation":
             return await _confirm(message, verifier, confirm)
         if kind == "UnsubscribeConfirmation":
             log.warning("SNS says %s was unsubscribed from %s; not subscribing again", request.path, topic)
             return web.json_response({"ignored": "UnsubscribeConfirmation"})
-        return await _publish(raw, message, publish)
+        return await _publish(raw, message, publish, quiet)
 
     return [web.post(path, receive)]
 
@@ -140,7 +142,7 @@ async def _confirm(message: dict[str, Any], verifier: SnsVerifier, confirm: UrlF
     return web.json_response({"confirmed": message["TopicArn"]})
 
 
-async def _publish(raw: bytes, message: dict[str, Any], publish: Publish) -> web.Response:
+async def _publish(raw: bytes, message: dict[str, Any], publish: Publish, quiet: LimitedLog) -> web.Response:
     try:
         bus_messages = parse_aws_message(raw)
     except UnrecognisedMessage as exc:
@@ -149,12 +151,18 @@ async def _publish(raw: bytes, message: dict[str, Any], publish: Publish) -> web
     try:
         for bus_message in bus_messages:
             await publish(dump_message(bus_message))
-    except Exception:
-        log.exception("could not publish SNS notification %s: asking SNS to retry", message.get("MessageId"))
+    except Exception as exc:  # whatever stops the bus, SNS keeps the message and tries again
+        quiet.warning(
+            "unpublished",
+            "could not publish SNS notification %s (%s: %s): asking SNS to retry",
+            message.get("MessageId"),
+            type(exc).__name__,
+            exc,
+        )
         return web.json_response({"error": "bus unavailable, retry"}, status=503)
     return web.json_response({"accepted": [bus_message.id for bus_message in bus_messages]})
 
 
-def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
-    log.warning("refused an SNS message from %s: %s", request.remote, reason)
+def _refuse(quiet: LimitedLog, request: web.Request, status: int, reason: str) -> web.Response:
+    quiet.warning("refused", "refused an SNS message from %s: %s", request.remote, reason)
     return web.json_response({"error": reason}, status=status)

@@ -178,6 +178,7 @@ MESSAGES: dict[str, str] = {
     "recipe.above-maximum": "{name}={value} 超过最大值 {maximum}",
     "recipe.not-a-choice": "{name} 只能是以下之一：{choices}",
     "recipe.unsafe-text": "{name} 只能包含字母、数字和 . _ : / @ + # -",
+    "recipe.option-like": "{name} 不能以 {first!r} 开头：训练程序可能把它当成命令行选项",
     # 命令为何没有生效（handlers/decide.py）
     "ignored.stop": "任务当前状态为 {state}",
     "ignored.interrupt-test": "任务当前状态为 {state}，不在运行中",

@@ -21,6 +21,11 @@ from bot.chat.dingtalk.transport import Rejected, call
 DEFAULT_ENDPOINT = "https://api.dingtalk.com"
 TOKEN_HEADER = "x-acs-dingtalk-access-token"
 TOKEN_MARGIN_SECONDS = 300  # renew this long before DingTalk says the token expires
+# How DingTalk says "this access token is no good" (expired, revoked, rotated): the OpenAPI answers HTTP 400
+# InvalidAuthentication ("不合法的access_token"), not 401; the older oapi style uses errcode 40014 (invalid) and
+# 42001 (expired). Any 401 counts too. Forbidden.AccessDenied.AccessTokenPermissionDenied is not among them: the
+# token is fine, the app lacks a permission, and a new token would lack it as well.
+RENEW_CODES = frozenset({"InvalidAuthentication", "40014", "42001"})
 
 
 class OpenApi:
@@ -55,13 +60,14 @@ class OpenApi:
             return self._token
 
     async def request(self, method: str, path: str, what: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """An authenticated call; a token DingTalk no longer accepts is renewed and the call made once more."""
+        """An authenticated call; a token DingTalk no longer accepts (:func:`token_refused`) is renewed and the call
+        made once more."""
         for renewed in (False, True):
             token = await self.access_token()
             try:
                 return await call(self.session, method, self._url(path), what, body, {TOKEN_HEADER: token})
             except Rejected as exc:
-                if exc.status != 401 or renewed:
+                if renewed or not token_refused(exc):
                     raise
                 async with self._lock:
                     if self._token == token:
@@ -110,3 +116,8 @@ class OpenApi:
 
     def _url(self, path: str) -> str:
         return self.endpoint + path
+
+
+def token_refused(exc: Rejected) -> bool:
+    """Did DingTalk refuse the call for its access token (so a new token may make it go through)?"""
+    return exc.status == 401 or exc.code in RENEW_CODES

@@ -31,6 +31,8 @@ from dingtalk_stream.version import VERSION_STRING
 from bot.chat.delivery import DeliveryError, PermanentDeliveryError
 from bot.chat.dingtalk.inbound import Click, Inbound, Incoming
 from bot.chat.dingtalk.transport import call
+from bot.log_limit import LimitedLog
+from bot.redis_server import UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,7 @@ class DingTalkStream:
         self.sdk.register_callback_handler(CARD_TOPIC, _Clicks(inbound))
         self.sdk.pre_start()
         self.connections = 0  # websockets opened so far (a reconnect adds one)
+        self.quiet = LimitedLog(log)
 
     async def run(self) -> None:
         """Stay connected until cancelled: reconnect at once when the gateway says so, with a backoff on failures."""
@@ -164,6 +167,13 @@ class DingTalkStream:
         try:
             frame = json.loads(raw)
             result = await self.sdk.route_message(frame)
+        except UNAVAILABLE as exc:  # the claim that makes a message run once needs Redis: wait for it
+            self.quiet.warning(
+                "redis-unavailable",
+                "DingTalk frame not handled, Redis is unavailable (%s): no ack, DingTalk delivers it again",
+                exc,
+            )
+            return
         except Exception:
             log.exception("DingTalk stream frame not handled (no ack: DingTalk will deliver it again)")
             return

@@ -26,7 +26,7 @@ THROTTLED_CODES = ("QpsLimit", "Throttling", "TooManyRequests")
 
 
 class Rejected(PermanentDeliveryError):
-    """DingTalk refused the request: ``status`` and its ``code`` say why (e.g. 401 InvalidAuthentication)."""
+    """DingTalk refused the request: ``status`` and its ``code`` say why (e.g. 400 InvalidAuthentication)."""
 
     def __init__(self, what: str, status: int, code: str, message: str) -> None:
         super().__init__(f"{what}: HTTP {status} {code}: {message}".rstrip(": "))

@@ -2,8 +2,9 @@
 
 ``connect`` runs the startup checks (see :mod:`bot.chat.slack.startup`) before anything else of the bot
 starts; ``mount`` puts ``/slack/events`` on the bot's HTTP server (HTTP mode); ``deliverer`` is what the shared
-chat outbox delivers through; ``start`` hands requests to the bot's command entry (and opens the Socket Mode
-connection in Socket Mode); ``close`` undoes all of it.
+chat outbox delivers through; ``start`` hands requests to the bot's command entry, with the claim that makes each
+request run once (:mod:`bot.chat.slack.once`), and opens the Socket Mode connection in Socket Mode; ``close``
+undoes all of it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +30,7 @@ from bot.chat.slack.app import build_bolt_app, events_route
 from bot.chat.slack.commands import CommandRunner, SlashCommand
 from bot.chat.slack.config import SlackConfig
 from bot.chat.slack.deliverer import SlackDeliverer
+from bot.chat.slack.once import CLAIM_TTL_SECONDS
 from bot.chat.slack.replies import EphemeralReplies
 from bot.chat.slack.startup import Identity, SlackSecrets, verify_app_token, verify_bot_token
 from handlers.events import utcnow
@@ -38,11 +41,20 @@ log = logging.getLogger(__name__)
 DEFAULT_API_URL = "https://slack.com/api/"
 HTTP_TIMEOUT = 10  # seconds per Web API call; a hung call must not hold a job's messages for long
 
+Claim = Callable[[str, int], Awaitable[bool]]  # (key, ttl seconds) -> first time? (JobStore.claim_once)
+
 
 class SlackAdapter:
-    def __init__(self, secrets: SlackSecrets, config: SlackConfig, api_url: str | None = None) -> None:
+    def __init__(
+        self,
+        secrets: SlackSecrets,
+        config: SlackConfig,
+        api_url: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.secrets = secrets
         self.config = config
+        self.clock = clock  # epoch seconds: what a request's timestamp is checked against
         base = api_url or DEFAULT_API_URL
         self.api_url = base if base.endswith("/") else base + "/"
         self.identity = Identity()
@@ -50,6 +62,7 @@ class SlackAdapter:
         self._client: AsyncWebClient | None = None
         self._app: AsyncApp | None = None
         self._run: CommandRunner | None = None
+        self._claim: Claim | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._socket_url: str | None = None
         self._socket_task: asyncio.Task[None] | None = None
@@ -86,24 +99,27 @@ class SlackAdapter:
         self._app = build_bolt_app(
             AsyncWebClient(**common),
             self.secrets.bot_token,
-            None if self.socket_mode else self.secrets.signing_secret,
             lambda: self.identity,
             self.config.command,
             SlashCommand(self._command, replies, self._spawn, self.config.language_for),
             ButtonActions(self._command, replies, self._spawn, self.config.language_for),
+            self._first_delivery,
         )
 
     def mount(self, http: web.Application) -> None:
         """Serve ``/slack/events`` on the bot's HTTP server (HTTP mode only; Socket Mode needs no endpoint)."""
         if not self.socket_mode:
-            http.add_routes([events_route(self.app)])
+            assert self.secrets.signing_secret is not None  # check_secrets: HTTP mode has one
+            http.add_routes([events_route(self.app, self.secrets.signing_secret, self.config.command, self.clock)])
 
     def deliverer(self, refs: ChatRefs, clock: Callable[[], datetime] = utcnow) -> SlackDeliverer:
         return SlackDeliverer(self.client, refs, self.config.alert_channel, clock, self.config.language_for)
 
-    async def start(self, run: CommandRunner) -> None:
-        """Hand commands and button clicks to ``run`` (the bot's command entry); open Socket Mode if configured."""
+    async def start(self, run: CommandRunner, claim: Claim) -> None:
+        """Hand commands and button clicks to ``run`` (the bot's command entry), each request once as ``claim``
+        (``JobStore.claim_once``) decides; open Socket Mode if configured."""
         self._run = run
+        self._claim = claim
         if self.secrets.app_token is not None:
             self._socket = AsyncSocketModeHandler(self.app, self.secrets.app_token, web_client=self.client)
             if self._socket_url is not None:
@@ -121,6 +137,12 @@ class SlackAdapter:
             await asyncio.wait(set(self._tasks), timeout=5)
         if self._session is not None:
             await self._session.close()
+
+    async def _first_delivery(self, key: str) -> bool:
+        """Claim ``key``: True for the first delivery of a request (before ``start`` nothing runs: no claim)."""
+        if self._claim is None:
+            return True
+        return await self._claim(key, CLAIM_TTL_SECONDS)
 
     async def _command(self, user: str, chat: ChatRef, command: str, lang: Lang) -> str:
         if self._run is None:

@@ -63,8 +63,11 @@ class SlashCommand:
         if parsed.action == "help":
             await ack(text=say(lang, HELP_REASON), response_type="ephemeral")
             return
-        user = str(command["user_id"])
-        channel = str(command["channel_id"])
+        user = str(command.get("user_id") or "")
+        channel = str(command.get("channel_id") or "")
+        if not user or not channel:  # HTTP mode refuses these at the gate; Slack itself always sends both
+            await ack(text=text(lang, "slack.failed"), response_type="ephemeral")
+            return
         chat = ChatRef(platform="slack", channel=channel)
         work = self.spawn(run_guarded(self.run, f"slack:{user}", chat, typed, lang))
         done, _pending = await asyncio.wait({work}, timeout=self.budget)
