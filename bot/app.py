@@ -32,6 +32,7 @@ from handlers.ids import new_job_id
 from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
 from handlers.launch import build_spec
 from handlers.messages import (
+    TIMERS,
     BusMessage,
     CloudEvent,
     Drill,
@@ -39,8 +40,7 @@ from handlers.messages import (
     Launched,
     LaunchFailed,
     Notify,
-    PageStep,
-    StartDeadline,
+    StopFailed,
     StopRunner,
     Terminate,
     dump_message,
@@ -139,7 +139,7 @@ class Bot:
 
         def change(job: Job) -> Change:
             if command.action == "stop":
-                return stop_command(job, user, now)
+                return stop_command(job, user, now, self.policy.lifecycle)
             if command.action == "interrupt-test":
                 return drill_command(job, user, now)
             if command.action == "ack":
@@ -213,7 +213,7 @@ class Bot:
             return
         if isinstance(message, Launch | Terminate | Drill | StopRunner | Notify):
             await self._effect(message)
-        elif isinstance(message, StartDeadline | PageStep) and message.due > self.clock():
+        elif isinstance(message, TIMERS) and message.due > self.clock():
             await self.publisher.schedule(raw, message.due)  # a timer: comes back on the bus when due
         else:
             await self._input(message)
@@ -224,7 +224,9 @@ class Bot:
             log.info("no job for %s %s; ignored", message.kind, message.id)
             return
         await self.store.apply(
-            job_id, lambda job: decide(job, message, self.clock(), self.oncall), dedup_key=f"in:{message.id}"
+            job_id,
+            lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle),
+            dedup_key=f"in:{message.id}",
         )
 
     async def _job_of(self, message: BusMessage) -> str | None:
@@ -250,7 +252,13 @@ class Bot:
         elif isinstance(effect, Terminate):
             await self.cloud.terminate(effect.instance_id)
         elif isinstance(effect, StopRunner):
-            await self._try(job, "stop", self.cloud.stop_runner(effect.instance_id))
+            try:
+                await self.cloud.stop_runner(effect.instance_id)
+            except Exception as exc:  # nobody will save: the decision stops the job with what was committed
+                log.warning("stop on %s failed: %s", job.id, exc)
+                reason = str(exc) or type(exc).__name__
+                failed = StopFailed(job_id=job.id, instance_id=effect.instance_id, reason=reason)
+                await self.publisher.publish(dump_message(failed))
         else:
             await self._try(job, "drill", self.cloud.drill(effect.instance_id))
         await self.store.claim_once(key, EFFECT_TTL)

@@ -47,6 +47,7 @@ TOPICS: list[tuple[str, dict[str, Any]]] = [
     ("rebalance", {}),
     ("rebalance-checkpoint", {"step": 20, "seconds": 1.25}),
     ("instance-gone", {"instance": "i-1"}),
+    ("relaunch-paused", {"attempt": 2, "count": 2, "limit": 3, "seconds": 60.0}),
     ("stop-failed", {"reason": "no such instance"}),
     ("drill-failed", {"reason": "FIS refused"}),
 ]

@@ -122,7 +122,7 @@ def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> st
             "topic.resumed",
             attempt=f.get("attempt"),
             zone=f.get("zone") or text(lang, "topic.resumed.new-zone"),
-            step=f.get("resumed_from_step"),
+            step=f.get("resumed_from_step") or 0,  # a fresh start resumes from step 0
             lost=f.get("lost", 0),
             downtime=f.get("downtime", 0),
             skipped=text(lang, "topic.resumed.skipped", count=len(skipped)) if skipped else "",
@@ -172,6 +172,15 @@ def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> st
         return text(lang, "topic.rebalance-checkpoint", step=f.get("step"), seconds=f.get("seconds", 0))
     if topic == "instance-gone":
         return text(lang, "topic.instance-gone", instance=f.get("instance"))
+    if topic == "relaunch-paused":
+        return text(
+            lang,
+            "topic.relaunch-paused",
+            attempt=f.get("attempt"),
+            count=f.get("count"),
+            limit=f.get("limit"),
+            seconds=f.get("seconds", 0),
+        )
     if topic.endswith("-failed"):
         what = topic.removesuffix("-failed")
         return text(

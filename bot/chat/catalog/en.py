@@ -100,6 +100,10 @@ BOT: dict[str, str] = {
     "topic.rebalance": "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early.",
     "topic.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
     "topic.instance-gone": ("⚠️ Instance {instance} went away without notice; relaunching from the last checkpoint."),
+    "topic.relaunch-paused": (
+        "⏳ Attempt {attempt} ended without progress ({count} in a row; the job ends after {limit}). "
+        "Relaunching in {seconds:g}s."
+    ),
     "topic.other-failed": "⚠️ {what} failed for {job}: {reason}",
     "topic.other-done": "ℹ️ {detail}",
     "topic.unknown": "{job}: {topic}",

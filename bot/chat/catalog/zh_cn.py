@@ -86,6 +86,9 @@ MESSAGES: dict[str, str] = {
     "topic.rebalance": "↔️ 再平衡建议：实例被回收的风险升高，提前保存检查点。",
     "topic.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
     "topic.instance-gone": "⚠️ 实例 {instance} 未经通知即消失；正在从最近的检查点重新启动。",
+    "topic.relaunch-paused": (
+        "⏳ 第 {attempt} 次尝试没有进展（已连续 {count} 次；超过 {limit} 次后任务结束）。{seconds:g} 秒后重新启动。"
+    ),
     "topic.other-failed": "⚠️ 任务 {job} 的{what}操作失败：{reason}",
     "topic.other-done": "ℹ️ {detail}",
     "topic.unknown": "{job}：{topic}",
@@ -184,5 +187,5 @@ MESSAGES: dict[str, str] = {
     "ignored.ack": "没有需要确认的告警：任务当前状态为 {state}",
     "ignored.no-page": "没有未处理的值班告警",
     "ignored.already-acked": "已由 {by} 确认",
-    "ignored.resume": "任务当前状态为 {state}；只有失败的任务才能恢复",
+    "ignored.resume": "任务当前状态为 {state}；只有失败或已停止的任务才能恢复",
 }
