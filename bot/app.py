@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from bot.chat import catalog
 from bot.chat.base import ChatPort
 from bot.chat.catalog import Lang, say
-from bot.chat.render import card_text
+from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudProvider
 from bot.store import JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
@@ -98,7 +98,7 @@ class Bot:
         except UsageError as exc:
             return say(lang, exc.reason)
         if command.action == "help":
-            return say(lang, HELP_REASON)
+            return say(lang, HELP_REASON) + "\n\n" + recipes_text(self.recipes.values(), lang)
         if command.action == "list":
             return await self._list(lang)
         if command.action in ("status", "logs"):
@@ -127,7 +127,8 @@ class Bot:
         if blocked is not None:
             return catalog.text(lang, "reply.refused", why=say(lang, blocked))
         for _ in range(20):
-            change = new_job(new_job_id(), recipe.name, dict(params), user, chat, self.clock())
+            total = recipe.total_steps(params)
+            change = new_job(new_job_id(), recipe.name, dict(params), user, chat, self.clock(), total)
             if await self.store.create(change.job, change.history, change.outbox):
                 shown = " ".join(f"{key}={value}" for key, value in params.items())
                 return catalog.text(lang, "reply.starting", job=change.job.id, recipe=recipe.name, params=shown)
@@ -183,10 +184,10 @@ class Bot:
         if command.action == "status":
             return card_text(job, self.clock(), lang)
         # The history is the operators' record: its lines stay as written (English), whatever the channel reads.
-        entries = await self.store.history(job.id, count=30)
+        entries = await self.store.history(job.id, count=30, with_times=True)
         return "\n".join(
-            f"{entry.get('at', '')} {entry.get('event')} "
-            + " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("event", "at"))
+            f"{entry['written']:%Y-%m-%d %H:%M:%S} {entry.get('event')} "
+            + " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("event", "written"))
             for entry in entries
         )
 

@@ -62,9 +62,26 @@ WORDING = Wording(
 )
 
 
-def new_job(job_id: str, recipe: str, params: dict[str, Any], user: str, chat: ChatRef | None, now: datetime) -> Change:
+def new_job(
+    job_id: str,
+    recipe: str,
+    params: dict[str, Any],
+    user: str,
+    chat: ChatRef | None,
+    now: datetime,
+    total_steps: int | None = None,
+) -> Change:
     """A job is created PENDING with its first attempt planned; the launch follows through the outbox."""
-    job = Job(id=job_id, recipe=recipe, params=params, requested_by=user, chat=chat, created_at=now, updated_at=now)
+    job = Job(
+        id=job_id,
+        recipe=recipe,
+        params=params,
+        requested_by=user,
+        chat=chat,
+        total_steps=total_steps,  # known from the recipe before any report: `list` shows step 0/300, not 0/?
+        created_at=now,
+        updated_at=now,
+    )
     return _relaunch(job, job, "spot", now, {"event": "created", "by": user, "recipe": recipe, "params": params})
 
 

@@ -7,6 +7,7 @@ the adapter asks for another), so no sentence is written here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from bot.chat.catalog import Lang, text, word
 from handlers.cost import job_cost
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
+from handlers.recipes import Recipe
 
 STATE_ICON = {
     JobState.PENDING: "⏳",
@@ -189,6 +191,33 @@ def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> st
     if topic.endswith("-done"):
         return text(lang, "topic.other-done", detail=f.get("detail"))
     return text(lang, "topic.unknown", job=job.id, topic=topic)
+
+
+def recipes_text(recipes: Iterable[Recipe], lang: Lang = "en") -> str:
+    """The recipes part of ``help``: each recipe with its parameters, their defaults, types and bounds."""
+    lines = [text(lang, "help.recipes")]
+    for recipe in sorted(recipes, key=lambda recipe: recipe.name):
+        lines.append(text(lang, "help.recipe", name=recipe.name, description=recipe.description))
+        if not recipe.parameters:
+            lines.append(text(lang, "help.no-parameters"))
+        for name, spec in recipe.parameters.items():
+            bounds = ""
+            if spec.choices:
+                bounds = text(lang, "help.choices", choices=", ".join(spec.choices))
+            elif spec.min is not None or spec.max is not None:
+                bounds = text(lang, "help.range", low=_bound(spec.min), high=_bound(spec.max))
+            said = text(lang, "help.parameter-help", text=spec.help) if spec.help else ""
+            default = str(spec.default).lower() if isinstance(spec.default, bool) else spec.default
+            lines.append(
+                text(lang, "help.parameter", name=name, default=default, type=spec.type, range=bounds, help=said)
+            )
+    return "\n".join(lines)
+
+
+def _bound(value: float | None) -> str:
+    if value is None:
+        return ""
+    return str(int(value)) if value == int(value) else f"{value:g}"
 
 
 def mentions(note: Notify) -> str:

@@ -104,6 +104,13 @@ MESSAGES: dict[str, str] = {
     "chat.unknown-card": "这张卡片不属于本机器人的任务。",
     "chat.starting": "机器人还在启动中，请稍后再试。",
     # 命令的回答（其中的原因来自 handlers，见下）
+    "help.recipes": "配方（start <配方> [参数=值 …]）：",
+    "help.recipe": "  {name} —— {description}",
+    "help.parameter": "      {name}={default}  {type}{range}{help}",
+    "help.range": "，{low}…{high}",
+    "help.choices": "，可选 {choices}",
+    "help.parameter-help": " —— {text}",
+    "help.no-parameters": "      （没有参数）",
     "reply.starting": "正在启动 {job}：{recipe}（{params}）",
     "reply.ok": "已受理：{action} {job}（{state}）",
     "reply.no-job": "找不到任务 {job}",
@@ -142,14 +149,14 @@ MESSAGES: dict[str, str] = {
     "usage.line.resume": "resume <任务> [on-demand]",
     "usage.line.help": "help",
     "help": (
-        "/finetune {start} —— 启动微调任务\n"
+        "/finetune {start} —— 按配方启动微调任务（配方见下）\n"
         "/finetune {stop} —— 停止任务（先保存检查点）\n"
         "/finetune {interrupt_test} —— 中断演练\n"
         "/finetune {status} —— 查看任务状态\n"
-        "/finetune {list} —— 列出最近的任务\n"
-        "/finetune {logs} —— 查看任务记录\n"
+        "/finetune {list} —— 列出最近的任务及其步数\n"
+        "/finetune {logs} —— 查看任务记录（带时间）\n"
         "/finetune {ack} —— 认领值班告警\n"
-        "/finetune {resume} —— 恢复失败的任务（可改用按量付费）\n"
+        "/finetune {resume} —— 从检查点继续失败或已停止的任务（可改用按量付费）\n"
         "/finetune {help} —— 显示本帮助"
     ),
     "usage.error": "{verb}：{problem}。用法：/finetune {usage}",
