@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in str(exc).splitlines():
             print(f"finetune-bot: {line}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before the bot was up (once up, it is a clean stop instead)
+        return 130
 
 
 if __name__ == "__main__":
