@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from bot.chat import catalog
 from bot.chat.base import ChatPort
 from bot.chat.catalog import Lang, say
-from bot.chat.render import card_text
+from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudProvider
 from bot.store import JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
@@ -32,6 +32,7 @@ from handlers.ids import new_job_id
 from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
 from handlers.launch import build_spec
 from handlers.messages import (
+    TIMERS,
     BusMessage,
     CloudEvent,
     Drill,
@@ -39,8 +40,7 @@ from handlers.messages import (
     Launched,
     LaunchFailed,
     Notify,
-    PageStep,
-    StartDeadline,
+    StopFailed,
     StopRunner,
     Terminate,
     dump_message,
@@ -98,7 +98,7 @@ class Bot:
         except UsageError as exc:
             return say(lang, exc.reason)
         if command.action == "help":
-            return say(lang, HELP_REASON)
+            return say(lang, HELP_REASON) + "\n\n" + recipes_text(self.recipes.values(), lang)
         if command.action == "list":
             return await self._list(lang)
         if command.action in ("status", "logs"):
@@ -127,7 +127,8 @@ class Bot:
         if blocked is not None:
             return catalog.text(lang, "reply.refused", why=say(lang, blocked))
         for _ in range(20):
-            change = new_job(new_job_id(), recipe.name, dict(params), user, chat, self.clock())
+            total = recipe.total_steps(params)
+            change = new_job(new_job_id(), recipe.name, dict(params), user, chat, self.clock(), total)
             if await self.store.create(change.job, change.history, change.outbox):
                 shown = " ".join(f"{key}={value}" for key, value in params.items())
                 return catalog.text(lang, "reply.starting", job=change.job.id, recipe=recipe.name, params=shown)
@@ -139,7 +140,7 @@ class Bot:
 
         def change(job: Job) -> Change:
             if command.action == "stop":
-                return stop_command(job, user, now)
+                return stop_command(job, user, now, self.policy.lifecycle)
             if command.action == "interrupt-test":
                 return drill_command(job, user, now)
             if command.action == "ack":
@@ -183,10 +184,10 @@ class Bot:
         if command.action == "status":
             return card_text(job, self.clock(), lang)
         # The history is the operators' record: its lines stay as written (English), whatever the channel reads.
-        entries = await self.store.history(job.id, count=30)
+        entries = await self.store.history(job.id, count=30, with_times=True)
         return "\n".join(
-            f"{entry.get('at', '')} {entry.get('event')} "
-            + " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("event", "at"))
+            f"{entry['written']:%Y-%m-%d %H:%M:%S} {entry.get('event')} "
+            + " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("event", "written"))
             for entry in entries
         )
 
@@ -213,7 +214,7 @@ class Bot:
             return
         if isinstance(message, Launch | Terminate | Drill | StopRunner | Notify):
             await self._effect(message)
-        elif isinstance(message, StartDeadline | PageStep) and message.due > self.clock():
+        elif isinstance(message, TIMERS) and message.due > self.clock():
             await self.publisher.schedule(raw, message.due)  # a timer: comes back on the bus when due
         else:
             await self._input(message)
@@ -224,7 +225,9 @@ class Bot:
             log.info("no job for %s %s; ignored", message.kind, message.id)
             return
         await self.store.apply(
-            job_id, lambda job: decide(job, message, self.clock(), self.oncall), dedup_key=f"in:{message.id}"
+            job_id,
+            lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle),
+            dedup_key=f"in:{message.id}",
         )
 
     async def _job_of(self, message: BusMessage) -> str | None:
@@ -250,7 +253,13 @@ class Bot:
         elif isinstance(effect, Terminate):
             await self.cloud.terminate(effect.instance_id)
         elif isinstance(effect, StopRunner):
-            await self._try(job, "stop", self.cloud.stop_runner(effect.instance_id))
+            try:
+                await self.cloud.stop_runner(effect.instance_id)
+            except Exception as exc:  # nobody will save: the decision stops the job with what was committed
+                log.warning("stop on %s failed: %s", job.id, exc)
+                reason = str(exc) or type(exc).__name__
+                failed = StopFailed(job_id=job.id, instance_id=effect.instance_id, reason=reason)
+                await self.publisher.publish(dump_message(failed))
         else:
             await self._try(job, "drill", self.cloud.drill(effect.instance_id))
         await self.store.claim_once(key, EFFECT_TTL)

@@ -1,21 +1,30 @@
-"""``finetune-bot``: ``serve`` runs the bot, ``demo`` plays the local story, ``chat`` is a console chat."""
+"""``finetune-bot``: ``serve`` runs the bot, ``demo`` plays the local story, ``chat`` is a console chat.
+
+Whatever is wrong with the setup (a bad variable, an unreadable config file, a port in use, another bot on the
+same state dir) is one line on stderr and exit status 2, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
-from bot.chat.console import ConsoleChat
+from bot.chat.console import ConsoleChat, read_commands
+from bot.cloud.local import LocalCloud
 from bot.service import BotService
-from bot.settings import ConfigError, Settings
-from handlers.jobs import ChatRef
+from bot.settings import ConfigError, Settings, load_settings
+from handlers.jobs import ACTIVE_STATES, ChatRef
 
 log = logging.getLogger("bot")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 async def serve(settings: Settings) -> int:
@@ -31,19 +40,59 @@ async def serve(settings: Settings) -> int:
     return 0
 
 
-async def chat(settings: Settings) -> int:
-    """A terminal chat against the same handlers: type ``/finetune`` commands, see the bot's messages."""
+async def chat(settings: Settings, log_file: Path) -> int:
+    """A terminal chat against the same handlers: type ``/finetune`` commands, see the bot's messages.
+
+    Ctrl-D or Ctrl-C (at the prompt or while a command runs) and SIGTERM all end it the same clean way.
+    """
     user = f"console:{getpass.getuser()}"
     channel = ChatRef(platform="console", channel="terminal")
     async with BotService(settings, ConsoleChat()) as service:
-        print(f"finetune-bot chat as {user} — type 'help', Ctrl-D to quit", flush=True)
-        while True:
-            try:
-                line = await asyncio.to_thread(input, "/finetune ")
-            except EOFError:
-                return 0
-            if line.strip():
-                print(await service.bot.command(user, channel, line), flush=True)
+        print(f"finetune-bot chat as {user} — type 'help', Ctrl-D to quit (bot log: {log_file})", flush=True)
+        session = asyncio.create_task(_converse(service, user, channel))
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT arrives while a command runs (no prompt then)
+            loop.add_signal_handler(signum, session.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await session
+        print(await _leaving(service), flush=True)
+    return 0
+
+
+async def _converse(service: BotService, user: str, channel: ChatRef) -> None:
+    async for line in read_commands():
+        print(await service.bot.command(user, channel, line), flush=True)
+
+
+async def _leaving(service: BotService) -> str:
+    """What happens to the jobs when this bot goes: said once, on the way out."""
+    active = [job.id for job in await service.bot.store.list_jobs(ACTIVE_STATES)]
+    if not active:
+        return "Bye."
+    if isinstance(service.bot.cloud, LocalCloud):
+        return (
+            f"Bye. The local instances of {', '.join(active)} stop with this bot; their committed checkpoints are "
+            "kept: next time, `stop <job>` then `resume <job>` continues one."
+        )
+    return f"Bye. {', '.join(active)} keep running on {service.bot.cloud.name}; the next bot carries on with them."
+
+
+def _log_to(command: str, settings: Settings) -> Path | None:
+    """Logging set up for ``command``: ``serve`` on stderr; ``chat`` into a file in the state dir (the terminal
+    is the chat), whose path is returned. ConfigError for a bad FINETUNE_LOG_LEVEL."""
+    level = os.environ.get("FINETUNE_LOG_LEVEL") or ("INFO" if command in ("serve", "chat") else "WARNING")
+    if level.upper() not in logging.getLevelNamesMapping():
+        raise ConfigError(f"FINETUNE_LOG_LEVEL={level!r}: must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+    if command != "chat":
+        logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+        return None
+    path = settings.finetune_state_dir / "bot.log"
+    try:
+        settings.finetune_state_dir.mkdir(parents=True, exist_ok=True)
+        logging.basicConfig(level=level.upper(), format=LOG_FORMAT, filename=path)
+    except OSError as exc:
+        raise ConfigError(f"FINETUNE_STATE_DIR={settings.finetune_state_dir} cannot be used: {exc.strerror}") from None
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,16 +106,22 @@ def main(argv: list[str] | None = None) -> int:
         from bot.demo import main as demo
 
         return demo()
-    logging.basicConfig(
-        level=os.environ.get("FINETUNE_LOG_LEVEL", "INFO" if args.command == "serve" else "WARNING"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
-        settings = Settings()
-        return asyncio.run(serve(settings) if args.command == "serve" else chat(settings))
+        settings = load_settings()
+        if args.command == "chat" and "finetune_http_port" not in settings.model_fields_set:
+            # A console beside a running `serve` must not fight it for the port: take one the system gives.
+            settings = settings.model_copy(update={"finetune_http_port": 0})
+        log_file = _log_to(args.command, settings)
+        if args.command == "serve":
+            return asyncio.run(serve(settings))
+        assert log_file is not None
+        return asyncio.run(chat(settings, log_file))
     except ConfigError as exc:
-        print(f"finetune-bot: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():
+            print(f"finetune-bot: {line}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before the bot was up (once up, it is a clean stop instead)
+        return 130
 
 
 if __name__ == "__main__":

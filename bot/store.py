@@ -19,6 +19,7 @@ import hashlib
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pydantic_core
@@ -368,13 +369,18 @@ class JobStore:
             counts: list[int] = await pipe.execute()
         return {state: int(count) for state, count in zip(states, counts, strict=True)}
 
-    async def history(self, job_id: str, count: int = 200) -> list[dict[str, Any]]:
-        """The job's latest ``count`` history entries, oldest first."""
+    async def history(self, job_id: str, count: int = 200, with_times: bool = False) -> list[dict[str, Any]]:
+        """The job's latest ``count`` history entries, oldest first; ``with_times`` adds each one's ``written`` time
+        (from the stream entry's id, which Redis stamps when the entry is written)."""
         entries = await self.redis.xrevrange(self.history_key(job_id), count=count)
         result: list[dict[str, Any]] = []
-        for _id, fields in reversed(entries or []):
+        for entry_id, fields in reversed(entries or []):
             if fields and HISTORY_FIELD in fields:
-                result.append(pydantic_core.from_json(fields[HISTORY_FIELD]))
+                entry = pydantic_core.from_json(fields[HISTORY_FIELD])
+                if with_times:
+                    millis = int(str(entry_id).split("-", 1)[0])
+                    entry["written"] = datetime.fromtimestamp(millis / 1000, UTC)
+                result.append(entry)
         return result
 
     async def job_for_instance(self, instance_id: str) -> str | None:

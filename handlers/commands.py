@@ -37,11 +37,24 @@ USAGE = {
     "help": "help",
 }
 
+# What each command does, for ``help`` (one line each; the catalogue says it in the channel's language).
+DOES = {
+    "start": "start a training job from a recipe (below)",
+    "stop": "checkpoint, then release the instance",
+    "interrupt-test": "a real spot interruption drill on the job's instance",
+    "status": "the job's card (without a job: the list)",
+    "list": "the latest jobs, with their step",
+    "logs": "the job's history, with times",
+    "ack": "acknowledge the job's on-call page",
+    "resume": "continue a failed or stopped job from its checkpoint (optionally on on-demand)",
+    "help": "this help",
+}
+
 # What a malformed command is answered with (the catalogue's ``usage.*`` and ``help``; see handlers.reasons).
 WORDING = Wording(
     {
         **{f"usage.line.{verb}": line for verb, line in USAGE.items()},
-        "help": "\n".join(f"/finetune {{{_slot(verb)}}}" for verb in USAGE),
+        "help": "\n".join(f"/finetune {{{_slot(verb)}}} — {DOES[verb]}" for verb in USAGE),
         "usage.error": "{verb} {problem}. Usage: /finetune {usage}",
         "usage.too-long": "command too long (over {limit} characters)\n{help}",
         "usage.unknown": "unknown command {word}\n{help}",

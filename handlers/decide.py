@@ -22,6 +22,7 @@ from handlers.events import (
     Started,
 )
 from handlers.jobs import Attempt, Change, ChatRef, CheckpointRef, Job, JobState, Market, Page
+from handlers.lifecycle import Lifecycle, best_step, gives_up, relaunch_pause, without_progress
 from handlers.messages import (
     BusMessage,
     CloudEvent,
@@ -32,8 +33,11 @@ from handlers.messages import (
     Notify,
     NotifyChannel,
     PageStep,
+    RelaunchDue,
     ReportReceived,
     StartDeadline,
+    StopDeadline,
+    StopFailed,
     StopRunner,
     Terminate,
     dump_message,
@@ -43,6 +47,7 @@ from handlers.reasons import Reason, Wording
 from handlers.transitions import Trigger, next_state
 
 START_TIMEOUT = timedelta(minutes=15)
+DEFAULT_LIFECYCLE = Lifecycle()
 
 # Why a person's command changed nothing (the catalogue's ``ignored.*``); the history keeps the English.
 WORDING = Wording(
@@ -52,54 +57,96 @@ WORDING = Wording(
         "ignored.ack": "nothing to acknowledge: the job is {state}",
         "ignored.no-page": "no page is open",
         "ignored.already-acked": "already acknowledged by {by}",
-        "ignored.resume": "the job is {state}; only failed jobs can be resumed",
+        "ignored.resume": "the job is {state}; only failed or stopped jobs can be resumed",
     }
 )
 
 
-def new_job(job_id: str, recipe: str, params: dict[str, Any], user: str, chat: ChatRef | None, now: datetime) -> Change:
+def new_job(
+    job_id: str,
+    recipe: str,
+    params: dict[str, Any],
+    user: str,
+    chat: ChatRef | None,
+    now: datetime,
+    total_steps: int | None = None,
+) -> Change:
     """A job is created PENDING with its first attempt planned; the launch follows through the outbox."""
-    job = Job(id=job_id, recipe=recipe, params=params, requested_by=user, chat=chat, created_at=now, updated_at=now)
+    job = Job(
+        id=job_id,
+        recipe=recipe,
+        params=params,
+        requested_by=user,
+        chat=chat,
+        total_steps=total_steps,  # known from the recipe before any report: `list` shows step 0/300, not 0/?
+        created_at=now,
+        updated_at=now,
+    )
     return _relaunch(job, job, "spot", now, {"event": "created", "by": user, "recipe": recipe, "params": params})
 
 
-def decide(job: Job, message: BusMessage, now: datetime, oncall: OnCall | None = None) -> Change:
+def decide(
+    job: Job, message: BusMessage, now: datetime, oncall: OnCall | None = None, lifecycle: Lifecycle | None = None
+) -> Change:
     """The change an input message makes to ``job`` (possibly only a history note that it was ignored)."""
+    limits = lifecycle or DEFAULT_LIFECYCLE
     if isinstance(message, PageStep):
         return page_step(job, message, oncall or OnCall(), now)
     if isinstance(message, ReportReceived):
-        return _report(job, message.report, now)
+        return _report(job, message.report, now, limits)
     if isinstance(message, CloudEvent):
-        return _cloud(job, message, now)
+        return _cloud(job, message, now, limits)
     if isinstance(message, Launched):
         return _launched(job, message, now)
     if isinstance(message, LaunchFailed):
         if message.attempt != job.attempt:
             return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
-        return _failure(job, "launch-failed", f"launch failed: {message.reason}", now, [])
+        return _failure(job, "launch-failed", f"launch failed: {message.reason}", now, [], limits)
     if isinstance(message, StartDeadline):
         current = job.current
         if message.attempt != job.attempt or current is None or current.started_at is not None:
             return _ignored(job, message.kind, "the attempt started, or was replaced")
-        return _failure(job, "start-timeout", "the runner did not report started in time", now, [])
+        return _failure(job, "start-timeout", "the runner did not report started in time", now, [], limits)
+    if isinstance(message, RelaunchDue):
+        return _relaunch_due(job, message, now)
+    if isinstance(message, StopDeadline):
+        if message.attempt != job.attempt:
+            return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+        return _stopped_anyway(job, "stop-timeout", "the runner did not confirm the stop in time", now)
+    if isinstance(message, StopFailed):
+        current = job.current
+        if current is None or current.instance_id != message.instance_id:
+            return _ignored(job, message.kind, f"{message.instance_id} is not the current instance")
+        return _stopped_anyway(job, "stop-failed", f"the runner could not be asked to stop: {message.reason}", now)
     return _ignored(job, message.kind, "not an input")
 
 
 # -- commands ---------------------------------------------------------------------------------------------
 
 
-def stop_command(job: Job, user: str, now: datetime) -> Change:
+def stop_command(job: Job, user: str, now: datetime, lifecycle: Lifecycle | None = None) -> Change:
+    """Checkpoint, then release: the runner is asked to save and stop, with a deadline; a job with no live
+    instance (between attempts, or its instance gone) is STOPPED at once with what was committed."""
     state = next_state(job.state, "stop")
     if state is None:
         return _ignored(job, "stop", WORDING("ignored.stop", state=job.state), by=user)
-    instance = job.current.instance_id if job.current else None
-    outbox: list[Notify | StopRunner | Terminate] = [_note(job, "thread", "stop-requested", by=user)]
+    current = job.current
+    instance = current.instance_id if current is not None and current.ended_at is None else None
+    outbox: list[Any] = [_note(job, "thread", "stop-requested", by=user)]
     job = job.model_copy(update={"page": None})  # a stop closes the page: nobody needs waking for it
-    if instance and state is JobState.STOPPING:
+    if state is JobState.STOPPING and instance is None:  # nothing runs that could save a checkpoint
+        state = next_state(job.state, "stop-no-instance") or JobState.STOPPED
+    if state is JobState.STOPPING and instance:
+        due = now + (lifecycle or DEFAULT_LIFECYCLE).stop_timeout
         outbox.append(StopRunner(job_id=job.id, instance_id=instance))
-    elif instance:
+        outbox.append(StopDeadline(job_id=job.id, attempt=job.attempt, due=due))
+        return _change(job, state, now, {"event": "stop", "by": user}, outbox)
+    if instance:
         outbox.append(Terminate(job_id=job.id, instance_id=instance))
-    return _change(job, state, now, {"event": "stop", "by": user}, outbox)
+    ended = _end_attempt(job, now, f"stopped by {user}")
+    kept = job.checkpoint.step if job.checkpoint is not None else None
+    outbox.append(_note(ended, "thread", "stopped", step=kept))
+    return _change(ended, state, now, {"event": "stop", "by": user, "kept_step": kept}, outbox)
 
 
 def drill_command(job: Job, user: str, now: datetime) -> Change:
@@ -133,7 +180,10 @@ def retry_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change
     if next_state(job.state, "retry") is None:
         return _ignored(job, "resume", WORDING("ignored.resume", state=job.state), by=user)
     market: Market = "on-demand" if on_demand else "spot"
-    moved = job.model_copy(update={"state": JobState.RECOVERING, "failure": None, "page": None})
+    # A person chose to try again: the count of attempts without progress starts over.
+    moved = job.model_copy(
+        update={"state": JobState.RECOVERING, "failure": None, "page": None, "attempts_without_progress": 0}
+    )
     return _relaunch(
         job,
         moved,
@@ -147,7 +197,7 @@ def retry_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change
 # -- inputs -----------------------------------------------------------------------------------------------
 
 
-def _report(job: Job, report: RunnerReport, now: datetime) -> Change:
+def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle) -> Change:
     if report.attempt != job.attempt:
         return _ignored(job, f"report:{report.type}", f"from attempt {report.attempt}, current is {job.attempt}")
     if isinstance(report, Started):
@@ -185,17 +235,17 @@ def _report(job: Job, report: RunnerReport, now: datetime) -> Change:
             return _ignored(job, "notice:stop", "the runner acknowledges a stop")
         return _spot_warning(job, report.source, report.deadline, now)
     if isinstance(report, Interrupted):
-        return _interrupted(job, report, now)
+        return _interrupted(job, report, now, limits)
     if isinstance(report, Completed):
         return _completed(job, report, now)
     if isinstance(report, Failed):
         detail = {"log_tail": report.log_tail[-10:], "exit_code": report.exit_code}
         trigger: Trigger = "failed" if job.attempt == 1 else "resume-failed"
-        return _failure(job, trigger, report.reason, now, [], **detail)
+        return _failure(job, trigger, report.reason, now, [], limits, **detail)
     return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
 
 
-def _cloud(job: Job, event: CloudEvent, now: datetime) -> Change:
+def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Change:
     current = job.current
     if current is None or current.instance_id != event.instance_id:
         return _ignored(job, f"cloud:{event.type}", f"{event.instance_id} is not the current instance")
@@ -208,19 +258,25 @@ def _cloud(job: Job, event: CloudEvent, now: datetime) -> Change:
         return _ignored(job, "cloud:instance-gone", f"the job is {job.state}")
     history = {"event": "instance-gone", "instance": event.instance_id, "source": event.source}
     if state is JobState.RECOVERING:
-        ended = _end_attempt(job, now, f"instance gone: {event.detail or event.source}")
-        return _relaunch(
+        why = f"instance gone: {event.detail or event.source}"
+        ended = _end_attempt(job, now, why)
+        return _again(
             job,
             ended.model_copy(update={"state": state}),
             current.market,
             now,
             history,
+            [],
             [_note(job, "thread", "instance-gone", instance=event.instance_id)],
+            limits,
+            why,
         )
     if state is JobState.RESUME_FAILED:
-        return _failure(job, "instance-gone", f"the replacement instance {event.instance_id} went away", now, [])
+        reason = f"the replacement instance {event.instance_id} went away"
+        return _failure(job, "instance-gone", reason, now, [], limits)
     ended = _end_attempt(job, now, "stopped")
-    return _change(ended, state, now, history, [_note(job, "thread", "stopped")])
+    kept = job.checkpoint.step if job.checkpoint is not None else None
+    return _change(ended, state, now, {**history, "kept_step": kept}, [_note(job, "thread", "stopped", step=kept)])
 
 
 def _started(job: Job, report: Started, now: datetime) -> Change:
@@ -283,7 +339,7 @@ def _spot_warning(job: Job, source: str, deadline: datetime | None, now: datetim
     return _change(warned, state, now, history, outbox)
 
 
-def _interrupted(job: Job, report: Interrupted, now: datetime) -> Change:
+def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle) -> Change:
     state = next_state(job.state, "interrupted")
     if state is None:
         return _ignored(job, "report:interrupted", f"the job is {job.state}")
@@ -292,7 +348,8 @@ def _interrupted(job: Job, report: Interrupted, now: datetime) -> Change:
         updates["checkpoint"] = CheckpointRef(step=report.step, uri=report.uri, at=report.time)
     if job.state is JobState.RUNNING:  # no warning came first: count the interruption here
         updates["interruptions"] = job.interruptions + 1
-    ended = _end_attempt(job.model_copy(update=updates), report.time, f"interrupted: {report.reason}")
+    updated = job.model_copy(update=updates)
+    ended = _end_attempt(updated, report.time, f"interrupted: {report.reason}")
     fields = {
         "step": report.step,
         "seconds": report.seconds,
@@ -306,13 +363,16 @@ def _interrupted(job: Job, report: Interrupted, now: datetime) -> Change:
     if state is JobState.STOPPED:
         return _change(ended, state, now, history, [*release, _note(ended, "thread", "stopped", **fields)])
     market = job.current.market if job.current else "spot"
-    return _relaunch(
-        job,
+    return _again(
+        updated,
         ended.model_copy(update={"state": state}),
         market,
         now,
         history,
-        [*release, _note(ended, "thread", "interrupted", **fields)],
+        release,
+        [_note(ended, "thread", "interrupted", **fields)],
+        limits,
+        f"interrupted: {report.reason}",
     )
 
 
@@ -337,10 +397,14 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
 def _launched(job: Job, message: Launched, now: datetime) -> Change:
     current = job.current
     state = next_state(job.state, "launched")
-    if current is None or message.attempt != current.number:
-        return _ignored(job, "launched", f"for attempt {message.attempt}, current is {job.attempt}")
-    if state is None:
-        return _ignored(job, "launched", f"the job is {job.state}")
+    if current is None or message.attempt != current.number or state is None:
+        # Nobody will use this instance (the job moved on or ended while it launched): give it back, or it bills.
+        why = f"for attempt {message.attempt}, current is {job.attempt}" if state else f"the job is {job.state}"
+        if current is not None and current.instance_id == message.instance_id:
+            return _ignored(job, "launched", why)
+        release = [Terminate(job_id=job.id, instance_id=message.instance_id)]
+        ignored = {"event": "ignored", "what": "launched", "why": why, "state": job.state.value}
+        return _make(job, {**ignored, "released": message.instance_id}, release)
     attempt = current.model_copy(
         update={
             "instance_id": message.instance_id,
@@ -366,7 +430,9 @@ def _launched(job: Job, message: Launched, now: datetime) -> Change:
     return _change(moved, state, now, history, outbox)
 
 
-def _failure(job: Job, trigger: Trigger, reason: str, now: datetime, outbox: list[Any], **detail: Any) -> Change:
+def _failure(
+    job: Job, trigger: Trigger, reason: str, now: datetime, outbox: list[Any], limits: Lifecycle, **detail: Any
+) -> Change:
     state = next_state(job.state, trigger)
     if state is None:
         return _ignored(job, trigger, f"the job is {job.state}")
@@ -376,7 +442,8 @@ def _failure(job: Job, trigger: Trigger, reason: str, now: datetime, outbox: lis
     history = {"event": trigger, "reason": reason, **detail}
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
         market = job.current.market if job.current else "spot"
-        return _relaunch(job, ended.model_copy(update={"state": state}), market, now, history, release)
+        moved = ended.model_copy(update={"state": state})
+        return _again(job, moved, market, now, history, release, [], limits, reason)
     if state is JobState.RESUME_FAILED:  # page on-call: the first step goes out at once, the ladder follows
         page = Page(attempt=job.attempt, opened_at=now, reason=reason, detail=detail)
         paged = ended.model_copy(update={"page": page})
@@ -388,25 +455,97 @@ def _failure(job: Job, trigger: Trigger, reason: str, now: datetime, outbox: lis
     )
 
 
+def _relaunch_due(job: Job, message: RelaunchDue, now: datetime) -> Change:
+    """The pause is over: launch the attempt that was planned, unless the job has moved on meanwhile."""
+    current = job.current
+    state = next_state(job.state, "relaunch-due")
+    if current is None or message.attempt != current.number or current.instance_id or current.ended_at:
+        return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+    if state is None:
+        return _ignored(job, message.kind, f"the job is {job.state}")
+    history = {"event": "relaunch-due", "attempt": current.number}
+    return _change(job, state, now, history, _launch_now(job, current.number, message.market, now))
+
+
+def _stopped_anyway(job: Job, trigger: Trigger, why: str, now: datetime) -> Change:
+    """A stop that cannot wait for the runner: terminate the instance; the job keeps what was committed."""
+    state = next_state(job.state, trigger)
+    if state is None:
+        return _ignored(job, trigger, f"the job is {job.state}")
+    instance = job.current.instance_id if job.current is not None else None
+    kept = job.checkpoint.step if job.checkpoint is not None else None
+    ended = _end_attempt(job, now, why)
+    outbox: list[Any] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
+    outbox.append(_note(ended, "thread", "stopped", step=kept))
+    return _change(ended, state, now, {"event": trigger, "reason": why, "kept_step": kept}, outbox)
+
+
 # -- helpers ----------------------------------------------------------------------------------------------
 
 
-def _relaunch(
-    before: Job, job: Job, market: Market, now: datetime, history: dict[str, Any], outbox: list[Any] | None = None
+def _again(
+    before: Job,
+    moved: Job,
+    market: Market,
+    now: datetime,
+    history: dict[str, Any],
+    release: list[Any],
+    notes: list[Any],
+    limits: Lifecycle,
+    why: str,
 ) -> Change:
-    """Plan the next attempt now (so reports of the old one are fenced off at once) and ask for its launch."""
+    """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:
+    an attempt without progress makes the next launch wait, and too many in a row end the job instead."""
+    in_a_row = without_progress(before)
+    if gives_up(limits, in_a_row):
+        reason = f"{in_a_row} attempt(s) in a row ended without progress, the last one {why}; not relaunching"
+        trigger: Trigger = "no-progress" if before.attempt > 1 else "no-progress-first"
+        counted = before.model_copy(update={"attempts_without_progress": in_a_row})
+        detail = {"attempts_without_progress": in_a_row, "after": history.get("event")}
+        # The notes said "relaunching"; the failure's own message (or page) says what happens instead.
+        return _failure(counted, trigger, reason, now, [], limits, **detail)
+    pause = relaunch_pause(limits, in_a_row)
+    counted = moved.model_copy(update={"attempts_without_progress": in_a_row})
+    if pause:
+        fields = {
+            "attempt": before.attempt,
+            "count": in_a_row,
+            "limit": limits.max_relaunches_without_progress,
+            "seconds": pause.total_seconds(),
+        }
+        notes = [*notes, _note(counted, "thread", "relaunch-paused", **fields)]
+        history = {**history, "without_progress": in_a_row, "pause_seconds": pause.total_seconds()}
+    return _relaunch(before, counted, market, now, history, [*release, *notes], delay=pause)
+
+
+def _relaunch(
+    before: Job,
+    job: Job,
+    market: Market,
+    now: datetime,
+    history: dict[str, Any],
+    outbox: list[Any] | None = None,
+    delay: timedelta = timedelta(),
+) -> Change:
+    """Plan the next attempt now (so reports of the old one are fenced off at once) and ask for its launch,
+    at once or, after attempts without progress, once ``delay`` is over (a timer on the bus)."""
     number = before.attempt + 1
-    planned = job.model_copy(
-        update={"attempts": [*job.attempts, Attempt(number=number, market=market, launched_at=now)], "updated_at": now}
-    )
+    attempt = Attempt(number=number, market=market, launched_at=now, from_step=best_step(job))
+    planned = job.model_copy(update={"attempts": [*job.attempts, attempt], "updated_at": now})
+    if delay > timedelta():
+        launch: list[Any] = [RelaunchDue(job_id=job.id, attempt=number, market=market, due=now + delay)]
+    else:
+        launch = _launch_now(planned, number, market, now)
+    effects = [*(outbox or []), *launch, _note(planned, "card", "launch")]
+    return _make(planned, {**history, "state": planned.state.value, "next_attempt": number}, effects)
+
+
+def _launch_now(job: Job, number: int, market: Market, now: datetime) -> list[Any]:
     # The deadline is set with the launch request, so even a launch lost on the way ends in a page, not silence.
-    effects = [
-        *(outbox or []),
+    return [
         Launch(job_id=job.id, attempt=number, market=market),
         StartDeadline(job_id=job.id, attempt=number, due=now + START_TIMEOUT),
-        _note(planned, "card", "launch"),
     ]
-    return _make(planned, {**history, "state": planned.state.value, "next_attempt": number}, effects)
 
 
 def _end_attempt(job: Job, at: datetime, reason: str) -> Job:

@@ -73,6 +73,8 @@ class Attempt(BaseModel):
     ended_at: datetime | None = None
     end_reason: str | None = None
     resumed_from_step: int | None = None
+    # The job's best step when this attempt was planned: it made progress if the job got past it (lifecycle.py).
+    from_step: int | None = None
 
 
 class CheckpointRef(BaseModel):
@@ -114,6 +116,7 @@ class Job(BaseModel):
     loss: float | None = None
     checkpoint: CheckpointRef | None = None
     interruptions: int = 0
+    attempts_without_progress: int = 0  # ended in a row without getting further (bounded relaunches)
     steps_lost: int = 0
     downtime_seconds: float = 0.0
     output_uri: str | None = None

@@ -81,6 +81,34 @@ class PageStep(_Message):
     due: datetime
 
 
+class RelaunchDue(_Message):
+    """Timer: launch ``attempt`` now; it was held back by the pause after attempts without progress."""
+
+    kind: Literal["relaunch-due"] = "relaunch-due"
+    job_id: str
+    attempt: int
+    market: Market = "spot"
+    due: datetime
+
+
+class StopDeadline(_Message):
+    """Timer: the runner of ``attempt`` should have checkpointed and stopped by now."""
+
+    kind: Literal["stop-deadline"] = "stop-deadline"
+    job_id: str
+    attempt: int
+    due: datetime
+
+
+class StopFailed(_Message):
+    """The runner could not be asked to stop (its instance is gone, the control object cannot be written)."""
+
+    kind: Literal["stop-failed"] = "stop-failed"
+    job_id: str
+    instance_id: str
+    reason: str
+
+
 # -- effects ---------------------------------------------------------------------------------------------
 
 
@@ -130,6 +158,9 @@ BusMessage = Annotated[
     | LaunchFailed
     | StartDeadline
     | PageStep
+    | RelaunchDue
+    | StopDeadline
+    | StopFailed
     | Launch
     | Terminate
     | Drill
@@ -137,6 +168,9 @@ BusMessage = Annotated[
     | Notify,
     Field(discriminator="kind"),
 ]
+# Inputs that are timers: the bot puts one back on the timer queue until its ``due`` time has come.
+TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline)
+
 _ADAPTER: TypeAdapter[BusMessage] = TypeAdapter(BusMessage)
 
 

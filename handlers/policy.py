@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.commands import Action
+from handlers.lifecycle import Lifecycle
 from handlers.reasons import Reason, Wording
 
 GUARDED_ACTIONS: tuple[Action, ...] = ("start", "stop", "interrupt-test", "ack", "resume")
@@ -29,6 +30,7 @@ class Policy(BaseModel):
     allow: dict[str, list[str]] | None = None
     max_concurrent_jobs: int | None = Field(default=None, ge=1)
     max_hourly_price: float | None = Field(default=None, gt=0)
+    lifecycle: Lifecycle = Field(default_factory=Lifecycle)  # bounded relaunches, the stop deadline
 
     @property
     def open(self) -> bool:

@@ -140,6 +140,11 @@ class Recipe(BaseModel):
             values[name] = value
         return values
 
+    def total_steps(self, values: dict[str, ParamValue]) -> int | None:
+        """How many steps a job with these values trains, when the recipe says which parameter tells."""
+        value = values.get(self.total_steps_param) if self.total_steps_param else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     def argv(self, values: dict[str, ParamValue], python: str) -> list[str]:
         """The trainer's argv: each template item formatted with already validated values."""
 

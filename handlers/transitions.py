@@ -1,8 +1,9 @@
 """The job state machine, as one explicit table.
 
 A runner failure is ``failed`` on the first attempt and ``resume-failed`` on a later one: a resumed attempt
-that cannot train pages on-call instead of quietly failing the job. An event that is not in the table for the
-job's current state is recorded in the job's history and ignored, never half-applied.
+that cannot train pages on-call instead of quietly failing the job. The same split holds for a job that gives up
+after too many attempts without progress (``no-progress-first`` / ``no-progress``). An event that is not in the
+table for the job's current state is recorded in the job's history and ignored, never half-applied.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ Trigger = Literal[
     "drill",
     "ack",
     "retry",
+    "relaunch-due",
+    "no-progress",
+    "no-progress-first",
+    "stop-no-instance",
+    "stop-timeout",
+    "stop-failed",
 ]
 
 TRANSITIONS: dict[tuple[S, Trigger], S] = {
@@ -80,6 +87,17 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.RESUME_FAILED, "retry"): S.RECOVERING,
     (S.RESUME_FAILED, "stop"): S.STOPPED,
     (S.FAILED, "retry"): S.RECOVERING,
+    (S.STOPPED, "retry"): S.RECOVERING,
+    # Bounded relaunches (handlers/lifecycle.py): the held-back launch, and the end of attempts without progress,
+    # which pages on-call once the job has resumed at least once and fails it plainly before.
+    (S.RECOVERING, "relaunch-due"): S.RECOVERING,
+    **{(state, "no-progress"): S.RESUME_FAILED for state in (S.PROVISIONING, S.RUNNING, S.INTERRUPTED, S.RECOVERING)},
+    **{(state, "no-progress-first"): S.FAILED for state in (S.PROVISIONING, S.RUNNING, S.INTERRUPTED, S.RECOVERING)},
+    # Stops that end: nothing to wait for without a live instance; a runner that cannot be asked, or does not
+    # answer before the deadline, is terminated and the job keeps what was committed.
+    **{(state, "stop-no-instance"): S.STOPPED for state in (S.PROVISIONING, S.RUNNING, S.INTERRUPTED, S.RECOVERING)},
+    (S.STOPPING, "stop-timeout"): S.STOPPED,
+    (S.STOPPING, "stop-failed"): S.STOPPED,
 }
 
 

@@ -282,8 +282,24 @@ class FakeAliyun:
         return instance
 
     def _ecs_DescribeInstances(self, params: dict[str, str]) -> dict[str, Any]:
-        wanted = json.loads(params.get("InstanceIds", "[]"))
-        found = [self.instances[i] for i in wanted if i in self.instances and self.instances[i].status != "Deleted"]
+        """By ``InstanceIds``, or every instance carrying the ``Tag.N.Key`` (and ``Tag.N.Value``) filters, a page
+        of ``PageSize`` at ``PageNumber``, as ECS pages them; released instances are not listed."""
+        live = {i: instance for i, instance in self.instances.items() if instance.status != "Deleted"}
+        if "InstanceIds" in params:
+            found = [live[i] for i in json.loads(params["InstanceIds"]) if i in live]
+        else:
+            filters = indexed_objects(params, "Tag")
+            found = [
+                instance
+                for instance in live.values()
+                if all(
+                    f["Key"] in instance.tags and f.get("Value", instance.tags[f["Key"]]) == instance.tags[f["Key"]]
+                    for f in filters
+                )
+            ]
+        total = len(found)
+        number, size = int(params.get("PageNumber", "1")), int(params.get("PageSize", "10"))
+        found = found[(number - 1) * size : number * size]
         items = [
             {
                 "InstanceId": instance.instance_id,
@@ -297,7 +313,7 @@ class FakeAliyun:
             }
             for instance in found
         ]
-        return {"Instances": {"Instance": items}, "TotalCount": len(items), "PageNumber": 1, "PageSize": 10}
+        return {"Instances": {"Instance": items}, "TotalCount": total, "PageNumber": number, "PageSize": size}
 
     def _ecs_DeleteInstance(self, params: dict[str, str]) -> dict[str, Any]:
         instance = self.instances.get(params.get("InstanceId", ""))

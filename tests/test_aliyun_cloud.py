@@ -486,3 +486,75 @@ def test_the_boot_script_never_carries_what_could_break_out_of_it(fake: FakeAliy
         AliyunCloud(with_reports, report_secret="x\nENV\nrm -rf /").user_data("oss://ft-oss/x.json")
     without_reports = AliyunCloud(settings(fake, aws), report_secret="never-sent-anywhere")
     assert "never-sent-anywhere" not in without_reports.user_data("oss://ft-oss/x.json")
+
+
+# -- reconciliation: what the cloud lists -------------------------------------------------------------------
+
+
+async def test_list_instances_finds_every_tagged_instance_across_pages_and_feeds_reconciliation(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bot.cloud import aliyun as aliyun_module
+    from handlers.jobs import Attempt, Job, JobState
+    from handlers.reconcile import reconcile
+
+    monkeypatch.setattr(aliyun_module, "LIST_PAGE_SIZE", 2)  # five instances: three pages
+    cloud = make_cloud()
+    kept = await cloud.launch(job_spec(cloud, "ft-abc1", attempt=2), [GPU], "spot")
+    old = await cloud.launch(job_spec(cloud, "ft-abc1", attempt=1), [GPU], "spot")
+    done = await cloud.launch(job_spec(cloud, "ft-def2", attempt=1), [GPU], "spot")
+    released = await cloud.launch(job_spec(cloud, "ft-ghi3", attempt=1), [GPU], "spot")
+    await cloud.terminate(released.instance_id)
+    fake._create("cn-hangzhou-j", GPU, "vsw-j", "NoSpot", {"team": "web"}, "", "not-ours", {})  # untagged
+
+    listed = await cloud.list_instances()
+    assert {(i.instance_id, i.job_id, i.attempt, i.state) for i in listed} == {
+        (kept.instance_id, "ft-abc1", 2, "Running"),
+        (old.instance_id, "ft-abc1", 1, "Running"),
+        (done.instance_id, "ft-def2", 1, "Running"),
+    }
+    pages = [call for call in fake.actions("DescribeInstances") if "InstanceIds" not in call]
+    assert [call["PageNumber"] for call in pages] == ["1", "2"] and all(c["Tag.1.Key"] == "finetune:job" for c in pages)
+
+    now = datetime.now(UTC)
+    long_ago = now - timedelta(hours=1)
+    jobs = [
+        Job(
+            id="ft-abc1",
+            recipe="tiny",
+            requested_by="slack:U1",
+            state=JobState.RUNNING,
+            updated_at=now,
+            attempts=[
+                Attempt(number=1, instance_id=old.instance_id, launched_at=long_ago, ended_at=long_ago),
+                Attempt(number=2, instance_id=kept.instance_id, launched_at=long_ago),
+            ],
+        ),
+        Job(
+            id="ft-def2",
+            recipe="tiny",
+            requested_by="slack:U1",
+            state=JobState.SUCCEEDED,
+            attempts=[Attempt(number=1, instance_id=done.instance_id, launched_at=long_ago, ended_at=now)],
+        ),
+        Job(
+            id="ft-ghi3",
+            recipe="tiny",
+            requested_by="slack:U1",
+            state=JobState.RUNNING,
+            updated_at=now,
+            attempts=[Attempt(number=1, instance_id=released.instance_id, launched_at=long_ago)],
+        ),
+    ]
+    actions = {(a.action, a.instance_id) for a in reconcile(jobs, listed, now)}
+    assert actions == {
+        ("release", old.instance_id),
+        ("release", done.instance_id),
+        ("instance-gone", released.instance_id),
+    }
+
+
+async def test_list_instances_says_when_the_api_refuses(make_cloud: Callable[..., AliyunCloud]) -> None:
+    cloud = make_cloud(access_key_secret="not-the-secret")
+    with pytest.raises(AliyunError, match="could not list"):
+        await cloud.list_instances()

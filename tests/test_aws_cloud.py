@@ -440,3 +440,22 @@ async def test_hourly_price_for_the_spend_guard(proxy: Ec2Proxy, make_cloud: Any
     assert await cloud.hourly_price(["g5.xlarge", "g6.xlarge"], "spot") == pytest.approx(0.41)
     assert await cloud.hourly_price(["g5.xlarge", "g6.xlarge"], "on-demand") == pytest.approx(0.805)
     assert await cloud.hourly_price(["x9.unknown"], "on-demand") is None
+
+
+async def test_list_instances_finds_the_tagged_instances_for_reconciliation(world: World, make_cloud: Any) -> None:
+    from handlers.reconcile import CloudInstance
+
+    cloud: AwsCloud = make_cloud()
+    first = await cloud.launch(job_spec(cloud, "ft-lst1", attempt=1), ["g5.xlarge"], "spot")
+    second = await cloud.launch(job_spec(cloud, "ft-lst1", attempt=2), ["g5.xlarge"], "spot")
+    other = await cloud.launch(job_spec(cloud, "ft-lst2", attempt=3), ["g5.xlarge"], "on-demand")
+    await cloud.terminate(first.instance_id)
+    world.ec2.run_instances(ImageId=world.image_id, MinCount=1, MaxCount=1, InstanceType="t3.micro")  # untagged
+
+    listed = {i.instance_id: i for i in await cloud.list_instances() if i.job_id in ("ft-lst1", "ft-lst2")}
+    assert set(listed) == {first.instance_id, second.instance_id, other.instance_id}
+    assert all(isinstance(i, CloudInstance) and i.launched_at is not None for i in listed.values())
+    assert (listed[second.instance_id].job_id, listed[second.instance_id].attempt) == ("ft-lst1", 2)
+    assert listed[second.instance_id].live and listed[other.instance_id].attempt == 3
+    assert not listed[first.instance_id].live and listed[first.instance_id].state in ("shutting-down", "terminated")
+    assert all(i.job_id is not None for i in await cloud.list_instances())  # the untagged one is not listed

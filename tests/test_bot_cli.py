@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.servers import free_port, wait_http
 
 
 def bot_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-    env.update(FINETUNE_STATE_DIR=str(tmp_path / "state"), FINETUNE_LOG_LEVEL="INFO", **extra)
+    env.update({"FINETUNE_STATE_DIR": str(tmp_path / "state"), "FINETUNE_LOG_LEVEL": "INFO", **extra})
     return env
 
 
@@ -95,3 +99,134 @@ def test_the_aws_cloud_without_its_settings_is_one_clear_error(tmp_path: Path) -
     )
     assert result.returncode == 2
     assert "FINETUNE_CLOUD=aws needs an aws: section" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- one owner per state dir, and one clean line for every bad setting ------------------------------------------
+
+
+def _start_serve(tmp_path: Path, port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "serve"],
+        env=bot_env(tmp_path, FINETUNE_HTTP_PORT=str(port)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+    return proc
+
+
+def _refused(tmp_path: Path, command: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", command],
+        env=bot_env(tmp_path, **env),
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _valkey_pid(tmp_path: Path) -> int:
+    return int((tmp_path / "state" / "redis" / "valkey.pid").read_text().strip())
+
+
+def test_a_second_bot_on_the_same_state_is_refused_and_the_first_stays_healthy(tmp_path: Path) -> None:
+    from bot.redis_server import _is_our_server
+
+    port = free_port()
+    first = _start_serve(tmp_path, port)
+    try:
+        valkey = _valkey_pid(tmp_path)
+        for command in ("serve", "chat"):
+            second = _refused(tmp_path, command, FINETUNE_HTTP_PORT=str(free_port()))
+            assert second.returncode == 2, second.stderr
+            lines = second.stderr.strip().splitlines()
+            assert len(lines) == 1 and "already runs on FINETUNE_STATE_DIR" in lines[0], second.stderr
+            assert f"pid {first.pid}" in lines[0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            assert response.status == 200
+        assert _valkey_pid(tmp_path) == valkey and _is_our_server(valkey, tmp_path / "state" / "redis")
+        first.send_signal(signal.SIGTERM)
+        output, _ = first.communicate(timeout=30)
+        assert first.returncode == 0 and "Traceback" not in output and "stopping Valkey" not in output
+    finally:
+        if first.poll() is None:
+            first.kill()
+
+
+def test_the_state_of_a_killed_bot_is_taken_over_and_its_orphaned_valkey_stopped(tmp_path: Path) -> None:
+    from bot.redis_server import _is_our_server
+
+    first = _start_serve(tmp_path, free_port())
+    orphan = _valkey_pid(tmp_path)
+    first.kill()  # SIGKILL: no clean-up; the kernel lets go of its lock, its Valkey lives on
+    first.wait(timeout=30)
+    assert _is_our_server(orphan, tmp_path / "state" / "redis")
+    port = free_port()
+    second = _start_serve(tmp_path, port)
+    try:
+        assert not _is_our_server(orphan, tmp_path / "state" / "redis")
+        assert _valkey_pid(tmp_path) != orphan
+        second.send_signal(signal.SIGTERM)
+        output, _ = second.communicate(timeout=30)
+        assert second.returncode == 0 and f"stopping Valkey pid {orphan}" in output
+    finally:
+        if second.poll() is None:
+            second.kill()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("FINETUNE_CLOUD", "gcp"),
+        ("FINETUNE_HTTP_PORT", "abc"),
+        ("FINETUNE_HTTP_PORT", "70000"),
+        ("FINETUNE_LOCAL_GRACE_SECONDS", "-1"),
+        ("FINETUNE_LOCAL_DIALECT", "gcp"),
+        ("FINETUNE_LOCAL_CHECKPOINTS", "ftp://bucket/x"),
+        ("FINETUNE_LOG_LEVEL", "LOUD"),
+    ],
+)
+@pytest.mark.parametrize("command", ["serve", "chat"])
+def test_each_bad_setting_is_one_line_naming_the_variable(
+    tmp_path: Path, command: str, variable: str, value: str
+) -> None:
+    env = {"FINETUNE_HTTP_PORT": "0", variable: value}
+    result = _refused(tmp_path, command, **env)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"finetune-bot: {variable}="), result.stderr
+    assert not (tmp_path / "state" / "redis").exists()  # refused before anything started
+
+
+def test_a_port_in_use_is_one_line_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _refused(tmp_path, "serve", FINETUNE_HTTP_PORT=str(port))
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if line.startswith("finetune-bot:")]
+    assert len(lines) == 1 and f"port {port}" in lines[0] and "FINETUNE_HTTP_PORT" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not _valkey_serving(tmp_path / "state" / "redis")  # what had started was stopped again
+
+
+def test_chat_takes_a_port_of_its_own_unless_told(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):  # in use already is as good: serve's default port is taken either way
+            taken.bind(("127.0.0.1", 8080))
+            taken.listen()
+        env = {key: value for key, value in bot_env(tmp_path).items() if key != "FINETUNE_HTTP_PORT"}
+        result = subprocess.run(
+            [sys.executable, "-m", "bot.cli", "chat"],
+            input="list\n",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 0, result.stderr
+    assert "no jobs yet" in result.stdout

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.chat.catalog import LANGUAGES, en, messages, say, text
-from bot.chat.render import card, card_text, message_text
+from bot.chat.render import card, card_text, message_text, recipes_text
 from handlers import commands, decide, recipes
 from handlers import policy as policy_module
 from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
@@ -47,6 +47,7 @@ TOPICS: list[tuple[str, dict[str, Any]]] = [
     ("rebalance", {}),
     ("rebalance-checkpoint", {"step": 20, "seconds": 1.25}),
     ("instance-gone", {"instance": "i-1"}),
+    ("relaunch-paused", {"attempt": 2, "count": 2, "limit": 3, "seconds": 60.0}),
     ("stop-failed", {"reason": "no such instance"}),
     ("drill-failed", {"reason": "FIS refused"}),
 ]
@@ -228,10 +229,13 @@ def test_every_reason_renders_in_both_languages_english_exactly_as_str() -> None
 
 
 def test_help_and_usage_in_chinese_keep_the_words_to_type() -> None:
-    assert say("en", HELP_REASON) == HELP == "/finetune " + "\n/finetune ".join(USAGE.values())
+    english = say("en", HELP_REASON).splitlines()
+    assert say("en", HELP_REASON) == HELP and len(english) == len(USAGE)
+    for line, (verb, usage) in zip(english, USAGE.items(), strict=True):  # each command, one line saying what
+        assert line == f"/finetune {usage} — {commands.DOES[verb]}"
     lines = say("zh-CN", HELP_REASON).splitlines()
     assert [line.split(" —— ")[0].split()[1] for line in lines] == list(USAGE)
-    assert lines[-2] == "/finetune resume <任务> [on-demand] —— 恢复失败的任务（可改用按量付费）"
+    assert lines[-2] == "/finetune resume <任务> [on-demand] —— 从检查点继续失败或已停止的任务（可改用按量付费）"
     assert say("zh-CN", _parse_error("stop a b")) == "stop：需要且只能带一个任务编号。用法：/finetune stop <任务>"
     state = say("zh-CN", stop_command(job().model_copy(update={"state": JobState.STOPPED}), "u", NOW).reason)
     assert state == "任务当前状态为 已停止"  # a job state inside a reason is said in the channel's language
@@ -289,3 +293,25 @@ def test_every_answer_of_the_bot_renders_in_both_languages(
 def test_every_answer_key_of_the_bot_is_tested_above() -> None:
     answers = {key for key in en.BOT if key.startswith("reply.")} | {"chat.starting", "slack.working"}
     assert answers <= {key for key, *_ in REPLIES}
+
+
+def test_help_lists_the_recipes_with_their_parameters_in_both_languages() -> None:
+    custom = Recipe(
+        name="qwen-lora",
+        description="LoRA of Qwen",
+        model="m",
+        command=["swift", "{mode}"],
+        parameters={"mode": Parameter(type="str", default="a", choices=["a", "b"], help="which")},
+    )
+    bare = Recipe(name="bare", description="no knobs", model="m", command=["true"])
+    for lang in LANGUAGES:
+        shown = recipes_text([TINY, custom, bare], lang).splitlines()
+        assert [line.split()[0] for line in shown if line.startswith("  ") and not line.startswith("   ")] == [
+            "bare",
+            "qwen-lora",
+            "tiny",
+        ]
+        assert any(line.strip().startswith("steps=30  int") and "1…10000" in line for line in shown), shown
+        assert any(line.strip().startswith("mode=a  str") and "a, b" in line and "which" in line for line in shown)
+        assert any("2147483647" in line for line in shown)  # bounds as written, not 2.1e+09
+    assert CJK.search(recipes_text([bare], "zh-CN")) and not CJK.search(recipes_text([bare], "en"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from bot.owner_lock import AlreadyOwned
 from bot.redis_server import RedisConfig, RedisHandle, open_redis
 from bot.store import Applied, Decider, JobStore
 from handlers.events import utcnow
@@ -356,19 +359,55 @@ async def test_jobs_and_history_survive_a_restart_of_the_embedded_server(tmp_pat
         await handle.close()
 
 
-async def test_a_server_left_running_on_the_data_dir_is_stopped_first(tmp_path: Path) -> None:
-    """A killed bot leaves its server running: the next one must take over the data, never share the AOF."""
+async def test_a_live_owners_server_is_never_touched(tmp_path: Path) -> None:
+    """A second process on the same data dir is refused; the first one's server goes on serving."""
     first = RedisHandle(data_dir=tmp_path / "redis")
     await first.start()
-    second = RedisHandle(data_dir=tmp_path / "redis")
     try:
         await first.client.set("k", "v")
-        old_pid = int((await first.client.info("server"))["process_id"])
-        await second.start()
-        assert await second.client.get("k") == "v"
-        assert int((await second.client.info("server"))["process_id"]) != old_pid
-        old_cmdline = Path(f"/proc/{old_pid}/cmdline")
-        assert not old_cmdline.exists() or old_cmdline.read_bytes() == b""  # gone (a zombie has no command line)
+        with pytest.raises(AlreadyOwned):
+            await RedisHandle(data_dir=tmp_path / "redis").start()
+        assert await first.client.get("k") == "v"
     finally:
-        await second.close()
         await first.close()
+
+
+# Starts the embedded server on argv[1], writes a key, says its server's pid, then waits to be killed.
+_OWNER = """
+import asyncio, sys
+from pathlib import Path
+from bot.redis_server import RedisHandle
+async def main():
+    handle = RedisHandle(data_dir=Path(sys.argv[1]))
+    await handle.start()
+    await handle.client.set("k", "v")
+    info = await handle.client.info("server")
+    print(info["process_id"], flush=True)
+    await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+
+def test_a_server_left_running_by_a_killed_owner_is_stopped_first(tmp_path: Path) -> None:
+    """A killed bot leaves its server running: the next one must take over the data, never share the AOF."""
+    command = [sys.executable, "-c", _OWNER, str(tmp_path / "redis")]
+    owner = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        old_pid = int(owner.stdout.readline())
+    finally:
+        owner.kill()  # no clean-up runs; the kernel drops its lock, its server lives on
+        owner.wait()
+
+    async def take_over() -> None:
+        second = RedisHandle(data_dir=tmp_path / "redis")
+        try:
+            await second.start()
+            assert await second.client.get("k") == "v"
+            assert int((await second.client.info("server"))["process_id"]) != old_pid
+        finally:
+            await second.close()
+
+    asyncio.run(take_over())
+    old_cmdline = Path(f"/proc/{old_pid}/cmdline")
+    assert not old_cmdline.exists() or old_cmdline.read_bytes() == b""  # gone (a zombie has no command line)

@@ -2,11 +2,18 @@
 
 A terminal cannot edit a message in place, so the job card is printed again only when the job's state
 changes, not on every step.
+
+:func:`read_commands` is the input side. On a terminal it is a prompt_toolkit prompt, and everything printed
+while it waits (the bot's updates, answers) goes above the line being typed, which stays intact; Ctrl-D and
+Ctrl-C end it cleanly. Piped input (scripts, tests) is read line by line without a prompt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 
 from bot.chat.render import card_text, mentions, message_text
@@ -40,3 +47,50 @@ class ConsoleChat:
             return  # one terminal is both the alert channel and the thread: say it once
         self._last = text
         self.write(text)
+
+
+PROMPT = "/finetune "
+
+
+async def read_commands(prompt: str = PROMPT) -> AsyncIterator[str]:
+    """The lines typed (blank ones skipped) until end of input; Ctrl-C at the prompt ends it like Ctrl-D."""
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        async for line in _prompted(prompt):
+            yield line
+        return
+    async for line in _piped():
+        yield line
+
+
+async def _prompted(prompt: str) -> AsyncIterator[str]:
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.patch_stdout import patch_stdout
+
+    session: PromptSession[str] = PromptSession()
+    with patch_stdout(raw=True):  # print() from anywhere lands above the prompt, which is redrawn after it
+        while True:
+            try:
+                line = await session.prompt_async(prompt)
+            except (EOFError, KeyboardInterrupt):
+                return
+            if line.strip():
+                yield line
+
+
+async def _piped() -> AsyncIterator[str]:
+    """Lines from a pipe or file, read by a daemon thread so that a pending read never holds up the exit."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def pump() -> None:
+        try:
+            for raw in sys.stdin:
+                loop.call_soon_threadsafe(lines.put_nowait, raw.rstrip("\n"))
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+        except RuntimeError:  # the loop closed first: the bot is on its way out
+            return
+
+    threading.Thread(target=pump, name="stdin", daemon=True).start()
+    while (line := await lines.get()) is not None:
+        if line.strip():
+            yield line

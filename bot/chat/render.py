@@ -7,6 +7,7 @@ the adapter asks for another), so no sentence is written here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from bot.chat.catalog import Lang, text, word
 from handlers.cost import job_cost
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
+from handlers.recipes import Recipe
 
 STATE_ICON = {
     JobState.PENDING: "⏳",
@@ -122,7 +124,7 @@ def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> st
             "topic.resumed",
             attempt=f.get("attempt"),
             zone=f.get("zone") or text(lang, "topic.resumed.new-zone"),
-            step=f.get("resumed_from_step"),
+            step=f.get("resumed_from_step") or 0,  # a fresh start resumes from step 0
             lost=f.get("lost", 0),
             downtime=f.get("downtime", 0),
             skipped=text(lang, "topic.resumed.skipped", count=len(skipped)) if skipped else "",
@@ -172,6 +174,15 @@ def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> st
         return text(lang, "topic.rebalance-checkpoint", step=f.get("step"), seconds=f.get("seconds", 0))
     if topic == "instance-gone":
         return text(lang, "topic.instance-gone", instance=f.get("instance"))
+    if topic == "relaunch-paused":
+        return text(
+            lang,
+            "topic.relaunch-paused",
+            attempt=f.get("attempt"),
+            count=f.get("count"),
+            limit=f.get("limit"),
+            seconds=f.get("seconds", 0),
+        )
     if topic.endswith("-failed"):
         what = topic.removesuffix("-failed")
         return text(
@@ -180,6 +191,33 @@ def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> st
     if topic.endswith("-done"):
         return text(lang, "topic.other-done", detail=f.get("detail"))
     return text(lang, "topic.unknown", job=job.id, topic=topic)
+
+
+def recipes_text(recipes: Iterable[Recipe], lang: Lang = "en") -> str:
+    """The recipes part of ``help``: each recipe with its parameters, their defaults, types and bounds."""
+    lines = [text(lang, "help.recipes")]
+    for recipe in sorted(recipes, key=lambda recipe: recipe.name):
+        lines.append(text(lang, "help.recipe", name=recipe.name, description=recipe.description))
+        if not recipe.parameters:
+            lines.append(text(lang, "help.no-parameters"))
+        for name, spec in recipe.parameters.items():
+            bounds = ""
+            if spec.choices:
+                bounds = text(lang, "help.choices", choices=", ".join(spec.choices))
+            elif spec.min is not None or spec.max is not None:
+                bounds = text(lang, "help.range", low=_bound(spec.min), high=_bound(spec.max))
+            said = text(lang, "help.parameter-help", text=spec.help) if spec.help else ""
+            default = str(spec.default).lower() if isinstance(spec.default, bool) else spec.default
+            lines.append(
+                text(lang, "help.parameter", name=name, default=default, type=spec.type, range=bounds, help=said)
+            )
+    return "\n".join(lines)
+
+
+def _bound(value: float | None) -> str:
+    if value is None:
+        return ""
+    return str(int(value)) if value == int(value) else f"{value:g}"
 
 
 def mentions(note: Notify) -> str:

@@ -52,6 +52,7 @@ from handlers.placement import (
     order_on_demand_candidates,
     order_spot_candidates,
 )
+from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
 from runner.notices.control import control_key
 from runner.storage.base import StorageError
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 
 JOB_TAG = "finetune:job"
 ATTEMPT_TAG = "finetune:attempt"
+LIST_PAGE_SIZE = 100  # DescribeInstances' largest page
 LIVE_STATUSES = frozenset({"Pending", "Starting", "Running"})
 _NOT_FOUND = frozenset({"InvalidInstanceId.NotFound", "InvalidInstanceIds.NotFound", "InvalidInstance.NotFound"})
 _PRICE_TTL_SECONDS = 3600.0
@@ -76,6 +78,23 @@ def _stamp(moment: datetime) -> str:
 
 def _tags(instance: dict[str, Any]) -> dict[str, str]:
     return {str(tag.get("TagKey")): str(tag.get("TagValue")) for tag in instance.get("Tags", {}).get("Tag", [])}
+
+
+def _listed(instance: dict[str, Any]) -> CloudInstance:
+    tags = _tags(instance)
+    attempt = tags.get(ATTEMPT_TAG, "")
+    created = str(instance.get("CreationTime") or "")
+    try:
+        launched: datetime | None = datetime.fromisoformat(created.replace("Z", "+00:00")) if created else None
+    except ValueError:
+        launched = None
+    return CloudInstance(
+        instance_id=str(instance.get("InstanceId")),
+        state=str(instance.get("Status") or "unknown"),
+        job_id=tags.get(JOB_TAG),
+        attempt=int(attempt) if attempt.isdigit() else None,
+        launched_at=launched,
+    )
 
 
 def _client_token(*parts: object) -> str:
@@ -526,6 +545,27 @@ class AliyunCloud:
         return None
 
     # -- instances after launch -----------------------------------------------------------------------------
+
+    async def list_instances(self) -> list[CloudInstance]:
+        """Every instance of the region tagged ``finetune:job`` (ECS lists no released ones), for reconciliation."""
+        found: list[CloudInstance] = []
+        page = 1
+        while True:
+            request = ecs_models.DescribeInstancesRequest(
+                region_id=self.settings.region,
+                tag=[ecs_models.DescribeInstancesRequestTag(key=JOB_TAG)],
+                page_number=page,
+                page_size=LIST_PAGE_SIZE,
+            )
+            try:
+                reply = await self.api.ecs("describe_instances", request)
+            except (AliyunApiError, AliyunUnavailable) as exc:
+                raise AliyunError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
+            items = reply.get("Instances", {}).get("Instance", [])
+            found.extend(_listed(item) for item in items)
+            if not items or page * LIST_PAGE_SIZE >= int(reply.get("TotalCount") or 0):
+                return found
+            page += 1
 
     async def _describe(self, instance_id: str) -> dict[str, Any] | None:
         reply = await self.api.ecs(

@@ -44,6 +44,7 @@ from handlers.placement import (
     order_spot_candidates,
     scores_by_zone,
 )
+from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec, ReleaseAwsAutoScaling, ReleaseAwsInstance, check_report_target
 from runner.notices.control import control_key
 
@@ -151,6 +152,19 @@ def _error(exc: ClientError) -> tuple[str, str]:
 
 def _tags(resource: Mapping[str, Any]) -> dict[str, str]:
     return {str(tag["Key"]): str(tag["Value"]) for tag in resource.get("Tags") or []}
+
+
+def _listed(instance: Mapping[str, Any]) -> CloudInstance:
+    tags = _tags(instance)
+    attempt = tags.get(ATTEMPT_TAG, "")
+    launched = instance.get("LaunchTime")
+    return CloudInstance(
+        instance_id=str(instance["InstanceId"]),
+        state=str((instance.get("State") or {}).get("Name", "unknown")),
+        job_id=tags.get(JOB_TAG),
+        attempt=int(attempt) if attempt.isdigit() else None,
+        launched_at=launched if isinstance(launched, datetime) else None,
+    )
 
 
 class AwsCloud:
@@ -573,6 +587,21 @@ class AwsCloud:
         if not job_id or not attempt.isdigit():
             raise AwsError(f"instance {instance_id} has no {JOB_TAG} / {ATTEMPT_TAG} tags: not launched by this bot")
         return instance, job_id, int(attempt)
+
+    async def list_instances(self) -> list[CloudInstance]:
+        """Every instance tagged ``finetune:job`` in the region, whatever its state, for reconciliation."""
+        ec2 = await self._client("ec2")
+        found: list[CloudInstance] = []
+        try:
+            pages = ec2.get_paginator("describe_instances").paginate(
+                Filters=[{"Name": "tag-key", "Values": [JOB_TAG]}], PaginationConfig={"PageSize": 500}
+            )
+            async for page in pages:
+                for reservation in page.get("Reservations", []):
+                    found.extend(_listed(instance) for instance in reservation.get("Instances", []))
+        except (ClientError, BotoCoreError) as exc:
+            raise AwsError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
+        return found
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
         """Spot: the lowest current price of these types in our zones; on-demand: the lowest list price."""

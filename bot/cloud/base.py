@@ -9,6 +9,7 @@ from typing import Literal, Protocol
 
 from handlers.jobs import Market
 from handlers.messages import CloudEvent
+from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
 
 CloudEventSink = Callable[[CloudEvent], Awaitable[None]]
@@ -65,3 +66,14 @@ class CloudProvider(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ListsInstances(Protocol):
+    """What reconciliation (:mod:`handlers.reconcile`) asks of a cloud: every instance tagged for a job of ours.
+
+    AWS and Alibaba Cloud implement it today; it joins :class:`CloudProvider` once the local cloud does too.
+    """
+
+    async def list_instances(self) -> list[CloudInstance]:
+        """Instances tagged ``finetune:job`` (any state the cloud still reports), with their job and attempt."""
+        ...

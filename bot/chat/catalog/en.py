@@ -100,6 +100,10 @@ BOT: dict[str, str] = {
     "topic.rebalance": "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early.",
     "topic.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
     "topic.instance-gone": ("⚠️ Instance {instance} went away without notice; relaunching from the last checkpoint."),
+    "topic.relaunch-paused": (
+        "⏳ Attempt {attempt} ended without progress ({count} in a row; the job ends after {limit}). "
+        "Relaunching in {seconds:g}s."
+    ),
     "topic.other-failed": "⚠️ {what} failed for {job}: {reason}",
     "topic.other-done": "ℹ️ {detail}",
     "topic.unknown": "{job}: {topic}",
@@ -114,6 +118,14 @@ BOT: dict[str, str] = {
     "chat.failed": "Something went wrong on the bot's side; check `/finetune status` before trying again.",
     "chat.unknown-card": "This card does not belong to a job of the bot.",
     "chat.starting": "The bot is still starting; try again in a moment.",
+    # The recipes part of `help`.
+    "help.recipes": "Recipes (start <recipe> [key=value …]):",
+    "help.recipe": "  {name} — {description}",
+    "help.parameter": "      {name}={default}  {type}{range}{help}",
+    "help.range": ", {low}…{high}",
+    "help.choices": ", one of {choices}",
+    "help.parameter-help": " — {text}",
+    "help.no-parameters": "      (no parameters)",
     # Answers to commands (the reasons inside them come from the handlers, below).
     "reply.starting": "Starting {job}: {recipe} ({params})",
     "reply.ok": "OK: {action} {job} ({state})",

@@ -86,6 +86,9 @@ MESSAGES: dict[str, str] = {
     "topic.rebalance": "↔️ 再平衡建议：实例被回收的风险升高，提前保存检查点。",
     "topic.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
     "topic.instance-gone": "⚠️ 实例 {instance} 未经通知即消失；正在从最近的检查点重新启动。",
+    "topic.relaunch-paused": (
+        "⏳ 第 {attempt} 次尝试没有进展（已连续 {count} 次；超过 {limit} 次后任务结束）。{seconds:g} 秒后重新启动。"
+    ),
     "topic.other-failed": "⚠️ 任务 {job} 的{what}操作失败：{reason}",
     "topic.other-done": "ℹ️ {detail}",
     "topic.unknown": "{job}：{topic}",
@@ -101,6 +104,13 @@ MESSAGES: dict[str, str] = {
     "chat.unknown-card": "这张卡片不属于本机器人的任务。",
     "chat.starting": "机器人还在启动中，请稍后再试。",
     # 命令的回答（其中的原因来自 handlers，见下）
+    "help.recipes": "配方（start <配方> [参数=值 …]）：",
+    "help.recipe": "  {name} —— {description}",
+    "help.parameter": "      {name}={default}  {type}{range}{help}",
+    "help.range": "，{low}…{high}",
+    "help.choices": "，可选 {choices}",
+    "help.parameter-help": " —— {text}",
+    "help.no-parameters": "      （没有参数）",
     "reply.starting": "正在启动 {job}：{recipe}（{params}）",
     "reply.ok": "已受理：{action} {job}（{state}）",
     "reply.no-job": "找不到任务 {job}",
@@ -139,14 +149,14 @@ MESSAGES: dict[str, str] = {
     "usage.line.resume": "resume <任务> [on-demand]",
     "usage.line.help": "help",
     "help": (
-        "/finetune {start} —— 启动微调任务\n"
+        "/finetune {start} —— 按配方启动微调任务（配方见下）\n"
         "/finetune {stop} —— 停止任务（先保存检查点）\n"
         "/finetune {interrupt_test} —— 中断演练\n"
         "/finetune {status} —— 查看任务状态\n"
-        "/finetune {list} —— 列出最近的任务\n"
-        "/finetune {logs} —— 查看任务记录\n"
+        "/finetune {list} —— 列出最近的任务及其步数\n"
+        "/finetune {logs} —— 查看任务记录（带时间）\n"
         "/finetune {ack} —— 认领值班告警\n"
-        "/finetune {resume} —— 恢复失败的任务（可改用按量付费）\n"
+        "/finetune {resume} —— 从检查点继续失败或已停止的任务（可改用按量付费）\n"
         "/finetune {help} —— 显示本帮助"
     ),
     "usage.error": "{verb}：{problem}。用法：/finetune {usage}",
@@ -185,5 +195,5 @@ MESSAGES: dict[str, str] = {
     "ignored.ack": "没有需要确认的告警：任务当前状态为 {state}",
     "ignored.no-page": "没有未处理的值班告警",
     "ignored.already-acked": "已由 {by} 确认",
-    "ignored.resume": "任务当前状态为 {state}；只有失败的任务才能恢复",
+    "ignored.resume": "任务当前状态为 {state}；只有失败或已停止的任务才能恢复",
 }

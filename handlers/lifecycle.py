@@ -1,0 +1,72 @@
+"""How long the bot keeps trying: bounded relaunches without progress, and how long a stop may take.
+
+On a real cloud a relaunch loop costs money without end: a trainer that cannot start, an instance that dies
+before its first step or the same crash after every resume all look like "the instance went away, relaunch".
+So an attempt that ends without progress counts, the next launch waits a growing pause, and after
+``max_relaunches_without_progress`` such relaunches the job ends (RESUME_FAILED, which pages on-call; FAILED
+when it never got past its first attempt). Any progress resets the count, as does a person's ``resume``.
+
+Progress is measured against the job's best known step (reported or committed) when the attempt was planned:
+an attempt that trained past it, or committed a checkpoint past it, made progress.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from handlers.jobs import Job
+
+
+class Lifecycle(BaseModel):
+    """The ``policy.lifecycle`` section of the config file; the defaults suit a real cloud."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Relaunches after attempts that made no progress, in a row, before the job ends (0: never relaunch one).
+    max_relaunches_without_progress: int = Field(default=3, ge=0, le=100)
+    # The pause before the first such relaunch; each further one waits twice as long, up to the cap.
+    relaunch_pause_seconds: float = Field(default=30.0, ge=0, le=86_400)
+    relaunch_pause_max_seconds: float = Field(default=900.0, ge=0, le=86_400)
+    # How long a stop may wait for the runner's checkpoint before the instance is terminated anyway.
+    stop_timeout_seconds: float = Field(default=900.0, gt=0, le=86_400)
+
+    @property
+    def stop_timeout(self) -> timedelta:
+        return timedelta(seconds=self.stop_timeout_seconds)
+
+
+def best_step(job: Job) -> int:
+    """The furthest the job has got: the highest step reported or committed (0 before any)."""
+    committed = job.checkpoint.step if job.checkpoint is not None else 0
+    return max(job.step or 0, committed)
+
+
+def made_progress(job: Job) -> bool:
+    """Did the current attempt get the job further than it was when the attempt was planned?
+
+    Attempts stored before this was recorded (no ``from_step``) count as progress: nothing is held against them.
+    """
+    current = job.current
+    if current is None or current.from_step is None:
+        return True
+    return best_step(job) > current.from_step
+
+
+def without_progress(job: Job) -> int:
+    """How many attempts in a row, the current one included, ended without progress."""
+    return 0 if made_progress(job) else job.attempts_without_progress + 1
+
+
+def relaunch_pause(lifecycle: Lifecycle, in_a_row: int) -> timedelta:
+    """The pause before relaunching after ``in_a_row`` attempts without progress: none after progress, then
+    ``relaunch_pause_seconds`` doubling each time, capped."""
+    if in_a_row <= 0:
+        return timedelta()
+    seconds = lifecycle.relaunch_pause_seconds * 2 ** min(in_a_row - 1, 30)
+    return timedelta(seconds=min(seconds, max(lifecycle.relaunch_pause_max_seconds, lifecycle.relaunch_pause_seconds)))
+
+
+def gives_up(lifecycle: Lifecycle, in_a_row: int) -> bool:
+    """True when one more relaunch would exceed the bound."""
+    return in_a_row > lifecycle.max_relaunches_without_progress

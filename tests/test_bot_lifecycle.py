@@ -1,0 +1,93 @@
+"""Lifecycle safety through the real bot (embedded Valkey, local cloud, real runner subprocesses): no relaunch
+loop for a trainer that cannot start, stops that end, and a stopped job that resumes from its kept checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot.cloud.local import LocalCloud
+from bot.timers import Timers
+from handlers.jobs import TERMINAL_STATES, JobState
+from tests.bot_harness import CHANNEL, SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
+from tests.test_bot_scenarios import wait_for_text
+
+# Trains one step every 50 ms until SIGTERM, then saves checkpoint-<step> and exits; resumed, it trains three
+# more steps from the checkpoint's step and finishes.
+STOPS_AND_RESUMES = """
+import json, os, pathlib, signal, sys, time
+out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR'])
+progress = pathlib.Path(os.environ['FINETUNE_PROGRESS_FILE'])
+resume = os.environ.get('FINETUNE_RESUME_FROM')
+step = int(pathlib.Path(resume).name.split('-')[1]) if resume else 0
+last = step + 3 if resume else None
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+while not stop and (last is None or step < last):
+    step += 1
+    with progress.open('a') as f:
+        f.write(json.dumps({'step': step}) + '\\n')
+    time.sleep(0.05)
+ckpt = out / ('checkpoint-%d' % step)
+ckpt.mkdir(parents=True, exist_ok=True)
+(ckpt / 'state.json').write_text(json.dumps({'step': step}))
+(ckpt / '.finetune-complete').touch()
+"""
+
+QUICK = {"max_relaunches_without_progress": 2, "relaunch_pause_seconds": 0.2, "relaunch_pause_max_seconds": 0.3}
+
+
+async def test_a_trainer_that_cannot_start_ends_the_job_after_the_configured_launches(tmp_path: Path) -> None:
+    missing = {"name": "missing", "description": "no such program", "model": "none", "command": ["ft-no-such-trainer"]}
+    config = write_config(tmp_path / "bot.yaml", policy={"lifecycle": QUICK}, recipes=[missing])
+    async with running_bot(tmp_path / "state", config) as (service, chat):
+        job_id = await start_job(service, "console:ana", "start missing")
+        ended = await wait_job(service, job_id, lambda job: job.state in TERMINAL_STATES | {JobState.RESUME_FAILED})
+        assert ended.state in (JobState.FAILED, JobState.RESUME_FAILED), ended.state
+        launched = [entry for entry in await service.bot.store.history(job_id) if entry.get("event") == "launched"]
+        cloud = service.bot.cloud
+        assert isinstance(cloud, LocalCloud)
+        assert 1 <= len(launched) <= 1 + QUICK["max_relaunches_without_progress"]
+        assert len(cloud.instances) == len(launched) == ended.attempt  # every launch the cloud saw, and no more
+        # Nothing is left that could launch again: no held-back launch, no launch on the way.
+        pending = [timer for timer in await Timers(service.bot.store.redis).pending() if timer.get("job_id") == job_id]
+        assert all(timer["kind"] != "relaunch-due" for timer in pending)
+        assert ended.failure
+        if ended.state is JobState.RESUME_FAILED:
+            assert "without progress" in ended.failure or "went away" in ended.failure
+            await wait_for_text(chat, "page", "could not resume")
+
+
+async def test_stop_of_a_job_whose_instance_is_gone_ends_stopped_at_once(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    async with running_bot(tmp_path / "state", config) as (service, _chat):
+        job_id = await start_job(service, "console:ana", "start sleepy")
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+    # The bot went away and its local instance with it, without a word: the job is still RUNNING on record.
+    async with running_bot(tmp_path / "state", config) as (service, chat):
+        stale = await service.bot.store.get(job_id)
+        assert stale is not None and stale.state is JobState.RUNNING
+        reply = await service.bot.command("console:ana", CHANNEL, f"stop {job_id}")
+        assert reply.startswith("OK"), reply
+        stopped = await wait_job(service, job_id, lambda job: job.state is JobState.STOPPED)
+        assert stopped.current is not None and stopped.current.ended_at is not None
+        await wait_for_text(chat, "thread", f"{job_id} stopped")
+        again = await service.bot.command("console:ana", CHANNEL, f"status {job_id}")
+        assert "STOPPED" in again
+
+
+async def test_stop_then_resume_finishes_from_the_kept_checkpoint(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("counter", STOPS_AND_RESUMES)])
+    async with running_bot(tmp_path / "state", config) as (service, chat):
+        job_id = await start_job(service, "console:ana", "start counter")
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 2)
+        assert (await service.bot.command("console:ana", CHANNEL, f"stop {job_id}")).startswith("OK")
+        stopped = await wait_job(service, job_id, lambda job: job.state is JobState.STOPPED)
+        assert stopped.checkpoint is not None and stopped.checkpoint.step >= 2
+        kept = stopped.checkpoint.step
+        await wait_for_text(chat, "thread", f"checkpoint at step {kept} kept")
+
+        reply = await service.bot.command("console:ana", CHANNEL, f"resume {job_id}")
+        assert reply.startswith("OK"), reply
+        done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED)
+        assert done.attempt == 2 and done.attempts[1].resumed_from_step == kept
+        assert done.step == kept + 3 and done.steps_lost == 0

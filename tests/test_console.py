@@ -1,0 +1,136 @@
+"""``finetune-bot chat`` in a real pseudo-terminal: keys in, screen out (pexpect drives the real CLI).
+
+Updates that arrive while a command is half typed are printed above the prompt and the half-typed line survives;
+Ctrl-C and Ctrl-D leave cleanly and say what becomes of the local jobs; log lines go to a file, not the screen.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pexpect
+
+from handlers.events import Notice
+from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from tests.bot_harness import SECRET, SLEEPS, quick_recipe, write_config
+from tests.servers import free_port
+from tests.test_bot_cli import bot_env
+
+TIMEOUT = 90
+REDRAWN_LOG = re.compile(r"/finetune ?(?:\x1b\[[0-9;?]*[A-Za-z])*log")
+LOGS_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d created ")
+
+
+def spawn(tmp_path: Path, **env: str) -> pexpect.spawn:
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "bot.cli", "chat"],
+        # A terminal that does not answer cursor-position requests, as pexpect's does not.
+        env=bot_env(tmp_path, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1", **env),
+        dimensions=(40, 240),
+        encoding="utf-8",
+        timeout=TIMEOUT,
+    )
+    child.expect("type 'help'")
+    child.expect_exact("/finetune")
+    return child
+
+
+def post_report(port: int, body: bytes) -> None:
+    now = int(time.time())
+    headers = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/runner/reports", data=body, headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 202
+
+
+def test_updates_go_above_a_half_typed_command_and_ctrl_c_leaves_cleanly(tmp_path: Path) -> None:
+    port = free_port()
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    child = spawn(tmp_path, FINETUNE_HTTP_PORT=str(port), FINETUNE_REPORT_SECRET=SECRET, FINETUNE_CONFIG=str(config))
+    try:
+        child.sendline("start sleepy")
+        child.expect(r"Starting (ft-[a-z0-9]+)")
+        job = child.match.group(1)
+        child.expect("RUNNING")  # the job card, printed when the job's state changes
+
+        child.send("log")  # half a command: then an update arrives, from outside, while the line waits
+        child.expect_exact("log")
+        deadline = datetime.now(UTC) + timedelta(minutes=10)
+        notice = Notice(job_id=job, attempt=1, kind="spot-interruption", source="test", deadline=deadline)
+        post_report(port, notice.model_dump_json().encode())
+        child.expect("Spot interruption warning")
+        child.expect(REDRAWN_LOG)  # the prompt is drawn again below the update, with the half-typed "log" on it
+        child.sendline(f"s {job}")  # the rest of it: the line typed before the update is intact
+        child.expect(LOGS_LINE)
+        child.expect(r"notice|spot-warning")
+
+        child.send("\x03")  # Ctrl-C at the prompt
+        child.expect(f"The local instances of {job} stop with this bot")
+        child.expect(pexpect.EOF)
+        screen = child.before
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, screen
+    assert "Traceback" not in screen and " INFO " not in screen
+    log_text = (tmp_path / "state" / "bot.log").read_text()
+    assert "bot up" in log_text  # the bot's log lines went to the file
+
+
+def test_help_and_ctrl_d(tmp_path: Path) -> None:
+    child = spawn(tmp_path, FINETUNE_HTTP_PORT="0")
+    try:
+        child.sendline("help")
+        child.expect("resume <job> \\[on-demand\\] — continue a failed or stopped job")
+        child.expect("Recipes")
+        child.expect(r"steps=30  int, 1…10000")
+        child.sendline("list")
+        child.expect("no jobs yet")
+        child.sendeof()  # Ctrl-D
+        child.expect("Bye.")
+        child.expect(pexpect.EOF)
+        screen = child.before
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0 and "Traceback" not in screen, screen
+
+
+def test_list_shows_the_step_out_of_the_total(tmp_path: Path) -> None:
+    code = "import json, os, time\n" + "\n".join(
+        [
+            "open(os.environ['FINETUNE_PROGRESS_FILE'], 'a').write(json.dumps({'step': 4}) + '\\n')",
+            "time.sleep(600)",
+        ]
+    )
+    recipe = quick_recipe("counted", code)
+    recipe["command"] = [*recipe["command"], "{steps}"]
+    recipe["parameters"] = {"steps": {"type": "int", "default": 300, "min": 1, "max": 1000}}
+    recipe["total_steps_param"] = "steps"
+    config = write_config(tmp_path / "bot.yaml", recipes=[recipe])
+    child = spawn(tmp_path, FINETUNE_HTTP_PORT="0", FINETUNE_CONFIG=str(config))
+    try:
+        child.sendline("start counted steps=250")
+        child.expect(r"Starting (ft-[a-z0-9]+)")
+        job = child.match.group(1)
+        child.sendline("list")
+        child.expect(rf"{job}\s+\S+\s+counted\s+step \d+/250")
+        seen = None
+        for _ in range(120):  # until its first progress report is in
+            child.sendline("list")
+            child.expect(rf"{job}\s+\S+\s+counted\s+step (\d+)/250")
+            seen = int(child.match.group(1))
+            if seen == 4:
+                break
+            time.sleep(0.5)
+        assert seen == 4
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert json.dumps(child.exitstatus) == "0"
