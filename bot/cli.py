@@ -10,7 +10,10 @@ import os
 import signal
 import sys
 
+from pydantic import ValidationError
+
 from bot.chat.console import ConsoleChat
+from bot.redis_server import RedisUnavailable
 from bot.service import BotService
 from bot.settings import ConfigError, Settings
 from handlers.jobs import ChatRef
@@ -67,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"finetune-bot: {exc}", file=sys.stderr)
         return 2
+    except ValidationError as exc:  # a variable Settings refuses, e.g. REDIS_URL=http://…
+        problems = "; ".join(f"{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        print(f"finetune-bot: {problems}", file=sys.stderr)
+        return 2
+    except RedisUnavailable as exc:  # not 2: a server that is down now may be up when the supervisor retries
+        print(f"finetune-bot: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

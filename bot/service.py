@@ -30,8 +30,8 @@ from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
 from bot.http import REPORTS_PATH, build_app
-from bot.redis_server import RedisHandle, open_redis
-from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_file_config
+from bot.redis_server import RedisHandle, open_redis, redacted
+from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_config
 from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
 from bot.sources.sns_http import sns_routes
 from bot.sources.sns_signature import SnsVerifier
@@ -110,7 +110,7 @@ class BotService:
         return self._outbox
 
     async def start(self) -> BotService:
-        config = load_file_config(self.settings.finetune_config)
+        config = load_config(self.settings)
         if config.policy.open:
             log.warning("no permission rules configured: everyone may use every command")
         aliyun_intake = self._check_aliyun(config)  # before anything starts
@@ -180,7 +180,7 @@ class BotService:
             self.settings.finetune_http_host,
             self.port,
             self.settings.finetune_cloud,
-            "embedded" if redis.embedded else "external",
+            "embedded" if redis.embedded else redacted(redis.url),
         )
         return self
 
