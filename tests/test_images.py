@@ -261,7 +261,7 @@ def test_the_image_builder_component_installs_the_release_with_the_script(wheel:
     build = {phase["name"]: phase["steps"] for phase in document["phases"]}
     (download,) = [step for step in build["build"] if step["action"] == "S3Download"]
     assert download["inputs"][0]["source"] == f"s3://artifacts/finetune/{VERSION}/*"
-    (command,) = [step for step in build["build"] if step["name"] == "Install"][0]["inputs"]["commands"]
+    (command,) = next(step for step in build["build"] if step["name"] == "Install")["inputs"]["commands"]
     words = shlex.split(command)
     assert words[words.index("bash") :] == ["bash", "/tmp/finetune/install.sh", "runner", f"/tmp/finetune/{wheel.name}"]
     assert "FINETUNE_EXTRAS=trainer" in words and "FINETUNE_NO_SYSTEMCTL=1" in words
