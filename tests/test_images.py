@@ -236,7 +236,7 @@ def component_document() -> dict[str, Any]:
     return document
 
 
-class _CfnLoader(yaml.SafeLoader):
+class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]
     """YAML with CloudFormation's short forms (!Ref, !Sub, …) read as their long forms."""
 
 
@@ -250,7 +250,7 @@ for _tag in ("Ref", "Sub", "GetAtt", "Join", "If", "Equals", "Not", "Select", "I
         elif isinstance(node, yaml.SequenceNode):
             value = loader.construct_sequence(node, deep=True)
         else:
-            value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+            value = loader.construct_mapping(node, deep=True)
         return {"Ref" if tag == "Ref" else f"Fn::{tag}": value}
 
     _CfnLoader.add_constructor(f"!{_tag}", _construct)
