@@ -250,6 +250,10 @@ def _subnet_group(ctx: Context, props: dict[str, Any]) -> Values:
     return {"Ref": f"{ctx.stack_name}-redis-subnets"}  # the stand-in server listens on loopback: no subnets
 
 
+def _parameter_group(ctx: Context, props: dict[str, Any]) -> Values:
+    return {"Ref": f"{ctx.stack_name}-redis-parameters", "Properties": props["Properties"]}
+
+
 # Properties a local stand-in has no use for: where in the VPC a managed server sits (the stand-in listens on
 # loopback). They are left out of the stand-in's dependencies, so it can be made before the stack.
 UNUSED_PROPERTIES: dict[str, set[str]] = {
@@ -264,6 +268,7 @@ MAKERS: dict[str, Maker] = {
     "AWS::FIS::ExperimentTemplate": _experiment_template,
     "AWS::SecretsManager::Secret": _secret,
     "AWS::ElastiCache::SubnetGroup": _subnet_group,
+    "AWS::ElastiCache::ParameterGroup": _parameter_group,
 }
 
 # GetAtt of a resource moto's CloudFormation did create, for stand-ins made after the stack.

@@ -47,7 +47,12 @@ RUNNER_STACK_LACKS = {
     "AWS::SQS::QueuePolicy",
     "AWS::FIS::ExperimentTemplate",
 }
-BOT_STACK_LACKS = {"AWS::SecretsManager::Secret", "AWS::ElastiCache::SubnetGroup", "AWS::ElastiCache::ReplicationGroup"}
+BOT_STACK_LACKS = {
+    "AWS::SecretsManager::Secret",
+    "AWS::ElastiCache::SubnetGroup",
+    "AWS::ElastiCache::ParameterGroup",
+    "AWS::ElastiCache::ReplicationGroup",
+}
 # deploy/aws/runner-image.yaml is linted (cfn-lint) and its component checked (tests/test_images.py), not deployed:
 # moto has no EC2 Image Builder at all.
 IMAGE_STACK_LACKS = {
@@ -159,7 +164,9 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
 
     def replication_group(ctx: Context, props: dict[str, Any]) -> Values:
         assert props["TransitEncryptionEnabled"] is True and props["Engine"] == "valkey"
+        assert ctx.values["RedisParameters"]["Properties"] == {"maxmemory-policy": "noeviction"}
         server = servers.enter_context(tls_valkey(tmp_path / "redis", props["AuthToken"]))
+        assert server.plain().config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
         valkeys.append(server)
         return {
             "Ref": "finetune-redis",
