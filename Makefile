@@ -20,6 +20,7 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/cfn-lint deploy/aws/*.yaml
 	$(BIN)/hadolint Dockerfile
+	$(BIN)/shellcheck deploy/image/*.sh
 	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
 	$(BIN)/pytest -q
 
