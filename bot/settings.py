@@ -1,7 +1,8 @@
 """The bot's configuration: environment variables, plus an optional YAML file named by ``FINETUNE_CONFIG``.
 
 The file holds what does not fit in a variable: permission rules and guards, and the team's own recipes
-(added to the built-in ``tiny`` and ``deepseek-7b``).
+(added to the built-in ``tiny`` and ``deepseek-7b``). Where a platform passes environment but mounts no files
+(ECS on Fargate: ``deploy/aws/bot.yaml``), ``FINETUNE_CONFIG_YAML`` carries the same YAML as text.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.slack.config import SlackConfig
 from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.aws import AwsSettings
+from bot.redis_server import check_redis_url, redacted
 from handlers.oncall import OnCall
 from handlers.policy import Policy
 from handlers.recipes import BUILT_IN, Recipe
@@ -33,6 +35,7 @@ class Settings(BaseSettings):
     finetune_http_port: int = Field(default=8080, ge=0, le=65535)
     finetune_http_host: str = "127.0.0.1"
     finetune_config: Path | None = None
+    finetune_config_yaml: str | None = None  # the config file's content, where no file can be mounted
     finetune_local_grace_seconds: float = Field(default=30.0, gt=0)
     finetune_local_dialect: Literal["aws", "aliyun"] = "aws"  # the local cloud's metadata service (spot notices)
     # Where the local cloud's runners keep checkpoints: a directory under the state dir by default, or an object
@@ -55,6 +58,14 @@ class Settings(BaseSettings):
     dingtalk_client_id: str | None = None
     dingtalk_client_secret: str | None = None
     dingtalk_openapi_endpoint: str = "https://api.dingtalk.com"  # also the Stream gateway's; tests use a fake
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        check_redis_url(value.strip())
+        return value.strip()
 
     def secret(self, name: str) -> str | None:
         """The value of secret setting ``name``; an empty variable counts as unset."""
@@ -98,23 +109,43 @@ def load_settings(**overrides: Any) -> Settings:
 def _bad_variable(error: Mapping[str, Any]) -> str:
     field = str(error["loc"][0]) if error.get("loc") else "?"
     name = field.upper()
-    shown = "" if any(word in field for word in ("secret", "token")) else f"={str(error.get('input'))[:60]!r}"
+    value = str(error.get("input"))
+    if field == "redis_url":
+        value = redacted(value)  # a URL may carry the server's password
+    hidden = any(word in field for word in ("secret", "token", "yaml"))
+    shown = "" if hidden else f"={value[:60]!r}"
     return f"{name}{shown}: {error['msg']}"
+
+
+def load_config(settings: Settings) -> FileConfig:
+    """The file ``FINETUNE_CONFIG`` names, or the text of ``FINETUNE_CONFIG_YAML``; ConfigError for both."""
+    if settings.finetune_config is not None and settings.finetune_config_yaml:
+        raise ConfigError("set FINETUNE_CONFIG (a file) or FINETUNE_CONFIG_YAML (its content), not both")
+    if settings.finetune_config_yaml:
+        return parse_file_config(settings.finetune_config_yaml, "FINETUNE_CONFIG_YAML")
+    return load_file_config(settings.finetune_config)
 
 
 def load_file_config(path: Path | None) -> FileConfig:
     if path is None:
         return FileConfig()
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-        return FileConfig.model_validate(raw)
+        text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read FINETUNE_CONFIG={path}: {exc.strerror}") from None
+    return parse_file_config(text, str(path))
+
+
+def parse_file_config(text: str, source: str) -> FileConfig:
+    """The config in ``text``; ConfigError naming ``source`` (a path or a variable) and the field."""
+    try:
+        raw = yaml.safe_load(text) or {}
+        return FileConfig.model_validate(raw)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"{source} is not valid YAML: {exc}") from None
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(f"{source}: {problems}") from None
 
 
 def all_recipes(config: FileConfig) -> dict[str, Recipe]:

@@ -171,7 +171,13 @@ async def test_spot_launch_tags_market_options_and_user_data(world: World, proxy
     assert described["SubnetId"] == world.subnets["us-east-1a"]
     assert described["MetadataOptions"]["HttpTokens"] == "required"
     tags = {tag["Key"]: tag["Value"] for tag in described["Tags"]}
-    assert tags == {"finetune:job": "ft-abc1", "finetune:attempt": "1", "Name": "finetune-ft-abc1-1"}
+    # finetune:managed: the bot's IAM policy terminates (and the FIS role interrupts) only instances tagged so.
+    assert tags == {
+        "finetune:managed": "true",
+        "finetune:job": "ft-abc1",
+        "finetune:attempt": "1",
+        "Name": "finetune-ft-abc1-1",
+    }
     volumes = world.ec2.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [instance.instance_id]}])
     assert all({"Key": "finetune:job", "Value": "ft-abc1"} in volume["Tags"] for volume in volumes["Volumes"])
 
@@ -254,6 +260,33 @@ async def test_capacity_error_moves_to_the_next_zone(world: World, proxy: Ec2Pro
     assert world.instance(instance.instance_id)["InstanceLifecycle"] == "spot"
     zones = [form["Placement.AvailabilityZone"] for form in proxy.actions("RunInstances")]
     assert zones == ["us-east-1a", "us-east-1b"]  # the HTTP 500 was not retried in the same zone
+
+
+async def test_a_list_of_subnets_is_placed_by_the_zones_ec2_reports(
+    world: World, proxy: Ec2Proxy, make_cloud: Any
+) -> None:
+    """The runner stack exports its subnets as a list: the bot asks EC2 once which zone each is in."""
+    proxy.run_instances_fault = lambda form: (
+        "InsufficientInstanceCapacity" if form.get("Placement.AvailabilityZone") == "us-east-1b" else None
+    )
+    cloud: AwsCloud = make_cloud(subnets=[world.subnets["us-east-1b"], world.subnets["us-east-1c"]], zones=[])
+    first = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+    second = await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot", avoid_zones=["us-east-1c"])
+
+    assert (first.zone, second.zone) == ("us-east-1c", "us-east-1c")  # 1b has no capacity; 1a is not listed
+    assert world.instance(first.instance_id)["SubnetId"] == world.subnets["us-east-1c"]
+    runs = [(form["Placement.AvailabilityZone"], form["SubnetId"]) for form in proxy.actions("RunInstances")]
+    assert runs[:2] == [("us-east-1b", world.subnets["us-east-1b"]), ("us-east-1c", world.subnets["us-east-1c"])]
+    assert len(proxy.actions("DescribeSubnets")) == 1  # looked up once per provider
+
+    vpc = world.instance(first.instance_id)["VpcId"]
+    another = world.ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.9.0/24", AvailabilityZone="us-east-1a")["Subnet"]
+    doubled = make_cloud(subnets=[world.subnets["us-east-1a"], another["SubnetId"]], zones=[])
+    with pytest.raises(LaunchError, match="both in us-east-1a: give one per zone"):
+        await doubled.launch(job_spec(doubled), ["g5.xlarge"], "spot")
+    missing = make_cloud(subnets=["subnet-0000dead"], zones=[])
+    with pytest.raises(LaunchError, match="subnet-0000dead"):
+        await missing.launch(job_spec(missing), ["g5.xlarge"], "spot")
 
 
 async def test_on_demand_after_max_capacity_failures(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:

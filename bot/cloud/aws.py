@@ -63,6 +63,7 @@ ON_DEMAND_PRICES: dict[str, float] = {
     "p4d.24xlarge": 32.77,
 }
 
+MANAGED_TAG = "finetune:managed"
 JOB_TAG = "finetune:job"
 ATTEMPT_TAG = "finetune:attempt"
 GROUP_TAG = "aws:autoscaling:groupName"  # set by Auto Scaling on the instances it launches
@@ -87,8 +88,9 @@ class AwsSettings(BaseModel):
     bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     prefix: str = Field(default="jobs/", pattern=r"^([A-Za-z0-9._-]+/)*$")
     region: str | None = None  # default: AWS_REGION, then AWS_DEFAULT_REGION, then botocore's own chain
-    # zone name -> subnet id; without subnets the default VPC is used with ``zones`` (or every available zone).
-    subnets: dict[str, str] = Field(default_factory=dict)
+    # zone name -> subnet id, or a list of subnet ids (one per zone, in preference order) whose zones the bot looks
+    # up once (the runner stack exports such a list); without subnets the default VPC is used with ``zones``.
+    subnets: dict[str, str] | list[str] = Field(default_factory=dict)
     zones: list[str] = Field(default_factory=list)  # preference order when scores and prices tie
     security_group_ids: list[str] = Field(default_factory=list)
     instance_profile: str | None = None  # a name, or an ARN (arn:aws:iam::…:instance-profile/…)
@@ -129,7 +131,7 @@ class AwsSettings(BaseModel):
         if self.mode == "instances" and not (self.image_id or self.launch_template):
             raise ValueError("set image_id (an AMI with the runner installed) or launch_template")
         if self.mode == "autoscaling" and not self.subnets:
-            raise ValueError("autoscaling mode needs subnets (zone name -> subnet id)")
+            raise ValueError("autoscaling mode needs subnets (zone name -> subnet id, or a list of subnet ids)")
         return self
 
 
@@ -182,6 +184,7 @@ class AwsCloud:
         self._clients: dict[str, Any] = {}
         self._clients_lock = asyncio.Lock()
         self._zone_names: dict[str, str] | None = None  # zone id -> zone name
+        self._subnets: dict[str, str] | None = dict(settings.subnets) if isinstance(settings.subnets, dict) else None
         self._available_zones: list[str] | None = None
         self._scores_retry_at = 0.0
 
@@ -276,6 +279,7 @@ class AwsCloud:
 
     def _tag_list(self, spec: JobSpec) -> list[dict[str, str]]:
         return [
+            {"Key": MANAGED_TAG, "Value": "true"},  # the bot's policy terminates, and FIS interrupts, only these
             {"Key": JOB_TAG, "Value": spec.job_id},
             {"Key": ATTEMPT_TAG, "Value": str(spec.attempt)},
             {"Key": "Name", "Value": f"finetune-{spec.job_id}-{spec.attempt}"},
@@ -306,7 +310,7 @@ class AwsCloud:
             "Placement": {"AvailabilityZone": candidate.zone},
             "TagSpecifications": [{"ResourceType": kind, "Tags": tags} for kind in ("instance", "volume")],
         }
-        subnet = self.settings.subnets.get(candidate.zone)
+        subnet = (await self._subnet_map()).get(candidate.zone)
         if subnet:
             params["SubnetId"] = subnet
         if self.settings.launch_template:
@@ -335,13 +339,33 @@ class AwsCloud:
             self._available_zones = [str(zone["ZoneName"]) for zone in zones if zone.get("State") == "available"]
         return self._zone_names, self._available_zones
 
+    async def _subnet_map(self) -> dict[str, str]:
+        """Zone name -> subnet id: as configured, or looked up once for a configured list of subnet ids."""
+        if self._subnets is None:
+            ids = list(self.settings.subnets)
+            ec2 = await self._client("ec2")
+            try:
+                reply = await ec2.describe_subnets(SubnetIds=ids)
+            except (ClientError, BotoCoreError) as exc:
+                raise LaunchError(f"could not look up subnets {', '.join(ids)}: {exc}") from exc
+            zone_of = {str(item["SubnetId"]): str(item["AvailabilityZone"]) for item in reply.get("Subnets", [])}
+            found: dict[str, str] = {}
+            for subnet in ids:
+                zone = zone_of.get(subnet)
+                if zone is None:
+                    raise LaunchError(f"subnet {subnet} does not exist in {self.region or 'this region'}")
+                if zone in found:
+                    raise LaunchError(f"subnets {found[zone]} and {subnet} are both in {zone}: give one per zone")
+                found[zone] = subnet
+            self._subnets = found
+        return self._subnets
+
     async def _zones(self) -> list[str]:
         """Candidate zones in preference order: ``zones`` first, then other zones with a subnet."""
         settings = self.settings
-        if settings.subnets:
-            return [z for z in settings.zones if z in settings.subnets] + [
-                z for z in settings.subnets if z not in settings.zones
-            ]
+        subnets = await self._subnet_map()
+        if subnets:
+            return [z for z in settings.zones if z in subnets] + [z for z in subnets if z not in settings.zones]
         if settings.zones:
             return list(settings.zones)
         try:
@@ -420,7 +444,8 @@ class AwsCloud:
         version = await self._template_version(spec, script)
         zones = await self._zones()
         ordered = [z for z in zones if z not in avoid_zones] + [z for z in zones if z in avoid_zones]
-        subnets = ",".join(self.settings.subnets[z] for z in ordered)
+        subnet_of = await self._subnet_map()
+        subnets = ",".join(subnet_of[z] for z in ordered)
         policy = {
             "LaunchTemplate": {
                 "LaunchTemplateSpecification": {"LaunchTemplateName": self.settings.template_name, "Version": version},

@@ -1,7 +1,8 @@
 """The boot script every cloud instance gets: point the runner's systemd unit at this attempt's spec, start it.
 
-It installs nothing: the image carries the runner (``deploy/systemd/finetune-runner.service`` reads
-``/etc/finetune-runner.env``), and an image without it fails here, loudly, in the console output. The environment
+It installs nothing: the image carries the runner (``deploy/image/install.sh runner`` puts it under
+``/opt/finetune`` with ``deploy/systemd/finetune-runner.service``, which reads ``/etc/finetune-runner.env``), and an
+image without it fails here, loudly, in the console output. The environment
 file is written with umask 077 because it may hold the report-signing secret.
 """
 

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Install finetune-chatops on a machine image: the runner (the GPU image every job boots) or the bot (a VM that
+# runs the bot with systemd). Run as root on the template instance / image build instance:
+#
+#   bash install.sh runner finetune_chatops-0.1.0-py3-none-any.whl
+#   bash install.sh bot    finetune_chatops-0.1.0-py3-none-any.whl
+#
+# It makes a Python 3.11+ virtualenv at FINETUNE_PREFIX (/opt/finetune) holding the wheel `make dist` builds
+# (the runner with the wheel's "trainer" extra: torch, transformers, peft, accelerate; the bot with "bot"), puts the
+# systemd unit in FINETUNE_SYSTEMD_DIR (/etc/systemd/system) and, for the runner, spot_plugin.py (the ms-swift
+# plugin the deepseek-7b recipe loads) in the prefix. It enables nothing: each instance's boot script
+# (bot/cloud/user_data.py) writes /etc/finetune-runner.env and starts finetune-runner.service; the bot's unit is
+# started once /etc/finetune/bot.env is written (README). Running it again upgrades in place.
+#
+# The unit files are looked up next to this script, then in ../systemd/ (the repository's layout).
+# Variables: FINETUNE_PREFIX; FINETUNE_EXTRAS (the wheel's extras, comma-separated; "" for none);
+# FINETUNE_PIP_PACKAGES (more requirements, space-separated, e.g. "ms-swift>=3.5,<4"); PIP_INDEX_URL (a mirror,
+# e.g. https://mirrors.cloud.aliyuncs.com/pypi/simple/ inside Alibaba Cloud); PYTHON (an interpreter >= 3.11;
+# default: the newest python3.x on PATH, else apt-get installs python3.11); FINETUNE_SYSTEMD_DIR;
+# FINETUNE_NO_SYSTEMCTL=1 to skip `systemctl daemon-reload` (an image build without a running systemd).
+set -euo pipefail
+
+die() { echo "install.sh: $*" >&2; exit 2; }
+
+role=${1:-}
+wheel=${2:-}
+[[ $role == runner || $role == bot ]] || die "usage: install.sh runner|bot WHEEL"
+[[ -f $wheel ]] || die "no wheel at '${wheel}': build it with make dist"
+wheel=$(cd "$(dirname "$wheel")" && pwd)/$(basename "$wheel")
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+prefix=${FINETUNE_PREFIX:-/opt/finetune}
+systemd_dir=${FINETUNE_SYSTEMD_DIR:-/etc/systemd/system}
+if [[ $role == runner ]]; then extras=${FINETUNE_EXTRAS-trainer}; else extras=${FINETUNE_EXTRAS-bot}; fi
+[[ $prefix =~ ^/[A-Za-z0-9._/-]+$ ]] || die "FINETUNE_PREFIX must be an absolute path of letters, digits and . _ / -"
+[[ $extras =~ ^[a-z,]*$ ]] || die "FINETUNE_EXTRAS must be extra names separated by commas"
+
+find_unit() {
+    local name=$1
+    for candidate in "$here/$name" "$here/../systemd/$name"; do
+        if [[ -f $candidate ]]; then echo "$candidate"; return 0; fi
+    done
+    die "$name is neither next to install.sh nor in ../systemd/"
+}
+unit_name=finetune-$role.service
+unit=$(find_unit "$unit_name")
+
+python_ok() { "$1" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
+python=${PYTHON:-}
+if [[ -z $python ]]; then
+    for candidate in python3.13 python3.12 python3.11 python3; do
+        if command -v "$candidate" >/dev/null && python_ok "$candidate"; then python=$candidate; break; fi
+    done
+fi
+if [[ -z $python ]] && command -v apt-get >/dev/null; then
+    echo "install.sh: no Python 3.11+ here; installing python3.11 with apt-get"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3.11 python3.11-venv
+    python=python3.11
+fi
+if [[ -z $python ]] || ! python_ok "$python"; then
+    die "need Python 3.11 or newer (set PYTHON=/path/to/python3.11)"
+fi
+
+echo "install.sh: $role into $prefix with $($python --version)"
+if [[ ! -x $prefix/bin/python ]]; then
+    "$python" -m venv "$prefix"
+fi
+"$prefix/bin/python" -m pip install --quiet --upgrade pip
+requirement=$wheel
+if [[ -n $extras ]]; then requirement="${wheel}[${extras}]"; fi
+# shellcheck disable=SC2086 # FINETUNE_PIP_PACKAGES is a list of requirements
+"$prefix/bin/python" -m pip install --quiet "$requirement" ${FINETUNE_PIP_PACKAGES:-}
+
+mkdir -p "$systemd_dir"
+# The units name /opt/finetune; another prefix is written into the installed copy.
+sed "s#/opt/finetune#${prefix}#g" "$unit" > "$systemd_dir/$unit_name.tmp"
+chmod 0644 "$systemd_dir/$unit_name.tmp"
+mv "$systemd_dir/$unit_name.tmp" "$systemd_dir/$unit_name"
+
+if [[ $role == runner ]]; then
+    install -m 0644 "$here/spot_plugin.py" "$prefix/spot_plugin.py"
+elif [[ $(id -u) == 0 ]]; then
+    id finetune >/dev/null 2>&1 || useradd --system --user-group --home-dir /var/lib/finetune --shell /usr/sbin/nologin finetune
+    install -d -m 0750 -o root -g finetune /etc/finetune
+fi
+
+if [[ -z ${FINETUNE_NO_SYSTEMCTL:-} && -d /run/systemd/system ]]; then
+    systemctl daemon-reload
+fi
+"$prefix/bin/finetune-$role" --help >/dev/null
+echo "install.sh: installed $prefix/bin/finetune-$role and $systemd_dir/$unit_name"

@@ -1,0 +1,152 @@
+"""deploy/aliyun/bot.ros.yaml, checked as tests/test_aliyun_ros.py checks the runner stack (there is no cfn-lint for
+ROS): every reference resolves, the pieces are wired to each other and to the runner stack's outputs, and what the
+boot script writes is a configuration the bot accepts, reachable by CloudMonitor's webhook."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bot.http import REPORTS_PATH
+from bot.redis_server import check_redis_url
+from bot.settings import Settings, parse_file_config
+from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH
+from tests.test_aliyun_ros import PSEUDO, resource, walk
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "aliyun"
+# Bot-stack parameter -> the runner-stack output it is given (README "Production on Alibaba Cloud").
+FROM_RUNNER_STACK = {
+    "VpcId": "VpcId",
+    "ZoneId1": "ZoneId1",
+    "ZoneId2": "ZoneId2",
+    "BucketName": "BucketName",
+    "RunnerVSwitch1": "VSwitch1",
+    "RunnerVSwitch2": "VSwitch2",
+    "RunnerSecurityGroupId": "SecurityGroupId",
+    "RunnerRoleName": "RunnerRoleName",
+}
+_SUB = re.compile(r"\$\{([^}!][^}]*)\}")
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    document = yaml.safe_load((DEPLOY / "bot.ros.yaml").read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+@pytest.fixture(scope="module")
+def runner() -> dict[str, Any]:
+    document = yaml.safe_load((DEPLOY / "finetune.ros.yaml").read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+def test_every_reference_resolves(template: dict[str, Any]) -> None:
+    assert template["ROSTemplateFormatVersion"] == "2015-09-01"
+    parameters, resources = set(template["Parameters"]), set(template["Resources"])
+    assert not parameters & resources
+    functions = list(walk(template))
+    subs = [argument for name, argument in functions if name == "Fn::Sub"]
+    assert subs
+    for name, argument in functions:
+        if name == "Ref":
+            assert argument in parameters | resources | PSEUDO, f"Ref {argument} resolves to nothing"
+        elif name == "Fn::GetAtt":
+            assert argument[0] in resources, f"GetAtt of unknown resource {argument[0]}"
+    for text in subs:
+        for match in _SUB.finditer(text):
+            logical = match.group(1).split(".")[0]
+            assert logical in parameters | resources | PSEUDO, f"${{{match.group(1)}}} resolves to nothing"
+    for name, body in template["Resources"].items():
+        assert body["Type"].startswith("ALIYUN::"), name
+
+
+def test_it_takes_the_runner_stacks_outputs(template: dict[str, Any], runner: dict[str, Any]) -> None:
+    for parameter, output in FROM_RUNNER_STACK.items():
+        assert parameter in template["Parameters"] and output in runner["Outputs"], (parameter, output)
+    role = resource(template, "BotRolePolicy", "ALIYUN::RAM::AttachPolicyToRole")
+    assert role["PolicyName"] == resource(runner, "BotPolicy", "ALIYUN::RAM::ManagedPolicy")["PolicyName"]
+    assert role["RoleName"] == {"Fn::GetAtt": ["BotRole", "RoleName"]}
+    # The bot's webhook output is what the runner stack's BotWebhookUrl accepts, for CloudMonitor to push to.
+    pattern = runner["Parameters"]["BotWebhookUrl"]["AllowedPattern"]
+    assert re.match(
+        pattern, template["Outputs"]["BotWebhookUrl"]["Value"]["Fn::Sub"].replace("${BotDomain}", "bot.example.com")
+    )
+
+
+def test_the_load_balancer_forwards_only_the_routes_the_outside_posts_to(template: dict[str, Any]) -> None:
+    listener = resource(template, "HttpsListener", "ALIYUN::ALB::Listener")
+    assert (listener["ListenerProtocol"], listener["ListenerPort"]) == ("HTTPS", 443)
+    routes = resource(template, "BotRoutes", "ALIYUN::ALB::Rule")
+    (condition,) = routes["RuleConditions"]
+    assert set(condition["PathConfig"]["Values"]) == {CLOUDMONITOR_PATH, EVENTBRIDGE_PATH, REPORTS_PATH}
+    rest = resource(template, "NothingElse", "ALIYUN::ALB::Rule")
+    assert rest["Priority"] > routes["Priority"] and rest["RuleActions"][0]["Type"] == "FixedResponse"
+    health = resource(template, "ServerGroup", "ALIYUN::ALB::ServerGroup")["HealthCheckConfig"]
+    assert health["HealthCheckPath"] == "/healthz"
+    group = resource(template, "BotGroup", "ALIYUN::ESS::ScalingGroup")
+    assert group["AlbServerGroups"] == [{"AlbServerGroupId": {"Ref": "ServerGroup"}, "Port": 8080, "Weight": 100}]
+    assert group["MinSize"] == group["MaxSize"] == group["DesiredCapacity"] == {"Ref": "BotCount"}
+    assert len(group["VSwitchIds"]) == 2
+
+
+def test_redis_is_a_standard_tls_instance_that_never_evicts(template: dict[str, Any]) -> None:
+    redis = resource(template, "Redis", "ALIYUN::REDIS::Instance")
+    assert redis["SSLEnabled"] == "Enable" and redis["EvictionPolicy"] == "noeviction"
+    assert redis["VpcPasswordFree"] is False and redis["Password"] == {"Ref": "RedisPassword"}
+    assert "cluster" not in template["Parameters"]["RedisInstanceClass"]["Default"]
+    assert redis["SecondaryZoneId"] == {"Ref": "ZoneId2"}
+    assert template["Parameters"]["RedisPassword"]["NoEcho"] is True
+
+
+def boot_files(template: dict[str, Any]) -> dict[str, str]:
+    """The files the boot script writes, with example values for the stack's ${…}."""
+    script = resource(template, "BotConfiguration", "ALIYUN::ESS::ScalingConfiguration")["UserData"]["Fn::Sub"]
+    values = {
+        "RedisCaCertificate": "-----BEGIN CERTIFICATE-----",
+        "RedisPassword": "Pass1234word",
+        "Redis.ConnectionDomain": "r-bp1.redis.rds.aliyuncs.com",
+        "Redis.Port": "6379",
+        "ReportSecret": "s" * 32,
+        "WebhookToken": "t" * 16,
+        "DingTalkClientId": "ding123",
+        "DingTalkClientSecret": "secret",
+        "BotRole.RoleName": "finetune-bot",
+        "ALIYUN::Region": "cn-hangzhou",
+        "BucketName": "my-finetune",
+        "ZoneId1": "cn-hangzhou-j",
+        "ZoneId2": "cn-hangzhou-k",
+        "RunnerVSwitch1": "vsw-bp1",
+        "RunnerVSwitch2": "vsw-bp2",
+        "RunnerSecurityGroupId": "sg-bp1",
+        "RunnerRoleName": "finetune-runner",
+        "RunnerImageId": "m-bp1",
+        "BotDomain": "bot.example.com",
+        "ExtraConfig": "policy:\n  max_concurrent_jobs: 2",
+    }
+    filled = _SUB.sub(lambda m: values[m.group(1)], script)
+    heredocs = re.findall(r"cat > (\S+) <<'(\w+)'\n(.*?)\n\2\n", filled, re.DOTALL)
+    files = {path: body for path, _, body in heredocs}
+    assert filled.rstrip().endswith("systemctl enable --now finetune-bot.service")
+    return files
+
+
+def test_the_boot_script_writes_settings_and_a_config_the_bot_accepts(template: dict[str, Any]) -> None:
+    files = boot_files(template)
+    assert set(files) == {"/etc/finetune/redis-ca.pem", "/etc/finetune/bot.env", "/etc/finetune/config.yaml"}
+    env = dict(line.split("=", 1) for line in files["/etc/finetune/bot.env"].splitlines())
+    known = {name.upper() for name in Settings.model_fields} | {"ALIBABA_CLOUD_ECS_METADATA"}
+    assert set(env) <= known, set(env) - known
+    assert env["FINETUNE_CLOUD"] == "aliyun" and env["FINETUNE_CONFIG"] == "/etc/finetune/config.yaml"
+    check_redis_url(env["REDIS_URL"])
+    assert env["REDIS_URL"].startswith("rediss://") and "ssl_ca_certs=/etc/finetune/redis-ca.pem" in env["REDIS_URL"]
+    config = parse_file_config(files["/etc/finetune/config.yaml"], "the boot script's config")
+    assert config.aliyun is not None and config.policy.max_concurrent_jobs == 2
+    assert config.aliyun.report_url == f"https://bot.example.com{REPORTS_PATH}"
+    assert config.aliyun.vswitches == {"cn-hangzhou-j": "vsw-bp1", "cn-hangzhou-k": "vsw-bp2"}
+    assert len(env["FINETUNE_REPORT_SECRET"]) >= 32  # the stack's MinLength; aliyun.report_url needs it set

@@ -1,0 +1,302 @@
+"""The AWS stacks really create, and the bot runs on what they created.
+
+deploy/aws/finetune.yaml and deploy/aws/bot.yaml are deployed, as written, on moto's CloudFormation in server mode
+(tests/cfn_stand_ins.py: the resource types moto lacks are listed below and made by the test as CloudFormation
+would). The bot is then configured from the bot stack alone: its task definition's environment and its secrets as
+ECS would hand them over (REDIS_URL, FINETUNE_REPORT_SECRET, the Slack tokens), and runs the AWS story: a spot
+launch from the stack's launch template, the spot warning through the stack's own rule, topic and queue, the
+relaunch in the other zone, the resume from the checkpoint, completion.
+
+Two things moto does not do are played by the test, and said where they happen: EventBridge's delivery to an SNS
+target (moto's EventBridge raises NotImplementedError for SNS targets; the test matches the event against the
+deployed rule's pattern with moto's own matcher and publishes it to the rule's target topic), and booting an
+instance (tests/test_aws_scenario.py's ``Ec2Bodies`` runs the runner the instance's user-data names). The managed
+Valkey is a TLS Valkey on loopback (tests/tls_valkey.py) whose AUTH token is the stack's generated secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from bot.chat.console import ConsoleChat
+from bot.cloud.aws import AwsCloud
+from bot.service import BotService
+from bot.settings import Settings, load_config
+from handlers.jobs import JobState
+from tests.bot_harness import CHANNEL, wait_job
+from tests.cfn_stand_ins import Context, Values, deploy, load_template, moto_lacks
+from tests.test_aws_cloud import World
+from tests.test_aws_scenario import Ec2Bodies, spot_warning
+from tests.tls_valkey import TlsValkey, tls_valkey
+
+ROOT = Path(__file__).resolve().parent.parent
+# What moto's CloudFormation does not implement; tests/cfn_stand_ins.py makes each through its service's API (or,
+# for ElastiCache, a local TLS Valkey). A moto upgrade that implements one fails this list: then drop it here.
+RUNNER_STACK_LACKS = {
+    "AWS::SNS::Subscription",
+    "AWS::SNS::TopicPolicy",
+    "AWS::SQS::QueuePolicy",
+    "AWS::FIS::ExperimentTemplate",
+}
+BOT_STACK_LACKS = {
+    "AWS::SecretsManager::Secret",
+    "AWS::ElastiCache::SubnetGroup",
+    "AWS::ElastiCache::ParameterGroup",
+    "AWS::ElastiCache::ReplicationGroup",
+}
+# deploy/aws/runner-image.yaml is linted (cfn-lint) and its component checked (tests/test_images.py), not deployed:
+# moto has no EC2 Image Builder at all.
+IMAGE_STACK_LACKS = {
+    "AWS::ImageBuilder::Component",
+    "AWS::ImageBuilder::ImageRecipe",
+    "AWS::ImageBuilder::InfrastructureConfiguration",
+    "AWS::ImageBuilder::DistributionConfiguration",
+    "AWS::ImageBuilder::ImagePipeline",
+}
+ZONES = ["us-east-1a", "us-east-1b"]
+
+
+def test_moto_lacks_exactly_these_resource_types() -> None:
+    assert moto_lacks(load_template("finetune.yaml")) == RUNNER_STACK_LACKS
+    assert moto_lacks(load_template("bot.yaml")) == BOT_STACK_LACKS
+    assert moto_lacks(load_template("runner-image.yaml")) == IMAGE_STACK_LACKS
+
+
+def test_the_bot_policy_allows_every_call_the_bot_makes() -> None:
+    """Each AWS call in the provider and the queue consumer is an action of the runner stack's BotPolicy."""
+    statements = load_template("finetune.yaml")["Resources"]["BotPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    allowed = {action for statement in statements for action in _listed(statement["Action"])}
+    prefix = {"ec2": "ec2", "s3": "s3", "asg": "autoscaling", "fis": "fis", "client": "sqs"}
+    calls: set[str] = set()
+    for module in ("bot/cloud/aws.py", "bot/sources/sqs.py"):
+        source = (ROOT / module).read_text()
+        for client, method in re.findall(r"\b(ec2|s3|asg|fis|client)\.([a-z_]+)\(", source):
+            if method not in ("get_paginator", "meta"):
+                calls.add(f"{prefix[client]}:{_camel(method)}")
+        for client, method in re.findall(r"\b(ec2|fis)\.get_paginator\(\s*\"([a-z_]+)\"", source):
+            calls.add(f"{prefix[client]}:{_camel(method)}")
+    assert len(calls) > 15  # the scan sees the provider's calls
+    assert calls <= allowed, f"missing from BotPolicy: {sorted(calls - allowed)}"
+
+
+def _camel(snake: str) -> str:
+    return "".join(part.capitalize() for part in snake.split("_"))
+
+
+def _listed(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def _secret_of(secrets: Any, value_from: str) -> str:
+    """What ECS puts in a container variable for ``valueFrom``: the secret, or one JSON key of it."""
+    parts = value_from.split(":")
+    arn, key = ":".join(parts[:7]), (parts[7] if len(parts) > 7 else "")
+    value = str(secrets.get_secret_value(SecretId=arn)["SecretString"])
+    return str(json.loads(value)[key]) if key else value
+
+
+def _matches(pattern: str, event: str) -> bool:
+    """EventBridge's pattern matching, as moto implements it (moto's ``TestEventPattern`` API is a stub)."""
+    from moto.events.models import EventPattern, EventPatternParser
+
+    return bool(EventPattern(pattern, EventPatternParser(pattern).parse()).matches_event(json.loads(event)))
+
+
+async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
+    tmp_path: Path, aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def client(service: str) -> Any:
+        return boto3.client(service, endpoint_url=aws, region_name="us-east-1")
+
+    ec2, sqs, sns, events = client("ec2"), client("sqs"), client("sns"), client("events")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+
+    def subnet(index: int, zone: str) -> str:
+        return str(
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{index}.0/24", AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        )
+
+    private = {zone: subnet(index, zone) for index, zone in enumerate(ZONES)}
+    public = [subnet(10 + index, zone) for index, zone in enumerate(ZONES)]
+    group = ec2.create_security_group(GroupName="runners", Description="runners", VpcId=vpc)["GroupId"]
+    images = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])
+    image = images["Images"][0]["ImageId"]
+    # What deploy/aws/runner-image.yaml's pipeline writes after each build.
+    client("ssm").put_parameter(Name="/finetune/runner/ami-id", Value=image, Type="String", DataType="aws:ec2:image")
+
+    # -- the runner stack -----------------------------------------------------------------------------------------
+    runner = deploy(
+        client,
+        "finetune",
+        load_template("finetune.yaml"),
+        {"Subnets": ",".join(private.values()), "SecurityGroups": group},
+    )
+    assert {load_template("finetune.yaml")["Resources"][name]["Type"] for name in runner.stood_in} == RUNNER_STACK_LACKS
+    queue_url, topic = runner.outputs["EventsQueueUrl"], runner.outputs["EventsTopicArn"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    (subscription,) = sns.list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]
+    assert (subscription["Protocol"], subscription["Endpoint"]) == ("sqs", queue_arn)
+    policy = json.loads(sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["Policy"])["Attributes"]["Policy"])
+    assert policy["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"] == topic
+    redrive = json.loads(
+        sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
+    )
+    assert redrive["maxReceiveCount"] == 5
+    assert runner.outputs["RunnerInstanceProfileName"] == "finetune-runner"  # aws.instance_profile in the README
+    assert runner.outputs["RunnerSubnets"].split(",") == list(private.values())
+    assert "DrillTemplateId" in runner.dropped_outputs  # an output of a stand-in made after the stack
+    template = ec2.describe_launch_template_versions(LaunchTemplateName="finetune-runner")["LaunchTemplateVersions"][0]
+    assert template["LaunchTemplateData"]["ImageId"] == image  # the image the pipeline's parameter names
+    assert "UserData" not in template["LaunchTemplateData"]  # the bot gives each attempt its own
+
+    # -- the bot stack: its Valkey is a TLS Valkey whose AUTH token is the stack's generated secret ---------------
+    servers = contextlib.ExitStack()
+    valkeys: list[TlsValkey] = []
+
+    def replication_group(ctx: Context, props: dict[str, Any]) -> Values:
+        assert props["TransitEncryptionEnabled"] is True and props["Engine"] == "valkey"
+        assert ctx.values["RedisParameters"]["Properties"] == {"maxmemory-policy": "noeviction"}
+        server = servers.enter_context(tls_valkey(tmp_path / "redis", props["AuthToken"]))
+        assert server.plain().config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+        valkeys.append(server)
+        return {
+            "Ref": "finetune-redis",
+            "PrimaryEndPoint.Address": "localhost",
+            "PrimaryEndPoint.Port": str(server.port),
+        }
+
+    certificate = client("acm").request_certificate(DomainName="finetune-bot.example.com")["CertificateArn"]
+    parameters = {
+        "VpcId": vpc,
+        "PublicSubnets": ",".join(public),
+        "PrivateSubnets": ",".join(private.values()),
+        "CertificateArn": certificate,
+        "DesiredCount": "2",
+        "ExtraConfig": "policy:\n  max_concurrent_jobs: 2",
+    }
+    with servers:
+        stack = deploy(
+            client,
+            "finetune-bot",
+            load_template("bot.yaml"),
+            parameters,
+            {"AWS::ElastiCache::ReplicationGroup": replication_group},
+        )
+        (valkey,) = valkeys
+        await _check_bot_stack(client, stack.outputs, stack.resources, runner.outputs)
+
+        # -- the bot, configured from the task definition and its secrets alone -----------------------------------
+        ecs = client("ecs")
+        (container,) = ecs.describe_task_definition(taskDefinition=stack.outputs["TaskDefinitionArn"])[
+            "taskDefinition"
+        ]["containerDefinitions"]
+        env = {item["name"]: item["value"] for item in container["environment"]}
+        env |= {item["name"]: _secret_of(client("secretsmanager"), item["valueFrom"]) for item in container["secrets"]}
+        assert env["REDIS_URL"].startswith("rediss://:") and env["REDIS_URL"].endswith(f"@localhost:{valkey.port}/0")
+        for name in [name for name in os.environ if name.startswith(("FINETUNE_", "SLACK_", "DINGTALK_"))]:
+            monkeypatch.delenv(name)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        # ElastiCache's certificate chains to a public CA the system trusts; the stand-in's CA is made trusted so.
+        monkeypatch.setenv("SSL_CERT_FILE", str(valkey.ca.ca_file))
+        # Only the listening address differs from the task's: a test binds loopback and a free port.
+        settings = Settings(finetune_http_host="127.0.0.1", finetune_http_port=0, finetune_state_dir=tmp_path / "state")
+        config = load_config(settings)
+        assert config.aws is not None and config.policy.max_concurrent_jobs == 2
+        assert config.aws.launch_template == "finetune-runner" and config.aws.report_topic_arn == topic
+        world = World(aws, ec2, client("s3"), client("fis"), client("autoscaling"), private, group, image)
+        (tmp_path / "instances").mkdir()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        cloud = Ec2Bodies(AwsCloud(config.aws), world, tmp_path / "instances", aws)
+        chat = ConsoleChat(write=lambda line: None)  # keeps a transcript
+        async with BotService(settings, chat, cloud) as service:
+            assert service.settings.finetune_sqs_queue_url == queue_url
+            reply = await service.bot.command("console:ana", CHANNEL, "start tiny steps=20 step_seconds=0.25")
+            assert reply.startswith("Starting ft-"), reply
+            job_id = reply.split()[1].rstrip(":")
+            running = await wait_job(
+                service, job_id, lambda j: j.state is JobState.RUNNING and (j.step or 0) >= 6, timeout=180
+            )
+            first = running.attempts[0]
+            assert first.instance_id and first.zone == "us-east-1a" and first.market == "spot"
+            described = world.instance(first.instance_id)
+            assert described["ImageId"] == image and described["InstanceLifecycle"] == "spot"
+            assert {"Key": "finetune:managed", "Value": "true"} in described["Tags"]
+
+            # EC2 posts the notice on the instance and raises the warning on the default event bus; the test plays
+            # EventBridge: the stack's rule matches it (and no other rule does), its target is the stack's topic.
+            process, imds = cloud.bodies[first.instance_id]
+            warning = spot_warning(first.instance_id)
+            rules = {
+                name: events.describe_rule(Name=runner.resources[name])
+                for name in ("SpotWarningRule", "RebalanceRule", "StateChangeRule")
+            }
+            assert [name for name, rule in rules.items() if _matches(rule["EventPattern"], warning)] == [
+                "SpotWarningRule"
+            ]
+            targets = events.list_targets_by_rule(Rule=runner.resources["SpotWarningRule"])["Targets"]
+            assert [target["Arn"] for target in targets] == [topic]
+            imds.interrupt(seconds=120)
+            for target in targets:
+                sns.publish(TopicArn=target["Arn"], Message=warning)  # what EventBridge does for an SNS target
+
+            done = await wait_job(
+                service,
+                job_id,
+                lambda j: j.state in (JobState.SUCCEEDED, JobState.RESUME_FAILED, JobState.FAILED),
+                timeout=240,
+            )
+            assert await asyncio.wait_for(process.wait(), 30) == 75
+            history = await service.bot.store.history(job_id)
+
+    assert done.state is JobState.SUCCEEDED and done.step == 20, history[-5:]
+    second = done.attempts[1]
+    assert second.zone == "us-east-1b" and second.resumed_from_step is not None
+    assert done.interruptions == 1 and done.steps_lost == 0
+    said = [(channel, text) for job, channel, text in chat.transcript if job == job_id]
+    alerts = [index for index, (channel, _) in enumerate(said) if channel == "alert"]
+    saved = [index for index, (_, text) in enumerate(said) if text.startswith("💾")]
+    assert len(alerts) == 1 and saved and alerts[0] < saved[0]  # the warning came by the queue, before the runner
+    bucket = runner.outputs["CheckpointBucketName"]
+    assert world.s3.get_object(Bucket=bucket, Key=f"jobs/{job_id}/COMPLETED.json")["Body"].read()
+    for attempt in done.attempts:
+        assert world.instance(str(attempt.instance_id))["State"]["Name"] in ("shutting-down", "terminated")
+
+
+async def _check_bot_stack(
+    client: Any, outputs: dict[str, str], resources: dict[str, str], runner_outputs: dict[str, str]
+) -> None:
+    """What the bot stack created around the bot: two tasks behind HTTPS on its three public routes, its role."""
+    ecs, elb, iam = client("ecs"), client("elbv2"), client("iam")
+    (service,) = ecs.describe_services(cluster=outputs["ClusterName"], services=[outputs["ServiceName"]])["services"]
+    assert service["desiredCount"] == 2  # (moto's CloudFormation leaves out LaunchType; cfn-lint checks it)
+    (listener,) = elb.describe_listeners(ListenerArns=[resources["HttpsListener"]])["Listeners"]
+    assert (listener["Protocol"], listener["Port"]) == ("HTTPS", 443)
+    rules = elb.describe_rules(ListenerArn=resources["HttpsListener"])["Rules"]
+    paths = {
+        value
+        for rule in rules
+        for condition in rule.get("Conditions", [])
+        for value in condition.get("PathPatternConfig", {}).get("Values", condition.get("Values", []))
+    }
+    assert paths == {"/slack/events", "/aws/sns", "/runner/reports"}
+    (target_group,) = elb.describe_target_groups(TargetGroupArns=[resources["TargetGroup"]])["TargetGroups"]
+    assert (target_group["HealthCheckPath"], target_group["Port"]) == ("/healthz", 8080)
+    role = iam.get_role(RoleName=outputs["BotRoleArn"].rsplit("/", 1)[1])["Role"]
+    assert json.loads(json.dumps(role["AssumeRolePolicyDocument"]))["Statement"][0]["Principal"] == {
+        "Service": "ecs-tasks.amazonaws.com"
+    }
+    # moto's CloudFormation drops a role's ManagedPolicyArns: check the import they name instead.
+    (policy,) = load_template("bot.yaml")["Resources"]["BotRole"]["Properties"]["ManagedPolicyArns"]
+    assert policy == {"Fn::ImportValue": {"Fn::Sub": "${RunnerStackName}-BotPolicyArn"}}
+    exports = {item["Name"]: item.get("Value") for item in client("cloudformation").list_exports()["Exports"]}
+    assert exports["finetune-BotPolicyArn"] == runner_outputs["BotPolicyArn"]

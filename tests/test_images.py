@@ -1,0 +1,285 @@
+"""The images: the wheel ``make dist`` builds is what the bot's Dockerfile and the runner images install, and
+deploy/image/install.sh really installs a runner that runs a job, with the systemd unit the boot script starts.
+
+There is no Docker engine here, so the Dockerfile is checked for what it copies, installs and runs (hadolint lints
+it in ``make test``); the install script runs for real into a temporary prefix (pip from the package index, the
+runner alone: the trainer extra would pull torch again).
+"""
+
+from __future__ import annotations
+
+import configparser
+import fnmatch
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bot.cloud.user_data import RUNNER_ENV_FILE, RUNNER_UNIT, runner_boot_script
+from bot.healthcheck import health_url
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built as ``make dist`` builds it."""
+    recipe = re.search(r"^dist:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert recipe is not None and "pip wheel --quiet --no-deps --wheel-dir dist ." in recipe.group(1)
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (built,) = out.glob("*.whl")
+    return built
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(instruction, arguments) of every instruction, continuation lines joined, comments dropped."""
+    lines = [line for line in (ROOT / "Dockerfile").read_text().splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
+    found = []
+    for line in joined.splitlines():
+        if line.strip():
+            instruction, _, arguments = line.strip().partition(" ")
+            found.append((instruction.upper(), arguments.strip()))
+    return found
+
+
+def test_the_wheel_carries_both_programs_their_extras_and_the_license(wheel: Path) -> None:
+    assert wheel.name == f"finetune_chatops-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        info = f"finetune_chatops-{VERSION}.dist-info"
+        metadata = archive.read(f"{info}/METADATA").decode()
+        entry_points = archive.read(f"{info}/entry_points.txt").decode()
+    assert {"bot/healthcheck.py", "bot/cli.py", "runner/cli.py", "runner/hf/callback.py", "handlers/spec.py"} <= names
+    assert not any(name.startswith("tests/") for name in names)
+    assert "finetune-bot = bot.cli:main" in entry_points and "finetune-runner = runner.cli:main" in entry_points
+    assert {"Provides-Extra: bot", "Provides-Extra: trainer"} <= set(metadata.splitlines())
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
+    assert any(name.endswith("licenses/LICENSE") for name in names)
+
+
+def test_the_dockerfile_installs_that_wheel_and_runs_the_bot_unprivileged(wheel: Path) -> None:
+    instructions = dockerfile()
+    stages = [arguments for instruction, arguments in instructions if instruction == "FROM"]
+    assert len(stages) == 2 and all(re.match(r"python:3\.1[1-9]-slim", stage) for stage in stages)
+    copies = [arguments.split() for instruction, arguments in instructions if instruction == "COPY"]
+    assert ["dist/", "/tmp/dist/"] in copies  # the only file from the build context: the wheel
+    (install,) = [arguments for instruction, arguments in instructions if "pip install" in arguments]
+    pattern = re.search(r"/tmp/dist/(\S+\.whl)", install)
+    assert pattern is not None and fnmatch.fnmatch(wheel.name, pattern.group(1))
+    assert '"$1[bot]"' in install and "python -m venv /opt/finetune" in install
+    ignore = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
+    assert ignore == ["*", "!dist/*.whl"]  # the context is the wheel and nothing else
+
+    settings = dict(instructions)
+    user = settings["USER"].split(":")[0]
+    assert user.isdigit() and int(user) >= 1000
+    env = dict(item.split("=", 1) for item in shlex.split(settings["ENV"]))
+    assert env["FINETUNE_HTTP_HOST"] == "0.0.0.0" and env["FINETUNE_STATE_DIR"] == "/var/lib/finetune"
+    assert settings["EXPOSE"] == env["FINETUNE_HTTP_PORT"] == "8080"
+    assert json.loads(settings["ENTRYPOINT"]) == ["/opt/finetune/bin/finetune-bot"]
+    assert json.loads(settings["CMD"]) == ["serve"]
+    health = json.loads(settings["HEALTHCHECK"].split("CMD", 1)[1])
+    assert health == ["/opt/finetune/bin/python", "-m", "bot.healthcheck"]
+    assert health_url({"FINETUNE_HTTP_HOST": "0.0.0.0", "FINETUNE_HTTP_PORT": "8080"}) == (
+        "http://127.0.0.1:8080/healthz"
+    )
+
+
+def test_the_healthcheck_follows_the_bots_own_health(tmp_path: Path) -> None:
+    from tests.servers import free_port, wait_http
+
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
+    env.update(FINETUNE_STATE_DIR=str(tmp_path / "state"), FINETUNE_HTTP_PORT=str(port), FINETUNE_HTTP_HOST="0.0.0.0")
+    check = [sys.executable, "-m", "bot.healthcheck"]
+    down = subprocess.run(check, env=env, capture_output=True, text=True, timeout=60)
+    assert down.returncode == 1 and f"http://127.0.0.1:{port}/healthz" in down.stderr
+    bot = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve"], env=env, stdout=subprocess.DEVNULL)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+        assert subprocess.run(check, env=env, timeout=60).returncode == 0
+    finally:
+        bot.terminate()
+        bot.wait(30)
+
+
+def unit(name: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string((ROOT / "deploy" / "systemd" / name).read_text())
+    return parser
+
+
+def test_the_units_run_the_installed_programs() -> None:
+    runner = unit(RUNNER_UNIT)["Service"]
+    assert runner["ExecStart"].split()[:2] == ["/opt/finetune/bin/finetune-runner", "run"]
+    assert runner["EnvironmentFile"] == RUNNER_ENV_FILE  # what the boot script writes
+    assert "PATH=/opt/finetune/bin:" in runner["Environment"]  # swift / torchrun from the runner's virtualenv
+    assert set(runner["SuccessExitStatus"].split()) == {"75"} and set(runner["RestartPreventExitStatus"].split()) == {
+        "2",
+        "75",
+    }
+    script = runner_boot_script({"FINETUNE_SPEC": "s3://b/jobs/ft-1/spec-attempt-1.json"}, "/opt/finetune")
+    assert f"systemctl enable --now {RUNNER_UNIT}" in script and "/opt/finetune/bin/finetune-runner" in script
+
+    bot = unit("finetune-bot.service")["Service"]
+    assert bot["ExecStart"] == "/opt/finetune/bin/finetune-bot serve"
+    assert bot["User"] == "finetune" and bot["EnvironmentFile"] == "/etc/finetune/bot.env"
+    assert "FINETUNE_HTTP_HOST=0.0.0.0" in bot["Environment"] and bot["RestartPreventExitStatus"] == "2"
+    assert bot["ProtectSystem"] == "strict" and bot["StateDirectory"] == "finetune"
+
+
+def install(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = dict(os.environ)
+    environ.update(
+        FINETUNE_PREFIX=str(tmp_path / "opt" / "finetune"),
+        FINETUNE_SYSTEMD_DIR=str(tmp_path / "systemd"),
+        FINETUNE_NO_SYSTEMCTL="1",
+        FINETUNE_EXTRAS="",
+        PYTHON=sys.executable,
+    )
+    environ.update(env)
+    return subprocess.run(
+        ["bash", str(ROOT / "deploy" / "image" / "install.sh"), *args],
+        env=environ,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_install_refuses_what_it_cannot_install(tmp_path: Path, wheel: Path) -> None:
+    for args, says in [
+        ((), "usage: install.sh runner|bot WHEEL"),
+        (("trainer", str(wheel)), "usage"),
+        (("runner", str(tmp_path / "missing.whl")), "no wheel at"),
+    ]:
+        result = install(tmp_path, *args)
+        assert result.returncode == 2 and says in result.stderr, result.stderr
+    bad = install(tmp_path, "runner", str(wheel), FINETUNE_PREFIX="/opt/fine tune")
+    assert bad.returncode == 2 and "FINETUNE_PREFIX" in bad.stderr
+    assert not (tmp_path / "opt").exists()
+
+
+def test_install_puts_a_runner_that_completes_a_job_and_its_unit_in_place(tmp_path: Path, wheel: Path) -> None:
+    result = install(tmp_path, "runner", str(wheel))
+    assert result.returncode == 0, result.stdout + result.stderr
+    prefix = tmp_path / "opt" / "finetune"
+    installed = unit(RUNNER_UNIT)
+    written = configparser.ConfigParser(strict=False, interpolation=None)
+    written.read_string((tmp_path / "systemd" / RUNNER_UNIT).read_text())
+    program = written["Service"]["ExecStart"].split()[0]
+    assert program == f"{prefix}/bin/finetune-runner" and os.access(program, os.X_OK)
+    assert installed["Service"]["ExecStart"].replace("/opt/finetune", str(prefix)) == written["Service"]["ExecStart"]
+    assert (prefix / "spot_plugin.py").read_text() == (ROOT / "deploy" / "image" / "spot_plugin.py").read_text()
+    where = subprocess.run(
+        [f"{prefix}/bin/python", "-c", "import runner; print(runner.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
+    assert where.stdout.startswith(str(prefix))  # the wheel's copy, not this checkout
+
+    # The installed runner runs an attempt to completion: checkpoint committed, output uploaded, reported.
+    trainer = (
+        "import os, pathlib; out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR']) / 'checkpoint-1'; "
+        "out.mkdir(parents=True); (out / 'weights.bin').write_bytes(b'w'); (out / '.finetune-complete').touch()"
+    )
+    spec = {
+        "version": 1,
+        "job_id": "ft-img1",
+        "attempt": 1,
+        "command": [f"{prefix}/bin/python", "-c", trainer],
+        "checkpoint_uri": (tmp_path / "bucket" / "jobs" / "ft-img1").as_uri() + "/",
+        "report": [(tmp_path / "reports.jsonl").as_uri()],
+        "notice": "none",
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    ran = subprocess.run(
+        [program, "run", "--spec", str(tmp_path / "spec.json"), "--work-dir", str(tmp_path / "work")],
+        env={**os.environ, "FINETUNE_TRAINER_ECHO": "0", "FINETUNE_PROGRESS_SECONDS": "0"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr
+    reports = [json.loads(line)["type"] for line in (tmp_path / "reports.jsonl").read_text().splitlines()]
+    assert reports[0] == "started" and reports[-1] == "completed"
+    assert (tmp_path / "bucket" / "jobs" / "ft-img1" / "COMPLETED.json").exists()
+
+
+def component_document() -> dict[str, Any]:
+    """The Image Builder component's document, its ${…} filled in as CloudFormation would."""
+    template = yaml.load((ROOT / "deploy" / "aws" / "runner-image.yaml").read_text(), Loader=_CfnLoader)
+    data = template["Resources"]["RunnerComponent"]["Properties"]["Data"]["Fn::Sub"]
+    values = {"ArtifactBucket": "artifacts", "Version": VERSION, "Extras": "trainer", "ExtraPackages": ""}
+    document: dict[str, Any] = yaml.safe_load(re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], data))
+    return document
+
+
+class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """YAML with CloudFormation's short forms (!Ref, !Sub, …) read as their long forms."""
+
+
+for _tag in ("Ref", "Sub", "GetAtt", "Join", "If", "Equals", "Not", "Select", "ImportValue", "Split", "FindInMap"):
+
+    def _construct(loader: yaml.SafeLoader, node: yaml.Node, tag: str = _tag) -> dict[str, Any]:
+        if isinstance(node, yaml.ScalarNode):
+            value: Any = loader.construct_scalar(node)
+            if tag == "GetAtt":
+                value = value.split(".", 1)
+        elif isinstance(node, yaml.SequenceNode):
+            value = loader.construct_sequence(node, deep=True)
+        else:
+            value = loader.construct_mapping(node, deep=True)
+        return {"Ref" if tag == "Ref" else f"Fn::{tag}": value}
+
+    _CfnLoader.add_constructor(f"!{_tag}", _construct)
+
+
+def test_the_image_builder_component_installs_the_release_with_the_script(wheel: Path) -> None:
+    document = component_document()
+    build = {phase["name"]: phase["steps"] for phase in document["phases"]}
+    (download,) = [step for step in build["build"] if step["action"] == "S3Download"]
+    assert download["inputs"][0]["source"] == f"s3://artifacts/finetune/{VERSION}/*"
+    (command,) = next(step for step in build["build"] if step["name"] == "Install")["inputs"]["commands"]
+    words = shlex.split(command)
+    assert words[words.index("bash") :] == ["bash", "/tmp/finetune/install.sh", "runner", f"/tmp/finetune/{wheel.name}"]
+    assert "FINETUNE_EXTRAS=trainer" in words  # the build instance runs systemd: install.sh reloads it
+    checks = " ".join(cmd for step in build["validate"] for cmd in step["inputs"]["commands"])
+    assert f"/etc/systemd/system/{RUNNER_UNIT}" in checks and "/opt/finetune/bin/finetune-runner --help" in checks
+    # What the README tells you to upload is what the script needs, flat in one prefix.
+    readme = (ROOT / "README.md").read_text()
+    upload = re.search(r"aws s3 cp .*?--recursive|aws s3 sync .*", readme)
+    assert upload is not None, "the README must give the upload command"
+    for name in ("install.sh", "spot_plugin.py", RUNNER_UNIT):
+        assert name in readme
+
+
+def test_the_runner_stack_launches_the_image_the_pipeline_writes() -> None:
+    image = yaml.load((ROOT / "deploy" / "aws" / "runner-image.yaml").read_text(), Loader=_CfnLoader)
+    runner = yaml.load((ROOT / "deploy" / "aws" / "finetune.yaml").read_text(), Loader=_CfnLoader)
+    (distribution,) = image["Resources"]["Distribution"]["Properties"]["Distributions"]
+    (parameter,) = distribution["SsmParameterConfigurations"]
+    assert parameter == {"ParameterName": "/finetune/runner/ami-id", "DataType": "aws:ec2:image"}
+    assert runner["Parameters"]["ImageId"]["Default"] == parameter["ParameterName"]
+    assert runner["Parameters"]["ImageId"]["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
