@@ -103,7 +103,8 @@ def test_the_command_line_refuses_a_bad_url_and_a_wrong_password_in_one_line(tmp
     assert bad.returncode == 2, bad.stderr
     assert (
         bad.stderr.strip()
-        == "finetune-bot: REDIS_URL: Value error, must start with redis://, rediss:// (TLS) or unix://"
+        == "finetune-bot: REDIS_URL='https://cache.example.com:6379': Value error, must start with redis://, rediss://"
+        " (TLS) or unix://"
     )
 
     wrong = _serve(tmp_path, REDIS_URL=valkey.url(password="not-the-password"))
