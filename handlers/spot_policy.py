@@ -34,7 +34,7 @@ WORDING = Wording(
             "to the deadline in {left_h:g} h"
         ),
         "spot-policy.on-demand.reserve": (
-            "on-demand now: no zone has spot, and the {slack_h:g} h of slack left are kept for later outages"
+            "on-demand now: no zone has spot, and the slack left ({slack_h:g} h) is kept for later outages"
         ),
         "spot-policy.on-demand.only": "on-demand: this job's policy uses no spot",
         "spot-policy.spot": "spot in {zone}: {slack_h:g} h of slack before the deadline",
@@ -50,8 +50,8 @@ WORDING = Wording(
             "finishing as soon as possible"
         ),
         "spot-policy.stop.budget": (
-            "stopping with a checkpoint: finishing would cost at least {need:.2f}, "
-            "over the budget of {budget:.2f} ({spent:.2f} spent)"
+            "stopping with a checkpoint: the job would cost at least {need:.2f} in all, "
+            "over the budget of {budget:.2f} ({spent:.2f} spent so far)"
         ),
     }
 )
@@ -255,9 +255,9 @@ class DeadlineAware:
       covers ``reserve`` restarts plus ``kappa`` × the outages to expect in the time left (1 − availability of
       any zone, from the zones' recent shares), and the job is not behind ``pace`` × an even pace to the
       deadline; otherwise on-demand. Waiting spends slack; on-demand keeps it for later outages.
-    - On on-demand: go back to spot (a new instance) as soon as a zone has it and the slack still covers two
-      more start-ups (this one, and a fallback to on-demand right after it), so a return to spot can never
-      cost the deadline; otherwise stay.
+    - On on-demand: go back to spot (a new instance) as soon as a zone has it, the slack still covers two
+      more start-ups (this one, and a fallback to on-demand right after it) so a return to spot can never
+      cost the deadline, and the rest on spot, start-up included, costs less than on on-demand; else stay.
     - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
       (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
     - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors).
@@ -284,7 +284,8 @@ class DeadlineAware:
             return Choice("wait", reason=WORDING("spot-policy.wait.budget", budget=s.budget))
         if s.holding.market == "on-demand":
             spare = s.time_left_s - s.period_s - (2 * s.restart_s + s.work_left_s + s.checkpoint_interval_s)
-            if zone is not None and spare >= 0:
+            cheaper = (s.restart_s + s.work_left_s) * s.spot_price < s.work_left_s * s.on_demand_price
+            if zone is not None and spare >= 0 and cheaper:
                 return Choice(
                     "spot", zone.name, WORDING("spot-policy.spot.back", zone=zone.name, slack_h=_hours(spare))
                 )
