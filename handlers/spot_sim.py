@@ -12,8 +12,9 @@ Exactly the model of the issue that asked for it (issue 15), so results can be c
 - a held tick costs its price × h; the job is done at the tick its progress is complete (that tick paid whole).
 
 Past the end of its traces no zone has spot (a policy may still finish on on-demand); a policy that holds
-nothing there would wait forever, so the run ends unfinished. The policy is called every tick with the same
-:class:`~handlers.spot_policy.Situation` the bot builds, so it is the bot's own code that is measured.
+nothing there once the deadline has passed would wait forever, so the run ends unfinished. The policy is
+called every tick with the same :class:`~handlers.spot_policy.Situation` the bot builds, so it is the bot's own
+code that is measured.
 """
 
 from __future__ import annotations
@@ -145,8 +146,8 @@ def simulate(run: Run, policy: Policy) -> Outcome:
         held = _held(run, choice, available)
         if held is None:
             previous = None
-            if t >= end:
-                return out  # no spot will ever come back and the policy will not pay for on-demand
+            if t >= end and t - run.start >= run.deadline:
+                return out  # past the deadline, spot will never come back, and the policy will not pay on-demand
             t += 1
             continue
         if held != previous or holding is NOTHING:
@@ -191,13 +192,11 @@ def _prefix_available(counts: Sequence[int], nodes: int) -> list[int]:
     return prefix
 
 
-def _share(prefix: list[int], t: int, window: int) -> float | None:
-    """The share of the ``window`` ticks up to and including ``t`` that had spot (None before the trace)."""
-    last = min(t + 1, len(prefix) - 1)
-    first = max(0, last - window)
-    if last <= first:
-        return None
-    return (prefix[last] - prefix[first]) / (last - first)
+def _share(prefix: list[int], t: int, window: int) -> float:
+    """The share of the ``window`` ticks up to and including ``t`` that had spot (none past the trace's end)."""
+    last, first = t + 1, max(0, t + 1 - window)
+    known = len(prefix) - 1
+    return (prefix[min(last, known)] - prefix[min(first, known)]) / (last - first)
 
 
 def _exact(price: float) -> Fraction:
