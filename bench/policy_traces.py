@@ -5,11 +5,13 @@ bot's own policy code each tick. The offline optimum is a dynamic program over t
 perfect knowledge of the traces: the least a job can pay and still finish by its deadline.
 
 Scenarios: each date of the traces, each zone alone and all its zones together, several (work, deadline)
-pairs and start hours. The start hours are split in time: the *tuning* split (the first 40% of each date,
-which the deadline-aware policy's parameters were chosen on) and the *held-out* split (the last 50%, never
-looked at while tuning); the 10% between them keeps a job of one split from running into the other.
+pairs and start hours. Splits: *tuning* is the first 40% of each tuning date (the two sample dates the
+deadline-aware policy's parameters were chosen on); *held-out* is their last 50% (the 10% between keeps a job
+of one split from running into the other); *other dates* is every other date, whole (never looked at while
+tuning). A date's folder says how many nodes its jobs need (``16-node`` → 16).
 
-    python bench/policy_traces.py [--traces DIR] [--split tuning|held-out|both] [--starts N] [--restart-minutes R]
+    python bench/policy_traces.py [--traces DIR] [--split tuning|held-out|other-dates|all] [--starts N]
+                                  [--restart-minutes R] [--policy NAME ...]
 
 ``--traces`` defaults to ``bench/data/spot-traces`` (a copy of the public skypilot-org/spot-traces sample).
 """
@@ -37,9 +39,10 @@ from handlers.spot_sim import Run, Zone, simulate, to_ticks
 DEFAULT_TRACES = Path(__file__).resolve().parent / "data" / "spot-traces"
 # (work hours, deadline hours): tight to loose slack, as in the paper's sweeps.
 PAIRS = [(4.0, 6.0), (8.0, 12.0), (12.0, 16.0), (16.0, 24.0), (24.0, 36.0)]
-SPOT_PRICE = 0.918  # p3.2xlarge (1 V100) in us-east-1: the spot price the traces carry, and on-demand
+SPOT_PRICE = 0.918  # p3.2xlarge (1 V100) in us-east-1, per node: the spot price the traces carry, on-demand
 ON_DEMAND_PRICE = 3.06
-SPLITS = {"tuning": (0.0, 0.4), "held-out": (0.5, 1.0)}
+TUNING_DATES = ("aws-02-15-2023", "aws-04-22-2023")
+SPLITS = {"tuning": (0.0, 0.4), "held-out": (0.5, 1.0), "other dates": (0.0, 1.0)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,11 @@ class Date:
     name: str
     gap_seconds: int
     zones: tuple[Zone, ...]
+    nodes: int
+
+    @property
+    def tuned_on(self) -> bool:
+        return self.name.endswith(TUNING_DATES)
 
     @property
     def hours(self) -> float:
@@ -63,7 +71,9 @@ def load_dates(root: Path) -> list[Date]:
             zones.append(Zone(path.stem.split("_")[0], [int(value) for value in trace["data"]]))
         if len(gaps) != 1:
             raise SystemExit(f"{folder}: traces with different gap_seconds {sorted(gaps)}")
-        dates.append(Date(f"{folder.parent.parent.name}/{folder.name}", gaps.pop(), tuple(zones)))
+        nodes = int(folder.parent.name.split("-")[0]) if folder.parent.name.endswith("-node") else 1
+        name = f"{folder.parent.parent.name}/{folder.parent.name}/{folder.name}"
+        dates.append(Date(name, gaps.pop(), tuple(zones), nodes))
     return dates
 
 
@@ -122,6 +132,8 @@ class Result:
 
 def scenarios(date: Date, split: str, starts: int) -> list[tuple[tuple[Zone, ...], float, float, float]]:
     """(zones, start hour, work hours, deadline hours) of one split of one date."""
+    if date.tuned_on == (split == "other dates"):
+        return []
     low, high = SPLITS[split]
     out = []
     zone_sets = [(zone,) for zone in date.zones] + [date.zones]
@@ -149,7 +161,8 @@ def evaluate(
                 Fraction(str(deadline)),
                 Fraction(str(restart_minutes)),
             )
-            run = Run(zones, date.gap_seconds, start, work_ticks, deadline_ticks, overhead, SPOT_PRICE, ON_DEMAND_PRICE)
+            spot, on_demand = SPOT_PRICE * date.nodes, ON_DEMAND_PRICE * date.nodes
+            run = Run(zones, date.gap_seconds, start, work_ticks, deadline_ticks, overhead, spot, on_demand, date.nodes)
             optimum = offline_optimum(run)
             if not math.isfinite(optimum):
                 continue
@@ -180,7 +193,7 @@ def report(results: Sequence[Result], policies: Sequence[str], title: str) -> No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="a folder of spot-traces JSON files")
-    parser.add_argument("--split", choices=["tuning", "held-out", "both"], default="both")
+    parser.add_argument("--split", choices=["tuning", "held-out", "other-dates", "all"], default="all")
     parser.add_argument("--starts", type=int, default=6, help="start hours per (zones, work, deadline)")
     parser.add_argument("--restart-minutes", type=float, default=6.0)
     parser.add_argument("--policy", action="append", choices=sorted(POLICIES), help="default: all")
@@ -191,12 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = args.policy or ["deadline-aware", "greedy", "spot-only", "on-demand"]
     policies = {name: POLICIES[name] for name in names}
-    print(f"traces: {', '.join(f'{d.name} ({len(d.zones)} zones, {d.gap_seconds}s, {d.hours:.0f} h)' for d in dates)}")
+    for d in dates:
+        print(f"traces: {d.name}: {len(d.zones)} zones, {d.nodes} node(s), {d.gap_seconds} s ticks, {d.hours:.0f} h")
     print(
         f"pairs (work h, deadline h): {PAIRS}; restart {args.restart_minutes:g} min; "
         f"spot ${SPOT_PRICE}/h, on-demand ${ON_DEMAND_PRICE}/h"
     )
-    splits = ["tuning", "held-out"] if args.split == "both" else [args.split]
+    splits = list(SPLITS) if args.split == "all" else [args.split.replace("-", " ")]
     for split in splits:
         began = time.perf_counter()
         results = evaluate(dates, split, args.starts, args.restart_minutes, policies)
@@ -206,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         for date in dates:
             for kind in ("one zone", "all zones"):
                 shown = [r for r in results if r.date == date.name and r.zones == kind]
-                report(shown, names, f"  {date.name}, {kind}: {len(shown) // len(policies)} scenarios")
+                if shown:
+                    report(shown, names, f"  {date.name}, {kind}: {len(shown) // len(policies)} scenarios")
     return 0
 
 
