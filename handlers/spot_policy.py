@@ -16,7 +16,7 @@ were lost at the worst moment? A policy takes a risk only while the answer stays
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from handlers.jobs import Market
@@ -37,6 +37,7 @@ WORDING = Wording(
             "on-demand now: no zone has spot, and the slack left ({slack_h:g} h) is kept for later outages"
         ),
         "spot-policy.on-demand.only": "on-demand: this job's policy uses no spot",
+        "spot-policy.on-demand.kept": "staying on on-demand: the job has no deadline to plan a return to spot by",
         "spot-policy.spot": "spot in {zone}: {slack_h:g} h of slack before the deadline",
         "spot-policy.spot.back": "back to spot in {zone}: {slack_h:g} h of slack leaves room for another restart",
         "spot-policy.spot.only": "spot in {zone}: this job's policy uses spot only",
@@ -115,12 +116,8 @@ class Choice:
     """The policy's answer: what to hold for the next period, and why (for the card and the job's history)."""
 
     action: Action
-    zone: str | None = None
-    reason: Reason = field(default_factory=lambda: WORDING("spot-policy.on-demand.only"))
-
-    @property
-    def market(self) -> Market | None:
-        return self.action if self.action in ("spot", "on-demand") else None
+    zone: str | None
+    reason: Reason
 
 
 Policy = Callable[[Situation], Choice]
@@ -202,14 +199,14 @@ def _values(s: Situation) -> dict[str, float]:
 
 def on_demand(s: Situation) -> Choice:
     """Always on-demand: the cost every saving is measured against."""
-    return Choice("on-demand", reason=WORDING("spot-policy.on-demand.only"))
+    return Choice("on-demand", None, WORDING("spot-policy.on-demand.only"))
 
 
 def spot_only(s: Situation) -> Choice:
     """Spot, never anything else: stay in the zone while it has capacity, else the first zone that has, else wait."""
     zone = _pick_zone(s, prefer_availability=False)
     if zone is None:
-        return Choice("wait", reason=WORDING("spot-policy.wait.only"))
+        return Choice("wait", None, WORDING("spot-policy.wait.only"))
     return Choice("spot", zone.name, WORDING("spot-policy.spot.only", zone=zone.name))
 
 
@@ -221,25 +218,25 @@ def greedy(s: Situation) -> Choice:
     if s.time_left_s is None:
         return spot_only(s)
     if s.holding.market == "on-demand":
-        return Choice("on-demand", reason=WORDING("spot-policy.on-demand.deadline", **_values(s)))
+        return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
     zone = _pick_zone(s, prefer_availability=False)
     if zone is not None and fallback_slack(s, "spot") >= 0:
         slack = fallback_slack(s, "spot")
         return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=_hours(slack)))
     if zone is None and fallback_slack(s, None) >= 0:
-        return Choice("wait", reason=WORDING("spot-policy.wait", slack_h=_hours(fallback_slack(s, None))))
-    return _last_resort(s, zone)
+        return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(fallback_slack(s, None))))
+    return _last_resort(s)
 
 
-def _last_resort(s: Situation, zone: ZoneView | None) -> Choice:
+def _last_resort(s: Situation) -> Choice:
     """On-demand because nothing cheaper keeps the deadline; or, past hope, whatever finishes soonest."""
     if on_demand_need_s(s) <= (s.time_left_s or 0.0):
-        return Choice("on-demand", reason=WORDING("spot-policy.on-demand.deadline", **_values(s)))
+        return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
     late = WORDING("spot-policy.late", **_values(s))
     held = _held_zone(s)
     if held is not None and s.holding.starting_s < s.restart_s:
         return Choice("spot", held.name, late)  # already past (part of) its start-up: the soonest finish
-    return Choice("on-demand", reason=late)
+    return Choice("on-demand", None, late)
 
 
 # -- the deadline-aware default ----------------------------------------------------------------------------
@@ -260,7 +257,8 @@ class DeadlineAware:
       cost the deadline, and the rest on spot, start-up included, costs less than on on-demand; else stay.
     - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
       (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
-    - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors).
+    - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
+      and a job on on-demand stays there, as it always did.
 
     The defaults were chosen on the tuning split of ``bench/policy_traces.py`` (the first 40% of each trace).
     """
@@ -273,15 +271,17 @@ class DeadlineAware:
         zone = _pick_zone(s, prefer_availability=True)
         if s.budget is not None and s.spent + _min_cost_to_finish(s) > s.budget:
             need = s.spent + _min_cost_to_finish(s)
-            return Choice("stop", reason=WORDING("spot-policy.stop.budget", need=need, budget=s.budget, spent=s.spent))
+            return Choice("stop", None, WORDING("spot-policy.stop.budget", need=need, budget=s.budget, spent=s.spent))
         if s.time_left_s is None:
+            if s.holding.market == "on-demand":  # put there by a person, or by the launch plan's fallback
+                return Choice("on-demand", None, WORDING("spot-policy.on-demand.kept"))
             if zone is None:
-                return Choice("wait", reason=WORDING("spot-policy.wait.only"))
+                return Choice("wait", None, WORDING("spot-policy.wait.only"))
             return Choice("spot", zone.name, WORDING("spot-policy.spot.no-deadline", zone=zone.name))
         if s.budget is not None and s.spent + _on_demand_cost_to_finish(s) > s.budget:
             if zone is not None:
                 return Choice("spot", zone.name, WORDING("spot-policy.spot.budget", zone=zone.name, budget=s.budget))
-            return Choice("wait", reason=WORDING("spot-policy.wait.budget", budget=s.budget))
+            return Choice("wait", None, WORDING("spot-policy.wait.budget", budget=s.budget))
         if s.holding.market == "on-demand":
             spare = s.time_left_s - s.period_s - (2 * s.restart_s + s.work_left_s + s.checkpoint_interval_s)
             cheaper = (s.restart_s + s.work_left_s) * s.spot_price < s.work_left_s * s.on_demand_price
@@ -289,19 +289,19 @@ class DeadlineAware:
                 return Choice(
                     "spot", zone.name, WORDING("spot-policy.spot.back", zone=zone.name, slack_h=_hours(spare))
                 )
-            return Choice("on-demand", reason=WORDING("spot-policy.on-demand.deadline", **_values(s)))
+            return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
         if zone is not None and fallback_slack(s, "spot") >= 0:
             slack = fallback_slack(s, "spot")
             return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=_hours(slack)))
         slack = fallback_slack(s, None)
         if zone is not None or slack < 0:
-            return _last_resort(s, zone)
+            return _last_resort(s)
         if self.behind(s):
-            return Choice("on-demand", reason=WORDING("spot-policy.on-demand.pace", **_values(s)))
+            return Choice("on-demand", None, WORDING("spot-policy.on-demand.pace", **_values(s)))
         kept = self.reserve * s.restart_s + self.kappa * (1 - any_availability(s)) * s.time_left_s
         if slack < kept:
-            return Choice("on-demand", reason=WORDING("spot-policy.on-demand.reserve", slack_h=_hours(slack)))
-        return Choice("wait", reason=WORDING("spot-policy.wait", slack_h=_hours(slack)))
+            return Choice("on-demand", None, WORDING("spot-policy.on-demand.reserve", slack_h=_hours(slack)))
+        return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(slack)))
 
     def behind(self, s: Situation) -> bool:
         """Behind ``pace`` × an even pace: the work left is more than that share of all the work (start-ups
@@ -329,11 +329,3 @@ POLICIES: dict[str, Policy] = {
     "on-demand": on_demand,
     "spot-only": spot_only,
 }
-
-
-def policy_named(name: str) -> Policy:
-    """The policy called ``name``; KeyError names the known ones."""
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None

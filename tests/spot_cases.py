@@ -74,6 +74,7 @@ def policy_reasons() -> list[Reason]:
         greedy(situation(zones=zones(False))).reason,  # wait
         greedy(situation(zones=zones(False), time_left_s=5 * HOUR)).reason,  # on-demand for the deadline
         deadline_aware(situation(zones=up, time_left_s=None)).reason,  # no deadline
+        deadline_aware(situation(zones=up, time_left_s=None, holding=on_od)).reason,  # no deadline, on-demand
         deadline_aware(situation(zones=zones(False, share=1.0), restart_s=0.0)).reason,  # wait
         deadline_aware(situation(zones=down, time_left_s=7 * HOUR)).reason,  # on-demand: slack kept
         deadline_aware(situation(zones=down, work_done_s=0.0, time_left_s=8 * HOUR, elapsed_s=30 * HOUR)).reason,

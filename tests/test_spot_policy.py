@@ -162,6 +162,9 @@ def test_without_a_deadline_the_job_goes_to_spot_as_it_always_did() -> None:
     choice = deadline_aware(situation(zones=zones(False, True), time_left_s=None))
     assert (choice.action, choice.zone, choice.reason.key) == ("spot", "zone-b", "spot-policy.spot.no-deadline")
     assert greedy(situation(zones=zones(False), time_left_s=None)).action == "wait"
+    # A job without a deadline that is on on-demand (a person's `resume … on-demand`) stays there.
+    kept = deadline_aware(situation(zones=zones(True), time_left_s=None, holding=Holding("on-demand")))
+    assert (kept.action, kept.reason.key) == ("on-demand", "spot-policy.on-demand.kept")
 
 
 def test_the_zone_with_the_best_recent_availability_is_taken_and_kept() -> None:

@@ -14,9 +14,12 @@ from types import ModuleType
 
 import pytest
 
+from handlers.reasons import Reason
 from handlers.spot_policy import POLICIES, Choice, Situation, on_demand, spot_only
 from handlers.spot_sim import Run, Zone, simulate, to_ticks
 from tests.spot_cases import hourly_run
+
+SCRIPTED = Reason("test.scripted", "as the test's plan says")
 
 
 def test_ticks_come_from_the_typed_decimals_exactly() -> None:
@@ -68,7 +71,7 @@ def test_past_the_end_of_the_traces_there_is_no_spot() -> None:
 def test_a_policy_that_picks_a_zone_without_spot_is_a_bug_the_simulator_reports() -> None:
     run = hourly_run([[0, 1]], work=1, deadline=2)
     with pytest.raises(ValueError, match="no spot at this tick"):
-        simulate(run, lambda s: Choice("spot", "zone-a"))
+        simulate(run, lambda s: Choice("spot", "zone-a", SCRIPTED))
 
 
 # -- the offline optimum of bench/policy_traces.py ------------------------------------------------------------
@@ -91,11 +94,11 @@ def scripted(run: Run, plan: tuple[object, ...]) -> Callable[[Situation], Choice
     def policy(s: Situation) -> Choice:
         move = next(moves, None)
         if move is None:
-            return Choice("wait")
+            return Choice("wait", None, SCRIPTED)
         if move == "od":
-            return Choice("on-demand")
+            return Choice("on-demand", None, SCRIPTED)
         assert isinstance(move, int)
-        return Choice("spot", run.zones[move].name)
+        return Choice("spot", run.zones[move].name, SCRIPTED)
 
     return policy
 

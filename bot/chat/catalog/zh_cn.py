@@ -202,6 +202,7 @@ MESSAGES: dict[str, str] = {
         "现在使用按量付费：没有可用区有抢占式实例，剩下的余量（{slack_h:g} 小时）要留给之后的中断"
     ),
     "spot-policy.on-demand.only": "按量付费：此任务的策略不使用抢占式实例",
+    "spot-policy.on-demand.kept": "继续使用按量付费：任务没有截止时间，无从安排改回抢占式实例",
     "spot-policy.spot": "抢占式实例（{zone}）：距截止时间还有 {slack_h:g} 小时余量",
     "spot-policy.spot.back": "改回抢占式实例（{zone}）：{slack_h:g} 小时余量足以再重启一次",
     "spot-policy.spot.only": "抢占式实例（{zone}）：此任务的策略只使用抢占式实例",
