@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from handlers.jobs import Market
-from handlers.spot_policy import NOTHING, Choice, Holding, Policy, Situation, ZoneView
+from handlers.spot_policy import NOTHING, Choice, Event, Holding, Policy, Situation, ZoneView
 
 # How far back a zone's availability share looks (the policy's "recent availability"), in hours.
 AVAILABILITY_WINDOW_HOURS = 24
@@ -112,7 +112,7 @@ def simulate(run: Run, policy: Policy) -> Outcome:
     while progress < run.work:
         available = [t < len(zone.counts) and zone.counts[t] >= run.nodes for zone in run.zones]
         holding = NOTHING
-        event = "launch" if t == run.start else "tick"
+        event: Event = "launch" if t == run.start else "tick"
         if previous is not None:
             market, zone_name = previous
             if market == "spot" and not available[_index(run, zone_name)]:
@@ -124,7 +124,7 @@ def simulate(run: Run, policy: Policy) -> Outcome:
             ZoneView(zone.name, available[i], _share(prefix[i], t, window)) for i, zone in enumerate(run.zones)
         )
         situation = Situation(
-            event=event,  # type: ignore[arg-type]
+            event=event,
             work_left_s=(run.work - progress) * gap,
             work_done_s=progress * gap,
             time_left_s=(run.deadline - (t - run.start)) * gap,
@@ -150,7 +150,7 @@ def simulate(run: Run, policy: Policy) -> Outcome:
                 return out  # past the deadline, spot will never come back, and the policy will not pay on-demand
             t += 1
             continue
-        if held != previous or holding is NOTHING:
+        if held != previous:  # a new instance (the first launch, a move, a return after a loss or a wait)
             starting = run.overhead
         if held[0] == "spot":
             out.spot_ticks += 1
