@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/notice_latency.py
 	$(BIN)/python bench/bus_throughput.py
 	$(BIN)/python bench/slack_latency.py
+	$(BIN)/python bench/policy_traces.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build

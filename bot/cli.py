@@ -1,4 +1,5 @@
-"""``finetune-bot``: ``serve`` runs the bot, ``demo`` plays the local story, ``chat`` is a console chat.
+"""``finetune-bot``: ``serve`` runs the bot, ``demo`` plays the local story, ``chat`` is a console chat,
+``simulate`` replays the bot's spot policies on spot traces.
 
 Whatever is wrong with the setup (a bad variable, an unreadable config file, a port in use, another bot on the
 same state dir) is one line on stderr and exit status 2, never a traceback.
@@ -102,7 +103,21 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("serve", help="run the bot with every configured adapter until SIGTERM")
     commands.add_parser("demo", help="interrupt and recover a tiny fine-tune on this machine, end to end")
     commands.add_parser("chat", help="a console chat against the bot's handlers")
+    simulate = commands.add_parser(
+        "simulate",
+        help="replay the bot's spot policies on spot traces (JSON Lines scenarios on stdin, results on stdout)",
+    )
+    simulate.add_argument(
+        "--policy",
+        action="append",
+        metavar="NAME",
+        help="deadline-aware (the default), greedy, on-demand or spot-only; repeat for several",
+    )
     args = parser.parse_args(argv)
+    if args.command == "simulate":
+        from bot.simulate import main as simulate_main
+
+        return simulate_main(args.policy)
     if args.command == "demo":
         from bot.demo import main as demo
 

@@ -12,7 +12,7 @@ import pytest
 
 from bot.chat.catalog import LANGUAGES, en, messages, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
-from handlers import commands, decide, recipes
+from handlers import commands, decide, job_options, recipes, spot_policy
 from handlers import policy as policy_module
 from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
 from handlers.decide import ack_command, drill_command, retry_command, stop_command
@@ -21,6 +21,7 @@ from handlers.messages import Notify
 from handlers.policy import Policy, guard_start, refusal
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
+from tests.spot_cases import policy_reasons
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -196,6 +197,7 @@ def handler_reasons() -> list[Reason]:
         guard_start(policy, active_jobs=2, hourly_price=None),
         guard_start(policy, active_jobs=0, hourly_price=1.5),
         *(change.reason for change in ignored),
+        *policy_reasons(),
     ]
     assert all(reason is not None for reason in reasons)
     return [reason for reason in reasons if reason is not None]
@@ -207,7 +209,8 @@ def keys_in(reason: Reason) -> set[str]:
 
 
 def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
-    tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING]
+    tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING, job_options.WORDING]
+    tables.append(spot_policy.WORDING)
     assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
     assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice
     assert en.BOT.keys().isdisjoint(en.HANDLERS)
@@ -218,7 +221,7 @@ def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_b
 def test_every_reason_renders_in_both_languages_english_exactly_as_str() -> None:
     reasons = handler_reasons()
     assert set().union(*(keys_in(reason) for reason in reasons)) == set(en.HANDLERS)  # every key is exercised
-    kept = {*USAGE, "finetune", "demand"}  # the words a person types stay as they are
+    kept = {*USAGE, *job_options.JOB_OPTIONS, "finetune", "demand"}  # the words a person types stay as they are
     for reason in reasons:
         english, chinese = say("en", reason), say("zh-CN", reason)
         assert english == str(reason) == reason.english

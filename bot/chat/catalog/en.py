@@ -6,13 +6,15 @@ own English, taken from the tables next to the code that says it, so the two can
 
 from __future__ import annotations
 
-from handlers import commands, decide, policy, recipes
+from handlers import commands, decide, job_options, policy, recipes, spot_policy
 
 HANDLERS: dict[str, str] = {
     **commands.WORDING.sentences,
     **policy.WORDING.sentences,
     **recipes.WORDING.sentences,
     **decide.WORDING.sentences,
+    **job_options.WORDING.sentences,
+    **spot_policy.WORDING.sentences,
 }
 
 BOT: dict[str, str] = {

@@ -196,4 +196,34 @@ MESSAGES: dict[str, str] = {
     "ignored.no-page": "没有未处理的值班告警",
     "ignored.already-acked": "已由 {by} 确认",
     "ignored.resume": "任务当前状态为 {state}；只有失败或已停止的任务才能恢复",
+    # 任务选项 deadline 与 budget（handlers/job_options.py）；选项名保持英文，因为要照原样输入
+    "option.bad-deadline": (
+        "deadline 必须是时长（如 36h、90m 或 1d12h），或带时区的时间（如 2026-03-05T09:00Z），而不是 {raw!r}"
+    ),
+    "option.deadline-range": "deadline 必须在从现在起 10 分钟到 90 天之间，而不是 {raw!r}",
+    "option.bad-budget": "budget 必须是账户币种的金额（如 120 或 99.50），而不是 {raw!r}",
+    "option.budget-range": "budget 必须大于 0 且不超过 {maximum:.0f}",
+    "option.reserved": "{recipe} 声明了参数 {name!r}，但 deadline 和 budget 是任务选项",
+    # 实例选择策略的当前决定及原因（handlers/spot_policy.py）
+    "spot-policy.on-demand.deadline": "现在使用按量付费：还剩 {work_h:g} 小时的训练，距截止时间还有 {left_h:g} 小时",
+    "spot-policy.on-demand.pace": (
+        "现在使用按量付费：没有可用区有抢占式实例，剩余 {work_h:g} 小时的训练已落后于 {left_h:g} 小时内均匀完成的进度"
+    ),
+    "spot-policy.on-demand.reserve": (
+        "现在使用按量付费：没有可用区有抢占式实例，剩下的余量（{slack_h:g} 小时）要留给之后的中断"
+    ),
+    "spot-policy.on-demand.only": "按量付费：此任务的策略不使用抢占式实例",
+    "spot-policy.on-demand.kept": "继续使用按量付费：任务没有截止时间，无从安排改回抢占式实例",
+    "spot-policy.spot": "抢占式实例（{zone}）：距截止时间还有 {slack_h:g} 小时余量",
+    "spot-policy.spot.back": "改回抢占式实例（{zone}）：{slack_h:g} 小时余量足以再重启一次",
+    "spot-policy.spot.only": "抢占式实例（{zone}）：此任务的策略只使用抢占式实例",
+    "spot-policy.spot.no-deadline": "抢占式实例（{zone}）：任务没有截止时间",
+    "spot-policy.spot.budget": "抢占式实例（{zone}）：改用按量付费会超出预算 {budget:.2f}",
+    "spot-policy.wait": "等待抢占式实例：没有可用区有容量，还有 {slack_h:g} 小时余量",
+    "spot-policy.wait.only": "等待抢占式实例：没有可用区有容量（此任务的策略只使用抢占式实例）",
+    "spot-policy.wait.budget": "等待抢占式实例：改用按量付费会超出预算 {budget:.2f}",
+    "spot-policy.late": ("已无法在截止时间前完成（还剩 {work_h:g} 小时的训练，距截止时间 {left_h:g} 小时）：尽快完成"),
+    "spot-policy.stop.budget": (
+        "保存检查点后停止：任务总费用至少将达到 {need:.2f}，超出预算 {budget:.2f}（目前已花费 {spent:.2f}）"
+    ),
 }

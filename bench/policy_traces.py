@@ -1,0 +1,229 @@
+"""Spot policies on real spot traces: deadlines met, and cost against the offline optimum and always-on-demand.
+
+Every policy runs in the simulator of ``finetune-bot simulate`` (``handlers/spot_sim.py``), which calls the
+bot's own policy code each tick. The offline optimum is a dynamic program over the same tick model with
+perfect knowledge of the traces: the least a job can pay and still finish by its deadline.
+
+Scenarios: each date of the traces, each zone alone and all its zones together, several (work, deadline)
+pairs and start hours. Splits: *tuning* is the first 40% of each tuning date (the two sample dates the
+deadline-aware policy's parameters were chosen on); *held-out* is their last 50% (the 10% between keeps a job
+of one split from running into the other); *other dates* is every other date, whole (never looked at while
+tuning). A date's folder says how many nodes its jobs need (``16-node`` → 16).
+
+    python bench/policy_traces.py [--traces DIR] [--split tuning|held-out|other-dates|all] [--starts N]
+                                  [--restart-minutes R] [--policy NAME ...]
+
+``--traces`` defaults to ``bench/data/spot-traces`` (a copy of the public skypilot-org/spot-traces sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from handlers.spot_policy import POLICIES, Policy
+from handlers.spot_sim import Run, Zone, simulate, to_ticks
+
+DEFAULT_TRACES = Path(__file__).resolve().parent / "data" / "spot-traces"
+# (work hours, deadline hours): tight to loose slack, as in the paper's sweeps.
+PAIRS = [(4.0, 6.0), (8.0, 12.0), (12.0, 16.0), (16.0, 24.0), (24.0, 36.0)]
+SPOT_PRICE = 0.918  # p3.2xlarge (1 V100) in us-east-1, per node: the spot price the traces carry, on-demand
+ON_DEMAND_PRICE = 3.06
+TUNING_DATES = ("aws-02-15-2023", "aws-04-22-2023")
+SPLITS = {"tuning": (0.0, 0.4), "held-out": (0.5, 1.0), "other dates": (0.0, 1.0)}
+
+
+@dataclass(frozen=True, slots=True)
+class Date:
+    name: str
+    gap_seconds: int
+    zones: tuple[Zone, ...]
+    nodes: int
+
+    @property
+    def tuned_on(self) -> bool:
+        return self.name.endswith(TUNING_DATES)
+
+    @property
+    def hours(self) -> float:
+        return min(len(zone.counts) for zone in self.zones) * self.gap_seconds / 3600
+
+
+def load_dates(root: Path) -> list[Date]:
+    dates = []
+    for folder in sorted({path.parent for path in root.rglob("*.json")}):
+        zones, gaps = [], set()
+        for path in sorted(folder.glob("*.json")):
+            trace = json.loads(path.read_text())
+            gaps.add(int(trace["metadata"]["gap_seconds"]))
+            zones.append(Zone(path.stem.split("_")[0], [int(value) for value in trace["data"]]))
+        if len(gaps) != 1:
+            raise SystemExit(f"{folder}: traces with different gap_seconds {sorted(gaps)}")
+        nodes = int(folder.parent.name.split("-")[0]) if folder.parent.name.endswith("-node") else 1
+        name = f"{folder.parent.parent.name}/{folder.parent.name}/{folder.name}"
+        dates.append(Date(name, gaps.pop(), tuple(zones), nodes))
+    return dates
+
+
+def offline_optimum(run: Run) -> float:
+    """The least cost of finishing by the deadline with perfect knowledge of the traces (inf if impossible).
+
+    State after each tick: what is held (nothing, on-demand, spot in a zone), the overhead ticks its instance
+    still has to spend, and the progress made; the value is the least cost to get there. Arrays over progress
+    make each tick a handful of numpy operations.
+    """
+    inf = np.inf
+    work, overhead, k = run.work, run.overhead, len(run.zones)
+    phases = max(overhead, 1)
+    h = float(run.hours_per_tick)
+    prices = [run.on_demand_price * h] + [run.spot_price * h] * k  # holding 0 is on-demand, 1.. the zones
+    held = np.full((k + 1, phases, work + 1), inf)
+    idle = np.full(work + 1, inf)
+    idle[0] = 0.0
+    for t in range(run.start, run.start + run.deadline):
+        available = [True] + [t < len(zone.counts) and zone.counts[t] >= run.nodes for zone in run.zones]
+        best_of = held.min(axis=1)  # (k + 1, work + 1): best over phases, per holding
+        every = np.vstack([best_of, idle[None, :]])
+        # The best state that is *not* holding x, for each x: prefix and suffix minima over the holdings.
+        prefix = np.minimum.accumulate(every, axis=0)
+        suffix = np.minimum.accumulate(every[::-1], axis=0)[::-1]
+        new_idle = prefix[-1]
+        new_held = np.full_like(held, inf)
+        for x in range(k + 1):
+            if not available[x]:
+                continue
+            left = prefix[x - 1] if x > 0 else np.full(work + 1, inf)
+            others = np.minimum(left, suffix[x + 1])
+            price = prices[x]
+            state = new_held[x]
+            if overhead >= 1:
+                state[: phases - 1] = held[x, 1:] + price  # starting: one overhead tick fewer
+                state[phases - 1] = others + price  # a new instance spends its first overhead tick
+                state[0, 1:] = np.minimum(state[0, 1:], held[x, 0, :-1] + price)  # running: one tick of progress
+            else:
+                state[0, 1:] = np.minimum(held[x, 0, :-1], others[:-1]) + price
+        held, idle = new_held, new_idle
+    return float(min(idle[work], held[:, :, work].min()))
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    split: str
+    date: str
+    zones: str  # "one zone" or "all zones"
+    policy: str
+    cost: float
+    optimum: float
+    on_demand: float
+    met: bool
+
+
+def scenarios(date: Date, split: str, starts: int) -> list[tuple[tuple[Zone, ...], float, float, float]]:
+    """(zones, start hour, work hours, deadline hours) of one split of one date."""
+    if date.tuned_on == (split == "other dates"):
+        return []
+    low, high = SPLITS[split]
+    out = []
+    zone_sets = [(zone,) for zone in date.zones] + [date.zones]
+    for work, deadline in PAIRS:
+        first, last = low * date.hours, high * date.hours - deadline
+        if split == "tuning":
+            last = min(last, SPLITS["held-out"][0] * date.hours - deadline)
+        if last <= first:
+            continue
+        hours = [first + (last - first) * i / max(starts - 1, 1) for i in range(starts)]
+        out.extend((zones, round(start, 2), work, deadline) for zones in zone_sets for start in hours)
+    return out
+
+
+def evaluate(
+    dates: Sequence[Date], split: str, starts: int, restart_minutes: float, policies: dict[str, Policy]
+) -> list[Result]:
+    results = []
+    for date in dates:
+        for zones, start_hour, work, deadline in scenarios(date, split, starts):
+            start, work_ticks, deadline_ticks, overhead = to_ticks(
+                date.gap_seconds,
+                Fraction(str(start_hour)),
+                Fraction(str(work)),
+                Fraction(str(deadline)),
+                Fraction(str(restart_minutes)),
+            )
+            spot, on_demand = SPOT_PRICE * date.nodes, ON_DEMAND_PRICE * date.nodes
+            run = Run(zones, date.gap_seconds, start, work_ticks, deadline_ticks, overhead, spot, on_demand, date.nodes)
+            optimum = offline_optimum(run)
+            if not math.isfinite(optimum):
+                continue
+            always = simulate(run, POLICIES["on-demand"]).cost(run)
+            for name, policy in policies.items():
+                outcome = simulate(run, policy)
+                kind = "one zone" if len(zones) == 1 else "all zones"
+                result = Result(split, date.name, kind, name, outcome.cost(run), optimum, always, outcome.met(run))
+                results.append(result)
+    return results
+
+
+def report(results: Sequence[Result], policies: Sequence[str], title: str) -> None:
+    print(f"\n{title}")
+    print(f"  {'policy':<16} {'deadlines met':>14} {'cost / optimum':>15} {'worst':>7} {'cost / on-demand':>17}")
+    for name in policies:
+        mine = [r for r in results if r.policy == name]
+        if not mine:
+            continue
+        met = sum(r.met for r in mine)
+        ratios = [r.cost / r.optimum for r in mine]
+        print(
+            f"  {name:<16} {met:>6}/{len(mine):<7} {statistics.fmean(ratios):>15.3f} {max(ratios):>7.2f} "
+            f"{statistics.fmean(r.cost / r.on_demand for r in mine):>17.3f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="a folder of spot-traces JSON files")
+    parser.add_argument("--split", choices=["tuning", "held-out", "other-dates", "all"], default="all")
+    parser.add_argument("--starts", type=int, default=6, help="start hours per (zones, work, deadline)")
+    parser.add_argument("--restart-minutes", type=float, default=6.0)
+    parser.add_argument("--policy", action="append", choices=sorted(POLICIES), help="default: all")
+    args = parser.parse_args(argv)
+    dates = load_dates(args.traces)
+    if not dates:
+        print(f"policy_traces: no traces under {args.traces}", file=sys.stderr)
+        return 2
+    names = args.policy or ["deadline-aware", "greedy", "spot-only", "on-demand"]
+    policies = {name: POLICIES[name] for name in names}
+    for d in dates:
+        print(f"traces: {d.name}: {len(d.zones)} zones, {d.nodes} node(s), {d.gap_seconds} s ticks, {d.hours:.0f} h")
+    print(
+        f"pairs (work h, deadline h): {PAIRS}; restart {args.restart_minutes:g} min; "
+        f"spot ${SPOT_PRICE}/h, on-demand ${ON_DEMAND_PRICE}/h"
+    )
+    splits = list(SPLITS) if args.split == "all" else [args.split.replace("-", " ")]
+    for split in splits:
+        began = time.perf_counter()
+        results = evaluate(dates, split, args.starts, args.restart_minutes, policies)
+        took = time.perf_counter() - began
+        count = len(results) // len(policies)
+        report(results, names, f"{split} split: {count} scenarios ({took:.0f} s)")
+        for date in dates:
+            for kind in ("one zone", "all zones"):
+                shown = [r for r in results if r.date == date.name and r.zones == kind]
+                if shown:
+                    report(shown, names, f"  {date.name}, {kind}: {len(shown) // len(policies)} scenarios")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

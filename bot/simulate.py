@@ -1,0 +1,184 @@
+"""``finetune-bot simulate``: the bot's own spot policies replayed on spot traces, scenario by scenario.
+
+Scenarios come as JSON Lines on stdin, one object per line (blank lines are skipped but keep their number)::
+
+    {"traces": ["us-east-1a_v100_1.json", ...], "nodes": 1, "work_hours": 24, "deadline_hours": 36,
+     "restart_minutes": 6, "spot_price": 0.918, "on_demand_price": 3.06, "start_hour": 100}
+
+``traces`` are files in the skypilot-org/spot-traces format (``{"metadata": {"gap_seconds": N}, "data": [...]}``),
+one zone each, in the zones' order of preference; ``nodes`` (default 1) is how many instances the job needs
+from a zone; prices are per hour of everything the job holds; ``start_hour`` defaults to 0 and
+``restart_minutes`` to 0; an optional ``budget`` stops a job whose spend would exceed it. For each scenario and
+each policy, one JSON line goes to stdout (see :func:`result`). The tick model is in :mod:`handlers.spot_sim`.
+
+All input is read and checked before anything runs: a bad line or trace is one line on stderr, exit 2, and
+no output at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+
+from handlers.spot_policy import DEFAULT_POLICY, POLICIES
+from handlers.spot_sim import Outcome, Run, Zone, simulate, to_ticks
+
+
+class InputError(ValueError):
+    """Bad input (a scenario line or a trace file); the message is the one line the user sees."""
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    traces: list[str] = Field(min_length=1, max_length=64)
+    nodes: StrictInt = Field(default=1, ge=1)
+    work_hours: Decimal = Field(gt=0, le=10_000)
+    deadline_hours: Decimal = Field(gt=0, le=10_000)
+    restart_minutes: Decimal = Field(default=Decimal(0), ge=0, le=100_000)
+    spot_price: Decimal = Field(ge=0, le=1_000_000)
+    on_demand_price: Decimal = Field(ge=0, le=1_000_000)
+    start_hour: Decimal = Field(default=Decimal(0), ge=0, le=1_000_000)
+    budget: Decimal | None = Field(default=None, gt=0, le=1_000_000_000)
+
+
+class Trace(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    gap_seconds: StrictInt = Field(ge=1, le=86_400)
+    data: list[StrictInt] = Field(min_length=1)
+
+
+def read_scenarios(lines: Iterable[str]) -> list[tuple[int, Scenario]]:
+    """(line number from 0, scenario) for each non-blank line; InputError for the first bad one."""
+    scenarios = []
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line, parse_float=Decimal, parse_constant=_no_constant)
+        except ValueError as exc:
+            raise InputError(f"line {number}: not JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise InputError(f"line {number}: a scenario is a JSON object")
+        try:
+            scenarios.append((number, Scenario.model_validate(raw)))
+        except ValidationError as exc:
+            raise InputError(f"line {number}: {_first_error(exc)}") from None
+    return scenarios
+
+
+def load_trace(path: str) -> Trace:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"trace {path}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise InputError(f"trace {path}: not JSON ({exc})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("metadata"), dict):
+        raise InputError(f"trace {path}: not a spot trace (needs metadata.gap_seconds and data)")
+    try:
+        trace = Trace.model_validate({"gap_seconds": raw["metadata"].get("gap_seconds"), "data": raw.get("data")})
+    except ValidationError as exc:
+        raise InputError(f"trace {path}: {_first_error(exc)}") from None
+    if any(count < 0 for count in trace.data):
+        raise InputError(f"trace {path}: data: counts cannot be negative")
+    return trace
+
+
+def build_run(scenario: Scenario, traces: dict[str, Trace], number: int) -> Run:
+    """The scenario in ticks of its traces (which must share one gap_seconds)."""
+    used = [traces[path] for path in scenario.traces]
+    gaps = {trace.gap_seconds for trace in used}
+    if len(gaps) != 1:
+        raise InputError(f"line {number}: traces with different gap_seconds ({', '.join(map(str, sorted(gaps)))})")
+    gap = gaps.pop()
+    start, work, deadline, overhead = to_ticks(
+        gap,
+        Fraction(scenario.start_hour),
+        Fraction(scenario.work_hours),
+        Fraction(scenario.deadline_hours),
+        Fraction(scenario.restart_minutes),
+    )
+    zones = tuple(Zone(_zone_name(path, i), traces[path].data) for i, path in enumerate(scenario.traces))
+    length = min(len(zone.counts) for zone in zones)
+    if start >= length:
+        hours = length * gap / 3600
+        raise InputError(f"line {number}: start_hour {scenario.start_hour} is past the end of the traces ({hours:g} h)")
+    return Run(
+        zones=zones,
+        gap_seconds=gap,
+        start=start,
+        work=work,
+        deadline=deadline,
+        overhead=overhead,
+        spot_price=float(scenario.spot_price),
+        on_demand_price=float(scenario.on_demand_price),
+        nodes=scenario.nodes,
+        budget=float(scenario.budget) if scenario.budget is not None else None,
+    )
+
+
+def result(number: int, policy: str, run: Run, outcome: Outcome) -> dict[str, Any]:
+    """One output line: the policy's cost and timing, and what always-on-demand would have cost."""
+    h = run.hours_per_tick
+    always = (run.overhead + run.work) * h * Fraction(str(run.on_demand_price))
+    return {
+        "scenario": number,
+        "policy": policy,
+        "cost": outcome.cost(run),
+        "on_demand_cost": float(always),
+        "finish_hours": float(outcome.finish * h) if outcome.finish is not None else None,
+        "met_deadline": outcome.met(run),
+        "preemptions": outcome.preemptions,
+        "spot_hours": float(outcome.spot_ticks * h),
+        "on_demand_hours": float(outcome.on_demand_ticks * h),
+    }
+
+
+def run_scenarios(lines: Iterable[str], policies: Sequence[str], out: TextIO) -> None:
+    """Check all input, then write one line per (scenario, policy). InputError before any output."""
+    unknown = [name for name in policies if name not in POLICIES]
+    if unknown:
+        raise InputError(f"unknown policy {unknown[0]!r}; the policies are {', '.join(POLICIES)}")
+    scenarios = read_scenarios(lines)
+    traces: dict[str, Trace] = {}
+    for _, scenario in scenarios:
+        for path in scenario.traces:
+            if path not in traces:
+                traces[path] = load_trace(path)
+    runs = [(number, build_run(scenario, traces, number)) for number, scenario in scenarios]
+    for number, run in runs:
+        for name in policies:
+            out.write(json.dumps(result(number, name, run, simulate(run, POLICIES[name]))) + "\n")
+    out.flush()
+
+
+def main(policies: Sequence[str] | None, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
+    names = list(dict.fromkeys(policies or [DEFAULT_POLICY]))
+    try:
+        run_scenarios(stdin, names, stdout)
+    except InputError as exc:
+        print(f"finetune-bot simulate: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _zone_name(path: str, index: int) -> str:
+    """A zone's name from its trace file (``us-east-1a_v100_1.json`` → ``us-east-1a``), unique in the run."""
+    return f"{index}:{Path(path).stem.split('_')[0]}"
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "value"
+    return f"{where}: {error['msg']}"
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")

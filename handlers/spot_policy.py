@@ -1,0 +1,331 @@
+"""Where the next stretch of a job runs: spot (in which zone), on-demand, nothing for now, or stop.
+
+The bot asks at launch, at each interruption or capacity error and on a periodic tick; ``finetune-bot
+simulate`` asks at every tick of a spot trace. Both describe the moment as the same :class:`Situation` and call
+the same policy function, so what the simulator measures is what the bot does. A policy is pure: all it knows
+is in the Situation (times in seconds, prices per hour of everything the job holds), and its answer carries
+its reason as a :class:`~handlers.reasons.Reason`, so a job card can say "on-demand now: 6 h of work left, 7 h
+to the deadline" in the channel's language.
+
+Named policies (:data:`POLICIES`): ``deadline-aware`` (the default), and the baselines ``greedy``,
+``spot-only`` and ``on-demand``. The arithmetic they share is the *fallback test*: after the next period, could
+a fresh on-demand instance (restart overhead included) still finish the work before the deadline, even if spot
+were lost at the worst moment? A policy takes a risk only while the answer stays yes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from handlers.jobs import Market
+from handlers.reasons import Reason, Wording
+
+Action = Literal["spot", "on-demand", "wait", "stop"]
+# Why the policy is asked: the first launch, an instance lost to spot, a launch refused for capacity, the timer.
+Event = Literal["launch", "interrupted", "capacity", "tick"]
+
+WORDING = Wording(
+    {
+        "spot-policy.on-demand.deadline": "on-demand now: {work_h:g} h of work left, {left_h:g} h to the deadline",
+        "spot-policy.on-demand.pace": (
+            "on-demand now: no zone has spot and {work_h:g} h of work left is behind an even pace "
+            "to the deadline in {left_h:g} h"
+        ),
+        "spot-policy.on-demand.reserve": (
+            "on-demand now: no zone has spot, and the slack left ({slack_h:g} h) is kept for later outages"
+        ),
+        "spot-policy.on-demand.only": "on-demand: this job's policy uses no spot",
+        "spot-policy.on-demand.kept": "staying on on-demand: the job has no deadline to plan a return to spot by",
+        "spot-policy.spot": "spot in {zone}: {slack_h:g} h of slack before the deadline",
+        "spot-policy.spot.back": "back to spot in {zone}: {slack_h:g} h of slack leaves room for another restart",
+        "spot-policy.spot.only": "spot in {zone}: this job's policy uses spot only",
+        "spot-policy.spot.no-deadline": "spot in {zone}: the job has no deadline",
+        "spot-policy.spot.budget": "spot in {zone}: on-demand would go over the budget of {budget:.2f}",
+        "spot-policy.wait": "waiting for spot: no zone has capacity and {slack_h:g} h of slack remain",
+        "spot-policy.wait.only": "waiting for spot: no zone has capacity (this job's policy uses spot only)",
+        "spot-policy.wait.budget": "waiting for spot: on-demand would go over the budget of {budget:.2f}",
+        "spot-policy.late": (
+            "the deadline can no longer be met ({work_h:g} h of work left, {left_h:g} h to the deadline): "
+            "finishing as soon as possible"
+        ),
+        "spot-policy.stop.budget": (
+            "stopping with a checkpoint: the job would cost at least {need:.2f} in all, "
+            "over the budget of {budget:.2f} ({spent:.2f} spent so far)"
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneView:
+    """One zone as the policy sees it now.
+
+    ``available``: spot can be had there now (True), it cannot (False: a capacity error, an instance just
+    reclaimed), or nobody knows (None: the bot finds out by trying). ``availability``: the share of recent time
+    spot was there (0..1; a trace's recent past, a placement score), None when unknown.
+    """
+
+    name: str
+    available: bool | None = None
+    availability: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What the job holds now: nothing, or an instance (market, zone) with ``starting_s`` of its start-up left."""
+
+    market: Market | None = None
+    zone: str | None = None
+    starting_s: float = 0.0
+
+
+NOTHING = Holding()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Situation:
+    """Everything a policy may know, in seconds and in prices per hour of all the job holds.
+
+    ``work_left_s`` is training time (steps left × measured seconds per step); ``restart_s`` is what a new
+    instance spends before it trains (boot, restore); ``period_s`` is how long until the policy is asked again
+    (one tick of a trace; the bot's timer). ``checkpoint_interval_s`` is the work an instance lost *without*
+    a notice takes with it (0 where notices are honoured, as the simulator models). ``time_left_s`` None: no
+    deadline. ``budget`` None: no budget; ``spent`` counts what the job has been billed so far.
+    """
+
+    event: Event
+    work_left_s: float
+    work_done_s: float = 0.0
+    time_left_s: float | None = None
+    elapsed_s: float = 0.0
+    restart_s: float
+    period_s: float
+    checkpoint_interval_s: float = 0.0
+    holding: Holding = NOTHING
+    zones: tuple[ZoneView, ...] = ()
+    spot_price: float
+    on_demand_price: float
+    spent: float = 0.0
+    budget: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The policy's answer: what to hold for the next period, and why (for the card and the job's history)."""
+
+    action: Action
+    zone: str | None
+    reason: Reason
+
+
+Policy = Callable[[Situation], Choice]
+
+
+# -- the shared arithmetic ---------------------------------------------------------------------------------
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600, 1)
+
+
+def _spot_zones(s: Situation) -> list[ZoneView]:
+    """Zones where spot may be had now (known available, or unknown and worth a try), in configured order."""
+    return [zone for zone in s.zones if zone.available is not False]
+
+
+def _held_zone(s: Situation) -> ZoneView | None:
+    """The zone of the spot instance the job holds, if it is still there."""
+    if s.holding.market != "spot":
+        return None
+    return next((zone for zone in _spot_zones(s) if zone.name == s.holding.zone), None)
+
+
+def progress_this_period(s: Situation, choice: Market) -> float:
+    """Training time the next period adds when holding ``choice`` (a new instance first spends its restart)."""
+    same = s.holding.market == choice and (choice == "on-demand" or _held_zone(s) is not None)
+    starting = s.holding.starting_s if same else s.restart_s
+    return max(0.0, s.period_s - starting)
+
+
+def fallback_slack(s: Situation, after: Market | None) -> float:
+    """Seconds to spare if, after the next period holding ``after``, a fresh on-demand instance finished the job.
+
+    Negative: holding ``after`` for one more period would leave the deadline out of reach of on-demand. Work
+    made on spot counts (a noticed interruption loses none), less ``checkpoint_interval_s`` at risk.
+    """
+    assert s.time_left_s is not None
+    made = progress_this_period(s, after) if after is not None else 0.0
+    at_risk = s.checkpoint_interval_s if after == "spot" else 0.0
+    return s.time_left_s - s.period_s - (s.restart_s + max(s.work_left_s - made, 0.0) + at_risk)
+
+
+def on_demand_need_s(s: Situation) -> float:
+    """Time on-demand needs to finish from now: the running instance's, or a fresh one's start-up, plus the work."""
+    starting = s.holding.starting_s if s.holding.market == "on-demand" else s.restart_s
+    return starting + s.work_left_s
+
+
+def _min_cost_to_finish(s: Situation) -> float:
+    """The least the rest can cost: all of it on spot (a new instance pays its restart too)."""
+    starting = s.holding.starting_s if _held_zone(s) is not None else s.restart_s
+    return (starting + s.work_left_s) / 3600 * s.spot_price
+
+
+def _on_demand_cost_to_finish(s: Situation) -> float:
+    return on_demand_need_s(s) / 3600 * s.on_demand_price
+
+
+def _pick_zone(s: Situation, prefer_availability: bool) -> ZoneView | None:
+    """Stay where the job's spot instance is; else the best other zone (by recent availability, else order)."""
+    held = _held_zone(s)
+    if held is not None:
+        return held
+    zones = _spot_zones(s)
+    if not zones:
+        return None
+    if not prefer_availability:
+        return zones[0]
+    return max(zones, key=lambda zone: zone.availability if zone.availability is not None else 0.5)
+
+
+def _values(s: Situation) -> dict[str, float]:
+    return {"work_h": _hours(s.work_left_s), "left_h": _hours(s.time_left_s or 0.0)}
+
+
+# -- the baselines -------------------------------------------------------------------------------------------
+
+
+def on_demand(s: Situation) -> Choice:
+    """Always on-demand: the cost every saving is measured against."""
+    return Choice("on-demand", None, WORDING("spot-policy.on-demand.only"))
+
+
+def spot_only(s: Situation) -> Choice:
+    """Spot, never anything else: stay in the zone while it has capacity, else the first zone that has, else wait."""
+    zone = _pick_zone(s, prefer_availability=False)
+    if zone is None:
+        return Choice("wait", None, WORDING("spot-policy.wait.only"))
+    return Choice("spot", zone.name, WORDING("spot-policy.spot.only", zone=zone.name))
+
+
+def greedy(s: Situation) -> Choice:
+    """Spot while there is slack, waiting when no zone has it; on-demand once waiting would miss the deadline.
+
+    Once on on-demand it stays there (the classic fallback after the slack is spent).
+    """
+    if s.time_left_s is None:
+        return spot_only(s)
+    if s.holding.market == "on-demand":
+        return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
+    zone = _pick_zone(s, prefer_availability=False)
+    if zone is not None and fallback_slack(s, "spot") >= 0:
+        slack = fallback_slack(s, "spot")
+        return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=_hours(slack)))
+    if zone is None and fallback_slack(s, None) >= 0:
+        return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(fallback_slack(s, None))))
+    return _last_resort(s)
+
+
+def _last_resort(s: Situation) -> Choice:
+    """On-demand because nothing cheaper keeps the deadline; or, past hope, whatever finishes soonest."""
+    if on_demand_need_s(s) <= (s.time_left_s or 0.0):
+        return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
+    late = WORDING("spot-policy.late", **_values(s))
+    held = _held_zone(s)
+    if held is not None and s.holding.starting_s < s.restart_s:
+        return Choice("spot", held.name, late)  # already past (part of) its start-up: the soonest finish
+    return Choice("on-demand", None, late)
+
+
+# -- the deadline-aware default ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineAware:
+    """Uniform Progress ("Can't Be Late", NSDI'24), made aware of recent availability, with a way back to spot.
+
+    - Spot whenever a zone has it and the fallback test passes; stay in the zone of the job's instance, else
+      take the zone with the best recent availability.
+    - No spot anywhere: wait while the slack (time to spare once a fresh on-demand instance would be needed)
+      covers ``reserve`` restarts plus ``kappa`` × the outages to expect in the time left (1 − availability of
+      any zone, from the zones' recent shares), and the job is not behind ``pace`` × an even pace to the
+      deadline; otherwise on-demand. Waiting spends slack; on-demand keeps it for later outages.
+    - On on-demand: go back to spot (a new instance) as soon as a zone has it, the slack still covers two
+      more start-ups (this one, and a fallback to on-demand right after it) so a return to spot can never
+      cost the deadline, and the rest on spot, start-up included, costs less than on on-demand; else stay.
+    - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
+      (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
+    - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
+      and a job on on-demand stays there, as it always did.
+
+    The defaults were chosen on the tuning split of ``bench/policy_traces.py`` (the first 40% of each trace).
+    """
+
+    pace: float = 1.2
+    kappa: float = 0.2
+    reserve: float = 1.0
+
+    def __call__(self, s: Situation) -> Choice:
+        zone = _pick_zone(s, prefer_availability=True)
+        if s.budget is not None and s.spent + _min_cost_to_finish(s) > s.budget:
+            need = s.spent + _min_cost_to_finish(s)
+            return Choice("stop", None, WORDING("spot-policy.stop.budget", need=need, budget=s.budget, spent=s.spent))
+        if s.time_left_s is None:
+            if s.holding.market == "on-demand":  # put there by a person, or by the launch plan's fallback
+                return Choice("on-demand", None, WORDING("spot-policy.on-demand.kept"))
+            if zone is None:
+                return Choice("wait", None, WORDING("spot-policy.wait.only"))
+            return Choice("spot", zone.name, WORDING("spot-policy.spot.no-deadline", zone=zone.name))
+        if s.budget is not None and s.spent + _on_demand_cost_to_finish(s) > s.budget:
+            if zone is not None:
+                return Choice("spot", zone.name, WORDING("spot-policy.spot.budget", zone=zone.name, budget=s.budget))
+            return Choice("wait", None, WORDING("spot-policy.wait.budget", budget=s.budget))
+        if s.holding.market == "on-demand":
+            spare = s.time_left_s - s.period_s - (2 * s.restart_s + s.work_left_s + s.checkpoint_interval_s)
+            cheaper = (s.restart_s + s.work_left_s) * s.spot_price < s.work_left_s * s.on_demand_price
+            if zone is not None and spare >= 0 and cheaper:
+                return Choice(
+                    "spot", zone.name, WORDING("spot-policy.spot.back", zone=zone.name, slack_h=_hours(spare))
+                )
+            return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
+        if zone is not None and fallback_slack(s, "spot") >= 0:
+            slack = fallback_slack(s, "spot")
+            return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=_hours(slack)))
+        slack = fallback_slack(s, None)
+        if zone is not None or slack < 0:
+            return _last_resort(s)
+        if self.behind(s):
+            return Choice("on-demand", None, WORDING("spot-policy.on-demand.pace", **_values(s)))
+        kept = self.reserve * s.restart_s + self.kappa * (1 - any_availability(s)) * s.time_left_s
+        if slack < kept:
+            return Choice("on-demand", None, WORDING("spot-policy.on-demand.reserve", slack_h=_hours(slack)))
+        return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(slack)))
+
+    def behind(self, s: Situation) -> bool:
+        """Behind ``pace`` × an even pace: the work left is more than that share of all the work (start-ups
+        set aside) that an even pace would still have to do in the time left."""
+        assert s.time_left_s is not None
+        total_work = s.work_done_s + s.work_left_s
+        usable = max(s.elapsed_s + s.time_left_s - s.restart_s, s.period_s)
+        return s.work_left_s > self.pace * total_work * max(s.time_left_s - s.restart_s, 0.0) / usable
+
+
+def any_availability(s: Situation) -> float:
+    """The chance that some zone has spot, from the zones' recent shares taken as independent (unknown: ½)."""
+    none = 1.0
+    for zone in s.zones:
+        none *= 1 - (zone.availability if zone.availability is not None else 0.5)
+    return 1 - none
+
+
+deadline_aware = DeadlineAware()
+
+DEFAULT_POLICY = "deadline-aware"
+POLICIES: dict[str, Policy] = {
+    "deadline-aware": deadline_aware,
+    "greedy": greedy,
+    "on-demand": on_demand,
+    "spot-only": spot_only,
+}

@@ -1,0 +1,204 @@
+"""The tick model ``finetune-bot simulate`` replays a spot policy in, over availability traces.
+
+Exactly the model of the issue that asked for it (issue 15), so results can be checked by hand:
+
+- time runs in ticks of the traces' ``gap_seconds`` (h hours each); the scenario starts at tick round(H / h)
+  and the job needs ceil(W / h) ticks of progress, by floor(D / h) ticks after the start;
+- each tick the job holds nothing, an on-demand instance, or a spot instance in zone z, the latter only while
+  z's trace reads at least ``nodes``; a held spot instance whose zone then reads fewer is preempted;
+- an instance is new when the choice differs from the previous tick's (the first launch included); a new one
+  spends ceil(R · 60 / gap_seconds) ticks of overhead, then each tick adds one tick of progress; progress is
+  never lost at a preemption (the notice-driven checkpoint), only the overhead is paid again;
+- a held tick costs its price × h; the job is done at the tick its progress is complete (that tick paid whole).
+
+Past the end of its traces no zone has spot (a policy may still finish on on-demand); a policy that holds
+nothing there once the deadline has passed would wait forever, so the run ends unfinished. The policy is
+called every tick with the same :class:`~handlers.spot_policy.Situation` the bot builds, so it is the bot's own
+code that is measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from handlers.jobs import Market
+from handlers.spot_policy import NOTHING, Choice, Event, Holding, Policy, Situation, ZoneView
+
+# How far back a zone's availability share looks (the policy's "recent availability"), in hours.
+AVAILABILITY_WINDOW_HOURS = 24
+
+
+@dataclass(frozen=True, slots=True)
+class Zone:
+    """One zone's trace: how many spot instances it had (or kept) at each tick."""
+
+    name: str
+    counts: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A scenario in ticks (see :func:`to_ticks`), with prices per hour of all the job's ``nodes``."""
+
+    zones: tuple[Zone, ...]
+    gap_seconds: int
+    start: int
+    work: int
+    deadline: int
+    overhead: int
+    spot_price: float
+    on_demand_price: float
+    nodes: int = 1
+    budget: float | None = None
+
+    @property
+    def hours_per_tick(self) -> Fraction:
+        return Fraction(self.gap_seconds, 3600)
+
+    @property
+    def end(self) -> int:
+        """The first tick past the shortest trace."""
+        return min(len(zone.counts) for zone in self.zones) if self.zones else self.start
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one policy did over one run; ``choices`` is the action of each tick (for tests and the curious)."""
+
+    spot_ticks: int = 0
+    on_demand_ticks: int = 0
+    preemptions: int = 0
+    finish: int | None = None  # ticks from the start to the end of the tick that completed the work
+    stopped: bool = False
+    choices: list[Choice] = field(default_factory=list)
+
+    def cost(self, run: Run) -> float:
+        h = run.hours_per_tick
+        return float(
+            self.spot_ticks * h * _exact(run.spot_price) + self.on_demand_ticks * h * _exact(run.on_demand_price)
+        )
+
+    def met(self, run: Run) -> bool:
+        return self.finish is not None and self.finish <= run.deadline
+
+
+def to_ticks(
+    gap_seconds: int, start_hour: Fraction, work_hours: Fraction, deadline_hours: Fraction, restart_minutes: Fraction
+) -> tuple[int, int, int, int]:
+    """(start tick, work ticks, deadline ticks, overhead ticks), computed exactly from the typed decimals."""
+    h = Fraction(gap_seconds, 3600)
+    start = round(start_hour / h)
+    work = -(-work_hours // h)  # ceil
+    deadline = deadline_hours // h
+    overhead = -(-(restart_minutes * 60) // gap_seconds)
+    return int(start), int(work), int(deadline), int(overhead)
+
+
+def simulate(run: Run, policy: Policy) -> Outcome:
+    """Replay ``policy`` over ``run``, tick by tick, exactly as the module docstring says."""
+    gap = run.gap_seconds
+    window = max(1, round(AVAILABILITY_WINDOW_HOURS * 3600 / gap))
+    prefix = [_prefix_available(zone.counts, run.nodes) for zone in run.zones]
+    out = Outcome()
+    previous: tuple[Market, str | None] | None = None
+    starting = 0  # overhead ticks the held instance still has to spend
+    progress = 0
+    cost = Fraction(0)
+    h = run.hours_per_tick
+    t = run.start
+    end = run.end
+    while progress < run.work:
+        available = [t < len(zone.counts) and zone.counts[t] >= run.nodes for zone in run.zones]
+        holding = NOTHING
+        event: Event = "launch" if t == run.start else "tick"
+        if previous is not None:
+            market, zone_name = previous
+            if market == "spot" and not available[_index(run, zone_name)]:
+                out.preemptions += 1
+                event = "interrupted"
+            else:
+                holding = Holding(market, zone_name, starting * gap)
+        views = tuple(
+            ZoneView(zone.name, available[i], _share(prefix[i], t, window)) for i, zone in enumerate(run.zones)
+        )
+        situation = Situation(
+            event=event,
+            work_left_s=(run.work - progress) * gap,
+            work_done_s=progress * gap,
+            time_left_s=(run.deadline - (t - run.start)) * gap,
+            elapsed_s=(t - run.start) * gap,
+            restart_s=run.overhead * gap,
+            period_s=gap,
+            holding=holding,
+            zones=views,
+            spot_price=run.spot_price,
+            on_demand_price=run.on_demand_price,
+            spent=float(cost),
+            budget=run.budget,
+        )
+        choice = policy(situation)
+        out.choices.append(choice)
+        if choice.action == "stop":
+            out.stopped = True
+            return out
+        held = _held(run, choice, available)
+        if held is None:
+            previous = None
+            if t >= end and t - run.start >= run.deadline:
+                return out  # past the deadline, spot will never come back, and the policy will not pay on-demand
+            t += 1
+            continue
+        if held != previous:  # a new instance (the first launch, a move, a return after a loss or a wait)
+            starting = run.overhead
+        if held[0] == "spot":
+            out.spot_ticks += 1
+            cost += h * _exact(run.spot_price)
+        else:
+            out.on_demand_ticks += 1
+            cost += h * _exact(run.on_demand_price)
+        if starting > 0:
+            starting -= 1
+        else:
+            progress += 1
+        previous = held
+        t += 1
+    out.finish = t - run.start
+    return out
+
+
+def _held(run: Run, choice: Choice, available: list[bool]) -> tuple[Market, str | None] | None:
+    if choice.action == "wait":
+        return None
+    if choice.action == "on-demand":
+        return ("on-demand", None)
+    if choice.zone is None or not available[_index(run, choice.zone)]:
+        raise ValueError(f"the policy chose spot in {choice.zone!r}, which has no spot at this tick")
+    return ("spot", choice.zone)
+
+
+def _index(run: Run, zone_name: str | None) -> int:
+    for i, zone in enumerate(run.zones):
+        if zone.name == zone_name:
+            return i
+    raise ValueError(f"the policy chose a zone this run does not have: {zone_name!r}")
+
+
+def _prefix_available(counts: Sequence[int], nodes: int) -> list[int]:
+    prefix = [0]
+    for count in counts:
+        prefix.append(prefix[-1] + (count >= nodes))
+    return prefix
+
+
+def _share(prefix: list[int], t: int, window: int) -> float:
+    """The share of the ``window`` ticks up to and including ``t`` that had spot (none past the trace's end)."""
+    last, first = t + 1, max(0, t + 1 - window)
+    known = len(prefix) - 1
+    return (prefix[min(last, known)] - prefix[min(first, known)]) / (last - first)
+
+
+def _exact(price: float) -> Fraction:
+    """A price as the decimal it was typed as, so costs add up exactly (0.1 + 0.2 is 0.3 here)."""
+    return Fraction(str(price))

@@ -1,0 +1,101 @@
+"""Hand-made spot traces and situations shared by the policy, simulator and catalogue tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from handlers.job_options import JobOptionError, parse_budget, parse_deadline, reserved_parameter
+from handlers.reasons import Reason
+from handlers.spot_policy import (
+    NOTHING,
+    Holding,
+    Situation,
+    ZoneView,
+    deadline_aware,
+    greedy,
+    on_demand,
+    spot_only,
+)
+from handlers.spot_sim import Run, Zone
+
+HOUR = 3600.0
+NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
+
+
+def situation(**changes: Any) -> Situation:
+    """One-hour periods, a one-hour restart, 4 h of work left of 4, 12 h to the deadline, no zone: then changes."""
+    values: dict[str, Any] = {
+        "event": "tick",
+        "work_left_s": 4 * HOUR,
+        "work_done_s": 0.0,
+        "time_left_s": 12 * HOUR,
+        "elapsed_s": 0.0,
+        "restart_s": HOUR,
+        "period_s": HOUR,
+        "holding": NOTHING,
+        "zones": (),
+        "spot_price": 1.0,
+        "on_demand_price": 3.0,
+    }
+    values.update(changes)
+    return Situation(**values)
+
+
+def zones(*available: bool, share: float | None = 1.0) -> tuple[ZoneView, ...]:
+    names = "abcdefgh"
+    return tuple(ZoneView(f"zone-{names[i]}", up, share) for i, up in enumerate(available))
+
+
+def hourly_run(
+    traces: Sequence[Sequence[int]],
+    work: int,
+    deadline: int,
+    overhead: int = 1,
+    budget: float | None = None,
+    start: int = 0,
+) -> Run:
+    """A run in one-hour ticks (so a tick's cost is its price), spot $1/h, on-demand $3/h."""
+    named = tuple(Zone(f"zone-{'abcdefgh'[i]}", list(counts)) for i, counts in enumerate(traces))
+    return Run(named, 3600, start, work, deadline, overhead, 1.0, 3.0, budget=budget)
+
+
+def policy_reasons() -> list[Reason]:
+    """Every Reason the spot policies and the job options give, each from the real code path that gives it."""
+    up, down = zones(True), zones(False, share=0.0)
+    on_spot = Holding("spot", "zone-a")
+    on_od = Holding("on-demand")
+    reasons = [
+        on_demand(situation()).reason,
+        spot_only(situation(zones=up)).reason,
+        spot_only(situation(zones=down)).reason,
+        greedy(situation(zones=up)).reason,  # spot with slack
+        greedy(situation(zones=zones(False))).reason,  # wait
+        greedy(situation(zones=zones(False), time_left_s=5 * HOUR)).reason,  # on-demand for the deadline
+        deadline_aware(situation(zones=up, time_left_s=None)).reason,  # no deadline
+        deadline_aware(situation(zones=up, time_left_s=None, holding=on_od)).reason,  # no deadline, on-demand
+        deadline_aware(situation(zones=zones(False, share=1.0), restart_s=0.0)).reason,  # wait
+        deadline_aware(situation(zones=down, time_left_s=7 * HOUR)).reason,  # on-demand: slack kept
+        deadline_aware(situation(zones=down, work_done_s=0.0, time_left_s=8 * HOUR, elapsed_s=30 * HOUR)).reason,
+        deadline_aware(situation(zones=up, holding=on_od, time_left_s=10 * HOUR)).reason,  # back to spot
+        deadline_aware(situation(zones=down, holding=on_od)).reason,  # stays on on-demand
+        deadline_aware(situation(zones=up, holding=on_spot, time_left_s=3 * HOUR)).reason,  # late
+        deadline_aware(situation(zones=up, budget=8.0)).reason,  # spot: on-demand over budget
+        deadline_aware(situation(zones=down, budget=8.0)).reason,  # wait: on-demand over budget
+        deadline_aware(situation(zones=up, budget=8.0, spent=4.0)).reason,  # stop
+    ]
+    errors: list[JobOptionError] = []
+    for call in (
+        lambda: parse_deadline("soon", NOW),
+        lambda: parse_deadline("91d", NOW),
+        lambda: parse_budget("lots"),
+        lambda: parse_budget("0"),
+    ):
+        try:
+            call()
+        except JobOptionError as exc:
+            errors.append(exc)
+    reserved = reserved_parameter("mine", {"deadline": 1})
+    assert reserved is not None and len(errors) == 4
+    return [*reasons, *(error.reason for error in errors), reserved.reason]

@@ -1,0 +1,151 @@
+"""``finetune-bot simulate`` as a user runs it: a subprocess, scenarios on stdin, one JSON line per result."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SAMPLE = Path(__file__).resolve().parents[1] / "bench" / "data" / "spot-traces" / "availability" / "1-node"
+KEYS = [
+    "scenario",
+    "policy",
+    "cost",
+    "on_demand_cost",
+    "finish_hours",
+    "met_deadline",
+    "preemptions",
+    "spot_hours",
+    "on_demand_hours",
+]
+
+
+def simulate(stdin: str, *policies: str) -> subprocess.CompletedProcess[str]:
+    flags = [part for name in policies for part in ("--policy", name)]
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", "simulate", *flags],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def trace(path: Path, counts: list[int], gap: int = 3600) -> str:
+    path.write_text(json.dumps({"metadata": {"gap_seconds": gap}, "data": counts}))
+    return str(path)
+
+
+def scenario(traces: list[str], **changes: Any) -> str:
+    values: dict[str, Any] = {
+        "traces": traces,
+        "nodes": 1,
+        "work_hours": 3,
+        "deadline_hours": 10,
+        "restart_minutes": 60,
+        "spot_price": 0.5,
+        "on_demand_price": 2.0,
+        "start_hour": 0,
+    }
+    values.update(changes)
+    return json.dumps(values)
+
+
+def test_each_scenario_and_policy_gives_one_line_with_the_hand_computed_figures(tmp_path: Path) -> None:
+    a = trace(tmp_path / "a.json", [1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1])
+    b = trace(tmp_path / "b.json", [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1])
+    lines = "\n".join([scenario([a]), "", scenario([a, b])]) + "\n"
+    done = simulate(lines, "spot-only", "on-demand")
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert all(list(result) == KEYS for result in results)
+    assert [(r["scenario"], r["policy"]) for r in results] == [
+        (0, "spot-only"),
+        (0, "on-demand"),
+        (2, "spot-only"),  # the blank line keeps its number
+        (2, "on-demand"),
+    ]
+    # One zone: start-up, 1 h of work, preempted, start-up, 2 h of work: 5 spot hours at $0.50, done after 6 h.
+    assert results[0] == {
+        "scenario": 0,
+        "policy": "spot-only",
+        "cost": 2.5,
+        "on_demand_cost": 8.0,  # (1 h start-up + 3 h of work) at $2
+        "finish_hours": 6.0,
+        "met_deadline": True,
+        "preemptions": 1,
+        "spot_hours": 5.0,
+        "on_demand_hours": 0.0,
+    }
+    assert results[1] | {"policy": "spot-only"} == results[0] | {
+        "cost": 8.0,
+        "finish_hours": 4.0,
+        "preemptions": 0,
+        "spot_hours": 0.0,
+        "on_demand_hours": 4.0,
+    }
+    # Two zones: zone b takes over at once (its own start-up), done after 5 h.
+    assert (results[2]["cost"], results[2]["finish_hours"], results[2]["preemptions"]) == (2.5, 5.0, 1)
+
+
+def test_the_default_policy_is_deadline_aware_and_it_meets_deadlines_on_the_sample_traces() -> None:
+    zones = sorted(str(path) for path in (SAMPLE / "aws-02-15-2023").glob("*.json"))
+    lines = [
+        scenario(zones[:1], work_hours=8, deadline_hours=12, restart_minutes=6, spot_price=0.918, on_demand_price=3.06),
+        scenario(zones, work_hours=24, deadline_hours=36, restart_minutes=6, spot_price=0.918, start_hour=200),
+    ]
+    done = simulate("\n".join(lines))
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["policy"] for r in results] == ["deadline-aware", "deadline-aware"]
+    assert all(r["met_deadline"] and r["finish_hours"] <= 36 for r in results)
+    # 195 s ticks: 8 h is 148 ticks of work, 6 min of restart 2 ticks: (148 + 2) × 195 s at $3.06.
+    assert results[0]["on_demand_cost"] == pytest.approx(150 * 195 / 3600 * 3.06)
+    assert results[1]["cost"] < results[1]["on_demand_cost"]
+
+
+@pytest.mark.parametrize(
+    ("line", "policies", "message"),
+    [
+        ("{not json", (), "line 0: not JSON"),
+        ('{"traces": []}', (), "line 0: traces:"),
+        ("[1, 2]", (), "line 0: a scenario is a JSON object"),
+        ("SCENARIO colour=1", (), "line 0: colour: Extra inputs are not permitted"),
+        ("SCENARIO work_hours=-1", (), "line 0: work_hours:"),
+        ("SCENARIO spot_price=NaN", (), "line 0: not JSON (NaN is not a number)"),
+        ("SCENARIO start_hour=99", (), "line 0: start_hour 99 is past the end of the traces (11 h)"),
+        ("MISSING", (), "gone.json: cannot be read (No such file or directory)"),
+        ("MIXED", (), "line 0: traces with different gap_seconds (60, 3600)"),
+        ("SCENARIO", ("fastest",), "unknown policy 'fastest'"),
+    ],
+)
+def test_bad_input_is_one_clear_line_exit_2_and_no_output(
+    tmp_path: Path, line: str, policies: tuple[str, ...], message: str
+) -> None:
+    a = trace(tmp_path / "a.json", [1] * 11)
+    minutes = trace(tmp_path / "m.json", [1] * 11, gap=60)
+    if line.startswith("SCENARIO"):
+        changes = dict(part.split("=") for part in line.split()[1:])
+        values = {key: json.loads(value) if value != "NaN" else float("nan") for key, value in changes.items()}
+        line = scenario([a], **values)
+    elif line == "MISSING":
+        line = scenario([str(tmp_path / "gone.json")])
+    elif line == "MIXED":
+        line = scenario([a, minutes])
+    done = simulate(line + "\n", *policies)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("finetune-bot simulate: ") and message in done.stderr, done.stderr
+
+
+def test_bad_input_after_good_lines_still_writes_nothing(tmp_path: Path) -> None:
+    a = trace(tmp_path / "a.json", [1] * 11)
+    done = simulate(f"{scenario([a])}\n{scenario([a], nodes=0)}\n")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("finetune-bot simulate: line 1: nodes:")

@@ -1,0 +1,135 @@
+"""The tick model of ``finetune-bot simulate`` against hand computation, and the bench's offline optimum
+against brute force (every choice sequence of small runs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import random
+import sys
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from handlers.reasons import Reason
+from handlers.spot_policy import POLICIES, Choice, Situation, on_demand, spot_only
+from handlers.spot_sim import Run, Zone, simulate, to_ticks
+from tests.spot_cases import hourly_run
+
+SCRIPTED = Reason("test.scripted", "as the test's plan says")
+
+
+def test_ticks_come_from_the_typed_decimals_exactly() -> None:
+    # 195 s ticks: start round(100 h / h) = 1846, work ceil(24 h / h) = 444, deadline floor(36 h / h) = 664,
+    # restart ceil(6 min · 60 / 195) = 2.
+    assert to_ticks(195, Fraction(100), Fraction(24), Fraction(36), Fraction(6)) == (1846, 444, 664, 2)
+    # 0.3 h in 0.1 h ticks is 3 ticks (floating point would make it 2.999… and floor it to 2).
+    assert to_ticks(360, Fraction("0"), Fraction("0.3"), Fraction("0.3"), Fraction("0")) == (0, 3, 3, 0)
+
+
+def test_on_demand_pays_one_start_up_and_the_work() -> None:
+    # 3 h of work, 30 min restart in 1 h ticks: 1 tick of overhead + 3 of progress = 4 ticks at $3.
+    start, work, deadline, overhead = to_ticks(3600, Fraction(0), Fraction(3), Fraction(5), Fraction(30))
+    run = Run((Zone("a", [0] * 8),), 3600, start, work, deadline, overhead, 1.0, 3.0)
+    outcome = simulate(run, on_demand)
+    assert (outcome.on_demand_ticks, outcome.spot_ticks, outcome.finish) == (4, 0, 4)
+    assert outcome.cost(run) == 12.0 and outcome.met(run)
+
+
+def test_spot_only_costs_each_held_tick_and_pays_the_overhead_again_after_a_preemption() -> None:
+    # t0 start-up, t1 work, t2 preempted (nothing held), t3 start-up again, t4 and t5 work: done at t5.
+    run = hourly_run([[1, 1, 0, 1, 1, 1, 1]], work=3, deadline=10)
+    outcome = simulate(run, spot_only)
+    assert [choice.action for choice in outcome.choices] == ["spot", "spot", "wait", "spot", "spot", "spot"]
+    assert (outcome.spot_ticks, outcome.preemptions, outcome.finish) == (5, 1, 6)
+    assert outcome.cost(run) == 5.0 and outcome.met(run)
+    # The same with a second zone: it moves to zone-b at t2 (a new instance: its start-up) and stays.
+    run = hourly_run([[1, 1, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 1]], work=3, deadline=10)
+    outcome = simulate(run, spot_only)
+    assert [choice.zone for choice in outcome.choices] == ["zone-a", "zone-a", "zone-b", "zone-b", "zone-b"]
+    assert (outcome.spot_ticks, outcome.preemptions, outcome.finish) == (5, 1, 5)
+
+
+def test_nodes_count_a_zone_as_available_only_with_enough_instances() -> None:
+    counts = [4, 4, 3, 4, 4, 4]
+    four = Run((Zone("a", counts),), 3600, 0, 3, 10, 1, 1.0, 3.0, nodes=4)
+    three = Run((Zone("a", counts),), 3600, 0, 3, 10, 1, 1.0, 3.0, nodes=3)
+    assert simulate(four, spot_only).preemptions == 1
+    assert simulate(three, spot_only).preemptions == 0 and simulate(three, spot_only).finish == 4
+
+
+def test_past_the_end_of_the_traces_there_is_no_spot() -> None:
+    run = hourly_run([[1, 1]], work=5, deadline=10, overhead=0)
+    outcome = simulate(run, spot_only)
+    assert outcome.finish is None and not outcome.met(run) and outcome.spot_ticks == 2
+    assert simulate(run, POLICIES["deadline-aware"]).met(run)  # on-demand finishes it
+
+
+def test_a_policy_that_picks_a_zone_without_spot_is_a_bug_the_simulator_reports() -> None:
+    run = hourly_run([[0, 1]], work=1, deadline=2)
+    with pytest.raises(ValueError, match="no spot at this tick"):
+        simulate(run, lambda s: Choice("spot", "zone-a", SCRIPTED))
+
+
+# -- the offline optimum of bench/policy_traces.py ------------------------------------------------------------
+
+
+def bench_module() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "bench" / "policy_traces.py"
+    spec = importlib.util.spec_from_file_location("policy_traces", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("policy_traces", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def scripted(run: Run, plan: tuple[object, ...]) -> Callable[[Situation], Choice]:
+    """A policy that plays ``plan`` (None: nothing, "od", or a zone index), tick by tick."""
+    moves = iter(plan)
+
+    def policy(s: Situation) -> Choice:
+        move = next(moves, None)
+        if move is None:
+            return Choice("wait", None, SCRIPTED)
+        if move == "od":
+            return Choice("on-demand", None, SCRIPTED)
+        assert isinstance(move, int)
+        return Choice("spot", run.zones[move].name, SCRIPTED)
+
+    return policy
+
+
+def brute_force(run: Run) -> float:
+    """The least cost over every sequence of choices that meets the deadline."""
+    best = float("inf")
+    options: list[object] = [None, "od", *range(len(run.zones))]
+    for plan in itertools.product(options, repeat=run.deadline):
+        if any(
+            isinstance(move, int) and run.zones[move].counts[run.start + t] < run.nodes for t, move in enumerate(plan)
+        ):
+            continue
+        outcome = simulate(run, scripted(run, plan))
+        if outcome.met(run):
+            best = min(best, outcome.cost(run))
+    return best
+
+
+def test_the_offline_optimum_is_the_least_cost_of_every_plan() -> None:
+    optimum = bench_module().offline_optimum
+    rng = random.Random(15)
+    for _ in range(60):
+        zones = rng.randint(1, 2)
+        deadline = rng.randint(3, 6)
+        traces = [[rng.choice([0, 1, 1]) for _ in range(deadline + 2)] for _ in range(zones)]
+        named = tuple(Zone(f"z{i}", trace) for i, trace in enumerate(traces))
+        run = Run(named, 3600, rng.randint(0, 2), rng.randint(1, deadline), deadline, rng.randint(0, 2), 1.0, 3.0)
+        expected = brute_force(run)
+        assert optimum(run) == pytest.approx(expected), run
+        for name, policy in POLICIES.items():  # no policy beats perfect knowledge
+            outcome = simulate(run, policy)
+            if outcome.met(run):
+                assert outcome.cost(run) >= expected - 1e-9, name
