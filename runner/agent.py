@@ -52,7 +52,15 @@ from runner.reports.reporter import Reporter
 from runner.retry import with_retries
 from runner.storage.base import ObjectStore, StorageError
 from runner.storage.open import open_store
-from runner.trainer import TrainerProcess
+from runner.trainer import (
+    TrainerFiles,
+    TrainerProcess,
+    TrainerStartError,
+    expand_argv,
+    find_program,
+    start_failure,
+    trainer_environment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +122,9 @@ class Runner:
         self.checkpoints = CheckpointStore(self.store, spec.job_id, spec.attempt)
         self.notice_source = notice_source if notice_source is not None else notice_source_for(spec)
         self.reporter = Reporter([open_target(target) for target in spec.report])
-        self.output_dir = options.work_dir / "output"
-        self.progress = ProgressTail(options.work_dir / "progress.jsonl")
+        self.files = TrainerFiles.under(options.work_dir)
+        self.output_dir = self.files.output_dir
+        self.progress = ProgressTail(self.files.progress_file)
         self.notices: asyncio.Queue[Notice] = asyncio.Queue()
         self.committed: Committed | None = None
         self.instance_id: str | None = None
@@ -159,6 +168,10 @@ class Runner:
             await self.store.close()
 
     async def _run(self) -> int:
+        missing = self._missing_program()
+        if missing is not None:  # before downloading a checkpoint it could never use
+            self.reporter.emit(Failed(**self.ids, reason=missing))
+            return EXIT_FAILED
         patience = self.options.storage_patience_seconds
         try:
             record = await with_retries(
@@ -190,15 +203,13 @@ class Runner:
     async def _supervise(self, resume_from: Path | None) -> int:
         restarts = 0
         while True:
-            trainer = await TrainerProcess.start(
-                self.spec.command,
-                self.spec.env,
-                self.output_dir,
-                resume_from,
-                self.progress.path,
-                self.options.work_dir / "trainer.log",
-                echo=self.options.echo_trainer,
-            )
+            try:
+                trainer = await TrainerProcess.start(
+                    self.spec.command, self.spec.env, resume_from, self.files, echo=self.options.echo_trainer
+                )
+            except TrainerStartError as exc:
+                self.reporter.emit(Failed(**self.ids, reason=str(exc), step=self.progress.state.step))
+                return EXIT_FAILED
             outcome = await self._watch(trainer)
             if isinstance(outcome, Notice):
                 return await self._interrupt(trainer, outcome)
@@ -210,7 +221,8 @@ class Runner:
                 self.reporter.emit(
                     Failed(
                         **self.ids,
-                        reason=f"trainer exited with code {outcome}; gave up after {restarts} restart(s)",
+                        reason=f"trainer exited with code {outcome}; gave up after {restarts} restart(s)"
+                        + (f": {trainer.tail[-1]}" if trainer.tail else ""),
                         step=self.progress.state.step,
                         exit_code=outcome,
                         log_tail=list(trainer.tail),
@@ -263,7 +275,7 @@ class Runner:
         noticed = time.monotonic()
         deadline = notice.deadline or datetime.now(UTC) + timedelta(seconds=self.options.stop_grace_seconds)
         known = {checkpoint.step for checkpoint in list_checkpoint_dirs(self.output_dir)}
-        trainer.terminate()
+        trainer.request_stop()
         # Leave room to upload: twice the last commit's time, at least 10 s, but never all of the window.
         window = (deadline - datetime.now(UTC)).total_seconds()
         reserve = max(10.0, 2 * (self.committed.seconds if self.committed else 0.0))
@@ -460,6 +472,12 @@ class Runner:
             self.reporter.emit(
                 Progress(**self.ids, step=state.step, total_steps=state.total_steps, loss=state.loss, epoch=state.epoch)
             )
+
+    def _missing_program(self) -> str | None:
+        """Why the trainer's program cannot be started (not found, not executable), or None."""
+        env, ours = trainer_environment(self.spec.env, self.files, None)
+        [program] = expand_argv(self.spec.command[:1], ours) or [""]
+        return None if find_program(program, env) else start_failure(program, env)
 
     def _outage(self, kind: str) -> Callable[[str], None]:
         """Report the first failure of an outage of one notice source (the watcher calls this once per outage)."""

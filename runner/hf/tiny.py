@@ -143,7 +143,7 @@ def build_model(seed: int) -> PeftModel:
     )
     config._attn_implementation = "eager"
     set_seed(BASE_MODEL_SEED)
-    base = LlamaForCausalLM(config)
+    base = LlamaForCausalLM(config)  # type: ignore[no-untyped-call]
     set_seed(seed)
     lora = LoraConfig(
         r=4,
@@ -153,7 +153,9 @@ def build_model(seed: int) -> PeftModel:
         bias="none",
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(base, lora)
+    model = get_peft_model(base, lora)
+    assert isinstance(model, PeftModel)
+    return model
 
 
 def _checkpoint_step(checkpoint: str) -> int:
@@ -174,6 +176,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--step-seconds", type=float, default=0.0, help="make every step last at least this long (default 0)"
     )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="data-parallel ranks, started with torchrun on gloo (default 1)"
+    )
     args = parser.parse_args(argv)
     if args.max_steps < 1:
         parser.error("--max-steps must be >= 1")
@@ -181,13 +186,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--save-steps must be >= 1")
     if args.step_seconds < 0:
         parser.error("--step-seconds must be >= 0")
+    if args.processes < 1:
+        parser.error("--processes must be >= 1")
     return args
 
 
+def launch_ranks(nproc: int, argv: Sequence[str]) -> int:
+    """Be torchrun: start ``nproc`` ranks of this same module (each sees ``LOCAL_RANK`` and trains) and wait.
+
+    This process then only supervises, as ``torchrun`` itself would: the ranks watch the runner's stop file.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    try:
+        torchrun(["--standalone", "--nproc_per_node", str(nproc), "-m", "runner.hf.tiny", *argv])
+    except ChildFailedError as exc:
+        print(f"runner.hf.tiny: a rank failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    # First, before the slow parts: from here on a SIGTERM means "checkpoint at the next step and stop".
-    spot = SpotCheckpointCallback()
     args = parse_args(argv)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.processes > 1 and "LOCAL_RANK" not in os.environ:
+        return launch_ranks(args.processes, sys.argv[1:] if argv is None else argv)
+    # First, before the slow parts: from here on a stop request means "checkpoint at the next step and stop".
+    spot = SpotCheckpointCallback()
 
     output_dir = os.environ.get("FINETUNE_OUTPUT_DIR", "")
     if not output_dir:
@@ -229,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         remove_unused_columns=False,
         disable_tqdm=True,
         accelerator_config={"use_seedable_sampler": True},  # data order = f(data_seed, epoch): see above
+        # Under torchrun: plain DDP on gloo (CPU), every LoRA weight gets a gradient on every step.
+        ddp_backend="gloo" if world_size > 1 else None,
+        ddp_find_unused_parameters=False if world_size > 1 else None,
     )
     trainer = Trainer(
         model=model,
@@ -246,20 +275,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded = get_peft_model_state_dict(model)
         if loaded.keys() != weights.keys() or not all(torch.equal(loaded[k], weights[k]) for k in weights):
             raise RuntimeError(f"{resume_from}: its adapter does not match this model")
-        if not spot.stop_requested:
+        stopped = spot.stopped()
+        if not stopped:
             trainer.save_model(output_dir)
-        print(json.dumps({"global_step": done, "interrupted": spot.stop_requested}), flush=True)
+        _say({"global_step": done, "interrupted": stopped})
         return 0
     result = trainer.train(resume_from_checkpoint=resume_from)
-    summary = {"global_step": result.global_step, "interrupted": spot.stop_requested}
-    if spot.stop_requested:
+    stopped = spot.stopped()  # the same answer on every rank
+    summary = {"global_step": result.global_step, "interrupted": stopped}
+    if stopped:
         # Interrupted (or notified after the last step): the checkpoint of this step is saved and marked
         # complete; the run that resumes from it writes the final output.
-        print(json.dumps(summary), flush=True)
+        _say(summary)
         return 0
     trainer.save_model(output_dir)
-    print(json.dumps(summary), flush=True)
+    _say(summary)
     return 0
+
+
+def _say(summary: dict[str, Any]) -> None:
+    """The run's one-line JSON summary, printed once (by rank 0 under torchrun)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":
