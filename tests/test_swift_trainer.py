@@ -1,0 +1,184 @@
+"""ms-swift for real: the bot's own ``deepseek-7b`` recipe on a tiny Qwen2 built in code, through the real runner.
+
+The spec is what the bot sends (``build_spec`` of the built-in recipe with ``model=`` / ``dataset=`` /
+``dtype=`` overrides); the trainer is ``python -m swift.cli.sft`` from the pinned ms-swift, which loads the
+runner's plugin from ``${FINETUNE_SWIFT_PLUGIN}``. Two epochs of 40 rows with the recipe's default
+``lora_dropout`` 0.05, interrupted inside the first: the resume crosses the epoch boundary, where swift's
+persistent DataLoader workers used to put the dropout masks out of step.
+
+A swift step on this model takes ~20 ms, too fast to aim a notice at from outside; so the trainer is frozen
+(SIGSTOP) once it reached a step, the notice is posted, and it is let go (SIGCONT) once the runner has written
+its stop request: the step it stops at is then certain, and no timing is raced. Cost: three swift runs of
+~20-40 s each (mostly importing swift, torch and transformers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.cloud.local_metadata import LocalMetadataServer
+from handlers.jobs import Job
+from handlers.launch import build_spec
+from handlers.recipes import DEEPSEEK_7B
+from tests.runner_harness import (
+    child_pids,
+    of_type,
+    progress_steps,
+    read_reports,
+    runner_env,
+    start_runner,
+)
+
+ROWS_SAMPLED = 40  # dataset=<jsonl>#40: swift's own sampling syntax, kept
+STEPS = 2 * ROWS_SAMPLED  # 2 epochs, batch 1, no accumulation
+ADAPTER = "adapter_model.safetensors"
+RUN_TIMEOUT = 300.0
+
+pytestmark = pytest.mark.timeout(1200)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("tiny-qwen")
+    built = subprocess.run(
+        [sys.executable, "-m", "tests.trainers.tiny_qwen", str(root)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    paths: dict[str, str] = json.loads(built.stdout.splitlines()[-1])
+    return paths
+
+
+def swift_spec(
+    path: Path, tiny_qwen: dict[str, str], store: Path, reports: Path, attempt: int, job: str, notice: str = "aws"
+) -> Path:
+    """The spec the bot would send for ``/finetune start deepseek-7b model=… dataset=… dtype=float32 …``."""
+    overrides = {
+        "model": tiny_qwen["model"],
+        "dataset": f"{tiny_qwen['data']}#{ROWS_SAMPLED}",
+        "dtype": "float32",
+        "epochs": "2",
+        "grad_accum": "1",
+        "save_steps": "10",
+        "max_length": "128",
+    }
+    params = DEEPSEEK_7B.resolve(overrides)
+    record = Job(id=job, recipe=DEEPSEEK_7B.name, params=params, requested_by="console:test")
+    spec = build_spec(
+        record,
+        attempt,
+        DEEPSEEK_7B,
+        f"file://{store}/",
+        [f"file://{reports}"],
+        "aws" if notice == "aws" else "none",
+        sys.executable,
+    )
+    # CPU arithmetic in a fixed order (one thread), so two runs can be compared bit for bit.
+    env = {**spec.env, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    path.write_text(spec.model_copy(update={"env": env}).model_dump_json())
+    return path
+
+
+@pytest.fixture
+async def imds() -> AsyncIterator[LocalMetadataServer]:
+    server = await LocalMetadataServer(instance_id="i-0swift").start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_qwen: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted run of the same spec through the runner: its completed output."""
+    base = tmp_path_factory.mktemp("swift-reference")
+    store, reports = base / "store", base / "reports.jsonl"
+    spec = swift_spec(base / "spec.json", tiny_qwen, store, reports, 1, "ft-swref", notice="none")
+    code = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "run", "--spec", str(spec), "--work-dir", str(base / "work")],
+        env=runner_env(),
+        capture_output=True,
+        timeout=RUN_TIMEOUT,
+    ).returncode
+    assert code == 0, (base / "work" / "trainer.log").read_text()[-3000:]
+    [completed] = of_type(read_reports(reports), "completed")
+    assert completed["step"] == STEPS
+    return store / "output"
+
+
+async def freeze_at_step(runner: asyncio.subprocess.Process, progress: Path, step: int) -> int:
+    """SIGSTOP the trainer (the runner's child) as soon as it has reported ``step``; return its pid."""
+    deadline = asyncio.get_running_loop().time() + RUN_TIMEOUT
+    while asyncio.get_running_loop().time() < deadline:
+        steps = progress_steps(progress)
+        if steps and steps[-1] >= step:
+            [trainer] = child_pids(runner.pid)
+            os.kill(trainer, signal.SIGSTOP)
+            return trainer
+        assert runner.returncode is None, "the runner exited before the trainer reached the step"
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"trainer never reached step {step}")
+
+
+async def test_deepseek_recipe_under_swift_saves_on_notice_resumes_and_matches_an_uninterrupted_run(
+    tmp_path: Path, tiny_qwen: dict[str, str], imds: LocalMetadataServer, reference: Path
+) -> None:
+    store, reports = tmp_path / "store", tmp_path / "reports.jsonl"
+    env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_SYNC_SECONDS="600")
+    spec = swift_spec(tmp_path / "a1.json", tiny_qwen, store, reports, 1, "ft-swift")
+    work = tmp_path / "a1"
+    first = await start_runner(spec, work, env)
+
+    trainer = await freeze_at_step(first, work / "progress.jsonl", 8)
+    frozen_at = progress_steps(work / "progress.jsonl")[-1]
+    assert frozen_at < ROWS_SAMPLED  # still in the first epoch
+    imds.interrupt(seconds=120)
+    await wait_for(lambda: (work / "stop-request").exists())
+    os.kill(trainer, signal.SIGCONT)
+    assert await asyncio.wait_for(first.wait(), RUN_TIMEOUT) == 75
+
+    attempt1 = read_reports(reports)
+    [interrupted] = of_type(attempt1, "interrupted")
+    reached = progress_steps(work / "progress.jsonl")[-1]
+    assert interrupted["saved_in_time"] is True
+    assert interrupted["step"] == reached and frozen_at <= reached <= frozen_at + 1  # the step it was at
+    assert (store / f"checkpoint-{reached}" / "MANIFEST.json").exists()
+    assert (work / "stop-request.watched").exists()  # the plugin's callback watched the file: no signal was sent
+    log = (work / "trainer.log").read_text(errors="replace")
+    assert "stop requested: saving checkpoint at step" in log and "DataLoader worker" not in log
+    assert not of_type(attempt1, "completed")
+
+    imds.interruption = None
+    spec2 = swift_spec(tmp_path / "a2.json", tiny_qwen, store, reports, 2, "ft-swift")
+    second = await start_runner(spec2, tmp_path / "a2", env)
+    code = await asyncio.wait_for(second.wait(), RUN_TIMEOUT)
+    assert code == 0, (tmp_path / "a2" / "trainer.log").read_text()[-3000:]
+    attempt2 = [r for r in read_reports(reports) if r["attempt"] == 2]
+    [started] = of_type(attempt2, "started")
+    assert started["resumed_from_step"] == reached
+    assert progress_steps(tmp_path / "a2" / "progress.jsonl")[0] == reached + 1
+    [completed] = of_type(attempt2, "completed")
+    assert completed["step"] == STEPS
+
+    # swift leaves its final adapter in its last checkpoint: the output holds it, without the resume-only state.
+    final = store / "output" / f"checkpoint-{STEPS}"
+    assert {ADAPTER, "adapter_config.json"} <= {p.name for p in final.iterdir()}
+    assert not (final / "optimizer.pt").exists() and not list(final.glob("rng_state*"))
+    assert (final / ADAPTER).read_bytes() == (reference / f"checkpoint-{STEPS}" / ADAPTER).read_bytes()
+
+
+async def wait_for(condition: Any, timeout: float = RUN_TIMEOUT) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
