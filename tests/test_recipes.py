@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from handlers.recipes import DEEPSEEK_7B, TINY, Parameter, Recipe, RecipeError
@@ -117,24 +119,42 @@ PARSE_WITH_SWIFT = """
 import json, sys
 from swift.arguments import SftArguments
 from transformers import HfArgumentParser
-namespace, rest = HfArgumentParser([SftArguments]).parse_known_args(json.loads(sys.argv[1]))
 plain = (str, int, float, bool, list, type(None))
-print(json.dumps({"rest": rest, "args": {k: v for k, v in vars(namespace).items() if isinstance(v, plain)}}))
+parsed = []
+for argv in json.loads(sys.argv[1]):
+    namespace, rest = HfArgumentParser([SftArguments]).parse_known_args(argv)
+    parsed.append({"rest": rest, "args": {k: v for k, v in vars(namespace).items() if isinstance(v, plain)}})
+print(json.dumps(parsed))
 """
 
 
-def test_the_pinned_ms_swift_accepts_every_flag_of_the_rendered_recipe() -> None:
-    argv = expand_argv(DEEPSEEK_7B.argv(DEEPSEEK_7B.resolve({}), python="python"), RUNNER_VALUES)
+def readme_recipes() -> list[Recipe]:
+    """The recipes of the README's configuration example, as the bot's config would load them."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [block] = [part.split("```", 1)[0] for part in text.split("```yaml\n")[1:] if "name: qwen-lora" in part]
+    return [Recipe.model_validate(item) for item in yaml.safe_load(block)["recipes"]]
+
+
+def test_the_pinned_ms_swift_accepts_every_flag_of_the_swift_recipes() -> None:
+    """The built-in deepseek-7b and the README's qwen-lora example, rendered as the runner runs them."""
+    [qwen] = readme_recipes()
+    rendered = [
+        expand_argv(recipe.argv(recipe.resolve({}), python="python"), RUNNER_VALUES) for recipe in (DEEPSEEK_7B, qwen)
+    ]
+    assert all(argv[1:3] == ["-m", "swift.cli.sft"] for argv in rendered)
     done = subprocess.run(
-        [sys.executable, "-c", PARSE_WITH_SWIFT, json.dumps(argv[3:])],
+        [sys.executable, "-c", PARSE_WITH_SWIFT, json.dumps([argv[3:] for argv in rendered])],
         capture_output=True,
         text=True,
         timeout=300,
         check=True,
     )
-    parsed = json.loads(done.stdout.splitlines()[-1])
-    assert parsed["rest"] == []  # ms-swift 4.x refuses what it does not know (as it refused --train_type)
-    args = parsed["args"]
+    deepseek, readme = json.loads(done.stdout.splitlines()[-1])
+    # ms-swift 4.x refuses what it does not know (as it refused --train_type): nothing is left over.
+    assert deepseek["rest"] == [] and readme["rest"] == []
+    assert readme["args"]["add_version"] is False and readme["args"]["callbacks"] == ["spot_checkpoint"]
+    assert readme["args"]["external_plugins"] == [RUNNER_VALUES["FINETUNE_SWIFT_PLUGIN"]]
+    args = deepseek["args"]
     assert args["tuner_type"] == "lora" and args["add_version"] is False
     assert args["resume_from_checkpoint"] == "/w/output/checkpoint-40" and args["output_dir"] == "/w/output"
     assert args["external_plugins"] == [RUNNER_VALUES["FINETUNE_SWIFT_PLUGIN"]]

@@ -3,17 +3,22 @@
 Run::
 
     FINETUNE_OUTPUT_DIR=/tmp/out python -m runner.hf.tiny [--max-steps 30] [--save-steps 5] [--lr 0.05]
-        [--seed 0] [--step-seconds 0]
+        [--seed 0] [--step-seconds 0] [--processes 1]
 
 It is a stock HF ``Trainer`` around a 2-layer ``LlamaForCausalLM`` built from a ``LlamaConfig`` in code, wrapped
 by peft LoRA (r=4 on q_proj/v_proj), trained on a synthetic data set generated in code: nothing is downloaded,
 no tokenizer is involved, and 30 steps train in under a second on one CPU thread (the process takes ~10 s,
 mostly importing torch, transformers and peft). ``--step-seconds`` stretches every step so a test or a demo can
-deliver a spot notice (SIGTERM) mid-training.
+deliver a spot notice mid-training.
+
+``--processes N`` (N > 1) makes this process torchrun (``torch.distributed.run`` with a standalone rendezvous on
+a free port): it starts N ranks of this same module, which train the same model data-parallel (DDP on gloo, CPU;
+4 sequences per rank and step) while it only supervises. The ranks watch the runner's stop file and agree on the
+step (``runner.stop_request``); this process needs no signal.
 
 Bitwise-reproducible resume
 ---------------------------
-A run interrupted by SIGTERM and resumed (in a fresh process, from its last checkpoint) ends with LoRA weights
+A run interrupted by a stop request and resumed (in a fresh process, from its last checkpoint) ends with LoRA weights
 that are bitwise equal to those of an uninterrupted run with the same arguments. What makes that hold:
 
 * The model state is fully restored. The checkpoint holds the LoRA weights (exact fp32 safetensors), the AdamW
@@ -33,6 +38,9 @@ that are bitwise equal to those of an uninterrupted run with the same arguments.
   happens before the checkpoint's RNG state is restored, so a run resumed in epoch >= 1 replays epoch 0's
   order (observed: interrupted at step 18, the resumed adapter differs; within epoch 0 it happened to match).
 * Nothing else draws random numbers during training: every dropout (attention, LoRA) is 0.
+* Under torchrun each rank also saves and restores its own RNG state (``rng_state_<rank>.pth``), the sampler
+  splits the same seeded permutation between the ranks, and gloo's all-reduce of two ranks' gradients gives
+  both the same sum, so a resumed two-rank run is bitwise equal to an uninterrupted two-rank run.
 * The arithmetic is deterministic: one intra-op thread (``torch.set_num_threads(1)``; CPU reductions then run in
   a fixed order), ``full_determinism=True`` (``torch.use_deterministic_algorithms``), eager attention, fp32,
   the plain (non-fused) AdamW, no gradient accumulation and no data-loader workers.
@@ -104,7 +112,7 @@ class PatternDataset(Dataset[dict[str, torch.Tensor]]):
 class StepDelayCallback(TrainerCallback):
     """Make every optimizer step last at least ``seconds`` (sleeps at step begin, before the compute).
 
-    Sleeping before the step means a SIGTERM delivered during the sleep is acted on at the end of that same step.
+    Sleeping before the step means a stop request made during the sleep is acted on at the end of that same step.
     """
 
     def __init__(self, seconds: float) -> None:
