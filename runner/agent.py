@@ -168,10 +168,6 @@ class Runner:
             await self.store.close()
 
     async def _run(self) -> int:
-        missing = self._missing_program()
-        if missing is not None:  # before downloading a checkpoint it could never use
-            self.reporter.emit(Failed(**self.ids, reason=missing))
-            return EXIT_FAILED
         patience = self.options.storage_patience_seconds
         try:
             record = await with_retries(
@@ -179,6 +175,10 @@ class Runner:
             )
             if record is not None:
                 return await self._already_complete(record)
+            missing = self._missing_program()
+            if missing is not None:  # before downloading a checkpoint it could never use
+                self.reporter.emit(Failed(**self.ids, reason=missing))
+                return EXIT_FAILED
             self._reset_output_dir()
             restored = await with_retries(
                 "restoring the newest checkpoint", lambda: self.checkpoints.restore(self.output_dir), patience

@@ -162,7 +162,6 @@ class TrainerProcess:
         self.log_path = files.log_path
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.killed = False
-        self.signalled = False
         self._others = others  # the runner's processes from before the trainer: never the trainer's to kill
         self._pump = asyncio.create_task(self._stream_output())
 
@@ -225,7 +224,6 @@ class TrainerProcess:
         staging.write_bytes(b"")
         staging.replace(stop)
         if not self.watches_stop_file:
-            self.signalled = True
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)
 

@@ -126,6 +126,26 @@ async def test_a_trainer_program_that_cannot_be_executed_is_reported_failed(tmp_
     assert got[1]["reason"] == f"cannot start the trainer {str(program)!r}: Exec format error"
 
 
+async def test_a_trainer_that_crashes_at_once_is_reported_failed_with_its_last_words(tmp_path: Path) -> None:
+    reports = tmp_path / "reports.jsonl"
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{tmp_path}/store/",
+        report=[f"file://{reports}"],
+        command=[sys.executable, "-c", "import swift_not_installed_here"],
+        max_restarts=0,
+    )
+    runner = await start_runner(spec, tmp_path / "work", runner_env())
+    assert await asyncio.wait_for(runner.wait(), 60) == 1
+    got = read_reports(reports)
+    assert [r["type"] for r in got] == ["started", "failed"]
+    failed = got[1]
+    assert failed["exit_code"] == 1
+    last = "ModuleNotFoundError: No module named 'swift_not_installed_here'"
+    assert failed["reason"] == f"trainer exited with code 1; gave up after 0 restart(s): {last}"
+    assert failed["log_tail"][0] == "Traceback (most recent call last):" and failed["log_tail"][-1] == last
+
+
 # Ignores SIGTERM and starts a "rank" in a session of its own (as torchrun does), which never stops either.
 STUBBORN_WITH_RANK = [
     sys.executable,
