@@ -25,8 +25,9 @@ Adding it to a script, in one line:
 
   with ``output_dir=os.environ["FINETUNE_OUTPUT_DIR"]``, ``save_strategy="steps"`` and
   ``trainer.train(resume_from_checkpoint=os.environ.get("FINETUNE_RESUME_FROM") or None)``.
-* ms-swift 4.x: nothing to copy. ``runner/swift/plugin.py`` registers this class in swift's ``callbacks_map`` as
-  ``spot_checkpoint``; the runner puts that file's path in ``${FINETUNE_SWIFT_PLUGIN}``, so a recipe passes
+* ms-swift 4.x: nothing to copy. ``runner/swift/finetune_spot_plugin.py`` registers this class in swift's
+  ``callbacks_map`` as ``spot_checkpoint``; the runner puts that file's path in ``${FINETUNE_SWIFT_PLUGIN}``, so a
+  recipe passes
   ``--external_plugins ${FINETUNE_SWIFT_PLUGIN} --callbacks spot_checkpoint`` (ms-swift constructs the callback
   as ``cls(args, trainer)``, which the constructor accepts and ignores), plus ``--output_dir
   ${FINETUNE_OUTPUT_DIR} --add_version false`` and ``--resume_from_checkpoint ${FINETUNE_RESUME_FROM}``.
