@@ -4,7 +4,7 @@ One ``Runner`` runs one attempt of one job on one instance::
 
     restore newest valid checkpoint ─► start trainer ─┬─► trainer exits 0 ──► upload output, COMPLETED
                                                       ├─► trainer crashes ──► restart from last checkpoint
-                                                      └─► notice ──► SIGTERM, wait for save, commit, exit 75
+                                                      └─► notice ──► stop request, wait for save, commit, exit 75
 
 While the trainer runs, complete checkpoints are committed in the background and a rebalance recommendation
 commits the newest one early. Storage, metadata and reporting trouble is reported and retried; it never
@@ -52,15 +52,7 @@ from runner.reports.reporter import Reporter
 from runner.retry import with_retries
 from runner.storage.base import ObjectStore, StorageError
 from runner.storage.open import open_store
-from runner.trainer import (
-    TrainerFiles,
-    TrainerProcess,
-    TrainerStartError,
-    expand_argv,
-    find_program,
-    start_failure,
-    trainer_environment,
-)
+from runner.trainer import TrainerFiles, TrainerProcess, TrainerStartError, cannot_start
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +167,7 @@ class Runner:
             )
             if record is not None:
                 return await self._already_complete(record)
-            missing = self._missing_program()
+            missing = cannot_start(self.spec.command, self.spec.env, self.files)
             if missing is not None:  # before downloading a checkpoint it could never use
                 self.reporter.emit(Failed(**self.ids, reason=missing))
                 return EXIT_FAILED
@@ -472,12 +464,6 @@ class Runner:
             self.reporter.emit(
                 Progress(**self.ids, step=state.step, total_steps=state.total_steps, loss=state.loss, epoch=state.epoch)
             )
-
-    def _missing_program(self) -> str | None:
-        """Why the trainer's program cannot be started (not found, not executable), or None."""
-        env, ours = trainer_environment(self.spec.env, self.files, None)
-        [program] = expand_argv(self.spec.command[:1], ours) or [""]
-        return None if find_program(program, env) else start_failure(program, env)
 
     def _outage(self, kind: str) -> Callable[[str], None]:
         """Report the first failure of an outage of one notice source (the watcher calls this once per outage)."""

@@ -86,6 +86,13 @@ def find_program(argv0: str, env: Mapping[str, str]) -> str | None:
     return shutil.which(argv0, path=env.get("PATH", os.defpath))
 
 
+def cannot_start(command: Sequence[str], env: Mapping[str, str], files: TrainerFiles) -> str | None:
+    """Why the trainer's program cannot be started (not found, not executable), or None if it can be."""
+    full_env, ours = trainer_environment(env, files, None)
+    program = (expand_argv(command[:1], ours) or [""])[0]
+    return None if find_program(program, full_env) else start_failure(program, full_env)
+
+
 def trainer_environment(
     env: Mapping[str, str], files: TrainerFiles, resume_from: Path | None
 ) -> tuple[dict[str, str], dict[str, str]]:
@@ -110,7 +117,9 @@ def _link_package(import_dir: Path) -> None:
     link = import_dir / _PACKAGE_DIR.name
     if link.is_symlink() and link.resolve() == _PACKAGE_DIR:
         return
-    if link.is_symlink() or link.exists():
+    if link.is_dir() and not link.is_symlink():
+        shutil.rmtree(link)
+    elif link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(_PACKAGE_DIR, target_is_directory=True)
 
