@@ -8,8 +8,9 @@ persistent DataLoader workers used to put the dropout masks out of step.
 
 A swift step on this model takes ~20 ms, too fast to aim a notice at from outside; so the trainer is frozen
 (SIGSTOP) once it reached a step, the notice is posted, and it is let go (SIGCONT) once the runner has written
-its stop request: the step it stops at is then certain, and no timing is raced. Cost: three swift runs of
-~20-40 s each (mostly importing swift, torch and transformers).
+its stop request: the step it stops at is then certain, and no timing is raced. The second test launches the
+same recipe through the ``swift sft`` wrapper with ``NPROC_PER_NODE=2`` (wrapper → torchrun → two ranks). Cost:
+four swift runs of ~10-20 s each, mostly importing swift, torch and transformers (~50 s for the module).
 """
 
 from __future__ import annotations
@@ -175,6 +176,63 @@ async def test_deepseek_recipe_under_swift_saves_on_notice_resumes_and_matches_a
     assert {ADAPTER, "adapter_config.json"} <= {p.name for p in final.iterdir()}
     assert not (final / "optimizer.pt").exists() and not list(final.glob("rng_state*"))
     assert (final / ADAPTER).read_bytes() == (reference / f"checkpoint-{STEPS}" / ADAPTER).read_bytes()
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        children = child_pids(todo.pop())
+        found += children
+        todo += children
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+async def test_swift_sft_wrapper_with_nproc_per_node_2_stops_both_ranks_at_one_step(
+    tmp_path: Path, tiny_qwen: dict[str, str], imds: LocalMetadataServer
+) -> None:
+    """``swift sft`` + ``NPROC_PER_NODE=2``: the wrapper runs torchrun, which runs two ranks (gloo on CPU)."""
+    store, reports, work = tmp_path / "store", tmp_path / "reports.jsonl", tmp_path / "a1"
+    spec = json.loads(swift_spec(tmp_path / "spec.json", tiny_qwen, store, reports, 1, "ft-swddp").read_text())
+    swift = str(Path(sys.executable).parent / "swift")
+    # The wrapper instead of `python -m swift.cli.sft`; on CPU the Trainer does DDP only with a backend named.
+    spec["command"] = [swift, "sft", *spec["command"][3:], "--ddp_backend", "gloo"]
+    spec["env"]["NPROC_PER_NODE"] = "2"
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_SYNC_SECONDS="600")
+    runner = await start_runner(tmp_path / "spec.json", work, env)
+
+    deadline = asyncio.get_running_loop().time() + RUN_TIMEOUT
+    while not (steps := progress_steps(work / "progress.jsonl")) or steps[-1] < 3:
+        assert runner.returncode is None and asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.005)
+    [torchrun] = [pid for pid in descendants(runner.pid) if "torch.distributed.run" in cmdline(pid)]
+    ranks = child_pids(torchrun)  # (their DataLoader workers are their children)
+    assert len(ranks) == 2, [cmdline(pid) for pid in ranks]
+    for rank in ranks:  # freeze both ranks, so the step they stop at is certain
+        os.kill(rank, signal.SIGSTOP)
+    frozen_at = progress_steps(work / "progress.jsonl")[-1]
+    assert frozen_at < STEPS // 2
+    imds.interrupt(seconds=120)
+    await wait_for(lambda: (work / "stop-request").exists())
+    for rank in ranks:
+        os.kill(rank, signal.SIGCONT)
+    assert await asyncio.wait_for(runner.wait(), RUN_TIMEOUT) == 75
+
+    [interrupted] = of_type(read_reports(reports), "interrupted")
+    reached = progress_steps(work / "progress.jsonl")[-1]
+    assert interrupted["saved_in_time"] is True and interrupted["step"] == reached <= frozen_at + 1
+    manifest = json.loads((store / f"checkpoint-{reached}" / "MANIFEST.json").read_text())
+    assert {"rng_state_0.pth", "rng_state_1.pth", ADAPTER} <= {item["path"] for item in manifest["files"]}
+    assert max(int(p.name.split("-")[1]) for p in (work / "output").glob("checkpoint-*")) == reached
+    log = (work / "trainer.log").read_text(errors="replace")
+    assert "death signal" not in log and "DataLoader worker" not in log
 
 
 async def wait_for(condition: Any, timeout: float = RUN_TIMEOUT) -> None:
