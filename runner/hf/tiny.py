@@ -27,7 +27,8 @@ that are bitwise equal to those of an uninterrupted run with the same arguments.
   the hub); here the base model plays that role by being a pure function of a constant seed
   (``BASE_MODEL_SEED``, independent of ``--seed``), initialised before anything else touches the RNG.
 * The data order is a pure function of ``(data_seed, epoch)``. With ``use_seedable_sampler=True`` (accelerate's
-  dataloader option; the default in transformers 5.24, pinned here) the Trainer's ``RandomSampler`` becomes a
+  dataloader option, set here explicitly: the default differs between transformers releases, and ms-swift 4.6
+  pins transformers < 5.20) the Trainer's ``RandomSampler`` becomes a
   ``SeedableRandomSampler`` that reseeds a private generator with ``data_seed + epoch`` at the start of each
   epoch; the Trainer calls ``set_epoch`` before every epoch, including the one it resumes into, and skips the
   batches already consumed in that epoch (``skip_first_batches``). ``data_seed=seed`` is passed explicitly:
@@ -151,7 +152,7 @@ def build_model(seed: int) -> PeftModel:
     )
     config._attn_implementation = "eager"
     set_seed(BASE_MODEL_SEED)
-    base = LlamaForCausalLM(config)  # type: ignore[no-untyped-call]
+    base = LlamaForCausalLM(config)  # type: ignore[no-untyped-call,unused-ignore]  # untyped in transformers 5.19
     set_seed(seed)
     lora = LoraConfig(
         r=4,
