@@ -1,7 +1,9 @@
 """torchrun with two ranks (gloo, CPU): the bot's ``tiny`` recipe with ``nproc=2``, through the real runner.
 
 The notice reaches both ranks through the stop file, they agree on the step (an all-reduce), both save that step
-(each its own RNG state, rank 0 the rest and then the marker) and exit: no hang. A fresh runner resumes there and
+(each its own RNG state, rank 0 the rest and then the marker) and exit: no hang. The ranks are frozen (SIGSTOP)
+from the moment rank 0 reported a step until the runner has written its stop request, so which step they stop at
+does not depend on timing. A fresh runner resumes there and
 its final adapter is bitwise the one of an uninterrupted two-rank run. Cost: three two-rank runs, ~15-25 s each.
 """
 
@@ -10,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +25,7 @@ from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.jobs import Job
 from handlers.launch import build_spec
 from handlers.recipes import TINY
-from tests.runner_harness import of_type, progress_steps, read_reports, runner_env, start_runner, wait_for_report
+from tests.runner_harness import child_pids, of_type, progress_steps, read_reports, runner_env, start_runner
 
 STEPS = 24  # 8 steps per epoch (64 sequences, 4 per rank, 2 ranks): three epochs
 OVERRIDES = {"steps": str(STEPS), "save_steps": "5", "nproc": "2", "step_seconds": "0.25"}
@@ -51,6 +55,24 @@ def reference_adapter(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return (output / ADAPTER).read_bytes()
 
 
+async def until(condition: Any, timeout: float = 120.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def freeze_ranks(runner: asyncio.subprocess.Process, progress: Path, step: int) -> list[int]:
+    """SIGSTOP both ranks once rank 0 reported ``step``, so the step they stop at does not depend on timing."""
+    await until(lambda: bool(progress_steps(progress)) and progress_steps(progress)[-1] >= step, timeout=300)
+    [launcher] = child_pids(runner.pid)  # `python -m runner.hf.tiny --processes 2`, now torchrun
+    ranks = child_pids(launcher)
+    assert len(ranks) == 2
+    for rank in ranks:
+        os.kill(rank, signal.SIGSTOP)
+    return ranks
+
+
 @pytest.fixture
 async def imds() -> AsyncIterator[LocalMetadataServer]:
     server = await LocalMetadataServer(instance_id="i-0ranks").start()
@@ -64,14 +86,18 @@ async def test_two_ranks_save_the_same_step_on_notice_and_resume_bitwise_equal(
     store, reports, work = tmp_path / "store", tmp_path / "reports.jsonl", tmp_path / "a1"
     env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_SYNC_SECONDS="600")
     first = await start_runner(tiny_spec(tmp_path / "a1.json", store, reports, 1), work, env)
-    await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 6, timeout=300)
+    ranks = await freeze_ranks(first, work / "progress.jsonl", 6)
+    frozen_at = progress_steps(work / "progress.jsonl")[-1]
     imds.interrupt(seconds=120)
+    await until(lambda: (work / "stop-request").exists())
+    for rank in ranks:
+        os.kill(rank, signal.SIGCONT)
     assert await asyncio.wait_for(first.wait(), 180) == 75  # no rank waits in a collective the other never joins
 
     [interrupted] = of_type(read_reports(reports), "interrupted")
     reached = progress_steps(work / "progress.jsonl")[-1]
     assert interrupted["saved_in_time"] is True
-    assert interrupted["step"] == reached < STEPS
+    assert interrupted["step"] == reached and frozen_at <= reached <= frozen_at + 1 < STEPS
     manifest = json.loads((store / f"checkpoint-{reached}" / "MANIFEST.json").read_text())
     files = {item["path"] for item in manifest["files"]}
     assert {"rng_state_0.pth", "rng_state_1.pth", ADAPTER, "optimizer.pt"} <= files  # both ranks' part of it
