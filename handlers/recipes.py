@@ -214,7 +214,9 @@ TINY = Recipe(
 # The Alibaba guide's `swift sft` (LoRA of DeepSeek-R1-Distill-Qwen-7B on one preemptible GPU), flag for flag in
 # the ms-swift 4.x spelling, with its hyper-parameters as the defaults. What differs, and why:
 # * `python -m swift.cli.sft`, not the `swift sft` wrapper: the wrapper trains in a child process and dies of a
-#   SIGTERM itself (the stop file reaches the child anyway, but this way the one process is the trainer);
+#   SIGTERM itself (the stop file reaches the child anyway, but this way the one process is the trainer); the
+#   interpreter is the runner's own (`${FINETUNE_PYTHON}`: the image installs the runner with the `swift` extra),
+#   not the bot's, whose path means nothing on the GPU host;
 # * `--tuner_type` (ms-swift >= 4.1 refuses `--train_type`);
 # * the output, resume and plugin paths come from the runner (`${…}`), so nothing is copied onto the image;
 # * `--dataloader_persistent_workers false`: with swift's default (true) a run resumed inside an epoch draws one
@@ -227,7 +229,7 @@ DEEPSEEK_7B = Recipe(
     description="LoRA of DeepSeek-R1-Distill-Qwen-7B with ms-swift (swift sft), as the Alibaba guide runs it",
     model="deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
     command=[
-        "{python}",
+        "${FINETUNE_PYTHON}",
         "-m",
         "swift.cli.sft",
         "--model",

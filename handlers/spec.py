@@ -28,6 +28,7 @@ RESERVED_ENV = frozenset(
         "FINETUNE_PROGRESS_FILE",
         "FINETUNE_STOP_FILE",
         "FINETUNE_SWIFT_PLUGIN",
+        "FINETUNE_PYTHON",
     }
 )
 

@@ -3,8 +3,10 @@
 The runner owns these variables of the trainer's environment (and ``${NAME}`` in argv expands to them):
 ``FINETUNE_OUTPUT_DIR`` (where it writes ``checkpoint-<step>/``), ``FINETUNE_RESUME_FROM`` (a restored
 checkpoint, or empty), ``FINETUNE_PROGRESS_FILE`` (JSON lines of step / loss the runner turns into progress
-reports), ``FINETUNE_STOP_FILE`` (the stop request, see ``runner.stop_request``) and ``FINETUNE_SWIFT_PLUGIN``
-(the ms-swift plugin shipped in this package, for ``--external_plugins``). ``PYTHONPATH`` starts with a directory
+reports), ``FINETUNE_STOP_FILE`` (the stop request, see ``runner.stop_request``), ``FINETUNE_SWIFT_PLUGIN``
+(the ms-swift plugin shipped in this package, for ``--external_plugins``) and ``FINETUNE_PYTHON`` (the runner's
+own interpreter: on a GPU host the one environment known to hold the runner, and the training stack when it was
+installed with the ``trainer`` / ``swift`` extras). ``PYTHONPATH`` starts with a directory
 that holds only this ``runner`` package, so a trainer in another Python environment imports the callback and the
 plugin from the very files the runner runs, and nothing else of the runner's environment.
 """
@@ -103,6 +105,7 @@ def trainer_environment(
         "FINETUNE_PROGRESS_FILE": str(files.progress_file),
         STOP_FILE_ENV: str(files.stop_file),
         "FINETUNE_SWIFT_PLUGIN": str(SWIFT_PLUGIN),
+        "FINETUNE_PYTHON": sys.executable,
     }
     full_env = {**os.environ, **env, **ours}
     full_env.setdefault("PYTHONUNBUFFERED", "1")

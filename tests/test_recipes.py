@@ -20,6 +20,7 @@ RUNNER_VALUES = {
     "FINETUNE_PROGRESS_FILE": "/w/progress.jsonl",
     "FINETUNE_STOP_FILE": "/w/stop-request",
     "FINETUNE_SWIFT_PLUGIN": "/opt/finetune/lib/runner/swift/finetune_spot_plugin.py",
+    "FINETUNE_PYTHON": "/opt/finetune/bin/python",
 }
 
 
@@ -32,7 +33,8 @@ def option(argv: list[str], flag: str) -> list[str]:
 
 def test_deepseek_defaults_are_the_guides_in_ms_swift_4_flags() -> None:
     argv = DEEPSEEK_7B.argv(DEEPSEEK_7B.resolve({}), python="/usr/bin/python3")
-    assert argv[:3] == ["/usr/bin/python3", "-m", "swift.cli.sft"]  # no `swift` wrapper between runner and trainer
+    # The runner's own interpreter, and no `swift` wrapper between the runner and the trainer.
+    assert argv[:3] == ["${FINETUNE_PYTHON}", "-m", "swift.cli.sft"]
     assert "--train_type" not in argv and option(argv, "--tuner_type") == ["lora"]
     assert option(argv, "--dataset") == [
         "AI-ModelScope/alpaca-gpt4-data-zh#500",
@@ -141,7 +143,7 @@ def test_the_pinned_ms_swift_accepts_every_flag_of_the_swift_recipes() -> None:
     rendered = [
         expand_argv(recipe.argv(recipe.resolve({}), python="python"), RUNNER_VALUES) for recipe in (DEEPSEEK_7B, qwen)
     ]
-    assert all(argv[1:3] == ["-m", "swift.cli.sft"] for argv in rendered)
+    assert all(argv[:3] == ["/opt/finetune/bin/python", "-m", "swift.cli.sft"] for argv in rendered)
     done = subprocess.run(
         [sys.executable, "-c", PARSE_WITH_SWIFT, json.dumps([argv[3:] for argv in rendered])],
         capture_output=True,
