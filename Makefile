@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[bot,trainer,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[bot,trainer,swift,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)

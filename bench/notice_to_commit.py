@@ -2,7 +2,12 @@
 moto in server mode as S3. Measured from posting the notice to the runner's ``interrupted`` report (so it
 includes detection, the trainer's save, the parallel upload and the manifest commit).
 
-    python bench/notice_to_commit.py [--tiny-runs 3] [--big-runs 2] [--big-mib 1024]
+Trainers: the tiny HF Trainer in one process; the same with two torchrun ranks (``nproc=2``: the stop file, the
+ranks' all-reduce on it, both ranks saving); ms-swift running the bot's ``deepseek-7b`` recipe on a tiny Qwen2
+built in code (``python -m swift.cli.sft`` with the runner's plugin); a synthetic trainer with a big checkpoint.
+
+    python bench/notice_to_commit.py [--tiny-runs 3] [--ranks-runs 2] [--swift-runs 2] [--big-runs 2]
+        [--big-mib 1024]
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +29,9 @@ sys.path.insert(0, str(ROOT))
 import boto3  # noqa: E402
 
 from bot.cloud.local_metadata import LocalMetadataServer  # noqa: E402
+from handlers.jobs import Job  # noqa: E402
+from handlers.launch import build_spec  # noqa: E402
+from handlers.recipes import DEEPSEEK_7B, TINY, Recipe  # noqa: E402
 from tests.servers import AWS_TEST_ENV, moto_server  # noqa: E402
 
 
@@ -96,6 +105,24 @@ async def one_run(endpoint: str, work: Path, name: str, command: list[str], inte
     }
 
 
+def recipe_command(recipe: Recipe, overrides: dict[str, str]) -> list[str]:
+    """The trainer argv the bot renders for ``/finetune start <recipe> key=value …``."""
+    job = Job(id="ft-bench", recipe=recipe.name, params=recipe.resolve(overrides), requested_by="console:bench")
+    return build_spec(job, 1, recipe, "file:///unused/", [], "aws", sys.executable).command
+
+
+def tiny_qwen(work: Path) -> dict[str, str]:
+    built = subprocess.run(
+        [sys.executable, "-m", "tests.trainers.tiny_qwen", str(work / "qwen")],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    paths: dict[str, str] = json.loads(built.stdout.splitlines()[-1])
+    return paths
+
+
 def show(label: str, runs: list[dict[str, Any]]) -> None:
     print(label)
     for run in runs:
@@ -111,6 +138,8 @@ def show(label: str, runs: list[dict[str, Any]]) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tiny-runs", type=int, default=3)
+    parser.add_argument("--ranks-runs", type=int, default=2)
+    parser.add_argument("--swift-runs", type=int, default=2)
     parser.add_argument("--big-runs", type=int, default=2)
     parser.add_argument("--big-mib", type=int, default=1024)
     args = parser.parse_args()
@@ -124,6 +153,28 @@ async def main() -> None:
             "tiny model (LoRA on a tiny Llama, HF Trainer):",
             [await one_run(endpoint, work, f"tiny-{i}", tiny, 8) for i in range(args.tiny_runs)],
         )
+        ranks = recipe_command(TINY, {"steps": "200", "step_seconds": "0.1", "nproc": "2"})
+        show(
+            "tiny model, two torchrun ranks (gloo):",
+            [await one_run(endpoint, work, f"ranks-{i}", ranks, 8) for i in range(args.ranks_runs)],
+        )
+        if args.swift_runs:
+            qwen = tiny_qwen(work)
+            swift = recipe_command(
+                DEEPSEEK_7B,
+                {
+                    "model": qwen["model"],
+                    "dataset": qwen["data"],
+                    "dtype": "float32",
+                    "epochs": "20",
+                    "grad_accum": "1",
+                    "max_length": "128",
+                },
+            )
+            show(
+                "ms-swift, deepseek-7b recipe on a tiny Qwen2 (LoRA, 4 DataLoader workers):",
+                [await one_run(endpoint, work, f"swift-{i}", swift, 20) for i in range(args.swift_runs)],
+            )
         show(
             f"synthetic {args.big_mib} MiB checkpoint:",
             [await one_run(endpoint, work, f"big-{i}", big, 3) for i in range(args.big_runs)],

@@ -2,7 +2,10 @@
 
 A chat argument never reaches a shell. ``key=value`` overrides are checked against the recipe's declared
 parameters (type, bounds, choices) and only then substituted into the recipe's argv template, one argv item
-at a time, so a value can never become a second argument, let alone a command.
+at a time, so a value can never become a second argument, let alone a command. Text never starts with ``-``
+(the trainer would read it as a flag) and never holds a ``..`` path part. A ``many`` parameter takes a
+comma-separated list (``dataset=a#500,b#500``), each entry checked alone, and fills an argv item that is exactly
+its placeholder with one item per entry: the trainer's own list option, never a new flag.
 """
 
 from __future__ import annotations
@@ -54,7 +57,14 @@ class Parameter(BaseModel):
     min: float | None = None
     max: float | None = None
     choices: list[str] | None = None
+    many: bool = False
     help: str = ""
+
+    @model_validator(mode="after")
+    def _many_is_text(self) -> Parameter:
+        if self.many and self.type != "str":
+            raise ValueError("only a str parameter can take many values")
+        return self
 
     def parse(self, name: str, raw: str) -> ParamValue:
         """The typed value of ``raw``, or RecipeError saying what is allowed."""
@@ -87,12 +97,17 @@ class Parameter(BaseModel):
             if self.max is not None and value > self.max:
                 raise RecipeError(WORDING("recipe.above-maximum", name=name, value=value, maximum=_num(self.max)))
         if isinstance(value, str):
-            if self.choices is not None and value not in self.choices:
-                raise RecipeError(WORDING("recipe.not-a-choice", name=name, choices=", ".join(self.choices)))
-            if self.choices is None and not _SAFE_TEXT.match(value):
-                raise RecipeError(WORDING("recipe.unsafe-text", name=name))
-            if self.choices is None and not _SAFE_FIRST.match(value):
-                raise RecipeError(WORDING("recipe.option-like", name=name, first=value[0]))
+            for item in self.items(value):
+                if self.choices is not None and item not in self.choices:
+                    raise RecipeError(WORDING("recipe.not-a-choice", name=name, choices=", ".join(self.choices)))
+                if self.choices is None and (not _SAFE_TEXT.match(item) or ".." in item.split("/")):
+                    raise RecipeError(WORDING("recipe.unsafe-text", name=name))
+                if self.choices is None and not _SAFE_FIRST.match(item):
+                    raise RecipeError(WORDING("recipe.option-like", name=name, first=item[0]))
+
+    def items(self, value: str) -> list[str]:
+        """The entries of a value: the comma-separated list of a ``many`` parameter, else the value itself."""
+        return value.split(",") if self.many else [value]
 
 
 class Recipe(BaseModel):
@@ -114,6 +129,8 @@ class Recipe(BaseModel):
             for name in _PLACEHOLDER.findall(arg):
                 if name != "python" and name not in self.parameters:
                     raise ValueError(f"command uses {{{name}}} but the recipe declares no such parameter")
+                if name != "python" and self.parameters[name].many and arg != "{" + name + "}":
+                    raise ValueError(f"{{{name}}} takes many values: it must be a whole argv item")
         return self
 
     def resolve(self, overrides: dict[str, str]) -> dict[str, ParamValue]:
@@ -146,13 +163,22 @@ class Recipe(BaseModel):
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def argv(self, values: dict[str, ParamValue], python: str) -> list[str]:
-        """The trainer's argv: each template item formatted with already validated values."""
+        """The trainer's argv: each template item formatted with already validated values (a ``many`` one
+        becomes one item per entry)."""
 
         def fill(match: re.Match[str]) -> str:
             name = match.group(1)
             return python if name == "python" else _text(values[name])
 
-        return [_PLACEHOLDER.sub(fill, arg) for arg in self.command]
+        argv: list[str] = []
+        for arg in self.command:
+            whole = _PLACEHOLDER.fullmatch(arg)
+            name = whole.group(1) if whole else ""
+            if name in self.parameters and self.parameters[name].many:
+                argv.extend(self.parameters[name].items(_text(values[name])))
+            else:
+                argv.append(_PLACEHOLDER.sub(fill, arg))
+        return argv
 
 
 def _text(value: ParamValue) -> str:
@@ -170,7 +196,7 @@ TINY = Recipe(
     description="a CPU-sized Llama + LoRA that trains in seconds (demo and tests)",
     model="tiny-llama (built from a config in code)",
     command=[
-        "{python}",
+        "${FINETUNE_PYTHON}",
         "-m",
         "runner.hf.tiny",
         "--max-steps",
@@ -183,6 +209,8 @@ TINY = Recipe(
         "{seed}",
         "--step-seconds",
         "{step_seconds}",
+        "--processes",
+        "{nproc}",
     ],
     parameters={
         "steps": Parameter(type="int", default=30, min=1, max=10_000, help="optimizer steps"),
@@ -190,39 +218,62 @@ TINY = Recipe(
         "lr": Parameter(type="float", default=0.05, min=1e-6, max=1.0, help="peak learning rate"),
         "seed": Parameter(type="int", default=0, min=0, max=2**31 - 1),
         "step_seconds": Parameter(type="float", default=0.2, min=0.0, max=10.0, help="slow each step down"),
+        "nproc": Parameter(type="int", default=1, min=1, max=8, help="data-parallel ranks (torchrun, gloo)"),
     },
     total_steps_param="steps",
     instance_types={"local": ["local.cpu"], "aws": ["g5.xlarge", "g6.xlarge"], "aliyun": ["ecs.gn7i-c8g1.2xlarge"]},
     env={"HF_HUB_OFFLINE": "1"},
 )
 
+# The Alibaba guide's `swift sft` (LoRA of DeepSeek-R1-Distill-Qwen-7B on one preemptible GPU), flag for flag in
+# the ms-swift 4.x spelling, with its hyper-parameters as the defaults. What differs, and why:
+# * `python -m swift.cli.sft`, not the `swift sft` wrapper: the wrapper trains in a child process and dies of a
+#   SIGTERM itself (the stop file reaches the child anyway, but this way the one process is the trainer); the
+#   interpreter is the runner's own (`${FINETUNE_PYTHON}`: the image installs the runner with the `swift` extra),
+#   not the bot's, whose path means nothing on the GPU host;
+# * `--tuner_type` (ms-swift >= 4.1 refuses `--train_type`);
+# * the output, resume and plugin paths come from the runner (`${…}`), so nothing is copied onto the image;
+# * `--dataloader_persistent_workers false`: with swift's default (true) a run resumed inside an epoch draws one
+#   more number from the global RNG when the next epoch starts, and every dropout mask after it differs (see
+#   runner/hf/callback.py); the guide's 4 workers stay;
+# * `--check_model false`: no call to the model hub to ask whether a local model is the latest (a GPU host in a
+#   private network waits for it to time out).
 DEEPSEEK_7B = Recipe(
     name="deepseek-7b",
     description="LoRA of DeepSeek-R1-Distill-Qwen-7B with ms-swift (swift sft), as the Alibaba guide runs it",
     model="deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
     command=[
-        "swift",
-        "sft",
+        "${FINETUNE_PYTHON}",
+        "-m",
+        "swift.cli.sft",
         "--model",
-        "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
-        "--train_type",
+        "{model}",
+        "--tuner_type",
         "lora",
         "--dataset",
         "{dataset}",
         "--torch_dtype",
-        "bfloat16",
+        "{dtype}",
         "--num_train_epochs",
         "{epochs}",
         "--per_device_train_batch_size",
         "{batch_size}",
+        "--per_device_eval_batch_size",
+        "1",
         "--learning_rate",
         "{lr}",
         "--lora_rank",
         "{lora_rank}",
         "--lora_alpha",
         "{lora_alpha}",
+        "--lora_dropout",
+        "{lora_dropout}",
+        "--target_modules",
+        "all-linear",
         "--gradient_accumulation_steps",
         "{grad_accum}",
+        "--eval_steps",
+        "50",
         "--save_steps",
         "{save_steps}",
         "--save_total_limit",
@@ -231,6 +282,20 @@ DEEPSEEK_7B = Recipe(
         "5",
         "--max_length",
         "{max_length}",
+        "--system",
+        "You are a helpful assistant.",
+        "--warmup_ratio",
+        "0.05",
+        "--dataloader_num_workers",
+        "4",
+        "--dataloader_persistent_workers",
+        "false",
+        "--model_author",
+        "swift",
+        "--model_name",
+        "swift-robot",
+        "--check_model",
+        "false",
         "--output_dir",
         "${FINETUNE_OUTPUT_DIR}",
         "--add_version",
@@ -238,20 +303,32 @@ DEEPSEEK_7B = Recipe(
         "--resume_from_checkpoint",
         "${FINETUNE_RESUME_FROM}",
         "--external_plugins",
-        "/opt/finetune/spot_plugin.py",
+        "${FINETUNE_SWIFT_PLUGIN}",
         "--callbacks",
         "spot_checkpoint",
     ],
     parameters={
-        "dataset": Parameter(type="str", default="AI-ModelScope/alpaca-gpt4-data-zh#2000"),
+        "model": Parameter(
+            type="str",
+            default="deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+            help="a model hub id or an absolute path (/mnt/oss-data/DeepSeek-R1-Distill-Qwen-7B)",
+        ),
+        "dataset": Parameter(
+            type="str",
+            default="AI-ModelScope/alpaca-gpt4-data-zh#500,AI-ModelScope/alpaca-gpt4-data-en#500,swift/self-cognition#500",
+            many=True,
+            help="data set ids or paths, comma-separated; #N samples N rows",
+        ),
+        "dtype": Parameter(type="str", default="bfloat16", choices=["bfloat16", "float16", "float32"]),
         "epochs": Parameter(type="int", default=1, min=1, max=20),
         "batch_size": Parameter(type="int", default=1, min=1, max=64),
         "lr": Parameter(type="float", default=1e-4, min=1e-6, max=1e-2),
         "lora_rank": Parameter(type="int", default=8, min=1, max=256),
         "lora_alpha": Parameter(type="int", default=32, min=1, max=512),
+        "lora_dropout": Parameter(type="float", default=0.05, min=0.0, max=0.5),
         "grad_accum": Parameter(type="int", default=16, min=1, max=256),
-        "save_steps": Parameter(type="int", default=50, min=1, max=100_000),
-        "keep": Parameter(type="int", default=3, min=1, max=50),
+        "save_steps": Parameter(type="int", default=10, min=1, max=100_000, help="checkpoint interval"),
+        "keep": Parameter(type="int", default=5, min=1, max=50, help="checkpoints kept on the instance"),
         "max_length": Parameter(type="int", default=2048, min=128, max=32_768),
     },
     instance_types={

@@ -21,7 +21,16 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SNS_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 # Variables the runner owns: a spec may not point the trainer elsewhere.
-RESERVED_ENV = frozenset({"FINETUNE_OUTPUT_DIR", "FINETUNE_RESUME_FROM", "FINETUNE_PROGRESS_FILE"})
+RESERVED_ENV = frozenset(
+    {
+        "FINETUNE_OUTPUT_DIR",
+        "FINETUNE_RESUME_FROM",
+        "FINETUNE_PROGRESS_FILE",
+        "FINETUNE_STOP_FILE",
+        "FINETUNE_SWIFT_PLUGIN",
+        "FINETUNE_PYTHON",
+    }
+)
 
 
 class SpecError(ValueError):

@@ -4,7 +4,7 @@ One ``Runner`` runs one attempt of one job on one instance::
 
     restore newest valid checkpoint ─► start trainer ─┬─► trainer exits 0 ──► upload output, COMPLETED
                                                       ├─► trainer crashes ──► restart from last checkpoint
-                                                      └─► notice ──► SIGTERM, wait for save, commit, exit 75
+                                                      └─► notice ──► stop request, wait for save, commit, exit 75
 
 While the trainer runs, complete checkpoints are committed in the background and a rebalance recommendation
 commits the newest one early. Storage, metadata and reporting trouble is reported and retried; it never
@@ -52,7 +52,7 @@ from runner.reports.reporter import Reporter
 from runner.retry import with_retries
 from runner.storage.base import ObjectStore, StorageError
 from runner.storage.open import open_store
-from runner.trainer import TrainerProcess
+from runner.trainer import TrainerFiles, TrainerProcess, TrainerStartError, cannot_start
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,9 @@ class Runner:
         self.checkpoints = CheckpointStore(self.store, spec.job_id, spec.attempt)
         self.notice_source = notice_source if notice_source is not None else notice_source_for(spec)
         self.reporter = Reporter([open_target(target) for target in spec.report])
-        self.output_dir = options.work_dir / "output"
-        self.progress = ProgressTail(options.work_dir / "progress.jsonl")
+        self.files = TrainerFiles.under(options.work_dir)
+        self.output_dir = self.files.output_dir
+        self.progress = ProgressTail(self.files.progress_file)
         self.notices: asyncio.Queue[Notice] = asyncio.Queue()
         self.committed: Committed | None = None
         self.instance_id: str | None = None
@@ -166,6 +167,10 @@ class Runner:
             )
             if record is not None:
                 return await self._already_complete(record)
+            missing = cannot_start(self.spec.command, self.spec.env, self.files)
+            if missing is not None:  # before downloading a checkpoint it could never use
+                self.reporter.emit(Failed(**self.ids, reason=missing))
+                return EXIT_FAILED
             self._reset_output_dir()
             restored = await with_retries(
                 "restoring the newest checkpoint", lambda: self.checkpoints.restore(self.output_dir), patience
@@ -190,15 +195,13 @@ class Runner:
     async def _supervise(self, resume_from: Path | None) -> int:
         restarts = 0
         while True:
-            trainer = await TrainerProcess.start(
-                self.spec.command,
-                self.spec.env,
-                self.output_dir,
-                resume_from,
-                self.progress.path,
-                self.options.work_dir / "trainer.log",
-                echo=self.options.echo_trainer,
-            )
+            try:
+                trainer = await TrainerProcess.start(
+                    self.spec.command, self.spec.env, resume_from, self.files, echo=self.options.echo_trainer
+                )
+            except TrainerStartError as exc:
+                self.reporter.emit(Failed(**self.ids, reason=str(exc), step=self.progress.state.step))
+                return EXIT_FAILED
             outcome = await self._watch(trainer)
             if isinstance(outcome, Notice):
                 return await self._interrupt(trainer, outcome)
@@ -210,7 +213,8 @@ class Runner:
                 self.reporter.emit(
                     Failed(
                         **self.ids,
-                        reason=f"trainer exited with code {outcome}; gave up after {restarts} restart(s)",
+                        reason=f"trainer exited with code {outcome}; gave up after {restarts} restart(s)"
+                        + (f": {trainer.tail[-1]}" if trainer.tail else ""),
                         step=self.progress.state.step,
                         exit_code=outcome,
                         log_tail=list(trainer.tail),
@@ -263,7 +267,7 @@ class Runner:
         noticed = time.monotonic()
         deadline = notice.deadline or datetime.now(UTC) + timedelta(seconds=self.options.stop_grace_seconds)
         known = {checkpoint.step for checkpoint in list_checkpoint_dirs(self.output_dir)}
-        trainer.terminate()
+        trainer.request_stop()
         # Leave room to upload: twice the last commit's time, at least 10 s, but never all of the window.
         window = (deadline - datetime.now(UTC)).total_seconds()
         reserve = max(10.0, 2 * (self.committed.seconds if self.committed else 0.0))

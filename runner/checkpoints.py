@@ -4,7 +4,7 @@ Layout under the job's ``checkpoint_uri``::
 
     checkpoint-<step>/<files…>          the trainer's checkpoint directory, as written
     checkpoint-<step>/MANIFEST.json     written last: files, sizes, SHA-256, step
-    output/<files…>                     the final output (what the trainer wrote outside checkpoints)
+    output/<files…>                     the final output (see runner.final_output)
     COMPLETED.json                      the job finished; a late replacement instance exits at once
 
 A checkpoint without a manifest is an upload that never committed (the instance died mid-way); one whose
@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from handlers.events import SkippedCheckpoint
+from runner.final_output import output_files
 from runner.local_checkpoints import checkpoint_step
 from runner.manifest import (
     COMPLETE_MARKER,
@@ -199,15 +200,10 @@ class CheckpointStore:
         return doomed
 
     async def upload_output(self, output_dir: Path) -> str:
-        """Upload what the trainer wrote outside its checkpoint dirs (the final adapter, logs, metrics)."""
-        files = [
-            path
-            for path in sorted(output_dir.rglob("*"))
-            if path.is_file() and not _is_bookkeeping(path.relative_to(output_dir))
-        ]
-        await asyncio.gather(
-            *(self.store.upload_file(path, OUTPUT_PREFIX + path.relative_to(output_dir).as_posix()) for path in files)
-        )
+        """Upload the final output: what the trainer wrote outside its checkpoint dirs (the final adapter, logs,
+        metrics), and the last checkpoint's model where that is the trainer's final save (``runner.final_output``)."""
+        files = output_files(output_dir)
+        await asyncio.gather(*(self.store.upload_file(path, OUTPUT_PREFIX + key) for path, key in files))
         return self.store.uri(OUTPUT_PREFIX)
 
     async def mark_completed(self, record: bytes) -> None:
@@ -215,8 +211,3 @@ class CheckpointStore:
 
     async def completed_record(self) -> bytes | None:
         return await self.store.get_bytes(COMPLETED_NAME)
-
-
-def _is_bookkeeping(relative: Path) -> bool:
-    top = relative.parts[0]
-    return checkpoint_step(top) is not None or top.startswith(".")

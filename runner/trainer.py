@@ -1,8 +1,14 @@
 """The trainer subprocess: started from an argv list (never a shell), output streamed to a log file.
 
-The runner owns three variables of the trainer's environment: ``FINETUNE_OUTPUT_DIR`` (where it writes
-``checkpoint-<step>/``), ``FINETUNE_RESUME_FROM`` (a restored checkpoint, or empty) and
-``FINETUNE_PROGRESS_FILE`` (JSON lines of step / loss the runner turns into progress reports).
+The runner owns these variables of the trainer's environment (and ``${NAME}`` in argv expands to them):
+``FINETUNE_OUTPUT_DIR`` (where it writes ``checkpoint-<step>/``), ``FINETUNE_RESUME_FROM`` (a restored
+checkpoint, or empty), ``FINETUNE_PROGRESS_FILE`` (JSON lines of step / loss the runner turns into progress
+reports), ``FINETUNE_STOP_FILE`` (the stop request, see ``runner.stop_request``), ``FINETUNE_SWIFT_PLUGIN``
+(the ms-swift plugin shipped in this package, for ``--external_plugins``) and ``FINETUNE_PYTHON`` (the runner's
+own interpreter: on a GPU host the one environment known to hold the runner, and the training stack when it was
+installed with the ``trainer`` / ``swift`` extras). ``PYTHONPATH`` starts with a directory
+that holds only this ``runner`` package, so a trainer in another Python environment imports the callback and the
+plugin from the very files the runner runs, and nothing else of the runner's environment.
 """
 
 from __future__ import annotations
@@ -13,23 +19,55 @@ import contextlib
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+from runner.stop_request import STOP_FILE_ENV, watched_path
 
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_PACKAGE_DIR = Path(__file__).resolve().parent
+SWIFT_PLUGIN = _PACKAGE_DIR / "swift" / "finetune_spot_plugin.py"
+
+
+class TrainerStartError(Exception):
+    """The trainer could not be started at all; the message says why (for the ``failed`` report)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerFiles:
+    """Where the runner and its trainer meet, all under the runner's work directory."""
+
+    output_dir: Path
+    progress_file: Path
+    log_path: Path
+    stop_file: Path
+    import_dir: Path
+
+    @classmethod
+    def under(cls, work_dir: Path) -> TrainerFiles:
+        return cls(
+            output_dir=work_dir / "output",
+            progress_file=work_dir / "progress.jsonl",
+            log_path=work_dir / "trainer.log",
+            stop_file=work_dir / "stop-request",
+            import_dir=work_dir / "pythonpath",
+        )
 
 
 def expand_argv(command: Sequence[str], values: Mapping[str, str]) -> list[str]:
     """Put the runner's own paths into argv for trainers that take them as flags (``swift sft --output_dir``).
 
-    Only ``${FINETUNE_OUTPUT_DIR}``, ``${FINETUNE_RESUME_FROM}`` and ``${FINETUNE_PROGRESS_FILE}`` are
-    replaced: nothing else is expanded and no shell is involved. An option whose value is an empty
-    ``${FINETUNE_RESUME_FROM}`` (a fresh start) is left out together with its flag.
+    Only the runner's variables (the keys of ``values``) are replaced: nothing else is expanded and no shell is
+    involved. An option whose value is an empty ``${FINETUNE_RESUME_FROM}`` (a fresh start) is left out together
+    with its flag.
     """
     argv: list[str] = []
     for item in command:
@@ -43,21 +81,100 @@ def expand_argv(command: Sequence[str], values: Mapping[str, str]) -> list[str]:
     return argv
 
 
+def find_program(argv0: str, env: Mapping[str, str]) -> str | None:
+    """The executable ``argv0`` names, looked up the way exec will (``PATH`` of the trainer's environment)."""
+    if os.sep in argv0:
+        return argv0 if os.path.isfile(argv0) and os.access(argv0, os.X_OK) else None
+    return shutil.which(argv0, path=env.get("PATH", os.defpath))
+
+
+def cannot_start(command: Sequence[str], env: Mapping[str, str], files: TrainerFiles) -> str | None:
+    """Why the trainer's program cannot be started (not found, not executable), or None if it can be."""
+    full_env, ours = trainer_environment(env, files, None)
+    program = (expand_argv(command[:1], ours) or [""])[0]
+    return None if find_program(program, full_env) else start_failure(program, full_env)
+
+
+def trainer_environment(
+    env: Mapping[str, str], files: TrainerFiles, resume_from: Path | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The trainer's whole environment, and the runner's own variables in it (what ``${NAME}`` expands to)."""
+    ours = {
+        "FINETUNE_OUTPUT_DIR": str(files.output_dir),
+        "FINETUNE_RESUME_FROM": str(resume_from) if resume_from else "",
+        "FINETUNE_PROGRESS_FILE": str(files.progress_file),
+        STOP_FILE_ENV: str(files.stop_file),
+        "FINETUNE_SWIFT_PLUGIN": str(SWIFT_PLUGIN),
+        "FINETUNE_PYTHON": sys.executable,
+    }
+    full_env = {**os.environ, **env, **ours}
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    inherited = full_env.get("PYTHONPATH")
+    full_env["PYTHONPATH"] = os.pathsep.join([str(files.import_dir), *([inherited] if inherited else [])])
+    return full_env, ours
+
+
+def _link_package(import_dir: Path) -> None:
+    """``import_dir/runner`` → this package: the one thing the trainer's ``PYTHONPATH`` adds."""
+    import_dir.mkdir(parents=True, exist_ok=True)
+    link = import_dir / _PACKAGE_DIR.name
+    if link.is_symlink() and link.resolve() == _PACKAGE_DIR:
+        return
+    if link.is_dir() and not link.is_symlink():
+        shutil.rmtree(link)
+    elif link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(_PACKAGE_DIR, target_is_directory=True)
+
+
+def _prctl(option: int, value: int) -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(option, value)
+
+
 def _die_with_parent() -> None:
     """In the child: if the runner dies, so does the trainer (nobody would upload its checkpoints, and a
     restarted runner would start a second trainer on the same GPUs). Linux only; elsewhere a no-op."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (from ``/proc``; empty where there is none)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            # "pid (comm) state ppid …": comm may hold spaces and parentheses, so split after the last ')'.
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if len(fields) > 1:
+                children[int(fields[1])].append(int(entry.name))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 class TrainerProcess:
-    def __init__(self, process: asyncio.subprocess.Process, log_path: Path, echo: bool) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, files: TrainerFiles, echo: bool, others: frozenset[int] = frozenset()
+    ) -> None:
         self.process = process
+        self.files = files
         self.echo = echo
-        self.log_path = log_path
+        self.log_path = files.log_path
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.killed = False
+        self._others = others  # the runner's processes from before the trainer: never the trainer's to kill
         self._pump = asyncio.create_task(self._stream_output())
 
     @classmethod
@@ -65,53 +182,79 @@ class TrainerProcess:
         cls,
         command: Sequence[str],
         env: Mapping[str, str],
-        output_dir: Path,
         resume_from: Path | None,
-        progress_file: Path,
-        log_path: Path,
+        files: TrainerFiles,
         echo: bool = True,
     ) -> TrainerProcess:
-        ours = {
-            "FINETUNE_OUTPUT_DIR": str(output_dir),
-            "FINETUNE_RESUME_FROM": str(resume_from) if resume_from else "",
-            "FINETUNE_PROGRESS_FILE": str(progress_file),
-        }
-        full_env = {**os.environ, **env, **ours}
-        full_env.setdefault("PYTHONUNBUFFERED", "1")
+        """Start the trainer; :class:`TrainerStartError` when its program cannot be run at all."""
+        full_env, ours = trainer_environment(env, files, resume_from)
         argv = expand_argv(command, ours)
-        output_dir.mkdir(parents=True, exist_ok=True)
+        files.output_dir.mkdir(parents=True, exist_ok=True)
+        # A request left by an earlier trainer of this attempt must not stop this one.
+        for stale in (files.stop_file, Path(watched_path(files.stop_file))):
+            stale.unlink(missing_ok=True)
+        _link_package(files.import_dir)
+        # Orphans of the trainer (a launcher that died before its ranks) come to us, so kill() still finds them.
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        others = frozenset(_descendants(os.getpid()))
         log.info("starting trainer: %s (resume from %s)", argv, resume_from or "scratch")
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            env=full_env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            # Its own process group: a Ctrl-C at the runner's terminal must not reach the trainer unsaved.
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        return cls(process, log_path, echo)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                env=full_env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                # Its own process group: a Ctrl-C at the runner's terminal must not reach the trainer unsaved.
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            raise TrainerStartError(start_failure(argv[0], full_env, exc)) from exc
+        return cls(process, files, echo, others)
 
     @property
     def running(self) -> bool:
         return self.process.returncode is None
+
+    @property
+    def watches_stop_file(self) -> bool:
+        """The trainer said it watches the stop file (``runner.stop_request``), so it needs no signal."""
+        return os.path.exists(watched_path(self.files.stop_file))
 
     async def wait(self) -> int:
         code = await self.process.wait()
         await self._pump
         return code
 
+    def request_stop(self) -> None:
+        """Ask the trainer to save and exit: the stop file for every rank, and SIGTERM to a trainer that does not
+        watch it (a launcher would lose the signal or pass it on at a different moment to each rank)."""
+        stop = self.files.stop_file
+        stop.parent.mkdir(parents=True, exist_ok=True)
+        staging = stop.with_name(stop.name + ".tmp")
+        staging.write_bytes(b"")
+        staging.replace(stop)
+        if not self.watches_stop_file:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+
     def terminate(self) -> None:
-        """Ask the trainer to save and exit (SIGTERM to its main process, which forwards to its workers)."""
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(signal.SIGTERM)
+        """The older name of :meth:`request_stop`."""
+        self.request_stop()
 
     def kill(self) -> None:
-        """The deadline passed: kill the trainer's whole process group."""
+        """The deadline passed: kill the trainer and everything it started (ranks in sessions of their own too)."""
         self.killed = True
+        doomed = _descendants(self.process.pid)
+        # Orphans re-parented to the runner (we are their subreaper) belong to the trainer as well.
+        ours = [self.process.pid, *doomed, *self._others]
+        doomed += [pid for pid in _descendants(os.getpid()) if pid not in ours]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        for pid in [self.process.pid, *doomed]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     async def _stream_output(self) -> None:
         """Copy output to the log as it comes; progress bars redraw with ``\\r``, so split on both."""
@@ -133,3 +276,15 @@ class TrainerProcess:
             self.tail.append(text)
             if self.echo:
                 print(f"[trainer] {text}", file=sys.stderr, flush=True)
+
+
+def start_failure(argv0: str, env: Mapping[str, str], exc: OSError | None = None) -> str:
+    """Why the trainer cannot start, in one line for the ``failed`` report."""
+    if exc is None and os.path.exists(argv0):
+        exc = PermissionError()
+    if exc is None or isinstance(exc, FileNotFoundError):
+        where = "" if os.sep in argv0 else f" on PATH ({env.get('PATH', os.defpath)})"
+        return f"cannot start the trainer: {argv0!r} not found{where}"
+    if isinstance(exc, PermissionError):
+        return f"cannot start the trainer: {argv0!r} is not executable"
+    return f"cannot start the trainer {argv0!r}: {exc.strerror or exc}"

@@ -53,7 +53,9 @@ def runner_env(**extra: str) -> dict[str, str]:
     return env
 
 
-async def start_runner(spec: Path, work_dir: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
+async def start_runner(
+    spec: Path, work_dir: Path, env: dict[str, str], cwd: Path | None = None
+) -> asyncio.subprocess.Process:
     log = (work_dir.parent / f"{work_dir.name}-runner.log").open("wb")
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -67,6 +69,7 @@ async def start_runner(spec: Path, work_dir: Path, env: dict[str, str]) -> async
         env=env,
         stdout=log,
         stderr=log,
+        cwd=cwd,
     )
 
 
@@ -109,3 +112,26 @@ def same_tensors(first: bytes, second: bytes) -> bool:
     import torch
 
     return left.keys() == right.keys() and all(torch.equal(left[name], right[name]) for name in left)
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of ``pid``, from ``/proc`` (Linux)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def progress_steps(path: Path) -> list[int]:
+    """The steps of a progress file the trainer is still writing (a torn last line is skipped)."""
+    if not path.exists():
+        return []
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.endswith("}")]

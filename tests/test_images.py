@@ -188,7 +188,7 @@ def test_install_puts_a_runner_that_completes_a_job_and_its_unit_in_place(tmp_pa
     program = written["Service"]["ExecStart"].split()[0]
     assert program == f"{prefix}/bin/finetune-runner" and os.access(program, os.X_OK)
     assert installed["Service"]["ExecStart"].replace("/opt/finetune", str(prefix)) == written["Service"]["ExecStart"]
-    assert (prefix / "spot_plugin.py").read_text() == (ROOT / "deploy" / "image" / "spot_plugin.py").read_text()
+    assert not list(prefix.glob("*.py"))  # the ms-swift plugin ships inside the runner package, nothing beside it
     where = subprocess.run(
         [f"{prefix}/bin/python", "-c", "import runner; print(runner.__file__)"],
         capture_output=True,
@@ -264,14 +264,14 @@ def test_the_image_builder_component_installs_the_release_with_the_script(wheel:
     (command,) = next(step for step in build["build"] if step["name"] == "Install")["inputs"]["commands"]
     words = shlex.split(command)
     assert words[words.index("bash") :] == ["bash", "/tmp/finetune/install.sh", "runner", f"/tmp/finetune/{wheel.name}"]
-    assert "FINETUNE_EXTRAS=trainer" in words  # the build instance runs systemd: install.sh reloads it
+    assert "FINETUNE_EXTRAS=trainer,swift" in words  # the build instance runs systemd: install.sh reloads it
     checks = " ".join(cmd for step in build["validate"] for cmd in step["inputs"]["commands"])
     assert f"/etc/systemd/system/{RUNNER_UNIT}" in checks and "/opt/finetune/bin/finetune-runner --help" in checks
     # What the README tells you to upload is what the script needs, flat in one prefix.
     readme = (ROOT / "README.md").read_text()
     upload = re.search(r"aws s3 cp .*?--recursive|aws s3 sync .*", readme)
     assert upload is not None, "the README must give the upload command"
-    for name in ("install.sh", "spot_plugin.py", RUNNER_UNIT):
+    for name in ("install.sh", RUNNER_UNIT):
         assert name in readme
 
 

@@ -6,15 +6,15 @@
 #   bash install.sh bot    finetune_chatops-0.1.0-py3-none-any.whl
 #
 # It makes a Python 3.11+ virtualenv at FINETUNE_PREFIX (/opt/finetune) holding the wheel `make dist` builds
-# (the runner with the wheel's "trainer" extra: torch, transformers, peft, accelerate; the bot with "bot"), puts the
-# systemd unit in FINETUNE_SYSTEMD_DIR (/etc/systemd/system) and, for the runner, spot_plugin.py (the ms-swift
-# plugin the deepseek-7b recipe loads) in the prefix. It enables nothing: each instance's boot script
+# (the runner with the wheel's "trainer" and "swift" extras: torch, transformers, peft, accelerate, ms-swift, whose
+# plugin ships inside the runner package; the bot with "bot") and puts the systemd unit in FINETUNE_SYSTEMD_DIR
+# (/etc/systemd/system). It enables nothing: each instance's boot script
 # (bot/cloud/user_data.py) writes /etc/finetune-runner.env and starts finetune-runner.service; the bot's unit is
 # started once /etc/finetune/bot.env is written (README). Running it again upgrades in place.
 #
 # The unit files are looked up next to this script, then in ../systemd/ (the repository's layout).
 # Variables: FINETUNE_PREFIX; FINETUNE_EXTRAS (the wheel's extras, comma-separated; "" for none);
-# FINETUNE_PIP_PACKAGES (more requirements, space-separated, e.g. "ms-swift>=3.5,<4"); PIP_INDEX_URL (a mirror,
+# FINETUNE_PIP_PACKAGES (more requirements, space-separated, e.g. "flash-attn"); PIP_INDEX_URL (a mirror,
 # e.g. https://mirrors.cloud.aliyuncs.com/pypi/simple/ inside Alibaba Cloud); PYTHON (an interpreter >= 3.11;
 # default: the newest python3.x on PATH, else apt-get installs python3.11); FINETUNE_SYSTEMD_DIR;
 # FINETUNE_NO_SYSTEMCTL=1 to skip `systemctl daemon-reload` (an image build without a running systemd).
@@ -30,7 +30,7 @@ wheel=$(cd "$(dirname "$wheel")" && pwd)/$(basename "$wheel")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 prefix=${FINETUNE_PREFIX:-/opt/finetune}
 systemd_dir=${FINETUNE_SYSTEMD_DIR:-/etc/systemd/system}
-if [[ $role == runner ]]; then extras=${FINETUNE_EXTRAS-trainer}; else extras=${FINETUNE_EXTRAS-bot}; fi
+if [[ $role == runner ]]; then extras=${FINETUNE_EXTRAS-trainer,swift}; else extras=${FINETUNE_EXTRAS-bot}; fi
 [[ $prefix =~ ^/[A-Za-z0-9._/-]+$ ]] || die "FINETUNE_PREFIX must be an absolute path of letters, digits and . _ / -"
 [[ $extras =~ ^[a-z,]*$ ]] || die "FINETUNE_EXTRAS must be extra names separated by commas"
 
@@ -77,9 +77,7 @@ sed "s#/opt/finetune#${prefix}#g" "$unit" > "$systemd_dir/$unit_name.tmp"
 chmod 0644 "$systemd_dir/$unit_name.tmp"
 mv "$systemd_dir/$unit_name.tmp" "$systemd_dir/$unit_name"
 
-if [[ $role == runner ]]; then
-    install -m 0644 "$here/spot_plugin.py" "$prefix/spot_plugin.py"
-elif [[ $(id -u) == 0 ]]; then
+if [[ $role == bot && $(id -u) == 0 ]]; then
     id finetune >/dev/null 2>&1 || useradd --system --user-group --home-dir /var/lib/finetune --shell /usr/sbin/nologin finetune
     install -d -m 0750 -o root -g finetune /etc/finetune
 fi

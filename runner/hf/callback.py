@@ -1,39 +1,48 @@
-"""Make any Hugging Face ``Trainer`` spot-safe: checkpoint on SIGTERM, mark finished checkpoints, report progress.
+"""Make any Hugging Face ``Trainer`` spot-safe: checkpoint on the runner's stop request, mark finished checkpoints.
 
-The runner agent starts the training command with three environment variables and relies on this contract:
+The runner agent starts the training command with these environment variables and relies on this contract:
 
 * ``FINETUNE_OUTPUT_DIR``: where the trainer writes ``checkpoint-<step>/`` directories (the HF Trainer layout,
   i.e. ``TrainingArguments.output_dir``). A checkpoint directory is *complete* once it holds the empty marker
-  file ``.finetune-complete``, which this callback writes after the Trainer has finished saving it.
+  file ``.finetune-complete``, which this callback writes after every rank has finished saving it.
 * ``FINETUNE_RESUME_FROM``: a restored checkpoint directory to resume from (empty / unset = start fresh); pass
   it to ``trainer.train(resume_from_checkpoint=...)``.
 * ``FINETUNE_PROGRESS_FILE`` (optional): this callback appends one JSON line per step to it:
   ``{"step": int, "total_steps": int, "loss": float | null, "epoch": float | null}``.
+* ``FINETUNE_STOP_FILE``: the runner's stop request (see ``runner.stop_request``); it exists once the job must
+  stop. A SIGTERM means the same.
 
-On SIGTERM (sent by the runner when a spot interruption notice arrives) the callback only sets a flag; at the
-next optimizer-step boundary it asks the Trainer to save a checkpoint and stop. The script must then *not*
-write its final output (check ``callback.stop_requested`` after ``trainer.train()``) and may exit 0.
+At every optimizer-step boundary the callback looks for the request; under ``torch.distributed`` the ranks
+agree on it first (an all-reduce), so every rank stops after the same step. Then it asks the Trainer to save a
+checkpoint and stop. The script must then *not* write its final output (check ``callback.stopped()`` after
+``trainer.train()``) and may exit 0.
 
 Adding it to a script, in one line:
 
-* plain HF ``Trainer`` (or TRL's ``SFTTrainer`` and friends)::
+* plain HF ``Trainer`` (or TRL's ``SFTTrainer`` and friends), also under torchrun / ``accelerate launch``::
 
       trainer.add_callback(SpotCheckpointCallback())   # or Trainer(..., callbacks=[SpotCheckpointCallback()])
 
   with ``output_dir=os.environ["FINETUNE_OUTPUT_DIR"]``, ``save_strategy="steps"`` and
   ``trainer.train(resume_from_checkpoint=os.environ.get("FINETUNE_RESUME_FROM") or None)``.
-* ms-swift 4.x: in a file passed with ``--external_plugins``::
+* ms-swift 4.x: nothing to copy. ``runner/swift/finetune_spot_plugin.py`` registers this class in swift's
+  ``callbacks_map`` as ``spot_checkpoint``; the runner puts that file's path in ``${FINETUNE_SWIFT_PLUGIN}``, so a
+  recipe passes
+  ``--external_plugins ${FINETUNE_SWIFT_PLUGIN} --callbacks spot_checkpoint`` (ms-swift constructs the callback
+  as ``cls(args, trainer)``, which the constructor accepts and ignores), plus ``--output_dir
+  ${FINETUNE_OUTPUT_DIR} --add_version false`` and ``--resume_from_checkpoint ${FINETUNE_RESUME_FROM}``.
 
-      callbacks_map["spot_checkpoint"] = SpotCheckpointCallback   # then: swift sft --callbacks spot_checkpoint
-
-  (``from swift.callbacks.mapping import callbacks_map``; ms-swift constructs it as ``cls(args, trainer)``,
-  which the constructor accepts and ignores). ms-swift 3.x: ``extra_callbacks.append(SpotCheckpointCallback())``
-  in ``swift/plugin/callback.py``. Also pass ``--output_dir $FINETUNE_OUTPUT_DIR --add_version false`` (so
-  checkpoints land directly in the output dir) and ``--resume_from_checkpoint $FINETUNE_RESUME_FROM``.
+Exact resume. The checkpoint holds the RNG states and the Trainer restores them, but a DataLoader with
+``persistent_workers`` and ``num_workers > 0`` (ms-swift's default) draws its iterator's base seed from the
+global RNG only when its workers first start: an uninterrupted run does that once, before epoch 0, while a run
+resumed inside an epoch finishes that epoch on a fresh skipping loader and starts the original loader's workers
+at the next epoch, one extra draw from the global RNG. From then on every dropout mask (``lora_dropout``) differs.
+With ``dataloader_persistent_workers=False`` each epoch's iterator draws in both runs and the resumed run stays
+bitwise equal; the callback warns when the setting would break that.
 
 Only trainer processes import this module, but it still imports nothing heavier than ``transformers`` at the
-top level. Under multi-process training every rank installs the handler (the runner signals the whole process
-group), while only the world-process-zero writes the marker and the progress file.
+top level (torch only when the ranks are distributed). Under multi-process training every rank watches the
+request, while only the world-process-zero writes the marker and the progress file.
 """
 
 from __future__ import annotations
@@ -42,37 +51,36 @@ import json
 import logging
 import math
 import os
-import signal
-import threading
-from types import FrameType
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from runner.stop_request import StopRequest, barrier
 
 __all__ = ["COMPLETE_MARKER", "SpotCheckpointCallback", "checkpoint_dir"]
 
 log = logging.getLogger(__name__)
 
 COMPLETE_MARKER = ".finetune-complete"
-"""Empty file written into a checkpoint directory once the Trainer has finished saving it."""
+"""Empty file written into a checkpoint directory once every rank has finished saving it."""
 
 
 def checkpoint_dir(output_dir: str, step: int) -> str:
     """Where the HF Trainer saves the checkpoint of ``step``.
 
-    Mirrors ``Trainer._save_checkpoint`` in transformers 5.x: ``os.path.join(run_dir, f"checkpoint-{step}")``
-    with ``run_dir == args.output_dir`` (it differs only inside a hyper-parameter search trial).
+    Mirrors ``Trainer._save_checkpoint`` in transformers 5.x (and ms-swift's override of it):
+    ``os.path.join(output_dir, f"checkpoint-{step}")`` (it differs only inside a hyper-parameter search trial).
     """
     return os.path.join(output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
 
 
 class SpotCheckpointCallback(TrainerCallback):
-    """Checkpoint-and-stop on SIGTERM, completion markers on every checkpoint, JSON-lines progress.
+    """Checkpoint-and-stop on the runner's request, completion markers on every checkpoint, JSON-lines progress.
 
     Attributes:
-        stop_requested: a SIGTERM has been received (at any time, even after the last step).
-        interrupted: this callback has acted on the flag (asked the Trainer to save and stop at a step end).
+        stop: the stop request this callback watches (the runner's file and SIGTERM).
+        interrupted: every rank has agreed to stop, and the Trainer was asked to save and stop at this step.
         progress_file: the JSON-lines progress path (``FINETUNE_PROGRESS_FILE`` by default), or None.
     """
 
@@ -81,8 +89,9 @@ class SpotCheckpointCallback(TrainerCallback):
         *_ignored: Any,
         progress_file: str | None = None,
         install_signal_handler: bool = True,
+        stop_file: str | None = None,
     ) -> None:
-        """Install the SIGTERM handler (SIGINT keeps its default behaviour).
+        """Start watching the stop request; install the SIGTERM handler (SIGINT keeps its default behaviour).
 
         Positional arguments are accepted and ignored so that frameworks which construct callbacks as
         ``cls(args, trainer)`` (ms-swift 4.x) can use the class directly.
@@ -92,39 +101,55 @@ class SpotCheckpointCallback(TrainerCallback):
                 empty = no progress file).
             install_signal_handler: set False to install nothing (e.g. when the caller routes signals itself
                 and calls :meth:`request_stop`).
+            stop_file: the runner's stop request file; defaults to ``$FINETUNE_STOP_FILE``.
         """
         super().__init__()
-        self.stop_requested: bool = False
+        self.stop = StopRequest(stop_file, install_signal_handler=install_signal_handler)
         self.interrupted: bool = False
         if progress_file is None:
             progress_file = os.environ.get("FINETUNE_PROGRESS_FILE") or None
         self.progress_file: str | None = progress_file
-        if install_signal_handler:
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, self._handle_sigterm)
-            else:  # signal.signal() only works in the main thread
-                log.warning("SpotCheckpointCallback created outside the main thread: SIGTERM handler not installed")
 
-    # -- signal side ---------------------------------------------------------------------------------------
-
-    def _handle_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        # Only set a flag: the Trainer may be in the middle of a backward pass or writing a checkpoint.
-        self.stop_requested = True
+    @property
+    def stop_requested(self) -> bool:
+        """This process has seen a stop request (at any time, even after the last step)."""
+        return self.stop.requested
 
     def request_stop(self) -> None:
         """Same as receiving SIGTERM: checkpoint at the next step boundary and stop."""
-        self.stop_requested = True
+        self.stop.request()
+
+    def stopped(self) -> bool:
+        """After ``trainer.train()``: whether the job was asked to stop, so this run must not write its final output.
+
+        The same answer on every rank (a collective under ``torch.distributed``: call it on all of them).
+        """
+        return self.interrupted or self.stop.agreed()
 
     # -- Trainer events ------------------------------------------------------------------------------------
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        persistent = getattr(args, "dataloader_persistent_workers", False) and args.dataloader_num_workers > 0
+        if persistent and state.num_train_epochs > 1 and state.is_world_process_zero:
+            log.warning(
+                "dataloader_persistent_workers with %d workers: a run resumed inside an epoch draws the next "
+                "epoch's loader seed from the global RNG once more than an uninterrupted run, so dropout differs "
+                "after the epoch boundary; set dataloader_persistent_workers=False for an exact resume",
+                args.dataloader_num_workers,
+            )
+        return control
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
-        if self.stop_requested and not self.interrupted:
+        # Every rank calls this after every optimizer step, so the agreement (a collective) is safe here.
+        if not self.interrupted and self.stop.agreed():
             self.interrupted = True
             control.should_save = True
             control.should_training_stop = True
-            log.warning("SIGTERM received: saving checkpoint at step %d and stopping", state.global_step)
+            log.warning("stop requested: saving checkpoint at step %d and stopping", state.global_step)
         # DefaultFlowCallback runs before us: if it asked for a log, on_log follows for this same step with the
         # loss, so skip the loss-less line to keep one line per step.
         if not control.should_log:
@@ -147,8 +172,10 @@ class SpotCheckpointCallback(TrainerCallback):
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
-        # on_save runs on every rank right after Trainer._save_checkpoint (model, optimizer, scheduler, RNG
-        # state, trainer_state.json) has returned; the files are written by the main process only.
+        # on_save runs on every rank right after Trainer._save_checkpoint returned there. Each rank writes files
+        # of its own (rng_state_<rank>.pth; shards under FSDP / DeepSpeed), so wait for all of them: only then is
+        # the checkpoint complete, and rank 0 says so once.
+        barrier()
         if not state.is_world_process_zero or args.output_dir is None:
             return control
         path = checkpoint_dir(args.output_dir, state.global_step)

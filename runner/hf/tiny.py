@@ -3,17 +3,22 @@
 Run::
 
     FINETUNE_OUTPUT_DIR=/tmp/out python -m runner.hf.tiny [--max-steps 30] [--save-steps 5] [--lr 0.05]
-        [--seed 0] [--step-seconds 0]
+        [--seed 0] [--step-seconds 0] [--processes 1]
 
 It is a stock HF ``Trainer`` around a 2-layer ``LlamaForCausalLM`` built from a ``LlamaConfig`` in code, wrapped
 by peft LoRA (r=4 on q_proj/v_proj), trained on a synthetic data set generated in code: nothing is downloaded,
 no tokenizer is involved, and 30 steps train in under a second on one CPU thread (the process takes ~10 s,
 mostly importing torch, transformers and peft). ``--step-seconds`` stretches every step so a test or a demo can
-deliver a spot notice (SIGTERM) mid-training.
+deliver a spot notice mid-training.
+
+``--processes N`` (N > 1) makes this process torchrun (``torch.distributed.run`` with a standalone rendezvous on
+a free port): it starts N ranks of this same module, which train the same model data-parallel (DDP on gloo, CPU;
+4 sequences per rank and step) while it only supervises. The ranks watch the runner's stop file and agree on the
+step (``runner.stop_request``); this process needs no signal.
 
 Bitwise-reproducible resume
 ---------------------------
-A run interrupted by SIGTERM and resumed (in a fresh process, from its last checkpoint) ends with LoRA weights
+A run interrupted by a stop request and resumed (in a fresh process, from its last checkpoint) ends with LoRA weights
 that are bitwise equal to those of an uninterrupted run with the same arguments. What makes that hold:
 
 * The model state is fully restored. The checkpoint holds the LoRA weights (exact fp32 safetensors), the AdamW
@@ -22,7 +27,8 @@ that are bitwise equal to those of an uninterrupted run with the same arguments.
   the hub); here the base model plays that role by being a pure function of a constant seed
   (``BASE_MODEL_SEED``, independent of ``--seed``), initialised before anything else touches the RNG.
 * The data order is a pure function of ``(data_seed, epoch)``. With ``use_seedable_sampler=True`` (accelerate's
-  dataloader option; the default in transformers 5.24, pinned here) the Trainer's ``RandomSampler`` becomes a
+  dataloader option, set here explicitly: the default differs between transformers releases, and ms-swift 4.6
+  pins transformers < 5.20) the Trainer's ``RandomSampler`` becomes a
   ``SeedableRandomSampler`` that reseeds a private generator with ``data_seed + epoch`` at the start of each
   epoch; the Trainer calls ``set_epoch`` before every epoch, including the one it resumes into, and skips the
   batches already consumed in that epoch (``skip_first_batches``). ``data_seed=seed`` is passed explicitly:
@@ -33,6 +39,9 @@ that are bitwise equal to those of an uninterrupted run with the same arguments.
   happens before the checkpoint's RNG state is restored, so a run resumed in epoch >= 1 replays epoch 0's
   order (observed: interrupted at step 18, the resumed adapter differs; within epoch 0 it happened to match).
 * Nothing else draws random numbers during training: every dropout (attention, LoRA) is 0.
+* Under torchrun each rank also saves and restores its own RNG state (``rng_state_<rank>.pth``), the sampler
+  splits the same seeded permutation between the ranks, and gloo's all-reduce of two ranks' gradients gives
+  both the same sum, so a resumed two-rank run is bitwise equal to an uninterrupted two-rank run.
 * The arithmetic is deterministic: one intra-op thread (``torch.set_num_threads(1)``; CPU reductions then run in
   a fixed order), ``full_determinism=True`` (``torch.use_deterministic_algorithms``), eager attention, fp32,
   the plain (non-fused) AdamW, no gradient accumulation and no data-loader workers.
@@ -104,7 +113,7 @@ class PatternDataset(Dataset[dict[str, torch.Tensor]]):
 class StepDelayCallback(TrainerCallback):
     """Make every optimizer step last at least ``seconds`` (sleeps at step begin, before the compute).
 
-    Sleeping before the step means a SIGTERM delivered during the sleep is acted on at the end of that same step.
+    Sleeping before the step means a stop request made during the sleep is acted on at the end of that same step.
     """
 
     def __init__(self, seconds: float) -> None:
@@ -143,7 +152,7 @@ def build_model(seed: int) -> PeftModel:
     )
     config._attn_implementation = "eager"
     set_seed(BASE_MODEL_SEED)
-    base = LlamaForCausalLM(config)
+    base = LlamaForCausalLM(config)  # type: ignore[no-untyped-call,unused-ignore]  # untyped in transformers 5.19
     set_seed(seed)
     lora = LoraConfig(
         r=4,
@@ -153,7 +162,9 @@ def build_model(seed: int) -> PeftModel:
         bias="none",
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(base, lora)
+    model = get_peft_model(base, lora)
+    assert isinstance(model, PeftModel)
+    return model
 
 
 def _checkpoint_step(checkpoint: str) -> int:
@@ -174,6 +185,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--step-seconds", type=float, default=0.0, help="make every step last at least this long (default 0)"
     )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="data-parallel ranks, started with torchrun on gloo (default 1)"
+    )
     args = parser.parse_args(argv)
     if args.max_steps < 1:
         parser.error("--max-steps must be >= 1")
@@ -181,13 +195,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--save-steps must be >= 1")
     if args.step_seconds < 0:
         parser.error("--step-seconds must be >= 0")
+    if args.processes < 1:
+        parser.error("--processes must be >= 1")
     return args
 
 
+def launch_ranks(nproc: int, argv: Sequence[str]) -> int:
+    """Be torchrun: start ``nproc`` ranks of this same module (each sees ``LOCAL_RANK`` and trains) and wait.
+
+    This process then only supervises, as ``torchrun`` itself would: the ranks watch the runner's stop file.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    try:
+        torchrun(["--standalone", "--nproc_per_node", str(nproc), "-m", "runner.hf.tiny", *argv])
+    except ChildFailedError as exc:
+        print(f"runner.hf.tiny: a rank failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    # First, before the slow parts: from here on a SIGTERM means "checkpoint at the next step and stop".
-    spot = SpotCheckpointCallback()
     args = parse_args(argv)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.processes > 1 and "LOCAL_RANK" not in os.environ:
+        return launch_ranks(args.processes, sys.argv[1:] if argv is None else argv)
+    # First, before the slow parts: from here on a stop request means "checkpoint at the next step and stop".
+    spot = SpotCheckpointCallback()
 
     output_dir = os.environ.get("FINETUNE_OUTPUT_DIR", "")
     if not output_dir:
@@ -229,6 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         remove_unused_columns=False,
         disable_tqdm=True,
         accelerator_config={"use_seedable_sampler": True},  # data order = f(data_seed, epoch): see above
+        # Under torchrun: plain DDP on gloo (CPU), every LoRA weight gets a gradient on every step.
+        ddp_backend="gloo" if world_size > 1 else None,
+        ddp_find_unused_parameters=False if world_size > 1 else None,
     )
     trainer = Trainer(
         model=model,
@@ -246,20 +284,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded = get_peft_model_state_dict(model)
         if loaded.keys() != weights.keys() or not all(torch.equal(loaded[k], weights[k]) for k in weights):
             raise RuntimeError(f"{resume_from}: its adapter does not match this model")
-        if not spot.stop_requested:
+        stopped = spot.stopped()
+        if not stopped:
             trainer.save_model(output_dir)
-        print(json.dumps({"global_step": done, "interrupted": spot.stop_requested}), flush=True)
+        _say({"global_step": done, "interrupted": stopped})
         return 0
     result = trainer.train(resume_from_checkpoint=resume_from)
-    summary = {"global_step": result.global_step, "interrupted": spot.stop_requested}
-    if spot.stop_requested:
+    stopped = spot.stopped()  # the same answer on every rank
+    summary = {"global_step": result.global_step, "interrupted": stopped}
+    if stopped:
         # Interrupted (or notified after the last step): the checkpoint of this step is saved and marked
         # complete; the run that resumes from it writes the final output.
-        print(json.dumps(summary), flush=True)
+        _say(summary)
         return 0
     trainer.save_model(output_dir)
-    print(json.dumps(summary), flush=True)
+    _say(summary)
     return 0
+
+
+def _say(summary: dict[str, Any]) -> None:
+    """The run's one-line JSON summary, printed once (by rank 0 under torchrun)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

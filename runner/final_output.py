@@ -1,0 +1,61 @@
+"""What a completed job's ``output/`` holds: what the trainer wrote outside its checkpoints, and always its model.
+
+An HF Trainer script ends with ``save_model(output_dir)``, so the weights sit next to the checkpoints. ms-swift
+writes no final model of its own: its last save is the last ``checkpoint-<N>/`` (``logging.jsonl`` names it as
+``last_model_checkpoint``). So when nothing outside the checkpoints holds weights, the newest complete checkpoint
+goes into the output too, under its own name (``output/checkpoint-<N>/``, swift's layout, which its ``infer`` and
+``export`` take as they are), without what only a resume needs: optimizer, scheduler and RNG states stay in the
+committed checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from runner.local_checkpoints import checkpoint_step, newest_complete
+from runner.manifest import COMPLETE_MARKER
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_RESUME_ONLY = re.compile(r"^(optimizer.*|scheduler\.pt|scaler\.pt|rng_state.*\.pth|global_step\d+)$")
+_NOT_WEIGHTS = frozenset({"training_args.bin"})
+
+
+def output_files(output_dir: Path) -> list[tuple[Path, str]]:
+    """Every file to upload as the output: ``(local path, path under output/)``."""
+    found = [(path, path.relative_to(output_dir).as_posix()) for path in _files(output_dir, top_level=_own_file)]
+    if not any(_is_weights(path) for path, _ in found):
+        last = newest_complete(output_dir, trainer_exited_cleanly=True)
+        if last is not None:
+            found += [
+                (path, f"{last.path.name}/{path.relative_to(last.path).as_posix()}")
+                for path in _files(last.path, top_level=lambda name: not _RESUME_ONLY.match(name))
+            ]
+    return found
+
+
+def _own_file(name: str) -> bool:
+    """Top-level names of the trainer's own output (not a checkpoint, not the runner's hidden bookkeeping)."""
+    return checkpoint_step(name) is None and not name.startswith(".")
+
+
+def _is_weights(path: Path) -> bool:
+    return path.suffix in _WEIGHT_SUFFIXES and path.name not in _NOT_WEIGHTS and not _RESUME_ONLY.match(path.name)
+
+
+def _files(root: Path, top_level: Callable[[str], bool]) -> list[Path]:
+    """Regular files under ``root`` whose first path part passes ``top_level``; symlinks are not followed
+    (swift's ``last-checkpoint`` link points back into a checkpoint) and our marker is left out."""
+    found = []
+    for dirpath, dirs, files in os.walk(root):
+        here = Path(dirpath)
+        if here == root:
+            dirs[:] = [name for name in dirs if top_level(name)]
+            files = [name for name in files if top_level(name)]
+        for name in files:
+            path = here / name
+            if not path.is_symlink() and name != COMPLETE_MARKER:
+                found.append(path)
+    return sorted(found)

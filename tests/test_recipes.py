@@ -1,0 +1,164 @@
+"""The built-in recipes as the bot renders them: ms-swift 4.x flags, the guide's defaults, list and path checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from handlers.recipes import DEEPSEEK_7B, TINY, Parameter, Recipe, RecipeError
+from runner.trainer import expand_argv
+
+RUNNER_VALUES = {
+    "FINETUNE_OUTPUT_DIR": "/w/output",
+    "FINETUNE_RESUME_FROM": "/w/output/checkpoint-40",
+    "FINETUNE_PROGRESS_FILE": "/w/progress.jsonl",
+    "FINETUNE_STOP_FILE": "/w/stop-request",
+    "FINETUNE_SWIFT_PLUGIN": "/opt/finetune/lib/runner/swift/finetune_spot_plugin.py",
+    "FINETUNE_PYTHON": "/opt/finetune/bin/python",
+}
+
+
+def option(argv: list[str], flag: str) -> list[str]:
+    """The values after ``flag`` up to the next flag."""
+    start = argv.index(flag) + 1
+    end = next((i for i in range(start, len(argv)) if argv[i].startswith("--")), len(argv))
+    return argv[start:end]
+
+
+def test_deepseek_defaults_are_the_guides_in_ms_swift_4_flags() -> None:
+    argv = DEEPSEEK_7B.argv(DEEPSEEK_7B.resolve({}), python="/usr/bin/python3")
+    # The runner's own interpreter, and no `swift` wrapper between the runner and the trainer.
+    assert argv[:3] == ["${FINETUNE_PYTHON}", "-m", "swift.cli.sft"]
+    assert "--train_type" not in argv and option(argv, "--tuner_type") == ["lora"]
+    assert option(argv, "--dataset") == [
+        "AI-ModelScope/alpaca-gpt4-data-zh#500",
+        "AI-ModelScope/alpaca-gpt4-data-en#500",
+        "swift/self-cognition#500",
+    ]
+    guide = {
+        "--model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+        "--torch_dtype": "bfloat16",
+        "--num_train_epochs": "1",
+        "--per_device_train_batch_size": "1",
+        "--learning_rate": "0.0001",
+        "--lora_rank": "8",
+        "--lora_alpha": "32",
+        "--target_modules": "all-linear",
+        "--gradient_accumulation_steps": "16",
+        "--save_steps": "10",
+        "--save_total_limit": "5",
+        "--logging_steps": "5",
+        "--max_length": "2048",
+        "--warmup_ratio": "0.05",
+        "--dataloader_num_workers": "4",
+        "--add_version": "false",
+        "--system": "You are a helpful assistant.",
+    }
+    assert {flag: option(argv, flag) for flag in guide} == {flag: [value] for flag, value in guide.items()}
+    assert option(argv, "--external_plugins") == ["${FINETUNE_SWIFT_PLUGIN}"]
+    assert option(argv, "--callbacks") == ["spot_checkpoint"]
+
+
+def test_deepseek_takes_a_local_model_local_data_sets_and_float32() -> None:
+    values = DEEPSEEK_7B.resolve(
+        {
+            "model": "/mnt/oss-data/DeepSeek-R1-Distill-Qwen-7B",
+            "dataset": "/mnt/oss-data/alpaca-gpt4-data-zh#500,/mnt/oss-data/self-cognition#500",
+            "dtype": "float32",
+        }
+    )
+    argv = DEEPSEEK_7B.argv(values, python="python3")
+    assert option(argv, "--model") == ["/mnt/oss-data/DeepSeek-R1-Distill-Qwen-7B"]
+    assert option(argv, "--dataset") == ["/mnt/oss-data/alpaca-gpt4-data-zh#500", "/mnt/oss-data/self-cognition#500"]
+    assert option(argv, "--torch_dtype") == ["float32"]
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        ("model", "--report_to", "may only use"),  # would be read as a flag
+        ("dataset", "a#5,--output_dir", "may only use"),
+        ("dataset", "a#5,,b", "may only use"),
+        ("model", "/mnt/../etc/shadow", "may only use"),
+        ("dataset", "a b", "may only use"),
+        ("dtype", "float64", "must be one of bfloat16, float16, float32"),
+        ("lora_dropout", "0.9", "above the maximum 0.5"),
+    ],
+)
+def test_deepseek_refuses_what_could_become_a_flag_or_leave_its_paths(name: str, raw: str, message: str) -> None:
+    with pytest.raises(RecipeError, match=message):
+        DEEPSEEK_7B.resolve({name: raw})
+
+
+def test_a_list_parameter_must_fill_a_whole_argv_item_and_be_text() -> None:
+    with pytest.raises(ValidationError, match="must be a whole argv item"):
+        Recipe(
+            name="bad",
+            description="x",
+            model="x",
+            command=["train", "--data={data}"],
+            parameters={"data": Parameter(type="str", default="a", many=True)},
+        )
+    with pytest.raises(ValidationError, match="only a str parameter"):
+        Parameter(type="int", default=1, many=True)
+
+
+def test_tiny_takes_nproc_for_torchrun_ranks() -> None:
+    argv = TINY.argv(TINY.resolve({"nproc": "2"}), python="python3")
+    assert option(argv, "--processes") == ["2"]
+    assert TINY.argv(TINY.resolve({}), python="python3")[-2:] == ["--processes", "1"]
+    with pytest.raises(RecipeError, match="above the maximum 8"):
+        TINY.resolve({"nproc": "9"})
+
+
+PARSE_WITH_SWIFT = """
+import json, sys
+from swift.arguments import SftArguments
+from transformers import HfArgumentParser
+plain = (str, int, float, bool, list, type(None))
+parsed = []
+for argv in json.loads(sys.argv[1]):
+    namespace, rest = HfArgumentParser([SftArguments]).parse_known_args(argv)
+    parsed.append({"rest": rest, "args": {k: v for k, v in vars(namespace).items() if isinstance(v, plain)}})
+print(json.dumps(parsed))
+"""
+
+
+def readme_recipes() -> list[Recipe]:
+    """The recipes of the README's configuration example, as the bot's config would load them."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [block] = [part.split("```", 1)[0] for part in text.split("```yaml\n")[1:] if "name: qwen-lora" in part]
+    return [Recipe.model_validate(item) for item in yaml.safe_load(block)["recipes"]]
+
+
+def test_the_pinned_ms_swift_accepts_every_flag_of_the_swift_recipes() -> None:
+    """The built-in deepseek-7b and the README's qwen-lora example, rendered as the runner runs them."""
+    [qwen] = readme_recipes()
+    rendered = [
+        expand_argv(recipe.argv(recipe.resolve({}), python="python"), RUNNER_VALUES) for recipe in (DEEPSEEK_7B, qwen)
+    ]
+    assert all(argv[:3] == ["/opt/finetune/bin/python", "-m", "swift.cli.sft"] for argv in rendered)
+    done = subprocess.run(
+        [sys.executable, "-c", PARSE_WITH_SWIFT, json.dumps([argv[3:] for argv in rendered])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    deepseek, readme = json.loads(done.stdout.splitlines()[-1])
+    # ms-swift 4.x refuses what it does not know (as it refused --train_type): nothing is left over.
+    assert deepseek["rest"] == [] and readme["rest"] == []
+    assert readme["args"]["add_version"] is False and readme["args"]["callbacks"] == ["spot_checkpoint"]
+    assert readme["args"]["external_plugins"] == [RUNNER_VALUES["FINETUNE_SWIFT_PLUGIN"]]
+    args = deepseek["args"]
+    assert args["tuner_type"] == "lora" and args["add_version"] is False
+    assert args["resume_from_checkpoint"] == "/w/output/checkpoint-40" and args["output_dir"] == "/w/output"
+    assert args["external_plugins"] == [RUNNER_VALUES["FINETUNE_SWIFT_PLUGIN"]]
+    assert args["callbacks"] == ["spot_checkpoint"] and args["dataloader_persistent_workers"] is False
+    assert len(args["dataset"]) == 3
