@@ -231,7 +231,8 @@ def component_document() -> dict[str, Any]:
     """The Image Builder component's document, its ${…} filled in as CloudFormation would."""
     template = yaml.load((ROOT / "deploy" / "aws" / "runner-image.yaml").read_text(), Loader=_CfnLoader)
     data = template["Resources"]["RunnerComponent"]["Properties"]["Data"]["Fn::Sub"]
-    values = {"ArtifactBucket": "artifacts", "Version": VERSION, "Extras": "trainer", "ExtraPackages": ""}
+    defaults = {name: str(spec.get("Default", "")) for name, spec in template["Parameters"].items()}
+    values = {**defaults, "ArtifactBucket": "artifacts", "Version": VERSION}
     document: dict[str, Any] = yaml.safe_load(re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], data))
     return document
 

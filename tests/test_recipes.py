@@ -82,8 +82,8 @@ def test_deepseek_takes_a_local_model_local_data_sets_and_float32() -> None:
 @pytest.mark.parametrize(
     ("name", "raw", "message"),
     [
-        ("model", "--report_to", "may only use"),  # would be read as a flag
-        ("dataset", "a#5,--output_dir", "may only use"),
+        ("model", "--report_to", "may not start with '-'"),  # would be read as a flag
+        ("dataset", "a#5,--output_dir", "may not start with '-'"),
         ("dataset", "a#5,,b", "may only use"),
         ("model", "/mnt/../etc/shadow", "may only use"),
         ("dataset", "a b", "may only use"),

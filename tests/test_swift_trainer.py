@@ -152,7 +152,8 @@ async def test_deepseek_recipe_under_swift_saves_on_notice_resumes_and_matches_a
     [interrupted] = of_type(attempt1, "interrupted")
     reached = progress_steps(work / "progress.jsonl")[-1]
     assert interrupted["saved_in_time"] is True
-    assert interrupted["step"] == reached and frozen_at <= reached <= frozen_at + 1  # the step it was at
+    # A step's progress line is written after its stop check (on_log follows on_step_end): it may land a step later.
+    assert interrupted["step"] == reached and frozen_at <= reached <= frozen_at + 2
     assert (store / f"checkpoint-{reached}" / "MANIFEST.json").exists()
     assert (work / "stop-request.watched").exists()  # the plugin's callback watched the file: no signal was sent
     log = (work / "trainer.log").read_text(errors="replace")
@@ -227,7 +228,9 @@ async def test_swift_sft_wrapper_with_nproc_per_node_2_stops_both_ranks_at_one_s
 
     [interrupted] = of_type(read_reports(reports), "interrupted")
     reached = progress_steps(work / "progress.jsonl")[-1]
-    assert interrupted["saved_in_time"] is True and interrupted["step"] == reached <= frozen_at + 1
+    # A step's progress line is written after its stop check (on_log follows on_step_end), so a rank frozen between
+    # the two has done one step more than the file said: the stop lands on the next step boundary or the one after.
+    assert interrupted["saved_in_time"] is True and interrupted["step"] == reached <= frozen_at + 2
     manifest = json.loads((store / f"checkpoint-{reached}" / "MANIFEST.json").read_text())
     assert {"rng_state_0.pth", "rng_state_1.pth", ADAPTER} <= {item["path"] for item in manifest["files"]}
     assert max(int(p.name.split("-")[1]) for p in (work / "output").glob("checkpoint-*")) == reached

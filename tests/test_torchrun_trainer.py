@@ -51,6 +51,7 @@ def reference_adapter(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(output), FINETUNE_RESUME_FROM="", HF_HUB_OFFLINE="1")
     env.pop("FINETUNE_STOP_FILE", None)
     command[command.index("--step-seconds") + 1] = "0"  # same arithmetic, no waiting
+    command = [sys.executable if item == "${FINETUNE_PYTHON}" else item for item in command]  # as the runner does
     subprocess.run(command, env=env, check=True, capture_output=True, timeout=300)
     return (output / ADAPTER).read_bytes()
 
@@ -97,7 +98,8 @@ async def test_two_ranks_save_the_same_step_on_notice_and_resume_bitwise_equal(
     [interrupted] = of_type(read_reports(reports), "interrupted")
     reached = progress_steps(work / "progress.jsonl")[-1]
     assert interrupted["saved_in_time"] is True
-    assert interrupted["step"] == reached and frozen_at <= reached <= frozen_at + 1 < STEPS
+    # A step's progress line is written after its stop check (on_log follows on_step_end): it may land a step later.
+    assert interrupted["step"] == reached and frozen_at <= reached <= frozen_at + 2 < STEPS
     manifest = json.loads((store / f"checkpoint-{reached}" / "MANIFEST.json").read_text())
     files = {item["path"] for item in manifest["files"]}
     assert {"rng_state_0.pth", "rng_state_1.pth", ADAPTER, "optimizer.pt"} <= files  # both ranks' part of it
