@@ -22,7 +22,7 @@ import os
 import uuid
 import zlib
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +34,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from runner.storage.aliyun_credentials import DEFAULT_METADATA_ENDPOINT, RamRoleCredentialProvider
-from runner.storage.base import ObjectInfo, StorageError
+from runner.storage.base import ObjectInfo, ObjectMissing, StorageError
+from runner.storage.slots import PrioritySlots
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ WRITE_CHUNK = 8 * MiB  # downloads stream to disk in pieces this big, whatever t
 DELETE_BATCH = 1000  # the DeleteObjects maximum
 LIST_PAGE_SIZE = 1000  # the ListObjectsV2 maximum; tests shrink it to exercise paging
 ADDRESSING_STYLES = ("auto", "virtual", "path")
+RANGE_RETRIES = 4  # a download cut short (a reset, a truncated body) resumes from where it stopped this often
+ABORT_SECONDS = 10.0  # how long a background abort of a given-up multipart upload may take
+CLOSE_WAIT_SECONDS = 5.0  # how long close() lets background aborts finish
 
 T = TypeVar("T")
 
@@ -158,7 +162,8 @@ class S3Store:
         self.multipart_threshold = max(multipart_threshold, 0)
         self.concurrency = concurrency
         self.settings = client_settings(parsed.scheme, os.environ if env is None else env)
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = PrioritySlots(concurrency)
+        self._cleanup: set[asyncio.Task[None]] = set()
         self._client_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
         self._s3: Any = None
@@ -178,6 +183,9 @@ class S3Store:
 
     def uri(self, key: str) -> str:
         return self.base_uri + key
+
+    def slot(self, priority: int = 0) -> AbstractAsyncContextManager[None]:
+        return self._slots.hold(priority)
 
     async def list_objects(self, prefix: str = "") -> list[ObjectInfo]:
         with self._errors("list", prefix):
@@ -206,51 +214,64 @@ class S3Store:
                     names.append(common["Prefix"][len(full) :].rstrip("/"))
         return sorted(names)
 
-    async def upload_file(self, path: Path, key: str) -> None:
+    async def upload_file(self, path: Path, key: str, priority: int = 0) -> None:
         with self._errors("upload to", key):
             client = await self._client()
             size = (await asyncio.to_thread(path.stat)).st_size
             if size <= self.multipart_threshold:
-                async with self._slots:
+                async with self._slots.hold(priority):
                     data, crc = await asyncio.to_thread(_read_range, path, 0, size)
                     await client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data, **self._crc_args(crc))
             else:
-                await self._upload_multipart(client, path, size, key)
+                await self._upload_multipart(path, size, key, priority)
 
-    async def _upload_multipart(self, client: Any, path: Path, size: int, key: str) -> None:
-        full_key = self.prefix + key
+    async def _upload_multipart(self, path: Path, size: int, key: str, priority: int) -> None:
         part_size = self._part_size_for(size)
-        # With a checksum algorithm S3 (and moto) keep a composite checksum of the part CRCs; without one,
-        # moto re-copies and re-hashes the whole object on completion (measured: ~20% slower uploads).
-        algorithm = {"ChecksumAlgorithm": "CRC32"} if self.settings.send_crc32 else {}
-        created = await client.create_multipart_upload(Bucket=self.bucket, Key=full_key, **algorithm)
-        upload_id: str = created["UploadId"]
+        upload = await self.begin_upload(key, part_size)
 
-        async def part(number: int, offset: int) -> dict[str, Any]:
-            async with self._slots:
+        async def part(index: int, offset: int) -> None:
+            async with self._slots.hold(priority):
                 data, crc = await asyncio.to_thread(_read_range, path, offset, min(part_size, size - offset))
-                checksum = self._crc_args(crc)
-                sent = await client.upload_part(
-                    Bucket=self.bucket, Key=full_key, UploadId=upload_id, PartNumber=number, Body=data, **checksum
-                )
-            done = {"PartNumber": number, "ETag": sent["ETag"]}
-            if "ChecksumCRC32" in checksum:
-                done["ChecksumCRC32"] = checksum["ChecksumCRC32"]
-            return done
+                await upload.put_part(index, data, crc)
 
         try:
-            offsets = range(0, size, part_size)
-            parts = await _all_or_nothing(part(n, off) for n, off in enumerate(offsets, start=1))
-            await client.complete_multipart_upload(
-                Bucket=self.bucket, Key=full_key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-            )
+            await _all_or_nothing(part(index, offset) for index, offset in enumerate(range(0, size, part_size)))
+            await upload.complete()
+        except asyncio.CancelledError:
+            upload.discard()
+            raise
         except BaseException:
             # Parts of an unfinished upload are billed storage and invisible to list(): never leave them.
-            try:
-                await client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id)
-            except Exception as exc:
-                log.warning("could not abort multipart upload of %s: %s", self.uri(key), exc)
+            await upload.abort()
             raise
+
+    async def begin_upload(self, key: str, part_size: int) -> S3PartUpload:
+        """A multipart upload of ``key``; with a checksum algorithm S3 (and moto) keep a composite checksum of
+        the part CRCs; without one, moto re-copies and re-hashes the whole object on completion (measured: ~20%
+        slower uploads)."""
+        if part_size < MIN_PART_SIZE:
+            raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (the S3 minimum)")
+        with self._errors("upload to", key):
+            client = await self._client()
+            algorithm = {"ChecksumAlgorithm": "CRC32"} if self.settings.send_crc32 else {}
+            created = await client.create_multipart_upload(Bucket=self.bucket, Key=self.prefix + key, **algorithm)
+        return S3PartUpload(self, key, created["UploadId"], part_size)
+
+    async def _abort(self, key: str, upload_id: str) -> None:
+        try:
+            client = await self._client()
+            await asyncio.wait_for(
+                client.abort_multipart_upload(Bucket=self.bucket, Key=self.prefix + key, UploadId=upload_id),
+                ABORT_SECONDS,
+            )
+        except Exception as exc:
+            log.warning("could not abort multipart upload of %s: %s", self.uri(key), exc)
+
+    def _abort_later(self, key: str, upload_id: str) -> None:
+        """Abort without making the caller wait: a cancelled upload must give its time back at once."""
+        task = asyncio.get_running_loop().create_task(self._abort(key, upload_id))
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
 
     def _crc_args(self, crc: int) -> dict[str, str]:
         if not self.settings.send_crc32:
@@ -269,7 +290,7 @@ class S3Store:
                 head = await client.head_object(Bucket=self.bucket, Key=self.prefix + key)
             except ClientError as exc:
                 if _is_missing(exc):
-                    raise StorageError(f"{self.uri(key)} does not exist") from exc
+                    raise ObjectMissing(f"{self.uri(key)} does not exist") from exc
                 raise
             size = int(head["ContentLength"])
             etag: str = head["ETag"]
@@ -302,28 +323,64 @@ class S3Store:
     async def _download_range(
         self, client: Any, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool
     ) -> None:
-        """GET bytes ``[start, end)`` into the file; If-Match makes a concurrent overwrite fail, not mix."""
+        """GET bytes ``[start, end)`` into the file; If-Match makes a concurrent overwrite fail, not mix.
+
+        A body cut short (a reset connection, a proxy that gives up) is a network fault, not a bad object:
+        the rest of the range is asked for again, a few times, before the download fails.
+        """
+        offset = start
+        failures = 0
+        async with self._slots.hold():
+            while True:
+                try:
+                    offset = await self._stream_range(client, key, etag, tmp, offset, end, ranged or offset > start)
+                    if offset == end:
+                        return
+                    problem = f"ended early at byte {offset}"
+                except _Cut as cut:
+                    offset = cut.offset
+                    problem = f"was cut at byte {offset}: {cut.cause}"
+                failures += 1
+                if failures > RANGE_RETRIES:
+                    raise StorageError(f"{self.uri(key)}: range {start}-{end} {problem}")
+                log.warning("download of %s %s; resuming (%d of %d)", self.uri(key), problem, failures, RANGE_RETRIES)
+                await asyncio.sleep(0.1 * 2**failures)
+
+    async def _stream_range(
+        self, client: Any, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool
+    ) -> int:
+        """Write what one GET of ``[start, end)`` delivers to disk; returns the offset reached, or raises
+        :class:`_Cut` with it when the connection failed mid-way (what did arrive is kept)."""
         extra = {"Range": f"bytes={start}-{end - 1}"} if ranged else {}
-        async with self._slots:
+        try:
             got = await client.get_object(Bucket=self.bucket, Key=self.prefix + key, IfMatch=etag, **extra)
-            offset = start
-            body = got["Body"]
-            async with body:  # entering yields the raw aiohttp response; read via the checked wrapper
-                while offset < end:
-                    chunks: list[bytes] = []
-                    pending = 0
-                    while pending < WRITE_CHUNK:
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise _Cut(start, exc) from exc
+        offset = start
+        body = got["Body"]
+        async with body:  # entering yields the raw aiohttp response; read via the checked wrapper
+            while offset < end:
+                chunks: list[bytes] = []
+                pending = 0
+                failure: Exception | None = None
+                while pending < WRITE_CHUNK:
+                    try:
                         chunk: bytes = await body.read(WRITE_CHUNK - pending)
-                        if not chunk:
-                            break
-                        chunks.append(chunk)
-                        pending += len(chunk)
-                    if not chunks:
+                    except _TRANSIENT_BODY_ERRORS as exc:
+                        failure = exc
                         break
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    pending += len(chunk)
+                if chunks:
                     await asyncio.to_thread(_write_chunks, tmp, offset, chunks)
                     offset += pending
-            if offset != end:
-                raise StorageError(f"{self.uri(key)}: range {start}-{end} ended early at byte {offset}")
+                if failure is not None:
+                    raise _Cut(offset, failure) from failure
+                if not pending:
+                    break
+        return offset
 
     async def put_bytes(self, key: str, data: bytes) -> None:
         with self._errors("upload to", key):
@@ -364,6 +421,8 @@ class S3Store:
                     )
 
     async def close(self) -> None:
+        if self._cleanup:
+            await asyncio.wait(set(self._cleanup), timeout=CLOSE_WAIT_SECONDS)
         async with self._client_lock:
             await self._stack.aclose()
             self._stack = AsyncExitStack()
@@ -405,6 +464,59 @@ class S3Store:
             raise StorageError(f"{action} {self.uri(key)} failed: {exc}") from exc
 
 
+class S3PartUpload:
+    """One multipart upload; parts are numbered from 1 on the wire, from 0 here."""
+
+    def __init__(self, store: S3Store, key: str, upload_id: str, part_size: int) -> None:
+        self.store = store
+        self.key = key
+        self.upload_id = upload_id
+        self.part_size = part_size
+        self._parts: dict[int, dict[str, Any]] = {}
+        self._finished = False
+
+    async def put_part(self, index: int, data: bytes, crc32: int) -> None:
+        store = self.store
+        checksum = store._crc_args(crc32)
+        with store._errors("upload to", self.key):
+            client = await store._client()
+            sent = await client.upload_part(
+                Bucket=store.bucket,
+                Key=store.prefix + self.key,
+                UploadId=self.upload_id,
+                PartNumber=index + 1,
+                Body=data,
+                **checksum,
+            )
+        done = {"PartNumber": index + 1, "ETag": sent["ETag"]}
+        if "ChecksumCRC32" in checksum:
+            done["ChecksumCRC32"] = checksum["ChecksumCRC32"]
+        self._parts[index] = done
+
+    async def complete(self) -> None:
+        store = self.store
+        parts = [self._parts[index] for index in sorted(self._parts)]
+        with store._errors("upload to", self.key):
+            client = await store._client()
+            await client.complete_multipart_upload(
+                Bucket=store.bucket,
+                Key=store.prefix + self.key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": parts},
+            )
+        self._finished = True
+
+    async def abort(self) -> None:
+        if not self._finished:
+            self._finished = True
+            await self.store._abort(self.key, self.upload_id)
+
+    def discard(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self.store._abort_later(self.key, self.upload_id)
+
+
 async def _all_or_nothing(jobs: Iterable[Awaitable[T]]) -> list[T]:
     """Run concurrently, in order; the first failure cancels the rest and is raised as itself."""
     try:
@@ -417,6 +529,18 @@ async def _all_or_nothing(jobs: Iterable[Awaitable[T]]) -> list[T]:
 
 async def _awaited(job: Awaitable[T]) -> T:
     return await job
+
+
+_TRANSIENT_BODY_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, BotoCoreError)
+
+
+class _Cut(Exception):
+    """A GET's body stopped before its end; ``offset`` is how far it got."""
+
+    def __init__(self, offset: int, cause: BaseException) -> None:
+        super().__init__(f"cut at {offset}: {cause}")
+        self.offset = offset
+        self.cause = cause
 
 
 def _is_missing(exc: ClientError) -> bool:

@@ -1,0 +1,62 @@
+"""A counting semaphore that serves waiters by priority: the checkpoint that must commit first gets the bandwidth.
+
+Every transfer of a store holds one slot while its buffer is in memory and its request is on the wire, so
+the slots bound both memory and requests in flight. When slots are short, the lowest priority number goes
+next (the runner uses the step: the older checkpoint, nearer to committing, before the newer), first come
+first served within one priority.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+from collections.abc import AsyncIterator
+
+
+class PrioritySlots:
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("slots must be at least 1")
+        self.slots = slots
+        self._free = slots
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    @contextlib.asynccontextmanager
+    async def hold(self, priority: int = 0) -> AsyncIterator[None]:
+        await self._acquire(priority)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, priority: int) -> None:
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._order), waiter))
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._release()  # granted and cancelled in the same breath: hand the slot on
+            else:
+                self._waiting = [entry for entry in self._waiting if entry[2] is not waiter]
+                heapq.heapify(self._waiting)
+            raise
+
+    def _release(self) -> None:
+        self._free += 1
+        while self._waiting and self._free > 0:
+            _, _, waiter = heapq.heappop(self._waiting)
+            if waiter.done():
+                continue
+            self._free -= 1
+            waiter.set_result(None)
