@@ -64,6 +64,7 @@ class Restored:
     path: Path | None = None
     uri: str | None = None
     seconds: float = 0.0
+    bytes: int = 0
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
 
 
@@ -120,6 +121,9 @@ class CheckpointUpload:
             while not self.complete.is_set():
                 self._raise_failed()
                 self._start_new(await asyncio.to_thread(checkpoint_files, self.local_dir))
+                if await asyncio.to_thread((self.local_dir / COMPLETE_MARKER).exists):
+                    self.mark_complete()
+                    break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.complete.wait(), self.poll_seconds)
             return await self._commit()
@@ -219,7 +223,7 @@ class CheckpointStore:
         result = Restored()
         for step in await self.stored_steps():
             try:
-                path = await self._download_verified(step, output_dir)
+                path, result.bytes = await self._download_verified(step, output_dir)
             except CheckpointInvalid as exc:
                 log.warning("skipping checkpoint-%d: %s", step, exc)
                 result.skipped.append(
@@ -231,7 +235,7 @@ class CheckpointStore:
         result.seconds = time.monotonic() - started
         return result
 
-    async def _download_verified(self, step: int, output_dir: Path) -> Path:
+    async def _download_verified(self, step: int, output_dir: Path) -> tuple[Path, int]:
         prefix = f"checkpoint-{step}/"
         manifest = await self._manifest(step)
         stored = {info.key[len(prefix) :]: info.size for info in await self.store.list_objects(prefix)}
@@ -258,7 +262,7 @@ class CheckpointStore:
             if final.exists():
                 shutil.rmtree(final)
             staging.rename(final)
-            return final
+            return final, manifest.total_bytes
         finally:
             if staging.exists():
                 shutil.rmtree(staging)
