@@ -326,7 +326,8 @@ class Runner:
         self, notice: Notice, deadline: datetime, noticed: float, outcome: NoticeOutcome
     ) -> Interrupted:
         now = time.monotonic()
-        saved = outcome.fresh_complete_at if outcome.fresh_complete_at is not None else outcome.ended_at
+        # save: notice → the fresh checkpoint complete on disk (none: 0); upload: from then to the commit's end.
+        saved = outcome.fresh_complete_at if outcome.fresh_complete_at is not None else noticed
         committed = outcome.committed
         return Interrupted(
             **self.ids,

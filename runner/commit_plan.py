@@ -4,10 +4,11 @@ Inputs are what the runner knows at that moment: the seconds left until the ``in
 leave, the upload rate this run measured, the trainer's save time and checkpoint size as seen so far, and
 every local checkpoint newer than the last commit (complete or being written, how much of it is up). Rules:
 
-* The newest complete checkpoint is always kept: its upload is never abandoned for something newer that
-  might not make it. Older complete ones are dropped (superseded), except one already in flight that would
-  finish in time when the newest would not: insurance, sent first.
-* A checkpoint the trainer is writing is kept too (it goes up as it is written, behind the complete ones).
+* The newest complete checkpoint is always kept, and so is every older complete one already in flight: an
+  upload under way is never abandoned for something newer that might not make it (the commit of a newer one
+  ends it). Older complete ones not yet started are dropped (superseded).
+* A checkpoint the trainer is writing is kept too (it goes up as it is written, behind the complete ones),
+  unless even its bytes alone could not go up in the time left.
 * The trainer is asked for a fresh save only if the save and the upload of everything ahead of it and of the
   fresh checkpoint fit in the time left with margin. With a checkpoint being written already it is not asked
   again (that save is the fresh one). Without a rate or a size to judge by, it is asked if there is nothing to
@@ -78,20 +79,21 @@ def plan(situation: Situation) -> Plan:
     drop: list[tuple[int, str]] = []
     if complete:
         newest = complete[0]
-        insurance = None
-        if rate and not fits(newest.bytes_left / rate, left):
-            insurance = next(
-                (
-                    older
-                    for older in complete[1:]
-                    if older.in_flight and older.bytes_left < newest.bytes_left and fits(older.bytes_left / rate, left)
-                ),
-                None,
-            )
         for older in complete[1:]:
-            if older is not insurance:
+            if older.in_flight:
+                keep.append(older)  # never abandoned for a newer one that might not make it; a commit ends it
+            else:
                 drop.append((older.step, f"superseded by checkpoint-{newest.step}"))
-        keep = [*([insurance] if insurance else []), newest]
+        keep = [*sorted(keep, key=lambda c: c.step), newest]
+    if rate:
+        ahead = sum(c.bytes_left for c in keep)
+        for candidate in list(writing):
+            expected = max(candidate.bytes_total, situation.checkpoint_bytes or 0) - candidate.bytes_uploaded
+            if (ahead + expected) / rate > left:  # cannot finish even with no save time left and no margin
+                writing.remove(candidate)
+                drop.append((candidate.step, f"cannot finish uploading before the deadline at {rate / MiB:.1f} MiB/s"))
+            else:
+                ahead += expected
     steps = tuple(c.step for c in [*keep, *writing])
 
     if writing:

@@ -64,9 +64,11 @@ class NoticeCommit:
         self.trainer_step = trainer_step
         self.tick = tick
         self.clock = clock
+        self._started = clock()
 
     async def run(self) -> NoticeOutcome:
         sync = self.sync
+        self._started = self.clock()
         sync.enter_notice_mode()
         output_dir = sync.output_dir
         complete_at_notice = {checkpoint.step for checkpoint in complete_checkpoints(output_dir)}
@@ -177,8 +179,13 @@ class NoticeCommit:
         return found
 
     def _with_failure(self, step: int, reason: str) -> str:
-        failure = self.sync.failures.get(step)
+        failure = self.sync.failures.get(step) or self._store_trouble()
         return f"{reason}; last upload error: {failure}" if failure is not None else reason
+
+    def _store_trouble(self) -> str | None:
+        """What the store answered to failed requests since the notice (its SDK retries them out of sight)."""
+        last = self.sync.checkpoints.store.last_error
+        return last[1] if last is not None and last[0] >= self._started else None
 
     @staticmethod
     def _not_saved(gone: bool) -> str:
@@ -191,11 +198,12 @@ class NoticeCommit:
             return None
         committed = outcome.committed
         kept = f"committed checkpoint-{committed.step}" if committed else "nothing is committed"
-        failures = [self.sync.failures[step] for step in sorted(self.sync.failures)]
-        if failures and (committed is None or max(self.sync.failures) > committed.step):
-            return f"upload failed before the deadline: {failures[-1]}; {kept}"
+        newer = [step for step in sorted(self.sync.failures) if committed is None or step > committed.step]
+        trouble = str(self.sync.failures[newer[-1]]) if newer else self._store_trouble()
+        if trouble is not None:
+            return f"upload failed before the deadline: {trouble}; {kept}"
         if outcome.fresh == "not-asked":
-            return f"no fresh save asked for ({why}); {kept}"
+            return f"no fresh save asked for: {why}; {kept}"
         if outcome.fresh == "not-saved":
             return f"{self._not_saved(gone)}; {kept}, the newest complete one"
         return f"the fresh checkpoint-{outcome.fresh_step} did not finish uploading before the deadline; {kept}"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
@@ -20,6 +20,7 @@ from runner.storage.file import FileStore
 from runner.storage.s3 import MiB, S3Store
 from runner.storage.slots import PrioritySlots
 from runner.upload import FileChanged, RateMeter
+from tests.runner_harness import wait_until
 
 PART = 5 * MiB
 
@@ -36,12 +37,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         backend = S3Store("s3://ckpts/job/", part_size=PART, multipart_threshold=PART, concurrency=4)
     yield backend
     await backend.close()
-
-
-async def wait_until(condition: Any, timeout: float = 60.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.02)
 
 
 async def restored_bytes(checkpoints: CheckpointStore, tmp_path: Path, name: str) -> bytes:
@@ -135,13 +130,17 @@ async def test_a_file_changed_after_the_marker_fails_the_commit(store: ObjectSto
     local = tmp_path / "out" / "checkpoint-6"
     local.mkdir(parents=True)
     (local / "weights.bin").write_bytes(os.urandom(3 * PART))
-    upload = checkpoints.start_upload(local, 6)
-    upload.mark_complete()
-    running = asyncio.create_task(upload.run())
-    await wait_until(lambda: upload.bytes_uploaded >= PART)
-    with (local / "weights.bin").open("r+b") as handle:  # the trainer is still writing a "complete" checkpoint
-        handle.write(b"late")
-    with pytest.raises((FileChanged, FileNotFoundError)):
+    slots = store._slots  # type: ignore[attr-defined]
+    async with contextlib.AsyncExitStack() as held:
+        for _ in range(slots.slots):  # hold the wire: the commit takes its final look, then waits
+            await held.enter_async_context(store.slot())
+        upload = checkpoints.start_upload(local, 6)
+        upload.mark_complete()
+        running = asyncio.create_task(upload.run())
+        await wait_until(lambda: slots.waiting > 0)
+        with (local / "weights.bin").open("r+b") as handle:  # the trainer still writes a "complete" checkpoint
+            handle.write(b"late")
+    with pytest.raises(FileChanged):
         await asyncio.wait_for(running, 60)
     assert await store.get_bytes(f"checkpoint-6/{MANIFEST_NAME}") is None
 

@@ -59,6 +59,7 @@ class ObjectStore(Protocol):
 
     base_uri: str
     part_size: int  # the part size its large transfers use
+    last_error: tuple[float, str] | None  # (time.monotonic(), what) of the last failed request, retried or not
 
     def uri(self, key: str) -> str:
         """The absolute URI of ``key``, as reported to people."""

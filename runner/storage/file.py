@@ -27,6 +27,7 @@ class FileStore:
         self.base_uri = base_uri if base_uri.endswith("/") else base_uri + "/"
         self.root = Path(unquote(urlparse(self.base_uri).path))
         self.part_size = DEFAULT_PART_SIZE
+        self.last_error: tuple[float, str] | None = None  # what the S3 store remembers of its requests; none here
         self._slots = PrioritySlots(concurrency)
 
     def uri(self, key: str) -> str:

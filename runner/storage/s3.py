@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import time
 import uuid
 import zlib
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
@@ -164,6 +165,7 @@ class S3Store:
         self.settings = client_settings(parsed.scheme, os.environ if env is None else env)
         self._slots = PrioritySlots(concurrency)
         self._cleanup: set[asyncio.Task[None]] = set()
+        self.last_error: tuple[float, str] | None = None  # (time.monotonic(), what) of the last failed request
         self._client_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
         self._s3: Any = None
@@ -452,8 +454,20 @@ class S3Store:
                         )
                     )
                     client.meta.events.register("before-call.s3.DeleteObjects", _add_content_md5)
+                    client.meta.events.register("needs-retry.s3", self._note_failure)
                     self._s3 = client
         return self._s3
+
+    def _note_failure(
+        self, response: tuple[Any, Any] | None = None, caught_exception: BaseException | None = None, **_: Any
+    ) -> None:
+        """Remember what the store last answered when a request failed, even one botocore then retried: a call
+        cancelled at a deadline can still say the store was answering 503 SlowDown all along."""
+        if caught_exception is not None:
+            self.last_error = (time.monotonic(), f"{type(caught_exception).__name__}: {caught_exception}")
+        elif response is not None and getattr(response[0], "status_code", 200) in _TROUBLE_STATUS:
+            code = (response[1] or {}).get("Error", {}).get("Code", "")
+            self.last_error = (time.monotonic(), f"HTTP {response[0].status_code} {code}".strip())
 
     @contextlib.contextmanager
     def _errors(self, action: str, key: str) -> Iterator[None]:
@@ -531,6 +545,7 @@ async def _awaited(job: Awaitable[T]) -> T:
     return await job
 
 
+_TROUBLE_STATUS = {429, 500, 502, 503, 504}  # what a store under strain answers; a 404 is an answer
 _TRANSIENT_BODY_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, BotoCoreError)
 
 

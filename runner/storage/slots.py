@@ -28,6 +28,10 @@ class PrioritySlots:
     def free(self) -> int:
         return self._free
 
+    @property
+    def waiting(self) -> int:
+        return sum(1 for _, _, waiter in self._waiting if not waiter.done())
+
     @contextlib.asynccontextmanager
     async def hold(self, priority: int = 0) -> AsyncIterator[None]:
         await self._acquire(priority)
