@@ -429,15 +429,8 @@ class Runner:
             self.sync.scan()
 
     async def _sync_newest(self, reason: SyncReason, newest: LocalCheckpoint | None = None) -> None:
-        """Commit the newest complete checkpoint now if it is newer than the last commit, and wait for it.
-
-        An explicit ``newest`` comes from a trainer that crashed: what it was still writing will never be
-        complete, so those uploads stop. Storage trouble is reported once and retried later.
-        """
-        if newest is not None:
-            for candidate in self.sync.situation():
-                if not candidate.complete and candidate.step > newest.step:
-                    self.sync.give_up(candidate.step, "the trainer crashed while writing it")
+        """Commit ``newest`` (default: the newest complete checkpoint) now if it is newer than the last commit,
+        and wait for it. Storage trouble is reported once per outage and retried later; it never raises."""
         await self.sync.commit_newest(reason, newest)
 
     def _report_commit(self, committed: Committed, reason: SyncReason) -> None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.manifest import sha256_file
-from runner.storage.base import ObjectStore, PartUpload
+from runner.storage.base import ObjectStore, PartUpload, read_fully
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class _Sent:
 
 @dataclass(frozen=True, slots=True)
 class _Read:
-    data: bytes
+    data: memoryview  # into the buffer of the slot held while reading: valid only while that slot is held
     sent: _Sent
 
 
@@ -154,16 +154,16 @@ class _Shrank(Exception):
     """The file is shorter than parts already sent: it was truncated and rewritten, so start over."""
 
 
-def _read(path: Path, offset: int, size: int) -> _Read:
+def _read(path: Path, offset: int, size: int, buffer: bytearray) -> _Read:
     started = time.time_ns()
+    view = memoryview(buffer if len(buffer) >= size else bytearray(size))[:size]
     with open(path, "rb", buffering=0) as file:
         before = FileStamp.of_stat(os.fstat(file.fileno()))
-        file.seek(offset)
-        data = file.read(size) if size else b""
+        got = read_fully(file, offset, view)
         after = FileStamp.of_stat(os.fstat(file.fileno()))
-    if len(data) != size:
-        raise _Shrank(f"{path}: wanted {size} bytes at {offset}, got {len(data)}")
-    return _Read(data, _Sent(offset, size, zlib.crc32(data), before, after, started))
+    if got != size:
+        raise _Shrank(f"{path}: wanted {size} bytes at {offset}, got {got}")
+    return _Read(view, _Sent(offset, size, zlib.crc32(view), before, after, started))
 
 
 class _OrderedHash:
@@ -175,7 +175,7 @@ class _OrderedHash:
         self.valid = True
         self._turn = asyncio.Condition()
 
-    async def feed(self, index: int, data: bytes) -> None:
+    async def feed(self, index: int, data: memoryview) -> None:
         async with self._turn:
             await self._turn.wait_for(lambda: self.next == index)
         await asyncio.to_thread(self.sha.update, data)
@@ -334,8 +334,8 @@ class FileUpload:
         trusted = sent is not None and sent.size == length and sent.unchanged_at(final)
         if trusted and fed:
             return
-        async with self.store.slot(self.priority):
-            read = await asyncio.to_thread(_read, self.path, index * self.part_size, length)
+        async with self.store.slot(self.priority) as buffer:
+            read = await asyncio.to_thread(_read, self.path, index * self.part_size, length, buffer)
             if read.sent.after != final:
                 raise FileChanged(f"{self.path} changed after its checkpoint was complete")
             if not fed:
@@ -350,8 +350,8 @@ class FileUpload:
         if self._single is not None and self._single[0].size == final.size and self._single[0].unchanged_at(final):
             await self._check_unchanged(final)
             return UploadedFile(final.size, self._single[1])
-        async with self.store.slot(self.priority):
-            read = await asyncio.to_thread(_read, self.path, 0, final.size)
+        async with self.store.slot(self.priority) as buffer:
+            read = await asyncio.to_thread(_read, self.path, 0, final.size, buffer)
             if read.sent.after != final:
                 raise FileChanged(f"{self.path} changed after its checkpoint was complete")
             digest = await asyncio.to_thread(_sha256, read.data)
@@ -379,18 +379,18 @@ class FileUpload:
     # -- sending -------------------------------------------------------------------------------------------
 
     async def _send_part(self, index: int, length: int, feed: bool) -> None:
-        async with self.store.slot(self.priority):
-            read = await asyncio.to_thread(_read, self.path, index * self.part_size, length)
+        async with self.store.slot(self.priority) as buffer:
+            read = await asyncio.to_thread(_read, self.path, index * self.part_size, length, buffer)
             if feed:
                 await self._hash.feed(index, read.data)
             await self._put(index, read)
 
     async def _send_single(self) -> None:
-        async with self.store.slot(self.priority):
+        async with self.store.slot(self.priority) as buffer:
             stamp = await asyncio.to_thread(FileStamp.of, self.path)
             if stamp.size > self.part_size:
                 return  # it grew meanwhile: parts will carry it
-            read = await asyncio.to_thread(_read, self.path, 0, stamp.size)
+            read = await asyncio.to_thread(_read, self.path, 0, stamp.size, buffer)
             digest = await asyncio.to_thread(_sha256, read.data)
             await self._put_single(read)
             self._single = (read.sent, digest)
@@ -449,5 +449,5 @@ class FileUpload:
             self._upload = None
 
 
-def _sha256(data: bytes) -> str:
+def _sha256(data: memoryview) -> str:
     return hashlib.sha256(data).hexdigest()

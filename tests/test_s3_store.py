@@ -212,10 +212,10 @@ async def test_failed_part_aborts_the_upload(
     random_file(work / "big.bin", 20 * MiB)
     real_read = s3_module._read_range
 
-    def flaky_read(path: Path, offset: int, size: int) -> tuple[bytes, int]:
+    def flaky_read(path: Path, offset: int, size: int, buffer: bytearray) -> tuple[memoryview, int]:
         if offset >= 10 * MiB:
             raise OSError("disk went away")
-        return real_read(path, offset, size)
+        return real_read(path, offset, size, buffer)
 
     monkeypatch.setattr(s3_module, "_read_range", flaky_read)
     with pytest.raises(StorageError, match="disk went away"):

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from io import FileIO
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeAlias
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
 
 
 class StorageError(RuntimeError):
@@ -32,12 +35,12 @@ class PartUpload(Protocol):
 
     A part may be sent again under the same index; the last one sent is what ``complete`` assembles. The
     object is invisible to readers until ``complete`` returns. The caller holds one of the store's slots
-    (``ObjectStore.slot``) around each ``put_part`` together with the buffer it sends.
+    (``ObjectStore.slot``) around each ``put_part``, and sends from the buffer the slot lent it.
     """
 
     part_size: int
 
-    async def put_part(self, index: int, data: bytes, crc32: int) -> None:
+    async def put_part(self, index: int, data: Buffer, crc32: int) -> None:
         """Send bytes ``[index * part_size, index * part_size + len(data))``; ``crc32`` is of ``data``."""
         ...
 
@@ -65,8 +68,9 @@ class ObjectStore(Protocol):
         """The absolute URI of ``key``, as reported to people."""
         ...
 
-    def slot(self, priority: int = 0) -> AbstractAsyncContextManager[None]:
-        """Hold one transfer slot (a buffer in memory, a request in flight); lower ``priority`` goes first."""
+    def slot(self, priority: int = 0) -> AbstractAsyncContextManager[bytearray]:
+        """Hold one transfer slot (a request in flight) and its buffer of at least ``part_size`` bytes, which is
+        only the holder's until it lets go; lower ``priority`` goes first."""
         ...
 
     async def list_objects(self, prefix: str = "") -> list[ObjectInfo]:
@@ -92,7 +96,7 @@ class ObjectStore(Protocol):
         """
         ...
 
-    async def put_bytes(self, key: str, data: bytes) -> None: ...
+    async def put_bytes(self, key: str, data: Buffer) -> None: ...
 
     async def get_bytes(self, key: str) -> bytes | None:
         """The object's content, or ``None`` when it does not exist."""
@@ -105,3 +109,15 @@ class ObjectStore(Protocol):
     async def close(self) -> None:
         """Release connections; uploads given up with ``discard`` get a bounded moment to be removed first."""
         ...
+
+
+def read_fully(file: FileIO, offset: int, view: memoryview) -> int:
+    """Fill ``view`` from ``offset`` of an unbuffered file (no copy through a ``bytes``); returns how much was there."""
+    file.seek(offset)
+    got = 0
+    while got < len(view):
+        count = file.readinto(view[got:])
+        if not count:
+            break
+        got += count
+    return got

@@ -12,8 +12,8 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from runner.storage.base import ObjectInfo, ObjectMissing, StorageError
-from runner.storage.slots import PrioritySlots
+from runner.storage.base import Buffer, ObjectInfo, ObjectMissing, StorageError
+from runner.storage.slots import BufferSlots
 
 MiB = 1024 * 1024
 DEFAULT_PART_SIZE = 16 * MiB
@@ -28,13 +28,13 @@ class FileStore:
         self.root = Path(unquote(urlparse(self.base_uri).path))
         self.part_size = DEFAULT_PART_SIZE
         self.last_error: tuple[float, str] | None = None  # what the S3 store remembers of its requests; none here
-        self._slots = PrioritySlots(concurrency)
+        self._slots = BufferSlots(concurrency, DEFAULT_PART_SIZE)
 
     def uri(self, key: str) -> str:
         return self.base_uri + key
 
-    def slot(self, priority: int = 0) -> AbstractAsyncContextManager[None]:
-        return self._slots.hold(priority)
+    def slot(self, priority: int = 0) -> AbstractAsyncContextManager[bytearray]:
+        return self._slots.lend(priority)
 
     def _path(self, key: str) -> Path:
         if key.startswith("/") or ".." in key.split("/"):
@@ -91,7 +91,7 @@ class FileStore:
         except OSError as exc:
             raise StorageError(f"download of {self.uri(key)} failed: {exc}") from exc
 
-    async def put_bytes(self, key: str, data: bytes) -> None:
+    async def put_bytes(self, key: str, data: Buffer) -> None:
         await asyncio.to_thread(self._write_atomic, key, lambda tmp: tmp.write_bytes(data))
 
     async def get_bytes(self, key: str) -> bytes | None:
@@ -141,7 +141,7 @@ class FilePartUpload:
         self.part_size = part_size
         self._ends: dict[int, int] = {}
 
-    async def put_part(self, index: int, data: bytes, crc32: int) -> None:
+    async def put_part(self, index: int, data: Buffer, crc32: int) -> None:
         offset = index * self.part_size
         try:
             await asyncio.to_thread(_pwrite, self.tmp, offset, data)
@@ -166,7 +166,7 @@ class FilePartUpload:
             self.tmp.unlink(missing_ok=True)
 
 
-def _pwrite(path: Path, offset: int, data: bytes) -> None:
+def _pwrite(path: Path, offset: int, data: Buffer) -> None:
     fd = os.open(path, os.O_WRONLY)  # no O_CREAT: a straggler after a discard must not resurrect the file
     try:
         view = memoryview(data)

@@ -17,6 +17,7 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import io
 import logging
 import os
 import time
@@ -35,8 +36,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from runner.storage.aliyun_credentials import DEFAULT_METADATA_ENDPOINT, RamRoleCredentialProvider
-from runner.storage.base import ObjectInfo, ObjectMissing, StorageError
-from runner.storage.slots import PrioritySlots
+from runner.storage.base import Buffer, ObjectInfo, ObjectMissing, StorageError, read_fully
+from runner.storage.slots import BufferSlots
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class S3Store:
         self.multipart_threshold = max(multipart_threshold, 0)
         self.concurrency = concurrency
         self.settings = client_settings(parsed.scheme, os.environ if env is None else env)
-        self._slots = PrioritySlots(concurrency)
+        self._slots = BufferSlots(concurrency, max(part_size, self.multipart_threshold))
         self._cleanup: set[asyncio.Task[None]] = set()
         self.last_error: tuple[float, str] | None = None  # (time.monotonic(), what) of the last failed request
         self._client_lock = asyncio.Lock()
@@ -186,8 +187,8 @@ class S3Store:
     def uri(self, key: str) -> str:
         return self.base_uri + key
 
-    def slot(self, priority: int = 0) -> AbstractAsyncContextManager[None]:
-        return self._slots.hold(priority)
+    def slot(self, priority: int = 0) -> AbstractAsyncContextManager[bytearray]:
+        return self._slots.lend(priority)
 
     async def list_objects(self, prefix: str = "") -> list[ObjectInfo]:
         with self._errors("list", prefix):
@@ -221,9 +222,11 @@ class S3Store:
             client = await self._client()
             size = (await asyncio.to_thread(path.stat)).st_size
             if size <= self.multipart_threshold:
-                async with self._slots.hold(priority):
-                    data, crc = await asyncio.to_thread(_read_range, path, 0, size)
-                    await client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data, **self._crc_args(crc))
+                async with self._slots.lend(priority) as buffer:
+                    data, crc = await asyncio.to_thread(_read_range, path, 0, size, buffer)
+                    await client.put_object(
+                        Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **self._crc_args(crc)
+                    )
             else:
                 await self._upload_multipart(path, size, key, priority)
 
@@ -232,8 +235,8 @@ class S3Store:
         upload = await self.begin_upload(key, part_size)
 
         async def part(index: int, offset: int) -> None:
-            async with self._slots.hold(priority):
-                data, crc = await asyncio.to_thread(_read_range, path, offset, min(part_size, size - offset))
+            async with self._slots.lend(priority) as buffer:
+                data, crc = await asyncio.to_thread(_read_range, path, offset, min(part_size, size - offset), buffer)
                 await upload.put_part(index, data, crc)
 
         try:
@@ -384,11 +387,11 @@ class S3Store:
                     break
         return offset
 
-    async def put_bytes(self, key: str, data: bytes) -> None:
+    async def put_bytes(self, key: str, data: Buffer) -> None:
         with self._errors("upload to", key):
             client = await self._client()
             await client.put_object(
-                Bucket=self.bucket, Key=self.prefix + key, Body=data, **self._crc_args(zlib.crc32(data))
+                Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **self._crc_args(zlib.crc32(data))
             )
 
     async def get_bytes(self, key: str) -> bytes | None:
@@ -489,7 +492,7 @@ class S3PartUpload:
         self._parts: dict[int, dict[str, Any]] = {}
         self._finished = False
 
-    async def put_part(self, index: int, data: bytes, crc32: int) -> None:
+    async def put_part(self, index: int, data: Buffer, crc32: int) -> None:
         store = self.store
         checksum = store._crc_args(crc32)
         with store._errors("upload to", self.key):
@@ -499,7 +502,7 @@ class S3PartUpload:
                 Key=store.prefix + self.key,
                 UploadId=self.upload_id,
                 PartNumber=index + 1,
-                Body=data,
+                Body=_body(data),
                 **checksum,
             )
         done = {"PartNumber": index + 1, "ETag": sent["ETag"]}
@@ -567,14 +570,49 @@ def _is_missing(exc: ClientError) -> bool:
 # a descriptor the event loop side has closed (and the kernel may have reused for another file).
 
 
-def _read_range(path: Path, offset: int, size: int) -> tuple[bytes, int]:
-    """One part of the file and its CRC32; a short read means the file shrank, which must not upload."""
+def _read_range(path: Path, offset: int, size: int, buffer: bytearray) -> tuple[memoryview, int]:
+    """One part of the file, read into ``buffer`` (a bigger one is made if it is too small), and its CRC32; a
+    short read means the file shrank, which must not upload."""
+    view = memoryview(buffer if len(buffer) >= size else bytearray(size))[:size]
     with open(path, "rb", buffering=0) as file:
-        file.seek(offset)
-        data = file.read(size) if size else b""
-    if len(data) != size:
-        raise StorageError(f"{path} changed during upload: wanted {size} bytes at {offset}, got {len(data)}")
-    return data, zlib.crc32(data)
+        got = read_fully(file, offset, view)
+    if got != size:
+        raise StorageError(f"{path} changed during upload: wanted {size} bytes at {offset}, got {got}")
+    return view, zlib.crc32(view)
+
+
+class _Body(io.BytesIO):
+    """A request body that aiohttp sends in 256 KiB slices straight out of the caller's buffer: no copy of the
+    whole part (``bytes(buffer)``), no fresh allocation. botocore seeks it back to 0 to retry."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self._view = view
+        self._position = 0
+
+    def read(self, size: int | None = -1) -> memoryview:  # type: ignore[override]
+        end = len(self._view) if size is None or size < 0 else min(self._position + size, len(self._view))
+        piece = self._view[self._position : end]
+        self._position = end
+        return piece
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._position, len(self._view))[whence]
+        self._position = max(0, min(base + offset, len(self._view)))
+        return self._position
+
+    def getbuffer(self) -> memoryview:
+        return memoryview(self._view)  # a view of its own: aiohttp releases what it gets here
+
+
+def _body(data: Buffer) -> bytes | _Body:
+    """Small bodies as they are; large ones through :class:`_Body`."""
+    if len(data) <= 256 * 1024:
+        return bytes(data)
+    return _Body(memoryview(data).cast("B"))
 
 
 def _create_sized(path: Path, size: int) -> None:
