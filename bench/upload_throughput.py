@@ -39,13 +39,14 @@ from s3transfer.crt import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from runner.checkpoints import CheckpointStore
 from runner.storage.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MiB, S3Store
 from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
 
 BUCKET = "bench"
 BLOCK = 64 * MiB
 GiB = 1024 * MiB
-CLIENTS = ("S3Store", "boto3 default", "boto3 CRT")
+CLIENTS = ("S3Store", "boto3 default", "boto3 CRT", "runner commit")
 
 
 def write_synthetic(path: Path, size: int) -> None:
@@ -97,14 +98,18 @@ class Bench:
             def upload() -> None:
                 self.crt.upload(str(source), BUCKET, "runs/payload.bin").result()
         else:
-            store = S3Store(f"s3://{BUCKET}/runs/", part_size=self.part_size, concurrency=self.concurrency)
+            prefix = "runs/" if name == "S3Store" else "runs/checkpoint-1/"
+            store = S3Store(f"s3://{BUCKET}/{prefix}", part_size=self.part_size, concurrency=self.concurrency)
 
             def upload() -> None:
                 async def go() -> None:
                     try:
                         await store.put_bytes("warm-up", b"x")
                         started[0], started[1] = cpu_seconds(), time.perf_counter()
-                        await store.upload_file(source, "payload.bin")
+                        if name == "S3Store":
+                            await store.upload_file(source, "payload.bin")
+                        else:  # the whole commit: the file, its SHA-256 for the manifest, the manifest
+                            await CheckpointStore(store, "ft-bench", 1).commit(source.parent, 1)
                         ended[0], ended[1] = cpu_seconds(), time.perf_counter()
                     finally:
                         await store.close()
@@ -112,14 +117,15 @@ class Bench:
                 asyncio.run(go())
 
         started, ended = [0.0, 0.0], [0.0, 0.0]
-        if name != "S3Store":
+        if name.startswith("boto3"):
             started[0], started[1] = cpu_seconds(), time.perf_counter()
             upload()
             ended[0], ended[1] = cpu_seconds(), time.perf_counter()
         else:
             upload()
         size = source.stat().st_size
-        head = client.head_object(Bucket=BUCKET, Key="runs/payload.bin")
+        key = "runs/checkpoint-1/checkpoint-1/payload.bin" if name == "runner commit" else "runs/payload.bin"
+        head = client.head_object(Bucket=BUCKET, Key=key)
         if int(head["ContentLength"]) != size:
             raise SystemExit(f"{name} stored {head['ContentLength']} bytes, not {size}")
         return size / MiB / (ended[1] - started[1]), (ended[0] - started[0]) / (size / GiB)
@@ -141,10 +147,13 @@ def main() -> None:
         print(f"moto at {endpoint}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
         print(f"S3Store:       part size {args.part_size_mib} MiB, {args.concurrency} in flight, CRC32 per part")
         print("boto3 default: client.upload_file, default TransferConfig (8 MiB parts, 10 threads)")
-        print("boto3 CRT:     s3transfer's CRTTransferManager (awscrt S3 client, 8 MiB parts)\n")
+        print("boto3 CRT:     s3transfer's CRTTransferManager (awscrt S3 client, 8 MiB parts)")
+        print("runner commit: CheckpointStore.commit of a directory holding the file: S3Store plus the SHA-256")
+        print("               the manifest needs, computed from the same read of each part\n")
         summary: list[tuple[int, dict[str, tuple[float, float]]]] = []
         for size_mib in sizes:
-            source = Path(scratch) / f"payload-{size_mib}.bin"
+            (Path(scratch) / "checkpoint").mkdir(exist_ok=True)
+            source = Path(scratch) / "checkpoint" / "payload.bin"
             write_synthetic(source, size_mib * MiB)
             runs: dict[str, list[tuple[float, float]]] = {name: [] for name in CLIENTS}
             for rep in range(args.reps * len(CLIENTS)):

@@ -98,8 +98,11 @@ class NoticeCommit:
             )
             for step, reason in decided.drop:
                 sync.give_up(step, reason)
-            if decision == "pending" and decided.fresh != "wait":
+            if decision == "pending":
                 why = decided.why
+            if decision == "pending" and decided.fresh != "wait":
+                if decided.fresh == "ask" and state != "running":
+                    why = "the trainer had already exited"
                 if decided.fresh == "ask" and state == "running":
                     newest_known = max((c.step for c in list_checkpoint_dirs(output_dir)), default=-1)
                     log.warning("asking the trainer for a fresh checkpoint: %s", why)
