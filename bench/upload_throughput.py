@@ -60,6 +60,16 @@ def write_synthetic(path: Path, size: int) -> None:
             left -= len(piece)
 
 
+def _same_file(left: Path, right: Path) -> bool:
+    with left.open("rb") as a, right.open("rb") as b:
+        while True:
+            first, second = a.read(BLOCK), b.read(BLOCK)
+            if first != second:
+                return False
+            if not first:
+                return True
+
+
 def cpu_seconds() -> float:
     """User + system CPU of this process, all threads included: what the client itself burns."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -69,6 +79,7 @@ def cpu_seconds() -> float:
 class Bench:
     def __init__(self, endpoint: str, part_size: int, concurrency: int) -> None:
         self.endpoint = endpoint
+        self.downloads: list[float] = []  # MiB/s of S3Store downloads of what it uploaded
         self.part_size = part_size
         self.concurrency = concurrency
         session = botocore.session.Session()
@@ -111,6 +122,14 @@ class Bench:
                         else:  # the whole commit: the file, its SHA-256 for the manifest, the manifest
                             await CheckpointStore(store, "ft-bench", 1).commit(source.parent, 1)
                         ended[0], ended[1] = cpu_seconds(), time.perf_counter()
+                        if name == "S3Store":  # and back: ranged GETs streamed to disk
+                            target = source.parent.parent / "restored.bin"
+                            begun = time.perf_counter()
+                            await store.download_file("payload.bin", target)
+                            self.downloads.append(source.stat().st_size / MiB / (time.perf_counter() - begun))
+                            if not _same_file(target, source):
+                                raise SystemExit("S3Store download differs from the source")
+                            target.unlink()
                     finally:
                         await store.close()
 
@@ -172,6 +191,9 @@ def main() -> None:
                 cpus = " ".join(f"{cpu:.2f}" for _, cpu in got)
                 rate, cpu = medians[name]
                 print(f"  {name:14} {rate:7.1f} MiB/s  {cpu:5.2f} CPU-s/GiB   (runs: {rates} MiB/s; {cpus} s/GiB)")
+            downloads = " ".join(f"{rate:.0f}" for rate in bench.downloads)
+            print(f"  S3Store download {statistics.median(bench.downloads):5.1f} MiB/s   (runs: {downloads} MiB/s)")
+            bench.downloads.clear()
         print("\nS3Store's client CPU per GiB against the others (median; aim: <= 0.5 of boto3's):")
         for size_mib, medians in summary:
             mine = medians["S3Store"][1]
