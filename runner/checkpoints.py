@@ -128,11 +128,11 @@ class CheckpointUpload:
                     await asyncio.wait_for(self.complete.wait(), self.poll_seconds)
             return await self._commit()
         finally:
-            tasks = [task for _, task in self._files.values() if not task.done()]
+            tasks = [task for _, task in self._files.values()]
             for task in tasks:
                 task.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            # Collects every outcome, the failures of files after the first one too (never left unretrieved).
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _commit(self) -> Committed:
         if not await asyncio.to_thread(self.local_dir.is_dir):

@@ -77,6 +77,7 @@ class ClientSettings:
     send_crc32: bool = True
     ram_role: str | None = None  # oss:// on ECS without a key pair: the instance RAM role's STS credentials
     metadata_endpoint: str = DEFAULT_METADATA_ENDPOINT
+    max_attempts: int = 5  # per request, botocore's own retries included (AWS_MAX_ATTEMPTS, as botocore reads it)
 
 
 def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
@@ -86,10 +87,14 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
     override = env.get("FINETUNE_S3_ADDRESSING") or None
     if override is not None and override not in ADDRESSING_STYLES:
         raise StorageError(f"FINETUNE_S3_ADDRESSING must be one of {ADDRESSING_STYLES}, not {override!r}")
+    raw_attempts = env.get("AWS_MAX_ATTEMPTS") or "5"
+    if not raw_attempts.isdigit() or int(raw_attempts) < 1:
+        raise StorageError(f"AWS_MAX_ATTEMPTS must be a whole number of at least 1, not {raw_attempts!r}")
+    attempts = int(raw_attempts)
     if scheme == "s3":
         # botocore itself only reads AWS_DEFAULT_REGION; None lets it fall back to the profile / us-east-1.
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-        return ClientSettings(None, region, override)
+        return ClientSettings(None, region, override, max_attempts=attempts)
     if scheme == "oss":
         endpoint = env.get("OSS_ENDPOINT") or env.get("AWS_ENDPOINT_URL")
         if not endpoint:
@@ -110,6 +115,7 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
             send_crc32=False,
             ram_role=None if key_id else (env.get("ALIBABA_CLOUD_ECS_METADATA") or None),
             metadata_endpoint=env.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_METADATA_ENDPOINT,
+            max_attempts=attempts,
         )
     raise StorageError(f"unsupported scheme {scheme!r} for the S3 store")
 
@@ -177,7 +183,7 @@ class S3Store:
         if self.settings.addressing_style is not None:
             s3["addressing_style"] = self.settings.addressing_style
         return Config(
-            retries={"max_attempts": 5, "mode": "standard"},
+            retries={"max_attempts": self.settings.max_attempts, "mode": "standard"},
             max_pool_connections=self.concurrency + 4,  # + HEAD/list/complete calls beside the parts
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
