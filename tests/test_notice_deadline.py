@@ -138,8 +138,10 @@ async def test_a_notice_during_an_upload_that_can_finish_commits_it_and_asks_for
     assert interrupted["fresh_save"] == "not-asked" and interrupted["saved_in_time"] is False
     assert "needs" in interrupted["note"] and "committed checkpoint-50" in interrupted["note"]
     assert 50 in committed_steps(s3)
-    saved = [r["step"] for r in of_type(got, "checkpoint_saved")]
-    assert saved == [25, 50]  # the upload in flight at the notice was finished, not started over
+    assert [r["step"] for r in of_type(got, "checkpoint_saved")] == [25, 50]
+    # The upload in flight at the notice was finished, not aborted and started over.
+    assert proxy.arrivals("POST", "checkpoint-50/model.bin?uploads") == 1
+    assert proxy.arrivals("DELETE", "checkpoint-50/model.bin") == 0
 
     proxy.upload_rate = None
     assert await next_attempt_resumes_from(tmp_path, env, TWO_SAVES) == 50

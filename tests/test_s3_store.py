@@ -7,6 +7,7 @@ import base64
 import hashlib
 import os
 import re
+import sys
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 import runner.storage.s3 as s3_module
 from runner.storage.base import ObjectInfo, ObjectMissing, StorageError
 from runner.storage.s3 import MiB, S3Store, client_settings
-from tests.runner_harness import wait_until
+from tests.runner_harness import runner_env, wait_until, write_spec
 
 BUCKET = "ckpt"
 # Small parts keep the multipart tests quick while still giving several concurrent parts.
@@ -374,3 +375,28 @@ async def test_uploads_wait_for_their_turn_by_priority(bucket: Any, work: Path) 
         assert done == ["old.bin", "new.bin"]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("FINETUNE_S3_PART_MIB", "1"), ("FINETUNE_S3_CONCURRENCY", "many"), ("AWS_MAX_ATTEMPTS", "0")]
+)
+async def test_bad_transfer_settings_stop_the_runner_with_one_line(work: Path, name: str, value: str) -> None:
+    spec = write_spec(work / "spec.json", checkpoint_uri="s3://bucket/jobs/ft-test/", command=["true"])
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "run",
+        "--spec",
+        str(spec),
+        "--work-dir",
+        str(work / "w"),
+        env=runner_env(**{name: value}),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await runner.communicate()
+    assert runner.returncode == 2
+    text = stderr.decode()
+    [error] = [line for line in text.splitlines() if line.startswith("finetune-runner:")]
+    assert name in error and "Traceback" not in text
+    assert not (work / "w").exists()
