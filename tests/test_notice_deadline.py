@@ -127,9 +127,9 @@ async def test_a_notice_during_an_upload_that_can_finish_commits_it_and_asks_for
     runner, reports = await start_attempt_one(tmp_path, env, TWO_SAVES)
     await wait_for_report(reports, lambda r: r["type"] == "checkpoint_saved" and r["step"] == 25)
     await wait_until(lambda: proxy.arrivals("PUT", "checkpoint-50/model.bin") > 0)
-    # ~5 s of upload left for checkpoint-50; a fresh save would need ~10 s more behind it: 12 s is enough
-    # for the first, not for both.
-    deadline = imds.interrupt(seconds=12)
+    # ~5 s of upload left for checkpoint-50; a fresh save would need ~10 s with it (x1.25 + 2 s of margin):
+    # 14 s, less the 3 s reserved for the report, is plenty for the first and not enough for both.
+    deadline = imds.interrupt(seconds=14)
     await take_instance(runner, deadline)
 
     got = read_reports(reports)
