@@ -14,8 +14,9 @@ every local checkpoint newer than the last commit (complete or being written, ho
   again (that save is the fresh one). Without a rate or a size to judge by, it is asked if there is nothing to
   protect, and otherwise the decision waits for the first measurement of the upload in flight.
 
-Transfers share the link in priority order (older first), so the estimate for the fresh save is
-``max(save, (bytes ahead + its size) / rate)``: its bytes go up as they are written, behind those ahead.
+Everything still to upload shares one link, so the fresh checkpoint is committed after about
+``max(save, (bytes ahead + its size) / rate)``: its bytes go up as they are written, and what is ahead of it
+(older checkpoints get the transfer slots first) finishes within that time too.
 """
 
 from __future__ import annotations
