@@ -134,7 +134,10 @@ class NoticeCommit:
         if decision == "asked":
             if fresh_step is not None and outcome.committed is not None and outcome.committed.step >= fresh_step:
                 outcome.fresh = "committed"
-            elif fresh_step is not None and fresh_step in {c.step for c in complete_checkpoints(output_dir)}:
+            elif fresh_step is not None and (
+                sync.complete_time(fresh_step) is not None
+                or fresh_step in {c.step for c in complete_checkpoints(output_dir)}
+            ):
                 outcome.fresh = "not-uploaded"
             else:
                 outcome.fresh = "not-saved"
