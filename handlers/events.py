@@ -28,13 +28,20 @@ class _Report(BaseModel):
     time: datetime = Field(default_factory=utcnow)
 
 
+SkipKind = Literal["no-manifest", "bad-manifest", "missing", "partial", "checksum"]
+
+
 class SkippedCheckpoint(BaseModel):
-    """A checkpoint restore refused to load, and why (missing manifest, partial, checksum mismatch…)."""
+    """A checkpoint restore refused to load, and why (missing manifest, partial, checksum mismatch…).
+
+    Only proof that the stored data is unusable skips a checkpoint (``kind``); a network fault never does.
+    """
 
     model_config = ConfigDict(frozen=True)
     step: int
     uri: str
     reason: str
+    kind: SkipKind | None = None  # None from runners older than the field
 
 
 class Started(_Report):
@@ -73,7 +80,18 @@ class Notice(_Report):
     deadline: datetime | None = None
 
 
+class GivenUp(BaseModel):
+    """Something the notice path did not commit before the deadline, and why (``step`` None: a save never made)."""
+
+    model_config = ConfigDict(frozen=True)
+    step: int | None = None
+    reason: str
+
+
 class Interrupted(_Report):
+    """The attempt ended on a notice. ``step`` / ``uri``: the newest checkpoint committed in the store when the
+    report left (from this attempt or before); ``given_up``: what was not committed, and why."""
+
     type: Literal["interrupted"] = "interrupted"
     reason: str
     step: int | None = None
@@ -82,6 +100,8 @@ class Interrupted(_Report):
     saved_in_time: bool = True
     note: str | None = None
     seconds: dict[str, float] = Field(default_factory=dict)
+    fresh_save: Literal["committed", "not-asked", "not-saved", "not-uploaded"] | None = None
+    given_up: list[GivenUp] = Field(default_factory=list)
 
 
 class Completed(_Report):

@@ -4,11 +4,13 @@ One ``Runner`` runs one attempt of one job on one instance::
 
     restore newest valid checkpoint ─► start trainer ─┬─► trainer exits 0 ──► upload output, COMPLETED
                                                       ├─► trainer crashes ──► restart from last checkpoint
-                                                      └─► notice ──► stop request, wait for save, commit, exit 75
+                                                      └─► notice ──► stop request, commit plan, report, exit 75
 
-While the trainer runs, complete checkpoints are committed in the background and a rebalance recommendation
-commits the newest one early. Storage, metadata and reporting trouble is reported and retried; it never
-stops training.
+While the trainer runs, checkpoints go up in the background as they are written (``runner.sync``) and a
+rebalance recommendation commits the newest one early. On a notice ``runner.notice_commit`` keeps what is in
+flight, asks for a fresh save only if it can make it, and stops at the cutoff, so that the ``interrupted``
+report leaves before the deadline whatever the store does. Storage, metadata and reporting trouble is
+reported and retried; it never stops training.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal
 
 from handlers.events import (
     CheckpointSaved,
@@ -39,7 +40,8 @@ from handlers.events import (
 from handlers.events import Notice as NoticeReport
 from handlers.spec import JobSpec
 from runner.checkpoints import CheckpointStore, Committed
-from runner.local_checkpoints import LocalCheckpoint, list_checkpoint_dirs, newest_complete
+from runner.local_checkpoints import LocalCheckpoint, newest_complete
+from runner.notice_commit import NoticeCommit, NoticeOutcome, TrainerState
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
 from runner.notices.base import Notice, NoticeSource
@@ -52,11 +54,10 @@ from runner.reports.reporter import Reporter
 from runner.retry import with_retries
 from runner.storage.base import ObjectStore, StorageError
 from runner.storage.open import open_store
+from runner.sync import CheckpointSync, SyncReason
 from runner.trainer import TrainerFiles, TrainerProcess, TrainerStartError, cannot_start
 
 log = logging.getLogger(__name__)
-
-SyncReason = Literal["periodic", "rebalance", "notice"]
 
 # Exit codes (documented in the README): the bot and systemd units read them.
 EXIT_COMPLETED = 0
@@ -74,6 +75,8 @@ class RunnerOptions:
     storage_patience_seconds: float = 300.0  # how long start-up and completion keep retrying storage
     echo_trainer: bool = True
     control_seconds: float = CONTROL_POLL_SECONDS  # how often to look for a stop or drill from the bot
+    report_reserve_seconds: float | None = None  # before a deadline, kept for the interrupted report (None: auto)
+    settle_seconds: float = 1.0  # a checkpoint file unchanged this long is sent before the trainer's marker
 
     @classmethod
     def from_env(cls, work_dir: Path) -> RunnerOptions:
@@ -89,7 +92,21 @@ class RunnerOptions:
             storage_patience_seconds=number("FINETUNE_STORAGE_PATIENCE_SECONDS", 300.0),
             echo_trainer=os.environ.get("FINETUNE_TRAINER_ECHO", "1") != "0",
             control_seconds=number("FINETUNE_CONTROL_POLL_SECONDS", CONTROL_POLL_SECONDS),
+            report_reserve_seconds=number("FINETUNE_REPORT_RESERVE_SECONDS", 0.0) or None,
+            settle_seconds=number("FINETUNE_SETTLE_SECONDS", 1.0),
         )
+
+    def report_reserve(self, window: float) -> float:
+        """Seconds before a deadline that belong to the interrupted report: 5% of the window, 2–5 s."""
+        if self.report_reserve_seconds is not None:
+            return self.report_reserve_seconds
+        return min(max(0.05 * window, 2.0), 5.0)
+
+
+def _trainer_state(trainer: TrainerProcess) -> TrainerState:
+    if trainer.running:
+        return "running"
+    return "exited-cleanly" if trainer.process.returncode == 0 and not trainer.killed else "exited"
 
 
 def notice_source_for(spec: JobSpec) -> NoticeSource | None:
@@ -118,12 +135,23 @@ class Runner:
         self.output_dir = self.files.output_dir
         self.progress = ProgressTail(self.files.progress_file)
         self.notices: asyncio.Queue[Notice] = asyncio.Queue()
-        self.committed: Committed | None = None
+        self.sync = CheckpointSync(
+            self.checkpoints,
+            self.output_dir,
+            keep=spec.keep_checkpoints,
+            on_commit=self._report_commit,
+            on_trouble=self._report_storage_trouble,
+            settle_seconds=options.settle_seconds,
+        )
         self.instance_id: str | None = None
-        self._commit_lock = asyncio.Lock()
-        self._storage_failing = False
+        self._exit_by: float | None = None  # after a notice: the deadline, which closing down must not pass
         self._last_progress_report = 0.0
         self._last_reported_step: int | None = None
+
+    @property
+    def committed(self) -> Committed | None:
+        """The newest checkpoint known to be committed in the store (restored, or uploaded by this attempt)."""
+        return self.sync.committed
 
     @property
     def ids(self) -> dict[str, str | int]:
@@ -156,8 +184,9 @@ class Runner:
             if self.notice_source is not None:
                 await self.notice_source.close()
             self._remove_signal_handlers()
+            await self.sync.aclose()
             await self.reporter.aclose()
-            await self.store.close()
+            await self._close_store()
 
     async def _run(self) -> int:
         patience = self.options.storage_patience_seconds
@@ -179,7 +208,8 @@ class Runner:
             self.reporter.emit(Failed(**self.ids, reason=f"checkpoint storage unreachable: {exc}"))
             return EXIT_FAILED
         if restored.step is not None:
-            self.committed = Committed(restored.step, restored.uri or "", 0, 0.0)
+            self.sync.committed = Committed(restored.step, restored.uri or "", restored.bytes, 0.0)
+            self.sync.checkpoint_bytes = restored.bytes or None
         self.reporter.emit(
             Started(
                 **self.ids,
@@ -249,6 +279,8 @@ class Runner:
                         self.notices.put_nowait(next_notice.result())
                     next_notice.cancel()
                     self._report_progress(force=True)
+                    if exited.result() == 0:
+                        await self.sync.aclose()  # the job is done: its final output matters, not checkpoints
                     return exited.result()
                 notice = next_notice.result()
                 self.reporter.emit(
@@ -263,70 +295,60 @@ class Runner:
             await asyncio.gather(*background, return_exceptions=True)
 
     async def _interrupt(self, trainer: TrainerProcess, notice: Notice) -> int:
-        """SIGTERM the trainer, commit its checkpoint the moment it is complete, report, before the deadline."""
+        """Commit what can make it before the deadline, report before the deadline, exit 75.
+
+        The commit runs until the cutoff (the deadline less the report's reserve) at the latest; the report
+        then has the reserve to leave, whatever state the store or the trainer is in.
+        """
         noticed = time.monotonic()
         deadline = notice.deadline or datetime.now(UTC) + timedelta(seconds=self.options.stop_grace_seconds)
-        known = {checkpoint.step for checkpoint in list_checkpoint_dirs(self.output_dir)}
-        trainer.request_stop()
-        # Leave room to upload: twice the last commit's time, at least 10 s, but never all of the window.
         window = (deadline - datetime.now(UTC)).total_seconds()
-        reserve = max(10.0, 2 * (self.committed.seconds if self.committed else 0.0))
-        fresh = await self._fresh_checkpoint(trainer, known, budget=max(window - reserve, window / 2, 5.0))
-        saved = time.monotonic()
-        if fresh is None and trainer.running:
-            log.error("trainer saved nothing %.0fs after SIGTERM; killing it", saved - noticed)
-            trainer.kill()
-            await trainer.wait()
+        ends_at = noticed + window
+        self._exit_by = ends_at
+        cutoff = ends_at - self.options.report_reserve(window)
+        outcome = await NoticeCommit(
+            self.sync,
+            cutoff=cutoff,
+            ask_to_save=trainer.request_stop,
+            trainer_state=lambda: _trainer_state(trainer),
+            step_seconds=lambda: self.progress.step_seconds,
+            trainer_step=lambda: self.progress.state.step,
+        ).run()
         self._report_progress(force=True)
-        newest = fresh or newest_complete(self.output_dir, trainer_exited_cleanly=not trainer.killed)
-        note = None
-        if fresh is None:
-            note = "trainer did not save a checkpoint in time; committed the newest complete one"
-        remaining = max((deadline - datetime.now(UTC)).total_seconds(), 5.0)
-        try:
-            await with_retries(
-                "committing the notice checkpoint", lambda: self._sync_newest("notice", newest), remaining
-            )
-        except StorageError as exc:
-            note = f"upload failed before the deadline: {exc}"
-        uploaded = time.monotonic()
-        self.reporter.emit(
-            Interrupted(
-                **self.ids,
-                reason=notice.kind,
-                step=self.committed.step if self.committed else None,
-                uri=self.committed.uri if self.committed else None,
-                deadline=deadline,
-                saved_in_time=fresh is not None,
-                note=note,
-                seconds={
-                    "save": round(saved - noticed, 3),
-                    "upload": round(uploaded - saved, 3),
-                    "total": round(uploaded - noticed, 3),
-                },
-            )
-        )
-        await self._reap(trainer, deadline)
+        self.reporter.emit(self._interrupted_report(notice, deadline, noticed, outcome))
+        delivered = await self.reporter.drain(timeout=max(ends_at - time.monotonic() - 0.2, 0.1))
+        if not delivered:
+            log.error("the interrupted report may not have left before the deadline")
+        if outcome.fresh == "committed":
+            await self._reap(trainer, deadline)  # it is shutting down after its save: let it, until the deadline
+        elif trainer.running:
+            trainer.kill()  # nothing it does now can be committed any more
+            await trainer.wait()
         return EXIT_INTERRUPTED
 
-    async def _fresh_checkpoint(
-        self, trainer: TrainerProcess, known: set[int], budget: float
-    ) -> LocalCheckpoint | None:
-        """The checkpoint the trainer saves after the SIGTERM, as soon as it is complete (None: not in budget).
-
-        With our callback the marker shows the save is done while the trainer is still shutting down, so the
-        upload starts seconds earlier; without it, the trainer's exit is the sign.
-        """
-        give_up = time.monotonic() + budget
-        while time.monotonic() < give_up:
-            exited = not trainer.running
-            newest = newest_complete(self.output_dir, trainer_exited_cleanly=exited)
-            if newest is not None and newest.step not in known:
-                return newest
-            if exited:
-                return None
-            await asyncio.sleep(0.05)
-        return None
+    def _interrupted_report(
+        self, notice: Notice, deadline: datetime, noticed: float, outcome: NoticeOutcome
+    ) -> Interrupted:
+        now = time.monotonic()
+        # save: notice → the fresh checkpoint complete on disk (none: 0); upload: from then to the commit's end.
+        saved = outcome.fresh_complete_at if outcome.fresh_complete_at is not None else noticed
+        committed = outcome.committed
+        return Interrupted(
+            **self.ids,
+            reason=notice.kind,
+            step=committed.step if committed else None,
+            uri=committed.uri if committed else None,
+            deadline=deadline,
+            saved_in_time=outcome.saved_in_time,
+            note=outcome.note,
+            fresh_save=outcome.fresh,
+            given_up=outcome.given_up,
+            seconds={
+                "save": round(max(saved - noticed, 0.0), 3),
+                "upload": round(max(outcome.ended_at - saved, 0.0), 3),
+                "total": round(now - noticed, 3),
+            },
+        )
 
     async def _reap(self, trainer: TrainerProcess, deadline: datetime) -> None:
         """Let the trainer finish exiting on its own, but not past the deadline."""
@@ -408,43 +430,35 @@ class Runner:
     async def _sync_loop(self) -> None:
         while True:
             await asyncio.sleep(self.options.sync_seconds)
-            await self._sync_newest("periodic")
+            self.sync.scan()
 
     async def _sync_newest(self, reason: SyncReason, newest: LocalCheckpoint | None = None) -> None:
-        """Commit the newest complete checkpoint if it is newer than the last commit; prune older ones.
+        """Commit ``newest`` (default: the newest complete checkpoint) now if it is newer than the last commit,
+        and wait for it. Storage trouble is reported once per outage and retried later; it never raises."""
+        await self.sync.commit_newest(reason, newest)
 
-        Periodic and rebalance syncs report storage trouble once and try again later; the notice path
-        passes ``newest`` explicitly and wants the StorageError to retry it within the deadline.
-        """
-        async with self._commit_lock:
-            checkpoint = newest or newest_complete(self.output_dir)
-            if checkpoint is None or (self.committed and checkpoint.step <= self.committed.step):
-                return
-            try:
-                committed = await self.checkpoints.commit(checkpoint.path, checkpoint.step)
-                self.committed = committed
-                self._storage_failing = False
-                self.reporter.emit(
-                    CheckpointSaved(
-                        **self.ids,
-                        step=committed.step,
-                        uri=committed.uri,
-                        bytes=committed.bytes,
-                        seconds=round(committed.seconds, 3),
-                        reason=reason,
-                    )
-                )
-                await self.checkpoints.prune(self.spec.keep_checkpoints)
-            except StorageError as exc:
-                if reason == "notice":
-                    raise
-                if not self._storage_failing:
-                    self._storage_failing = True
-                    self.reporter.emit(
-                        RunnerWarning(**self.ids, kind="storage", message=f"checkpoint sync failing, will retry: {exc}")
-                    )
-            except FileNotFoundError as exc:
-                log.warning("checkpoint-%d changed under the upload (%s); will retry", checkpoint.step, exc)
+    def _report_commit(self, committed: Committed, reason: SyncReason) -> None:
+        self.reporter.emit(
+            CheckpointSaved(
+                **self.ids,
+                step=committed.step,
+                uri=committed.uri,
+                bytes=committed.bytes,
+                seconds=round(committed.seconds, 3),
+                reason=reason,
+            )
+        )
+
+    def _report_storage_trouble(self, message: str) -> None:
+        self.reporter.emit(RunnerWarning(**self.ids, kind="storage", message=message))
+
+    async def _close_store(self) -> None:
+        """Close the store; after a notice not past the deadline (background aborts may be cut short)."""
+        limit = None if self._exit_by is None else max(self._exit_by - time.monotonic(), 0.1)
+        try:
+            await asyncio.wait_for(self.store.close(), limit)
+        except TimeoutError:
+            log.warning("closing the store was cut short at the deadline")
 
     async def _progress_loop(self) -> None:
         while True:

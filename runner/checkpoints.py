@@ -9,11 +9,17 @@ Layout under the job's ``checkpoint_uri``::
 
 A checkpoint without a manifest is an upload that never committed (the instance died mid-way); one whose
 files do not match their manifest is corrupt. Restore skips both, says why, and falls back to the previous.
+A network fault while reading is neither: it is retried, and if it persists the restore fails as a storage
+outage (the caller retries it) instead of passing over a checkpoint that may well be good.
+
+Uploads start while the trainer is still writing (:class:`CheckpointUpload`, files by :mod:`runner.upload`);
+the manifest only once the directory is complete and every file is proven final.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
@@ -23,7 +29,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from handlers.events import SkippedCheckpoint
+from handlers.events import SkipKind, SkippedCheckpoint
 from runner.final_output import output_files
 from runner.local_checkpoints import checkpoint_step
 from runner.manifest import (
@@ -34,12 +40,15 @@ from runner.manifest import (
     checkpoint_files,
     sha256_file,
 )
-from runner.storage.base import ObjectStore, StorageError
+from runner.retry import with_retries
+from runner.storage.base import ObjectMissing, ObjectStore
+from runner.upload import FileUpload, RateMeter, UploadedFile
 
 log = logging.getLogger(__name__)
 
 COMPLETED_NAME = "COMPLETED.json"
 OUTPUT_PREFIX = "output/"
+FETCH_PATIENCE_SECONDS = 30.0  # how long one file of a restore keeps retrying a flaky network before giving up
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +56,7 @@ class Committed:
     step: int
     uri: str
     bytes: int
-    seconds: float
+    seconds: float  # from the checkpoint being complete on disk to its manifest being stored
 
 
 @dataclass(slots=True)
@@ -56,48 +65,153 @@ class Restored:
     path: Path | None = None
     uri: str | None = None
     seconds: float = 0.0
+    bytes: int = 0
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
 
 
 class CheckpointInvalid(Exception):
-    """This stored checkpoint must not be loaded; the message says why."""
+    """This stored checkpoint must not be loaded; ``kind`` and the message say why."""
+
+    def __init__(self, kind: SkipKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: SkipKind = kind
+
+
+class CheckpointUpload:
+    """One local ``checkpoint-<step>/`` on its way to the store, from the moment the trainer starts writing it.
+
+    Every file gets a :class:`FileUpload` as soon as it appears; ``mark_complete`` says the directory is
+    complete (its marker, a newer checkpoint, the trainer's clean exit), after which the final listing is
+    taken, every listed file finished and verified, and the manifest written last. ``run`` returns the commit.
+    """
+
+    def __init__(
+        self,
+        checkpoints: CheckpointStore,
+        local_dir: Path,
+        step: int,
+        *,
+        poll_seconds: float = 0.2,
+        settle_seconds: float = 1.0,
+    ) -> None:
+        self.checkpoints = checkpoints
+        self.local_dir = local_dir
+        self.step = step
+        self.prefix = f"checkpoint-{step}/"
+        self.poll_seconds = poll_seconds
+        self.settle_seconds = settle_seconds
+        self.complete = asyncio.Event()
+        self.complete_at: float | None = None
+        self._files: dict[Path, tuple[FileUpload, asyncio.Task[UploadedFile | None]]] = {}
+
+    @property
+    def bytes_on_disk(self) -> int:
+        return sum(upload.size for upload, _ in self._files.values())
+
+    @property
+    def bytes_uploaded(self) -> int:
+        return sum(upload.uploaded_bytes for upload, _ in self._files.values())
+
+    def mark_complete(self) -> None:
+        if not self.complete.is_set():
+            self.complete_at = time.monotonic()
+            self.complete.set()
+
+    async def run(self) -> Committed:
+        try:
+            while not self.complete.is_set():
+                self._raise_failed()
+                self._start_new(await asyncio.to_thread(checkpoint_files, self.local_dir))
+                if await asyncio.to_thread((self.local_dir / COMPLETE_MARKER).exists):
+                    self.mark_complete()
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.complete.wait(), self.poll_seconds)
+            return await self._commit()
+        finally:
+            tasks = [task for _, task in self._files.values()]
+            for task in tasks:
+                task.cancel()
+            # Collects every outcome, the failures of files after the first one too (never left unretrieved).
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _commit(self) -> Committed:
+        if not await asyncio.to_thread(self.local_dir.is_dir):
+            raise FileNotFoundError(f"{self.local_dir} is gone")
+        listed = await asyncio.to_thread(checkpoint_files, self.local_dir)
+        for path in set(self._files) - set(listed):  # a temporary name, renamed or deleted meanwhile
+            self._files.pop(path)[1].cancel()
+        for path, (_, task) in list(self._files.items()):
+            if task.done() and not task.cancelled() and task.exception() is None and task.result() is None:
+                del self._files[path]  # it vanished mid-write and came back: upload what is there now
+        self._start_new(listed)
+        entries = []
+        for path in listed:
+            done = await self._files[path][1]
+            if done is None:  # vanished after the checkpoint was complete: it is not complete after all
+                raise FileNotFoundError(f"{path} vanished from a complete checkpoint")
+            entries.append(
+                ManifestFile(path=path.relative_to(self.local_dir).as_posix(), size=done.size, sha256=done.sha256)
+            )
+        checkpoints = self.checkpoints
+        manifest = Manifest(job_id=checkpoints.job_id, attempt=checkpoints.attempt, step=self.step, files=entries)
+        await checkpoints.store.put_bytes(self.prefix + MANIFEST_NAME, manifest.model_dump_json(indent=1).encode())
+        seconds = time.monotonic() - (self.complete_at or time.monotonic())
+        log.info(
+            "committed checkpoint-%d: %d files, %d bytes, %.2fs after it was complete",
+            self.step,
+            len(entries),
+            manifest.total_bytes,
+            seconds,
+        )
+        return Committed(self.step, checkpoints.checkpoint_uri(self.step), manifest.total_bytes, seconds)
+
+    def _start_new(self, paths: list[Path]) -> None:
+        for path in paths:
+            if path in self._files:
+                continue
+            upload = FileUpload(
+                self.checkpoints.store,
+                path,
+                self.prefix + path.relative_to(self.local_dir).as_posix(),
+                final=self.complete,
+                priority=self.step,
+                meter=self.checkpoints.meter,
+                poll_seconds=self.poll_seconds,
+                settle_seconds=self.settle_seconds,
+            )
+            self._files[path] = (upload, asyncio.create_task(upload.run(), name=f"upload:{path.name}"))
+
+    def _raise_failed(self) -> None:
+        for path, (_, task) in list(self._files.items()):
+            if not task.done() or task.cancelled():
+                continue
+            failure = task.exception()
+            if failure is not None:
+                raise failure
+            if task.result() is None:
+                del self._files[path]  # vanished mid-write; if it comes back, it gets a new upload
 
 
 class CheckpointStore:
-    def __init__(self, store: ObjectStore, job_id: str, attempt: int) -> None:
+    def __init__(self, store: ObjectStore, job_id: str, attempt: int, meter: RateMeter | None = None) -> None:
         self.store = store
         self.job_id = job_id
         self.attempt = attempt
+        self.meter = meter or RateMeter()
 
     def checkpoint_uri(self, step: int) -> str:
         return self.store.uri(f"checkpoint-{step}/")
 
+    def start_upload(self, local_dir: Path, step: int, **options: float) -> CheckpointUpload:
+        """An upload of ``local_dir`` as ``checkpoint-<step>/`` that may start before the directory is complete."""
+        return CheckpointUpload(self, local_dir, step, **options)
+
     async def commit(self, local_dir: Path, step: int) -> Committed:
-        """Upload ``local_dir`` as ``checkpoint-<step>/`` and commit it by writing its manifest last."""
-        started = time.monotonic()
-        prefix = f"checkpoint-{step}/"
-        files = checkpoint_files(local_dir)
-
-        async def put(path: Path) -> ManifestFile:
-            relative = path.relative_to(local_dir).as_posix()
-            size = path.stat().st_size
-            digest, _ = await asyncio.gather(
-                asyncio.to_thread(sha256_file, path), self.store.upload_file(path, prefix + relative)
-            )
-            return ManifestFile(path=relative, size=size, sha256=digest)
-
-        entries = await asyncio.gather(*(put(path) for path in files))
-        manifest = Manifest(job_id=self.job_id, attempt=self.attempt, step=step, files=list(entries))
-        await self.store.put_bytes(prefix + MANIFEST_NAME, manifest.model_dump_json(indent=1).encode())
-        seconds = time.monotonic() - started
-        log.info(
-            "committed checkpoint-%d: %d files, %d bytes in %.2fs",
-            step,
-            len(files),
-            manifest.total_bytes,
-            seconds,
-        )
-        return Committed(step, self.checkpoint_uri(step), manifest.total_bytes, seconds)
+        """Upload the complete ``local_dir`` as ``checkpoint-<step>/`` and commit it by writing its manifest last."""
+        upload = self.start_upload(local_dir, step)
+        upload.mark_complete()
+        return await upload.run()
 
     async def stored_steps(self) -> list[int]:
         """Steps of every ``checkpoint-<step>/`` in the store, committed or not, newest first."""
@@ -110,26 +224,28 @@ class CheckpointStore:
         result = Restored()
         for step in await self.stored_steps():
             try:
-                path = await self._download_verified(step, output_dir)
+                path, result.bytes = await self._download_verified(step, output_dir)
             except CheckpointInvalid as exc:
                 log.warning("skipping checkpoint-%d: %s", step, exc)
-                result.skipped.append(SkippedCheckpoint(step=step, uri=self.checkpoint_uri(step), reason=str(exc)))
+                result.skipped.append(
+                    SkippedCheckpoint(step=step, uri=self.checkpoint_uri(step), reason=str(exc), kind=exc.kind)
+                )
                 continue
             result.step, result.path, result.uri = step, path, self.checkpoint_uri(step)
             break
         result.seconds = time.monotonic() - started
         return result
 
-    async def _download_verified(self, step: int, output_dir: Path) -> Path:
+    async def _download_verified(self, step: int, output_dir: Path) -> tuple[Path, int]:
         prefix = f"checkpoint-{step}/"
         manifest = await self._manifest(step)
         stored = {info.key[len(prefix) :]: info.size for info in await self.store.list_objects(prefix)}
         for item in manifest.files:
             if item.path not in stored:
-                raise CheckpointInvalid(f"partial: {item.path} is missing")
+                raise CheckpointInvalid("missing", f"partial: {item.path} is missing")
             if stored[item.path] != item.size:
                 raise CheckpointInvalid(
-                    f"partial: {item.path} has {stored[item.path]} bytes, manifest says {item.size}"
+                    "partial", f"partial: {item.path} has {stored[item.path]} bytes, manifest says {item.size}"
                 )
         staging = output_dir / f".restore-{uuid.uuid4().hex[:8]}-checkpoint-{step}"
         try:
@@ -138,15 +254,16 @@ class CheckpointStore:
             outcomes = await asyncio.gather(
                 *(self._fetch(prefix, item, staging) for item in manifest.files), return_exceptions=True
             )
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    raise outcome
+            failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+            # Wrong bytes anywhere make the checkpoint invalid, whatever else failed only for now.
+            for failure in sorted(failures, key=lambda failure: not isinstance(failure, CheckpointInvalid)):
+                raise failure
             (staging / COMPLETE_MARKER).touch()
             final = output_dir / f"checkpoint-{step}"
             if final.exists():
                 shutil.rmtree(final)
             staging.rename(final)
-            return final
+            return final, manifest.total_bytes
         finally:
             if staging.exists():
                 shutil.rmtree(staging)
@@ -154,26 +271,32 @@ class CheckpointStore:
     async def _manifest(self, step: int) -> Manifest:
         raw = await self.store.get_bytes(f"checkpoint-{step}/{MANIFEST_NAME}")
         if raw is None:
-            raise CheckpointInvalid("no manifest: its upload never committed")
+            raise CheckpointInvalid("no-manifest", "no manifest: its upload never committed")
         try:
             manifest = Manifest.model_validate_json(raw)
         except ValidationError as exc:
-            raise CheckpointInvalid(f"corrupt manifest: {exc.error_count()} error(s)") from None
+            raise CheckpointInvalid("bad-manifest", f"corrupt manifest: {exc.error_count()} error(s)") from None
         if manifest.step != step:
-            raise CheckpointInvalid(f"manifest is for step {manifest.step}")
+            raise CheckpointInvalid("bad-manifest", f"manifest is for step {manifest.step}")
         if any(".." in item.path.split("/") or item.path.startswith("/") for item in manifest.files):
-            raise CheckpointInvalid("manifest names a path outside the checkpoint")
+            raise CheckpointInvalid("bad-manifest", "manifest names a path outside the checkpoint")
         return manifest
 
     async def _fetch(self, prefix: str, item: ManifestFile, staging: Path) -> None:
+        """Download one file and check it. A flaky network is retried here (with backoff, for a while) and then
+        raised as the StorageError it is; only a missing object or wrong bytes make the checkpoint invalid."""
         target = staging / item.path
         try:
-            await self.store.download_file(prefix + item.path, target)
-        except StorageError as exc:
-            raise CheckpointInvalid(f"cannot download {item.path}: {exc}") from exc
+            await with_retries(
+                f"downloading {prefix}{item.path}",
+                lambda: self.store.download_file(prefix + item.path, target),
+                FETCH_PATIENCE_SECONDS,
+            )
+        except ObjectMissing as exc:
+            raise CheckpointInvalid("missing", f"partial: {item.path} is missing ({exc})") from exc
         digest = await asyncio.to_thread(sha256_file, target)
         if digest != item.sha256:
-            raise CheckpointInvalid(f"checksum mismatch in {item.path}")
+            raise CheckpointInvalid("checksum", f"checksum mismatch in {item.path}")
 
     async def prune(self, keep: int) -> list[int]:
         """Delete all but the newest ``keep`` committed checkpoints, and uncommitted leftovers older than them.

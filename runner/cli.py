@@ -58,7 +58,12 @@ async def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_SPEC
     work_dir = Path(args.work_dir) if args.work_dir else default_work_dir(spec)
     log.info("job %s attempt %d, work dir %s", spec.job_id, spec.attempt, work_dir)
-    return await Runner(spec, RunnerOptions.from_env(work_dir)).run()
+    try:
+        runner = Runner(spec, RunnerOptions.from_env(work_dir))
+    except (StorageError, ValueError) as exc:  # a bad setting in the environment: nothing has started
+        print(f"finetune-runner: {exc}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    return await runner.run()
 
 
 def main(argv: list[str] | None = None) -> int:

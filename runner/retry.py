@@ -1,4 +1,9 @@
-"""Retry an async storage step with backoff until it works or its time is up."""
+"""Retry an async storage step with backoff until it works or its time is up; the time bounds each attempt too.
+
+A check of the clock between attempts is not enough under a deadline: one attempt against a store that
+answers 503 can spend half a minute in the SDK's own retries. So the attempt itself runs under the deadline
+and is cancelled when it passes.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +13,50 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from runner.storage.base import StorageError
+from runner.storage.base import ObjectMissing, StorageError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+FIRST_BACKOFF = 0.5
+MAX_BACKOFF = 10.0
 
-async def with_retries(what: str, step: Callable[[], Awaitable[T]], give_up_after: float) -> T:
-    """Run ``step``; on StorageError retry (0.5 s doubling to 10 s) until ``give_up_after`` seconds passed."""
-    deadline = time.monotonic() + give_up_after
-    backoff = 0.5
+
+class OutOfTime(StorageError):
+    """The step had not succeeded when its time ran out (an attempt still running was cancelled)."""
+
+
+async def with_retries(
+    what: str,
+    step: Callable[[], Awaitable[T]],
+    give_up_after: float | None = None,
+    *,
+    until: float | None = None,
+    max_backoff: float = MAX_BACKOFF,
+) -> T:
+    """Run ``step``; on StorageError retry (0.5 s doubling to ``max_backoff``) until ``give_up_after`` seconds
+    from now or the ``time.monotonic()`` instant ``until``, whichever is first. An attempt still running then
+    is cancelled and :class:`OutOfTime` raised. A missing object is not retried: waiting will not create it."""
+    limits = (until, None if give_up_after is None else time.monotonic() + give_up_after)
+    ends = [limit for limit in limits if limit is not None]
+    if not ends:
+        raise ValueError("with_retries needs give_up_after or until")
+    deadline = min(ends)
+    backoff = FIRST_BACKOFF
+    last: StorageError | None = None
     while True:
         try:
-            return await step()
+            async with asyncio.timeout_at(deadline):  # the loop's clock is time.monotonic()
+                return await step()
+        except TimeoutError:
+            message = f"{what} did not succeed in time"
+            raise OutOfTime(f"{message}; last error: {last}" if last else message) from last
+        except ObjectMissing:
+            raise
         except StorageError as exc:
-            if time.monotonic() + backoff > deadline:
+            last = exc
+            if time.monotonic() + backoff >= deadline:
                 raise
             log.warning("%s failed, retrying in %.1fs: %s", what, backoff, exc)
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+            backoff = min(backoff * 2, max_backoff)

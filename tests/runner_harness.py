@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +57,10 @@ def runner_env(**extra: str) -> dict[str, str]:
 
 
 async def start_runner(
-    spec: Path, work_dir: Path, env: dict[str, str], cwd: Path | None = None
+    spec: Path, work_dir: Path, env: dict[str, str], cwd: Path | None = None, new_session: bool = False
 ) -> asyncio.subprocess.Process:
+    """The runner as user-data starts it; ``new_session``: in a process group of its own, so that a test can
+    take the whole instance away at once (:func:`take_instance`)."""
     log = (work_dir.parent / f"{work_dir.name}-runner.log").open("wb")
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -70,7 +75,18 @@ async def start_runner(
         stdout=log,
         stderr=log,
         cwd=cwd,
+        start_new_session=new_session,
     )
+
+
+async def take_instance(runner: asyncio.subprocess.Process, at: datetime) -> None:
+    """The cloud reclaims the instance at ``at``: SIGKILL to the runner's process group, nothing runs after.
+
+    (The trainer has a session of its own, and dies with the runner through its parent-death signal.)"""
+    await asyncio.sleep(max((at - datetime.now(UTC)).total_seconds(), 0.0))
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(runner.pid, signal.SIGKILL)
+    await runner.wait()
 
 
 def read_reports(path: Path) -> list[dict[str, Any]]:
@@ -89,6 +105,15 @@ async def wait_for_report(
                 return report
         await asyncio.sleep(0.05)
     raise AssertionError(f"no matching report in {path} after {timeout}s: {read_reports(path)[-5:]}")
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 120.0) -> None:
+    """Poll ``condition`` until it holds; a generous ``timeout`` only turns a hang into a failure."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.02)
 
 
 def of_type(reports: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

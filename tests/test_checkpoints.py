@@ -10,12 +10,15 @@ from pathlib import Path
 import boto3
 import pytest
 
+import runner.checkpoints as checkpoints_module
+import runner.storage.s3 as s3_module
 from runner.checkpoints import CheckpointStore
 from runner.local_checkpoints import complete_checkpoints
 from runner.manifest import COMPLETE_MARKER, MANIFEST_NAME
-from runner.storage.base import ObjectStore
+from runner.storage.base import ObjectStore, StorageError
 from runner.storage.file import FileStore
-from runner.storage.s3 import S3Store
+from runner.storage.s3 import MiB, S3Store
+from tests.s3_proxy import S3FaultProxy
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -115,3 +118,39 @@ def test_local_completeness_rules(tmp_path: Path) -> None:
     (tmp_path / "checkpoint-x").mkdir()
     assert [c.step for c in complete_checkpoints(tmp_path)] == [5, 10]  # 10 superseded by 15; 15 may be mid-write
     assert [c.step for c in complete_checkpoints(tmp_path, trainer_exited_cleanly=True)] == [5, 10, 15]
+
+
+async def test_a_network_that_keeps_failing_fails_the_restore_instead_of_skipping_a_good_checkpoint(
+    aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    boto3.client("s3", endpoint_url=aws).create_bucket(Bucket="ckpts")
+    proxy = await S3FaultProxy(aws).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    store = S3Store("s3://ckpts/job/", part_size=5 * MiB, multipart_threshold=5 * MiB)
+    try:
+        checkpoints = CheckpointStore(store, "ft-abcd", 1)
+        for step in (1, 2):
+            await checkpoints.commit(fake_checkpoint(tmp_path / "local", step, size=2 * MiB), step)
+        monkeypatch.setattr(checkpoints_module, "FETCH_PATIENCE_SECONDS", 1.0)
+        monkeypatch.setattr(s3_module, "RANGE_RETRIES", 1)
+        proxy.truncate = lambda path: "checkpoint-2/adapter_model.safetensors" in path
+        proxy.truncate_times = 1000  # every download of it is cut off half-way
+        with pytest.raises(StorageError, match="was cut at byte"):
+            await checkpoints.restore(tmp_path / "fresh")
+        proxy.truncate_times = len(proxy.truncated)  # the network heals
+        restored = await checkpoints.restore(tmp_path / "fresh")
+        assert restored.step == 2 and restored.skipped == []
+    finally:
+        await store.close()
+        await proxy.stop()
+
+
+async def test_skips_say_what_kind_of_proof_they_rest_on(store: ObjectStore, tmp_path: Path) -> None:
+    checkpoints = CheckpointStore(store, "ft-abcd", 1)
+    for step in (10, 20, 30):
+        await checkpoints.commit(fake_checkpoint(tmp_path / "local", step), step)
+    await store.delete([f"checkpoint-30/{MANIFEST_NAME}"])
+    await store.put_bytes("checkpoint-20/trainer_state.json", b"{}")  # a different size than the manifest says
+    restored = await checkpoints.restore(tmp_path / "fresh")
+    assert restored.step == 10
+    assert [(skip.step, skip.kind) for skip in restored.skipped] == [(30, "no-manifest"), (20, "partial")]

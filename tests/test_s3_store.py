@@ -7,6 +7,7 @@ import base64
 import hashlib
 import os
 import re
+import sys
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,8 +17,9 @@ import boto3
 import pytest
 
 import runner.storage.s3 as s3_module
-from runner.storage.base import ObjectInfo, StorageError
+from runner.storage.base import ObjectInfo, ObjectMissing, StorageError
 from runner.storage.s3 import MiB, S3Store, client_settings
+from tests.runner_harness import runner_env, wait_until, write_spec
 
 BUCKET = "ckpt"
 # Small parts keep the multipart tests quick while still giving several concurrent parts.
@@ -212,10 +214,10 @@ async def test_failed_part_aborts_the_upload(
     random_file(work / "big.bin", 20 * MiB)
     real_read = s3_module._read_range
 
-    def flaky_read(path: Path, offset: int, size: int) -> tuple[bytes, int]:
+    def flaky_read(path: Path, offset: int, size: int, buffer: bytearray) -> tuple[memoryview, int]:
         if offset >= 10 * MiB:
             raise OSError("disk went away")
-        return real_read(path, offset, size)
+        return real_read(path, offset, size, buffer)
 
     monkeypatch.setattr(s3_module, "_read_range", flaky_read)
     with pytest.raises(StorageError, match="disk went away"):
@@ -311,3 +313,90 @@ def test_client_settings_resolution() -> None:
     assert client_settings("oss", {"OSS_ENDPOINT": "oss-ap-southeast-1.aliyuncs.com"}).region == "ap-southeast-1"
     with pytest.raises(StorageError, match="FINETUNE_S3_ADDRESSING"):
         client_settings("s3", {"FINETUNE_S3_ADDRESSING": "sideways"})
+
+
+@pytest.fixture
+async def proxied(bucket: Any, aws: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[S3Store, Any]]:
+    from tests.s3_proxy import S3FaultProxy
+
+    proxy = await S3FaultProxy(aws).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    opened = S3Store(f"s3://{BUCKET}/runs/r1/", **SMALL)
+    yield opened, proxy
+    await opened.close()
+    await proxy.stop()
+
+
+async def test_a_download_cut_short_resumes_where_it_stopped(proxied: tuple[S3Store, Any], work: Path) -> None:
+    store, proxy = proxied
+    data = random_file(work / "big.bin", 12 * MiB)
+    await store.upload_file(work / "big.bin", "big.bin")
+    proxy.truncate = lambda path: "big.bin" in path
+    proxy.truncate_times = 2
+    await store.download_file("big.bin", work / "back.bin")
+    assert (work / "back.bin").read_bytes() == data
+    assert len(proxy.truncated) == 2
+    resumed = [path for method, path in proxy.arrived if method == "GET" and "big.bin" in path]
+    assert len(resumed) == len(proxy.truncated) + 3  # three ranges, and one more GET per cut
+
+
+async def test_a_download_that_keeps_being_cut_fails_as_a_storage_error(
+    proxied: tuple[S3Store, Any], work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, proxy = proxied
+    random_file(work / "big.bin", 6 * MiB)
+    await store.upload_file(work / "big.bin", "big.bin")
+    monkeypatch.setattr(s3_module, "RANGE_RETRIES", 1)
+    proxy.truncate = lambda path: "big.bin" in path
+    proxy.truncate_times = 1000
+    with pytest.raises(StorageError, match="was cut at byte") as failed:
+        await store.download_file("big.bin", work / "back.bin")
+    assert not isinstance(failed.value, ObjectMissing)
+    assert not (work / "back.bin").exists()
+
+
+async def test_uploads_wait_for_their_turn_by_priority(bucket: Any, work: Path) -> None:
+    store = S3Store(f"s3://{BUCKET}/runs/r1/", part_size=5 * MiB, multipart_threshold=5 * MiB, concurrency=1)
+    try:
+        random_file(work / "old.bin", 15 * MiB)
+        random_file(work / "new.bin", 15 * MiB)
+        done: list[str] = []
+
+        async def upload(name: str, priority: int) -> None:
+            await store.upload_file(work / name, name, priority=priority)
+            done.append(name)
+
+        async with store.slot(0):  # everything queues behind this; then the older checkpoint goes first
+            newer = asyncio.create_task(upload("new.bin", 20))
+            await wait_until(lambda: store._slots.waiting == 3)
+            older = asyncio.create_task(upload("old.bin", 10))
+            await wait_until(lambda: store._slots.waiting == 6)
+        await asyncio.gather(newer, older)
+        assert done == ["old.bin", "new.bin"]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("FINETUNE_S3_PART_MIB", "1"), ("FINETUNE_S3_CONCURRENCY", "many"), ("AWS_MAX_ATTEMPTS", "0")]
+)
+async def test_bad_transfer_settings_stop_the_runner_with_one_line(work: Path, name: str, value: str) -> None:
+    spec = write_spec(work / "spec.json", checkpoint_uri="s3://bucket/jobs/ft-test/", command=["true"])
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runner.cli",
+        "run",
+        "--spec",
+        str(spec),
+        "--work-dir",
+        str(work / "w"),
+        env=runner_env(**{name: value}),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await runner.communicate()
+    assert runner.returncode == 2
+    text = stderr.decode()
+    [error] = [line for line in text.splitlines() if line.startswith("finetune-runner:")]
+    assert name in error and "Traceback" not in text
+    assert not (work / "w").exists()

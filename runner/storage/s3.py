@@ -17,12 +17,14 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import io
 import logging
 import os
+import time
 import uuid
 import zlib
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +36,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from runner.storage.aliyun_credentials import DEFAULT_METADATA_ENDPOINT, RamRoleCredentialProvider
-from runner.storage.base import ObjectInfo, StorageError
+from runner.storage.base import Buffer, ObjectInfo, ObjectMissing, StorageError, read_fully
+from runner.storage.slots import BufferSlots
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,9 @@ WRITE_CHUNK = 8 * MiB  # downloads stream to disk in pieces this big, whatever t
 DELETE_BATCH = 1000  # the DeleteObjects maximum
 LIST_PAGE_SIZE = 1000  # the ListObjectsV2 maximum; tests shrink it to exercise paging
 ADDRESSING_STYLES = ("auto", "virtual", "path")
+RANGE_RETRIES = 4  # a download cut short (a reset, a truncated body) resumes from where it stopped this often
+ABORT_SECONDS = 10.0  # how long a background abort of a given-up multipart upload may take
+CLOSE_WAIT_SECONDS = 5.0  # how long close() lets background aborts finish
 
 T = TypeVar("T")
 
@@ -71,6 +77,7 @@ class ClientSettings:
     send_crc32: bool = True
     ram_role: str | None = None  # oss:// on ECS without a key pair: the instance RAM role's STS credentials
     metadata_endpoint: str = DEFAULT_METADATA_ENDPOINT
+    max_attempts: int = 5  # per request, botocore's own retries included (AWS_MAX_ATTEMPTS, as botocore reads it)
 
 
 def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
@@ -80,10 +87,14 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
     override = env.get("FINETUNE_S3_ADDRESSING") or None
     if override is not None and override not in ADDRESSING_STYLES:
         raise StorageError(f"FINETUNE_S3_ADDRESSING must be one of {ADDRESSING_STYLES}, not {override!r}")
+    raw_attempts = env.get("AWS_MAX_ATTEMPTS") or "5"
+    if not raw_attempts.isdigit() or int(raw_attempts) < 1:
+        raise StorageError(f"AWS_MAX_ATTEMPTS must be a whole number of at least 1, not {raw_attempts!r}")
+    attempts = int(raw_attempts)
     if scheme == "s3":
         # botocore itself only reads AWS_DEFAULT_REGION; None lets it fall back to the profile / us-east-1.
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-        return ClientSettings(None, region, override)
+        return ClientSettings(None, region, override, max_attempts=attempts)
     if scheme == "oss":
         endpoint = env.get("OSS_ENDPOINT") or env.get("AWS_ENDPOINT_URL")
         if not endpoint:
@@ -104,6 +115,7 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
             send_crc32=False,
             ram_role=None if key_id else (env.get("ALIBABA_CLOUD_ECS_METADATA") or None),
             metadata_endpoint=env.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_METADATA_ENDPOINT,
+            max_attempts=attempts,
         )
     raise StorageError(f"unsupported scheme {scheme!r} for the S3 store")
 
@@ -158,7 +170,9 @@ class S3Store:
         self.multipart_threshold = max(multipart_threshold, 0)
         self.concurrency = concurrency
         self.settings = client_settings(parsed.scheme, os.environ if env is None else env)
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = BufferSlots(concurrency, max(part_size, self.multipart_threshold))
+        self._cleanup: set[asyncio.Task[None]] = set()
+        self.last_error: tuple[float, str] | None = None  # (time.monotonic(), what) of the last failed request
         self._client_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
         self._s3: Any = None
@@ -169,7 +183,7 @@ class S3Store:
         if self.settings.addressing_style is not None:
             s3["addressing_style"] = self.settings.addressing_style
         return Config(
-            retries={"max_attempts": 5, "mode": "standard"},
+            retries={"max_attempts": self.settings.max_attempts, "mode": "standard"},
             max_pool_connections=self.concurrency + 4,  # + HEAD/list/complete calls beside the parts
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
@@ -178,6 +192,9 @@ class S3Store:
 
     def uri(self, key: str) -> str:
         return self.base_uri + key
+
+    def slot(self, priority: int = 0) -> AbstractAsyncContextManager[bytearray]:
+        return self._slots.lend(priority)
 
     async def list_objects(self, prefix: str = "") -> list[ObjectInfo]:
         with self._errors("list", prefix):
@@ -206,51 +223,66 @@ class S3Store:
                     names.append(common["Prefix"][len(full) :].rstrip("/"))
         return sorted(names)
 
-    async def upload_file(self, path: Path, key: str) -> None:
+    async def upload_file(self, path: Path, key: str, priority: int = 0) -> None:
         with self._errors("upload to", key):
             client = await self._client()
             size = (await asyncio.to_thread(path.stat)).st_size
             if size <= self.multipart_threshold:
-                async with self._slots:
-                    data, crc = await asyncio.to_thread(_read_range, path, 0, size)
-                    await client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data, **self._crc_args(crc))
+                async with self._slots.lend(priority) as buffer:
+                    data, crc = await asyncio.to_thread(_read_range, path, 0, size, buffer)
+                    await client.put_object(
+                        Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **self._crc_args(crc)
+                    )
             else:
-                await self._upload_multipart(client, path, size, key)
+                await self._upload_multipart(path, size, key, priority)
 
-    async def _upload_multipart(self, client: Any, path: Path, size: int, key: str) -> None:
-        full_key = self.prefix + key
+    async def _upload_multipart(self, path: Path, size: int, key: str, priority: int) -> None:
         part_size = self._part_size_for(size)
-        # With a checksum algorithm S3 (and moto) keep a composite checksum of the part CRCs; without one,
-        # moto re-copies and re-hashes the whole object on completion (measured: ~20% slower uploads).
-        algorithm = {"ChecksumAlgorithm": "CRC32"} if self.settings.send_crc32 else {}
-        created = await client.create_multipart_upload(Bucket=self.bucket, Key=full_key, **algorithm)
-        upload_id: str = created["UploadId"]
+        upload = await self.begin_upload(key, part_size)
 
-        async def part(number: int, offset: int) -> dict[str, Any]:
-            async with self._slots:
-                data, crc = await asyncio.to_thread(_read_range, path, offset, min(part_size, size - offset))
-                checksum = self._crc_args(crc)
-                sent = await client.upload_part(
-                    Bucket=self.bucket, Key=full_key, UploadId=upload_id, PartNumber=number, Body=data, **checksum
-                )
-            done = {"PartNumber": number, "ETag": sent["ETag"]}
-            if "ChecksumCRC32" in checksum:
-                done["ChecksumCRC32"] = checksum["ChecksumCRC32"]
-            return done
+        async def part(index: int, offset: int) -> None:
+            async with self._slots.lend(priority) as buffer:
+                data, crc = await asyncio.to_thread(_read_range, path, offset, min(part_size, size - offset), buffer)
+                await upload.put_part(index, data, crc)
 
         try:
-            offsets = range(0, size, part_size)
-            parts = await _all_or_nothing(part(n, off) for n, off in enumerate(offsets, start=1))
-            await client.complete_multipart_upload(
-                Bucket=self.bucket, Key=full_key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-            )
+            await _all_or_nothing(part(index, offset) for index, offset in enumerate(range(0, size, part_size)))
+            await upload.complete()
+        except asyncio.CancelledError:
+            upload.discard()
+            raise
         except BaseException:
             # Parts of an unfinished upload are billed storage and invisible to list(): never leave them.
-            try:
-                await client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id)
-            except Exception as exc:
-                log.warning("could not abort multipart upload of %s: %s", self.uri(key), exc)
+            await upload.abort()
             raise
+
+    async def begin_upload(self, key: str, part_size: int) -> S3PartUpload:
+        """A multipart upload of ``key``; with a checksum algorithm S3 (and moto) keep a composite checksum of
+        the part CRCs; without one, moto re-copies and re-hashes the whole object on completion (measured: ~20%
+        slower uploads)."""
+        if part_size < MIN_PART_SIZE:
+            raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (the S3 minimum)")
+        with self._errors("upload to", key):
+            client = await self._client()
+            algorithm = {"ChecksumAlgorithm": "CRC32"} if self.settings.send_crc32 else {}
+            created = await client.create_multipart_upload(Bucket=self.bucket, Key=self.prefix + key, **algorithm)
+        return S3PartUpload(self, key, created["UploadId"], part_size)
+
+    async def _abort(self, key: str, upload_id: str) -> None:
+        try:
+            client = await self._client()
+            await asyncio.wait_for(
+                client.abort_multipart_upload(Bucket=self.bucket, Key=self.prefix + key, UploadId=upload_id),
+                ABORT_SECONDS,
+            )
+        except Exception as exc:
+            log.warning("could not abort multipart upload of %s: %s", self.uri(key), exc)
+
+    def _abort_later(self, key: str, upload_id: str) -> None:
+        """Abort without making the caller wait: a cancelled upload must give its time back at once."""
+        task = asyncio.get_running_loop().create_task(self._abort(key, upload_id))
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
 
     def _crc_args(self, crc: int) -> dict[str, str]:
         if not self.settings.send_crc32:
@@ -269,7 +301,7 @@ class S3Store:
                 head = await client.head_object(Bucket=self.bucket, Key=self.prefix + key)
             except ClientError as exc:
                 if _is_missing(exc):
-                    raise StorageError(f"{self.uri(key)} does not exist") from exc
+                    raise ObjectMissing(f"{self.uri(key)} does not exist") from exc
                 raise
             size = int(head["ContentLength"])
             etag: str = head["ETag"]
@@ -302,34 +334,70 @@ class S3Store:
     async def _download_range(
         self, client: Any, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool
     ) -> None:
-        """GET bytes ``[start, end)`` into the file; If-Match makes a concurrent overwrite fail, not mix."""
+        """GET bytes ``[start, end)`` into the file; If-Match makes a concurrent overwrite fail, not mix.
+
+        A body cut short (a reset connection, a proxy that gives up) is a network fault, not a bad object:
+        the rest of the range is asked for again, a few times, before the download fails.
+        """
+        offset = start
+        failures = 0
+        async with self._slots.hold():
+            while True:
+                try:
+                    offset = await self._stream_range(client, key, etag, tmp, offset, end, ranged or offset > start)
+                    if offset == end:
+                        return
+                    problem = f"ended early at byte {offset}"
+                except _Cut as cut:
+                    offset = cut.offset
+                    problem = f"was cut at byte {offset}: {cut.cause}"
+                failures += 1
+                if failures > RANGE_RETRIES:
+                    raise StorageError(f"{self.uri(key)}: range {start}-{end} {problem}")
+                log.warning("download of %s %s; resuming (%d of %d)", self.uri(key), problem, failures, RANGE_RETRIES)
+                await asyncio.sleep(0.1 * 2**failures)
+
+    async def _stream_range(
+        self, client: Any, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool
+    ) -> int:
+        """Write what one GET of ``[start, end)`` delivers to disk; returns the offset reached, or raises
+        :class:`_Cut` with it when the connection failed mid-way (what did arrive is kept)."""
         extra = {"Range": f"bytes={start}-{end - 1}"} if ranged else {}
-        async with self._slots:
+        try:
             got = await client.get_object(Bucket=self.bucket, Key=self.prefix + key, IfMatch=etag, **extra)
-            offset = start
-            body = got["Body"]
-            async with body:  # entering yields the raw aiohttp response; read via the checked wrapper
-                while offset < end:
-                    chunks: list[bytes] = []
-                    pending = 0
-                    while pending < WRITE_CHUNK:
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise _Cut(start, exc) from exc
+        offset = start
+        body = got["Body"]
+        async with body:  # entering yields the raw aiohttp response; read via the checked wrapper
+            while offset < end:
+                chunks: list[bytes] = []
+                pending = 0
+                failure: Exception | None = None
+                while pending < WRITE_CHUNK:
+                    try:
                         chunk: bytes = await body.read(WRITE_CHUNK - pending)
-                        if not chunk:
-                            break
-                        chunks.append(chunk)
-                        pending += len(chunk)
-                    if not chunks:
+                    except _TRANSIENT_BODY_ERRORS as exc:
+                        failure = exc
                         break
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    pending += len(chunk)
+                if chunks:
                     await asyncio.to_thread(_write_chunks, tmp, offset, chunks)
                     offset += pending
-            if offset != end:
-                raise StorageError(f"{self.uri(key)}: range {start}-{end} ended early at byte {offset}")
+                if failure is not None:
+                    raise _Cut(offset, failure) from failure
+                if not pending:
+                    break
+        return offset
 
-    async def put_bytes(self, key: str, data: bytes) -> None:
+    async def put_bytes(self, key: str, data: Buffer) -> None:
         with self._errors("upload to", key):
             client = await self._client()
             await client.put_object(
-                Bucket=self.bucket, Key=self.prefix + key, Body=data, **self._crc_args(zlib.crc32(data))
+                Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **self._crc_args(zlib.crc32(data))
             )
 
     async def get_bytes(self, key: str) -> bytes | None:
@@ -364,6 +432,8 @@ class S3Store:
                     )
 
     async def close(self) -> None:
+        if self._cleanup:
+            await asyncio.wait(set(self._cleanup), timeout=CLOSE_WAIT_SECONDS)
         async with self._client_lock:
             await self._stack.aclose()
             self._stack = AsyncExitStack()
@@ -393,8 +463,20 @@ class S3Store:
                         )
                     )
                     client.meta.events.register("before-call.s3.DeleteObjects", _add_content_md5)
+                    client.meta.events.register("needs-retry.s3", self._note_failure)
                     self._s3 = client
         return self._s3
+
+    def _note_failure(
+        self, response: tuple[Any, Any] | None = None, caught_exception: BaseException | None = None, **_: Any
+    ) -> None:
+        """Remember what the store last answered when a request failed, even one botocore then retried: a call
+        cancelled at a deadline can still say the store was answering 503 SlowDown all along."""
+        if caught_exception is not None:
+            self.last_error = (time.monotonic(), f"{type(caught_exception).__name__}: {caught_exception}")
+        elif response is not None and getattr(response[0], "status_code", 200) in _TROUBLE_STATUS:
+            code = (response[1] or {}).get("Error", {}).get("Code", "")
+            self.last_error = (time.monotonic(), f"HTTP {response[0].status_code} {code}".strip())
 
     @contextlib.contextmanager
     def _errors(self, action: str, key: str) -> Iterator[None]:
@@ -403,6 +485,59 @@ class S3Store:
             yield
         except (BotoCoreError, ClientError, aiohttp.ClientError, OSError) as exc:
             raise StorageError(f"{action} {self.uri(key)} failed: {exc}") from exc
+
+
+class S3PartUpload:
+    """One multipart upload; parts are numbered from 1 on the wire, from 0 here."""
+
+    def __init__(self, store: S3Store, key: str, upload_id: str, part_size: int) -> None:
+        self.store = store
+        self.key = key
+        self.upload_id = upload_id
+        self.part_size = part_size
+        self._parts: dict[int, dict[str, Any]] = {}
+        self._finished = False
+
+    async def put_part(self, index: int, data: Buffer, crc32: int) -> None:
+        store = self.store
+        checksum = store._crc_args(crc32)
+        with store._errors("upload to", self.key):
+            client = await store._client()
+            sent = await client.upload_part(
+                Bucket=store.bucket,
+                Key=store.prefix + self.key,
+                UploadId=self.upload_id,
+                PartNumber=index + 1,
+                Body=_body(data),
+                **checksum,
+            )
+        done = {"PartNumber": index + 1, "ETag": sent["ETag"]}
+        if "ChecksumCRC32" in checksum:
+            done["ChecksumCRC32"] = checksum["ChecksumCRC32"]
+        self._parts[index] = done
+
+    async def complete(self) -> None:
+        store = self.store
+        parts = [self._parts[index] for index in sorted(self._parts)]
+        with store._errors("upload to", self.key):
+            client = await store._client()
+            await client.complete_multipart_upload(
+                Bucket=store.bucket,
+                Key=store.prefix + self.key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": parts},
+            )
+        self._finished = True
+
+    async def abort(self) -> None:
+        if not self._finished:
+            self._finished = True
+            await self.store._abort(self.key, self.upload_id)
+
+    def discard(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self.store._abort_later(self.key, self.upload_id)
 
 
 async def _all_or_nothing(jobs: Iterable[Awaitable[T]]) -> list[T]:
@@ -419,6 +554,19 @@ async def _awaited(job: Awaitable[T]) -> T:
     return await job
 
 
+_TROUBLE_STATUS = {429, 500, 502, 503, 504}  # what a store under strain answers; a 404 is an answer
+_TRANSIENT_BODY_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, BotoCoreError)
+
+
+class _Cut(Exception):
+    """A GET's body stopped before its end; ``offset`` is how far it got."""
+
+    def __init__(self, offset: int, cause: BaseException) -> None:
+        super().__init__(f"cut at {offset}: {cause}")
+        self.offset = offset
+        self.cause = cause
+
+
 def _is_missing(exc: ClientError) -> bool:
     error = exc.response.get("Error", {})
     return error.get("Code") in ("NoSuchKey", "404", "NotFound")
@@ -428,14 +576,49 @@ def _is_missing(exc: ClientError) -> bool:
 # a descriptor the event loop side has closed (and the kernel may have reused for another file).
 
 
-def _read_range(path: Path, offset: int, size: int) -> tuple[bytes, int]:
-    """One part of the file and its CRC32; a short read means the file shrank, which must not upload."""
+def _read_range(path: Path, offset: int, size: int, buffer: bytearray) -> tuple[memoryview, int]:
+    """One part of the file, read into ``buffer`` (a bigger one is made if it is too small), and its CRC32; a
+    short read means the file shrank, which must not upload."""
+    view = memoryview(buffer if len(buffer) >= size else bytearray(size))[:size]
     with open(path, "rb", buffering=0) as file:
-        file.seek(offset)
-        data = file.read(size) if size else b""
-    if len(data) != size:
-        raise StorageError(f"{path} changed during upload: wanted {size} bytes at {offset}, got {len(data)}")
-    return data, zlib.crc32(data)
+        got = read_fully(file, offset, view)
+    if got != size:
+        raise StorageError(f"{path} changed during upload: wanted {size} bytes at {offset}, got {got}")
+    return view, zlib.crc32(view)
+
+
+class _Body(io.BytesIO):
+    """A request body that aiohttp sends in 256 KiB slices straight out of the caller's buffer: no copy of the
+    whole part (``bytes(buffer)``), no fresh allocation. botocore seeks it back to 0 to retry."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self._view = view
+        self._position = 0
+
+    def read(self, size: int | None = -1) -> memoryview:  # type: ignore[override]
+        end = len(self._view) if size is None or size < 0 else min(self._position + size, len(self._view))
+        piece = self._view[self._position : end]
+        self._position = end
+        return piece
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._position, len(self._view))[whence]
+        self._position = max(0, min(base + offset, len(self._view)))
+        return self._position
+
+    def getbuffer(self) -> memoryview:
+        return memoryview(self._view)  # a view of its own: aiohttp releases what it gets here
+
+
+def _body(data: Buffer) -> bytes | _Body:
+    """Small bodies as they are; large ones through :class:`_Body`."""
+    if len(data) <= 256 * 1024:
+        return bytes(data)
+    return _Body(memoryview(data).cast("B"))
 
 
 def _create_sized(path: Path, size: int) -> None:

@@ -1,0 +1,119 @@
+"""What to commit before the machine goes: a pure decision, taken again at every look while the notice runs.
+
+Inputs are what the runner knows at that moment: the seconds left until the ``interrupted`` report must
+leave, the upload rate this run measured, the trainer's save time and checkpoint size as seen so far, and
+every local checkpoint newer than the last commit (complete or being written, how much of it is up). Rules:
+
+* The newest complete checkpoint is always kept, and so is every older complete one already in flight: an
+  upload under way is never abandoned for something newer that might not make it (the commit of a newer one
+  ends it). Older complete ones not yet started are dropped (superseded).
+* A checkpoint the trainer is writing is kept too (it goes up as it is written, behind the complete ones),
+  unless even its bytes alone could not go up in the time left.
+* The trainer is asked for a fresh save only if the save and the upload of everything ahead of it and of the
+  fresh checkpoint fit in the time left with margin. With a checkpoint being written already it is not asked
+  again (that save is the fresh one). Without a rate or a size to judge by, it is asked if there is nothing to
+  protect, and otherwise the decision waits for the first measurement of the upload in flight.
+
+Everything still to upload shares one link, so the fresh checkpoint is committed after about
+``max(save, (bytes ahead + its size) / rate)``: its bytes go up as they are written, and what is ahead of it
+(older checkpoints get the transfer slots first) finishes within that time too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MiB = 1024 * 1024
+MARGIN_FACTOR = 1.25  # estimates from a handful of measurements: a quarter on top …
+MARGIN_SECONDS = 2.0  # … and a fixed reserve for the manifest, the last part and a busy machine
+ASSUMED_SAVE_RATE = 200 * MiB  # bytes/s a trainer writes a checkpoint at, when this run never saw it save
+ASSUMED_SAVE_SECONDS = 1.0  # … plus this much to get going
+
+FreshDecision = Literal["ask", "skip", "wait"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A local checkpoint newer than the newest committed one."""
+
+    step: int
+    complete: bool
+    bytes_total: int  # on disk now (final once complete)
+    bytes_uploaded: int
+    in_flight: bool
+
+    @property
+    def bytes_left(self) -> int:
+        return max(self.bytes_total - self.bytes_uploaded, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    seconds_left: float  # until the interrupted report must leave
+    candidates: tuple[Candidate, ...]
+    rate: float | None  # bytes/s of this run's uploads; None: nothing measured yet
+    save_seconds: float | None = None  # the trainer's last observed save (first sight of its dir → complete)
+    step_seconds: float | None = None  # one training step: a save requested now waits for the step's end
+    checkpoint_bytes: int | None = None  # this run's last checkpoint: a fresh one will be about as big
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    keep: tuple[int, ...]  # steps to keep uploading, first on the wire first
+    drop: tuple[tuple[int, str], ...]  # steps to stop uploading, and why
+    fresh: FreshDecision
+    why: str  # for the fresh decision, in words for the report
+
+
+def fits(seconds: float, seconds_left: float) -> bool:
+    return seconds * MARGIN_FACTOR + MARGIN_SECONDS <= seconds_left
+
+
+def plan(situation: Situation) -> Plan:
+    rate = situation.rate
+    left = situation.seconds_left
+    complete = sorted((c for c in situation.candidates if c.complete), key=lambda c: c.step, reverse=True)
+    writing = sorted((c for c in situation.candidates if not c.complete), key=lambda c: c.step)
+
+    keep: list[Candidate] = []
+    drop: list[tuple[int, str]] = []
+    if complete:
+        newest = complete[0]
+        for older in complete[1:]:
+            if older.in_flight:
+                keep.append(older)  # never abandoned for a newer one that might not make it; a commit ends it
+            else:
+                drop.append((older.step, f"superseded by checkpoint-{newest.step}"))
+        keep = [*sorted(keep, key=lambda c: c.step), newest]
+    if rate:
+        ahead = sum(c.bytes_left for c in keep)
+        for candidate in list(writing):
+            expected = max(candidate.bytes_total, situation.checkpoint_bytes or 0) - candidate.bytes_uploaded
+            if (ahead + expected) / rate > left:  # cannot finish even with no save time left and no margin
+                writing.remove(candidate)
+                drop.append((candidate.step, f"cannot finish uploading before the deadline at {rate / MiB:.1f} MiB/s"))
+            else:
+                ahead += expected
+    steps = tuple(c.step for c in [*keep, *writing])
+
+    if writing:
+        return Plan(steps, tuple(drop), "skip", f"the trainer is already saving checkpoint-{writing[-1].step}")
+    size = situation.checkpoint_bytes or (keep[-1].bytes_total if keep else None)
+    if rate is None or size is None:
+        if keep:
+            return Plan(steps, tuple(drop), "wait", "no upload rate measured yet")
+        return Plan(steps, tuple(drop), "ask", "nothing newer than the committed checkpoint to protect")
+    save = situation.save_seconds
+    if save is None:
+        save = ASSUMED_SAVE_SECONDS + size / ASSUMED_SAVE_RATE
+    save += situation.step_seconds or 0.0
+    ahead = sum(c.bytes_left for c in keep)
+    need = max(save, (ahead + size) / rate)
+    numbers = (
+        f"a fresh save of ~{size / MiB:.0f} MiB needs ~{need:.0f}s (save ~{save:.0f}s, {(ahead + size) / MiB:.0f} MiB "
+        f"to upload at {rate / MiB:.1f} MiB/s); {left:.0f}s left"
+    )
+    if fits(need, left):
+        return Plan(steps, tuple(drop), "ask", numbers)
+    return Plan(steps, tuple(drop), "skip", numbers)

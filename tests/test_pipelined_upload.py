@@ -1,0 +1,191 @@
+"""Checkpoint files go up while the trainer writes them, and what is committed is exactly the final file."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from runner.checkpoints import CheckpointStore
+from runner.manifest import COMPLETE_MARKER, MANIFEST_NAME
+from runner.storage.base import ObjectStore
+from runner.storage.file import FileStore
+from runner.storage.s3 import MiB, S3Store
+from runner.storage.slots import PrioritySlots
+from runner.upload import FileChanged, RateMeter
+from tests.runner_harness import wait_until
+
+PART = 5 * MiB
+
+
+@pytest.fixture(params=["file", "s3"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
+    backend: ObjectStore
+    if request.param == "file":
+        backend = FileStore(f"file://{tmp_path}/bucket/job/")
+        backend.part_size = PART
+    else:
+        endpoint = request.getfixturevalue("aws")
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="ckpts")
+        backend = S3Store("s3://ckpts/job/", part_size=PART, multipart_threshold=PART, concurrency=4)
+    yield backend
+    await backend.close()
+
+
+async def restored_bytes(checkpoints: CheckpointStore, tmp_path: Path, name: str) -> bytes:
+    restored = await checkpoints.restore(tmp_path / "restored")
+    assert restored.path is not None and restored.skipped == []
+    return (restored.path / name).read_bytes()
+
+
+async def test_parts_go_up_before_the_marker_and_the_commit_is_the_final_file(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    checkpoints = CheckpointStore(store, "ft-pipe", 1)
+    local = tmp_path / "out" / "checkpoint-3"
+    local.mkdir(parents=True)
+    upload = checkpoints.start_upload(local, 3, poll_seconds=0.05, settle_seconds=0.3)
+    running = asyncio.create_task(upload.run())
+    written = bytearray()
+    with (local / "model.safetensors").open("wb") as handle:
+        for _ in range(4):  # 4 parts' worth, written slowly, like a save of big weights
+            chunk = os.urandom(PART)
+            handle.write(chunk)
+            handle.flush()
+            written += chunk
+            await asyncio.sleep(0.05)
+        # Parts are on their way while the file is still open and growing.
+        await wait_until(lambda: upload.bytes_uploaded >= 2 * PART)
+        tail = os.urandom(PART // 3)
+        handle.write(tail)
+        written += tail
+        # A writer that seeks back and patches its header after the first part was sent (zip, some formats).
+        handle.seek(0)
+        handle.write(b"PATCHED-HEADER")
+        written[: len(b"PATCHED-HEADER")] = b"PATCHED-HEADER"
+    (local / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    assert not running.done()  # no manifest before the marker, whatever is already up
+    assert await store.get_bytes(f"checkpoint-3/{MANIFEST_NAME}") is None
+    (local / COMPLETE_MARKER).touch()
+    upload.mark_complete()
+    committed = await asyncio.wait_for(running, 60)
+
+    assert committed.step == 3 and committed.bytes == len(written) + len(json.dumps({"global_step": 3}))
+    manifest = json.loads(await store.get_bytes(f"checkpoint-3/{MANIFEST_NAME}") or b"")
+    by_path = {item["path"]: item for item in manifest["files"]}
+    assert set(by_path) == {"model.safetensors", "trainer_state.json"}
+    assert by_path["model.safetensors"]["sha256"] == hashlib.sha256(written).hexdigest()
+    assert await restored_bytes(checkpoints, tmp_path, "model.safetensors") == bytes(written)
+
+
+async def test_a_temporary_name_renamed_into_place_is_committed_under_its_final_name(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    checkpoints = CheckpointStore(store, "ft-pipe", 1)
+    local = tmp_path / "out" / "checkpoint-4"
+    local.mkdir(parents=True)
+    upload = checkpoints.start_upload(local, 4, poll_seconds=0.05, settle_seconds=0.2)
+    running = asyncio.create_task(upload.run())
+    data = os.urandom(2 * PART + 123)
+    (local / "optimizer.pt.tmp").write_bytes(data)
+    await wait_until(lambda: upload.bytes_uploaded >= PART)  # the temporary file is being uploaded
+    os.replace(local / "optimizer.pt.tmp", local / "optimizer.pt")
+    small = os.urandom(1000)
+    (local / "rng_state.pth").write_bytes(small)
+    (local / COMPLETE_MARKER).touch()
+    upload.mark_complete()
+    await asyncio.wait_for(running, 60)
+    keys = {info.key for info in await store.list_objects("checkpoint-4/")}
+    assert {"checkpoint-4/optimizer.pt", "checkpoint-4/rng_state.pth", f"checkpoint-4/{MANIFEST_NAME}"} <= keys
+    manifest = json.loads(await store.get_bytes(f"checkpoint-4/{MANIFEST_NAME}") or b"")
+    assert sorted(item["path"] for item in manifest["files"]) == ["optimizer.pt", "rng_state.pth"]
+    assert await restored_bytes(checkpoints, tmp_path, "optimizer.pt") == data
+
+
+async def test_a_file_that_shrinks_and_is_rewritten_is_uploaded_again(store: ObjectStore, tmp_path: Path) -> None:
+    checkpoints = CheckpointStore(store, "ft-pipe", 1)
+    local = tmp_path / "out" / "checkpoint-5"
+    local.mkdir(parents=True)
+    upload = checkpoints.start_upload(local, 5, poll_seconds=0.05, settle_seconds=0.2)
+    running = asyncio.create_task(upload.run())
+    (local / "weights.bin").write_bytes(os.urandom(3 * PART))
+    await wait_until(lambda: upload.bytes_uploaded >= 2 * PART)
+    final = os.urandom(PART + 77)
+    (local / "weights.bin").write_bytes(final)  # opened with "w" again: truncated, then shorter content
+    (local / COMPLETE_MARKER).touch()
+    upload.mark_complete()
+    await asyncio.wait_for(running, 60)
+    assert await restored_bytes(checkpoints, tmp_path, "weights.bin") == final
+
+
+async def test_a_file_changed_after_the_marker_fails_the_commit(store: ObjectStore, tmp_path: Path) -> None:
+    checkpoints = CheckpointStore(store, "ft-pipe", 1)
+    local = tmp_path / "out" / "checkpoint-6"
+    local.mkdir(parents=True)
+    (local / "weights.bin").write_bytes(os.urandom(3 * PART))
+    slots = store._slots  # type: ignore[attr-defined]
+    async with contextlib.AsyncExitStack() as held:
+        for _ in range(slots.slots):  # hold the wire: the commit takes its final look, then waits
+            await held.enter_async_context(store.slot())
+        upload = checkpoints.start_upload(local, 6)
+        upload.mark_complete()
+        running = asyncio.create_task(upload.run())
+        await wait_until(lambda: slots.waiting > 0)
+        with (local / "weights.bin").open("r+b") as handle:  # the trainer still writes a "complete" checkpoint
+            handle.write(b"late")
+    with pytest.raises(FileChanged):
+        await asyncio.wait_for(running, 60)
+    assert await store.get_bytes(f"checkpoint-6/{MANIFEST_NAME}") is None
+
+
+async def test_priority_slots_serve_the_lowest_number_first() -> None:
+    slots = PrioritySlots(1)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with slots.hold(0):
+            await release.wait()
+
+    async def waiter(name: str, priority: int) -> None:
+        async with slots.hold(priority):
+            order.append(name)
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    waiters = [
+        asyncio.create_task(waiter(name, priority))
+        for name, priority in [("newer-a", 20), ("older", 10), ("newer-b", 20)]
+    ]
+    cancelled = asyncio.create_task(waiter("cancelled", 5))
+    await asyncio.sleep(0.01)
+    cancelled.cancel()
+    release.set()
+    await asyncio.gather(first, *waiters)
+    assert order == ["older", "newer-a", "newer-b"]
+    assert slots.free == 1
+
+
+def test_rate_meter_counts_busy_time_only() -> None:
+    now = [0.0]
+    meter = RateMeter(window_seconds=10.0, clock=lambda: now[0])
+    assert meter.rate is None
+    meter.begin()
+    meter.begin()
+    now[0] = 2.0
+    meter.end(100)
+    meter.end(100)  # two concurrent requests: 200 bytes in 2 s of busy time
+    assert meter.rate == pytest.approx(100.0)
+    now[0] = 50.0  # idle time does not dilute the rate
+    assert meter.rate == pytest.approx(100.0)
+    meter.begin()
+    now[0] = 54.0
+    meter.end(0)  # a failed request: its time counts, no bytes
+    assert meter.rate == pytest.approx(200 / 6)
