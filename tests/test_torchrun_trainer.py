@@ -52,7 +52,8 @@ def reference_adapter(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     env.pop("FINETUNE_STOP_FILE", None)
     command[command.index("--step-seconds") + 1] = "0"  # same arithmetic, no waiting
     command = [sys.executable if item == "${FINETUNE_PYTHON}" else item for item in command]  # as the runner does
-    subprocess.run(command, env=env, check=True, capture_output=True, timeout=300)
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return (output / ADAPTER).read_bytes()
 
 
