@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bot.bus import EventBus, HandBack, Handler
+from bot.keys import Keys
 from bot.redis_server import connect
 from bot.store import JobStore
 from handlers.jobs import Change, Job, JobState
@@ -303,7 +304,7 @@ async def test_a_handler_waiting_on_something_outside_hands_its_event_back_on_st
 async def test_the_store_outbox_is_delivered_on_the_bus(
     running: Running, redis_client: aioredis.Redis, key_prefix: str
 ) -> None:
-    store = JobStore(redis_client, prefix=key_prefix, events_stream=running.stream)
+    store = JobStore(redis_client, Keys(key_prefix))
     job = Job(id="ft-bus1", recipe="tiny", requested_by="U1")
     await store.create(job, {"type": "created"})
 

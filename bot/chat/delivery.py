@@ -114,10 +114,15 @@ class Gate:
 
 @dataclass(slots=True)
 class Platform:
-    """A platform as the outbox sees it: its deliverer and the pause all its senders share."""
+    """A platform as the outbox sees it: its deliverer and the pause all its senders share.
+
+    ``coalesce_cards=False`` (a terminal, which cannot edit in place) hands the deliverer every card note, with
+    the job as it is then, instead of one refresh per card every few seconds.
+    """
 
     deliverer: Deliverer | CardDeliverer
     gate: Gate = field(default_factory=Gate)
+    coalesce_cards: bool = True
 
 
 def backoff(attempt: int, base: float = 0.5, cap: float = 10.0) -> float:
