@@ -190,6 +190,8 @@ class BotService:
             await bus.publish(dump_message(event))
 
         if self.given_cloud is not None:
+            if isinstance(self.given_cloud, LocalCloud) and not self.given_cloud.attached:
+                self.given_cloud.attach(redis.client, redis.url)
             return self.given_cloud, []
         if config.aws is not None and self.settings.finetune_cloud == "aws":
             # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.

@@ -54,8 +54,8 @@ class LocalCloud:
     def __init__(
         self,
         state_dir: Path,
-        redis: aioredis.Redis,
-        redis_url: str,
+        redis: aioredis.Redis | None = None,
+        redis_url: str = "",
         keys: Keys = DEFAULT_KEYS,
         grace_seconds: float = 30.0,
         runner_env: dict[str, str] | None = None,
@@ -70,12 +70,27 @@ class LocalCloud:
         self.checkpoint_base = checkpoint_base or (state_dir / "bucket").resolve().as_uri() + "/"
         self.redis_url = redis_url
         self.keys = keys
-        self.registry = LocalRegistry(redis, keys)
+        self._registry = LocalRegistry(redis, keys) if redis is not None else None
         self.grace_seconds = grace_seconds
         self.runner_env = runner_env or {}
         self.orphan_seconds = orphan_seconds
         self._http: aiohttp.ClientSession | None = None
         self._starting: set[asyncio.subprocess.Process] = set()
+
+    def attach(self, redis: aioredis.Redis, redis_url: str) -> None:
+        """Use this Redis (the bot's) as the cloud's registry, for a cloud made before the bot connected."""
+        self.redis_url = redis_url
+        self._registry = LocalRegistry(redis, self.keys)
+
+    @property
+    def attached(self) -> bool:
+        return self._registry is not None
+
+    @property
+    def registry(self) -> LocalRegistry:
+        if self._registry is None:
+            raise RuntimeError("the local cloud has no Redis yet (LocalCloud.attach)")
+        return self._registry
 
     def checkpoint_uri(self, job_id: str) -> str:
         return f"{self.checkpoint_base.rstrip('/')}/jobs/{job_id}/"
