@@ -282,8 +282,17 @@ class FakeAliyun:
         return instance
 
     def _ecs_DescribeInstances(self, params: dict[str, str]) -> dict[str, Any]:
-        wanted = json.loads(params.get("InstanceIds", "[]"))
-        found = [self.instances[i] for i in wanted if i in self.instances and self.instances[i].status != "Deleted"]
+        """By ``InstanceIds``, or every live instance carrying all the ``Tag.N`` key/value pairs given."""
+        if "InstanceIds" in params:
+            wanted = json.loads(params["InstanceIds"])
+            found = [self.instances[i] for i in wanted if i in self.instances and self.instances[i].status != "Deleted"]
+        else:
+            tags = {tag["Key"]: tag.get("Value", "") for tag in indexed_objects(params, "Tag")}
+            found = [
+                instance
+                for instance in self.instances.values()
+                if instance.status != "Deleted" and all(instance.tags.get(k) == v for k, v in tags.items())
+            ]
         items = [
             {
                 "InstanceId": instance.instance_id,

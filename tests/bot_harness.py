@@ -16,6 +16,7 @@ import yaml
 
 from bot.chat.console import ConsoleChat
 from bot.cloud.base import CloudProvider
+from bot.cloud.local import LocalCloud
 from bot.service import BotService
 from bot.settings import Settings
 from handlers.events import utcnow
@@ -92,8 +93,11 @@ async def running_bot(
     grace: float = 20.0,
     cloud: CloudProvider | None = None,
     clock: Callable[[], datetime] = utcnow,
+    keep_instances: bool = False,
     **extra: Any,
 ) -> AsyncIterator[tuple[BotService, ConsoleChat]]:
+    """The bot, until the block ends; then its local cloud's instances are reclaimed (they outlive a bot, as a
+    cloud's do) unless ``keep_instances``."""
     settings = Settings(
         finetune_state_dir=state_dir,
         finetune_http_port=0,
@@ -106,7 +110,11 @@ async def running_bot(
     lines: list[str] = []
     chat = ConsoleChat(write=lines.append)
     async with BotService(settings, chat, cloud, clock=clock) as service:
-        yield service, chat
+        try:
+            yield service, chat
+        finally:
+            if not keep_instances and isinstance(service.bot.cloud, LocalCloud):
+                await service.bot.cloud.terminate_all()
 
 
 @asynccontextmanager
