@@ -78,6 +78,10 @@ class Keys:
     def sent(self, note_id: str) -> str:
         return f"{self.prefix}chat:sent:{note_id}"
 
+    def sending(self, note_id: str) -> str:
+        """Set before a note's first delivery: a later try knows an earlier one may have gone through."""
+        return f"{self.prefix}chat:sending:{note_id}"
+
     def card(self, job_id: str) -> str:
         return f"{self.prefix}chat:card:{job_id}"
 

@@ -16,14 +16,16 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from bot.chat.slack.deliverer import NOTE_EVENT
 from bot.cloud.local import LocalCloud
 from bot.keys import DEFAULT_KEYS
 from bot.redis_server import connect
 from bot.store import JobStore
 from handlers.decide import new_job
 from handlers.events import Notice, utcnow
-from handlers.jobs import TERMINAL_STATES, JobState
+from handlers.jobs import TERMINAL_STATES, ChatRef, JobState
 from handlers.launch import build_spec
+from handlers.messages import Notify, dump_message
 from handlers.recipes import Recipe
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from tests.bot_harness import (
@@ -33,10 +35,12 @@ from tests.bot_harness import (
     SLEEPS,
     quick_recipe,
     running_bot,
+    slack_settings,
     start_job,
     wait_job,
     write_config,
 )
+from tests.fake_slack import FakeSlack, Message
 from tests.redis_fixtures import RestartableValkey
 
 
@@ -206,7 +210,49 @@ async def chat_drained(store: JobStore) -> bool:
 async def post_report(port: int, body: bytes) -> int:
     now = int(time.time())
     headers = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)}
-    async with aiohttp.ClientSession() as http:
-        async with http.post(f"http://127.0.0.1:{port}/runner/reports", data=body, headers=headers) as response:
-            await response.read()
-            return response.status
+    url = f"http://127.0.0.1:{port}/runner/reports"
+    async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=headers) as response:
+        await response.read()
+        return response.status
+
+
+async def test_a_note_in_doubt_is_looked_for_in_slack_before_it_is_posted_again(
+    tmp_path: Path, valkey: RestartableValkey
+) -> None:
+    """A replica died between Slack's answer and recording the note as sent: the next delivery finds the note in
+    the thread (by the id in its metadata) and does not post it again; one never posted is posted, once."""
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    async with (
+        FakeSlack() as slack,
+        running_bot(tmp_path / "state", config, redis_url=valkey.url, **slack_settings(slack.api_url)) as (
+            service,
+            _chat,
+        ),
+    ):
+        where = ChatRef(platform="slack", channel="C0JOBS")
+        reply = await service.bot.command("slack:U0ANA", where, "start sleepy")
+        job_id = reply.split()[1].rstrip(":")
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+        card = await slack.wait_for(lambda: [m for m in slack.channel_messages("C0JOBS") if m.blocks])
+        store = service.bot.store
+        posted, lost = (
+            Notify(job_id=job_id, channel="thread", topic="other-done", fields={"detail": f"note {n}"})
+            for n in ("posted", "lost")
+        )
+        # The dead replica's first note made it to Slack (with its id), its second did not; neither was recorded.
+        slack.messages[("C0JOBS", "1800000000.000001")] = Message(
+            "C0JOBS", "1800000000.000001", "ℹ️ note posted", [], card[0].ts, 0, _note_metadata(posted)
+        )
+        for note in (posted, lost):
+            await store.redis.set(store.keys.sending(note.id), "dead-replica")
+        await store.send([dump_message(posted), dump_message(lost)], "slack")
+
+        await until(lambda: chat_drained(store), "both notes handled")
+        thread = [m.text for m in slack.replies("C0JOBS", card[0].ts)]
+        assert thread.count("ℹ️ note posted") == 1 and thread.count("ℹ️ note lost") == 1
+        assert await store.redis.exists(store.keys.sent(posted.id), store.keys.sent(lost.id)) == 2
+        assert slack.called("conversations.replies")  # it looked before posting
+
+
+def _note_metadata(note: Notify) -> dict[str, object]:
+    return {"event_type": NOTE_EVENT, "event_payload": {"note": note.id, "job": note.job_id}}

@@ -9,7 +9,9 @@ loses no note. A consumer group (one consumer per replica, lanes per job, see :m
   errors are retried with backoff, and the message stays in the stream meanwhile (handed back untouched when the
   bot stops, delivered by whichever replica runs next). Only a refusal for good (unknown channel, bot not in the
   channel, bad token) drops a message, with one log line;
-- once: a note's id is recorded when it is delivered, so a redelivery posts nothing twice;
+- once: a note's id is recorded when it is delivered, so a redelivery posts nothing twice; and it is marked
+  *sending* before the first try, so a delivery that may have gone through unheard (the replica died mid-post,
+  the platform timed out) is checked with the platform before it is tried again (:class:`PostedCheck`);
 - card edits coalesced by :class:`bot.chat.cards.CardRefresher` (except on a platform that asks for every card).
 
 A job of a platform with no deliverer configured (or with no chat at all) is told about on the ``fallback``
@@ -36,6 +38,7 @@ from bot.chat.delivery import (
     MessageRef,
     PermanentDeliveryError,
     Platform,
+    PostedCheck,
     TransientDeliveryError,
     backoff,
 )
@@ -118,9 +121,24 @@ class ChatOutbox:
             return
         # Card notes need no record: posting the card is guarded by its ref, and an edit only marks the job.
         sent = self.keys.sent(note.id) if note.channel != "card" else None
-        if sent and await self._until_done(platform, note, lambda: self.redis.exists(sent), gated=False):
-            return
-        if await self._until_done(platform, note, lambda: self._deliver(platform, note)):
+        in_doubt = False
+        if sent:
+            sending = self.keys.sending(note.id)
+            done, tried = await self._until_done(platform, note, lambda: self.redis.mget(sent, sending), gated=False)
+            if done is not None:
+                return
+            in_doubt = tried is not None  # an earlier delivery started and was not heard back from
+            if not in_doubt:
+                mark = (sending, self.bus.consumer)
+                await self._until_done(platform, note, lambda: self.redis.set(*mark, ex=SENT_TTL), gated=False)
+        tries = 0
+
+        async def deliver() -> bool:
+            nonlocal tries
+            tries += 1  # after a failed try (a timeout, a 5xx) the note may have gone through all the same
+            return await self._deliver(platform, note, in_doubt=in_doubt or tries > 1)
+
+        if await self._until_done(platform, note, deliver):
             self.delivered += 1
         if sent:  # bookkeeping waits for no gate: stopping now must not hand back what was posted
             await self._until_done(platform, note, lambda: self.redis.set(sent, "1", ex=SENT_TTL), gated=False)
@@ -128,7 +146,7 @@ class ChatOutbox:
         if platform.coalesce_cards:
             await self._until_done(platform, note, lambda: self.cards.mark(note.job_id), gated=False)
 
-    async def _deliver(self, platform: Platform, note: Notify) -> bool:
+    async def _deliver(self, platform: Platform, note: Notify, in_doubt: bool = False) -> bool:
         job = await self.store.get(note.job_id)
         if job is None:
             log.warning("note %s is for job %s, which does not exist: dropped", note.id, note.job_id)
@@ -150,6 +168,9 @@ class ChatOutbox:
             card = await self._card(deliverer, job)
         except PermanentDeliveryError as exc:
             log.warning("card of %s cannot be posted: %s", job.id, exc)
+        if in_doubt and isinstance(deliverer, PostedCheck) and await deliverer.posted(job, note, card):
+            log.info("the %s note %s of %s was posted already", note.topic, note.id, job.id)
+            return False
         await deliverer.post_note(job, note, card)
         return True
 
