@@ -38,7 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from bot.bus import EventBus, default_consumer_name
 from bot.cloud.base import CloudProvider
 from bot.store import JobStore
-from handlers.jobs import TERMINAL_STATES, Job
+from handlers.jobs import TERMINAL_STATES, Job, JobState
 from handlers.launch import build_spec
 from handlers.messages import (
     Drill,
@@ -127,6 +127,10 @@ class CloudEffects:
         except REDIS_ERRORS:
             raise
         except Exception as exc:
+            if _moved_past(job, effect.instance_id, JobState.RUNNING if what == "drill" else JobState.STOPPING):
+                # Carried out again after a crash, once the instance had gone the way it was sent: not a failure.
+                log.info("%s on %s: the job moved past %s already (%s)", what, job.id, effect.instance_id, exc)
+                return "moved on", []
             log.warning("%s on %s failed: %s", what, job.id, exc)
             return f"failed: {exc}", [_note(job, f"{what}-failed", reason=str(exc))]
         if isinstance(done, str):
@@ -192,6 +196,12 @@ class CloudEffects:
                 await asyncio.sleep(delay)
                 waited += delay
                 delay = min(delay * 2, 30.0)
+
+
+def _moved_past(job: Job, instance_id: str, asked_in: JobState) -> bool:
+    """The job left the state the effect was asked in, or ``instance_id``: interrupted, relaunched or ended since."""
+    current = job.current
+    return current is None or current.instance_id != instance_id or job.state is not asked_in
 
 
 def _note(job: Job, topic: str, **fields: Any) -> Notify:

@@ -101,6 +101,10 @@ async def test_any_replica_carries_out_any_effect_and_reports_outlive_the_launch
         assert not any("failed" in text for text in said), said
         gone = {r.instance_id: r.state for r in await other.bot.cloud.instances()}  # type: ignore[attr-defined]
         assert gone[instance_id] == "gone"
+        # The drill asked again (an effect retried after a crash), with the instance gone: it says what it did.
+        again = await other.bot.cloud.drill(instance_id)
+        assert again.startswith(f"spot interruption notice posted on {instance_id}")
+        assert any(again in text for text in said)
     finally:
         for stack in stacks.values():
             await stack.aclose()

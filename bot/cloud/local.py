@@ -193,6 +193,10 @@ class LocalCloud:
                 os.killpg(record.runner_pid, signal.SIGKILL)
 
     async def drill(self, instance_id: str) -> str:
+        """One drill per instance: asked again (a retried effect), it says what the first one did."""
+        record = await self.registry.get(instance_id)
+        if record is not None and record.drill:
+            return record.drill
         reply = await self._control(await self._running(instance_id), "drill")
         return str(reply.get("detail", ""))
 

@@ -298,6 +298,8 @@ class LocalInstance:
         detail = (
             f"spot interruption notice posted on {self.config.instance_id}; it is reclaimed at {deadline:%H:%M:%S} UTC"
         )
+        # Kept with the record, so the same drill asked again, even once the instance is gone, answers the same.
+        await self.redis.hset(self.keys.local_instance(self.config.instance_id), "drill", detail)
         return web.json_response({"detail": detail, "deadline": deadline.isoformat()})
 
     async def _notice(self, request: web.Request) -> web.Response:

@@ -45,6 +45,7 @@ class LocalInstanceRecord(BaseModel):
     launched_at: datetime
     ended_at: datetime | None = None
     exit_code: int | None = None
+    drill: str | None = None  # what the drill of this instance did (a drill repeated later answers the same)
 
     def fields(self) -> dict[str, str]:
         """The record as a Redis hash (``None`` fields left out)."""
