@@ -25,6 +25,7 @@ launch whose job moved on before it ran (stopped, relaunched) starts nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import Mapping
@@ -35,7 +36,7 @@ from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from bot.bus import EventBus, default_consumer_name
+from bot.bus import EventBus, HandBack, default_consumer_name
 from bot.cloud.base import CloudProvider
 from bot.store import JobStore
 from handlers.jobs import TERMINAL_STATES, Job, JobState
@@ -84,8 +85,10 @@ class CloudEffects:
         self.bus = EventBus(redis, stream=store.keys.cloud, group="cloud", consumer=consumer or default_consumer_name())
         self.launched = 0
         self.malformed = 0
+        self._stop = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
+        self._stop = stop
         await self.bus.ensure_group()
         await self.bus.run(self.handle, stop)
 
@@ -193,7 +196,10 @@ class CloudEffects:
                 if waited >= TERMINATE_PATIENCE_SECONDS:
                     raise
                 log.warning("terminating %s failed (%s): again in %.0fs", instance_id, exc, delay)
-                await asyncio.sleep(delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                if self._stop.is_set():
+                    raise HandBack() from exc  # the next replica tries again
                 waited += delay
                 delay = min(delay * 2, 30.0)
 

@@ -141,6 +141,9 @@ class LocalCloud:
         process = await self._spawn(home)
         while time.monotonic() < deadline:
             found = await self.registry.get(instance_id)
+            if found is not None and found.state == "gone" and process.returncode is not None:
+                # Up and gone before this launch even saw it: the runner refused to start (a bad spec, say).
+                raise LaunchError(f"the runner of {instance_id} exited at once: {_tail(home / 'runner.log')}")
             if found is not None:
                 log.info("launched local instance %s for %s attempt %d", instance_id, spec.job_id, spec.attempt)
                 return found
