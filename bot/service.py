@@ -13,7 +13,7 @@ import asyncio
 import gc
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -236,9 +236,16 @@ class BotService:
             raise ConfigError(f"FINETUNE_ALIYUN_WEBHOOK_SOURCES: {exc}") from None
         return token, networks
 
-    async def stop(self) -> None:
+    async def stop(self, before_close: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Stop consuming, then close everything; ``before_close`` runs in between (every consumer has stopped,
+        Redis and the cloud are still open: a test reclaims the local cloud's instances there)."""
         self.stopping.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if before_close is not None and self._redis is not None:
+            try:
+                await before_close()
+            except Exception:
+                log.exception("cleaning up before closing")
         if self.dingtalk is not None:
             await self.dingtalk.close()
         if self._http is not None:

@@ -133,12 +133,16 @@ async def running_bot(
     )
     lines: list[str] = []
     chat = ConsoleChat(write=lines.append)
-    async with BotService(settings, chat, cloud, clock=clock) as service:
-        try:
-            yield service, chat
-        finally:
-            if not keep_instances and isinstance(service.bot.cloud, LocalCloud):
-                await service.bot.cloud.terminate_all()
+    service = await BotService(settings, chat, cloud, clock=clock).start()
+
+    async def reclaim() -> None:
+        if not keep_instances and isinstance(service.bot.cloud, LocalCloud):
+            await service.bot.cloud.terminate_all()
+
+    try:
+        yield service, chat
+    finally:
+        await service.stop(before_close=reclaim)  # the bot stops first: it relaunches nothing meanwhile
 
 
 @asynccontextmanager

@@ -108,7 +108,11 @@ async def test_any_replica_carries_out_any_effect_and_reports_outlive_the_launch
     finally:
         for stack in stacks.values():
             await stack.aclose()
-        await LocalCloud(tmp_path, connect(valkey.url), valkey.url).terminate_all()
+        client = connect(valkey.url)
+        cleanup = LocalCloud(tmp_path, client, valkey.url)
+        await cleanup.terminate_all()
+        await cleanup.close()
+        await client.aclose()
 
 
 async def test_a_launch_repeated_after_a_crash_starts_no_second_instance(

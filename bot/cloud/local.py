@@ -191,9 +191,11 @@ class LocalCloud:
         try:
             await self._control(record, "terminate")
         except LaunchError:
-            # Its control endpoint is down (the instance process died): the machine is ours, take the runner down.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(record.runner_pid, signal.SIGKILL)
+            # Its control endpoint is down (the instance process died): the machine is ours, so its runner is
+            # taken down here, if that process group is still this instance's runner (a pid may be reused).
+            if _is_runner_of(record.runner_pid, instance_id):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(record.runner_pid, signal.SIGKILL)
 
     async def drill(self, instance_id: str) -> str:
         """One drill per instance: asked again (a retried effect), it says what the first one did."""
@@ -253,6 +255,15 @@ class LocalCloud:
                 return await response.json()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise LaunchError(f"instance {record.instance_id} is not running ({action}: {exc})") from exc
+
+
+def _is_runner_of(pid: int, instance_id: str) -> bool:
+    """Is ``pid`` a live runner started for ``instance_id``? (Its command line names the instance's spec.)"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"runner.cli" in cmdline and instance_id.encode() in cmdline
 
 
 def _alive(pid: int) -> bool:
