@@ -67,11 +67,13 @@ class RoundResult:
     duplicates: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     parked: int = 0
-    takeover: float | None = None  # None: the dead replica held nothing when it died
+    held: int = 0  # messages the dead replica held when it died
+    takeover: float | None = None  # seconds until another consumer had them all (None: it held nothing, or never)
 
     @property
     def ok(self) -> bool:
-        return self.finished and not (self.missing or self.duplicates or self.lost or self.parked)
+        taken_over = self.takeover is not None or not self.held
+        return taken_over and self.finished and not (self.missing or self.duplicates or self.lost or self.parked)
 
 
 class Replica:
@@ -248,7 +250,7 @@ class Cluster:
         dying.kill()
         killed_at = time.monotonic()
         await dying.wait()
-        held = await self.held_by(dead_pid)
+        held = result.held = await self.held_by(dead_pid)
         restart = asyncio.create_task(dying.start())
         while held and time.monotonic() - killed_at < 120:
             await asyncio.sleep(0.1)

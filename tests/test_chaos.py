@@ -11,7 +11,6 @@ import os
 import random
 from pathlib import Path
 
-from bot.bus import CLAIM_IDLE_MS
 from tests.chaos import Cluster
 
 
@@ -28,7 +27,6 @@ async def test_replicas_killed_at_random_moments_of_drills_lose_nothing_and_post
     for result in results:
         print(result)
         assert result.ok, result
-    takeovers = [result.takeover for result in results if result.takeover is not None]
-    assert takeovers, "no round killed a replica that held work: nothing was taken over"
-    # Takeover is the claim idle time plus a claim sweep; this bounds it loosely (a busy machine stretches it).
-    assert all(seconds < CLAIM_IDLE_MS / 1000 * 10 for seconds in takeovers), takeovers
+    # Every message the dead replica held was taken over (``ok`` checks it); some round killed one holding work.
+    # How fast is a figure of bench/chaos.py, not an assertion.
+    assert any(result.held and result.takeover is not None for result in results), results
