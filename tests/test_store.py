@@ -209,9 +209,7 @@ async def test_concurrent_applies_on_two_connections_all_land(
 ) -> None:
     job = new_job()
     await store.create(job, {"type": "created"})
-    stores = [
-        JobStore(await redis_client_factory(), store.keys) for _ in range(2)
-    ]
+    stores = [JobStore(await redis_client_factory(), store.keys) for _ in range(2)]
     decisions = 0
 
     def decide(current: Job) -> Change:
