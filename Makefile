@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/notice_latency.py
 	$(BIN)/python bench/bus_throughput.py
 	$(BIN)/python bench/slack_latency.py
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
