@@ -131,12 +131,14 @@ class ChatOutbox:
             if not in_doubt:
                 mark = (sending, self.bus.consumer)
                 await self._until_done(platform, note, lambda: self.redis.set(*mark, ex=SENT_TTL), gated=False)
-        tries = 0
-
         async def deliver() -> bool:
-            nonlocal tries
-            tries += 1  # after a failed try (a timeout, a 5xx) the note may have gone through all the same
-            return await self._deliver(platform, note, in_doubt=in_doubt or tries > 1)
+            nonlocal in_doubt
+            try:
+                return await self._deliver(platform, note, in_doubt=in_doubt)
+            except TransientDeliveryError as exc:
+                # A timeout or a 5xx may have posted it all the same; a rate limit (it says when) posted nothing.
+                in_doubt = in_doubt or exc.retry_after is None
+                raise
 
         if await self._until_done(platform, note, deliver):
             self.delivered += 1

@@ -91,7 +91,11 @@ class SlackDeliverer:
             request = self.client.conversations_history(
                 channel=channel, oldest=oldest, include_all_metadata=True, limit=200
             )
-        reply = await call(request)
+        try:
+            reply = await call(request)
+        except PermanentDeliveryError as exc:  # e.g. no channels:history scope: post it (at least once) rather than not
+            log.warning("cannot look for note %s in Slack (%s): posting it", note.id, exc)
+            return False
         for message in reply.get("messages") or []:
             metadata = message.get("metadata") or {}
             payload = metadata.get("event_payload") or {}
