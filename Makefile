@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bus_throughput.py
 	$(BIN)/python bench/slack_latency.py
 	$(BIN)/python bench/policy_traces.py
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build

@@ -1,11 +1,13 @@
 """Events through the bus, the handlers and the store to a rendered chat message, on the embedded server.
 
-Runner progress reports for a set of running jobs go onto the real Redis stream and one bot replica consumes
-them: each is parsed, fenced, decided, applied atomically (job + history + dedup + outbox), and the card
-notification it produced is handled in turn and rendered. Two measurements, each on its own set of jobs:
+Runner progress reports for a set of running jobs go onto the real events stream and one bot replica consumes
+them: each is parsed, fenced, decided, applied atomically (job + history + dedup, and its card note straight onto
+the chat stream), and the replica's chat outbox delivers that note to a platform that renders every card. Two
+measurements, each on its own set of jobs:
 
 - throughput: a backlog of ``--events`` reports is put on the stream first, then the replica starts and the
-  time until every report *and* its notification is acknowledged gives events per second;
+  time until every report *and* its note is acknowledged (on the events and the chat streams) gives events per
+  second;
 - latency: reports are published at a steady pace below capacity (``--load`` times the measured throughput, or
   ``--rate``) for ``--seconds``, each at its own due time; a report's latency runs from that time to the first
   rendered card that shows its step. A burst would only measure queueing, so this phase never makes one. The
@@ -32,29 +34,31 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.app import Bot
-from bot.bus import EVENT_FIELD, EventBus, encode_event
+from bot.bus import EventBus, encode_event
+from bot.chat.delivery import Platform
+from bot.chat.outbox import ChatOutbox
 from bot.chat.render import card_text
+from bot.keys import DEFAULT_KEYS
 from bot.redis_server import RedisHandle
-from bot.service import BusPublisher
+from bot.routes import EVENT_FIELD
 from bot.store import JobStore
-from bot.timers import Timers
 from handlers.decide import decide, new_job
 from handlers.events import Progress, Started, utcnow
-from handlers.jobs import Job
+from handlers.jobs import ChatRef, Job
 from handlers.messages import Launched, Notify, ReportReceived, dump_message
 from handlers.policy import Policy
 from handlers.recipes import BUILT_IN
 
 
 class TimingChat:
-    """Renders every card like a chat adapter would, and notes when each job's step was first shown."""
+    """A platform's deliverer that renders every card, and notes when each job's step was first shown."""
 
     def __init__(self) -> None:
         self.shown: dict[tuple[str, int], float] = {}
         self.last_step: dict[str, int] = {}
         self.cards = 0
 
-    async def notify(self, job: Job, note: Notify) -> None:
+    async def deliver(self, job: Job, note: Notify) -> None:
         card_text(job, utcnow())
         self.cards += 1
         if note.channel == "card" and job.step is not None:
@@ -73,7 +77,8 @@ async def make_jobs(store: JobStore, prefix: str, count: int) -> list[str]:
     now = utcnow()
     jobs = []
     for index in range(count):
-        change = new_job(f"ft-{prefix}{index:03d}", "tiny", {}, "console:bench", None, now)
+        chat = ChatRef(platform="bench", channel="bench")
+        change = new_job(f"ft-{prefix}{index:03d}", "tiny", {}, "console:bench", chat, now)
         job = decide(change.job, Launched(job_id=change.job.id, attempt=1, instance_id=f"i-{prefix}{index}"), now).job
         job = decide(job, ReportReceived(report=Started(job_id=job.id, attempt=1)), now).job
         await store.create(job, {"event": "bench"})
@@ -105,22 +110,25 @@ async def server_cpu(redis: aioredis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def throughput(redis: aioredis.Redis, bus: EventBus, bot: Bot, jobs: list[str], events: int) -> Throughput:
-    """Events per second through a backlog of ``events`` reports (each with its card notification)."""
+async def throughput(
+    redis: aioredis.Redis, bus: EventBus, bot: Bot, outbox: ChatOutbox, jobs: list[str], events: int
+) -> Throughput:
+    """Events per second through a backlog of ``events`` reports (each with its card note delivered)."""
     async with redis.pipeline(transaction=False) as pipe:
         for _job, _step, message in reports(jobs, events):
             pipe.xadd(bus.stream, {EVENT_FIELD: encode_event(message)[EVENT_FIELD]})
         await pipe.execute()
     stop = asyncio.Event()
-    before = bus.handled
+    before, notes = bus.handled, outbox.bus.handled
     cpu, valkey = time.process_time(), await server_cpu(redis)
     started = time.perf_counter()
-    consumer = asyncio.create_task(bus.run(bot.handle, stop))
-    await until(lambda: bus.handled - before >= events * 2)  # each report, then its card notification
+    consumers = asyncio.gather(bus.run(bot.handle, stop), outbox.bus.run(outbox.handle, stop))
+    # every report, and the card note it put on the chat stream
+    await until(lambda: bus.handled - before >= events and outbox.bus.handled - notes >= events)
     elapsed = time.perf_counter() - started
     cpu, valkey = time.process_time() - cpu, await server_cpu(redis) - valkey
     stop.set()
-    await consumer
+    await consumers
     return Throughput(events / elapsed, cpu / events, valkey / events)
 
 
@@ -132,7 +140,14 @@ class Throughput:
 
 
 async def paced(
-    publisher: aioredis.Redis, bus: EventBus, bot: Bot, chat: TimingChat, jobs: list[str], rate: float, seconds: float
+    publisher: aioredis.Redis,
+    bus: EventBus,
+    bot: Bot,
+    outbox: ChatOutbox,
+    chat: TimingChat,
+    jobs: list[str],
+    rate: float,
+    seconds: float,
 ) -> tuple[list[float], float]:
     """Publish at ``rate`` per second for ``seconds``; the publish → card latencies and the achieved rate.
 
@@ -142,9 +157,9 @@ async def paced(
     """
     messages = reports(jobs, max(int(rate * seconds), 1))
     stop = asyncio.Event()
-    before = bus.handled
-    consumer = asyncio.create_task(bus.run(bot.handle, stop))
-    await asyncio.sleep(0.2)  # the consumer is reading
+    before, notes = bus.handled, outbox.bus.handled
+    consumers = asyncio.gather(bus.run(bot.handle, stop), outbox.bus.run(outbox.handle, stop))
+    await asyncio.sleep(0.2)  # the consumers are reading
     due: dict[tuple[str, int], float] = {}
     start = time.perf_counter()
     sent = 0
@@ -163,9 +178,9 @@ async def paced(
                 pipe.xadd(bus.stream, {EVENT_FIELD: encode_event(message)[EVENT_FIELD]})
             await pipe.execute()
     achieved = len(messages) / (time.perf_counter() - start) if len(messages) > 1 else rate
-    await until(lambda: bus.handled - before >= len(messages) * 2)
+    await until(lambda: bus.handled - before >= len(messages) and outbox.bus.handled - notes >= len(messages))
     stop.set()
-    await consumer
+    await consumers
     latencies = sorted(chat.shown[key] - at for key, at in due.items())
     return latencies, achieved
 
@@ -182,23 +197,27 @@ async def main() -> None:
         redis = RedisHandle(data_dir=Path(tmp) / "redis")
         await redis.start()
         try:
-            store = JobStore(redis.client)
-            bus = EventBus(redis.new_client(), consumer="bench")
+            store = JobStore(redis.client, DEFAULT_KEYS)
+            bus = EventBus(redis.new_client(), stream=DEFAULT_KEYS.events, consumer="bench")
             await bus.ensure_group()
             publisher = redis.new_client()  # like the HTTP endpoint for runner reports
             chat = TimingChat()
-            bot = Bot(store, BusPublisher(bus, Timers(redis.client)), NoCloud(), chat, Policy(), BUILT_IN, [])  # type: ignore[arg-type]
+            platform = Platform(chat, coalesce_cards=False)  # every card rendered, none coalesced away
+            outbox = ChatOutbox(redis.new_client(), store, {"bench": platform}, consumer="bench")
+            await outbox.bus.ensure_group()
+            bot = Bot(store, NoCloud(), Policy(), BUILT_IN)  # type: ignore[arg-type]
 
             load = os.getloadavg()[0]
-            measured = await throughput(redis.client, bus, bot, await make_jobs(store, "tput", args.jobs), args.events)
+            jobs = await make_jobs(store, "tput", args.jobs)
+            measured = await throughput(redis.client, bus, bot, outbox, jobs, args.events)
             rate = measured.rate
             target = args.rate if args.rate is not None else rate * args.load
             latencies, achieved = await paced(
-                publisher, bus, bot, chat, await make_jobs(store, "lat", args.jobs), target, args.seconds
+                publisher, bus, bot, outbox, chat, await make_jobs(store, "lat", args.jobs), target, args.seconds
             )
             q = statistics.quantiles(latencies, n=100, method="inclusive")
             cores = len(os.sched_getaffinity(0))
-            print(f"progress reports for {args.jobs} jobs through bus → handlers → store → rendered card")
+            print(f"progress reports for {args.jobs} jobs: events stream → handlers → store → chat stream → card")
             print(f"(one replica, embedded Valkey, {cores} cores, load average {load:.2f} at the start;")
             print(" targets: 2,000 events/s, p99 < 50 ms)")
             print(
@@ -210,9 +229,11 @@ async def main() -> None:
                 f"publish → card rendered:"
             )
             print(f"    p50 {q[49] * 1000:6.1f} ms   p99 {q[98] * 1000:6.1f} ms   max {latencies[-1] * 1000:6.1f} ms")
-            if bus.failed or bus.parked:
-                print(f"  !! {bus.failed} handler failures, {bus.parked} parked")
+            failed, parked = bus.failed + outbox.bus.failed, bus.parked + outbox.bus.parked
+            if failed or parked:
+                print(f"  !! {failed} handler failures, {parked} parked")
             await bus.redis.aclose()
+            await outbox.redis.aclose()
             await publisher.aclose()
         finally:
             await redis.close()

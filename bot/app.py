@@ -4,87 +4,59 @@ Where things enter:
 - ``command``: ``/finetune …`` from any chat adapter (Slack, DingTalk, the console). Parsed, authorised,
   guarded, then applied to the store as a Change whose outbox carries what must follow. The answer is in the
   language the adapter asks for (the channel's); the handlers' reasons are rendered through the catalogue.
-- ``handle``: every message on the bus. Inputs (runner reports, cloud events, launch results, timers) are
-  applied through :func:`handlers.decide.decide` with a dedup key, so a redelivery changes nothing; effects
-  (launch, terminate, drill, stop, notify) are executed against the cloud and chat ports, each at most once.
+- ``handle``: every message on the events stream (runner reports, cloud events, launch results, timers that fell
+  due), applied through :func:`handlers.decide.decide` with a dedup key, so a redelivery changes nothing.
+
+Either way the change's outbox goes, in the same atomic write, straight to the queue of its executor (notes to
+the chat outbox, cloud effects to the cloud executor in :mod:`bot.effects`, timers to the timer set): the bot
+itself only decides. From a runner report to the Slack call: ``bot/http.py`` → events stream → :meth:`Bot.handle`
+→ :meth:`JobStore.apply` (job, history, dedup, the note onto the chat stream) → ``ChatOutbox.handle`` → the
+platform's deliverer.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ValidationError
 
 from bot.chat import catalog
-from bot.chat.base import ChatPort
 from bot.chat.catalog import Lang, say
 from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudProvider
+from bot.keys import Keys
+from bot.routes import CLOUD_KINDS
 from bot.store import JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, drill_command, new_job, retry_command, stop_command
 from handlers.events import utcnow
 from handlers.ids import new_job_id
 from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
-from handlers.launch import build_spec
-from handlers.messages import (
-    TIMERS,
-    BusMessage,
-    CloudEvent,
-    Drill,
-    Launch,
-    Launched,
-    LaunchFailed,
-    Notify,
-    StopFailed,
-    StopRunner,
-    Terminate,
-    dump_message,
-    parse_message,
-)
+from handlers.messages import TIMERS, BusMessage, CloudEvent, parse_message
 from handlers.oncall import OnCall
 from handlers.policy import Policy, guard_start, refusal
 from handlers.recipes import Recipe, RecipeError, find_recipe
 
 log = logging.getLogger(__name__)
 
-EFFECT_TTL = 7 * 86400
-
-
-class Publisher(Protocol):
-    """What the bot needs of the bus and the timers: put a message on the bus now, or at ``due``."""
-
-    async def publish(self, event: dict[str, Any]) -> str: ...
-
-    async def schedule(self, event: dict[str, Any], due: datetime) -> None: ...
-
 
 class Bot:
     def __init__(
         self,
         store: JobStore,
-        publisher: Publisher,
         cloud: CloudProvider,
-        chat: ChatPort,
         policy: Policy,
         recipes: Mapping[str, Recipe],
-        report_targets: list[str],
-        python: str = sys.executable,
         clock: Callable[[], datetime] = utcnow,
         oncall: OnCall | None = None,
     ) -> None:
         self.store = store
-        self.publisher = publisher
-        self.cloud = cloud
-        self.chat = chat
+        self.cloud = cloud  # asked for prices only; the cloud executor (bot/effects.py) acts on it
         self.policy = policy
         self.recipes = dict(recipes)
-        self.report_targets = report_targets
-        self.python = python
         self.clock = clock
         self.oncall = oncall or OnCall()
         self.malformed = 0
@@ -205,19 +177,22 @@ class Bot:
     # -- the bus ------------------------------------------------------------------------------------------
 
     async def handle(self, raw: dict[str, Any]) -> None:
-        """Handle one bus message; raising leaves it pending for a retry (and parking after too many)."""
+        """Handle one events-stream message; raising leaves it pending for a retry (and parking after too many)."""
+        if raw.get("kind") in CLOUD_KINDS or raw.get("kind") == "notify":
+            # An effect on the events stream was put there by an older bot: it goes to its executor's queue.
+            job = await self.store.get(str(raw.get("job_id")))
+            await self.store.send([raw], job.chat.platform if job is not None and job.chat is not None else "")
+            return
         try:
             message = parse_message(raw)
         except ValidationError as exc:
             self.malformed += 1
             log.error("dropped a malformed bus message %s: %s", raw.get("id"), exc.errors()[:3])
             return
-        if isinstance(message, Launch | Terminate | Drill | StopRunner | Notify):
-            await self._effect(message)
-        elif isinstance(message, TIMERS) and message.due > self.clock():
-            await self.publisher.schedule(raw, message.due)  # a timer: comes back on the bus when due
-        else:
-            await self._input(message)
+        if isinstance(message, TIMERS) and message.due > self.clock():
+            await self.store.send([raw])  # not due yet (another replica's clock): back into the timer set
+            return
+        await self._input(message)
 
     async def _input(self, message: BusMessage) -> None:
         job_id = await self._job_of(message)
@@ -227,7 +202,7 @@ class Bot:
         await self.store.apply(
             job_id,
             lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle),
-            dedup_key=f"in:{message.id}",
+            dedup_key=Keys.input_seen(message.id),
         )
 
     async def _job_of(self, message: BusMessage) -> str | None:
@@ -237,79 +212,3 @@ class Bot:
         if report is not None:
             return str(report.job_id)
         return getattr(message, "job_id", None)
-
-    async def _effect(self, effect: Launch | Terminate | Drill | StopRunner | Notify) -> None:
-        key = f"effect:{effect.id}"
-        if isinstance(effect, Launch):
-            # At most once: a second instance costs money; a lost launch ends in the start deadline's page.
-            if await self.store.claim_once(key, EFFECT_TTL):
-                await self._launch(effect)
-            return
-        done, job = await self.store.job_unless_done(key, effect.job_id)
-        if done or job is None:
-            return
-        if isinstance(effect, Notify):
-            await self.chat.notify(job, effect)
-        elif isinstance(effect, Terminate):
-            await self.cloud.terminate(effect.instance_id)
-        elif isinstance(effect, StopRunner):
-            try:
-                await self.cloud.stop_runner(effect.instance_id)
-            except Exception as exc:  # nobody will save: the decision stops the job with what was committed
-                log.warning("stop on %s failed: %s", job.id, exc)
-                reason = str(exc) or type(exc).__name__
-                failed = StopFailed(job_id=job.id, instance_id=effect.instance_id, reason=reason)
-                await self.publisher.publish(dump_message(failed))
-        else:
-            await self._try(job, "drill", self.cloud.drill(effect.instance_id))
-        await self.store.claim_once(key, EFFECT_TTL)
-
-    async def _launch(self, effect: Launch) -> None:
-        job = await self.store.get(effect.job_id)
-        if job is None:
-            return
-        try:
-            recipe = find_recipe(job.recipe, self.recipes)
-            spec = build_spec(
-                job,
-                effect.attempt,
-                recipe,
-                self.cloud.checkpoint_uri(job.id),
-                self.report_targets,
-                self.cloud.notice,
-                self.python,
-            )
-            # Zones that just failed or reclaimed this job go last (the provider still uses them if nothing else).
-            tried = [attempt.zone for attempt in job.attempts if attempt.zone and attempt.number < effect.attempt]
-            instance = await self.cloud.launch(
-                spec, recipe.instance_types.get(self.cloud.name, []), effect.market, avoid_zones=tried
-            )
-        except Exception as exc:
-            log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
-            failed = LaunchFailed(job_id=job.id, attempt=effect.attempt, reason=str(exc) or type(exc).__name__)
-            await self.publisher.publish(dump_message(failed))
-            return
-        launched = Launched(
-            job_id=job.id,
-            attempt=effect.attempt,
-            instance_id=instance.instance_id,
-            instance_type=instance.instance_type,
-            zone=instance.zone,
-            market=instance.market,
-            price_per_hour=instance.price_per_hour,
-            on_demand_price_per_hour=instance.on_demand_price_per_hour,
-        )
-        await self.publisher.publish(dump_message(launched))
-
-    async def _try(self, job: Job, what: str, action: Any) -> None:
-        try:
-            done = await action
-        except Exception as exc:
-            log.warning("%s on %s failed: %s", what, job.id, exc)
-            note = Notify(job_id=job.id, channel="thread", topic=f"{what}-failed", fields={"reason": str(exc)})
-            await self.chat.notify(job, note)
-            return
-        if isinstance(done, str):
-            await self.chat.notify(
-                job, Notify(job_id=job.id, channel="thread", topic=f"{what}-done", fields={"detail": done})
-            )

@@ -5,13 +5,16 @@ partition key (the job a message is about, see :func:`partition_key`): messages 
 after the other in stream order, lanes run side by side, and a message without a key waits for everything read
 before it and holds up everything read after it. A message is acknowledged only after its handler returned
 (the acknowledgements of whatever finished meanwhile go in one XACK). One whose consumer died stays pending and
-is claimed by a live consumer once idle for ``claim_idle_ms``. While a consumer holds messages (running or
-waiting for their turn), their idle time is reset regularly, so a slow handler or a message queued behind one is
-not mistaken for an abandoned one. On stop, handlers already running finish; messages read but not started, and
+is claimed by a live consumer once idle for ``claim_idle_ms`` (a few seconds: a dead replica's work is taken
+over that soon). While a consumer holds messages (running or waiting for their turn), their idle time is reset
+every second or so, so a slow handler or a message queued behind one is not mistaken for an abandoned one.
+A handler that fails because Redis is unreachable is run again once it answers, without counting a delivery:
+an outage, however long, parks nothing. On stop, handlers already running finish; messages read but not started, and
 those whose handler raised :class:`HandBack` then, are handed back (marked idle, so the next consumer that looks
 for stale work takes them at once). A message that failed ``max_tries`` deliveries is parked on
 ``<stream>:parked`` with its error, so a poison event never blocks the stream. Handlers must be idempotent (the
-job store's dedup keys make them so).
+job store's dedup keys make them so). The bus runs the job store's inputs (``events``), and the same class
+carries the chat outbox (``chat``) and the cloud executor (``cloud``), each with its own consumer group.
 """
 
 from __future__ import annotations
@@ -37,15 +40,17 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT, StreamIdT
 
+from bot.keys import DEFAULT_KEYS, Keys
+from bot.routes import EVENT_FIELD, STREAM_MAXLEN
 from handlers.ids import new_event_id
 
 log = logging.getLogger(__name__)
 
-EVENTS_STREAM = "finetune:events"
-EVENT_FIELD = "event"
-# Approximate cap on the stream's length: far above any backlog the bot could have, so trimming only drops
-# messages long since acknowledged.
-STREAM_MAXLEN = 100_000
+EVENTS_STREAM = DEFAULT_KEYS.events
+# How long a message may sit unrenewed before another consumer takes it: its holder renews every
+# ``claim_idle_ms / 4``, so only a replica that is dead (or frozen that long) loses its messages.
+CLAIM_IDLE_MS = 4_000
+CLAIM_EVERY_MS = 1_000
 LATENCY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # The idle time given to messages handed back on stop: past any consumer's ``claim_idle_ms``, so they are stale.
 RELEASED_IDLE_MS = 86_400_000
@@ -114,7 +119,7 @@ class HandBack(Exception):
     """
 
 
-class _Outcome(Enum):
+class Outcome(Enum):
     DONE = "done"  # handled: acknowledge
     FAILED = "failed"  # left pending for a retry
     PARKED = "parked"  # moved aside (already acknowledged)
@@ -130,7 +135,7 @@ class EventBus:
         group: str = "bot",
         consumer: str | None = None,
         max_tries: int = 5,
-        claim_idle_ms: int = 30_000,
+        claim_idle_ms: int = CLAIM_IDLE_MS,
         *,
         block_ms: int = 1000,
         claim_every_ms: int | None = None,
@@ -149,16 +154,17 @@ class EventBus:
         self.max_tries = max_tries
         self.claim_idle_ms = claim_idle_ms
         self.block_ms = block_ms
-        self.claim_every_ms = claim_idle_ms // 2 if claim_every_ms is None else claim_every_ms
+        self.claim_every_ms = min(CLAIM_EVERY_MS, claim_idle_ms // 2) if claim_every_ms is None else claim_every_ms
         self.batch_size = batch_size
         self.max_in_flight = max_in_flight
         self.key = key
-        self.parked_stream = f"{stream}:parked"
+        self.parked_stream = Keys.parked(stream)
         self.handled = 0
         self.failed = 0
         self.parked = 0
         self.claimed = 0
         self.released = 0
+        self.outages = 0  # handler runs that waited for Redis to come back
         self.latency = LatencySummary()
 
     async def ensure_group(self) -> None:
@@ -257,27 +263,49 @@ class EventBus:
             replies = await pipe.execute()
         return {str(entry["message_id"]): int(entry["times_delivered"]) for reply in replies for entry in reply}
 
-    async def _process(
-        self, handler: Handler, message_id: str, fields: dict[str, str], event: dict[str, Any], deliveries: int
-    ) -> _Outcome:
+    async def process(
+        self,
+        handler: Handler,
+        message_id: str,
+        fields: dict[str, str],
+        event: dict[str, Any],
+        deliveries: int,
+        stop: asyncio.Event,
+    ) -> Outcome:
+        """Run ``handler`` on one message read by this consumer: DONE (acknowledge it), FAILED (retried once
+        idle) or PARKED (its ``max_tries``-th failure). While Redis is unreachable the handler runs again once it
+        answers (the message stays in hand); :class:`HandBack` when ``stop`` is set meanwhile."""
         started = time.perf_counter()
+        outage = 0
         try:
-            await handler(event)
-        except HandBack:
-            raise
-        except Exception as exc:
-            self.failed += 1
-            if deliveries >= self.max_tries:
-                log.exception("event %s failed %d times: parked", event.get("id"), deliveries)
-                await self._park(message_id, fields, f"{type(exc).__name__}: {exc}", deliveries)
-                return _Outcome.PARKED
-            log.exception("event %s failed (delivery %d/%d)", event.get("id"), deliveries, self.max_tries)
-            return _Outcome.FAILED
+            while True:
+                try:
+                    await handler(event)
+                    return Outcome.DONE
+                except HandBack:
+                    raise
+                except (RedisConnectionError, RedisTimeoutError) as exc:
+                    outage += 1
+                    self.outages += 1
+                    delay = min(0.05 * 2**outage, 2.0)
+                    if outage == 1 or outage % 20 == 0:
+                        log.warning("event %s waits for Redis (%s): again in %.2fs", event.get("id"), exc, delay)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+                    if stop.is_set():
+                        raise HandBack() from exc
+                except Exception as exc:
+                    self.failed += 1
+                    if deliveries >= self.max_tries:
+                        log.exception("event %s failed %d times: parked", event.get("id"), deliveries)
+                        await self.park(message_id, fields, f"{type(exc).__name__}: {exc}", deliveries)
+                        return Outcome.PARKED
+                    log.exception("event %s failed (delivery %d/%d)", event.get("id"), deliveries, self.max_tries)
+                    return Outcome.FAILED
         finally:
             self.latency.observe(time.perf_counter() - started)
-        return _Outcome.DONE
 
-    async def _park(self, message_id: str, fields: dict[str, str], error: str, deliveries: int) -> None:
+    async def park(self, message_id: str, fields: dict[str, str], error: str, deliveries: int) -> None:
         """Move the message aside with its error, in one transaction with its ack."""
         entry = {
             EVENT_FIELD: fields.get(EVENT_FIELD, json.dumps(fields)),
@@ -460,20 +488,20 @@ class _Lanes:
             self._release_later(entry.message_id)
             return
         try:
-            outcome = await self.bus._process(
-                self.handler, entry.message_id, entry.fields, entry.event, entry.deliveries
+            outcome = await self.bus.process(
+                self.handler, entry.message_id, entry.fields, entry.event, entry.deliveries, self.stop
             )
         except HandBack:
             if self.stop.is_set():
                 self._release_later(entry.message_id)
                 return
             log.warning("event %s handed back while not stopping: retried once idle", entry.event.get("id"))
-            outcome = _Outcome.FAILED
+            outcome = Outcome.FAILED
         except Exception:
             # Parking failed (Redis gone?): it stays pending, and a consumer retries it once idle.
             log.exception("event %s: could not park it", entry.event.get("id"))
-            outcome = _Outcome.FAILED
-        if outcome is _Outcome.DONE:
+            outcome = Outcome.FAILED
+        if outcome is Outcome.DONE:
             self._to_ack.append(entry.message_id)
             self._ack_wanted.set()
         else:
@@ -481,7 +509,7 @@ class _Lanes:
 
     async def _park_malformed(self, message_id: str, fields: dict[str, str], error: str, deliveries: int) -> None:
         try:
-            await self.bus._park(message_id, fields, error, deliveries)
+            await self.bus.park(message_id, fields, error, deliveries)
         except Exception:
             log.exception("could not park malformed message %s", message_id)
         finally:
@@ -542,7 +570,7 @@ class _Lanes:
 
     async def _lease_loop(self) -> None:
         """Reset the idle time of every message held (XCLAIM JUSTID does not count a delivery)."""
-        interval = max(self.bus.claim_idle_ms / 3000, 0.01)
+        interval = max(self.bus.claim_idle_ms / 4000, 0.01)
         while True:
             await asyncio.sleep(interval)
             ids = list(self._held)

@@ -1,8 +1,10 @@
 """Wire the bot together (Redis, store, bus, timers, HTTP server, cloud, chat) and run it until stopped.
 
 ``serve``, ``demo`` and ``chat`` all run this same service; they differ only in the chat adapter in front.
-Stopping is clean: the consumer finishes the message in flight (or leaves it pending for another replica),
-then the HTTP server, the cloud and Redis are closed in that order.
+Three consumers run side by side, each on its own queue (:mod:`bot.keys`): the bot on the events stream, the
+chat outbox on the chat stream, the cloud executor on the cloud stream; and the timer loop. Stopping is clean:
+each consumer finishes the message in flight (or leaves it pending for another replica), then the HTTP server,
+the cloud and Redis are closed in that order.
 """
 
 from __future__ import annotations
@@ -12,27 +14,29 @@ import errno
 import gc
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from bot.app import Bot
 from bot.bus import EventBus, default_consumer_name
-from bot.chat.base import ChatPort
+from bot.chat.base import ChatPort, PortDeliverer
 from bot.chat.console import ConsoleChat
 from bot.chat.delivery import Platform
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.outbox import ChatOutbox
 from bot.chat.refs import ChatRefs
-from bot.chat.router import ChatRouter
 from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
+from bot.effects import CloudEffects
 from bot.http import REPORTS_PATH, build_app, server_logger
+from bot.keys import DEFAULT_KEYS
 from bot.owner_lock import AlreadyOwned, OwnerLock
 from bot.redis_server import RedisHandle, open_redis, redacted
+from bot.replicas import Replicas
 from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_config
 from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
 from bot.sources.sns_http import sns_routes
@@ -48,18 +52,6 @@ if TYPE_CHECKING:
     from bot.chat.slack.adapter import SlackAdapter
 
 log = logging.getLogger(__name__)
-
-
-class BusPublisher:
-    def __init__(self, bus: EventBus, timers: Timers) -> None:
-        self.bus = bus
-        self.timers = timers
-
-    async def publish(self, event: dict[str, Any]) -> str:
-        return await self.bus.publish(event)
-
-    async def schedule(self, event: dict[str, Any], due: datetime) -> None:
-        await self.timers.schedule(event, due)
 
 
 class BotService:
@@ -80,6 +72,7 @@ class BotService:
         self._http: web.AppRunner | None = None
         self._cloud: CloudProvider | None = None
         self._bus: EventBus | None = None
+        self._effects: CloudEffects | None = None
         self._bot: Bot | None = None
         self._slack: SlackAdapter | None = None
         self._outbox: ChatOutbox | None = None
@@ -104,13 +97,19 @@ class BotService:
         return self._bus
 
     @property
+    def effects(self) -> CloudEffects:
+        """The cloud executor (launch, terminate, drill, stop the runner)."""
+        assert self._effects is not None, "BotService is not started"
+        return self._effects
+
+    @property
     def slack(self) -> SlackAdapter | None:
         """The Slack adapter, when SLACK_BOT_TOKEN is set."""
         return self._slack
 
     @property
     def outbox(self) -> ChatOutbox | None:
-        """The durable chat outbox, when a chat platform (Slack, DingTalk) is configured."""
+        """The durable chat outbox every note goes through (Slack, DingTalk, and the console as the fallback)."""
         return self._outbox
 
     async def start(self) -> BotService:
@@ -148,10 +147,12 @@ class BotService:
             self._redis = redis = await open_redis(self.settings)
         except AlreadyOwned as exc:  # the state dir is ours, so this is a server started by hand on its data
             raise ConfigError(f"a Valkey (owner pid {exc.pid or '?'}) already serves {exc.path.parent}") from None
-        store = JobStore(redis.client)
-        self._bus = bus = EventBus(redis.new_client(), consumer=default_consumer_name())
+        keys = DEFAULT_KEYS
+        store = JobStore(redis.client, keys)
+        consumer = default_consumer_name()
+        self._bus = bus = EventBus(redis.new_client(), stream=keys.events, consumer=consumer)
         await bus.ensure_group()
-        timers = Timers(redis.client, clock=self.clock)
+        timers = Timers(redis.client, keys, clock=self.clock)
         await self._start_dingtalk(config, store)
 
         app = build_app(store, bus, secret, extra_metrics=lambda: self._outbox.metrics() if self._outbox else {})
@@ -174,25 +175,21 @@ class BotService:
             ) from None
         self.port = int(self._http.addresses[0][1])
 
-        self._cloud, reports = self._open_cloud(config, secret, bus)
-        chat = self._chat(redis, store)
-        self._bot = bot = Bot(
-            store,
-            BusPublisher(bus, timers),
-            self._cloud,
-            chat,
-            config.policy,
-            all_recipes(config),
-            reports,
-            clock=self.clock,
-            oncall=config.oncall,
-        )
+        self._cloud, reports = self._open_cloud(config, secret, bus, redis)
+        self._outbox = outbox = self._chat_outbox(redis, store, consumer)
+        recipes = all_recipes(config)
+        effects = CloudEffects(redis.new_client(), store, self._cloud, recipes, reports, consumer=consumer)
+        self._effects = effects
+        self._bot = bot = Bot(store, self._cloud, config.policy, recipes, clock=self.clock, oncall=config.oncall)
+        host = self.settings.finetune_http_host
+        report_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self.port}{REPORTS_PATH}"
         self._tasks = [
             asyncio.create_task(bus.run(bot.handle, self.stopping), name="bus"),
             asyncio.create_task(timers.run(self.stopping), name="timers"),
+            asyncio.create_task(outbox.run(self.stopping), name="chat-outbox"),
+            asyncio.create_task(effects.run(self.stopping), name="cloud-effects"),
+            asyncio.create_task(Replicas(redis.client, keys).run(report_url, self.stopping), name="replica"),
         ]
-        if self._outbox is not None:
-            self._tasks.append(asyncio.create_task(self._outbox.run(self.stopping), name="chat-outbox"))
         if self._slack is not None:
             await self._slack.start(bot.command, store.claim_once)
         if self.dingtalk is not None:
@@ -212,13 +209,17 @@ class BotService:
         )
         return self
 
-    def _open_cloud(self, config: FileConfig, secret: str, bus: EventBus) -> tuple[CloudProvider, list[str]]:
+    def _open_cloud(
+        self, config: FileConfig, secret: str, bus: EventBus, redis: RedisHandle
+    ) -> tuple[CloudProvider, list[str]]:
         """The configured cloud, and where its runners send their reports (nowhere extra when it routes them)."""
 
         async def cloud_event(event: CloudEvent) -> None:
             await bus.publish(dump_message(event))
 
         if self.given_cloud is not None:
+            if isinstance(self.given_cloud, LocalCloud) and not self.given_cloud.attached:
+                self.given_cloud.attach(redis.client, redis.url)
             return self.given_cloud, []
         if config.aws is not None and self.settings.finetune_cloud == "aws":
             # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.
@@ -229,15 +230,18 @@ class BotService:
             from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
 
             return AliyunCloud(config.aliyun, cloud_event, report_secret=secret), []
+        # Instances are processes of their own, registered in Redis; their reports reach any live replica
+        # through the instance (see bot/cloud/local_instance.py), so the spec names no replica of its own.
         cloud = LocalCloud(
             self.settings.finetune_state_dir,
-            cloud_event,
+            redis.client,
+            redis.url,
             grace_seconds=self.settings.finetune_local_grace_seconds,
             runner_env={"FINETUNE_REPORT_SECRET": secret},
             dialect=self.settings.finetune_local_dialect,
             checkpoint_base=self.settings.finetune_local_checkpoints,
         )
-        return cloud, [f"http://127.0.0.1:{self.port}{REPORTS_PATH}"]
+        return cloud, []
 
     # -- Alibaba Cloud: FINETUNE_CLOUD=aliyun and the CloudMonitor / EventBridge routes -------------------------
 
@@ -260,9 +264,16 @@ class BotService:
             raise ConfigError(f"FINETUNE_ALIYUN_WEBHOOK_SOURCES: {exc}") from None
         return token, networks
 
-    async def stop(self) -> None:
+    async def stop(self, before_close: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Stop consuming, then close everything; ``before_close`` runs in between (every consumer has stopped,
+        Redis and the cloud are still open: a test reclaims the local cloud's instances there)."""
         self.stopping.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if before_close is not None and self._redis is not None:
+            try:
+                await before_close()
+            except Exception:
+                log.exception("cleaning up before closing")
         if self.dingtalk is not None:
             await self.dingtalk.close()
         if self._http is not None:
@@ -273,25 +284,26 @@ class BotService:
             await self._cloud.close()
         if self._outbox is not None:
             await self._outbox.redis.aclose()
+        if self._effects is not None:
+            await self._effects.bus.redis.aclose()
         if self._bus is not None:
             await self._bus.redis.aclose()
         if self._redis is not None:
             await self._redis.close()
         self._owner.release()
 
-    def _chat(self, redis: RedisHandle, store: JobStore) -> ChatPort:
-        """The bot's chat port: jobs of a configured platform through the durable outbox, the rest to the console."""
+    def _chat_outbox(self, redis: RedisHandle, store: JobStore, consumer: str) -> ChatOutbox:
+        """The chat outbox: each configured platform's deliverer; jobs of any other platform (or none) on the
+        console, which gets every card note (a terminal cannot edit one in place)."""
+        chat_redis = redis.new_client()
+        refs = ChatRefs(chat_redis, store.keys)
         platforms: dict[str, Platform] = {}
-        chat_redis = redis.new_client() if self._slack is not None or self.dingtalk is not None else None
-        if chat_redis is None:
-            return self.chat
-        refs = ChatRefs(chat_redis)
         if self._slack is not None:
             platforms["slack"] = Platform(self._slack.deliverer(refs, self.clock))
         if self.dingtalk is not None:
             platforms["dingtalk"] = Platform(self.dingtalk.deliverer)
-        self._outbox = ChatOutbox(chat_redis, store, platforms, refs=refs)
-        return ChatRouter(dict.fromkeys(platforms, self._outbox), fallback=self.chat)
+        console = Platform(PortDeliverer(self.chat), coalesce_cards=False)
+        return ChatOutbox(chat_redis, store, platforms, fallback=console, refs=refs, consumer=consumer)
 
     async def _connect_slack(self, config: FileConfig) -> SlackAdapter | None:
         """The Slack adapter when SLACK_BOT_TOKEN is set, its tokens checked with Slack; else None."""

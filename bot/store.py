@@ -1,21 +1,24 @@
-"""The job store: jobs, their indexes, history and outbox in Redis, changed only by atomic transitions.
+"""The job store: jobs, their indexes and history in Redis, changed only by atomic transitions.
 
 A transition (:meth:`JobStore.apply`) reads the job (and whether its dedup key was seen, in the same round trip),
 asks a pure decider what to change, and hands the new record, the state and instance indexes, the history entry,
-the dedup key and the outbox events to one server-side script. The script runs atomically: it checks that the
-job is still exactly what the decider saw and that the dedup key is still unseen, then writes all of it, or
-none of it when either check fails; then the transition decides again on what is stored now (optimistic
-concurrency, as WATCH/MULTI/EXEC would do it, in two round trips instead of four). The outbox goes to the event
-bus's stream, so what must follow a change is published with it.
+the dedup key and the outbox to one server-side script. The script runs atomically: it checks that the job is
+still exactly what the decider saw and that the dedup key is still unseen, then writes all of it, or none of it
+when either check fails; then the transition decides again on what is stored now (optimistic concurrency, as
+WATCH/MULTI/EXEC would do it, in two round trips instead of four).
 
-Keys (under ``prefix``): ``job:<id>`` (the job's JSON), ``state:<STATE>`` (set of job ids), ``instances`` (hash
-instance id → job id), ``history:<id>`` (stream), ``dedup:<key>`` (with a TTL).
+The outbox is not published anywhere first: each message goes straight to the queue its executor reads (chat
+notes to the chat stream, cloud effects to the cloud stream, timers to the timer set; see :mod:`bot.routes`),
+in that same script, so a change and what must follow from it are written together or not at all. The cloud
+executor finishes an effect the same way (:meth:`JobStore.finish_effect`): the record that it was done and its
+follow-up (``Launched``, a note) in one step.
+
+Every key is named in :mod:`bot.keys`. Commands of concurrent handlers share round trips (:mod:`bot.batch`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -24,154 +27,86 @@ from typing import Any
 
 import pydantic_core
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError, ResponseError
 
-from bot.bus import EVENT_FIELD, EVENTS_STREAM, STREAM_MAXLEN, encode_event
+from bot.batch import Batcher
+from bot.keys import DEFAULT_KEYS, Keys
+from bot.routes import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.ids import new_event_id
 from handlers.jobs import Change, Job, JobState
 
-DEFAULT_PREFIX = "finetune:"
 HISTORY_MAXLEN = 1000
 HISTORY_FIELD = "entry"
 DEDUP_TTL = 7 * 86400
+EFFECT_TTL = 7 * 86400
 
 Decider = Callable[[Job], Change | None]
+
+# Puts ARGV[first…] where opts.routes says; KEYS[base + 1…4] are the events, chat and cloud streams and the timers.
+_ROUTE = f"""
+local slots = {{events = 1, chat = 2, cloud = 3}}
+local function route(opts, base, first)
+  for i, destination in ipairs(opts.routes) do
+    local payload = ARGV[first + i - 1]
+    if destination == 'timers' then
+      redis.call('ZADD', KEYS[base + 4], opts.dues[i], payload)
+    else
+      local stream = KEYS[base + slots[destination]]
+      redis.call('XADD', stream, 'MAXLEN', '~', '{STREAM_MAXLEN}', '*', '{EVENT_FIELD}', payload)
+    end
+  end
+end
+"""
 
 # The atomic write of a transition (or of a new job). It checks before it writes anything, so it either writes
 # all or nothing. Returns 1 when written, 0 when the job is not as the caller read it (changed, deleted, or, for
 # a create, present), -1 when the dedup key was seen meanwhile.
-# KEYS: job, dedup, old state set, new state set, instances, history, events stream.
-# ARGV: 1 flags, one character each: "c" (create: the job must be absent) or "a" (apply: it must equal ARGV[2]);
-#   then "1"/"0" for: check and set the dedup key; write the job (else the dedup key only); take the id out of
-#   the old state set. 2 the job as read, 3 the job id (also the dedup key's value), 4 the dedup key's TTL,
-#   5 the new job, 6 the history entry, 7 the number of instance ids, then the instance ids, then the outbox events.
-_WRITE = f"""
-local flags = ARGV[1]
-local dedup, write, old = flags:sub(2, 2) == '1', flags:sub(3, 3) == '1', flags:sub(4, 4) == '1'
-if dedup and redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+# KEYS: 1 job, 2 dedup (the job's key when there is none), 3 old state set, 4 new state set, 5 instances,
+#   6 history, 7-10 the queues (see _ROUTE).
+# ARGV: 1 the options, JSON: create (the job must be absent; else it must equal ARGV[2]), dedup (check and set
+#   KEYS[2]), write (the job and its outbox; else only the dedup key), leave_old (take the id out of KEYS[3]),
+#   job_id, dedup_ttl, instances (ids to map to the job), routes and dues (see _ROUTE);
+#   2 the job as read, 3 the new job, 4 the history entry, 5… the outbox payloads.
+_WRITE = (
+    _ROUTE
+    + f"""
+local opts = cjson.decode(ARGV[1])
+if opts.dedup and redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local current = redis.call('GET', KEYS[1])
-if flags:sub(1, 1) == 'c' then
+if opts.create then
   if current then return 0 end
 elseif current ~= ARGV[2] then
   return 0
 end
-if write then
-  redis.call('SET', KEYS[1], ARGV[5])
-  if old then redis.call('SREM', KEYS[3], ARGV[3]) end
-  redis.call('SADD', KEYS[4], ARGV[3])
-  local instances = tonumber(ARGV[7])
-  for i = 1, instances do redis.call('HSET', KEYS[5], ARGV[7 + i], ARGV[3]) end
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', '{HISTORY_MAXLEN}', '*', '{HISTORY_FIELD}', ARGV[6])
-  for i = 8 + instances, #ARGV do
-    redis.call('XADD', KEYS[7], 'MAXLEN', '~', '{STREAM_MAXLEN}', '*', '{EVENT_FIELD}', ARGV[i])
-  end
+if opts.write then
+  redis.call('SET', KEYS[1], ARGV[3])
+  if opts.leave_old then redis.call('SREM', KEYS[3], opts.job_id) end
+  redis.call('SADD', KEYS[4], opts.job_id)
+  for _, instance in ipairs(opts.instances) do redis.call('HSET', KEYS[5], instance, opts.job_id) end
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', '{HISTORY_MAXLEN}', '*', '{HISTORY_FIELD}', ARGV[4])
+  route(opts, 6, 5)
 end
-if dedup then redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4]) end
+if opts.dedup then redis.call('SET', KEYS[2], opts.job_id, 'EX', opts.dedup_ttl) end
 return 1
 """
+)
 _WRITTEN, _CONFLICT, _DUPLICATE = 1, 0, -1
 
+# An effect carried out: its record and its follow-up messages, once. Returns false when it was recorded
+# already (then nothing is written), else 1.
+# KEYS: 1 the effect's record, 2-5 the queues. ARGV: 1 options JSON (ttl, routes, dues), 2 the record, 3… payloads.
+_FINISH = (
+    _ROUTE
+    + """
+local opts = cjson.decode(ARGV[1])
+if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'EX', opts.ttl) then return false end
+route(opts, 1, 3)
+return 1
+"""
+)
 
-class _AutoPipeline:
-    """Send the commands that concurrent tasks issue to Redis together, in pipelines.
-
-    Up to ``connections`` batches are on their way at a time, each on a connection taken once from the client's
-    pool and kept; commands issued meanwhile wait and then go together in the next batch, so under load (the bus
-    runs many jobs' events at once) dozens of round trips become one, and when idle a command goes at once.
-    Each caller still awaits its own command and gets its own reply or error; a lost connection fails the
-    commands of its batch and connects again for the next. A pipeline is not a transaction: every command keeps
-    its own atomicity, no more and no less. The commands of the hot path have plain ``str`` / ``int``
-    arguments, so they are encoded here (a third of what the client's general encoder costs).
-    """
-
-    def __init__(self, redis: aioredis.Redis, connections: int = 2) -> None:
-        self.redis = redis
-        self.connections = connections
-        self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
-        self._senders = 0  # running, each on its own connection
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._connections: list[Any] = []  # taken from the pool once and kept: checking one out costs a lot
-
-    async def execute(self, *command: str | int) -> Any:
-        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((_pack(command), reply))
-        if self._senders < self.connections:
-            # Starts on the next turn of the loop, so whatever else is issued in this one goes along.
-            self._senders += 1
-            sender = asyncio.ensure_future(self._send())
-            self._tasks.add(sender)
-            sender.add_done_callback(self._tasks.discard)
-        return await reply
-
-    async def _send(self) -> None:
-        if not self._queue:  # another sender took it all
-            self._senders -= 1
-            return
-        if self._connections:
-            connection = self._connections.pop()
-        else:
-            try:
-                connection = await self.redis.connection_pool.get_connection()  # type: ignore[no-untyped-call]
-            except BaseException as exc:
-                self._senders -= 1
-                self._fail(self._take(), exc)
-                raise
-        try:
-            while self._queue:
-                batch = self._take()
-                try:
-                    results = await self._round_trip(connection, batch)
-                except BaseException as exc:
-                    await connection.disconnect()  # replies may be left unread: it connects again when next used
-                    self._fail(batch, exc)
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                for (_packed, reply), result in zip(batch, results, strict=True):
-                    if reply.done():
-                        continue  # its caller was cancelled
-                    if isinstance(result, Exception):
-                        reply.set_exception(result)
-                    else:
-                        reply.set_result(result)
-        finally:
-            self._senders -= 1  # a command issued from now on starts a sender
-            self._connections.append(connection)
-
-    def _take(self) -> list[tuple[bytes, asyncio.Future[Any]]]:
-        batch, self._queue = self._queue, []
-        return batch
-
-    @staticmethod
-    async def _round_trip(connection: Any, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> list[Any]:
-        await connection.send_packed_command([packed for packed, _reply in batch], check_health=False)
-        results: list[Any] = []
-        for _ in batch:
-            try:
-                results.append(await connection.read_response())
-            except ResponseError as exc:  # an error reply is that command's own outcome
-                results.append(exc)
-        return results
-
-    @staticmethod
-    def _fail(batch: list[tuple[bytes, asyncio.Future[Any]]], exc: BaseException) -> None:
-        """The connection failed: every command of the batch fails with it (or is cancelled with its sender)."""
-        for _packed, reply in batch:
-            if reply.done():
-                continue
-            if isinstance(exc, Exception):
-                reply.set_exception(exc)
-            else:
-                reply.cancel()
-
-
-def _pack(command: tuple[str | int, ...]) -> bytes:
-    """One command in the Redis protocol (RESP): an array of bulk strings."""
-    parts = [b"*%d\r\n" % len(command)]
-    for argument in command:
-        data = argument.encode() if isinstance(argument, str) else b"%d" % argument
-        parts += (b"$%d\r\n" % len(data), data, b"\r\n")
-    return b"".join(parts)
+# Messages routed with no job change (a timer put back until due, an effect read from an older bot's stream).
+# KEYS: 1-4 the queues. ARGV: 1 options JSON (routes, dues), 2… payloads.
+_SEND = _ROUTE + "\nroute(cjson.decode(ARGV[1]), 0, 2)\nreturn 1\n"
 
 
 class StoreConflict(RuntimeError):
@@ -183,7 +118,7 @@ class Applied:
     """The outcome of :meth:`JobStore.apply`.
 
     ``job`` is the job as stored afterwards (``None`` if missing or duplicate). ``change`` is the applied change
-    with its job as written (version bumped) and every outbox event carrying its ``id``; ``None`` when nothing
+    with its job as written (version bumped) and every outbox message carrying its ``id``; ``None`` when nothing
     changed.
     """
 
@@ -201,46 +136,26 @@ class JobStore:
     """Jobs in Redis; every write is one atomic script so indexes, history and outbox never drift apart."""
 
     def __init__(
-        self,
-        redis: aioredis.Redis,
-        prefix: str = DEFAULT_PREFIX,
-        events_stream: str = EVENTS_STREAM,
-        max_retries: int = 50,
+        self, redis: aioredis.Redis, keys: Keys | None = None, *, prefix: str | None = None, max_retries: int = 50
     ) -> None:
         self.redis = redis
-        self.prefix = prefix
-        self.events_stream = events_stream
+        self.keys = keys or (Keys(prefix) if prefix is not None else DEFAULT_KEYS)
         self.max_retries = max_retries
-        self._write_sha = hashlib.sha1(_WRITE.encode()).hexdigest()
-        self._pipe = _AutoPipeline(redis)
-
-    # Keys -----------------------------------------------------------------------------------------------------
-
-    def job_key(self, job_id: str) -> str:
-        return f"{self.prefix}job:{job_id}"
-
-    def state_key(self, state: JobState) -> str:
-        return f"{self.prefix}state:{state.value}"
-
-    def history_key(self, job_id: str) -> str:
-        return f"{self.prefix}history:{job_id}"
-
-    def dedup_key(self, key: str) -> str:
-        return f"{self.prefix}dedup:{key}"
+        self._batch = Batcher(redis)
+        self._write = redis.register_script(_WRITE)
+        self._finish = redis.register_script(_FINISH)
+        self._send = redis.register_script(_SEND)
+        self._queues = [getattr(self.keys, destination) for destination in DESTINATIONS]
 
     @property
-    def audit_key(self) -> str:
-        return f"{self.prefix}audit"
-
-    @property
-    def instances_key(self) -> str:
-        return f"{self.prefix}instances"
+    def prefix(self) -> str:
+        return self.keys.prefix
 
     # Writes ---------------------------------------------------------------------------------------------------
 
     async def create(self, job: Job, history: Mapping[str, Any], outbox: Iterable[dict[str, Any]] = ()) -> bool:
         """Store a new job with its first history entry (and outbox); ``False`` if the id is taken."""
-        written = await self._write_job("create", None, None, job, history, _with_ids(outbox), None, 0)
+        written = await self._write_job(None, None, job, history, _with_ids(outbox), None, 0)
         return written == _WRITTEN
 
     async def apply(
@@ -255,13 +170,13 @@ class JobStore:
         ``decide`` must be pure: it runs again when another writer changed the job in between. It returns
         ``None`` for "nothing to change"; the dedup key is still recorded so a redelivery costs one read.
         """
-        job_key = self.job_key(job_id)
-        dedup = self.dedup_key(dedup_key) if dedup_key is not None else None
+        job_key = self.keys.job(job_id)
+        dedup = self.keys.dedup(dedup_key) if dedup_key is not None else None
         for attempt in range(self.max_retries):
             if dedup is None:
-                raw = await self._pipe.execute("GET", job_key)
+                raw = await self._batch.execute("GET", job_key)
             else:
-                seen, raw = await self._pipe.execute("MGET", dedup, job_key)
+                seen, raw = await self._batch.execute("MGET", dedup, job_key)
                 if seen is not None:
                     return Applied(duplicate=True)
             if raw is None:
@@ -271,7 +186,7 @@ class JobStore:
             if change is None:
                 if dedup is None:
                     return Applied(job=current)
-                written = await self._write_job("apply", raw, current, current, {}, [], dedup, dedup_ttl, write=False)
+                written = await self._write_job(raw, current, current, {}, [], dedup, dedup_ttl, write=False)
                 if written == _WRITTEN:
                     return Applied(job=current)
             else:
@@ -279,9 +194,7 @@ class JobStore:
                     raise ValueError(f"decider for {job_id} returned job {change.job.id}")
                 new_job = change.job.model_copy(update={"version": current.version + 1})
                 events = _with_ids(change.outbox)
-                written = await self._write_job(
-                    "apply", raw, current, new_job, change.history, events, dedup, dedup_ttl
-                )
+                written = await self._write_job(raw, current, new_job, change.history, events, dedup, dedup_ttl)
                 if written == _WRITTEN:
                     return Applied(job=new_job, change=replace(change, job=new_job, outbox=events))
             if written == _DUPLICATE:
@@ -291,7 +204,6 @@ class JobStore:
 
     async def _write_job(
         self,
-        mode: str,
         raw: str | None,
         old: Job | None,
         new: Job,
@@ -302,41 +214,64 @@ class JobStore:
         *,
         write: bool = True,
     ) -> int:
-        """Run the write script: the record, its indexes, one history entry, the outbox events and the dedup key."""
-        keys: list[str] = [
-            self.job_key(new.id),
-            dedup or self.job_key(new.id),
-            self.state_key(old.state if old is not None else new.state),
-            self.state_key(new.state),
-            self.instances_key,
-            self.history_key(new.id),
-            self.events_stream,
+        """Run the write script: the record, its indexes, one history entry, the outbox and the dedup key."""
+        keys = [
+            self.keys.job(new.id),
+            dedup or self.keys.job(new.id),
+            self.keys.state(old.state if old is not None else new.state),
+            self.keys.state(new.state),
+            self.keys.instances,
+            self.keys.history(new.id),
+            *self._queues,
         ]
-        instance_ids = new.instance_ids if write else []
-        flags = ("c" if mode == "create" else "a") + "".join(
-            "1" if flag else "0" for flag in (dedup is not None, write, old is not None)
-        )
-        args: list[str | int] = [
-            flags,
+        routes, payloads = _routed(events, _platform(new)) if write else ({"routes": [], "dues": []}, [])
+        options = {
+            "create": old is None,
+            "dedup": dedup is not None,
+            "write": write,
+            "leave_old": old is not None,
+            "job_id": new.id,
+            "dedup_ttl": dedup_ttl,
+            "instances": new.instance_ids if write else [],
+            **routes,
+        }
+        args = [
+            _json(options),
             raw or "",
-            new.id,
-            dedup_ttl,
             new.model_dump_json() if write else "",
-            pydantic_core.to_json(dict(history)).decode() if write else "",
-            len(instance_ids),
-            *instance_ids,
-            *(encode_event(event)[EVENT_FIELD] for event in events),
+            _json(dict(history)) if write else "",
+            *payloads,
         ]
-        try:
-            return int(await self._pipe.execute("EVALSHA", self._write_sha, len(keys), *keys, *args))
-        except NoScriptError:  # a server that has not seen the script yet (or restarted since)
-            await self.redis.script_load(_WRITE)
-            return int(await self._pipe.execute("EVALSHA", self._write_sha, len(keys), *keys, *args))
+        return int(await self._batch.script(self._write, keys, args))
+
+    async def finish_effect(
+        self, effect_id: str, record: str, follow_ups: Iterable[dict[str, Any]] = (), platform: str = ""
+    ) -> str | None:
+        """Record that effect ``effect_id`` was carried out (``record`` says how) and route its follow-ups, in one
+        step. ``None`` when this call recorded it; the record already there (and nothing written) otherwise."""
+        routes, payloads = _routed(_with_ids(follow_ups), platform)
+        key = self.keys.effect_done(effect_id)
+        args = [_json({"ttl": EFFECT_TTL, **routes}), record, *payloads]
+        if await self._batch.script(self._finish, [key, *self._queues], args):
+            return None
+        existing = await self._batch.execute("GET", key)
+        return "" if existing is None else str(existing)
+
+    async def effect_record(self, effect_id: str) -> str | None:
+        """How the effect was carried out, if it was."""
+        value = await self._batch.execute("GET", self.keys.effect_done(effect_id))
+        return None if value is None else str(value)
+
+    async def send(self, messages: Iterable[dict[str, Any]], platform: str = "") -> None:
+        """Route messages to their queues with no job change (each keeps its ``id``)."""
+        routes, payloads = _routed(_with_ids(messages), platform)
+        if payloads:
+            await self._batch.script(self._send, self._queues, [_json(routes), *payloads])
 
     # Reads ----------------------------------------------------------------------------------------------------
 
     async def get(self, job_id: str) -> Job | None:
-        raw = await self._pipe.execute("GET", self.job_key(job_id))
+        raw = await self._batch.execute("GET", self.keys.job(job_id))
         return None if raw is None else Job.model_validate_json(raw)
 
     async def list_jobs(self, states: Collection[JobState] | None = None) -> list[Job]:
@@ -350,12 +285,12 @@ class JobStore:
             return []
         async with self.redis.pipeline(transaction=True) as pipe:
             for state in wanted:
-                pipe.smembers(self.state_key(state))
+                pipe.smembers(self.keys.state(state))
             members: list[set[str]] = await pipe.execute()
         ids = sorted(set().union(*members))
         if not ids:
             return []
-        raws = await self.redis.mget([self.job_key(job_id) for job_id in ids])
+        raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
         jobs = [Job.model_validate_json(raw) for raw in raws if raw is not None]
         allowed = set(wanted)
         return sorted((job for job in jobs if job.state in allowed), key=lambda job: (job.created_at, job.id))
@@ -365,14 +300,14 @@ class JobStore:
         states = list(JobState)
         async with self.redis.pipeline(transaction=True) as pipe:
             for state in states:
-                pipe.scard(self.state_key(state))
+                pipe.scard(self.keys.state(state))
             counts: list[int] = await pipe.execute()
         return {state: int(count) for state, count in zip(states, counts, strict=True)}
 
     async def history(self, job_id: str, count: int = 200, with_times: bool = False) -> list[dict[str, Any]]:
         """The job's latest ``count`` history entries, oldest first; ``with_times`` adds each one's ``written`` time
         (from the stream entry's id, which Redis stamps when the entry is written)."""
-        entries = await self.redis.xrevrange(self.history_key(job_id), count=count)
+        entries = await self.redis.xrevrange(self.keys.history(job_id), count=count)
         result: list[dict[str, Any]] = []
         for entry_id, fields in reversed(entries or []):
             if fields and HISTORY_FIELD in fields:
@@ -384,37 +319,45 @@ class JobStore:
         return result
 
     async def job_for_instance(self, instance_id: str) -> str | None:
-        job_id = await self.redis.hget(self.instances_key, instance_id)
+        job_id = await self._batch.execute("HGET", self.keys.instances, instance_id)
         return None if job_id is None else str(job_id)
 
-    # Once-only effects and the audit trail ----------------------------------------------------------------------
+    # Once-only markers and the audit trail ----------------------------------------------------------------------
 
     async def claim_once(self, key: str, ttl: int = DEDUP_TTL) -> bool:
         """Record ``key`` as done; True only for the first caller (across replicas)."""
-        return bool(await self._pipe.execute("SET", self.dedup_key(key), "1", "NX", "EX", ttl))
+        return bool(await self._batch.execute("SET", self.keys.dedup(key), "1", "NX", "EX", ttl))
 
     async def was_done(self, key: str) -> bool:
-        return bool(await self._pipe.execute("EXISTS", self.dedup_key(key)))
-
-    async def job_unless_done(self, key: str, job_id: str) -> tuple[bool, Job | None]:
-        """``(was_done(key), get(job_id))`` in one command; the job is not parsed when the key was done."""
-        done, raw = await self._pipe.execute("MGET", self.dedup_key(key), self.job_key(job_id))
-        if done is not None:
-            return True, None
-        return False, None if raw is None else Job.model_validate_json(raw)
+        return bool(await self._batch.execute("EXISTS", self.keys.dedup(key)))
 
     async def audit(self, entry: Mapping[str, Any]) -> None:
         """Things that concern no job (e.g. a refused ``start``), kept like a job's history."""
         await self.redis.xadd(
-            self.audit_key,
-            {HISTORY_FIELD: pydantic_core.to_json(dict(entry)).decode()},
-            maxlen=HISTORY_MAXLEN,
-            approximate=True,
+            self.keys.audit, {HISTORY_FIELD: _json(dict(entry))}, maxlen=HISTORY_MAXLEN, approximate=True
         )
 
     async def audit_log(self, count: int = 200) -> list[dict[str, Any]]:
-        entries = await self.redis.xrevrange(self.audit_key, count=count)
+        entries = await self.redis.xrevrange(self.keys.audit, count=count)
         return [pydantic_core.from_json(fields[HISTORY_FIELD]) for _id, fields in reversed(entries or []) if fields]
+
+
+def _routed(events: list[dict[str, Any]], platform: str) -> tuple[dict[str, list[Any]], list[str]]:
+    """The script's ``routes`` and ``dues`` options, and the payloads in the same order."""
+    routed = [route(event, platform) for event in events]
+    options: dict[str, list[Any]] = {
+        "routes": [item.destination for item in routed],
+        "dues": [repr(item.due) for item in routed],
+    }
+    return options, [item.payload for item in routed]
+
+
+def _platform(job: Job) -> str:
+    return job.chat.platform if job.chat is not None else ""
+
+
+def _json(value: Any) -> str:
+    return pydantic_core.to_json(value).decode()
 
 
 def _with_ids(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

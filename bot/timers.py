@@ -1,8 +1,9 @@
 """Delayed bus messages (e.g. "the replacement should have started by now"), kept in Redis.
 
-A timer is a sorted-set member scored by its due time. The loop moves due members onto the bus stream with
-one script call (ZREM and XADD together), so with several replicas each timer fires exactly once, and a
-restart of the bot neither loses nor repeats one.
+A timer is a sorted-set member scored by its due time, written there by the job store in the same step as the
+change that set it (see :mod:`bot.routes`). The loop moves due members onto the events stream with one script
+call (ZREM and XADD together), so with several replicas each timer fires exactly once, and a restart of the bot
+neither loses nor repeats one.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bot.bus import EVENT_FIELD, EVENTS_STREAM, STREAM_MAXLEN, encode_event
+from bot.bus import encode_event
+from bot.keys import DEFAULT_KEYS, Keys
+from bot.routes import EVENT_FIELD, STREAM_MAXLEN
 from handlers.events import utcnow
 
 log = logging.getLogger(__name__)
 
-TIMERS_KEY = "finetune:timers"
-
-# KEYS: timers, stream. ARGV: now, max count, maxlen. Moves due members to the stream; returns how many.
+# KEYS: timers, events stream. ARGV: now, max count, maxlen, field. Moves due members to the stream; returns how many.
 _FIRE = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, member in ipairs(due) do
@@ -37,16 +38,12 @@ return #due
 
 class Timers:
     def __init__(
-        self,
-        redis: aioredis.Redis,
-        stream: str = EVENTS_STREAM,
-        key: str = TIMERS_KEY,
-        clock: Callable[[], datetime] = utcnow,
+        self, redis: aioredis.Redis, keys: Keys = DEFAULT_KEYS, clock: Callable[[], datetime] = utcnow
     ) -> None:
         self.redis = redis
         self.clock = clock
-        self.stream = stream
-        self.key = key
+        self.stream = keys.events
+        self.key = keys.timers
         self._fire = redis.register_script(_FIRE)
 
     async def schedule(self, event: dict[str, Any], due: datetime) -> None:
@@ -65,8 +62,9 @@ class Timers:
     async def run(self, stop: asyncio.Event, interval: float = 0.5) -> None:
         while not stop.is_set():
             try:
-                await self.fire_due()
-            except Exception:
-                log.exception("firing timers")
+                while await self.fire_due() >= 100:  # a backlog (after an outage) goes out at once
+                    pass
+            except Exception as exc:
+                log.warning("firing timers failed (%s); trying again", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)

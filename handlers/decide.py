@@ -3,7 +3,11 @@
 The bus handler loads the job, calls :func:`decide` inside the store's transaction and commits the Change;
 commands from chat call the ``*_command`` functions the same way. Fencing happens here: a report or event for
 an attempt other than the current one (a dying instance's late heartbeat, the old instance's termination
-after a relaunch) is recorded and ignored, as is anything the transition table does not allow.
+after a relaunch) never moves the job, as anything the transition table does not allow. Fencing stops an old
+report from moving the job, not from being told: a late spot warning still alerts (once per attempt: its notes
+have fixed ids, so the chat outbox posts whichever comes first and drops the other), and a late checkpoint
+receipt is still posted. A launch result nobody wants any more (the job ended, or another attempt is current)
+terminates its instance, so nothing bills unseen.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from handlers.events import (
     RunnerReport,
     Started,
 )
-from handlers.jobs import Attempt, Change, ChatRef, CheckpointRef, Job, JobState, Market, Page
+from handlers.jobs import TERMINAL_STATES, Attempt, Change, ChatRef, CheckpointRef, Job, JobState, Market, Page
 from handlers.lifecycle import Lifecycle, best_step, gives_up, relaunch_pause, without_progress
 from handlers.messages import (
     BusMessage,
@@ -199,7 +203,7 @@ def retry_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change
 
 def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle) -> Change:
     if report.attempt != job.attempt:
-        return _ignored(job, f"report:{report.type}", f"from attempt {report.attempt}, current is {job.attempt}")
+        return _fenced(job, report)
     if isinstance(report, Started):
         return _started(job, report, now)
     if isinstance(report, Progress):
@@ -245,10 +249,26 @@ def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle) ->
     return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
 
 
+def _fenced(job: Job, report: RunnerReport) -> Change:
+    """A report of an older attempt: recorded, not applied; what it tells people is still told."""
+    ignored = _ignored(job, f"report:{report.type}", f"from attempt {report.attempt}, current is {job.attempt}")
+    notes: list[Notify] = []
+    if isinstance(report, Notice) and report.kind in ("spot-interruption", "termination"):
+        notes = _warning_notes(job, report.attempt, report.source, report.deadline)
+    elif isinstance(report, Interrupted):
+        notes = [_note(job, "thread", "interrupted", **_interrupted_fields(report))]
+    return Change(job, ignored.history, [dump_message(note) for note in notes])
+
+
 def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Change:
     current = job.current
     if current is None or current.instance_id != event.instance_id:
-        return _ignored(job, f"cloud:{event.type}", f"{event.instance_id} is not the current instance")
+        ignored = _ignored(job, f"cloud:{event.type}", f"{event.instance_id} is not the current instance")
+        old = next((a for a in job.attempts if a.instance_id == event.instance_id), None)
+        if event.type != "spot-warning" or old is None:
+            return ignored
+        notes = _warning_notes(job, old.number, event.source, event.deadline)
+        return Change(job, ignored.history, [dump_message(note) for note in notes])
     if event.type == "spot-warning":
         return _spot_warning(job, event.source, event.deadline, now)
     if event.type == "rebalance":
@@ -327,16 +347,24 @@ def _spot_warning(job: Job, source: str, deadline: datetime | None, now: datetim
     if job.state is JobState.INTERRUPTED:  # the other path (runner or cloud) already told us
         return Change(job, {**history, "duplicate": True})
     warned = job.model_copy(update={"interruptions": job.interruptions + 1})
-    fields = {
-        "deadline": deadline.isoformat() if deadline else None,
-        "source": source,
-        "instance": job.current.instance_id if job.current else None,
-    }
-    outbox = [
-        _note(warned, "alert", "interruption-warning", **fields),
-        _note(warned, "thread", "interruption-warning", **fields),
+    return _change(warned, state, now, history, _warning_notes(warned, job.attempt, source, deadline))
+
+
+def _warning_notes(job: Job, attempt: int, source: str, deadline: datetime | None) -> list[Notify]:
+    """The alert and the thread message of attempt ``attempt``'s interruption warning, with ids of their own: the
+    runner and the cloud both warn, late or not, and the chat outbox posts a note id once."""
+    instance = job.attempts[attempt - 1].instance_id if 0 < attempt <= len(job.attempts) else None
+    fields = {"deadline": deadline.isoformat() if deadline else None, "source": source, "instance": instance}
+    return [
+        Notify(
+            id=f"{job.id}.{attempt}.interruption-warning.{channel}",
+            job_id=job.id,
+            channel=channel,
+            topic="interruption-warning",
+            fields=fields,
+        )
+        for channel in ("alert", "thread")
     ]
-    return _change(warned, state, now, history, outbox)
 
 
 def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle) -> Change:
@@ -350,13 +378,7 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
         updates["interruptions"] = job.interruptions + 1
     updated = job.model_copy(update=updates)
     ended = _end_attempt(updated, report.time, f"interrupted: {report.reason}")
-    fields = {
-        "step": report.step,
-        "seconds": report.seconds,
-        "saved_in_time": report.saved_in_time,
-        "note": report.note,
-        "reason": report.reason,
-    }
+    fields = _interrupted_fields(report)
     history = {"event": "interrupted", **fields}
     instance = job.current.instance_id if job.current else None
     release: list[Terminate] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
@@ -374,6 +396,16 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
         limits,
         f"interrupted: {report.reason}",
     )
+
+
+def _interrupted_fields(report: Interrupted) -> dict[str, Any]:
+    return {
+        "step": report.step,
+        "seconds": report.seconds,
+        "saved_in_time": report.saved_in_time,
+        "note": report.note,
+        "reason": report.reason,
+    }
 
 
 def _completed(job: Job, report: Completed, now: datetime) -> Change:
@@ -397,14 +429,14 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
 def _launched(job: Job, message: Launched, now: datetime) -> Change:
     current = job.current
     state = next_state(job.state, "launched")
-    if current is None or message.attempt != current.number or state is None:
-        # Nobody will use this instance (the job moved on or ended while it launched): give it back, or it bills.
-        why = f"for attempt {message.attempt}, current is {job.attempt}" if state else f"the job is {job.state}"
-        if current is not None and current.instance_id == message.instance_id:
-            return _ignored(job, "launched", why)
-        release = [Terminate(job_id=job.id, instance_id=message.instance_id)]
-        ignored = {"event": "ignored", "what": "launched", "why": why, "state": job.state.value}
-        return _make(job, {**ignored, "released": message.instance_id}, release)
+    if current is None or message.attempt != current.number:
+        return _unwanted(job, message, f"for attempt {message.attempt}, current is {job.attempt}")
+    if current.instance_id not in (None, message.instance_id):
+        return _unwanted(job, message, f"attempt {current.number} runs on {current.instance_id}")
+    if state is None and (job.state in TERMINAL_STATES or current.ended_at is not None):
+        return _unwanted(job, message, f"the job is {job.state}")
+    if state is None:  # the runner reported before the launch result arrived: keep the state, note the details
+        state = job.state
     attempt = current.model_copy(
         update={
             "instance_id": message.instance_id,
@@ -428,6 +460,13 @@ def _launched(job: Job, message: Launched, now: datetime) -> Change:
     if state is JobState.STOPPING:
         outbox.append(Terminate(job_id=job.id, instance_id=message.instance_id))
     return _change(moved, state, now, history, outbox)
+
+
+def _unwanted(job: Job, message: Launched, why: str) -> Change:
+    """A launch result for an attempt the job no longer runs: its instance is released, not left billing."""
+    ignored = _ignored(job, "launched", why, instance=message.instance_id)
+    release = Terminate(job_id=job.id, instance_id=message.instance_id)
+    return Change(job, {**ignored.history, "released": True}, [dump_message(release)])
 
 
 def _failure(

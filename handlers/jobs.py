@@ -2,7 +2,8 @@
 
 A job is one record (JSON in the store) changed only through :class:`Change` values produced by the pure
 decision code in ``handlers``; the store applies a change atomically together with its history entry, its
-dedup key and its outbox (the follow-up events and effects, put on the bus in the same transaction).
+dedup key and its outbox (the follow-up effects and timers, each put on its executor's queue in the same
+transaction).
 """
 
 from __future__ import annotations
@@ -149,8 +150,8 @@ class Job(BaseModel):
 class Change:
     """A decided change of one job: the new record, what to note in its history, what happens next.
 
-    ``outbox`` items are JSON-able dicts published on the event bus in the same transaction as the job, so a
-    crash can lose neither the state change nor what must follow from it.
+    ``outbox`` items are JSON-able dicts written to their executors' queues in the same transaction as the job,
+    so a crash can lose neither the state change nor what must follow from it.
     """
 
     job: Job

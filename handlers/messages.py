@@ -1,9 +1,10 @@
 """What travels on the bot's event bus: things that happened (inputs) and things to do (effects).
 
 Inputs come from the runner (reports), the cloud (spot warnings, instances gone), the effect executors
-(launched, launch failed) and timers. Effects are written to the bus by the store in the same transaction as
-the job change that caused them, then executed by the bot; each carries its own id, so a redelivered effect
-is recognised and not executed twice.
+(launched, launch failed) and timers. Effects are written by the store in the same transaction as the job change
+that caused them, each straight to the queue of its executor (notes to the chat outbox; launch, terminate, drill
+and stop to the cloud executor; timers to the timer set); each carries its own id, so a redelivered effect is
+recognised and not carried out twice.
 """
 
 from __future__ import annotations

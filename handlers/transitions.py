@@ -41,6 +41,10 @@ Trigger = Literal[
 TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.PENDING, "launched"): S.PROVISIONING,
     (S.PENDING, "launch-failed"): S.FAILED,
+    # The runner's own reports prove the launch happened even when its result has not arrived (yet).
+    (S.PENDING, "started"): S.RUNNING,
+    (S.PENDING, "failed"): S.FAILED,
+    (S.PENDING, "start-timeout"): S.FAILED,
     (S.PENDING, "stop"): S.STOPPED,
     (S.PROVISIONING, "started"): S.RUNNING,
     (S.PROVISIONING, "failed"): S.FAILED,

@@ -16,6 +16,7 @@ import yaml
 
 from bot.chat.console import ConsoleChat
 from bot.cloud.base import CloudProvider
+from bot.cloud.local import LocalCloud
 from bot.service import BotService
 from bot.settings import Settings
 from handlers.events import utcnow
@@ -51,6 +52,30 @@ ckpt.mkdir(parents=True)
 """
 
 SLEEPS = "import time; time.sleep(600)"
+
+# Counts steps; on SIGTERM (a notice, a drill, a stop) saves checkpoint-<step> (marked complete) and exits;
+# resumed from a checkpoint, it trains three more steps and finishes.
+DRILLABLE = """
+import json, os, pathlib, signal, sys, time
+out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR'])
+progress = pathlib.Path(os.environ['FINETUNE_PROGRESS_FILE'])
+resumed = os.environ.get('FINETUNE_RESUME_FROM')
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+step = int(pathlib.Path(resumed).name.split('-')[1]) if resumed else 0
+limit = step + 3 if resumed else 10**9
+while not stop and step < limit:
+    step += 1
+    with progress.open('a') as file:
+        file.write(json.dumps({'step': step, 'total_steps': 1000}) + '\\n')
+    time.sleep(0.1)
+if stop:
+    ckpt = out / ('checkpoint-%d' % step)
+    ckpt.mkdir(parents=True)
+    (ckpt / 'state.json').write_text(json.dumps({'step': step}))
+    (ckpt / '.finetune-complete').touch()
+sys.exit(0)
+"""
 
 
 class SteppedClock:
@@ -92,8 +117,11 @@ async def running_bot(
     grace: float = 20.0,
     cloud: CloudProvider | None = None,
     clock: Callable[[], datetime] = utcnow,
+    keep_instances: bool = False,
     **extra: Any,
 ) -> AsyncIterator[tuple[BotService, ConsoleChat]]:
+    """The bot, until the block ends; then its local cloud's instances are reclaimed (they outlive a bot, as a
+    cloud's do) unless ``keep_instances``."""
     settings = Settings(
         finetune_state_dir=state_dir,
         finetune_http_port=0,
@@ -105,8 +133,16 @@ async def running_bot(
     )
     lines: list[str] = []
     chat = ConsoleChat(write=lines.append)
-    async with BotService(settings, chat, cloud, clock=clock) as service:
+    service = await BotService(settings, chat, cloud, clock=clock).start()
+
+    async def reclaim() -> None:
+        if not keep_instances and isinstance(service.bot.cloud, LocalCloud):
+            await service.bot.cloud.terminate_all()
+
+    try:
         yield service, chat
+    finally:
+        await service.stop(before_close=reclaim)  # the bot stops first: it relaunches nothing meanwhile
 
 
 @asynccontextmanager

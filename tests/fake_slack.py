@@ -1,9 +1,10 @@
 """A local Slack for tests: the Web API methods the bot uses, a Socket Mode websocket, and Slack's request signing.
 
 :class:`FakeSlack` answers ``auth.test``, ``apps.connections.open``, ``chat.postMessage``, ``chat.update``,
-``chat.postEphemeral`` and ``views.open`` over real HTTP, checks the bearer token like Slack does, keeps every
-message as it stands after edits, and records every call (failed ones too) with its arguments. It can be told
-to answer the next N calls with 429 (and a ``Retry-After``) or 500, or to be down until told otherwise. Its
+``chat.postEphemeral``, ``views.open``, ``conversations.replies`` and ``conversations.history`` (with message
+metadata when asked for it; ``oldest`` is not applied) over real HTTP, checks the bearer token like Slack does,
+keeps every message as it stands after edits, and records every call (failed ones too) with its arguments. It
+can be told to answer the next N calls with 429 (and a ``Retry-After``) or 500, or to be down until told otherwise. Its
 ``/socket`` endpoint speaks the Socket Mode protocol: ``hello`` on connect, envelopes from the test, acks back.
 
 The helpers at the bottom build requests the way Slack sends them to an app in HTTP mode (form-encoded slash
@@ -56,6 +57,7 @@ class Message:
     blocks: list[dict[str, Any]]
     thread_ts: str | None = None
     edits: int = 0
+    metadata: dict[str, Any] | None = None
 
 
 class FakeSlack:
@@ -80,6 +82,7 @@ class FakeSlack:
     async def start(self) -> FakeSlack:
         app = web.Application()
         app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/api/{method}", self._api)  # the conversations.* readers are GETs
         app.router.add_get("/socket", self._socket)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -190,7 +193,8 @@ class FakeSlack:
         if method == "chat.postMessage":
             ts = f"{1_700_000_000 + next(self._ts)}.000100"
             thread = args.get("thread_ts")
-            self.messages[(channel, ts)] = Message(channel, ts, str(args.get("text", "")), blocks, thread)
+            metadata = _json(args.get("metadata"))
+            self.messages[(channel, ts)] = Message(channel, ts, str(args.get("text", "")), blocks, thread, 0, metadata)
             return {"ok": True, "channel": channel, "ts": ts, "message": {"text": args.get("text"), "ts": ts}}
         if method == "chat.update":
             message = self.messages.get((channel, str(args.get("ts"))))
@@ -199,6 +203,19 @@ class FakeSlack:
             message.text, message.blocks = str(args.get("text", "")), blocks
             message.edits += 1
             return {"ok": True, "channel": channel, "ts": message.ts, "text": message.text}
+        if method in ("conversations.replies", "conversations.history"):
+            if method == "conversations.replies":
+                parent = str(args.get("ts", ""))
+                found = [m for m in self.messages.values() if m.channel == channel and parent in (m.ts, m.thread_ts)]
+            else:
+                found = self.channel_messages(channel)
+            found.sort(key=lambda m: float(m.ts), reverse=method == "conversations.history")
+            with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+            listed = [
+                {"ts": m.ts, "text": m.text, **({"metadata": m.metadata} if with_metadata and m.metadata else {})}
+                for m in found[: int(args.get("limit") or 100)]
+            ]
+            return {"ok": True, "messages": listed, "has_more": False}
         if method == "chat.postEphemeral":
             self.ephemeral.append({"channel": channel, "user": args.get("user"), "text": args.get("text")})
             return {"ok": True, "message_ts": f"{time.time():.6f}"}

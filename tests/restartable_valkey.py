@@ -31,6 +31,8 @@ class RestartableValkey:
         server = ValkeyServer(port=self.port, data_dir=self.data_dir, persist=True, config=dict(EMBEDDED_CONFIG))
         await asyncio.to_thread(server.start, 30.0)
         self._server = server
+        if server.port != self.port:  # clients keep the URL: a server elsewhere would be an outage that never ends
+            raise RuntimeError(f"Valkey came back on port {server.port}, not {self.port}")
 
     async def stop(self) -> None:
         """Stop the server (gracefully: its data is flushed); calls to it fail until :meth:`start`."""

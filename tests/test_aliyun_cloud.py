@@ -197,6 +197,22 @@ async def test_spot_launch_goes_to_the_cheapest_zone_with_tags_user_data_and_the
     assert spec.release is None  # the bot releases the capacity (terminate on completion)
 
 
+async def test_a_launch_carried_out_again_finds_the_attempts_instance(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    """After a crash between RunInstances and its record, the retry finds the instance by its tags, even when
+    the zone it started in is sold out now (so the retry would begin elsewhere, with another client token)."""
+    cloud = make_cloud()
+    first = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    fake.no_stock.add(first.zone)
+
+    again = await cloud.launch(job_spec(cloud), [GPU], "spot")
+
+    assert again.instance_id == first.instance_id and (again.zone, again.market) == (first.zone, "spot")
+    assert len(fake.actions("RunInstances")) == 1
+    assert [i.instance_id for i in fake.instances.values() if i.status != "Deleted"] == [first.instance_id]
+
+
 async def test_sold_out_zones_move_on_and_reclaimed_zones_go_last(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:

@@ -201,6 +201,28 @@ async def test_spot_launch_tags_market_options_and_user_data(world: World, proxy
     assert spec.release.kind == "aws-instance"
 
 
+async def test_a_launch_carried_out_again_finds_the_attempts_instance(
+    world: World, proxy: Ec2Proxy, make_cloud: Any
+) -> None:
+    """A replica died after RunInstances but before recording it: the retry must not start a second instance,
+    even when it would try another zone first (here the first zone now refuses)."""
+    cloud: AwsCloud = make_cloud()
+    first = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+    proxy.run_instances_fault = lambda form: (
+        "InsufficientInstanceCapacity" if form.get("Placement.AvailabilityZone") == first.zone else None
+    )
+
+    again = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+
+    assert again == first
+    (run,) = proxy.actions("RunInstances")  # no second request at all
+    assert len(run["ClientToken"]) == 32
+    other = await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot")  # another attempt: its own
+    assert other.instance_id != first.instance_id
+    tokens = [form["ClientToken"] for form in proxy.actions("RunInstances")]
+    assert len(set(tokens)) == len(tokens) == 3  # the refused try and the new launch each had their own token
+
+
 async def test_spec_gets_the_sns_report_topic(world: World, make_cloud: Any) -> None:
     topic = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
     cloud: AwsCloud = make_cloud(report_topic_arn=topic)
@@ -281,12 +303,13 @@ async def test_a_list_of_subnets_is_placed_by_the_zones_ec2_reports(
 
     vpc = world.instance(first.instance_id)["VpcId"]
     another = world.ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.9.0/24", AvailabilityZone="us-east-1a")["Subnet"]
+    # Another job each: a launch of ft-abc1's attempt 1 again would find the instance it started (no new launch).
     doubled = make_cloud(subnets=[world.subnets["us-east-1a"], another["SubnetId"]], zones=[])
     with pytest.raises(LaunchError, match="both in us-east-1a: give one per zone"):
-        await doubled.launch(job_spec(doubled), ["g5.xlarge"], "spot")
+        await doubled.launch(job_spec(doubled, "ft-dbl1"), ["g5.xlarge"], "spot")
     missing = make_cloud(subnets=["subnet-0000dead"], zones=[])
     with pytest.raises(LaunchError, match="subnet-0000dead"):
-        await missing.launch(job_spec(missing), ["g5.xlarge"], "spot")
+        await missing.launch(job_spec(missing, "ft-mis1"), ["g5.xlarge"], "spot")
 
 
 async def test_on_demand_after_max_capacity_failures(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
@@ -369,10 +392,11 @@ async def test_drill_starts_an_fis_experiment_on_the_jobs_spot_instance(world: W
     assert selector["resourceTags"] == {"finetune:job": "ft-drl1"}
     assert selector["selectionMode"] == "ALL"
 
-    # A second drill of the job reuses its template.
+    # The drill carried out again (a retried effect) is the same experiment, on the job's one template.
     again = await cloud.drill(target.instance_id)
-    assert again.split()[2] != experiment_id
+    assert again.split()[2] == experiment_id
     assert len(world.fis.list_experiment_templates()["experimentTemplates"]) == 1
+    assert len(world.fis.list_experiments()["experiments"]) == 1
 
     # moto records the experiment but interrupts nothing: the test plays EC2's part, on the template's target.
     assert deliver_fis_interruption(world.ec2, world.fis, experiment_id) == [target.instance_id]

@@ -47,7 +47,8 @@ async def test_a_trainer_that_cannot_start_ends_the_job_after_the_configured_lau
         cloud = service.bot.cloud
         assert isinstance(cloud, LocalCloud)
         assert 1 <= len(launched) <= 1 + QUICK["max_relaunches_without_progress"]
-        assert len(cloud.instances) == len(launched) == ended.attempt  # every launch the cloud saw, and no more
+        instances = [record for record in await cloud.instances() if record.job_id == job_id]
+        assert len(instances) == len(launched) == ended.attempt  # every launch the cloud saw, and no more
         # Nothing is left that could launch again: no held-back launch, no launch on the way.
         pending = [timer for timer in await Timers(service.bot.store.redis).pending() if timer.get("job_id") == job_id]
         assert all(timer["kind"] != "relaunch-due" for timer in pending)

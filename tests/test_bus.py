@@ -7,12 +7,14 @@ import contextlib
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from bot.bus import EventBus, HandBack, Handler
+from bot.keys import Keys
 from bot.redis_server import connect
 from bot.store import JobStore
 from handlers.jobs import Change, Job, JobState
@@ -23,6 +25,7 @@ from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
+from tests.restartable_valkey import RestartableValkey
 
 Consumer = Callable[..., Awaitable[EventBus]]
 
@@ -303,7 +306,7 @@ async def test_a_handler_waiting_on_something_outside_hands_its_event_back_on_st
 async def test_the_store_outbox_is_delivered_on_the_bus(
     running: Running, redis_client: aioredis.Redis, key_prefix: str
 ) -> None:
-    store = JobStore(redis_client, prefix=key_prefix, events_stream=running.stream)
+    store = JobStore(redis_client, Keys(key_prefix))
     job = Job(id="ft-bus1", recipe="tiny", requested_by="U1")
     await store.create(job, {"type": "created"})
 
@@ -358,3 +361,30 @@ async def test_run_survives_an_unreachable_redis_and_still_stops() -> None:
         await asyncio.wait_for(task, 5)
     finally:
         await client.aclose()
+
+
+async def test_a_handler_that_cannot_reach_redis_waits_for_it_and_nothing_is_parked(
+    running: Running, tmp_path: Path
+) -> None:
+    """Its work needs a Redis that is down: the message stays in hand and runs again once Redis answers, however
+    many tries that takes; an outage is no failed delivery (with max_tries=1 any counted failure would park it)."""
+    server = RestartableValkey(tmp_path / "redis")  # not started yet: "down"
+    client = connect(server.url)
+    bus = await running.bus("c1", max_tries=1, claim_idle_ms=200)
+    done: list[str] = []
+
+    async def handler(event: dict[str, Any]) -> None:
+        await client.set("seen", event["id"])  # ConnectionError until the server is up
+        done.append(event["id"])
+
+    running.start(bus, handler)
+    await bus.publish({"id": "ev-outage-0001"})
+    await wait_for(lambda: bus.outages >= 3)
+    await server.start()
+    try:
+        await wait_for(lambda: bus.handled == 1, timeout=30)
+        assert done == ["ev-outage-0001"] and await client.get("seen") == "ev-outage-0001"
+        assert bus.failed == 0 and bus.parked == 0 and await pending(bus) == 0
+    finally:
+        await client.aclose()
+        await server.stop()

@@ -192,3 +192,60 @@ def test_a_resumed_attempt_that_cannot_train_pages_on_call() -> None:
     assert "notify:pageresume-failed" in kinds(paged)
     page = next(item for item in paged.outbox if item["kind"] == "notify")
     assert page["fields"]["exit_code"] == 3 and page["fields"]["everyone"] == "here"  # no rota: @here
+
+
+def test_a_late_report_of_an_old_attempt_moves_nothing_but_is_still_told() -> None:
+    """Finding 2: the replica holding the runner's notice died; it comes back after the relaunch."""
+    job = running_job()
+    gone = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="local"), at(30)).job
+    assert gone.state is JobState.RECOVERING and gone.attempt == 2
+
+    notice = decide(gone, report(gone, Notice, attempt=1, kind="spot-interruption", source="aws-imds"), at(45))
+    assert notice.job == gone and notice.history["event"] == "ignored"  # fenced: the job does not move
+    assert kinds(notice) == ["notify:alertinterruption-warning", "notify:threadinterruption-warning"]
+    assert [note["fields"]["instance"] for note in notice.outbox] == ["i-1", "i-1"]  # the old attempt's instance
+    receipt = decide(
+        gone,
+        report(gone, Interrupted, attempt=1, reason="spot-interruption", step=12, uri="s3://x/", seconds={"save": 1}),
+        at(46),
+    )
+    assert receipt.job == gone and kinds(receipt) == ["notify:threadinterrupted"]
+    assert receipt.outbox[0]["fields"]["step"] == 12
+    assert decide(gone, report(gone, Progress, attempt=1, step=14), at(47)).outbox == []  # nothing to tell
+
+    # The same warning told twice (the cloud's, late, and the runner's) is one note id per channel: posted once.
+    from_cloud = decide(gone, CloudEvent(type="spot-warning", instance_id="i-1", source="aws.ec2"), at(48))
+    assert [note["id"] for note in from_cloud.outbox] == [note["id"] for note in notice.outbox]
+    warned = decide(job, CloudEvent(type="spot-warning", instance_id="i-1", source="aws.ec2"), at(20))
+    assert [note["id"] for note in warned.outbox] == [note["id"] for note in notice.outbox]
+
+
+def test_a_pending_job_moves_on_its_runner_or_ends_at_its_deadline() -> None:
+    """Finding 1: the launch result was lost; the runner's own report, or the start deadline, still decides."""
+    pending = new_job("ft-ab12", "tiny", {}, "console:ana", None, T0).job
+    started = decide(pending, report(pending, Started, instance_id="i-1", time=at(5)), at(5))
+    assert started.job.state is JobState.RUNNING and started.job.instance_ids == ["i-1"]
+    late = decide(started.job, Launched(job_id=pending.id, attempt=1, instance_id="i-1", zone="z1"), at(6))
+    assert late.job.state is JobState.RUNNING and late.job.current is not None and late.job.current.zone == "z1"
+    assert "terminate" not in kinds(late)
+
+    timed_out = decide(pending, StartDeadline(job_id=pending.id, attempt=1, due=at(900)), at(900))
+    assert timed_out.job.state is JobState.FAILED and "did not report started" in (timed_out.job.failure or "")
+    released = decide(timed_out.job, Launched(job_id=pending.id, attempt=1, instance_id="i-late"), at(901))
+    assert released.job == timed_out.job and kinds(released) == ["terminate"]  # nothing bills unseen
+    assert released.outbox[0]["instance_id"] == "i-late"
+
+
+def test_a_launch_result_for_an_attempt_not_running_releases_its_instance() -> None:
+    job = running_job()
+    other = decide(job, Launched(job_id=job.id, attempt=1, instance_id="i-spare"), at(21))
+    assert other.job == job and kinds(other) == ["terminate"] and other.outbox[0]["instance_id"] == "i-spare"
+    same = decide(job, Launched(job_id=job.id, attempt=1, instance_id="i-1"), at(21))  # a duplicate
+    assert "terminate" not in kinds(same) and same.job.state is JobState.RUNNING
+    old = decide(job, Launched(job_id=job.id, attempt=3, instance_id="i-3"), at(21))
+    assert kinds(old) == ["terminate"]
+
+
+def test_every_state_before_running_ends_at_the_start_deadline() -> None:
+    for state in (JobState.PENDING, JobState.PROVISIONING, JobState.RECOVERING):
+        assert (state, "start-timeout") in TRANSITIONS, state

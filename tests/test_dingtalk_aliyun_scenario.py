@@ -87,7 +87,7 @@ async def test_a_dingtalk_job_survives_an_ecs_reclaim_and_finishes_in_chinese(
         await wait_job(service, job.id, lambda j: j.state is JobState.INTERRUPTED)
         cloud = service.bot.cloud
         assert isinstance(cloud, LocalCloud)
-        cloud.instances[instance_id].metadata.interrupt(seconds=300)
+        await cloud.post_notice(instance_id, seconds=300)
 
         done = await wait_job(service, job.id, lambda j: j.state is JobState.SUCCEEDED, timeout=180)
         assert done.interruptions == 1 and len(done.attempts) == 2 and done.steps_lost == 0

@@ -21,7 +21,6 @@ from bot.cloud.local import LocalCloud
 from bot.log_limit import BURST
 from bot.service import BotService
 from handlers.jobs import JobState, Market
-from handlers.messages import CloudEvent
 from tests.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
 from tests.fake_slack import (
     FakeSlack,
@@ -249,10 +248,7 @@ class SlowPrices(LocalCloud):
 async def test_a_slow_command_is_acked_at_once_and_answered_ephemerally_when_done(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
-    async def no_events(event: CloudEvent) -> None:
-        return None
-
-    cloud = SlowPrices(tmp_path / "cloud", no_events)
+    cloud = SlowPrices(tmp_path / "cloud")
     config = sleepy_config(tmp_path, policy={"max_hourly_price": 5.0})  # a cap makes start ask for the price
     async with running_bot(tmp_path / "state", config, cloud=cloud, **slack_settings(slack.api_url)) as (
         service,
@@ -279,10 +275,7 @@ class HeldPrices(LocalCloud):
 async def test_retries_and_replays_of_a_command_start_one_job_and_post_one_card(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
-    async def no_events(event: CloudEvent) -> None:
-        return None
-
-    cloud = HeldPrices(tmp_path / "cloud", no_events)
+    cloud = HeldPrices(tmp_path / "cloud")
     cloud.release = asyncio.Event()
     config = sleepy_config(tmp_path, policy={"max_hourly_price": 5.0})  # a cap makes start ask for the price
     async with running_bot(tmp_path / "state", config, cloud=cloud, **slack_settings(slack.api_url)) as (

@@ -13,11 +13,13 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from bot.keys import Keys
 from bot.owner_lock import AlreadyOwned
 from bot.redis_server import RedisConfig, RedisHandle, open_redis
 from bot.store import Applied, Decider, JobStore
 from handlers.events import utcnow
-from handlers.jobs import Attempt, Change, Job, JobState
+from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
+from handlers.messages import Launch, Launched, Notify, StartDeadline, dump_message
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,
@@ -54,12 +56,17 @@ def step_up(job: Job) -> Change:
 
 @pytest.fixture
 def store(redis_client: aioredis.Redis, key_prefix: str) -> JobStore:
-    return JobStore(redis_client, prefix=key_prefix, events_stream=key_prefix + "events")
+    return JobStore(redis_client, Keys(key_prefix))
+
+
+async def stream(store: JobStore, name: str) -> list[dict[str, Any]]:
+    entries: Any = await store.redis.xrange(name)  # decode_responses=True: str throughout
+    return [json.loads(fields["event"]) for _id, fields in entries]
 
 
 async def outbox(store: JobStore) -> list[dict[str, Any]]:
-    entries: Any = await store.redis.xrange(store.events_stream)  # decode_responses=True: str throughout
-    return [json.loads(fields["event"]) for _id, fields in entries]
+    """What the store put on the events stream."""
+    return await stream(store, store.keys.events)
 
 
 async def test_create_refuses_a_taken_id(store: JobStore) -> None:
@@ -92,7 +99,34 @@ async def test_apply_writes_job_history_and_outbox_together(store: JobStore) -> 
     assert published[0]["id"] == "ev-given-0001"
     assert published[1]["id"]  # an id is given to events without one
     assert published == applied.change.outbox
-    assert await store.redis.ttl(store.dedup_key("cmd-1")) > 6 * 86400
+    assert await store.redis.ttl(store.keys.dedup("cmd-1")) > 6 * 86400
+
+
+async def test_each_effect_goes_straight_to_its_executors_queue_with_the_change(store: JobStore) -> None:
+    job = new_job(chat=ChatRef(platform="slack", channel="C1"))
+    await store.create(job, {"type": "created"})
+    due = utcnow()
+    note = Notify(job_id=job.id, channel="thread", topic="stop-requested", fields={"by": "U1"})
+    launch_effect = Launch(job_id=job.id, attempt=1)
+    deadline = StartDeadline(job_id=job.id, attempt=1, due=due)
+    launched = Launched(job_id=job.id, attempt=1, instance_id="i-0abc")
+    outbox_messages = [dump_message(m) for m in (note, launch_effect, deadline, launched)]
+
+    applied = await store.apply(job.id, move(JobState.PROVISIONING, outbox=outbox_messages), "cmd-1")
+
+    assert applied.changed
+    [chat] = await stream(store, store.keys.chat)
+    assert chat == {"id": note.id, "job_id": job.id, "platform": "slack", "note": dump_message(note)}
+    assert await stream(store, store.keys.cloud) == [dump_message(launch_effect)]
+    assert await outbox(store) == [dump_message(launched)]  # an input goes where inputs go
+    [(member, score)] = await store.redis.zrange(store.keys.timers, 0, -1, withscores=True)
+    assert json.loads(member) == dump_message(deadline) and score == pytest.approx(due.timestamp())
+
+    # Nothing is routed for a duplicate, and the routing needs no change either.
+    assert (await store.apply(job.id, move(JobState.RUNNING, outbox=outbox_messages), "cmd-1")).duplicate
+    assert len(await stream(store, store.keys.cloud)) == 1
+    await store.send([dump_message(Launch(job_id=job.id, attempt=2))])
+    assert [e["attempt"] for e in await stream(store, store.keys.cloud)] == [1, 2]
 
 
 async def test_duplicate_dedup_key_changes_nothing_and_publishes_nothing(store: JobStore) -> None:
@@ -143,13 +177,13 @@ async def test_a_failing_or_foreign_decision_writes_nothing(store: JobStore) -> 
 
     assert await store.get(job.id) == job
     assert len(await store.history(job.id)) == 1
-    assert await store.redis.exists(store.dedup_key("ev-1"), store.dedup_key("ev-2")) == 0
+    assert await store.redis.exists(store.keys.dedup("ev-1"), store.keys.dedup("ev-2")) == 0
     assert await store.get("ft-other") is None
 
 
 async def test_missing_job(store: JobStore) -> None:
     assert await store.apply("ft-nope", step_up, "ev-1") == Applied(missing=True)
-    assert await store.redis.exists(store.dedup_key("ev-1")) == 0
+    assert await store.redis.exists(store.keys.dedup("ev-1")) == 0
 
 
 async def test_a_write_between_read_and_commit_makes_apply_decide_again(store: JobStore, valkey_url: str) -> None:
@@ -162,7 +196,7 @@ async def test_a_write_between_read_and_commit_makes_apply_decide_again(store: J
         if len(seen) == 1:  # another replica commits while this one is deciding (a blocking client: no await here)
             with redis.Redis.from_url(valkey_url, decode_responses=True) as other:
                 other.set(
-                    store.job_key(job.id), current.model_copy(update={"step": 100, "version": 1}).model_dump_json()
+                    store.keys.job(job.id), current.model_copy(update={"step": 100, "version": 1}).model_dump_json()
                 )
         return step_up(current)
 
@@ -178,9 +212,7 @@ async def test_concurrent_applies_on_two_connections_all_land(
 ) -> None:
     job = new_job()
     await store.create(job, {"type": "created"})
-    stores = [
-        JobStore(await redis_client_factory(), prefix=store.prefix, events_stream=store.events_stream) for _ in range(2)
-    ]
+    stores = [JobStore(await redis_client_factory(), store.keys) for _ in range(2)]
     decisions = 0
 
     def decide(current: Job) -> Change:
@@ -243,7 +275,7 @@ async def test_the_write_script_is_loaded_again_after_a_script_flush(store: JobS
 async def test_an_error_reply_fails_only_its_own_command(store: JobStore) -> None:
     job = new_job()
     await store.create(job, {"type": "created"})
-    batch = [store.get(job.id), store._pipe.execute("INCR", store.job_key(job.id)), store.get(job.id)]
+    batch = [store.get(job.id), store._batch.execute("INCR", store.keys.job(job.id)), store.get(job.id)]
 
     got, error, again = await asyncio.gather(*batch, return_exceptions=True)  # one pipeline: issued in one turn
 
@@ -251,16 +283,25 @@ async def test_an_error_reply_fails_only_its_own_command(store: JobStore) -> Non
     assert isinstance(error, redis.ResponseError) and "not an integer" in str(error)
 
 
-async def test_effect_bookkeeping(store: JobStore) -> None:
-    job = new_job()
-    await store.create(job, {"type": "created"})
+async def test_once_only_markers(store: JobStore) -> None:
+    assert await store.claim_once("dingtalk:1") is True
+    assert await store.claim_once("dingtalk:1") is False
+    assert await store.was_done("dingtalk:1") and not await store.was_done("dingtalk:2")
 
-    assert await store.job_unless_done("effect:1", job.id) == (False, job)
-    assert await store.job_unless_done("effect:1", "ft-none") == (False, None)
-    assert await store.claim_once("effect:1") is True
-    assert await store.claim_once("effect:1") is False
-    assert await store.was_done("effect:1") and not await store.was_done("effect:2")
-    assert await store.job_unless_done("effect:1", job.id) == (True, None)
+
+async def test_an_effect_and_its_follow_up_are_recorded_once_together(store: JobStore) -> None:
+    job = new_job(chat=ChatRef(platform="slack", channel="C1"))
+    launched = dump_message(Launched(job_id=job.id, attempt=1, instance_id="i-0abc"))
+    note = dump_message(Notify(job_id=job.id, channel="thread", topic="drill-done", fields={"detail": "ok"}))
+    assert await store.effect_record("eff-1") is None
+
+    first = await store.finish_effect("eff-1", "instance:i-0abc", [launched, note], "slack")
+    again = await store.finish_effect("eff-1", "instance:i-0other", [launched, note], "slack")
+
+    assert first is None and again == "instance:i-0abc"  # the second learns what the first recorded
+    assert await store.effect_record("eff-1") == "instance:i-0abc"
+    assert await outbox(store) == [launched]  # once
+    assert [entry["note"] for entry in await stream(store, store.keys.chat)] == [note]
 
 
 async def test_a_lost_connection_fails_the_commands_then_the_store_works_again(
@@ -268,7 +309,7 @@ async def test_a_lost_connection_fails_the_commands_then_the_store_works_again(
 ) -> None:
     name = key_prefix.rstrip(":")
     client = aioredis.Redis.from_url(valkey_url, decode_responses=True, client_name=name)
-    store = JobStore(client, prefix=key_prefix, events_stream=key_prefix + "events")
+    store = JobStore(client, Keys(key_prefix))
     job = new_job()
     await store.create(job, {"type": "created"})
     for line in (await redis_client.execute_command("CLIENT", "LIST")).splitlines():
@@ -304,7 +345,7 @@ async def test_state_index_follows_every_transition(store: JobStore) -> None:
     assert set(counts) == set(JobState)
     assert {s: n for s, n in counts.items() if n} == {JobState.RUNNING: 1, JobState.INTERRUPTED: 1, JobState.FAILED: 1}
     for state in JobState:  # every job in exactly one set
-        members = await store.redis.smembers(store.state_key(state))
+        members = await store.redis.smembers(store.keys.state(state))
         assert members == {j.id for j in await store.list_jobs([state])}
 
 

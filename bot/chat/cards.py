@@ -26,7 +26,8 @@ from bot.chat.delivery import (
     TransientDeliveryError,
     backoff,
 )
-from bot.chat.refs import DEFAULT_PREFIX, ChatRefs
+from bot.chat.refs import ChatRefs
+from bot.keys import DEFAULT_KEYS, Keys
 from bot.store import JobStore
 from handlers.jobs import Job
 from handlers.messages import Notify
@@ -54,7 +55,7 @@ class CardRefresher:
         platforms: Mapping[str, Platform],
         interval: float = 2.0,
         tick: float = 0.2,
-        prefix: str = DEFAULT_PREFIX,
+        keys: Keys = DEFAULT_KEYS,
     ) -> None:
         self.redis = redis
         self.store = store
@@ -62,14 +63,14 @@ class CardRefresher:
         self.platforms = platforms
         self.interval = interval
         self.tick = tick
-        self.marks_key = f"{prefix}card-marks"
-        self.prefix = prefix
+        self.marks_key = keys.card_marks
+        self.keys = keys
         self.edits = 0
         self._failures = 0
         self._clear = redis.register_script(_CLEAR)
 
     def throttle_key(self, job_id: str) -> str:
-        return f"{self.prefix}card-throttle:{job_id}"
+        return self.keys.card_throttle(job_id)
 
     async def mark(self, job_id: str) -> None:
         """The job changed: its card should show it (soon, not necessarily now)."""

@@ -87,6 +87,15 @@ class CardDeliverer(Protocol):
         ...
 
 
+@runtime_checkable
+class PostedCheck(Protocol):
+    """A platform that can tell whether a note was posted already: asked only when a delivery may have gone
+    through without the outbox hearing it (the replica died mid-post, the platform timed out or answered 5xx),
+    so a note is posted once even then. Without it such a note may be posted twice (at least once)."""
+
+    async def posted(self, job: Job, note: Notify, card: MessageRef | None) -> bool: ...
+
+
 class Gate:
     """One pause shared by every sender of a platform: after a rate limit or a failure all of them wait.
 
@@ -114,10 +123,15 @@ class Gate:
 
 @dataclass(slots=True)
 class Platform:
-    """A platform as the outbox sees it: its deliverer and the pause all its senders share."""
+    """A platform as the outbox sees it: its deliverer and the pause all its senders share.
+
+    ``coalesce_cards=False`` (a terminal, which cannot edit in place) hands the deliverer every card note, with
+    the job as it is then, instead of one refresh per card every few seconds.
+    """
 
     deliverer: Deliverer | CardDeliverer
     gate: Gate = field(default_factory=Gate)
+    coalesce_cards: bool = True
 
 
 def backoff(attempt: int, base: float = 0.5, cap: float = 10.0) -> float:

@@ -1,15 +1,21 @@
-"""The chat outbox: the chat port of every platform with a deliverer (Slack now, DingTalk next).
+"""The chat outbox: every note to people goes through here, on every platform (Slack, DingTalk, the console).
 
-``notify`` only appends the note to a durable Redis stream and returns, so a slow or absent platform never holds
-up event handling. A consumer group (one consumer per replica, lanes per job, see :mod:`bot.bus`) delivers:
+Notes reach its Redis stream straight from the job store, in the same atomic write as the job change that
+caused them (see :mod:`bot.routes`), so a slow or absent platform never holds up event handling and a crash
+loses no note. A consumer group (one consumer per replica, lanes per job, see :mod:`bot.bus`) delivers:
 
 - in order per job: the card is posted before anything is replied under it;
 - until it gets through: rate limits are waited out (the platform's own ``Retry-After``), outages and network
   errors are retried with backoff, and the message stays in the stream meanwhile (handed back untouched when the
   bot stops, delivered by whichever replica runs next). Only a refusal for good (unknown channel, bot not in the
   channel, bad token) drops a message, with one log line;
-- once: a note's id is recorded when it is delivered, so a redelivery posts nothing twice;
-- card edits coalesced by :class:`bot.chat.cards.CardRefresher`.
+- once: a note's id is recorded when it is delivered, so a redelivery posts nothing twice; and it is marked
+  *sending* before the first try, so a delivery that may have gone through unheard (the replica died mid-post,
+  the platform timed out) is checked with the platform before it is tried again (:class:`PostedCheck`);
+- card edits coalesced by :class:`bot.chat.cards.CardRefresher` (except on a platform that asks for every card).
+
+A job of a platform with no deliverer configured (or with no chat at all) is told about on the ``fallback``
+platform (the console), as before.
 """
 
 from __future__ import annotations
@@ -32,17 +38,19 @@ from bot.chat.delivery import (
     MessageRef,
     PermanentDeliveryError,
     Platform,
+    PostedCheck,
     TransientDeliveryError,
     backoff,
 )
-from bot.chat.refs import DEFAULT_PREFIX, ChatRefs
+from bot.chat.refs import ChatRefs
+from bot.keys import DEFAULT_KEYS, Keys
 from bot.store import JobStore
 from handlers.jobs import Job
 from handlers.messages import Notify, dump_message
 
 log = logging.getLogger(__name__)
 
-CHAT_STREAM = "finetune:chat"
+CHAT_STREAM = DEFAULT_KEYS.chat
 SENT_TTL = 7 * 86400
 CARD_POST_LEASE_MS = 60_000
 
@@ -54,22 +62,24 @@ class ChatOutbox:
         store: JobStore,
         platforms: Mapping[str, Platform],
         *,
+        fallback: Platform | None = None,
         refs: ChatRefs | None = None,
         consumer: str | None = None,
-        stream: str = CHAT_STREAM,
-        prefix: str = DEFAULT_PREFIX,
+        keys: Keys | None = None,
         card_interval: float = 2.0,
         backoff_cap: float = 10.0,
     ) -> None:
         self.redis = redis
         self.store = store
+        self.keys = keys or store.keys
         self.platforms = dict(platforms)
-        self.prefix = prefix
+        self.fallback = fallback
         self.backoff_cap = backoff_cap
-        self.refs = refs or ChatRefs(redis, prefix)
-        self.cards = CardRefresher(redis, store, self.refs, self.platforms, interval=card_interval, prefix=prefix)
+        self.refs = refs or ChatRefs(redis, self.keys)
+        coalesced = {name: platform for name, platform in self.platforms.items() if platform.coalesce_cards}
+        self.cards = CardRefresher(redis, store, self.refs, coalesced, interval=card_interval, keys=self.keys)
         # Deliveries retry in the handler (the lane waits), so a failure reaching the bus is a bug: parked after 5.
-        self.bus = EventBus(redis, stream=stream, group="chat", consumer=consumer or default_consumer_name())
+        self.bus = EventBus(redis, stream=self.keys.chat, group="chat", consumer=consumer or default_consumer_name())
         self.delivered = 0
         self.dropped = 0
         self._stop = asyncio.Event()
@@ -85,9 +95,9 @@ class ChatOutbox:
     # -- the chat port -------------------------------------------------------------------------------------
 
     async def notify(self, job: Job, note: Notify) -> None:
-        """Queue ``note`` for delivery on the job's platform; returns once it is safely in Redis."""
-        platform = job.chat.platform if job.chat is not None else ""
-        await self.bus.publish({"id": note.id, "job_id": job.id, "platform": platform, "note": dump_message(note)})
+        """Queue ``note`` for delivery on the job's platform; returns once it is safely in Redis. (Job changes
+        put their notes in the stream themselves; this is for a note that follows no change.)"""
+        await self.store.send([dump_message(note)], job.chat.platform if job.chat is not None else "")
 
     # -- the consumer --------------------------------------------------------------------------------------
 
@@ -103,31 +113,50 @@ class ChatOutbox:
         except ValidationError as exc:
             log.error("dropped a malformed chat outbox entry %s: %s", item.get("id"), exc.errors()[:3])
             return
-        platform = self.platforms.get(str(item.get("platform")))
+        platform = self.platforms.get(str(item.get("platform")), self.fallback)
         if platform is None:
             log.warning(
                 "no deliverer for platform %r: note %s of %s dropped", item.get("platform"), note.id, note.job_id
             )
             return
         # Card notes need no record: posting the card is guarded by its ref, and an edit only marks the job.
-        sent = f"{self.prefix}sent:{note.id}" if note.channel != "card" else None
-        if sent and await self._until_done(platform, note, lambda: self.redis.exists(sent), gated=False):
-            return
-        if await self._until_done(platform, note, lambda: self._deliver(platform, note)):
+        sent = self.keys.sent(note.id) if note.channel != "card" else None
+        in_doubt = False
+        if sent:
+            sending = self.keys.sending(note.id)
+            done, tried = await self._until_done(platform, note, lambda: self.redis.mget(sent, sending), gated=False)
+            if done is not None:
+                return
+            in_doubt = tried is not None  # an earlier delivery started and was not heard back from
+            if not in_doubt:
+                mark = (sending, self.bus.consumer)
+                await self._until_done(platform, note, lambda: self.redis.set(*mark, ex=SENT_TTL), gated=False)
+
+        async def deliver() -> bool:
+            nonlocal in_doubt
+            try:
+                return await self._deliver(platform, note, in_doubt=in_doubt)
+            except TransientDeliveryError as exc:
+                # A timeout or a 5xx may have posted it all the same; a rate limit (it says when) posted nothing.
+                in_doubt = in_doubt or exc.retry_after is None
+                raise
+
+        if await self._until_done(platform, note, deliver):
             self.delivered += 1
         if sent:  # bookkeeping waits for no gate: stopping now must not hand back what was posted
             await self._until_done(platform, note, lambda: self.redis.set(sent, "1", ex=SENT_TTL), gated=False)
         # Whatever the note was, the job changed: its card should show that (coalesced, latest state).
-        await self._until_done(platform, note, lambda: self.cards.mark(note.job_id), gated=False)
+        if platform.coalesce_cards:
+            await self._until_done(platform, note, lambda: self.cards.mark(note.job_id), gated=False)
 
-    async def _deliver(self, platform: Platform, note: Notify) -> bool:
+    async def _deliver(self, platform: Platform, note: Notify, in_doubt: bool = False) -> bool:
         job = await self.store.get(note.job_id)
         if job is None:
             log.warning("note %s is for job %s, which does not exist: dropped", note.id, note.job_id)
             return False
         deliverer = platform.deliverer
         if not isinstance(deliverer, CardDeliverer):
-            if note.channel != "card":
+            if note.channel != "card" or not platform.coalesce_cards:
                 await deliverer.deliver(job, note)
             elif await self.refs.shown_version(job.id) is None:  # the first card goes in order, before the rest
                 await deliverer.deliver(job, note)
@@ -142,6 +171,9 @@ class ChatOutbox:
             card = await self._card(deliverer, job)
         except PermanentDeliveryError as exc:
             log.warning("card of %s cannot be posted: %s", job.id, exc)
+        if in_doubt and isinstance(deliverer, PostedCheck) and await deliverer.posted(job, note, card):
+            log.info("the %s note %s of %s was posted already", note.topic, note.id, job.id)
+            return False
         await deliverer.post_note(job, note, card)
         return True
 
@@ -151,7 +183,7 @@ class ChatOutbox:
 
     async def _post_card(self, deliverer: CardDeliverer, job: Job) -> MessageRef:
         """Post the card once, even with several replicas delivering notes of the same job at the same time."""
-        lock = f"{self.prefix}card-posting:{job.id}"
+        lock = self.keys.card_posting(job.id)
         token = uuid.uuid4().hex
         if not await self.redis.set(lock, token, nx=True, px=CARD_POST_LEASE_MS):
             for _ in range(50):  # another replica is posting it: wait for its ref

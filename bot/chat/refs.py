@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from bot.chat.delivery import MessageRef
+from bot.keys import DEFAULT_KEYS, Keys
 
 REFS_TTL = 30 * 86400
-DEFAULT_PREFIX = "finetune:chat:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,16 +23,16 @@ class CardRef:
 
 
 class ChatRefs:
-    def __init__(self, redis: aioredis.Redis, prefix: str = DEFAULT_PREFIX, ttl: int = REFS_TTL) -> None:
+    def __init__(self, redis: aioredis.Redis, keys: Keys = DEFAULT_KEYS, ttl: int = REFS_TTL) -> None:
         self.redis = redis
-        self.prefix = prefix
+        self.keys = keys
         self.ttl = ttl
 
     def card_key(self, job_id: str) -> str:
-        return f"{self.prefix}card:{job_id}"
+        return self.keys.card(job_id)
 
     def pages_key(self, job_id: str) -> str:
-        return f"{self.prefix}pages:{job_id}"
+        return self.keys.pages(job_id)
 
     async def card(self, job_id: str) -> CardRef | None:
         raw, version = await self.redis.hmget(self.card_key(job_id), ["ref", "version"])

@@ -152,6 +152,10 @@ class AliyunCloud:
         script = self.user_data(spec_uri)
         if self.settings.mode == "scaling-group":
             return await self._launch_in_group(spec, script, instance_types, market, avoid_zones)
+        existing = await self._attempt_instance(spec)
+        if existing is not None:  # a launch retried after a crash: the instance the first try started
+            log.info("%s attempt %d: %s is up already", spec.job_id, spec.attempt, existing.instance_id)
+            return existing
         zones = self._zones()
         spot: list[Candidate] = []
         if market == "spot":
@@ -180,6 +184,32 @@ class AliyunCloud:
             price = candidate.spot_price if candidate.market == "spot" else on_demand
             return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
         raise LaunchError(plan.summary())
+
+    async def _attempt_instance(self, spec: JobSpec) -> Instance | None:
+        """The live instance already tagged with this (job, attempt), if any (a retry may try another zone first,
+        where the client token of the first try would not help)."""
+        request = ecs_models.DescribeInstancesRequest(
+            region_id=self.settings.region,
+            tag=[
+                ecs_models.DescribeInstancesRequestTag(key=JOB_TAG, value=spec.job_id),
+                ecs_models.DescribeInstancesRequestTag(key=ATTEMPT_TAG, value=str(spec.attempt)),
+            ],
+        )
+        try:
+            reply = await self.api.ecs("describe_instances", request)
+        except (AliyunApiError, AliyunUnavailable) as exc:
+            raise LaunchError(f"ECS did not answer DescribeInstances: {exc}") from exc
+        for found in reply.get("Instances", {}).get("Instance", []):
+            if str(found.get("Status", "")) not in LIVE_STATUSES:
+                continue
+            instance_type, zone = str(found.get("InstanceType", "")), str(found.get("ZoneId", ""))
+            market: Market = "spot" if found.get("SpotStrategy", "NoSpot") != "NoSpot" else "on-demand"
+            on_demand = await self.on_demand_price(instance_type)
+            price = on_demand
+            if market == "spot":
+                price = (await self._spot_prices([instance_type]))[0].get((zone, instance_type))
+            return Instance(str(found["InstanceId"]), instance_type, zone, market, price, on_demand)
+        return None
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
         """What only this side knows: where runner reports go. The capacity is released by the bot (``terminate``

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import logging
 import os
@@ -152,6 +153,11 @@ def _error(exc: ClientError) -> tuple[str, str]:
     return str(error.get("Code", "")), str(error.get("Message", ""))
 
 
+def _client_token(*parts: object) -> str:
+    """EC2's idempotency token: the same request sent again (after a crash or no answer) starts nothing new."""
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
+
+
 def _tags(resource: Mapping[str, Any]) -> dict[str, str]:
     return {str(tag["Key"]): str(tag["Value"]) for tag in resource.get("Tags") or []}
 
@@ -220,6 +226,10 @@ class AwsCloud:
         script = user_data_script(spec_uri, self.settings, self.region)
         if self.settings.mode == "autoscaling":
             return await self._launch_group(spec, script, instance_types, market, avoid_zones)
+        existing = await self._attempt_instance(spec)
+        if existing is not None:  # a launch retried after a crash: the instance the first try started
+            log.info("%s attempt %d: %s is up already", spec.job_id, spec.attempt, existing.instance_id)
+            return existing
         zones = await self._zones()
         spot: list[Candidate] = []
         if market == "spot":
@@ -249,6 +259,31 @@ class AwsCloud:
             price = candidate.spot_price if candidate.market == "spot" else on_demand
             return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
         raise LaunchError(plan.summary())
+
+    async def _attempt_instance(self, spec: JobSpec) -> Instance | None:
+        """The live instance already tagged with this (job, attempt), if any."""
+        ec2 = await self._client("ec2")
+        try:
+            reply = await ec2.describe_instances(
+                Filters=[
+                    {"Name": f"tag:{JOB_TAG}", "Values": [spec.job_id]},
+                    {"Name": f"tag:{ATTEMPT_TAG}", "Values": [str(spec.attempt)]},
+                    {"Name": "instance-state-name", "Values": ["pending", "running"]},
+                ]
+            )
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
+            raise LaunchError(f"EC2 did not answer DescribeInstances: {exc}") from exc
+        for reservation in reply.get("Reservations", []):
+            for found in reservation.get("Instances", []):
+                instance_type = str(found.get("InstanceType", ""))
+                zone = str(found.get("Placement", {}).get("AvailabilityZone", ""))
+                market: Market = "spot" if found.get("InstanceLifecycle") == "spot" else "on-demand"
+                on_demand = self.on_demand_price(instance_type)
+                price = on_demand
+                if market == "spot":
+                    price = (await self._spot_prices([instance_type])).get((zone, instance_type))
+                return Instance(str(found["InstanceId"]), instance_type, zone, market, price, on_demand)
+        return None
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
         """What only the AWS side knows: how the runner gives the capacity back, and the SNS report topic."""
@@ -309,6 +344,9 @@ class AwsCloud:
             "UserData": script,  # botocore base64-encodes RunInstances user-data itself
             "Placement": {"AvailabilityZone": candidate.zone},
             "TagSpecifications": [{"ResourceType": kind, "Tags": tags} for kind in ("instance", "volume")],
+            "ClientToken": _client_token(
+                spec.job_id, spec.attempt, candidate.zone, candidate.instance_type, candidate.market
+            ),
         }
         subnet = (await self._subnet_map()).get(candidate.zone)
         if subnet:
@@ -699,7 +737,7 @@ class AwsCloud:
             template_id = await self._drill_template(fis, job_id, role)
             reply = await fis.start_experiment(
                 experimentTemplateId=template_id,
-                clientToken=uuid.uuid4().hex,
+                clientToken=_client_token("drill", instance_id),  # one drill per instance, however often asked
                 tags={JOB_TAG: job_id, "finetune:instance": instance_id},
             )
         except ClientError as exc:

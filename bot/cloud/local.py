@@ -1,46 +1,48 @@
-"""The local cloud: an "instance" is a runner subprocess on this machine with its own IMDSv2 endpoint.
+"""The local cloud: an "instance" is a process of its own on this machine (see :mod:`bot.cloud.local_instance`)
+running the runner, with its own metadata endpoint in the cloud's dialect.
 
 It behaves like EC2 Spot (or, with ``dialect="aliyun"``, a preemptible ECS instance) where it matters: ``drill``
-posts an interruption notice on the instance's metadata service, in that cloud's dialect, and kills the instance
-when the grace period is over, so the runner's real notice path runs;
-an instance whose runner exits is gone, and the bot hears about it as a cloud event, as it would from
-EventBridge.
+posts an interruption notice on the instance's metadata service and the instance is reclaimed when the grace
+period is over, so the runner's real notice path runs; an instance whose runner exits is gone, and the bot hears
+about it as a cloud event on its events stream, as it would from EventBridge.
+
+The instances belong to the cloud, not to a replica: each registers itself in the shared Redis
+(:mod:`bot.cloud.local_registry`), so any replica launches, drills, stops or terminates any of them through its
+control endpoint, and a restarted bot finds them again (:meth:`LocalCloud.instances`). Their runners' reports go
+through the instance to whichever replica is alive. A launch is idempotent per (job, attempt): the instance id is
+derived from them, and a launch retried after a crash returns the instance the first one started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import json
 import logging
 import os
-import secrets
 import signal
 import sys
+import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from bot.cloud.base import CloudEventSink, Instance, LaunchError
-from bot.cloud.local_metadata import LocalMetadataServer
+import aiohttp
+import redis.asyncio as aioredis
+
+from bot.cloud.base import Instance, LaunchError
+from bot.cloud.local_instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
+from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry, local_instance_id
+from bot.keys import DEFAULT_KEYS, Keys
 from handlers.jobs import Market
-from handlers.messages import CloudEvent
 from handlers.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
 LOCAL_SPOT_PRICE = 0.30  # $/h: what the cost report uses for a local "instance"
 LOCAL_ON_DEMAND_PRICE = 1.00
-
-
-@dataclass
-class LocalInstance:
-    instance_id: str
-    process: asyncio.subprocess.Process
-    metadata: LocalMetadataServer
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+START_TIMEOUT = 120.0  # how long a new instance may take to come up (a busy machine imports slowly)
+ORPHAN_SECONDS = 60.0  # an instance that cannot reach Redis that long takes itself down
+_CONTROL_TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 
 class LocalCloud:
@@ -52,117 +54,230 @@ class LocalCloud:
     def __init__(
         self,
         state_dir: Path,
-        on_event: CloudEventSink,
+        redis: aioredis.Redis | None = None,
+        redis_url: str = "",
+        keys: Keys = DEFAULT_KEYS,
         grace_seconds: float = 30.0,
         runner_env: dict[str, str] | None = None,
         dialect: Literal["aws", "aliyun"] = "aws",
         checkpoint_base: str | None = None,
+        orphan_seconds: float = ORPHAN_SECONDS,
     ) -> None:
         self.dialect = dialect
         self.notice: Literal["aws", "aliyun", "none"] = dialect
         self.state_dir = state_dir
         # Where checkpoints go: a local directory by default, or any store the runner opens (s3://, oss://).
         self.checkpoint_base = checkpoint_base or (state_dir / "bucket").resolve().as_uri() + "/"
-        self.on_event = on_event
+        self.redis_url = redis_url
+        self.keys = keys
+        self._registry = LocalRegistry(redis, keys) if redis is not None else None
         self.grace_seconds = grace_seconds
         self.runner_env = runner_env or {}
-        self.instances: dict[str, LocalInstance] = {}
-        self._numbers = itertools.count(1)
-        self._prefix = secrets.token_hex(3)
+        self.orphan_seconds = orphan_seconds
+        self._http: aiohttp.ClientSession | None = None
+        self._starting: set[asyncio.subprocess.Process] = set()
+
+    def attach(self, redis: aioredis.Redis, redis_url: str) -> None:
+        """Use this Redis (the bot's) as the cloud's registry, for a cloud made before the bot connected."""
+        self.redis_url = redis_url
+        self._registry = LocalRegistry(redis, self.keys)
+
+    @property
+    def attached(self) -> bool:
+        return self._registry is not None
+
+    @property
+    def registry(self) -> LocalRegistry:
+        if self._registry is None:
+            raise RuntimeError("the local cloud has no Redis yet (LocalCloud.attach)")
+        return self._registry
 
     def checkpoint_uri(self, job_id: str) -> str:
         return f"{self.checkpoint_base.rstrip('/')}/jobs/{job_id}/"
 
+    # -- launch -------------------------------------------------------------------------------------------
+
     async def launch(
         self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
     ) -> Instance:
-        instance_id = f"i-{self._prefix}{next(self._numbers):010x}"
-        metadata = await LocalMetadataServer(dialect=self.dialect, instance_id=instance_id).start()
-        home = self.state_dir / "instances" / instance_id
+        """The attempt's instance: the one already up for (job, attempt) if there is one, else a new one."""
+        instance_id = local_instance_id(spec.job_id, spec.attempt)
+        found = await self.registry.get(instance_id)
+        if found is None:
+            found = await self._start(instance_id, spec, (instance_types or ["local.cpu"])[0], market)
+        else:
+            log.info("local instance %s of %s attempt %d is up already", instance_id, spec.job_id, spec.attempt)
+        return Instance(
+            found.instance_id,
+            found.instance_type,
+            found.zone,
+            found.market,
+            found.price_per_hour,
+            found.on_demand_price_per_hour,
+        )
+
+    async def _start(self, instance_id: str, spec: JobSpec, instance_type: str, market: Market) -> LocalInstanceRecord:
+        home = (self.state_dir / "instances" / instance_id).resolve()
         home.mkdir(parents=True, exist_ok=True)
-        spec_path = home / "spec.json"
-        spec_path.write_text(spec.model_dump_json())
-        env = {
-            **os.environ,
-            "AWS_EC2_METADATA_SERVICE_ENDPOINT": metadata.endpoint,
-            "ALIBABA_CLOUD_METADATA_ENDPOINT": metadata.endpoint,
-            "FINETUNE_TRAINER_ECHO": "0",
-            "FINETUNE_PROGRESS_SECONDS": "1",
-            **self.runner_env,
-        }
+        (home / "launch-spec.json").write_text(spec.model_dump_json())
+        config = InstanceConfig(
+            instance_id=instance_id,
+            job_id=spec.job_id,
+            attempt=spec.attempt,
+            redis_url=self.redis_url,
+            prefix=self.keys.prefix,
+            dialect=self.dialect,
+            grace_seconds=self.grace_seconds,
+            orphan_seconds=self.orphan_seconds,
+            spec=home / "launch-spec.json",
+            runner_env=self.runner_env,
+            instance_type=instance_type,
+            market=market,
+            price_per_hour=LOCAL_SPOT_PRICE if market == "spot" else LOCAL_ON_DEMAND_PRICE,
+            on_demand_price_per_hour=LOCAL_ON_DEMAND_PRICE,
+        )
+        (home / "instance.json").write_text(config.model_dump_json())
+        deadline = time.monotonic() + START_TIMEOUT
+        process = await self._spawn(home)
+        while time.monotonic() < deadline:
+            found = await self.registry.get(instance_id)
+            if found is not None and found.state == "gone" and process.returncode is not None:
+                # Up and gone before this launch even saw it: the runner refused to start (a bad spec, say).
+                raise LaunchError(f"the runner of {instance_id} exited at once: {_tail(home / 'runner.log')}")
+            if found is not None:
+                log.info("launched local instance %s for %s attempt %d", instance_id, spec.job_id, spec.attempt)
+                return found
+            if process.returncode == EXIT_TAKEN and not await self.registry.redis.exists(
+                self.keys.local_owner(instance_id)
+            ):
+                process = await self._spawn(home)  # whoever held the id died before it came up
+            elif process.returncode not in (None, EXIT_TAKEN, 0):
+                raise LaunchError(f"local instance {instance_id} did not start: {_tail(home / 'instance.log')}")
+            await asyncio.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        raise LaunchError(f"local instance {instance_id} did not come up within {START_TIMEOUT:.0f}s")
+
+    async def _spawn(self, home: Path) -> asyncio.subprocess.Process:
         try:
-            with (home / "runner.log").open("ab") as log_file:
+            with (home / "instance.log").open("ab") as log_file:
                 process = await asyncio.create_subprocess_exec(
                     sys.executable,
                     "-m",
-                    "runner.cli",
-                    "run",
-                    "--spec",
-                    str(spec_path),
-                    "--work-dir",
-                    str(home / "work"),
-                    env=env,
+                    "bot.cloud.local_instance",
+                    str(home / "instance.json"),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=log_file,
-                    start_new_session=True,
+                    start_new_session=True,  # not the bot's: a replica killed leaves its instances running
                 )
         except OSError as exc:
-            await metadata.stop()
-            raise LaunchError(f"could not start the local runner: {exc}") from exc
-        instance = LocalInstance(instance_id, process, metadata)
-        instance.tasks.append(asyncio.create_task(self._watch(instance), name=f"watch:{instance_id}"))
-        self.instances[instance_id] = instance
-        log.info("launched local instance %s for %s attempt %d", instance_id, spec.job_id, spec.attempt)
-        price = LOCAL_SPOT_PRICE if market == "spot" else LOCAL_ON_DEMAND_PRICE
-        return Instance(
-            instance_id, (instance_types or ["local.cpu"])[0], "local-a", market, price, LOCAL_ON_DEMAND_PRICE
-        )
+            raise LaunchError(f"could not start a local instance: {exc}") from exc
+        self._starting.add(process)
+        task = asyncio.ensure_future(process.wait())
+        task.add_done_callback(lambda _done: self._starting.discard(process))
+        return process
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
         return LOCAL_SPOT_PRICE if market == "spot" else LOCAL_ON_DEMAND_PRICE
 
+    # -- acting on an instance, from any replica -------------------------------------------------------------
+
     async def terminate(self, instance_id: str) -> None:
-        instance = self.instances.get(instance_id)
-        if instance is not None and instance.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(instance.process.pid, signal.SIGKILL)
+        """Reclaim the instance (one that is gone, or never was, is fine)."""
+        record = await self.registry.get(instance_id)
+        if record is None or record.state == "gone":
+            return
+        try:
+            await self._control(record, "terminate")
+        except LaunchError:
+            # Its control endpoint is down (the instance process died): the machine is ours, so its runner is
+            # taken down here, if that process group is still this instance's runner (a pid may be reused).
+            if _is_runner_of(record.runner_pid, instance_id):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(record.runner_pid, signal.SIGKILL)
 
     async def drill(self, instance_id: str) -> str:
-        instance = self._running(instance_id)
-        deadline = instance.metadata.interrupt(seconds=self.grace_seconds)
-        instance.tasks.append(asyncio.create_task(self._reclaim_after_grace(instance), name=f"reclaim:{instance_id}"))
-        return f"spot interruption notice posted on {instance_id}; it is reclaimed at {deadline:%H:%M:%S} UTC"
+        """One drill per instance: asked again (a retried effect), it says what the first one did."""
+        record = await self.registry.get(instance_id)
+        if record is not None and record.drill:
+            return record.drill
+        reply = await self._control(await self._running(instance_id), "drill")
+        return str(reply.get("detail", ""))
 
     async def stop_runner(self, instance_id: str) -> None:
-        instance = self._running(instance_id)
-        instance.process.send_signal(signal.SIGTERM)
+        await self._control(await self._running(instance_id), "stop")
+
+    async def post_notice(self, instance_id: str, seconds: float) -> None:
+        """Post a spot notice on the instance's metadata, with no reclaim (the cloud's own notice, for tests)."""
+        await self._control(await self._running(instance_id), "notice", {"seconds": seconds})
+
+    async def recommend_rebalance(self, instance_id: str) -> None:
+        await self._control(await self._running(instance_id), "rebalance")
+
+    async def instances(self) -> list[LocalInstanceRecord]:
+        """Every instance of this cloud, running or gone (what a reconciliation compares the jobs with)."""
+        return await self.registry.instances()
+
+    async def terminate_all(self, timeout: float = 30.0) -> None:
+        """Reclaim every running instance and wait until each is gone (tests and the demo clean up with it)."""
+        running = [record for record in await self.instances() if record.state == "running"]
+        for record in running:
+            await self.terminate(record.instance_id)
+        deadline = time.monotonic() + timeout
+        for record in running:
+            while time.monotonic() < deadline:
+                current = await self.registry.get(record.instance_id)
+                if current is None or current.state == "gone" or not _alive(current.pid):
+                    break
+                await asyncio.sleep(0.05)
 
     async def close(self) -> None:
-        """Local instances live and die with the bot: kill them quietly (no cloud events on the way out)."""
-        for instance in list(self.instances.values()):
-            for task in instance.tasks:
-                task.cancel()
-            await self.terminate(instance.instance_id)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(instance.process.wait(), 10)
-            await instance.metadata.stop()
+        """The instances are the cloud's: they outlive this bot (and take themselves down without Redis)."""
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
-    def _running(self, instance_id: str) -> LocalInstance:
-        instance = self.instances.get(instance_id)
-        if instance is None or instance.process.returncode is not None:
+    async def _running(self, instance_id: str) -> LocalInstanceRecord:
+        record = await self.registry.get(instance_id)
+        if record is None or record.state != "running":
             raise LaunchError(f"instance {instance_id} is not running")
-        return instance
+        return record
 
-    async def _reclaim_after_grace(self, instance: LocalInstance) -> None:
-        await asyncio.sleep(self.grace_seconds)
-        await self.terminate(instance.instance_id)
+    async def _control(self, record: LocalInstanceRecord, action: str, body: dict[str, Any] | None = None) -> Any:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=_CONTROL_TIMEOUT)
+        url = f"{record.control}/{action}"
+        try:
+            async with self._http.post(url, json=body or {}, headers={TOKEN_HEADER: record.token}) as response:
+                if response.status != 200:
+                    raise LaunchError(f"instance {record.instance_id} refused {action}: HTTP {response.status}")
+                return await response.json()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise LaunchError(f"instance {record.instance_id} is not running ({action}: {exc})") from exc
 
-    async def _watch(self, instance: LocalInstance) -> None:
-        code = await instance.process.wait()
-        await instance.metadata.stop()
-        detail = json.dumps({"exit_code": code})
-        log.info("local instance %s is gone (runner exit %s)", instance.instance_id, code)
-        await self.on_event(
-            CloudEvent(type="instance-gone", instance_id=instance.instance_id, source="local", detail=detail)
-        )
+
+def _is_runner_of(pid: int, instance_id: str) -> bool:
+    """Is ``pid`` a live runner started for ``instance_id``? (Its command line names the instance's spec.)"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"runner.cli" in cmdline and instance_id.encode() in cmdline
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -21,6 +21,7 @@ from bot.chat.dingtalk.ledger import StoreLedger
 from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.stream import DingTalkStream
 from bot.chat.dingtalk.webhooks import Webhooks
+from bot.keys import Keys
 from bot.settings import ConfigError
 from bot.store import JobStore
 
@@ -73,4 +74,4 @@ class DingTalk:
         await self.session.close()
 
     async def _first_time(self, key: str) -> bool:
-        return await self.store.claim_once(f"dingtalk:{key}")
+        return await self.store.claim_once(Keys.dingtalk(key))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from bot.keys import Keys
 from bot.store import JobStore
 
 LEDGER_TTL = 30 * 86400  # a card is updated for as long as its job runs; a month covers any fine-tune
@@ -22,7 +23,7 @@ class StoreLedger:
         self.store = store
 
     async def done(self, key: str) -> bool:
-        return await self.store.was_done(f"dingtalk:{key}")
+        return await self.store.was_done(Keys.dingtalk(key))
 
     async def mark(self, key: str) -> None:
-        await self.store.claim_once(f"dingtalk:{key}", LEDGER_TTL)
+        await self.store.claim_once(Keys.dingtalk(key), LEDGER_TTL)

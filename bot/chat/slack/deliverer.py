@@ -6,6 +6,9 @@
 - pages: a new top-level message in the job's channel for every step (an edit would notify no one), mentions
   first, with the on-call buttons; each page's ``ts`` is kept, and an ``acked`` note turns every page of the
   job not acknowledged yet into "Acknowledged by … at …" without buttons.
+
+Every note carries its id in the message's metadata, so when the outbox is in doubt whether a post went through
+(a replica died mid-post, Slack timed out) :meth:`SlackDeliverer.posted` looks for it where it would be.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from handlers.jobs import Job
 from handlers.messages import Notify
 
 log = logging.getLogger(__name__)
+
+NOTE_EVENT = "finetune_note"  # the metadata event type of every note the bot posts
+LOOK_BACK_SECONDS = 3600  # how far back a channel is searched for a note in doubt
 
 
 class SlackDeliverer:
@@ -64,20 +70,47 @@ class SlackDeliverer:
             said = note_text(job, note, now, lang)
             if channel != _channel(job):
                 said += text(lang, "slack.job-channel", channel=f"<#{_channel(job)}>")
-            await call(self.client.chat_postMessage(channel=channel, text=said))
+            await call(self.client.chat_postMessage(channel=channel, text=said, metadata=_metadata(note)))
             return
         if note.topic == "acked":
             await self._acknowledge_pages(job, note, lang)
         thread: dict[str, Any] = {"thread_ts": card.ts} if card is not None else {}
         channel = card.channel if card is not None else _channel(job)
-        await call(self.client.chat_postMessage(channel=channel, text=note_text(job, note, now, lang), **thread))
+        said = note_text(job, note, now, lang)
+        await call(self.client.chat_postMessage(channel=channel, text=said, metadata=_metadata(note), **thread))
+
+    async def posted(self, job: Job, note: Notify, card: MessageRef | None) -> bool:
+        """Is ``note`` in Slack already? (Its thread, or the channel it goes to, searched for its id.)"""
+        if note.channel == "thread" and card is not None:
+            request = self.client.conversations_replies(
+                channel=card.channel, ts=card.ts, include_all_metadata=True, limit=200
+            )
+        else:
+            channel = (self.alert_channel or _channel(job)) if note.channel == "alert" else _channel(job)
+            oldest = f"{note.at.timestamp() - LOOK_BACK_SECONDS:.6f}"
+            request = self.client.conversations_history(
+                channel=channel, oldest=oldest, include_all_metadata=True, limit=200
+            )
+        try:
+            reply = await call(request)
+        except PermanentDeliveryError as exc:  # e.g. no channels:history scope: post it (at least once) rather than not
+            log.warning("cannot look for note %s in Slack (%s): posting it", note.id, exc)
+            return False
+        for message in reply.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == NOTE_EVENT and payload.get("note") == note.id:
+                return True
+        return False
 
     def _lang(self, job: Job) -> Lang:
         return self.language_for(job.chat.channel if job.chat is not None else None)
 
     async def _page(self, job: Job, note: Notify, now: datetime, lang: Lang) -> None:
         said, plain, blocks = page_layout(job, note, now, lang)
-        reply = await call(self.client.chat_postMessage(channel=_channel(job), text=said, blocks=blocks))
+        reply = await call(
+            self.client.chat_postMessage(channel=_channel(job), text=said, blocks=blocks, metadata=_metadata(note))
+        )
         await self.refs.add_page(job.id, MessageRef(channel=str(reply["channel"]), ts=str(reply["ts"]), text=plain))
 
     async def _acknowledge_pages(self, job: Job, note: Notify, lang: Lang) -> None:
@@ -93,6 +126,10 @@ class SlackDeliverer:
             except PermanentDeliveryError as exc:  # e.g. someone deleted that page: the others still get updated
                 log.warning("page %s of %s not marked acknowledged: %s", page.ts, job.id, exc)
         await self.refs.drop_pages(job.id, len(pages))  # done with this incident's pages
+
+
+def _metadata(note: Notify) -> dict[str, Any]:
+    return {"event_type": NOTE_EVENT, "event_payload": {"note": note.id, "job": note.job_id}}
 
 
 def _channel(job: Job) -> str:

@@ -4,10 +4,10 @@ Slack delivers again when it thinks a request failed (no answer within three sec
 ``X-Slack-Retry-Num``, Socket Mode redelivers an envelope with ``retry_attempt``), and a signed request captured
 on the way can be sent again for the five minutes its timestamp is good. Every delivery of one request carries
 the same ``trigger_id`` (Slack makes one per command typed and per click), so a bolt middleware claims
-``slack:<hash of the request's identity>`` in Redis (:meth:`bot.store.JobStore.claim_once`, shared by every
-replica) before any listener runs; a delivery that finds the claim taken is answered with an empty 200 and does
-nothing, whether the first one is done or still running. The claim outlives Slack's retries and the replay
-window by far.
+``slack:<hash of the request's identity>`` (:meth:`bot.keys.Keys.slack_request`) in Redis
+(:meth:`bot.store.JobStore.claim_once`, shared by every replica) before any listener runs; a delivery that finds
+the claim taken is answered with an empty 200 and does nothing, whether the first one is done or still running.
+The claim outlives Slack's retries and the replay window by far.
 
 While Redis is unavailable the claim cannot be made, and the request is answered 503 without running: the person
 sees Slack's "failed" notice and tries again; a Slack retry that comes after Redis is back runs it, once.
@@ -24,6 +24,7 @@ from typing import Any
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
+from bot.keys import Keys
 from bot.log_limit import LimitedLog
 from bot.redis_server import UNAVAILABLE
 
@@ -46,7 +47,7 @@ def request_key(body: Mapping[str, Any]) -> str:
         identity = f"{kind}|{trigger}|{first.get('action_id', '')}|{first.get('action_ts', '')}"
     else:  # nothing Slack sends lacks a trigger_id; a whole-body hash is the safe default anyway
         identity = json.dumps(body, sort_keys=True, default=str)
-    return "slack:" + hashlib.sha256(identity.encode()).hexdigest()[:40]
+    return Keys.slack_request(hashlib.sha256(identity.encode()).hexdigest()[:40])
 
 
 def once_per_request(first_delivery: FirstDelivery) -> Callable[..., Awaitable[BoltResponse | None]]:

@@ -1,0 +1,228 @@
+"""The cloud executor: carries out what job changes ask of the cloud (launch, terminate, drill, stop the runner).
+
+Effects reach its stream (``finetune:cloud``) straight from the job store, in the same atomic write as the change
+that caused them; a consumer group shares them between replicas, one lane per job (see :mod:`bot.bus`), so any
+replica carries out any effect, and a dead replica's effects are taken over within seconds.
+
+Each effect is carried out at least once and its follow-up is committed exactly once:
+
+1. if the effect's record exists, it was carried out and its follow-up committed: nothing to do;
+2. the action runs, and it is idempotent at the cloud, so running it again after a crash is harmless:
+   - ``launch``: one instance per (job, attempt) — the AWS and Alibaba providers send a ``ClientToken`` made of
+     them and look for an instance already tagged with them; the local cloud derives the instance id from them.
+     A retry therefore finds the instance the first try started instead of starting a second one;
+   - ``terminate``: terminating a terminated instance changes nothing;
+   - ``stop-runner``: the runner's control request is a state ("stop"), written again;
+   - ``drill``: one interruption per instance (FIS's ``clientToken``, the local instance's own notice);
+3. the record and the follow-up (``Launched``, ``LaunchFailed`` or ``StopFailed`` onto the events stream, a note
+   onto the chat stream) are written in one atomic step (:meth:`bot.store.JobStore.finish_effect`); only then is
+   the message acknowledged. A crash before that step repeats 2 (harmlessly); after it, 1 stops the repeat.
+
+Redis being unreachable at any point is waited out by the bus (the effect stays in hand, nothing is parked). A
+launch whose job moved on before it ran (stopped, relaunched) starts nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bot.bus import EventBus, HandBack, default_consumer_name
+from bot.cloud.base import CloudProvider
+from bot.store import JobStore
+from handlers.jobs import TERMINAL_STATES, Job, JobState
+from handlers.launch import build_spec
+from handlers.messages import (
+    Drill,
+    Launch,
+    Launched,
+    LaunchFailed,
+    Notify,
+    StopFailed,
+    StopRunner,
+    Terminate,
+    dump_message,
+    parse_message,
+)
+from handlers.recipes import Recipe, find_recipe
+
+log = logging.getLogger(__name__)
+
+CloudEffect = Launch | Terminate | Drill | StopRunner
+FollowUp = Launched | LaunchFailed | StopFailed | Notify
+REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
+# A failing terminate is tried again in place (the instance bills meanwhile) for about this long before the bus
+# counts it as a failed delivery.
+TERMINATE_PATIENCE_SECONDS = 300.0
+INSTANCE = "instance:"  # a launch's record: the instance it started
+
+
+class CloudEffects:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        store: JobStore,
+        cloud: CloudProvider,
+        recipes: Mapping[str, Recipe],
+        report_targets: list[str],
+        *,
+        python: str = sys.executable,
+        consumer: str | None = None,
+    ) -> None:
+        self.store = store
+        self.cloud = cloud
+        self.recipes = dict(recipes)
+        self.report_targets = report_targets
+        self.python = python
+        self.bus = EventBus(redis, stream=store.keys.cloud, group="cloud", consumer=consumer or default_consumer_name())
+        self.launched = 0
+        self.malformed = 0
+        self._stop = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._stop = stop
+        await self.bus.ensure_group()
+        await self.bus.run(self.handle, stop)
+
+    async def handle(self, raw: dict[str, Any]) -> None:
+        try:
+            effect = parse_message(raw)
+        except ValidationError as exc:
+            self.malformed += 1
+            log.error("dropped a malformed cloud effect %s: %s", raw.get("id"), exc.errors()[:3])
+            return
+        if not isinstance(effect, CloudEffect):
+            log.error("dropped %s %s: not a cloud effect", effect.kind, effect.id)
+            return
+        if await self.store.effect_record(effect.id) is not None:
+            return  # carried out, and its follow-up committed with the record
+        job = await self.store.get(effect.job_id)
+        record, follow_ups = await self._carry_out(effect, job)
+        platform = job.chat.platform if job is not None and job.chat is not None else ""
+        earlier = await self.store.finish_effect(effect.id, record, [dump_message(m) for m in follow_ups], platform)
+        if earlier is not None and record.startswith(INSTANCE) and earlier != record:
+            # Another delivery of this launch finished first, with another instance: this one is spare.
+            log.warning("launch %s: %s was recorded first; terminating %s", effect.id, earlier, record)
+            await self._terminate(record.removeprefix(INSTANCE))
+
+    async def _carry_out(self, effect: CloudEffect, job: Job | None) -> tuple[str, list[FollowUp]]:
+        """Do it; what to record and what follows. Redis errors propagate (the bus waits them out)."""
+        if isinstance(effect, Launch):
+            return await self._launch(effect, job)
+        if isinstance(effect, Terminate):
+            await self._terminate(effect.instance_id)
+            return "terminated", []
+        if job is None:
+            return "no job", []
+        if isinstance(effect, StopRunner):
+            return await self._stop_runner(effect, job)
+        try:
+            done = await self.cloud.drill(effect.instance_id)
+        except REDIS_ERRORS:
+            raise
+        except Exception as exc:
+            if _moved_past(job, effect.instance_id, JobState.RUNNING):
+                # Carried out again after a crash, once the instance had gone the way it was sent: not a failure.
+                log.info("drill on %s: the job moved past %s already (%s)", job.id, effect.instance_id, exc)
+                return "moved on", []
+            log.warning("drill on %s failed: %s", job.id, exc)
+            return f"failed: {exc}", [_note(job, "drill-failed", reason=str(exc))]
+        return "done", [_note(job, "drill-done", detail=done)]
+
+    async def _stop_runner(self, effect: StopRunner, job: Job) -> tuple[str, list[FollowUp]]:
+        try:
+            await self.cloud.stop_runner(effect.instance_id)
+        except REDIS_ERRORS:
+            raise
+        except Exception as exc:
+            if _moved_past(job, effect.instance_id, JobState.STOPPING):
+                log.info("stop on %s: the job moved past %s already (%s)", job.id, effect.instance_id, exc)
+                return "moved on", []
+            # Nobody will save a checkpoint: the decision terminates the instance and stops the job with what was
+            # committed (handlers/decide.py, StopFailed), rather than leaving it STOPPING until its deadline.
+            log.warning("stop on %s failed: %s", job.id, exc)
+            reason = str(exc) or type(exc).__name__
+            return f"failed: {reason}", [StopFailed(job_id=job.id, instance_id=effect.instance_id, reason=reason)]
+        return "done", []
+
+    async def _launch(self, effect: Launch, job: Job | None) -> tuple[str, list[FollowUp]]:
+        if job is None or job.attempt != effect.attempt or job.state in TERMINAL_STATES:
+            log.info(
+                "launch %s of %s attempt %d: the job moved on; nothing started",
+                effect.id,
+                effect.job_id,
+                effect.attempt,
+            )
+            return "skipped", []
+        try:
+            recipe = find_recipe(job.recipe, self.recipes)
+            spec = build_spec(
+                job,
+                effect.attempt,
+                recipe,
+                self.cloud.checkpoint_uri(job.id),
+                self.report_targets,
+                self.cloud.notice,
+                self.python,
+            )
+            # Zones that just failed or reclaimed this job go last (the provider still uses them if nothing else).
+            tried = [attempt.zone for attempt in job.attempts if attempt.zone and attempt.number < effect.attempt]
+            instance = await self.cloud.launch(
+                spec, recipe.instance_types.get(self.cloud.name, []), effect.market, avoid_zones=tried
+            )
+        except REDIS_ERRORS:
+            raise
+        except Exception as exc:
+            log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
+            reason = str(exc) or type(exc).__name__
+            return f"failed: {reason}", [LaunchFailed(job_id=job.id, attempt=effect.attempt, reason=reason)]
+        self.launched += 1
+        launched = Launched(
+            job_id=job.id,
+            attempt=effect.attempt,
+            instance_id=instance.instance_id,
+            instance_type=instance.instance_type,
+            zone=instance.zone,
+            market=instance.market,
+            price_per_hour=instance.price_per_hour,
+            on_demand_price_per_hour=instance.on_demand_price_per_hour,
+        )
+        return INSTANCE + instance.instance_id, [launched]
+
+    async def _terminate(self, instance_id: str) -> None:
+        delay, waited = 1.0, 0.0
+        while True:
+            try:
+                await self.cloud.terminate(instance_id)
+                return
+            except REDIS_ERRORS:
+                raise
+            except Exception as exc:
+                if waited >= TERMINATE_PATIENCE_SECONDS:
+                    raise
+                log.warning("terminating %s failed (%s): again in %.0fs", instance_id, exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                if self._stop.is_set():
+                    raise HandBack() from exc  # the next replica tries again
+                waited += delay
+                delay = min(delay * 2, 30.0)
+
+
+def _moved_past(job: Job, instance_id: str, asked_in: JobState) -> bool:
+    """The job left the state the effect was asked in, or ``instance_id``: interrupted, relaunched or ended since."""
+    current = job.current
+    return current is None or current.instance_id != instance_id or job.state is not asked_in
+
+
+def _note(job: Job, topic: str, **fields: Any) -> Notify:
+    return Notify(job_id=job.id, channel="thread", topic=topic, fields=fields)

@@ -1,0 +1,137 @@
+"""Every Redis key the bot, its executors and the local cloud use, under one prefix, in one place.
+
+A reader looking for "where does X live in Redis" finds it here; a test keeps apart from every other test by
+giving its own prefix. The queues, one per executor (each effect goes straight to the one that carries it out):
+
+- ``events``: what happened (runner reports, cloud events, launch results, timers that fell due), read by the bot;
+- ``chat``: notes to post, read by the chat outbox;
+- ``cloud``: effects on the cloud (launch, terminate, drill, stop the runner), read by the cloud executor;
+- ``timers``: a sorted set of messages scored by the time they fall due onto ``events``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from handlers.jobs import JobState
+
+DEFAULT_PREFIX = "finetune:"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = DEFAULT_PREFIX
+
+    # -- the queues ---------------------------------------------------------------------------------------
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}events"
+
+    @property
+    def chat(self) -> str:
+        return f"{self.prefix}chat"
+
+    @property
+    def cloud(self) -> str:
+        return f"{self.prefix}cloud"
+
+    @property
+    def timers(self) -> str:
+        return f"{self.prefix}timers"
+
+    @staticmethod
+    def parked(stream: str) -> str:
+        """Where a stream's poison messages go."""
+        return f"{stream}:parked"
+
+    # -- the job store ------------------------------------------------------------------------------------
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def state(self, state: JobState) -> str:
+        return f"{self.prefix}state:{state.value}"
+
+    @property
+    def instances(self) -> str:
+        """Hash: instance id -> job id, for every attempt of every job."""
+        return f"{self.prefix}instances"
+
+    def history(self, job_id: str) -> str:
+        return f"{self.prefix}history:{job_id}"
+
+    def dedup(self, key: str) -> str:
+        """Once-only markers with a TTL (:meth:`bot.store.JobStore.claim_once`), named by the helpers below."""
+        return f"{self.prefix}dedup:{key}"
+
+    @staticmethod
+    def input_seen(message_id: str) -> str:
+        """Under :meth:`dedup`: an events-stream message applied to its job; a redelivery changes nothing."""
+        return f"in:{message_id}"
+
+    @staticmethod
+    def slack_request(digest: str) -> str:
+        """Under :meth:`dedup`: one Slack request, however often Slack retries it or anyone replays it."""
+        return f"slack:{digest}"
+
+    @staticmethod
+    def dingtalk(key: str) -> str:
+        """Under :meth:`dedup`: DingTalk's inbound messages and its delivery ledger."""
+        return f"dingtalk:{key}"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.prefix}audit"
+
+    def effect_done(self, effect_id: str) -> str:
+        """The record of an effect the cloud executor carried out (its follow-up was committed with it)."""
+        return f"{self.prefix}effect:{effect_id}"
+
+    # -- chat -----------------------------------------------------------------------------------------------
+
+    def sent(self, note_id: str) -> str:
+        return f"{self.prefix}chat:sent:{note_id}"
+
+    def sending(self, note_id: str) -> str:
+        """Set before a note's first delivery: a later try knows an earlier one may have gone through."""
+        return f"{self.prefix}chat:sending:{note_id}"
+
+    def card(self, job_id: str) -> str:
+        return f"{self.prefix}chat:card:{job_id}"
+
+    def pages(self, job_id: str) -> str:
+        return f"{self.prefix}chat:pages:{job_id}"
+
+    @property
+    def card_marks(self) -> str:
+        return f"{self.prefix}chat:card-marks"
+
+    def card_throttle(self, job_id: str) -> str:
+        return f"{self.prefix}chat:card-throttle:{job_id}"
+
+    def card_posting(self, job_id: str) -> str:
+        return f"{self.prefix}chat:card-posting:{job_id}"
+
+    # -- replicas and the local cloud -------------------------------------------------------------------------
+
+    @property
+    def replicas(self) -> str:
+        """Sorted set: each live replica's runner-report URL, scored by when its registration lapses."""
+        return f"{self.prefix}replicas"
+
+    @property
+    def local_instances(self) -> str:
+        """Set: the id of every instance the local cloud ever started (live or gone)."""
+        return f"{self.prefix}local:instances"
+
+    def local_instance(self, instance_id: str) -> str:
+        """Hash: one local instance's record (state, control endpoint, job and attempt, prices)."""
+        return f"{self.prefix}local:instance:{instance_id}"
+
+    def local_owner(self, instance_id: str) -> str:
+        """Held by the one process that is this local instance: a second launch of the same attempt backs off."""
+        return f"{self.prefix}local:owner:{instance_id}"
+
+
+DEFAULT_KEYS = Keys()
