@@ -72,9 +72,12 @@ async def _leaving(service: BotService) -> str:
     if not active:
         return "Bye."
     if isinstance(service.bot.cloud, LocalCloud):
+        if service.settings.redis_url:  # the instances' control plane is not this bot's: they carry on
+            return f"Bye. The local instances of {', '.join(active)} keep running; the next bot on this Redis goes on."
+        # They outlive a bot, but not its embedded Redis: without it they take themselves down within a minute.
         return (
-            f"Bye. The local instances of {', '.join(active)} stop with this bot; their committed checkpoints are "
-            "kept: next time, `stop <job>` then `resume <job>` continues one."
+            f"Bye. The local instances of {', '.join(active)} stop within a minute of this bot; their committed "
+            "checkpoints are kept: next time, `stop <job>` then `resume <job>` continues one."
         )
     return f"Bye. {', '.join(active)} keep running on {service.bot.cloud.name}; the next bot carries on with them."
 

@@ -1,10 +1,10 @@
 """``finetune-bot demo``: the whole story on this machine, through the real bot.
 
-The bot runs with its embedded Redis, the local cloud (each instance a runner subprocess with its own IMDSv2
-endpoint) and the console chat. The demo types ``/finetune start tiny``, waits for training, types
-``/finetune interrupt-test <job>`` (a spot interruption notice on the instance's metadata service, then a
-reclaim after the grace period), and watches the bot alert, the runner commit its checkpoint, the relaunch,
-the resume and the finish. It exits 0 only if all of that happened with no step lost.
+The bot runs with its embedded Redis, the local cloud (each instance a process of its own that serves an IMDSv2
+endpoint and supervises a runner) and the console chat. The demo types ``/finetune start tiny``, waits for
+training, types ``/finetune interrupt-test <job>`` (a spot interruption notice on the instance's metadata
+service, then a reclaim after the grace period), and watches the bot alert, the runner commit its checkpoint,
+the relaunch, the resume and the finish. It exits 0 only if all of that happened with no step lost.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@ loop for a trainer that cannot start, stops that end, and a stopped job that res
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from pathlib import Path
 
 from bot.cloud.local import LocalCloud
@@ -60,10 +63,17 @@ async def test_a_trainer_that_cannot_start_ends_the_job_after_the_configured_lau
 
 async def test_stop_of_a_job_whose_instance_is_gone_ends_stopped_at_once(tmp_path: Path) -> None:
     config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
-    async with running_bot(tmp_path / "state", config) as (service, _chat):
+    async with running_bot(tmp_path / "state", config, keep_instances=True) as (service, _chat):
         job_id = await start_job(service, "console:ana", "start sleepy")
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
-    # The bot went away and its local instance with it, without a word: the job is still RUNNING on record.
+        cloud = service.bot.cloud
+        assert isinstance(cloud, LocalCloud)
+        [record] = [record for record in await cloud.instances() if record.job_id == job_id]
+    # The bot went away and its local instance with it, without a word (killed, no instance-gone event on the
+    # bus, its record still "running"): the job is still RUNNING on record.
+    os.kill(record.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(record.runner_pid, signal.SIGKILL)
     async with running_bot(tmp_path / "state", config) as (service, chat):
         stale = await service.bot.store.get(job_id)
         assert stale is not None and stale.state is JobState.RUNNING
@@ -71,6 +81,8 @@ async def test_stop_of_a_job_whose_instance_is_gone_ends_stopped_at_once(tmp_pat
         assert reply.startswith("OK"), reply
         stopped = await wait_job(service, job_id, lambda job: job.state is JobState.STOPPED)
         assert stopped.current is not None and stopped.current.ended_at is not None
+        # The cloud executor could not ask the gone instance's runner: its StopFailed ended the stop at once.
+        assert "stop-failed" in [entry.get("event") for entry in await service.bot.store.history(job_id)]
         await wait_for_text(chat, "thread", f"{job_id} stopped")
         again = await service.bot.command("console:ana", CHANNEL, f"status {job_id}")
         assert "STOPPED" in again

@@ -72,7 +72,7 @@ def test_updates_go_above_a_half_typed_command_and_ctrl_c_leaves_cleanly(tmp_pat
         child.expect(r"notice|spot-warning")
 
         child.send("\x03")  # Ctrl-C at the prompt
-        child.expect(f"The local instances of {job} stop with this bot")
+        child.expect(f"The local instances of {job} stop within a minute of this bot")
         child.expect(pexpect.EOF)
         screen = child.before
     finally:

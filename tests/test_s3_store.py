@@ -199,8 +199,9 @@ async def test_multipart_into_missing_bucket_raises(aws: str, work: Path) -> Non
     random_file(work / "big.bin", 12 * MiB)
     store = S3Store("s3://no-such-bucket/p/", **SMALL)
     try:
-        with pytest.raises(StorageError, match=re.escape("s3://no-such-bucket/p/big.bin")):
+        with pytest.raises(StorageError, match=re.escape("s3://no-such-bucket/p/big.bin")) as failed:
             await store.upload_file(work / "big.bin", "big.bin")
+        assert "failed: HTTP 404: " in str(failed.value)  # the store's answer, whatever botocore's text says
     finally:
         await store.close()
     client = s3_client(aws)

@@ -480,10 +480,15 @@ class S3Store:
 
     @contextlib.contextmanager
     def _errors(self, action: str, key: str) -> Iterator[None]:
-        """SDK, HTTP and local I/O failures (after botocore's retries) become StorageError naming the URI."""
+        """SDK, HTTP and local I/O failures (after botocore's retries) become StorageError naming the URI (and the
+        HTTP status the store answered: botocore's text may not carry it, e.g. "(SlowDown) … : Unknown")."""
         try:
             yield
-        except (BotoCoreError, ClientError, aiohttp.ClientError, OSError) as exc:
+        except ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            answered = f"HTTP {status}: " if status else ""
+            raise StorageError(f"{action} {self.uri(key)} failed: {answered}{exc}") from exc
+        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
             raise StorageError(f"{action} {self.uri(key)} failed: {exc}") from exc
 
 
