@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,16 @@ from bot.redis_server import RedisConfig, RedisHandle, open_redis
 from bot.store import Applied, Decider, JobStore
 from handlers.events import utcnow
 from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
-from handlers.messages import Launch, Launched, Notify, StartDeadline, dump_message
+from handlers.messages import (
+    Launch,
+    Launched,
+    Notify,
+    RelaunchDue,
+    StartDeadline,
+    StopDeadline,
+    StopFailed,
+    dump_message,
+)
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,
@@ -127,6 +137,24 @@ async def test_each_effect_goes_straight_to_its_executors_queue_with_the_change(
     assert len(await stream(store, store.keys.cloud)) == 1
     await store.send([dump_message(Launch(job_id=job.id, attempt=2))])
     assert [e["attempt"] for e in await stream(store, store.keys.cloud)] == [1, 2]
+
+
+async def test_the_lifecycle_timers_wait_in_the_timer_set_and_a_failed_stop_is_an_input(store: JobStore) -> None:
+    """Issue 13's timers (a held-back relaunch, a stop's deadline) wait in the timer set like the start deadline;
+    StopFailed, the cloud executor's follow-up of a stop it could not ask for, goes where inputs go."""
+    due = utcnow()
+    timers = [
+        RelaunchDue(job_id="ft-tm1", attempt=2, due=due),
+        StopDeadline(job_id="ft-tm1", attempt=1, due=due + timedelta(seconds=1)),
+    ]
+    failed = StopFailed(job_id="ft-tm1", instance_id="i-0abc", reason="instance i-0abc is not running")
+    await store.send([dump_message(message) for message in (*timers, failed)])
+
+    members = await store.redis.zrange(store.keys.timers, 0, -1, withscores=True)
+    assert [json.loads(member) for member, _score in members] == [dump_message(timer) for timer in timers]
+    assert [score for _member, score in members] == [pytest.approx(timer.due.timestamp()) for timer in timers]
+    assert await outbox(store) == [dump_message(failed)]
+    assert await stream(store, store.keys.cloud) == []
 
 
 async def test_duplicate_dedup_key_changes_nothing_and_publishes_nothing(store: JobStore) -> None:
