@@ -87,6 +87,20 @@ class RedisConfig:
 CONNECT_OPTIONS: dict[str, Any] = {"socket_connect_timeout": 10.0, "socket_keepalive": True}
 
 
+def _without_maintenance_notifications(options: dict[str, Any]) -> dict[str, Any]:
+    """Turn off redis-py's maintenance notifications (a Redis Enterprise feature the bot has no use for): in their
+    default "auto" mode the pool skips its check of an idle connection before handing it out, so after a Redis
+    restart the first command on every connection that was idle meanwhile failed ("Connection closed by server")."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # a redis-py before them: its pool always checks
+        return options
+    return {**options, "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
+CONNECT_OPTIONS = _without_maintenance_notifications(CONNECT_OPTIONS)
+
+
 class RedisUnavailable(RuntimeError):
     """Redis could not be reached, or refused the URL's credentials or certificate, when the bot started."""
 

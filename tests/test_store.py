@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from bot.keys import Keys
 from bot.owner_lock import AlreadyOwned
-from bot.redis_server import RedisConfig, RedisHandle, open_redis
+from bot.redis_server import RedisConfig, RedisHandle, connect, open_redis
 from bot.store import Applied, Decider, JobStore
 from handlers.events import utcnow
 from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
@@ -37,6 +37,7 @@ from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
+from tests.restartable_valkey import RestartableValkey
 
 
 def new_job(job_id: str = "ft-abc1", **fields: Any) -> Job:
@@ -350,6 +351,35 @@ async def test_a_lost_connection_fails_the_commands_then_the_store_works_again(
     assert await store.get(job.id) == job
     assert (await store.apply(job.id, step_up, "ev-1")).changed
     await client.aclose()
+
+
+async def test_after_a_redis_restart_no_idle_connection_fails_a_command(tmp_path: Path, key_prefix: str) -> None:
+    """The bot's client checks a pooled connection before using it: after Redis restarts, connections that sat idle
+    meanwhile are replaced, not handed out dead (each would fail its first command, a DingTalk frame or a Slack
+    command answered "Redis is unavailable" although it is back)."""
+    valkey = RestartableValkey(tmp_path / "redis")
+    await valkey.start()
+    client = connect(valkey.url)
+    try:
+        store = JobStore(client, Keys(key_prefix))
+        job = new_job()
+        await store.create(job, {"type": "created"})
+
+        async def pipelined_get() -> Any:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.get(store.keys.job(job.id))
+                return (await pipe.execute())[0]
+
+        await asyncio.gather(*(pipelined_get() for _ in range(4)))  # four connections, each used, now idle
+        await valkey.stop()
+        await valkey.start()
+
+        assert all(raw is not None for raw in await asyncio.gather(*(pipelined_get() for _ in range(4))))
+        assert await asyncio.gather(*(store.get(job.id) for _ in range(8))) == [job] * 8
+        assert (await store.apply(job.id, step_up, "ev-1")).changed
+    finally:
+        await client.aclose()
+        await valkey.stop()
 
 
 async def test_state_index_follows_every_transition(store: JobStore) -> None:
