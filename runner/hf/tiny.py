@@ -221,6 +221,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if args.processes > 1 and "LOCAL_RANK" not in os.environ:
         return launch_ranks(args.processes, sys.argv[1:] if argv is None else argv)
+    code = train(args, world_size)
+    leave_process_group()  # only after a clean run: a rank that raised leaves the cleanup to torchrun
+    return code
+
+
+def leave_process_group() -> None:
+    """Under torchrun: wait for every rank, then tear gloo down before the interpreter exits.
+
+    A rank that exits with the group still up aborts (``terminate called without an active exception``: gloo's
+    threads are still joinable when the interpreter's destructors run), and torchrun then calls the job failed.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, world_size: int) -> int:
+    """One process's training run (the only one, or one rank): checkpoints, resume, the final adapter."""
     # First, before the slow parts: from here on a stop request means "checkpoint at the next step and stop".
     spot = SpotCheckpointCallback()
 
