@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from bot.bus import EventBus
 from bot.chat.console import ConsoleChat
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
@@ -182,3 +183,24 @@ async def start_job(service: BotService, user: str, text: str) -> str:
 
 def python() -> str:
     return sys.executable
+
+
+async def drained(bus: EventBus) -> bool:
+    """Every entry of ``bus``'s stream so far was read by its group and acknowledged (handled or dropped).
+
+    A handler acknowledges an entry once it is done with it, retries included, so after this nothing more
+    comes of those entries: the condition to wait on instead of "a while with nothing new"."""
+    last = await bus.redis.xrevrange(bus.stream, count=1)
+    groups = {str(group["name"]): group for group in await bus.redis.xinfo_groups(bus.stream)}
+    group = groups.get(bus.group)
+    if group is None:
+        return False
+    return int(group["pending"]) == 0 and (not last or str(group["last-delivered-id"]) == str(last[0][0]))
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 60) -> None:
+    """Poll ``check`` until it holds (a generous ``timeout`` only turns a hang into a failure)."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"{getattr(check, '__name__', check)} never held"
+        await asyncio.sleep(0.05)

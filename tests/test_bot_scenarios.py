@@ -19,6 +19,8 @@ from tests.bot_harness import (
     FAILS_ON_RESUME,
     SECRET,
     SLEEPS,
+    drained,
+    eventually,
     quick_recipe,
     running_bot,
     start_job,
@@ -53,7 +55,7 @@ async def test_runner_reports_must_be_signed_and_duplicates_change_nothing(tmp_p
             headers = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, malformed)}
             async with http.post(url, data=malformed, headers=headers) as response:
                 assert response.status == 400
-            await asyncio.sleep(0.5)
+            await eventually(lambda: drained(service.bus))  # whatever reached the bus was handled
             unchanged = await service.bot.store.get(job_id)
             assert unchanged is not None and unchanged.version == running.version and unchanged.step is None
 
@@ -62,7 +64,7 @@ async def test_runner_reports_must_be_signed_and_duplicates_change_nothing(tmp_p
                 async with http.post(url, data=body, headers=headers) as response:
                     assert response.status == 202
         moved = await wait_job(service, job_id, lambda job: job.step == 99)
-        await asyncio.sleep(0.5)
+        await eventually(lambda: drained(service.bus))  # all three handled: none is still to be applied
         final = await service.bot.store.get(job_id)
         assert final is not None and final.version == moved.version == running.version + 1
         progress = [entry for entry in await service.bot.store.history(job_id) if entry.get("event") == "progress"]
@@ -149,7 +151,7 @@ async def test_two_replicas_share_the_bus_and_handle_each_event_once(tmp_path: P
             for message in [*reports, *reports[::4]]:  # ten redeliveries on top
                 await first.bus.publish(dump_message(message))
             await wait_job(first, job_id, lambda job: job.step == 40)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: drained(first.bus))  # one group: every copy handled by one replica or the other
             progress = [e for e in await first.bot.store.history(job_id) if e.get("event") == "progress"]
             assert len(progress) == 40
             assert first.bus.handled > 0 and second.bus.handled > 0  # both replicas took work

@@ -18,6 +18,7 @@ from bot.keys import Keys
 from bot.redis_server import connect
 from bot.store import JobStore
 from handlers.jobs import Change, Job, JobState
+from tests.bot_harness import drained, eventually
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,
@@ -129,7 +130,7 @@ async def test_two_consumers_share_the_work_and_handle_each_event_once(running: 
         running.start(bus, handler_for(bus.consumer))
     ids = [await buses[0].publish({"id": f"ev-{n:04d}-share", "n": n}) for n in range(40)]
     await wait_for(lambda: len(handled) >= 40)
-    await asyncio.sleep(0.1)  # any duplicate would show up now
+    await eventually(lambda: drained(buses[0]))  # all acknowledged: no copy can come any more
 
     counts = Counter(event_id for _name, event_id in handled)
     assert len(ids) == 40 and sorted(counts) == [f"ev-{n:04d}-share" for n in range(40)]
@@ -177,7 +178,9 @@ async def test_a_slow_handler_keeps_its_event(running: Running) -> None:
 
     async def slow_handler(event: dict[str, Any]) -> None:
         started.set()
-        await asyncio.sleep(0.6)  # four times claim_idle_ms
+        await asyncio.sleep(0.6)  # four times claim_idle_ms: without its lease renewed, it is anyone's by now
+        scans = other.claim_scans
+        await wait_for(lambda: other.claim_scans >= scans + 2)  # and the other consumer has looked since
         handled.append("slow")
 
     async def other_handler(event: dict[str, Any]) -> None:
@@ -187,8 +190,7 @@ async def test_a_slow_handler_keeps_its_event(running: Running) -> None:
     await slow.publish({"id": "ev-slow-00001"})
     await asyncio.wait_for(started.wait(), 5)
     running.start(other, other_handler)
-    await wait_for(lambda: handled != [])
-    await asyncio.sleep(0.3)  # more than claim_idle_ms: a wrongful reclaim would have run by now
+    await wait_for(lambda: handled != [])  # a wrongful reclaim was counted before "slow" (it was looked for)
 
     assert handled == ["slow"]
     assert other.claimed == 0

@@ -25,6 +25,7 @@ from tests.runner_harness import (
     start_runner,
     tiny_command,
     wait_for_report,
+    wait_until,
     write_spec,
 )
 
@@ -220,6 +221,9 @@ async def test_a_trainer_that_never_saves_gets_its_last_complete_checkpoint_comm
     env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_SYNC_SECONDS="600")
     runner = await start_runner(spec, tmp_path / "work", env)
     await wait_for_report(reports, lambda r: r["type"] == "started")
+    # The trainer has ignored SIGTERM and written its checkpoint (its marker comes last): a notice that came
+    # sooner, on a busy machine, would kill it before either, and the runner would rightly have nothing to commit.
+    await wait_until(lambda: (tmp_path / "work" / "output" / "checkpoint-4" / ".finetune-complete").exists())
     imds.interrupt(seconds=12)  # the trainer gets about half of that, then the runner commits what it has
     assert await asyncio.wait_for(runner.wait(), 60) == 75
     [interrupted] = of_type(read_reports(reports), "interrupted")
