@@ -42,6 +42,7 @@ from redis.typing import EncodableT, FieldT, StreamIdT
 
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.routes import EVENT_FIELD, STREAM_MAXLEN
+from handlers.backoff import backoff
 from handlers.ids import new_event_id
 
 log = logging.getLogger(__name__)
@@ -217,7 +218,7 @@ class EventBus:
                     group_ready = False
                 except (RedisConnectionError, RedisTimeoutError) as exc:
                     outage += 1
-                    delay = min(0.05 * 2**outage, 5.0)
+                    delay = backoff(outage, base=0.1, cap=5.0, jitter=0)
                     log.warning("event bus cannot reach Redis (%s): retrying in %.2fs", exc, delay)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), delay)
@@ -289,7 +290,7 @@ class EventBus:
                 except (RedisConnectionError, RedisTimeoutError) as exc:
                     outage += 1
                     self.outages += 1
-                    delay = min(0.05 * 2**outage, 2.0)
+                    delay = backoff(outage, base=0.1, cap=2.0, jitter=0)
                     if outage == 1 or outage % 20 == 0:
                         log.warning("event %s waits for Redis (%s): again in %.2fs", event.get("id"), exc, delay)
                     with contextlib.suppress(TimeoutError):
@@ -555,7 +556,7 @@ class _Lanes:
                             self._let_go(message_id)
                         self._to_ack = []
                         return
-                    delay = min(0.05 * 2**failures, 5.0)
+                    delay = backoff(failures, base=0.1, cap=5.0, jitter=0)
                     log.warning("cannot acknowledge %d events (%s): retrying in %.2fs", len(ids), exc, delay)
                     await asyncio.sleep(delay)
                     continue

@@ -19,9 +19,10 @@ from pathlib import Path
 
 from bot.chat.console import ConsoleChat, read_commands
 from bot.cloud.local import LocalCloud
+from bot.errors import ConfigError
 from bot.redis_server import RedisUnavailable
 from bot.service import BotService
-from bot.settings import ConfigError, Settings, load_settings
+from bot.settings import Settings, load_settings
 from handlers.jobs import ACTIVE_STATES, ChatRef
 
 log = logging.getLogger("bot")

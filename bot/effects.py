@@ -18,8 +18,20 @@ Each effect is carried out at least once and its follow-up is committed exactly 
    onto the chat stream) are written in one atomic step (:meth:`bot.store.JobStore.finish_effect`); only then is
    the message acknowledged. A crash before that step repeats 2 (harmlessly); after it, 1 stops the repeat.
 
-Redis being unreachable at any point is waited out by the bus (the effect stays in hand, nothing is parked). A
-launch whose job moved on before it ran (stopped, relaunched) starts nothing.
+A launch whose job moved on before it ran (stopped, relaunched) starts nothing.
+
+One rule decides what a failure does (a provider raises :class:`~bot.errors.CloudError` for whatever the cloud
+did not do, and only that):
+
+- Redis unreachable, at any point: waited out by the bus (the effect stays in hand, nothing is parked);
+- a ``CloudError`` of an effect that has someone to tell becomes its follow-up, and the core decides what comes
+  next: ``launch`` → ``LaunchFailed`` (another zone, or a page), ``stop-runner`` → ``StopFailed`` (release with
+  what was committed), ``drill`` → a drill-failed note; unless the job moved past the effect meanwhile (carried
+  out again after a crash): then it is no failure;
+- a ``CloudError`` of ``terminate`` (nobody to tell, and the instance bills): tried again in place, with backoff,
+  for ``TERMINATE_PATIENCE_SECONDS``, then a failed delivery as below;
+- anything else is a bug, not the cloud's answer: the delivery fails, the bus tries it again once idle and parks
+  it after ``max_tries`` (a launch's deadline still ends its job in a page; reconciliation ends a leftover).
 """
 
 from __future__ import annotations
@@ -33,12 +45,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.bus import EventBus, HandBack, default_consumer_name
-from bot.cloud.base import CloudProvider
+from bot.cloud.base import CloudError, CloudProvider
 from bot.store import JobStore
+from handlers.backoff import backoff
 from handlers.jobs import TERMINAL_STATES, Job, JobState
 from handlers.launch import build_spec
 from handlers.messages import (
@@ -59,7 +70,6 @@ log = logging.getLogger(__name__)
 
 CloudEffect = Launch | Terminate | Drill | StopRunner
 FollowUp = Launched | LaunchFailed | StopFailed | Notify
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
 # A failing terminate is tried again in place (the instance bills meanwhile) for about this long before the bus
 # counts it as a failed delivery.
 TERMINATE_PATIENCE_SECONDS = 300.0
@@ -127,9 +137,7 @@ class CloudEffects:
             return await self._stop_runner(effect, job)
         try:
             done = await self.cloud.drill(effect.instance_id)
-        except REDIS_ERRORS:
-            raise
-        except Exception as exc:
+        except CloudError as exc:
             if _moved_past(job, effect.instance_id, JobState.RUNNING):
                 # Carried out again after a crash, once the instance had gone the way it was sent: not a failure.
                 log.info("drill on %s: the job moved past %s already (%s)", job.id, effect.instance_id, exc)
@@ -141,9 +149,7 @@ class CloudEffects:
     async def _stop_runner(self, effect: StopRunner, job: Job) -> tuple[str, list[FollowUp]]:
         try:
             await self.cloud.stop_runner(effect.instance_id)
-        except REDIS_ERRORS:
-            raise
-        except Exception as exc:
+        except CloudError as exc:
             if _moved_past(job, effect.instance_id, JobState.STOPPING):
                 log.info("stop on %s: the job moved past %s already (%s)", job.id, effect.instance_id, exc)
                 return "moved on", []
@@ -179,9 +185,7 @@ class CloudEffects:
             instance = await self.cloud.launch(
                 spec, recipe.instance_types.get(self.cloud.name, []), effect.market, avoid_zones=tried
             )
-        except REDIS_ERRORS:
-            raise
-        except Exception as exc:
+        except (CloudError, ValueError) as exc:  # the cloud said no, or the recipe / spec cannot be launched
             log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
             reason = str(exc) or type(exc).__name__
             return f"failed: {reason}", [LaunchFailed(job_id=job.id, attempt=effect.attempt, reason=reason)]
@@ -199,23 +203,22 @@ class CloudEffects:
         return INSTANCE + instance.instance_id, [launched]
 
     async def _terminate(self, instance_id: str) -> None:
-        delay, waited = 1.0, 0.0
+        tries, waited = 0, 0.0
         while True:
             try:
                 await self.cloud.terminate(instance_id)
                 return
-            except REDIS_ERRORS:
-                raise
-            except Exception as exc:
+            except CloudError as exc:
                 if waited >= TERMINATE_PATIENCE_SECONDS:
                     raise
+                tries += 1
+                delay = backoff(tries, base=1.0, cap=30.0)
                 log.warning("terminating %s failed (%s): again in %.0fs", instance_id, exc, delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 if self._stop.is_set():
                     raise HandBack() from exc  # the next replica tries again
                 waited += delay
-                delay = min(delay * 2, 30.0)
 
 
 def _moved_past(job: Job, instance_id: str, asked_in: JobState) -> bool:

@@ -32,12 +32,13 @@ from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
 from bot.effects import CloudEffects
+from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.keys import DEFAULT_KEYS
 from bot.owner_lock import AlreadyOwned, OwnerLock
 from bot.redis_server import RedisHandle, open_redis, redacted
 from bot.replicas import Replicas
-from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_config
+from bot.settings import FileConfig, Settings, all_recipes, load_config
 from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
 from bot.sources.sns_http import sns_routes
 from bot.sources.sns_signature import SnsVerifier
@@ -45,7 +46,6 @@ from bot.sources.sqs import SqsSource
 from bot.store import JobStore
 from bot.timers import Timers
 from handlers.events import utcnow
-from handlers.messages import CloudEvent, dump_message
 
 if TYPE_CHECKING:
     from bot.chat.dingtalk.adapter import DingTalk
@@ -214,22 +214,19 @@ class BotService:
     ) -> tuple[CloudProvider, list[str]]:
         """The configured cloud, and where its runners send their reports (nowhere extra when it routes them)."""
 
-        async def cloud_event(event: CloudEvent) -> None:
-            await bus.publish(dump_message(event))
-
         if self.given_cloud is not None:
             if isinstance(self.given_cloud, LocalCloud) and not self.given_cloud.attached:
                 self.given_cloud.attach(redis.client, redis.url)
             return self.given_cloud, []
         if config.aws is not None and self.settings.finetune_cloud == "aws":
             # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.
-            return AwsCloud(config.aws, cloud_event), []
+            return AwsCloud(config.aws), []
         if config.aliyun is not None and self.settings.finetune_cloud == "aliyun":
             # Runner reports come to this server's public URL (aliyun.report_url, which the provider adds to every
             # spec), signed with FINETUNE_REPORT_SECRET, which the instance's boot script hands the runner.
             from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
 
-            return AliyunCloud(config.aliyun, cloud_event, report_secret=secret), []
+            return AliyunCloud(config.aliyun, report_secret=secret), []
         # Instances are processes of their own, registered in Redis; their reports reach any live replica
         # through the instance (see bot/cloud/local_instance.py), so the spec names no replica of its own.
         cloud = LocalCloud(

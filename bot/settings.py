@@ -19,6 +19,7 @@ from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.slack.config import SlackConfig
 from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.aws import AwsSettings
+from bot.errors import ConfigError
 from bot.redis_server import check_redis_url, redacted
 from handlers.oncall import OnCall
 from handlers.policy import Policy
@@ -92,10 +93,6 @@ class FileConfig(BaseModel):
     slack: SlackConfig = Field(default_factory=SlackConfig)  # alert channel, command name
     aliyun: AliyunSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aliyun
     dingtalk: DingTalkConfig | None = None  # alert robot, card template and languages of the DingTalk groups
-
-
-class ConfigError(ValueError):
-    """The config file is missing or invalid; the message names the file and the field."""
 
 
 def load_settings(**overrides: Any) -> Settings:

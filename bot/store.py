@@ -19,7 +19,6 @@ Every key is named in :mod:`bot.keys`. Commands of concurrent handlers share rou
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ import redis.asyncio as aioredis
 from bot.batch import Batcher
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.routes import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
+from handlers.backoff import backoff
 from handlers.ids import new_event_id
 from handlers.jobs import Change, Job, JobState
 
@@ -366,5 +366,5 @@ def _with_ids(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _backoff(attempt: int) -> None:
-    """A short jittered pause so writers racing on one job do not collide again in lockstep."""
-    await asyncio.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+    """A short, fully jittered pause so writers racing on one job do not collide again in lockstep."""
+    await asyncio.sleep(backoff(attempt + 1, base=0.002, cap=0.02, jitter=1.0))

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from handlers.backoff import backoff
 from runner.storage.base import ObjectMissing, StorageError
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ async def with_retries(
     if not ends:
         raise ValueError("with_retries needs give_up_after or until")
     deadline = min(ends)
-    backoff = FIRST_BACKOFF
+    failures = 0
     last: StorageError | None = None
     while True:
         try:
@@ -55,8 +56,9 @@ async def with_retries(
             raise
         except StorageError as exc:
             last = exc
-            if time.monotonic() + backoff >= deadline:
+            failures += 1
+            delay = backoff(failures, base=FIRST_BACKOFF, cap=max_backoff, jitter=0)
+            if time.monotonic() + delay >= deadline:
                 raise
-            log.warning("%s failed, retrying in %.1fs: %s", what, backoff, exc)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, max_backoff)
+            log.warning("%s failed, retrying in %.1fs: %s", what, delay, exc)
+            await asyncio.sleep(delay)

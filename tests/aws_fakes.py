@@ -71,6 +71,7 @@ class Ec2Proxy:
         self.placement_scores: dict[str, int] | None = None  # zone id -> score; None: moto's own answer
         self.spot_prices: dict[tuple[str, str], float] | None = None
         self.deny_fis = False
+        self.denied_actions: set[str] = set()  # EC2 actions refused with UnauthorizedOperation
         self.calls: list[tuple[str, dict[str, str]]] = []  # (EC2 Action, form) of every EC2 query request
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
@@ -117,6 +118,9 @@ class Ec2Proxy:
                 zone = form.get("Placement.AvailabilityZone", "?")
                 message = f"We currently do not have sufficient {form.get('InstanceType')} capacity in {zone}."
                 return web.Response(status=500, text=ec2_error(code, message), content_type="text/xml")
+        if action in self.denied_actions:
+            message = f"You are not authorized to perform this operation ({action})."
+            return web.Response(status=403, text=ec2_error("UnauthorizedOperation", message), content_type="text/xml")
         if action == "GetSpotPlacementScores" and self.placement_scores is not None:
             return web.Response(text=placement_scores_xml(self.placement_scores), content_type="text/xml")
         if action == "DescribeSpotPriceHistory" and self.spot_prices is not None:

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from bot.bus import EVENT_FIELD, EventBus
 from bot.cloud.aliyun import AliyunCloud
-from bot.settings import ConfigError
+from bot.errors import ConfigError
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH, aliyun_routes, parse_networks
 from bot.store import DEDUP_TTL
 from handlers.aliyun_events import MAX_AGE, event_message_id

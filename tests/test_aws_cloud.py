@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 import bot.cloud.base as cloud_base
 from bot.cloud.aws import AwsCloud, AwsError, AwsSettings
-from bot.cloud.base import LaunchError
+from bot.cloud.base import CloudError, LaunchError
 from handlers.spec import JobSpec, parse_spec
 from tests.aws_fakes import Ec2Proxy, deliver_fis_interruption, spot_request
 from tests.servers import AWS_TEST_ENV, free_port
@@ -369,6 +369,20 @@ async def test_terminate_is_idempotent(world: World, make_cloud: Any) -> None:
     assert world.instance(instance.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
     await cloud.terminate(instance.instance_id)
     await cloud.terminate("i-0123456789abcdef0")
+
+
+async def test_every_refusal_is_a_cloud_error_never_a_raw_botocore_one(proxy: Ec2Proxy, make_cloud: Any) -> None:
+    """The executor catches CloudError only (bot/effects.py): a ClientError escaping would be taken for a bug."""
+    cloud: AwsCloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+    proxy.denied_actions = {"TerminateInstances"}
+    with pytest.raises(AwsError, match=r"could not terminate .*UnauthorizedOperation") as refused:
+        await cloud.terminate(instance.instance_id)
+    assert isinstance(refused.value, CloudError)
+    proxy.denied_actions = {"DescribeInstances"}
+    for act in (cloud.terminate, cloud.stop_runner, cloud.drill):
+        with pytest.raises(CloudError, match="UnauthorizedOperation"):
+            await act(instance.instance_id)
 
 
 async def test_drill_starts_an_fis_experiment_on_the_jobs_spot_instance(world: World, make_cloud: Any) -> None:

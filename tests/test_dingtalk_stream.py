@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from bot.chat.dingtalk.inbound import command_text
+from bot.errors import ConfigError
 from bot.service import BotService
-from bot.settings import ConfigError, Settings
+from bot.settings import Settings
 from handlers.jobs import JobState
 from tests.bot_harness import SECRET, SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
 from tests.fake_dingtalk import (

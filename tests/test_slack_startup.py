@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.settings import ConfigError
+from bot.errors import ConfigError
 from handlers.jobs import JobState
 from tests.bot_harness import running_bot, slack_settings, wait_job
 from tests.fake_slack import SIGNING_SECRET, FakeSlack

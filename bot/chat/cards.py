@@ -24,11 +24,11 @@ from bot.chat.delivery import (
     PermanentDeliveryError,
     Platform,
     TransientDeliveryError,
-    backoff,
 )
 from bot.chat.refs import ChatRefs
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.store import JobStore
+from handlers.backoff import backoff
 from handlers.jobs import Job
 from handlers.messages import Notify
 

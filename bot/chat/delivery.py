@@ -18,21 +18,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from bot.errors import ChatError
 from handlers.jobs import Job
 from handlers.messages import Notify
 
 
-class DeliveryError(Exception):
-    """A notification did not reach the platform."""
-
-
-class TransientDeliveryError(DeliveryError):
+class TransientDeliveryError(ChatError):
     """5xx, 429, a timeout or a dropped connection: the same request may succeed later."""
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
@@ -40,13 +36,13 @@ class TransientDeliveryError(DeliveryError):
         self.retry_after = retry_after
 
 
-class PermanentDeliveryError(DeliveryError):
+class PermanentDeliveryError(ChatError):
     """The platform refused the request for a reason a retry does not change (bad id, no permission, …)."""
 
 
 class Deliverer(Protocol):
     async def deliver(self, job: Job, note: Notify) -> None:
-        """Send ``note`` about ``job`` (or refresh its card), raising a :class:`DeliveryError` when it did not go."""
+        """Send ``note`` about ``job`` (or refresh its card), raising a ``ChatError`` when it did not go."""
         ...
 
 
@@ -70,7 +66,7 @@ class MessageRef:
 @runtime_checkable
 class CardDeliverer(Protocol):
     """A platform that edits one card per job in place and replies under it. Every method may raise a
-    :class:`DeliveryError`; a method may be retried after one, so each does at most one non-repeatable post, as
+    ``ChatError``; a method may be retried after one, so each does at most one non-repeatable post, as
     its last step.
     """
 
@@ -132,9 +128,3 @@ class Platform:
     deliverer: Deliverer | CardDeliverer
     gate: Gate = field(default_factory=Gate)
     coalesce_cards: bool = True
-
-
-def backoff(attempt: int, base: float = 0.5, cap: float = 10.0) -> float:
-    """Seconds to wait before retry number ``attempt`` (1, 2, …): doubling up to ``cap``, with some jitter."""
-    delay = min(cap, base * 2.0 ** max(attempt - 1, 0))
-    return delay * random.uniform(0.8, 1.0)

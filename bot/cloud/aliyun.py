@@ -40,7 +40,7 @@ from alibabacloud_ess20220222 import models as ess_models
 
 from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_settings import AliyunSettings
-from bot.cloud.base import CloudEventSink, CloudProvider, Instance, LaunchError, log_once
+from bot.cloud.base import CloudError, CloudProvider, Instance, LaunchError, log_once
 from bot.cloud.user_data import runner_boot_script
 from handlers.aliyun_placement import classify_aliyun_launch_error
 from handlers.jobs import Market
@@ -68,8 +68,8 @@ _NOT_FOUND = frozenset({"InvalidInstanceId.NotFound", "InvalidInstanceIds.NotFou
 _PRICE_TTL_SECONDS = 3600.0
 
 
-class AliyunError(RuntimeError):
-    """A drill or a stop the cloud could not do; the message says what to fix."""
+class AliyunError(CloudError):
+    """A terminate, a drill, a stop or a listing Alibaba Cloud did not do; the message says what to fix."""
 
 
 def _stamp(moment: datetime) -> str:
@@ -106,11 +106,8 @@ class AliyunCloud:
     name = "aliyun"
     notice: Literal["aws", "aliyun", "none"] = "aliyun"
 
-    def __init__(
-        self, settings: AliyunSettings, on_event: CloudEventSink | None = None, *, report_secret: str | None = None
-    ) -> None:
-        self.settings = settings
-        self.on_event = on_event  # cloud events arrive through the CloudMonitor / EventBridge routes, not from here
+    def __init__(self, settings: AliyunSettings, *, report_secret: str | None = None) -> None:
+        self.settings = settings  # (cloud events arrive through the CloudMonitor / EventBridge routes, not from here)
         self.report_secret = report_secret
         secret = settings.access_key_secret.get_secret_value() if settings.access_key_secret else None
         self.api = AliyunApi(
@@ -624,14 +621,17 @@ class AliyunCloud:
     async def terminate(self, instance_id: str) -> None:
         """Release the instance (a missing one is fine); in scaling-group mode its group goes to desired 0 first,
         so ESS does not replace it."""
-        if self.settings.mode == "scaling-group":
-            group_id = await self._group_of(instance_id)
-            if group_id is not None:
-                try:
-                    await self._set_desired(group_id, 0)
-                except AliyunApiError as exc:
-                    log.warning("could not set group %s to 0: %s", group_id, exc)
-        await self._delete(instance_id)
+        try:
+            if self.settings.mode == "scaling-group":
+                group_id = await self._group_of(instance_id)
+                if group_id is not None:
+                    try:
+                        await self._set_desired(group_id, 0)
+                    except AliyunApiError as exc:
+                        log.warning("could not set group %s to 0: %s", group_id, exc)
+            await self._delete(instance_id)
+        except (AliyunApiError, AliyunUnavailable) as exc:
+            raise AliyunError(f"could not release {instance_id}: {exc}") from exc
 
     async def _delete(self, instance_id: str) -> None:
         try:

@@ -33,7 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bot.cloud.base import CloudEventSink, CloudProvider, Instance, LaunchError, log_once
+from bot.cloud.base import CloudError, CloudProvider, Instance, LaunchError, log_once
 from bot.cloud.user_data import plain_path, runner_boot_script
 from handlers.jobs import Market
 from handlers.placement import (
@@ -77,8 +77,8 @@ _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 _SCORES_RETRY_SECONDS = 3600.0  # after a refusal, ask for placement scores again only this much later
 
 
-class AwsError(RuntimeError):
-    """A drill or a stop the cloud could not do; the message says what to fix."""
+class AwsError(CloudError):
+    """A terminate, a drill, a stop or a listing AWS did not do; the message says what to fix."""
 
 
 class AwsSettings(BaseModel):
@@ -153,6 +153,11 @@ def _error(exc: ClientError) -> tuple[str, str]:
     return str(error.get("Code", "")), str(error.get("Message", ""))
 
 
+def _reason(exc: ClientError) -> str:
+    code, message = _error(exc)
+    return f"{code}: {message}" if message else code or str(exc)
+
+
 def _client_token(*parts: object) -> str:
     """EC2's idempotency token: the same request sent again (after a crash or no answer) starts nothing new."""
     return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
@@ -179,9 +184,8 @@ class AwsCloud:
     name = "aws"
     notice: Literal["aws", "aliyun", "none"] = "aws"
 
-    def __init__(self, settings: AwsSettings, on_event: CloudEventSink | None = None) -> None:
-        self.settings = settings
-        self.on_event = on_event  # cloud events arrive through EventBridge -> SQS / SNS, not from here (yet)
+    def __init__(self, settings: AwsSettings) -> None:
+        self.settings = settings  # (cloud events arrive through EventBridge -> SQS / SNS, not from here)
         self.region: str | None = (
             settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         )
@@ -634,7 +638,9 @@ class AwsCloud:
         except ClientError as exc:
             if _error(exc)[0] in _NOT_FOUND_INSTANCE:
                 return None
-            raise
+            raise AwsError(f"could not look up instance {instance_id}: {_reason(exc)}") from exc
+        except (BotoCoreError, ResponseParserError) as exc:
+            raise AwsError(f"EC2 did not answer DescribeInstances for {instance_id}: {exc}") from exc
         for reservation in reply.get("Reservations", []):
             for instance in reservation.get("Instances", []):
                 return dict(instance)
@@ -686,14 +692,16 @@ class AwsCloud:
             asg = await self._client("autoscaling")
             try:
                 await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
-            except ClientError as exc:
-                log.warning("could not set group %s to 0: %s", group, _error(exc))
+            except (ClientError, BotoCoreError) as exc:
+                log.warning("could not set group %s to 0: %s", group, exc)
         ec2 = await self._client("ec2")
         try:
             await ec2.terminate_instances(InstanceIds=[instance_id])
         except ClientError as exc:
             if _error(exc)[0] not in _NOT_FOUND_INSTANCE:
-                raise
+                raise AwsError(f"could not terminate {instance_id}: {_reason(exc)}") from exc
+        except (BotoCoreError, ResponseParserError) as exc:
+            raise AwsError(f"EC2 did not answer TerminateInstances for {instance_id}: {exc}") from exc
 
     async def stop_runner(self, instance_id: str) -> None:
         """Ask the runner to checkpoint and stop by writing ``<prefix><job>/control/attempt-<n>.json`` =

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from bot.errors import CloudError as CloudError  # the port's errors, with the port
+from bot.errors import LaunchError as LaunchError
 from handlers.jobs import Market
-from handlers.messages import CloudEvent
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
-
-CloudEventSink = Callable[[CloudEvent], Awaitable[None]]
 
 _logged_once: set[str] = set()
 
@@ -22,10 +21,6 @@ def log_once(log: logging.Logger, key: str, message: str, *args: object) -> None
     if key not in _logged_once:
         _logged_once.add(key)
         log.warning(message, *args)
-
-
-class LaunchError(RuntimeError):
-    """No capacity, no permission, a bad template: the attempt did not start (the message says why)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +34,9 @@ class Instance:
 
 
 class CloudProvider(Protocol):
+    """Every method raises :class:`CloudError` (:class:`LaunchError` from ``launch``) for what the cloud did not do,
+    never an SDK's own exception: each provider maps those at its edge."""
+
     name: str  # the key of the recipe's instance_types to use
     notice: Literal["aws", "aliyun", "none"]  # which metadata service the runner should watch
 

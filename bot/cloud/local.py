@@ -29,7 +29,7 @@ from typing import Any, Literal
 import aiohttp
 import redis.asyncio as aioredis
 
-from bot.cloud.base import Instance, LaunchError
+from bot.cloud.base import CloudError, Instance, LaunchError
 from bot.cloud.local_instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
 from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry, local_instance_id
 from bot.keys import DEFAULT_KEYS, Keys
@@ -190,7 +190,7 @@ class LocalCloud:
             return
         try:
             await self._control(record, "terminate")
-        except LaunchError:
+        except CloudError:
             # Its control endpoint is down (the instance process died): the machine is ours, so its runner is
             # taken down here, if that process group is still this instance's runner (a pid may be reused).
             if _is_runner_of(record.runner_pid, instance_id):
@@ -241,7 +241,7 @@ class LocalCloud:
     async def _running(self, instance_id: str) -> LocalInstanceRecord:
         record = await self.registry.get(instance_id)
         if record is None or record.state != "running":
-            raise LaunchError(f"instance {instance_id} is not running")
+            raise CloudError(f"instance {instance_id} is not running")
         return record
 
     async def _control(self, record: LocalInstanceRecord, action: str, body: dict[str, Any] | None = None) -> Any:
@@ -251,10 +251,10 @@ class LocalCloud:
         try:
             async with self._http.post(url, json=body or {}, headers={TOKEN_HEADER: record.token}) as response:
                 if response.status != 200:
-                    raise LaunchError(f"instance {record.instance_id} refused {action}: HTTP {response.status}")
+                    raise CloudError(f"instance {record.instance_id} refused {action}: HTTP {response.status}")
                 return await response.json()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise LaunchError(f"instance {record.instance_id} is not running ({action}: {exc})") from exc
+            raise CloudError(f"instance {record.instance_id} is not running ({action}: {exc})") from exc
 
 
 def _is_runner_of(pid: int, instance_id: str) -> bool:

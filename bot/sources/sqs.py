@@ -33,6 +33,7 @@ from aiobotocore.session import get_session
 
 from bot.redis_server import UNAVAILABLE
 from handlers.aws_events import UnrecognisedMessage, parse_aws_message
+from handlers.backoff import backoff
 from handlers.messages import BusMessage, dump_message
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class SqsSource:
                 except Exception as exc:
                     failures += 1
                     self.stats.errors += 1
-                    delay = min(0.5 * 2 ** (failures - 1), self.max_backoff)
+                    delay = backoff(failures, base=0.5, cap=self.max_backoff, jitter=0)
                     log.warning("cannot receive from %s (%s): retrying in %.1fs", self.queue_url, exc, delay)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), delay)

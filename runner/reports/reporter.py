@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Sequence
 
+from handlers.backoff import backoff
 from handlers.events import RunnerReport, dump_report
 from runner.reports.base import PermanentDeliveryError, ReportTarget
 
@@ -72,7 +72,6 @@ class Reporter:
                 queue.task_done()
 
     async def _deliver_with_retry(self, target: ReportTarget, line: str, report_type: str) -> None:
-        backoff = self.first_backoff
         failures = 0
         while True:
             try:
@@ -88,5 +87,4 @@ class Reporter:
                 failures += 1
                 if failures == 1:
                     log.warning("report target %s failing, will retry: %r", target.name, exc)
-                await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
-                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+                await asyncio.sleep(backoff(failures, base=self.first_backoff, cap=MAX_BACKOFF_SECONDS))

@@ -21,8 +21,8 @@ from bot.chat.dingtalk.ledger import StoreLedger
 from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.stream import DingTalkStream
 from bot.chat.dingtalk.webhooks import Webhooks
+from bot.errors import ConfigError
 from bot.keys import Keys
-from bot.settings import ConfigError
 from bot.store import JobStore
 
 log = logging.getLogger(__name__)

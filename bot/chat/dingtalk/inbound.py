@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.chat.catalog import Lang, text
-from bot.chat.delivery import DeliveryError
 from bot.chat.dingtalk.cards import BUTTONS, clicked, job_of
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.dingtalk.markdown import reply
 from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.webhooks import Markdown, Webhooks
+from bot.errors import ChatError
 from handlers.commands import USAGE
 from handlers.jobs import ChatRef
 
@@ -143,7 +143,7 @@ class Inbound:
                 try:
                     await self.webhooks.session_reply(message.session_webhook, answer)
                     return
-                except DeliveryError as exc:
+                except ChatError as exc:
                     if message.conversation_type != GROUP:
                         raise
                     log.warning("DingTalk session webhook failed (%s); answering through the OpenAPI", exc)
@@ -151,7 +151,7 @@ class Inbound:
                 await self.api.send_group_markdown(message.conversation_id, self.robot_code, answer.title, answer.text)
             else:
                 log.warning("DingTalk: no way left to answer %s (session webhook expired)", message.message_id)
-        except DeliveryError as exc:
+        except ChatError as exc:
             log.warning("DingTalk answer to %s not sent: %s", message.message_id, exc)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:

@@ -28,9 +28,10 @@ from dingtalk_stream import (
 )
 from dingtalk_stream.version import VERSION_STRING
 
-from bot.chat.delivery import DeliveryError, PermanentDeliveryError
+from bot.chat.delivery import PermanentDeliveryError
 from bot.chat.dingtalk.inbound import Click, Inbound, Incoming
 from bot.chat.dingtalk.transport import call
+from bot.errors import ChatError
 from bot.log_limit import LimitedLog
 from bot.redis_server import UNAVAILABLE
 
@@ -126,7 +127,7 @@ class DingTalkStream:
                     failures = 0
                     await self._serve(ws)
                 await asyncio.sleep(0.2)
-            except (DeliveryError, OSError, TimeoutError, ValueError, websockets.WebSocketException) as exc:
+            except (ChatError, OSError, TimeoutError, ValueError, websockets.WebSocketException) as exc:
                 delay = self.retry_seconds[min(failures, len(self.retry_seconds) - 1)]
                 failures += 1
                 log.warning("DingTalk stream: %s; reconnecting in %.0fs", exc or type(exc).__name__, delay)

@@ -12,8 +12,9 @@ import logging
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError, backoff
+from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
 from bot.chat.slack.errors import call
+from handlers.backoff import backoff
 
 log = logging.getLogger(__name__)
 

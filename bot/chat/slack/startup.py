@@ -17,7 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
 from bot.chat.slack.errors import call
-from bot.settings import ConfigError
+from bot.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
