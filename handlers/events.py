@@ -71,13 +71,30 @@ class CheckpointSaved(_Report):
     reason: Literal["periodic", "rebalance", "notice", "final"] = "periodic"
 
 
-class Notice(_Report):
-    """The cloud announced something: a spot interruption, a rebalance recommendation or a stop request."""
+NoticeKind = Literal["spot-interruption", "rebalance", "termination", "stop"]
 
-    type: Literal["notice"] = "notice"
-    kind: Literal["spot-interruption", "rebalance", "termination", "stop"]
+
+class InstanceNotice(BaseModel):
+    """The cloud (or an operator) wants this instance back: what a runner's notice watcher sees, and what its
+    :class:`Notice` report says. ``deadline``: when the machine goes away (``None``: no fixed time, e.g. rebalance).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    kind: NoticeKind
     source: str
     deadline: datetime | None = None
+
+    @property
+    def interrupts(self) -> bool:
+        """Rebalance only advises; every other kind ends this attempt."""
+        return self.kind != "rebalance"
+
+
+class Notice(_Report, InstanceNotice):
+    """The runner's report of an :class:`InstanceNotice`: a spot interruption, a rebalance recommendation or a
+    stop request."""
+
+    type: Literal["notice"] = "notice"
 
 
 class GivenUp(BaseModel):

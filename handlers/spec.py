@@ -11,7 +11,7 @@ import re
 from typing import Annotated, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from handlers.ids import JOB_ID_PATTERN
 
@@ -153,3 +153,41 @@ def parse_spec(raw: str | bytes) -> JobSpec:
             where = ".".join(str(part) for part in error["loc"]) or "spec"
             problems.append(f"{where}: {error['msg']}")
         raise SpecError("invalid job spec: " + "; ".join(problems)) from None
+
+
+# -- the control object: what the bot asks of a running runner, besides the spec --------------------------------
+# ``<checkpoint_uri>control/attempt-<n>.json``, polled by the runner (``runner/notices/control.py``); written by
+# the AWS and Alibaba providers. A state, not a message: writing it again changes nothing.
+
+
+def control_key(attempt: int) -> str:
+    """The control object's key, relative to the job's checkpoint prefix."""
+    return f"control/attempt-{attempt}.json"
+
+
+class StopControl(BaseModel):
+    """Checkpoint, commit, release the capacity, exit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    action: Literal["stop"] = "stop"
+
+
+class DrillControl(BaseModel):
+    """Behave exactly as on a spot notice that reclaims the instance at ``deadline`` (clouds without FIS)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    action: Literal["drill"] = "drill"
+    deadline: AwareDatetime
+
+
+ControlRequest = Annotated[StopControl | DrillControl, Field(discriminator="action")]
+_CONTROL: TypeAdapter[StopControl | DrillControl] = TypeAdapter(ControlRequest)
+
+
+def dump_control(request: StopControl | DrillControl) -> bytes:
+    return request.model_dump_json().encode()
+
+
+def parse_control(raw: bytes | str) -> StopControl | DrillControl:
+    """The control object; ``ValueError`` (pydantic's, naming the field) when it is malformed or unknown."""
+    return _CONTROL.validate_json(raw)

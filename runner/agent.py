@@ -32,6 +32,7 @@ from handlers.events import (
     CheckpointSaved,
     Completed,
     Failed,
+    InstanceNotice,
     Interrupted,
     Progress,
     RunnerWarning,
@@ -44,7 +45,7 @@ from runner.local_checkpoints import LocalCheckpoint, newest_complete
 from runner.notice_commit import NoticeCommit, NoticeOutcome, TrainerState
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
-from runner.notices.base import Notice, NoticeSource
+from runner.notices.base import NoticeSource
 from runner.notices.control import CONTROL_POLL_SECONDS, ControlObjectSource
 from runner.notices.watch import watch_notices
 from runner.progress import ProgressTail
@@ -134,7 +135,7 @@ class Runner:
         self.files = TrainerFiles.under(options.work_dir)
         self.output_dir = self.files.output_dir
         self.progress = ProgressTail(self.files.progress_file)
-        self.notices: asyncio.Queue[Notice] = asyncio.Queue()
+        self.notices: asyncio.Queue[InstanceNotice] = asyncio.Queue()
         self.sync = CheckpointSync(
             self.checkpoints,
             self.output_dir,
@@ -233,7 +234,7 @@ class Runner:
                 self.reporter.emit(Failed(**self.ids, reason=str(exc), step=self.progress.state.step))
                 return EXIT_FAILED
             outcome = await self._watch(trainer)
-            if isinstance(outcome, Notice):
+            if isinstance(outcome, InstanceNotice):
                 return await self._interrupt(trainer, outcome)
             if outcome == 0:
                 return await self._complete()
@@ -262,7 +263,7 @@ class Runner:
                 )
             )
 
-    async def _watch(self, trainer: TrainerProcess) -> int | Notice:
+    async def _watch(self, trainer: TrainerProcess) -> int | InstanceNotice:
         """Until the trainer exits (its code) or an interrupting notice arrives (the notice)."""
         background = [
             asyncio.create_task(self._sync_loop(), name="sync"),
@@ -294,7 +295,7 @@ class Runner:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
 
-    async def _interrupt(self, trainer: TrainerProcess, notice: Notice) -> int:
+    async def _interrupt(self, trainer: TrainerProcess, notice: InstanceNotice) -> int:
         """Commit what can make it before the deadline, report before the deadline, exit 75.
 
         The commit runs until the cutoff (the deadline less the report's reserve) at the latest; the report
@@ -327,7 +328,7 @@ class Runner:
         return EXIT_INTERRUPTED
 
     def _interrupted_report(
-        self, notice: Notice, deadline: datetime, noticed: float, outcome: NoticeOutcome
+        self, notice: InstanceNotice, deadline: datetime, noticed: float, outcome: NoticeOutcome
     ) -> Interrupted:
         now = time.monotonic()
         # save: notice → the fresh checkpoint complete on disk (none: 0); upload: from then to the commit's end.
@@ -506,4 +507,4 @@ class Runner:
     def _stop_requested(self, signum: int) -> None:
         log.warning("received %s: checkpointing and stopping", signal.Signals(signum).name)
         deadline = datetime.now(UTC) + timedelta(seconds=self.options.stop_grace_seconds)
-        self.notices.put_nowait(Notice("stop", "signal", deadline))
+        self.notices.put_nowait(InstanceNotice(kind="stop", source="signal", deadline=deadline))

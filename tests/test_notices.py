@@ -10,9 +10,10 @@ import aiohttp
 import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
+from handlers.events import InstanceNotice
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
-from runner.notices.base import MetadataUnavailable, Notice
+from runner.notices.base import MetadataUnavailable
 from runner.notices.watch import watch_notices
 from tests.servers import free_port
 
@@ -105,7 +106,7 @@ async def test_aliyun_termination_time() -> None:
 
 async def test_watcher_hands_each_notice_over_once_and_reports_an_outage_once(imds: LocalMetadataServer) -> None:
     source = AwsImdsSource(imds.endpoint)
-    notices: asyncio.Queue[Notice] = asyncio.Queue()
+    notices: asyncio.Queue[InstanceNotice] = asyncio.Queue()
     outages: list[str] = []
     watcher = asyncio.create_task(watch_notices(source, notices, outages.append, interval=0.05))
     try:

@@ -53,8 +53,7 @@ from handlers.placement import (
     order_spot_candidates,
 )
 from handlers.reconcile import CloudInstance
-from handlers.spec import JobSpec
-from runner.notices.control import control_key
+from handlers.spec import DrillControl, JobSpec, StopControl, control_key, dump_control
 from runner.storage.base import StorageError
 from runner.storage.s3 import S3Store
 
@@ -70,10 +69,6 @@ _PRICE_TTL_SECONDS = 3600.0
 
 class AliyunError(CloudError):
     """A terminate, a drill, a stop or a listing Alibaba Cloud did not do; the message says what to fix."""
-
-
-def _stamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _tags(instance: dict[str, Any]) -> dict[str, str]:
@@ -641,9 +636,9 @@ class AliyunCloud:
                 raise
 
     async def stop_runner(self, instance_id: str) -> None:
-        """Ask the runner to checkpoint and stop: ``{"action": "stop"}`` in its control object on OSS."""
+        """Ask the runner to checkpoint and stop: :class:`~handlers.spec.StopControl` in its control object on OSS."""
         _, job_id, attempt = await self._job_of(instance_id)
-        await self._write_control(job_id, attempt, {"action": "stop"})
+        await self._write_control(job_id, attempt, StopControl())
 
     async def drill(self, instance_id: str) -> str:
         """An interruption drill: the runner's control object announces a reclaim at now + grace (the runner then
@@ -654,7 +649,7 @@ class AliyunCloud:
             raise AliyunError(f"instance {instance_id} is {status or 'gone'}: nothing to interrupt")
         grace = self.settings.drill_grace_seconds
         deadline = datetime.now(UTC) + timedelta(seconds=grace)
-        key = await self._write_control(job_id, attempt, {"action": "drill", "deadline": _stamp(deadline)})
+        key = await self._write_control(job_id, attempt, DrillControl(deadline=deadline))
         task = asyncio.create_task(self._release_after(instance_id, grace), name=f"drill:{instance_id}")
         self._drills.add(task)
         task.add_done_callback(self._drills.discard)
@@ -663,10 +658,10 @@ class AliyunCloud:
             f"oss://{self.settings.bucket}/{key}; the instance is released at {deadline:%H:%M:%S} UTC"
         )
 
-    async def _write_control(self, job_id: str, attempt: int, command: dict[str, str]) -> str:
+    async def _write_control(self, job_id: str, attempt: int, request: StopControl | DrillControl) -> str:
         key = self.control_key(job_id, attempt)
         try:
-            await self._put_object(key, json.dumps(command).encode())
+            await self._put_object(key, dump_control(request))
         except (StorageError, AliyunUnavailable) as exc:
             raise AliyunError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
         return key

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import json
 import logging
 import os
 import re
@@ -46,8 +45,15 @@ from handlers.placement import (
     scores_by_zone,
 )
 from handlers.reconcile import CloudInstance
-from handlers.spec import JobSpec, ReleaseAwsAutoScaling, ReleaseAwsInstance, check_report_target
-from runner.notices.control import control_key
+from handlers.spec import (
+    JobSpec,
+    ReleaseAwsAutoScaling,
+    ReleaseAwsInstance,
+    StopControl,
+    check_report_target,
+    control_key,
+    dump_control,
+)
 
 log = logging.getLogger(__name__)
 
@@ -704,8 +710,8 @@ class AwsCloud:
             raise AwsError(f"EC2 did not answer TerminateInstances for {instance_id}: {exc}") from exc
 
     async def stop_runner(self, instance_id: str) -> None:
-        """Ask the runner to checkpoint and stop by writing ``<prefix><job>/control/attempt-<n>.json`` =
-        ``{"action": "stop"}``, the control object the runner polls.
+        """Ask the runner to checkpoint and stop by writing :class:`~handlers.spec.StopControl` to
+        ``<prefix><job>/control/attempt-<n>.json``, the control object the runner polls.
 
         Not SSM Run Command: that needs the SSM agent and the AmazonSSMManagedInstanceCore role on the
         instance, and has no effect in moto. The control object needs only the S3 access the runner already
@@ -718,7 +724,7 @@ class AwsCloud:
             await s3.put_object(
                 Bucket=self.settings.bucket,
                 Key=key,
-                Body=json.dumps({"action": "stop"}).encode(),
+                Body=dump_control(StopControl()),
                 ContentType="application/json",
             )
         except (ClientError, BotoCoreError) as exc:

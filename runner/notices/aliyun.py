@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 
+from handlers.events import InstanceNotice
 from runner.notices.aws import parse_time
-from runner.notices.base import MetadataUnavailable, Notice
+from runner.notices.base import MetadataUnavailable
 from runner.notices.http import MetadataHttp
 
 DEFAULT_ENDPOINT = "http://100.100.100.200"
@@ -22,7 +23,7 @@ class AliyunMetadataSource(MetadataHttp):
     def __init__(self, endpoint: str | None = None) -> None:
         super().__init__(endpoint or os.environ.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_ENDPOINT)
 
-    async def poll(self) -> list[Notice]:
+    async def poll(self) -> list[InstanceNotice]:
         body = await self.get("/latest/meta-data/instance/spot/termination-time")
         if body is None:
             return []
@@ -30,4 +31,4 @@ class AliyunMetadataSource(MetadataHttp):
             deadline = parse_time(body.strip())
         except ValueError as exc:
             raise MetadataUnavailable(f"termination-time is not a timestamp: {body[:60]!r}") from exc
-        return [Notice("termination", self.name, deadline)]
+        return [InstanceNotice(kind="termination", source=self.name, deadline=deadline)]

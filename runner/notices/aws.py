@@ -12,7 +12,8 @@ import os
 import time
 from datetime import datetime
 
-from runner.notices.base import MetadataUnavailable, Notice
+from handlers.events import InstanceNotice
+from runner.notices.base import MetadataUnavailable
 from runner.notices.http import MetadataHttp, TokenRefused
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
@@ -33,15 +34,17 @@ class AwsImdsSource(MetadataHttp):
         self._token: str | None = None
         self._token_expires = 0.0
 
-    async def poll(self) -> list[Notice]:
+    async def poll(self) -> list[InstanceNotice]:
         notices = []
         action = await self.get("/latest/meta-data/spot/instance-action")
         if action is not None:
-            notices.append(Notice("spot-interruption", self.name, _deadline(_json(action))))
+            notices.append(
+                InstanceNotice(kind="spot-interruption", source=self.name, deadline=_deadline(_json(action)))
+            )
         rebalance = await self.get("/latest/meta-data/events/recommendations/rebalance")
         if rebalance is not None:
             _json(rebalance)
-            notices.append(Notice("rebalance", self.name, None))
+            notices.append(InstanceNotice(kind="rebalance", source=self.name, deadline=None))
         return notices
 
     async def get(self, path: str) -> str | None:

@@ -2,29 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal, Protocol
+from typing import Protocol
 
-NoticeKind = Literal["spot-interruption", "rebalance", "termination", "stop"]
+from handlers.events import InstanceNotice
 
 
 class MetadataUnavailable(RuntimeError):
     """The metadata service did not answer usefully; training goes on regardless."""
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """One notice; ``deadline`` is when the machine goes away (``None``: no fixed time, e.g. rebalance)."""
-
-    kind: NoticeKind
-    source: str
-    deadline: datetime | None = None
-
-    @property
-    def interrupts(self) -> bool:
-        """Rebalance only advises; every other kind ends this attempt."""
-        return self.kind != "rebalance"
 
 
 class NoticeSource(Protocol):
@@ -32,7 +16,7 @@ class NoticeSource(Protocol):
 
     name: str
 
-    async def poll(self) -> list[Notice]:
+    async def poll(self) -> list[InstanceNotice]:
         """The notices standing now (may repeat every round); raise MetadataUnavailable when unreachable."""
         ...
 

@@ -11,7 +11,8 @@ import logging
 import os
 from collections.abc import Callable
 
-from runner.notices.base import MetadataUnavailable, Notice, NoticeSource
+from handlers.events import InstanceNotice
+from runner.notices.base import MetadataUnavailable, NoticeSource
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +28,13 @@ def poll_interval() -> float:
 
 async def watch_notices(
     source: NoticeSource,
-    notices: asyncio.Queue[Notice],
+    notices: asyncio.Queue[InstanceNotice],
     on_outage: Callable[[str], None],
     interval: float | None = None,
 ) -> None:
     """Run until cancelled, putting each distinct notice on ``notices`` once."""
     period = interval if interval is not None else poll_interval()
-    seen: set[Notice] = set()
+    seen: set[InstanceNotice] = set()
     failures = 0
     while True:
         try:
