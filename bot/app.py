@@ -59,7 +59,6 @@ class Bot:
         self.recipes = dict(recipes)
         self.clock = clock
         self.oncall = oncall or OnCall()
-        self.malformed = 0
 
     # -- chat commands ------------------------------------------------------------------------------------
 
@@ -186,7 +185,6 @@ class Bot:
         try:
             message = parse_message(raw)
         except ValidationError as exc:
-            self.malformed += 1
             log.error("dropped a malformed bus message %s: %s", raw.get("id"), exc.errors()[:3])
             return
         if isinstance(message, TIMERS) and message.due > self.clock():

@@ -95,7 +95,6 @@ class CloudEffects:
         self.python = python
         self.bus = EventBus(redis, stream=store.keys.cloud, group="cloud", consumer=consumer or default_consumer_name())
         self.launched = 0
-        self.malformed = 0
         self._stop = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -107,7 +106,6 @@ class CloudEffects:
         try:
             effect = parse_message(raw)
         except ValidationError as exc:
-            self.malformed += 1
             log.error("dropped a malformed cloud effect %s: %s", raw.get("id"), exc.errors()[:3])
             return
         if not isinstance(effect, CloudEffect):

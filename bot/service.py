@@ -3,8 +3,9 @@
 ``serve``, ``demo`` and ``chat`` all run this same service; they differ only in the chat adapter in front.
 Three consumers run side by side, each on its own queue (:mod:`bot.keys`): the bot on the events stream, the
 chat outbox on the chat stream, the cloud executor on the cloud stream; and the timer loop. Stopping is clean:
-each consumer finishes the message in flight (or leaves it pending for another replica), then the HTTP server,
-the cloud and Redis are closed in that order.
+each consumer finishes the message in flight (or leaves it pending for another replica), then everything opened
+is closed in the reverse order of opening: each part is put on one :class:`contextlib.AsyncExitStack` as it is
+opened, with its own close, so a start that fails half-way closes exactly what it had opened.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import gc
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import redis.asyncio as aioredis
 from aiohttp import web
 
 from bot.app import Bot
@@ -54,19 +58,67 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class CloudWiring:
+    """What building a cloud may use: the settings, the config file, the bot's Redis and its report secret."""
+
+    settings: Settings
+    config: FileConfig
+    redis: RedisHandle
+    report_secret: str
+
+
+CloudFactory = Callable[[CloudWiring], CloudProvider]
+
+
+def open_cloud(wiring: CloudWiring) -> CloudProvider:
+    """The cloud ``FINETUNE_CLOUD`` names, built from its config section (ConfigError when that is missing).
+
+    AWS runners report through SNS -> SQS (the provider adds the topic to every spec), Alibaba runners to the
+    bot's public URL (``aliyun.report_url``) signed with ``FINETUNE_REPORT_SECRET``; local instances are processes
+    of their own, registered in Redis, whose reports reach any live replica through the instance
+    (``bot/cloud/local_instance.py``).
+    """
+    settings, config, redis = wiring.settings, wiring.config, wiring.redis
+    if settings.finetune_cloud == "aws":
+        if config.aws is None:
+            raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
+        return AwsCloud(config.aws)
+    if settings.finetune_cloud == "aliyun":
+        if config.aliyun is None:
+            raise ConfigError("FINETUNE_CLOUD=aliyun needs an aliyun: section in FINETUNE_CONFIG (region, bucket…)")
+        if config.aliyun.report_url and not settings.finetune_report_secret:
+            raise ConfigError("aliyun.report_url needs FINETUNE_REPORT_SECRET: runners sign their reports with it")
+        from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
+
+        return AliyunCloud(config.aliyun, report_secret=wiring.report_secret)
+    return LocalCloud(
+        settings.finetune_state_dir,
+        redis.client,
+        redis.url,
+        grace_seconds=settings.finetune_local_grace_seconds,
+        runner_env={"FINETUNE_REPORT_SECRET": wiring.report_secret},
+        dialect=settings.finetune_local_dialect,
+        checkpoint_base=settings.finetune_local_checkpoints,
+    )
+
+
 class BotService:
+    """``cloud``: how to build the cloud (default :func:`open_cloud`); a test builds its own on the same wiring."""
+
     def __init__(
         self,
         settings: Settings,
         chat: ChatPort | None = None,
-        cloud: CloudProvider | None = None,
+        cloud: CloudFactory = open_cloud,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.settings = settings
         self.clock = clock  # the bot's and the timers' idea of now: tests step it to walk an escalation ladder
         self.chat = chat or ConsoleChat()
-        self.given_cloud = cloud  # tests put the real provider behind what the cloud itself would do
+        self.cloud_factory = cloud
         self.stopping = asyncio.Event()
+        self._stack = AsyncExitStack()
         self._tasks: list[asyncio.Task[None]] = []
         self._redis: RedisHandle | None = None
         self._http: web.AppRunner | None = None
@@ -114,15 +166,16 @@ class BotService:
 
     async def start(self) -> BotService:
         self._own_state_dir()  # first: a second bot says only that, and touches nothing of the first one's
+        self._stack.callback(self._owner.release)
         try:
             config = load_config(self.settings)
             if config.policy.open:
                 log.warning("no permission rules configured: everyone may use every command")
             aliyun_intake = self._check_aliyun(config)  # before anything starts
-            if self.settings.finetune_cloud == "aws" and config.aws is None and self.given_cloud is None:
-                raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
             # Chat platforms are checked before anything starts: a refused token is one error, and nothing to undo.
             self._slack = await self._connect_slack(config)
+            if self._slack is not None:
+                self._stack.push_async_callback(self._slack.close)
             return await self._start(config, aliyun_intake)
         except BaseException:
             await self.stop()
@@ -143,17 +196,26 @@ class BotService:
 
     async def _start(self, config: FileConfig, aliyun_intake: tuple[str, list[Network]] | None) -> BotService:
         secret = self.settings.finetune_report_secret or secrets.token_urlsafe(32)
+        stack = self._stack
         try:
             self._redis = redis = await open_redis(self.settings)
         except AlreadyOwned as exc:  # the state dir is ours, so this is a server started by hand on its data
             raise ConfigError(f"a Valkey (owner pid {exc.pid or '?'}) already serves {exc.path.parent}") from None
+        stack.push_async_callback(redis.close)
+
+        def own_client() -> aioredis.Redis:
+            """A client with a pool of its own (one per consumer, so a blocking read holds up no other)."""
+            client = redis.new_client()
+            stack.push_async_callback(client.aclose)
+            return client
+
         keys = DEFAULT_KEYS
         store = JobStore(redis.client, keys)
         consumer = default_consumer_name()
-        self._bus = bus = EventBus(redis.new_client(), stream=keys.events, consumer=consumer)
+        self._bus = bus = EventBus(own_client(), stream=keys.events, consumer=consumer)
         await bus.ensure_group()
         timers = Timers(redis.client, keys, clock=self.clock)
-        await self._start_dingtalk(config, store)
+        self.dingtalk = await self._start_dingtalk(config, store)
 
         app = build_app(store, bus, secret, extra_metrics=lambda: self._outbox.metrics() if self._outbox else {})
         if self.settings.sns_topics:
@@ -164,6 +226,7 @@ class BotService:
             self._slack.mount(app)
         self._http = web.AppRunner(app, access_log=None, logger=server_logger())
         await self._http.setup()
+        stack.push_async_callback(self._http.cleanup)
         host, port = self.settings.finetune_http_host, self.settings.finetune_http_port
         try:
             await web.TCPSite(self._http, host, port).start()
@@ -175,12 +238,14 @@ class BotService:
             ) from None
         self.port = int(self._http.addresses[0][1])
 
-        self._cloud, reports = self._open_cloud(config, secret, bus, redis)
-        self._outbox = outbox = self._chat_outbox(redis, store, consumer)
+        self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, secret))
+        stack.push_async_callback(cloud.close)
+        self._outbox = outbox = self._chat_outbox(own_client(), store, consumer)
         recipes = all_recipes(config)
-        effects = CloudEffects(redis.new_client(), store, self._cloud, recipes, reports, consumer=consumer)
+        # Every report target is the cloud's own (SNS, the report URL, the local instance): none extra here.
+        effects = CloudEffects(own_client(), store, cloud, recipes, [], consumer=consumer)
         self._effects = effects
-        self._bot = bot = Bot(store, self._cloud, config.policy, recipes, clock=self.clock, oncall=config.oncall)
+        self._bot = bot = Bot(store, cloud, config.policy, recipes, clock=self.clock, oncall=config.oncall)
         host = self.settings.finetune_http_host
         report_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self.port}{REPORTS_PATH}"
         self._tasks = [
@@ -209,47 +274,11 @@ class BotService:
         )
         return self
 
-    def _open_cloud(
-        self, config: FileConfig, secret: str, bus: EventBus, redis: RedisHandle
-    ) -> tuple[CloudProvider, list[str]]:
-        """The configured cloud, and where its runners send their reports (nowhere extra when it routes them)."""
-
-        if self.given_cloud is not None:
-            if isinstance(self.given_cloud, LocalCloud) and not self.given_cloud.attached:
-                self.given_cloud.attach(redis.client, redis.url)
-            return self.given_cloud, []
-        if config.aws is not None and self.settings.finetune_cloud == "aws":
-            # Runner reports travel SNS -> SQS (the provider adds the topic to every spec), not to this server.
-            return AwsCloud(config.aws), []
-        if config.aliyun is not None and self.settings.finetune_cloud == "aliyun":
-            # Runner reports come to this server's public URL (aliyun.report_url, which the provider adds to every
-            # spec), signed with FINETUNE_REPORT_SECRET, which the instance's boot script hands the runner.
-            from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
-
-            return AliyunCloud(config.aliyun, report_secret=secret), []
-        # Instances are processes of their own, registered in Redis; their reports reach any live replica
-        # through the instance (see bot/cloud/local_instance.py), so the spec names no replica of its own.
-        cloud = LocalCloud(
-            self.settings.finetune_state_dir,
-            redis.client,
-            redis.url,
-            grace_seconds=self.settings.finetune_local_grace_seconds,
-            runner_env={"FINETUNE_REPORT_SECRET": secret},
-            dialect=self.settings.finetune_local_dialect,
-            checkpoint_base=self.settings.finetune_local_checkpoints,
-        )
-        return cloud, []
-
     # -- Alibaba Cloud: FINETUNE_CLOUD=aliyun and the CloudMonitor / EventBridge routes -------------------------
 
     def _check_aliyun(self, config: FileConfig) -> tuple[str, list[Network]] | None:
-        """ConfigError for an unusable Alibaba setup; the event routes' token and source networks, or None when no
-        token is set (no routes). A report URL needs a fixed FINETUNE_REPORT_SECRET: runners outlive the bot."""
-        if self.settings.finetune_cloud == "aliyun" and self.given_cloud is None:
-            if config.aliyun is None:
-                raise ConfigError("FINETUNE_CLOUD=aliyun needs an aliyun: section in FINETUNE_CONFIG (region, bucket…)")
-            if config.aliyun.report_url and not self.settings.finetune_report_secret:
-                raise ConfigError("aliyun.report_url needs FINETUNE_REPORT_SECRET: runners sign their reports with it")
+        """The CloudMonitor / EventBridge routes' token and source networks, or None when no token is set (no
+        routes); ConfigError for an unusable one. (The Alibaba cloud itself is checked by :func:`open_cloud`.)"""
         token = self.settings.finetune_aliyun_webhook_token
         if not token:
             return None
@@ -271,28 +300,11 @@ class BotService:
                 await before_close()
             except Exception:
                 log.exception("cleaning up before closing")
-        if self.dingtalk is not None:
-            await self.dingtalk.close()
-        if self._http is not None:
-            await self._http.cleanup()
-        if self._slack is not None:
-            await self._slack.close()
-        if self._cloud is not None:
-            await self._cloud.close()
-        if self._outbox is not None:
-            await self._outbox.redis.aclose()
-        if self._effects is not None:
-            await self._effects.bus.redis.aclose()
-        if self._bus is not None:
-            await self._bus.redis.aclose()
-        if self._redis is not None:
-            await self._redis.close()
-        self._owner.release()
+        await self._stack.aclose()  # each part closes what it opened, last opened first
 
-    def _chat_outbox(self, redis: RedisHandle, store: JobStore, consumer: str) -> ChatOutbox:
+    def _chat_outbox(self, chat_redis: aioredis.Redis, store: JobStore, consumer: str) -> ChatOutbox:
         """The chat outbox: each configured platform's deliverer; jobs of any other platform (or none) on the
         console, which gets every card note (a terminal cannot edit one in place)."""
-        chat_redis = redis.new_client()
         refs = ChatRefs(chat_redis, store.keys)
         platforms: dict[str, Platform] = {}
         if self._slack is not None:
@@ -327,15 +339,16 @@ class BotService:
             return None
         from bot.chat.dingtalk.adapter import DingTalk  # the SDK loads only when DingTalk is configured
 
-        self.dingtalk = DingTalk(
+        dingtalk = DingTalk(
             client_id,
             self.settings.dingtalk_client_secret,
             self.settings.dingtalk_openapi_endpoint,
             config.dingtalk or DingTalkConfig(),
             store,
         )
-        await self.dingtalk.check()
-        return self.dingtalk
+        self._stack.push_async_callback(dingtalk.close)  # closed even when the check below refuses it
+        await dingtalk.check()
+        return dingtalk
 
     async def __aenter__(self) -> BotService:
         return await self.start()

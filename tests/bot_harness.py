@@ -16,9 +16,8 @@ import yaml
 
 from bot.bus import EventBus
 from bot.chat.console import ConsoleChat
-from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
-from bot.service import BotService
+from bot.service import BotService, CloudFactory, open_cloud
 from bot.settings import Settings
 from handlers.events import utcnow
 from handlers.jobs import ChatRef, Job
@@ -116,7 +115,7 @@ async def running_bot(
     config: Path | None = None,
     redis_url: str | None = None,
     grace: float = 20.0,
-    cloud: CloudProvider | None = None,
+    cloud: CloudFactory = open_cloud,
     clock: Callable[[], datetime] = utcnow,
     keep_instances: bool = False,
     **extra: Any,

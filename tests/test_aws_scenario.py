@@ -129,7 +129,10 @@ async def test_spot_warning_relaunch_in_another_zone_resume_and_cost_report(tmp_
     (tmp_path / "instances").mkdir()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    async with running_bot(tmp_path / "state", finetune_sqs_queue_url=queue_url, cloud=cloud) as (service, chat):
+    async with running_bot(tmp_path / "state", finetune_sqs_queue_url=queue_url, cloud=lambda _: cloud) as (
+        service,
+        chat,
+    ):
         job_id = await start_job(service, "console:ana", "start tiny steps=20 step_seconds=0.25")
         running = await wait_job(
             service, job_id, lambda j: j.state is JobState.RUNNING and (j.step or 0) >= 6, timeout=180

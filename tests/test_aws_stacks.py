@@ -218,7 +218,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         cloud = Ec2Bodies(AwsCloud(config.aws), world, tmp_path / "instances", aws)
         chat = ConsoleChat(write=lambda line: None)  # keeps a transcript
-        async with BotService(settings, chat, cloud) as service:
+        async with BotService(settings, chat, lambda _: cloud) as service:
             assert service.settings.finetune_sqs_queue_url == queue_url
             reply = await service.bot.command("console:ana", CHANNEL, "start tiny steps=20 step_seconds=0.25")
             assert reply.startswith("Starting ft-"), reply

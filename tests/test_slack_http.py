@@ -19,7 +19,7 @@ import pytest
 
 from bot.cloud.local import LocalCloud
 from bot.log_limit import BURST
-from bot.service import BotService
+from bot.service import BotService, CloudWiring
 from handlers.jobs import JobState, Market
 from tests.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
 from tests.fake_slack import (
@@ -248,7 +248,9 @@ class SlowPrices(LocalCloud):
 async def test_a_slow_command_is_acked_at_once_and_answered_ephemerally_when_done(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
-    cloud = SlowPrices(tmp_path / "cloud")
+    def cloud(wiring: CloudWiring) -> SlowPrices:
+        return SlowPrices(tmp_path / "cloud", wiring.redis.client, wiring.redis.url)
+
     config = sleepy_config(tmp_path, policy={"max_hourly_price": 5.0})  # a cap makes start ask for the price
     async with running_bot(tmp_path / "state", config, cloud=cloud, **slack_settings(slack.api_url)) as (
         service,
@@ -275,8 +277,13 @@ class HeldPrices(LocalCloud):
 async def test_retries_and_replays_of_a_command_start_one_job_and_post_one_card(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
-    cloud = HeldPrices(tmp_path / "cloud")
-    cloud.release = asyncio.Event()
+    release = asyncio.Event()
+
+    def cloud(wiring: CloudWiring) -> HeldPrices:
+        held = HeldPrices(tmp_path / "cloud", wiring.redis.client, wiring.redis.url)
+        held.release = release
+        return held
+
     config = sleepy_config(tmp_path, policy={"max_hourly_price": 5.0})  # a cap makes start ask for the price
     async with running_bot(tmp_path / "state", config, cloud=cloud, **slack_settings(slack.api_url)) as (
         service,
@@ -294,7 +301,7 @@ async def test_retries_and_replays_of_a_command_start_one_job_and_post_one_card(
             assert await post(service, body, again) == (200, "")
         assert await post(service, body, headers) == (200, "")
 
-        cloud.release.set()
+        release.set()
         answer = await slack.wait_for(lambda: slack.ephemeral)
         job_id = started(answer[0]["text"])
         card = await slack.wait_for(lambda: card_of(slack, job_id))

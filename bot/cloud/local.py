@@ -77,19 +77,10 @@ class LocalCloud:
         self._http: aiohttp.ClientSession | None = None
         self._starting: set[asyncio.subprocess.Process] = set()
 
-    def attach(self, redis: aioredis.Redis, redis_url: str) -> None:
-        """Use this Redis (the bot's) as the cloud's registry, for a cloud made before the bot connected."""
-        self.redis_url = redis_url
-        self._registry = LocalRegistry(redis, self.keys)
-
-    @property
-    def attached(self) -> bool:
-        return self._registry is not None
-
     @property
     def registry(self) -> LocalRegistry:
         if self._registry is None:
-            raise RuntimeError("the local cloud has no Redis yet (LocalCloud.attach)")
+            raise RuntimeError("the local cloud was made without a Redis")
         return self._registry
 
     def checkpoint_uri(self, job_id: str) -> str:

@@ -48,7 +48,7 @@ ClientFactory = Callable[[], AbstractAsyncContextManager[Any]]
 
 @dataclass
 class SqsStats:
-    """Counters for ``/metrics`` and tests."""
+    """What the source did, counted (tests wait on these)."""
 
     received: int = 0
     published: int = 0
@@ -107,10 +107,6 @@ class SqsSource:
                 failures = 0
                 for message in messages:
                     await self._handle(client, message)
-
-    def metrics(self) -> dict[str, float]:
-        """The counters as ``finetune_sqs_<name>`` values, the shape ``bot.http.build_app(extra_metrics=…)`` takes."""
-        return {f"finetune_sqs_{name}_total": float(value) for name, value in vars(self.stats).items()}
 
     async def _receive(self, client: Any, stop: asyncio.Event) -> list[dict[str, Any]]:
         """One long poll, abandoned if ``stop`` is set first (then nothing is returned)."""
