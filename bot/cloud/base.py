@@ -38,7 +38,18 @@ class Instance:
     on_demand_price_per_hour: float | None
 
 
-class CloudProvider(Protocol):
+class ListsInstances(Protocol):
+    """What reconciliation (:mod:`bot.reconciler`) asks of a cloud: every instance tagged for a job of ours.
+
+    Every cloud implements it (local, AWS, Alibaba Cloud), so it is part of :class:`CloudProvider`.
+    """
+
+    async def list_instances(self) -> list[CloudInstance]:
+        """Instances tagged ``finetune:job`` (any state the cloud still reports), with their job and attempt."""
+        ...
+
+
+class CloudProvider(ListsInstances, Protocol):
     name: str  # the key of the recipe's instance_types to use
     notice: Literal["aws", "aliyun", "none"]  # which metadata service the runner should watch
 
@@ -66,14 +77,3 @@ class CloudProvider(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-class ListsInstances(Protocol):
-    """What reconciliation (:mod:`handlers.reconcile`) asks of a cloud: every instance tagged for a job of ours.
-
-    AWS and Alibaba Cloud implement it today; it joins :class:`CloudProvider` once the local cloud does too.
-    """
-
-    async def list_instances(self) -> list[CloudInstance]:
-        """Instances tagged ``finetune:job`` (any state the cloud still reports), with their job and attempt."""
-        ...
