@@ -9,12 +9,14 @@ delivers the effect of an FIS spot interruption (moto's FIS has none).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -24,8 +26,21 @@ from pydantic import ValidationError
 import bot.cloud.base as cloud_base
 from bot.cloud.aws import AwsCloud, AwsError, AwsSettings
 from bot.cloud.base import LaunchError
+from bot.effects import CloudEffects
+from bot.keys import Keys
+from bot.reconciler import Reconciler
+from bot.store import JobStore
+from handlers.jobs import Attempt, Job, JobState
+from handlers.lifecycle import Lifecycle
+from handlers.recipes import BUILT_IN
 from handlers.spec import JobSpec, parse_spec
 from tests.aws_fakes import Ec2Proxy, deliver_fis_interruption, spot_request
+from tests.redis_fixtures import (  # noqa: F401 (fixtures)
+    fixture_key_prefix,
+    fixture_redis_client,
+    fixture_redis_client_factory,
+    fixture_valkey_url,
+)
 from tests.servers import AWS_TEST_ENV, free_port
 
 BUCKET = "ft-ckpt"
@@ -516,3 +531,43 @@ async def test_list_instances_finds_the_tagged_instances_for_reconciliation(worl
     assert listed[second.instance_id].live and listed[other.instance_id].attempt == 3
     assert not listed[first.instance_id].live and listed[first.instance_id].state in ("shutting-down", "terminated")
     assert all(i.job_id is not None for i in await cloud.list_instances())  # the untagged one is not listed
+
+
+async def test_reconcile_on_moto_releases_the_orphans_by_tag_and_leaves_the_running_job_alone(
+    world: World, make_cloud: Any, redis_client: Any, key_prefix: str
+) -> None:
+    """The reconcile loop against EC2's real wire protocol: list by ``finetune:job``, terminate the instances of a
+    job that is over and of one the bot does not know (through the cloud executor), keep the running job's."""
+    cloud: AwsCloud = make_cloud()
+    store = JobStore(redis_client, Keys(key_prefix))
+    over = await cloud.launch(job_spec(cloud, "ft-over1", attempt=1), ["g5.xlarge"], "spot")
+    unknown = await cloud.launch(job_spec(cloud, "ft-zz99", attempt=1), ["g5.xlarge"], "spot")
+    running = await cloud.launch(job_spec(cloud, "ft-run1", attempt=1), ["g5.xlarge"], "spot")
+    now = datetime.now(UTC)
+    for job_id, state, instance in (("ft-over1", JobState.SUCCEEDED, over), ("ft-run1", JobState.RUNNING, running)):
+        attempt = Attempt(number=1, instance_id=instance.instance_id, launched_at=now)
+        job = Job(id=job_id, recipe="tiny", requested_by="console:ana", state=state, attempts=[attempt], updated_at=now)
+        assert await store.create(job, {"event": "created"})
+
+    done = await Reconciler(redis_client, store, cloud, Lifecycle()).round(now)
+    assert done is not None
+    assert sorted((d.action.action, d.action.instance_id, d.action.code, d.acted) for d in done) == sorted(
+        [("release", over.instance_id, "job-over", True), ("release", unknown.instance_id, "job-unknown", True)]
+    )
+    stop = asyncio.Event()
+    effects = CloudEffects(redis_client, store, cloud, dict(BUILT_IN), [])
+    task = asyncio.create_task(effects.run(stop))
+    try:
+        for _ in range(600):
+            states = {i: world.instance(i)["State"]["Name"] for i in (over.instance_id, unknown.instance_id)}
+            if all(state in ("shutting-down", "terminated") for state in states.values()):
+                break
+            await asyncio.sleep(0.05)
+        assert all(state in ("shutting-down", "terminated") for state in states.values()), states
+    finally:
+        stop.set()
+        await task
+    assert world.instance(running.instance_id)["State"]["Name"] == "running"
+    notes = [json.loads(fields["event"]) for _, fields in await redis_client.xrange(Keys(key_prefix).chat)]
+    released = [entry["note"] for entry in notes if entry["note"]["topic"] == "instance-released"]
+    assert [(note["job_id"], note["fields"]["instance"]) for note in released] == [("ft-over1", over.instance_id)]
