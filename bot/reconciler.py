@@ -7,7 +7,10 @@ each difference takes the normal path:
   the same event from a second round or replica: nothing is relaunched twice;
 - *release* (an orphan that bills): a ``terminate`` for the cloud executor, a log line, and, when the job is
   known, a note in its channel and a line in its history, written together (once per instance and window);
-- *probe* (a RUNNING job unheard of for too long whose instance is listed live): one note per silence.
+- *probe* (a RUNNING job unheard of for too long whose instance is listed live): one note per silence;
+- *release-group* (a cloud that makes a scaling group per job, AWS in Auto Scaling mode: a group that keeps
+  capacity for a job that is over or unknown): set to 0 by the reconciler itself (idempotent at the cloud), and
+  said so like a release.
 
 One replica at a time: a round holds ``reconcile:lock`` (with a TTL, so a replica that died in a round does not
 hold it for ever); the replicas share one period through ``reconcile:last``. A round that fails (the cloud's API
@@ -27,7 +30,7 @@ from datetime import datetime
 
 import redis.asyncio as aioredis
 
-from bot.cloud.base import ListsInstances
+from bot.cloud.base import ListsGroups, ListsInstances
 from bot.keys import Keys
 from bot.store import JobStore
 from handlers.events import utcnow
@@ -36,14 +39,17 @@ from handlers.lifecycle import Lifecycle
 from handlers.messages import dump_message
 from handlers.reconcile import (
     HOLDING,
+    CloudGroup,
     CloudInstance,
     Reconciliation,
     gone_event,
     limits_of,
+    orphan_groups,
     probe,
     reconcile,
     release,
     release_effect,
+    release_group,
     silence_key,
 )
 
@@ -133,7 +139,11 @@ class Reconciler:
         # Jobs first, then the listing: an instance launched in between is fresh, and left alone.
         known = {job.id: job for job in await self.store.list_jobs(HOLDING)}
         listed = await self.cloud.list_instances()
+        groups: list[CloudGroup] = []
+        if isinstance(self.cloud, ListsGroups):
+            groups = await self.cloud.list_groups()
         named = {instance.job_id for instance in listed if instance.live and instance.job_id is not None}
+        named |= {group.job_id for group in groups if group.desired > 0 and group.job_id is not None}
         for job_id in sorted(named - known.keys()):  # ended jobs the tags name (or jobs the bot never had)
             job = await self.store.get(job_id)
             if job is not None:
@@ -143,7 +153,29 @@ class Reconciler:
         for action in reconcile(known.values(), listed, now, self.limits):
             job = known.get(action.job_id) if action.job_id is not None else None
             done.append(Done(action, await self._act(action, job, by_instance, now)))
+        for action in orphan_groups(known.values(), groups):
+            job = known.get(action.job_id) if action.job_id is not None else None
+            done.append(Done(action, await self._release_group(action, job, now)))
         return done
+
+    async def _release_group(self, action: Reconciliation, job: Job | None, now: datetime) -> bool:
+        """Set the group to 0 at once (idempotent at the cloud); the log and the job's channel say so once."""
+        assert action.group is not None and isinstance(self.cloud, ListsGroups)
+        await self.cloud.release_group(action.group)
+        once = Keys.reconciled(f"group:{action.group}:{int(now.timestamp() // RELEASE_AGAIN_SECONDS)}")
+        if job is not None:
+            applied = await self.store.apply(
+                job.id,
+                lambda current: release_group(current, action),
+                dedup_key=once,
+                dedup_ttl=2 * RELEASE_AGAIN_SECONDS,
+            )
+            acted = applied.changed
+        else:
+            acted = await self.store.claim_once(once, ttl=2 * RELEASE_AGAIN_SECONDS)
+        if acted:
+            log.warning("reconcile: group %s tagged for %s set to 0: %s", action.group, action.job_id, action.reason)
+        return acted
 
     async def _act(
         self, action: Reconciliation, job: Job | None, listed: dict[str, CloudInstance], now: datetime

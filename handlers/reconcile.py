@@ -49,7 +49,7 @@ WORDING = Wording(
     }
 )
 
-Action = Literal["instance-gone", "release", "probe"]
+Action = Literal["instance-gone", "release", "probe", "release-group"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,15 @@ class CloudInstance:
 
 
 @dataclass(frozen=True, slots=True)
+class CloudGroup:
+    """A scaling group tagged for a job (AWS Auto Scaling mode makes one per job), as the cloud lists it."""
+
+    name: str
+    job_id: str | None
+    desired: int  # the capacity it keeps: above 0, it launches (and bills) until told otherwise
+
+
+@dataclass(frozen=True, slots=True)
 class Reconciliation:
     """One difference and what to do about it. ``code`` names the reason (``reconcile.<code>`` in the catalogue)
     and ``values`` fill it in (JSON values only: they travel in notes and events). ``attempt`` is the job's
@@ -79,6 +88,7 @@ class Reconciliation:
     code: str
     values: Mapping[str, Any] = field(default_factory=dict)
     attempt: int | None = None
+    group: str | None = None  # release-group: the group's name
 
     @property
     def reason(self) -> Reason:
@@ -149,6 +159,25 @@ def reconcile(
             actions.append(
                 Reconciliation("release", instance.job_id, instance.instance_id, code, values, instance.attempt)
             )
+    return actions
+
+
+def orphan_groups(jobs: Iterable[Job], groups: Iterable[CloudGroup]) -> list[Reconciliation]:
+    """Scaling groups that keep capacity for a job that is over or unknown: set to 0 (a group of a job still
+    running is the job's, whatever its instances do; the instance checks above cover those)."""
+    by_id = {job.id: job for job in jobs}
+    actions: list[Reconciliation] = []
+    for group in sorted(groups, key=lambda group: group.name):
+        if group.job_id is None or group.desired <= 0:
+            continue
+        job = by_id.get(group.job_id)
+        if job is None:
+            code, values = "job-unknown", {"job": group.job_id}
+        elif job.state in OVER:
+            code, values = "job-over", {"job": job.id, "state": job.state}
+        else:
+            continue
+        actions.append(Reconciliation("release-group", group.job_id, None, code, values, group=group.name))
     return actions
 
 
@@ -224,6 +253,18 @@ def release(job: Job, action: Reconciliation, window: int) -> Change:
         fields={"instance": action.instance_id, "why": action.code, "values": dict(action.values)},
     )
     return Change(job, history, [dump_message(release_effect(action, window)), dump_message(note)])
+
+
+def release_group(job: Job, action: Reconciliation) -> Change:
+    """A known job's orphaned group, set to 0 by the reconciler: the job's history and channel say so."""
+    history = {"event": "group-released", "group": action.group, "reason": action.code, "why": str(action.reason)}
+    note = Notify(
+        job_id=job.id,
+        channel="thread",
+        topic="group-released",
+        fields={"group": action.group, "why": action.code, "values": dict(action.values)},
+    )
+    return Change(job, history, [dump_message(note)])
 
 
 def probe(job: Job, action: Reconciliation, silence: str) -> Change | None:

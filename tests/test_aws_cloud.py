@@ -41,7 +41,7 @@ from tests.redis_fixtures import (  # noqa: F401 (fixtures)
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
-from tests.servers import AWS_TEST_ENV, free_port
+from tests.servers import AWS_TEST_ENV, free_port, reset_moto
 
 BUCKET = "ft-ckpt"
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
@@ -452,6 +452,7 @@ def patched_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{server._port}"
+    reset_moto(endpoint)  # in-process moto keeps its state between servers: each test starts from nothing
     for name, value in AWS_TEST_ENV.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
@@ -571,3 +572,39 @@ async def test_reconcile_on_moto_releases_the_orphans_by_tag_and_leaves_the_runn
     notes = [json.loads(fields["event"]) for _, fields in await redis_client.xrange(Keys(key_prefix).chat)]
     released = [entry["note"] for entry in notes if entry["note"]["topic"] == "instance-released"]
     assert [(note["job_id"], note["fields"]["instance"]) for note in released] == [("ft-over1", over.instance_id)]
+
+
+async def test_reconcile_sets_the_auto_scaling_group_of_an_ended_job_to_zero(
+    patched_moto: str, open_clouds: list[AwsCloud], redis_client: Any, key_prefix: str
+) -> None:
+    world = build_world(patched_moto)
+    cloud = AwsCloud(world.settings(mode="autoscaling"))
+    open_clouds.append(cloud)
+    store = JobStore(redis_client, Keys(key_prefix))
+    now = datetime.now(UTC)
+    for job_id, state in (("ft-grp1", JobState.STOPPED), ("ft-grp2", JobState.RUNNING)):
+        instance = await cloud.launch(job_spec(cloud, job_id), TYPES, "spot")
+        attempt = Attempt(number=1, instance_id=instance.instance_id, launched_at=now)
+        job = Job(id=job_id, recipe="tiny", requested_by="console:ana", state=state, attempts=[attempt], updated_at=now)
+        assert await store.create(job, {"event": "created"})
+    listed = {group.name: group for group in await cloud.list_groups()}
+    assert (listed["finetune-ft-grp1"].job_id, listed["finetune-ft-grp1"].desired) == ("ft-grp1", 1)
+
+    reconciler = Reconciler(redis_client, store, cloud, Lifecycle())
+    done = await reconciler.round(now)
+    assert done is not None
+    groups = [(d.action.group, d.action.code, d.acted) for d in done if d.action.action == "release-group"]
+    assert groups == [("finetune-ft-grp1", "job-over", True)]
+
+    def desired(name: str) -> int:
+        (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+        return int(group["DesiredCapacity"])
+
+    assert (desired("finetune-ft-grp1"), desired("finetune-ft-grp2")) == (0, 1)  # the running job keeps its group
+    notes = [json.loads(fields["event"])["note"] for _, fields in await redis_client.xrange(Keys(key_prefix).chat)]
+    assert [(n["job_id"], n["fields"]["group"]) for n in notes if n["topic"] == "group-released"] == [
+        ("ft-grp1", "finetune-ft-grp1")
+    ]
+    again = await reconciler.round(now)  # at 0 now: nothing more to do for the group
+    assert again is not None and [d for d in again if d.action.action == "release-group"] == []
+    await cloud.release_group("finetune-no-such-group")  # a group that is gone is fine

@@ -62,6 +62,10 @@ TOPICS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("instance-released", {"instance": "i-1", "why": "moved-on-untagged", "values": {"job": "ft-ab12", "current": 2}}),
     ("no-reports", {"instance": "i-2", "minutes": 31}),
+    (
+        "group-released",
+        {"group": "finetune-ft-ab12", "why": "job-over", "values": {"job": "ft-ab12", "state": "STOPPED"}},
+    ),
 ]
 
 

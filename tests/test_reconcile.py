@@ -9,13 +9,16 @@ from handlers.jobs import Attempt, Job, JobState
 from handlers.lifecycle import Lifecycle
 from handlers.messages import parse_message
 from handlers.reconcile import (
+    CloudGroup,
     CloudInstance,
     ReconcileLimits,
     gone_event,
     limits_of,
+    orphan_groups,
     probe,
     reconcile,
     release,
+    release_group,
     silence_key,
 )
 
@@ -163,3 +166,24 @@ def test_a_probe_speaks_once_per_silence_and_not_once_the_job_was_heard_of() -> 
     heard = quiet.model_copy(update={"updated_at": NOW - timedelta(seconds=1)})
     assert probe(heard, action, silence) is None  # a report came in between the listing and the write
     assert silence_key(heard) != silence  # and a later silence is another one
+
+
+def test_a_scaling_group_that_keeps_capacity_for_an_ended_or_unknown_job_is_set_to_zero() -> None:
+    jobs = [
+        job("ft-aa11", JobState.STOPPED, attempt(1, "i-1", ended=True)),
+        job("ft-bb22", JobState.RUNNING, attempt(1, "i-2")),
+    ]
+    groups = [
+        CloudGroup("finetune-ft-aa11", "ft-aa11", 1),
+        CloudGroup("finetune-ft-bb22", "ft-bb22", 1),  # the running job's own
+        CloudGroup("finetune-ft-zz99", "ft-zz99", 1),
+        CloudGroup("finetune-ft-cc33", "ft-cc33", 0),  # at 0 already: costs nothing
+        CloudGroup("web", None, 3),  # not ours
+    ]
+    actions = orphan_groups(jobs, groups)
+    assert [(a.action, a.group, a.code) for a in actions] == [
+        ("release-group", "finetune-ft-aa11", "job-over"),
+        ("release-group", "finetune-ft-zz99", "job-unknown"),
+    ]
+    change = release_group(jobs[0], actions[0])
+    assert change.job == jobs[0] and change.outbox[0]["topic"] == "group-released"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from handlers.jobs import Market
 from handlers.messages import CloudEvent
-from handlers.reconcile import CloudInstance
+from handlers.reconcile import CloudGroup, CloudInstance
 from handlers.spec import JobSpec
 
 CloudEventSink = Callable[[CloudEvent], Awaitable[None]]
@@ -46,6 +46,21 @@ class ListsInstances(Protocol):
 
     async def list_instances(self) -> list[CloudInstance]:
         """Instances tagged ``finetune:job`` (any state the cloud still reports), with their job and attempt."""
+        ...
+
+
+@runtime_checkable
+class ListsGroups(Protocol):
+    """A cloud that makes scaling groups per job (AWS in Auto Scaling mode): reconciliation lists them too, and
+    sets a group of a job that is over (or unknown) to 0. Alibaba's scaling groups are configured, not made per
+    job, so it has none of its own to list."""
+
+    async def list_groups(self) -> list[CloudGroup]:
+        """Groups tagged ``finetune:job``, with their desired capacity."""
+        ...
+
+    async def release_group(self, name: str) -> None:
+        """Set the group to 0 (a group already at 0, or gone, is fine)."""
         ...
 
 

@@ -104,6 +104,7 @@ BOT: dict[str, str] = {
     "topic.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
     "topic.instance-gone": ("⚠️ Instance {instance} went away without notice; relaunching from the last checkpoint."),
     "topic.instance-released": "🧹 Released instance {instance}: {why}.",
+    "topic.group-released": "🧹 Set scaling group {group} to 0: {why}.",
     "topic.no-reports": "🔇 No report from {job} for {minutes} min, while the cloud lists {instance} as running.",
     "topic.relaunch-paused": (
         "⏳ Attempt {attempt} ended without progress ({count} in a row; the job ends after {limit}). "

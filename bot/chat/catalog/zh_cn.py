@@ -87,6 +87,7 @@ MESSAGES: dict[str, str] = {
     "topic.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
     "topic.instance-gone": "⚠️ 实例 {instance} 未经通知即消失；正在从最近的检查点重新启动。",
     "topic.instance-released": "🧹 已释放实例 {instance}：{why}。",
+    "topic.group-released": "🧹 已将伸缩组 {group} 的容量设为 0：{why}。",
     "topic.no-reports": "🔇 已有 {minutes} 分钟没有收到 {job} 的报告，但云平台显示实例 {instance} 仍在运行。",
     "topic.relaunch-paused": (
         "⏳ 第 {attempt} 次尝试没有进展（已连续 {count} 次；超过 {limit} 次后任务结束）。{seconds:g} 秒后重新启动。"
