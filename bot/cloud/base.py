@@ -9,6 +9,7 @@ from typing import Literal, Protocol
 
 from handlers.jobs import Market
 from handlers.messages import CloudEvent
+from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
 
@@ -57,8 +58,8 @@ class CloudProvider(Protocol):
 
     async def terminate(self, instance_id: str) -> None: ...
 
-    async def drill(self, instance_id: str) -> str:
-        """Start an interruption drill on the instance; returns what was done (e.g. the FIS experiment id)."""
+    async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
+        """Start an interrupt-test (a real spot interruption) on the instance; returns what was done, as data."""
         ...
 
     async def stop_runner(self, instance_id: str) -> None:
