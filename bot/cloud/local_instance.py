@@ -4,9 +4,9 @@
 
 - serves the instance's metadata service (:class:`~bot.cloud.local_metadata.LocalMetadataServer`, in the
   configured cloud's dialect), where the runner hears its spot notice;
-- serves a control endpoint for the cloud's side of things: ``interrupt-test`` (a notice now, the instance reclaimed when
-  the grace period is over), ``notice`` (the notice only), ``rebalance``, ``stop`` (the runner's stop request)
-  and ``terminate``; a caller presents the instance's token, read from the registry;
+- serves a control endpoint for the cloud's side of things: ``interrupt-test`` (a notice now, the instance
+  reclaimed when the grace period is over), ``notice`` (the notice only), ``rebalance``, ``stop`` (the runner's
+  stop request) and ``terminate``; a caller presents the instance's token, read from the registry;
 - relays the runner's reports to whichever replica is alive (``/runner/reports``, as a load balancer in front of
   the replicas would), so reports never depend on the replica that launched it;
 - supervises the runner, and when the runner is gone, marks itself gone in the registry and puts the

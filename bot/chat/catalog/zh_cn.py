@@ -57,7 +57,9 @@ MESSAGES: dict[str, str] = {
         "将于 {deadline} 被回收。正在保存检查点。"
     ),
     "topic.interrupted.saved": "💾 第 {step} 步的检查点已在回收前保存（{timing}）。正在重新启动…",
-    "topic.interrupted.late": "💾 第 {step} 步之后的进度未能及时保存（{cause}）（{timing}）。正在从第 {step} 步的检查点重新启动…",
+    "topic.interrupted.late": (
+        "💾 第 {step} 步之后的进度未能及时保存（{cause}）（{timing}）。正在从第 {step} 步的检查点重新启动…"
+    ),
     "topic.interrupted.nothing": "💾 还没有检查点：回收前未能保存任何检查点（{cause}）（{timing}）。正在从头重新启动…",
     # 中断时最新进度未能保存的原因（运行器给出的代码）
     "late.unknown": "运行器未说明原因",
@@ -101,7 +103,9 @@ MESSAGES: dict[str, str] = {
         "⏳ 第 {attempt} 次尝试没有进展（已连续 {count} 次；超过 {limit} 次后任务结束）。{seconds:g} 秒后重新启动。"
     ),
     "topic.interrupt-test-failed": "⚠️ 任务 {job} 的中断演练失败：{error}",
-    "topic.interrupt-test-done.fis": "ℹ️ FIS 实验 {reference} 已开始：实例 {instance} 收到抢占中断通知，{seconds:.0f} 秒后被中断",
+    "topic.interrupt-test-done.fis": (
+        "ℹ️ FIS 实验 {reference} 已开始：实例 {instance} 收到抢占中断通知，{seconds:.0f} 秒后被中断"
+    ),
     "topic.interrupt-test-done.notice": "ℹ️ 已向实例 {instance} 发出抢占中断通知；它将于 {at} 被回收",
     # 消息标题（通知预览）与聊天适配器自己的话
     "title.reply": "微调任务",
