@@ -29,6 +29,7 @@ from handlers.events import utcnow
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import Notify
 from tests.fake_dingtalk import FakeDingTalk
+from tests.notes import notify
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,
     fixture_redis_client,
@@ -80,7 +81,7 @@ def running_job(channel: str = GROUP, version: int = 1, step: int | None = None,
 
 
 def note(channel: str, topic: str, **fields: Any) -> Notify:
-    return Notify(job_id="ft-ab12", channel=channel, topic=topic, fields=fields)
+    return notify("ft-ab12", channel, topic, **fields)
 
 
 async def test_cards_are_in_the_group_language_and_updated_in_place(parts: Parts) -> None:
@@ -114,7 +115,7 @@ async def test_cards_are_in_the_group_language_and_updated_in_place(parts: Parts
 
     with pytest.raises(PermanentDeliveryError, match="not started from DingTalk"):
         await parts.deliverer.deliver(
-            zh.model_copy(update={"chat": ChatRef(platform="slack", channel="C1")}), note("card", "x")
+            zh.model_copy(update={"chat": ChatRef(platform="slack", channel="C1")}), note("card", "refresh")
         )
 
 
