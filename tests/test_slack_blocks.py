@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from bot.chat.slack.blocks import acked_page_layout, card_layout, mentions, mrkdwn, note_text, page_layout, user
 from bot.chat.slack.config import SlackConfig
 from handlers.jobs import Attempt, ChatRef, Job, JobState
+from handlers.notes import ResumeFailedPage
 from tests.notes import notify
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -63,8 +64,10 @@ def test_page_mentions_come_first_and_only_from_valid_ids() -> None:
         {"name": "bad", "slack": "U0X> <!everyone"},
         {"name": "dingtalk only", "slack": None, "dingtalk": "x"},
     ]
-    assert mentions({"mention": people, "everyone": "channel"}) == "<@U0ANA> <!subteam^S0TEAM> <!channel>"
-    assert mentions({"mention": [], "everyone": "everyone"}) == ""
+    assert mentions(ResumeFailedPage(reason="x", mention=people, everyone="channel")) == (
+        "<@U0ANA> <!subteam^S0TEAM> <!channel>"
+    )
+    assert mentions(ResumeFailedPage(reason="x")) == ""
     note = notify("ft-abcd", "page", "resume-failed", **{"reason": "x", "mention": people})
     text, plain, blocks = page_layout(job(JobState.RESUME_FAILED), note, NOW)
     assert text == f"<@U0ANA> <!subteam^S0TEAM> {plain}" and plain.startswith("🚨 On-call: ft-abcd could not resume")
@@ -96,7 +99,7 @@ def test_a_channel_configured_for_chinese_gets_its_cards_pages_and_dialogs_in_ch
     said, _plain, page = page_layout(job(JobState.RESUME_FAILED), note, NOW, "zh-CN")
     assert said.startswith("<!here> ") and [e["text"]["text"] for e in page[1]["elements"]][:3] == [
         "确认",
-        "重试恢复",
+        "恢复",
         "改用按量付费",
     ]
     _text, acked = acked_page_layout("🚨", "slack:U0BOB", NOW, "zh-CN")
