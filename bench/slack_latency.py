@@ -36,9 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bot.service import BotService
 from handlers.events import Progress
 from handlers.jobs import Job, JobState
+from handlers.messages import ReportReceived, dump_message
 from tests.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
 from tests.fake_slack import Call, FakeSlack, form_body, signed_headers, slash_command
-from tests.notes import ReportReceived, dump_message, notify
+from tests.notes import notify
 
 CHANNEL = "C0JOBS"
 NOTES = 20

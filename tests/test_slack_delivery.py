@@ -19,6 +19,7 @@ import pytest
 from bot.service import BotService
 from handlers.events import Progress
 from handlers.jobs import Job, JobState
+from handlers.messages import ReportReceived, dump_message
 from tests.bot_harness import (
     FAILS_ON_RESUME,
     SteppedClock,
@@ -29,7 +30,7 @@ from tests.bot_harness import (
     write_config,
 )
 from tests.fake_slack import FakeSlack, Message
-from tests.notes import ReportReceived, dump_message, notify
+from tests.notes import notify
 from tests.test_slack_http import CHANNEL, buttons, card_of, click, command, field_text, sleepy_config, started
 
 ALERTS = "C0ALERTS"
