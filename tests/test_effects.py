@@ -205,7 +205,7 @@ async def test_an_old_attempts_late_warning_is_still_posted_once(tmp_path: Path,
         await service.bus.publish(
             {"kind": "cloud", "type": "spot-interruption", "instance_id": old_instance, "source": "aws.ec2"}
         )
-        await until(lambda: told("cloud:spot-warning", 1), "the cloud's late warning, fenced")
+        await until(lambda: told("cloud:spot-interruption", 1), "the cloud's late warning, fenced")
         await until(lambda: chat_drained(service.bot.store), "every note handled")
         assert len(alerts()) == 1 and old_instance in alerts()[0]
         now = await service.bot.store.get(job_id)
