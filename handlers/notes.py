@@ -91,6 +91,34 @@ class RelaunchPaused(_Note):
     seconds: float
 
 
+# -- reconciliation (handlers/reconcile.py) ----------------------------------------------------------------
+
+# Why the bot released what the cloud lists (``reconcile.<code>`` in the catalogue; ``values`` fill it in).
+ReconcileCode = Literal["not-listed", "listed-as", "job-unknown", "job-over", "moved-on", "moved-on-untagged", "silent"]
+
+
+class InstanceReleased(_Note):
+    type: Literal["instance-released"] = "instance-released"
+    instance: str
+    why: ReconcileCode
+    values: dict[str, str | int] = Field(default_factory=dict)
+
+
+class GroupReleased(_Note):
+    type: Literal["group-released"] = "group-released"
+    group: str
+    why: ReconcileCode
+    values: dict[str, str | int] = Field(default_factory=dict)
+
+
+class NoReports(_Note):
+    """A RUNNING job silent for ``minutes`` while the cloud lists its instance live."""
+
+    type: Literal["no-reports"] = "no-reports"
+    instance: str
+    minutes: int
+
+
 # -- the end of a job -------------------------------------------------------------------------------------
 
 
@@ -201,6 +229,9 @@ Note = Annotated[
     | Rebalance
     | RebalanceCheckpoint
     | InstanceGone
+    | InstanceReleased
+    | GroupReleased
+    | NoReports
     | RelaunchPaused
     | CompletedNote
     | FailedNote

@@ -24,12 +24,15 @@ from handlers.notes import (
     CardRefresh,
     CompletedNote,
     FailedNote,
+    GroupReleased,
     InstanceGone,
+    InstanceReleased,
     InterruptedNote,
     InterruptionWarning,
     InterruptTestDone,
     InterruptTestFailed,
     InterruptTestStarted,
+    NoReports,
     Rebalance,
     RebalanceCheckpoint,
     RelaunchPaused,
@@ -219,6 +222,16 @@ def _test_done(job: Job, note: InterruptTestDone, now: datetime, lang: Lang) -> 
     )
 
 
+def _released(job: Job, note: InstanceReleased | GroupReleased, now: datetime, lang: Lang) -> str:
+    values: dict[str, Any] = dict(note.values)
+    if "state" in values:  # a job state, in the channel's words
+        values["state"] = word(lang, f"state.{values['state']}", str(values["state"]))
+    why = text(lang, f"reconcile.{note.why}", **values)
+    if isinstance(note, GroupReleased):
+        return text(lang, "topic.group-released", group=note.group, why=why)
+    return text(lang, "topic.instance-released", instance=note.instance, why=why)
+
+
 def _card(job: Job, note: CardRefresh, now: datetime, lang: Lang) -> str:
     return card_text(job, now, lang)  # a card note is drawn as the card; said here only if an adapter asks
 
@@ -235,6 +248,11 @@ _WORDS: dict[type[BaseModel], _Words] = {
         lang, "topic.rebalance-checkpoint", step=note.step, seconds=note.seconds
     ),
     InstanceGone: lambda job, note, now, lang: text(lang, "topic.instance-gone", instance=note.instance),
+    InstanceReleased: _released,
+    GroupReleased: _released,
+    NoReports: lambda job, note, now, lang: text(
+        lang, "topic.no-reports", job=job.id, minutes=note.minutes, instance=note.instance
+    ),
     RelaunchPaused: lambda job, note, now, lang: text(
         lang, "topic.relaunch-paused", attempt=note.attempt, count=note.count, limit=note.limit, seconds=note.seconds
     ),
