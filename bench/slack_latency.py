@@ -36,9 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bot.service import BotService
 from handlers.events import Progress
 from handlers.jobs import Job, JobState
-from handlers.messages import Notify, ReportReceived, dump_message
+from handlers.messages import ReportReceived, dump_message
 from tests.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
 from tests.fake_slack import Call, FakeSlack, form_body, signed_headers, slash_command
+from tests.notes import notify
 
 CHANNEL = "C0JOBS"
 NOTES = 20
@@ -182,7 +183,7 @@ async def outage(service: BotService, slack: FakeSlack, job: Job, seconds: float
     slack.go_down()
     down_at = time.monotonic()
     for number in range(1, NOTES + 1):
-        note = Notify(job_id=job.id, channel="thread", topic="rebalance-checkpoint", fields={"step": number})
+        note = notify(job.id, "thread", "rebalance-checkpoint", **{"step": number})
         await service.outbox.notify(job, note)
         await asyncio.sleep(max(0.0, down_at + number * seconds / (NOTES + 1) - time.monotonic()))
     await asyncio.sleep(max(0.0, down_at + seconds - time.monotonic()))

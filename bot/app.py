@@ -31,7 +31,7 @@ from bot.keys import Keys
 from bot.routes import CLOUD_KINDS
 from bot.store import JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
-from handlers.decide import ack_command, decide, drill_command, new_job, retry_command, stop_command
+from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.events import utcnow
 from handlers.ids import new_job_id
 from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
@@ -113,10 +113,10 @@ class Bot:
             if command.action == "stop":
                 return stop_command(job, user, now, self.policy.lifecycle)
             if command.action == "interrupt-test":
-                return drill_command(job, user, now)
+                return interrupt_test_command(job, user, now)
             if command.action == "ack":
                 return ack_command(job, user, now)
-            return retry_command(job, user, command.on_demand, now)
+            return resume_command(job, user, command.on_demand, now)
 
         applied = await self.store.apply(command.job_id, change)
         if applied.missing:

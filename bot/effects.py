@@ -1,4 +1,5 @@
-"""The cloud executor: carries out what job changes ask of the cloud (launch, terminate, drill, stop the runner).
+"""The cloud executor: carries out what job changes ask of the cloud (launch, terminate, interrupt-test, stop the
+runner).
 
 Effects reach its stream (``finetune:cloud``) straight from the job store, in the same atomic write as the change
 that caused them; a consumer group shares them between replicas, one lane per job (see :mod:`bot.bus`), so any
@@ -13,7 +14,7 @@ Each effect is carried out at least once and its follow-up is committed exactly 
      A retry therefore finds the instance the first try started instead of starting a second one;
    - ``terminate``: terminating a terminated instance changes nothing;
    - ``stop-runner``: the runner's control request is a state ("stop"), written again;
-   - ``drill``: one interruption per instance (FIS's ``clientToken``, the local instance's own notice);
+   - ``interrupt-test``: one interruption per instance (FIS's ``clientToken``, the local instance's own notice);
 3. the record and the follow-up (``Launched``, ``LaunchFailed`` or ``StopFailed`` onto the events stream, a note
    onto the chat stream) are written in one atomic step (:meth:`bot.store.JobStore.finish_effect`); only then is
    the message acknowledged. A crash before that step repeats 2 (harmlessly); after it, 1 stops the repeat.
@@ -53,7 +54,7 @@ from handlers.backoff import backoff
 from handlers.jobs import TERMINAL_STATES, Job, JobState
 from handlers.launch import build_spec
 from handlers.messages import (
-    Drill,
+    InterruptTest,
     Launch,
     Launched,
     LaunchFailed,
@@ -64,11 +65,12 @@ from handlers.messages import (
     dump_message,
     parse_message,
 )
+from handlers.notes import InterruptTestDone, InterruptTestFailed, Note
 from handlers.recipes import Recipe, find_recipe
 
 log = logging.getLogger(__name__)
 
-CloudEffect = Launch | Terminate | Drill | StopRunner
+CloudEffect = Launch | Terminate | InterruptTest | StopRunner
 FollowUp = Launched | LaunchFailed | StopFailed | Notify
 # A failing terminate is tried again in place (the instance bills meanwhile) for about this long before the bus
 # counts it as a failed delivery.
@@ -134,15 +136,16 @@ class CloudEffects:
         if isinstance(effect, StopRunner):
             return await self._stop_runner(effect, job)
         try:
-            done = await self.cloud.drill(effect.instance_id)
+            done = await self.cloud.interrupt_test(effect.instance_id)
         except CloudError as exc:
             if _moved_past(job, effect.instance_id, JobState.RUNNING):
                 # Carried out again after a crash, once the instance had gone the way it was sent: not a failure.
-                log.info("drill on %s: the job moved past %s already (%s)", job.id, effect.instance_id, exc)
+                log.info("interrupt-test on %s: the job moved past %s already (%s)", job.id, effect.instance_id, exc)
                 return "moved on", []
-            log.warning("drill on %s failed: %s", job.id, exc)
-            return f"failed: {exc}", [_note(job, "drill-failed", reason=str(exc))]
-        return "done", [_note(job, "drill-done", detail=done)]
+            log.warning("interrupt-test on %s failed: %s", job.id, exc)
+            error = str(exc) or type(exc).__name__
+            return f"failed: {error}", [_note(job, InterruptTestFailed(error=error))]
+        return "done", [_note(job, InterruptTestDone(result=done))]
 
     async def _stop_runner(self, effect: StopRunner, job: Job) -> tuple[str, list[FollowUp]]:
         try:
@@ -225,5 +228,5 @@ def _moved_past(job: Job, instance_id: str, asked_in: JobState) -> bool:
     return current is None or current.instance_id != instance_id or job.state is not asked_in
 
 
-def _note(job: Job, topic: str, **fields: Any) -> Notify:
-    return Notify(job_id=job.id, channel="thread", topic=topic, fields=fields)
+def _note(job: Job, note: Note) -> Notify:
+    return Notify(job_id=job.id, channel="thread", note=note)

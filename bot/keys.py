@@ -5,7 +5,7 @@ giving its own prefix. The queues, one per executor (each effect goes straight t
 
 - ``events``: what happened (runner reports, cloud events, launch results, timers that fell due), read by the bot;
 - ``chat``: notes to post, read by the chat outbox;
-- ``cloud``: effects on the cloud (launch, terminate, drill, stop the runner), read by the cloud executor;
+- ``cloud``: effects on the cloud (launch, terminate, interrupt-test, stop the runner), read by the cloud executor;
 - ``timers``: a sorted set of messages scored by the time they fall due onto ``events``.
 """
 

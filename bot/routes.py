@@ -3,7 +3,7 @@
 A job change's outbox holds effects and timers. Each is written, in the same atomic step as the change, to:
 
 - ``chat``: a :class:`~handlers.messages.Notify`, as the chat outbox's entry (the note and the job's platform);
-- ``cloud``: ``launch``, ``terminate``, ``drill``, ``stop-runner``, for the cloud executor;
+- ``cloud``: ``launch``, ``terminate``, ``interrupt-test``, ``stop-runner``, for the cloud executor;
 - ``timers``: ``start-deadline``, ``page-step``, ``relaunch-due`` and ``stop-deadline``
   (:data:`handlers.messages.TIMERS`), scored by when they fall due (then they are inputs);
 - ``events``: anything else (an input the bot decides on).
@@ -26,7 +26,7 @@ EVENT_FIELD = "event"  # the field of a stream entry that holds the message's JS
 # Approximate cap on every queue's length: far above any backlog, so trimming only drops long-acknowledged entries.
 STREAM_MAXLEN = 100_000
 
-CLOUD_KINDS = frozenset({"launch", "terminate", "drill", "stop-runner"})
+CLOUD_KINDS = frozenset({"launch", "terminate", "interrupt-test", "stop-runner"})
 # The timers are the ones handlers/messages.py names: each kind is written once, there.
 TIMER_KINDS: frozenset[str] = frozenset(timer.model_fields["kind"].default for timer in TIMERS)
 

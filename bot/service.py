@@ -153,7 +153,7 @@ class BotService:
 
     @property
     def effects(self) -> CloudEffects:
-        """The cloud executor (launch, terminate, drill, stop the runner)."""
+        """The cloud executor (launch, terminate, interrupt-test, stop the runner)."""
         assert self._effects is not None, "BotService is not started"
         return self._effects
 

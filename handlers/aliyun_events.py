@@ -17,7 +17,7 @@ The ``name`` may carry a status suffix (``<resource>:<event>:<status>``); only t
 
 Events map as follows:
 
-- ``Instance:PreemptibleInstanceInterruption`` (``content.action`` = ``delete``) → ``spot-warning``. CloudMonitor
+- ``Instance:PreemptibleInstanceInterruption`` (``content.action`` = ``delete``) → ``spot-interruption``. CloudMonitor
   sends it five minutes before the instance is released, so the deadline is the event time + 5 min (the receipt
   time when the shape has no time). A warning with another or no action is still a warning: losing one costs far
   more than a loose deadline.
@@ -60,7 +60,7 @@ LIVE_STATES = frozenset({"pending", "starting", "running", "created"})
 _INSTANCE_ID = re.compile(r"^i-[0-9a-z]{4,64}$")
 _ID_NAMESPACE = uuid.UUID("8f0d2a5e-53c1-4c2e-9b7e-2f4a6c1d9e30")
 
-CloudEventType = Literal["spot-warning", "instance-gone"]
+CloudEventType = Literal["spot-interruption", "instance-gone"]
 
 
 class UnrecognisedEvent(ValueError):
@@ -186,8 +186,8 @@ def _from_content(name: str, content: Mapping[str, Any], resource: str | None, a
     if name == INTERRUPTION:
         instance_id = _instance_id(content.get("instanceId"), resource, name)
         action = str(content.get("action") or "unknown")
-        message_id = event_message_id("spot-warning", instance_id)
-        return [_cloud_event("spot-warning", message_id, at, instance_id, f"action {action}", at + NOTICE_LEAD)]
+        message_id = event_message_id("spot-interruption", instance_id)
+        return [_cloud_event("spot-interruption", message_id, at, instance_id, f"action {action}", at + NOTICE_LEAD)]
     if name == STATE_CHANGE:
         instance_id = _instance_id(content.get("resourceId") or content.get("instanceId"), resource, name)
         state = content.get("state")

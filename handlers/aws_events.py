@@ -14,7 +14,7 @@ the consumer keeps as evidence (the SQS consumer leaves it for the dead-letter q
 
 EC2 events map as follows:
 
-- ``EC2 Spot Instance Interruption Warning`` → ``spot-warning``. The event's ``time`` is when the notice was issued
+- ``EC2 Spot Instance Interruption Warning`` → ``spot-interruption``. The event's ``time`` is when the notice was issued
   and AWS issues it two minutes before the interruption, so the deadline is ``time + 2 min``; for
   ``instance-action: hibernate`` hibernation starts at once (no two-minute warning), so the deadline is ``time``.
   A warning whose action is missing or new is still a warning: losing one costs far more than a loose deadline.
@@ -58,7 +58,7 @@ SNS_TYPES = frozenset({"Notification", "SubscriptionConfirmation", "UnsubscribeC
 _ID_NAMESPACE = uuid.UUID("6b0c3f43-2f3e-4b8e-9a55-3c1f0e0a7d21")
 
 AwsMessage = CloudEvent | ReportReceived
-CloudEventType = Literal["spot-warning", "rebalance", "instance-gone"]
+CloudEventType = Literal["spot-interruption", "rebalance", "instance-gone"]
 
 
 class UnrecognisedMessage(ValueError):
@@ -166,7 +166,7 @@ def _from_eventbridge(document: Mapping[str, Any]) -> list[AwsMessage]:
     if event.detail_type == SPOT_WARNING:
         action = event.detail.get("instance-action") or "unknown"
         deadline = at if action == "hibernate" else at + SPOT_NOTICE_LEAD
-        return [_cloud_event("spot-warning", message_id, at, instance_id, f"instance-action {action}", deadline)]
+        return [_cloud_event("spot-interruption", message_id, at, instance_id, f"instance-action {action}", deadline)]
     if event.detail_type == REBALANCE:
         return [_cloud_event("rebalance", message_id, at, instance_id, "rebalance recommendation")]
     state = event.detail.get("state")

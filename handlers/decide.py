@@ -30,7 +30,7 @@ from handlers.lifecycle import Lifecycle, best_step, gives_up, relaunch_pause, w
 from handlers.messages import (
     BusMessage,
     CloudEvent,
-    Drill,
+    InterruptTest,
     Launch,
     Launched,
     LaunchFailed,
@@ -45,6 +45,24 @@ from handlers.messages import (
     StopRunner,
     Terminate,
     dump_message,
+)
+from handlers.notes import (
+    Acked,
+    CardRefresh,
+    CompletedNote,
+    FailedNote,
+    InstanceGone,
+    InterruptedNote,
+    InterruptionWarning,
+    InterruptTestStarted,
+    Note,
+    Rebalance,
+    RebalanceCheckpoint,
+    RelaunchPaused,
+    Resumed,
+    ResumeRequested,
+    Stopped,
+    StopRequested,
 )
 from handlers.oncall import OnCall, open_page, page_step
 from handlers.reasons import Reason, Wording
@@ -136,7 +154,7 @@ def stop_command(job: Job, user: str, now: datetime, lifecycle: Lifecycle | None
         return _ignored(job, "stop", WORDING("ignored.stop", state=job.state), by=user)
     current = job.current
     instance = current.instance_id if current is not None and current.ended_at is None else None
-    outbox: list[Any] = [_note(job, "thread", "stop-requested", by=user)]
+    outbox: list[Any] = [_note(job, "thread", StopRequested(by=user))]
     job = job.model_copy(update={"page": None})  # a stop closes the page: nobody needs waking for it
     if state is JobState.STOPPING and instance is None:  # nothing runs that could save a checkpoint
         state = next_state(job.state, "stop-no-instance") or JobState.STOPPED
@@ -149,18 +167,18 @@ def stop_command(job: Job, user: str, now: datetime, lifecycle: Lifecycle | None
         outbox.append(Terminate(job_id=job.id, instance_id=instance))
     ended = _end_attempt(job, now, f"stopped by {user}")
     kept = job.checkpoint.step if job.checkpoint is not None else None
-    outbox.append(_note(ended, "thread", "stopped", step=kept))
+    outbox.append(_note(ended, "thread", Stopped(step=kept)))
     return _change(ended, state, now, {"event": "stop", "by": user, "kept_step": kept}, outbox)
 
 
-def drill_command(job: Job, user: str, now: datetime) -> Change:
+def interrupt_test_command(job: Job, user: str, now: datetime) -> Change:
     instance = job.current.instance_id if job.current else None
-    state = next_state(job.state, "drill")
+    state = next_state(job.state, "interrupt-test")
     if state is None or instance is None:
         return _ignored(job, "interrupt-test", WORDING("ignored.interrupt-test", state=job.state), by=user)
     outbox = [
-        Drill(job_id=job.id, instance_id=instance, requested_by=user),
-        _note(job, "thread", "drill-started", by=user, instance=instance),
+        InterruptTest(job_id=job.id, instance_id=instance, requested_by=user),
+        _note(job, "thread", InterruptTestStarted(by=user, instance=instance)),
     ]
     return _change(job, state, now, {"event": "interrupt-test", "by": user}, outbox)
 
@@ -176,12 +194,14 @@ def ack_command(job: Job, user: str, now: datetime) -> Change:
     acked = job.model_copy(update={"page": page, "updated_at": now})
     history = {"event": "ack", "by": user, "at": now.isoformat(), "after_steps": page.sent}
     return _make(
-        acked, history, [_note(acked, "thread", "acked", by=user, at=now.isoformat()), _note(acked, "card", "acked")]
+        acked,
+        history,
+        [_note(acked, "thread", Acked(by=user, at=now)), _note(acked, "card", CardRefresh(cause="acked"))],
     )
 
 
-def retry_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change:
-    if next_state(job.state, "retry") is None:
+def resume_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change:
+    if next_state(job.state, "resume") is None:
         return _ignored(job, "resume", WORDING("ignored.resume", state=job.state), by=user)
     market: Market = "on-demand" if on_demand else "spot"
     # A person chose to try again: the count of attempts without progress starts over.
@@ -194,7 +214,7 @@ def retry_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change
         market,
         now,
         {"event": "resume", "by": user, "market": market},
-        [_note(job, "thread", "resume-requested", by=user, market=market)],
+        [_note(job, "thread", ResumeRequested(by=user, market=market))],
     )
 
 
@@ -217,13 +237,13 @@ def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle) ->
                 "loss": report.loss,
             },
             history=None,
-            outbox=[_note(job, "card", "progress")],
+            outbox=[_note(job, "card", CardRefresh(cause="progress"))],
         )
     if isinstance(report, CheckpointSaved):
         checkpoint = CheckpointRef(step=report.step, uri=report.uri, at=report.time)
-        outbox = [_note(job, "card", "checkpoint")]
+        outbox = [_note(job, "card", CardRefresh(cause="checkpoint"))]
         if report.reason == "rebalance":
-            outbox.append(_note(job, "thread", "rebalance-checkpoint", step=report.step, seconds=report.seconds))
+            outbox.append(_note(job, "thread", RebalanceCheckpoint(step=report.step, seconds=report.seconds)))
         return _update(
             job,
             "checkpoint",
@@ -237,7 +257,7 @@ def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle) ->
             return _rebalance(job, report.source, now)
         if report.kind == "stop":
             return _ignored(job, "notice:stop", "the runner acknowledges a stop")
-        return _spot_warning(job, report.source, report.deadline, now)
+        return _spot_interruption(job, report.source, report.deadline, now)
     if isinstance(report, Interrupted):
         return _interrupted(job, report, now, limits)
     if isinstance(report, Completed):
@@ -256,7 +276,7 @@ def _fenced(job: Job, report: RunnerReport) -> Change:
     if isinstance(report, Notice) and report.kind in ("spot-interruption", "termination"):
         notes = _warning_notes(job, report.attempt, report.source, report.deadline)
     elif isinstance(report, Interrupted):
-        notes = [_note(job, "thread", "interrupted", **_interrupted_fields(report))]
+        notes = [_note(job, "thread", _interrupted_note(report))]
     return Change(job, ignored.history, [dump_message(note) for note in notes])
 
 
@@ -265,12 +285,12 @@ def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Cha
     if current is None or current.instance_id != event.instance_id:
         ignored = _ignored(job, f"cloud:{event.type}", f"{event.instance_id} is not the current instance")
         old = next((a for a in job.attempts if a.instance_id == event.instance_id), None)
-        if event.type != "spot-warning" or old is None:
+        if event.type != "spot-interruption" or old is None:
             return ignored
         notes = _warning_notes(job, old.number, event.source, event.deadline)
         return Change(job, ignored.history, [dump_message(note) for note in notes])
-    if event.type == "spot-warning":
-        return _spot_warning(job, event.source, event.deadline, now)
+    if event.type == "spot-interruption":
+        return _spot_interruption(job, event.source, event.deadline, now)
     if event.type == "rebalance":
         return _rebalance(job, event.source, now)
     state = next_state(job.state, "instance-gone")
@@ -287,7 +307,7 @@ def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Cha
             now,
             history,
             [],
-            [_note(job, "thread", "instance-gone", instance=event.instance_id)],
+            [_note(job, "thread", InstanceGone(instance=event.instance_id))],
             limits,
             why,
         )
@@ -296,7 +316,7 @@ def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Cha
         return _failure(job, "instance-gone", reason, now, [], limits)
     ended = _end_attempt(job, now, "stopped")
     kept = job.checkpoint.step if job.checkpoint is not None else None
-    return _change(ended, state, now, {**history, "kept_step": kept}, [_note(job, "thread", "stopped", step=kept)])
+    return _change(ended, state, now, {**history, "kept_step": kept}, [_note(job, "thread", Stopped(step=kept))])
 
 
 def _started(job: Job, report: Started, now: datetime) -> Change:
@@ -313,6 +333,7 @@ def _started(job: Job, report: Started, now: datetime) -> Change:
     )
     updates: dict[str, Any] = {"attempts": [*job.attempts[:-1], attempt]}
     fields: dict[str, Any] = {"attempt": attempt.number, "resumed_from_step": report.resumed_from_step}
+    resumed = Resumed(attempt=attempt.number, step=report.resumed_from_step)
     if attempt.number > 1:
         lost = max((job.step or 0) - (report.resumed_from_step or 0), 0)
         previous = job.attempts[-2]
@@ -325,25 +346,28 @@ def _started(job: Job, report: Started, now: datetime) -> Change:
             zone=attempt.zone,
             skipped=[skip.model_dump() for skip in report.skipped],
         )
+        resumed = resumed.model_copy(
+            update={"lost": lost, "downtime": fields["downtime"], "zone": attempt.zone, "skipped": len(report.skipped)}
+        )
     moved = job.model_copy(update=updates)
-    outbox = [_note(moved, "card", "started")]
+    outbox = [_note(moved, "card", CardRefresh(cause="started"))]
     if attempt.number > 1:
-        outbox.append(_note(moved, "thread", "resumed", **fields))
+        outbox.append(_note(moved, "thread", resumed))
     return _change(moved, state, now, {"event": "started", **fields}, outbox)
 
 
 def _rebalance(job: Job, source: str, now: datetime) -> Change:
     """Advice, not an interruption: the runner commits early; the thread hears about it."""
     return _update(
-        job, "rebalance", now, {}, {"event": "rebalance", "source": source}, [_note(job, "thread", "rebalance")]
+        job, "rebalance", now, {}, {"event": "rebalance", "source": source}, [_note(job, "thread", Rebalance())]
     )
 
 
-def _spot_warning(job: Job, source: str, deadline: datetime | None, now: datetime) -> Change:
-    state = next_state(job.state, "spot-warning")
+def _spot_interruption(job: Job, source: str, deadline: datetime | None, now: datetime) -> Change:
+    state = next_state(job.state, "spot-interruption")
     if state is None:
-        return _ignored(job, "spot-warning", f"the job is {job.state}")
-    history = {"event": "spot-warning", "source": source, "deadline": deadline.isoformat() if deadline else None}
+        return _ignored(job, "spot-interruption", f"the job is {job.state}")
+    history = {"event": "spot-interruption", "source": source, "deadline": deadline.isoformat() if deadline else None}
     if job.state is JobState.INTERRUPTED:  # the other path (runner or cloud) already told us
         return Change(job, {**history, "duplicate": True})
     warned = job.model_copy(update={"interruptions": job.interruptions + 1})
@@ -354,15 +378,9 @@ def _warning_notes(job: Job, attempt: int, source: str, deadline: datetime | Non
     """The alert and the thread message of attempt ``attempt``'s interruption warning, with ids of their own: the
     runner and the cloud both warn, late or not, and the chat outbox posts a note id once."""
     instance = job.attempts[attempt - 1].instance_id if 0 < attempt <= len(job.attempts) else None
-    fields = {"deadline": deadline.isoformat() if deadline else None, "source": source, "instance": instance}
+    warning = InterruptionWarning(instance=instance, source=source, deadline=deadline)
     return [
-        Notify(
-            id=f"{job.id}.{attempt}.interruption-warning.{channel}",
-            job_id=job.id,
-            channel=channel,
-            topic="interruption-warning",
-            fields=fields,
-        )
+        Notify(id=f"{job.id}.{attempt}.interruption-warning.{channel}", job_id=job.id, channel=channel, note=warning)
         for channel in ("alert", "thread")
     ]
 
@@ -383,7 +401,7 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
     instance = job.current.instance_id if job.current else None
     release: list[Terminate] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
     if state is JobState.STOPPED:
-        return _change(ended, state, now, history, [*release, _note(ended, "thread", "stopped", **fields)])
+        return _change(ended, state, now, history, [*release, _note(ended, "thread", Stopped(step=report.step))])
     market = job.current.market if job.current else "spot"
     return _again(
         updated,
@@ -392,13 +410,20 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
         now,
         history,
         release,
-        [_note(ended, "thread", "interrupted", **fields)],
+        [_note(ended, "thread", _interrupted_note(report))],
         limits,
         f"interrupted: {report.reason}",
     )
 
 
+def _interrupted_note(report: Interrupted) -> InterruptedNote:
+    return InterruptedNote(
+        step=report.step, seconds=report.seconds, saved_in_time=report.saved_in_time, late=report.late
+    )
+
+
 def _interrupted_fields(report: Interrupted) -> dict[str, Any]:
+    """The history's record of an interruption (English, for operators)."""
     return {
         "step": report.step,
         "seconds": report.seconds,
@@ -420,7 +445,7 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
         }
     )
     instance = job.current.instance_id if job.current else None
-    outbox: list[Notify | Terminate] = [_note(done, "thread", "completed", output_uri=report.output_uri)]
+    outbox: list[Notify | Terminate] = [_note(done, "thread", CompletedNote(output_uri=report.output_uri))]
     if instance:
         outbox.insert(0, Terminate(job_id=job.id, instance_id=instance))
     return _change(done, state, now, {"event": "completed", "output_uri": report.output_uri}, outbox)
@@ -456,7 +481,7 @@ def _launched(job: Job, message: Launched, now: datetime) -> Change:
         "zone": message.zone,
         "market": message.market,
     }
-    outbox: list[Any] = [_note(moved, "card", "launched")]
+    outbox: list[Any] = [_note(moved, "card", CardRefresh(cause="launched"))]
     if state is JobState.STOPPING:
         outbox.append(Terminate(job_id=job.id, instance_id=message.instance_id))
     return _change(moved, state, now, history, outbox)
@@ -487,11 +512,14 @@ def _failure(
         page = Page(attempt=job.attempt, opened_at=now, reason=reason, detail=detail)
         paged = ended.model_copy(update={"page": page})
         first = open_page(paged, now)
-        return _change(paged, state, now, history, [*release, *outbox, first, _note(paged, "card", "resume-failed")])
-    topic = "stopped" if state is JobState.STOPPED else "failed"
-    return _change(
-        ended, state, now, history, [*release, *outbox, _note(ended, "thread", topic, reason=reason, **detail)]
-    )
+        card = _note(paged, "card", CardRefresh(cause="resume-failed"))
+        return _change(paged, state, now, history, [*release, *outbox, first, card])
+    told: Note
+    if state is JobState.STOPPED:
+        told = Stopped(step=job.checkpoint.step if job.checkpoint is not None else None)
+    else:
+        told = FailedNote(reason=reason, log_tail=detail.get("log_tail") or [], exit_code=detail.get("exit_code"))
+    return _change(ended, state, now, history, [*release, *outbox, _note(ended, "thread", told)])
 
 
 def _relaunch_due(job: Job, message: RelaunchDue, now: datetime) -> Change:
@@ -515,7 +543,7 @@ def _stopped_anyway(job: Job, trigger: Trigger, why: str, now: datetime) -> Chan
     kept = job.checkpoint.step if job.checkpoint is not None else None
     ended = _end_attempt(job, now, why)
     outbox: list[Any] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
-    outbox.append(_note(ended, "thread", "stopped", step=kept))
+    outbox.append(_note(ended, "thread", Stopped(step=kept)))
     return _change(ended, state, now, {"event": trigger, "reason": why, "kept_step": kept}, outbox)
 
 
@@ -546,13 +574,13 @@ def _again(
     pause = relaunch_pause(limits, in_a_row)
     counted = moved.model_copy(update={"attempts_without_progress": in_a_row})
     if pause:
-        fields = {
-            "attempt": before.attempt,
-            "count": in_a_row,
-            "limit": limits.max_relaunches_without_progress,
-            "seconds": pause.total_seconds(),
-        }
-        notes = [*notes, _note(counted, "thread", "relaunch-paused", **fields)]
+        paused = RelaunchPaused(
+            attempt=before.attempt,
+            count=in_a_row,
+            limit=limits.max_relaunches_without_progress,
+            seconds=pause.total_seconds(),
+        )
+        notes = [*notes, _note(counted, "thread", paused)]
         history = {**history, "without_progress": in_a_row, "pause_seconds": pause.total_seconds()}
     return _relaunch(before, counted, market, now, history, [*release, *notes], delay=pause)
 
@@ -575,7 +603,7 @@ def _relaunch(
         launch: list[Any] = [RelaunchDue(job_id=job.id, attempt=number, market=market, due=now + delay)]
     else:
         launch = _launch_now(planned, number, market, now)
-    effects = [*(outbox or []), *launch, _note(planned, "card", "launch")]
+    effects = [*(outbox or []), *launch, _note(planned, "card", CardRefresh(cause="launch"))]
     return _make(planned, {**history, "state": planned.state.value, "next_attempt": number}, effects)
 
 
@@ -628,5 +656,5 @@ def _ignored(job: Job, what: str, why: str | Reason, **extra: Any) -> Change:
     return Change(job, history, reason=why if isinstance(why, Reason) else None)
 
 
-def _note(job: Job, channel: NotifyChannel, topic: str, **fields: Any) -> Notify:
-    return Notify(job_id=job.id, channel=channel, topic=topic, fields=fields)
+def _note(job: Job, channel: NotifyChannel, note: Note) -> Notify:
+    return Notify(job_id=job.id, channel=channel, note=note)

@@ -105,6 +105,27 @@ class GivenUp(BaseModel):
     reason: str
 
 
+LateCause = Literal["upload-failed", "not-asked", "not-saved", "trainer-gone", "not-uploaded"]
+# Why no fresh save was asked for: the trainer was writing one already, no upload rate was known by the cutoff, the
+# save and its upload would not fit before the deadline, or the trainer had exited.
+NotAskedWhy = Literal["already-saving", "no-rate", "too-slow", "trainer-exited"]
+
+
+class Late(BaseModel):
+    """Why the newest work of an interrupted attempt was not committed before the deadline, as codes and values
+    (the bot words it in the channel's language): ``step`` is the fresh checkpoint concerned (the one being
+    written, or not uploaded), ``error`` the store's last answer, ``need_seconds``/``left_seconds`` the numbers
+    of a save that did not fit."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    cause: LateCause
+    why: NotAskedWhy | None = None
+    step: int | None = None
+    error: str | None = None
+    need_seconds: float | None = None
+    left_seconds: float | None = None
+
+
 class Interrupted(_Report):
     """The attempt ended on a notice. ``step`` / ``uri``: the newest checkpoint committed in the store when the
     report left (from this attempt or before); ``given_up``: what was not committed, and why."""
@@ -115,7 +136,8 @@ class Interrupted(_Report):
     uri: str | None = None
     deadline: datetime | None = None
     saved_in_time: bool = True
-    note: str | None = None
+    note: str | None = None  # the same as ``late``, in English, for the runner's log and the job's history
+    late: Late | None = None
     seconds: dict[str, float] = Field(default_factory=dict)
     fresh_save: Literal["committed", "not-asked", "not-saved", "not-uploaded"] | None = None
     given_up: list[GivenUp] = Field(default_factory=list)

@@ -1,10 +1,10 @@
 """What travels on the bot's event bus: things that happened (inputs) and things to do (effects).
 
-Inputs come from the runner (reports), the cloud (spot warnings, instances gone), the effect executors
+Inputs come from the runner (reports), the cloud (spot interruptions, instances gone), the effect executors
 (launched, launch failed) and timers. Effects are written by the store in the same transaction as the job change
-that caused them, each straight to the queue of its executor (notes to the chat outbox; launch, terminate, drill
-and stop to the cloud executor; timers to the timer set); each carries its own id, so a redelivered effect is
-recognised and not carried out twice.
+that caused them, each straight to the queue of its executor (notes to the chat outbox; launch, terminate,
+interrupt-test and stop to the cloud executor; timers to the timer set); each carries its own id, so a
+redelivered effect is recognised and not carried out twice.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from handlers.events import RunnerReport, utcnow
 from handlers.ids import new_event_id
 from handlers.jobs import Market
+from handlers.notes import Note
 
 
 class _Message(BaseModel):
@@ -37,7 +38,7 @@ class CloudEvent(_Message):
     """A cloud's own event about an instance (EventBridge, CloudMonitor, the local cloud)."""
 
     kind: Literal["cloud"] = "cloud"
-    type: Literal["spot-warning", "rebalance", "instance-gone"]
+    type: Literal["spot-interruption", "rebalance", "instance-gone"]
     instance_id: str
     source: str
     deadline: datetime | None = None
@@ -126,8 +127,8 @@ class Terminate(_Message):
     instance_id: str
 
 
-class Drill(_Message):
-    kind: Literal["drill"] = "drill"
+class InterruptTest(_Message):
+    kind: Literal["interrupt-test"] = "interrupt-test"
     job_id: str
     instance_id: str
     requested_by: str
@@ -143,13 +144,18 @@ NotifyChannel = Literal["card", "thread", "alert", "page"]
 
 
 class Notify(_Message):
-    """Tell people: ``card`` refreshes the job card; the others post a message of ``topic``."""
+    """Tell people: ``card`` refreshes the job card; the others post ``note`` (a typed note, worded by the chat
+    side in the channel's language)."""
 
     kind: Literal["notify"] = "notify"
     job_id: str
     channel: NotifyChannel
-    topic: str
-    fields: dict[str, Any] = Field(default_factory=dict)
+    note: Note
+
+    @property
+    def topic(self) -> str:
+        """The note's type, for logs."""
+        return self.note.type
 
 
 BusMessage = Annotated[
@@ -164,7 +170,7 @@ BusMessage = Annotated[
     | StopFailed
     | Launch
     | Terminate
-    | Drill
+    | InterruptTest
     | StopRunner
     | Notify,
     Field(discriminator="kind"),

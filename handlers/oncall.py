@@ -14,12 +14,13 @@ platform; each person carries their id per platform.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from handlers.jobs import Change, Job, JobState
 from handlers.messages import Notify, PageStep, dump_message
+from handlers.notes import Paged, ResumeFailedPage
 
 ROLES = ("primary", "secondary")
 EVERYONE = ("channel", "here")
@@ -103,7 +104,7 @@ def step_due(oncall: OnCall, opened_at: datetime, step: int) -> datetime:
     return opened_at + timedelta(minutes=oncall.ladder[last].after_minutes) + repeat * (step - last)
 
 
-def step_targets(oncall: OnCall, step: int, now: datetime) -> tuple[list[dict[str, Any]], Everyone | None]:
+def step_targets(oncall: OnCall, step: int, now: datetime) -> tuple[list[Paged], Everyone | None]:
     """Whom step ``step`` mentions (each with their platform ids), and whether it calls the whole channel."""
     ladder_step = oncall.ladder[min(step, len(oncall.ladder) - 1)]
     shift = on_shift(oncall, now)
@@ -118,7 +119,7 @@ def step_targets(oncall: OnCall, step: int, now: datetime) -> tuple[list[dict[st
             everyone = "channel" if target == "channel" else "here"
         elif target not in EVERYONE:
             names.append(target)
-    mention = [{"name": name, **oncall.people[name].model_dump()} for name in dict.fromkeys(names)]
+    mention = [Paged(name=name, **oncall.people[name].model_dump()) for name in dict.fromkeys(names)]
     if not mention and everyone is None:
         everyone = "here"  # a page that mentions no one notifies no one
     return mention, everyone
@@ -146,22 +147,24 @@ def page_step(job: Job, message: PageStep, oncall: OnCall, now: datetime) -> Cha
         return Change(job, {**history, "state": job.state.value})
     mention, everyone = step_targets(oncall, message.step, now)
     paged = job.model_copy(update={"page": page.model_copy(update={"sent": page.sent + 1}), "updated_at": now})
-    fields = {
-        "reason": page.reason,
-        "step": message.step,
-        "steps": oncall.steps,
-        "mention": mention,
-        "everyone": everyone,
-        **(page.detail if message.step == 0 else {}),
-    }
-    outbox: list[Notify | PageStep] = [Notify(job_id=job.id, channel="page", topic="resume-failed", fields=fields)]
+    detail = page.detail if message.step == 0 else {}  # the first step says what failed; the later ones repeat
+    told = ResumeFailedPage(
+        reason=page.reason,
+        step=message.step,
+        steps=oncall.steps,
+        mention=mention,
+        everyone=everyone,
+        log_tail=detail.get("log_tail") or [],
+        exit_code=detail.get("exit_code"),
+    )
+    outbox: list[Notify | PageStep] = [Notify(job_id=job.id, channel="page", note=told)]
     if message.step + 1 < oncall.steps:
         due = step_due(oncall, page.opened_at, message.step + 1)
         outbox.append(PageStep(job_id=job.id, attempt=page.attempt, step=message.step + 1, due=due))
     history = {
         "event": "page",
         "step": message.step,
-        "notified": [person["name"] for person in mention] + ([f"@{everyone}"] if everyone else []),
+        "notified": [person.name for person in mention] + ([f"@{everyone}"] if everyone else []),
         "state": job.state.value,
     }
     return Change(paged, history, [dump_message(item) for item in outbox])

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from handlers.jobs import Change, Job, JobState
 from handlers.lifecycle import Lifecycle
 from handlers.messages import CloudEvent, Notify, Terminate, dump_message
+from handlers.notes import GroupReleased, InstanceReleased, NoReports, ReconcileCode
 from handlers.reasons import Reason, Wording
 
 LIVE_STATES = frozenset({"pending", "running", "starting", "stopping"})  # lower-cased cloud instance states
@@ -85,7 +86,7 @@ class Reconciliation:
     action: Action
     job_id: str | None
     instance_id: str | None
-    code: str
+    code: ReconcileCode
     values: Mapping[str, Any] = field(default_factory=dict)
     attempt: int | None = None
     group: str | None = None  # release-group: the group's name
@@ -171,6 +172,8 @@ def orphan_groups(jobs: Iterable[Job], groups: Iterable[CloudGroup]) -> list[Rec
         if group.job_id is None or group.desired <= 0:
             continue
         job = by_id.get(group.job_id)
+        code: ReconcileCode
+        values: dict[str, Any]
         if job is None:
             code, values = "job-unknown", {"job": group.job_id}
         elif job.state in OVER:
@@ -187,7 +190,7 @@ def _with_attempt(action: Reconciliation, attempt: int) -> Reconciliation:
 
 def _orphaned(
     job: Job | None, instance: CloudInstance, now: datetime, limits: ReconcileLimits
-) -> tuple[str, dict[str, Any]] | None:
+) -> tuple[ReconcileCode, dict[str, Any]] | None:
     """Why nobody will use this tagged instance (a code and its values), or None when its job still may."""
     if job is None:
         return "job-unknown", {"job": instance.job_id}
@@ -245,12 +248,10 @@ def release(job: Job, action: Reconciliation, window: int) -> Change:
         "reason": action.code,
         "why": str(action.reason),
     }
+    assert action.instance_id is not None
+    released = InstanceReleased(instance=action.instance_id, why=action.code, values=dict(action.values))
     note = Notify(
-        id=f"reconcile-released-{action.instance_id}-{window}",
-        job_id=job.id,
-        channel="thread",
-        topic="instance-released",
-        fields={"instance": action.instance_id, "why": action.code, "values": dict(action.values)},
+        id=f"reconcile-released-{action.instance_id}-{window}", job_id=job.id, channel="thread", note=released
     )
     return Change(job, history, [dump_message(release_effect(action, window)), dump_message(note)])
 
@@ -258,12 +259,9 @@ def release(job: Job, action: Reconciliation, window: int) -> Change:
 def release_group(job: Job, action: Reconciliation) -> Change:
     """A known job's orphaned group, set to 0 by the reconciler: the job's history and channel say so."""
     history = {"event": "group-released", "group": action.group, "reason": action.code, "why": str(action.reason)}
-    note = Notify(
-        job_id=job.id,
-        channel="thread",
-        topic="group-released",
-        fields={"group": action.group, "why": action.code, "values": dict(action.values)},
-    )
+    assert action.group is not None
+    released = GroupReleased(group=action.group, why=action.code, values=dict(action.values))
+    note = Notify(job_id=job.id, channel="thread", note=released)
     return Change(job, history, [dump_message(note)])
 
 
@@ -274,13 +272,9 @@ def probe(job: Job, action: Reconciliation, silence: str) -> Change | None:
     if job.state is not JobState.RUNNING or silence_key(job) != silence:
         return None
     history = {"event": "probe", "instance": action.instance_id, "reason": action.code, **action.values}
-    note = Notify(
-        id=f"reconcile-silent-{silence_key(job)}",
-        job_id=job.id,
-        channel="thread",
-        topic="no-reports",
-        fields={"instance": action.instance_id, **action.values},
-    )
+    assert action.instance_id is not None
+    silent = NoReports(instance=action.instance_id, minutes=int(action.values.get("minutes", 0)))
+    note = Notify(id=f"reconcile-silent-{silence_key(job)}", job_id=job.id, channel="thread", note=silent)
     return Change(job, history, [dump_message(note)])
 
 

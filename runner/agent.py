@@ -342,6 +342,7 @@ class Runner:
             deadline=deadline,
             saved_in_time=outcome.saved_in_time,
             note=outcome.note,
+            late=outcome.late,
             fresh_save=outcome.fresh,
             given_up=outcome.given_up,
             seconds={

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from handlers.events import NotAskedWhy
+
 MiB = 1024 * 1024
 MARGIN_FACTOR = 1.25  # estimates from a handful of measurements: a quarter on top …
 MARGIN_SECONDS = 2.0  # … and a fixed reserve for the manifest, the last part and a busy machine
@@ -63,7 +65,11 @@ class Plan:
     keep: tuple[int, ...]  # steps to keep uploading, first on the wire first
     drop: tuple[tuple[int, str], ...]  # steps to stop uploading, and why
     fresh: FreshDecision
-    why: str  # for the fresh decision, in words for the report
+    why: str  # for the fresh decision, in words for the runner's log
+    because: NotAskedWhy | None = None  # the same as a code, when the decision is not to ask (yet)
+    need_seconds: float | None = None  # a fresh save and its upload, as estimated
+    left_seconds: float | None = None
+    saving: int | None = None  # already-saving: the checkpoint the trainer is writing
 
 
 def fits(seconds: float, seconds_left: float) -> bool:
@@ -98,11 +104,12 @@ def plan(situation: Situation) -> Plan:
     steps = tuple(c.step for c in [*keep, *writing])
 
     if writing:
-        return Plan(steps, tuple(drop), "skip", f"the trainer is already saving checkpoint-{writing[-1].step}")
+        saving = f"the trainer is already saving checkpoint-{writing[-1].step}"
+        return Plan(steps, tuple(drop), "skip", saving, "already-saving", saving=writing[-1].step)
     size = situation.checkpoint_bytes or (keep[-1].bytes_total if keep else None)
     if rate is None or size is None:
         if keep:
-            return Plan(steps, tuple(drop), "wait", "no upload rate measured yet")
+            return Plan(steps, tuple(drop), "wait", "no upload rate measured yet", "no-rate")
         return Plan(steps, tuple(drop), "ask", "nothing newer than the committed checkpoint to protect")
     save = situation.save_seconds
     if save is None:
@@ -115,5 +122,5 @@ def plan(situation: Situation) -> Plan:
         f"to upload at {rate / MiB:.1f} MiB/s); {left:.0f}s left"
     )
     if fits(need, left):
-        return Plan(steps, tuple(drop), "ask", numbers)
-    return Plan(steps, tuple(drop), "skip", numbers)
+        return Plan(steps, tuple(drop), "ask", numbers, need_seconds=need, left_seconds=left)
+    return Plan(steps, tuple(drop), "skip", numbers, "too-slow", need_seconds=need, left_seconds=left)

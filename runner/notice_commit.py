@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from handlers.events import GivenUp
+from handlers.events import GivenUp, Late
 from runner.checkpoints import Committed
-from runner.commit_plan import MiB, Situation, plan
+from runner.commit_plan import MiB, Plan, Situation, plan
 from runner.local_checkpoints import complete_checkpoints, list_checkpoint_dirs
 from runner.sync import CheckpointSync
 
@@ -40,7 +40,8 @@ class NoticeOutcome:
     ended_at: float = 0.0
     saved_in_time: bool = False
     given_up: list[GivenUp] = field(default_factory=list)
-    note: str | None = None
+    note: str | None = None  # ``late`` in English, for the log and the job's history
+    late: Late | None = None
 
 
 class NoticeCommit:
@@ -75,6 +76,8 @@ class NoticeCommit:
         committed_at_notice = sync.committed_step
         decision: Literal["pending", "asked", "not-asked"] = "pending"
         why = ""
+        reasoning: Plan | None = None  # the plan the fresh decision was made on
+        exited_first = False
         newest_known = -1  # newest checkpoint directory when the trainer was asked: anything newer is the fresh one
         asked_at: float | None = None
         fresh_step: int | None = None
@@ -99,10 +102,10 @@ class NoticeCommit:
             for step, reason in decided.drop:
                 sync.give_up(step, reason)
             if decision == "pending":
-                why = decided.why
+                why, reasoning = decided.why, decided
             if decision == "pending" and decided.fresh != "wait":
                 if decided.fresh == "ask" and state != "running":
-                    why = "the trainer had already exited"
+                    why, exited_first = "the trainer had already exited", True
                 if decided.fresh == "ask" and state == "running":
                     newest_known = max((c.step for c in list_checkpoint_dirs(output_dir)), default=-1)
                     log.warning("asking the trainer for a fresh checkpoint: %s", why)
@@ -154,6 +157,7 @@ class NoticeCommit:
             and (reached is None or committed_step >= reached)
         )
         outcome.note = self._note(outcome, why, trainer_gone_without_saving)
+        outcome.late = self._late(outcome, reasoning, exited_first, trainer_gone_without_saving)
         return outcome
 
     async def _give_up_the_rest(self, ended: float) -> None:
@@ -198,6 +202,29 @@ class NoticeCommit:
         if gone:
             return "the trainer exited without saving a checkpoint"
         return "the trainer did not save a checkpoint in time"
+
+    def _late(self, outcome: NoticeOutcome, reasoning: Plan | None, exited_first: bool, gone: bool) -> Late | None:
+        """What :meth:`_note` says, as codes and values (the bot words it in the channel's language)."""
+        if outcome.fresh == "committed":
+            return None
+        committed = outcome.committed
+        newer = [step for step in sorted(self.sync.failures) if committed is None or step > committed.step]
+        trouble = str(self.sync.failures[newer[-1]]) if newer else self._store_trouble()
+        if trouble is not None:
+            return Late(cause="upload-failed", error=trouble)
+        if outcome.fresh == "not-asked":
+            if exited_first or reasoning is None:
+                return Late(cause="not-asked", why="trainer-exited" if exited_first else "no-rate")
+            return Late(
+                cause="not-asked",
+                why=reasoning.because or "no-rate",
+                step=reasoning.saving,
+                need_seconds=reasoning.need_seconds,
+                left_seconds=reasoning.left_seconds,
+            )
+        if outcome.fresh == "not-saved":
+            return Late(cause="trainer-gone" if gone else "not-saved")
+        return Late(cause="not-uploaded", step=outcome.fresh_step)
 
     def _note(self, outcome: NoticeOutcome, why: str, gone: bool) -> str | None:
         if outcome.fresh == "committed":

@@ -50,7 +50,7 @@ THREAD_NOTES = (
     "Interruption drill on",
     "spot interruption notice posted on",
     "Spot interruption warning",
-    "Checkpoint at step",
+    "💾",  # the checkpoint of the interruption (saved in time, or not)
     "Resumed on attempt 2",
     "finished",
 )

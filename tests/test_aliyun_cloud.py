@@ -345,8 +345,8 @@ async def test_a_drill_writes_the_runners_control_object_then_releases_after_the
     cloud = make_cloud(drill_grace_seconds=0.5)
     instance = await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot")
     before = datetime.now(UTC)
-    done = await cloud.drill(instance.instance_id)
-    assert "oss://ft-oss/jobs/ft-abc1/control/attempt-2.json" in done
+    done = await cloud.interrupt_test(instance.instance_id)
+    assert (done.way, done.reference) == ("notice", "oss://ft-oss/jobs/ft-abc1/control/attempt-2.json")
 
     # The runner's own control-object reader, on its checkpoint prefix, sees a spot notice with that deadline.
     store = oss_store(aws, "jobs/ft-abc1/")
@@ -359,6 +359,7 @@ async def test_a_drill_writes_the_runners_control_object_then_releases_after_the
     assert notice.deadline is not None
     # now + grace, in whole seconds as ECS writes its termination time (rounded down: never later than the release)
     assert before - timedelta(seconds=1) <= notice.deadline <= before + timedelta(seconds=2)
+    assert done.reclaim_at is not None and abs((done.reclaim_at - notice.deadline).total_seconds()) < 1
 
     assert fake.instances[instance.instance_id].status == "Running"  # not before the grace period is over
     await until(lambda: fake.instances[instance.instance_id].status == "Deleted")
@@ -370,7 +371,7 @@ async def test_closing_the_provider_cancels_a_pending_drill_release(
 ) -> None:
     cloud = make_cloud(drill_grace_seconds=60)
     instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
-    await cloud.drill(instance.instance_id)
+    await cloud.interrupt_test(instance.instance_id)
     await cloud.close()
     assert fake.actions("DeleteInstance") == []
     assert fake.instances[instance.instance_id].status == "Running"
@@ -381,15 +382,15 @@ async def test_drills_refuse_instances_not_ours_or_gone(
 ) -> None:
     cloud = make_cloud()
     with pytest.raises(AliyunError, match="does not exist"):
-        await cloud.drill("i-bpnothere0000000")
+        await cloud.interrupt_test("i-bpnothere0000000")
     instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
     fake.instances[instance.instance_id].tags = {}
     with pytest.raises(AliyunError, match="not launched by this bot"):
-        await cloud.drill(instance.instance_id)
+        await cloud.interrupt_test(instance.instance_id)
     fake.instances[instance.instance_id].tags = {"finetune:job": "ft-abc1", "finetune:attempt": "1"}
     fake.instances[instance.instance_id].status = "Stopped"
     with pytest.raises(AliyunError, match="is Stopped"):
-        await cloud.drill(instance.instance_id)
+        await cloud.interrupt_test(instance.instance_id)
 
 
 async def test_stop_runner_writes_a_stop_control_object(

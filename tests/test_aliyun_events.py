@@ -44,7 +44,7 @@ def eventbridge(document: Any) -> list[Any]:
 
 def test_an_interruption_notification_is_a_spot_warning_five_minutes_ahead() -> None:
     (event,) = cloudmonitor(notification(INTERRUPTION, interruption_content(INSTANCE), INSTANCE))
-    assert (event.type, event.instance_id, event.source) == ("spot-warning", INSTANCE, ECS_SOURCE)
+    assert (event.type, event.instance_id, event.source) == ("spot-interruption", INSTANCE, ECS_SOURCE)
     assert event.at == EVENT_AT  # the UTC+8 basic-format eventTime, read as the instant it is
     assert event.deadline == EVENT_AT + timedelta(minutes=5)
     assert event.detail == "action delete"
@@ -60,8 +60,8 @@ def test_every_shape_of_one_interruption_carries_the_same_message_id() -> None:
         eventbridge(cloudevent(INTERRUPTION, notification(INTERRUPTION, content, INSTANCE), INSTANCE)),
     ]
     ids = {event.id for (event,) in shapes}
-    assert ids == {event_message_id("spot-warning", INSTANCE)}
-    assert all(event.type == "spot-warning" and event.instance_id == INSTANCE for (event,) in shapes)
+    assert ids == {event_message_id("spot-interruption", INSTANCE)}
+    assert all(event.type == "spot-interruption" and event.instance_id == INSTANCE for (event,) in shapes)
 
 
 def test_without_an_event_time_the_receipt_time_counts() -> None:
@@ -73,7 +73,7 @@ def test_without_an_event_time_the_receipt_time_counts() -> None:
 
 def test_a_warning_without_the_expected_action_is_still_a_warning() -> None:
     (event,) = cloudmonitor(notification(INTERRUPTION, {"instanceId": INSTANCE}, INSTANCE))
-    assert (event.type, event.detail) == ("spot-warning", "action unknown")
+    assert (event.type, event.detail) == ("spot-interruption", "action unknown")
 
 
 def test_the_instance_id_falls_back_to_the_resource_name() -> None:
@@ -113,7 +113,7 @@ def test_live_states_are_understood_and_ignored(state: str) -> None:
 
 def test_a_status_suffix_on_the_name_is_read_past() -> None:
     (event,) = cloudmonitor(notification(f"{INTERRUPTION}:Executing", interruption_content(INSTANCE), INSTANCE))
-    assert event.type == "spot-warning"
+    assert event.type == "spot-interruption"
 
 
 def test_a_batch_is_every_event_in_it() -> None:
@@ -124,7 +124,7 @@ def test_a_batch_is_every_event_in_it() -> None:
         notification(STATE_CHANGE, state_content(other, "Deleted"), other),
     ]
     assert [(e.type, e.instance_id) for e in cloudmonitor(batch)] == [
-        ("spot-warning", INSTANCE),
+        ("spot-interruption", INSTANCE),
         ("instance-gone", other),
     ]
     bridged = [cloudevent(INTERRUPTION, interruption_content(INSTANCE), INSTANCE)] * 2

@@ -118,9 +118,9 @@ async def test_a_push_with_the_token_is_published(make_intake: Callable[..., Awa
     message = parse_message(event)
     assert isinstance(message, CloudEvent)
     assert (message.type, message.instance_id, message.id) == (
-        "spot-warning",
+        "spot-interruption",
         INSTANCE,
-        event_message_id("spot-warning", INSTANCE),
+        event_message_id("spot-interruption", INSTANCE),
     )
     assert answer == {"accepted": [message.id]}
 

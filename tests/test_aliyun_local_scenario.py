@@ -47,7 +47,7 @@ async def test_a_drill_on_the_alibaba_metadata_path_checkpoints_relaunches_and_c
         assert len(done.attempts) == 2
         assert done.checkpoint is not None
         history = await service.bot.store.history(job_id)
-        warnings = [entry for entry in history if entry.get("event") == "spot-warning"]
+        warnings = [entry for entry in history if entry.get("event") == "spot-interruption"]
         assert warnings and warnings[0]["source"] == "aliyun-metadata"  # the runner heard ECS's termination time
         specs = sorted((tmp_path / "state" / "instances").glob("*/spec.json"))
         assert len(specs) == 2

@@ -405,9 +405,9 @@ async def test_drill_starts_an_fis_experiment_on_the_jobs_spot_instance(world: W
     target = await cloud.launch(job_spec(cloud, "ft-drl1"), ["g5.xlarge"], "spot")
     bystander = await cloud.launch(job_spec(cloud, "ft-oth2"), ["g5.xlarge"], "spot")
 
-    done = await cloud.drill(target.instance_id)
-    assert done.startswith("FIS experiment ")
-    experiment_id = done.split()[2]
+    done = await cloud.interrupt_test(target.instance_id)
+    assert (done.way, done.instance_id, done.after_seconds) == ("fis", target.instance_id, 120)
+    experiment_id = done.reference
     experiment = world.fis.get_experiment(id=experiment_id)["experiment"]
     template = world.fis.get_experiment_template(id=experiment["experimentTemplateId"])["experimentTemplate"]
     assert template["tags"] == {"finetune:drill": "true", "finetune:job": "ft-drl1"}
@@ -422,8 +422,8 @@ async def test_drill_starts_an_fis_experiment_on_the_jobs_spot_instance(world: W
     assert selector["selectionMode"] == "ALL"
 
     # The drill carried out again (a retried effect) is the same experiment, on the job's one template.
-    again = await cloud.drill(target.instance_id)
-    assert again.split()[2] == experiment_id
+    again = await cloud.interrupt_test(target.instance_id)
+    assert again.reference == experiment_id
     assert len(world.fis.list_experiment_templates()["experimentTemplates"]) == 1
     assert len(world.fis.list_experiments()["experiments"]) == 1
 
@@ -437,16 +437,16 @@ async def test_drill_refusals_say_what_to_fix(proxy: Ec2Proxy, make_cloud: Any) 
     unset: AwsCloud = make_cloud(fis_role_arn=None)
     spot = await unset.launch(job_spec(unset), ["g5.xlarge"], "spot")
     with pytest.raises(AwsError, match="FIS is not set up: set fis_role_arn"):
-        await unset.drill(spot.instance_id)
+        await unset.interrupt_test(spot.instance_id)
 
     cloud: AwsCloud = make_cloud()
     on_demand = await cloud.launch(job_spec(cloud, "ft-odm1"), ["g5.xlarge"], "on-demand")
     with pytest.raises(AwsError, match="on-demand: FIS interrupts only spot"):
-        await cloud.drill(on_demand.instance_id)
+        await cloud.interrupt_test(on_demand.instance_id)
 
     proxy.deny_fis = True
     with pytest.raises(AwsError, match="not permitted: FIS said AccessDeniedException"):
-        await cloud.drill(spot.instance_id)
+        await cloud.interrupt_test(spot.instance_id)
 
 
 @pytest.fixture
@@ -584,8 +584,8 @@ async def test_reconcile_on_moto_releases_the_orphans_by_tag_and_leaves_the_runn
         await task
     assert world.instance(running.instance_id)["State"]["Name"] == "running"
     notes = [json.loads(fields["event"]) for _, fields in await redis_client.xrange(Keys(key_prefix).chat)]
-    released = [entry["note"] for entry in notes if entry["note"]["topic"] == "instance-released"]
-    assert [(note["job_id"], note["fields"]["instance"]) for note in released] == [("ft-over1", over.instance_id)]
+    released = [entry["note"] for entry in notes if entry["note"]["note"]["type"] == "instance-released"]
+    assert [(note["job_id"], note["note"]["instance"]) for note in released] == [("ft-over1", over.instance_id)]
 
 
 async def test_reconcile_sets_the_auto_scaling_group_of_an_ended_job_to_zero(
@@ -616,7 +616,7 @@ async def test_reconcile_sets_the_auto_scaling_group_of_an_ended_job_to_zero(
 
     assert (desired("finetune-ft-grp1"), desired("finetune-ft-grp2")) == (0, 1)  # the running job keeps its group
     notes = [json.loads(fields["event"])["note"] for _, fields in await redis_client.xrange(Keys(key_prefix).chat)]
-    assert [(n["job_id"], n["fields"]["group"]) for n in notes if n["topic"] == "group-released"] == [
+    assert [(n["job_id"], n["note"]["group"]) for n in notes if n["note"]["type"] == "group-released"] == [
         ("ft-grp1", "finetune-ft-grp1")
     ]
     again = await reconciler.round(now)  # at 0 now: nothing more to do for the group

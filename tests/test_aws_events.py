@@ -31,7 +31,7 @@ def only(body: str | bytes, attributes: dict[str, str] | None = None) -> CloudEv
 def test_spot_warning_from_eventbridge_has_a_two_minute_deadline_and_a_stable_id() -> None:
     message = only(spot_warning("i-0abc", event_id=EVENT_ID))
     assert isinstance(message, CloudEvent)
-    assert message.type == "spot-warning"
+    assert message.type == "spot-interruption"
     assert message.instance_id == "i-0abc"
     assert message.source == "aws.ec2"
     assert message.at == ISSUED
@@ -51,7 +51,7 @@ def test_hibernation_starts_at_once_so_its_deadline_is_the_notice_time() -> None
 def test_a_spot_warning_without_an_action_is_still_a_warning() -> None:
     message = only(spot_warning("i-0abc", action=None))
     assert isinstance(message, CloudEvent)
-    assert (message.type, message.deadline) == ("spot-warning", ISSUED + timedelta(minutes=2))
+    assert (message.type, message.deadline) == ("spot-interruption", ISSUED + timedelta(minutes=2))
     assert message.detail == "instance-action unknown"
 
 

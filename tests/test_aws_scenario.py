@@ -25,6 +25,7 @@ from bot.cloud.aws import AwsCloud
 from bot.cloud.base import Instance
 from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.jobs import JobState, Market
+from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
 from tests.bot_harness import running_bot, start_job, wait_job
@@ -82,8 +83,8 @@ class Ec2Bodies:
     async def terminate(self, instance_id: str) -> None:
         await self.cloud.terminate(instance_id)
 
-    async def drill(self, instance_id: str) -> str:
-        return await self.cloud.drill(instance_id)
+    async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
+        return await self.cloud.interrupt_test(instance_id)
 
     async def stop_runner(self, instance_id: str) -> None:
         await self.cloud.stop_runner(instance_id)

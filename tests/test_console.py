@@ -69,7 +69,7 @@ def test_updates_go_above_a_half_typed_command_and_ctrl_c_leaves_cleanly(tmp_pat
         child.expect(REDRAWN_LOG)  # the prompt is drawn again below the update, with the half-typed "log" on it
         child.sendline(f"s {job}")  # the rest of it: the line typed before the update is intact
         child.expect(LOGS_LINE)
-        child.expect(r"notice|spot-warning")
+        child.expect(r"notice|spot-interruption")
 
         child.send("\x03")  # Ctrl-C at the prompt
         child.expect(f"The local instances of {job} stop within a minute of this bot")

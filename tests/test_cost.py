@@ -9,7 +9,7 @@ import pytest
 from bot.chat.render import card_text, message_text
 from handlers.cost import job_cost
 from handlers.jobs import Attempt, Job, JobState
-from handlers.messages import Notify
+from tests.notes import notify
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
@@ -95,5 +95,5 @@ def test_no_savings_are_claimed_before_useful_work_or_without_an_on_demand_price
 def test_the_card_and_the_completion_note_show_the_honest_saving() -> None:
     shown = card_text(worked_example(), at(300))
     assert "Cost: $4.0200 · saving 61% vs on-demand" in shown
-    note = Notify(job_id="ft-ab12", channel="thread", topic="completed", fields={"output_uri": "file:///out/"})
+    note = notify("ft-ab12", "thread", "completed", **{"output_uri": "file:///out/"})
     assert "cost $4.0200, saved 61% against on-demand" in message_text(worked_example(), note, at(300))

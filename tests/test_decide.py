@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from handlers.decide import ack_command, decide, drill_command, new_job, retry_command, stop_command
+from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.events import Completed, Failed, Interrupted, Notice, Progress, Started
 from handlers.jobs import Change, ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline, parse_message
 from handlers.transitions import TRANSITIONS
+from tests.notes import topic
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -19,7 +20,7 @@ def at(seconds: float) -> datetime:
 
 
 def kinds(change: Change) -> list[str]:
-    return [f"{item['kind']}:{item.get('channel', '')}{item.get('topic', '')}".rstrip(":") for item in change.outbox]
+    return [f"{item['kind']}:{item.get('channel', '')}{topic(item)}".rstrip(":") for item in change.outbox]
 
 
 def report(job: Job, report_type: type[Any], attempt: int | None = None, **fields: Any) -> ReportReceived:
@@ -56,7 +57,7 @@ def test_interruption_and_recovery_with_fencing() -> None:
     assert job.state is JobState.RUNNING and job.step == 12
 
     warning = decide(
-        job, CloudEvent(type="spot-warning", instance_id="i-1", source="aws.ec2", deadline=at(140)), at(20)
+        job, CloudEvent(type="spot-interruption", instance_id="i-1", source="aws.ec2", deadline=at(140)), at(20)
     )
     assert warning.job.state is JobState.INTERRUPTED and warning.job.interruptions == 1
     assert kinds(warning) == ["notify:alertinterruption-warning", "notify:threadinterruption-warning"]
@@ -99,7 +100,7 @@ def test_interruption_and_recovery_with_fencing() -> None:
     job = resumed.job
     assert job.state is JobState.RUNNING and job.steps_lost == 0 and job.downtime_seconds == 18.0
     assert kinds(resumed) == ["notify:cardstarted", "notify:threadresumed"]
-    assert resumed.outbox[1]["fields"]["lost"] == 0 and resumed.outbox[1]["fields"]["zone"] == "us-east-1c"
+    assert resumed.outbox[1]["note"]["lost"] == 0 and resumed.outbox[1]["note"]["zone"] == "us-east-1c"
 
     done = decide(job, report(job, Completed, step=30, total_steps=30, output_uri="s3://b/ft-ab12/output/"), at(60))
     assert done.job.state is JobState.SUCCEEDED and done.job.output_uri == "s3://b/ft-ab12/output/"
@@ -130,7 +131,7 @@ def test_resume_failures_page_and_commands_leave_resume_failed() -> None:
     again = ack_command(acked.job, "console:other", at(31))
     assert again.job == acked.job and "already acknowledged" in again.history["why"]
 
-    retried = retry_command(acked.job, "console:oncall", on_demand=True, now=at(40))
+    retried = resume_command(acked.job, "console:oncall", on_demand=True, now=at(40))
     assert retried.job.state is JobState.RECOVERING and retried.job.attempt == 3
     assert retried.job.current is not None and retried.job.current.market == "on-demand"
     assert retried.job.acked_by is None
@@ -153,17 +154,20 @@ def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
         job, report(job, Failed, reason="trainer exited with code 1", log_tail=["OOM"], exit_code=1), at(30)
     )
     assert failed.job.state is JobState.FAILED
-    assert failed.outbox[-1]["fields"]["log_tail"] == ["OOM"]
+    assert failed.outbox[-1]["note"]["log_tail"] == ["OOM"]
 
 
-def test_stop_and_drill_commands() -> None:
+def test_stop_and_interrupt_test_commands() -> None:
     job = running_job()
-    drill = drill_command(job, "console:ana", at(21))
-    assert kinds(drill) == ["drill", "notify:threaddrill-started"] and drill.outbox[0]["instance_id"] == "i-1"
+    drill = interrupt_test_command(job, "console:ana", at(21))
+    assert (
+        kinds(drill) == ["interrupt-test", "notify:threadinterrupt-test-started"]
+        and drill.outbox[0]["instance_id"] == "i-1"
+    )
     stopping = stop_command(job, "console:ana", at(22))
     assert stopping.job.state is JobState.STOPPING
     assert kinds(stopping) == ["notify:threadstop-requested", "stop-runner", "stop-deadline"]
-    refused = drill_command(stopping.job, "console:ana", at(23))
+    refused = interrupt_test_command(stopping.job, "console:ana", at(23))
     assert refused.job == stopping.job and refused.outbox == []
     stopped = decide(
         stopping.job, report(stopping.job, Interrupted, reason="stop", step=12, uri="s3://x/", time=at(24)), at(24)
@@ -176,7 +180,7 @@ def test_every_state_is_reachable_and_terminal_states_only_leave_by_retry() -> N
     targets = {state for state in TRANSITIONS.values()}
     assert targets | {JobState.PENDING} == set(JobState)
     for (state, trigger), _ in TRANSITIONS.items():
-        if state is JobState.SUCCEEDED or (state in (JobState.STOPPED, JobState.FAILED) and trigger != "retry"):
+        if state is JobState.SUCCEEDED or (state in (JobState.STOPPED, JobState.FAILED) and trigger != "resume"):
             raise AssertionError(f"{state} must be final, but {trigger} leaves it")
 
 
@@ -191,7 +195,7 @@ def test_a_resumed_attempt_that_cannot_train_pages_on_call() -> None:
     paged = decide(failed.job, parse_message(step), at(50))
     assert "notify:pageresume-failed" in kinds(paged)
     page = next(item for item in paged.outbox if item["kind"] == "notify")
-    assert page["fields"]["exit_code"] == 3 and page["fields"]["everyone"] == "here"  # no rota: @here
+    assert page["note"]["exit_code"] == 3 and page["note"]["everyone"] == "here"  # no rota: @here
 
 
 def test_a_late_report_of_an_old_attempt_moves_nothing_but_is_still_told() -> None:
@@ -203,20 +207,20 @@ def test_a_late_report_of_an_old_attempt_moves_nothing_but_is_still_told() -> No
     notice = decide(gone, report(gone, Notice, attempt=1, kind="spot-interruption", source="aws-imds"), at(45))
     assert notice.job == gone and notice.history["event"] == "ignored"  # fenced: the job does not move
     assert kinds(notice) == ["notify:alertinterruption-warning", "notify:threadinterruption-warning"]
-    assert [note["fields"]["instance"] for note in notice.outbox] == ["i-1", "i-1"]  # the old attempt's instance
+    assert [note["note"]["instance"] for note in notice.outbox] == ["i-1", "i-1"]  # the old attempt's instance
     receipt = decide(
         gone,
         report(gone, Interrupted, attempt=1, reason="spot-interruption", step=12, uri="s3://x/", seconds={"save": 1}),
         at(46),
     )
     assert receipt.job == gone and kinds(receipt) == ["notify:threadinterrupted"]
-    assert receipt.outbox[0]["fields"]["step"] == 12
+    assert receipt.outbox[0]["note"]["step"] == 12
     assert decide(gone, report(gone, Progress, attempt=1, step=14), at(47)).outbox == []  # nothing to tell
 
     # The same warning told twice (the cloud's, late, and the runner's) is one note id per channel: posted once.
-    from_cloud = decide(gone, CloudEvent(type="spot-warning", instance_id="i-1", source="aws.ec2"), at(48))
+    from_cloud = decide(gone, CloudEvent(type="spot-interruption", instance_id="i-1", source="aws.ec2"), at(48))
     assert [note["id"] for note in from_cloud.outbox] == [note["id"] for note in notice.outbox]
-    warned = decide(job, CloudEvent(type="spot-warning", instance_id="i-1", source="aws.ec2"), at(20))
+    warned = decide(job, CloudEvent(type="spot-interruption", instance_id="i-1", source="aws.ec2"), at(20))
     assert [note["id"] for note in warned.outbox] == [note["id"] for note in notice.outbox]
 
 

@@ -96,7 +96,7 @@ async def test_a_dingtalk_job_survives_an_ecs_reclaim_and_finishes_in_chinese(
         assert f"team/jobs/{job.id}/checkpoint-{done.checkpoint.step}/MANIFEST.json" in keys
 
         history = await service.bot.store.history(job.id)
-        warnings = [e for e in history if e.get("event") == "spot-warning"]
+        warnings = [e for e in history if e.get("event") == "spot-interruption"]
         assert [e["source"] for e in warnings] == ["acs.ecs", "aliyun-metadata"]  # CloudMonitor's, then the runner's
         assert warnings[1].get("duplicate") is True
         [alert] = dingtalk.robot_messages  # the runner's own notice afterwards is the same interruption

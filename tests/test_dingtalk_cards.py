@@ -62,8 +62,8 @@ async def test_the_card_is_created_once_updated_in_place_and_its_buttons_obey_th
         assert dingtalk.card_spaces[track] == f"dtv1.card//IM_GROUP.{GROUP}"
         assert card["title"] == f"{job.id} · sleepy" and card["status"] == "🟢 运行中"
         assert "**实例**" in card["content"] and "抢占式" in card["content"]
-        assert (card["stop_label"], card["ack_label"], card["retry_label"]) == ("停止", "确认", "重试")
-        assert (card["show_stop"], card["show_ack"], card["show_retry"]) == ("true", "false", "false")
+        assert (card["stop_label"], card["ack_label"], card["resume_label"]) == ("停止", "确认", "恢复")
+        assert (card["show_stop"], card["show_ack"], card["show_resume"]) == ("true", "false", "false")
         creates = [c for c in dingtalk.calls if c[1].endswith("/createAndDeliver")]
         updates = [c for c in dingtalk.calls if c[0] == "PUT"]
         assert len(creates) == 1 and updates and all(body["outTrackId"] == track for _, _, body in updates)

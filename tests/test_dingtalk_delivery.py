@@ -25,10 +25,12 @@ from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.transport import Rejected
 from bot.chat.dingtalk.webhooks import Markdown, Mentions, Webhooks
 from bot.store import JobStore
+from handlers.decide import decide
 from handlers.events import utcnow
 from handlers.jobs import Attempt, ChatRef, Job, JobState
-from handlers.messages import Notify
+from handlers.messages import CloudEvent, Notify, parse_message
 from tests.fake_dingtalk import FakeDingTalk
+from tests.notes import notify
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,
     fixture_redis_client,
@@ -80,7 +82,7 @@ def running_job(channel: str = GROUP, version: int = 1, step: int | None = None,
 
 
 def note(channel: str, topic: str, **fields: Any) -> Notify:
-    return Notify(job_id="ft-ab12", channel=channel, topic=topic, fields=fields)
+    return notify("ft-ab12", channel, topic, **fields)
 
 
 async def test_cards_are_in_the_group_language_and_updated_in_place(parts: Parts) -> None:
@@ -114,7 +116,7 @@ async def test_cards_are_in_the_group_language_and_updated_in_place(parts: Parts
 
     with pytest.raises(PermanentDeliveryError, match="not started from DingTalk"):
         await parts.deliverer.deliver(
-            zh.model_copy(update={"chat": ChatRef(platform="slack", channel="C1")}), note("card", "x")
+            zh.model_copy(update={"chat": ChatRef(platform="slack", channel="C1")}), note("card", "refresh")
         )
 
 
@@ -145,6 +147,30 @@ async def test_alerts_go_through_the_signed_robot_and_pages_mention_on_call(part
     assert last["at"] == {"atUserIds": [], "atMobiles": [], "isAtAll": True}
     # The card was refreshed with each of them (created once), and nothing went to the group as an app message.
     assert [m for m, *_ in parts.dingtalk.calls].count("POST") == 1 and parts.dingtalk.group_messages == []
+
+
+@pytest.mark.parametrize("robot", [True, False], ids=["custom-robot", "app-robot-only"])
+async def test_an_interruption_warning_reaches_the_group_once(parts: Parts, robot: bool) -> None:
+    """The core tells a warning twice (the alert, and the job's thread); DingTalk has no threads, so the group gets
+    the alert alone: through its custom robot when it has one, else as the app robot's message."""
+    job = running_job()
+    warned = decide(job, CloudEvent(type="spot-interruption", instance_id="i-bp1abc", source="aliyun.ecs"), utcnow())
+    notes = [message for message in map(parse_message, warned.outbox) if isinstance(message, Notify)]
+    assert sorted(told.channel for told in notes) == ["alert", "thread"]  # both are told…
+    config = parts.config if robot else parts.config.model_copy(update={"robot_webhook": None, "robot_secret": None})
+    deliverer = DingTalkDeliverer(parts.api, parts.webhooks, config, StoreLedger(parts.store), parts.dingtalk.client_id)
+    for told in notes:
+        await deliverer.deliver(warned.job, told)
+    sent = [m["markdown"]["text"] for m in parts.dingtalk.robot_messages] + [
+        m["text"] for m in parts.dingtalk.group_messages
+    ]
+    assert len(sent) == 1 and "中断预警" in sent[0], sent  # …and the group reads it once
+    assert len(parts.dingtalk.robot_messages) == (1 if robot else 0)
+    assert parts.dingtalk.cards[out_track_id(job)]["status"] == "⚠️ 已中断"  # the thread copy still refreshed the card
+
+    # Any other thread note is still posted to the group.
+    await deliverer.deliver(warned.job, note("thread", "rebalance"))
+    assert len(parts.dingtalk.group_messages) == (1 if robot else 2)
 
 
 async def test_a_wrong_secret_or_an_old_timestamp_is_refused_and_permanent(parts: Parts) -> None:

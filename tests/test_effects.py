@@ -41,6 +41,7 @@ from tests.bot_harness import (
     write_config,
 )
 from tests.fake_slack import FakeSlack, Message
+from tests.notes import notify
 from tests.restartable_valkey import RestartableValkey
 
 
@@ -104,9 +105,10 @@ async def test_any_replica_carries_out_any_effect_and_reports_outlive_the_launch
         gone = {r.instance_id: r.state for r in await other.bot.cloud.instances()}  # type: ignore[attr-defined]
         assert gone[instance_id] == "gone"
         # The drill asked again (an effect retried after a crash), with the instance gone: it says what it did.
-        again = await other.bot.cloud.drill(instance_id)
-        assert again.startswith(f"spot interruption notice posted on {instance_id}")
-        assert any(again in text for text in said)
+        again = await other.bot.cloud.interrupt_test(instance_id)
+        assert (again.instance_id, again.way) == (instance_id, "notice") and again.reclaim_at is not None
+        told = f"spot interruption notice posted on {instance_id}; it is reclaimed at {again.reclaim_at:%H:%M:%S} UTC"
+        assert any(told in text for text in said), said
     finally:
         for stack in stacks.values():
             await stack.aclose()
@@ -201,9 +203,9 @@ async def test_an_old_attempts_late_warning_is_still_posted_once(tmp_path: Path,
 
         await until(lambda: told("report:notice", 1), "the late notice, fenced")  # the redelivery is a duplicate
         await service.bus.publish(
-            {"kind": "cloud", "type": "spot-warning", "instance_id": old_instance, "source": "aws.ec2"}
+            {"kind": "cloud", "type": "spot-interruption", "instance_id": old_instance, "source": "aws.ec2"}
         )
-        await until(lambda: told("cloud:spot-warning", 1), "the cloud's late warning, fenced")
+        await until(lambda: told("cloud:spot-interruption", 1), "the cloud's late warning, fenced")
         await until(lambda: chat_drained(service.bot.store), "every note handled")
         assert len(alerts()) == 1 and old_instance in alerts()[0]
         now = await service.bot.store.get(job_id)
@@ -245,13 +247,16 @@ async def test_a_note_in_doubt_is_looked_for_in_slack_before_it_is_posted_again(
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
         card = await slack.wait_for(lambda: [m for m in slack.channel_messages("C0JOBS") if m.blocks])
         store = service.bot.store
+
+        def said(n: str) -> str:
+            return f"⚠️ interrupt-test failed for {job_id}: note {n}"
+
         posted, lost = (
-            Notify(job_id=job_id, channel="thread", topic="other-done", fields={"detail": f"note {n}"})
-            for n in ("posted", "lost")
+            notify(job_id, "thread", "interrupt-test-failed", error=f"note {n}") for n in ("posted", "lost")
         )
         # The dead replica's first note made it to Slack (with its id), its second did not; neither was recorded.
         slack.messages[("C0JOBS", "1800000000.000001")] = Message(
-            "C0JOBS", "1800000000.000001", "ℹ️ note posted", [], card[0].ts, 0, _note_metadata(posted)
+            "C0JOBS", "1800000000.000001", said("posted"), [], card[0].ts, 0, _note_metadata(posted)
         )
         for note in (posted, lost):
             await store.redis.set(store.keys.sending(note.id), "dead-replica")
@@ -259,7 +264,7 @@ async def test_a_note_in_doubt_is_looked_for_in_slack_before_it_is_posted_again(
 
         await until(lambda: chat_drained(store), "both notes handled")
         thread = [m.text for m in slack.replies("C0JOBS", card[0].ts)]
-        assert thread.count("ℹ️ note posted") == 1 and thread.count("ℹ️ note lost") == 1
+        assert thread.count(said("posted")) == 1 and thread.count(said("lost")) == 1
         assert await store.redis.exists(store.keys.sent(posted.id), store.keys.sent(lost.id)) == 2
         assert slack.called("conversations.replies")  # it looked before posting
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from handlers.decide import decide, new_job, retry_command, stop_command
+from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.events import CheckpointSaved, Failed, Interrupted, Notice, Progress, Started
 from handlers.jobs import Change, ChatRef, CheckpointRef, Job, JobState
 from handlers.lifecycle import Lifecycle, relaunch_pause
@@ -22,6 +22,7 @@ from handlers.messages import (
     parse_message,
 )
 from handlers.policy import Policy
+from tests.notes import topic
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LIMITS = Lifecycle(max_relaunches_without_progress=2, relaunch_pause_seconds=10, relaunch_pause_max_seconds=25)
@@ -32,7 +33,7 @@ def at(seconds: float) -> datetime:
 
 
 def kinds(change: Change) -> list[str]:
-    return [f"{item['kind']}:{item.get('channel', '')}{item.get('topic', '')}".rstrip(":") for item in change.outbox]
+    return [f"{item['kind']}:{item.get('channel', '')}{topic(item)}".rstrip(":") for item in change.outbox]
 
 
 def of_kind(change: Change, kind: str) -> dict[str, Any]:
@@ -152,7 +153,7 @@ def test_a_person_resuming_starts_the_count_over() -> None:
         job = decide(job, report(job, Started), at(clock + 22), None, LIMITS).job
     ended = gone(job, 100)
     assert ended.job.state is JobState.RESUME_FAILED
-    retried = retry_command(ended.job, "console:oncall", on_demand=False, now=at(200))
+    retried = resume_command(ended.job, "console:oncall", on_demand=False, now=at(200))
     assert retried.job.attempts_without_progress == 0 and kinds(retried)[1] == "launch"
 
 
@@ -174,7 +175,7 @@ def test_a_held_back_launch_is_dropped_once_the_job_was_stopped_or_resumed() -> 
     timer = parse_message(of_kind(change, "relaunch-due"))
     late = decide(stopped.job, timer, at(20), None, LIMITS)
     assert late.outbox == [] and late.history["event"] == "ignored"
-    resumed = retry_command(stopped.job, "console:ana", on_demand=False, now=at(30))
+    resumed = resume_command(stopped.job, "console:ana", on_demand=False, now=at(30))
     assert resumed.job.attempt == 3 and kinds(resumed)[1] == "launch"
     assert decide(resumed.job, timer, at(31), None, LIMITS).outbox == []  # the old attempt's timer
 
@@ -205,7 +206,7 @@ def test_a_stop_has_a_deadline_after_which_the_instance_goes_and_the_checkpoint_
     assert isinstance(deadline, StopDeadline) and deadline.due == at(10) + LIMITS.stop_timeout
     ended = decide(stopping.job, deadline, deadline.due, None, LIMITS)
     assert ended.job.state is JobState.STOPPED and kinds(ended) == ["terminate", "notify:threadstopped"]
-    assert ended.outbox[0]["instance_id"] == "i-1" and ended.outbox[1]["fields"]["step"] == 31
+    assert ended.outbox[0]["instance_id"] == "i-1" and ended.outbox[1]["note"]["step"] == 31
     assert ended.job.checkpoint == CheckpointRef(step=31, uri="s3://b/31/", at=ended.job.checkpoint.at)
     # The runner's own answer, late, changes nothing; nor does the deadline of a stop that already ended.
     interrupted = report(ended.job, Interrupted, reason="stop", step=31, uri="s3://b/31/")
@@ -230,7 +231,7 @@ def test_a_stopped_job_resumes_from_its_kept_checkpoint() -> None:
     stopped = decide(
         stopping.job, report(stopping.job, Interrupted, reason="stop", step=31, uri="s3://b/31/"), at(12)
     ).job
-    resumed = retry_command(stopped, "console:ana", on_demand=False, now=at(20))
+    resumed = resume_command(stopped, "console:ana", on_demand=False, now=at(20))
     assert resumed.job.state is JobState.RECOVERING and resumed.job.attempt == 2
     assert resumed.job.current is not None and resumed.job.current.from_step == 31
     assert kinds(resumed) == ["notify:threadresume-requested", "launch", "start-deadline", "notify:cardlaunch"]

@@ -137,6 +137,9 @@ async def test_a_notice_during_an_upload_that_can_finish_commits_it_and_asks_for
     assert interrupted["step"] == 50 and interrupted["uri"] == f"{URI}checkpoint-50/"
     assert interrupted["fresh_save"] == "not-asked" and interrupted["saved_in_time"] is False
     assert "needs" in interrupted["note"] and "committed checkpoint-50" in interrupted["note"]
+    late = interrupted["late"]
+    assert (late["cause"], late["why"]) == ("not-asked", "too-slow")
+    assert late["need_seconds"] > 0 and late["left_seconds"] is not None
     assert 50 in committed_steps(s3)
     assert [r["step"] for r in of_type(got, "checkpoint_saved")] == [25, 50]
     # The upload in flight at the notice was finished, not aborted and started over.
@@ -203,6 +206,7 @@ async def test_writes_refused_until_past_the_deadline_still_let_the_report_leave
     assert interrupted["fresh_save"] == "not-uploaded"  # the trainer saved; nothing could be written
     assert interrupted["step"] == 10 and committed_steps(s3) == [10]
     assert interrupted["note"].startswith("upload failed before the deadline") and "503" in interrupted["note"]
+    assert interrupted["late"]["cause"] == "upload-failed" and "503" in interrupted["late"]["error"]
     assert any(status == 503 for _, _, status in proxy.seen)
     proxy.fail_writes = False
     assert await next_attempt_resumes_from(tmp_path, env, command) == 10

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from handlers.decide import ack_command, decide, retry_command, stop_command
+from handlers.decide import ack_command, decide, resume_command, stop_command
 from handlers.jobs import Attempt, Job, JobState, Page
 from handlers.messages import PageStep, parse_message
 from handlers.oncall import OnCall, on_shift, step_due, step_targets
@@ -53,7 +53,7 @@ def step(job: Job, number: int, at: datetime) -> Any:
 
 def names(change: Any) -> list[str]:
     notify = next(item for item in change.outbox if item["kind"] == "notify")
-    return [person["name"] for person in notify["fields"]["mention"]] + [str(notify["fields"]["everyone"])]
+    return [person["name"] for person in notify["note"]["mention"]] + [str(notify["note"]["everyone"])]
 
 
 def test_the_rota_turns_every_shift() -> None:
@@ -72,10 +72,12 @@ def test_steps_fall_due_on_the_ladder_then_repeat_the_last() -> None:
 
 def test_each_step_names_the_people_on_shift_with_their_platform_ids() -> None:
     mention, everyone = step_targets(ONCALL, 0, T0)
-    assert mention == [{"name": "ana", "slack": "U0ANA", "dingtalk": "ana01", "mobile": "+8613800000000"}]
+    assert [p.model_dump() for p in mention] == [
+        {"name": "ana", "slack": "U0ANA", "dingtalk": "ana01", "mobile": "+8613800000000"}
+    ]
     assert everyone is None
     mention, everyone = step_targets(ONCALL, 2, T0)
-    assert [p["name"] for p in mention] == ["ml-leads"] and everyone == "channel"
+    assert [p.name for p in mention] == ["ml-leads"] and everyone == "channel"
     mention, everyone = step_targets(OnCall(), 0, T0)  # nobody on the rota: the channel still hears it
     assert mention == [] and everyone == "here"
 
@@ -117,7 +119,7 @@ def test_no_step_after_an_ack_a_retry_or_a_stop() -> None:
     ignored = step(acked.job, 1, T0 + timedelta(minutes=5))
     assert ignored.outbox == [] and ignored.history["why"] == "acknowledged by slack:U0BO"
 
-    retried = retry_command(first.job, "slack:U0BO", False, T0 + timedelta(minutes=3))
+    retried = resume_command(first.job, "slack:U0BO", False, T0 + timedelta(minutes=3))
     assert retried.job.page is None and step(retried.job, 1, T0 + timedelta(minutes=5)).outbox == []
     stopped = stop_command(first.job, "slack:U0BO", T0 + timedelta(minutes=3))
     assert stopped.job.state is JobState.STOPPED and step(stopped.job, 1, T0 + timedelta(minutes=5)).outbox == []

@@ -146,7 +146,7 @@ def test_a_release_terminates_and_tells_the_channel_without_touching_the_job() -
         "i-1",
         "reconcile-release-i-1-7",
     )
-    assert (note["topic"], note["fields"]["why"], note["fields"]["values"]["state"]) == (
+    assert (note["note"]["type"], note["note"]["why"], note["note"]["values"]["state"]) == (
         "instance-released",
         "job-over",
         "SUCCEEDED",
@@ -161,7 +161,7 @@ def test_a_probe_speaks_once_per_silence_and_not_once_the_job_was_heard_of() -> 
     change = probe(quiet, action, silence)
     assert change is not None and change.job == quiet
     [note] = change.outbox
-    assert note["topic"] == "no-reports" and note["fields"] == {"instance": "i-1", "minutes": 40}
+    assert note["note"] == {"type": "no-reports", "instance": "i-1", "minutes": 40}
     assert note["id"] == probe(quiet, action, silence).outbox[0]["id"]  # type: ignore[union-attr]
     heard = quiet.model_copy(update={"updated_at": NOW - timedelta(seconds=1)})
     assert probe(heard, action, silence) is None  # a report came in between the listing and the write
@@ -186,4 +186,4 @@ def test_a_scaling_group_that_keeps_capacity_for_an_ended_or_unknown_job_is_set_
         ("release-group", "finetune-ft-zz99", "job-unknown"),
     ]
     change = release_group(jobs[0], actions[0])
-    assert change.job == jobs[0] and change.outbox[0]["topic"] == "group-released"
+    assert change.job == jobs[0] and change.outbox[0]["note"]["type"] == "group-released"

@@ -229,6 +229,7 @@ async def test_a_trainer_that_never_saves_gets_its_last_complete_checkpoint_comm
     [interrupted] = of_type(read_reports(reports), "interrupted")
     assert interrupted["saved_in_time"] is False
     assert "did not save a checkpoint in time" in interrupted["note"]
+    assert interrupted["late"]["cause"] == "not-saved"  # the same as a code: the bot words it
     assert interrupted["step"] == 4 and (store / "checkpoint-4" / "MANIFEST.json").exists()
 
 

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from bot.chat.slack.blocks import acked_page_layout, card_layout, mentions, mrkdwn, note_text, page_layout, user
 from bot.chat.slack.config import SlackConfig
 from handlers.jobs import Attempt, ChatRef, Job, JobState
-from handlers.messages import Notify
+from handlers.notes import ResumeFailedPage
+from tests.notes import notify
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -40,7 +41,7 @@ def test_the_card_lays_out_the_shared_fields_and_offers_what_applies_now() -> No
     fields = [f["text"] for f in blocks[1]["fields"]]
     assert fields[0] == "*State*\n🟢 RUNNING" and "*Step*\n40/100" in fields
     assert "Started by <@U0ANA> · updated 03:04:05 UTC" in str(blocks)
-    assert action_ids(blocks) == ["finetune_stop", "finetune_drill"]
+    assert action_ids(blocks) == ["finetune_stop", "finetune_interrupt_test"]
     assert action_ids(card_layout(job(JobState.RESUME_FAILED), NOW)[1]) == ["finetune_stop"]
     assert action_ids(card_layout(job(JobState.SUCCEEDED), NOW)[1]) == []
     assert action_ids(card_layout(job(JobState.STOPPING), NOW)[1]) == []
@@ -63,12 +64,14 @@ def test_page_mentions_come_first_and_only_from_valid_ids() -> None:
         {"name": "bad", "slack": "U0X> <!everyone"},
         {"name": "dingtalk only", "slack": None, "dingtalk": "x"},
     ]
-    assert mentions({"mention": people, "everyone": "channel"}) == "<@U0ANA> <!subteam^S0TEAM> <!channel>"
-    assert mentions({"mention": [], "everyone": "everyone"}) == ""
-    note = Notify(job_id="ft-abcd", channel="page", topic="resume-failed", fields={"reason": "x", "mention": people})
+    assert mentions(ResumeFailedPage(reason="x", mention=people, everyone="channel")) == (
+        "<@U0ANA> <!subteam^S0TEAM> <!channel>"
+    )
+    assert mentions(ResumeFailedPage(reason="x")) == ""
+    note = notify("ft-abcd", "page", "resume-failed", **{"reason": "x", "mention": people})
     text, plain, blocks = page_layout(job(JobState.RESUME_FAILED), note, NOW)
     assert text == f"<@U0ANA> <!subteam^S0TEAM> {plain}" and plain.startswith("🚨 On-call: ft-abcd could not resume")
-    assert action_ids(blocks) == ["finetune_ack", "finetune_retry", "finetune_ondemand", "finetune_stop"]
+    assert action_ids(blocks) == ["finetune_ack", "finetune_resume", "finetune_ondemand", "finetune_stop"]
 
 
 def test_an_acknowledged_page_keeps_its_words_and_loses_its_buttons() -> None:
@@ -76,9 +79,7 @@ def test_an_acknowledged_page_keeps_its_words_and_loses_its_buttons() -> None:
     assert action_ids(blocks) == []
     assert blocks[-1]["elements"][0]["text"] == "✅ Acknowledged by <@U0BOB> at 03:04 UTC"
     assert text.startswith("🚨 On-call") and "<@U0BOB>" in text
-    note = Notify(
-        job_id="ft-abcd", channel="thread", topic="acked", fields={"by": "slack:U0BOB", "at": NOW.isoformat()}
-    )
+    note = notify("ft-abcd", "thread", "acked", **{"by": "slack:U0BOB", "at": NOW.isoformat()})
     assert note_text(job(), note, NOW).startswith("👀 <@U0BOB> acknowledged the page for ft-abcd at 03:04:05 UTC")
 
 
@@ -94,11 +95,11 @@ def test_a_channel_configured_for_chinese_gets_its_cards_pages_and_dialogs_in_ch
     assert stop["text"]["text"] == "停止" and stop["confirm"]["deny"]["text"] == "取消"
     assert "由 <@U0ANA> 启动" in str(blocks)
 
-    note = Notify(job_id="ft-abcd", channel="page", topic="resume-failed", fields={"reason": "x", "everyone": "here"})
+    note = notify("ft-abcd", "page", "resume-failed", **{"reason": "x", "everyone": "here"})
     said, _plain, page = page_layout(job(JobState.RESUME_FAILED), note, NOW, "zh-CN")
     assert said.startswith("<!here> ") and [e["text"]["text"] for e in page[1]["elements"]][:3] == [
         "确认",
-        "重试恢复",
+        "恢复",
         "改用按量付费",
     ]
     _text, acked = acked_page_layout("🚨", "slack:U0BOB", NOW, "zh-CN")

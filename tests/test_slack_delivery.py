@@ -20,7 +20,7 @@ from bot.bus import EVENT_FIELD
 from bot.service import BotService
 from handlers.events import Progress
 from handlers.jobs import Job, JobState
-from handlers.messages import Notify, ReportReceived, dump_message
+from handlers.messages import ReportReceived, dump_message
 from tests.bot_harness import (
     FAILS_ON_RESUME,
     SteppedClock,
@@ -33,6 +33,7 @@ from tests.bot_harness import (
     write_config,
 )
 from tests.fake_slack import FakeSlack, Message
+from tests.notes import notify
 from tests.test_slack_http import CHANNEL, buttons, card_of, click, command, field_text, sleepy_config, started
 
 ALERTS = "C0ALERTS"
@@ -150,7 +151,7 @@ async def test_a_redelivered_note_is_posted_once(tmp_path: Path, slack: FakeSlac
         job = await running_job(service)
         assert service.outbox is not None
         card = await slack.wait_for(lambda: card_of(slack, job.id))
-        note = Notify(job_id=job.id, channel="thread", topic="rebalance")
+        note = notify(job.id, "thread", "rebalance")
         handled = service.outbox.bus.handled
         for _ in range(3):
             await service.outbox.notify(job, note)
@@ -179,7 +180,7 @@ async def test_pages_mention_on_call_and_an_acknowledgement_updates_every_page(
             {"reason": "no spot capacity", "step": 1, "mention": [ana, bob], "everyone": "here"},
         ]
         for fields in steps:
-            await outbox.notify(job, Notify(job_id=job.id, channel="page", topic="resume-failed", fields=fields))
+            await outbox.notify(job, notify(job.id, "page", "resume-failed", **fields))
         pages = await slack.wait_for(
             lambda: len(slack.channel_messages(CHANNEL)) == 3 and slack.channel_messages(CHANNEL)[1:]
         )
@@ -189,16 +190,11 @@ async def test_pages_mention_on_call_and_an_acknowledgement_updates_every_page(
         for page in pages:
             assert page.thread_ts is None  # a new top-level message per step: edits notify no one
             shown = buttons(page)
-            assert list(shown) == ["finetune_ack", "finetune_retry", "finetune_ondemand", "finetune_stop"]
+            assert list(shown) == ["finetune_ack", "finetune_resume", "finetune_ondemand", "finetune_stop"]
             assert {button["value"] for button in shown.values()} == {job.id}
             assert "confirm" in shown["finetune_stop"]
 
-        acked = Notify(
-            job_id=job.id,
-            channel="thread",
-            topic="acked",
-            fields={"by": "slack:U0BOB", "at": "2030-01-02T03:04:05+00:00"},
-        )
+        acked = notify(job.id, "thread", "acked", **{"by": "slack:U0BOB", "at": "2030-01-02T03:04:05+00:00"})
         await outbox.notify(job, acked)
         await slack.wait_for(lambda: all(page.edits == 1 for page in pages))
         for page in pages:
@@ -210,12 +206,12 @@ async def test_pages_mention_on_call_and_an_acknowledgement_updates_every_page(
         assert any(f"<@U0BOB> acknowledged the page for {job.id}" in reply.text for reply in thread)
 
         # A later incident: its page is acknowledged by someone else; the earlier pages keep who owned them.
-        await outbox.notify(job, Notify(job_id=job.id, channel="page", topic="resume-failed", fields=steps[0]))
+        await outbox.notify(job, notify(job.id, "page", "resume-failed", **steps[0]))
         later = await slack.wait_for(
             lambda: len(slack.channel_messages(CHANNEL)) == 4 and slack.channel_messages(CHANNEL)[3]
         )
         fields = {"by": "slack:U0ANA", "at": "2030-01-02T05:06:07+00:00"}
-        await outbox.notify(job, Notify(job_id=job.id, channel="thread", topic="acked", fields=fields))
+        await outbox.notify(job, notify(job.id, "thread", "acked", **fields))
         await slack.wait_for(lambda: later.edits == 1)
         assert context_text(later) == "✅ Acknowledged by <@U0ANA> at 05:06 UTC"
         await slack.wait_for(lambda: len(slack.replies(CHANNEL, card.ts)) >= 2)
@@ -247,7 +243,7 @@ async def test_a_failed_resume_alerts_escalates_and_is_acknowledged_and_resumed_
     async with running_bot(tmp_path / "state", config, clock=clock, **slack_settings(slack.api_url)) as (service, _):
         job = await running_job(service, "flaky")
         await asyncio.sleep(0.5)
-        assert await click(service, "finetune_drill", job.id) == 200
+        assert await click(service, "finetune_interrupt_test", job.id) == 200
         drill = await slack.wait_for(lambda: [e for e in slack.ephemeral if "interrupt-test" in e["text"]])
         assert drill[0]["text"].startswith(f"OK: interrupt-test {job.id}") and drill[0]["user"] == "U0ANA"
         await wait_job(service, job.id, lambda job: job.state is JobState.RESUME_FAILED)

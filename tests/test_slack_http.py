@@ -113,7 +113,7 @@ async def test_a_slash_command_starts_a_job_whose_card_is_posted_once_then_edite
         assert len(slack.called("chat.postMessage")) == 1
         assert all(call.args["ts"] == card.ts for call in slack.called("chat.update"))
         shown = buttons(card)
-        assert set(shown) == {"finetune_stop", "finetune_drill"}
+        assert set(shown) == {"finetune_stop", "finetune_interrupt_test"}
         assert all("confirm" in button and button["value"] == job_id for button in shown.values())
 
         status, reply = await command(service, f"stop {job_id}")

@@ -142,7 +142,8 @@ async def test_a_signed_notification_is_published(local: Endpoint, cert_host: Ce
     [event] = local.bus.events
     message = parse_message(event)
     assert isinstance(message, CloudEvent)
-    assert (message.type, message.instance_id, message.id) == ("spot-warning", "i-0abc", event_message_id(EVENT_ID))
+    expected = ("spot-interruption", "i-0abc", event_message_id(EVENT_ID))
+    assert (message.type, message.instance_id, message.id) == expected
     assert answer == {"accepted": [message.id]}
 
 
@@ -379,7 +380,8 @@ async def test_an_sns_http_subscription_on_moto_is_verified_with_snss_own_certif
     [event] = bus.events
     message = parse_message(event)
     assert isinstance(message, CloudEvent)
-    assert (message.type, message.instance_id, message.id) == ("spot-warning", "i-0moto", event_message_id(EVENT_ID))
+    expected = ("spot-interruption", "i-0moto", event_message_id(EVENT_ID))
+    assert (message.type, message.instance_id, message.id) == expected
 
 
 async def test_the_default_fetcher_refuses_redirects_and_oversized_bodies(serve: Serve) -> None:

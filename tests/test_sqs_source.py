@@ -91,9 +91,9 @@ async def test_events_reach_the_bus_by_every_route_and_leave_the_queue(aws: str)
         ("instance-gone", "i-0gone"),
         ("progress", report.job_id),
         ("rebalance", "i-0rebal"),
-        ("spot-warning", "i-0spot"),
+        ("spot-interruption", "i-0spot"),
     ]
-    assert kinds(raw_bus) == [("progress", report.job_id), ("spot-warning", "i-0spot")]
+    assert kinds(raw_bus) == [("progress", report.job_id), ("spot-interruption", "i-0spot")]
     # The same event through two routes carries one id, so the bus dedups it.
     ids = {event["id"] for event in bus.events} & {event["id"] for event in raw_bus.events}
     assert ids == {event_message_id(SPOT_EVENT), report.id}

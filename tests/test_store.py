@@ -23,13 +23,13 @@ from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
 from handlers.messages import (
     Launch,
     Launched,
-    Notify,
     RelaunchDue,
     StartDeadline,
     StopDeadline,
     StopFailed,
     dump_message,
 )
+from tests.notes import notify
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,
@@ -117,7 +117,7 @@ async def test_each_effect_goes_straight_to_its_executors_queue_with_the_change(
     job = new_job(chat=ChatRef(platform="slack", channel="C1"))
     await store.create(job, {"type": "created"})
     due = utcnow()
-    note = Notify(job_id=job.id, channel="thread", topic="stop-requested", fields={"by": "U1"})
+    note = notify(job.id, "thread", "stop-requested", **{"by": "U1"})
     launch_effect = Launch(job_id=job.id, attempt=1)
     deadline = StartDeadline(job_id=job.id, attempt=1, due=due)
     launched = Launched(job_id=job.id, attempt=1, instance_id="i-0abc")
@@ -321,7 +321,7 @@ async def test_once_only_markers(store: JobStore) -> None:
 async def test_an_effect_and_its_follow_up_are_recorded_once_together(store: JobStore) -> None:
     job = new_job(chat=ChatRef(platform="slack", channel="C1"))
     launched = dump_message(Launched(job_id=job.id, attempt=1, instance_id="i-0abc"))
-    note = dump_message(Notify(job_id=job.id, channel="thread", topic="drill-done", fields={"detail": "ok"}))
+    note = dump_message(notify(job.id, "thread", "interrupt-test-failed", error="ok"))
     assert await store.effect_record("eff-1") is None
 
     first = await store.finish_effect("eff-1", "instance:i-0abc", [launched, note], "slack")

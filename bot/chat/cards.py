@@ -31,6 +31,7 @@ from bot.store import JobStore
 from handlers.backoff import backoff
 from handlers.jobs import Job
 from handlers.messages import Notify
+from handlers.notes import CardRefresh
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class CardRefresher:
         shown = await self.refs.shown_version(job.id)
         if shown is None or shown >= job.version:
             return False
-        await deliverer.deliver(job, Notify(job_id=job.id, channel="card", topic="refresh"))
+        await deliverer.deliver(job, Notify(job_id=job.id, channel="card", note=CardRefresh(cause="refresh")))
         return True
 
     async def _done(self, job_id: str, token: str) -> None:

@@ -20,6 +20,7 @@ from bot.chat.render import card_text, mentions, message_text
 from handlers.events import utcnow
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
+from handlers.notes import ResumeFailedPage
 
 
 class ConsoleChat:
@@ -38,8 +39,8 @@ class ConsoleChat:
             text = card_text(job, self.clock())
         else:
             text = message_text(job, note, self.clock())
-            if note.channel == "page":
-                text = "[PAGE] " + mentions(note) + text
+            if isinstance(note.note, ResumeFailedPage):
+                text = "[PAGE] " + mentions(note.note) + text
             elif note.channel == "alert":
                 text = "[ALERT] " + text
         self.transcript.append((job.id, note.channel, text))

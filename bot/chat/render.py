@@ -7,15 +7,41 @@ the adapter asks for another), so no sentence is written here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from bot.chat.catalog import Lang, text, word
 from handlers.cost import job_cost
+from handlers.events import Late
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
+from handlers.notes import (
+    Acked,
+    CardRefresh,
+    CompletedNote,
+    FailedNote,
+    GroupReleased,
+    InstanceGone,
+    InstanceReleased,
+    InterruptedNote,
+    InterruptionWarning,
+    InterruptTestDone,
+    InterruptTestFailed,
+    InterruptTestStarted,
+    NoReports,
+    Rebalance,
+    RebalanceCheckpoint,
+    RelaunchPaused,
+    Resumed,
+    ResumeFailedPage,
+    ResumeRequested,
+    Stopped,
+    StopRequested,
+)
 from handlers.recipes import Recipe
 
 STATE_ICON = {
@@ -95,112 +121,158 @@ def state_text(state: JobState, lang: Lang = "en") -> str:
     return f"{STATE_ICON[state]} {text(lang, f'state.{state.value}')}"
 
 
-def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> str:
-    """One sentence (or a few lines) for a thread message, an alert or a page."""
-    f: dict[str, Any] = note.fields
-    topic = note.topic
-    if topic == "interruption-warning":
-        return text(
+def message_text(job: Job, notify: Notify, now: datetime, lang: Lang = "en") -> str:
+    """One sentence (or a few lines) for a thread message, an alert or a page: the note's type picks the words."""
+    return _WORDS[type(notify.note)](job, notify.note, now, lang)
+
+
+def _warning(job: Job, note: InterruptionWarning, now: datetime, lang: Lang) -> str:
+    deadline = _time(note.deadline, lang)
+    return text(
+        lang, "topic.interruption-warning", job=job.id, instance=note.instance, source=note.source, deadline=deadline
+    )
+
+
+def _interrupted(job: Job, note: InterruptedNote, now: datetime, lang: Lang) -> str:
+    timing = text(lang, "list.separator").join(
+        text(lang, "timing.item", name=word(lang, f"phase.{name}", name), seconds=value)
+        for name, value in note.seconds.items()
+    )
+    if note.saved_in_time and note.step is not None:
+        return text(lang, "topic.interrupted.saved", step=note.step, timing=timing)
+    cause = late_text(note.late, lang)
+    if note.step is None:
+        return text(lang, "topic.interrupted.nothing", cause=cause, timing=timing)
+    return text(lang, "topic.interrupted.late", step=note.step, cause=cause, timing=timing)
+
+
+def late_text(late: Late | None, lang: Lang) -> str:
+    """Why the newest work of an interrupted attempt did not make it, from the runner's codes."""
+    if late is None:
+        return text(lang, "late.unknown")
+    if late.cause == "not-asked":
+        why = text(
             lang,
-            "topic.interruption-warning",
-            job=job.id,
-            instance=f.get("instance"),
-            source=f.get("source"),
-            deadline=_time(f.get("deadline"), lang),
+            f"late.why.{late.why or 'no-rate'}",
+            step=late.step,
+            need=late.need_seconds or 0.0,
+            left=late.left_seconds or 0.0,
         )
-    if topic == "interrupted":
-        seconds = f.get("seconds") or {}
-        timing = text(lang, "list.separator").join(
-            text(lang, "timing.item", name=word(lang, f"phase.{name}", name), seconds=value)
-            for name, value in seconds.items()
-        )
-        if f.get("saved_in_time"):
-            return text(lang, "topic.interrupted.saved", step=f.get("step"), timing=timing)
-        return text(lang, "topic.interrupted.late", step=f.get("step"), note=f.get("note"), timing=timing)
-    if topic == "resumed":
-        skipped = f.get("skipped") or []
-        return text(
-            lang,
-            "topic.resumed",
-            attempt=f.get("attempt"),
-            zone=f.get("zone") or text(lang, "topic.resumed.new-zone"),
-            step=f.get("resumed_from_step") or 0,  # a fresh start resumes from step 0
-            lost=f.get("lost", 0),
-            downtime=f.get("downtime", 0),
-            skipped=text(lang, "topic.resumed.skipped", count=len(skipped)) if skipped else "",
-        )
-    if topic == "completed":
-        cost = job_cost(job, now)
-        saving = text(lang, "topic.completed.saving", savings=cost.savings) if cost.savings is not None else ""
-        return text(
-            lang,
-            "topic.completed",
-            job=job.id,
-            attempts=len(job.attempts),
-            interruptions=job.interruptions,
-            lost=job.steps_lost,
-            downtime=job.downtime_seconds,
-            paid=cost.paid,
-            saving=saving,
-            output=f.get("output_uri"),
-        )
-    if topic == "failed":
-        tail = "\n".join(f"    {line}" for line in (f.get("log_tail") or [])[-5:])
-        return text(lang, "topic.failed", job=job.id, reason=f.get("reason")) + (f"\n{tail}" if tail else "")
-    if topic == "resume-failed":
-        escalation = int(f.get("step") or 0)  # a later step of the on-call ladder says which
-        again = ""
-        if escalation:
-            again = text(lang, "topic.resume-failed.again", number=escalation + 1, steps=f.get("steps"))
-        return text(lang, "topic.resume-failed", again=again, job=job.id, reason=f.get("reason"))
-    if topic == "drill-started":
-        return text(lang, "topic.drill-started", instance=f.get("instance"), by=f.get("by"))
-    if topic == "stop-requested":
-        return text(lang, "topic.stop-requested", by=f.get("by"))
-    if topic == "stopped":
-        step = f.get("step")
-        if step is None:
-            return text(lang, "topic.stopped", job=job.id)
-        return text(lang, "topic.stopped.kept", job=job.id, step=step)
-    if topic == "acked":
-        return text(lang, "topic.acked", by=f.get("by"), job=job.id, at=_time(f.get("at"), lang))
-    if topic == "resume-requested":
-        market = f.get("market")
-        shown = word(lang, f"market.{market}", str(market))
-        return text(lang, "topic.resume-requested", by=f.get("by"), job=job.id, market=shown)
-    if topic == "rebalance":
-        return text(lang, "topic.rebalance")
-    if topic == "rebalance-checkpoint":
-        return text(lang, "topic.rebalance-checkpoint", step=f.get("step"), seconds=f.get("seconds", 0))
-    if topic == "instance-gone":
-        return text(lang, "topic.instance-gone", instance=f.get("instance"))
-    if topic in ("instance-released", "group-released"):
-        values = dict(f.get("values") or {})
-        if "state" in values:  # a job state, in the channel's words
-            values["state"] = word(lang, f"state.{values['state']}", str(values["state"]))
-        why = text(lang, f"reconcile.{f.get('why')}", **values)
-        if topic == "group-released":
-            return text(lang, "topic.group-released", group=f.get("group"), why=why)
-        return text(lang, "topic.instance-released", instance=f.get("instance"), why=why)
-    if topic == "no-reports":
-        return text(lang, "topic.no-reports", job=job.id, minutes=f.get("minutes"), instance=f.get("instance"))
-    if topic == "relaunch-paused":
-        return text(
-            lang,
-            "topic.relaunch-paused",
-            attempt=f.get("attempt"),
-            count=f.get("count"),
-            limit=f.get("limit"),
-            seconds=f.get("seconds", 0),
-        )
-    if topic.endswith("-failed"):
-        what = topic.removesuffix("-failed")
-        return text(
-            lang, "topic.other-failed", what=word(lang, f"action.{what}", what), job=job.id, reason=f.get("reason")
-        )
-    if topic.endswith("-done"):
-        return text(lang, "topic.other-done", detail=f.get("detail"))
-    return text(lang, "topic.unknown", job=job.id, topic=topic)
+        return text(lang, "late.not-asked", why=why)
+    return text(lang, f"late.{late.cause}", step=late.step, error=late.error)
+
+
+def _resumed(job: Job, note: Resumed, now: datetime, lang: Lang) -> str:
+    start = text(lang, "topic.resumed.from-start" if note.step is None else "topic.resumed.from-step", step=note.step)
+    return text(
+        lang,
+        "topic.resumed",
+        attempt=note.attempt,
+        zone=note.zone or text(lang, "topic.resumed.new-zone"),
+        start=start,
+        lost=note.lost,
+        downtime=note.downtime,
+        skipped=text(lang, "topic.resumed.skipped", count=note.skipped) if note.skipped else "",
+    )
+
+
+def _completed(job: Job, note: CompletedNote, now: datetime, lang: Lang) -> str:
+    cost = job_cost(job, now)
+    saving = text(lang, "topic.completed.saving", savings=cost.savings) if cost.savings is not None else ""
+    return text(
+        lang,
+        "topic.completed",
+        job=job.id,
+        attempts=len(job.attempts),
+        interruptions=job.interruptions,
+        lost=job.steps_lost,
+        downtime=job.downtime_seconds,
+        paid=cost.paid,
+        saving=saving,
+        output=note.output_uri,
+    )
+
+
+def _failed(job: Job, note: FailedNote, now: datetime, lang: Lang) -> str:
+    tail = "\n".join(f"    {line}" for line in note.log_tail[-5:])
+    return text(lang, "topic.failed", job=job.id, reason=note.reason) + (f"\n{tail}" if tail else "")
+
+
+def _page(job: Job, note: ResumeFailedPage, now: datetime, lang: Lang) -> str:
+    # A later step of the on-call ladder says which it is.
+    again = text(lang, "topic.resume-failed.again", number=note.step + 1, steps=note.steps) if note.step else ""
+    return text(lang, "topic.resume-failed", again=again, job=job.id, reason=note.reason)
+
+
+def _stopped(job: Job, note: Stopped, now: datetime, lang: Lang) -> str:
+    if note.step is None:
+        return text(lang, "topic.stopped", job=job.id)
+    return text(lang, "topic.stopped.kept", job=job.id, step=note.step)
+
+
+def _test_done(job: Job, note: InterruptTestDone, now: datetime, lang: Lang) -> str:
+    result = note.result
+    return text(
+        lang,
+        f"topic.interrupt-test-done.{result.way}",
+        instance=result.instance_id,
+        reference=result.reference or "",
+        at=_time(result.reclaim_at, lang),
+        seconds=result.after_seconds or 0.0,
+    )
+
+
+def _released(job: Job, note: InstanceReleased | GroupReleased, now: datetime, lang: Lang) -> str:
+    values: dict[str, Any] = dict(note.values)
+    if "state" in values:  # a job state, in the channel's words
+        values["state"] = word(lang, f"state.{values['state']}", str(values["state"]))
+    why = text(lang, f"reconcile.{note.why}", **values)
+    if isinstance(note, GroupReleased):
+        return text(lang, "topic.group-released", group=note.group, why=why)
+    return text(lang, "topic.instance-released", instance=note.instance, why=why)
+
+
+def _card(job: Job, note: CardRefresh, now: datetime, lang: Lang) -> str:
+    return card_text(job, now, lang)  # a card note is drawn as the card; said here only if an adapter asks
+
+
+_Words = Callable[[Job, Any, datetime, Lang], str]
+# One entry per note type; the catalogue test renders every type of the union, so a missing one fails there.
+_WORDS: dict[type[BaseModel], _Words] = {
+    CardRefresh: _card,
+    InterruptionWarning: _warning,
+    InterruptedNote: _interrupted,
+    Resumed: _resumed,
+    Rebalance: lambda job, note, now, lang: text(lang, "topic.rebalance"),
+    RebalanceCheckpoint: lambda job, note, now, lang: text(
+        lang, "topic.rebalance-checkpoint", step=note.step, seconds=note.seconds
+    ),
+    InstanceGone: lambda job, note, now, lang: text(lang, "topic.instance-gone", instance=note.instance),
+    InstanceReleased: _released,
+    GroupReleased: _released,
+    NoReports: lambda job, note, now, lang: text(
+        lang, "topic.no-reports", job=job.id, minutes=note.minutes, instance=note.instance
+    ),
+    RelaunchPaused: lambda job, note, now, lang: text(
+        lang, "topic.relaunch-paused", attempt=note.attempt, count=note.count, limit=note.limit, seconds=note.seconds
+    ),
+    CompletedNote: _completed,
+    FailedNote: _failed,
+    Stopped: _stopped,
+    ResumeFailedPage: _page,
+    Acked: lambda job, note, now, lang: text(lang, "topic.acked", by=note.by, job=job.id, at=_time(note.at, lang)),
+    StopRequested: lambda job, note, now, lang: text(lang, "topic.stop-requested", by=note.by),
+    ResumeRequested: lambda job, note, now, lang: text(
+        lang, "topic.resume-requested", by=note.by, job=job.id, market=text(lang, f"market.{note.market}")
+    ),
+    InterruptTestStarted: lambda job, note, now, lang: text(
+        lang, "topic.interrupt-test-started", instance=note.instance, by=note.by
+    ),
+    InterruptTestDone: _test_done,
+    InterruptTestFailed: lambda job, note, now, lang: text(
+        lang, "topic.interrupt-test-failed", job=job.id, error=note.error
+    ),
+}
 
 
 def recipes_text(recipes: Iterable[Recipe], lang: Lang = "en") -> str:
@@ -230,11 +302,11 @@ def _bound(value: float | None) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 
 
-def mentions(note: Notify) -> str:
+def mentions(page: ResumeFailedPage) -> str:
     """The people a page step calls, as plain ``@name`` words (chat adapters use their own mention syntax)."""
-    names = [f"@{person.get('name')}" for person in note.fields.get("mention") or []]
-    if note.fields.get("everyone"):
-        names.append(f"@{note.fields['everyone']}")
+    names = [f"@{person.name}" for person in page.mention]
+    if page.everyone:
+        names.append(f"@{page.everyone}")
     return " ".join(names) + " " if names else ""
 
 
@@ -252,7 +324,7 @@ def _eta(job: Job, now: datetime, lang: Lang) -> str | None:
     return text(lang, "card.eta.seconds", seconds=remaining)
 
 
-def _time(value: Any, lang: Lang) -> str:
-    if not value:
+def _time(value: datetime | None, lang: Lang) -> str:
+    if value is None:
         return text(lang, "time.unknown")
-    return datetime.fromisoformat(str(value)).strftime(text(lang, "time.format"))
+    return value.strftime(text(lang, "time.format"))

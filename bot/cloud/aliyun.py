@@ -44,6 +44,7 @@ from bot.cloud.base import CloudError, CloudProvider, Instance, LaunchError, log
 from bot.cloud.user_data import runner_boot_script
 from handlers.aliyun_placement import classify_aliyun_launch_error
 from handlers.jobs import Market
+from handlers.notes import InterruptTestResult
 from handlers.placement import (
     Candidate,
     LaunchPlan,
@@ -640,7 +641,7 @@ class AliyunCloud:
         _, job_id, attempt = await self._job_of(instance_id)
         await self._write_control(job_id, attempt, StopControl())
 
-    async def drill(self, instance_id: str) -> str:
+    async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         """An interruption drill: the runner's control object announces a reclaim at now + grace (the runner then
         behaves exactly as on ECS's own notice), and the instance is released when the grace period is over."""
         instance, job_id, attempt = await self._job_of(instance_id)
@@ -653,9 +654,9 @@ class AliyunCloud:
         task = asyncio.create_task(self._release_after(instance_id, grace), name=f"drill:{instance_id}")
         self._drills.add(task)
         task.add_done_callback(self._drills.discard)
-        return (
-            f"drill: interruption notice for {instance_id} ({job_id} attempt {attempt}) written to "
-            f"oss://{self.settings.bucket}/{key}; the instance is released at {deadline:%H:%M:%S} UTC"
+        log.info("drill: notice for %s (%s attempt %d) written to %s", instance_id, job_id, attempt, key)
+        return InterruptTestResult(
+            instance_id=instance_id, way="notice", reference=f"oss://{self.settings.bucket}/{key}", reclaim_at=deadline
         )
 
     async def _write_control(self, job_id: str, attempt: int, request: StopControl | DrillControl) -> str:

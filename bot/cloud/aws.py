@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from bot.cloud.base import CloudError, CloudProvider, Instance, LaunchError, log_once
 from bot.cloud.user_data import plain_path, runner_boot_script
 from handlers.jobs import Market
+from handlers.notes import InterruptTestResult
 from handlers.placement import (
     Candidate,
     LaunchPlan,
@@ -759,7 +760,7 @@ class AwsCloud:
         except (ClientError, BotoCoreError) as exc:
             raise AwsError(f"could not write the stop request s3://{self.settings.bucket}/{key}: {exc}") from exc
 
-    async def drill(self, instance_id: str) -> str:
+    async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         """A real spot interruption through AWS FIS: an experiment template per job (tagged
         ``<fis_template_tag>=true``, reused), targeting the job's running spot instances by their
         ``finetune:job`` tag, then a started experiment. The interruption itself comes from EC2."""
@@ -794,10 +795,10 @@ class AwsCloud:
         except BotoCoreError as exc:
             raise AwsError(f"FIS is not available here ({self.region or 'default region'}): {exc}") from exc
         experiment_id = str(reply["experiment"]["id"])
-        return (
-            f"FIS experiment {experiment_id} started: spot interruption notice for {instance_id} ({job_id}), "
-            f"interrupted after {self.settings.drill_notice[2:].lower()} (template {template_id})"
-        )
+        log.info("FIS experiment %s (template %s) started on %s (%s)", experiment_id, template_id, instance_id, job_id)
+        lead = self.settings.drill_notice  # PT<n>M or PT<n>S
+        after = int(lead[2:-1]) * (60 if lead.endswith("M") else 1)
+        return InterruptTestResult(instance_id=instance_id, way="fis", reference=experiment_id, after_seconds=after)
 
     async def _drill_template(self, fis: Any, job_id: str, role: str) -> str:
         marker = self.settings.fis_template_tag

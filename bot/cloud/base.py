@@ -10,6 +10,7 @@ from typing import Literal, Protocol, runtime_checkable
 from bot.errors import CloudError as CloudError  # the port's errors, with the port
 from bot.errors import LaunchError as LaunchError
 from handlers.jobs import Market
+from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
 from handlers.spec import JobSpec
 
@@ -81,8 +82,8 @@ class CloudProvider(ListsInstances, Protocol):
 
     async def terminate(self, instance_id: str) -> None: ...
 
-    async def drill(self, instance_id: str) -> str:
-        """Start an interruption drill on the instance; returns what was done (e.g. the FIS experiment id)."""
+    async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
+        """Start an interrupt-test (a real spot interruption) on the instance; returns what was done, as data."""
         ...
 
     async def stop_runner(self, instance_id: str) -> None:

@@ -36,6 +36,7 @@ from bot.cloud.local_instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
 from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry, local_instance_id
 from bot.keys import DEFAULT_KEYS, Keys
 from handlers.jobs import Market
+from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
 
@@ -192,13 +193,13 @@ class LocalCloud:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(record.runner_pid, signal.SIGKILL)
 
-    async def drill(self, instance_id: str) -> str:
-        """One drill per instance: asked again (a retried effect), it says what the first one did."""
+    async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
+        """One interrupt-test per instance: asked again (a retried effect), it says what the first one did."""
         record = await self.registry.get(instance_id)
-        if record is not None and record.drill:
-            return record.drill
-        reply = await self._control(await self._running(instance_id), "drill")
-        return str(reply.get("detail", ""))
+        if record is not None and record.interrupt_test:
+            return InterruptTestResult.model_validate_json(record.interrupt_test)
+        reply = await self._control(await self._running(instance_id), "interrupt-test")
+        return InterruptTestResult.model_validate(reply)
 
     async def stop_runner(self, instance_id: str) -> None:
         await self._control(await self._running(instance_id), "stop")

@@ -4,9 +4,9 @@
 
 - serves the instance's metadata service (:class:`~bot.cloud.local_metadata.LocalMetadataServer`, in the
   configured cloud's dialect), where the runner hears its spot notice;
-- serves a control endpoint for the cloud's side of things: ``drill`` (a notice now, the instance reclaimed when
-  the grace period is over), ``notice`` (the notice only), ``rebalance``, ``stop`` (the runner's stop request)
-  and ``terminate``; a caller presents the instance's token, read from the registry;
+- serves a control endpoint for the cloud's side of things: ``interrupt-test`` (a notice now, the instance
+  reclaimed when the grace period is over), ``notice`` (the notice only), ``rebalance``, ``stop`` (the runner's
+  stop request) and ``terminate``; a caller presents the instance's token, read from the registry;
 - relays the runner's reports to whichever replica is alive (``/runner/reports``, as a load balancer in front of
   the replicas would), so reports never depend on the replica that launched it;
 - supervises the runner, and when the runner is gone, marks itself gone in the registry and puts the
@@ -50,6 +50,7 @@ from bot.replicas import Replicas
 from bot.routes import EVENT_FIELD, STREAM_MAXLEN
 from handlers.jobs import Market
 from handlers.messages import CloudEvent, dump_message
+from handlers.notes import InterruptTestResult
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from handlers.spec import JobSpec
 
@@ -145,7 +146,7 @@ class LocalInstance:
 
     async def _start_control(self) -> None:
         app = web.Application(client_max_size=1024 * 1024)
-        app.router.add_post("/drill", self._drill)
+        app.router.add_post("/interrupt-test", self._interrupt_test)
         app.router.add_post("/notice", self._notice)
         app.router.add_post("/rebalance", self._rebalance)
         app.router.add_post("/stop", self._stop)
@@ -286,8 +287,8 @@ class LocalInstance:
     def _allowed(self, request: web.Request) -> bool:
         return secrets.compare_digest(request.headers.get(TOKEN_HEADER, ""), self.token)
 
-    async def _drill(self, request: web.Request) -> web.Response:
-        """A spot notice now and a reclaim when the grace period is over; a second drill repeats the first."""
+    async def _interrupt_test(self, request: web.Request) -> web.Response:
+        """A spot notice now and a reclaim when the grace period is over; asked again, it repeats the first."""
         if not self._allowed(request):
             return web.json_response({"error": "bad token"}, status=403)
         if self.metadata.interruption is None:
@@ -295,12 +296,12 @@ class LocalInstance:
             self._reclaim = asyncio.create_task(self._reclaim_after_grace(), name="reclaim")
         deadline = self.metadata.interruption
         assert deadline is not None
-        detail = (
-            f"spot interruption notice posted on {self.config.instance_id}; it is reclaimed at {deadline:%H:%M:%S} UTC"
+        done = InterruptTestResult(instance_id=self.config.instance_id, way="notice", reclaim_at=deadline)
+        # Kept with the record, so the same test asked again, even once the instance is gone, answers the same.
+        await self.redis.hset(
+            self.keys.local_instance(self.config.instance_id), "interrupt_test", done.model_dump_json()
         )
-        # Kept with the record, so the same drill asked again, even once the instance is gone, answers the same.
-        await self.redis.hset(self.keys.local_instance(self.config.instance_id), "drill", detail)
-        return web.json_response({"detail": detail, "deadline": deadline.isoformat()})
+        return web.json_response(done.model_dump(mode="json"))
 
     async def _notice(self, request: web.Request) -> web.Response:
         if not self._allowed(request):

@@ -32,7 +32,7 @@ class LocalInstanceRecord(BaseModel):
     job_id: str
     attempt: int
     state: InstanceState = "running"
-    control: str  # the instance's control endpoint (drill, notice, stop, terminate)
+    control: str  # the instance's control endpoint (interrupt-test, notice, stop, terminate)
     token: str  # what a caller of the control endpoint must present
     metadata: str  # its metadata service, as the runner sees it
     pid: int  # the instance process
@@ -45,7 +45,8 @@ class LocalInstanceRecord(BaseModel):
     launched_at: datetime
     ended_at: datetime | None = None
     exit_code: int | None = None
-    drill: str | None = None  # what the drill of this instance did (a drill repeated later answers the same)
+    # What the interrupt-test of this instance did (JSON of an InterruptTestResult; asked again, it answers the same).
+    interrupt_test: str | None = None
 
     def fields(self) -> dict[str, str]:
         """The record as a Redis hash (``None`` fields left out)."""

@@ -57,7 +57,7 @@ BOT: dict[str, str] = {
     "card.paged": "paged {sent} time(s), not acknowledged yet",
     "button.ack": "Acknowledge",
     "button.stop": "Stop",
-    "button.retry": "Retry",
+    "button.resume": "Resume",
     "button.on-demand": "On-demand",
     # Times and lists inside sentences.
     "time.format": "%H:%M:%S UTC",
@@ -67,21 +67,36 @@ BOT: dict[str, str] = {
     "phase.save": "save",
     "phase.upload": "upload",
     "phase.total": "total",
-    "action.stop": "stop",
-    "action.drill": "drill",
-    "action.launch": "launch",
     # Thread messages, alerts and pages, by topic.
     "topic.interruption-warning": (
         "⚠️ Spot interruption warning for {job} on {instance} (from {source}); "
         "the machine goes at {deadline}. Checkpointing now."
     ),
     "topic.interrupted.saved": "💾 Checkpoint at step {step} saved before the deadline ({timing}). Relaunching…",
-    "topic.interrupted.late": "💾 Checkpoint at step {step} NOT saved in time ({note}) ({timing}). Relaunching…",
+    "topic.interrupted.late": (
+        "💾 Work after step {step} NOT saved in time ({cause}) ({timing}). "
+        "Relaunching from the checkpoint at step {step}…"
+    ),
+    "topic.interrupted.nothing": (
+        "💾 No checkpoint yet: nothing was saved in time ({cause}) ({timing}). Relaunching from the start…"
+    ),
+    # Why the newest work of an interrupted attempt did not make it (the runner's codes).
+    "late.unknown": "the runner did not say why",
+    "late.upload-failed": "upload failed before the deadline: {error}",
+    "late.not-asked": "no fresh save asked for: {why}",
+    "late.why.already-saving": "the trainer was already saving checkpoint-{step}",
+    "late.why.no-rate": "no upload rate measured yet",
+    "late.why.too-slow": "a fresh save needed ~{need:.0f}s; {left:.0f}s were left",
+    "late.why.trainer-exited": "the trainer had already exited",
+    "late.not-saved": "the trainer did not save a checkpoint in time",
+    "late.trainer-gone": "the trainer exited without saving a checkpoint",
+    "late.not-uploaded": "the fresh checkpoint-{step} did not finish uploading before the deadline",
     "topic.resumed": (
-        "🔁 Resumed on attempt {attempt} in {zone} from step {step}: {lost} steps lost, "
-        "{downtime:.0f}s downtime{skipped}."
+        "🔁 Resumed on attempt {attempt} in {zone} {start}: {lost} steps lost, {downtime:.0f}s downtime{skipped}."
     ),
     "topic.resumed.new-zone": "a new zone",
+    "topic.resumed.from-step": "from step {step}",
+    "topic.resumed.from-start": "from the start (no checkpoint yet)",
     "topic.resumed.skipped": "; skipped {count} invalid checkpoint(s)",
     "topic.completed": (
         "✅ {job} finished: {attempts} attempt(s), {interruptions} interruption(s), {lost} steps lost, "
@@ -94,7 +109,7 @@ BOT: dict[str, str] = {
         "Reply `/finetune ack {job}`, then `resume {job}` or `resume {job} on-demand`, or `stop {job}`."
     ),
     "topic.resume-failed.again": " (escalation {number} of {steps}, not acknowledged yet)",
-    "topic.drill-started": "🧪 Interruption drill on {instance} started by {by}.",
+    "topic.interrupt-test-started": "🧪 Interruption drill on {instance} started by {by}.",
     "topic.stop-requested": "⏹️ Stop requested by {by}: checkpointing, then releasing the instance.",
     "topic.stopped": "⏹️ {job} stopped.",
     "topic.stopped.kept": "⏹️ {job} stopped; checkpoint at step {step} kept.",
@@ -110,9 +125,12 @@ BOT: dict[str, str] = {
         "⏳ Attempt {attempt} ended without progress ({count} in a row; the job ends after {limit}). "
         "Relaunching in {seconds:g}s."
     ),
-    "topic.other-failed": "⚠️ {what} failed for {job}: {reason}",
-    "topic.other-done": "ℹ️ {detail}",
-    "topic.unknown": "{job}: {topic}",
+    "topic.interrupt-test-failed": "⚠️ interrupt-test failed for {job}: {error}",
+    "topic.interrupt-test-done.fis": (
+        "ℹ️ FIS experiment {reference} started: a spot interruption notice for {instance}, "
+        "interrupted {seconds:.0f}s after it"
+    ),
+    "topic.interrupt-test-done.notice": "ℹ️ spot interruption notice posted on {instance}; it is reclaimed at {at}",
     # Message titles (the notification preview) and what the chat adapters say themselves.
     "title.reply": "finetune",
     "title.card": "{job} · {recipe}",
@@ -141,18 +159,18 @@ BOT: dict[str, str] = {
     "reply.no-jobs": "no jobs yet: /finetune start tiny",
     "reply.list-line": "{job}  {state:<13} {recipe:<12} step {step}/{total}",
     # Slack's own labels (buttons, confirmation dialogs, the card's footer, an acknowledged page).
-    "slack.drill": "Interrupt-test",
-    "slack.retry": "Retry resume",
+    "slack.interrupt-test": "Interrupt-test",
+    "slack.resume": "Resume",
     "slack.on-demand": "Fall back to on-demand",
     "slack.cancel": "Cancel",
     "slack.stop-title": "Stop {job}?",
     "slack.stop-text": "The job checkpoints, uploads, then its instance is released.",
     "slack.stop-yes": "Stop it",
-    "slack.drill-title": "Interrupt {job}?",
-    "slack.drill-text": (
+    "slack.interrupt-test-title": "Interrupt {job}?",
+    "slack.interrupt-test-text": (
         "A real spot interruption drill: the instance gets a notice and is reclaimed; the job should resume."
     ),
-    "slack.drill-yes": "Interrupt",
+    "slack.interrupt-test-yes": "Interrupt",
     "slack.on-demand-title": "Resume {job} on-demand?",
     "slack.on-demand-text": "Relaunch on on-demand capacity, at the on-demand price.",
     "slack.on-demand-yes": "Resume",

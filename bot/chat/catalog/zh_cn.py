@@ -41,7 +41,7 @@ MESSAGES: dict[str, str] = {
     "card.paged": "已通知 {sent} 次，尚无人确认",
     "button.ack": "确认",
     "button.stop": "停止",
-    "button.retry": "重试",
+    "button.resume": "恢复",
     "button.on-demand": "改用按量付费",
     # 句中的时间与列表
     "time.format": "%H:%M:%S（UTC）",
@@ -51,20 +51,33 @@ MESSAGES: dict[str, str] = {
     "phase.save": "保存",
     "phase.upload": "上传",
     "phase.total": "合计",
-    "action.stop": "停止",
-    "action.drill": "演练",
-    "action.launch": "启动",
     # 按主题的群消息、告警与值班通知
     "topic.interruption-warning": (
         "⚠️ 任务 {job} 所在的抢占式实例 {instance} 收到中断预警（来源：{source}），"
         "将于 {deadline} 被回收。正在保存检查点。"
     ),
     "topic.interrupted.saved": "💾 第 {step} 步的检查点已在回收前保存（{timing}）。正在重新启动…",
-    "topic.interrupted.late": "💾 第 {step} 步的检查点未能及时保存（{note}）（{timing}）。正在重新启动…",
+    "topic.interrupted.late": (
+        "💾 第 {step} 步之后的进度未能及时保存（{cause}）（{timing}）。正在从第 {step} 步的检查点重新启动…"
+    ),
+    "topic.interrupted.nothing": "💾 还没有检查点：回收前未能保存任何检查点（{cause}）（{timing}）。正在从头重新启动…",
+    # 中断时最新进度未能保存的原因（运行器给出的代码）
+    "late.unknown": "运行器未说明原因",
+    "late.upload-failed": "回收前上传失败：{error}",
+    "late.not-asked": "未请求立即保存：{why}",
+    "late.why.already-saving": "训练进程正在保存 checkpoint-{step}",
+    "late.why.no-rate": "尚未测得上传速度",
+    "late.why.too-slow": "立即保存约需 {need:.0f} 秒，只剩 {left:.0f} 秒",
+    "late.why.trainer-exited": "训练进程已经退出",
+    "late.not-saved": "训练进程未能及时保存检查点",
+    "late.trainer-gone": "训练进程未保存检查点就退出了",
+    "late.not-uploaded": "新的 checkpoint-{step} 未能在回收前上传完",
     "topic.resumed": (
-        "🔁 第 {attempt} 次尝试已在 {zone} 从第 {step} 步恢复：丢失 {lost} 步，停机 {downtime:.0f} 秒{skipped}。"
+        "🔁 第 {attempt} 次尝试已在 {zone} {start}恢复：丢失 {lost} 步，停机 {downtime:.0f} 秒{skipped}。"
     ),
     "topic.resumed.new-zone": "新的可用区",
+    "topic.resumed.from-step": "从第 {step} 步",
+    "topic.resumed.from-start": "从头（还没有检查点）",
     "topic.resumed.skipped": "；跳过了 {count} 个无效检查点",
     "topic.completed": (
         "✅ 任务 {job} 已完成：共 {attempts} 次尝试、{interruptions} 次中断，丢失 {lost} 步，"
@@ -77,7 +90,7 @@ MESSAGES: dict[str, str] = {
         "请回复 `/finetune ack {job}` 认领，然后 `resume {job}` 或 `resume {job} on-demand`，或 `stop {job}`。"
     ),
     "topic.resume-failed.again": "（第 {number} 级升级，共 {steps} 级，尚无人确认）",
-    "topic.drill-started": "🧪 {by} 在实例 {instance} 上发起了中断演练。",
+    "topic.interrupt-test-started": "🧪 {by} 在实例 {instance} 上发起了中断演练。",
     "topic.stop-requested": "⏹️ {by} 请求停止：先保存检查点，再释放实例。",
     "topic.stopped": "⏹️ 任务 {job} 已停止。",
     "topic.stopped.kept": "⏹️ 任务 {job} 已停止；保留第 {step} 步的检查点。",
@@ -92,9 +105,11 @@ MESSAGES: dict[str, str] = {
     "topic.relaunch-paused": (
         "⏳ 第 {attempt} 次尝试没有进展（已连续 {count} 次；超过 {limit} 次后任务结束）。{seconds:g} 秒后重新启动。"
     ),
-    "topic.other-failed": "⚠️ 任务 {job} 的{what}操作失败：{reason}",
-    "topic.other-done": "ℹ️ {detail}",
-    "topic.unknown": "{job}：{topic}",
+    "topic.interrupt-test-failed": "⚠️ 任务 {job} 的中断演练失败：{error}",
+    "topic.interrupt-test-done.fis": (
+        "ℹ️ FIS 实验 {reference} 已开始：实例 {instance} 收到抢占中断通知，{seconds:.0f} 秒后被中断"
+    ),
+    "topic.interrupt-test-done.notice": "ℹ️ 已向实例 {instance} 发出抢占中断通知；它将于 {at} 被回收",
     # 消息标题（通知预览）与聊天适配器自己的话
     "title.reply": "微调任务",
     "title.card": "{job} · {recipe}",
@@ -122,16 +137,16 @@ MESSAGES: dict[str, str] = {
     "reply.no-jobs": "还没有任务：/finetune start tiny",
     "reply.list-line": "{job}  {state}  {recipe}  第 {step}/{total} 步",
     # Slack 自己的文字（按钮、确认框、卡片页脚、已确认的告警）
-    "slack.drill": "中断演练",
-    "slack.retry": "重试恢复",
+    "slack.interrupt-test": "中断演练",
+    "slack.resume": "恢复",
     "slack.on-demand": "改用按量付费",
     "slack.cancel": "取消",
     "slack.stop-title": "停止 {job}？",
     "slack.stop-text": "任务先保存并上传检查点，然后释放实例。",
     "slack.stop-yes": "停止",
-    "slack.drill-title": "中断演练 {job}？",
-    "slack.drill-text": "真实的抢占中断演练：实例收到通知后被回收，任务应自动恢复。",
-    "slack.drill-yes": "开始演练",
+    "slack.interrupt-test-title": "中断演练 {job}？",
+    "slack.interrupt-test-text": "真实的抢占中断演练：实例收到通知后被回收，任务应自动恢复。",
+    "slack.interrupt-test-yes": "开始演练",
     "slack.on-demand-title": "以按量付费恢复 {job}？",
     "slack.on-demand-text": "在按量付费实例上重新启动，按按量付费价格计费。",
     "slack.on-demand-yes": "恢复",

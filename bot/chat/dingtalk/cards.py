@@ -2,10 +2,11 @@
 
 Card template contract (build it once in the DingTalk card platform, then set ``card_template_id``):
 string variables ``title``, ``status``, ``content`` (markdown), ``state`` (the raw job state), the button
-labels ``ack_label``, ``stop_label``, ``retry_label``, ``on_demand_label`` and their switches ``show_ack``,
-``show_stop``, ``show_retry``, ``show_on_demand`` (``"true"``/``"false"``), and ``notice`` (per user: the bot's
+labels ``ack_label``, ``stop_label``, ``resume_label``, ``on_demand_label`` and their switches ``show_ack``,
+``show_stop``, ``show_resume``, ``show_on_demand`` (``"true"``/``"false"``), and ``notice`` (per user: the bot's
 answer to that user's click). Each button's event is a callback request with the parameter ``action``:
-``ack``, ``stop``, ``retry`` or ``on-demand``.
+``ack``, ``stop``, ``resume`` or ``on-demand``. Templates made before the resume button had its name use
+``retry_label``, ``show_retry`` and ``action`` = ``retry``: those are filled and accepted too.
 
 A click runs the very command a user could type (``stop ft-7k2q`` …), so the same permission checks apply.
 """
@@ -29,9 +30,13 @@ MAX_VALUE_BYTES = 1000  # DingTalk takes up to 1 KB per card value
 BUTTONS = {
     "ack": "ack {job}",
     "stop": "stop {job}",
-    "retry": "resume {job}",
+    "resume": "resume {job}",
     "on-demand": "resume {job} on-demand",
+    "retry": "resume {job}",  # the older templates' name of the resume button
 }
+
+
+_LABEL = {"retry": "resume"}
 
 
 def out_track_id(job: Job) -> str:
@@ -51,15 +56,16 @@ def card_params(job: Job, now: datetime, lang: Lang) -> dict[str, str]:
     switches = {
         "ack": page_open and next_state(job.state, "ack") is not None,
         "stop": next_state(job.state, "stop") is not None,
-        "retry": next_state(job.state, "retry") is not None,
-        "on_demand": next_state(job.state, "retry") is not None,
+        "resume": next_state(job.state, "resume") is not None,
+        "on_demand": next_state(job.state, "resume") is not None,
     }
+    switches["retry"] = switches["resume"]  # older templates
     return {
         "title": shown.title,
         "status": state_text(job.state, lang),
         "state": job.state.value,
         "content": _clip(content),
-        **{f"{name}_label": text(lang, f"button.{name.replace('_', '-')}") for name in switches},
+        **{f"{name}_label": text(lang, f"button.{_LABEL.get(name, name).replace('_', '-')}") for name in switches},
         **{f"show_{name}": "true" if on else "false" for name, on in switches.items()},
     }
 

@@ -11,6 +11,13 @@ is. Where things go:
   refreshed too, as these are the moments the job changes.
 - ``alert`` and ``page``: through the group's custom robot webhook (signed), pages with real @mentions; with no
   robot configured, as an app robot message.
+
+One alert per group: an interruption warning is told twice by the core, as the alert and in the job's thread
+(on Slack those are two places: the alert channel and the card's thread). DingTalk has no threads, so both would
+land in the job's group, from two senders with the same words. The alert is the one kept: it is the path with
+the priority sender (the custom robot, able to @ people) and the one alert groups watch; the thread copy only
+refreshes the card. A default robot that speaks in another group (an alert group) therefore tells the warning
+there, and the job's group sees it on its card and in the follow-up (checkpoint saved, relaunching).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from bot.chat.render import card_text
 from handlers.events import utcnow
 from handlers.jobs import Job
 from handlers.messages import Notify
+from handlers.notes import InterruptionWarning
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +78,9 @@ class DingTalkDeliverer:
                 await self._card(job, chat.channel, lang, now)
             except PermanentDeliveryError as exc:  # a broken card must not silence the message itself
                 log.warning("card of %s not refreshed: %s", job.id, exc)
+        if note.channel == "thread" and isinstance(note.note, InterruptionWarning):
+            log.debug("%s: the warning's thread copy is not posted; its alert is the group's one message", job.id)
+            return
         message = note_message(job, note, now, lang)
         robot = self.config.robot_for(chat.channel)
         if note.channel in ("alert", "page") and robot is not None:

@@ -14,7 +14,7 @@ from typing import Any
 from slack_bolt.context.ack.async_ack import AsyncAck
 
 from bot.chat.catalog import text
-from bot.chat.slack.blocks import ACTION_ACK, ACTION_DRILL, ACTION_ON_DEMAND, ACTION_RETRY, ACTION_STOP
+from bot.chat.slack.blocks import ACTION_ACK, ACTION_INTERRUPT_TEST, ACTION_ON_DEMAND, ACTION_RESUME, ACTION_STOP
 from bot.chat.slack.commands import CommandRunner, LanguageFor, Spawn, run_guarded
 from bot.chat.slack.replies import EphemeralReplies
 from handlers.ids import JOB_ID_PATTERN
@@ -22,10 +22,13 @@ from handlers.jobs import ChatRef
 
 COMMANDS = {
     ACTION_STOP: "stop {job}",
-    ACTION_DRILL: "interrupt-test {job}",
+    ACTION_INTERRUPT_TEST: "interrupt-test {job}",
     ACTION_ACK: "ack {job}",
-    ACTION_RETRY: "resume {job}",
+    ACTION_RESUME: "resume {job}",
     ACTION_ON_DEMAND: "resume {job} on-demand",
+    # The ids of buttons the bot posted before they were renamed: those messages are still in channels.
+    "finetune_drill": "interrupt-test {job}",
+    "finetune_retry": "resume {job}",
 }
 ACTION_IDS = re.compile("^(" + "|".join(COMMANDS) + ")$")
 _JOB_ID = re.compile(JOB_ID_PATTERN)

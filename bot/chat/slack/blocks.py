@@ -17,13 +17,14 @@ from bot.chat.catalog import Lang, text
 from bot.chat.render import card, message_text
 from handlers.jobs import TERMINAL_STATES, Job, JobState
 from handlers.messages import Notify
+from handlers.notes import ResumeFailedPage
 
 Block = dict[str, Any]
 
 ACTION_STOP = "finetune_stop"
-ACTION_DRILL = "finetune_drill"
+ACTION_INTERRUPT_TEST = "finetune_interrupt_test"
 ACTION_ACK = "finetune_ack"
-ACTION_RETRY = "finetune_retry"
+ACTION_RESUME = "finetune_resume"
 ACTION_ON_DEMAND = "finetune_ondemand"
 
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
@@ -51,16 +52,16 @@ def user(name: str) -> str:
     return escape(name)
 
 
-def mentions(fields: dict[str, Any]) -> str:
+def mentions(page: ResumeFailedPage) -> str:
     """Who a page calls: users ``<@U…>``, user groups ``<!subteam^S…>``, then ``<!channel>`` / ``<!here>``."""
     called: list[str] = []
-    for person in fields.get("mention") or []:
-        ident = str(person.get("slack") or "") if isinstance(person, dict) else ""
+    for person in page.mention:
+        ident = person.slack or ""
         if _USER_ID.match(ident):
             called.append(f"<@{ident}>")
         elif _GROUP_ID.match(ident):
             called.append(f"<!subteam^{ident}>")
-    everyone = fields.get("everyone")
+    everyone = page.everyone
     if everyone in ("channel", "here"):
         called.append(f"<!{everyone}>")
     return " ".join(dict.fromkeys(called))
@@ -95,8 +96,9 @@ def stop_button(job_id: str, lang: Lang = "en") -> Block:
     return _button(ACTION_STOP, text(lang, "button.stop"), job_id, "danger", _confirm(lang, "stop", job_id))
 
 
-def drill_button(job_id: str, lang: Lang = "en") -> Block:
-    return _button(ACTION_DRILL, text(lang, "slack.drill"), job_id, None, _confirm(lang, "drill", job_id))
+def interrupt_test_button(job_id: str, lang: Lang = "en") -> Block:
+    confirm = _confirm(lang, "interrupt-test", job_id)
+    return _button(ACTION_INTERRUPT_TEST, text(lang, "slack.interrupt-test"), job_id, None, confirm)
 
 
 def card_layout(job: Job, now: datetime, lang: Lang = "en") -> tuple[str, list[Block]]:
@@ -115,7 +117,7 @@ def card_layout(job: Job, now: datetime, lang: Lang = "en") -> tuple[str, list[B
     if job.state not in TERMINAL_STATES and job.state is not JobState.STOPPING:
         buttons.append(stop_button(job.id, lang))
     if job.state is JobState.RUNNING:
-        buttons.append(drill_button(job.id, lang))
+        buttons.append(interrupt_test_button(job.id, lang))
     if buttons:
         blocks.append({"type": "actions", "block_id": "finetune_card", "elements": buttons})
     state = shown.fields[0][1]  # the card's first field is always the state
@@ -133,12 +135,12 @@ def page_layout(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> tup
     The mentions lead the text because that is what notifies people (and shows in the notification).
     """
     plain = note_text(job, note, now, lang)
-    called = mentions(note.fields)
+    called = mentions(note.note) if isinstance(note.note, ResumeFailedPage) else ""
     said = f"{called} {plain}" if called else plain
     on_demand = _confirm(lang, "on-demand", job.id, danger=False)
     buttons = [
         _button(ACTION_ACK, text(lang, "button.ack"), job.id, "primary"),
-        _button(ACTION_RETRY, text(lang, "slack.retry"), job.id),
+        _button(ACTION_RESUME, text(lang, "slack.resume"), job.id),
         _button(ACTION_ON_DEMAND, text(lang, "slack.on-demand"), job.id, None, on_demand),
         stop_button(job.id, lang),
     ]

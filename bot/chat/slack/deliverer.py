@@ -28,6 +28,7 @@ from bot.chat.slack.errors import call
 from handlers.events import utcnow
 from handlers.jobs import Job
 from handlers.messages import Notify
+from handlers.notes import Acked
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,8 @@ class SlackDeliverer:
                 said += text(lang, "slack.job-channel", channel=f"<#{_channel(job)}>")
             await call(self.client.chat_postMessage(channel=channel, text=said, metadata=_metadata(note)))
             return
-        if note.topic == "acked":
-            await self._acknowledge_pages(job, note, lang)
+        if isinstance(note.note, Acked):
+            await self._acknowledge_pages(job, note.note, lang)
         thread: dict[str, Any] = {"thread_ts": card.ts} if card is not None else {}
         channel = card.channel if card is not None else _channel(job)
         said = note_text(job, note, now, lang)
@@ -113,11 +114,9 @@ class SlackDeliverer:
         )
         await self.refs.add_page(job.id, MessageRef(channel=str(reply["channel"]), ts=str(reply["ts"]), text=plain))
 
-    async def _acknowledge_pages(self, job: Job, note: Notify, lang: Lang) -> None:
+    async def _acknowledge_pages(self, job: Job, acked: Acked, lang: Lang) -> None:
         """Every page of the job loses its buttons and says who owns it now (repeatable: edits, not posts)."""
-        acked_at = job.page.acked_at if job.page is not None else None
-        by = str(note.fields.get("by") or job.acked_by or "someone")
-        at = _when(note.fields.get("at"), acked_at or note.at)
+        by, at = acked.by, acked.at
         pages = await self.refs.pages(job.id)
         for page in pages:
             said, blocks = acked_page_layout(page.text, by, at, lang)
@@ -136,12 +135,3 @@ def _channel(job: Job) -> str:
     if job.chat is None:
         raise PermanentDeliveryError(f"{job.id} has no chat channel")
     return job.chat.channel
-
-
-def _when(value: Any, fallback: datetime) -> datetime:
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            pass
-    return fallback

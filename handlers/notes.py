@@ -1,0 +1,247 @@
+"""What the bot tells people about a job, as typed data: one model per kind of note, told apart by ``type``.
+
+The handlers (and the cloud executor) write a note; the chat side renders it in the channel's language from the
+catalogue (``bot/chat/render.py`` dispatches on the type). A note carries values and codes, never a sentence, so
+every word people read comes from the catalogue, and a note and its wording cannot drift apart unnoticed: the
+catalogue test renders a sample of every type in :data:`Note` in every language.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from handlers.events import Late
+from handlers.jobs import Market
+
+
+class _Note(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- the card -----------------------------------------------------------------------------------------------
+
+CardCause = Literal["launch", "launched", "started", "progress", "checkpoint", "acked", "resume-failed", "refresh"]
+
+
+class CardRefresh(_Note):
+    """Refresh the job's card (it is drawn from the job itself); ``cause`` only says why, for the logs."""
+
+    type: Literal["card"] = "card"
+    cause: CardCause
+
+
+# -- interruptions --------------------------------------------------------------------------------------------
+
+
+class InterruptionWarning(_Note):
+    """The spot interruption notice of one attempt (the alert, and the same in the job's thread)."""
+
+    type: Literal["interruption-warning"] = "interruption-warning"
+    instance: str | None
+    source: str
+    deadline: datetime | None = None
+
+
+class InterruptedNote(_Note):
+    """The attempt ended on its notice: what was committed (``step`` None: no checkpoint yet), how long it took,
+    and, when the newest work did not make it, why (``late``, codes)."""
+
+    type: Literal["interrupted"] = "interrupted"
+    step: int | None = None
+    seconds: dict[str, float] = Field(default_factory=dict)
+    saved_in_time: bool = True
+    late: Late | None = None
+
+
+class Resumed(_Note):
+    """A later attempt started (``step`` None: from the start, no checkpoint yet)."""
+
+    type: Literal["resumed"] = "resumed"
+    attempt: int
+    zone: str | None = None
+    step: int | None = None
+    lost: int = 0
+    downtime: float = 0.0
+    skipped: int = Field(default=0, ge=0)  # invalid checkpoints restore passed over
+
+
+class Rebalance(_Note):
+    type: Literal["rebalance"] = "rebalance"
+
+
+class RebalanceCheckpoint(_Note):
+    type: Literal["rebalance-checkpoint"] = "rebalance-checkpoint"
+    step: int
+    seconds: float = 0.0
+
+
+class InstanceGone(_Note):
+    type: Literal["instance-gone"] = "instance-gone"
+    instance: str
+
+
+class RelaunchPaused(_Note):
+    type: Literal["relaunch-paused"] = "relaunch-paused"
+    attempt: int
+    count: int
+    limit: int
+    seconds: float
+
+
+# -- reconciliation (handlers/reconcile.py) ----------------------------------------------------------------
+
+# Why the bot released what the cloud lists (``reconcile.<code>`` in the catalogue; ``values`` fill it in).
+ReconcileCode = Literal["not-listed", "listed-as", "job-unknown", "job-over", "moved-on", "moved-on-untagged", "silent"]
+
+
+class InstanceReleased(_Note):
+    type: Literal["instance-released"] = "instance-released"
+    instance: str
+    why: ReconcileCode
+    values: dict[str, str | int] = Field(default_factory=dict)
+
+
+class GroupReleased(_Note):
+    type: Literal["group-released"] = "group-released"
+    group: str
+    why: ReconcileCode
+    values: dict[str, str | int] = Field(default_factory=dict)
+
+
+class NoReports(_Note):
+    """A RUNNING job silent for ``minutes`` while the cloud lists its instance live."""
+
+    type: Literal["no-reports"] = "no-reports"
+    instance: str
+    minutes: int
+
+
+# -- the end of a job -------------------------------------------------------------------------------------
+
+
+class CompletedNote(_Note):
+    type: Literal["completed"] = "completed"
+    output_uri: str
+
+
+class FailedNote(_Note):
+    type: Literal["failed"] = "failed"
+    reason: str
+    log_tail: list[str] = Field(default_factory=list)
+    exit_code: int | None = None
+
+
+class Stopped(_Note):
+    """The job stopped; ``step``: the checkpoint it keeps (None: none committed)."""
+
+    type: Literal["stopped"] = "stopped"
+    step: int | None = None
+
+
+# -- on-call ------------------------------------------------------------------------------------------------
+
+
+class Paged(BaseModel):
+    """One person a page step calls, with the ids each platform mentions them by."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    slack: str | None = None
+    dingtalk: str | None = None
+    mobile: str | None = None
+
+
+class ResumeFailedPage(_Note):
+    """Step ``step`` (0: the first) of ``steps`` of the on-call ladder: who it calls, and why."""
+
+    type: Literal["resume-failed"] = "resume-failed"
+    reason: str
+    step: int = Field(default=0, ge=0)
+    steps: int = 1
+    mention: list[Paged] = Field(default_factory=list)
+    everyone: Literal["channel", "here"] | None = None
+    log_tail: list[str] = Field(default_factory=list)
+    exit_code: int | None = None
+
+
+class Acked(_Note):
+    type: Literal["acked"] = "acked"
+    by: str
+    at: datetime
+
+
+# -- what people asked for -------------------------------------------------------------------------------
+
+
+class StopRequested(_Note):
+    type: Literal["stop-requested"] = "stop-requested"
+    by: str
+
+
+class ResumeRequested(_Note):
+    type: Literal["resume-requested"] = "resume-requested"
+    by: str
+    market: Market
+
+
+class InterruptTestStarted(_Note):
+    type: Literal["interrupt-test-started"] = "interrupt-test-started"
+    instance: str
+    by: str
+
+
+class InterruptTestResult(BaseModel):
+    """What a cloud did for an interrupt-test, as data (each cloud's port returns one).
+
+    ``fis``: an AWS FIS experiment (``reference``) that sends the spot notice and interrupts the instance
+    ``after_seconds`` later; ``notice``: a notice injected on the instance (``reference``: where, if anywhere) and
+    the instance reclaimed at ``reclaim_at``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    instance_id: str
+    way: Literal["fis", "notice"]
+    reference: str | None = None
+    reclaim_at: datetime | None = None
+    after_seconds: float | None = None
+
+
+class InterruptTestDone(_Note):
+    type: Literal["interrupt-test-done"] = "interrupt-test-done"
+    result: InterruptTestResult
+
+
+class InterruptTestFailed(_Note):
+    """The cloud refused or failed the interrupt-test; ``error``: its answer, as it gave it."""
+
+    type: Literal["interrupt-test-failed"] = "interrupt-test-failed"
+    error: str
+
+
+Note = Annotated[
+    CardRefresh
+    | InterruptionWarning
+    | InterruptedNote
+    | Resumed
+    | Rebalance
+    | RebalanceCheckpoint
+    | InstanceGone
+    | InstanceReleased
+    | GroupReleased
+    | NoReports
+    | RelaunchPaused
+    | CompletedNote
+    | FailedNote
+    | Stopped
+    | ResumeFailedPage
+    | Acked
+    | StopRequested
+    | ResumeRequested
+    | InterruptTestStarted
+    | InterruptTestDone
+    | InterruptTestFailed,
+    Field(discriminator="type"),
+]
