@@ -167,6 +167,7 @@ class EventBus:
         self.claim_scans = 0  # passes looking for stale messages (a test waits on them, not on the clock)
         self.released = 0
         self.outages = 0  # handler runs that waited for Redis to come back
+        self.unreachable = 0  # passes of the consume loop that found Redis unreachable (and backed off)
         self.latency = LatencySummary()
 
     async def ensure_group(self) -> None:
@@ -218,6 +219,7 @@ class EventBus:
                     group_ready = False
                 except (RedisConnectionError, RedisTimeoutError) as exc:
                     outage += 1
+                    self.unreachable += 1
                     delay = backoff(outage, base=0.1, cap=5.0, jitter=0)
                     log.warning("event bus cannot reach Redis (%s): retrying in %.2fs", exc, delay)
                     with contextlib.suppress(TimeoutError):

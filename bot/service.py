@@ -126,6 +126,7 @@ class BotService:
         self._http: web.AppRunner | None = None
         self._cloud: CloudProvider | None = None
         self._bus: EventBus | None = None
+        self._timers: Timers | None = None
         self._effects: CloudEffects | None = None
         self._bot: Bot | None = None
         self._reconciler: Reconciler | None = None
@@ -150,6 +151,12 @@ class BotService:
     def bus(self) -> EventBus:
         assert self._bus is not None, "BotService is not started"
         return self._bus
+
+    @property
+    def timers(self) -> Timers:
+        """The timer loop (escalation steps, deadlines): its ``rounds`` tell that a moved clock was looked at."""
+        assert self._timers is not None, "BotService is not started"
+        return self._timers
 
     @property
     def effects(self) -> CloudEffects:
@@ -223,7 +230,7 @@ class BotService:
         consumer = default_consumer_name()
         self._bus = bus = EventBus(own_client(), stream=keys.events, consumer=consumer)
         await bus.ensure_group()
-        timers = Timers(redis.client, keys, clock=self.clock)
+        self._timers = timers = Timers(redis.client, keys, clock=self.clock)
         self.dingtalk = await self._start_dingtalk(config, store)
 
         app = build_app(store, bus, secret, extra_metrics=lambda: self._outbox.metrics() if self._outbox else {})

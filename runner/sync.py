@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+from handlers.backoff import backoff
 from runner.checkpoints import CheckpointStore, CheckpointUpload, Committed
 from runner.commit_plan import Candidate
 from runner.local_checkpoints import LocalCheckpoint, complete_checkpoints, list_checkpoint_dirs
@@ -78,7 +79,7 @@ class CheckpointSync:
         self._complete_at: dict[int, float] = {}
         self._seen_incomplete: set[int] = set()
         self._failing = False
-        self._backoff = 0.5
+        self._failed_in_a_row = 0  # upload failures since the last commit: how long the next retry waits
         self._retry_at = 0.0
         self._prune: asyncio.Task[None] | None = None
 
@@ -120,7 +121,7 @@ class CheckpointSync:
         self.notice_mode = True
         self.reason = "notice"
         self._retry_at = 0.0
-        self._backoff = 0.5
+        self._failed_in_a_row = 0
         if self._prune is not None:
             self._prune.cancel()
 
@@ -219,8 +220,9 @@ class CheckpointSync:
             self._committed(task.result(), flight)
             return
         self.failures[step] = failure
-        self._retry_at = self.clock() + self._backoff
-        self._backoff = min(self._backoff * 2, 2.0 if self.notice_mode else MAX_BACKOFF_SECONDS)
+        self._failed_in_a_row += 1
+        cap = 2.0 if self.notice_mode else MAX_BACKOFF_SECONDS
+        self._retry_at = self.clock() + backoff(self._failed_in_a_row, base=0.5, cap=cap, jitter=0)
         if isinstance(failure, StorageError):
             log.warning("upload of checkpoint-%d failed, will retry: %s", step, failure)
             if not self._failing and not self.notice_mode:
@@ -233,7 +235,7 @@ class CheckpointSync:
 
     def _committed(self, committed: Committed, flight: _Flight) -> None:
         self._failing = False
-        self._backoff = 0.5
+        self._failed_in_a_row = 0
         self._retry_at = 0.0
         self.checkpoint_bytes = committed.bytes
         first_seen = self._first_seen.get(committed.step)

@@ -197,6 +197,18 @@ async def drained(bus: EventBus) -> bool:
     return int(group["pending"]) == 0 and (not last or str(group["last-delivered-id"]) == str(last[0][0]))
 
 
+async def chat_drained(service: BotService) -> bool:
+    """Every note on the chat stream was read and acknowledged by the chat outbox (posted, or given up on)."""
+    store = service.bot.store
+    groups = await store.redis.xinfo_groups(store.keys.chat)
+    return any(group["name"] == "chat" and group["pending"] == 0 and group["lag"] == 0 for group in groups)
+
+
+async def settled(service: BotService) -> bool:
+    """The bus drained, then the chat outbox: every event so far handled and every note it made delivered."""
+    return await drained(service.bus) and await chat_drained(service)
+
+
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 60) -> None:
     """Poll ``check`` until it holds (a generous ``timeout`` only turns a hang into a failure)."""
     deadline = time.monotonic() + timeout

@@ -3,7 +3,6 @@ with the token (from an allowed address) lands on the bus; anything else is refu
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,7 +31,16 @@ from tests.aliyun_payloads import (
     notification,
     state_content,
 )
-from tests.bot_harness import SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
+from tests.bot_harness import (
+    SLEEPS,
+    eventually,
+    quick_recipe,
+    running_bot,
+    settled,
+    start_job,
+    wait_job,
+    write_config,
+)
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,
     fixture_redis_client,
@@ -285,7 +293,7 @@ async def test_a_cloudmonitor_warning_reaches_the_running_bot_and_alerts_once(tm
                 assert response.status == 401
         warned = await wait_job(service, job_id, lambda job: job.state is JobState.INTERRUPTED)
         assert warned.interruptions == 1
-        await asyncio.sleep(1.0)
+        await eventually(lambda: settled(service))  # both pushes handled, and every note they made posted
         alerts = [text for job, channel, text in chat.transcript if job == job_id and channel == "alert"]
         assert len(alerts) == 1 and "acs.ecs" in alerts[0]
 

@@ -10,7 +10,16 @@ from pathlib import Path
 import boto3
 
 from handlers.jobs import JobState
-from tests.bot_harness import SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
+from tests.bot_harness import (
+    SLEEPS,
+    eventually,
+    quick_recipe,
+    running_bot,
+    settled,
+    start_job,
+    wait_job,
+    write_config,
+)
 
 
 def spot_warning(instance_id: str) -> str:
@@ -41,12 +50,13 @@ async def test_an_eventbridge_spot_warning_on_sqs_alerts_at_once(tmp_path: Path,
             sqs.send_message(QueueUrl=queue_url, MessageBody=spot_warning(running.current.instance_id))
         warned = await wait_job(service, job_id, lambda job: job.state is JobState.INTERRUPTED)
         assert warned.interruptions == 1
-        await asyncio.sleep(1.0)
+
+        async def both_taken() -> bool:  # deleted from the queue only once published to the bus
+            attributes = await asyncio.to_thread(sqs.get_queue_attributes, QueueUrl=queue_url, AttributeNames=["All"])
+            counts = attributes["Attributes"]
+            return counts["ApproximateNumberOfMessages"] == counts["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+        await eventually(both_taken)
+        await eventually(lambda: settled(service))  # both copies handled, and every note they made posted
         alerts = [text for job, channel, text in chat.transcript if job == job_id and channel == "alert"]
         assert len(alerts) == 1 and "from aws.ec2" in alerts[0]
-        assert (
-            sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"][
-                "ApproximateNumberOfMessages"
-            ]
-            == "0"
-        )

@@ -343,9 +343,15 @@ async def test_a_deleted_stream_and_group_are_created_again(running: Running) ->
     await bus.publish({"id": "ev-before-0001"})
     await wait_for(lambda: seen == ["ev-before-0001"])
     await bus.redis.delete(bus.stream)  # e.g. a server restarted without its data
-    await asyncio.sleep(0.1)
+    await eventually(lambda: has_group(bus))  # the consumer made the stream and its group again by itself
     await bus.publish({"id": "ev-after-00001"})
     await wait_for(lambda: seen == ["ev-before-0001", "ev-after-00001"])
+
+
+async def has_group(bus: EventBus) -> bool:
+    if not await bus.redis.exists(bus.stream):
+        return False
+    return any(str(group["name"]) == bus.group for group in await bus.redis.xinfo_groups(bus.stream))
 
 
 async def test_run_survives_an_unreachable_redis_and_still_stops() -> None:
@@ -357,7 +363,7 @@ async def test_run_survives_an_unreachable_redis_and_still_stops() -> None:
         bus = EventBus(client, stream="unreachable:events", consumer="c1", block_ms=50)
         stop = asyncio.Event()
         task = asyncio.create_task(bus.run(lambda event: asyncio.sleep(0), stop))
-        await asyncio.sleep(0.3)
+        await wait_for(lambda: bus.unreachable >= 3 or task.done())  # failed, backed off and tried again, twice
         assert not task.done()  # still trying
         stop.set()
         await asyncio.wait_for(task, 5)

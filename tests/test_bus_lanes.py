@@ -144,8 +144,10 @@ async def test_read_ahead_is_bounded_and_the_rest_is_left_to_other_replicas(runn
         await greedy.publish(report(f"ft-j{n}", n))
     running.start(greedy, stuck)
     await wait_for(lambda: len(got) == 3)
-    await asyncio.sleep(0.1)
+    scans = greedy.claim_scans
+    await wait_for(lambda: greedy.claim_scans >= scans + 2, timeout=30)  # its loop went round with them in hand
     assert len(got) == 3  # holds three, reads no more while they run
+    assert await pending(greedy) == 3  # delivered to it: the three it runs, not one more
 
     helper = await running.bus("helper")
 
@@ -214,17 +216,16 @@ async def test_stop_hands_back_what_did_not_start_to_the_next_replica(running: R
 
 async def test_cancelling_the_consumer_acknowledges_nothing_more(running: Running) -> None:
     bus = await running.bus("c1")
-    started = asyncio.Event()
+    started: list[int] = []
 
     async def hang(event: dict[str, Any]) -> None:
-        started.set()
+        started.append(event["n"])
         await asyncio.Event().wait()
 
     for n in range(3):
-        await bus.publish(report(f"ft-j{n}", n))
+        await bus.publish(report(f"ft-j{n}", n))  # three lanes: all three run at once
     _stop, task = running.start(bus, hang)
-    await asyncio.wait_for(started.wait(), 5)
-    await asyncio.sleep(0.05)
+    await wait_for(lambda: len(started) == 3)  # every one in hand, none finished
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

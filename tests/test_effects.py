@@ -20,6 +20,7 @@ from bot.chat.slack.deliverer import NOTE_EVENT
 from bot.cloud.local import LocalCloud
 from bot.keys import DEFAULT_KEYS
 from bot.redis_server import connect
+from bot.service import BotService
 from bot.store import JobStore
 from handlers.decide import new_job
 from handlers.events import Notice, utcnow
@@ -33,6 +34,7 @@ from tests.bot_harness import (
     DRILLABLE,
     SECRET,
     SLEEPS,
+    chat_drained,
     quick_recipe,
     running_bot,
     slack_settings,
@@ -157,8 +159,12 @@ async def test_a_redis_restart_while_starts_are_in_flight_leaves_no_job_stuck(
     config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
     async with running_bot(tmp_path / "state", config, redis_url=valkey.url) as (service, _chat):
         jobs = [await start_job(service, "console:ana", "start sleepy") for _ in range(6)]
+        outages = (service.bus.unreachable, service.effects.bus.unreachable)
         await valkey.stop()  # launches are on their way: some started, some not, none recorded
-        await asyncio.sleep(1.0)
+        # Held down until both consumers found it gone and tried again: the outage reached the running service.
+        await until(
+            lambda: unreachable_since(service, outages, 2), "both consumers to find Redis down, twice", timeout=60
+        )
         await valkey.start()
 
         def settled(job: object) -> bool:
@@ -206,17 +212,15 @@ async def test_an_old_attempts_late_warning_is_still_posted_once(tmp_path: Path,
             {"kind": "cloud", "type": "spot-interruption", "instance_id": old_instance, "source": "aws.ec2"}
         )
         await until(lambda: told("cloud:spot-interruption", 1), "the cloud's late warning, fenced")
-        await until(lambda: chat_drained(service.bot.store), "every note handled")
+        await until(lambda: chat_drained(service), "every note handled")
         assert len(alerts()) == 1 and old_instance in alerts()[0]
         now = await service.bot.store.get(job_id)
         assert now is not None and now.state is JobState.RUNNING and now.version >= relaunched.version
         assert now.interruptions == relaunched.interruptions  # fencing: the job did not move
 
 
-async def chat_drained(store: JobStore) -> bool:
-    """Every note on the chat stream was read and acknowledged by the chat outbox."""
-    groups = await store.redis.xinfo_groups(store.keys.chat)
-    return any(group["name"] == "chat" and group["pending"] == 0 and group["lag"] == 0 for group in groups)
+async def unreachable_since(service: BotService, before: tuple[int, int], times: int) -> bool:
+    return service.bus.unreachable >= before[0] + times and service.effects.bus.unreachable >= before[1] + times
 
 
 async def post_report(port: int, body: bytes) -> int:
@@ -262,7 +266,7 @@ async def test_a_note_in_doubt_is_looked_for_in_slack_before_it_is_posted_again(
             await store.redis.set(store.keys.sending(note.id), "dead-replica")
         await store.send([dump_message(posted), dump_message(lost)], "slack")
 
-        await until(lambda: chat_drained(store), "both notes handled")
+        await until(lambda: chat_drained(service), "both notes handled")
         thread = [m.text for m in slack.replies("C0JOBS", card[0].ts)]
         assert thread.count(said("posted")) == 1 and thread.count(said("lost")) == 1
         assert await store.redis.exists(store.keys.sent(posted.id), store.keys.sent(lost.id)) == 2

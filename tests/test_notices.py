@@ -104,15 +104,42 @@ async def test_aliyun_termination_time() -> None:
         await server.stop()
 
 
+class CountedSource:
+    """A real source that counts its polls, so the test waits for rounds of the watcher instead of the clock."""
+
+    def __init__(self, inner: AwsImdsSource) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.answered = asyncio.Event()  # set as each poll returns (or raises)
+
+    async def poll(self) -> list[InstanceNotice]:
+        try:
+            return await self.inner.poll()
+        finally:
+            self.answered.set()
+
+    async def instance_id(self) -> str | None:
+        return await self.inner.instance_id()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
 async def test_watcher_hands_each_notice_over_once_and_reports_an_outage_once(imds: LocalMetadataServer) -> None:
-    source = AwsImdsSource(imds.endpoint)
+    source = CountedSource(AwsImdsSource(imds.endpoint))
     notices: asyncio.Queue[InstanceNotice] = asyncio.Queue()
     outages: list[str] = []
     watcher = asyncio.create_task(watch_notices(source, notices, outages.append, interval=0.05))
     try:
+
+        async def polled(times: int) -> None:
+            """``times`` more polls were answered, and every one but the last was dealt with by the watcher."""
+            for _ in range(times):
+                source.answered.clear()
+                await asyncio.wait_for(source.answered.wait(), 60)
+
         imds.down = True
-        await asyncio.sleep(0.5)  # about ten failed polls
-        assert imds.requests >= 5
+        await polled(6)  # five failed polls dealt with
         assert len(outages) == 1 and "unreachable" in outages[0]
         imds.down = False
         imds.recommend_rebalance()
@@ -122,10 +149,10 @@ async def test_watcher_hands_each_notice_over_once_and_reports_an_outage_once(im
         second = await asyncio.wait_for(notices.get(), 5)
         assert second.kind == "spot-interruption"
         assert second.deadline is not None and second.deadline > datetime.now(UTC) + timedelta(seconds=90)
-        await asyncio.sleep(0.3)  # still standing on the service, but never handed over twice
+        await polled(4)  # still standing on the service, seen again and again, but never handed over twice
         assert notices.empty()
         imds.down = True
-        await asyncio.sleep(0.3)
+        await polled(4)
         assert len(outages) == 2  # a new outage is reported again, once
     finally:
         watcher.cancel()

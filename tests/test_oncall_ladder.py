@@ -16,8 +16,10 @@ from tests.bot_harness import (
     CHANNEL,
     FAILS_ON_RESUME,
     SteppedClock,
+    eventually,
     quick_recipe,
     running_bot,
+    settled,
     start_job,
     wait_job,
     write_config,
@@ -56,8 +58,8 @@ async def page_entries(service: BotService, job_id: str) -> list[dict[str, Any]]
 async def fail_a_resume(service: BotService) -> str:
     """Start a job whose trainer cannot resume, drill it: the resume fails and the page opens."""
     job_id = await start_job(service, "console:ana", "start flaky")
-    await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
-    await asyncio.sleep(0.5)
+    # Drilled once it trains (a step reported): its SIGTERM handler is in place, so it saves checkpoint-<step>.
+    await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 1)
     assert (await service.bot.command("console:ana", CHANNEL, f"interrupt-test {job_id}")).startswith("OK")
     await wait_job(service, job_id, lambda job: job.state is JobState.RESUME_FAILED)
     return job_id
@@ -113,7 +115,9 @@ async def test_two_replicas_send_each_step_exactly_once(tmp_path: Path) -> None:
                 clock.advance(minutes)
                 await wait_for(f"step {sent - 1}", lambda sent=sent: _shown(sent, chat_a, chat_b))
             clock.advance(60)  # the ladder is out of steps: nothing more is scheduled or sent
-            await asyncio.sleep(1.5)  # several rounds of both replicas' timer loops
+            rounds = first.timers.rounds, second.timers.rounds
+            await eventually(lambda: timers_looked(first, second, rounds))  # both looked, with the clock moved
+            await eventually(lambda: settled(first))  # and whatever they fired was handled and posted
             steps = [entry["step"] for entry in await page_entries(first, job_id)]
             assert steps == [0, 1, 2, 3]
             assert len(pages(chat_a, chat_b)) == 4
@@ -122,6 +126,11 @@ async def test_two_replicas_send_each_step_exactly_once(tmp_path: Path) -> None:
             )
             pending = await Timers(second.bot.store.redis).pending()
             assert not [timer for timer in pending if timer.get("kind") == "page-step"]
+
+
+async def timers_looked(first: BotService, second: BotService, before: tuple[int, int]) -> bool:
+    """Both replicas' timer loops finished two full rounds since ``before``: one began after the clock moved."""
+    return first.timers.rounds >= before[0] + 2 and second.timers.rounds >= before[1] + 2
 
 
 async def _shown(count: int, *chats: ConsoleChat) -> bool:

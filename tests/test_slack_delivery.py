@@ -7,7 +7,6 @@ to the service's chat outbox (the same call the bot makes).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -242,7 +241,9 @@ async def test_a_failed_resume_alerts_escalates_and_is_acknowledged_and_resumed_
     clock = SteppedClock()
     async with running_bot(tmp_path / "state", config, clock=clock, **slack_settings(slack.api_url)) as (service, _):
         job = await running_job(service, "flaky")
-        await asyncio.sleep(0.5)
+        # Interrupt-tested once it trains (a step reported): its SIGTERM handler is in place, so it saves
+        # checkpoint-<step>.
+        await wait_job(service, job.id, lambda job: (job.step or 0) >= 1)
         assert await click(service, "finetune_interrupt_test", job.id) == 200
         drill = await slack.wait_for(lambda: [e for e in slack.ephemeral if "interrupt-test" in e["text"]])
         assert drill[0]["text"].startswith(f"OK: interrupt-test {job.id}") and drill[0]["user"] == "U0ANA"

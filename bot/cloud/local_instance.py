@@ -48,6 +48,7 @@ from bot.keys import Keys
 from bot.redis_server import connect
 from bot.replicas import Replicas
 from bot.routes import EVENT_FIELD, STREAM_MAXLEN
+from handlers.backoff import backoff
 from handlers.jobs import Market
 from handlers.messages import CloudEvent, dump_message
 from handlers.notes import InterruptTestResult
@@ -251,7 +252,7 @@ class LocalInstance:
     async def _with_redis(self, what: str, work: Callable[[], Awaitable[None]]) -> bool:
         """Run ``work`` until Redis answers, for at most ``orphan_seconds``; False if it never did."""
         deadline = time.monotonic() + self.config.orphan_seconds
-        delay = 0.1
+        failures = 0
         while True:
             try:
                 await work()
@@ -260,8 +261,8 @@ class LocalInstance:
                 if time.monotonic() > deadline:
                     log.error("gave up %s: Redis unreachable for %.0fs (%s)", what, self.config.orphan_seconds, exc)
                     return False
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                failures += 1
+                await asyncio.sleep(backoff(failures, base=0.1, cap=2.0, jitter=0))
 
     async def _watch_redis(self) -> None:
         """No control plane for ``orphan_seconds``: nobody can see or stop this instance, so it stops itself."""

@@ -35,6 +35,7 @@ from aiobotocore.session import get_session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from handlers.backoff import backoff
 from runner.storage.aliyun_credentials import DEFAULT_METADATA_ENDPOINT, RamRoleCredentialProvider
 from runner.storage.base import Buffer, ObjectInfo, ObjectMissing, StorageError, read_fully
 from runner.storage.slots import BufferSlots
@@ -355,7 +356,7 @@ class S3Store:
                 if failures > RANGE_RETRIES:
                     raise StorageError(f"{self.uri(key)}: range {start}-{end} {problem}")
                 log.warning("download of %s %s; resuming (%d of %d)", self.uri(key), problem, failures, RANGE_RETRIES)
-                await asyncio.sleep(0.1 * 2**failures)
+                await asyncio.sleep(backoff(failures, base=0.2, cap=5.0, jitter=0))
 
     async def _stream_range(
         self, client: Any, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool
