@@ -37,7 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.bus import EventBus, HandBack, default_consumer_name
-from bot.cloud.base import CloudProvider
+from bot.cloud.base import CloudProvider, LaunchError
 from bot.store import JobStore
 from handlers.jobs import TERMINAL_STATES, Job, JobState
 from handlers.launch import build_spec
@@ -176,15 +176,25 @@ class CloudEffects:
             )
             # Zones that just failed or reclaimed this job go last (the provider still uses them if nothing else).
             tried = [attempt.zone for attempt in job.attempts if attempt.zone and attempt.number < effect.attempt]
+            # A zone the spot policy chose is where the launch goes (and, off fallback, nowhere else).
             instance = await self.cloud.launch(
-                spec, recipe.instance_types.get(self.cloud.name, []), effect.market, avoid_zones=tried
+                spec,
+                recipe.instance_types.get(self.cloud.name, []),
+                effect.market,
+                avoid_zones=tried,
+                zone=effect.zone,
+                fallback=effect.fallback,
             )
         except REDIS_ERRORS:
             raise
         except Exception as exc:
             log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
             reason = str(exc) or type(exc).__name__
-            return f"failed: {reason}", [LaunchFailed(job_id=job.id, attempt=effect.attempt, reason=reason)]
+            capacity = isinstance(exc, LaunchError) and exc.capacity
+            failed = LaunchFailed(
+                job_id=job.id, attempt=effect.attempt, reason=reason, capacity=capacity, zone=effect.zone
+            )
+            return f"failed: {reason}", [failed]
         self.launched += 1
         launched = Launched(
             job_id=job.id,

@@ -240,6 +240,9 @@ class BotService:
             runner_env={"FINETUNE_REPORT_SECRET": secret},
             dialect=self.settings.finetune_local_dialect,
             checkpoint_base=self.settings.finetune_local_checkpoints,
+            zones=tuple(self.settings.finetune_local_zones.split(",")),
+            spot_price=self.settings.finetune_local_spot_price,
+            on_demand_price=self.settings.finetune_local_on_demand_price,
         )
         return cloud, []
 

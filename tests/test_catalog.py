@@ -12,7 +12,7 @@ import pytest
 
 from bot.chat.catalog import LANGUAGES, en, messages, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
-from handlers import commands, decide, job_options, recipes, spot_policy
+from handlers import commands, decide, job_options, recipes, spot_decide, spot_policy
 from handlers import policy as policy_module
 from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
 from handlers.decide import ack_command, drill_command, retry_command, stop_command
@@ -48,6 +48,7 @@ TOPICS: list[tuple[str, dict[str, Any]]] = [
     ("rebalance", {}),
     ("rebalance-checkpoint", {"step": 20, "seconds": 1.25}),
     ("instance-gone", {"instance": "i-1"}),
+    ("spot-policy", {"reason": "spot-policy.stop.budget", "values": {"need": 9.5, "budget": 8.0, "spent": 4.0}}),
     ("relaunch-paused", {"attempt": 2, "count": 2, "limit": 3, "seconds": 60.0}),
     ("stop-failed", {"reason": "no such instance"}),
     ("drill-failed", {"reason": "FIS refused"}),
@@ -210,7 +211,7 @@ def keys_in(reason: Reason) -> set[str]:
 
 def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
     tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING, job_options.WORDING]
-    tables.append(spot_policy.WORDING)
+    tables += [spot_policy.WORDING, spot_decide.WORDING]
     assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
     assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice
     assert en.BOT.keys().isdisjoint(en.HANDLERS)

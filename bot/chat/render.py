@@ -7,7 +7,7 @@ the adapter asks for another), so no sentence is written here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -78,12 +78,41 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
         fields.append((text(lang, "label.interruptions"), interruptions))
     if job.failure and job.state in (JobState.FAILED, JobState.RESUME_FAILED):
         fields.append((text(lang, "label.problem"), job.failure))
+    fields.extend(_plan_fields(job, lang))
     if job.page is not None and job.page.acked_by:
         acked = text(lang, "card.acked", by=job.page.acked_by, at=_time(job.page.acked_at, lang))
         fields.append((text(lang, "label.on-call"), acked))
     elif job.page is not None:
         fields.append((text(lang, "label.on-call"), text(lang, "card.paged", sent=job.page.sent)))
     return Card(title=text(lang, "card.title", job=job.id, recipe=job.recipe), fields=fields)
+
+
+def _plan_fields(job: Job, lang: Lang) -> list[tuple[str, str]]:
+    """The job's deadline and budget, and the spot policy's latest choice with its reason and projection."""
+    fields: list[tuple[str, str]] = []
+    if job.deadline is not None:
+        fields.append((text(lang, "label.deadline"), text(lang, "card.deadline", at=_time(job.deadline, lang))))
+    if job.budget is not None:
+        fields.append((text(lang, "label.budget"), text(lang, "card.budget", budget=job.budget)))
+    plan = job.plan
+    if plan is None or job.state in (JobState.SUCCEEDED, JobState.STOPPED, JobState.FAILED):
+        return fields
+    projection = ""
+    if plan.finish is not None and plan.cost is not None:
+        projection = text(lang, "card.plan.projection", finish=_time(plan.finish, lang), cost=plan.cost)
+    elif plan.cost is not None:
+        projection = text(lang, "card.plan.cost", cost=plan.cost)
+    reason = policy_reason(lang, plan.reason, plan.values)
+    fields.append((text(lang, "label.plan"), text(lang, "card.plan", reason=reason, projection=projection)))
+    return fields
+
+
+def policy_reason(lang: Lang, key: str, values: Mapping[str, Any]) -> str:
+    """The spot policy's reason (stored as a catalogue key and values) in ``lang``; the key itself if unknown."""
+    try:
+        return text(lang, key, **values)
+    except (KeyError, ValueError, IndexError):
+        return key
 
 
 def card_text(job: Job, now: datetime, lang: Lang = "en") -> str:
@@ -172,6 +201,8 @@ def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> st
         return text(lang, "topic.rebalance")
     if topic == "rebalance-checkpoint":
         return text(lang, "topic.rebalance-checkpoint", step=f.get("step"), seconds=f.get("seconds", 0))
+    if topic == "spot-policy":
+        return text(lang, "topic.spot-policy", reason=policy_reason(lang, str(f.get("reason")), f.get("values") or {}))
     if topic == "instance-gone":
         return text(lang, "topic.instance-gone", instance=f.get("instance"))
     if topic == "relaunch-paused":

@@ -25,7 +25,15 @@ def log_once(log: logging.Logger, key: str, message: str, *args: object) -> None
 
 
 class LaunchError(RuntimeError):
-    """No capacity, no permission, a bad template: the attempt did not start (the message says why)."""
+    """No capacity, no permission, a bad template: the attempt did not start (the message says why).
+
+    ``capacity``: every try was refused for capacity (the spot policy may try another zone, on-demand, or later);
+    ``zone``: the zone the launch was pinned to."""
+
+    def __init__(self, message: str, *, capacity: bool = False, zone: str | None = None) -> None:
+        super().__init__(message)
+        self.capacity = capacity
+        self.zone = zone
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +53,18 @@ class CloudProvider(Protocol):
     def checkpoint_uri(self, job_id: str) -> str: ...
 
     async def launch(
-        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+        self,
+        spec: JobSpec,
+        instance_types: list[str],
+        market: Market,
+        *,
+        avoid_zones: Collection[str] = (),
+        zone: str | None = None,
+        fallback: bool = True,
     ) -> Instance:
         """Start an instance whose runner runs ``spec`` (preferring zones not in ``avoid_zones``); LaunchError when
-        it cannot."""
+        it cannot. ``zone``: there only (the spot policy chose it); ``fallback`` False: no move to on-demand after
+        spot capacity errors (the policy decides that)."""
         ...
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
@@ -66,6 +82,12 @@ class CloudProvider(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ListsZones(Protocol):
+    """What the spot policy asks of a cloud: the zones a spot launch may be pinned to, in preference order."""
+
+    async def spot_zones(self, instance_types: list[str]) -> list[str]: ...
 
 
 class ListsInstances(Protocol):

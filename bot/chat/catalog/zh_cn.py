@@ -15,6 +15,9 @@ MESSAGES: dict[str, str] = {
     "label.interruptions": "中断",
     "label.problem": "问题",
     "label.on-call": "值班",
+    "label.plan": "计划",
+    "label.deadline": "截止时间",
+    "label.budget": "预算",
     "state.PENDING": "等待中",
     "state.PROVISIONING": "创建实例中",
     "state.RUNNING": "运行中",
@@ -39,6 +42,11 @@ MESSAGES: dict[str, str] = {
     "card.interruptions": "{count} 次 · 丢失 {lost} 步 · 停机 {downtime:.0f} 秒",
     "card.acked": "已由 {by} 于 {at} 确认",
     "card.paged": "已通知 {sent} 次，尚无人确认",
+    "card.plan": "{reason}{projection}",
+    "card.plan.projection": " · 预计完成于 {finish}，费用 ${cost:.2f}",
+    "card.plan.cost": " · 预计费用至多 ${cost:.2f}",
+    "card.deadline": "{at}",
+    "card.budget": "${budget:.2f}",
     "button.ack": "确认",
     "button.stop": "停止",
     "button.retry": "重试",
@@ -85,6 +93,7 @@ MESSAGES: dict[str, str] = {
     "topic.resume-requested": "🔁 {by} 请求以{market}方式恢复任务 {job}。",
     "topic.rebalance": "↔️ 再平衡建议：实例被回收的风险升高，提前保存检查点。",
     "topic.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
+    "topic.spot-policy": "🧭 {reason}",
     "topic.instance-gone": "⚠️ 实例 {instance} 未经通知即消失；正在从最近的检查点重新启动。",
     "topic.relaunch-paused": (
         "⏳ 第 {attempt} 次尝试没有进展（已连续 {count} 次；超过 {limit} 次后任务结束）。{seconds:g} 秒后重新启动。"
@@ -226,4 +235,7 @@ MESSAGES: dict[str, str] = {
     "spot-policy.stop.budget": (
         "保存检查点后停止：任务总费用至少将达到 {need:.2f}，超出预算 {budget:.2f}（目前已花费 {spent:.2f}）"
     ),
+    "spot-policy.unmeasured": "在 {zone} 使用抢占式实例：尚未测得训练步时，暂无可依据的计划",
+    "spot-policy.unmeasured.on-demand": "按量付费：没有可用区有抢占式容量，且尚未测得训练步时",
+    "spot-policy.unmeasured.wait": "等待抢占式容量：没有可用区有容量，且尚未测得训练步时",
 }
