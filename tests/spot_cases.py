@@ -8,8 +8,8 @@ from typing import Any
 
 from handlers.job_options import JobOptionError, parse_budget, parse_deadline, reserved_parameter
 from handlers.jobs import Job
-from handlers.spot_decide import SpotView, choose
 from handlers.reasons import Reason
+from handlers.spot_decide import SpotView, choose
 from handlers.spot_policy import (
     NOTHING,
     Holding,

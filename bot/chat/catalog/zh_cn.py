@@ -148,7 +148,7 @@ MESSAGES: dict[str, str] = {
     "slack.failed": "⚠️ 操作未成功：机器人内部出错（已记录日志）。请稍后再试。",
     "slack.bad-button": "⛔ 这个按钮没有指明任务（{value!r}）",
     # 命令用法（handlers/commands.py）；命令词与 on-demand 保持英文，因为要照原样输入
-    "usage.line.start": "start <配方> [参数=值 …]",
+    "usage.line.start": "start <配方> [参数=值 …] [deadline=36h] [budget=120]",
     "usage.line.stop": "stop <任务>",
     "usage.line.interrupt-test": "interrupt-test <任务>",
     "usage.line.status": "status [任务]",
@@ -158,7 +158,7 @@ MESSAGES: dict[str, str] = {
     "usage.line.resume": "resume <任务> [on-demand]",
     "usage.line.help": "help",
     "help": (
-        "/finetune {start} —— 按配方启动微调任务（配方见下）\n"
+        "/finetune {start} —— 按配方启动微调任务（配方见下），可设截止时间与预算\n"
         "/finetune {stop} —— 停止任务（先保存检查点）\n"
         "/finetune {interrupt_test} —— 中断演练\n"
         "/finetune {status} —— 查看任务状态\n"
