@@ -65,7 +65,8 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
         assert not_a_job == "stop：'job;rm' 不是任务编号（任务编号形如 ft-7k2q）。用法：/finetune stop <任务>"
         help_lines = (await ask(dingtalk, "help")).split("\n\n")  # a markdown paragraph per line
         assert help_lines[0] == (
-            "/finetune start <配方> [参数=值 …] [deadline=36h] [budget=120] —— 按配方启动微调任务（配方见下），可设截止时间与预算"
+            "/finetune start <配方> [参数=值 …] [deadline=36h] [budget=120] "
+            "—— 按配方启动微调任务（配方见下），可设截止时间与预算"
         )
         assert all(CJK.search(line) for line in help_lines[:9])  # each command, one line saying what it does
         assert help_lines[9].startswith("配方") and any(line.strip().startswith("sleepy") for line in help_lines)
