@@ -102,8 +102,9 @@ class Bot:
     async def _start(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
         assert command.recipe is not None
         raw_options, overrides = split_overrides(command.overrides)  # deadline=, budget=: the job's, not the recipe's
+        now = self.clock()  # the deadline counts from the job's creation
         try:
-            options = parse_job_options(raw_options, self.clock())
+            options = parse_job_options(raw_options, now)
             recipe = find_recipe(command.recipe, self.recipes)
             reserved = reserved_parameter(recipe.name, recipe.parameters)
             if reserved is not None:
@@ -129,7 +130,7 @@ class Bot:
                 dict(params),
                 user,
                 chat,
-                self.clock(),
+                now,
                 total,
                 deadline=options.deadline,
                 budget=options.budget,

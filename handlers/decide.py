@@ -603,6 +603,9 @@ def _steer(
     choice, plan = choose(moved, spot, now, event)
     planned = moved.model_copy(update={"plan": plan})
     history = {**history, "policy": choice.action, "policy_zone": choice.zone, "why": str(choice.reason)}
+    previous = before.current.market if before.current is not None else "spot"
+    if choice.action in ("on-demand", "wait") and (choice.action != previous or event != "launch"):
+        outbox = [*outbox, _policy_note(planned, choice)]  # the thread hears why the job leaves spot, or waits
     if choice.action == "stop":
         return _policy_stop(planned, choice, now, history, outbox, limits)
     if choice.action == "wait":

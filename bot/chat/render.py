@@ -95,7 +95,7 @@ def _plan_fields(job: Job, lang: Lang) -> list[tuple[str, str]]:
     if job.budget is not None:
         fields.append((text(lang, "label.budget"), text(lang, "card.budget", budget=job.budget)))
     plan = job.plan
-    if plan is None or job.state in (JobState.SUCCEEDED, JobState.STOPPED, JobState.FAILED):
+    if plan is None:
         return fields
     projection = ""
     if plan.finish is not None and plan.cost is not None:
