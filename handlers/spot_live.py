@@ -2,8 +2,8 @@
 simulator also builds, and what the card shows of the policy's choice (projected finish and cost, the reason).
 
 Pure, like the policy: the bot passes in what it knows (the job, now, its deadline and budget, the zones with
-what the cloud said of them, the prices) and calls the very policy ``finetune-bot simulate`` measures. Not yet
-called by the bot (issue 15, phase 2 wires it into the launch, interruption, capacity-error and timer paths).
+what the cloud said of them, the prices) and calls the very policy ``finetune-bot simulate`` measures; the bot
+asks through :mod:`handlers.spot_decide` (launch, interruption, capacity error, resume and the policy's tick).
 """
 
 from __future__ import annotations
