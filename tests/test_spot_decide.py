@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bot.chat.catalog import text
+from bot.chat.render import card
 from handlers.decide import decide, new_job, retry_command, stop_command
 from handlers.events import Interrupted
 from handlers.jobs import Attempt, Change, Job, JobState
@@ -185,3 +187,16 @@ def test_a_resume_asks_the_policy_and_starts_a_new_tick_chain() -> None:
     assert effect(change, "policy-tick")["tick"] == change.job.tick == job.tick + 1
     assert effect(change, "launch")["attempt"] == 2
     assert change.job.plan is not None
+
+
+def test_the_card_words_the_plan_from_its_data_in_each_language() -> None:
+    job = measured(deadline=timedelta(hours=1), budget=5.0)
+    change = decide(job, interrupted(job), NOW, spot=ONE_ZONE)
+    assert change.job.plan is not None
+    english = dict(card(change.job, NOW, "en").fields)
+    chinese = dict(card(change.job, NOW, "zh-CN").fields)
+    reason = change.job.plan.reason
+    assert english["Plan"].startswith(text("en", reason, **change.job.plan.values) + " · projected finish ")
+    assert english["Deadline"] == "2026-03-02 09:30 UTC" and english["Budget"] == "$5.00"
+    assert chinese["计划"].startswith(text("zh-CN", reason, **change.job.plan.values) + " · 预计完成于 ")
+    assert set(chinese) >= {"截止时间", "预算"}

@@ -91,7 +91,7 @@ def _plan_fields(job: Job, lang: Lang) -> list[tuple[str, str]]:
     """The job's deadline and budget, and the spot policy's latest choice with its reason and projection."""
     fields: list[tuple[str, str]] = []
     if job.deadline is not None:
-        fields.append((text(lang, "label.deadline"), text(lang, "card.deadline", at=_time(job.deadline, lang))))
+        fields.append((text(lang, "label.deadline"), text(lang, "card.deadline", at=job.deadline)))
     if job.budget is not None:
         fields.append((text(lang, "label.budget"), text(lang, "card.budget", budget=job.budget)))
     plan = job.plan
@@ -99,7 +99,7 @@ def _plan_fields(job: Job, lang: Lang) -> list[tuple[str, str]]:
         return fields
     projection = ""
     if plan.finish is not None and plan.cost is not None:
-        projection = text(lang, "card.plan.projection", finish=_time(plan.finish, lang), cost=plan.cost)
+        projection = text(lang, "card.plan.projection", finish=plan.finish, cost=plan.cost)
     elif plan.cost is not None:
         projection = text(lang, "card.plan.cost", cost=plan.cost)
     reason = policy_reason(lang, plan.reason, plan.values)
