@@ -100,3 +100,22 @@ async def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint(t
         await wait_for_text(chat, "thread", "over the budget of 0.05")
         card = await service.bot.command("console:ana", CHANNEL, f"status {job_id}")
         assert "Budget: $0.05" in card and "Plan: stopping with a checkpoint" in card
+
+
+async def test_a_zone_without_spot_refuses_the_launch_and_the_policy_moves_to_the_next(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "bot.yaml", policy=TICK)
+    async with running_bot(tmp_path / "state", config, finetune_local_zones="local-a,local-b") as (service, _chat):
+        cloud = local_cloud(service.bot.cloud)
+        assert await cloud.take_spot_capacity("local-a") == []  # nothing held there yet
+        job_id = await start_job(service, "console:ana", "start tiny steps=5 step_seconds=0 deadline=1h")
+        done = await wait_job(service, job_id, lambda job: job.state in (JobState.SUCCEEDED, JobState.FAILED))
+        assert done.state is JobState.SUCCEEDED, done.failure
+        refused, ran = done.attempts
+        assert refused.instance_id is None and (refused.end_reason or "").startswith("capacity: ")
+        assert "InsufficientInstanceCapacity" in (refused.end_reason or "")
+        assert (ran.market, ran.zone) == ("spot", "local-b")
+        assert set(done.refused_zones) == {"local-a"}
+        history = await service.bot.store.history(job_id)
+        assert [entry.get("zone") for entry in history if entry.get("event") == "launched"] == ["local-b"]
+        await cloud.give_spot_capacity("local-a")
+        assert await cloud.zones_without_spot() == set()
