@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from handlers.jobs import Job, PlanChoice
 from handlers.reasons import Wording
-from handlers.spot_live import LOST_ZONE_COOLDOWN, live_situation, projection
+from handlers.spot_live import live_situation, lost_zones, projection
 from handlers.spot_policy import DEFAULT_POLICY, POLICIES, Choice, Event
 from handlers.spot_policy import WORDING as POLICY_WORDING
 
@@ -81,8 +81,8 @@ def _unmeasured(job: Job, view: SpotView, now: datetime) -> Choice:
     the job's policy is on-demand, or none has it and a deadline is set); else wait for the next tick."""
     if job.spot_policy == "on-demand":
         return Choice("on-demand", None, POLICY_WORDING("spot-policy.on-demand.only"))
-    fresh = {zone for zone, at in job.refused_zones.items() if now - at < LOST_ZONE_COOLDOWN}
-    zones = [zone for zone in view.zones if zone not in fresh]
+    lost = lost_zones(job, now, job.refused_zones)  # refused for capacity, or reclaimed, within the cool-down
+    zones = [zone for zone in view.zones if zone not in lost]
     if zones:
         return Choice("spot", zones[0], WORDING("spot-policy.unmeasured", zone=zones[0] or "-"))
     if job.deadline is not None and job.spot_policy != "spot-only":

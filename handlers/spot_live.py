@@ -57,7 +57,7 @@ def live_situation(
     per_step = cost.seconds_per_step
     done = job.step or 0
     restart = _measured_restart(job) or DEFAULT_RESTART.total_seconds()
-    lost = _lost_zones(job, now, refused or {})
+    lost = lost_zones(job, now, refused or {})
     views = tuple(ZoneView(zone, False if zone in lost else None, (scores or {}).get(zone)) for zone in zones)
     return Situation(
         event=event,
@@ -107,7 +107,7 @@ def _measured_restart(job: Job) -> float | None:
     return None
 
 
-def _lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime]) -> set[str]:
+def lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime]) -> set[str]:
     """Zones where the job was reclaimed, or a launch was refused for capacity, within the cool-down."""
     lost = {zone for zone, at in refused.items() if now - at < LOST_ZONE_COOLDOWN}
     for attempt in job.attempts:
