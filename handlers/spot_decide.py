@@ -51,8 +51,11 @@ def managed(job: Job) -> bool:
 
 def choose(job: Job, view: SpotView, now: datetime, event: Event) -> tuple[Choice, PlanChoice]:
     """The policy's choice for ``job`` now, and the record of it the card shows."""
-    on_demand_price = view.on_demand_price or 1.0
-    spot_price = view.spot_price if view.spot_price is not None else on_demand_price * 0.35
+    # Prices the cloud did not say now: the job's own attempts', else a typical spot discount of a nominal price.
+    known_spot = [a.price_per_hour for a in job.attempts if a.market == "spot" and a.price_per_hour]
+    known_on_demand = [a.on_demand_price_per_hour for a in job.attempts if a.on_demand_price_per_hour]
+    on_demand_price = view.on_demand_price or (known_on_demand[-1] if known_on_demand else 1.0)
+    spot_price = view.spot_price or (known_spot[-1] if known_spot else on_demand_price * 0.35)
     policy = POLICIES.get(job.spot_policy or DEFAULT_POLICY, POLICIES[DEFAULT_POLICY])
     s = live_situation(
         job,
