@@ -28,7 +28,7 @@ async def test_capacity_loss_moves_a_deadline_job_to_on_demand_and_it_finishes_i
     config = write_config(tmp_path / "bot.yaml", policy=TICK)
     async with running_bot(tmp_path / "state", config, clock=clock) as (service, chat):
         cloud = local_cloud(service.bot.cloud)
-        job_id = await start_job(service, "console:ana", "start tiny steps=150 step_seconds=0.2 deadline=15m")
+        job_id = await start_job(service, "console:ana", "start tiny steps=120 step_seconds=0.2 deadline=15m")
         job = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 10)
         first = job.attempts[0]
         assert (first.market, first.zone, first.price_per_hour) == ("spot", "local-a", cloud.spot_price)
@@ -47,7 +47,7 @@ async def test_capacity_loss_moves_a_deadline_job_to_on_demand_and_it_finishes_i
 
         done = await wait_job(service, job_id, lambda job: job.state in (JobState.SUCCEEDED, JobState.FAILED))
         assert done.state is JobState.SUCCEEDED, done.failure
-        assert done.step == done.total_steps == 150
+        assert done.step == done.total_steps == 120
         assert done.updated_at < done.deadline  # type: ignore[operator]  # finished before the deadline
         assert [attempt.market for attempt in done.attempts] == ["spot", "on-demand"]
         launches = [entry for entry in await service.bot.store.history(job_id) if entry.get("event") == "launched"]
