@@ -80,6 +80,12 @@ class Keys:
         """Under :meth:`dedup`: DingTalk's inbound messages and its delivery ledger."""
         return f"dingtalk:{key}"
 
+    @staticmethod
+    def reconciled(what: str) -> str:
+        """Under :meth:`dedup`: one thing a reconciliation round did (an orphan released in a window, a silence
+        noted), so another round or replica does not do it again."""
+        return f"reconcile:{what}"
+
     @property
     def audit(self) -> str:
         return f"{self.prefix}audit"
@@ -112,6 +118,18 @@ class Keys:
 
     def card_posting(self, job_id: str) -> str:
         return f"{self.prefix}chat:card-posting:{job_id}"
+
+    # -- reconciliation ---------------------------------------------------------------------------------------
+
+    @property
+    def reconcile_lock(self) -> str:
+        """Held (with a TTL) by the one replica running a reconciliation round; its value names that replica."""
+        return f"{self.prefix}reconcile:lock"
+
+    @property
+    def reconcile_last(self) -> str:
+        """When the last reconciliation round ended (POSIX seconds): the replicas share one period between them."""
+        return f"{self.prefix}reconcile:last"
 
     # -- replicas and the local cloud -------------------------------------------------------------------------
 

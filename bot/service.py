@@ -2,7 +2,8 @@
 
 ``serve``, ``demo`` and ``chat`` all run this same service; they differ only in the chat adapter in front.
 Three consumers run side by side, each on its own queue (:mod:`bot.keys`): the bot on the events stream, the
-chat outbox on the chat stream, the cloud executor on the cloud stream; and the timer loop. Stopping is clean:
+chat outbox on the chat stream, the cloud executor on the cloud stream; and the timer loop and the reconcile
+loop (:mod:`bot.reconciler`: at start and periodically, jobs against what the cloud lists). Stopping is clean:
 each consumer finishes the message in flight (or leaves it pending for another replica), then the HTTP server,
 the cloud and Redis are closed in that order.
 """
@@ -35,6 +36,7 @@ from bot.effects import CloudEffects
 from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.keys import DEFAULT_KEYS
 from bot.owner_lock import AlreadyOwned, OwnerLock
+from bot.reconciler import Reconciler
 from bot.redis_server import RedisHandle, open_redis, redacted
 from bot.replicas import Replicas
 from bot.settings import ConfigError, FileConfig, Settings, all_recipes, load_config
@@ -74,6 +76,7 @@ class BotService:
         self._bus: EventBus | None = None
         self._effects: CloudEffects | None = None
         self._bot: Bot | None = None
+        self._reconciler: Reconciler | None = None
         self._slack: SlackAdapter | None = None
         self._outbox: ChatOutbox | None = None
         self.dingtalk: DingTalk | None = None  # DingTalk (bot/chat/dingtalk), when DINGTALK_CLIENT_ID is set
@@ -101,6 +104,12 @@ class BotService:
         """The cloud executor (launch, terminate, drill, stop the runner)."""
         assert self._effects is not None, "BotService is not started"
         return self._effects
+
+    @property
+    def reconciler(self) -> Reconciler:
+        """The reconcile loop's rounds (jobs against the cloud's listing), at start and every period."""
+        assert self._reconciler is not None, "BotService is not started"
+        return self._reconciler
 
     @property
     def slack(self) -> SlackAdapter | None:
@@ -181,6 +190,8 @@ class BotService:
         effects = CloudEffects(redis.new_client(), store, self._cloud, recipes, reports, consumer=consumer)
         self._effects = effects
         self._bot = bot = Bot(store, self._cloud, config.policy, recipes, clock=self.clock, oncall=config.oncall)
+        lifecycle = config.policy.lifecycle
+        self._reconciler = reconciler = Reconciler(redis.client, store, self._cloud, lifecycle, self.clock, consumer)
         host = self.settings.finetune_http_host
         report_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self.port}{REPORTS_PATH}"
         self._tasks = [
@@ -189,6 +200,7 @@ class BotService:
             asyncio.create_task(outbox.run(self.stopping), name="chat-outbox"),
             asyncio.create_task(effects.run(self.stopping), name="cloud-effects"),
             asyncio.create_task(Replicas(redis.client, keys).run(report_url, self.stopping), name="replica"),
+            asyncio.create_task(reconciler.run(self.stopping), name="reconcile"),
         ]
         if self._slack is not None:
             await self._slack.start(bot.command, store.claim_once)

@@ -30,6 +30,12 @@ class Lifecycle(BaseModel):
     relaunch_pause_max_seconds: float = Field(default=900.0, ge=0, le=86_400)
     # How long a stop may wait for the runner's checkpoint before the instance is terminated anyway.
     stop_timeout_seconds: float = Field(default=900.0, gt=0, le=86_400)
+    # Reconciliation (handlers/reconcile.py): how often the bot compares its jobs with the cloud's listing (and
+    # once at start; 0: never), how long a launch may go unlisted, and how long a RUNNING job may go unheard of
+    # before the channel hears of it.
+    reconcile_seconds: float = Field(default=300.0, ge=0, le=86_400)
+    reconcile_launch_grace_seconds: float = Field(default=300.0, ge=0, le=86_400)
+    silent_after_seconds: float = Field(default=1800.0, gt=0, le=7 * 86_400)
 
     @property
     def stop_timeout(self) -> timedelta:

@@ -9,12 +9,14 @@ delivers the effect of an FIS spot interruption (moto's FIS has none).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -24,9 +26,22 @@ from pydantic import ValidationError
 import bot.cloud.base as cloud_base
 from bot.cloud.aws import AwsCloud, AwsError, AwsSettings
 from bot.cloud.base import LaunchError
+from bot.effects import CloudEffects
+from bot.keys import Keys
+from bot.reconciler import Reconciler
+from bot.store import JobStore
+from handlers.jobs import Attempt, Job, JobState
+from handlers.lifecycle import Lifecycle
+from handlers.recipes import BUILT_IN
 from handlers.spec import JobSpec, parse_spec
 from tests.aws_fakes import Ec2Proxy, deliver_fis_interruption, spot_request
-from tests.servers import AWS_TEST_ENV, free_port
+from tests.redis_fixtures import (  # noqa: F401 (fixtures)
+    fixture_key_prefix,
+    fixture_redis_client,
+    fixture_redis_client_factory,
+    fixture_valkey_url,
+)
+from tests.servers import AWS_TEST_ENV, free_port, reset_moto
 
 BUCKET = "ft-ckpt"
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
@@ -456,6 +471,7 @@ def patched_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{server._port}"
+    reset_moto(endpoint)  # in-process moto keeps its state between servers: each test starts from nothing
     for name, value in AWS_TEST_ENV.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
@@ -535,3 +551,79 @@ async def test_list_instances_finds_the_tagged_instances_for_reconciliation(worl
     assert listed[second.instance_id].live and listed[other.instance_id].attempt == 3
     assert not listed[first.instance_id].live and listed[first.instance_id].state in ("shutting-down", "terminated")
     assert all(i.job_id is not None for i in await cloud.list_instances())  # the untagged one is not listed
+
+
+async def test_reconcile_on_moto_releases_the_orphans_by_tag_and_leaves_the_running_job_alone(
+    world: World, make_cloud: Any, redis_client: Any, key_prefix: str
+) -> None:
+    """The reconcile loop against EC2's real wire protocol: list by ``finetune:job``, terminate the instances of a
+    job that is over and of one the bot does not know (through the cloud executor), keep the running job's."""
+    cloud: AwsCloud = make_cloud()
+    store = JobStore(redis_client, Keys(key_prefix))
+    over = await cloud.launch(job_spec(cloud, "ft-over1", attempt=1), ["g5.xlarge"], "spot")
+    unknown = await cloud.launch(job_spec(cloud, "ft-zz99", attempt=1), ["g5.xlarge"], "spot")
+    running = await cloud.launch(job_spec(cloud, "ft-run1", attempt=1), ["g5.xlarge"], "spot")
+    now = datetime.now(UTC)
+    for job_id, state, instance in (("ft-over1", JobState.SUCCEEDED, over), ("ft-run1", JobState.RUNNING, running)):
+        attempt = Attempt(number=1, instance_id=instance.instance_id, launched_at=now)
+        job = Job(id=job_id, recipe="tiny", requested_by="console:ana", state=state, attempts=[attempt], updated_at=now)
+        assert await store.create(job, {"event": "created"})
+
+    done = await Reconciler(redis_client, store, cloud, Lifecycle()).round(now)
+    assert done is not None
+    assert sorted((d.action.action, d.action.instance_id, d.action.code, d.acted) for d in done) == sorted(
+        [("release", over.instance_id, "job-over", True), ("release", unknown.instance_id, "job-unknown", True)]
+    )
+    stop = asyncio.Event()
+    effects = CloudEffects(redis_client, store, cloud, dict(BUILT_IN), [])
+    task = asyncio.create_task(effects.run(stop))
+    try:
+        for _ in range(600):
+            states = {i: world.instance(i)["State"]["Name"] for i in (over.instance_id, unknown.instance_id)}
+            if all(state in ("shutting-down", "terminated") for state in states.values()):
+                break
+            await asyncio.sleep(0.05)
+        assert all(state in ("shutting-down", "terminated") for state in states.values()), states
+    finally:
+        stop.set()
+        await task
+    assert world.instance(running.instance_id)["State"]["Name"] == "running"
+    notes = [json.loads(fields["event"]) for _, fields in await redis_client.xrange(Keys(key_prefix).chat)]
+    released = [entry["note"] for entry in notes if entry["note"]["topic"] == "instance-released"]
+    assert [(note["job_id"], note["fields"]["instance"]) for note in released] == [("ft-over1", over.instance_id)]
+
+
+async def test_reconcile_sets_the_auto_scaling_group_of_an_ended_job_to_zero(
+    patched_moto: str, open_clouds: list[AwsCloud], redis_client: Any, key_prefix: str
+) -> None:
+    world = build_world(patched_moto)
+    cloud = AwsCloud(world.settings(mode="autoscaling"))
+    open_clouds.append(cloud)
+    store = JobStore(redis_client, Keys(key_prefix))
+    now = datetime.now(UTC)
+    for job_id, state in (("ft-grp1", JobState.STOPPED), ("ft-grp2", JobState.RUNNING)):
+        instance = await cloud.launch(job_spec(cloud, job_id), TYPES, "spot")
+        attempt = Attempt(number=1, instance_id=instance.instance_id, launched_at=now)
+        job = Job(id=job_id, recipe="tiny", requested_by="console:ana", state=state, attempts=[attempt], updated_at=now)
+        assert await store.create(job, {"event": "created"})
+    listed = {group.name: group for group in await cloud.list_groups()}
+    assert (listed["finetune-ft-grp1"].job_id, listed["finetune-ft-grp1"].desired) == ("ft-grp1", 1)
+
+    reconciler = Reconciler(redis_client, store, cloud, Lifecycle())
+    done = await reconciler.round(now)
+    assert done is not None
+    groups = [(d.action.group, d.action.code, d.acted) for d in done if d.action.action == "release-group"]
+    assert groups == [("finetune-ft-grp1", "job-over", True)]
+
+    def desired(name: str) -> int:
+        (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+        return int(group["DesiredCapacity"])
+
+    assert (desired("finetune-ft-grp1"), desired("finetune-ft-grp2")) == (0, 1)  # the running job keeps its group
+    notes = [json.loads(fields["event"])["note"] for _, fields in await redis_client.xrange(Keys(key_prefix).chat)]
+    assert [(n["job_id"], n["fields"]["group"]) for n in notes if n["topic"] == "group-released"] == [
+        ("ft-grp1", "finetune-ft-grp1")
+    ]
+    again = await reconciler.round(now)  # at 0 now: nothing more to do for the group
+    assert again is not None and [d for d in again if d.action.action == "release-group"] == []
+    await cloud.release_group("finetune-no-such-group")  # a group that is gone is fine

@@ -25,6 +25,7 @@ from bot.cloud.aws import AwsCloud
 from bot.cloud.base import Instance
 from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.jobs import JobState, Market
+from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
 from tests.bot_harness import running_bot, start_job, wait_job
 from tests.runner_harness import runner_env
@@ -95,6 +96,9 @@ class Ec2Bodies:
 
     async def stop_runner(self, instance_id: str) -> None:
         await self.cloud.stop_runner(instance_id)
+
+    async def list_instances(self) -> list[CloudInstance]:
+        return await self.cloud.list_instances()
 
     async def close(self) -> None:
         for process, imds in self.bodies.values():

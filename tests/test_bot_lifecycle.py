@@ -62,7 +62,12 @@ async def test_a_trainer_that_cannot_start_ends_the_job_after_the_configured_lau
 
 
 async def test_stop_of_a_job_whose_instance_is_gone_ends_stopped_at_once(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    # Reconciliation off: it would find the instance gone at start (tests/test_bot_reconcile.py); here the stop
+    # itself must find out.
+    lifecycle = {"reconcile_seconds": 0}
+    config = write_config(
+        tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)], policy={"lifecycle": lifecycle}
+    )
     async with running_bot(tmp_path / "state", config, keep_instances=True) as (service, _chat):
         job_id = await start_job(service, "console:ana", "start sleepy")
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)

@@ -14,6 +14,7 @@ from bot.chat.catalog import LANGUAGES, en, messages, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
 from handlers import commands, decide, job_options, recipes, spot_decide, spot_policy
 from handlers import policy as policy_module
+from handlers import reconcile as reconcile_module
 from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
 from handlers.decide import ack_command, drill_command, retry_command, stop_command
 from handlers.jobs import Attempt, CheckpointRef, Job, JobState, Page
@@ -21,6 +22,7 @@ from handlers.messages import Notify
 from handlers.policy import Policy, guard_start, refusal
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
+from handlers.reconcile import CloudInstance, reconcile
 from tests.spot_cases import policy_reasons
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -52,6 +54,19 @@ TOPICS: list[tuple[str, dict[str, Any]]] = [
     ("relaunch-paused", {"attempt": 2, "count": 2, "limit": 3, "seconds": 60.0}),
     ("stop-failed", {"reason": "no such instance"}),
     ("drill-failed", {"reason": "FIS refused"}),
+    # Reconciliation (handlers/reconcile.py): a code and its values, each code in the catalogue.
+    ("instance-released", {"instance": "i-9", "why": "job-over", "values": {"job": "ft-ab12", "state": "SUCCEEDED"}}),
+    ("instance-released", {"instance": "i-9", "why": "job-unknown", "values": {"job": "ft-zz99"}}),
+    (
+        "instance-released",
+        {"instance": "i-1", "why": "moved-on", "values": {"job": "ft-ab12", "attempt": 1, "current": 2}},
+    ),
+    ("instance-released", {"instance": "i-1", "why": "moved-on-untagged", "values": {"job": "ft-ab12", "current": 2}}),
+    ("no-reports", {"instance": "i-2", "minutes": 31}),
+    (
+        "group-released",
+        {"group": "finetune-ft-ab12", "why": "job-over", "values": {"job": "ft-ab12", "state": "STOPPED"}},
+    ),
 ]
 
 
@@ -162,6 +177,29 @@ def _recipe_error(call: Callable[[], object]) -> Reason:
     return caught.value.reason
 
 
+def reconcile_reasons() -> list[Reason]:
+    """Each reason reconciliation gives, from :func:`handlers.reconcile.reconcile` on a listing that calls for it."""
+    running = job().model_copy(update={"updated_at": NOW - timedelta(minutes=1)})
+    silent = running.model_copy(update={"updated_at": NOW - timedelta(minutes=40)})
+    over = running.model_copy(update={"state": JobState.SUCCEEDED})
+
+    def listed(instance: str, job_id: str, attempt: int | None, state: str = "running") -> CloudInstance:
+        return CloudInstance(instance, state, job_id, attempt, launched_at=NOW - timedelta(hours=1))
+
+    cases = [
+        ([running], []),  # not-listed
+        ([running], [listed("i-2", "ft-ab12", 2, "terminated")]),  # listed-as
+        ([silent], [listed("i-2", "ft-ab12", 2)]),  # silent
+        ([], [listed("i-9", "ft-zz99", 1)]),  # job-unknown
+        ([over], [listed("i-2", "ft-ab12", 2)]),  # job-over
+        ([running], [listed("i-2", "ft-ab12", 2), listed("i-1", "ft-ab12", 1)]),  # moved-on
+        ([running], [listed("i-2", "ft-ab12", 2), listed("i-1", "ft-ab12", None)]),  # moved-on-untagged
+    ]
+    reasons = [action.reason for jobs, instances in cases for action in reconcile(jobs, instances, NOW)]
+    assert len(reasons) == len(cases)
+    return reasons
+
+
 def handler_reasons() -> list[Reason]:
     """Every kind of Reason the handlers give, each made by the real code path that gives it."""
     running = job().model_copy(update={"state": JobState.RUNNING, "page": None})
@@ -199,6 +237,7 @@ def handler_reasons() -> list[Reason]:
         guard_start(policy, active_jobs=0, hourly_price=1.5),
         *(change.reason for change in ignored),
         *policy_reasons(),
+        *reconcile_reasons(),
     ]
     assert all(reason is not None for reason in reasons)
     return [reason for reason in reasons if reason is not None]
@@ -211,7 +250,7 @@ def keys_in(reason: Reason) -> set[str]:
 
 def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
     tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING, job_options.WORDING]
-    tables += [spot_policy.WORDING, spot_decide.WORDING]
+    tables += [spot_policy.WORDING, spot_decide.WORDING, reconcile_module.WORDING]
     assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
     assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice
     assert en.BOT.keys().isdisjoint(en.HANDLERS)

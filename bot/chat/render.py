@@ -205,6 +205,16 @@ def message_text(job: Job, note: Notify, now: datetime, lang: Lang = "en") -> st
         return text(lang, "topic.spot-policy", reason=policy_reason(lang, str(f.get("reason")), f.get("values") or {}))
     if topic == "instance-gone":
         return text(lang, "topic.instance-gone", instance=f.get("instance"))
+    if topic in ("instance-released", "group-released"):
+        values = dict(f.get("values") or {})
+        if "state" in values:  # a job state, in the channel's words
+            values["state"] = word(lang, f"state.{values['state']}", str(values["state"]))
+        why = text(lang, f"reconcile.{f.get('why')}", **values)
+        if topic == "group-released":
+            return text(lang, "topic.group-released", group=f.get("group"), why=why)
+        return text(lang, "topic.instance-released", instance=f.get("instance"), why=why)
+    if topic == "no-reports":
+        return text(lang, "topic.no-reports", job=job.id, minutes=f.get("minutes"), instance=f.get("instance"))
     if topic == "relaunch-paused":
         return text(
             lang,

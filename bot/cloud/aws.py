@@ -45,7 +45,7 @@ from handlers.placement import (
     order_spot_candidates,
     scores_by_zone,
 )
-from handlers.reconcile import CloudInstance
+from handlers.reconcile import CloudGroup, CloudInstance
 from handlers.spec import JobSpec, ReleaseAwsAutoScaling, ReleaseAwsInstance, check_report_target
 from runner.notices.control import control_key
 
@@ -679,6 +679,33 @@ class AwsCloud:
     async def spot_zones(self, instance_types: list[str]) -> list[str]:
         """The zones a launch may be pinned to (the spot policy's choice), in preference order."""
         return await self._zones()
+
+    async def list_groups(self) -> list[CloudGroup]:
+        """Every Auto Scaling group tagged ``finetune:job`` (Auto Scaling mode makes one per job), for
+        reconciliation: a group of a job that is over would otherwise replace its instance for ever."""
+        asg = await self._client("autoscaling")
+        found: list[CloudGroup] = []
+        try:
+            pages = asg.get_paginator("describe_auto_scaling_groups").paginate(
+                Filters=[{"Name": "tag-key", "Values": [JOB_TAG]}]
+            )
+            async for page in pages:
+                for group in page.get("AutoScalingGroups", []):
+                    tags = {str(tag["Key"]): str(tag["Value"]) for tag in group.get("Tags", [])}
+                    name, desired = str(group["AutoScalingGroupName"]), int(group.get("DesiredCapacity") or 0)
+                    found.append(CloudGroup(name, tags.get(JOB_TAG), desired))
+        except (ClientError, BotoCoreError) as exc:
+            raise AwsError(f"could not list the Auto Scaling groups tagged {JOB_TAG}: {exc}") from exc
+        return found
+
+    async def release_group(self, name: str) -> None:
+        """Set the group to 0: Auto Scaling terminates its instance and launches no other (gone already: fine)."""
+        asg = await self._client("autoscaling")
+        try:
+            await asg.update_auto_scaling_group(AutoScalingGroupName=name, MinSize=0, DesiredCapacity=0)
+        except ClientError as exc:
+            if "not found" not in str(exc).lower():
+                raise AwsError(f"could not set Auto Scaling group {name} to 0: {_error(exc)[1]}") from exc
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
         """Spot: the lowest current price of these types in our zones; on-demand: the lowest list price."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from handlers.jobs import Market
 from handlers.messages import CloudEvent
-from handlers.reconcile import CloudInstance
+from handlers.reconcile import CloudGroup, CloudInstance
 from handlers.spec import JobSpec
 
 CloudEventSink = Callable[[CloudEvent], Awaitable[None]]
@@ -46,7 +46,33 @@ class Instance:
     on_demand_price_per_hour: float | None
 
 
-class CloudProvider(Protocol):
+class ListsInstances(Protocol):
+    """What reconciliation (:mod:`bot.reconciler`) asks of a cloud: every instance tagged for a job of ours.
+
+    Every cloud implements it (local, AWS, Alibaba Cloud), so it is part of :class:`CloudProvider`.
+    """
+
+    async def list_instances(self) -> list[CloudInstance]:
+        """Instances tagged ``finetune:job`` (any state the cloud still reports), with their job and attempt."""
+        ...
+
+
+@runtime_checkable
+class ListsGroups(Protocol):
+    """A cloud that makes scaling groups per job (AWS in Auto Scaling mode): reconciliation lists them too, and
+    sets a group of a job that is over (or unknown) to 0. Alibaba's scaling groups are configured, not made per
+    job, so it has none of its own to list."""
+
+    async def list_groups(self) -> list[CloudGroup]:
+        """Groups tagged ``finetune:job``, with their desired capacity."""
+        ...
+
+    async def release_group(self, name: str) -> None:
+        """Set the group to 0 (a group already at 0, or gone, is fine)."""
+        ...
+
+
+class CloudProvider(ListsInstances, Protocol):
     name: str  # the key of the recipe's instance_types to use
     notice: Literal["aws", "aliyun", "none"]  # which metadata service the runner should watch
 
@@ -88,14 +114,3 @@ class ListsZones(Protocol):
     """What the spot policy asks of a cloud: the zones a spot launch may be pinned to, in preference order."""
 
     async def spot_zones(self, instance_types: list[str]) -> list[str]: ...
-
-
-class ListsInstances(Protocol):
-    """What reconciliation (:mod:`handlers.reconcile`) asks of a cloud: every instance tagged for a job of ours.
-
-    AWS and Alibaba Cloud implement it today; it joins :class:`CloudProvider` once the local cloud does too.
-    """
-
-    async def list_instances(self) -> list[CloudInstance]:
-        """Instances tagged ``finetune:job`` (any state the cloud still reports), with their job and attempt."""
-        ...

@@ -30,8 +30,10 @@ import signal
 import sys
 import time
 from collections.abc import Collection
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import aiohttp
 import redis.asyncio as aioredis
@@ -41,6 +43,7 @@ from bot.cloud.local_instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
 from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry, local_instance_id
 from bot.keys import DEFAULT_KEYS, Keys
 from handlers.jobs import Market
+from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ LOCAL_ON_DEMAND_PRICE = 1.00
 START_TIMEOUT = 120.0  # how long a new instance may take to come up (a busy machine imports slowly)
 ORPHAN_SECONDS = 60.0  # an instance that cannot reach Redis that long takes itself down
 _CONTROL_TIMEOUT = aiohttp.ClientTimeout(total=10)
+_PROC = Path("/proc/self")
 
 
 class LocalCloud:
@@ -288,6 +292,62 @@ class LocalCloud:
         """Every instance of this cloud, running or gone (what a reconciliation compares the jobs with)."""
         return await self.registry.instances()
 
+    async def list_instances(self) -> list[CloudInstance]:
+        """Every instance of this cloud as reconciliation sees it: ``running`` only while its process is alive and
+        can reach this bot's Redis; ``terminated`` once gone.
+
+        The registry alone would keep an instance "running" whose process was killed without a word (with the
+        bot, say): the machine is this one, so its process is checked. An instance cut off from this control
+        plane (started against another Redis: an embedded one that stopped with its bot) cannot be seen, stopped
+        or reached by its runner's reports here, and takes itself down within ``orphan_seconds``; it is taken
+        down now. Either way the registry records it gone (no event: reconciliation says it), and a runner left
+        behind by a dead instance process is stopped, as a machine that lost power takes its processes with it.
+        """
+        listed: list[CloudInstance] = []
+        for record in await self.instances():
+            state = record.state
+            if state == "running":
+                why = self._cut_off(record)
+                if why is not None:
+                    await self._reap(record, why)
+                    state = "gone"
+            listed.append(
+                CloudInstance(
+                    record.instance_id,
+                    "running" if state == "running" else "terminated",
+                    record.job_id,
+                    record.attempt,
+                    record.launched_at,
+                )
+            )
+        return listed
+
+    def _cut_off(self, record: LocalInstanceRecord) -> str | None:
+        """Why a registered instance cannot be running for this bot (None: it is)."""
+        if not _is_instance_of(record.pid, record.instance_id):
+            return "its process is gone"
+        config = self.state_dir / "instances" / record.instance_id / "instance.json"
+        try:
+            started = InstanceConfig.model_validate_json(config.read_text())
+        except (OSError, ValueError):
+            return None  # not started from this state dir: nothing more to check here
+        if self.redis_url and not _same_server(started.redis_url, self.redis_url):
+            return "it serves another Redis (its bot's embedded one, gone)"
+        return None
+
+    async def _reap(self, record: LocalInstanceRecord, why: str) -> None:
+        log.warning("local instance %s of %s is gone: %s", record.instance_id, record.job_id, why)
+        if _is_instance_of(record.pid, record.instance_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(record.pid, signal.SIGKILL)
+        if _is_runner_of(record.runner_pid, record.instance_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.runner_pid, signal.SIGKILL)
+        await self.registry.redis.hset(
+            self.keys.local_instance(record.instance_id),
+            mapping={"state": "gone", "ended_at": datetime.now(UTC).isoformat()},
+        )
+
     async def terminate_all(self, timeout: float = 30.0) -> None:
         """Reclaim every running instance and wait until each is gone (tests and the demo clean up with it)."""
         running = [record for record in await self.instances() if record.state == "running"]
@@ -324,6 +384,29 @@ class LocalCloud:
                 return await response.json()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise LaunchError(f"instance {record.instance_id} is not running ({action}: {exc})") from exc
+
+
+def _same_server(one: str, other: str) -> bool:
+    """Do two Redis URLs name the same server and database (however spelled)?"""
+
+    def where(url: str) -> tuple[str, int, str]:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        host = "127.0.0.1" if host in ("localhost", "::1") else host
+        return host if parts.scheme != "unix" else parts.path, parts.port or 6379, parts.path.strip("/") or "0"
+
+    return where(one) == where(other)
+
+
+def _is_instance_of(pid: int, instance_id: str) -> bool:
+    """Is ``pid`` the live process of local instance ``instance_id``? (Its command line names the instance's home.)"""
+    if not _PROC.exists():
+        return _alive(pid)  # no /proc to tell a reused pid apart: a live pid is taken for the instance
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"bot.cloud.local_instance" in cmdline and instance_id.encode() in cmdline
 
 
 def _is_runner_of(pid: int, instance_id: str) -> bool:

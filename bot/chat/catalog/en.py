@@ -6,7 +6,7 @@ own English, taken from the tables next to the code that says it, so the two can
 
 from __future__ import annotations
 
-from handlers import commands, decide, job_options, policy, recipes, spot_decide, spot_policy
+from handlers import commands, decide, job_options, policy, recipes, reconcile, spot_decide, spot_policy
 
 HANDLERS: dict[str, str] = {
     **commands.WORDING.sentences,
@@ -16,6 +16,7 @@ HANDLERS: dict[str, str] = {
     **job_options.WORDING.sentences,
     **spot_policy.WORDING.sentences,
     **spot_decide.WORDING.sentences,
+    **reconcile.WORDING.sentences,
 }
 
 BOT: dict[str, str] = {
@@ -112,6 +113,9 @@ BOT: dict[str, str] = {
     "topic.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
     "topic.spot-policy": "🧭 {reason}",
     "topic.instance-gone": ("⚠️ Instance {instance} went away without notice; relaunching from the last checkpoint."),
+    "topic.instance-released": "🧹 Released instance {instance}: {why}.",
+    "topic.group-released": "🧹 Set scaling group {group} to 0: {why}.",
+    "topic.no-reports": "🔇 No report from {job} for {minutes} min, while the cloud lists {instance} as running.",
     "topic.relaunch-paused": (
         "⏳ Attempt {attempt} ended without progress ({count} in a row; the job ends after {limit}). "
         "Relaunching in {seconds:g}s."

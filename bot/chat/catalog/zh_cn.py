@@ -95,6 +95,9 @@ MESSAGES: dict[str, str] = {
     "topic.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
     "topic.spot-policy": "🧭 {reason}",
     "topic.instance-gone": "⚠️ 实例 {instance} 未经通知即消失；正在从最近的检查点重新启动。",
+    "topic.instance-released": "🧹 已释放实例 {instance}：{why}。",
+    "topic.group-released": "🧹 已将伸缩组 {group} 的容量设为 0：{why}。",
+    "topic.no-reports": "🔇 已有 {minutes} 分钟没有收到 {job} 的报告，但云平台显示实例 {instance} 仍在运行。",
     "topic.relaunch-paused": (
         "⏳ 第 {attempt} 次尝试没有进展（已连续 {count} 次；超过 {limit} 次后任务结束）。{seconds:g} 秒后重新启动。"
     ),
@@ -238,4 +241,12 @@ MESSAGES: dict[str, str] = {
     "spot-policy.unmeasured": "在 {zone} 使用抢占式实例：尚未测得训练步时，暂无可依据的计划",
     "spot-policy.unmeasured.on-demand": "按量付费：没有可用区有抢占式容量，且尚未测得训练步时",
     "spot-policy.unmeasured.wait": "等待抢占式容量：没有可用区有容量，且尚未测得训练步时",
+    # 对账：机器人记录与云平台列出的实例不一致时（handlers/reconcile.py）
+    "reconcile.not-listed": "云平台没有列出 {instance}",
+    "reconcile.listed-as": "云平台显示 {instance} 的状态为 {state}",
+    "reconcile.job-unknown": "它所属的任务 {job} 机器人并不知道",
+    "reconcile.job-over": "它所属的任务 {job} 已是 {state}",
+    "reconcile.moved-on": "它运行的是 {job} 的第 {attempt} 次尝试，而任务已到第 {current} 次尝试",
+    "reconcile.moved-on-untagged": "它运行的是 {job} 较早的一次尝试，而任务已到第 {current} 次尝试",
+    "reconcile.silent": "已有 {minutes} 分钟没有报告",
 }
