@@ -108,10 +108,14 @@ def _measured_restart(job: Job) -> float | None:
 
 
 def lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime]) -> set[str]:
-    """Zones where the job was reclaimed, or a launch was refused for capacity, within the cool-down."""
+    """Zones where the job's spot instance was reclaimed, or a launch refused for capacity, within the cool-down."""
     lost = {zone for zone, at in refused.items() if now - at < LOST_ZONE_COOLDOWN}
     for attempt in job.attempts:
-        reclaimed = attempt.end_reason is not None and attempt.end_reason.startswith(("interrupted", "instance gone"))
+        reason = attempt.end_reason or ""
+        # A spot instance the cloud took (a notice, or gone without one); not one the bot stopped (a person's stop,
+        # the policy's switch of market: the runner's notice kind is "stop"), nor an on-demand one.
+        taken = reason.startswith(("interrupted", "instance gone")) and reason != "interrupted: stop"
+        reclaimed = taken and attempt.market == "spot"
         if attempt.zone and attempt.ended_at and reclaimed and now - attempt.ended_at < LOST_ZONE_COOLDOWN:
             lost.add(attempt.zone)
     return lost

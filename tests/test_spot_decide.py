@@ -200,3 +200,18 @@ def test_the_card_words_the_plan_from_its_data_in_each_language() -> None:
     assert english["Deadline"] == "2026-03-02 09:30 UTC" and english["Budget"] == "$5.00"
     assert chinese["计划"].startswith(text("zh-CN", reason, **change.job.plan.values) + " · 预计完成于 ")
     assert set(chinese) >= {"截止时间", "预算"}
+
+
+def test_a_stop_the_bot_asked_for_does_not_count_as_spot_lost_in_that_zone() -> None:
+    for market, reason in (("spot", "interrupted: stop"), ("on-demand", "interrupted: spot-interruption")):
+        job = measured(market=market, deadline=timedelta(hours=10), state=JobState.STOPPED)
+        ended = job.model_copy(
+            update={"attempts": [job.attempts[0].model_copy(update={"ended_at": NOW, "end_reason": reason})]}
+        )
+        change = retry_command(ended, "console:ana", False, NOW, spot=ONE_ZONE)
+        launch = effect(change, "launch")
+        assert (launch["market"], launch["zone"]) == ("spot", "zone-a"), (market, reason)
+    reclaimed = measured(deadline=timedelta(hours=10), state=JobState.STOPPED)
+    taken = reclaimed.attempts[0].model_copy(update={"ended_at": NOW, "end_reason": "interrupted: spot-interruption"})
+    change = retry_command(reclaimed.model_copy(update={"attempts": [taken]}), "console:ana", False, NOW, spot=ONE_ZONE)
+    assert "launch" not in kinds(change) and change.job.plan is not None and change.job.plan.action == "wait"

@@ -119,3 +119,23 @@ async def test_a_zone_without_spot_refuses_the_launch_and_the_policy_moves_to_th
         assert [entry.get("zone") for entry in history if entry.get("event") == "launched"] == ["local-b"]
         await cloud.give_spot_capacity("local-a")
         assert await cloud.zones_without_spot() == set()
+
+
+async def test_a_job_on_on_demand_goes_back_to_spot_through_a_checkpoint_when_that_is_safe(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "bot.yaml", policy={"spot": {"tick_seconds": 2}})
+    async with running_bot(tmp_path / "state", config) as (service, chat):
+        job_id = await start_job(service, "console:ana", "start tiny steps=120 step_seconds=0.2 deadline=30m")
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 5)
+        assert (await service.bot.command("console:ana", CHANNEL, f"stop {job_id}")).startswith("OK: stop")
+        await wait_job(service, job_id, lambda job: job.state is JobState.STOPPED)
+        reply = await service.bot.command("console:ana", CHANNEL, f"resume {job_id} on-demand")
+        assert reply.startswith("OK: resume"), reply
+        done = await wait_job(service, job_id, lambda job: job.state in (JobState.SUCCEEDED, JobState.FAILED))
+        assert done.state is JobState.SUCCEEDED, done.failure
+        assert [attempt.market for attempt in done.attempts] == ["spot", "on-demand", "spot"]
+        on_demand, back = done.attempts[1:]
+        assert (on_demand.end_reason or "").startswith("interrupted")  # it checkpointed before it went
+        assert back.resumed_from_step is not None and back.resumed_from_step > 0
+        await wait_for_text(chat, "thread", "🧭 back to spot in local-a:")
+        switches = [entry for entry in await service.bot.store.history(job_id) if entry.get("switch")]
+        assert [entry["switch"] for entry in switches] == ["spot"]  # once, not back and forth
