@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from bot.chat.catalog import text
 from bot.chat.render import card
+from bot.settings import ConfigError, load_settings, parse_file_config
 from handlers.decide import decide, new_job, retry_command, stop_command
 from handlers.events import Interrupted
 from handlers.jobs import Attempt, Change, Job, JobState
@@ -215,3 +218,13 @@ def test_a_stop_the_bot_asked_for_does_not_count_as_spot_lost_in_that_zone() -> 
     taken = reclaimed.attempts[0].model_copy(update={"ended_at": NOW, "end_reason": "interrupted: spot-interruption"})
     change = retry_command(reclaimed.model_copy(update={"attempts": [taken]}), "console:ana", False, NOW, spot=ONE_ZONE)
     assert "launch" not in kinds(change) and change.job.plan is not None and change.job.plan.action == "wait"
+
+
+def test_an_unknown_policy_or_bad_local_zones_are_refused_with_one_line() -> None:
+    with pytest.raises(ConfigError) as bad:
+        parse_file_config("policy:\n  spot:\n    name: cheapest\n", "bot.yaml")
+    assert str(bad.value).startswith("bot.yaml: policy.spot.name: Value error, unknown spot policy 'cheapest'")
+    assert "\n" not in str(bad.value)
+    assert parse_file_config("policy:\n  spot:\n    name: greedy\n", "bot.yaml").policy.spot.name == "greedy"
+    with pytest.raises(ConfigError, match=r"^FINETUNE_LOCAL_ZONES='a,,b': "):
+        load_settings(finetune_local_zones="a,,b")
