@@ -50,8 +50,7 @@ from handlers.messages import (
 from handlers.oncall import OnCall
 from handlers.policy import Policy, guard_start, refusal
 from handlers.recipes import Recipe, RecipeError, find_recipe
-from handlers.spot_decide import SpotView, managed
-from handlers.spot_policy import DEFAULT_POLICY
+from handlers.spot_decide import SpotView, managed, steers
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +119,8 @@ class Bot:
         blocked = guard_start(self.policy, active, hourly_price=price)
         if blocked is not None:
             return catalog.text(lang, "reply.refused", why=say(lang, blocked))
-        steered = options.deadline is not None or options.budget is not None or self.policy.spot.name != DEFAULT_POLICY
-        spot = await self._spot_view(recipe) if steered else None
+        steered = steers(self.policy.spot.name, options.deadline, options.budget)
+        spot = await self._spot_view(recipe) if steered else None  # the cloud is asked only for a steered job
         for _ in range(20):
             total = recipe.total_steps(params)
             change = new_job(

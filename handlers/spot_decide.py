@@ -44,9 +44,14 @@ class SpotView:
 
 def managed(job: Job) -> bool:
     """Does the spot policy steer this job? (Else the bot launches it as it always did.)"""
-    if job.spot_policy is None:
+    return steers(job.spot_policy, job.deadline, job.budget)
+
+
+def steers(policy: str | None, deadline: datetime | None, budget: float | None) -> bool:
+    """Would the policy ``policy`` steer a job with this deadline and budget?"""
+    if policy is None:
         return False
-    return job.deadline is not None or job.budget is not None or job.spot_policy != DEFAULT_POLICY
+    return deadline is not None or budget is not None or policy != DEFAULT_POLICY
 
 
 def choose(job: Job, view: SpotView, now: datetime, event: Event) -> tuple[Choice, PlanChoice]:
