@@ -17,8 +17,9 @@ platform's deliverer.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,21 +27,34 @@ from pydantic import ValidationError
 from bot.chat import catalog
 from bot.chat.catalog import Lang, say
 from bot.chat.render import card_text, recipes_text
-from bot.cloud.base import CloudProvider
+from bot.cloud.base import CloudError, CloudProvider, ListsZones
 from bot.keys import Keys
 from bot.routes import CLOUD_KINDS
 from bot.store import JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
-from handlers.events import utcnow
+from handlers.events import Failed, Interrupted, utcnow
 from handlers.ids import new_job_id
+from handlers.job_options import JobOptionError, parse_job_options, reserved_parameter, split_overrides
 from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
-from handlers.messages import TIMERS, BusMessage, CloudEvent, parse_message
+from handlers.messages import (
+    TIMERS,
+    BusMessage,
+    CloudEvent,
+    LaunchFailed,
+    PolicyTick,
+    ReportReceived,
+    StartDeadline,
+    parse_message,
+)
 from handlers.oncall import OnCall
 from handlers.policy import Policy, guard_start, refusal
 from handlers.recipes import Recipe, RecipeError, find_recipe
+from handlers.spot_decide import SpotView, managed, steers
 
 log = logging.getLogger(__name__)
+
+SPOT_VIEW_SECONDS = 60.0  # how long what the cloud said of zones and prices is used before asking again
 
 
 class Bot:
@@ -59,6 +73,7 @@ class Bot:
         self.recipes = dict(recipes)
         self.clock = clock
         self.oncall = oncall or OnCall()
+        self._views: dict[str, tuple[float, SpotView]] = {}
 
     # -- chat commands ------------------------------------------------------------------------------------
 
@@ -84,10 +99,16 @@ class Bot:
 
     async def _start(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
         assert command.recipe is not None
+        raw_options, overrides = split_overrides(command.overrides)  # deadline=, budget=: the job's, not the recipe's
+        now = self.clock()  # the deadline counts from the job's creation
         try:
+            options = parse_job_options(raw_options, now)
             recipe = find_recipe(command.recipe, self.recipes)
-            params = recipe.resolve(command.overrides)
-        except RecipeError as exc:
+            reserved = reserved_parameter(recipe.name, recipe.parameters)
+            if reserved is not None:
+                raise reserved
+            params = recipe.resolve(overrides)
+        except (RecipeError, JobOptionError) as exc:
             return catalog.text(lang, "reply.refused", why=say(lang, exc.reason))
         counts = await self.store.counts_by_state()  # the state indexes: no job is read to count them
         active = sum(counts[state] for state in ACTIVE_STATES)
@@ -97,17 +118,36 @@ class Bot:
         blocked = guard_start(self.policy, active, hourly_price=price)
         if blocked is not None:
             return catalog.text(lang, "reply.refused", why=say(lang, blocked))
+        steered = steers(self.policy.spot.name, options.deadline, options.budget)
+        spot = await self._spot_view(recipe) if steered else None  # the cloud is asked only for a steered job
         for _ in range(20):
             total = recipe.total_steps(params)
-            change = new_job(new_job_id(), recipe.name, dict(params), user, chat, self.clock(), total)
+            change = new_job(
+                new_job_id(),
+                recipe.name,
+                dict(params),
+                user,
+                chat,
+                now,
+                total,
+                deadline=options.deadline,
+                budget=options.budget,
+                spot_policy=self.policy.spot.name,
+                spot=spot,
+            )
             if await self.store.create(change.job, change.history, change.outbox):
-                shown = " ".join(f"{key}={value}" for key, value in params.items())
+                words = {**{key: str(value) for key, value in params.items()}, **raw_options}
+                shown = " ".join(f"{key}={value}" for key, value in words.items())
                 return catalog.text(lang, "reply.starting", job=change.job.id, recipe=recipe.name, params=shown)
         raise RuntimeError("could not find a free job id")
 
     async def _job_command(self, user: str, command: Command, lang: Lang) -> str:
         assert command.job_id is not None
         now = self.clock()
+        spot = None
+        if command.action == "resume":  # the spot policy chooses where a steered job resumes
+            found = await self.store.get(command.job_id)
+            spot = await self._spot_view_of(found) if found is not None else None
 
         def change(job: Job) -> Change:
             if command.action == "stop":
@@ -116,7 +156,7 @@ class Bot:
                 return interrupt_test_command(job, user, now)
             if command.action == "ack":
                 return ack_command(job, user, now)
-            return resume_command(job, user, command.on_demand, now)
+            return resume_command(job, user, command.on_demand, now, spot)
 
         applied = await self.store.apply(command.job_id, change)
         if applied.missing:
@@ -197,11 +237,48 @@ class Bot:
         if job_id is None:
             log.info("no job for %s %s; ignored", message.kind, message.id)
             return
+        spot = None
+        if _asks_policy(message):
+            job = await self.store.get(job_id)
+            spot = await self._spot_view_of(job) if job is not None else None
         await self.store.apply(
             job_id,
-            lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle),
+            lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle, spot),
             dedup_key=Keys.input_seen(message.id),
         )
+
+    # -- the spot policy's view of the cloud ----------------------------------------------------------------
+
+    async def _spot_view_of(self, job: Job) -> SpotView | None:
+        if not managed(job):
+            return None
+        recipe = self.recipes.get(job.recipe)
+        return await self._spot_view(recipe) if recipe is not None else None
+
+    async def _spot_view(self, recipe: Recipe) -> SpotView:
+        """Zones and prices now, for the recipe's instance types (read at most once a minute: a policy tick or an
+        interruption does not cost a price lookup each). A cloud that cannot say leaves the part unknown."""
+        cached = self._views.get(recipe.name)
+        if cached is not None and time.monotonic() - cached[0] < SPOT_VIEW_SECONDS:
+            return cached[1]
+        types = recipe.instance_types.get(self.cloud.name, [])
+        zones: tuple[str, ...] = ("",)
+        try:
+            if isinstance(self.cloud, ListsZones):
+                zones = tuple(await self.cloud.spot_zones(types)) or ("",)
+            spot_price = await self.cloud.hourly_price(types, "spot")
+            on_demand_price = await self.cloud.hourly_price(types, "on-demand")
+        except CloudError as exc:  # a cloud API that fails now: the policy plans with what is known
+            log.warning("spot policy: the cloud did not say zones or prices (%s)", exc)
+            spot_price = on_demand_price = None
+        view = SpotView(
+            zones=zones,
+            spot_price=spot_price,
+            on_demand_price=on_demand_price,
+            period=timedelta(seconds=self.policy.spot.tick_seconds),
+        )
+        self._views[recipe.name] = (time.monotonic(), view)
+        return view
 
     async def _job_of(self, message: BusMessage) -> str | None:
         if isinstance(message, CloudEvent):
@@ -210,3 +287,13 @@ class Bot:
         if report is not None:
             return str(report.job_id)
         return getattr(message, "job_id", None)
+
+
+def _asks_policy(message: BusMessage) -> bool:
+    """Inputs on which a steered job's spot policy may be asked: the instance lost, a launch refused, a runner
+    failure that relaunches, the start that did not come, and the policy's own tick."""
+    if isinstance(message, ReportReceived):
+        return isinstance(message.report, Interrupted | Failed)
+    if isinstance(message, CloudEvent):
+        return message.type == "instance-gone"
+    return isinstance(message, LaunchFailed | PolicyTick | StartDeadline)

@@ -48,7 +48,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from bot.bus import EventBus, HandBack, default_consumer_name
-from bot.cloud.base import CloudError, CloudProvider
+from bot.cloud.base import CloudError, CloudProvider, LaunchError
 from bot.store import JobStore
 from handlers.backoff import backoff
 from handlers.jobs import TERMINAL_STATES, Job, JobState
@@ -183,13 +183,23 @@ class CloudEffects:
             )
             # Zones that just failed or reclaimed this job go last (the provider still uses them if nothing else).
             tried = [attempt.zone for attempt in job.attempts if attempt.zone and attempt.number < effect.attempt]
+            # A zone the spot policy chose is where the launch goes (and, off fallback, nowhere else).
             instance = await self.cloud.launch(
-                spec, recipe.instance_types.get(self.cloud.name, []), effect.market, avoid_zones=tried
+                spec,
+                recipe.instance_types.get(self.cloud.name, []),
+                effect.market,
+                avoid_zones=tried,
+                zone=effect.zone,
+                fallback=effect.fallback,
             )
         except (CloudError, ValueError) as exc:  # the cloud said no, or the recipe / spec cannot be launched
             log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
             reason = str(exc) or type(exc).__name__
-            return f"failed: {reason}", [LaunchFailed(job_id=job.id, attempt=effect.attempt, reason=reason)]
+            capacity = isinstance(exc, LaunchError) and exc.capacity
+            failed = LaunchFailed(
+                job_id=job.id, attempt=effect.attempt, reason=reason, capacity=capacity, zone=effect.zone
+            )
+            return f"failed: {reason}", [failed]
         self.launched += 1
         launched = Launched(
             job_id=job.id,

@@ -21,7 +21,15 @@ class CloudError(RuntimeError):
 
 
 class LaunchError(CloudError):
-    """No capacity, no permission, a bad template: the attempt did not start."""
+    """No capacity, no permission, a bad template: the attempt did not start.
+
+    ``capacity``: every try was refused for capacity (the spot policy may try another zone, on-demand, or later);
+    ``zone``: the zone the launch was pinned to, if it was."""
+
+    def __init__(self, message: str, *, capacity: bool = False, zone: str | None = None) -> None:
+        super().__init__(message)
+        self.capacity = capacity
+        self.zone = zone
 
 
 class ChatError(Exception):

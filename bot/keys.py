@@ -147,6 +147,11 @@ class Keys:
         """Hash: one local instance's record (state, control endpoint, job and attempt, prices)."""
         return f"{self.prefix}local:instance:{instance_id}"
 
+    @property
+    def local_no_spot(self) -> str:
+        """Set: the local cloud's zones without spot capacity now (a test takes it away, and gives it back)."""
+        return f"{self.prefix}local:no-spot"
+
     def local_owner(self, instance_id: str) -> str:
         """Held by the one process that is this local instance: a second launch of the same attempt backs off."""
         return f"{self.prefix}local:owner:{instance_id}"

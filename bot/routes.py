@@ -4,7 +4,7 @@ A job change's outbox holds effects and timers. Each is written, in the same ato
 
 - ``chat``: a :class:`~handlers.messages.Notify`, as the chat outbox's entry (the note and the job's platform);
 - ``cloud``: ``launch``, ``terminate``, ``interrupt-test``, ``stop-runner``, for the cloud executor;
-- ``timers``: ``start-deadline``, ``page-step``, ``relaunch-due`` and ``stop-deadline``
+- ``timers``: ``start-deadline``, ``page-step``, ``relaunch-due``, ``stop-deadline`` and ``policy-tick``
   (:data:`handlers.messages.TIMERS`), scored by when they fall due (then they are inputs);
 - ``events``: anything else (an input the bot decides on).
 """

@@ -102,6 +102,9 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
         runner_env={"FINETUNE_REPORT_SECRET": wiring.report_secret},
         dialect=settings.finetune_local_dialect,
         checkpoint_base=settings.finetune_local_checkpoints,
+        zones=tuple(settings.finetune_local_zones.split(",")),
+        spot_price=settings.finetune_local_spot_price,
+        on_demand_price=settings.finetune_local_on_demand_price,
     )
 
 

@@ -39,6 +39,10 @@ class Settings(BaseSettings):
     finetune_config_yaml: str | None = None  # the config file's content, where no file can be mounted
     finetune_local_grace_seconds: float = Field(default=30.0, gt=0)
     finetune_local_dialect: Literal["aws", "aliyun"] = "aws"  # the local cloud's metadata service (spot notices)
+    # The local cloud's zones (comma-separated, in preference order) and its own prices per hour.
+    finetune_local_zones: str = Field(default="local-a", pattern=r"^[a-z0-9-]{1,40}(,[a-z0-9-]{1,40}){0,15}$")
+    finetune_local_spot_price: float = Field(default=0.30, gt=0, le=10_000)
+    finetune_local_on_demand_price: float = Field(default=1.00, gt=0, le=10_000)
     # Where the local cloud's runners keep checkpoints: a directory under the state dir by default, or an object
     # store URI (s3://bucket/prefix, oss://bucket/prefix with OSS_ENDPOINT) the runners reach with their own env.
     finetune_local_checkpoints: str | None = Field(default=None, pattern=r"^(s3|oss|file)://[^\s]+$")

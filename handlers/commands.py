@@ -26,7 +26,7 @@ def _slot(verb: str) -> str:
 
 
 USAGE = {
-    "start": "start <recipe> [key=value …]",
+    "start": "start <recipe> [key=value …] [deadline=36h] [budget=120]",
     "stop": "stop <job>",
     "interrupt-test": "interrupt-test <job>",
     "status": "status [job]",
@@ -39,7 +39,7 @@ USAGE = {
 
 # What each command does, for ``help`` (one line each; the catalogue says it in the channel's language).
 DOES = {
-    "start": "start a training job from a recipe (below)",
+    "start": "start a training job from a recipe (below), optionally with a deadline or a budget",
     "stop": "checkpoint, then release the instance",
     "interrupt-test": "a real spot interruption drill on the job's instance",
     "status": "the job's card (without a job: the list)",

@@ -25,7 +25,18 @@ from handlers.events import (
     RunnerReport,
     Started,
 )
-from handlers.jobs import TERMINAL_STATES, Attempt, Change, ChatRef, CheckpointRef, Job, JobState, Market, Page
+from handlers.jobs import (
+    ACTIVE_STATES,
+    TERMINAL_STATES,
+    Attempt,
+    Change,
+    ChatRef,
+    CheckpointRef,
+    Job,
+    JobState,
+    Market,
+    Page,
+)
 from handlers.lifecycle import Lifecycle, best_step, gives_up, relaunch_pause, without_progress
 from handlers.messages import (
     BusMessage,
@@ -37,6 +48,7 @@ from handlers.messages import (
     Notify,
     NotifyChannel,
     PageStep,
+    PolicyTick,
     RelaunchDue,
     ReportReceived,
     StartDeadline,
@@ -61,14 +73,19 @@ from handlers.notes import (
     RelaunchPaused,
     Resumed,
     ResumeRequested,
+    SpotPolicyNote,
     Stopped,
     StopRequested,
 )
 from handlers.oncall import OnCall, open_page, page_step
 from handlers.reasons import Reason, Wording
+from handlers.spot_decide import SpotView, choose, managed
+from handlers.spot_policy import Choice, Event
 from handlers.transitions import Trigger, next_state
 
 START_TIMEOUT = timedelta(minutes=15)
+POLICY_USER = "spot-policy"  # who a stop for the budget is by, in the history and the thread
+DEFAULT_TICK = timedelta(minutes=5)  # the next tick, when the cloud could not be read for the period
 DEFAULT_LIFECYCLE = Lifecycle()
 
 # Why a person's command changed nothing (the catalogue's ``ignored.*``); the history keeps the English.
@@ -92,8 +109,15 @@ def new_job(
     chat: ChatRef | None,
     now: datetime,
     total_steps: int | None = None,
+    *,
+    deadline: datetime | None = None,
+    budget: float | None = None,
+    spot_policy: str | None = None,
+    spot: SpotView | None = None,
 ) -> Change:
-    """A job is created PENDING with its first attempt planned; the launch follows through the outbox."""
+    """A job is created PENDING with its first attempt planned; the launch follows through the outbox. A job the
+    spot policy steers (a deadline, a budget: :func:`handlers.spot_decide.managed`) launches where the policy
+    says, and its policy ticks start."""
     job = Job(
         id=job_id,
         recipe=recipe,
@@ -101,36 +125,57 @@ def new_job(
         requested_by=user,
         chat=chat,
         total_steps=total_steps,  # known from the recipe before any report: `list` shows step 0/300, not 0/?
+        deadline=deadline,
+        budget=budget,
+        spot_policy=spot_policy,
         created_at=now,
         updated_at=now,
     )
-    return _relaunch(job, job, "spot", now, {"event": "created", "by": user, "recipe": recipe, "params": params})
+    history: dict[str, Any] = {"event": "created", "by": user, "recipe": recipe, "params": params}
+    if spot is not None and managed(job):
+        history.update(deadline=deadline.isoformat() if deadline else None, budget=budget, policy=spot_policy)
+        ticking, tick = _next_tick(job, now, spot.period)
+        return _steer(ticking, ticking, now, history, [tick], spot, "launch")
+    return _relaunch(job, job, "spot", now, history)
 
 
 def decide(
-    job: Job, message: BusMessage, now: datetime, oncall: OnCall | None = None, lifecycle: Lifecycle | None = None
+    job: Job,
+    message: BusMessage,
+    now: datetime,
+    oncall: OnCall | None = None,
+    lifecycle: Lifecycle | None = None,
+    spot: SpotView | None = None,
 ) -> Change:
-    """The change an input message makes to ``job`` (possibly only a history note that it was ignored)."""
+    """The change an input message makes to ``job`` (possibly only a history note that it was ignored).
+
+    ``spot``: what the cloud said of zones and prices, for a job the spot policy steers; without it such a job
+    is relaunched as any other (the bot could not read the cloud)."""
     limits = lifecycle or DEFAULT_LIFECYCLE
     if isinstance(message, PageStep):
         return page_step(job, message, oncall or OnCall(), now)
     if isinstance(message, ReportReceived):
-        return _report(job, message.report, now, limits)
+        return _report(job, message.report, now, limits, spot)
     if isinstance(message, CloudEvent):
-        return _cloud(job, message, now, limits)
+        return _cloud(job, message, now, limits, spot)
     if isinstance(message, Launched):
         return _launched(job, message, now)
     if isinstance(message, LaunchFailed):
         if message.attempt != job.attempt:
             return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+        current = job.current
+        if message.capacity and spot is not None and managed(job) and current is not None and current.market == "spot":
+            return _capacity(job, message, now, spot)
         return _failure(job, "launch-failed", f"launch failed: {message.reason}", now, [], limits)
     if isinstance(message, StartDeadline):
         current = job.current
         if message.attempt != job.attempt or current is None or current.started_at is not None:
             return _ignored(job, message.kind, "the attempt started, or was replaced")
-        return _failure(job, "start-timeout", "the runner did not report started in time", now, [], limits)
+        return _failure(job, "start-timeout", "the runner did not report started in time", now, [], limits, spot)
     if isinstance(message, RelaunchDue):
         return _relaunch_due(job, message, now)
+    if isinstance(message, PolicyTick):
+        return _tick(job, message, now, spot, limits)
     if isinstance(message, StopDeadline):
         if message.attempt != job.attempt:
             return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
@@ -150,6 +195,11 @@ def stop_command(job: Job, user: str, now: datetime, lifecycle: Lifecycle | None
     """Checkpoint, then release: the runner is asked to save and stop, with a deadline; a job with no live
     instance (between attempts, or its instance gone) is STOPPED at once with what was committed."""
     state = next_state(job.state, "stop")
+    if job.state is JobState.STOPPING and job.switch_to is not None:
+        # The policy's switch of market was under way: the checkpoint it waits for now ends the job instead.
+        keeping = job.model_copy(update={"switch_to": None, "switch_zone": None})
+        history = {"event": "stop", "by": user, "cancelled_switch": job.switch_to}
+        return _change(keeping, job.state, now, history, [_note(job, "thread", StopRequested(by=user))])
     if state is None:
         return _ignored(job, "stop", WORDING("ignored.stop", state=job.state), by=user)
     current = job.current
@@ -200,7 +250,7 @@ def ack_command(job: Job, user: str, now: datetime) -> Change:
     )
 
 
-def resume_command(job: Job, user: str, on_demand: bool, now: datetime) -> Change:
+def resume_command(job: Job, user: str, on_demand: bool, now: datetime, spot: SpotView | None = None) -> Change:
     if next_state(job.state, "resume") is None:
         return _ignored(job, "resume", WORDING("ignored.resume", state=job.state), by=user)
     market: Market = "on-demand" if on_demand else "spot"
@@ -208,20 +258,20 @@ def resume_command(job: Job, user: str, on_demand: bool, now: datetime) -> Chang
     moved = job.model_copy(
         update={"state": JobState.RECOVERING, "failure": None, "page": None, "attempts_without_progress": 0}
     )
-    return _relaunch(
-        job,
-        moved,
-        market,
-        now,
-        {"event": "resume", "by": user, "market": market},
-        [_note(job, "thread", ResumeRequested(by=user, market=market))],
-    )
+    history = {"event": "resume", "by": user, "market": market}
+    notes: list[Any] = [_note(job, "thread", ResumeRequested(by=user, market=market))]
+    if spot is not None and managed(moved):
+        moved, tick = _next_tick(moved, now, spot.period)  # the job's ticks ended with it: a new chain starts
+        notes.append(tick)
+        if not on_demand:  # a person who asks for on-demand gets it; otherwise the policy chooses
+            return _steer(job, moved, now, history, notes, spot, "launch")
+    return _relaunch(job, moved, market, now, history, notes)
 
 
 # -- inputs -----------------------------------------------------------------------------------------------
 
 
-def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle) -> Change:
+def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
     if report.attempt != job.attempt:
         return _fenced(job, report)
     if isinstance(report, Started):
@@ -259,13 +309,13 @@ def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle) ->
             return _ignored(job, "notice:stop", "the runner acknowledges a stop")
         return _spot_interruption(job, report.source, report.deadline, now)
     if isinstance(report, Interrupted):
-        return _interrupted(job, report, now, limits)
+        return _interrupted(job, report, now, limits, spot)
     if isinstance(report, Completed):
         return _completed(job, report, now)
     if isinstance(report, Failed):
         detail = {"log_tail": report.log_tail[-10:], "exit_code": report.exit_code}
         trigger: Trigger = "failed" if job.attempt == 1 else "resume-failed"
-        return _failure(job, trigger, report.reason, now, [], limits, **detail)
+        return _failure(job, trigger, report.reason, now, [], limits, spot, **detail)
     return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
 
 
@@ -280,7 +330,7 @@ def _fenced(job: Job, report: RunnerReport) -> Change:
     return Change(job, ignored.history, [dump_message(note) for note in notes])
 
 
-def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Change:
+def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
     current = job.current
     if current is None or current.instance_id != event.instance_id:
         ignored = _ignored(job, f"cloud:{event.type}", f"{event.instance_id} is not the current instance")
@@ -297,6 +347,8 @@ def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Cha
     if state is None:
         return _ignored(job, "cloud:instance-gone", f"the job is {job.state}")
     history = {"event": "instance-gone", "instance": event.instance_id, "source": event.source}
+    if job.switch_to is not None and job.state is JobState.STOPPING:  # gone before its checkpoint: switch anyway
+        return _switched(job, _end_attempt(job, now, f"instance gone: {event.detail or event.source}"), now, history)
     if state is JobState.RECOVERING:
         why = f"instance gone: {event.detail or event.source}"
         ended = _end_attempt(job, now, why)
@@ -310,6 +362,7 @@ def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Cha
             [_note(job, "thread", InstanceGone(instance=event.instance_id))],
             limits,
             why,
+            spot,
         )
     if state is JobState.RESUME_FAILED:
         reason = f"the replacement instance {event.instance_id} went away"
@@ -385,7 +438,7 @@ def _warning_notes(job: Job, attempt: int, source: str, deadline: datetime | Non
     ]
 
 
-def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle) -> Change:
+def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
     state = next_state(job.state, "interrupted")
     if state is None:
         return _ignored(job, "report:interrupted", f"the job is {job.state}")
@@ -400,6 +453,8 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
     history = {"event": "interrupted", **fields}
     instance = job.current.instance_id if job.current else None
     release: list[Terminate] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
+    if state is JobState.STOPPED and job.switch_to is not None:  # the policy's switch: checkpointed, relaunch
+        return _switched(updated, ended, now, history, release)
     if state is JobState.STOPPED:
         return _change(ended, state, now, history, [*release, _note(ended, "thread", Stopped(step=report.step))])
     market = job.current.market if job.current else "spot"
@@ -413,6 +468,7 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
         [_note(ended, "thread", _interrupted_note(report))],
         limits,
         f"interrupted: {report.reason}",
+        spot,
     )
 
 
@@ -495,7 +551,14 @@ def _unwanted(job: Job, message: Launched, why: str) -> Change:
 
 
 def _failure(
-    job: Job, trigger: Trigger, reason: str, now: datetime, outbox: list[Any], limits: Lifecycle, **detail: Any
+    job: Job,
+    trigger: Trigger,
+    reason: str,
+    now: datetime,
+    outbox: list[Any],
+    limits: Lifecycle,
+    spot: SpotView | None = None,
+    **detail: Any,
 ) -> Change:
     state = next_state(job.state, trigger)
     if state is None:
@@ -507,7 +570,7 @@ def _failure(
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
         market = job.current.market if job.current else "spot"
         moved = ended.model_copy(update={"state": state})
-        return _again(job, moved, market, now, history, release, [], limits, reason)
+        return _again(job, moved, market, now, history, release, [], limits, reason, spot)
     if state is JobState.RESUME_FAILED:  # page on-call: the first step goes out at once, the ladder follows
         page = Page(attempt=job.attempt, opened_at=now, reason=reason, detail=detail)
         paged = ended.model_copy(update={"page": page})
@@ -531,7 +594,8 @@ def _relaunch_due(job: Job, message: RelaunchDue, now: datetime) -> Change:
     if state is None:
         return _ignored(job, message.kind, f"the job is {job.state}")
     history = {"event": "relaunch-due", "attempt": current.number}
-    return _change(job, state, now, history, _launch_now(job, current.number, message.market, now))
+    launch = _launch_now(job, current.number, message.market, now, message.zone, fallback=not managed(job))
+    return _change(job, state, now, history, launch)
 
 
 def _stopped_anyway(job: Job, trigger: Trigger, why: str, now: datetime) -> Change:
@@ -543,8 +607,127 @@ def _stopped_anyway(job: Job, trigger: Trigger, why: str, now: datetime) -> Chan
     kept = job.checkpoint.step if job.checkpoint is not None else None
     ended = _end_attempt(job, now, why)
     outbox: list[Any] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
+    if job.switch_to is not None:  # the policy's switch of market: relaunch from what was committed
+        return _switched(job, ended, now, {"event": trigger, "reason": why, "kept_step": kept}, outbox)
     outbox.append(_note(ended, "thread", Stopped(step=kept)))
     return _change(ended, state, now, {"event": trigger, "reason": why, "kept_step": kept}, outbox)
+
+
+# -- the spot policy (handlers/spot_decide.py) --------------------------------------------------------------
+
+
+def _steer(
+    before: Job,
+    moved: Job,
+    now: datetime,
+    history: dict[str, Any],
+    outbox: list[Any],
+    spot: SpotView,
+    event: Event,
+    delay: timedelta = timedelta(),
+    limits: Lifecycle | None = None,
+) -> Change:
+    """Plan the next attempt of ``before`` where the policy says: spot in its zone or on-demand (at once, or after
+    ``delay``), nothing until the next tick (wait), or a stop for the budget. ``moved``: the job now."""
+    choice, plan = choose(moved, spot, now, event)
+    planned = moved.model_copy(update={"plan": plan})
+    history = {**history, "policy": choice.action, "policy_zone": choice.zone, "why": str(choice.reason)}
+    previous = before.current.market if before.current is not None else "spot"
+    if choice.action in ("on-demand", "wait") and (choice.action != previous or event != "launch"):
+        outbox = [*outbox, _policy_note(planned, choice)]  # the thread hears why the job leaves spot, or waits
+    if choice.action == "stop":
+        return _policy_stop(planned, choice, now, history, outbox, limits)
+    if choice.action == "wait":
+        return _relaunch(before, planned, "spot", now, history, outbox, launch_now=False)
+    market: Market = "on-demand" if choice.action == "on-demand" else "spot"
+    return _relaunch(before, planned, market, now, history, outbox, delay=delay, zone=choice.zone)
+
+
+def _capacity(job: Job, message: LaunchFailed, now: datetime, spot: SpotView) -> Change:
+    """A spot launch refused for capacity: the zone counts as without spot for a while (so nothing launches there
+    in a loop), and the policy chooses again (another zone, on-demand, or waiting for the next tick)."""
+    current = job.current
+    zone = message.zone or (current.zone if current is not None else None) or ""
+    ended = _end_attempt(job, now, f"capacity: {message.reason}")
+    refused = ended.model_copy(update={"refused_zones": {**job.refused_zones, zone: now}})
+    history = {"event": "launch-failed", "capacity": True, "zone": zone, "reason": message.reason}
+    return _steer(job, refused, now, history, [], spot, "capacity")
+
+
+def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, limits: Lifecycle) -> Change:
+    """The policy's periodic look: launch a waiting attempt once the policy says so, move a running job to the
+    other market through a checkpoint (on-demand back to spot when that is safe, spot to on-demand when the
+    deadline needs it), stop it for its budget, or only refresh the card's plan. Each tick sets the next one
+    while the job is active, so one chain runs per job (a tick of another number is stale and ignored)."""
+    if message.tick != job.tick:
+        return _ignored(job, message.kind, f"tick {message.tick} is stale (the job's ticks are at {job.tick})")
+    if job.state not in ACTIVE_STATES or not managed(job):
+        return _ignored(job, message.kind, f"the job is {job.state}")  # the chain ends; a resume starts another
+    ticking, tick = _next_tick(job, now, spot.period if spot is not None else DEFAULT_TICK)
+    history: dict[str, Any] = {"event": "policy-tick", "tick": message.tick}
+    current = job.current
+    if spot is None or current is None or job.state is JobState.STOPPING:
+        return _make(ticking, history, [tick])
+    waiting = current.instance_id is None and current.ended_at is None and job.plan is not None
+    waiting = waiting and job.plan is not None and job.plan.action == "wait"
+    holding = current.instance_id is not None and current.ended_at is None and job.state is JobState.RUNNING
+    if not waiting and not holding:
+        return _make(ticking, history, [tick])  # a launch or a start is under way: its outcome asks again
+    choice, plan = choose(ticking, spot, now, "tick")
+    planned = ticking.model_copy(update={"plan": plan, "updated_at": now})
+    history.update(policy=choice.action, policy_zone=choice.zone, why=str(choice.reason))
+    card = _note(planned, "card", CardRefresh(cause="policy"))
+    if choice.action == "stop":
+        return _policy_stop(planned, choice, now, history, [tick], limits)
+    target: Market | None = None
+    if choice.action in ("spot", "on-demand"):
+        target = "spot" if choice.action == "spot" else "on-demand"
+    if waiting:
+        if target is None:
+            return _make(planned, history, [tick, card])
+        attempt = current.model_copy(update={"market": target, "launched_at": now})
+        launching = planned.model_copy(update={"attempts": [*planned.attempts[:-1], attempt]})
+        launch = _launch_now(launching, attempt.number, target, now, choice.zone, fallback=False)
+        return _make(launching, history, [tick, *launch, card])
+    if target is None or target == current.market or current.instance_id is None:
+        return _make(planned, history, [tick, card])
+    switching = planned.model_copy(update={"switch_to": target, "switch_zone": choice.zone or None})
+    outbox: list[Any] = [
+        tick,
+        StopRunner(job_id=job.id, instance_id=current.instance_id),
+        StopDeadline(job_id=job.id, attempt=job.attempt, due=now + limits.stop_timeout),
+        _policy_note(switching, choice),
+        card,
+    ]
+    return _change(switching, JobState.STOPPING, now, {**history, "switch": target}, outbox)
+
+
+def _switched(before: Job, ended: Job, now: datetime, history: dict[str, Any], release: list[Any] = ()) -> Change:  # type: ignore[assignment]
+    """The checkpoint of a switch of market is in (or the instance is gone): relaunch on the other market."""
+    target: Market = before.switch_to or "spot"
+    moved = ended.model_copy(update={"state": JobState.RECOVERING, "switch_to": None, "switch_zone": None})
+    return _relaunch(
+        before, moved, target, now, {**history, "switched_to": target}, list(release), zone=before.switch_zone
+    )
+
+
+def _policy_stop(
+    job: Job, choice: Choice, now: datetime, history: dict[str, Any], outbox: list[Any], limits: Lifecycle | None
+) -> Change:
+    """Stop with a checkpoint because the policy says so (the budget), and tell the thread why."""
+    stopped = stop_command(job, POLICY_USER, now, limits)
+    effects = [*(dump_message(message) for message in outbox), dump_message(_policy_note(job, choice))]
+    return Change(stopped.job, {**history, **stopped.history}, [*effects, *stopped.outbox])
+
+
+def _policy_note(job: Job, choice: Choice) -> Notify:
+    """A thread message with the policy's reason, as data (a catalogue key and its values)."""
+    return _note(job, "thread", SpotPolicyNote(reason=choice.reason.key, values=dict(choice.reason.values)))
+
+
+def _next_tick(job: Job, now: datetime, period: timedelta) -> tuple[Job, PolicyTick]:
+    number = job.tick + 1
+    return job.model_copy(update={"tick": number}), PolicyTick(job_id=job.id, tick=number, due=now + period)
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
@@ -560,9 +743,11 @@ def _again(
     notes: list[Any],
     limits: Lifecycle,
     why: str,
+    spot: SpotView | None = None,
 ) -> Change:
     """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:
-    an attempt without progress makes the next launch wait, and too many in a row end the job instead."""
+    an attempt without progress makes the next launch wait, and too many in a row end the job instead. A job the
+    spot policy steers relaunches where the policy says (or waits, or stops for its budget)."""
     in_a_row = without_progress(before)
     if gives_up(limits, in_a_row):
         reason = f"{in_a_row} attempt(s) in a row ended without progress, the last one {why}; not relaunching"
@@ -570,7 +755,7 @@ def _again(
         counted = before.model_copy(update={"attempts_without_progress": in_a_row})
         detail = {"attempts_without_progress": in_a_row, "after": history.get("event")}
         # The notes said "relaunching"; the failure's own message (or page) says what happens instead.
-        return _failure(counted, trigger, reason, now, [], limits, **detail)
+        return _failure(counted, trigger, reason, now, [], limits, None, **detail)
     pause = relaunch_pause(limits, in_a_row)
     counted = moved.model_copy(update={"attempts_without_progress": in_a_row})
     if pause:
@@ -582,6 +767,8 @@ def _again(
         )
         notes = [*notes, _note(counted, "thread", paused)]
         history = {**history, "without_progress": in_a_row, "pause_seconds": pause.total_seconds()}
+    if spot is not None and managed(counted):
+        return _steer(before, counted, now, history, [*release, *notes], spot, "interrupted", delay=pause)
     return _relaunch(before, counted, market, now, history, [*release, *notes], delay=pause)
 
 
@@ -593,24 +780,32 @@ def _relaunch(
     history: dict[str, Any],
     outbox: list[Any] | None = None,
     delay: timedelta = timedelta(),
+    zone: str | None = None,
+    launch_now: bool = True,
 ) -> Change:
     """Plan the next attempt now (so reports of the old one are fenced off at once) and ask for its launch,
-    at once or, after attempts without progress, once ``delay`` is over (a timer on the bus)."""
+    at once or, after attempts without progress, once ``delay`` is over (a timer on the bus). ``launch_now``
+    False: the attempt waits for the spot policy's next tick to launch it."""
     number = before.attempt + 1
     attempt = Attempt(number=number, market=market, launched_at=now, from_step=best_step(job))
     planned = job.model_copy(update={"attempts": [*job.attempts, attempt], "updated_at": now})
-    if delay > timedelta():
-        launch: list[Any] = [RelaunchDue(job_id=job.id, attempt=number, market=market, due=now + delay)]
+    steered = managed(planned)
+    if not launch_now:
+        launch: list[Any] = []
+    elif delay > timedelta():
+        launch = [RelaunchDue(job_id=job.id, attempt=number, market=market, zone=zone, due=now + delay)]
     else:
-        launch = _launch_now(planned, number, market, now)
+        launch = _launch_now(planned, number, market, now, zone, fallback=not steered)
     effects = [*(outbox or []), *launch, _note(planned, "card", CardRefresh(cause="launch"))]
     return _make(planned, {**history, "state": planned.state.value, "next_attempt": number}, effects)
 
 
-def _launch_now(job: Job, number: int, market: Market, now: datetime) -> list[Any]:
+def _launch_now(
+    job: Job, number: int, market: Market, now: datetime, zone: str | None = None, fallback: bool = True
+) -> list[Any]:
     # The deadline is set with the launch request, so even a launch lost on the way ends in a page, not silence.
     return [
-        Launch(job_id=job.id, attempt=number, market=market),
+        Launch(job_id=job.id, attempt=number, market=market, zone=zone or None, fallback=fallback),
         StartDeadline(job_id=job.id, attempt=number, due=now + START_TIMEOUT),
     ]
 

@@ -102,6 +102,21 @@ class Page(BaseModel):
     acked_at: datetime | None = None
 
 
+class PlanChoice(BaseModel):
+    """The spot policy's latest choice for the job, as data for the card: what, where, why (a catalogue key and
+    its values: the channel's language words it), and what it projects (finish, total cost) if it holds."""
+
+    model_config = ConfigDict(frozen=True)
+    action: Literal["spot", "on-demand", "wait", "stop"]
+    zone: str | None = None
+    reason: str
+    values: dict[str, Any] = Field(default_factory=dict)
+    event: str = "launch"
+    at: datetime
+    finish: datetime | None = None
+    cost: float | None = None
+
+
 class Job(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -123,6 +138,15 @@ class Job(BaseModel):
     output_uri: str | None = None
     failure: str | None = None
     page: Page | None = None
+    # The spot policy (handlers/spot_decide.py): what the job was started with, and what the policy chose last.
+    deadline: datetime | None = None
+    budget: float | None = None
+    spot_policy: str | None = None  # the policy's name; None: launched as the bot always did (no policy)
+    plan: PlanChoice | None = None
+    refused_zones: dict[str, datetime] = Field(default_factory=dict)  # a spot launch refused for capacity, when
+    switch_to: Market | None = None  # STOPPING to move to this market (a relaunch follows the checkpoint)
+    switch_zone: str | None = None
+    tick: int = 0  # the number of the job's live policy-tick chain (a tick of another number is stale)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0

@@ -58,10 +58,15 @@ class Launched(_Message):
 
 
 class LaunchFailed(_Message):
+    """``capacity``: every try was refused for capacity (another zone, market or later may have room); ``zone``:
+    the zone the launch was pinned to, if it was."""
+
     kind: Literal["launch-failed"] = "launch-failed"
     job_id: str
     attempt: int
     reason: str
+    capacity: bool = False
+    zone: str | None = None
 
 
 class StartDeadline(_Message):
@@ -90,6 +95,16 @@ class RelaunchDue(_Message):
     job_id: str
     attempt: int
     market: Market = "spot"
+    zone: str | None = None
+    due: datetime
+
+
+class PolicyTick(_Message):
+    """Timer: ask the job's spot policy again (number ``tick`` of the job's one chain; a stale one is ignored)."""
+
+    kind: Literal["policy-tick"] = "policy-tick"
+    job_id: str
+    tick: int
     due: datetime
 
 
@@ -115,10 +130,15 @@ class StopFailed(_Message):
 
 
 class Launch(_Message):
+    """``zone``: launch there only (the spot policy chose it); ``fallback``: the cloud may move on to other zones
+    and to on-demand after capacity errors (today's launch plan); off when the spot policy decides instead."""
+
     kind: Literal["launch"] = "launch"
     job_id: str
     attempt: int
     market: Market = "spot"
+    zone: str | None = None
+    fallback: bool = True
 
 
 class Terminate(_Message):
@@ -166,6 +186,7 @@ BusMessage = Annotated[
     | StartDeadline
     | PageStep
     | RelaunchDue
+    | PolicyTick
     | StopDeadline
     | StopFailed
     | Launch
@@ -176,7 +197,7 @@ BusMessage = Annotated[
     Field(discriminator="kind"),
 ]
 # Inputs that are timers: the bot puts one back on the timer queue until its ``due`` time has come.
-TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline)
+TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline, PolicyTick)
 
 _ADAPTER: TypeAdapter[BusMessage] = TypeAdapter(BusMessage)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from handlers import spot_decide, spot_policy
 from handlers.events import Late
 from handlers.jobs import Market
 
@@ -23,7 +24,9 @@ class _Note(BaseModel):
 
 # -- the card -----------------------------------------------------------------------------------------------
 
-CardCause = Literal["launch", "launched", "started", "progress", "checkpoint", "acked", "resume-failed", "refresh"]
+CardCause = Literal[
+    "launch", "launched", "started", "progress", "checkpoint", "acked", "resume-failed", "refresh", "policy"
+]
 
 
 class CardRefresh(_Note):
@@ -89,6 +92,28 @@ class RelaunchPaused(_Note):
     count: int
     limit: int
     seconds: float
+
+
+# -- the spot policy (handlers/spot_decide.py) ----------------------------------------------------------------
+
+# Every reason the live spot policy can give: the keys of its English tables (the catalogue words each).
+POLICY_REASONS = frozenset({*spot_policy.WORDING.sentences, *spot_decide.WORDING.sentences})
+
+
+class SpotPolicyNote(_Note):
+    """Why the spot policy moved a job (off spot, to waiting, back to spot, a stop for the budget): its reason as
+    a catalogue key (``spot-policy.*``) and the values that fill it in, so the thread reads it in its language."""
+
+    type: Literal["spot-policy"] = "spot-policy"
+    reason: str
+    values: dict[str, str | float] = Field(default_factory=dict)
+
+    @field_validator("reason")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in POLICY_REASONS:
+            raise ValueError(f"not a reason of the spot policy: {value!r}")
+        return value
 
 
 # -- reconciliation (handlers/reconcile.py) ----------------------------------------------------------------
@@ -229,6 +254,7 @@ Note = Annotated[
     | Rebalance
     | RebalanceCheckpoint
     | InstanceGone
+    | SpotPolicyNote
     | InstanceReleased
     | GroupReleased
     | NoReports

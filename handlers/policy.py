@@ -7,11 +7,12 @@ use every command (the bot says so once at start). Reading (status, list, logs, 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from handlers.commands import Action
 from handlers.lifecycle import Lifecycle
 from handlers.reasons import Reason, Wording
+from handlers.spot_policy import DEFAULT_POLICY, POLICIES
 
 GUARDED_ACTIONS: tuple[Action, ...] = ("start", "stop", "interrupt-test", "ack", "resume")
 READ_ACTIONS = frozenset({"status", "list", "logs", "help"})
@@ -25,12 +26,29 @@ WORDING = Wording(
 )
 
 
+class SpotSettings(BaseModel):
+    """The ``policy.spot`` section: which spot policy steers jobs started with a deadline or budget (all jobs,
+    when it is not the default), and how often it is asked again while such a job is active."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = DEFAULT_POLICY
+    tick_seconds: float = Field(default=300.0, ge=1, le=86_400)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in POLICIES:
+            raise ValueError(f"unknown spot policy {value!r}; one of {', '.join(sorted(POLICIES))}")
+        return value
+
+
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     allow: dict[str, list[str]] | None = None
     max_concurrent_jobs: int | None = Field(default=None, ge=1)
     max_hourly_price: float | None = Field(default=None, gt=0)
     lifecycle: Lifecycle = Field(default_factory=Lifecycle)  # bounded relaunches, the stop deadline
+    spot: SpotSettings = Field(default_factory=SpotSettings)  # the spot policy (handlers/spot_decide.py)
 
     @property
     def open(self) -> bool:

@@ -2,8 +2,8 @@
 simulator also builds, and what the card shows of the policy's choice (projected finish and cost, the reason).
 
 Pure, like the policy: the bot passes in what it knows (the job, now, its deadline and budget, the zones with
-what the cloud said of them, the prices) and calls the very policy ``finetune-bot simulate`` measures. Not yet
-called by the bot (issue 15, phase 2 wires it into the launch, interruption, capacity-error and timer paths).
+what the cloud said of them, the prices) and calls the very policy ``finetune-bot simulate`` measures; the bot
+asks through :mod:`handlers.spot_decide` (launch, interruption, capacity error, resume and the policy's tick).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def live_situation(
     per_step = cost.seconds_per_step
     done = job.step or 0
     restart = _measured_restart(job) or DEFAULT_RESTART.total_seconds()
-    lost = _lost_zones(job, now, refused or {})
+    lost = lost_zones(job, now, refused or {})
     views = tuple(ZoneView(zone, False if zone in lost else None, (scores or {}).get(zone)) for zone in zones)
     return Situation(
         event=event,
@@ -107,11 +107,15 @@ def _measured_restart(job: Job) -> float | None:
     return None
 
 
-def _lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime]) -> set[str]:
-    """Zones where the job was reclaimed, or a launch was refused for capacity, within the cool-down."""
+def lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime]) -> set[str]:
+    """Zones where the job's spot instance was reclaimed, or a launch refused for capacity, within the cool-down."""
     lost = {zone for zone, at in refused.items() if now - at < LOST_ZONE_COOLDOWN}
     for attempt in job.attempts:
-        reclaimed = attempt.end_reason is not None and attempt.end_reason.startswith(("interrupted", "instance gone"))
+        reason = attempt.end_reason or ""
+        # A spot instance the cloud took (a notice, or gone without one); not one the bot stopped (a person's stop,
+        # the policy's switch of market: the runner's notice kind is "stop"), nor an on-demand one.
+        taken = reason.startswith(("interrupted", "instance gone")) and reason != "interrupted: stop"
+        reclaimed = taken and attempt.market == "spot"
         if attempt.zone and attempt.ended_at and reclaimed and now - attempt.ended_at < LOST_ZONE_COOLDOWN:
             lost.add(attempt.zone)
     return lost

@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from handlers.job_options import JobOptionError, parse_budget, parse_deadline, reserved_parameter
+from handlers.jobs import Job
 from handlers.reasons import Reason
+from handlers.spot_decide import SpotView, choose
 from handlers.spot_policy import (
     NOTHING,
     Holding,
@@ -84,6 +86,7 @@ def policy_reasons() -> list[Reason]:
         deadline_aware(situation(zones=up, budget=8.0)).reason,  # spot: on-demand over budget
         deadline_aware(situation(zones=down, budget=8.0)).reason,  # wait: on-demand over budget
         deadline_aware(situation(zones=up, budget=8.0, spent=4.0)).reason,  # stop
+        *unmeasured_reasons(),
     ]
     errors: list[JobOptionError] = []
     for call in (
@@ -99,3 +102,16 @@ def policy_reasons() -> list[Reason]:
     reserved = reserved_parameter("mine", {"deadline": 1})
     assert reserved is not None and len(errors) == 4
     return [*reasons, *(error.reason for error in errors), reserved.reason]
+
+
+def unmeasured_reasons() -> list[Reason]:
+    """The live policy's reasons before any step is measured: spot, on-demand (a deadline), wait (none)."""
+    fresh = Job(id="ft-ab12", recipe="tiny", requested_by="console:ana", spot_policy="deadline-aware", created_at=NOW)
+    due = fresh.model_copy(update={"deadline": datetime(2026, 3, 3, tzinfo=UTC)})
+    refused = {"zone-a": NOW}
+    view = SpotView(zones=("zone-a",))
+    return [
+        choose(due, view, NOW, "launch")[0].reason,
+        choose(due.model_copy(update={"refused_zones": refused}), view, NOW, "capacity")[0].reason,
+        choose(fresh.model_copy(update={"refused_zones": refused, "budget": 5.0}), view, NOW, "capacity")[0].reason,
+    ]

@@ -250,6 +250,20 @@ async def test_after_max_capacity_failures_it_pays_for_on_demand(
     assert (instance.market, instance.zone, instance.price_per_hour) == ("on-demand", "cn-hangzhou-j", 10.0)
 
 
+async def test_a_zone_the_spot_policy_chose_is_tried_alone_and_a_refusal_says_capacity(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(max_launch_failures=1)
+    pinned = await cloud.launch(job_spec(cloud), [GPU], "spot", zone=ZONES[-1], fallback=False)
+    assert (pinned.zone, pinned.market) == (ZONES[-1], "spot")
+    fake.no_stock = {ZONES[0]}
+    with pytest.raises(LaunchError) as refused:
+        await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot", zone=ZONES[0], fallback=False)
+    assert refused.value.capacity and refused.value.zone == ZONES[0]
+    tried = [(call["ZoneId"], call["SpotStrategy"] != "NoSpot") for call in fake.actions("RunInstances")]
+    assert tried == [(ZONES[-1], True), (ZONES[0], True)]  # no other zone, no on-demand
+
+
 async def test_on_demand_asks_for_no_spot_and_no_prices(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:

@@ -327,6 +327,25 @@ async def test_a_list_of_subnets_is_placed_by_the_zones_ec2_reports(
         await missing.launch(job_spec(missing, "ft-mis1"), ["g5.xlarge"], "spot")
 
 
+async def test_a_zone_the_spot_policy_chose_is_tried_alone_and_a_refusal_says_capacity(
+    world: World, proxy: Ec2Proxy, make_cloud: Any
+) -> None:
+    proxy.spot_prices = {("us-east-1a", "g5.xlarge"): 0.52, ("us-east-1b", "g5.xlarge"): 0.41}
+    proxy.run_instances_fault = lambda form: (
+        "InsufficientInstanceCapacity" if form.get("Placement.AvailabilityZone") == "us-east-1b" else None
+    )
+    cloud: AwsCloud = make_cloud(max_launch_failures=1)
+    pinned = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot", zone="us-east-1a", fallback=False)
+    # There, at the price EC2's spot price history gives for it now (recorded on the attempt).
+    assert (pinned.zone, pinned.market, pinned.price_per_hour) == ("us-east-1a", "spot", pytest.approx(0.52))
+
+    with pytest.raises(LaunchError) as refused:
+        await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot", zone="us-east-1b", fallback=False)
+    assert refused.value.capacity and refused.value.zone == "us-east-1b"
+    tried = [(form["Placement.AvailabilityZone"], spot_request(form)) for form in proxy.actions("RunInstances")]
+    assert tried == [("us-east-1a", True), ("us-east-1b", True)]  # no other zone, no on-demand
+
+
 async def test_on_demand_after_max_capacity_failures(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
     codes = iter(["InsufficientInstanceCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded"] * 3)
     proxy.run_instances_fault = lambda form: next(codes) if spot_request(form) else None

@@ -49,9 +49,18 @@ class Ec2Bodies:
         return self.cloud.checkpoint_uri(job_id)
 
     async def launch(
-        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+        self,
+        spec: JobSpec,
+        instance_types: list[str],
+        market: Market,
+        *,
+        avoid_zones: Collection[str] = (),
+        zone: str | None = None,
+        fallback: bool = True,
     ) -> Instance:
-        instance = await self.cloud.launch(spec, instance_types, market, avoid_zones=avoid_zones)
+        instance = await self.cloud.launch(
+            spec, instance_types, market, avoid_zones=avoid_zones, zone=zone, fallback=fallback
+        )
         spec_uri = re.search(r"FINETUNE_SPEC=(\S+)", self.world.user_data(instance.instance_id))
         assert spec_uri is not None, "the user-data must name the spec"
         imds = await LocalMetadataServer(instance_id=instance.instance_id).start()

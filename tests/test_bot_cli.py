@@ -69,7 +69,7 @@ def test_console_chat_reads_commands_from_stdin(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert "/finetune start <recipe> [key=value …]" in result.stdout
+    assert "/finetune start <recipe> [key=value …] [deadline=36h] [budget=120]" in result.stdout
     assert "unknown recipe 'llama-70b'; known recipes: deepseek-7b, tiny" in result.stdout
     assert "no job ft-zzzz" in result.stdout
     assert "no jobs yet" in result.stdout

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from bot.chat import catalog as catalog_module
 from bot.chat.catalog import LANGUAGES, en, messages, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
-from handlers import commands, decide, job_options, recipes, spot_policy
+from handlers import commands, decide, job_options, recipes, spot_decide, spot_policy
 from handlers import policy as policy_module
 from handlers import reconcile as reconcile_module
 from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
@@ -24,6 +24,7 @@ from handlers.events import Late
 from handlers.jobs import Attempt, CheckpointRef, Job, JobState, Page
 from handlers.messages import Notify, dump_message, parse_message
 from handlers.notes import (
+    POLICY_REASONS,
     Acked,
     CardRefresh,
     CompletedNote,
@@ -46,6 +47,7 @@ from handlers.notes import (
     Resumed,
     ResumeFailedPage,
     ResumeRequested,
+    SpotPolicyNote,
     Stopped,
     StopRequested,
 )
@@ -58,6 +60,12 @@ from tests.spot_cases import policy_reasons
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 CJK = re.compile(r"[\u4e00-\u9fff]")
 PAGE_PERSON = {"name": "ana", "slack": None, "dingtalk": "manager4220", "mobile": None}
+
+
+def spot_policy_reasons() -> list[Reason]:
+    """The reasons of the live spot policy (the job options' errors, also in policy_reasons, are no note)."""
+    return [reason for reason in policy_reasons() if reason.key in POLICY_REASONS]
+
 
 # A sample of every note type, in each shape its wording has; the union itself says which types exist.
 SAMPLES: list[Note] = [
@@ -99,6 +107,8 @@ SAMPLES: list[Note] = [
     InterruptTestDone(result=InterruptTestResult(instance_id="i-1", way="fis", reference="EXP1", after_seconds=120)),
     InterruptTestDone(result=InterruptTestResult(instance_id="i-1", way="notice", reclaim_at=NOW)),
     InterruptTestFailed(error="FIS refused"),
+    # The spot policy (handlers/spot_decide.py): every reason it gives, from the code path that gives it.
+    *(SpotPolicyNote(reason=reason.key, values=dict(reason.values)) for reason in spot_policy_reasons()),
     # Reconciliation (handlers/reconcile.py): a code and its values, each code in the catalogue.
     InstanceReleased(instance="i-9", why="job-over", values={"job": "ft-ab12", "state": "SUCCEEDED"}),
     InstanceReleased(instance="i-9", why="job-unknown", values={"job": "ft-zz99"}),
@@ -182,6 +192,11 @@ def test_every_note_renders_in_every_language_without_a_missing_key(sample: Note
     assert "None" not in english and "None" not in chinese, shown  # "no checkpoint yet" has its own words
 
 
+def test_every_reason_of_the_spot_policy_has_a_note_sample() -> None:
+    """A reason the policy can give but no sample renders would reach a thread unseen by the tests above."""
+    assert {sample.reason for sample in SAMPLES if isinstance(sample, SpotPolicyNote)} == POLICY_REASONS
+
+
 def test_every_note_of_the_union_survives_the_bus() -> None:
     for sample in SAMPLES:
         note = _notify(sample)
@@ -195,6 +210,7 @@ def test_a_malformed_note_is_refused_by_the_bus_parser() -> None:
         {**good, "note": {"type": "stopped", "step": "three"}},
         {**good, "note": {"type": "resumed"}},  # attempt is required
         {**good, "note": {"type": "stopped", "note": "a sentence"}},  # no field beyond the type's own
+        {**good, "note": {"type": "spot-policy", "reason": "because I said so"}},  # a sentence, not a reason key
         {key: value for key, value in good.items() if key != "note"},
     ):
         with pytest.raises(ValidationError):
@@ -209,8 +225,8 @@ def test_an_instance_made_from_each_type_of_the_union_renders_in_every_language(
     """Made from the type's own fields (every one filled, or only the required ones): no hand-kept list to drift.
     A reconciliation note's ``values`` fill its code's sentence: those come from the samples above (reached by
     the code paths in :func:`reconcile_reasons`)."""
-    if note_type in (InstanceReleased, GroupReleased):
-        pytest.skip("values depend on the code: see SAMPLES")
+    if note_type in (InstanceReleased, GroupReleased, SpotPolicyNote):
+        pytest.skip("values depend on the code (the policy's reason): see SAMPLES")
     sample = made(note_type, filled)
     for lang in LANGUAGES:
         shown = message_text(job(), _notify(sample), NOW, lang)  # type: ignore[arg-type]
@@ -393,7 +409,7 @@ def keys_in(reason: Reason) -> set[str]:
 
 def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
     tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING, job_options.WORDING]
-    tables += [spot_policy.WORDING, reconcile_module.WORDING]
+    tables += [spot_policy.WORDING, spot_decide.WORDING, reconcile_module.WORDING]
     assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
     assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice
     assert en.BOT.keys().isdisjoint(en.HANDLERS)

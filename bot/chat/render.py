@@ -7,7 +7,7 @@ the adapter asks for another), so no sentence is written here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,6 +39,7 @@ from handlers.notes import (
     Resumed,
     ResumeFailedPage,
     ResumeRequested,
+    SpotPolicyNote,
     Stopped,
     StopRequested,
 )
@@ -104,12 +105,41 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
         fields.append((text(lang, "label.interruptions"), interruptions))
     if job.failure and job.state in (JobState.FAILED, JobState.RESUME_FAILED):
         fields.append((text(lang, "label.problem"), job.failure))
+    fields.extend(_plan_fields(job, lang))
     if job.page is not None and job.page.acked_by:
         acked = text(lang, "card.acked", by=job.page.acked_by, at=_time(job.page.acked_at, lang))
         fields.append((text(lang, "label.on-call"), acked))
     elif job.page is not None:
         fields.append((text(lang, "label.on-call"), text(lang, "card.paged", sent=job.page.sent)))
     return Card(title=text(lang, "card.title", job=job.id, recipe=job.recipe), fields=fields)
+
+
+def _plan_fields(job: Job, lang: Lang) -> list[tuple[str, str]]:
+    """The job's deadline and budget, and the spot policy's latest choice with its reason and projection."""
+    fields: list[tuple[str, str]] = []
+    if job.deadline is not None:
+        fields.append((text(lang, "label.deadline"), text(lang, "card.deadline", at=job.deadline)))
+    if job.budget is not None:
+        fields.append((text(lang, "label.budget"), text(lang, "card.budget", budget=job.budget)))
+    plan = job.plan
+    if plan is None:
+        return fields
+    projection = ""
+    if plan.finish is not None and plan.cost is not None:
+        projection = text(lang, "card.plan.projection", finish=plan.finish, cost=plan.cost)
+    elif plan.cost is not None:
+        projection = text(lang, "card.plan.cost", cost=plan.cost)
+    reason = policy_reason(lang, plan.reason, plan.values)
+    fields.append((text(lang, "label.plan"), text(lang, "card.plan", reason=reason, projection=projection)))
+    return fields
+
+
+def policy_reason(lang: Lang, key: str, values: Mapping[str, Any]) -> str:
+    """The spot policy's reason (stored as a catalogue key and values) in ``lang``; the key itself if unknown."""
+    try:
+        return text(lang, key, **values)
+    except (KeyError, ValueError, IndexError):
+        return key
 
 
 def card_text(job: Job, now: datetime, lang: Lang = "en") -> str:
@@ -248,6 +278,9 @@ _WORDS: dict[type[BaseModel], _Words] = {
         lang, "topic.rebalance-checkpoint", step=note.step, seconds=note.seconds
     ),
     InstanceGone: lambda job, note, now, lang: text(lang, "topic.instance-gone", instance=note.instance),
+    SpotPolicyNote: lambda job, note, now, lang: text(
+        lang, "topic.spot-policy", reason=policy_reason(lang, note.reason, note.values)
+    ),
     InstanceReleased: _released,
     GroupReleased: _released,
     NoReports: lambda job, note, now, lang: text(

@@ -132,7 +132,14 @@ class AliyunCloud:
     # -- launch ---------------------------------------------------------------------------------------------
 
     async def launch(
-        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+        self,
+        spec: JobSpec,
+        instance_types: list[str],
+        market: Market,
+        *,
+        avoid_zones: Collection[str] = (),
+        zone: str | None = None,
+        fallback: bool = True,
     ) -> Instance:
         """Start the attempt's instance; LaunchError naming every failed candidate when none would start.
 
@@ -150,6 +157,8 @@ class AliyunCloud:
             log.info("%s attempt %d: %s is up already", spec.job_id, spec.attempt, existing.instance_id)
             return existing
         zones = self._zones()
+        if zone:  # pinned by the spot policy: there or nowhere
+            zones = [zone]
         spot: list[Candidate] = []
         if market == "spot":
             prices, _ = await self._spot_prices(instance_types)
@@ -157,7 +166,7 @@ class AliyunCloud:
         plan = LaunchPlan(
             spot=spot,
             on_demand=order_on_demand_candidates(zones, instance_types, avoid_zones),
-            max_failures=self.settings.max_launch_failures,
+            max_failures=self.settings.max_launch_failures if fallback else None,
             classify=classify_aliyun_launch_error,
         )
         while (candidate := plan.next()) is not None:
@@ -176,7 +185,8 @@ class AliyunCloud:
             on_demand = await self.on_demand_price(candidate.instance_type)
             price = candidate.spot_price if candidate.market == "spot" else on_demand
             return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
-        raise LaunchError(plan.summary())
+        refused = plan.fatal is None and plan.capacity_failures > 0
+        raise LaunchError(plan.summary(), capacity=refused, zone=zone)
 
     async def _attempt_instance(self, spec: JobSpec) -> Instance | None:
         """The live instance already tagged with this (job, attempt), if any (a retry may try another zone first,
@@ -368,6 +378,10 @@ class AliyunCloud:
             return cached[0] if cached is not None else None
         self._on_demand[instance_type] = (price, time.monotonic())
         return price
+
+    async def spot_zones(self, instance_types: list[str]) -> list[str]:
+        """The zones a launch may be pinned to (the spot policy's choice), in preference order."""
+        return self._zones()
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
         """Spot: the lowest current price of these types in our zones; on-demand: the lowest pay-as-you-go price."""

@@ -223,7 +223,14 @@ class AwsCloud:
     # -- launch ---------------------------------------------------------------------------------------------
 
     async def launch(
-        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+        self,
+        spec: JobSpec,
+        instance_types: list[str],
+        market: Market,
+        *,
+        avoid_zones: Collection[str] = (),
+        zone: str | None = None,
+        fallback: bool = True,
     ) -> Instance:
         """Start the attempt's instance; LaunchError naming every failed candidate when none would start.
 
@@ -242,6 +249,8 @@ class AwsCloud:
             log.info("%s attempt %d: %s is up already", spec.job_id, spec.attempt, existing.instance_id)
             return existing
         zones = await self._zones()
+        if zone:  # pinned by the spot policy: there or nowhere
+            zones = [zone]
         spot: list[Candidate] = []
         if market == "spot":
             prices = await self._spot_prices(instance_types)
@@ -250,7 +259,7 @@ class AwsCloud:
         plan = LaunchPlan(
             spot=spot,
             on_demand=order_on_demand_candidates(zones, instance_types, avoid_zones),
-            max_failures=self.settings.max_launch_failures,
+            max_failures=self.settings.max_launch_failures if fallback else None,
         )
         while (candidate := plan.next()) is not None:
             where = f"{candidate.market} {candidate.instance_type} in {candidate.zone}"
@@ -269,7 +278,8 @@ class AwsCloud:
             on_demand = self.on_demand_price(candidate.instance_type)
             price = candidate.spot_price if candidate.market == "spot" else on_demand
             return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
-        raise LaunchError(plan.summary())
+        refused = plan.fatal is None and plan.capacity_failures > 0
+        raise LaunchError(plan.summary(), capacity=refused, zone=zone)
 
     async def _attempt_instance(self, spec: JobSpec) -> Instance | None:
         """The live instance already tagged with this (job, attempt), if any."""
@@ -678,6 +688,10 @@ class AwsCloud:
         except (ClientError, BotoCoreError) as exc:
             raise AwsError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
         return found
+
+    async def spot_zones(self, instance_types: list[str]) -> list[str]:
+        """The zones a launch may be pinned to (the spot policy's choice), in preference order."""
+        return await self._zones()
 
     async def list_groups(self) -> list[CloudGroup]:
         """Every Auto Scaling group tagged ``finetune:job`` (Auto Scaling mode makes one per job), for

@@ -70,10 +70,18 @@ class CloudProvider(ListsInstances, Protocol):
     def checkpoint_uri(self, job_id: str) -> str: ...
 
     async def launch(
-        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+        self,
+        spec: JobSpec,
+        instance_types: list[str],
+        market: Market,
+        *,
+        avoid_zones: Collection[str] = (),
+        zone: str | None = None,
+        fallback: bool = True,
     ) -> Instance:
         """Start an instance whose runner runs ``spec`` (preferring zones not in ``avoid_zones``); LaunchError when
-        it cannot."""
+        it cannot. ``zone``: there only (the spot policy chose it); ``fallback`` False: no move to on-demand after
+        spot capacity errors (the policy decides that)."""
         ...
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
@@ -91,3 +99,11 @@ class CloudProvider(ListsInstances, Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ListsZones(Protocol):
+    """What the spot policy asks of a cloud: the zones a spot launch may be pinned to, in preference order
+    (local, AWS and Alibaba Cloud all say; a cloud that cannot leaves the choice of zone to its launch)."""
+
+    async def spot_zones(self, instance_types: list[str]) -> list[str]: ...

@@ -11,6 +11,13 @@ The instances belong to the cloud, not to a replica: each registers itself in th
 control endpoint, and a restarted bot finds them again (:meth:`LocalCloud.instances`). Their runners' reports go
 through the instance to whichever replica is alive. A launch is idempotent per (job, attempt): the instance id is
 derived from them, and a launch retried after a crash returns the instance the first one started.
+
+Zones and spot capacity: the cloud has ``zones`` (``local-a`` alone by default), each with spot capacity until
+:meth:`LocalCloud.take_spot_capacity` takes it away (shared in Redis, so every replica sees it): a spot launch
+pinned there is refused as a capacity error, an unpinned one goes to another zone with capacity or, with
+``fallback``, to on-demand; and every spot instance held there is reclaimed (a notice, then the end of the grace
+period), as a cloud reclaims spot when capacity runs out. On-demand always has room. Prices are the cloud's own,
+configured per market (``spot_price``, ``on_demand_price``).
 """
 
 from __future__ import annotations
@@ -67,7 +74,13 @@ class LocalCloud:
         dialect: Literal["aws", "aliyun"] = "aws",
         checkpoint_base: str | None = None,
         orphan_seconds: float = ORPHAN_SECONDS,
+        zones: tuple[str, ...] = ("local-a",),
+        spot_price: float = LOCAL_SPOT_PRICE,
+        on_demand_price: float = LOCAL_ON_DEMAND_PRICE,
     ) -> None:
+        self.zones = zones or ("local-a",)
+        self.spot_price = spot_price
+        self.on_demand_price = on_demand_price
         self.dialect = dialect
         self.notice: Literal["aws", "aliyun", "none"] = dialect
         self.state_dir = state_dir
@@ -94,13 +107,21 @@ class LocalCloud:
     # -- launch -------------------------------------------------------------------------------------------
 
     async def launch(
-        self, spec: JobSpec, instance_types: list[str], market: Market, *, avoid_zones: Collection[str] = ()
+        self,
+        spec: JobSpec,
+        instance_types: list[str],
+        market: Market,
+        *,
+        avoid_zones: Collection[str] = (),
+        zone: str | None = None,
+        fallback: bool = True,
     ) -> Instance:
         """The attempt's instance: the one already up for (job, attempt) if there is one, else a new one."""
         instance_id = local_instance_id(spec.job_id, spec.attempt)
         found = await self.registry.get(instance_id)
         if found is None:
-            found = await self._start(instance_id, spec, (instance_types or ["local.cpu"])[0], market)
+            where, market = await self._placement(market, zone, fallback, avoid_zones)
+            found = await self._start(instance_id, spec, (instance_types or ["local.cpu"])[0], market, where)
         else:
             log.info("local instance %s of %s attempt %d is up already", instance_id, spec.job_id, spec.attempt)
         return Instance(
@@ -112,7 +133,54 @@ class LocalCloud:
             found.on_demand_price_per_hour,
         )
 
-    async def _start(self, instance_id: str, spec: JobSpec, instance_type: str, market: Market) -> LocalInstanceRecord:
+    async def _placement(
+        self, market: Market, zone: str | None, fallback: bool, avoid_zones: Collection[str]
+    ) -> tuple[str, Market]:
+        """(zone, market) of a new instance; LaunchError(capacity) when spot was asked where there is none."""
+        if zone is not None and zone not in self.zones:
+            raise LaunchError(f"the local cloud has no zone {zone!r} (zones: {', '.join(self.zones)})", zone=zone)
+        if market == "on-demand":
+            return zone or self.zones[0], market
+        lost = await self.zones_without_spot()
+        if zone is not None:
+            candidates = [zone]
+        else:
+            candidates = [z for z in self.zones if z not in avoid_zones] + [z for z in self.zones if z in avoid_zones]
+        for candidate in candidates:
+            if candidate not in lost:
+                return candidate, "spot"
+        if fallback:
+            log.warning("no local spot capacity in %s: on-demand instead", ", ".join(candidates))
+            return candidates[0], "on-demand"
+        raise LaunchError(
+            f"InsufficientInstanceCapacity: no spot capacity in {', '.join(candidates)}", capacity=True, zone=zone
+        )
+
+    async def spot_zones(self, instance_types: list[str]) -> list[str]:
+        return list(self.zones)
+
+    async def zones_without_spot(self) -> set[str]:
+        return {str(zone) for zone in await self.registry.redis.smembers(self.keys.local_no_spot)}
+
+    async def take_spot_capacity(self, zone: str) -> list[str]:
+        """No spot in ``zone`` from now on: launches there are refused, and each spot instance held there is
+        reclaimed (its notice, then the end of the grace period). Returns the instances being reclaimed."""
+        await self.registry.redis.sadd(self.keys.local_no_spot, zone)
+        held = [
+            record
+            for record in await self.instances()
+            if record.state == "running" and record.zone == zone and record.market == "spot"
+        ]
+        for record in held:
+            await self.interrupt_test(record.instance_id)
+        return [record.instance_id for record in held]
+
+    async def give_spot_capacity(self, zone: str) -> None:
+        await self.registry.redis.srem(self.keys.local_no_spot, zone)
+
+    async def _start(
+        self, instance_id: str, spec: JobSpec, instance_type: str, market: Market, zone: str
+    ) -> LocalInstanceRecord:
         home = (self.state_dir / "instances" / instance_id).resolve()
         home.mkdir(parents=True, exist_ok=True)
         (home / "launch-spec.json").write_text(spec.model_dump_json())
@@ -128,9 +196,10 @@ class LocalCloud:
             spec=home / "launch-spec.json",
             runner_env=self.runner_env,
             instance_type=instance_type,
+            zone=zone,
             market=market,
-            price_per_hour=LOCAL_SPOT_PRICE if market == "spot" else LOCAL_ON_DEMAND_PRICE,
-            on_demand_price_per_hour=LOCAL_ON_DEMAND_PRICE,
+            price_per_hour=self.spot_price if market == "spot" else self.on_demand_price,
+            on_demand_price_per_hour=self.on_demand_price,
         )
         (home / "instance.json").write_text(config.model_dump_json())
         deadline = time.monotonic() + START_TIMEOUT
@@ -175,7 +244,7 @@ class LocalCloud:
         return process
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
-        return LOCAL_SPOT_PRICE if market == "spot" else LOCAL_ON_DEMAND_PRICE
+        return self.spot_price if market == "spot" else self.on_demand_price
 
     # -- acting on an instance, from any replica -------------------------------------------------------------
 

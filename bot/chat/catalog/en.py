@@ -6,7 +6,7 @@ own English, taken from the tables next to the code that says it, so the two can
 
 from __future__ import annotations
 
-from handlers import commands, decide, job_options, policy, recipes, reconcile, spot_policy
+from handlers import commands, decide, job_options, policy, recipes, reconcile, spot_decide, spot_policy
 
 HANDLERS: dict[str, str] = {
     **commands.WORDING.sentences,
@@ -15,6 +15,7 @@ HANDLERS: dict[str, str] = {
     **decide.WORDING.sentences,
     **job_options.WORDING.sentences,
     **spot_policy.WORDING.sentences,
+    **spot_decide.WORDING.sentences,
     **reconcile.WORDING.sentences,
 }
 
@@ -31,6 +32,9 @@ BOT: dict[str, str] = {
     "label.interruptions": "Interruptions",
     "label.problem": "Problem",
     "label.on-call": "On-call",
+    "label.plan": "Plan",
+    "label.deadline": "Deadline",
+    "label.budget": "Budget",
     "state.PENDING": "PENDING",
     "state.PROVISIONING": "PROVISIONING",
     "state.RUNNING": "RUNNING",
@@ -55,6 +59,11 @@ BOT: dict[str, str] = {
     "card.interruptions": "{count} · {lost} steps lost · {downtime:.0f}s downtime",
     "card.acked": "acknowledged by {by} at {at}",
     "card.paged": "paged {sent} time(s), not acknowledged yet",
+    "card.plan": "{reason}{projection}",
+    "card.plan.projection": " · projected finish {finish:%Y-%m-%d %H:%M} UTC, cost ${cost:.2f}",
+    "card.plan.cost": " · projected cost at most ${cost:.2f}",
+    "card.deadline": "{at:%Y-%m-%d %H:%M} UTC",
+    "card.budget": "${budget:.2f}",
     "button.ack": "Acknowledge",
     "button.stop": "Stop",
     "button.resume": "Resume",
@@ -117,6 +126,7 @@ BOT: dict[str, str] = {
     "topic.resume-requested": "🔁 {by} asked to resume {job} on {market}.",
     "topic.rebalance": "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early.",
     "topic.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
+    "topic.spot-policy": "🧭 {reason}",
     "topic.instance-gone": ("⚠️ Instance {instance} went away without notice; relaunching from the last checkpoint."),
     "topic.instance-released": "🧹 Released instance {instance}: {why}.",
     "topic.group-released": "🧹 Set scaling group {group} to 0: {why}.",

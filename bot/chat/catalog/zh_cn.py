@@ -15,6 +15,9 @@ MESSAGES: dict[str, str] = {
     "label.interruptions": "中断",
     "label.problem": "问题",
     "label.on-call": "值班",
+    "label.plan": "计划",
+    "label.deadline": "截止时间",
+    "label.budget": "预算",
     "state.PENDING": "等待中",
     "state.PROVISIONING": "创建实例中",
     "state.RUNNING": "运行中",
@@ -39,6 +42,11 @@ MESSAGES: dict[str, str] = {
     "card.interruptions": "{count} 次 · 丢失 {lost} 步 · 停机 {downtime:.0f} 秒",
     "card.acked": "已由 {by} 于 {at} 确认",
     "card.paged": "已通知 {sent} 次，尚无人确认",
+    "card.plan": "{reason}{projection}",
+    "card.plan.projection": " · 预计完成于 {finish:%Y-%m-%d %H:%M}（UTC），费用 ${cost:.2f}",
+    "card.plan.cost": " · 预计费用至多 ${cost:.2f}",
+    "card.deadline": "{at:%Y-%m-%d %H:%M}（UTC）",
+    "card.budget": "${budget:.2f}",
     "button.ack": "确认",
     "button.stop": "停止",
     "button.resume": "恢复",
@@ -98,6 +106,7 @@ MESSAGES: dict[str, str] = {
     "topic.resume-requested": "🔁 {by} 请求以{market}方式恢复任务 {job}。",
     "topic.rebalance": "↔️ 再平衡建议：实例被回收的风险升高，提前保存检查点。",
     "topic.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
+    "topic.spot-policy": "🧭 {reason}",
     "topic.instance-gone": "⚠️ 实例 {instance} 未经通知即消失；正在从最近的检查点重新启动。",
     "topic.instance-released": "🧹 已释放实例 {instance}：{why}。",
     "topic.group-released": "🧹 已将伸缩组 {group} 的容量设为 0：{why}。",
@@ -157,7 +166,7 @@ MESSAGES: dict[str, str] = {
     "slack.failed": "⚠️ 操作未成功：机器人内部出错（已记录日志）。请稍后再试。",
     "slack.bad-button": "⛔ 这个按钮没有指明任务（{value!r}）",
     # 命令用法（handlers/commands.py）；命令词与 on-demand 保持英文，因为要照原样输入
-    "usage.line.start": "start <配方> [参数=值 …]",
+    "usage.line.start": "start <配方> [参数=值 …] [deadline=36h] [budget=120]",
     "usage.line.stop": "stop <任务>",
     "usage.line.interrupt-test": "interrupt-test <任务>",
     "usage.line.status": "status [任务]",
@@ -167,7 +176,7 @@ MESSAGES: dict[str, str] = {
     "usage.line.resume": "resume <任务> [on-demand]",
     "usage.line.help": "help",
     "help": (
-        "/finetune {start} —— 按配方启动微调任务（配方见下）\n"
+        "/finetune {start} —— 按配方启动微调任务（配方见下），可设截止时间与预算\n"
         "/finetune {stop} —— 停止任务（先保存检查点）\n"
         "/finetune {interrupt_test} —— 中断演练\n"
         "/finetune {status} —— 查看任务状态\n"
@@ -244,6 +253,9 @@ MESSAGES: dict[str, str] = {
     "spot-policy.stop.budget": (
         "保存检查点后停止：任务总费用至少将达到 {need:.2f}，超出预算 {budget:.2f}（目前已花费 {spent:.2f}）"
     ),
+    "spot-policy.unmeasured": "在 {zone} 使用抢占式实例：尚未测得训练步时，暂无可依据的计划",
+    "spot-policy.unmeasured.on-demand": "按量付费：没有可用区有抢占式容量，且尚未测得训练步时",
+    "spot-policy.unmeasured.wait": "等待抢占式容量：没有可用区有容量，且尚未测得训练步时",
     # 对账：机器人记录与云平台列出的实例不一致时（handlers/reconcile.py）
     "reconcile.not-listed": "云平台没有列出 {instance}",
     "reconcile.listed-as": "云平台显示 {instance} 的状态为 {state}",

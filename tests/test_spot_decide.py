@@ -1,0 +1,233 @@
+"""The spot policy as the bot's live behaviour, decided without I/O: each path from an input to its effects."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from bot.chat.catalog import text
+from bot.chat.render import card
+from bot.settings import ConfigError, load_settings, parse_file_config
+from handlers.decide import decide, new_job, resume_command, stop_command
+from handlers.events import Interrupted
+from handlers.jobs import Attempt, Change, Job, JobState
+from handlers.messages import LaunchFailed, PolicyTick, ReportReceived
+from handlers.spot_decide import SpotView, managed
+from tests.notes import topic
+
+NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
+VIEW = SpotView(zones=("zone-a", "zone-b"), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
+ONE_ZONE = SpotView(zones=("zone-a",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
+
+
+def kinds(change: Change) -> list[str]:
+    return [effect["kind"] for effect in change.outbox]
+
+
+def effect(change: Change, kind: str) -> dict[str, Any]:
+    found = [item for item in change.outbox if item["kind"] == kind]
+    assert len(found) == 1, (kind, change.outbox)
+    return found[0]
+
+
+def created(**options: Any) -> Change:
+    return new_job("ft-ab12", "tiny", {}, "console:ana", None, NOW, 200, spot_policy="deadline-aware", **options)
+
+
+def measured(market: str = "spot", deadline: timedelta | None = timedelta(hours=1), **changes: Any) -> Job:
+    """A job half done: 100 of 200 steps in 49 minutes (so 49 minutes of work left), on ``market`` in zone-a."""
+    attempt = Attempt(
+        number=1,
+        market=market,  # type: ignore[arg-type]
+        instance_id="i-1",
+        zone="zone-a",
+        price_per_hour=0.3 if market == "spot" else 1.0,
+        on_demand_price_per_hour=1.0,
+        launched_at=NOW - timedelta(minutes=50),
+        started_at=NOW - timedelta(minutes=49),
+        from_step=0,
+    )
+    values: dict[str, Any] = {
+        "id": "ft-ab12",
+        "recipe": "tiny",
+        "requested_by": "console:ana",
+        "state": JobState.RUNNING,
+        "attempts": [attempt],
+        "step": 100,
+        "total_steps": 200,
+        "spot_policy": "deadline-aware",
+        "deadline": NOW + deadline if deadline is not None else None,
+        "created_at": NOW - timedelta(minutes=50),
+        "tick": 1,
+    }
+    values.update(changes)
+    return Job(**values)
+
+
+def interrupted(job: Job) -> ReportReceived:
+    report = Interrupted(
+        job_id=job.id, attempt=job.attempt, reason="spot-interruption", step=100, uri="file:///c/100", time=NOW
+    )
+    return ReportReceived(report=report)
+
+
+def test_a_job_without_deadline_or_budget_launches_as_it_always_did() -> None:
+    change = created(spot=VIEW)
+    assert not managed(change.job) and change.job.plan is None
+    launch = effect(change, "launch")
+    assert (launch["market"], launch["zone"], launch["fallback"]) == ("spot", None, True)
+    assert "policy-tick" not in kinds(change)
+
+
+def test_a_job_with_a_deadline_launches_where_the_policy_says_and_starts_its_ticks() -> None:
+    change = created(deadline=NOW + timedelta(hours=2), spot=VIEW)
+    launch = effect(change, "launch")
+    assert (launch["market"], launch["zone"], launch["fallback"]) == ("spot", "zone-a", False)
+    tick = effect(change, "policy-tick")
+    assert tick["tick"] == change.job.tick == 1
+    assert datetime.fromisoformat(tick["due"]) == NOW + VIEW.period
+    assert change.job.plan is not None and change.job.plan.reason == "spot-policy.unmeasured"
+
+
+def test_a_capacity_refusal_moves_to_the_next_zone_then_to_on_demand_never_twice_in_a_zone() -> None:
+    job = created(deadline=NOW + timedelta(hours=2), spot=VIEW).job
+    first = decide(
+        job, LaunchFailed(job_id=job.id, attempt=1, reason="no room", capacity=True, zone="zone-a"), NOW, spot=VIEW
+    )
+    assert first.job.state is JobState.PENDING and first.job.attempt == 2
+    assert "zone-a" in first.job.refused_zones
+    assert effect(first, "launch")["zone"] == "zone-b"
+    second = decide(
+        first.job,
+        LaunchFailed(job_id=job.id, attempt=2, reason="no room", capacity=True, zone="zone-b"),
+        NOW,
+        spot=VIEW,
+    )
+    launch = effect(second, "launch")
+    assert (launch["market"], launch["zone"]) == ("on-demand", None)
+    assert second.job.plan is not None and second.job.plan.action == "on-demand"
+    # The refusal of an attempt no longer current (a replay, a late answer) changes nothing.
+    stale = decide(second.job, LaunchFailed(job_id=job.id, attempt=2, reason="again", capacity=True), NOW, spot=VIEW)
+    assert stale.outbox == [] and stale.job == second.job
+
+
+def test_an_interruption_close_to_the_deadline_relaunches_on_demand_and_says_why() -> None:
+    job = measured(deadline=timedelta(hours=1))
+    change = decide(job, interrupted(job), NOW, spot=ONE_ZONE)
+    assert change.job.state is JobState.RECOVERING
+    launch = effect(change, "launch")
+    assert launch["market"] == "on-demand"
+    plan = change.job.plan
+    assert plan is not None and plan.action == "on-demand" and plan.reason.startswith("spot-policy.on-demand")
+    assert plan.finish is not None and plan.finish <= job.deadline  # type: ignore[operator]
+    assert plan.cost is not None and plan.cost > 0
+
+
+def test_with_slack_left_the_job_waits_for_spot_and_a_tick_launches_it_once_a_zone_has_room() -> None:
+    job = measured(deadline=timedelta(hours=10))
+    waiting = decide(job, interrupted(job), NOW, spot=ONE_ZONE)
+    assert "launch" not in kinds(waiting)
+    assert waiting.job.plan is not None and waiting.job.plan.action == "wait"
+    assert waiting.job.current is not None and waiting.job.current.instance_id is None
+    later = NOW + timedelta(minutes=31)  # zone-a's reclaim is past its cool-down: spot may be had there again
+    tick = PolicyTick(job_id=job.id, tick=waiting.job.tick, due=later)
+    launched = decide(waiting.job, tick, later, spot=ONE_ZONE)
+    launch = effect(launched, "launch")
+    assert (launch["market"], launch["zone"], launch["attempt"]) == ("spot", "zone-a", 2)
+    assert effect(launched, "policy-tick")["tick"] == launched.job.tick == waiting.job.tick + 1
+    # The same tick again (a redelivery the dedup missed) is stale: no second launch.
+    again = decide(launched.job, tick, later, spot=ONE_ZONE)
+    assert again.outbox == [] and again.history["event"] == "ignored"
+
+
+def test_on_demand_with_slack_goes_back_to_spot_through_a_checkpoint() -> None:
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=ONE_ZONE)
+    assert switch.job.state is JobState.STOPPING and switch.job.switch_to == "spot"
+    assert effect(switch, "stop-runner")["instance_id"] == "i-1"
+    said = [item for item in switch.outbox if topic(item) == "spot-policy"]
+    assert [item["note"]["reason"] for item in said] == ["spot-policy.spot.back"]
+    saved = decide(switch.job, interrupted(switch.job), NOW, spot=ONE_ZONE)
+    assert saved.job.state is JobState.RECOVERING and saved.job.switch_to is None
+    launch = effect(saved, "launch")
+    assert (launch["market"], launch["zone"], launch["attempt"]) == ("spot", "zone-a", 2)
+    assert saved.job.checkpoint is not None and saved.job.checkpoint.step == 100
+
+
+def test_a_person_who_stops_during_a_switch_gets_the_stop() -> None:
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=ONE_ZONE)
+    stopping = stop_command(switch.job, "console:ana", NOW)
+    assert stopping.job.state is JobState.STOPPING and stopping.job.switch_to is None
+    stopped = decide(stopping.job, interrupted(stopping.job), NOW, spot=ONE_ZONE)
+    assert stopped.job.state is JobState.STOPPED and "launch" not in kinds(stopped)
+
+
+def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint_and_says_so() -> None:
+    job = measured(deadline=None, budget=0.4)  # 0.25 spent, at least 0.245 more even all on spot
+    change = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=VIEW)
+    assert change.job.state is JobState.STOPPING
+    assert effect(change, "stop-runner")["instance_id"] == "i-1"
+    said = [item for item in change.outbox if topic(item) == "spot-policy"]
+    assert len(said) == 1 and said[0]["note"]["reason"] == "spot-policy.stop.budget"
+    assert said[0]["note"]["values"]["budget"] == 0.4
+    assert "policy-tick" in kinds(change)  # the chain ends at the next tick, once the job is STOPPED
+    stopped = decide(change.job, interrupted(change.job), NOW, spot=VIEW)
+    assert stopped.job.state is JobState.STOPPED and "launch" not in kinds(stopped)
+    assert stopped.job.checkpoint is not None and stopped.job.checkpoint.step == 100
+    ended = decide(stopped.job, PolicyTick(job_id=job.id, tick=stopped.job.tick, due=NOW), NOW, spot=VIEW)
+    assert ended.outbox == [] and ended.history["event"] == "ignored"
+
+
+def test_a_resume_asks_the_policy_and_starts_a_new_tick_chain() -> None:
+    job = measured(deadline=timedelta(hours=1)).model_copy(update={"state": JobState.STOPPED})
+    ended = job.model_copy(
+        update={"attempts": [job.attempts[0].model_copy(update={"ended_at": NOW, "end_reason": "stopped"})]}
+    )
+    change = resume_command(ended, "console:ana", False, NOW, spot=ONE_ZONE)
+    assert change.job.state is JobState.RECOVERING
+    assert effect(change, "policy-tick")["tick"] == change.job.tick == job.tick + 1
+    assert effect(change, "launch")["attempt"] == 2
+    assert change.job.plan is not None
+
+
+def test_the_card_words_the_plan_from_its_data_in_each_language() -> None:
+    job = measured(deadline=timedelta(hours=1), budget=5.0)
+    change = decide(job, interrupted(job), NOW, spot=ONE_ZONE)
+    assert change.job.plan is not None
+    english = dict(card(change.job, NOW, "en").fields)
+    chinese = dict(card(change.job, NOW, "zh-CN").fields)
+    reason = change.job.plan.reason
+    assert english["Plan"].startswith(text("en", reason, **change.job.plan.values) + " · projected finish ")
+    assert english["Deadline"] == "2026-03-02 09:30 UTC" and english["Budget"] == "$5.00"
+    assert chinese["计划"].startswith(text("zh-CN", reason, **change.job.plan.values) + " · 预计完成于 ")
+    assert set(chinese) >= {"截止时间", "预算"}
+
+
+def test_a_stop_the_bot_asked_for_does_not_count_as_spot_lost_in_that_zone() -> None:
+    for market, reason in (("spot", "interrupted: stop"), ("on-demand", "interrupted: spot-interruption")):
+        job = measured(market=market, deadline=timedelta(hours=10), state=JobState.STOPPED)
+        ended = job.model_copy(
+            update={"attempts": [job.attempts[0].model_copy(update={"ended_at": NOW, "end_reason": reason})]}
+        )
+        change = resume_command(ended, "console:ana", False, NOW, spot=ONE_ZONE)
+        launch = effect(change, "launch")
+        assert (launch["market"], launch["zone"]) == ("spot", "zone-a"), (market, reason)
+    reclaimed = measured(deadline=timedelta(hours=10), state=JobState.STOPPED)
+    taken = reclaimed.attempts[0].model_copy(update={"ended_at": NOW, "end_reason": "interrupted: spot-interruption"})
+    change = resume_command(
+        reclaimed.model_copy(update={"attempts": [taken]}), "console:ana", False, NOW, spot=ONE_ZONE
+    )
+    assert "launch" not in kinds(change) and change.job.plan is not None and change.job.plan.action == "wait"
+
+
+def test_an_unknown_policy_or_bad_local_zones_are_refused_with_one_line() -> None:
+    with pytest.raises(ConfigError) as bad:
+        parse_file_config("policy:\n  spot:\n    name: cheapest\n", "bot.yaml")
+    assert str(bad.value).startswith("bot.yaml: policy.spot.name: Value error, unknown spot policy 'cheapest'")
+    assert "\n" not in str(bad.value)
+    assert parse_file_config("policy:\n  spot:\n    name: greedy\n", "bot.yaml").policy.spot.name == "greedy"
+    with pytest.raises(ConfigError, match=r"^FINETUNE_LOCAL_ZONES='a,,b': "):
+        load_settings(finetune_local_zones="a,,b")
