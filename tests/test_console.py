@@ -42,6 +42,13 @@ def spawn(tmp_path: Path, **env: str) -> pexpect.spawn:
     return child
 
 
+def eof(child: pexpect.spawn) -> None:
+    """Ctrl-D at the prompt: once it is drawn again (between prompts the terminal is not in raw mode, and the
+    terminal's own line discipline would take the Ctrl-D, so the console never sees it)."""
+    child.expect_exact("/finetune")
+    child.sendeof()
+
+
 def post_report(port: int, body: bytes) -> None:
     now = int(time.time())
     headers = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)}
@@ -91,8 +98,8 @@ def test_help_and_ctrl_d(tmp_path: Path) -> None:
         child.expect("Recipes")
         child.expect(r"steps=30  int, 1…10000")
         child.sendline("list")
-        child.expect("no jobs yet")
-        child.sendeof()  # Ctrl-D
+        child.expect("no jobs yet: /finetune start tiny")
+        eof(child)
         child.expect("Bye.")
         child.expect(pexpect.EOF)
         screen = child.before
@@ -129,7 +136,7 @@ def test_list_shows_the_step_out_of_the_total(tmp_path: Path) -> None:
                 break
             time.sleep(0.5)
         assert seen == 4
-        child.sendeof()
+        eof(child)
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
