@@ -42,6 +42,15 @@ def spawn(tmp_path: Path, **env: str) -> pexpect.spawn:
     return child
 
 
+def at_prompt(child: pexpect.spawn) -> None:
+    """Wait until the prompt is drawn again: only then is the terminal raw, so Ctrl-C / Ctrl-D reach the prompt.
+
+    Between two prompts the terminal is cooked: there a Ctrl-D is the line discipline's end of file, gone before
+    the next prompt reads, and a Ctrl-C is a SIGINT.
+    """
+    child.expect_exact("/finetune")
+
+
 def post_report(port: int, body: bytes) -> None:
     now = int(time.time())
     headers = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)}
@@ -70,6 +79,7 @@ def test_updates_go_above_a_half_typed_command_and_ctrl_c_leaves_cleanly(tmp_pat
         child.sendline(f"s {job}")  # the rest of it: the line typed before the update is intact
         child.expect(LOGS_LINE)
         child.expect(r"notice|spot-interruption")
+        at_prompt(child)
 
         child.send("\x03")  # Ctrl-C at the prompt
         child.expect(f"The local instances of {job} stop within a minute of this bot")
@@ -92,6 +102,7 @@ def test_help_and_ctrl_d(tmp_path: Path) -> None:
         child.expect(r"steps=30  int, 1…10000")
         child.sendline("list")
         child.expect("no jobs yet")
+        at_prompt(child)
         child.sendeof()  # Ctrl-D
         child.expect("Bye.")
         child.expect(pexpect.EOF)
@@ -129,6 +140,7 @@ def test_list_shows_the_step_out_of_the_total(tmp_path: Path) -> None:
                 break
             time.sleep(0.5)
         assert seen == 4
+        at_prompt(child)
         child.sendeof()
         child.expect(pexpect.EOF)
     finally:
