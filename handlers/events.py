@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN, new_event_id
 
 
@@ -152,8 +153,12 @@ class Completed(_Report):
 
 
 class Failed(_Report):
+    """The runner gave up. ``failure``: why, as a code and values; ``reason``: the same in English, for logs and
+    for bots older than ``failure`` (a report without ``failure``, from an older runner, is shown by ``reason``)."""
+
     type: Literal["failed"] = "failed"
     reason: str
+    failure: Failure | None = None
     step: int | None = None
     exit_code: int | None = None
     log_tail: list[str] = Field(default_factory=list)

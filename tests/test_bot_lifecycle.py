@@ -57,7 +57,7 @@ async def test_a_trainer_that_cannot_start_ends_the_job_after_the_configured_lau
         assert all(timer["kind"] != "relaunch-due" for timer in pending)
         assert ended.failure
         if ended.state is JobState.RESUME_FAILED:
-            assert "without progress" in ended.failure or "went away" in ended.failure
+            assert "without progress" in str(ended.failure) or "went away" in str(ended.failure)
             await wait_for_text(chat, "page", "could not resume")
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.events import Completed, Failed, Interrupted, Notice, Progress, Started
+from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline, parse_message
 from handlers.transitions import TRANSITIONS
@@ -145,7 +146,7 @@ def test_a_replacement_that_never_starts_times_out_into_resume_failed() -> None:
     late_timer = decide(job, StartDeadline(job_id=job.id, attempt=1, due=at(900)), at(900))
     assert late_timer.history["event"] == "ignored"
     timeout = decide(job, StartDeadline(job_id=job.id, attempt=2, due=at(931)), at(931))
-    assert timeout.job.state is JobState.RESUME_FAILED and "did not report started" in (timeout.job.failure or "")
+    assert timeout.job.state is JobState.RESUME_FAILED and timeout.job.failure == Failure.of("start-timeout")
 
 
 def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
@@ -198,6 +199,30 @@ def test_a_resumed_attempt_that_cannot_train_pages_on_call() -> None:
     assert page["note"]["exit_code"] == 3 and page["note"]["everyone"] == "here"  # no rota: @here
 
 
+def test_a_runners_coded_failure_is_kept_coded_and_an_older_runners_sentence_as_it_is() -> None:
+    """The job, the page and its note keep the runner's code and values (the chat side words them); a report of a
+    runner older than ``failure`` has only ``reason``: that sentence is kept and told as it is."""
+    job = running_job()
+    job = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="local"), at(30)).job
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
+    job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
+    coded = Failure.of("trainer-exited", exit_code=3, restarts=0, line="CUDA error")
+    older = {"type": "failed", "job_id": job.id, "attempt": 2, "reason": "trainer exited with code 3", "x": 1}
+    for sent, kept in (
+        (report(job, Failed, reason=coded.english, failure=coded), coded),
+        (
+            ReportReceived.model_validate({"report": older}),
+            "trainer exited with code 3",
+        ),
+    ):
+        failed = decide(job, sent, at(50))
+        assert failed.job.failure == kept and failed.job.page is not None and failed.job.page.reason == kept
+        assert failed.history["reason"] == str(kept) == failed.job.attempts[-1].end_reason  # English, for people
+        step = next(item for item in failed.outbox if item["kind"] == "page-step")
+        page = next(item for item in decide(failed.job, parse_message(step), at(50)).outbox if item["kind"] == "notify")
+        assert parse_message(page).note.reason == kept  # type: ignore[union-attr]
+
+
 def test_a_late_report_of_an_old_attempt_moves_nothing_but_is_still_told() -> None:
     """Finding 2: the replica holding the runner's notice died; it comes back after the relaunch."""
     job = running_job()
@@ -234,7 +259,7 @@ def test_a_pending_job_moves_on_its_runner_or_ends_at_its_deadline() -> None:
     assert "terminate" not in kinds(late)
 
     timed_out = decide(pending, StartDeadline(job_id=pending.id, attempt=1, due=at(900)), at(900))
-    assert timed_out.job.state is JobState.FAILED and "did not report started" in (timed_out.job.failure or "")
+    assert timed_out.job.state is JobState.FAILED and timed_out.job.failure == Failure.of("start-timeout")
     released = decide(timed_out.job, Launched(job_id=pending.id, attempt=1, instance_id="i-late"), at(901))
     assert released.job == timed_out.job and kinds(released) == ["terminate"]  # nothing bills unseen
     assert released.outbox[0]["instance_id"] == "i-late"

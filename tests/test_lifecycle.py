@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.events import CheckpointSaved, Failed, Interrupted, Notice, Progress, Started
+from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, CheckpointRef, Job, JobState
 from handlers.lifecycle import Lifecycle, relaunch_pause
 from handlers.messages import (
@@ -92,7 +93,9 @@ def test_a_trainer_that_cannot_start_is_relaunched_with_growing_pauses_then_page
     assert launches == 1 + LIMITS.max_relaunches_without_progress
     assert pauses == [10, 20]  # doubling, capped at 25 (a third would have waited 25, not 40)
     assert ended.job.state is JobState.RESUME_FAILED and ended.job.attempts_without_progress == 3
-    assert "3 attempt(s) in a row ended without progress" in (ended.job.failure or "")
+    failure = ended.job.failure
+    assert isinstance(failure, Failure) and failure.code == "no-progress" and failure.values["count"] == 3
+    assert failure.english.startswith("3 attempt(s) in a row ended without progress, the last one instance gone")
     assert "page-step" in kinds(ended) and "launch" not in kinds(ended)
     assert ended.history["event"] == "no-progress" and ended.history["after"] == "instance-gone"
 
