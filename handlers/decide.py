@@ -123,25 +123,25 @@ def decide(
         return _launched(job, message, now)
     if isinstance(message, LaunchFailed):
         if message.attempt != job.attempt:
-            return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+            return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
         return _failure(job, "launch-failed", Failure.of("launch-failed", error=message.reason), now, [], limits)
     if isinstance(message, StartDeadline):
         current = job.current
         if message.attempt != job.attempt or current is None or current.started_at is not None:
-            return _ignored(job, message.kind, "the attempt started, or was replaced")
+            return _ignored(job, message.type, "the attempt started, or was replaced")
         return _failure(job, "start-timeout", Failure.of("start-timeout"), now, [], limits)
     if isinstance(message, RelaunchDue):
         return _relaunch_due(job, message, now)
     if isinstance(message, StopDeadline):
         if message.attempt != job.attempt:
-            return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+            return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
         return _stopped_anyway(job, "stop-timeout", "the runner did not confirm the stop in time", now)
     if isinstance(message, StopFailed):
         current = job.current
         if current is None or current.instance_id != message.instance_id:
-            return _ignored(job, message.kind, f"{message.instance_id} is not the current instance")
+            return _ignored(job, message.type, f"{message.instance_id} is not the current instance")
         return _stopped_anyway(job, "stop-failed", f"the runner could not be asked to stop: {message.reason}", now)
-    return _ignored(job, message.kind, "not an input")
+    return _ignored(job, message.type, "not an input")
 
 
 # -- commands ---------------------------------------------------------------------------------------------
@@ -285,15 +285,15 @@ def _fenced(job: Job, report: RunnerReport) -> Change:
 def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Change:
     current = job.current
     if current is None or current.instance_id != event.instance_id:
-        ignored = _ignored(job, f"cloud:{event.type}", f"{event.instance_id} is not the current instance")
+        ignored = _ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not the current instance")
         old = next((a for a in job.attempts if a.instance_id == event.instance_id), None)
-        if event.type != "spot-interruption" or old is None:
+        if event.kind != "spot-interruption" or old is None:
             return ignored
         notes = _warning_notes(job, old.number, event.source, event.deadline)
         return Change(job, ignored.history, [dump_message(note) for note in notes])
-    if event.type == "spot-interruption":
+    if event.kind == "spot-interruption":
         return _spot_interruption(job, event.source, event.deadline, now)
-    if event.type == "rebalance":
+    if event.kind == "rebalance":
         return _rebalance(job, event.source, now)
     state = next_state(job.state, "instance-gone")
     if state is None:
@@ -538,9 +538,9 @@ def _relaunch_due(job: Job, message: RelaunchDue, now: datetime) -> Change:
     current = job.current
     state = next_state(job.state, "relaunch-due")
     if current is None or message.attempt != current.number or current.instance_id or current.ended_at:
-        return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+        return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
     if state is None:
-        return _ignored(job, message.kind, f"the job is {job.state}")
+        return _ignored(job, message.type, f"the job is {job.state}")
     history = {"event": "relaunch-due", "attempt": current.number}
     return _change(job, state, now, history, _launch_now(job, current.number, message.market, now))
 

@@ -395,7 +395,7 @@ async def test_every_refusal_is_a_cloud_error_never_a_raw_botocore_one(proxy: Ec
         await cloud.terminate(instance.instance_id)
     assert isinstance(refused.value, CloudError)
     proxy.denied_actions = {"DescribeInstances"}
-    for act in (cloud.terminate, cloud.stop_runner, cloud.drill):
+    for act in (cloud.terminate, cloud.stop_runner, cloud.interrupt_test):
         with pytest.raises(CloudError, match="UnauthorizedOperation"):
             await act(instance.instance_id)
 

@@ -316,7 +316,7 @@ async def test_the_store_outbox_is_delivered_on_the_bus(
         return Change(
             job=job.model_copy(update={"state": JobState.PROVISIONING}),
             history={"type": "provisioning"},
-            outbox=[{"type": "launch", "job_id": job.id}],
+            outbox=[{"type": "launched", "job_id": job.id}],  # an input: the events stream
         )
 
     applied = await store.apply(job.id, provision, "cmd-1")

@@ -38,7 +38,7 @@ def kinds(bus: RecordingBus) -> list[tuple[str, str]]:
     for event in bus.events:
         message = parse_message(event)
         if isinstance(message, CloudEvent):
-            result.append((message.type, message.instance_id))
+            result.append((message.kind, message.instance_id))
         elif isinstance(message, ReportReceived):
             result.append((message.report.type, message.report.job_id))
     return sorted(result)
