@@ -3,6 +3,9 @@
 Every report is one JSON object with ``id``, ``type``, ``job_id``, ``attempt`` and ``time`` plus the fields of
 its type. ``id`` is unique per event so the bot can drop redeliveries; ``(job_id, attempt)`` fences reports
 from an older attempt. Unknown fields are ignored on read so an older bot accepts a newer runner.
+
+``type`` says which report it is (the union's discriminator, as in bus messages and notes); ``kind`` is the sort
+of thing inside one (a notice's: spot-interruption, rebalance…; a warning's).
 """
 
 from __future__ import annotations
