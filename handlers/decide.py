@@ -25,6 +25,7 @@ from handlers.events import (
     RunnerReport,
     Started,
 )
+from handlers.failures import Failure, english
 from handlers.jobs import TERMINAL_STATES, Attempt, Change, ChatRef, CheckpointRef, Job, JobState, Market, Page
 from handlers.lifecycle import Lifecycle, best_step, gives_up, relaunch_pause, without_progress
 from handlers.messages import (
@@ -122,25 +123,25 @@ def decide(
         return _launched(job, message, now)
     if isinstance(message, LaunchFailed):
         if message.attempt != job.attempt:
-            return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
-        return _failure(job, "launch-failed", f"launch failed: {message.reason}", now, [], limits)
+            return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
+        return _failure(job, "launch-failed", Failure.of("launch-failed", error=message.reason), now, [], limits)
     if isinstance(message, StartDeadline):
         current = job.current
         if message.attempt != job.attempt or current is None or current.started_at is not None:
-            return _ignored(job, message.kind, "the attempt started, or was replaced")
-        return _failure(job, "start-timeout", "the runner did not report started in time", now, [], limits)
+            return _ignored(job, message.type, "the attempt started, or was replaced")
+        return _failure(job, "start-timeout", Failure.of("start-timeout"), now, [], limits)
     if isinstance(message, RelaunchDue):
         return _relaunch_due(job, message, now)
     if isinstance(message, StopDeadline):
         if message.attempt != job.attempt:
-            return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+            return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
         return _stopped_anyway(job, "stop-timeout", "the runner did not confirm the stop in time", now)
     if isinstance(message, StopFailed):
         current = job.current
         if current is None or current.instance_id != message.instance_id:
-            return _ignored(job, message.kind, f"{message.instance_id} is not the current instance")
+            return _ignored(job, message.type, f"{message.instance_id} is not the current instance")
         return _stopped_anyway(job, "stop-failed", f"the runner could not be asked to stop: {message.reason}", now)
-    return _ignored(job, message.kind, "not an input")
+    return _ignored(job, message.type, "not an input")
 
 
 # -- commands ---------------------------------------------------------------------------------------------
@@ -265,7 +266,8 @@ def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle) ->
     if isinstance(report, Failed):
         detail = {"log_tail": report.log_tail[-10:], "exit_code": report.exit_code}
         trigger: Trigger = "failed" if job.attempt == 1 else "resume-failed"
-        return _failure(job, trigger, report.reason, now, [], limits, **detail)
+        # An older runner sends only the English sentence: it is kept, and shown, as it is.
+        return _failure(job, trigger, report.failure or report.reason, now, [], limits, **detail)
     return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
 
 
@@ -283,23 +285,23 @@ def _fenced(job: Job, report: RunnerReport) -> Change:
 def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Change:
     current = job.current
     if current is None or current.instance_id != event.instance_id:
-        ignored = _ignored(job, f"cloud:{event.type}", f"{event.instance_id} is not the current instance")
+        ignored = _ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not the current instance")
         old = next((a for a in job.attempts if a.instance_id == event.instance_id), None)
-        if event.type != "spot-interruption" or old is None:
+        if event.kind != "spot-interruption" or old is None:
             return ignored
         notes = _warning_notes(job, old.number, event.source, event.deadline)
         return Change(job, ignored.history, [dump_message(note) for note in notes])
-    if event.type == "spot-interruption":
+    if event.kind == "spot-interruption":
         return _spot_interruption(job, event.source, event.deadline, now)
-    if event.type == "rebalance":
+    if event.kind == "rebalance":
         return _rebalance(job, event.source, now)
     state = next_state(job.state, "instance-gone")
     if state is None:
         return _ignored(job, "cloud:instance-gone", f"the job is {job.state}")
     history = {"event": "instance-gone", "instance": event.instance_id, "source": event.source}
     if state is JobState.RECOVERING:
-        why = f"instance gone: {event.detail or event.source}"
-        ended = _end_attempt(job, now, why)
+        why = Failure.of("instance-gone", detail=event.detail or event.source)
+        ended = _end_attempt(job, now, why.english)
         return _again(
             job,
             ended.model_copy(update={"state": state}),
@@ -312,7 +314,7 @@ def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Cha
             why,
         )
     if state is JobState.RESUME_FAILED:
-        reason = f"the replacement instance {event.instance_id} went away"
+        reason = Failure.of("replacement-gone", instance=event.instance_id)
         return _failure(job, "instance-gone", reason, now, [], limits)
     ended = _end_attempt(job, now, "stopped")
     kept = job.checkpoint.step if job.checkpoint is not None else None
@@ -395,7 +397,8 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
     if job.state is JobState.RUNNING:  # no warning came first: count the interruption here
         updates["interruptions"] = job.interruptions + 1
     updated = job.model_copy(update=updates)
-    ended = _end_attempt(updated, report.time, f"interrupted: {report.reason}")
+    why = Failure.of("interrupted", notice=report.reason)
+    ended = _end_attempt(updated, report.time, why.english)
     fields = _interrupted_fields(report)
     history = {"event": "interrupted", **fields}
     instance = job.current.instance_id if job.current else None
@@ -412,7 +415,7 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
         release,
         [_note(ended, "thread", _interrupted_note(report))],
         limits,
-        f"interrupted: {report.reason}",
+        why,
     )
 
 
@@ -495,15 +498,23 @@ def _unwanted(job: Job, message: Launched, why: str) -> Change:
 
 
 def _failure(
-    job: Job, trigger: Trigger, reason: str, now: datetime, outbox: list[Any], limits: Lifecycle, **detail: Any
+    job: Job,
+    trigger: Trigger,
+    reason: Failure | str,
+    now: datetime,
+    outbox: list[Any],
+    limits: Lifecycle,
+    **detail: Any,
 ) -> Change:
+    """End the current attempt on ``reason``, kept as given (the job's ``failure``, the page's, the note's: the chat
+    side words it); the attempt's end and the history keep its English."""
     state = next_state(job.state, trigger)
     if state is None:
         return _ignored(job, trigger, f"the job is {job.state}")
     instance = job.current.instance_id if job.current else None
     release = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
-    ended = _end_attempt(job, now, reason).model_copy(update={"failure": reason})
-    history = {"event": trigger, "reason": reason, **detail}
+    ended = _end_attempt(job, now, english(reason)).model_copy(update={"failure": reason})
+    history = {"event": trigger, "reason": english(reason), **detail}
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
         market = job.current.market if job.current else "spot"
         moved = ended.model_copy(update={"state": state})
@@ -527,9 +538,9 @@ def _relaunch_due(job: Job, message: RelaunchDue, now: datetime) -> Change:
     current = job.current
     state = next_state(job.state, "relaunch-due")
     if current is None or message.attempt != current.number or current.instance_id or current.ended_at:
-        return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+        return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
     if state is None:
-        return _ignored(job, message.kind, f"the job is {job.state}")
+        return _ignored(job, message.type, f"the job is {job.state}")
     history = {"event": "relaunch-due", "attempt": current.number}
     return _change(job, state, now, history, _launch_now(job, current.number, message.market, now))
 
@@ -559,13 +570,13 @@ def _again(
     release: list[Any],
     notes: list[Any],
     limits: Lifecycle,
-    why: str,
+    why: Failure | str,
 ) -> Change:
     """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:
     an attempt without progress makes the next launch wait, and too many in a row end the job instead."""
     in_a_row = without_progress(before)
     if gives_up(limits, in_a_row):
-        reason = f"{in_a_row} attempt(s) in a row ended without progress, the last one {why}; not relaunching"
+        reason = Failure.of("no-progress", count=in_a_row, last=why)
         trigger: Trigger = "no-progress" if before.attempt > 1 else "no-progress-first"
         counted = before.model_copy(update={"attempts_without_progress": in_a_row})
         detail = {"attempts_without_progress": in_a_row, "after": history.get("event")}
