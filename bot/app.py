@@ -29,7 +29,7 @@ from bot.chat.catalog import Lang, say
 from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudError, CloudProvider, ListsZones
 from bot.keys import Keys
-from bot.routes import CLOUD_KINDS
+from bot.routes import CLOUD_TYPES
 from bot.store import JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
@@ -46,6 +46,7 @@ from handlers.messages import (
     ReportReceived,
     StartDeadline,
     parse_message,
+    upgraded,
 )
 from handlers.oncall import OnCall
 from handlers.policy import Policy, guard_start, refusal
@@ -217,7 +218,8 @@ class Bot:
 
     async def handle(self, raw: dict[str, Any]) -> None:
         """Handle one events-stream message; raising leaves it pending for a retry (and parking after too many)."""
-        if raw.get("kind") in CLOUD_KINDS or raw.get("kind") == "notify":
+        raw = upgraded(raw)  # a message written before ``type`` was the discriminator
+        if raw.get("type") in CLOUD_TYPES or raw.get("type") == "notify":
             # An effect on the events stream was put there by an older bot: it goes to its executor's queue.
             job = await self.store.get(str(raw.get("job_id")))
             await self.store.send([raw], job.chat.platform if job is not None and job.chat is not None else "")
@@ -235,7 +237,7 @@ class Bot:
     async def _input(self, message: BusMessage) -> None:
         job_id = await self._job_of(message)
         if job_id is None:
-            log.info("no job for %s %s; ignored", message.kind, message.id)
+            log.info("no job for %s %s; ignored", message.type, message.id)
             return
         spot = None
         if _asks_policy(message):
@@ -295,5 +297,5 @@ def _asks_policy(message: BusMessage) -> bool:
     if isinstance(message, ReportReceived):
         return isinstance(message.report, Interrupted | Failed)
     if isinstance(message, CloudEvent):
-        return message.type == "instance-gone"
+        return message.kind == "instance-gone"
     return isinstance(message, LaunchFailed | PolicyTick | StartDeadline)

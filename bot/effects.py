@@ -111,7 +111,7 @@ class CloudEffects:
             log.error("dropped a malformed cloud effect %s: %s", raw.get("id"), exc.errors()[:3])
             return
         if not isinstance(effect, CloudEffect):
-            log.error("dropped %s %s: not a cloud effect", effect.kind, effect.id)
+            log.error("dropped %s %s: not a cloud effect", effect.type, effect.id)
             return
         if await self.store.effect_record(effect.id) is not None:
             return  # carried out, and its follow-up committed with the record

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import pydantic_core
 
-from handlers.messages import TIMERS
+from handlers.messages import TIMERS, upgraded
 
 Destination = Literal["events", "chat", "cloud", "timers"]
 DESTINATIONS: tuple[Destination, ...] = ("events", "chat", "cloud", "timers")
@@ -26,9 +26,9 @@ EVENT_FIELD = "event"  # the field of a stream entry that holds the message's JS
 # Approximate cap on every queue's length: far above any backlog, so trimming only drops long-acknowledged entries.
 STREAM_MAXLEN = 100_000
 
-CLOUD_KINDS = frozenset({"launch", "terminate", "interrupt-test", "stop-runner"})
-# The timers are the ones handlers/messages.py names: each kind is written once, there.
-TIMER_KINDS: frozenset[str] = frozenset(timer.model_fields["kind"].default for timer in TIMERS)
+CLOUD_TYPES = frozenset({"launch", "terminate", "interrupt-test", "stop-runner"})
+# The timers are the ones handlers/messages.py names: each type is written once, there.
+TIMER_TYPES: frozenset[str] = frozenset(timer.model_fields["type"].default for timer in TIMERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +45,13 @@ def chat_entry(note: dict[str, Any], platform: str) -> dict[str, Any]:
 
 def route(message: dict[str, Any], platform: str) -> Routed:
     """Where ``message`` (with its ``id``) goes; ``platform`` is the chat platform of the job it concerns."""
-    kind = message.get("kind")
+    message = upgraded(message)  # one written before ``type`` was the discriminator goes on in today's shape
+    kind = message.get("type")
     if kind == "notify":
         return Routed("chat", _json(chat_entry(message, platform)))
-    if kind in CLOUD_KINDS:
+    if kind in CLOUD_TYPES:
         return Routed("cloud", _json(message))
-    if kind in TIMER_KINDS:
+    if kind in TIMER_TYPES:
         return Routed("timers", _json(message), _due(message.get("due")))
     return Routed("events", _json(message))
 

@@ -60,7 +60,7 @@ LIVE_STATES = frozenset({"pending", "starting", "running", "created"})
 _INSTANCE_ID = re.compile(r"^i-[0-9a-z]{4,64}$")
 _ID_NAMESPACE = uuid.UUID("8f0d2a5e-53c1-4c2e-9b7e-2f4a6c1d9e30")
 
-CloudEventType = Literal["spot-interruption", "instance-gone"]
+CloudEventKind = Literal["spot-interruption", "instance-gone"]
 
 
 class UnrecognisedEvent(ValueError):
@@ -234,10 +234,10 @@ def _event_time(value: str | None, fallback: datetime) -> datetime:
 
 
 def _cloud_event(
-    kind: CloudEventType, message_id: str, at: datetime, instance_id: str, detail: str, deadline: datetime | None = None
+    kind: CloudEventKind, message_id: str, at: datetime, instance_id: str, detail: str, deadline: datetime | None = None
 ) -> CloudEvent:
     return CloudEvent(
-        id=message_id, at=at, type=kind, instance_id=instance_id, source=ECS_SOURCE, deadline=deadline, detail=detail
+        id=message_id, at=at, kind=kind, instance_id=instance_id, source=ECS_SOURCE, deadline=deadline, detail=detail
     )
 
 

@@ -58,7 +58,7 @@ SNS_TYPES = frozenset({"Notification", "SubscriptionConfirmation", "UnsubscribeC
 _ID_NAMESPACE = uuid.UUID("6b0c3f43-2f3e-4b8e-9a55-3c1f0e0a7d21")
 
 AwsMessage = CloudEvent | ReportReceived
-CloudEventType = Literal["spot-interruption", "rebalance", "instance-gone"]
+CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]
 
 
 class UnrecognisedMessage(ValueError):
@@ -178,10 +178,10 @@ def _from_eventbridge(document: Mapping[str, Any]) -> list[AwsMessage]:
 
 
 def _cloud_event(
-    kind: CloudEventType, message_id: str, at: datetime, instance_id: str, detail: str, deadline: datetime | None = None
+    kind: CloudEventKind, message_id: str, at: datetime, instance_id: str, detail: str, deadline: datetime | None = None
 ) -> CloudEvent:
     return CloudEvent(
-        id=message_id, at=at, type=kind, instance_id=instance_id, source=EC2_SOURCE, deadline=deadline, detail=detail
+        id=message_id, at=at, kind=kind, instance_id=instance_id, source=EC2_SOURCE, deadline=deadline, detail=detail
     )
 
 

@@ -25,6 +25,7 @@ from handlers.events import (
     RunnerReport,
     Started,
 )
+from handlers.failures import Failure, english
 from handlers.jobs import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -162,30 +163,30 @@ def decide(
         return _launched(job, message, now)
     if isinstance(message, LaunchFailed):
         if message.attempt != job.attempt:
-            return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+            return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
         current = job.current
         if message.capacity and spot is not None and managed(job) and current is not None and current.market == "spot":
             return _capacity(job, message, now, spot)
-        return _failure(job, "launch-failed", f"launch failed: {message.reason}", now, [], limits)
+        return _failure(job, "launch-failed", Failure.of("launch-failed", error=message.reason), now, [], limits)
     if isinstance(message, StartDeadline):
         current = job.current
         if message.attempt != job.attempt or current is None or current.started_at is not None:
-            return _ignored(job, message.kind, "the attempt started, or was replaced")
-        return _failure(job, "start-timeout", "the runner did not report started in time", now, [], limits, spot)
+            return _ignored(job, message.type, "the attempt started, or was replaced")
+        return _failure(job, "start-timeout", Failure.of("start-timeout"), now, [], limits, spot)
     if isinstance(message, RelaunchDue):
         return _relaunch_due(job, message, now)
     if isinstance(message, PolicyTick):
         return _tick(job, message, now, spot, limits)
     if isinstance(message, StopDeadline):
         if message.attempt != job.attempt:
-            return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+            return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
         return _stopped_anyway(job, "stop-timeout", "the runner did not confirm the stop in time", now)
     if isinstance(message, StopFailed):
         current = job.current
         if current is None or current.instance_id != message.instance_id:
-            return _ignored(job, message.kind, f"{message.instance_id} is not the current instance")
+            return _ignored(job, message.type, f"{message.instance_id} is not the current instance")
         return _stopped_anyway(job, "stop-failed", f"the runner could not be asked to stop: {message.reason}", now)
-    return _ignored(job, message.kind, "not an input")
+    return _ignored(job, message.type, "not an input")
 
 
 # -- commands ---------------------------------------------------------------------------------------------
@@ -315,7 +316,8 @@ def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, sp
     if isinstance(report, Failed):
         detail = {"log_tail": report.log_tail[-10:], "exit_code": report.exit_code}
         trigger: Trigger = "failed" if job.attempt == 1 else "resume-failed"
-        return _failure(job, trigger, report.reason, now, [], limits, spot, **detail)
+        # An older runner sends only the English sentence: it is kept, and shown, as it is.
+        return _failure(job, trigger, report.failure or report.reason, now, [], limits, spot, **detail)
     return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
 
 
@@ -333,25 +335,25 @@ def _fenced(job: Job, report: RunnerReport) -> Change:
 def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
     current = job.current
     if current is None or current.instance_id != event.instance_id:
-        ignored = _ignored(job, f"cloud:{event.type}", f"{event.instance_id} is not the current instance")
+        ignored = _ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not the current instance")
         old = next((a for a in job.attempts if a.instance_id == event.instance_id), None)
-        if event.type != "spot-interruption" or old is None:
+        if event.kind != "spot-interruption" or old is None:
             return ignored
         notes = _warning_notes(job, old.number, event.source, event.deadline)
         return Change(job, ignored.history, [dump_message(note) for note in notes])
-    if event.type == "spot-interruption":
+    if event.kind == "spot-interruption":
         return _spot_interruption(job, event.source, event.deadline, now)
-    if event.type == "rebalance":
+    if event.kind == "rebalance":
         return _rebalance(job, event.source, now)
     state = next_state(job.state, "instance-gone")
     if state is None:
         return _ignored(job, "cloud:instance-gone", f"the job is {job.state}")
     history = {"event": "instance-gone", "instance": event.instance_id, "source": event.source}
+    why = Failure.of("instance-gone", detail=event.detail or event.source)
     if job.switch_to is not None and job.state is JobState.STOPPING:  # gone before its checkpoint: switch anyway
-        return _switched(job, _end_attempt(job, now, f"instance gone: {event.detail or event.source}"), now, history)
+        return _switched(job, _end_attempt(job, now, why.english), now, history)
     if state is JobState.RECOVERING:
-        why = f"instance gone: {event.detail or event.source}"
-        ended = _end_attempt(job, now, why)
+        ended = _end_attempt(job, now, why.english)
         return _again(
             job,
             ended.model_copy(update={"state": state}),
@@ -365,7 +367,7 @@ def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: 
             spot,
         )
     if state is JobState.RESUME_FAILED:
-        reason = f"the replacement instance {event.instance_id} went away"
+        reason = Failure.of("replacement-gone", instance=event.instance_id)
         return _failure(job, "instance-gone", reason, now, [], limits)
     ended = _end_attempt(job, now, "stopped")
     kept = job.checkpoint.step if job.checkpoint is not None else None
@@ -448,7 +450,8 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
     if job.state is JobState.RUNNING:  # no warning came first: count the interruption here
         updates["interruptions"] = job.interruptions + 1
     updated = job.model_copy(update=updates)
-    ended = _end_attempt(updated, report.time, f"interrupted: {report.reason}")
+    why = Failure.of("interrupted", notice=report.reason)
+    ended = _end_attempt(updated, report.time, why.english)
     fields = _interrupted_fields(report)
     history = {"event": "interrupted", **fields}
     instance = job.current.instance_id if job.current else None
@@ -467,7 +470,7 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
         release,
         [_note(ended, "thread", _interrupted_note(report))],
         limits,
-        f"interrupted: {report.reason}",
+        why,
         spot,
     )
 
@@ -553,20 +556,22 @@ def _unwanted(job: Job, message: Launched, why: str) -> Change:
 def _failure(
     job: Job,
     trigger: Trigger,
-    reason: str,
+    reason: Failure | str,
     now: datetime,
     outbox: list[Any],
     limits: Lifecycle,
     spot: SpotView | None = None,
     **detail: Any,
 ) -> Change:
+    """End the current attempt on ``reason``, kept as given (the job's ``failure``, the page's, the note's: the chat
+    side words it); the attempt's end and the history keep its English."""
     state = next_state(job.state, trigger)
     if state is None:
         return _ignored(job, trigger, f"the job is {job.state}")
     instance = job.current.instance_id if job.current else None
     release = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
-    ended = _end_attempt(job, now, reason).model_copy(update={"failure": reason})
-    history = {"event": trigger, "reason": reason, **detail}
+    ended = _end_attempt(job, now, english(reason)).model_copy(update={"failure": reason})
+    history = {"event": trigger, "reason": english(reason), **detail}
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
         market = job.current.market if job.current else "spot"
         moved = ended.model_copy(update={"state": state})
@@ -590,9 +595,9 @@ def _relaunch_due(job: Job, message: RelaunchDue, now: datetime) -> Change:
     current = job.current
     state = next_state(job.state, "relaunch-due")
     if current is None or message.attempt != current.number or current.instance_id or current.ended_at:
-        return _ignored(job, message.kind, f"for attempt {message.attempt}, current is {job.attempt}")
+        return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
     if state is None:
-        return _ignored(job, message.kind, f"the job is {job.state}")
+        return _ignored(job, message.type, f"the job is {job.state}")
     history = {"event": "relaunch-due", "attempt": current.number}
     launch = _launch_now(job, current.number, message.market, now, message.zone, fallback=not managed(job))
     return _change(job, state, now, history, launch)
@@ -648,7 +653,7 @@ def _capacity(job: Job, message: LaunchFailed, now: datetime, spot: SpotView) ->
     in a loop), and the policy chooses again (another zone, on-demand, or waiting for the next tick)."""
     current = job.current
     zone = message.zone or (current.zone if current is not None else None) or ""
-    ended = _end_attempt(job, now, f"capacity: {message.reason}")
+    ended = _end_attempt(job, now, Failure.of("capacity", error=message.reason).english)
     refused = ended.model_copy(update={"refused_zones": {**job.refused_zones, zone: now}})
     history = {"event": "launch-failed", "capacity": True, "zone": zone, "reason": message.reason}
     return _steer(job, refused, now, history, [], spot, "capacity")
@@ -660,9 +665,9 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
     deadline needs it), stop it for its budget, or only refresh the card's plan. Each tick sets the next one
     while the job is active, so one chain runs per job (a tick of another number is stale and ignored)."""
     if message.tick != job.tick:
-        return _ignored(job, message.kind, f"tick {message.tick} is stale (the job's ticks are at {job.tick})")
+        return _ignored(job, message.type, f"tick {message.tick} is stale (the job's ticks are at {job.tick})")
     if job.state not in ACTIVE_STATES or not managed(job):
-        return _ignored(job, message.kind, f"the job is {job.state}")  # the chain ends; a resume starts another
+        return _ignored(job, message.type, f"the job is {job.state}")  # the chain ends; a resume starts another
     ticking, tick = _next_tick(job, now, spot.period if spot is not None else DEFAULT_TICK)
     history: dict[str, Any] = {"event": "policy-tick", "tick": message.tick}
     current = job.current
@@ -742,7 +747,7 @@ def _again(
     release: list[Any],
     notes: list[Any],
     limits: Lifecycle,
-    why: str,
+    why: Failure | str,
     spot: SpotView | None = None,
 ) -> Change:
     """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:
@@ -750,7 +755,7 @@ def _again(
     spot policy steers relaunches where the policy says (or waits, or stops for its budget)."""
     in_a_row = without_progress(before)
     if gives_up(limits, in_a_row):
-        reason = f"{in_a_row} attempt(s) in a row ended without progress, the last one {why}; not relaunching"
+        reason = Failure.of("no-progress", count=in_a_row, last=why)
         trigger: Trigger = "no-progress" if before.attempt > 1 else "no-progress-first"
         counted = before.model_copy(update={"attempts_without_progress": in_a_row})
         detail = {"attempts_without_progress": in_a_row, "after": history.get("event")}

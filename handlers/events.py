@@ -3,6 +3,9 @@
 Every report is one JSON object with ``id``, ``type``, ``job_id``, ``attempt`` and ``time`` plus the fields of
 its type. ``id`` is unique per event so the bot can drop redeliveries; ``(job_id, attempt)`` fences reports
 from an older attempt. Unknown fields are ignored on read so an older bot accepts a newer runner.
+
+``type`` says which report it is (the union's discriminator, as in bus messages and notes); ``kind`` is the sort
+of thing inside one (a notice's: spot-interruption, rebalance…; a warning's).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN, new_event_id
 
 
@@ -152,8 +156,12 @@ class Completed(_Report):
 
 
 class Failed(_Report):
+    """The runner gave up. ``failure``: why, as a code and values; ``reason``: the same in English, for logs and
+    for bots older than ``failure`` (a report without ``failure``, from an older runner, is shown by ``reason``)."""
+
     type: Literal["failed"] = "failed"
     reason: str
+    failure: Failure | None = None
     step: int | None = None
     exit_code: int | None = None
     log_tail: list[str] = Field(default_factory=list)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.events import utcnow
+from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN
 from handlers.reasons import Reason
 
@@ -95,7 +96,7 @@ class Page(BaseModel):
     model_config = ConfigDict(frozen=True)
     attempt: int
     opened_at: datetime
-    reason: str
+    reason: Failure | str  # a str: a page opened before failures had codes (shown as it is)
     detail: dict[str, Any] = Field(default_factory=dict)
     sent: int = 0
     acked_by: str | None = None
@@ -136,7 +137,7 @@ class Job(BaseModel):
     steps_lost: int = 0
     downtime_seconds: float = 0.0
     output_uri: str | None = None
-    failure: str | None = None
+    failure: Failure | str | None = None  # why it ended; a str: a record from before codes, shown as it is
     page: Page | None = None
     # The spot policy (handlers/spot_decide.py): what the job was started with, and what the policy chose last.
     deadline: datetime | None = None

@@ -5,14 +5,21 @@ Inputs come from the runner (reports), the cloud (spot interruptions, instances 
 that caused them, each straight to the queue of its executor (notes to the chat outbox; launch, terminate,
 interrupt-test and stop to the cloud executor; timers to the timer set); each carries its own id, so a
 redelivered effect is recognised and not carried out twice.
+
+One word, one meaning, here as in runner reports (:mod:`handlers.events`) and notes (:mod:`handlers.notes`):
+``type`` says which model a message is (the union's discriminator: ``{"type": "launch", …}``); ``kind`` says
+what sort of thing it reports inside a model (``CloudEvent.kind``: spot-interruption, rebalance or instance-gone,
+as ``Notice.kind`` in a report). Until this release messages were told apart by ``kind`` and a cloud event's sort
+was its ``type``: :func:`upgraded` maps that older shape, so a message already on a stream, in the timer set or in
+an outbox at upgrade is read as it was meant.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
 
 from handlers.events import RunnerReport, utcnow
 from handlers.ids import new_event_id
@@ -25,20 +32,28 @@ class _Message(BaseModel):
     id: str = Field(default_factory=new_event_id)
     at: datetime = Field(default_factory=utcnow)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _older_shape(cls, raw: Any) -> Any:
+        return upgraded(raw)  # a message read by its own model (the chat outbox's Notify), not through the union
+
 
 # -- inputs ----------------------------------------------------------------------------------------------
 
 
 class ReportReceived(_Message):
-    kind: Literal["report"] = "report"
+    type: Literal["report"] = "report"
     report: RunnerReport
 
 
-class CloudEvent(_Message):
-    """A cloud's own event about an instance (EventBridge, CloudMonitor, the local cloud)."""
+CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]
 
-    kind: Literal["cloud"] = "cloud"
-    type: Literal["spot-interruption", "rebalance", "instance-gone"]
+
+class CloudEvent(_Message):
+    """A cloud's own event about an instance (EventBridge, CloudMonitor, the local cloud): ``kind`` says which."""
+
+    type: Literal["cloud"] = "cloud"
+    kind: CloudEventKind
     instance_id: str
     source: str
     deadline: datetime | None = None
@@ -46,7 +61,7 @@ class CloudEvent(_Message):
 
 
 class Launched(_Message):
-    kind: Literal["launched"] = "launched"
+    type: Literal["launched"] = "launched"
     job_id: str
     attempt: int
     instance_id: str
@@ -61,7 +76,7 @@ class LaunchFailed(_Message):
     """``capacity``: every try was refused for capacity (another zone, market or later may have room); ``zone``:
     the zone the launch was pinned to, if it was."""
 
-    kind: Literal["launch-failed"] = "launch-failed"
+    type: Literal["launch-failed"] = "launch-failed"
     job_id: str
     attempt: int
     reason: str
@@ -72,7 +87,7 @@ class LaunchFailed(_Message):
 class StartDeadline(_Message):
     """Timer: the attempt should have reported ``started`` by now."""
 
-    kind: Literal["start-deadline"] = "start-deadline"
+    type: Literal["start-deadline"] = "start-deadline"
     job_id: str
     attempt: int
     due: datetime
@@ -81,7 +96,7 @@ class StartDeadline(_Message):
 class PageStep(_Message):
     """Timer: send escalation step ``step`` of the page opened when ``attempt`` failed to resume."""
 
-    kind: Literal["page-step"] = "page-step"
+    type: Literal["page-step"] = "page-step"
     job_id: str
     attempt: int
     step: int = Field(ge=0)
@@ -91,7 +106,7 @@ class PageStep(_Message):
 class RelaunchDue(_Message):
     """Timer: launch ``attempt`` now; it was held back by the pause after attempts without progress."""
 
-    kind: Literal["relaunch-due"] = "relaunch-due"
+    type: Literal["relaunch-due"] = "relaunch-due"
     job_id: str
     attempt: int
     market: Market = "spot"
@@ -102,7 +117,7 @@ class RelaunchDue(_Message):
 class PolicyTick(_Message):
     """Timer: ask the job's spot policy again (number ``tick`` of the job's one chain; a stale one is ignored)."""
 
-    kind: Literal["policy-tick"] = "policy-tick"
+    type: Literal["policy-tick"] = "policy-tick"
     job_id: str
     tick: int
     due: datetime
@@ -111,7 +126,7 @@ class PolicyTick(_Message):
 class StopDeadline(_Message):
     """Timer: the runner of ``attempt`` should have checkpointed and stopped by now."""
 
-    kind: Literal["stop-deadline"] = "stop-deadline"
+    type: Literal["stop-deadline"] = "stop-deadline"
     job_id: str
     attempt: int
     due: datetime
@@ -120,7 +135,7 @@ class StopDeadline(_Message):
 class StopFailed(_Message):
     """The runner could not be asked to stop (its instance is gone, the control object cannot be written)."""
 
-    kind: Literal["stop-failed"] = "stop-failed"
+    type: Literal["stop-failed"] = "stop-failed"
     job_id: str
     instance_id: str
     reason: str
@@ -133,7 +148,7 @@ class Launch(_Message):
     """``zone``: launch there only (the spot policy chose it); ``fallback``: the cloud may move on to other zones
     and to on-demand after capacity errors (today's launch plan); off when the spot policy decides instead."""
 
-    kind: Literal["launch"] = "launch"
+    type: Literal["launch"] = "launch"
     job_id: str
     attempt: int
     market: Market = "spot"
@@ -142,20 +157,20 @@ class Launch(_Message):
 
 
 class Terminate(_Message):
-    kind: Literal["terminate"] = "terminate"
+    type: Literal["terminate"] = "terminate"
     job_id: str
     instance_id: str
 
 
 class InterruptTest(_Message):
-    kind: Literal["interrupt-test"] = "interrupt-test"
+    type: Literal["interrupt-test"] = "interrupt-test"
     job_id: str
     instance_id: str
     requested_by: str
 
 
 class StopRunner(_Message):
-    kind: Literal["stop-runner"] = "stop-runner"
+    type: Literal["stop-runner"] = "stop-runner"
     job_id: str
     instance_id: str
 
@@ -167,7 +182,7 @@ class Notify(_Message):
     """Tell people: ``card`` refreshes the job card; the others post ``note`` (a typed note, worded by the chat
     side in the channel's language)."""
 
-    kind: Literal["notify"] = "notify"
+    type: Literal["notify"] = "notify"
     job_id: str
     channel: NotifyChannel
     note: Note
@@ -194,8 +209,30 @@ BusMessage = Annotated[
     | InterruptTest
     | StopRunner
     | Notify,
-    Field(discriminator="kind"),
+    Field(discriminator="type"),
+    BeforeValidator(lambda raw: upgraded(raw)),
 ]
+MESSAGE_TYPES: frozenset[str] = frozenset(
+    model.model_fields["type"].default for model in get_args(get_args(BusMessage)[0])
+)
+
+
+def upgraded(raw: Any) -> Any:
+    """A message in the shape before ``type`` was the discriminator (``{"kind": "launch", …}``; a cloud event
+    ``{"kind": "cloud", "type": "rebalance", …}``) in today's; anything else as it is.
+
+    Told apart safely: an older message's ``kind`` is a message type, and no ``CloudEvent.kind`` is one.
+    """
+    if not isinstance(raw, dict) or raw.get("kind") not in MESSAGE_TYPES:
+        return raw
+    message = dict(raw)
+    discriminator = message.pop("kind")
+    if discriminator == "cloud" and "type" in message:
+        message["kind"] = message.pop("type")
+    message["type"] = discriminator
+    return message
+
+
 # Inputs that are timers: the bot puts one back on the timer queue until its ``due`` time has come.
 TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline, PolicyTick)
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from handlers import spot_decide, spot_policy
 from handlers.events import Late
+from handlers.failures import Failure
 from handlers.jobs import Market
 
 
@@ -154,7 +155,7 @@ class CompletedNote(_Note):
 
 class FailedNote(_Note):
     type: Literal["failed"] = "failed"
-    reason: str
+    reason: Failure | str  # a str: an older runner's sentence, shown as it is
     log_tail: list[str] = Field(default_factory=list)
     exit_code: int | None = None
 
@@ -183,7 +184,7 @@ class ResumeFailedPage(_Note):
     """Step ``step`` (0: the first) of ``steps`` of the on-call ladder: who it calls, and why."""
 
     type: Literal["resume-failed"] = "resume-failed"
-    reason: str
+    reason: Failure | str  # a str: a page opened before failures had codes, shown as it is
     step: int = Field(default=0, ge=0)
     steps: int = 1
     mention: list[Paged] = Field(default_factory=list)

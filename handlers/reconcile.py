@@ -222,7 +222,7 @@ def gone_event(action: Reconciliation, now: datetime) -> CloudEvent:
     return CloudEvent(
         id=f"reconcile-gone-{action.job_id}-{action.attempt}-{action.instance_id}",
         at=now,
-        type="instance-gone",
+        kind="instance-gone",
         instance_id=action.instance_id,
         source=SOURCE,
         detail=json.dumps({"reason": action.code, **action.values}, sort_keys=True),

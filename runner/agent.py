@@ -39,6 +39,7 @@ from handlers.events import (
     Started,
 )
 from handlers.events import Notice as NoticeReport
+from handlers.failures import Failure
 from handlers.spec import JobSpec
 from runner.checkpoints import CheckpointStore, Committed
 from runner.local_checkpoints import LocalCheckpoint, newest_complete
@@ -199,14 +200,14 @@ class Runner:
                 return await self._already_complete(record)
             missing = cannot_start(self.spec.command, self.spec.env, self.files)
             if missing is not None:  # before downloading a checkpoint it could never use
-                self.reporter.emit(Failed(**self.ids, reason=missing))
+                self._failed(missing)
                 return EXIT_FAILED
             self._reset_output_dir()
             restored = await with_retries(
                 "restoring the newest checkpoint", lambda: self.checkpoints.restore(self.output_dir), patience
             )
         except StorageError as exc:
-            self.reporter.emit(Failed(**self.ids, reason=f"checkpoint storage unreachable: {exc}"))
+            self._failed(Failure.of("storage-unreachable", error=str(exc)))
             return EXIT_FAILED
         if restored.step is not None:
             self.sync.committed = Committed(restored.step, restored.uri or "", restored.bytes, 0.0)
@@ -231,7 +232,7 @@ class Runner:
                     self.spec.command, self.spec.env, resume_from, self.files, echo=self.options.echo_trainer
                 )
             except TrainerStartError as exc:
-                self.reporter.emit(Failed(**self.ids, reason=str(exc), step=self.progress.state.step))
+                self._failed(exc.failure, step=self.progress.state.step)
                 return EXIT_FAILED
             outcome = await self._watch(trainer)
             if isinstance(outcome, InstanceNotice):
@@ -241,16 +242,11 @@ class Runner:
             newest = newest_complete(self.output_dir)
             await self._sync_newest("periodic", newest)
             if restarts >= self.spec.max_restarts:
-                self.reporter.emit(
-                    Failed(
-                        **self.ids,
-                        reason=f"trainer exited with code {outcome}; gave up after {restarts} restart(s)"
-                        + (f": {trainer.tail[-1]}" if trainer.tail else ""),
-                        step=self.progress.state.step,
-                        exit_code=outcome,
-                        log_tail=list(trainer.tail),
-                    )
-                )
+                if trainer.tail:
+                    why = Failure.of("trainer-exited", exit_code=outcome, restarts=restarts, line=trainer.tail[-1])
+                else:
+                    why = Failure.of("trainer-exited-silent", exit_code=outcome, restarts=restarts)
+                self._failed(why, step=self.progress.state.step, exit_code=outcome, log_tail=list(trainer.tail))
                 return EXIT_FAILED
             restarts += 1
             resume_from = newest.path if newest else resume_from
@@ -382,13 +378,7 @@ class Runner:
                 patience,
             )
         except StorageError as exc:
-            self.reporter.emit(
-                Failed(
-                    **self.ids,
-                    reason=f"could not store the final output: {exc}",
-                    step=self.progress.state.step,
-                )
-            )
+            self._failed(Failure.of("output-not-stored", error=str(exc)), step=self.progress.state.step)
             return EXIT_FAILED
         self.reporter.emit(
             Completed(
@@ -438,6 +428,20 @@ class Runner:
         """Commit ``newest`` (default: the newest complete checkpoint) now if it is newer than the last commit,
         and wait for it. Storage trouble is reported once per outage and retried later; it never raises."""
         await self.sync.commit_newest(reason, newest)
+
+    def _failed(
+        self, failure: Failure, step: int | None = None, exit_code: int | None = None, log_tail: list[str] | None = None
+    ) -> None:
+        """Report giving up: the code for the bot to word, its English for the log and for older bots."""
+        report = Failed(
+            **self.ids,
+            reason=failure.english,
+            failure=failure,
+            step=step,
+            exit_code=exit_code,
+            log_tail=log_tail or [],
+        )
+        self.reporter.emit(report)
 
     def _report_commit(self, committed: Committed, reason: SyncReason) -> None:
         self.reporter.emit(

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from handlers.failures import Failure
 from runner.stop_request import STOP_FILE_ENV, watched_path
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,12 @@ SWIFT_PLUGIN = _PACKAGE_DIR / "swift" / "finetune_spot_plugin.py"
 
 
 class TrainerStartError(Exception):
-    """The trainer could not be started at all; the message says why (for the ``failed`` report)."""
+    """The trainer could not be started at all; ``failure`` says why (for the ``failed`` report), the message
+    in English."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.english)
+        self.failure = failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +94,7 @@ def find_program(argv0: str, env: Mapping[str, str]) -> str | None:
     return shutil.which(argv0, path=env.get("PATH", os.defpath))
 
 
-def cannot_start(command: Sequence[str], env: Mapping[str, str], files: TrainerFiles) -> str | None:
+def cannot_start(command: Sequence[str], env: Mapping[str, str], files: TrainerFiles) -> Failure | None:
     """Why the trainer's program cannot be started (not found, not executable), or None if it can be."""
     full_env, ours = trainer_environment(env, files, None)
     program = (expand_argv(command[:1], ours) or [""])[0]
@@ -278,13 +284,14 @@ class TrainerProcess:
                 print(f"[trainer] {text}", file=sys.stderr, flush=True)
 
 
-def start_failure(argv0: str, env: Mapping[str, str], exc: OSError | None = None) -> str:
-    """Why the trainer cannot start, in one line for the ``failed`` report."""
+def start_failure(argv0: str, env: Mapping[str, str], exc: OSError | None = None) -> Failure:
+    """Why the trainer cannot start, for the ``failed`` report."""
     if exc is None and os.path.exists(argv0):
         exc = PermissionError()
     if exc is None or isinstance(exc, FileNotFoundError):
-        where = "" if os.sep in argv0 else f" on PATH ({env.get('PATH', os.defpath)})"
-        return f"cannot start the trainer: {argv0!r} not found{where}"
+        if os.sep in argv0:
+            return Failure.of("trainer-not-found", program=argv0)
+        return Failure.of("trainer-not-on-path", program=argv0, path=env.get("PATH", os.defpath))
     if isinstance(exc, PermissionError):
-        return f"cannot start the trainer: {argv0!r} is not executable"
-    return f"cannot start the trainer {argv0!r}: {exc.strerror or exc}"
+        return Failure.of("trainer-not-executable", program=argv0)
+    return Failure.of("trainer-not-started", program=argv0, error=str(exc.strerror or exc))

@@ -44,7 +44,7 @@ def eventbridge(document: Any) -> list[Any]:
 
 def test_an_interruption_notification_is_a_spot_warning_five_minutes_ahead() -> None:
     (event,) = cloudmonitor(notification(INTERRUPTION, interruption_content(INSTANCE), INSTANCE))
-    assert (event.type, event.instance_id, event.source) == ("spot-interruption", INSTANCE, ECS_SOURCE)
+    assert (event.kind, event.instance_id, event.source) == ("spot-interruption", INSTANCE, ECS_SOURCE)
     assert event.at == EVENT_AT  # the UTC+8 basic-format eventTime, read as the instant it is
     assert event.deadline == EVENT_AT + timedelta(minutes=5)
     assert event.detail == "action delete"
@@ -61,7 +61,7 @@ def test_every_shape_of_one_interruption_carries_the_same_message_id() -> None:
     ]
     ids = {event.id for (event,) in shapes}
     assert ids == {event_message_id("spot-interruption", INSTANCE)}
-    assert all(event.type == "spot-interruption" and event.instance_id == INSTANCE for (event,) in shapes)
+    assert all(event.kind == "spot-interruption" and event.instance_id == INSTANCE for (event,) in shapes)
 
 
 def test_without_an_event_time_the_receipt_time_counts() -> None:
@@ -73,7 +73,7 @@ def test_without_an_event_time_the_receipt_time_counts() -> None:
 
 def test_a_warning_without_the_expected_action_is_still_a_warning() -> None:
     (event,) = cloudmonitor(notification(INTERRUPTION, {"instanceId": INSTANCE}, INSTANCE))
-    assert (event.type, event.detail) == ("spot-interruption", "action unknown")
+    assert (event.kind, event.detail) == ("spot-interruption", "action unknown")
 
 
 def test_the_instance_id_falls_back_to_the_resource_name() -> None:
@@ -92,7 +92,7 @@ def test_states_on_the_way_out_mean_the_instance_is_gone(state: str) -> None:
         eventbridge(cloudevent(STATE_CHANGE, state_content(INSTANCE, state), INSTANCE)),
     ):
         (event,) = events
-        assert (event.type, event.instance_id, event.deadline) == ("instance-gone", INSTANCE, None)
+        assert (event.kind, event.instance_id, event.deadline) == ("instance-gone", INSTANCE, None)
         assert event.id == event_message_id("instance-gone", INSTANCE, state)
         assert event.detail == f"state {state}"
 
@@ -113,7 +113,7 @@ def test_live_states_are_understood_and_ignored(state: str) -> None:
 
 def test_a_status_suffix_on_the_name_is_read_past() -> None:
     (event,) = cloudmonitor(notification(f"{INTERRUPTION}:Executing", interruption_content(INSTANCE), INSTANCE))
-    assert event.type == "spot-interruption"
+    assert event.kind == "spot-interruption"
 
 
 def test_a_batch_is_every_event_in_it() -> None:
@@ -123,7 +123,7 @@ def test_a_batch_is_every_event_in_it() -> None:
         notification(STATE_CHANGE, state_content(other, "Running"), other),
         notification(STATE_CHANGE, state_content(other, "Deleted"), other),
     ]
-    assert [(e.type, e.instance_id) for e in cloudmonitor(batch)] == [
+    assert [(e.kind, e.instance_id) for e in cloudmonitor(batch)] == [
         ("spot-interruption", INSTANCE),
         ("instance-gone", other),
     ]

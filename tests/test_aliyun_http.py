@@ -125,7 +125,7 @@ async def test_a_push_with_the_token_is_published(make_intake: Callable[..., Awa
     (event,) = await intake.published()
     message = parse_message(event)
     assert isinstance(message, CloudEvent)
-    assert (message.type, message.instance_id, message.id) == (
+    assert (message.kind, message.instance_id, message.id) == (
         "spot-interruption",
         INSTANCE,
         event_message_id("spot-interruption", INSTANCE),
@@ -147,7 +147,7 @@ async def test_eventbridge_cloudevents_have_their_own_route(make_intake: Callabl
     status, _ = await intake.post(EVENTBRIDGE_PATH, gone, query={"token": TOKEN})
     assert status == 200
     (event,) = await intake.published()
-    assert (event["type"], event["instance_id"]) == ("instance-gone", INSTANCE)
+    assert (event["kind"], event["instance_id"]) == ("instance-gone", INSTANCE)
     status, answer = await intake.post(CLOUDMONITOR_PATH, gone, query={"token": TOKEN})
     assert status == 400 and "EventBridge" in answer["reason"]
 

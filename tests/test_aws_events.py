@@ -31,7 +31,7 @@ def only(body: str | bytes, attributes: dict[str, str] | None = None) -> CloudEv
 def test_spot_warning_from_eventbridge_has_a_two_minute_deadline_and_a_stable_id() -> None:
     message = only(spot_warning("i-0abc", event_id=EVENT_ID))
     assert isinstance(message, CloudEvent)
-    assert message.type == "spot-interruption"
+    assert message.kind == "spot-interruption"
     assert message.instance_id == "i-0abc"
     assert message.source == "aws.ec2"
     assert message.at == ISSUED
@@ -51,21 +51,21 @@ def test_hibernation_starts_at_once_so_its_deadline_is_the_notice_time() -> None
 def test_a_spot_warning_without_an_action_is_still_a_warning() -> None:
     message = only(spot_warning("i-0abc", action=None))
     assert isinstance(message, CloudEvent)
-    assert (message.type, message.deadline) == ("spot-interruption", ISSUED + timedelta(minutes=2))
+    assert (message.kind, message.deadline) == ("spot-interruption", ISSUED + timedelta(minutes=2))
     assert message.detail == "instance-action unknown"
 
 
 def test_rebalance_recommendation() -> None:
     message = only(rebalance("i-0abc"))
     assert isinstance(message, CloudEvent)
-    assert (message.type, message.instance_id, message.deadline) == ("rebalance", "i-0abc", None)
+    assert (message.kind, message.instance_id, message.deadline) == ("rebalance", "i-0abc", None)
 
 
 @pytest.mark.parametrize("state", ["shutting-down", "terminated", "stopping", "stopped"])
 def test_an_instance_that_stops_running_is_gone(state: str) -> None:
     message = only(state_change("i-0abc", state))
     assert isinstance(message, CloudEvent)
-    assert (message.type, message.instance_id, message.detail) == ("instance-gone", "i-0abc", f"state {state}")
+    assert (message.kind, message.instance_id, message.detail) == ("instance-gone", "i-0abc", f"state {state}")
 
 
 @pytest.mark.parametrize("state", ["pending", "running"])

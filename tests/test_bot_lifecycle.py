@@ -54,10 +54,10 @@ async def test_a_trainer_that_cannot_start_ends_the_job_after_the_configured_lau
         assert len(instances) == len(launched) == ended.attempt  # every launch the cloud saw, and no more
         # Nothing is left that could launch again: no held-back launch, no launch on the way.
         pending = [timer for timer in await Timers(service.bot.store.redis).pending() if timer.get("job_id") == job_id]
-        assert all(timer["kind"] != "relaunch-due" for timer in pending)
+        assert all(timer["type"] != "relaunch-due" for timer in pending)
         assert ended.failure
         if ended.state is JobState.RESUME_FAILED:
-            assert "without progress" in ended.failure or "went away" in ended.failure
+            assert "without progress" in str(ended.failure) or "went away" in str(ended.failure)
             await wait_for_text(chat, "page", "could not resume")
 
 

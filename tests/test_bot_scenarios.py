@@ -109,7 +109,7 @@ async def test_a_failed_resume_pages_on_call_who_acks_and_resumes_on_demand(tmp_
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 1)
         assert (await service.bot.command("console:ana", CHANNEL, f"interrupt-test {job_id}")).startswith("OK")
         failed = await wait_job(service, job_id, lambda job: job.state is JobState.RESUME_FAILED)
-        assert failed.attempt == 2 and "gave up after 2 restart(s)" in (failed.failure or "")
+        assert failed.attempt == 2 and "gave up after 2 restart(s)" in str(failed.failure)
         await wait_for_text(chat, "page", "could not resume")
 
         acked = await service.bot.command("console:oncall", CHANNEL, f"ack {job_id}")

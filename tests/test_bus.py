@@ -242,19 +242,20 @@ async def test_a_malformed_message_is_parked_at_once(running: Running) -> None:
 
 async def test_stop_lets_the_handler_in_flight_finish(running: Running) -> None:
     bus = await running.bus("c1")
-    started, finished = asyncio.Event(), asyncio.Event()
+    started, release, finished = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def handler(event: dict[str, Any]) -> None:
         started.set()
-        await asyncio.sleep(0.3)
+        await release.wait()  # still in flight when stop is set: it finishes only once released
         finished.set()
 
     first = await bus.publish({"id": "ev-inflight-01"})
     later = await bus.publish({"id": "ev-later-00001"})
     stop, task = running.start(bus, handler)
-    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.wait_for(started.wait(), 60)
     stop.set()
-    await asyncio.wait_for(task, 5)
+    release.set()
+    await asyncio.wait_for(task, 60)  # generous bounds only turn a hang into a failure
 
     assert finished.is_set()
     assert bus.handled == 1
@@ -316,7 +317,7 @@ async def test_the_store_outbox_is_delivered_on_the_bus(
         return Change(
             job=job.model_copy(update={"state": JobState.PROVISIONING}),
             history={"type": "provisioning"},
-            outbox=[{"type": "launch", "job_id": job.id}],
+            outbox=[{"type": "launched", "job_id": job.id}],  # an input: the events stream
         )
 
     applied = await store.apply(job.id, provision, "cmd-1")

@@ -29,15 +29,15 @@ async def running(redis_client_factory: RedisClientFactory, key_prefix: str) -> 
 
 
 def report(job_id: str, n: int) -> dict[str, Any]:
-    return {"kind": "report", "report": {"type": "progress", "job_id": job_id, "step": n}, "n": n}
+    return {"type": "report", "report": {"type": "progress", "job_id": job_id, "step": n}, "n": n}
 
 
 def test_partition_key_is_the_job_else_the_instance() -> None:
     assert partition_key(report("ft-a1", 1)) == "job:ft-a1"
-    assert partition_key({"kind": "notify", "job_id": "ft-a1", "channel": "card"}) == "job:ft-a1"
-    assert partition_key({"kind": "launched", "job_id": "ft-a1", "instance_id": "i-1"}) == "job:ft-a1"
-    assert partition_key({"kind": "cloud", "instance_id": "i-1"}) == "instance:i-1"
-    assert partition_key({"kind": "other"}) is None
+    assert partition_key({"type": "notify", "job_id": "ft-a1", "channel": "card"}) == "job:ft-a1"
+    assert partition_key({"type": "launched", "job_id": "ft-a1", "instance_id": "i-1"}) == "job:ft-a1"
+    assert partition_key({"type": "cloud", "instance_id": "i-1"}) == "instance:i-1"
+    assert partition_key({"type": "other"}) is None
     assert partition_key({"report": "not a mapping", "job_id": 7}) is None
 
 

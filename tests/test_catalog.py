@@ -15,14 +15,16 @@ from pydantic import BaseModel, ValidationError
 from bot.chat import catalog as catalog_module
 from bot.chat.catalog import LANGUAGES, en, messages, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
-from handlers import commands, decide, job_options, recipes, spot_decide, spot_policy
+from handlers import commands, decide, failures, job_options, recipes, spot_decide, spot_policy
 from handlers import policy as policy_module
 from handlers import reconcile as reconcile_module
 from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
 from handlers.decide import ack_command, interrupt_test_command, resume_command, stop_command
+from handlers.decide import decide as decide_message
 from handlers.events import Late
+from handlers.failures import CODES, Failure
 from handlers.jobs import Attempt, CheckpointRef, Job, JobState, Page
-from handlers.messages import Notify, dump_message, parse_message
+from handlers.messages import LaunchFailed, Notify, StartDeadline, dump_message, parse_message
 from handlers.notes import (
     POLICY_REASONS,
     Acked,
@@ -55,6 +57,7 @@ from handlers.policy import Policy, guard_start, refusal
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
+from runner.trainer import start_failure
 from tests.spot_cases import policy_reasons
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -95,11 +98,18 @@ SAMPLES: list[Note] = [
     InstanceGone(instance="i-1"),
     RelaunchPaused(attempt=2, count=2, limit=3, seconds=60.0),
     CompletedNote(output_uri="oss://bucket/jobs/ft-ab12/output/"),
-    FailedNote(reason="exit code 3", log_tail=["Traceback", "CUDA error"]),
+    FailedNote(reason="exit code 3", log_tail=["Traceback", "CUDA error"]),  # an older runner's sentence
+    FailedNote(reason=Failure.of("trainer-exited", exit_code=3, restarts=2, line="CUDA error"), log_tail=["x"]),
+    FailedNote(reason=Failure.of("trainer-not-on-path", program="sft", path="/usr/bin"), exit_code=None),
     Stopped(step=12),
     Stopped(),
     ResumeFailedPage(reason="no capacity", step=0, steps=3, mention=[Paged(**PAGE_PERSON)]),
     ResumeFailedPage(reason="no capacity", step=2, steps=3, everyone="channel"),
+    ResumeFailedPage(
+        reason=Failure.of("no-progress", count=3, last=Failure.of("interrupted", notice="spot-interruption")),
+        step=1,
+        steps=3,
+    ),
     Acked(by="dingtalk:manager4220", at=NOW),
     StopRequested(by="dingtalk:manager4220"),
     ResumeRequested(by="slack:U1", market="on-demand"),
@@ -252,6 +262,8 @@ def _value(annotation: Any, filled: bool) -> Any:
         return [_value(args[0], filled)]
     if origin is dict:
         return {"save": 1.5}
+    if annotation is Failure:  # its values depend on its code: one with none
+        return Failure.of("start-timeout")
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return made(annotation, filled)
     return {str: "x-1", int: 7, float: 2.5, bool: True, datetime: NOW}[annotation]
@@ -397,9 +409,102 @@ def handler_reasons() -> list[Reason]:
         *(change.reason for change in ignored),
         *policy_reasons(),
         *reconcile_reasons(),
+        *(failure.reason() for failure in failure_samples()),
     ]
     assert all(reason is not None for reason in reasons)
     return [reason for reason in reasons if reason is not None]
+
+
+def failure_samples() -> list[Failure]:
+    """A failure of every code, from the code path that gives it where that is cheap to reach (the bot's own
+    decisions, the runner's check of the trainer's program), else as the runner makes it."""
+    launching = Job(
+        id="ft-ab12",
+        recipe="tiny",
+        requested_by="u",
+        state=JobState.PROVISIONING,
+        attempts=[Attempt(number=1)],
+    )
+    decided = [
+        decide_message(
+            launching.model_copy(update={"state": JobState.PENDING}),
+            LaunchFailed(job_id="ft-ab12", attempt=1, reason="InsufficientInstanceCapacity"),
+            NOW,
+        ),
+        decide_message(launching, StartDeadline(job_id="ft-ab12", attempt=1, due=NOW), NOW),
+    ]
+    found = [change.job.failure for change in decided]
+    assert all(isinstance(failure, Failure) for failure in found), found
+    env = {"PATH": "/usr/bin"}
+    return [
+        *(failure for failure in found if isinstance(failure, Failure)),
+        start_failure("sft", env),
+        start_failure("/opt/bin/sft", env),
+        start_failure("/opt/bin/sft", env, PermissionError()),
+        start_failure("/opt/bin/sft", env, OSError(8, "Exec format error")),
+        Failure.of("replacement-gone", instance="i-2"),
+        Failure.of("capacity", error="InsufficientInstanceCapacity"),  # an attempt's end (tests/test_spot_decide.py)
+        Failure.of("no-progress", count=3, last=Failure.of("interrupted", notice="spot-interruption")),
+        Failure.of("no-progress", count=2, last=Failure.of("instance-gone", detail="aws-eventbridge")),
+        Failure.of("no-progress", count=1, last="an older runner's sentence"),
+        Failure.of("storage-unreachable", error="HTTP 503"),
+        Failure.of("trainer-exited", exit_code=1, restarts=2, line="CUDA out of memory"),
+        Failure.of("trainer-exited-silent", exit_code=1, restarts=0),
+        Failure.of("output-not-stored", error="AccessDenied"),
+    ]
+
+
+def codes_in(failure: Failure) -> set[str]:
+    nested = (codes_in(value) for value in failure.values.values() if isinstance(value, Failure))
+    return {failure.code}.union(*nested)
+
+
+def test_every_failure_code_has_wording_in_every_language_and_a_sample() -> None:
+    """Generated from the codes' union: a code added without its English, or without a word in any language of
+    the catalogue, fails here (and its sample must fill the sentence exactly: ``Failure`` checks that)."""
+    assert set(failures.WORDING.sentences) == {f"failure.{code}" for code in CODES}
+    for lang in LANGUAGES:
+        missing = [code for code in CODES if f"failure.{code}" not in messages(lang)]
+        assert not missing, (lang, missing)
+    assert set().union(*(codes_in(failure) for failure in failure_samples())) == set(CODES)
+
+
+def test_a_failure_whose_values_do_not_fill_its_sentence_is_refused() -> None:
+    for values in ({}, {"error": "x", "extra": 1}, {"wrong": "x"}):
+        with pytest.raises(ValidationError):
+            Failure(code="launch-failed", values=values)
+    with pytest.raises(ValidationError):
+        Failure.model_validate({"code": "no-such-code", "values": {}})
+
+
+def test_a_failure_keeps_the_english_it_always_had_and_the_quoted_detail_as_given() -> None:
+    nested = Failure.of("no-progress", count=3, last=Failure.of("interrupted", notice="spot-interruption"))
+    assert nested.english == (
+        "3 attempt(s) in a row ended without progress, the last one interrupted: spot-interruption; not relaunching"
+    )
+    assert (
+        say("zh-CN", nested.reason())
+        == "已连续 3 次尝试没有任何进展，最后一次被中断（spot-interruption）；不再重新启动"
+    )
+    launch = Failure.of("launch-failed", error="InsufficientInstanceCapacity: no p5 in us-east-1a")
+    assert say("zh-CN", launch.reason()) == "实例启动失败：InsufficientInstanceCapacity: no p5 in us-east-1a"
+    assert Failure.model_validate_json(nested.model_dump_json()) == nested  # a nested failure survives storage
+
+
+def test_a_job_stored_with_a_free_text_failure_loads_and_shows_the_text_as_it_is() -> None:
+    """Records written before failures had codes (``failure``, ``page.reason`` and notes as sentences)."""
+    old = job().model_dump(mode="json") | {"state": "RESUME_FAILED", "failure": "the runner crashed"}
+    old["page"] = {"attempt": 2, "opened_at": NOW.isoformat(), "reason": "no capacity", "sent": 1}
+    loaded = Job.model_validate_json(Job.model_validate(old).model_dump_json())
+    assert loaded.failure == "the runner crashed" and loaded.page is not None and loaded.page.reason == "no capacity"
+    for lang in LANGUAGES:
+        problem = dict(card(loaded, NOW, lang).fields)[text(lang, "label.problem")]
+        assert problem == "the runner crashed"
+    coded = loaded.model_copy(update={"failure": Failure.of("start-timeout")})
+    assert dict(card(coded, NOW, "zh-CN").fields)["问题"] == "运行器没有按时报告已启动"
+    assert dict(card(coded, NOW, "en").fields)["Problem"] == "the runner did not report started in time"
+    bus = dump_message(_notify(ResumeFailedPage(reason="no capacity")))
+    assert "(no capacity)" in message_text(loaded, parse_message(bus), NOW, "en")  # type: ignore[arg-type]
 
 
 def keys_in(reason: Reason) -> set[str]:
@@ -409,7 +514,7 @@ def keys_in(reason: Reason) -> set[str]:
 
 def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
     tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING, job_options.WORDING]
-    tables += [spot_policy.WORDING, spot_decide.WORDING, reconcile_module.WORDING]
+    tables += [spot_policy.WORDING, spot_decide.WORDING, reconcile_module.WORDING, failures.WORDING]
     assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
     assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice
     assert en.BOT.keys().isdisjoint(en.HANDLERS)

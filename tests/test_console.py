@@ -42,11 +42,13 @@ def spawn(tmp_path: Path, **env: str) -> pexpect.spawn:
     return child
 
 
-def eof(child: pexpect.spawn) -> None:
-    """Ctrl-D at the prompt: once it is drawn again (between prompts the terminal is not in raw mode, and the
-    terminal's own line discipline would take the Ctrl-D, so the console never sees it)."""
+def at_prompt(child: pexpect.spawn) -> None:
+    """Wait until the prompt is drawn again: only then is the terminal raw, so Ctrl-C / Ctrl-D reach the prompt.
+
+    Between two prompts the terminal is cooked: there a Ctrl-D is the line discipline's end of file, gone before
+    the next prompt reads, and a Ctrl-C is a SIGINT.
+    """
     child.expect_exact("/finetune")
-    child.sendeof()
 
 
 def post_report(port: int, body: bytes) -> None:
@@ -77,6 +79,7 @@ def test_updates_go_above_a_half_typed_command_and_ctrl_c_leaves_cleanly(tmp_pat
         child.sendline(f"s {job}")  # the rest of it: the line typed before the update is intact
         child.expect(LOGS_LINE)
         child.expect(r"notice|spot-interruption")
+        at_prompt(child)
 
         child.send("\x03")  # Ctrl-C at the prompt
         child.expect(f"The local instances of {job} stop within a minute of this bot")
@@ -98,8 +101,9 @@ def test_help_and_ctrl_d(tmp_path: Path) -> None:
         child.expect("Recipes")
         child.expect(r"steps=30  int, 1…10000")
         child.sendline("list")
-        child.expect("no jobs yet: /finetune start tiny")
-        eof(child)
+        child.expect_exact("no jobs yet: /finetune start tiny")  # the whole reply: its "/finetune" is not the prompt
+        at_prompt(child)
+        child.sendeof()  # Ctrl-D
         child.expect("Bye.")
         child.expect(pexpect.EOF)
         screen = child.before
@@ -136,7 +140,8 @@ def test_list_shows_the_step_out_of_the_total(tmp_path: Path) -> None:
                 break
             time.sleep(0.5)
         assert seen == 4
-        eof(child)
+        at_prompt(child)
+        child.sendeof()
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.events import Completed, Failed, Interrupted, Notice, Progress, Started
+from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline, parse_message
 from handlers.transitions import TRANSITIONS
@@ -20,7 +21,7 @@ def at(seconds: float) -> datetime:
 
 
 def kinds(change: Change) -> list[str]:
-    return [f"{item['kind']}:{item.get('channel', '')}{topic(item)}".rstrip(":") for item in change.outbox]
+    return [f"{item['type']}:{item.get('channel', '')}{topic(item)}".rstrip(":") for item in change.outbox]
 
 
 def report(job: Job, report_type: type[Any], attempt: int | None = None, **fields: Any) -> ReportReceived:
@@ -57,7 +58,7 @@ def test_interruption_and_recovery_with_fencing() -> None:
     assert job.state is JobState.RUNNING and job.step == 12
 
     warning = decide(
-        job, CloudEvent(type="spot-interruption", instance_id="i-1", source="aws.ec2", deadline=at(140)), at(20)
+        job, CloudEvent(kind="spot-interruption", instance_id="i-1", source="aws.ec2", deadline=at(140)), at(20)
     )
     assert warning.job.state is JobState.INTERRUPTED and warning.job.interruptions == 1
     assert kinds(warning) == ["notify:alertinterruption-warning", "notify:threadinterruption-warning"]
@@ -92,7 +93,7 @@ def test_interruption_and_recovery_with_fencing() -> None:
 
     late = decide(job, report(job, Progress, attempt=1, step=14), at(23))  # the dying instance's heartbeat
     assert late.job == job and late.history["event"] == "ignored" and "attempt 1" in late.history["why"]
-    gone = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="aws.ec2"), at(30))
+    gone = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="aws.ec2"), at(30))
     assert gone.job == job and gone.history["event"] == "ignored"  # the old instance, reclaimed as expected
 
     job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2", zone="us-east-1c"), at(31)).job
@@ -109,7 +110,7 @@ def test_interruption_and_recovery_with_fencing() -> None:
 
 def test_a_reclaim_without_notice_loses_at_most_the_checkpoint_interval() -> None:
     job = running_job()
-    gone = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="aws.ec2"), at(30))
+    gone = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="aws.ec2"), at(30))
     assert gone.job.state is JobState.RECOVERING and gone.job.attempt == 2
     job = decide(gone.job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
     job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
@@ -135,17 +136,17 @@ def test_resume_failures_page_and_commands_leave_resume_failed() -> None:
     assert retried.job.state is JobState.RECOVERING and retried.job.attempt == 3
     assert retried.job.current is not None and retried.job.current.market == "on-demand"
     assert retried.job.acked_by is None
-    assert next(item for item in retried.outbox if item["kind"] == "launch")["market"] == "on-demand"
+    assert next(item for item in retried.outbox if item["type"] == "launch")["market"] == "on-demand"
 
 
 def test_a_replacement_that_never_starts_times_out_into_resume_failed() -> None:
     job = running_job()
-    job = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="local"), at(30)).job
+    job = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="local"), at(30)).job
     job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
     late_timer = decide(job, StartDeadline(job_id=job.id, attempt=1, due=at(900)), at(900))
     assert late_timer.history["event"] == "ignored"
     timeout = decide(job, StartDeadline(job_id=job.id, attempt=2, due=at(931)), at(931))
-    assert timeout.job.state is JobState.RESUME_FAILED and "did not report started" in (timeout.job.failure or "")
+    assert timeout.job.state is JobState.RESUME_FAILED and timeout.job.failure == Failure.of("start-timeout")
 
 
 def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
@@ -186,22 +187,46 @@ def test_every_state_is_reachable_and_terminal_states_only_leave_by_retry() -> N
 
 def test_a_resumed_attempt_that_cannot_train_pages_on_call() -> None:
     job = running_job()
-    job = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="local"), at(30)).job
+    job = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="local"), at(30)).job
     job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
     job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
     failed = decide(job, report(job, Failed, reason="trainer exited with code 3", exit_code=3), at(50))
     assert failed.job.state is JobState.RESUME_FAILED
-    step = next(item for item in failed.outbox if item["kind"] == "page-step")
+    step = next(item for item in failed.outbox if item["type"] == "page-step")
     paged = decide(failed.job, parse_message(step), at(50))
     assert "notify:pageresume-failed" in kinds(paged)
-    page = next(item for item in paged.outbox if item["kind"] == "notify")
+    page = next(item for item in paged.outbox if item["type"] == "notify")
     assert page["note"]["exit_code"] == 3 and page["note"]["everyone"] == "here"  # no rota: @here
+
+
+def test_a_runners_coded_failure_is_kept_coded_and_an_older_runners_sentence_as_it_is() -> None:
+    """The job, the page and its note keep the runner's code and values (the chat side words them); a report of a
+    runner older than ``failure`` has only ``reason``: that sentence is kept and told as it is."""
+    job = running_job()
+    job = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="local"), at(30)).job
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
+    job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
+    coded = Failure.of("trainer-exited", exit_code=3, restarts=0, line="CUDA error")
+    older = {"type": "failed", "job_id": job.id, "attempt": 2, "reason": "trainer exited with code 3", "x": 1}
+    for sent, kept in (
+        (report(job, Failed, reason=coded.english, failure=coded), coded),
+        (
+            ReportReceived.model_validate({"report": older}),
+            "trainer exited with code 3",
+        ),
+    ):
+        failed = decide(job, sent, at(50))
+        assert failed.job.failure == kept and failed.job.page is not None and failed.job.page.reason == kept
+        assert failed.history["reason"] == str(kept) == failed.job.attempts[-1].end_reason  # English, for people
+        step = next(item for item in failed.outbox if item["type"] == "page-step")
+        page = next(item for item in decide(failed.job, parse_message(step), at(50)).outbox if item["type"] == "notify")
+        assert parse_message(page).note.reason == kept  # type: ignore[union-attr]
 
 
 def test_a_late_report_of_an_old_attempt_moves_nothing_but_is_still_told() -> None:
     """Finding 2: the replica holding the runner's notice died; it comes back after the relaunch."""
     job = running_job()
-    gone = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="local"), at(30)).job
+    gone = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="local"), at(30)).job
     assert gone.state is JobState.RECOVERING and gone.attempt == 2
 
     notice = decide(gone, report(gone, Notice, attempt=1, kind="spot-interruption", source="aws-imds"), at(45))
@@ -218,9 +243,9 @@ def test_a_late_report_of_an_old_attempt_moves_nothing_but_is_still_told() -> No
     assert decide(gone, report(gone, Progress, attempt=1, step=14), at(47)).outbox == []  # nothing to tell
 
     # The same warning told twice (the cloud's, late, and the runner's) is one note id per channel: posted once.
-    from_cloud = decide(gone, CloudEvent(type="spot-interruption", instance_id="i-1", source="aws.ec2"), at(48))
+    from_cloud = decide(gone, CloudEvent(kind="spot-interruption", instance_id="i-1", source="aws.ec2"), at(48))
     assert [note["id"] for note in from_cloud.outbox] == [note["id"] for note in notice.outbox]
-    warned = decide(job, CloudEvent(type="spot-interruption", instance_id="i-1", source="aws.ec2"), at(20))
+    warned = decide(job, CloudEvent(kind="spot-interruption", instance_id="i-1", source="aws.ec2"), at(20))
     assert [note["id"] for note in warned.outbox] == [note["id"] for note in notice.outbox]
 
 
@@ -234,7 +259,7 @@ def test_a_pending_job_moves_on_its_runner_or_ends_at_its_deadline() -> None:
     assert "terminate" not in kinds(late)
 
     timed_out = decide(pending, StartDeadline(job_id=pending.id, attempt=1, due=at(900)), at(900))
-    assert timed_out.job.state is JobState.FAILED and "did not report started" in (timed_out.job.failure or "")
+    assert timed_out.job.state is JobState.FAILED and timed_out.job.failure == Failure.of("start-timeout")
     released = decide(timed_out.job, Launched(job_id=pending.id, attempt=1, instance_id="i-late"), at(901))
     assert released.job == timed_out.job and kinds(released) == ["terminate"]  # nothing bills unseen
     assert released.outbox[0]["instance_id"] == "i-late"

@@ -154,7 +154,7 @@ async def test_an_interruption_warning_reaches_the_group_once(parts: Parts, robo
     """The core tells a warning twice (the alert, and the job's thread); DingTalk has no threads, so the group gets
     the alert alone: through its custom robot when it has one, else as the app robot's message."""
     job = running_job()
-    warned = decide(job, CloudEvent(type="spot-interruption", instance_id="i-bp1abc", source="aliyun.ecs"), utcnow())
+    warned = decide(job, CloudEvent(kind="spot-interruption", instance_id="i-bp1abc", source="aliyun.ecs"), utcnow())
     notes = [message for message in map(parse_message, warned.outbox) if isinstance(message, Notify)]
     assert sorted(told.channel for told in notes) == ["alert", "thread"]  # both are told…
     config = parts.config if robot else parts.config.model_copy(update={"robot_webhook": None, "robot_secret": None})

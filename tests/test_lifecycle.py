@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.events import CheckpointSaved, Failed, Interrupted, Notice, Progress, Started
+from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, CheckpointRef, Job, JobState
 from handlers.lifecycle import Lifecycle, relaunch_pause
 from handlers.messages import (
@@ -33,11 +34,11 @@ def at(seconds: float) -> datetime:
 
 
 def kinds(change: Change) -> list[str]:
-    return [f"{item['kind']}:{item.get('channel', '')}{topic(item)}".rstrip(":") for item in change.outbox]
+    return [f"{item['type']}:{item.get('channel', '')}{topic(item)}".rstrip(":") for item in change.outbox]
 
 
 def of_kind(change: Change, kind: str) -> dict[str, Any]:
-    return next(item for item in change.outbox if item["kind"] == kind)
+    return next(item for item in change.outbox if item["type"] == kind)
 
 
 def report(job: Job, report_type: type[Any], **fields: Any) -> ReportReceived:
@@ -59,7 +60,7 @@ def started_job(seconds: float = 0) -> Job:
 def gone(job: Job, seconds: float) -> Change:
     instance = job.current.instance_id if job.current else None
     assert instance is not None
-    event = CloudEvent(type="instance-gone", instance_id=instance, source="local")
+    event = CloudEvent(kind="instance-gone", instance_id=instance, source="local")
     return decide(job, event, at(seconds), None, LIMITS)
 
 
@@ -92,7 +93,9 @@ def test_a_trainer_that_cannot_start_is_relaunched_with_growing_pauses_then_page
     assert launches == 1 + LIMITS.max_relaunches_without_progress
     assert pauses == [10, 20]  # doubling, capped at 25 (a third would have waited 25, not 40)
     assert ended.job.state is JobState.RESUME_FAILED and ended.job.attempts_without_progress == 3
-    assert "3 attempt(s) in a row ended without progress" in (ended.job.failure or "")
+    failure = ended.job.failure
+    assert isinstance(failure, Failure) and failure.code == "no-progress" and failure.values["count"] == 3
+    assert failure.english.startswith("3 attempt(s) in a row ended without progress, the last one instance gone")
     assert "page-step" in kinds(ended) and "launch" not in kinds(ended)
     assert ended.history["event"] == "no-progress" and ended.history["after"] == "instance-gone"
 
@@ -100,7 +103,7 @@ def test_a_trainer_that_cannot_start_is_relaunched_with_growing_pauses_then_page
 def test_without_relaunches_allowed_a_first_attempt_that_cannot_start_fails_the_job() -> None:
     never = Lifecycle(max_relaunches_without_progress=0)
     job = started_job()
-    ended = decide(job, CloudEvent(type="instance-gone", instance_id="i-1", source="local"), at(5), None, never)
+    ended = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="local"), at(5), None, never)
     assert ended.job.state is JobState.FAILED and "page-step" not in kinds(ended)
     assert "notify:threadfailed" in kinds(ended) and "launch" not in kinds(ended)
 

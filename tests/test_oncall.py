@@ -52,7 +52,7 @@ def step(job: Job, number: int, at: datetime) -> Any:
 
 
 def names(change: Any) -> list[str]:
-    notify = next(item for item in change.outbox if item["kind"] == "notify")
+    notify = next(item for item in change.outbox if item["type"] == "notify")
     return [person["name"] for person in notify["note"]["mention"]] + [str(notify["note"]["everyone"])]
 
 
@@ -86,7 +86,7 @@ def test_the_ladder_walks_step_by_step_and_each_step_goes_once() -> None:
     job = paged_job()
     first = step(job, 0, T0)
     assert names(first) == ["ana", "None"] and first.job.page is not None and first.job.page.sent == 1
-    following = next(item for item in first.outbox if item["kind"] == "page-step")
+    following = next(item for item in first.outbox if item["type"] == "page-step")
     timer = parse_message(following)
     assert isinstance(timer, PageStep) and timer.step == 1 and timer.due == T0 + timedelta(minutes=5)
 
@@ -99,7 +99,7 @@ def test_the_ladder_walks_step_by_step_and_each_step_goes_once() -> None:
         assert names(change) == expected
         job = change.job
     last = step(job, 4, T0 + timedelta(minutes=35))
-    assert [item["kind"] for item in last.outbox] == ["notify"]  # out of repeats: nothing more scheduled
+    assert [item["type"] for item in last.outbox] == ["notify"]  # out of repeats: nothing more scheduled
     assert step(last.job, 5, T0 + timedelta(minutes=45)).history["why"] == "the ladder is exhausted"
 
 

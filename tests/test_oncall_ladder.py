@@ -125,7 +125,7 @@ async def test_two_replicas_send_each_step_exactly_once(tmp_path: Path) -> None:
                 ["[PAGE] @ana", "[PAGE] @ana @bo", "[PAGE] @channel", "[PAGE] @channel"]
             )
             pending = await Timers(second.bot.store.redis).pending()
-            assert not [timer for timer in pending if timer.get("kind") == "page-step"]
+            assert not [timer for timer in pending if timer.get("type") == "page-step"]
 
 
 async def timers_looked(first: BotService, second: BotService, before: tuple[int, int]) -> bool:

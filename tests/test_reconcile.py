@@ -141,7 +141,7 @@ def test_a_release_terminates_and_tells_the_channel_without_touching_the_job() -
     change = release(over, action, window=7)
     assert change.job == over  # not news from the job: its updated_at stays
     terminate, note = change.outbox
-    assert (terminate["kind"], terminate["instance_id"], terminate["id"]) == (
+    assert (terminate["type"], terminate["instance_id"], terminate["id"]) == (
         "terminate",
         "i-1",
         "reconcile-release-i-1-7",

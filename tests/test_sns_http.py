@@ -143,7 +143,7 @@ async def test_a_signed_notification_is_published(local: Endpoint, cert_host: Ce
     message = parse_message(event)
     assert isinstance(message, CloudEvent)
     expected = ("spot-interruption", "i-0abc", event_message_id(EVENT_ID))
-    assert (message.type, message.instance_id, message.id) == expected
+    assert (message.kind, message.instance_id, message.id) == expected
     assert answer == {"accepted": [message.id]}
 
 
@@ -381,7 +381,7 @@ async def test_an_sns_http_subscription_on_moto_is_verified_with_snss_own_certif
     message = parse_message(event)
     assert isinstance(message, CloudEvent)
     expected = ("spot-interruption", "i-0moto", event_message_id(EVENT_ID))
-    assert (message.type, message.instance_id, message.id) == expected
+    assert (message.kind, message.instance_id, message.id) == expected
 
 
 async def test_the_default_fetcher_refuses_redirects_and_oversized_bodies(serve: Serve) -> None:

@@ -12,6 +12,7 @@ from bot.chat.render import card
 from bot.settings import ConfigError, load_settings, parse_file_config
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.events import Interrupted
+from handlers.failures import Failure
 from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.messages import LaunchFailed, PolicyTick, ReportReceived
 from handlers.spot_decide import SpotView, managed
@@ -22,13 +23,13 @@ VIEW = SpotView(zones=("zone-a", "zone-b"), spot_price=0.3, on_demand_price=1.0,
 ONE_ZONE = SpotView(zones=("zone-a",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
 
 
-def kinds(change: Change) -> list[str]:
-    return [effect["kind"] for effect in change.outbox]
+def effect_types(change: Change) -> list[str]:
+    return [effect["type"] for effect in change.outbox]
 
 
-def effect(change: Change, kind: str) -> dict[str, Any]:
-    found = [item for item in change.outbox if item["kind"] == kind]
-    assert len(found) == 1, (kind, change.outbox)
+def effect(change: Change, type_: str) -> dict[str, Any]:
+    found = [item for item in change.outbox if item["type"] == type_]
+    assert len(found) == 1, (type_, change.outbox)
     return found[0]
 
 
@@ -78,7 +79,7 @@ def test_a_job_without_deadline_or_budget_launches_as_it_always_did() -> None:
     assert not managed(change.job) and change.job.plan is None
     launch = effect(change, "launch")
     assert (launch["market"], launch["zone"], launch["fallback"]) == ("spot", None, True)
-    assert "policy-tick" not in kinds(change)
+    assert "policy-tick" not in effect_types(change)
 
 
 def test_a_job_with_a_deadline_launches_where_the_policy_says_and_starts_its_ticks() -> None:
@@ -98,6 +99,7 @@ def test_a_capacity_refusal_moves_to_the_next_zone_then_to_on_demand_never_twice
     )
     assert first.job.state is JobState.PENDING and first.job.attempt == 2
     assert "zone-a" in first.job.refused_zones
+    assert first.job.attempts[0].end_reason == Failure.of("capacity", error="no room").english
     assert effect(first, "launch")["zone"] == "zone-b"
     second = decide(
         first.job,
@@ -128,7 +130,7 @@ def test_an_interruption_close_to_the_deadline_relaunches_on_demand_and_says_why
 def test_with_slack_left_the_job_waits_for_spot_and_a_tick_launches_it_once_a_zone_has_room() -> None:
     job = measured(deadline=timedelta(hours=10))
     waiting = decide(job, interrupted(job), NOW, spot=ONE_ZONE)
-    assert "launch" not in kinds(waiting)
+    assert "launch" not in effect_types(waiting)
     assert waiting.job.plan is not None and waiting.job.plan.action == "wait"
     assert waiting.job.current is not None and waiting.job.current.instance_id is None
     later = NOW + timedelta(minutes=31)  # zone-a's reclaim is past its cool-down: spot may be had there again
@@ -162,7 +164,7 @@ def test_a_person_who_stops_during_a_switch_gets_the_stop() -> None:
     stopping = stop_command(switch.job, "console:ana", NOW)
     assert stopping.job.state is JobState.STOPPING and stopping.job.switch_to is None
     stopped = decide(stopping.job, interrupted(stopping.job), NOW, spot=ONE_ZONE)
-    assert stopped.job.state is JobState.STOPPED and "launch" not in kinds(stopped)
+    assert stopped.job.state is JobState.STOPPED and "launch" not in effect_types(stopped)
 
 
 def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint_and_says_so() -> None:
@@ -173,9 +175,9 @@ def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint_and_say
     said = [item for item in change.outbox if topic(item) == "spot-policy"]
     assert len(said) == 1 and said[0]["note"]["reason"] == "spot-policy.stop.budget"
     assert said[0]["note"]["values"]["budget"] == 0.4
-    assert "policy-tick" in kinds(change)  # the chain ends at the next tick, once the job is STOPPED
+    assert "policy-tick" in effect_types(change)  # the chain ends at the next tick, once the job is STOPPED
     stopped = decide(change.job, interrupted(change.job), NOW, spot=VIEW)
-    assert stopped.job.state is JobState.STOPPED and "launch" not in kinds(stopped)
+    assert stopped.job.state is JobState.STOPPED and "launch" not in effect_types(stopped)
     assert stopped.job.checkpoint is not None and stopped.job.checkpoint.step == 100
     ended = decide(stopped.job, PolicyTick(job_id=job.id, tick=stopped.job.tick, due=NOW), NOW, spot=VIEW)
     assert ended.outbox == [] and ended.history["event"] == "ignored"
@@ -220,7 +222,7 @@ def test_a_stop_the_bot_asked_for_does_not_count_as_spot_lost_in_that_zone() -> 
     change = resume_command(
         reclaimed.model_copy(update={"attempts": [taken]}), "console:ana", False, NOW, spot=ONE_ZONE
     )
-    assert "launch" not in kinds(change) and change.job.plan is not None and change.job.plan.action == "wait"
+    assert "launch" not in effect_types(change) and change.job.plan is not None and change.job.plan.action == "wait"
 
 
 def test_an_unknown_policy_or_bad_local_zones_are_refused_with_one_line() -> None:

@@ -80,7 +80,7 @@ async def test_bad_options_change_nothing_and_a_plain_job_is_launched_as_always(
         launch = [entry for entry in await service.bot.store.history(job_id) if entry.get("event") == "created"]
         assert "policy" not in launch[0]
         pending = await Timers(service.bot.store.redis).pending()
-        assert not any(timer["kind"] == "policy-tick" for timer in pending)
+        assert not any(timer["type"] == "policy-tick" for timer in pending)
         card = await service.bot.command("console:ana", CHANNEL, f"status {job_id}")
         assert "Plan:" not in card and "Deadline:" not in card
 

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from aiobotocore.session import get_session
 
 from bot.sources.sqs import SqsSource
 from handlers.aws_events import event_message_id
@@ -38,7 +39,7 @@ def kinds(bus: RecordingBus) -> list[tuple[str, str]]:
     for event in bus.events:
         message = parse_message(event)
         if isinstance(message, CloudEvent):
-            result.append((message.type, message.instance_id))
+            result.append((message.kind, message.instance_id))
         elif isinstance(message, ReportReceived):
             result.append((message.report.type, message.report.job_id))
     return sorted(result)
@@ -163,15 +164,47 @@ async def test_stop_finishes_the_batch_in_hand(aws: str) -> None:
     assert cloud.depth(queue) == 5 - source.stats.received
 
 
+class CountingSqs:
+    """The real SQS client (against moto), counting the long polls it starts and the ones SQS answered."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.polling = asyncio.Event()  # set once a long poll is on its way to SQS
+        self.polls = 0
+        self.answered = 0
+
+    async def receive_message(self, **request: Any) -> Any:
+        self.polls += 1
+        self.polling.set()
+        answer = await self._client.receive_message(**request)
+        self.answered += 1
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
 async def test_stop_abandons_a_long_poll(aws: str) -> None:
+    """Stopped during a 20 s long poll on an empty queue, the consumer returns without SQS having answered it:
+    the poll was abandoned, not waited out (no clock: moto only answers an empty 20 s poll after 20 s)."""
     cloud = Aws(aws)
     queue = cloud.queue("finetune-events")
-    source = SqsSource(queue, RecordingBus().publish, wait_seconds=20)
+    counting: list[CountingSqs] = []
+
+    @asynccontextmanager
+    async def client() -> AsyncIterator[CountingSqs]:
+        async with get_session().create_client("sqs") as real:
+            counting.append(CountingSqs(real))
+            yield counting[-1]
+
+    source = SqsSource(queue, RecordingBus().publish, wait_seconds=20, client_factory=client)
     stop = asyncio.Event()
     task = asyncio.create_task(source.run(stop))
-    await asyncio.sleep(0.5)  # the long poll is in flight
+    await until(lambda: bool(counting) and counting[0].polling.is_set(), what="the long poll on its way")
     stop.set()
-    await asyncio.wait_for(task, 5)  # long before the 20 s poll would end
+    await asyncio.wait_for(task, 120)  # a generous bound only turns a hang into a failure
+    [sqs] = counting
+    assert sqs.polls == 1 and sqs.answered == 0
 
 
 async def test_errors_back_off_and_never_stop_the_consumer(aws: str) -> None:

@@ -14,9 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bot.chat.catalog import Lang, text, word
+from bot.chat.catalog import Lang, say, text, word
 from handlers.cost import job_cost
 from handlers.events import Late
+from handlers.failures import Failure
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
 from handlers.notes import (
@@ -104,7 +105,7 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
         )
         fields.append((text(lang, "label.interruptions"), interruptions))
     if job.failure and job.state in (JobState.FAILED, JobState.RESUME_FAILED):
-        fields.append((text(lang, "label.problem"), job.failure))
+        fields.append((text(lang, "label.problem"), failure_text(job.failure, lang)))
     fields.extend(_plan_fields(job, lang))
     if job.page is not None and job.page.acked_by:
         acked = text(lang, "card.acked", by=job.page.acked_by, at=_time(job.page.acked_at, lang))
@@ -192,6 +193,12 @@ def late_text(late: Late | None, lang: Lang) -> str:
     return text(lang, f"late.{late.cause}", step=late.step, error=late.error)
 
 
+def failure_text(failure: Failure | str, lang: Lang) -> str:
+    """Why a job failed, in ``lang``: a coded failure from the catalogue; a sentence (a record stored before
+    codes, an older runner's report) as it is."""
+    return say(lang, failure.reason()) if isinstance(failure, Failure) else failure
+
+
 def _resumed(job: Job, note: Resumed, now: datetime, lang: Lang) -> str:
     start = text(lang, "topic.resumed.from-start" if note.step is None else "topic.resumed.from-step", step=note.step)
     return text(
@@ -225,13 +232,14 @@ def _completed(job: Job, note: CompletedNote, now: datetime, lang: Lang) -> str:
 
 def _failed(job: Job, note: FailedNote, now: datetime, lang: Lang) -> str:
     tail = "\n".join(f"    {line}" for line in note.log_tail[-5:])
-    return text(lang, "topic.failed", job=job.id, reason=note.reason) + (f"\n{tail}" if tail else "")
+    reason = failure_text(note.reason, lang)
+    return text(lang, "topic.failed", job=job.id, reason=reason) + (f"\n{tail}" if tail else "")
 
 
 def _page(job: Job, note: ResumeFailedPage, now: datetime, lang: Lang) -> str:
     # A later step of the on-call ladder says which it is.
     again = text(lang, "topic.resume-failed.again", number=note.step + 1, steps=note.steps) if note.step else ""
-    return text(lang, "topic.resume-failed", again=again, job=job.id, reason=note.reason)
+    return text(lang, "topic.resume-failed", again=again, job=job.id, reason=failure_text(note.reason, lang))
 
 
 def _stopped(job: Job, note: Stopped, now: datetime, lang: Lang) -> str:

@@ -227,7 +227,7 @@ class LocalInstance:
         instance_id = self.config.instance_id
         event = CloudEvent(
             id=f"gone-{instance_id}",
-            type="instance-gone",
+            kind="instance-gone",
             instance_id=instance_id,
             source="local",
             detail=json.dumps({"exit_code": code}),

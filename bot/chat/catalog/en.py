@@ -6,7 +6,7 @@ own English, taken from the tables next to the code that says it, so the two can
 
 from __future__ import annotations
 
-from handlers import commands, decide, job_options, policy, recipes, reconcile, spot_decide, spot_policy
+from handlers import commands, decide, failures, job_options, policy, recipes, reconcile, spot_decide, spot_policy
 
 HANDLERS: dict[str, str] = {
     **commands.WORDING.sentences,
@@ -17,6 +17,7 @@ HANDLERS: dict[str, str] = {
     **spot_policy.WORDING.sentences,
     **spot_decide.WORDING.sentences,
     **reconcile.WORDING.sentences,
+    **failures.WORDING.sentences,
 }
 
 BOT: dict[str, str] = {
