@@ -6,35 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from handlers.jobs import JobState
-from tests.bot_harness import CHANNEL, quick_recipe, running_bot, start_job, wait_job, write_config
-
-# Counts steps; on SIGTERM saves checkpoint-<step> (marked complete) and exits; resumed, it trains three more
-# steps from the checkpoint's step and finishes.
-RESUMES = """
-import json, os, pathlib, signal, sys, time
-out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR'])
-progress = pathlib.Path(os.environ['FINETUNE_PROGRESS_FILE'])
-resumed = os.environ.get('FINETUNE_RESUME_FROM')
-stop = []
-signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
-step = int(pathlib.Path(resumed).name.split('-')[1]) if resumed else 0
-limit = step + 3 if resumed else 10**9
-while not stop and step < limit:
-    step += 1
-    with progress.open('a') as file:
-        file.write(json.dumps({'step': step, 'total_steps': 1000}) + '\\n')
-    time.sleep(0.1)
-if stop:
-    ckpt = out / ('checkpoint-%d' % step)
-    ckpt.mkdir(parents=True)
-    (ckpt / 'state.json').write_text(json.dumps({'step': step}))
-    (ckpt / '.finetune-complete').touch()
-sys.exit(0)
-"""
+from tests.bot_harness import CHANNEL, DRILLABLE, quick_recipe, running_bot, start_job, wait_job, write_config
 
 
 async def test_a_drill_on_the_alibaba_metadata_path_checkpoints_relaunches_and_completes(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("resumes", RESUMES)])
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("resumes", DRILLABLE)])
     async with running_bot(tmp_path / "state", config, grace=8.0, finetune_local_dialect="aliyun") as (service, _chat):
         assert service.bot.cloud.notice == "aliyun"
         job_id = await start_job(service, "console:ana", "start resumes")
