@@ -19,9 +19,8 @@ from bot.cloud.local import LocalCloud
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH
 from handlers.jobs import JobState
 from tests.aliyun_payloads import INTERRUPTION, interruption_content, notification
-from tests.bot_harness import quick_recipe, running_dingtalk_bot, wait_job, write_config
+from tests.bot_harness import DRILLABLE, quick_recipe, running_dingtalk_bot, wait_job, write_config
 from tests.fake_dingtalk import FakeDingTalk, group_message, message_frame
-from tests.test_aliyun_local_scenario import RESUMES
 
 GROUP = "cidMLteam0001=="
 TOKEN = "cloudmonitor-push-token-0123"
@@ -47,7 +46,7 @@ async def test_a_dingtalk_job_survives_an_ecs_reclaim_and_finishes_in_chinese(
         monkeypatch.setenv(name, value)
     config = write_config(
         tmp_path / "bot.yaml",
-        recipes=[quick_recipe("resumes", RESUMES)],
+        recipes=[quick_recipe("resumes", DRILLABLE)],
         dingtalk={
             "robot_webhook": dingtalk.robot_webhook,
             "robot_secret": dingtalk.robot_secret,
