@@ -132,12 +132,18 @@ class Late(BaseModel):
 
 class Interrupted(_Report):
     """The attempt ended on a notice. ``step`` / ``uri``: the newest checkpoint committed in the store when the
-    report left (from this attempt or before); ``given_up``: what was not committed, and why."""
+    report left (from this attempt or before); ``reached_step``: the step the trainer had trained when it stopped
+    (None: it writes no progress), so ``reached_step - step`` steps are lost unless a commit still lands;
+    ``committing``: checkpoints still going up when the report left (a ``checkpoint_saved`` follows if one lands
+    before the machine goes); ``given_up``: what was not committed, and why. ``saved_in_time``: the committed step
+    is the step the trainer stopped at."""
 
     type: Literal["interrupted"] = "interrupted"
     reason: str
     step: int | None = None
     uri: str | None = None
+    reached_step: int | None = None
+    committing: list[int] = Field(default_factory=list)
     deadline: datetime | None = None
     saved_in_time: bool = True
     note: str | None = None  # the same as ``late``, in English, for the runner's log and the job's history

@@ -43,7 +43,7 @@ from handlers.failures import Failure
 from handlers.spec import JobSpec
 from runner.checkpoints import CheckpointStore, Committed
 from runner.local_checkpoints import LocalCheckpoint, newest_complete
-from runner.notice_commit import NoticeCommit, NoticeOutcome, TrainerState
+from runner.notice_commit import NoticeCommit, NoticeOutcome
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
 from runner.notices.base import NoticeSource
@@ -103,12 +103,6 @@ class RunnerOptions:
         if self.report_reserve_seconds is not None:
             return self.report_reserve_seconds
         return min(max(0.05 * window, 2.0), 5.0)
-
-
-def _trainer_state(trainer: TrainerProcess) -> TrainerState:
-    if trainer.running:
-        return "running"
-    return "exited-cleanly" if trainer.process.returncode == 0 and not trainer.killed else "exited"
 
 
 def notice_source_for(spec: JobSpec) -> NoticeSource | None:
@@ -303,25 +297,34 @@ class Runner:
         ends_at = noticed + window
         self._exit_by = ends_at
         cutoff = ends_at - self.options.report_reserve(window)
-        outcome = await NoticeCommit(
+        commit = NoticeCommit(
             self.sync,
             cutoff=cutoff,
-            ask_to_save=trainer.request_stop,
-            trainer_state=lambda: _trainer_state(trainer),
+            trainer=trainer,
             step_seconds=lambda: self.progress.step_seconds,
-            trainer_step=lambda: self.progress.state.step,
-        ).run()
+            trainer_step=self._trainer_step,
+        )
+        outcome = await commit.run()
         self._report_progress(force=True)
         self.reporter.emit(self._interrupted_report(notice, deadline, noticed, outcome))
+        # The report leaves while what is still committing goes on: the machine is there until the deadline.
+        finishing = asyncio.create_task(commit.finish(until=ends_at - 0.2))
         delivered = await self.reporter.drain(timeout=max(ends_at - time.monotonic() - 0.2, 0.1))
         if not delivered:
             log.error("the interrupted report may not have left before the deadline")
-        if outcome.fresh == "committed":
+        await finishing
+        await self.reporter.drain(timeout=max(ends_at - time.monotonic() - 0.1, 0.1))  # a late checkpoint_saved
+        if outcome.fresh == "committed" and not trainer.frozen:
             await self._reap(trainer, deadline)  # it is shutting down after its save: let it, until the deadline
         elif trainer.running:
             trainer.kill()  # nothing it does now can be committed any more
             await trainer.wait()
         return EXIT_INTERRUPTED
+
+    def _trainer_step(self) -> int | None:
+        """The step the trainer has reached, from its progress file as it is now."""
+        self.progress.read_new()
+        return self.progress.state.step
 
     def _interrupted_report(
         self, notice: InstanceNotice, deadline: datetime, noticed: float, outcome: NoticeOutcome
@@ -337,6 +340,8 @@ class Runner:
             uri=committed.uri if committed else None,
             deadline=deadline,
             saved_in_time=outcome.saved_in_time,
+            reached_step=outcome.reached_step,
+            committing=outcome.committing,
             note=outcome.note,
             late=outcome.late,
             fresh_save=outcome.fresh,

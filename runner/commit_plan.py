@@ -1,18 +1,25 @@
-"""What to commit before the machine goes: a pure decision, taken again at every look while the notice runs.
+"""What to commit before the machine goes, and what the trainer does meanwhile: a pure decision, taken again at
+every look while the notice runs (a save completes, the rate is measured: the answer may change).
 
 Inputs are what the runner knows at that moment: the seconds left until the ``interrupted`` report must
-leave, the upload rate this run measured, the trainer's save time and checkpoint size as seen so far, and
-every local checkpoint newer than the last commit (complete or being written, how much of it is up). Rules:
+leave, the upload rate this run measured, the trainer's save time and checkpoint size as seen so far, every
+local checkpoint newer than the last commit (complete or being written, how much of it is up), and whether
+the trainer watches the stop file. Rules:
 
 * The newest complete checkpoint is always kept, and so is every older complete one already in flight: an
   upload under way is never abandoned for something newer that might not make it (the commit of a newer one
   ends it). Older complete ones not yet started are dropped (superseded).
 * A checkpoint the trainer is writing is kept too (it goes up as it is written, behind the complete ones),
   unless even its bytes alone could not go up in the time left.
-* The trainer is asked for a fresh save only if the save and the upload of everything ahead of it and of the
-  fresh checkpoint fit in the time left with margin. With a checkpoint being written already it is not asked
-  again (that save is the fresh one). Without a rate or a size to judge by, it is asked if there is nothing to
-  protect, and otherwise the decision waits for the first measurement of the upload in flight.
+* The trainer never trains a step that will not be committed. It is asked for a fresh save (``ask``) only if
+  the save and the upload of everything ahead of it and of the fresh checkpoint fit in the time left with
+  margin; otherwise it is held where it is (``halt``: frozen, no save started that cannot finish). Without a
+  rate or a size to judge by, it is asked if there is nothing to protect, and otherwise held until the first
+  measurement of the upload in flight (``wait``). A hold is undone when a later look finds that a save fits.
+* A save in flight when the notice comes is let finish. A trainer that watches the stop file stops right after
+  it (the callback ends training at the save): asking costs no extra save, so it is always asked. A trainer
+  that only handles SIGTERM would train one more step and save that: it is asked at once if that second save
+  fits behind the first, else held as soon as the first is complete.
 
 Everything still to upload shares one link, so the fresh checkpoint is committed after about
 ``max(save, (bytes ahead + its size) / rate)``: its bytes go up as they are written, and what is ahead of it
@@ -32,7 +39,9 @@ MARGIN_SECONDS = 2.0  # … and a fixed reserve for the manifest, the last part 
 ASSUMED_SAVE_RATE = 200 * MiB  # bytes/s a trainer writes a checkpoint at, when this run never saw it save
 ASSUMED_SAVE_SECONDS = 1.0  # … plus this much to get going
 
-FreshDecision = Literal["ask", "skip", "wait"]
+# ask: a fresh save now (the stop request); halt: no save, the trainer held where it is (frozen) once no save is
+# being written; wait: held too, decided again at the next look (no rate measured yet).
+FreshDecision = Literal["ask", "halt", "wait"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,7 @@ class Situation:
     save_seconds: float | None = None  # the trainer's last observed save (first sight of its dir → complete)
     step_seconds: float | None = None  # one training step: a save requested now waits for the step's end
     checkpoint_bytes: int | None = None  # this run's last checkpoint: a fresh one will be about as big
+    watches_stop_file: bool = False  # the trainer stops right after a save in flight when asked (the callback)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +79,7 @@ class Plan:
     because: NotAskedWhy | None = None  # the same as a code, when the decision is not to ask (yet)
     need_seconds: float | None = None  # a fresh save and its upload, as estimated
     left_seconds: float | None = None
-    saving: int | None = None  # already-saving: the checkpoint the trainer is writing
+    saving: int | None = None  # the checkpoint the trainer was writing when this was decided
 
 
 def fits(seconds: float, seconds_left: float) -> bool:
@@ -102,25 +112,37 @@ def plan(situation: Situation) -> Plan:
             else:
                 ahead += expected
     steps = tuple(c.step for c in [*keep, *writing])
+    drops = tuple(drop)
 
-    if writing:
-        saving = f"the trainer is already saving checkpoint-{writing[-1].step}"
-        return Plan(steps, tuple(drop), "skip", saving, "already-saving", saving=writing[-1].step)
     size = situation.checkpoint_bytes or (keep[-1].bytes_total if keep else None)
+    saving = writing[-1] if writing else None
+    if saving is not None and situation.watches_stop_file:
+        why = f"the trainer is saving checkpoint-{saving.step} and stops right after it"
+        return Plan(steps, drops, "ask", why, saving=saving.step)
     if rate is None or size is None:
-        if keep:
-            return Plan(steps, tuple(drop), "wait", "no upload rate measured yet", "no-rate")
-        return Plan(steps, tuple(drop), "ask", "nothing newer than the committed checkpoint to protect")
+        if keep or saving is not None:
+            return Plan(steps, drops, "wait", "no upload rate measured yet", "no-rate", saving=_step(saving))
+        return Plan(steps, drops, "ask", "nothing newer than the committed checkpoint to protect")
     save = situation.save_seconds
     if save is None:
         save = ASSUMED_SAVE_SECONDS + size / ASSUMED_SAVE_RATE
-    save += situation.step_seconds or 0.0
+    step = situation.step_seconds or 0.0
     ahead = sum(c.bytes_left for c in keep)
-    need = max(save, (ahead + size) / rate)
+    finishing = 0.0
+    if saving is not None:  # a SIGTERM-only trainer finishes this save, trains a step, then saves again
+        expected = max(saving.bytes_total, size)
+        ahead += expected - saving.bytes_uploaded
+        finishing = save * max(1.0 - saving.bytes_total / expected, 0.0) if expected else save
+    need = max(finishing + step + save, (ahead + size) / rate)
+    behind = f" after checkpoint-{saving.step}" if saving is not None else ""
     numbers = (
-        f"a fresh save of ~{size / MiB:.0f} MiB needs ~{need:.0f}s (save ~{save:.0f}s, {(ahead + size) / MiB:.0f} MiB "
-        f"to upload at {rate / MiB:.1f} MiB/s); {left:.0f}s left"
+        f"a fresh save of ~{size / MiB:.0f} MiB{behind} needs ~{need:.0f}s (save ~{save:.0f}s, "
+        f"{(ahead + size) / MiB:.0f} MiB to upload at {rate / MiB:.1f} MiB/s); {left:.0f}s left"
     )
     if fits(need, left):
-        return Plan(steps, tuple(drop), "ask", numbers, need_seconds=need, left_seconds=left)
-    return Plan(steps, tuple(drop), "skip", numbers, "too-slow", need_seconds=need, left_seconds=left)
+        return Plan(steps, drops, "ask", numbers, need_seconds=need, left_seconds=left, saving=_step(saving))
+    return Plan(steps, drops, "halt", numbers, "too-slow", need_seconds=need, left_seconds=left, saving=_step(saving))
+
+
+def _step(candidate: Candidate | None) -> int | None:
+    return candidate.step if candidate is not None else None

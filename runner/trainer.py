@@ -25,6 +25,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from handlers.failures import Failure
 from runner.stop_request import STOP_FILE_ENV, watched_path
@@ -36,6 +37,7 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PACKAGE_DIR = Path(__file__).resolve().parent
 SWIFT_PLUGIN = _PACKAGE_DIR / "swift" / "finetune_spot_plugin.py"
+TrainerState = Literal["running", "exited-cleanly", "exited"]
 
 
 class TrainerStartError(Exception):
@@ -180,6 +182,7 @@ class TrainerProcess:
         self.log_path = files.log_path
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.killed = False
+        self.frozen = False
         self._others = others  # the runner's processes from before the trainer: never the trainer's to kill
         self._pump = asyncio.create_task(self._stream_output())
 
@@ -248,6 +251,31 @@ class TrainerProcess:
     def terminate(self) -> None:
         """The older name of :meth:`request_stop`."""
         self.request_stop()
+
+    def state(self) -> TrainerState:
+        """Running, exited 0 on its own, or exited otherwise (killed, crashed)."""
+        if self.running:
+            return "running"
+        return "exited-cleanly" if self.process.returncode == 0 and not self.killed else "exited"
+
+    def freeze(self) -> None:
+        """Hold the trainer where it is (SIGSTOP to it and everything below it): a step it would train now could
+        not be committed before the deadline, and a SIGTERM would start a save that cannot finish. Undone by
+        :meth:`thaw`; :meth:`kill` ends a frozen trainer as well."""
+        self.frozen = True
+        self._signal_all(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """Let a frozen trainer go on (a save was found to fit after all)."""
+        self.frozen = False
+        self._signal_all(signal.SIGCONT)
+
+    def _signal_all(self, signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signum)
+        for pid in [self.process.pid, *_descendants(self.process.pid)]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
 
     def kill(self) -> None:
         """The deadline passed: kill the trainer and everything it started (ranks in sessions of their own too)."""

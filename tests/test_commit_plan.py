@@ -22,8 +22,9 @@ def situation(
     save_seconds: float | None = None,
     step_seconds: float | None = None,
     checkpoint_bytes: int | None = None,
+    watches_stop_file: bool = False,
 ) -> Situation:
-    return Situation(left, candidates, rate, save_seconds, step_seconds, checkpoint_bytes)
+    return Situation(left, candidates, rate, save_seconds, step_seconds, checkpoint_bytes, watches_stop_file)
 
 
 def test_an_upload_in_flight_is_kept_and_no_save_asked_that_cannot_follow_it() -> None:
@@ -31,7 +32,7 @@ def test_an_upload_in_flight_is_kept_and_no_save_asked_that_cannot_follow_it() -
     # behind it (another 64 s) cannot make it, so the trainer is not asked.
     decided = plan(situation(15.6, complete(10, 640, uploaded_mib=530), checkpoint_bytes=640 * MiB))
     assert decided.keep == (10,) and decided.drop == ()
-    assert decided.fresh == "skip" and "needs ~75s" in decided.why
+    assert decided.fresh == "halt" and "needs ~75s" in decided.why
 
 
 def test_a_fresh_save_is_asked_for_when_it_fits_behind_what_is_finishing() -> None:
@@ -43,7 +44,7 @@ def test_a_fresh_save_is_asked_for_when_it_fits_behind_what_is_finishing() -> No
 def test_the_save_time_counts_when_it_is_the_longer_part() -> None:
     small = complete(10, 10)
     assert plan(situation(30, small, save_seconds=20)).fresh == "ask"  # 20 * 1.25 + 2 = 27 <= 30
-    assert plan(situation(30, small, save_seconds=23)).fresh == "skip"
+    assert plan(situation(30, small, save_seconds=23)).fresh == "halt"
 
 
 def test_older_uploads_in_flight_are_never_abandoned_for_a_newer_one_and_unstarted_ones_are() -> None:
@@ -59,17 +60,30 @@ def test_older_uploads_in_flight_are_never_abandoned_for_a_newer_one_and_unstart
     assert decided.drop == ((20, "superseded by checkpoint-30"),)
 
 
-def test_a_checkpoint_being_written_is_the_fresh_one() -> None:
-    decided = plan(situation(60, complete(10, 50), writing(20, 20)))
-    assert decided.keep == (10, 20) and decided.fresh == "skip"
-    assert decided.why == "the trainer is already saving checkpoint-20"
+def test_a_trainer_that_watches_the_stop_file_is_asked_during_a_save_in_flight_since_it_stops_after_it() -> None:
+    decided = plan(situation(60, complete(10, 50), writing(20, 20), watches_stop_file=True))
+    assert decided.keep == (10, 20) and decided.fresh == "ask" and decided.saving == 20
+    assert decided.why == "the trainer is saving checkpoint-20 and stops right after it"
+
+
+def test_a_sigterm_trainer_saving_is_asked_only_if_the_save_after_it_fits_and_held_otherwise() -> None:
+    # It finishes checkpoint-20 (half written), trains a step, then saves again: 64 MiB more behind 64 + 64.
+    roomy = plan(situation(60, writing(20, 32), save_seconds=4, step_seconds=1, checkpoint_bytes=64 * MiB))
+    assert roomy.fresh == "ask" and roomy.saving == 20  # max(2 + 1 + 4, 128 MiB / 10 MiB/s) * 1.25 + 2 = 18 s
+    tight = plan(situation(15, writing(20, 32), save_seconds=4, step_seconds=1, checkpoint_bytes=64 * MiB))
+    assert tight.keep == (20,) and tight.fresh == "halt" and tight.because == "too-slow" and tight.saving == 20
+    assert "after checkpoint-20" in tight.why
+
+
+def test_a_save_in_flight_without_a_rate_waits_for_the_measurement() -> None:
+    assert plan(situation(60, writing(20, 10), rate=None)).fresh == "wait"
 
 
 def test_a_checkpoint_being_written_that_cannot_go_up_in_time_is_dropped() -> None:
     decided = plan(situation(8, complete(10, 50), writing(20, 10), checkpoint_bytes=50 * MiB))
     assert decided.keep == (10,)  # 50 MiB ahead + 50 expected at 10 MiB/s = 10 s > 8 s
     assert decided.drop[0][0] == 20 and "cannot finish" in decided.drop[0][1]
-    assert decided.fresh == "skip"
+    assert decided.fresh == "halt"
 
 
 def test_without_a_rate_the_decision_waits_if_something_is_in_flight_and_asks_if_nothing_is() -> None:
@@ -82,7 +96,7 @@ def test_without_a_rate_the_decision_waits_if_something_is_in_flight_and_asks_if
 def test_with_nothing_to_protect_a_save_that_cannot_go_up_in_time_is_not_asked_for() -> None:
     # The second finding: a 1 GB save with 8 s left starts an upload that cannot finish.
     decided = plan(situation(6, rate=70 * MiB, checkpoint_bytes=1024 * MiB))
-    assert decided.fresh == "skip" and "6s left" in decided.why
+    assert decided.fresh == "halt" and "6s left" in decided.why
 
 
 def test_margins() -> None:

@@ -14,7 +14,9 @@ The runner agent starts the training command with these environment variables an
 
 At every optimizer-step boundary the callback looks for the request; under ``torch.distributed`` the ranks
 agree on it first (an all-reduce), so every rank stops after the same step. Then it asks the Trainer to save a
-checkpoint and stop. The script must then *not* write its final output (check ``callback.stopped()`` after
+checkpoint and stop. A request that arrives while a periodic checkpoint is being written ends training right
+after that save (``on_save``): that checkpoint is the newest state, and the runner commits it. The script must
+then *not* write its final output (check ``callback.stopped()`` after
 ``trainer.train()``) and may exit 0.
 
 Adding it to a script, in one line:
@@ -176,18 +178,15 @@ class SpotCheckpointCallback(TrainerCallback):
         # of its own (rng_state_<rank>.pth; shards under FSDP / DeepSpeed), so wait for all of them: only then is
         # the checkpoint complete, and rank 0 says so once.
         barrier()
-        if not state.is_world_process_zero or args.output_dir is None:
-            return control
-        path = checkpoint_dir(args.output_dir, state.global_step)
-        if not os.path.isdir(path):
-            log.warning("checkpoint directory %s not found; no %s marker written", path, COMPLETE_MARKER)
-            return control
-        marker = os.path.join(path, COMPLETE_MARKER)
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if state.is_world_process_zero and args.output_dir is not None:
+            _mark_complete(checkpoint_dir(args.output_dir, state.global_step))
+        # A stop requested while this checkpoint was being written (a notice during a periodic save): it holds the
+        # newest state there is, so training ends here. A step more would need a save of its own, which the
+        # deadline may not leave time for. The same answer on every rank (on_save is called on all of them).
+        if not self.interrupted and self.stop.agreed():
+            self.interrupted = True
+            control.should_training_stop = True
+            log.warning("stop requested during the save of step %d: stopping after it", state.global_step)
         return control
 
     # -- progress ------------------------------------------------------------------------------------------
@@ -207,6 +206,18 @@ class SpotCheckpointCallback(TrainerCallback):
                 fh.flush()
         except OSError as exc:  # progress is best effort: never kill a training run over it
             log.warning("cannot append to progress file %s: %s", self.progress_file, exc)
+
+
+def _mark_complete(path: str) -> None:
+    """Write the completion marker into a checkpoint directory every rank has finished writing."""
+    if not os.path.isdir(path):
+        log.warning("checkpoint directory %s not found; no %s marker written", path, COMPLETE_MARKER)
+        return
+    fd = os.open(os.path.join(path, COMPLETE_MARKER), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _finite_or_none(value: Any) -> float | None:
