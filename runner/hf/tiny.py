@@ -3,7 +3,7 @@
 Run::
 
     FINETUNE_OUTPUT_DIR=/tmp/out python -m runner.hf.tiny [--max-steps 30] [--save-steps 5] [--lr 0.05]
-        [--seed 0] [--step-seconds 0] [--processes 1]
+        [--seed 0] [--step-seconds 0] [--save-seconds 0] [--processes 1]
 
 It is a stock HF ``Trainer`` around a 2-layer ``LlamaForCausalLM`` built from a ``LlamaConfig`` in code, wrapped
 by peft LoRA (r=4 on q_proj/v_proj), trained on a synthetic data set generated in code: nothing is downloaded,
@@ -173,6 +173,22 @@ def _checkpoint_step(checkpoint: str) -> int:
         return int(json.load(fh)["global_step"])
 
 
+class SaveDelayCallback(TrainerCallback):
+    """Make every checkpoint take at least ``seconds`` longer to complete (sleeps after the files are written and
+    before the completion marker), like a large checkpoint copied off the GPU: a notice can land mid-save."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        if self.seconds > 0:
+            time.sleep(self.seconds)
+        return control
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m runner.hf.tiny",
@@ -186,6 +202,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--step-seconds", type=float, default=0.0, help="make every step last at least this long (default 0)"
     )
     parser.add_argument(
+        "--save-seconds", type=float, default=0.0, help="make every checkpoint take this much longer (default 0)"
+    )
+    parser.add_argument(
         "--processes", type=int, default=1, help="data-parallel ranks, started with torchrun on gloo (default 1)"
     )
     args = parser.parse_args(argv)
@@ -195,6 +214,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--save-steps must be >= 1")
     if args.step_seconds < 0:
         parser.error("--step-seconds must be >= 0")
+    if args.save_seconds < 0:
+        parser.error("--save-seconds must be >= 0")
     if args.processes < 1:
         parser.error("--processes must be >= 1")
     return args
@@ -292,7 +313,8 @@ def train(args: argparse.Namespace, world_size: int) -> int:
         model=model,
         args=training_args,
         train_dataset=PatternDataset(),
-        callbacks=[spot, StepDelayCallback(args.step_seconds)],
+        # The save delay runs before the spot callback's on_save, which marks the checkpoint complete.
+        callbacks=[SaveDelayCallback(args.save_seconds), spot, StepDelayCallback(args.step_seconds)],
     )
     done = _checkpoint_step(resume_from) if resume_from is not None else 0
     if resume_from is not None and done >= args.max_steps:
