@@ -274,7 +274,7 @@ def resume_command(job: Job, user: str, on_demand: bool, now: datetime, spot: Sp
 
 def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
     if report.attempt != job.attempt:
-        return _fenced(job, report)
+        return _fenced(job, report, now)
     if isinstance(report, Started):
         return _started(job, report, now)
     if isinstance(report, Progress):
@@ -290,6 +290,8 @@ def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, sp
             history=None,
             outbox=[_note(job, "card", CardRefresh(cause="progress"))],
         )
+    if isinstance(report, CheckpointSaved) and job.current is not None and job.current.ended_at is not None:
+        return _late_commit(job, report, now)  # after its interrupted report
     if isinstance(report, CheckpointSaved):
         checkpoint = CheckpointRef(step=report.step, uri=report.uri, at=report.time)
         outbox = [_note(job, "card", CardRefresh(cause="checkpoint"))]
@@ -321,8 +323,11 @@ def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, sp
     return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
 
 
-def _fenced(job: Job, report: RunnerReport) -> Change:
-    """A report of an older attempt: recorded, not applied; what it tells people is still told."""
+def _fenced(job: Job, report: RunnerReport, now: datetime) -> Change:
+    """A report of an older attempt: recorded, not applied; what it tells people is still told (and a checkpoint it
+    committed after its ``interrupted`` report is the job's newest)."""
+    if isinstance(report, CheckpointSaved) and report.reason == "notice":
+        return _late_commit(job, report, now)
     ignored = _ignored(job, f"report:{report.type}", f"from attempt {report.attempt}, current is {job.attempt}")
     notes: list[Notify] = []
     if isinstance(report, Notice) and report.kind in ("spot-interruption", "termination"):
@@ -393,7 +398,8 @@ def _started(job: Job, report: Started, now: datetime) -> Change:
         lost = max((job.step or 0) - (report.resumed_from_step or 0), 0)
         previous = job.attempts[-2]
         downtime = (report.time - (previous.ended_at or previous.launched_at)).total_seconds()
-        updates["steps_lost"] = job.steps_lost + lost
+        counted = previous.lost_steps or 0  # already in the total since its interruption: corrected, not added
+        updates["steps_lost"] = max(job.steps_lost + lost - counted, 0)
         updates["downtime_seconds"] = job.downtime_seconds + max(downtime, 0.0)
         fields.update(
             lost=lost,
@@ -449,11 +455,19 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
         updates["checkpoint"] = CheckpointRef(step=report.step, uri=report.uri, at=report.time)
     if job.state is JobState.RUNNING:  # no warning came first: count the interruption here
         updates["interruptions"] = job.interruptions + 1
+    reached, lost = _steps_lost(job, report)
+    if reached is not None:
+        updates["step"] = max(job.step or 0, reached)
+        updates["steps_lost"] = job.steps_lost + lost
     updated = job.model_copy(update=updates)
     why = Failure.of("interrupted", notice=report.reason)
     ended = _end_attempt(updated, report.time, why.english)
+    if ended.current is not None and reached is not None:
+        counted = ended.current.model_copy(update={"reached_step": reached, "lost_steps": lost})
+        ended = ended.model_copy(update={"attempts": [*ended.attempts[:-1], counted]})
+        updated = updated.model_copy(update={"attempts": ended.attempts})
     fields = _interrupted_fields(report)
-    history = {"event": "interrupted", **fields}
+    history = {"event": "interrupted", **fields, "reached_step": reached, "lost": lost}
     instance = job.current.instance_id if job.current else None
     release: list[Terminate] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
     if state is JobState.STOPPED and job.switch_to is not None:  # the policy's switch: checkpointed, relaunch
@@ -468,16 +482,51 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
         now,
         history,
         release,
-        [_note(ended, "thread", _interrupted_note(report))],
+        [_note(ended, "thread", _interrupted_note(report, reached, lost))],  # the relaunch refreshes the card
         limits,
         why,
         spot,
     )
 
 
-def _interrupted_note(report: Interrupted) -> InterruptedNote:
+def _steps_lost(job: Job, report: Interrupted) -> tuple[int | None, int]:
+    """The step the trainer stopped at (the runner's word; an older runner's: the last progress heard) and the steps
+    trained past the committed checkpoint."""
+    reached = report.reached_step if report.reached_step is not None else job.step
+    if reached is None:
+        return None, 0
+    committed = report.step if report.step is not None else (job.checkpoint.step if job.checkpoint else 0)
+    return reached, max(reached - committed, 0)
+
+
+def _late_commit(job: Job, report: CheckpointSaved, now: datetime) -> Change:
+    """A checkpoint the runner committed after its ``interrupted`` report, before its machine went: the job's
+    checkpoint and its steps lost say so (unless a later attempt has started since, from what it found)."""
+    newer = job.checkpoint is None or report.step > job.checkpoint.step
+    later_started = any(a.number > report.attempt and a.started_at is not None for a in job.attempts)
+    if not newer or later_started or not 0 < report.attempt <= len(job.attempts):
+        return _ignored(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
+    attempt = job.attempts[report.attempt - 1]
+    updates: dict[str, Any] = {"checkpoint": CheckpointRef(step=report.step, uri=report.uri, at=report.time)}
+    if attempt.reached_step is not None and attempt.lost_steps is not None:
+        lost = max(attempt.reached_step - report.step, 0)
+        updates["steps_lost"] = max(job.steps_lost + lost - attempt.lost_steps, 0)
+        attempts = list(job.attempts)
+        attempts[report.attempt - 1] = attempt.model_copy(update={"lost_steps": lost})
+        updates["attempts"] = attempts
+    moved = job.model_copy(update={**updates, "updated_at": now})
+    history = {"event": "late-commit", "attempt": report.attempt, "step": report.step}
+    return _make(moved, history, [_note(moved, "card", CardRefresh(cause="checkpoint"))])
+
+
+def _interrupted_note(report: Interrupted, reached: int | None = None, lost: int | None = None) -> InterruptedNote:
     return InterruptedNote(
-        step=report.step, seconds=report.seconds, saved_in_time=report.saved_in_time, late=report.late
+        step=report.step,
+        seconds=report.seconds,
+        saved_in_time=report.saved_in_time,
+        late=report.late,
+        reached=reached,
+        lost=lost if reached is not None else None,
     )
 
 

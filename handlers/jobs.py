@@ -77,6 +77,10 @@ class Attempt(BaseModel):
     resumed_from_step: int | None = None
     # The job's best step when this attempt was planned: it made progress if the job got past it (lifecycle.py).
     from_step: int | None = None
+    # At its interruption: the step its trainer had reached, and the steps lost past the committed checkpoint (the
+    # job's total counts them then; a commit that lands later, or the next attempt's restore, corrects it).
+    reached_step: int | None = None
+    lost_steps: int | None = None
 
 
 class CheckpointRef(BaseModel):

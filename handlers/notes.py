@@ -26,7 +26,15 @@ class _Note(BaseModel):
 # -- the card -----------------------------------------------------------------------------------------------
 
 CardCause = Literal[
-    "launch", "launched", "started", "progress", "checkpoint", "acked", "resume-failed", "refresh", "policy"
+    "launch",
+    "launched",
+    "started",
+    "progress",
+    "checkpoint",
+    "acked",
+    "resume-failed",
+    "refresh",
+    "policy",
 ]
 
 
@@ -58,6 +66,8 @@ class InterruptedNote(_Note):
     seconds: dict[str, float] = Field(default_factory=dict)
     saved_in_time: bool = True
     late: Late | None = None
+    reached: int | None = None  # the step the trainer had reached (None: an older runner did not say)
+    lost: int | None = None  # reached - step: trained, not committed
 
 
 class Resumed(_Note):

@@ -76,6 +76,7 @@ SAMPLES: list[Note] = [
     InterruptionWarning(instance="i-1", source="aws-imds", deadline=NOW),
     InterruptionWarning(instance="i-1", source="aliyun-metadata", deadline=None),
     InterruptedNote(step=15, seconds={"save": 0.2, "upload": 0.1, "total": 0.3}, saved_in_time=True),
+    InterruptedNote(step=10, saved_in_time=False, late=Late(cause="not-asked", why="too-slow"), reached=17, lost=7),
     *(
         InterruptedNote(step=step, seconds={"save": 9.0}, saved_in_time=False, late=late)
         for step in (10, None)

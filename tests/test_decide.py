@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bot.chat import render
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
-from handlers.events import Completed, Failed, Interrupted, Notice, Progress, Started
+from handlers.events import CheckpointSaved, Completed, Failed, Interrupted, Notice, Progress, Started
 from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline, parse_message
@@ -278,3 +279,52 @@ def test_a_launch_result_for_an_attempt_not_running_releases_its_instance() -> N
 def test_every_state_before_running_ends_at_the_start_deadline() -> None:
     for state in (JobState.PENDING, JobState.PROVISIONING, JobState.RECOVERING):
         assert (state, "start-timeout") in TRANSITIONS, state
+
+
+def test_the_steps_lost_are_the_runners_word_counted_at_the_interruption_and_corrected_by_a_late_commit() -> None:
+    job = running_job()  # progress heard up to step 12; the trainer had reached 17 when it was held
+    interrupted = decide(
+        job,
+        report(
+            job,
+            Interrupted,
+            reason="spot-interruption",
+            step=10,
+            uri="s3://b/ft-ab12/checkpoint-10/",
+            reached_step=17,
+            committing=[15],
+            saved_in_time=False,
+            time=at(22),
+        ),
+        at(22),
+    )
+    job = interrupted.job
+    assert job.steps_lost == 7 and job.step == 17 and job.attempts[0].lost_steps == 7
+    [note] = [item["note"] for item in interrupted.outbox if item.get("note", {}).get("type") == "interrupted"]
+    assert (note["reached"], note["lost"]) == (17, 7)
+    lang_en = render.message_text(job, parse_message(interrupted.outbox[1]), at(22))
+    assert "7 steps lost (the trainer had reached step 17)" in lang_en
+    assert "丢失 7 步" in render.message_text(job, parse_message(interrupted.outbox[1]), at(22), "zh-CN")
+    assert "7 steps lost" in render.card_text(job, at(22))
+
+    # checkpoint-15 was still going up at the report, and landed before the machine went.
+    late = decide(
+        job,
+        report(
+            job,
+            CheckpointSaved,
+            attempt=1,
+            step=15,
+            uri="s3://b/ft-ab12/checkpoint-15/",
+            bytes=1,
+            seconds=1.0,
+            reason="notice",
+        ),
+        at(23),
+    )
+    job = late.job
+    assert job.checkpoint is not None and job.checkpoint.step == 15 and job.steps_lost == 2
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
+    resumed = decide(job, report(job, Started, resumed_from_step=15, time=at(40)), at(40))
+    assert resumed.job.steps_lost == 2  # corrected, not counted twice
+    assert resumed.outbox[1]["note"]["lost"] == 2

@@ -172,9 +172,12 @@ def _interrupted(job: Job, note: InterruptedNote, now: datetime, lang: Lang) -> 
     if note.saved_in_time and note.step is not None:
         return text(lang, "topic.interrupted.saved", step=note.step, timing=timing)
     cause = late_text(note.late, lang)
+    lost = ""
+    if note.lost is not None and note.reached is not None:
+        lost = text(lang, "topic.interrupted.lost", lost=note.lost, reached=note.reached)
     if note.step is None:
-        return text(lang, "topic.interrupted.nothing", cause=cause, timing=timing)
-    return text(lang, "topic.interrupted.late", step=note.step, cause=cause, timing=timing)
+        return text(lang, "topic.interrupted.nothing", cause=cause, timing=timing, lost=lost)
+    return text(lang, "topic.interrupted.late", step=note.step, cause=cause, timing=timing, lost=lost)
 
 
 def late_text(late: Late | None, lang: Lang) -> str:

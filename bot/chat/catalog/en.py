@@ -84,12 +84,13 @@ BOT: dict[str, str] = {
     ),
     "topic.interrupted.saved": "💾 Checkpoint at step {step} saved before the deadline ({timing}). Relaunching…",
     "topic.interrupted.late": (
-        "💾 Work after step {step} NOT saved in time ({cause}) ({timing}). "
+        "💾 Work after step {step} NOT saved in time ({cause}) ({timing}){lost}. "
         "Relaunching from the checkpoint at step {step}…"
     ),
     "topic.interrupted.nothing": (
-        "💾 No checkpoint yet: nothing was saved in time ({cause}) ({timing}). Relaunching from the start…"
+        "💾 No checkpoint yet: nothing was saved in time ({cause}) ({timing}){lost}. Relaunching from the start…"
     ),
+    "topic.interrupted.lost": ": {lost} steps lost (the trainer had reached step {reached})",
     # Why the newest work of an interrupted attempt did not make it (the runner's codes).
     "late.unknown": "the runner did not say why",
     "late.upload-failed": "upload failed before the deadline: {error}",

@@ -66,9 +66,12 @@ MESSAGES: dict[str, str] = {
     ),
     "topic.interrupted.saved": "💾 第 {step} 步的检查点已在回收前保存（{timing}）。正在重新启动…",
     "topic.interrupted.late": (
-        "💾 第 {step} 步之后的进度未能及时保存（{cause}）（{timing}）。正在从第 {step} 步的检查点重新启动…"
+        "💾 第 {step} 步之后的进度未能及时保存（{cause}）（{timing}）{lost}。正在从第 {step} 步的检查点重新启动…"
     ),
-    "topic.interrupted.nothing": "💾 还没有检查点：回收前未能保存任何检查点（{cause}）（{timing}）。正在从头重新启动…",
+    "topic.interrupted.nothing": (
+        "💾 还没有检查点：回收前未能保存任何检查点（{cause}）（{timing}）{lost}。正在从头重新启动…"
+    ),
+    "topic.interrupted.lost": "：丢失 {lost} 步（训练进程已到第 {reached} 步）",
     # 中断时最新进度未能保存的原因（运行器给出的代码）
     "late.unknown": "运行器未说明原因",
     "late.upload-failed": "回收前上传失败：{error}",
