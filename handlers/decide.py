@@ -456,16 +456,14 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
     if job.state is JobState.RUNNING:  # no warning came first: count the interruption here
         updates["interruptions"] = job.interruptions + 1
     reached, lost = _steps_lost(job, report)
-    if reached is not None:
+    if reached is not None and job.current is not None:
         updates["step"] = max(job.step or 0, reached)
         updates["steps_lost"] = job.steps_lost + lost
+        counted = job.current.model_copy(update={"reached_step": reached, "lost_steps": lost})
+        updates["attempts"] = [*job.attempts[:-1], counted]
     updated = job.model_copy(update=updates)
     why = Failure.of("interrupted", notice=report.reason)
     ended = _end_attempt(updated, report.time, why.english)
-    if ended.current is not None and reached is not None:
-        counted = ended.current.model_copy(update={"reached_step": reached, "lost_steps": lost})
-        ended = ended.model_copy(update={"attempts": [*ended.attempts[:-1], counted]})
-        updated = updated.model_copy(update={"attempts": ended.attempts})
     fields = _interrupted_fields(report)
     history = {"event": "interrupted", **fields, "reached_step": reached, "lost": lost}
     instance = job.current.instance_id if job.current else None
