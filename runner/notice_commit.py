@@ -201,7 +201,8 @@ class NoticeCommit:
         while self.clock() < until:
             state = self.trainer.state()
             sync.scan(exited_cleanly=state == "exited-cleanly")
-            if not sync.situation():
+            saving = self.decision == "asked" and state == "running"  # its fresh save may be yet to come
+            if not sync.situation() and not saving:
                 break
             await sync.wait_any(min(self.tick, max(until - self.clock(), 0.0)))
         tasks = []
