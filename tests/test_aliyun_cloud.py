@@ -238,27 +238,28 @@ async def test_a_price_limit_and_a_spot_duration_are_asked_for(
     assert (run["SystemDisk.Category"], run["SystemDisk.Size"]) == ("cloud_essd", "200")
 
 
-async def test_after_max_capacity_failures_it_pays_for_on_demand(
+async def test_after_max_capacity_failures_it_reports_a_capacity_refusal_never_on_demand(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
     fake.run_fault = lambda params: "OperationDenied.NoStock" if params["SpotStrategy"] != "NoSpot" else None
     cloud = make_cloud(max_launch_failures=2)
-    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    with pytest.raises(LaunchError) as refused:
+        await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert refused.value.capacity  # the spot authority (handlers/spot/) chooses on-demand, not the provider
 
     strategies = [call["SpotStrategy"] for call in fake.actions("RunInstances")]
-    assert strategies == ["SpotAsPriceGo", "SpotAsPriceGo", "NoSpot"]
-    assert (instance.market, instance.zone, instance.price_per_hour) == ("on-demand", "cn-hangzhou-j", 10.0)
+    assert strategies == ["SpotAsPriceGo", "SpotAsPriceGo"]
 
 
 async def test_a_zone_the_spot_policy_chose_is_tried_alone_and_a_refusal_says_capacity(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
     cloud = make_cloud(max_launch_failures=1)
-    pinned = await cloud.launch(job_spec(cloud), [GPU], "spot", zone=ZONES[-1], fallback=False)
+    pinned = await cloud.launch(job_spec(cloud), [GPU], "spot", zone=ZONES[-1])
     assert (pinned.zone, pinned.market) == (ZONES[-1], "spot")
     fake.no_stock = {ZONES[0]}
     with pytest.raises(LaunchError) as refused:
-        await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot", zone=ZONES[0], fallback=False)
+        await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot", zone=ZONES[0])
     assert refused.value.capacity and refused.value.zone == ZONES[0]
     tried = [(call["ZoneId"], call["SpotStrategy"] != "NoSpot") for call in fake.actions("RunInstances")]
     assert tried == [(ZONES[-1], True), (ZONES[0], True)]  # no other zone, no on-demand
@@ -280,7 +281,7 @@ async def test_refusals_end_in_a_launch_error_naming_each_try(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
     fake.no_stock = set(ZONES)
-    cloud = make_cloud(max_launch_failures=None)  # spot only: the on-call person decides about on-demand
+    cloud = make_cloud(max_launch_failures=None)  # every candidate of the market
     with pytest.raises(LaunchError, match="every candidate failed") as failed:
         await cloud.launch(job_spec(cloud), [GPU], "spot")
     assert str(failed.value).count("OperationDenied.NoStock") == 3

@@ -335,28 +335,29 @@ async def test_a_zone_the_spot_policy_chose_is_tried_alone_and_a_refusal_says_ca
         "InsufficientInstanceCapacity" if form.get("Placement.AvailabilityZone") == "us-east-1b" else None
     )
     cloud: AwsCloud = make_cloud(max_launch_failures=1)
-    pinned = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot", zone="us-east-1a", fallback=False)
+    pinned = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot", zone="us-east-1a")
     # There, at the price EC2's spot price history gives for it now (recorded on the attempt).
     assert (pinned.zone, pinned.market, pinned.price_per_hour) == ("us-east-1a", "spot", pytest.approx(0.52))
 
     with pytest.raises(LaunchError) as refused:
-        await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot", zone="us-east-1b", fallback=False)
+        await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot", zone="us-east-1b")
     assert refused.value.capacity and refused.value.zone == "us-east-1b"
     tried = [(form["Placement.AvailabilityZone"], spot_request(form)) for form in proxy.actions("RunInstances")]
     assert tried == [("us-east-1a", True), ("us-east-1b", True)]  # no other zone, no on-demand
 
 
-async def test_on_demand_after_max_capacity_failures(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
+async def test_max_capacity_failures_end_in_a_capacity_refusal_never_on_demand(
+    proxy: Ec2Proxy, make_cloud: Any
+) -> None:
     codes = iter(["InsufficientInstanceCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded"] * 3)
     proxy.run_instances_fault = lambda form: next(codes) if spot_request(form) else None
     cloud: AwsCloud = make_cloud(max_launch_failures=3)
-    instance = await cloud.launch(job_spec(cloud), TYPES, "spot")
+    with pytest.raises(LaunchError) as refused:
+        await cloud.launch(job_spec(cloud), TYPES, "spot")
+    assert refused.value.capacity  # the spot authority chooses again (handlers/spot/): on-demand is its to choose
 
     runs = proxy.actions("RunInstances")
-    assert [spot_request(form) for form in runs] == [True, True, True, False]  # 6 spot candidates, 3 tried
-    assert (instance.market, instance.zone, instance.instance_type) == ("on-demand", "us-east-1a", "g5.xlarge")
-    assert instance.price_per_hour == instance.on_demand_price_per_hour == pytest.approx(1.006)
-    assert "InstanceLifecycle" not in world.instance(instance.instance_id)
+    assert [spot_request(form) for form in runs] == [True, True, True]  # 6 spot candidates, 3 tried, no on-demand
 
 
 async def test_on_demand_market_skips_spot_entirely(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
@@ -371,11 +372,11 @@ async def test_on_demand_market_skips_spot_entirely(world: World, proxy: Ec2Prox
 
 async def test_no_capacity_anywhere_is_a_launch_error(proxy: Ec2Proxy, make_cloud: Any) -> None:
     proxy.run_instances_fault = lambda form: "InsufficientInstanceCapacity"
-    cloud: AwsCloud = make_cloud(max_launch_failures=2)
+    cloud: AwsCloud = make_cloud(max_launch_failures=None)
     with pytest.raises(LaunchError, match="every candidate failed") as caught:
-        await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
-    # 2 spot tries, then on-demand in every zone; the message names each try.
-    assert len(proxy.actions("RunInstances")) == 2 + len(ZONES)
+        await cloud.launch(job_spec(cloud), ["g5.xlarge"], "on-demand")
+    # On-demand in every zone; the message names each try.
+    assert len(proxy.actions("RunInstances")) == len(ZONES)
     assert "on-demand g5.xlarge in us-east-1c: InsufficientInstanceCapacity" in str(caught.value)
 
 

@@ -14,8 +14,8 @@ from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.events import Interrupted
 from handlers.failures import Failure
 from handlers.jobs import Attempt, Change, Job, JobState
-from handlers.messages import LaunchFailed, PolicyTick, ReportReceived
-from handlers.spot_decide import SpotView, managed
+from handlers.messages import CloudEvent, LaunchFailed, PolicyTick, ReportReceived
+from handlers.spot import SpotView, managed
 from tests.notes import topic
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -78,14 +78,40 @@ def test_a_job_without_deadline_or_budget_launches_as_it_always_did() -> None:
     change = created(spot=VIEW)
     assert not managed(change.job) and change.job.plan is None
     launch = effect(change, "launch")
-    assert (launch["market"], launch["zone"], launch["fallback"]) == ("spot", None, True)
+    assert (launch["market"], launch["zone"]) == ("spot", None)  # spot-first: spot, the cloud orders the zones
+    assert "fallback" not in launch  # no second authority: the cloud never moves to on-demand by itself
+    assert change.history["policy"] == "spot" and change.history["why"].startswith("spot in -")
     assert "policy-tick" not in effect_types(change)
+
+
+def test_spot_first_a_capacity_refusal_goes_back_to_the_decision_which_chooses_on_demand() -> None:
+    job = created().job
+    refused = LaunchFailed(job_id=job.id, attempt=1, reason="InsufficientInstanceCapacity", capacity=True)
+    change = decide(job, refused, NOW)  # no view: the bot reads the cloud only for steered jobs
+    launch = effect(change, "launch")
+    assert (launch["market"], launch["zone"], launch["attempt"]) == ("on-demand", None, 2)
+    assert change.job.state is JobState.PENDING and change.job.plan is None  # the card stays as it always was
+    assert change.history["policy"] == "on-demand"
+    # An on-demand launch refused in turn fails the attempt as it always did: no loop back to spot.
+    again = decide(change.job, refused.model_copy(update={"attempt": 2}), NOW)
+    assert "launch" not in effect_types(again)
+    assert again.job.state is not JobState.PENDING
+
+
+def test_spot_first_an_interrupted_job_goes_back_to_spot_and_one_on_on_demand_stays_there() -> None:
+    job = measured(deadline=None, spot_policy=None)
+    change = decide(job, interrupted(job), NOW)
+    assert (effect(change, "launch")["market"], effect(change, "launch")["zone"]) == ("spot", None)
+    on_demand = measured(market="on-demand", deadline=None, spot_policy=None)
+    gone = decide(on_demand, CloudEvent(kind="instance-gone", instance_id="i-1", source="test"), NOW)
+    assert effect(gone, "launch")["market"] == "on-demand"
+    assert gone.history["why"] == "staying on on-demand: the job has no deadline to plan a return to spot by"
 
 
 def test_a_job_with_a_deadline_launches_where_the_policy_says_and_starts_its_ticks() -> None:
     change = created(deadline=NOW + timedelta(hours=2), spot=VIEW)
     launch = effect(change, "launch")
-    assert (launch["market"], launch["zone"], launch["fallback"]) == ("spot", "zone-a", False)
+    assert (launch["market"], launch["zone"]) == ("spot", "zone-a")
     tick = effect(change, "policy-tick")
     assert tick["tick"] == change.job.tick == 1
     assert datetime.fromisoformat(tick["due"]) == NOW + VIEW.period
