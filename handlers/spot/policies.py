@@ -53,7 +53,8 @@ POLICIES: dict[str, Policy] = {**SIMULATED, SPOT_FIRST: spot_first}
 
 def policy_for(name: str | None, deadline: datetime | None, budget: float | None) -> str:
     """The policy that decides for a job started under ``name`` with this deadline and budget: the configured one
-    when it steers the job (a deadline, a budget, or a policy other than the default), else ``spot-first``."""
+    when it steers the job (a deadline, a budget, or a policy other than the default: :func:`~handlers.spot.steers`),
+    else ``spot-first``."""
     if name is None or name not in POLICIES:
         return SPOT_FIRST
     if deadline is not None or budget is not None or name != DEFAULT_POLICY:

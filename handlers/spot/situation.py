@@ -24,7 +24,7 @@ from handlers.jobs import Job, PlanChoice
 from handlers.reasons import Wording
 from handlers.spot.policies import POLICIES, SPOT_FIRST, best_zone, policy_for
 from handlers.spot.zones import weigh_availability
-from handlers.spot_policy import NOTHING, Choice, Event, Holding, Situation, ZoneView
+from handlers.spot_policy import DEFAULT_POLICY, NOTHING, Choice, Event, Holding, Situation, ZoneView
 from handlers.spot_policy import WORDING as POLICY_WORDING
 
 # Until the job has measured its own start-up: boot, runner install, checkpoint restore.
@@ -165,8 +165,11 @@ def managed(job: Job) -> bool:
 
 
 def steers(policy: str | None, deadline: datetime | None, budget: float | None) -> bool:
-    """Would the policy ``policy`` steer a job with this deadline and budget (rather than ``spot-first``)?"""
-    return policy_for(policy, deadline, budget) != SPOT_FIRST
+    """Would the configured policy ``policy`` steer a job with this deadline and budget? (A configured
+    ``spot-first`` does: it then plans with the cloud's zones and live availability, and its plan is on the card.)"""
+    if policy is None or policy not in POLICIES:
+        return False
+    return deadline is not None or budget is not None or policy != DEFAULT_POLICY
 
 
 def policy_of(job: Job) -> str:
