@@ -591,3 +591,55 @@ async def test_list_instances_says_when_the_api_refuses(make_cloud: Callable[...
     cloud = make_cloud(access_key_secret="not-the-secret")
     with pytest.raises(AliyunError, match="could not list"):
         await cloud.list_instances()
+
+
+async def test_a_scaling_group_gets_the_chosen_zone_alone_and_the_chosen_market(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(**group_settings(fake))
+    (group,) = fake.groups.values()
+    spot = await cloud.launch(job_spec(cloud), [GPU], "spot", zone="cn-hangzhou-h")
+    assert (spot.zone, spot.market) == ("cn-hangzhou-h", "spot")
+    assert group.vswitches == ["vsw-h"]  # ESS cannot start (or replace) it anywhere else
+    assert fake.configurations[group.configuration_id].spot_strategy == "SpotAsPriceGo"
+
+    on_demand = await cloud.launch(job_spec(cloud, attempt=2), [GPU], "on-demand", zone="cn-hangzhou-k")
+    assert (on_demand.zone, on_demand.market) == ("cn-hangzhou-k", "on-demand")
+    assert group.vswitches == ["vsw-k"]
+    assert fake.configurations[group.configuration_id].spot_strategy == "NoSpot"  # no spot mixed in by ESS
+
+
+async def test_a_scaling_group_refused_in_the_chosen_zone_reports_capacity_for_the_spot_authority(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.no_stock = {"cn-hangzhou-j"}
+    cloud = make_cloud(**group_settings(fake), group_wait_seconds=0.3)
+    (group,) = fake.groups.values()
+    with pytest.raises(LaunchError) as refused:
+        await cloud.launch(job_spec(cloud), [GPU], "spot", zone="cn-hangzhou-j")
+    assert refused.value.capacity and refused.value.zone == "cn-hangzhou-j"
+    assert group.desired == 0 and fake.live() == []  # not moved to another zone, nor to on-demand, by itself
+
+
+async def test_stock_and_price_history_become_the_zones_availability_cached_per_type(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.stock = {"cn-hangzhou-j": "WithStock", "cn-hangzhou-k": "WithoutStock", "cn-hangzhou-h": "ClosedWithStock"}
+    cloud = make_cloud()
+    assert await cloud.zone_availability([GPU]) == {"cn-hangzhou-j": 1.0, "cn-hangzhou-k": 0.0, "cn-hangzhou-h": 0.6}
+    await cloud.zone_availability([GPU])
+    assert len(fake.actions("DescribeAvailableResource")) == 1  # cached
+
+    # The order of a launch weighs the stock first: k is the cheapest, but has none; then the price.
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert instance.zone == "cn-hangzhou-j"
+    assert [call["ZoneId"] for call in fake.actions("RunInstances")] == ["cn-hangzhou-j"]
+
+
+async def test_without_stock_information_there_is_no_signal(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()  # the fake lists no zone: as an account ECS tells nothing
+    assert await cloud.zone_availability([GPU]) == {}
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert instance.zone == "cn-hangzhou-k"  # the cheapest, as before
