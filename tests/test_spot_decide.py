@@ -15,7 +15,7 @@ from handlers.events import Interrupted
 from handlers.failures import Failure
 from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.messages import CloudEvent, LaunchFailed, PolicyTick, ReportReceived
-from handlers.spot import SpotView, managed
+from handlers.spot import SpotView, choose, estimated_availability, managed
 from tests.notes import topic
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -259,3 +259,43 @@ def test_an_unknown_policy_or_bad_local_zones_are_refused_with_one_line() -> Non
     assert parse_file_config("policy:\n  spot:\n    name: greedy\n", "bot.yaml").policy.spot.name == "greedy"
     with pytest.raises(ConfigError, match=r"^FINETUNE_LOCAL_ZONES='a,,b': "):
         load_settings(finetune_local_zones="a,,b")
+
+
+# -- live availability, weighed with the job's own past ------------------------------------------------------
+
+
+def test_the_live_signal_steers_the_zone_and_the_jobs_own_past_stands_in_where_there_is_none() -> None:
+    scored = SpotView(zones=("zone-a", "zone-b"), spot_price=0.3, on_demand_price=1.0, scores={"zone-b": 0.9})
+    change = created(deadline=NOW + timedelta(hours=2), spot=scored)
+    assert effect(change, "launch")["zone"] == "zone-b"  # zone-a: no signal (½), zone-b: a placement score of 9
+
+    # No signal at all: the job's own trace. zone-a was reclaimed an hour ago (past its cool-down), zone-b ran.
+    job = measured(deadline=timedelta(hours=10))
+    reclaimed = job.attempts[0].model_copy(
+        update={"ended_at": NOW - timedelta(hours=1), "end_reason": "interrupted: spot-interruption"}
+    )
+    ran = Attempt(
+        number=2,
+        market="spot",
+        instance_id="i-2",
+        zone="zone-b",
+        launched_at=NOW - timedelta(minutes=50),
+        started_at=NOW - timedelta(minutes=49),
+        from_step=50,
+    )
+    history = job.model_copy(update={"attempts": [reclaimed.model_copy(update={"number": 1}), ran]})
+    assert estimated_availability(history, NOW) == {"zone-a": 0.0, "zone-b": 1.0}
+    choice, _ = choose(history.model_copy(update={"attempts": [reclaimed]}), VIEW, NOW, "launch")
+    assert choice.zone == "zone-b"  # zone-a's past: reclaimed; zone-b: unknown (½) ranks above it
+
+
+def test_a_configured_spot_first_steers_with_the_clouds_view_and_goes_on_demand_once_no_zone_has_spot() -> None:
+    job = new_job("ft-ab12", "tiny", {}, "console:ana", None, NOW, 200, spot_policy="spot-first", spot=VIEW).job
+    assert managed(job) and job.plan is not None and job.plan.action == "spot"
+    for attempt, zone in ((1, "zone-a"), (2, "zone-b")):
+        refused = LaunchFailed(job_id=job.id, attempt=attempt, reason="no room", capacity=True, zone=zone)
+        job = decide(job, refused, NOW, spot=VIEW).job
+    assert job.plan is not None and (job.plan.action, job.plan.reason) == (
+        "on-demand",
+        "spot-policy.unmeasured.on-demand",
+    )
