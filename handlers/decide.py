@@ -81,6 +81,7 @@ from handlers.notes import (
 from handlers.oncall import OnCall, open_page, page_step
 from handlers.reasons import Reason, Wording
 from handlers.spot import Choice, Event, SpotView, choose, managed
+from handlers.spot.steer import next_stretch, refused, tick_market
 from handlers.transitions import Trigger, next_state
 
 START_TIMEOUT = timedelta(minutes=15)
@@ -636,20 +637,16 @@ def _steer(
     """Plan the next attempt of ``before`` where the policy says: spot in its zone or on-demand (at once, or after
     ``delay``), nothing until the next tick (wait), or a stop for the budget. ``moved``: the job now. A job no
     policy steers runs ``spot-first``: its choice goes to the history, not to the card or the thread."""
-    choice, plan = choose(moved, spot, now, event)
-    steered = managed(moved)
-    planned = moved.model_copy(update={"plan": plan}) if steered else moved
-    history = {**history, "policy": choice.action, "policy_zone": choice.zone, "why": str(choice.reason)}
-    previous = before.current.market if before.current is not None else "spot"
-    changes = choice.action != previous or event != "launch"
-    if steered and choice.action in ("on-demand", "wait") and changes:
-        outbox = [*outbox, _policy_note(planned, choice)]  # the thread hears why the job leaves spot, or waits
-    if choice.action == "stop":
-        return _policy_stop(planned, choice, now, history, outbox, limits)
-    if choice.action == "wait":
+    stretch = next_stretch(before, moved, spot, now, event)
+    planned = moved.model_copy(update={"plan": stretch.plan}) if stretch.plan is not None else moved
+    history = {**history, **stretch.history()}
+    if stretch.tell:
+        outbox = [*outbox, _policy_note(planned, stretch.choice)]  # the thread hears why the job leaves spot, or waits
+    if stretch.choice.action == "stop":
+        return _policy_stop(planned, stretch.choice, now, history, outbox, limits)
+    if stretch.market is None:  # wait: the attempt is planned, the next tick launches it
         return _relaunch(before, planned, "spot", now, history, outbox, launch_now=False)
-    market: Market = "on-demand" if choice.action == "on-demand" else "spot"
-    return _relaunch(before, planned, market, now, history, outbox, delay=delay, zone=choice.zone)
+    return _relaunch(before, planned, stretch.market, now, history, outbox, delay=delay, zone=stretch.zone)
 
 
 def _capacity(job: Job, message: LaunchFailed, now: datetime, spot: SpotView) -> Change:
@@ -658,9 +655,8 @@ def _capacity(job: Job, message: LaunchFailed, now: datetime, spot: SpotView) ->
     current = job.current
     zone = message.zone or (current.zone if current is not None else None) or ""
     ended = _end_attempt(job, now, Failure.of("capacity", error=message.reason).english)
-    refused = ended.model_copy(update={"refused_zones": {**job.refused_zones, zone: now}})
     history = {"event": "launch-failed", "capacity": True, "zone": zone, "reason": message.reason}
-    return _steer(job, refused, now, history, [], spot, "capacity")
+    return _steer(job, refused(ended, zone, now), now, history, [], spot, "capacity")
 
 
 def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, limits: Lifecycle) -> Change:
@@ -688,9 +684,7 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
     card = _note(planned, "card", CardRefresh(cause="policy"))
     if choice.action == "stop":
         return _policy_stop(planned, choice, now, history, [tick], limits)
-    target: Market | None = None
-    if choice.action in ("spot", "on-demand"):
-        target = "spot" if choice.action == "spot" else "on-demand"
+    target = tick_market(choice)
     if waiting:
         if target is None:
             return _make(planned, history, [tick, card])

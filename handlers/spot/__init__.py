@@ -3,6 +3,8 @@ stop), and nothing else does: no cloud provider changes zone or market by itself
 
 - :mod:`handlers.spot.situation`: the live decision (a job's record and the cloud's view as a Situation, the
   named policy's choice, what the card shows of it);
+- :mod:`handlers.spot.steer`: what the decision means for the job (the next stretch's market and zone, the plan
+  on the card, the reason in the thread), which :mod:`handlers.decide` turns into effects;
 - :mod:`handlers.spot.policies`: the named policies (``spot-first``, the default of a job nobody steers, and the
   simulator's ``deadline-aware``, ``greedy``, ``spot-only``, ``on-demand``);
 - :mod:`handlers.spot.zones`: the order of (zone, type) candidates within a launch, each cloud's capacity error
