@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from bot.chat import catalog
 from bot.chat.catalog import Lang, say
 from bot.chat.render import card_text, recipes_text
-from bot.cloud.base import CloudError, CloudProvider, ListsZones
+from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability
 from bot.keys import Keys
 from bot.routes import CLOUD_TYPES
 from bot.store import JobStore
@@ -51,7 +51,7 @@ from handlers.messages import (
 from handlers.oncall import OnCall
 from handlers.policy import Policy, guard_start, refusal
 from handlers.recipes import Recipe, RecipeError, find_recipe
-from handlers.spot_decide import SpotView, managed, steers
+from handlers.spot import SpotView, managed, steers
 
 log = logging.getLogger(__name__)
 
@@ -265,9 +265,12 @@ class Bot:
             return cached[1]
         types = recipe.instance_types.get(self.cloud.name, [])
         zones: tuple[str, ...] = ("",)
+        scores: dict[str, float] = {}
         try:
             if isinstance(self.cloud, ListsZones):
                 zones = tuple(await self.cloud.spot_zones(types)) or ("",)
+            if isinstance(self.cloud, ReadsAvailability):  # live availability, where the cloud says it
+                scores = await self.cloud.zone_availability(types)
             spot_price = await self.cloud.hourly_price(types, "spot")
             on_demand_price = await self.cloud.hourly_price(types, "on-demand")
         except CloudError as exc:  # a cloud API that fails now: the policy plans with what is known
@@ -278,6 +281,7 @@ class Bot:
             spot_price=spot_price,
             on_demand_price=on_demand_price,
             period=timedelta(seconds=self.policy.spot.tick_seconds),
+            scores=scores,
         )
         self._views[recipe.name] = (time.monotonic(), view)
         return view

@@ -183,14 +183,9 @@ class CloudEffects:
             )
             # Zones that just failed or reclaimed this job go last (the provider still uses them if nothing else).
             tried = [attempt.zone for attempt in job.attempts if attempt.zone and attempt.number < effect.attempt]
-            # A zone the spot policy chose is where the launch goes (and, off fallback, nowhere else).
+            # The market and zone the spot authority chose (handlers/spot/), and nothing else.
             instance = await self.cloud.launch(
-                spec,
-                recipe.instance_types.get(self.cloud.name, []),
-                effect.market,
-                avoid_zones=tried,
-                zone=effect.zone,
-                fallback=effect.fallback,
+                spec, recipe.instance_types.get(self.cloud.name, []), effect.market, avoid_zones=tried, zone=effect.zone
             )
         except (CloudError, ValueError) as exc:  # the cloud said no, or the recipe / spec cannot be launched
             log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)

@@ -80,8 +80,8 @@ from handlers.notes import (
 )
 from handlers.oncall import OnCall, open_page, page_step
 from handlers.reasons import Reason, Wording
-from handlers.spot_decide import SpotView, choose, managed
-from handlers.spot_policy import Choice, Event
+from handlers.spot import Choice, Event, SpotView, choose, managed
+from handlers.spot.steer import next_stretch, refused, tick_market
 from handlers.transitions import Trigger, next_state
 
 START_TIMEOUT = timedelta(minutes=15)
@@ -117,8 +117,8 @@ def new_job(
     spot: SpotView | None = None,
 ) -> Change:
     """A job is created PENDING with its first attempt planned; the launch follows through the outbox. A job the
-    spot policy steers (a deadline, a budget: :func:`handlers.spot_decide.managed`) launches where the policy
-    says, and its policy ticks start."""
+    spot policy steers (a deadline, a budget: :func:`handlers.spot.managed`) launches where the policy says, and
+    its policy ticks start; any other job launches where ``spot-first`` says (:mod:`handlers.spot`)."""
     job = Job(
         id=job_id,
         recipe=recipe,
@@ -137,7 +137,7 @@ def new_job(
         history.update(deadline=deadline.isoformat() if deadline else None, budget=budget, policy=spot_policy)
         ticking, tick = _next_tick(job, now, spot.period)
         return _steer(ticking, ticking, now, history, [tick], spot, "launch")
-    return _relaunch(job, job, "spot", now, history)
+    return _steer(job, job, now, history, [], SpotView(), "launch")
 
 
 def decide(
@@ -165,8 +165,8 @@ def decide(
         if message.attempt != job.attempt:
             return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
         current = job.current
-        if message.capacity and spot is not None and managed(job) and current is not None and current.market == "spot":
-            return _capacity(job, message, now, spot)
+        if message.capacity and current is not None and current.market == "spot":  # the decision chooses again
+            return _capacity(job, message, now, spot if spot is not None and managed(job) else SpotView())
         return _failure(job, "launch-failed", Failure.of("launch-failed", error=message.reason), now, [], limits)
     if isinstance(message, StartDeadline):
         current = job.current
@@ -266,6 +266,8 @@ def resume_command(job: Job, user: str, on_demand: bool, now: datetime, spot: Sp
         notes.append(tick)
         if not on_demand:  # a person who asks for on-demand gets it; otherwise the policy chooses
             return _steer(job, moved, now, history, notes, spot, "launch")
+    elif not on_demand:  # spot-first chooses the zone (and on-demand, when no zone has spot)
+        return _steer(job, moved, now, history, notes, SpotView(), "launch")
     return _relaunch(job, moved, market, now, history, notes)
 
 
@@ -646,7 +648,7 @@ def _relaunch_due(job: Job, message: RelaunchDue, now: datetime) -> Change:
     if state is None:
         return _ignored(job, message.type, f"the job is {job.state}")
     history = {"event": "relaunch-due", "attempt": current.number}
-    launch = _launch_now(job, current.number, message.market, now, message.zone, fallback=not managed(job))
+    launch = _launch_now(job, current.number, message.market, now, message.zone)
     return _change(job, state, now, history, launch)
 
 
@@ -665,7 +667,7 @@ def _stopped_anyway(job: Job, trigger: Trigger, why: str, now: datetime) -> Chan
     return _change(ended, state, now, {"event": trigger, "reason": why, "kept_step": kept}, outbox)
 
 
-# -- the spot policy (handlers/spot_decide.py) --------------------------------------------------------------
+# -- the spot policy (handlers/spot/) -----------------------------------------------------------------------------
 
 
 def _steer(
@@ -680,19 +682,18 @@ def _steer(
     limits: Lifecycle | None = None,
 ) -> Change:
     """Plan the next attempt of ``before`` where the policy says: spot in its zone or on-demand (at once, or after
-    ``delay``), nothing until the next tick (wait), or a stop for the budget. ``moved``: the job now."""
-    choice, plan = choose(moved, spot, now, event)
-    planned = moved.model_copy(update={"plan": plan})
-    history = {**history, "policy": choice.action, "policy_zone": choice.zone, "why": str(choice.reason)}
-    previous = before.current.market if before.current is not None else "spot"
-    if choice.action in ("on-demand", "wait") and (choice.action != previous or event != "launch"):
-        outbox = [*outbox, _policy_note(planned, choice)]  # the thread hears why the job leaves spot, or waits
-    if choice.action == "stop":
-        return _policy_stop(planned, choice, now, history, outbox, limits)
-    if choice.action == "wait":
+    ``delay``), nothing until the next tick (wait), or a stop for the budget. ``moved``: the job now. A job no
+    policy steers runs ``spot-first``: its choice goes to the history, not to the card or the thread."""
+    stretch = next_stretch(before, moved, spot, now, event)
+    planned = moved.model_copy(update={"plan": stretch.plan}) if stretch.plan is not None else moved
+    history = {**history, **stretch.history()}
+    if stretch.tell:
+        outbox = [*outbox, _policy_note(planned, stretch.choice)]  # the thread hears why the job leaves spot, or waits
+    if stretch.choice.action == "stop":
+        return _policy_stop(planned, stretch.choice, now, history, outbox, limits)
+    if stretch.market is None:  # wait: the attempt is planned, the next tick launches it
         return _relaunch(before, planned, "spot", now, history, outbox, launch_now=False)
-    market: Market = "on-demand" if choice.action == "on-demand" else "spot"
-    return _relaunch(before, planned, market, now, history, outbox, delay=delay, zone=choice.zone)
+    return _relaunch(before, planned, stretch.market, now, history, outbox, delay=delay, zone=stretch.zone)
 
 
 def _capacity(job: Job, message: LaunchFailed, now: datetime, spot: SpotView) -> Change:
@@ -701,9 +702,8 @@ def _capacity(job: Job, message: LaunchFailed, now: datetime, spot: SpotView) ->
     current = job.current
     zone = message.zone or (current.zone if current is not None else None) or ""
     ended = _end_attempt(job, now, Failure.of("capacity", error=message.reason).english)
-    refused = ended.model_copy(update={"refused_zones": {**job.refused_zones, zone: now}})
     history = {"event": "launch-failed", "capacity": True, "zone": zone, "reason": message.reason}
-    return _steer(job, refused, now, history, [], spot, "capacity")
+    return _steer(job, refused(ended, zone, now), now, history, [], spot, "capacity")
 
 
 def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, limits: Lifecycle) -> Change:
@@ -731,15 +731,13 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
     card = _note(planned, "card", CardRefresh(cause="policy"))
     if choice.action == "stop":
         return _policy_stop(planned, choice, now, history, [tick], limits)
-    target: Market | None = None
-    if choice.action in ("spot", "on-demand"):
-        target = "spot" if choice.action == "spot" else "on-demand"
+    target = tick_market(choice)
     if waiting:
         if target is None:
             return _make(planned, history, [tick, card])
         attempt = current.model_copy(update={"market": target, "launched_at": now})
         launching = planned.model_copy(update={"attempts": [*planned.attempts[:-1], attempt]})
-        launch = _launch_now(launching, attempt.number, target, now, choice.zone, fallback=False)
+        launch = _launch_now(launching, attempt.number, target, now, choice.zone)
         return _make(launching, history, [tick, *launch, card])
     if target is None or target == current.market or current.instance_id is None:
         return _make(planned, history, [tick, card])
@@ -799,7 +797,8 @@ def _again(
 ) -> Change:
     """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:
     an attempt without progress makes the next launch wait, and too many in a row end the job instead. A job the
-    spot policy steers relaunches where the policy says (or waits, or stops for its budget)."""
+    spot policy steers relaunches where the policy says (or waits, or stops for its budget); any other job where
+    ``spot-first`` says (the zone, or on-demand once no zone has spot; a job on on-demand stays there)."""
     in_a_row = without_progress(before)
     if gives_up(limits, in_a_row):
         reason = Failure.of("no-progress", count=in_a_row, last=why)
@@ -821,7 +820,10 @@ def _again(
         history = {**history, "without_progress": in_a_row, "pause_seconds": pause.total_seconds()}
     if spot is not None and managed(counted):
         return _steer(before, counted, now, history, [*release, *notes], spot, "interrupted", delay=pause)
-    return _relaunch(before, counted, market, now, history, [*release, *notes], delay=pause)
+    view = SpotView()
+    return _steer(
+        before, counted, now, {**history, "market": market}, [*release, *notes], view, "interrupted", delay=pause
+    )
 
 
 def _relaunch(
@@ -841,23 +843,21 @@ def _relaunch(
     number = before.attempt + 1
     attempt = Attempt(number=number, market=market, launched_at=now, from_step=best_step(job))
     planned = job.model_copy(update={"attempts": [*job.attempts, attempt], "updated_at": now})
-    steered = managed(planned)
     if not launch_now:
         launch: list[Any] = []
     elif delay > timedelta():
         launch = [RelaunchDue(job_id=job.id, attempt=number, market=market, zone=zone, due=now + delay)]
     else:
-        launch = _launch_now(planned, number, market, now, zone, fallback=not steered)
+        launch = _launch_now(planned, number, market, now, zone)
     effects = [*(outbox or []), *launch, _note(planned, "card", CardRefresh(cause="launch"))]
     return _make(planned, {**history, "state": planned.state.value, "next_attempt": number}, effects)
 
 
-def _launch_now(
-    job: Job, number: int, market: Market, now: datetime, zone: str | None = None, fallback: bool = True
-) -> list[Any]:
-    # The deadline is set with the launch request, so even a launch lost on the way ends in a page, not silence.
+def _launch_now(job: Job, number: int, market: Market, now: datetime, zone: str | None = None) -> list[Any]:
+    """The launch the decision chose: this market, in this zone (None: the cloud orders the zones within the
+    launch). The deadline is set with the launch request, so even a launch lost on the way ends in a page."""
     return [
-        Launch(job_id=job.id, attempt=number, market=market, zone=zone or None, fallback=fallback),
+        Launch(job_id=job.id, attempt=number, market=market, zone=zone or None),
         StartDeadline(job_id=job.id, attempt=number, due=now + START_TIMEOUT),
     ]
 

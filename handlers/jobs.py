@@ -143,10 +143,10 @@ class Job(BaseModel):
     output_uri: str | None = None
     failure: Failure | str | None = None  # why it ended; a str: a record from before codes, shown as it is
     page: Page | None = None
-    # The spot policy (handlers/spot_decide.py): what the job was started with, and what the policy chose last.
+    # The spot policy (handlers/spot/): what the job was started with, and what the policy chose last.
     deadline: datetime | None = None
     budget: float | None = None
-    spot_policy: str | None = None  # the policy's name; None: launched as the bot always did (no policy)
+    spot_policy: str | None = None  # the configured policy's name at start; None: spot-first
     plan: PlanChoice | None = None
     refused_zones: dict[str, datetime] = Field(default_factory=dict)  # a spot launch refused for capacity, when
     switch_to: Market | None = None  # STOPPING to move to this market (a relaunch follows the checkpoint)

@@ -145,15 +145,15 @@ class StopFailed(_Message):
 
 
 class Launch(_Message):
-    """``zone``: launch there only (the spot policy chose it); ``fallback``: the cloud may move on to other zones
-    and to on-demand after capacity errors (today's launch plan); off when the spot policy decides instead."""
+    """Launch on ``market`` as the spot authority (:mod:`handlers.spot`) chose: in ``zone`` only, or (None) in the
+    zones the cloud orders within the launch. The cloud never changes market: a capacity refusal comes back as
+    :class:`LaunchFailed` and the authority chooses again. An older message's ``fallback`` is ignored."""
 
     type: Literal["launch"] = "launch"
     job_id: str
     attempt: int
     market: Market = "spot"
     zone: str | None = None
-    fallback: bool = True
 
 
 class Terminate(_Message):

@@ -13,10 +13,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from handlers import spot_decide, spot_policy
+from handlers import spot_policy
 from handlers.events import Late
 from handlers.failures import Failure
 from handlers.jobs import Market
+from handlers.spot import policies as spot_policies
+from handlers.spot import situation as spot_situation
 
 
 class _Note(BaseModel):
@@ -105,10 +107,12 @@ class RelaunchPaused(_Note):
     seconds: float
 
 
-# -- the spot policy (handlers/spot_decide.py) ----------------------------------------------------------------
+# -- the spot policy (handlers/spot/) ----------------------------------------------------------------
 
 # Every reason the live spot policy can give: the keys of its English tables (the catalogue words each).
-POLICY_REASONS = frozenset({*spot_policy.WORDING.sentences, *spot_decide.WORDING.sentences})
+POLICY_REASONS = frozenset(
+    {*spot_policy.WORDING.sentences, *spot_policies.WORDING.sentences, *spot_situation.WORDING.sentences}
+)
 
 
 class SpotPolicyNote(_Note):

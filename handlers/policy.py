@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from handlers.commands import Action
 from handlers.lifecycle import Lifecycle
 from handlers.reasons import Reason, Wording
-from handlers.spot_policy import DEFAULT_POLICY, POLICIES
+from handlers.spot.policies import POLICIES
+from handlers.spot_policy import DEFAULT_POLICY
 
 GUARDED_ACTIONS: tuple[Action, ...] = ("start", "stop", "interrupt-test", "ack", "resume")
 READ_ACTIONS = frozenset({"status", "list", "logs", "help"})
@@ -28,7 +29,8 @@ WORDING = Wording(
 
 class SpotSettings(BaseModel):
     """The ``policy.spot`` section: which spot policy steers jobs started with a deadline or budget (all jobs,
-    when it is not the default), and how often it is asked again while such a job is active."""
+    when it is not the default), and how often it is asked again while such a job is active. A job it does not
+    steer runs ``spot-first`` (:mod:`handlers.spot.policies`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = DEFAULT_POLICY
@@ -48,7 +50,7 @@ class Policy(BaseModel):
     max_concurrent_jobs: int | None = Field(default=None, ge=1)
     max_hourly_price: float | None = Field(default=None, gt=0)
     lifecycle: Lifecycle = Field(default_factory=Lifecycle)  # bounded relaunches, the stop deadline
-    spot: SpotSettings = Field(default_factory=SpotSettings)  # the spot policy (handlers/spot_decide.py)
+    spot: SpotSettings = Field(default_factory=SpotSettings)  # the spot policy (handlers/spot/)
 
     @property
     def open(self) -> bool:

@@ -130,6 +130,9 @@ class FakeAliyun:
         self.spot_prices: dict[tuple[str, str], float] = {}
         self.on_demand_prices: dict[str, float] = {}
         self.fail_price_history = False
+        self.stock: dict[
+            str, str
+        ] = {}  # zone -> DescribeAvailableResource's StatusCategory (none listed: empty answer)
         self.instances: dict[str, FakeInstance] = {}
         self.deleted: list[str] = []
         self.vswitch_zones: dict[str, str] = {}
@@ -357,6 +360,35 @@ class FakeAliyun:
             if kind == instance_type and params.get("ZoneId") in (None, zone)
         ]
         return {"SpotPrices": {"SpotPriceType": items}, "NextOffset": 0, "Currency": "CNY"}
+
+    def _ecs_DescribeAvailableResource(self, params: dict[str, str]) -> dict[str, Any]:
+        for required in ("RegionId", "DestinationResource"):
+            if not params.get(required):
+                raise ApiError(400, "MissingParameter", f"{required} is mandatory for this action.")
+        instance_type = params.get("InstanceType", "")
+        zones = [
+            {
+                "ZoneId": zone,
+                "RegionId": self.region,
+                "Status": "Available" if "WithStock" in status else "SoldOut",
+                "StatusCategory": status,
+                "AvailableResources": {
+                    "AvailableResource": [
+                        {
+                            "Type": "InstanceType",
+                            "SupportedResources": {
+                                "SupportedResource": [
+                                    {"Value": instance_type, "Status": "Available", "StatusCategory": status}
+                                ]
+                            },
+                        }
+                    ]
+                },
+            }
+            for zone, status in self.stock.items()
+            if (zone, instance_type) not in self.unsupported
+        ]
+        return {"AvailableZones": {"AvailableZone": zones}}
 
     def _ecs_DescribePrice(self, params: dict[str, str]) -> dict[str, Any]:
         price = self.on_demand_prices.get(params.get("InstanceType", ""))

@@ -9,7 +9,7 @@ from typing import Any
 from handlers.job_options import JobOptionError, parse_budget, parse_deadline, reserved_parameter
 from handlers.jobs import Job
 from handlers.reasons import Reason
-from handlers.spot_decide import SpotView, choose
+from handlers.spot import SpotView, choose, spot_first
 from handlers.spot_policy import (
     NOTHING,
     Holding,
@@ -86,6 +86,8 @@ def policy_reasons() -> list[Reason]:
         deadline_aware(situation(zones=up, budget=8.0)).reason,  # spot: on-demand over budget
         deadline_aware(situation(zones=down, budget=8.0)).reason,  # wait: on-demand over budget
         deadline_aware(situation(zones=up, budget=8.0, spent=4.0)).reason,  # stop
+        spot_first(situation(zones=up)).reason,  # spot first
+        spot_first(situation(zones=down)).reason,  # on-demand: no zone has spot
         *unmeasured_reasons(),
     ]
     errors: list[JobOptionError] = []

@@ -238,27 +238,28 @@ async def test_a_price_limit_and_a_spot_duration_are_asked_for(
     assert (run["SystemDisk.Category"], run["SystemDisk.Size"]) == ("cloud_essd", "200")
 
 
-async def test_after_max_capacity_failures_it_pays_for_on_demand(
+async def test_after_max_capacity_failures_it_reports_a_capacity_refusal_never_on_demand(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
     fake.run_fault = lambda params: "OperationDenied.NoStock" if params["SpotStrategy"] != "NoSpot" else None
     cloud = make_cloud(max_launch_failures=2)
-    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    with pytest.raises(LaunchError) as refused:
+        await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert refused.value.capacity  # the spot authority (handlers/spot/) chooses on-demand, not the provider
 
     strategies = [call["SpotStrategy"] for call in fake.actions("RunInstances")]
-    assert strategies == ["SpotAsPriceGo", "SpotAsPriceGo", "NoSpot"]
-    assert (instance.market, instance.zone, instance.price_per_hour) == ("on-demand", "cn-hangzhou-j", 10.0)
+    assert strategies == ["SpotAsPriceGo", "SpotAsPriceGo"]
 
 
 async def test_a_zone_the_spot_policy_chose_is_tried_alone_and_a_refusal_says_capacity(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
     cloud = make_cloud(max_launch_failures=1)
-    pinned = await cloud.launch(job_spec(cloud), [GPU], "spot", zone=ZONES[-1], fallback=False)
+    pinned = await cloud.launch(job_spec(cloud), [GPU], "spot", zone=ZONES[-1])
     assert (pinned.zone, pinned.market) == (ZONES[-1], "spot")
     fake.no_stock = {ZONES[0]}
     with pytest.raises(LaunchError) as refused:
-        await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot", zone=ZONES[0], fallback=False)
+        await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot", zone=ZONES[0])
     assert refused.value.capacity and refused.value.zone == ZONES[0]
     tried = [(call["ZoneId"], call["SpotStrategy"] != "NoSpot") for call in fake.actions("RunInstances")]
     assert tried == [(ZONES[-1], True), (ZONES[0], True)]  # no other zone, no on-demand
@@ -280,7 +281,7 @@ async def test_refusals_end_in_a_launch_error_naming_each_try(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
     fake.no_stock = set(ZONES)
-    cloud = make_cloud(max_launch_failures=None)  # spot only: the on-call person decides about on-demand
+    cloud = make_cloud(max_launch_failures=None)  # every candidate of the market
     with pytest.raises(LaunchError, match="every candidate failed") as failed:
         await cloud.launch(job_spec(cloud), [GPU], "spot")
     assert str(failed.value).count("OperationDenied.NoStock") == 3
@@ -590,3 +591,55 @@ async def test_list_instances_says_when_the_api_refuses(make_cloud: Callable[...
     cloud = make_cloud(access_key_secret="not-the-secret")
     with pytest.raises(AliyunError, match="could not list"):
         await cloud.list_instances()
+
+
+async def test_a_scaling_group_gets_the_chosen_zone_alone_and_the_chosen_market(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(**group_settings(fake))
+    (group,) = fake.groups.values()
+    spot = await cloud.launch(job_spec(cloud), [GPU], "spot", zone="cn-hangzhou-h")
+    assert (spot.zone, spot.market) == ("cn-hangzhou-h", "spot")
+    assert group.vswitches == ["vsw-h"]  # ESS cannot start (or replace) it anywhere else
+    assert fake.configurations[group.configuration_id].spot_strategy == "SpotAsPriceGo"
+
+    on_demand = await cloud.launch(job_spec(cloud, attempt=2), [GPU], "on-demand", zone="cn-hangzhou-k")
+    assert (on_demand.zone, on_demand.market) == ("cn-hangzhou-k", "on-demand")
+    assert group.vswitches == ["vsw-k"]
+    assert fake.configurations[group.configuration_id].spot_strategy == "NoSpot"  # no spot mixed in by ESS
+
+
+async def test_a_scaling_group_refused_in_the_chosen_zone_reports_capacity_for_the_spot_authority(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.no_stock = {"cn-hangzhou-j"}
+    cloud = make_cloud(**group_settings(fake), group_wait_seconds=0.3)
+    (group,) = fake.groups.values()
+    with pytest.raises(LaunchError) as refused:
+        await cloud.launch(job_spec(cloud), [GPU], "spot", zone="cn-hangzhou-j")
+    assert refused.value.capacity and refused.value.zone == "cn-hangzhou-j"
+    assert group.desired == 0 and fake.live() == []  # not moved to another zone, nor to on-demand, by itself
+
+
+async def test_stock_and_price_history_become_the_zones_availability_cached_per_type(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    fake.stock = {"cn-hangzhou-j": "WithStock", "cn-hangzhou-k": "WithoutStock", "cn-hangzhou-h": "ClosedWithStock"}
+    cloud = make_cloud()
+    assert await cloud.zone_availability([GPU]) == {"cn-hangzhou-j": 1.0, "cn-hangzhou-k": 0.0, "cn-hangzhou-h": 0.6}
+    await cloud.zone_availability([GPU])
+    assert len(fake.actions("DescribeAvailableResource")) == 1  # cached
+
+    # The order of a launch weighs the stock first: k is the cheapest, but has none; then the price.
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert instance.zone == "cn-hangzhou-j"
+    assert [call["ZoneId"] for call in fake.actions("RunInstances")] == ["cn-hangzhou-j"]
+
+
+async def test_without_stock_information_there_is_no_signal(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()  # the fake lists no zone: as an account ECS tells nothing
+    assert await cloud.zone_availability([GPU]) == {}
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert instance.zone == "cn-hangzhou-k"  # the cheapest, as before

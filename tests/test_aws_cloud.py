@@ -16,7 +16,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -24,16 +24,20 @@ import pytest
 from pydantic import ValidationError
 
 import bot.cloud.base as cloud_base
-from bot.cloud.aws import AwsCloud, AwsError, AwsSettings
+from bot.cloud.aws import AwsCloud, AwsError, AwsSettings, group_distribution
 from bot.cloud.base import CloudError, LaunchError
 from bot.effects import CloudEffects
 from bot.keys import Keys
 from bot.reconciler import Reconciler
 from bot.store import JobStore
-from handlers.jobs import Attempt, Job, JobState
+from handlers.decide import decide, new_job, resume_command, stop_command
+from handlers.events import Started
+from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.lifecycle import Lifecycle
+from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StopDeadline
 from handlers.recipes import BUILT_IN
 from handlers.spec import JobSpec, parse_spec
+from handlers.spot import SpotView
 from tests.aws_fakes import Ec2Proxy, deliver_fis_interruption, spot_request
 from tests.redis_fixtures import (  # noqa: F401 (fixtures)
     fixture_key_prefix,
@@ -335,28 +339,29 @@ async def test_a_zone_the_spot_policy_chose_is_tried_alone_and_a_refusal_says_ca
         "InsufficientInstanceCapacity" if form.get("Placement.AvailabilityZone") == "us-east-1b" else None
     )
     cloud: AwsCloud = make_cloud(max_launch_failures=1)
-    pinned = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot", zone="us-east-1a", fallback=False)
+    pinned = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot", zone="us-east-1a")
     # There, at the price EC2's spot price history gives for it now (recorded on the attempt).
     assert (pinned.zone, pinned.market, pinned.price_per_hour) == ("us-east-1a", "spot", pytest.approx(0.52))
 
     with pytest.raises(LaunchError) as refused:
-        await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot", zone="us-east-1b", fallback=False)
+        await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot", zone="us-east-1b")
     assert refused.value.capacity and refused.value.zone == "us-east-1b"
     tried = [(form["Placement.AvailabilityZone"], spot_request(form)) for form in proxy.actions("RunInstances")]
     assert tried == [("us-east-1a", True), ("us-east-1b", True)]  # no other zone, no on-demand
 
 
-async def test_on_demand_after_max_capacity_failures(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
+async def test_max_capacity_failures_end_in_a_capacity_refusal_never_on_demand(
+    proxy: Ec2Proxy, make_cloud: Any
+) -> None:
     codes = iter(["InsufficientInstanceCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded"] * 3)
     proxy.run_instances_fault = lambda form: next(codes) if spot_request(form) else None
     cloud: AwsCloud = make_cloud(max_launch_failures=3)
-    instance = await cloud.launch(job_spec(cloud), TYPES, "spot")
+    with pytest.raises(LaunchError) as refused:
+        await cloud.launch(job_spec(cloud), TYPES, "spot")
+    assert refused.value.capacity  # the spot authority chooses again (handlers/spot/): on-demand is its to choose
 
     runs = proxy.actions("RunInstances")
-    assert [spot_request(form) for form in runs] == [True, True, True, False]  # 6 spot candidates, 3 tried
-    assert (instance.market, instance.zone, instance.instance_type) == ("on-demand", "us-east-1a", "g5.xlarge")
-    assert instance.price_per_hour == instance.on_demand_price_per_hour == pytest.approx(1.006)
-    assert "InstanceLifecycle" not in world.instance(instance.instance_id)
+    assert [spot_request(form) for form in runs] == [True, True, True]  # 6 spot candidates, 3 tried, no on-demand
 
 
 async def test_on_demand_market_skips_spot_entirely(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
@@ -371,11 +376,11 @@ async def test_on_demand_market_skips_spot_entirely(world: World, proxy: Ec2Prox
 
 async def test_no_capacity_anywhere_is_a_launch_error(proxy: Ec2Proxy, make_cloud: Any) -> None:
     proxy.run_instances_fault = lambda form: "InsufficientInstanceCapacity"
-    cloud: AwsCloud = make_cloud(max_launch_failures=2)
+    cloud: AwsCloud = make_cloud(max_launch_failures=None)
     with pytest.raises(LaunchError, match="every candidate failed") as caught:
-        await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
-    # 2 spot tries, then on-demand in every zone; the message names each try.
-    assert len(proxy.actions("RunInstances")) == 2 + len(ZONES)
+        await cloud.launch(job_spec(cloud), ["g5.xlarge"], "on-demand")
+    # On-demand in every zone; the message names each try.
+    assert len(proxy.actions("RunInstances")) == len(ZONES)
     assert "on-demand g5.xlarge in us-east-1c: InsufficientInstanceCapacity" in str(caught.value)
 
 
@@ -641,3 +646,154 @@ async def test_reconcile_sets_the_auto_scaling_group_of_an_ended_job_to_zero(
     again = await reconciler.round(now)  # at 0 now: nothing more to do for the group
     assert again is not None and [d for d in again if d.action.action == "release-group"] == []
     await cloud.release_group("finetune-no-such-group")  # a group that is gone is fine
+
+
+@pytest.fixture
+def sold_out_groups(patched_moto: str, monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """Zones whose spot capacity is gone, for Auto Scaling groups on moto: a spot group whose (first) subnet is in
+    one launches nothing and says why in its scaling activity, as AWS does (moto launches every group instance, in
+    the group's first subnet, and keeps no activities)."""
+    from moto.autoscaling.models import FakeAutoScalingGroup
+    from moto.autoscaling.responses import AutoScalingResponse
+    from moto.core.responses import ActionResult
+    from moto.ec2.models import ec2_backends
+
+    sold_out: set[str] = set()
+    activities: dict[str, list[dict[str, Any]]] = {}
+    launch = FakeAutoScalingGroup.replace_autoscaling_group_instances
+
+    def replace(group: Any, count_needed: int, propagated_tags: dict[str, str]) -> None:
+        subnet = group.vpc_zone_identifier.split(",")[0]
+        zone = ec2_backends[group.account_id][group.region].get_subnet(subnet).availability_zone
+        distribution = (group.mixed_instances_policy or {}).get("InstancesDistribution", {})
+        spot = int(distribution.get("OnDemandPercentageAboveBaseCapacity", 100)) == 0
+        if spot and zone in sold_out:
+            message = f"Could not launch Spot Instances. InsufficientInstanceCapacity - no Spot capacity in {zone}."
+            activity = {
+                "ActivityId": f"act-{len(activities)}",
+                "AutoScalingGroupName": group.name,
+                "Cause": "an instance was started in response to a difference between desired and actual capacity",
+                "StartTime": datetime.now(UTC),
+                "StatusCode": "Failed",
+                "StatusMessage": message,
+            }
+            activities.setdefault(group.name, []).insert(0, activity)
+            return
+        launch(group, count_needed, propagated_tags)
+
+    def describe(response: Any) -> ActionResult:
+        return ActionResult({"Activities": activities.get(response._get_param("AutoScalingGroupName"), [])})
+
+    monkeypatch.setattr(FakeAutoScalingGroup, "replace_autoscaling_group_instances", replace)
+    monkeypatch.setattr(AutoScalingResponse, "describe_scaling_activities", describe)
+    return sold_out
+
+
+async def test_in_auto_scaling_mode_only_the_spot_authority_chooses_zone_and_market(
+    patched_moto: str, sold_out_groups: set[str], open_clouds: list[AwsCloud]
+) -> None:
+    """A capacity refusal, an interruption and a resume go through handlers/spot/ and nothing else: each launch's
+    (market, zone) is the decision's, the group is told exactly that (the chosen zone's subnet alone, all of it on
+    the chosen market), and what runs is what was decided; a provider that changed market by itself fails here."""
+    world = build_world(patched_moto)
+    cloud = AwsCloud(world.settings(mode="autoscaling", group_wait_seconds=1))
+    open_clouds.append(cloud)
+    view = SpotView(zones=tuple(ZONES), spot_price=0.3, on_demand_price=1.0)
+    limits = Lifecycle(relaunch_pause_seconds=0, max_relaunches_without_progress=10)
+    now = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
+    decided: list[tuple[str, str | None]] = []
+
+    async def carry_out(change: Change) -> Launched | LaunchFailed:
+        """The cloud executor's part, on the real provider: launch exactly what the decision chose."""
+        (launch,) = [effect for effect in change.outbox if effect["type"] == "launch"]
+        market, zone, attempt = launch["market"], launch["zone"], launch["attempt"]
+        chosen = (change.history["policy"], change.history["policy_zone"] or None)
+        assert (market, zone) == chosen  # the launch is the decision's choice, nothing else
+        decided.append((market, zone))
+        try:
+            instance = await cloud.launch(job_spec(cloud, attempt=attempt), TYPES, market, zone=zone)
+        except LaunchError as exc:
+            return LaunchFailed(job_id="ft-abc1", attempt=attempt, reason=str(exc), capacity=exc.capacity, zone=zone)
+        (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])[
+            "AutoScalingGroups"
+        ]
+        distribution = group["MixedInstancesPolicy"]["InstancesDistribution"]
+        assert {key: distribution[key] for key in group_distribution(market)} == group_distribution(market)
+        if zone is not None:
+            assert group["VPCZoneIdentifier"] == world.subnets[zone]
+        assert instance.market == market and (zone is None or instance.zone == zone)
+        return Launched(
+            job_id="ft-abc1",
+            attempt=attempt,
+            instance_id=instance.instance_id,
+            instance_type=instance.instance_type,
+            zone=instance.zone,
+            market=instance.market,
+        )
+
+    def running(change: Change) -> Change:
+        """The runner on the new instance reports its start."""
+        started = Started(job_id="ft-abc1", attempt=change.job.attempt, time=now)
+        return decide(change.job, ReportReceived(report=started), now, lifecycle=limits, spot=view)
+
+    # The first launch: spot in the first zone, which has no spot now; the refusal goes back to the decision.
+    sold_out_groups.add("us-east-1a")
+    change = new_job("ft-abc1", "tiny", {}, "console:ana", None, now, 200, spot_policy="spot-first", spot=view)
+    result = await carry_out(change)
+    assert isinstance(result, LaunchFailed) and result.capacity and "InsufficientInstanceCapacity" in result.reason
+    change = decide(change.job, result, now, lifecycle=limits, spot=view)
+    result = await carry_out(change)
+    assert isinstance(result, Launched)
+    change = running(decide(change.job, result, now, lifecycle=limits, spot=view))
+
+    # The spot instance is reclaimed: the decision moves to the zone that still has spot.
+    sold_out_groups.add("us-east-1b")
+    gone = CloudEvent(kind="instance-gone", instance_id=result.instance_id, source="aws.ec2", detail="spot reclaimed")
+    change = decide(change.job, gone, now, lifecycle=limits, spot=view)
+    result = await carry_out(change)
+    assert isinstance(result, Launched)
+    change = running(decide(change.job, result, now, lifecycle=limits, spot=view))
+
+    # Reclaimed again, and no zone has spot left: on-demand, because the decision says so.
+    sold_out_groups.add("us-east-1c")
+    gone = CloudEvent(kind="instance-gone", instance_id=result.instance_id, source="aws.ec2", detail="spot reclaimed")
+    change = decide(change.job, gone, now, lifecycle=limits, spot=view)
+    result = await carry_out(change)
+    assert isinstance(result, Launched) and result.market == "on-demand"
+    change = running(decide(change.job, result, now, lifecycle=limits, spot=view))
+
+    # Stopped, then resumed once spot is back: the decision returns to spot, in the first zone again.
+    change = stop_command(change.job, "console:ana", now, limits)
+    change = decide(change.job, StopDeadline(job_id="ft-abc1", attempt=change.job.attempt, due=now), now)
+    assert change.job.state is JobState.STOPPED
+    sold_out_groups.clear()
+    later = now + timedelta(minutes=31)  # past the cool-down of the refused and reclaimed zones
+    change = resume_command(change.job, "console:ana", False, later, view)
+    result = await carry_out(change)
+    assert isinstance(result, Launched)
+
+    assert decided == [
+        ("spot", "us-east-1a"),
+        ("spot", "us-east-1b"),
+        ("spot", "us-east-1c"),
+        ("on-demand", None),
+        ("spot", "us-east-1a"),
+    ]
+
+
+async def test_placement_scores_are_cached_per_instance_types_and_weighed_as_availability(
+    proxy: Ec2Proxy, make_cloud: Any
+) -> None:
+    proxy.placement_scores = {ZONE_IDS["us-east-1a"]: 9, ZONE_IDS["us-east-1b"]: 3}
+    cloud: AwsCloud = make_cloud()
+    assert await cloud.zone_availability(TYPES) == {"us-east-1a": 0.9, "us-east-1b": 0.3}
+    await cloud.zone_availability(list(reversed(TYPES)))  # the same types: the cached answer
+    await cloud.launch(job_spec(cloud), TYPES, "spot")
+    assert len(proxy.actions("GetSpotPlacementScores")) == 1
+    await cloud.zone_availability(["g5.xlarge"])  # other types: asked
+    assert len(proxy.actions("GetSpotPlacementScores")) == 2
+
+
+async def test_without_placement_scores_there_is_no_signal(proxy: Ec2Proxy, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud()  # moto has no GetSpotPlacementScores: the proxy passes its error on
+    assert await cloud.zone_availability(TYPES) == {}

@@ -56,11 +56,8 @@ class Ec2Bodies:
         *,
         avoid_zones: Collection[str] = (),
         zone: str | None = None,
-        fallback: bool = True,
     ) -> Instance:
-        instance = await self.cloud.launch(
-            spec, instance_types, market, avoid_zones=avoid_zones, zone=zone, fallback=fallback
-        )
+        instance = await self.cloud.launch(spec, instance_types, market, avoid_zones=avoid_zones, zone=zone)
         spec_uri = re.search(r"FINETUNE_SPEC=(\S+)", self.world.user_data(instance.instance_id))
         assert spec_uri is not None, "the user-data must name the spec"
         imds = await LocalMetadataServer(instance_id=instance.instance_id).start()

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from bot.chat import catalog as catalog_module
 from bot.chat.catalog import LANGUAGES, en, messages, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
-from handlers import commands, decide, failures, job_options, recipes, spot_decide, spot_policy
+from handlers import commands, decide, failures, job_options, recipes, spot_policy
 from handlers import policy as policy_module
 from handlers import reconcile as reconcile_module
 from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
@@ -57,6 +57,8 @@ from handlers.policy import Policy, guard_start, refusal
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
+from handlers.spot import policies as spot_policies
+from handlers.spot import situation as spot_situation
 from runner.trainer import start_failure
 from tests.spot_cases import policy_reasons
 
@@ -118,7 +120,7 @@ SAMPLES: list[Note] = [
     InterruptTestDone(result=InterruptTestResult(instance_id="i-1", way="fis", reference="EXP1", after_seconds=120)),
     InterruptTestDone(result=InterruptTestResult(instance_id="i-1", way="notice", reclaim_at=NOW)),
     InterruptTestFailed(error="FIS refused"),
-    # The spot policy (handlers/spot_decide.py): every reason it gives, from the code path that gives it.
+    # The spot policy (handlers/spot/): every reason it gives, from the code path that gives it.
     *(SpotPolicyNote(reason=reason.key, values=dict(reason.values)) for reason in spot_policy_reasons()),
     # Reconciliation (handlers/reconcile.py): a code and its values, each code in the catalogue.
     InstanceReleased(instance="i-9", why="job-over", values={"job": "ft-ab12", "state": "SUCCEEDED"}),
@@ -515,7 +517,13 @@ def keys_in(reason: Reason) -> set[str]:
 
 def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
     tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING, job_options.WORDING]
-    tables += [spot_policy.WORDING, spot_decide.WORDING, reconcile_module.WORDING, failures.WORDING]
+    tables += [
+        spot_policy.WORDING,
+        spot_policies.WORDING,
+        spot_situation.WORDING,
+        reconcile_module.WORDING,
+        failures.WORDING,
+    ]
     assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
     assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice
     assert en.BOT.keys().isdisjoint(en.HANDLERS)

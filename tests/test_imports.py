@@ -19,8 +19,8 @@ def test_the_runner_agent_stays_light() -> None:
 
 def test_handlers_need_no_io_library() -> None:
     loaded = loaded_after(
-        "handlers.decide, handlers.commands, handlers.aws_events, handlers.placement, handlers.aliyun_events, "
-        "handlers.aliyun_placement"
+        "handlers.decide, handlers.commands, handlers.aws_events, handlers.spot, handlers.spot.zones, "
+        "handlers.aliyun_events"
     )
     assert not loaded & {"aiohttp", "boto3", "botocore", "aiobotocore", "redis", "slack_bolt", "bot", "runner"}
 

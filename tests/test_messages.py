@@ -54,7 +54,7 @@ SAMPLES: list[BusMessage] = [
     StopDeadline(**JOB, attempt=1, due=DUE),
     StopFailed(**JOB, instance_id="i-1", reason="gone"),
     Launch(**JOB, attempt=1),
-    Launch(**JOB, attempt=2, zone="us-east-1b", fallback=False),
+    Launch(**JOB, attempt=2, zone="us-east-1b"),
     Terminate(**JOB, instance_id="i-1"),
     InterruptTest(**JOB, instance_id="i-1", requested_by="slack:U1"),
     StopRunner(**JOB, instance_id="i-1"),
@@ -115,3 +115,12 @@ def test_a_report_of_a_runner_of_the_previous_release_still_parses() -> None:
     assert isinstance(failed, Failed) and failed.failure is None and failed.reason == "trainer exited with code 3"
     wrapped = parse_message({"kind": "report", "report": notice})  # as an older bot put it on the stream
     assert isinstance(wrapped, ReportReceived) and wrapped.report == parse_report(notice)
+
+
+def test_a_launch_written_with_the_old_fallback_flag_still_parses_and_the_flag_is_gone() -> None:
+    """Before handlers/spot/ was the one authority, a Launch carried ``fallback`` (the cloud's own move to
+    on-demand); a message still queued from then is read as today's Launch, without it."""
+    old = {"type": "launch", "job_id": "ft-ab12", "attempt": 2, "market": "spot", "zone": None, "fallback": True}
+    message = parse_message(old)
+    assert isinstance(message, Launch) and (message.market, message.zone) == ("spot", None)
+    assert "fallback" not in dump_message(message)

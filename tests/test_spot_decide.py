@@ -14,8 +14,8 @@ from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.events import Interrupted
 from handlers.failures import Failure
 from handlers.jobs import Attempt, Change, Job, JobState
-from handlers.messages import LaunchFailed, PolicyTick, ReportReceived
-from handlers.spot_decide import SpotView, managed
+from handlers.messages import CloudEvent, LaunchFailed, PolicyTick, ReportReceived
+from handlers.spot import SpotView, choose, estimated_availability, managed
 from tests.notes import topic
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -78,14 +78,40 @@ def test_a_job_without_deadline_or_budget_launches_as_it_always_did() -> None:
     change = created(spot=VIEW)
     assert not managed(change.job) and change.job.plan is None
     launch = effect(change, "launch")
-    assert (launch["market"], launch["zone"], launch["fallback"]) == ("spot", None, True)
+    assert (launch["market"], launch["zone"]) == ("spot", None)  # spot-first: spot, the cloud orders the zones
+    assert "fallback" not in launch  # no second authority: the cloud never moves to on-demand by itself
+    assert change.history["policy"] == "spot" and change.history["why"].startswith("spot in -")
     assert "policy-tick" not in effect_types(change)
+
+
+def test_spot_first_a_capacity_refusal_goes_back_to_the_decision_which_chooses_on_demand() -> None:
+    job = created().job
+    refused = LaunchFailed(job_id=job.id, attempt=1, reason="InsufficientInstanceCapacity", capacity=True)
+    change = decide(job, refused, NOW)  # no view: the bot reads the cloud only for steered jobs
+    launch = effect(change, "launch")
+    assert (launch["market"], launch["zone"], launch["attempt"]) == ("on-demand", None, 2)
+    assert change.job.state is JobState.PENDING and change.job.plan is None  # the card stays as it always was
+    assert change.history["policy"] == "on-demand"
+    # An on-demand launch refused in turn fails the attempt as it always did: no loop back to spot.
+    again = decide(change.job, refused.model_copy(update={"attempt": 2}), NOW)
+    assert "launch" not in effect_types(again)
+    assert again.job.state is not JobState.PENDING
+
+
+def test_spot_first_an_interrupted_job_goes_back_to_spot_and_one_on_on_demand_stays_there() -> None:
+    job = measured(deadline=None, spot_policy=None)
+    change = decide(job, interrupted(job), NOW)
+    assert (effect(change, "launch")["market"], effect(change, "launch")["zone"]) == ("spot", None)
+    on_demand = measured(market="on-demand", deadline=None, spot_policy=None)
+    gone = decide(on_demand, CloudEvent(kind="instance-gone", instance_id="i-1", source="test"), NOW)
+    assert effect(gone, "launch")["market"] == "on-demand"
+    assert gone.history["why"] == "staying on on-demand: the job has no deadline to plan a return to spot by"
 
 
 def test_a_job_with_a_deadline_launches_where_the_policy_says_and_starts_its_ticks() -> None:
     change = created(deadline=NOW + timedelta(hours=2), spot=VIEW)
     launch = effect(change, "launch")
-    assert (launch["market"], launch["zone"], launch["fallback"]) == ("spot", "zone-a", False)
+    assert (launch["market"], launch["zone"]) == ("spot", "zone-a")
     tick = effect(change, "policy-tick")
     assert tick["tick"] == change.job.tick == 1
     assert datetime.fromisoformat(tick["due"]) == NOW + VIEW.period
@@ -233,3 +259,43 @@ def test_an_unknown_policy_or_bad_local_zones_are_refused_with_one_line() -> Non
     assert parse_file_config("policy:\n  spot:\n    name: greedy\n", "bot.yaml").policy.spot.name == "greedy"
     with pytest.raises(ConfigError, match=r"^FINETUNE_LOCAL_ZONES='a,,b': "):
         load_settings(finetune_local_zones="a,,b")
+
+
+# -- live availability, weighed with the job's own past ------------------------------------------------------
+
+
+def test_the_live_signal_steers_the_zone_and_the_jobs_own_past_stands_in_where_there_is_none() -> None:
+    scored = SpotView(zones=("zone-a", "zone-b"), spot_price=0.3, on_demand_price=1.0, scores={"zone-b": 0.9})
+    change = created(deadline=NOW + timedelta(hours=2), spot=scored)
+    assert effect(change, "launch")["zone"] == "zone-b"  # zone-a: no signal (½), zone-b: a placement score of 9
+
+    # No signal at all: the job's own trace. zone-a was reclaimed an hour ago (past its cool-down), zone-b ran.
+    job = measured(deadline=timedelta(hours=10))
+    reclaimed = job.attempts[0].model_copy(
+        update={"ended_at": NOW - timedelta(hours=1), "end_reason": "interrupted: spot-interruption"}
+    )
+    ran = Attempt(
+        number=2,
+        market="spot",
+        instance_id="i-2",
+        zone="zone-b",
+        launched_at=NOW - timedelta(minutes=50),
+        started_at=NOW - timedelta(minutes=49),
+        from_step=50,
+    )
+    history = job.model_copy(update={"attempts": [reclaimed.model_copy(update={"number": 1}), ran]})
+    assert estimated_availability(history, NOW) == {"zone-a": 0.0, "zone-b": 1.0}
+    choice, _ = choose(history.model_copy(update={"attempts": [reclaimed]}), VIEW, NOW, "launch")
+    assert choice.zone == "zone-b"  # zone-a's past: reclaimed; zone-b: unknown (½) ranks above it
+
+
+def test_a_configured_spot_first_steers_with_the_clouds_view_and_goes_on_demand_once_no_zone_has_spot() -> None:
+    job = new_job("ft-ab12", "tiny", {}, "console:ana", None, NOW, 200, spot_policy="spot-first", spot=VIEW).job
+    assert managed(job) and job.plan is not None and job.plan.action == "spot"
+    for attempt, zone in ((1, "zone-a"), (2, "zone-b")):
+        refused = LaunchFailed(job_id=job.id, attempt=attempt, reason="no room", capacity=True, zone=zone)
+        job = decide(job, refused, NOW, spot=VIEW).job
+    assert job.plan is not None and (job.plan.action, job.plan.reason) == (
+        "on-demand",
+        "spot-policy.unmeasured.on-demand",
+    )

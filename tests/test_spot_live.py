@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from handlers.jobs import Attempt, Job, JobState
-from handlers.spot_live import live_situation, projection
+from handlers.spot.situation import live_situation, projection
 from handlers.spot_policy import NOTHING, Situation, deadline_aware
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)

@@ -78,7 +78,7 @@ async def test_bad_options_change_nothing_and_a_plain_job_is_launched_as_always(
         done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED)
         assert done.deadline is None and done.budget is None and done.plan is None and done.tick == 0
         launch = [entry for entry in await service.bot.store.history(job_id) if entry.get("event") == "created"]
-        assert "policy" not in launch[0]
+        assert launch[0]["policy"] == "spot" and "deadline" not in launch[0]  # spot-first chose; nothing steers it
         pending = await Timers(service.bot.store.redis).pending()
         assert not any(timer["type"] == "policy-tick" for timer in pending)
         card = await service.bot.command("console:ana", CHANNEL, f"status {job_id}")

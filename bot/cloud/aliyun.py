@@ -5,13 +5,16 @@ then starts a preemptible instance whose user-data only points the runner's syst
 bucket's *internal* endpoint. Two modes:
 
 - ``instances``: ``RunInstances`` with ``SpotStrategy`` ``SpotAsPriceGo`` (or ``SpotWithPriceLimit`` when a price
-  limit is configured; ``NoSpot`` for on-demand) over the configured zones and vSwitches. The order comes from the
-  pure :mod:`handlers.placement` over ``DescribeSpotPriceHistory`` (zones where this job was just reclaimed go
-  last; without prices, the configured order); ``OperationDenied.NoStock`` and kin move on to the next candidate
-  (:mod:`handlers.aliyun_placement`), and after ``max_launch_failures`` of them, to on-demand.
+  limit is configured; ``NoSpot`` for on-demand) over the configured zones and vSwitches, on the market and in the
+  zone the spot authority chose (:mod:`handlers.spot`). The order within a launch comes from the pure
+  :mod:`handlers.spot.zones` over ``DescribeAvailableResource`` (stock) and ``DescribeSpotPriceHistory`` (zones where
+  this job was just reclaimed go last; without either, the configured order); ``OperationDenied.NoStock`` and kin
+  move on to the next candidate, and after ``max_launch_failures`` of them the launch reports a capacity refusal:
+  the authority chooses again (another zone, on-demand, or waiting). The market never changes here.
 - ``scaling-group``: the guide's setup, a multi-zone ESS scaling group (``deploy/aliyun/finetune.ros.yaml``) per
-  concurrent job. A launch writes the attempt into the group's scaling configuration (user-data, tags, types, spot
-  strategy) and sets the desired capacity to 1; ESS picks the zone and replaces a reclaimed instance by itself.
+  concurrent job. A launch writes the attempt into the group's scaling configuration (user-data, tags, types, the
+  spot strategy of the chosen market) and sets the desired capacity to 1 over the chosen zone's vSwitch (else every
+  zone's); ESS replaces a reclaimed instance by itself, in that zone and market.
   Completion or stop sets it back to 0. A group belongs to the job named in its configuration's tags while it has
   capacity; a group at 0 is free.
 
@@ -30,6 +33,7 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
@@ -42,19 +46,21 @@ from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.base import CloudError, CloudProvider, Instance, LaunchError, log_once
 from bot.cloud.user_data import runner_boot_script
-from handlers.aliyun_placement import classify_aliyun_launch_error
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
-from handlers.placement import (
+from handlers.reconcile import CloudInstance
+from handlers.spec import DrillControl, JobSpec, StopControl, control_key, dump_control
+from handlers.spot.zones import (
     Candidate,
     LaunchPlan,
     SpotPrice,
+    as_scores,
+    classify_aliyun_launch_error,
     latest_prices,
     order_on_demand_candidates,
     order_spot_candidates,
+    stock_availability,
 )
-from handlers.reconcile import CloudInstance
-from handlers.spec import DrillControl, JobSpec, StopControl, control_key, dump_control
 from runner.storage.base import StorageError
 from runner.storage.s3 import S3Store
 
@@ -66,6 +72,7 @@ LIST_PAGE_SIZE = 100  # DescribeInstances' largest page
 LIVE_STATUSES = frozenset({"Pending", "Starting", "Running"})
 _NOT_FOUND = frozenset({"InvalidInstanceId.NotFound", "InvalidInstanceIds.NotFound", "InvalidInstance.NotFound"})
 _PRICE_TTL_SECONDS = 3600.0
+STOCK_TTL_SECONDS = 600.0  # DescribeAvailableResource per instance type is asked again only this much later
 
 
 class AliyunError(CloudError):
@@ -93,6 +100,14 @@ def _listed(instance: dict[str, Any]) -> CloudInstance:
     )
 
 
+_CODES = re.compile(r"[A-Za-z]+(?:\.[A-Za-z]+)+")
+
+
+def _activity_refused(status: str) -> bool:
+    """Whether a failed scaling activity's message names an ECS capacity error (``OperationDenied.NoStock`` …)."""
+    return any(classify_aliyun_launch_error(code) == "capacity" for code in _CODES.findall(status))
+
+
 def _client_token(*parts: object) -> str:
     """RunInstances' idempotency token: the same request sent again (after no answer) starts nothing new."""
     return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
@@ -116,6 +131,7 @@ class AliyunCloud:
         self._drills: set[asyncio.Task[None]] = set()
         self._group_lock = asyncio.Lock()
         self._on_demand: dict[str, tuple[float, float]] = {}  # type -> (price, monotonic time read)
+        self._stock: dict[str, tuple[float, list[tuple[str, str]]]] = {}  # type -> (time read, [(zone, status)])
 
     # -- where things live --------------------------------------------------------------------------------
 
@@ -139,11 +155,11 @@ class AliyunCloud:
         *,
         avoid_zones: Collection[str] = (),
         zone: str | None = None,
-        fallback: bool = True,
     ) -> Instance:
-        """Start the attempt's instance; LaunchError naming every failed candidate when none would start.
+        """Start the attempt's instance on ``market``; LaunchError naming every failed candidate when none would
+        start (``capacity`` True when the market had no room: the spot authority chooses again).
 
-        ``avoid_zones``: zones where this job was just reclaimed or failed; they are tried last.
+        ``avoid_zones``: zones where this job was just reclaimed or failed; they are tried last. ``zone``: there only.
         """
         if not instance_types:
             raise LaunchError("the recipe lists no instance types for aliyun")
@@ -151,7 +167,7 @@ class AliyunCloud:
         spec_uri = await self._upload_spec(spec)
         script = self.user_data(spec_uri)
         if self.settings.mode == "scaling-group":
-            return await self._launch_in_group(spec, script, instance_types, market, avoid_zones)
+            return await self._launch_in_group(spec, script, instance_types, market, avoid_zones, zone)
         existing = await self._attempt_instance(spec)
         if existing is not None:  # a launch retried after a crash: the instance the first try started
             log.info("%s attempt %d: %s is up already", spec.job_id, spec.attempt, existing.instance_id)
@@ -159,15 +175,15 @@ class AliyunCloud:
         zones = self._zones()
         if zone:  # pinned by the spot policy: there or nowhere
             zones = [zone]
-        spot: list[Candidate] = []
         if market == "spot":
             prices, _ = await self._spot_prices(instance_types)
-            spot = order_spot_candidates(zones, instance_types, None, prices, avoid_zones)
+            stock = await self.zone_availability(instance_types)
+            scores = as_scores(stock) if stock else None
+            candidates = order_spot_candidates(zones, instance_types, scores, prices, avoid_zones)
+        else:
+            candidates = order_on_demand_candidates(zones, instance_types, avoid_zones)
         plan = LaunchPlan(
-            spot=spot,
-            on_demand=order_on_demand_candidates(zones, instance_types, avoid_zones),
-            max_failures=self.settings.max_launch_failures if fallback else None,
-            classify=classify_aliyun_launch_error,
+            candidates, max_failures=self.settings.max_launch_failures, classify=classify_aliyun_launch_error
         )
         while (candidate := plan.next()) is not None:
             where = f"{candidate.market} {candidate.instance_type} in {candidate.zone}"
@@ -179,14 +195,11 @@ class AliyunCloud:
                 continue
             except AliyunUnavailable as exc:
                 raise LaunchError(f"ECS did not answer RunInstances: {exc}") from exc
-            if plan.fell_back:
-                log.warning("%s attempt %d: no spot capacity (%s)", spec.job_id, spec.attempt, "; ".join(plan.failures))
             log.info("%s attempt %d: launched %s (%s)", spec.job_id, spec.attempt, instance_id, where)
             on_demand = await self.on_demand_price(candidate.instance_type)
             price = candidate.spot_price if candidate.market == "spot" else on_demand
             return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
-        refused = plan.fatal is None and plan.capacity_failures > 0
-        raise LaunchError(plan.summary(), capacity=refused, zone=zone)
+        raise LaunchError(plan.summary(), capacity=plan.refused, zone=zone)
 
     async def _attempt_instance(self, spec: JobSpec) -> Instance | None:
         """The live instance already tagged with this (job, attempt), if any (a retry may try another zone first,
@@ -379,6 +392,48 @@ class AliyunCloud:
         self._on_demand[instance_type] = (price, time.monotonic())
         return price
 
+    async def zone_availability(self, instance_types: list[str]) -> dict[str, float]:
+        """The live signal the spot authority weighs, per zone (0..1): the best spot stock status of these types
+        from ``DescribeAvailableResource`` (cached ``STOCK_TTL_SECONDS`` per type), lowered where the spot price
+        history says the price is close to the on-demand one. Empty (no signal) when ECS will not say."""
+        stock: list[tuple[str, str]] = []
+        for instance_type in instance_types:
+            stock.extend(await self._stock_of(instance_type))
+        if not stock:
+            return {}
+        zones = set(self._zones())
+        prices, origins = await self._spot_prices(instance_types)
+        return stock_availability([item for item in stock if item[0] in zones], prices, origins)
+
+    async def _stock_of(self, instance_type: str) -> list[tuple[str, str]]:
+        """(zone, stock status) of a preemptible ``instance_type`` in our region, [] when ECS will not say."""
+        cached = self._stock.get(instance_type)
+        if cached is not None and time.monotonic() - cached[0] < STOCK_TTL_SECONDS:
+            return cached[1]
+        request = ecs_models.DescribeAvailableResourceRequest(
+            region_id=self.settings.region,
+            destination_resource="InstanceType",
+            instance_charge_type="PostPaid",
+            spot_strategy="SpotAsPriceGo",
+            resource_type="instance",
+            instance_type=instance_type,
+        )
+        try:
+            reply = await self.api.ecs("describe_available_resource", request)
+            found: list[tuple[str, str]] = []
+            for zone in reply.get("AvailableZones", {}).get("AvailableZone", []):
+                status = str(zone.get("StatusCategory") or "")
+                for resource in zone.get("AvailableResources", {}).get("AvailableResource", []):
+                    for supported in resource.get("SupportedResources", {}).get("SupportedResource", []):
+                        if supported.get("Value") == instance_type:
+                            status = str(supported.get("StatusCategory") or status)
+                found.append((str(zone["ZoneId"]), status))
+        except (AliyunApiError, AliyunUnavailable, KeyError, TypeError, AttributeError) as exc:
+            log_once(log, "stock", "available resources unavailable (%s); zones ordered without stock", exc)
+            return []
+        self._stock[instance_type] = (time.monotonic(), found)
+        return found
+
     async def spot_zones(self, instance_types: list[str]) -> list[str]:
         """The zones a launch may be pinned to (the spot policy's choice), in preference order."""
         return self._zones()
@@ -395,9 +450,17 @@ class AliyunCloud:
     # -- scaling-group mode ---------------------------------------------------------------------------------
 
     async def _launch_in_group(
-        self, spec: JobSpec, script: str, instance_types: list[str], market: Market, avoid_zones: Collection[str]
+        self,
+        spec: JobSpec,
+        script: str,
+        instance_types: list[str],
+        market: Market,
+        avoid_zones: Collection[str],
+        zone: str | None = None,
     ) -> Instance:
-        """Write the attempt into a free (or this job's) group's configuration, then desired capacity 1.
+        """Write the attempt into a free (or this job's) group's configuration (the chosen market's spot strategy
+        only), then desired capacity 1 over the chosen zone's vSwitch (else every zone's, zones to avoid last). A
+        group that starts nothing because the zone had no stock reports a capacity refusal to the spot authority.
 
         A relaunch first sets the group to 0, so a replacement ESS started by itself from the older attempt's
         configuration is not left running next to the new attempt.
@@ -419,7 +482,11 @@ class AliyunCloud:
                 ordered = [z for z in self._zones() if z not in avoid_zones] + [
                     z for z in self._zones() if z in avoid_zones
                 ]
-                vswitches = [self.settings.vswitches[zone] for zone in ordered] or None
+                if zone:  # pinned by the spot authority: there or nowhere
+                    if zone not in self.settings.vswitches:
+                        raise LaunchError(f"no vSwitch configured in {zone} for scaling group {group_id}", zone=zone)
+                    ordered = [zone]
+                vswitches = [self.settings.vswitches[z] for z in ordered] or None
                 await self.api.ess(
                     "modify_scaling_group",
                     ess_models.ModifyScalingGroupRequest(
@@ -432,7 +499,7 @@ class AliyunCloud:
                 )
             except (AliyunApiError, AliyunUnavailable) as exc:
                 raise LaunchError(f"could not set up scaling group {group_id}: {exc}") from exc
-        instance_id = await self._wait_for_group_instance(group_id, before)
+        instance_id = await self._wait_for_group_instance(group_id, before, zone)
         described = await self._describe(instance_id) or {}
         instance_type = str(described.get("InstanceType") or instance_types[0])
         zone = str(described.get("ZoneId") or "")
@@ -535,7 +602,7 @@ class AliyunCloud:
             ess_models.ModifyScalingGroupRequest(scaling_group_id=group_id, min_size=0, desired_capacity=desired),
         )
 
-    async def _wait_for_group_instance(self, group_id: str, before: set[str]) -> str:
+    async def _wait_for_group_instance(self, group_id: str, before: set[str], zone: str | None = None) -> str:
         deadline = time.monotonic() + self.settings.group_wait_seconds
         while True:
             try:
@@ -555,7 +622,9 @@ class AliyunCloud:
             log.warning("could not set group %s back to 0: %s", group_id, exc)
         raise LaunchError(
             f"scaling group {group_id} launched no instance within {self.settings.group_wait_seconds:g} s"
-            + (f" (last activity: {why})" if why else "")
+            + (f" (last activity: {why})" if why else ""),
+            capacity=_activity_refused(why),
+            zone=zone,
         )
 
     async def _last_activity(self, group_id: str) -> str:

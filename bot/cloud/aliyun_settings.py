@@ -51,7 +51,8 @@ class AliyunSettings(BaseModel):
     system_disk_size: int | None = Field(default=None, ge=20, le=2048)
     spot_price_limit: float | None = Field(default=None, gt=0)  # per hour; set: SpotWithPriceLimit
     spot_duration: Literal[0, 1] | None = None  # hours of guaranteed run time (1), or none (0, cheaper)
-    max_launch_failures: int | None = Field(default=3, ge=1)  # spot capacity failures before on-demand; None: never
+    # capacity failures within one launch before it reports a refusal to the spot authority; None: every candidate
+    max_launch_failures: int | None = Field(default=3, ge=1)
     mode: Literal["instances", "scaling-group"] = "instances"
     scaling_groups: list[str] = Field(default_factory=list)  # scaling-group mode: ESS group ids, one job each
     group_wait_seconds: float = Field(default=300.0, gt=0)

@@ -2,8 +2,10 @@
 
 A launch uploads the attempt's spec to S3 first, then starts an instance whose user-data only points the
 runner's systemd unit at that object (the image carries the runner; nothing is installed at boot). The zone
-and type come from the pure ordering in ``handlers.placement`` over spot placement scores and spot prices;
-capacity errors move on to the next candidate and, after ``max_launch_failures`` of them, to on-demand.
+and the market come from the spot authority (:mod:`handlers.spot`); within a launch the (zone, type) order comes
+from the pure :mod:`handlers.spot.zones` over spot placement scores and spot prices, and capacity errors move on
+to the next candidate of the same market until ``max_launch_failures`` of them: the launch then reports a capacity
+refusal and the authority chooses again (another zone, on-demand, or waiting). The market never changes here.
 Drills are AWS FIS experiments (``aws:ec2:send-spot-instance-interruptions``); a stop is a control object the
 runner polls. Every call is aioboto3, so nothing blocks the bot's event loop.
 
@@ -36,15 +38,6 @@ from bot.cloud.base import CloudError, CloudProvider, Instance, LaunchError, log
 from bot.cloud.user_data import plain_path, runner_boot_script
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
-from handlers.placement import (
-    Candidate,
-    LaunchPlan,
-    SpotPrice,
-    latest_prices,
-    order_on_demand_candidates,
-    order_spot_candidates,
-    scores_by_zone,
-)
 from handlers.reconcile import CloudGroup, CloudInstance
 from handlers.spec import (
     JobSpec,
@@ -54,6 +47,17 @@ from handlers.spec import (
     check_report_target,
     control_key,
     dump_control,
+)
+from handlers.spot.zones import (
+    Candidate,
+    LaunchPlan,
+    SpotPrice,
+    classify_launch_error,
+    latest_prices,
+    order_on_demand_candidates,
+    order_spot_candidates,
+    score_availability,
+    scores_by_zone,
 )
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,7 @@ _DENIED = frozenset(
 )
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 _SCORES_RETRY_SECONDS = 3600.0  # after a refusal, ask for placement scores again only this much later
+SCORES_TTL_SECONDS = 600.0  # placement scores per (instance types, region) are asked again only this much later
 
 
 class AwsError(CloudError):
@@ -106,7 +111,8 @@ class AwsSettings(BaseModel):
     launch_template: str | None = None  # instances mode: a template of yours holding image, groups, volumes
     key_name: str | None = None
     report_topic_arn: str | None = None  # added to every spec as an ``sns:`` report target
-    max_launch_failures: int | None = Field(default=3, ge=1)  # spot capacity failures before on-demand; None: never
+    # capacity failures within one launch before it reports a refusal to the spot authority; None: every candidate
+    max_launch_failures: int | None = Field(default=3, ge=1)
     mode: Literal["instances", "autoscaling"] = "instances"
     template_name: str = "finetune-runner"  # autoscaling mode: the launch template we keep versions in
     group_wait_seconds: float = Field(default=60.0, gt=0)
@@ -153,6 +159,26 @@ def user_data_script(spec_uri: str, settings: AwsSettings, region: str | None) -
     if region and _REGION.match(region):  # the runner's S3 / SNS clients need it; IMDS would do, more slowly
         env |= {"AWS_REGION": region, "AWS_DEFAULT_REGION": region}
     return runner_boot_script(env, settings.runner_path)
+
+
+def group_distribution(market: Market) -> dict[str, Any]:
+    """The group's instances distribution for the market the spot authority chose: all of it on that market
+    (an on-demand base of one for on-demand), so Auto Scaling never buys the other market by itself."""
+    on_demand = market == "on-demand"
+    return {
+        "OnDemandBaseCapacity": 1 if on_demand else 0,
+        "OnDemandPercentageAboveBaseCapacity": 100 if on_demand else 0,
+        "SpotAllocationStrategy": "price-capacity-optimized",
+    }
+
+
+_WORDS = re.compile(r"[A-Za-z][A-Za-z.]+")
+
+
+def activity_refused(status: str) -> bool:
+    """Whether a failed scaling activity's message names an EC2 capacity error (``… InsufficientInstanceCapacity
+    …``, ``… MaxSpotInstanceCountExceeded …``): the market had no room, and the spot authority chooses again."""
+    return any(classify_launch_error(word.rstrip(".")) == "capacity" for word in _WORDS.findall(status))
 
 
 def _error(exc: ClientError) -> tuple[str, str]:
@@ -204,6 +230,7 @@ class AwsCloud:
         self._subnets: dict[str, str] | None = dict(settings.subnets) if isinstance(settings.subnets, dict) else None
         self._available_zones: list[str] | None = None
         self._scores_retry_at = 0.0
+        self._scores: dict[tuple[tuple[str, ...], str | None], tuple[float, dict[str, int]]] = {}
 
     # -- where things live --------------------------------------------------------------------------------
 
@@ -230,12 +257,12 @@ class AwsCloud:
         *,
         avoid_zones: Collection[str] = (),
         zone: str | None = None,
-        fallback: bool = True,
     ) -> Instance:
-        """Start the attempt's instance; LaunchError naming every failed candidate when none would start.
+        """Start the attempt's instance on ``market``; LaunchError naming every failed candidate when none would
+        start (``capacity`` True when the market had no room: the spot authority chooses again).
 
         ``avoid_zones``: zones where this job was just reclaimed or failed (the bot passes the zones of the
-        job's previous attempts); they are tried last.
+        job's previous attempts); they are tried last. ``zone``: there only.
         """
         if not instance_types:
             raise LaunchError("the recipe lists no instance types for aws")
@@ -243,7 +270,7 @@ class AwsCloud:
         spec_uri = await self._upload_spec(spec)
         script = user_data_script(spec_uri, self.settings, self.region)
         if self.settings.mode == "autoscaling":
-            return await self._launch_group(spec, script, instance_types, market, avoid_zones)
+            return await self._launch_group(spec, script, instance_types, market, avoid_zones, zone)
         existing = await self._attempt_instance(spec)
         if existing is not None:  # a launch retried after a crash: the instance the first try started
             log.info("%s attempt %d: %s is up already", spec.job_id, spec.attempt, existing.instance_id)
@@ -251,16 +278,13 @@ class AwsCloud:
         zones = await self._zones()
         if zone:  # pinned by the spot policy: there or nowhere
             zones = [zone]
-        spot: list[Candidate] = []
         if market == "spot":
             prices = await self._spot_prices(instance_types)
             scores = await self._placement_scores(instance_types)
-            spot = order_spot_candidates(zones, instance_types, scores, prices, avoid_zones)
-        plan = LaunchPlan(
-            spot=spot,
-            on_demand=order_on_demand_candidates(zones, instance_types, avoid_zones),
-            max_failures=self.settings.max_launch_failures if fallback else None,
-        )
+            candidates = order_spot_candidates(zones, instance_types, scores, prices, avoid_zones)
+        else:
+            candidates = order_on_demand_candidates(zones, instance_types, avoid_zones)
+        plan = LaunchPlan(candidates, max_failures=self.settings.max_launch_failures)
         while (candidate := plan.next()) is not None:
             where = f"{candidate.market} {candidate.instance_type} in {candidate.zone}"
             try:
@@ -272,14 +296,11 @@ class AwsCloud:
                 continue
             except (BotoCoreError, ResponseParserError) as exc:
                 raise LaunchError(f"EC2 did not answer RunInstances: {exc}") from exc
-            if plan.fell_back:
-                log.warning("%s attempt %d: no spot capacity (%s)", spec.job_id, spec.attempt, "; ".join(plan.failures))
             log.info("%s attempt %d: launched %s (%s)", spec.job_id, spec.attempt, instance_id, where)
             on_demand = self.on_demand_price(candidate.instance_type)
             price = candidate.spot_price if candidate.market == "spot" else on_demand
             return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
-        refused = plan.fatal is None and plan.capacity_failures > 0
-        raise LaunchError(plan.summary(), capacity=refused, zone=zone)
+        raise LaunchError(plan.summary(), capacity=plan.refused, zone=zone)
 
     async def _attempt_instance(self, spec: JobSpec) -> Instance | None:
         """The live instance already tagged with this (job, attempt), if any."""
@@ -460,9 +481,18 @@ class AwsCloud:
             return {}
         return latest_prices(points)
 
+    async def zone_availability(self, instance_types: list[str]) -> dict[str, float]:
+        """The live signal the spot authority weighs: each zone's spot placement score / 10 (empty: no signal)."""
+        return score_availability(await self._placement_scores(instance_types) or {})
+
     async def _placement_scores(self, instance_types: list[str]) -> dict[str, int] | None:
-        """Spot placement scores per zone name, or None where the API is refused or missing (moto has none:
-        it answers HTTP 500). Then ordering falls back to price and configuration, logged once per process."""
+        """Spot placement scores per zone name, cached ``SCORES_TTL_SECONDS`` per (instance types, region); None
+        where the API is refused or missing (moto has none: it answers HTTP 500). Then ordering falls back to price
+        and configuration, logged once per process, and the scores are asked again only an hour later."""
+        key = (tuple(sorted(instance_types)), self.region)
+        cached = self._scores.get(key)
+        if cached is not None and time.monotonic() - cached[0] < SCORES_TTL_SECONDS:
+            return cached[1]
         if time.monotonic() < self._scores_retry_at:
             return None
         ec2 = await self._client("ec2", retries=False)
@@ -486,35 +516,47 @@ class AwsCloud:
             )
             return None
         scores = ((str(s["AvailabilityZoneId"]), int(s["Score"])) for s in reply.get("SpotPlacementScores", []))
-        return scores_by_zone(scores, names)
+        by_zone = scores_by_zone(scores, names)
+        self._scores[key] = (time.monotonic(), by_zone)
+        return by_zone
 
     # -- Auto Scaling mode ----------------------------------------------------------------------------------
 
     async def _launch_group(
-        self, spec: JobSpec, script: str, instance_types: list[str], market: Market, avoid_zones: Collection[str]
+        self,
+        spec: JobSpec,
+        script: str,
+        instance_types: list[str],
+        market: Market,
+        avoid_zones: Collection[str],
+        zone: str | None = None,
     ) -> Instance:
-        """One group per job (``finetune-<job>``), min 0 / max 1 / desired 1, spot only (or on-demand only),
-        over every configured subnet; Auto Scaling picks the pool (price-capacity-optimized).
+        """One group per job (``finetune-<job>``), min 0 / max 1 / desired 1, on the market the spot authority
+        chose only (:func:`group_distribution`: no mix, so the group never buys the other market by itself), over
+        the subnet of the chosen zone (else every configured subnet, zones to avoid last); Auto Scaling picks the
+        type (price-capacity-optimized). A group that starts nothing because the market had no room reports a
+        capacity refusal, and the authority chooses again.
 
         A relaunch first sets the group to 0, so a replacement the group started by itself from an older
         attempt's template version is not left running next to the new attempt.
         """
         group = group_name(spec.job_id)
         version = await self._template_version(spec, script)
-        zones = await self._zones()
-        ordered = [z for z in zones if z not in avoid_zones] + [z for z in zones if z in avoid_zones]
         subnet_of = await self._subnet_map()
+        if zone:  # pinned by the spot authority: there or nowhere
+            if zone not in subnet_of:
+                raise LaunchError(f"no subnet configured in {zone} for Auto Scaling group {group}", zone=zone)
+            ordered = [zone]
+        else:
+            zones = await self._zones()
+            ordered = [z for z in zones if z not in avoid_zones] + [z for z in zones if z in avoid_zones]
         subnets = ",".join(subnet_of[z] for z in ordered)
         policy = {
             "LaunchTemplate": {
                 "LaunchTemplateSpecification": {"LaunchTemplateName": self.settings.template_name, "Version": version},
                 "Overrides": [{"InstanceType": instance_type} for instance_type in instance_types],
             },
-            "InstancesDistribution": {
-                "OnDemandBaseCapacity": 0,
-                "OnDemandPercentageAboveBaseCapacity": 0 if market == "spot" else 100,
-                "SpotAllocationStrategy": "price-capacity-optimized",
-            },
+            "InstancesDistribution": group_distribution(market),
         }
         tags = [
             {**tag, "ResourceId": group, "ResourceType": "auto-scaling-group", "PropagateAtLaunch": True}
@@ -549,7 +591,7 @@ class AwsCloud:
                 )
         except (ClientError, BotoCoreError) as exc:
             raise LaunchError(f"could not set up Auto Scaling group {group}: {exc}") from exc
-        found = await self._wait_for_group_instance(group, before)
+        found = await self._wait_for_group_instance(group, before, zone)
         instance_type = str(found.get("InstanceType") or instance_types[0])
         zone = str(found.get("AvailabilityZone", ""))
         on_demand = self.on_demand_price(instance_type)
@@ -575,7 +617,7 @@ class AwsCloud:
         groups = reply.get("AutoScalingGroups", [])
         return dict(groups[0]) if groups else None
 
-    async def _wait_for_group_instance(self, group: str, before: set[str]) -> dict[str, Any]:
+    async def _wait_for_group_instance(self, group: str, before: set[str], zone: str | None) -> dict[str, Any]:
         deadline = time.monotonic() + self.settings.group_wait_seconds
         while True:
             try:
@@ -599,7 +641,9 @@ class AwsCloud:
             log.warning("could not set group %s back to 0: %s", group, exc)
         raise LaunchError(
             f"Auto Scaling group {group} launched no instance within {self.settings.group_wait_seconds:g} s"
-            + (f" (last activity: {why})" if why else "")
+            + (f" (last activity: {why})" if why else ""),
+            capacity=activity_refused(why),
+            zone=zone,
         )
 
     async def _last_activity(self, group: str) -> str:

@@ -77,11 +77,10 @@ class CloudProvider(ListsInstances, Protocol):
         *,
         avoid_zones: Collection[str] = (),
         zone: str | None = None,
-        fallback: bool = True,
     ) -> Instance:
-        """Start an instance whose runner runs ``spec`` (preferring zones not in ``avoid_zones``); LaunchError when
-        it cannot. ``zone``: there only (the spot policy chose it); ``fallback`` False: no move to on-demand after
-        spot capacity errors (the policy decides that)."""
+        """Start an instance on ``market`` whose runner runs ``spec`` (preferring zones not in ``avoid_zones``);
+        LaunchError when it cannot (``capacity`` True when the market had no room). ``zone``: there only (the spot
+        authority chose it). Never another market: the authority (:mod:`handlers.spot`) chooses again."""
         ...
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
@@ -107,3 +106,13 @@ class ListsZones(Protocol):
     (local, AWS and Alibaba Cloud all say; a cloud that cannot leaves the choice of zone to its launch)."""
 
     async def spot_zones(self, instance_types: list[str]) -> list[str]: ...
+
+
+@runtime_checkable
+class ReadsAvailability(Protocol):
+    """A cloud that says, live, how likely spot is in each zone (AWS spot placement scores; Alibaba's stock
+    status and spot price history): the signal the spot authority weighs (:mod:`handlers.spot.zones`)."""
+
+    async def zone_availability(self, instance_types: list[str]) -> dict[str, float]:
+        """0..1 per zone name, cached by the provider; empty when the cloud gives no signal now."""
+        ...

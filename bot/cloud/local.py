@@ -14,10 +14,10 @@ derived from them, and a launch retried after a crash returns the instance the f
 
 Zones and spot capacity: the cloud has ``zones`` (``local-a`` alone by default), each with spot capacity until
 :meth:`LocalCloud.take_spot_capacity` takes it away (shared in Redis, so every replica sees it): a spot launch
-pinned there is refused as a capacity error, an unpinned one goes to another zone with capacity or, with
-``fallback``, to on-demand; and every spot instance held there is reclaimed (a notice, then the end of the grace
-period), as a cloud reclaims spot when capacity runs out. On-demand always has room. Prices are the cloud's own,
-configured per market (``spot_price``, ``on_demand_price``).
+pinned there is refused as a capacity error, an unpinned one goes to another zone with capacity or is refused too
+(the market is the spot authority's to change); and every spot instance held there is reclaimed (a notice, then
+the end of the grace period), as a cloud reclaims spot when capacity runs out. On-demand always has room. Prices
+are the cloud's own, configured per market (``spot_price``, ``on_demand_price``).
 """
 
 from __future__ import annotations
@@ -114,13 +114,12 @@ class LocalCloud:
         *,
         avoid_zones: Collection[str] = (),
         zone: str | None = None,
-        fallback: bool = True,
     ) -> Instance:
         """The attempt's instance: the one already up for (job, attempt) if there is one, else a new one."""
         instance_id = local_instance_id(spec.job_id, spec.attempt)
         found = await self.registry.get(instance_id)
         if found is None:
-            where, market = await self._placement(market, zone, fallback, avoid_zones)
+            where = await self._placement(market, zone, avoid_zones)
             found = await self._start(instance_id, spec, (instance_types or ["local.cpu"])[0], market, where)
         else:
             log.info("local instance %s of %s attempt %d is up already", instance_id, spec.job_id, spec.attempt)
@@ -133,14 +132,12 @@ class LocalCloud:
             found.on_demand_price_per_hour,
         )
 
-    async def _placement(
-        self, market: Market, zone: str | None, fallback: bool, avoid_zones: Collection[str]
-    ) -> tuple[str, Market]:
-        """(zone, market) of a new instance; LaunchError(capacity) when spot was asked where there is none."""
+    async def _placement(self, market: Market, zone: str | None, avoid_zones: Collection[str]) -> str:
+        """The zone of a new instance; LaunchError(capacity) when spot was asked where there is none."""
         if zone is not None and zone not in self.zones:
             raise LaunchError(f"the local cloud has no zone {zone!r} (zones: {', '.join(self.zones)})", zone=zone)
         if market == "on-demand":
-            return zone or self.zones[0], market
+            return zone or self.zones[0]
         lost = await self.zones_without_spot()
         if zone is not None:
             candidates = [zone]
@@ -148,10 +145,7 @@ class LocalCloud:
             candidates = [z for z in self.zones if z not in avoid_zones] + [z for z in self.zones if z in avoid_zones]
         for candidate in candidates:
             if candidate not in lost:
-                return candidate, "spot"
-        if fallback:
-            log.warning("no local spot capacity in %s: on-demand instead", ", ".join(candidates))
-            return candidates[0], "on-demand"
+                return candidate
         raise LaunchError(
             f"InsufficientInstanceCapacity: no spot capacity in {', '.join(candidates)}", capacity=True, zone=zone
         )

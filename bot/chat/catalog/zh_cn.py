@@ -258,6 +258,8 @@ MESSAGES: dict[str, str] = {
     ),
     "spot-policy.unmeasured": "在 {zone} 使用抢占式实例：尚未测得训练步时，暂无可依据的计划",
     "spot-policy.unmeasured.on-demand": "按量付费：没有可用区有抢占式容量，且尚未测得训练步时",
+    "spot-policy.spot.first": "抢占式实例（{zone}）：优先使用抢占式实例，各处都没有容量时才改用按量付费",
+    "spot-policy.on-demand.first": "现在使用按量付费：没有可用区有抢占式容量",
     "spot-policy.unmeasured.wait": "等待抢占式容量：没有可用区有容量，且尚未测得训练步时",
     # 对账：机器人记录与云平台列出的实例不一致时（handlers/reconcile.py）
     "reconcile.not-listed": "云平台没有列出 {instance}",

@@ -1,4 +1,4 @@
-"""Placement decisions without I/O: candidate order, error classes, the spot → on-demand plan."""
+"""The zones without I/O: candidate order, each cloud's error classes, live availability, the one-market plan."""
 
 from __future__ import annotations
 
@@ -6,15 +6,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from handlers.placement import (
+from handlers.spot.zones import (
     Candidate,
     LaunchPlan,
     SpotPrice,
+    as_scores,
+    classify_aliyun_launch_error,
     classify_launch_error,
     latest_prices,
     order_on_demand_candidates,
     order_spot_candidates,
+    score_availability,
     scores_by_zone,
+    stock_availability,
+    weigh_availability,
 )
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
@@ -119,50 +124,33 @@ def test_on_demand_order_prefers_the_recipes_first_type() -> None:
 
 
 def plan(max_failures: int | None = 3, spot: bool = True) -> LaunchPlan:
-    return LaunchPlan(
-        spot=order_spot_candidates(ZONES, TYPES, None, {}) if spot else [],
-        on_demand=order_on_demand_candidates(ZONES, TYPES),
-        max_failures=max_failures,
-    )
+    candidates = order_spot_candidates(ZONES, TYPES, None, {}) if spot else order_on_demand_candidates(ZONES, TYPES)
+    return LaunchPlan(candidates, max_failures=max_failures)
 
 
-def test_plan_falls_back_to_on_demand_after_max_capacity_failures() -> None:
+def test_plan_ends_as_a_capacity_refusal_after_max_capacity_failures_and_never_changes_market() -> None:
     launch = plan(max_failures=3)
-    tried = []
     for code in ("InsufficientInstanceCapacity", "Unsupported", "SpotMaxPriceTooLow", "InsufficientCapacity"):
         candidate = launch.next()
         assert candidate is not None
         assert candidate.market == "spot"
-        tried.append(candidate)
         launch.failed(candidate, code)
     assert launch.capacity_failures == 3  # "Unsupported" moved on without counting
-    assert not launch.fell_back
-    fallback = launch.next()
-    assert fallback == Candidate("us-east-1a", "g5.2xlarge", "on-demand")
-    assert launch.fell_back
+    assert launch.next() is None  # no on-demand: the spot authority chooses again
+    assert launch.refused
 
 
-def test_plan_falls_back_when_spot_is_exhausted_early() -> None:
-    launch = LaunchPlan(
-        spot=order_spot_candidates(["us-east-1a"], ["g5.2xlarge"], None, {}),
-        on_demand=order_on_demand_candidates(["us-east-1a"], ["g5.2xlarge"]),
-        max_failures=3,
-    )
+def test_plan_ends_when_every_candidate_failed() -> None:
+    launch = LaunchPlan(order_spot_candidates(["us-east-1a"], ["g5.2xlarge"], None, {}), max_failures=3)
     first = launch.next()
     assert first is not None
     launch.failed(first, "InsufficientInstanceCapacity")
-    second = launch.next()
-    assert second is not None
-    assert second.market == "on-demand"
-    launch.failed(second, "InsufficientInstanceCapacity")
     assert launch.next() is None
-    assert launch.summary() == (
-        "every candidate failed: spot g5.2xlarge in us-east-1a: InsufficientInstanceCapacity; "
-        "on-demand g5.2xlarge in us-east-1a: InsufficientInstanceCapacity"
-    )
+    assert launch.refused
+    assert launch.summary() == "every candidate failed: spot g5.2xlarge in us-east-1a: InsufficientInstanceCapacity"
 
 
-def test_plan_without_automatic_fallback_stays_on_spot() -> None:
+def test_plan_without_a_cap_tries_every_candidate_of_its_market() -> None:
     launch = plan(max_failures=None)
     seen = []
     while (candidate := launch.next()) is not None:
@@ -171,12 +159,13 @@ def test_plan_without_automatic_fallback_stays_on_spot() -> None:
     assert seen == ["spot"] * 6
 
 
-def test_on_demand_market_goes_straight_to_on_demand() -> None:
+def test_an_on_demand_plan_tries_only_on_demand() -> None:
     launch = plan(max_failures=None, spot=False)
-    candidate = launch.next()
-    assert candidate is not None
-    assert candidate.market == "on-demand"
-    assert not launch.fell_back
+    seen = []
+    while (candidate := launch.next()) is not None:
+        seen.append(candidate.market)
+        launch.failed(candidate, "InsufficientInstanceCapacity")
+    assert seen == ["on-demand"] * 6
 
 
 def test_a_fatal_error_ends_the_plan() -> None:
@@ -185,12 +174,53 @@ def test_a_fatal_error_ends_the_plan() -> None:
     assert candidate is not None
     assert launch.failed(candidate, "InvalidAMIID.NotFound", "The image id does not exist") == "fatal"
     assert launch.next() is None
+    assert not launch.refused
     assert launch.summary() == (
         "launch refused: spot g5.2xlarge in us-east-1a: InvalidAMIID.NotFound (The image id does not exist)"
     )
 
 
 def test_an_empty_plan_says_why() -> None:
-    launch = LaunchPlan(spot=[], on_demand=[])
+    launch = LaunchPlan([])
     assert launch.next() is None
     assert "no zone or no instance type" in launch.summary()
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        ("OperationDenied.NoStock", "capacity"),
+        ("Zone.NotOnSale", "capacity"),
+        ("InvalidResourceType.NotSupported", "skip"),
+        ("Throttling.User", "skip"),
+        ("InvalidImageId.NotFound", "fatal"),
+    ],
+)
+def test_alibaba_error_classes(code: str, kind: str) -> None:
+    assert classify_aliyun_launch_error(code) == kind
+
+
+# -- live availability ------------------------------------------------------------------------------------
+
+
+def test_placement_scores_become_availability() -> None:
+    assert score_availability({"us-east-1a": 9, "us-east-1b": 3, "us-east-1c": 12}) == {
+        "us-east-1a": 0.9,
+        "us-east-1b": 0.3,
+        "us-east-1c": 1.0,
+    }
+
+
+def test_stock_status_becomes_availability_lowered_where_the_spot_price_nears_on_demand() -> None:
+    stock = [("cn-a", "WithStock"), ("cn-b", "ClosedWithStock"), ("cn-c", "WithoutStock"), ("cn-a", "WithoutStock")]
+    assert stock_availability(stock) == {"cn-a": 1.0, "cn-b": 0.6, "cn-c": 0.0}
+    # cn-a's spot price is 3/4 of the origin price: half the discount is gone, so a quarter of the figure.
+    priced = stock_availability(stock, {("cn-a", "gpu"): 3.0, ("cn-b", "gpu"): 1.0}, {"gpu": 4.0})
+    assert priced == {"cn-a": 0.75, "cn-b": 0.6, "cn-c": 0.0}
+    assert as_scores(priced) == {"cn-a": 8, "cn-b": 6, "cn-c": 0}
+
+
+def test_the_live_signal_where_there_is_one_the_estimate_where_not() -> None:
+    weighed = weigh_availability({"a": 0.9, "b": 0.3}, {"b": 0.9, "c": 0.5})
+    assert weighed == {"a": 0.9, "b": 0.5, "c": 0.5}  # b: (2 × 0.3 + 0.9) / 3
+    assert weigh_availability({}, {}) == {}
