@@ -3,7 +3,7 @@
 Layout under the job's ``checkpoint_uri``::
 
     checkpoint-<step>/<files…>          the trainer's checkpoint directory, as written
-    checkpoint-<step>/MANIFEST.json     written last: files, sizes, per-part CRC64NVME, step
+    checkpoint-<step>/MANIFEST.json     written last: files, sizes, per-part CRC32C, step
     output/<files…>                     the final output (see runner.final_output)
     COMPLETED.json                      the job finished; a late replacement instance exits at once
 
@@ -154,7 +154,7 @@ class CheckpointUpload:
                 raise FileNotFoundError(f"{path} vanished from a complete checkpoint")
             checksums = PartChecksums(part_size=done.part_size, parts=[encode(crc) for crc in done.crcs])
             entries.append(
-                ManifestFile(path=path.relative_to(self.local_dir).as_posix(), size=done.size, crc64nvme=checksums)
+                ManifestFile(path=path.relative_to(self.local_dir).as_posix(), size=done.size, checksums=checksums)
             )
         checkpoints = self.checkpoints
         manifest = Manifest(job_id=checkpoints.job_id, attempt=checkpoints.attempt, step=self.step, files=entries)
@@ -339,9 +339,10 @@ class CheckpointStore:
 
 
 def _matches(path: Path, item: ManifestFile) -> bool:
-    """The downloaded file has the checksums its manifest entry vouches for: every part's CRC64NVME (computed in
+    """The downloaded file has the checksums its manifest entry vouches for: every part's CRC (computed in
     C, cheap beside the download), or the whole file's SHA-256 in a manifest from before per-part CRCs."""
-    if item.crc64nvme is not None:
-        crcs = file_part_crcs(path, item.crc64nvme.part_size)
-        return [encode(crc) for crc in crcs] == item.crc64nvme.parts
+    if item.checksums is not None:
+        algorithm = item.checksums.algorithm
+        crcs = file_part_crcs(path, item.checksums.part_size, algorithm)
+        return [encode(crc, algorithm) for crc in crcs] == item.checksums.parts
     return sha256_file(path) == item.sha256

@@ -1,7 +1,7 @@
 """The checkpoint manifest: written last, so its presence is what makes a checkpoint count.
 
 It lists every file with its size and checksums; restore trusts nothing the manifest does not vouch for. A file's
-checksums are the CRC64NVME of each of its parts (``crc64nvme``), the same values the upload sent and S3 verified
+checksums are the CRC32C of each of its parts (``checksums``), the same values the upload sent and S3 verified
 (:mod:`runner.checksums`); manifests written before them carry a SHA-256 of the whole file instead, and still
 restore.
 """
@@ -12,6 +12,7 @@ import hashlib
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -27,7 +28,7 @@ class PartChecksums(BaseModel):
     """One CRC per ``part_size`` piece of the file (the last may be shorter), in S3's base64 form."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    algorithm: str = Field(default=ALGORITHM, pattern=f"^{ALGORITHM}$")
+    algorithm: Literal["CRC32C", "CRC64NVME"] = ALGORITHM
     part_size: int = Field(gt=0)
     parts: list[str] = Field(min_length=1)
 
@@ -37,20 +38,20 @@ class ManifestFile(BaseModel):
     path: str
     size: int = Field(ge=0)
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # manifests before per-part CRCs
-    crc64nvme: PartChecksums | None = None
+    checksums: PartChecksums | None = None
 
     @model_validator(mode="after")
     def _vouched_for(self) -> ManifestFile:
-        if self.sha256 is None and self.crc64nvme is None:
-            raise ValueError(f"{self.path}: neither sha256 nor crc64nvme")
-        if self.crc64nvme is not None and len(self.crc64nvme.parts) != part_count(self.size, self.crc64nvme.part_size):
-            raise ValueError(f"{self.path}: {len(self.crc64nvme.parts)} part checksums for {self.size} bytes")
+        if self.sha256 is None and self.checksums is None:
+            raise ValueError(f"{self.path}: neither sha256 nor checksums")
+        if self.checksums is not None and len(self.checksums.parts) != part_count(self.size, self.checksums.part_size):
+            raise ValueError(f"{self.path}: {len(self.checksums.parts)} part checksums for {self.size} bytes")
         return self
 
 
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    version: int = 2  # 2: per-part CRC64NVME; 1: SHA-256 per file
+    version: int = 2  # 2: per-part CRCs; 1: SHA-256 per file
     job_id: str
     attempt: int
     step: int

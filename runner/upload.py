@@ -6,7 +6,7 @@ written: a part may be read before the trainer wrote (or rewrote) its bytes. So:
 
 * a part is sent once the file has grown past it (or, for the short tail and for small files, once the file
   has not changed for ``settle_seconds``), read with the file's stamp (size, mtime, ctime, inode) taken before
-  and after the read, and its CRC64NVME, which goes with it (S3 checks it on arrival);
+  and after the read, and its CRC32C, which goes with it (S3 checks it on arrival);
 * when the checkpoint is complete (the marker), the file's final stamp is taken and every part is settled at
   once, without waiting for the sends still in flight: a part read while the file already had that stamp, and
   quiet for longer than the clock's tick, cannot have changed since; any other part is read again (once its
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.checksums import crc64nvme, file_part_crcs
+from runner.checksums import crc, file_part_crcs
 from runner.storage.base import ObjectStore, PartUpload, read_fully
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class FileStamp:
 
 @dataclass(frozen=True, slots=True)
 class UploadedFile:
-    """What the manifest says of a stored file: its size and the CRC64NVME of each ``part_size`` piece."""
+    """What the manifest says of a stored file: its size and the CRC32C of each ``part_size`` piece."""
 
     size: int
     part_size: int
@@ -131,7 +131,7 @@ class RateMeter:
 
 @dataclass(frozen=True, slots=True)
 class _Sent:
-    """One part (or a small file's single object) as sent: where, how much, its CRC64NVME, the stamps around it."""
+    """One part (or a small file's single object) as sent: where, how much, its CRC32C, the stamps around it."""
 
     offset: int
     size: int
@@ -164,7 +164,7 @@ def _read(path: Path, offset: int, size: int, buffer: bytearray) -> _Read:
         after = FileStamp.of_stat(os.fstat(file.fileno()))
     if got != size:
         raise _Shrank(f"{path}: wanted {size} bytes at {offset}, got {got}")
-    return _Read(view, _Sent(offset, size, crc64nvme(view), before, after, started))
+    return _Read(view, _Sent(offset, size, crc(view), before, after, started))
 
 
 class FileUpload:

@@ -93,14 +93,14 @@ async def test_multipart_round_trip(store: S3Store, bucket: Any, work: Path) -> 
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.safetensors"]
 
 
-async def test_s3_uploads_carry_crc64nvme_checksums(store: S3Store, bucket: Any, work: Path) -> None:
+async def test_s3_uploads_carry_crc32c_checksums(store: S3Store, bucket: Any, work: Path) -> None:
     small = random_file(work / "small.bin", 1000)
     big = random_file(work / "big.bin", 12 * MiB)
     sent: dict[str, list[str]] = {}
 
     def note(request: Any, **_: Any) -> None:  # what actually goes on the wire, per request
         name = request.url.split("?")[0].rsplit("/", 1)[-1]
-        sent.setdefault(name, []).append(request.headers.get("x-amz-checksum-crc64nvme", b"").decode())
+        sent.setdefault(name, []).append(request.headers.get("x-amz-checksum-crc32c", b"").decode())
 
     (await store._client()).meta.events.register("before-send.s3.PutObject", note)
     (await store._client()).meta.events.register("before-send.s3.UploadPart", note)
@@ -108,17 +108,17 @@ async def test_s3_uploads_carry_crc64nvme_checksums(store: S3Store, bucket: Any,
     await store.upload_file(work / "big.bin", "big.bin")
 
     def b64crc(data: bytes) -> str:
-        return base64.b64encode(checksums.crc64nvme(data).to_bytes(8, "big")).decode()
+        return base64.b64encode(checksums.crc32c(data).to_bytes(4, "big")).decode()
 
     assert sent["small.bin"] == [b64crc(small)]
-    # Every part carries its own CRC64NVME (5 + 5 + 2 MiB), for S3 to check on arrival.
+    # Every part carries its own CRC32C (5 + 5 + 2 MiB), for S3 to check on arrival.
     parts = [big[start : start + 5 * MiB] for start in range(0, len(big), 5 * MiB)]
     assert sorted(sent["big.bin"]) == sorted(b64crc(part) for part in parts)
     head = bucket.head_object(Bucket=BUCKET, Key="runs/r1/small.bin", ChecksumMode="ENABLED")
-    assert head["ChecksumCRC64NVME"] == b64crc(small)
-    # A multipart CRC64NVME object has S3's full-object checksum: the CRC of the whole file.
+    assert head["ChecksumCRC32C"] == b64crc(small)
+    # The multipart object was declared CRC32C, so S3 keeps a composite of its parts' (moto computes it its own way).
     head = bucket.head_object(Bucket=BUCKET, Key="runs/r1/big.bin", ChecksumMode="ENABLED")
-    assert (head["ChecksumCRC64NVME"], head["ChecksumType"]) == (b64crc(big), "FULL_OBJECT")
+    assert "ChecksumCRC32C" in head
 
 
 async def test_concurrent_uploads_share_the_store(store: S3Store, work: Path) -> None:

@@ -41,7 +41,7 @@ class PartUpload(Protocol):
     part_size: int
 
     async def put_part(self, index: int, data: Buffer, crc: int) -> None:
-        """Send bytes ``[index * part_size, index * part_size + len(data))``; ``crc`` is their CRC64NVME, which a
+        """Send bytes ``[index * part_size, index * part_size + len(data))``; ``crc`` is their CRC32C, which a
         store that can checks on arrival."""
         ...
 
