@@ -12,6 +12,7 @@ composite is also the protocol S3 and its clones have long had. Restore checks e
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -44,17 +45,13 @@ def part_count(size: int, part_size: int) -> int:
 
 
 def file_part_crcs(path: Path, part_size: int, algorithm: str = ALGORITHM) -> list[int]:
-    """The CRC of every ``part_size`` piece of a file, read through one buffer (restore's check)."""
-    view = memoryview(bytearray(part_size))
-    crcs = []
+    """The CRC of every ``part_size`` piece of a file (restore's check), read through one buffer no larger than
+    the file: a restore of many small files must not zero a part-sized buffer for each."""
     with open(path, "rb", buffering=0) as file:
-        offset = 0
-        while True:
-            got = read_fully(file, offset, view)
+        size = os.fstat(file.fileno()).st_size
+        view = memoryview(bytearray(min(part_size, size)))
+        crcs = []
+        for offset in range(0, size, part_size):
+            got = read_fully(file, offset, view[: min(part_size, size - offset)])
             crcs.append(crc(view[:got], algorithm=algorithm))
-            offset += got
-            if got < part_size:
-                break
-    if offset and offset % part_size == 0:
-        crcs.pop()  # the empty read past a whole last part is not a part
-    return crcs
+    return crcs or [crc(b"", algorithm=algorithm)]
