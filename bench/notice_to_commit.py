@@ -7,11 +7,13 @@ ranks' all-reduce on it, both ranks saving); ms-swift running the bot's ``deepse
 built in code (``python -m swift.cli.sft`` with the runner's plugin); a synthetic trainer with a big checkpoint.
 
     python bench/notice_to_commit.py [--tiny-runs 3] [--ranks-runs 2] [--swift-runs 2] [--big-runs 2]
-        [--big-mib 1024] [--slow-save-mib-per-second 100]
+        [--big-mib 64,256,1024] [--slow-save-mib-per-second 100]
 
-The synthetic checkpoint is written by ``tests/trainers/synthetic.py``: once at disk speed, and once at
-``--slow-save-mib-per-second`` (weights copied off a GPU piece by piece), where its files go up as they are
-written, so notice → committed approaches max(save, upload) rather than their sum.
+The synthetic checkpoint (one big file) is written by ``tests/trainers/synthetic.py``: once at disk speed, and
+once at ``--slow-save-mib-per-second`` (weights copied off a GPU piece by piece). Its parts go up as the file
+grows, so notice → committed should approach max(save, upload) rather than their sum. Both are measured in the
+same run: save is the runner's own figure (notice → checkpoint complete on disk), upload is the runner's S3
+store uploading the finished file once more, alone, right after the run (to a key of its own).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from bot.cloud.local_metadata import LocalMetadataServer  # noqa: E402
 from handlers.jobs import Job  # noqa: E402
 from handlers.launch import build_spec  # noqa: E402
 from handlers.recipes import DEEPSEEK_7B, TINY, Recipe  # noqa: E402
+from runner.storage.s3 import S3Store  # noqa: E402
 from tests.servers import AWS_TEST_ENV, moto_server  # noqa: E402
 
 
@@ -106,7 +109,23 @@ async def one_run(endpoint: str, work: Path, name: str, command: list[str], inte
         "bytes": saved["bytes"],
         **interrupted["seconds"],
         "in_time": interrupted["saved_in_time"],
+        "alone": await upload_alone(work / name, name),
     }
+
+
+async def upload_alone(work_dir: Path, name: str) -> float | None:
+    """Seconds for the runner's store to upload the run's biggest checkpoint file alone (synthetic runs only)."""
+    found = sorted(work_dir.rglob("checkpoint-*/model.bin"), key=lambda path: path.stat().st_mtime)
+    if not found:
+        return None
+    store = S3Store(f"s3://bench/{name}-alone/")  # at AWS_ENDPOINT_URL, moto
+    try:
+        await store.put_bytes("warm-up", b"x")  # a connection and a client, as the runner has by the notice
+        started = time.perf_counter()
+        await store.upload_file(found[-1], "model.bin")
+        return time.perf_counter() - started
+    finally:
+        await store.close()
 
 
 def recipe_command(recipe: Recipe, overrides: dict[str, str]) -> list[str]:
@@ -137,6 +156,12 @@ def show(label: str, runs: list[dict[str, Any]]) -> None:
             f"{run['upload']:5.2f}s; {mib:7.1f} MiB at {rate:6.1f} MiB/s from the notice; exit {run['code']}, "
             f"saved in time {run['in_time']})"
         )
+        if run["alone"] is not None:
+            bound = max(run["save"], run["alone"])
+            print(
+                f"    the file uploaded alone {run['alone']:5.2f}s: max(save, upload) {bound:5.2f}s, notice→committed "
+                f"{run['wall'] / bound:4.2f}× that (aim ≤ 1.1×)"
+            )
 
 
 async def main() -> None:
@@ -145,28 +170,25 @@ async def main() -> None:
     parser.add_argument("--ranks-runs", type=int, default=2)
     parser.add_argument("--swift-runs", type=int, default=2)
     parser.add_argument("--big-runs", type=int, default=2)
-    parser.add_argument("--big-mib", type=int, default=1024)
+    parser.add_argument("--big-mib", default="64,256,1024", help="synthetic checkpoint sizes, comma-separated")
     parser.add_argument("--slow-save-mib-per-second", type=float, default=100.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, moto_server(Path(tmp)) as endpoint:
         work = Path(tmp)
-        os.environ.update(AWS_TEST_ENV)
+        os.environ.update(AWS_TEST_ENV, AWS_ENDPOINT_URL=endpoint)
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
         tiny = [sys.executable, "-m", "runner.hf.tiny", "--max-steps", "200", "--step-seconds", "0.1"]
-        big = [
-            *(sys.executable, "-m", "tests.trainers.synthetic", "--checkpoint-mib", str(args.big_mib)),
-            *("--save-every", "1000000000", "--step-seconds", "0.1"),
-        ]
-        slow = [*big, "--write-mib-per-second", str(args.slow_save_mib_per_second)]
-        show(
-            "tiny model (LoRA on a tiny Llama, HF Trainer):",
-            [await one_run(endpoint, work, f"tiny-{i}", tiny, 8) for i in range(args.tiny_runs)],
-        )
+        if args.tiny_runs:
+            show(
+                "tiny model (LoRA on a tiny Llama, HF Trainer):",
+                [await one_run(endpoint, work, f"tiny-{i}", tiny, 8) for i in range(args.tiny_runs)],
+            )
         ranks = recipe_command(TINY, {"steps": "200", "step_seconds": "0.1", "nproc": "2"})
-        show(
-            "tiny model, two torchrun ranks (gloo):",
-            [await one_run(endpoint, work, f"ranks-{i}", ranks, 8) for i in range(args.ranks_runs)],
-        )
+        if args.ranks_runs:
+            show(
+                "tiny model, two torchrun ranks (gloo):",
+                [await one_run(endpoint, work, f"ranks-{i}", ranks, 8) for i in range(args.ranks_runs)],
+            )
         if args.swift_runs:
             qwen = tiny_qwen(work)
             swift = recipe_command(
@@ -184,14 +206,20 @@ async def main() -> None:
                 "ms-swift, deepseek-7b recipe on a tiny Qwen2 (LoRA, 4 DataLoader workers):",
                 [await one_run(endpoint, work, f"swift-{i}", swift, 20) for i in range(args.swift_runs)],
             )
-        show(
-            f"synthetic {args.big_mib} MiB checkpoint, saved at disk speed:",
-            [await one_run(endpoint, work, f"big-{i}", big, 3) for i in range(args.big_runs)],
-        )
-        show(
-            f"synthetic {args.big_mib} MiB checkpoint, saved at {args.slow_save_mib_per_second:.0f} MiB/s:",
-            [await one_run(endpoint, work, f"slow-{i}", slow, 3) for i in range(args.big_runs)],
-        )
+        for mib in (int(size) for size in args.big_mib.split(",") if size):
+            big = [
+                *(sys.executable, "-m", "tests.trainers.synthetic", "--checkpoint-mib", str(mib)),
+                *("--save-every", "1000000000", "--step-seconds", "0.1"),
+            ]
+            slow = [*big, "--write-mib-per-second", str(args.slow_save_mib_per_second)]
+            show(
+                f"synthetic {mib} MiB checkpoint, saved at disk speed:",
+                [await one_run(endpoint, work, f"big-{mib}-{i}", big, 3) for i in range(args.big_runs)],
+            )
+            show(
+                f"synthetic {mib} MiB checkpoint, saved at {args.slow_save_mib_per_second:.0f} MiB/s:",
+                [await one_run(endpoint, work, f"slow-{mib}-{i}", slow, 3) for i in range(args.big_runs)],
+            )
 
 
 if __name__ == "__main__":

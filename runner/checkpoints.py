@@ -3,7 +3,7 @@
 Layout under the job's ``checkpoint_uri``::
 
     checkpoint-<step>/<files…>          the trainer's checkpoint directory, as written
-    checkpoint-<step>/MANIFEST.json     written last: files, sizes, SHA-256, step
+    checkpoint-<step>/MANIFEST.json     written last: files, sizes, per-part CRC32C, step
     output/<files…>                     the final output (see runner.final_output)
     COMPLETED.json                      the job finished; a late replacement instance exits at once
 
@@ -30,6 +30,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from handlers.events import SkipKind, SkippedCheckpoint
+from runner.checksums import encode, file_part_crcs
 from runner.final_output import output_files
 from runner.local_checkpoints import checkpoint_step
 from runner.manifest import (
@@ -37,6 +38,7 @@ from runner.manifest import (
     MANIFEST_NAME,
     Manifest,
     ManifestFile,
+    PartChecksums,
     checkpoint_files,
     sha256_file,
 )
@@ -150,12 +152,13 @@ class CheckpointUpload:
             done = await self._files[path][1]
             if done is None:  # vanished after the checkpoint was complete: it is not complete after all
                 raise FileNotFoundError(f"{path} vanished from a complete checkpoint")
+            checksums = PartChecksums(part_size=done.part_size, parts=[encode(crc) for crc in done.crcs])
             entries.append(
-                ManifestFile(path=path.relative_to(self.local_dir).as_posix(), size=done.size, sha256=done.sha256)
+                ManifestFile(path=path.relative_to(self.local_dir).as_posix(), size=done.size, checksums=checksums)
             )
         checkpoints = self.checkpoints
         manifest = Manifest(job_id=checkpoints.job_id, attempt=checkpoints.attempt, step=self.step, files=entries)
-        await checkpoints.store.put_bytes(self.prefix + MANIFEST_NAME, manifest.model_dump_json(indent=1).encode())
+        await checkpoints.store.put_bytes(self.prefix + MANIFEST_NAME, manifest.to_json())
         seconds = time.monotonic() - (self.complete_at or time.monotonic())
         log.info(
             "committed checkpoint-%d: %d files, %d bytes, %.2fs after it was complete",
@@ -294,8 +297,7 @@ class CheckpointStore:
             )
         except ObjectMissing as exc:
             raise CheckpointInvalid("missing", f"partial: {item.path} is missing ({exc})") from exc
-        digest = await asyncio.to_thread(sha256_file, target)
-        if digest != item.sha256:
+        if not await asyncio.to_thread(_matches, target, item):
             raise CheckpointInvalid("checksum", f"checksum mismatch in {item.path}")
 
     async def prune(self, keep: int) -> list[int]:
@@ -334,3 +336,13 @@ class CheckpointStore:
 
     async def completed_record(self) -> bytes | None:
         return await self.store.get_bytes(COMPLETED_NAME)
+
+
+def _matches(path: Path, item: ManifestFile) -> bool:
+    """The downloaded file has the checksums its manifest entry vouches for: every part's CRC (computed in
+    C, cheap beside the download), or the whole file's SHA-256 in a manifest from before per-part CRCs."""
+    if item.checksums is not None:
+        algorithm = item.checksums.algorithm
+        crcs = file_part_crcs(path, item.checksums.part_size, algorithm)
+        return [encode(crc, algorithm) for crc in crcs] == item.checksums.parts
+    return sha256_file(path) == item.sha256

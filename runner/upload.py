@@ -6,13 +6,13 @@ written: a part may be read before the trainer wrote (or rewrote) its bytes. So:
 
 * a part is sent once the file has grown past it (or, for the short tail and for small files, once the file
   has not changed for ``settle_seconds``), read with the file's stamp (size, mtime, ctime, inode) taken before
-  and after the read, and its CRC32;
-* when the checkpoint is complete (the marker), the file's final stamp is taken. A part read while the file
-  already had that stamp, and quiet for longer than the clock's tick, cannot have changed since; any other part
-  is read again and its CRC32 compared, and sent again if it differs. The tail goes, the object is completed,
-  and the stamp must still be the final one;
-* the SHA-256 for the manifest is of exactly the bytes sent, fed in order as parts are read (one read of the
-  file for both), recomputed from the final file only if a part had to be sent again.
+  and after the read, and its CRC32C, which goes with it (S3 checks it on arrival);
+* when the checkpoint is complete (the marker), the file's final stamp is taken and every part is settled at
+  once, without waiting for the sends still in flight: a part read while the file already had that stamp, and
+  quiet for longer than the clock's tick, cannot have changed since; any other part is read again (once its
+  send is done, while later parts are still going up) and its CRC compared, and sent again if it differs. The
+  tail goes first, the object is completed, and the stamp must still be the final one;
+* the manifest keeps the parts' CRCs: exactly what was sent and verified, with no second hash of the file.
 
 A file that vanishes before the checkpoint is complete (a trainer writing to a temporary name and renaming it)
 is given up quietly; one that vanishes or changes after it is complete fails the upload (FileNotFoundError or
@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.manifest import sha256_file
+from runner.checksums import crc, file_part_crcs
 from runner.storage.base import ObjectStore, PartUpload, read_fully
 
 log = logging.getLogger(__name__)
@@ -68,8 +66,11 @@ class FileStamp:
 
 @dataclass(frozen=True, slots=True)
 class UploadedFile:
+    """What the manifest says of a stored file: its size and the CRC32C of each ``part_size`` piece."""
+
     size: int
-    sha256: str
+    part_size: int
+    crcs: tuple[int, ...]
 
 
 class RateMeter:
@@ -130,7 +131,7 @@ class RateMeter:
 
 @dataclass(frozen=True, slots=True)
 class _Sent:
-    """One part (or a small file's single object) as sent: where, how much, its CRC32, the stamps around it."""
+    """One part (or a small file's single object) as sent: where, how much, its CRC32C, the stamps around it."""
 
     offset: int
     size: int
@@ -163,25 +164,7 @@ def _read(path: Path, offset: int, size: int, buffer: bytearray) -> _Read:
         after = FileStamp.of_stat(os.fstat(file.fileno()))
     if got != size:
         raise _Shrank(f"{path}: wanted {size} bytes at {offset}, got {got}")
-    return _Read(view, _Sent(offset, size, zlib.crc32(view), before, after, started))
-
-
-class _OrderedHash:
-    """SHA-256 fed part by part in index order, whichever part was read first."""
-
-    def __init__(self) -> None:
-        self.sha = hashlib.sha256()
-        self.next = 0
-        self.valid = True
-        self._turn = asyncio.Condition()
-
-    async def feed(self, index: int, data: memoryview) -> None:
-        async with self._turn:
-            await self._turn.wait_for(lambda: self.next == index)
-        await asyncio.to_thread(self.sha.update, data)
-        async with self._turn:
-            self.next += 1
-            self._turn.notify_all()
+    return _Read(view, _Sent(offset, size, crc(view), before, after, started))
 
 
 class FileUpload:
@@ -223,8 +206,8 @@ class FileUpload:
     def _reset(self) -> None:
         self._upload: PartUpload | None = None
         self._parts: dict[int, _Sent] = {}
-        self._single: tuple[_Sent, str] | None = None
-        self._hash = _OrderedHash()
+        self._sending: dict[int, tuple[int, asyncio.Task[None]]] = {}  # the latest send of each part: length, task
+        self._single: _Sent | None = None
         self._next_index = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._tail: asyncio.Task[None] | None = None
@@ -279,7 +262,7 @@ class FileUpload:
                 if self._upload is None:
                     self._upload = await self.store.begin_upload(self.key, self.part_size)
                 for index in range(self._next_index, full):
-                    self._spawn(self._send_part(index, self.part_size, feed=True))
+                    self._sending[index] = (self.part_size, self._spawn(self._send_part(index, self.part_size)))
                 self._next_index = full
             elif settled and stamp.size and not self._tasks:
                 self._send_settled(stamp)
@@ -289,88 +272,86 @@ class FileUpload:
     def _send_settled(self, stamp: FileStamp) -> None:
         """A file quiet for a while is likely final: send a small one whole, a large one's short tail part."""
         if self._upload is None and stamp.size <= self.part_size:
-            if self._single is None or self._single[0].after != stamp:
+            if self._single is None or self._single.after != stamp:
                 self._spawn(self._send_single())
             return
         tail = stamp.size - self._next_index * self.part_size
         if self._upload is not None and tail > 0:
             sent = self._parts.get(self._next_index)
             if sent is None or sent.after != stamp:
-                self._tail = self._spawn(self._send_part(self._next_index, tail, feed=False))
+                self._tail = self._spawn(self._send_part(self._next_index, tail))
+                self._sending[self._next_index] = (tail, self._tail)
 
     # -- once the checkpoint is complete ---------------------------------------------------------------------
 
     async def _finish(self) -> UploadedFile:
         final = await asyncio.to_thread(FileStamp.of, self.path)
-        self.size = final.size
-        await self._drain_tasks()
-        size = final.size
+        self.size = size = final.size
         if -(-size // self.part_size) > MAX_PARTS:
             return await self._whole_file(final)
         if self._upload is None and size <= self.part_size:
+            await self._drain_tasks()
             return await self._finish_single(final)
-        if any(sent.offset + sent.size > size for sent in self._parts.values()):
+        if any(index * self.part_size + length > size for index, (length, _) in self._sending.items()):
             raise _Shrank(f"{self.path} shrank to {size} bytes after parts were sent")
         if self._upload is None:
             self._upload = await self.store.begin_upload(self.key, self.part_size)
         count = -(-size // self.part_size)
-        for index in range(count):
+        # Parts never sent (the tail) first: they are what the commit waits for; the rest only re-read.
+        for index in sorted(range(count), key=lambda index: index in self._sending):
             length = min(self.part_size, size - index * self.part_size)
             self._spawn(self._settle_part(index, length, final))
         await self._drain_tasks()
-        if self._hash.valid and self._hash.next == count:
-            digest = self._hash.sha.hexdigest()
-        else:
-            digest = await asyncio.to_thread(sha256_file, self.path)
+        crcs = tuple(self._parts[index].crc for index in range(count))
         await self._upload.complete()
         self._upload = None
         await self._check_unchanged(final)
-        return UploadedFile(size, digest)
+        return UploadedFile(size, self.part_size, crcs)
 
     async def _settle_part(self, index: int, length: int, final: FileStamp) -> None:
         """Make part ``index`` hold the final bytes: keep it if provably unchanged, else compare, else resend."""
+        sending = self._sending.get(index)
+        if sending is not None:
+            await sending[1]  # its CRC is known once it is up; meanwhile the slots carry other parts
         sent = self._parts.get(index)
-        fed = index < self._hash.next
-        trusted = sent is not None and sent.size == length and sent.unchanged_at(final)
-        if trusted and fed:
+        if sent is not None and sent.size == length and sent.unchanged_at(final):
             return
         async with self.store.slot(self.priority) as buffer:
             read = await asyncio.to_thread(_read, self.path, index * self.part_size, length, buffer)
             if read.sent.after != final:
                 raise FileChanged(f"{self.path} changed after its checkpoint was complete")
-            if not fed:
-                await self._hash.feed(index, read.data)
             if sent is not None and sent.size == length and sent.crc == read.sent.crc:
                 return
-            if fed:
-                self._hash.valid = False  # what was hashed is not what will be stored
             await self._put(index, read)
 
     async def _finish_single(self, final: FileStamp) -> UploadedFile:
-        if self._single is not None and self._single[0].size == final.size and self._single[0].unchanged_at(final):
+        single = self._single
+        if single is not None and single.size == final.size and single.unchanged_at(final):
             await self._check_unchanged(final)
-            return UploadedFile(final.size, self._single[1])
+            return UploadedFile(final.size, self.part_size, (single.crc,))
         async with self.store.slot(self.priority) as buffer:
             read = await asyncio.to_thread(_read, self.path, 0, final.size, buffer)
             if read.sent.after != final:
                 raise FileChanged(f"{self.path} changed after its checkpoint was complete")
-            digest = await asyncio.to_thread(_sha256, read.data)
-            if self._single is None or self._single[0].crc != read.sent.crc or self._single[1] != digest:
+            if single is None or single.size != final.size or single.crc != read.sent.crc:
                 await self._put_single(read)
         await self._check_unchanged(final)
-        return UploadedFile(final.size, digest)
+        return UploadedFile(final.size, self.part_size, (read.sent.crc,))
 
     async def _whole_file(self, final: FileStamp) -> UploadedFile:
-        """More parts than S3 allows at this part size: one ordinary upload, which picks a larger part size."""
+        """More parts than S3 allows at this part size: one ordinary upload, which picks a larger part size, and
+        the manifest's CRCs from a read of their own, in parts as large as it takes to stay within the limit."""
         await self._cancel_tasks()
         self._discard()
         self._reset()
-        digest, _ = await asyncio.gather(
-            asyncio.to_thread(sha256_file, self.path), self.store.upload_file(self.path, self.key, self.priority)
+        part_size = max(self.part_size, -(-final.size // MAX_PARTS))
+        crcs, _ = await asyncio.gather(
+            asyncio.to_thread(file_part_crcs, self.path, part_size),
+            self.store.upload_file(self.path, self.key, self.priority),
         )
         await self._check_unchanged(final)
         self._counted = {0: final.size}
-        return UploadedFile(final.size, digest)
+        return UploadedFile(final.size, part_size, tuple(crcs))
 
     async def _check_unchanged(self, final: FileStamp) -> None:
         if await asyncio.to_thread(FileStamp.of, self.path) != final:
@@ -378,11 +359,9 @@ class FileUpload:
 
     # -- sending -------------------------------------------------------------------------------------------
 
-    async def _send_part(self, index: int, length: int, feed: bool) -> None:
+    async def _send_part(self, index: int, length: int) -> None:
         async with self.store.slot(self.priority) as buffer:
             read = await asyncio.to_thread(_read, self.path, index * self.part_size, length, buffer)
-            if feed:
-                await self._hash.feed(index, read.data)
             await self._put(index, read)
 
     async def _send_single(self) -> None:
@@ -391,9 +370,8 @@ class FileUpload:
             if stamp.size > self.part_size:
                 return  # it grew meanwhile: parts will carry it
             read = await asyncio.to_thread(_read, self.path, 0, stamp.size, buffer)
-            digest = await asyncio.to_thread(_sha256, read.data)
             await self._put_single(read)
-            self._single = (read.sent, digest)
+            self._single = read.sent
 
     async def _put(self, index: int, read: _Read) -> None:
         assert self._upload is not None
@@ -447,7 +425,3 @@ class FileUpload:
         if self._upload is not None:
             self._upload.discard()
             self._upload = None
-
-
-def _sha256(data: memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()

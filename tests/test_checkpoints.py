@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -154,3 +155,43 @@ async def test_skips_say_what_kind_of_proof_they_rest_on(store: ObjectStore, tmp
     restored = await checkpoints.restore(tmp_path / "fresh")
     assert restored.step == 10
     assert [(skip.step, skip.kind) for skip in restored.skipped] == [(30, "no-manifest"), (20, "partial")]
+
+
+async def test_a_multipart_file_with_one_part_rewritten_is_refused(store: ObjectStore, tmp_path: Path) -> None:
+    store.part_size = 5 * MiB  # the file store too: the manifest's parts follow the store's part size
+    checkpoints = CheckpointStore(store, "ft-abcd", 1)
+    for step in (10, 20):
+        await checkpoints.commit(fake_checkpoint(tmp_path / "local", step, size=3 * 5 * MiB + 999), step)
+    manifest = json.loads(await store.get_bytes(f"checkpoint-20/{MANIFEST_NAME}") or b"")
+    [weights] = [item for item in manifest["files"] if item["path"] == "adapter_model.safetensors"]
+    assert "sha256" not in weights and len(weights["checksums"]["parts"]) == 4
+    # The stored object rewritten with different bytes of the same size, in its third part only.
+    raw = bytearray(await store.get_bytes("checkpoint-20/adapter_model.safetensors") or b"")
+    raw[2 * 5 * MiB + 77] ^= 0x01
+    await store.put_bytes("checkpoint-20/adapter_model.safetensors", bytes(raw))
+
+    restored = await checkpoints.restore(tmp_path / "fresh")
+    assert restored.step == 10
+    assert [(skip.step, skip.kind) for skip in restored.skipped] == [(20, "checksum")]
+
+
+async def test_a_checkpoint_with_an_sha256_manifest_still_restores(store: ObjectStore, tmp_path: Path) -> None:
+    """Manifests written before per-part CRCs carry one SHA-256 per file: still verified, still restored."""
+    checkpoints = CheckpointStore(store, "ft-abcd", 1)
+    files = {"adapter_model.safetensors": os.urandom(7 * MiB + 5), "trainer_state.json": b'{"global_step": 5}'}
+    for step, good in ((5, True), (6, False)):
+        for name, data in files.items():
+            await store.put_bytes(f"checkpoint-{step}/{name}", data)
+        entries = [
+            {"path": name, "size": len(data), "sha256": hashlib.sha256(data if good else data[::-1]).hexdigest()}
+            for name, data in files.items()
+        ]
+        old = {"version": 1, "job_id": "ft-abcd", "attempt": 1, "step": step, "files": entries}
+        old["created"] = "2026-01-01T00:00:00Z"
+        await store.put_bytes(f"checkpoint-{step}/{MANIFEST_NAME}", json.dumps(old).encode())
+
+    restored = await checkpoints.restore(tmp_path / "fresh")
+    assert restored.step == 5 and [(skip.step, skip.kind) for skip in restored.skipped] == [(6, "checksum")]
+    assert restored.path is not None
+    for name, data in files.items():
+        assert (restored.path / name).read_bytes() == data

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
-import hashlib
 import json
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
+from awscrt import checksums
 
 from runner.checkpoints import CheckpointStore
 from runner.manifest import COMPLETE_MARKER, MANIFEST_NAME
@@ -37,6 +40,13 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         backend = S3Store("s3://ckpts/job/", part_size=PART, multipart_threshold=PART, concurrency=4)
     yield backend
     await backend.close()
+
+
+def part_crcs(data: bytes, part_size: int) -> dict[str, object]:
+    """What the manifest must say of ``data``: the CRC32C of each part, computed here with no help from ours."""
+    pieces = [data[start : start + part_size] for start in range(0, len(data), part_size)] or [b""]
+    crcs = [base64.b64encode(checksums.crc32c(piece).to_bytes(4, "big")).decode() for piece in pieces]
+    return {"algorithm": "CRC32C", "part_size": part_size, "parts": crcs}
 
 
 async def restored_bytes(checkpoints: CheckpointStore, tmp_path: Path, name: str) -> bytes:
@@ -81,7 +91,7 @@ async def test_parts_go_up_before_the_marker_and_the_commit_is_the_final_file(
     manifest = json.loads(await store.get_bytes(f"checkpoint-3/{MANIFEST_NAME}") or b"")
     by_path = {item["path"]: item for item in manifest["files"]}
     assert set(by_path) == {"model.safetensors", "trainer_state.json"}
-    assert by_path["model.safetensors"]["sha256"] == hashlib.sha256(written).hexdigest()
+    assert by_path["model.safetensors"]["checksums"] == part_crcs(bytes(written), PART)
     assert await restored_bytes(checkpoints, tmp_path, "model.safetensors") == bytes(written)
 
 
@@ -189,3 +199,54 @@ def test_rate_meter_counts_busy_time_only() -> None:
     now[0] = 54.0
     meter.end(0)  # a failed request: its time counts, no bytes
     assert meter.rate == pytest.approx(200 / 6)
+
+
+async def test_a_file_written_by_another_thread_goes_up_part_by_part_while_it_grows(
+    store: ObjectStore, tmp_path: Path
+) -> None:
+    """A trainer thread writes 6 parts' worth at its own pace and, half-way, waits until parts are up before
+    writing on: so parts were sent while the file grew (no clock involved), and the manifest's per-part CRCs are
+    those of what was written, and those S3 was sent to check."""
+    checkpoints = CheckpointStore(store, "ft-pipe", 1)
+    local = tmp_path / "out" / "checkpoint-8"
+    local.mkdir(parents=True)
+    on_wire: list[str] = []
+    if isinstance(store, S3Store):
+
+        def note(request: Any, **_: Any) -> None:
+            on_wire.append(request.headers["x-amz-checksum-crc32c"].decode())
+
+        (await store._client()).meta.events.register("before-send.s3.UploadPart", note)
+    upload = checkpoints.start_upload(local, 8, poll_seconds=0.05, settle_seconds=5.0)
+    running = asyncio.create_task(upload.run())
+    loop = asyncio.get_running_loop()
+    parts_up = threading.Event()
+    data = os.urandom(6 * PART + 4321)
+    written: list[int] = []
+
+    def trainer() -> None:
+        with (local / "model.bin").open("wb") as handle:
+            for start in range(0, len(data), MiB):
+                handle.write(data[start : start + MiB])
+                handle.flush()
+                written.append(start + MiB)
+                if start + MiB == 3 * PART:
+                    parts_up.wait()  # the save goes on only once parts are on their way
+        (local / COMPLETE_MARKER).touch()
+
+    writing = loop.run_in_executor(None, trainer)
+    try:
+        await wait_until(lambda: upload.bytes_uploaded >= 2 * PART)
+        assert written[-1] == 3 * PART  # parts went up while the file was a half-written checkpoint
+    finally:
+        parts_up.set()  # never leave the thread waiting, whatever failed
+    await writing
+    upload.mark_complete()
+    await asyncio.wait_for(running, 60)
+
+    manifest = json.loads(await store.get_bytes(f"checkpoint-8/{MANIFEST_NAME}") or b"")
+    [entry] = manifest["files"]
+    assert entry["checksums"] == part_crcs(data, PART)
+    if isinstance(store, S3Store):  # every part S3 stored was sent with the CRC the manifest keeps
+        assert set(entry["checksums"]["parts"]) <= set(on_wire)
+    assert await restored_bytes(checkpoints, tmp_path, "model.bin") == data

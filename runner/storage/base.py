@@ -40,8 +40,9 @@ class PartUpload(Protocol):
 
     part_size: int
 
-    async def put_part(self, index: int, data: Buffer, crc32: int) -> None:
-        """Send bytes ``[index * part_size, index * part_size + len(data))``; ``crc32`` is of ``data``."""
+    async def put_part(self, index: int, data: Buffer, crc: int) -> None:
+        """Send bytes ``[index * part_size, index * part_size + len(data))``; ``crc`` is their CRC32C, which a
+        store that can checks on arrival."""
         ...
 
     async def complete(self) -> None:

@@ -141,7 +141,7 @@ class FilePartUpload:
         self.part_size = part_size
         self._ends: dict[int, int] = {}
 
-    async def put_part(self, index: int, data: Buffer, crc32: int) -> None:
+    async def put_part(self, index: int, data: Buffer, crc: int) -> None:
         offset = index * self.part_size
         try:
             await asyncio.to_thread(_pwrite, self.tmp, offset, data)

@@ -5,10 +5,11 @@ parts, downloads as concurrent ranged GETs, and one store-wide semaphore bounds 
 part buffers) in flight across every concurrent ``upload_file``/``download_file``.
 
 Integrity without redundant hashing: botocore's automatic checksums and SigV4 payload hashing are off
-(TLS guards the wire, the runner's manifest has its own sha256 of every file, and OSS rejects the
-aws-chunked trailer encoding botocore would otherwise use). For ``s3://`` we still send a CRC32 of every
-upload, computed in the worker thread that reads the part (zlib drops the GIL), so S3 verifies each part
-and stores a composite checksum; OSS's S3 API does not document ``x-amz-checksum-*``, so it gets none.
+(TLS guards the wire, and OSS rejects the aws-chunked trailer encoding botocore would otherwise use). For
+``s3://`` we send the CRC32C of every part and small object instead (:mod:`runner.checksums`), computed in
+the worker thread that reads it (awscrt drops the GIL): S3 verifies each part on arrival and keeps a composite
+checksum of them, and the runner's manifest keeps the same per-part values, so no byte is
+hashed twice. OSS's S3 API does not document ``x-amz-checksum-*``, so it gets none (the manifest still does).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import logging
 import os
 import time
 import uuid
-import zlib
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
@@ -36,6 +36,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from handlers.backoff import backoff
+from runner.checksums import ALGORITHM, crc, encode
 from runner.storage.aliyun_credentials import DEFAULT_METADATA_ENDPOINT, RamRoleCredentialProvider
 from runner.storage.base import Buffer, ObjectInfo, ObjectMissing, StorageError, read_fully
 from runner.storage.slots import BufferSlots
@@ -75,7 +76,7 @@ class ClientSettings:
     access_key_id: str | None = None
     secret_access_key: str | None = None
     session_token: str | None = None
-    send_crc32: bool = True
+    send_checksums: bool = True
     ram_role: str | None = None  # oss:// on ECS without a key pair: the instance RAM role's STS credentials
     metadata_endpoint: str = DEFAULT_METADATA_ENDPOINT
     max_attempts: int = 5  # per request, botocore's own retries included (AWS_MAX_ATTEMPTS, as botocore reads it)
@@ -113,7 +114,7 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
             access_key_id=key_id,
             secret_access_key=secret,
             session_token=(env.get("ALIBABA_CLOUD_SECURITY_TOKEN") or None) if key_id else None,
-            send_crc32=False,
+            send_checksums=False,
             ram_role=None if key_id else (env.get("ALIBABA_CLOUD_ECS_METADATA") or None),
             metadata_endpoint=env.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_METADATA_ENDPOINT,
             max_attempts=attempts,
@@ -258,15 +259,17 @@ class S3Store:
             raise
 
     async def begin_upload(self, key: str, part_size: int) -> S3PartUpload:
-        """A multipart upload of ``key``; with a checksum algorithm S3 (and moto) keep a composite checksum of
-        the part CRCs; without one, moto re-copies and re-hashes the whole object on completion (measured: ~20%
-        slower uploads)."""
+        """A multipart upload of ``key``, declared CRC32C: every part then carries its CRC, which S3 checks on
+        arrival, and the object gets a composite checksum of them (without an algorithm, moto re-copies and
+        re-hashes the whole object on completion: measured ~20% slower uploads)."""
         if part_size < MIN_PART_SIZE:
             raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (the S3 minimum)")
         with self._errors("upload to", key):
             client = await self._client()
-            algorithm = {"ChecksumAlgorithm": "CRC32"} if self.settings.send_crc32 else {}
-            created = await client.create_multipart_upload(Bucket=self.bucket, Key=self.prefix + key, **algorithm)
+            algorithm = {"ChecksumAlgorithm": ALGORITHM}
+            created = await client.create_multipart_upload(
+                Bucket=self.bucket, Key=self.prefix + key, **(algorithm if self.settings.send_checksums else {})
+            )
         return S3PartUpload(self, key, created["UploadId"], part_size)
 
     async def _abort(self, key: str, upload_id: str) -> None:
@@ -286,9 +289,10 @@ class S3Store:
         task.add_done_callback(self._cleanup.discard)
 
     def _crc_args(self, crc: int) -> dict[str, str]:
-        if not self.settings.send_crc32:
+        """The request fields that make S3 check a body against its CRC32C (none for OSS)."""
+        if not self.settings.send_checksums:
             return {}
-        return {"ChecksumAlgorithm": "CRC32", "ChecksumCRC32": base64.b64encode(crc.to_bytes(4, "big")).decode()}
+        return {"ChecksumAlgorithm": ALGORITHM, "ChecksumCRC32C": encode(crc)}
 
     def _part_size_for(self, size: int) -> int:
         """At least ``part_size``, but big enough for S3's 10,000-part limit (rounded up to whole MiB)."""
@@ -398,7 +402,7 @@ class S3Store:
         with self._errors("upload to", key):
             client = await self._client()
             await client.put_object(
-                Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **self._crc_args(zlib.crc32(data))
+                Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **self._crc_args(crc(data))
             )
 
     async def get_bytes(self, key: str) -> bytes | None:
@@ -504,9 +508,9 @@ class S3PartUpload:
         self._parts: dict[int, dict[str, Any]] = {}
         self._finished = False
 
-    async def put_part(self, index: int, data: Buffer, crc32: int) -> None:
+    async def put_part(self, index: int, data: Buffer, crc: int) -> None:
         store = self.store
-        checksum = store._crc_args(crc32)
+        checksum = store._crc_args(crc)
         with store._errors("upload to", self.key):
             client = await store._client()
             sent = await client.upload_part(
@@ -518,8 +522,8 @@ class S3PartUpload:
                 **checksum,
             )
         done = {"PartNumber": index + 1, "ETag": sent["ETag"]}
-        if "ChecksumCRC32" in checksum:
-            done["ChecksumCRC32"] = checksum["ChecksumCRC32"]
+        if "ChecksumCRC32C" in checksum:
+            done["ChecksumCRC32C"] = checksum["ChecksumCRC32C"]
         self._parts[index] = done
 
     async def complete(self) -> None:
@@ -583,14 +587,14 @@ def _is_missing(exc: ClientError) -> bool:
 
 
 def _read_range(path: Path, offset: int, size: int, buffer: bytearray) -> tuple[memoryview, int]:
-    """One part of the file, read into ``buffer`` (a bigger one is made if it is too small), and its CRC32; a
+    """One part of the file, read into ``buffer`` (a bigger one is made if it is too small), and its CRC32C; a
     short read means the file shrank, which must not upload."""
     view = memoryview(buffer if len(buffer) >= size else bytearray(size))[:size]
     with open(path, "rb", buffering=0) as file:
         got = read_fully(file, offset, view)
     if got != size:
         raise StorageError(f"{path} changed during upload: wanted {size} bytes at {offset}, got {got}")
-    return view, zlib.crc32(view)
+    return view, crc(view)
 
 
 class _Body(io.BytesIO):
