@@ -31,6 +31,7 @@ dist: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/notice_to_commit.py
+	$(BIN)/python bench/notice_during_save.py
 	$(BIN)/python bench/upload_throughput.py
 	$(BIN)/python bench/notice_latency.py
 	$(BIN)/python bench/bus_throughput.py
