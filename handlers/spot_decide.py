@@ -40,6 +40,7 @@ class SpotView:
     period: timedelta = timedelta(minutes=5)
     checkpoint_steps: int | None = None
     scores: dict[str, float] = field(default_factory=dict)
+    restart_s: float | None = None  # measured by earlier jobs of the recipe on its instance type
 
 
 def managed(job: Job) -> bool:
@@ -75,6 +76,7 @@ def choose(job: Job, view: SpotView, now: datetime, event: Event) -> tuple[Choic
         on_demand_price=on_demand_price,
         period=view.period,
         checkpoint_steps=view.checkpoint_steps,
+        known_restart=view.restart_s,
     )
     if s is None:
         choice = _unmeasured(job, view, now)
