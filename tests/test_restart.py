@@ -42,7 +42,11 @@ def test_the_first_step_report_measures_the_attempt_once() -> None:
 
 def test_the_reports_of_a_run_put_the_restore_and_the_overhead_in_the_job_record() -> None:
     job = Job(
-        id="ft-ab12", recipe="tiny", requested_by="console:ana", state=JobState.PROVISIONING, attempts=[attempt(1, None)]
+        id="ft-ab12",
+        recipe="tiny",
+        requested_by="console:ana",
+        state=JobState.PROVISIONING,
+        attempts=[attempt(1, None)],
     )
     launched = job.attempts[0].launched_at
     started = Started(job_id=job.id, attempt=1, time=launched + timedelta(minutes=3), restore_seconds=42.0)
