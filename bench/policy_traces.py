@@ -12,6 +12,21 @@ tuning). A date's folder says how many nodes its jobs need (``16-node`` → 16).
 
     python bench/policy_traces.py [--traces DIR] [--split tuning|held-out|other-dates|all] [--starts N]
                                   [--restart-minutes R] [--policy NAME ...]
+    python bench/policy_traces.py --overheads 3,6,12,30 [--starts N] [--min-gap-seconds S]
+
+``--overheads`` prints one table, "Policy cost / optimum per restart overhead", every split next to greedy
+(the deadline-aware policy's thresholds are in restarts, so they must hold at every overhead, not the one
+they were chosen at). ``--min-gap-seconds 100`` leaves out the 32 s preemption date, whose optimum at 30
+minutes (57 ticks of start-up, thousands of ticks of work) takes the DP tens of minutes.
+
+Recorded (``--overheads 3,6,12,30 --starts 3 --min-gap-seconds 100``; mean cost / optimum, every deadline met
+by both policies in every row), deadline-aware / greedy::
+
+    restart   tuning          held-out        other dates
+     3 min    1.025 / 1.082   1.014 / 1.079   1.047 / 1.077
+     6 min    1.035 / 1.086   1.023 / 1.073   1.073 / 1.094
+    12 min    1.063 / 1.094   1.042 / 1.080   1.105 / 1.113
+    30 min    1.130 / 1.119   1.082 / 1.112   1.169 / 1.156
 
 ``--traces`` defaults to ``bench/data/spot-traces`` (a copy of the public skypilot-org/spot-traces sample).
 """
@@ -135,7 +150,7 @@ def scenarios(date: Date, split: str, starts: int) -> list[tuple[tuple[Zone, ...
     if date.tuned_on == (split == "other dates"):
         return []
     low, high = SPLITS[split]
-    out = []
+    out: list[tuple[tuple[Zone, ...], float, float, float]] = []
     zone_sets = [(zone,) for zone in date.zones] + [date.zones]
     for work, deadline in PAIRS:
         first, last = low * date.hours, high * date.hours - deadline
@@ -190,6 +205,24 @@ def report(results: Sequence[Result], policies: Sequence[str], title: str) -> No
         )
 
 
+def overheads_table(dates: Sequence[Date], splits: Sequence[str], starts: int, overheads: Sequence[float]) -> None:
+    """Policy cost / optimum per restart overhead, each split, deadline-aware next to greedy."""
+    names = ["deadline-aware", "greedy"]
+    print("\nPolicy cost / optimum per restart overhead (mean, worst; deadlines met), next to greedy")
+    print(f"  {'restart':>7}  {'split':<12} {'scenarios':>9}  {'deadline-aware':>22}  {'greedy':>22}")
+    for minutes in overheads:
+        for split in splits:
+            results = evaluate(dates, split, starts, minutes, {name: POLICIES[name] for name in names})
+            cells = []
+            for name in names:
+                mine = [r for r in results if r.policy == name]
+                ratios = [r.cost / r.optimum for r in mine] or [math.nan]
+                met = sum(r.met for r in mine)
+                cells.append(f"{statistics.fmean(ratios):.3f} {max(ratios):5.2f} {met:>4}/{len(mine):<4}")
+            count = len(results) // len(names)
+            print(f"  {minutes:>5g} m  {split:<12} {count:>9}  {cells[0]:>22}  {cells[1]:>22}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="a folder of spot-traces JSON files")
@@ -197,8 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starts", type=int, default=6, help="start hours per (zones, work, deadline)")
     parser.add_argument("--restart-minutes", type=float, default=6.0)
     parser.add_argument("--policy", action="append", choices=sorted(POLICIES), help="default: all")
+    parser.add_argument("--overheads", help="restart minutes, comma-separated: one table across them")
+    parser.add_argument("--min-gap-seconds", type=int, default=0, help="leave out dates with finer ticks")
     args = parser.parse_args(argv)
-    dates = load_dates(args.traces)
+    dates = [date for date in load_dates(args.traces) if date.gap_seconds >= args.min_gap_seconds]
     if not dates:
         print(f"policy_traces: no traces under {args.traces}", file=sys.stderr)
         return 2
@@ -211,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         f"spot ${SPOT_PRICE}/h, on-demand ${ON_DEMAND_PRICE}/h"
     )
     splits = list(SPLITS) if args.split == "all" else [args.split.replace("-", " ")]
+    if args.overheads:
+        overheads_table(dates, splits, args.starts, [float(m) for m in args.overheads.split(",")])
+        return 0
     for split in splits:
         began = time.perf_counter()
         results = evaluate(dates, split, args.starts, args.restart_minutes, policies)

@@ -33,7 +33,7 @@ from bot.routes import CLOUD_TYPES
 from bot.store import JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
-from handlers.events import Failed, Interrupted, utcnow
+from handlers.events import Failed, Interrupted, Progress, utcnow
 from handlers.ids import new_job_id
 from handlers.job_options import JobOptionError, parse_job_options, reserved_parameter, split_overrides
 from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
@@ -51,6 +51,7 @@ from handlers.messages import (
 from handlers.oncall import OnCall
 from handlers.policy import Policy, guard_start, refusal
 from handlers.recipes import Recipe, RecipeError, find_recipe
+from handlers.restart import first_step_was
 from handlers.spot import SpotView, managed, steers
 
 log = logging.getLogger(__name__)
@@ -243,11 +244,14 @@ class Bot:
         if _asks_policy(message):
             job = await self.store.get(job_id)
             spot = await self._spot_view_of(job) if job is not None else None
-        await self.store.apply(
+        applied = await self.store.apply(
             job_id,
             lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle, spot),
             dedup_key=Keys.input_seen(message.id),
         )
+        report = getattr(message, "report", None)
+        if isinstance(report, Progress) and applied.job is not None and first_step_was(applied.job, report.time):
+            await self.store.record_restart(applied.job)  # the attempt's restart overhead, for the next jobs
 
     # -- the spot policy's view of the cloud ----------------------------------------------------------------
 
@@ -282,6 +286,7 @@ class Bot:
             on_demand_price=on_demand_price,
             period=timedelta(seconds=self.policy.spot.tick_seconds),
             scores=scores,
+            restart_s=await self.store.restart_estimate(recipe.name, types),
         )
         self._views[recipe.name] = (time.monotonic(), view)
         return view

@@ -58,6 +58,16 @@ class Keys:
         """Hash: instance id -> job id, for every attempt of every job."""
         return f"{self.prefix}instances"
 
+    @property
+    def restarts(self) -> str:
+        """Hash: "recipe|instance type" -> the restart overhead its jobs measured, in seconds (restart.py)."""
+        return f"{self.prefix}restarts"
+
+    @staticmethod
+    def restart_measured(job_id: str, attempt: int) -> str:
+        """Under :meth:`dedup`: an attempt's restart overhead went into the estimate (once per attempt)."""
+        return f"restart:{job_id}:{attempt}"
+
     def history(self, job_id: str) -> str:
         return f"{self.prefix}history:{job_id}"
 

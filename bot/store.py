@@ -19,7 +19,7 @@ Every key is named in :mod:`bot.keys`. Commands of concurrent handlers share rou
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +33,7 @@ from bot.routes import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
 from handlers.ids import new_event_id
 from handlers.jobs import Change, Job, JobState
+from handlers.restart import attempt_restart_s, blend
 
 HISTORY_MAXLEN = 1000
 HISTORY_FIELD = "entry"
@@ -321,6 +322,27 @@ class JobStore:
     async def job_for_instance(self, instance_id: str) -> str | None:
         job_id = await self._batch.execute("HGET", self.keys.instances, instance_id)
         return None if job_id is None else str(job_id)
+
+    # Restart overheads measured per (recipe, instance type) ------------------------------------------------------
+
+    async def record_restart(self, job: Job) -> None:
+        """Fold the current attempt's measured restart overhead into its (recipe, instance type) estimate, once."""
+        current = job.current
+        measured = attempt_restart_s(current) if current is not None else None
+        if current is None or measured is None or current.instance_type is None:
+            return
+        if not await self.claim_once(self.keys.restart_measured(job.id, current.number)):
+            return
+        field = f"{job.recipe}|{current.instance_type}"
+        previous = await self.redis.hget(self.keys.restarts, field)
+        await self.redis.hset(self.keys.restarts, field, str(blend(float(previous) if previous else None, measured)))
+
+    async def restart_estimate(self, recipe: str, instance_types: Sequence[str]) -> float | None:
+        """The restart overhead earlier jobs of ``recipe`` measured: on the first of its types that has one."""
+        if not instance_types:
+            return None
+        values = await self.redis.hmget(self.keys.restarts, [f"{recipe}|{kind}" for kind in instance_types])
+        return next((float(value) for value in values if value is not None), None)
 
     # Once-only markers and the audit trail ----------------------------------------------------------------------
 

@@ -80,6 +80,7 @@ from handlers.notes import (
 )
 from handlers.oncall import OnCall, open_page, page_step
 from handlers.reasons import Reason, Wording
+from handlers.restart import first_step
 from handlers.spot import Choice, Event, SpotView, choose, managed
 from handlers.spot.steer import next_stretch, refused, tick_market
 from handlers.transitions import Trigger, next_state
@@ -129,6 +130,7 @@ def new_job(
         deadline=deadline,
         budget=budget,
         spot_policy=spot_policy,
+        restart_seconds=spot.restart_s if spot is not None else None,  # the recipe's, until the job measures its own
         created_at=now,
         updated_at=now,
     )
@@ -288,6 +290,7 @@ def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, sp
                 "step": max(report.step, job.step or 0),
                 "total_steps": report.total_steps or job.total_steps,
                 "loss": report.loss,
+                **first_step(job, report.time),
             },
             history=None,
             outbox=[_note(job, "card", CardRefresh(cause="progress"))],
@@ -389,6 +392,7 @@ def _started(job: Job, report: Started, now: datetime) -> Change:
     attempt = current.model_copy(
         update={
             "started_at": report.time,
+            "restore_seconds": report.restore_seconds,
             "resumed_from_step": report.resumed_from_step,
             "instance_id": current.instance_id or report.instance_id,
         }

@@ -81,6 +81,9 @@ class Attempt(BaseModel):
     # job's total counts them then; a commit that lands later, or the next attempt's restore, corrects it).
     reached_step: int | None = None
     lost_steps: int | None = None
+    # The runner's restore (its Started report) and the first step's report: the restart overhead (restart.py).
+    restore_seconds: float | None = None
+    first_step_at: datetime | None = None
 
 
 class CheckpointRef(BaseModel):
@@ -152,6 +155,8 @@ class Job(BaseModel):
     switch_to: Market | None = None  # STOPPING to move to this market (a relaunch follows the checkpoint)
     switch_zone: str | None = None
     tick: int = 0  # the number of the job's live policy-tick chain (a tick of another number is stale)
+    # Launch-to-first-step overhead: the median of the job's attempts; until one is measured, its recipe's.
+    restart_seconds: float | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0

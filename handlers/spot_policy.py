@@ -161,6 +161,12 @@ def fallback_slack(s: Situation, after: Market | None) -> float:
     return s.time_left_s - s.period_s - (s.restart_s + max(s.work_left_s - made, 0.0) + at_risk)
 
 
+def slack_s(s: Situation) -> float:
+    """Seconds to spare now beyond a fresh on-demand instance (its start-up included) finishing the work."""
+    assert s.time_left_s is not None
+    return s.time_left_s - s.restart_s - s.work_left_s - s.checkpoint_interval_s
+
+
 def on_demand_need_s(s: Situation) -> float:
     """Time on-demand needs to finish from now: the running instance's, or a fresh one's start-up, plus the work."""
     starting = s.holding.starting_s if s.holding.market == "on-demand" else s.restart_s
@@ -246,12 +252,19 @@ def _last_resort(s: Situation) -> Choice:
 class DeadlineAware:
     """Uniform Progress ("Can't Be Late", NSDI'24), made aware of recent availability, with a way back to spot.
 
-    - Spot whenever a zone has it and the fallback test passes; stay in the zone of the job's instance, else
-      take the zone with the best recent availability.
-    - No spot anywhere: wait while the slack (time to spare once a fresh on-demand instance would be needed)
-      covers ``reserve`` restarts plus ``kappa`` × the outages to expect in the time left (1 − availability of
-      any zone, from the zones' recent shares), and the job is not behind ``pace`` × an even pace to the
-      deadline; otherwise on-demand. Waiting spends slack; on-demand keeps it for later outages.
+    Every threshold is in restarts (``restart_s``, the measured start-up) or in shares of the time left, so
+    the same rules hold at any restart overhead; the *slack* is the time to spare beyond a fresh on-demand
+    instance (start-up included) finishing the work.
+
+    - Spot whenever a zone has it and the slack covers the new instance's whole start-up (a start-up cut short
+      by the fallback is spot paid for nothing); stay in the zone of the job's instance, else take the zone
+      with the best recent availability.
+    - No spot anywhere: switching to on-demand early pays off only if it keeps a way back to spot: the
+      on-demand start-up, the spot start-up on the way back, and two more for the outages after that, so
+      while the slack is under ``gate`` restarts it waits, as long as a spot start-up still fits (after that
+      no spot can help: on-demand at once, the same cost). Above it, on-demand when the job is behind
+      ``pace`` × an even pace to the deadline, or the slack is under ``reserve`` restarts plus ``kappa`` ×
+      the outages to expect in the time left (1 − availability of any zone); else wait.
     - On on-demand: go back to spot (a new instance) as soon as a zone has it, the slack still covers two
       more start-ups (this one, and a fallback to on-demand right after it) so a return to spot can never
       cost the deadline, and the rest on spot, start-up included, costs less than on on-demand; else stay.
@@ -260,12 +273,14 @@ class DeadlineAware:
     - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
       and a job on on-demand stays there, as it always did.
 
-    The defaults were chosen on the tuning split of ``bench/policy_traces.py`` (the first 40% of each trace).
+    The defaults were chosen on the tuning split of ``bench/policy_traces.py`` at restarts of 3, 6, 12 and
+    30 minutes together (see its docstring for the splits and the figures).
     """
 
     pace: float = 1.2
     kappa: float = 0.2
     reserve: float = 1.0
+    gate: float = 4.0
 
     def __call__(self, s: Situation) -> Choice:
         zone = _pick_zone(s, prefer_availability=True)
@@ -290,17 +305,20 @@ class DeadlineAware:
                     "spot", zone.name, WORDING("spot-policy.spot.back", zone=zone.name, slack_h=_hours(spare))
                 )
             return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
-        if zone is not None and fallback_slack(s, "spot") >= 0:
+        spare = slack_s(s)
+        start_up = s.holding.starting_s if _held_zone(s) is not None else s.restart_s
+        if zone is not None and fallback_slack(s, "spot") >= 0 and spare >= start_up:
             slack = fallback_slack(s, "spot")
             return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=_hours(slack)))
         slack = fallback_slack(s, None)
-        if zone is not None or slack < 0:
+        if zone is not None or slack < 0 or spare < s.restart_s:
             return _last_resort(s)
-        if self.behind(s):
-            return Choice("on-demand", None, WORDING("spot-policy.on-demand.pace", **_values(s)))
-        kept = self.reserve * s.restart_s + self.kappa * (1 - any_availability(s)) * s.time_left_s
-        if slack < kept:
-            return Choice("on-demand", None, WORDING("spot-policy.on-demand.reserve", slack_h=_hours(slack)))
+        if spare >= self.gate * s.restart_s:
+            if self.behind(s):
+                return Choice("on-demand", None, WORDING("spot-policy.on-demand.pace", **_values(s)))
+            kept = self.reserve * s.restart_s + self.kappa * (1 - any_availability(s)) * s.time_left_s
+            if slack < kept:
+                return Choice("on-demand", None, WORDING("spot-policy.on-demand.reserve", slack_h=_hours(slack)))
         return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(slack)))
 
     def behind(self, s: Situation) -> bool:

@@ -45,6 +45,12 @@ def situation(**changes: Any) -> Situation:
     return Situation(**values)
 
 
+# Six-minute restarts and periods: slack of many restarts, where the deadline-aware policy may leave spot early.
+SHORT_RESTART: dict[str, Any] = {"restart_s": 0.1 * HOUR, "period_s": 0.1 * HOUR}
+# No spot, 1.1 h to spare (11 restarts), under the 0.1 h restart + 10% of the 10 h left kept for outages.
+RESERVE: dict[str, Any] = {**SHORT_RESTART, "work_left_s": 8.8 * HOUR, "time_left_s": 10 * HOUR}
+
+
 def zones(*available: bool, share: float | None = 1.0) -> tuple[ZoneView, ...]:
     names = "abcdefgh"
     return tuple(ZoneView(f"zone-{names[i]}", up, share) for i, up in enumerate(available))
@@ -78,8 +84,8 @@ def policy_reasons() -> list[Reason]:
         deadline_aware(situation(zones=up, time_left_s=None)).reason,  # no deadline
         deadline_aware(situation(zones=up, time_left_s=None, holding=on_od)).reason,  # no deadline, on-demand
         deadline_aware(situation(zones=zones(False, share=1.0), restart_s=0.0)).reason,  # wait
-        deadline_aware(situation(zones=down, time_left_s=7 * HOUR)).reason,  # on-demand: slack kept
-        deadline_aware(situation(zones=down, work_done_s=0.0, time_left_s=8 * HOUR, elapsed_s=30 * HOUR)).reason,
+        deadline_aware(situation(zones=down, **RESERVE)).reason,  # on-demand: slack kept
+        deadline_aware(situation(zones=down, **SHORT_RESTART, time_left_s=8 * HOUR, elapsed_s=30 * HOUR)).reason,
         deadline_aware(situation(zones=up, holding=on_od, time_left_s=10 * HOUR)).reason,  # back to spot
         deadline_aware(situation(zones=down, holding=on_od)).reason,  # stays on on-demand
         deadline_aware(situation(zones=up, holding=on_spot, time_left_s=3 * HOUR)).reason,  # late

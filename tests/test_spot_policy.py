@@ -20,7 +20,7 @@ from handlers.spot_policy import (
     spot_only,
 )
 from handlers.spot_sim import Outcome, Run, simulate
-from tests.spot_cases import HOUR, hourly_run, policy_reasons, situation, zones
+from tests.spot_cases import HOUR, RESERVE, hourly_run, policy_reasons, situation, zones
 
 
 def played(policy_name: str, run: Run) -> tuple[str, Outcome]:
@@ -107,8 +107,15 @@ def test_a_zone_that_comes_back_is_waited_for_while_the_slack_allows() -> None:
 
 
 def test_no_spot_and_little_slack_left_means_on_demand_now_with_its_reason() -> None:
-    choice = deadline_aware(situation(zones=zones(False, share=0.0), time_left_s=7 * HOUR))
+    choice = deadline_aware(situation(zones=zones(False, share=0.0), **RESERVE))
     assert choice.action == "on-demand" and choice.reason.key == "spot-policy.on-demand.reserve"
+    # The same slack in 1 h restarts is 1.1 restarts: on-demand now could never return to spot (its own
+    # start-up and the way back would cost two), so it waits on, as long as a spot start-up still fits ...
+    few = {**RESERVE, "restart_s": HOUR, "work_left_s": 7.9 * HOUR}
+    assert deadline_aware(situation(zones=zones(False, share=0.0), **few)).action == "wait"
+    # ... and once none fits, not even a zone with spot can help: on-demand at once (the cost of later).
+    none_fits = deadline_aware(situation(zones=zones(False, True, share=0.0), **{**few, "work_left_s": 8.1 * HOUR}))
+    assert none_fits.action == "on-demand" and none_fits.reason.key == "spot-policy.on-demand.deadline"
     # Waiting until the fallback test fails is not on: the reason gives the work left and the time to go.
     choice = deadline_aware(situation(zones=zones(False, share=0.0), work_left_s=6 * HOUR, time_left_s=7 * HOUR))
     assert choice.action == "on-demand"
@@ -119,18 +126,19 @@ def test_no_spot_and_little_slack_left_means_on_demand_now_with_its_reason() -> 
 
 
 def test_it_goes_back_from_on_demand_to_spot_when_that_is_safe() -> None:
-    # No spot for four hours: it waits while the slack allows, then takes on-demand (t = 1); spot is back at
-    # t = 4 with 8 h left and 4 h of work: 8 - 1 - (2 + 4) >= 0, so it goes back, and finishes in time.
-    run = hourly_run([[0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]], work=6, deadline=12)
+    # No spot for six hours, 6 h of work due in 14: it waits while on pace; at t = 3 it is behind 1.2 × an even
+    # pace with 6 h (6 restarts) to spare, room to come back: on-demand. Spot is back at t = 6 with 8 h left
+    # and 4 h of work: 8 - 1 - (2 + 4) >= 0, so it goes back, and finishes in time.
+    run = hourly_run([[0] * 6 + [1] * 8], work=6, deadline=14)
     shown, outcome = played("deadline-aware", run)
-    assert shown == ".DDDsssss"
-    back = outcome.choices[4]
+    assert shown == "...DDDsssss"
+    back = outcome.choices[6]
     assert back.reason.key == "spot-policy.spot.back" and back.zone == "zone-a"
     assert outcome.met(run) and outcome.on_demand_ticks == 3
-    # Spot back only at t = 7 (5 h left, 1 h of work): 5 - 1 - (2 + 1) >= 0, yet the rest on spot, start-up
+    # Spot back only at t = 9 (5 h left, 1 h of work): 5 - 1 - (2 + 1) >= 0, yet the rest on spot, start-up
     # included (2 h at $1), is cheaper than 1 h at $3: back it goes. At $2.5 spot it would not be.
-    run = hourly_run([[0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]], work=6, deadline=12)
-    assert played("deadline-aware", run)[0] == ".DDDDDDss"
+    run = hourly_run([[0] * 9 + [1] * 5], work=6, deadline=14)
+    assert played("deadline-aware", run)[0] == "...DDDDDDss"
     pricey = situation(
         zones=zones(True), holding=Holding("on-demand"), work_left_s=HOUR, time_left_s=5 * HOUR, spot_price=2.5
     )

@@ -133,3 +133,28 @@ def test_the_offline_optimum_is_the_least_cost_of_every_plan() -> None:
             outcome = simulate(run, policy)
             if outcome.met(run):
                 assert outcome.cost(run) >= expected - 1e-9, name
+
+
+# -- the deadline-aware policy on traces it was not tuned on -------------------------------------------------
+
+# Restart minutes -> how far above greedy's mean cost / optimum the policy may be on the held-out dates.
+# At 3 to 12 minutes it must be below greedy; at 30 it is within 2% of it (the known gap: issue 19 item 5).
+OVER_GREEDY = {3.0: 0.0, 6.0: 0.0, 12.0: 0.0, 30.0: 0.02}
+
+
+@pytest.mark.parametrize("restart_minutes", sorted(OVER_GREEDY))
+def test_on_dates_it_was_not_tuned_on_the_policy_meets_every_deadline_and_beats_greedy(
+    restart_minutes: float,
+) -> None:
+    bench = bench_module()
+    dates = [date for date in bench.load_dates(bench.DEFAULT_TRACES) if not date.tuned_on]
+    assert {date.gap_seconds for date in dates} == {300, 600}  # coarse ticks: the DP takes seconds
+    names = ("deadline-aware", "greedy")
+    results = bench.evaluate(dates, "other dates", 2, restart_minutes, {name: POLICIES[name] for name in names})
+    mean = {}
+    for name in names:
+        mine = [r for r in results if r.policy == name]
+        assert len(mine) == 110 and all(r.met for r in mine), name
+        mean[name] = sum(r.cost / r.optimum for r in mine) / len(mine)
+    assert mean["deadline-aware"] <= mean["greedy"] + OVER_GREEDY[restart_minutes], mean
+    assert mean["deadline-aware"] <= (1.05 if restart_minutes <= 3 else 1.2), mean

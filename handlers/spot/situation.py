@@ -55,19 +55,21 @@ def live_situation(
     on_demand_price: float,
     period: timedelta,
     checkpoint_steps: int | None = None,
+    known_restart: float | None = None,
 ) -> Situation | None:
     """The job's situation now, or None while nothing is measured (no total steps or no step time yet).
 
     ``scores``: the zones' recent spot availability (0..1: a placement score / 10, a share of successful
     launches); ``refused``: when a launch in a zone last failed for capacity; ``checkpoint_steps``: the
-    recipe's checkpoint interval in steps (the work a notice-less loss takes).
+    recipe's checkpoint interval in steps (the work a notice-less loss takes); ``known_restart``: the restart
+    overhead measured by earlier jobs of the recipe on its instance type (the job's own comes first).
     """
     cost = job_cost(job, now)
     if not job.total_steps or cost.seconds_per_step is None:
         return None
     per_step = cost.seconds_per_step
     done = job.step or 0
-    restart = _measured_restart(job) or DEFAULT_RESTART.total_seconds()
+    restart = _measured_restart(job) or known_restart or DEFAULT_RESTART.total_seconds()
     lost = lost_zones(job, now, refused or {})
     views = tuple(ZoneView(zone, False if zone in lost else None, (scores or {}).get(zone)) for zone in zones)
     return Situation(
@@ -111,7 +113,9 @@ def _holding(job: Job, now: datetime, restart: float) -> Holding:
 
 
 def _measured_restart(job: Job) -> float | None:
-    """The job's newest measured start-up: its latest attempt's launch to the runner's start."""
+    """The job's measured start-up: its attempts' launch to first step, else the latest launch to runner start."""
+    if job.restart_seconds is not None:
+        return job.restart_seconds
     for attempt in reversed(job.attempts):
         if attempt.instance_id is not None and attempt.started_at is not None:
             return max((attempt.started_at - attempt.launched_at).total_seconds(), 0.0)
@@ -153,6 +157,7 @@ class SpotView:
     period: timedelta = timedelta(minutes=5)
     checkpoint_steps: int | None = None
     scores: dict[str, float] = field(default_factory=dict)
+    restart_s: float | None = None  # measured by earlier jobs of the recipe on its instance type
 
 
 # How far back the job's own launches count for the estimate of a zone's availability.
@@ -215,6 +220,7 @@ def choose(job: Job, view: SpotView, now: datetime, event: Event) -> tuple[Choic
         on_demand_price=on_demand_price,
         period=view.period,
         checkpoint_steps=view.checkpoint_steps,
+        known_restart=view.restart_s,
     )
     current = job.current
     if name == SPOT_FIRST and event == "interrupted" and current is not None and current.market == "on-demand":
