@@ -1,6 +1,6 @@
 """Spot policies on real spot traces: deadlines met, and cost against the offline optimum and always-on-demand.
 
-Every policy runs in the simulator of ``finetune-bot simulate`` (``handlers/spot_sim.py``), which calls the
+Every policy runs in the simulator of ``finetune-bot simulate`` (``handlers/spot/simulator.py``), which calls the
 bot's own policy code each tick. The offline optimum is a dynamic program over the same tick model with
 perfect knowledge of the traces: the least a job can pay and still finish by its deadline.
 
@@ -48,8 +48,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from handlers.spot_policy import POLICIES, Policy
-from handlers.spot_sim import Run, Zone, simulate, to_ticks
+from handlers.spot.rules import POLICIES, Policy
+from handlers.spot.simulator import Run, Zone, simulate, to_ticks
 
 DEFAULT_TRACES = Path(__file__).resolve().parent / "data" / "spot-traces"
 # (work hours, deadline hours): tight to loose slack, as in the paper's sweeps.

@@ -9,7 +9,7 @@ Scenarios come as JSON Lines on stdin, one object per line (blank lines are skip
 one zone each, in the zones' order of preference; ``nodes`` (default 1) is how many instances the job needs
 from a zone; prices are per hour of everything the job holds; ``start_hour`` defaults to 0 and
 ``restart_minutes`` to 0; an optional ``budget`` stops a job whose spend would exceed it. For each scenario and
-each policy, one JSON line goes to stdout (see :func:`result`). The tick model is in :mod:`handlers.spot_sim`.
+each policy, one JSON line goes to stdout (see :func:`result`). The tick model is in :mod:`handlers.spot.simulator`.
 
 All input is read and checked before anything runs: a bad line or trace is one line on stderr, exit 2, and
 no output at all.
@@ -27,8 +27,8 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from handlers.spot_policy import DEFAULT_POLICY, POLICIES
-from handlers.spot_sim import Outcome, Run, Zone, simulate, to_ticks
+from handlers.spot.rules import DEFAULT_POLICY, POLICIES
+from handlers.spot.simulator import Outcome, Run, Zone, simulate, to_ticks
 
 
 class InputError(ValueError):

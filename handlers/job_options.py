@@ -1,6 +1,6 @@
 """Options of the job itself, given with ``start`` beside the recipe's overrides: ``deadline=36h budget=120``.
 
-They steer where the job runs (the spot policy, :mod:`handlers.spot_policy`), not what it trains, so they are
+They steer where the job runs (the spot policy, :mod:`handlers.spot.rules`), not what it trains, so they are
 not recipe parameters: :func:`split_overrides` takes them out of a ``start`` command's ``key=value`` words
 before the recipe checks the rest, and a recipe may not declare a parameter by these names. A deadline is a
 duration from the start (``36h``, ``90m``, ``2d``, ``1d12h``, ``1.5h``) or a moment with its time zone

@@ -13,7 +13,7 @@ from handlers.commands import Action
 from handlers.lifecycle import Lifecycle
 from handlers.reasons import Reason, Wording
 from handlers.spot.policies import POLICIES
-from handlers.spot_policy import DEFAULT_POLICY
+from handlers.spot.rules import DEFAULT_POLICY
 
 GUARDED_ACTIONS: tuple[Action, ...] = ("start", "stop", "interrupt-test", "ack", "resume")
 READ_ACTIONS = frozenset({"status", "list", "logs", "help"})

@@ -10,7 +10,7 @@ from handlers.job_options import JobOptionError, parse_budget, parse_deadline, r
 from handlers.jobs import Job
 from handlers.reasons import Reason
 from handlers.spot import SpotView, choose, spot_first
-from handlers.spot_policy import (
+from handlers.spot.rules import (
     NOTHING,
     Holding,
     Situation,
@@ -20,7 +20,7 @@ from handlers.spot_policy import (
     on_demand,
     spot_only,
 )
-from handlers.spot_sim import Run, Zone
+from handlers.spot.simulator import Run, Zone
 
 HOUR = 3600.0
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)

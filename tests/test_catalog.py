@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from bot.chat import catalog as catalog_module
 from bot.chat.catalog import LANGUAGES, en, messages, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
-from handlers import commands, decide, failures, job_options, recipes, spot_policy
+from handlers import commands, decide, failures, job_options, recipes
 from handlers import policy as policy_module
 from handlers import reconcile as reconcile_module
 from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
@@ -58,6 +58,7 @@ from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
 from handlers.spot import policies as spot_policies
+from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
 from runner.trainer import start_failure
 from tests.spot_cases import policy_reasons
@@ -518,7 +519,7 @@ def keys_in(reason: Reason) -> set[str]:
 def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
     tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING, job_options.WORDING]
     tables += [
-        spot_policy.WORDING,
+        spot_rules.WORDING,
         spot_policies.WORDING,
         spot_situation.WORDING,
         reconcile_module.WORDING,

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from handlers.jobs import Attempt, Job, JobState
+from handlers.spot.rules import NOTHING, Situation, deadline_aware
 from handlers.spot.situation import live_situation, projection
-from handlers.spot_policy import NOTHING, Situation, deadline_aware
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2, minutes=7)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from handlers import job_options
 from handlers.spot import policies as spot_policies
 from handlers.spot import situation as spot_situation
-from handlers.spot_policy import (
+from handlers.spot.rules import (
     NOTHING,
     POLICIES,
     WORDING,
@@ -19,7 +19,7 @@ from handlers.spot_policy import (
     on_demand,
     spot_only,
 )
-from handlers.spot_sim import Outcome, Run, simulate
+from handlers.spot.simulator import Outcome, Run, simulate
 from tests.spot_cases import HOUR, RESERVE, hourly_run, policy_reasons, situation, zones
 
 

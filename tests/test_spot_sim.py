@@ -15,8 +15,8 @@ from types import ModuleType
 import pytest
 
 from handlers.reasons import Reason
-from handlers.spot_policy import POLICIES, Choice, Situation, on_demand, spot_only
-from handlers.spot_sim import Run, Zone, simulate, to_ticks
+from handlers.spot.rules import POLICIES, Choice, Situation, on_demand, spot_only
+from handlers.spot.simulator import Run, Zone, simulate, to_ticks
 from tests.spot_cases import hourly_run
 
 SCRIPTED = Reason("test.scripted", "as the test's plan says")

@@ -9,12 +9,12 @@ stop), and nothing else does: no cloud provider changes zone or market by itself
   simulator's ``deadline-aware``, ``greedy``, ``spot-only``, ``on-demand``);
 - :mod:`handlers.spot.zones`: the order of (zone, type) candidates within a launch, each cloud's capacity error
   codes, and live availability (AWS placement scores, Alibaba's stock) as the 0..1 signal the policy weighs;
-- the policies' arithmetic and the simulator's model: :mod:`handlers.spot_policy`, :mod:`handlers.spot_sim`.
+- the policies' arithmetic and the simulator's model: :mod:`handlers.spot.rules`, :mod:`handlers.spot.simulator`.
 """
 
 from handlers.spot.policies import POLICIES, SPOT_FIRST, policy_for, spot_first
+from handlers.spot.rules import DEFAULT_POLICY, Choice, Event, Situation, ZoneView
 from handlers.spot.situation import SpotView, choose, estimated_availability, managed, policy_of, steers
-from handlers.spot_policy import DEFAULT_POLICY, Choice, Event, Situation, ZoneView
 
 __all__ = [
     "DEFAULT_POLICY",

@@ -1,4 +1,4 @@
-"""The named policies the decision may run: the simulator's (:mod:`handlers.spot_policy`) and ``spot-first``.
+"""The named policies the decision may run: the simulator's (:mod:`handlers.spot.rules`) and ``spot-first``.
 
 ``spot-first`` is what the bot always did, now as a policy like the others: spot in the best zone that has it
 (the job's own zone while it holds one there), on-demand once no zone has spot (every zone refused the launch for
@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from handlers.reasons import Wording
-from handlers.spot_policy import DEFAULT_POLICY, Choice, Policy, Situation, ZoneView
-from handlers.spot_policy import POLICIES as SIMULATED
-from handlers.spot_policy import WORDING as POLICY_WORDING
+from handlers.spot.rules import DEFAULT_POLICY, Choice, Policy, Situation, ZoneView
+from handlers.spot.rules import POLICIES as SIMULATED
+from handlers.spot.rules import WORDING as POLICY_WORDING
 
 SPOT_FIRST = "spot-first"
 

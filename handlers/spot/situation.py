@@ -1,7 +1,7 @@
 """The live decision: where a job's next stretch runs, from its record and what the cloud says now.
 
 Every launch, interruption, capacity refusal, resume and policy tick of every job asks :func:`choose`, which
-builds the job's :class:`~handlers.spot_policy.Situation` (the very one ``finetune-bot simulate`` builds from a
+builds the job's :class:`~handlers.spot.rules.Situation` (the very one ``finetune-bot simulate`` builds from a
 trace) and calls the job's named policy (:mod:`handlers.spot.policies`). A job started with a deadline or a budget,
 or under a configured policy other than the default, is *steered* (:func:`managed`): its policy is also asked on a
 periodic tick, with the cloud's view of zones, prices and live availability (:class:`SpotView`), and its choice
@@ -23,9 +23,9 @@ from handlers.cost import job_cost
 from handlers.jobs import Job, PlanChoice
 from handlers.reasons import Wording
 from handlers.spot.policies import POLICIES, SPOT_FIRST, best_zone, policy_for
+from handlers.spot.rules import DEFAULT_POLICY, NOTHING, Choice, Event, Holding, Situation, ZoneView
+from handlers.spot.rules import WORDING as POLICY_WORDING
 from handlers.spot.zones import weigh_availability
-from handlers.spot_policy import DEFAULT_POLICY, NOTHING, Choice, Event, Holding, Situation, ZoneView
-from handlers.spot_policy import WORDING as POLICY_WORDING
 
 # Until the job has measured its own start-up: boot, runner install, checkpoint restore.
 DEFAULT_RESTART = timedelta(minutes=6)

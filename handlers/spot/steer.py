@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from handlers.jobs import Job, Market, PlanChoice
+from handlers.spot.rules import Choice, Event
 from handlers.spot.situation import SpotView, choose, managed
-from handlers.spot_policy import Choice, Event
 
 
 @dataclass(frozen=True, slots=True)

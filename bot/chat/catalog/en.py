@@ -6,8 +6,9 @@ own English, taken from the tables next to the code that says it, so the two can
 
 from __future__ import annotations
 
-from handlers import commands, decide, failures, job_options, policy, recipes, reconcile, spot_policy
+from handlers import commands, decide, failures, job_options, policy, recipes, reconcile
 from handlers.spot import policies as spot_policies
+from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
 
 HANDLERS: dict[str, str] = {
@@ -16,7 +17,7 @@ HANDLERS: dict[str, str] = {
     **recipes.WORDING.sentences,
     **decide.WORDING.sentences,
     **job_options.WORDING.sentences,
-    **spot_policy.WORDING.sentences,
+    **spot_rules.WORDING.sentences,
     **spot_policies.WORDING.sentences,
     **spot_situation.WORDING.sentences,
     **reconcile.WORDING.sentences,

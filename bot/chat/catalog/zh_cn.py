@@ -234,7 +234,7 @@ MESSAGES: dict[str, str] = {
     "option.bad-budget": "budget 必须是账户币种的金额（如 120 或 99.50），而不是 {raw!r}",
     "option.budget-range": "budget 必须大于 0 且不超过 {maximum:.0f}",
     "option.reserved": "{recipe} 声明了参数 {name!r}，但 deadline 和 budget 是任务选项",
-    # 实例选择策略的当前决定及原因（handlers/spot_policy.py）
+    # 实例选择策略的当前决定及原因（handlers/spot/rules.py）
     "spot-policy.on-demand.deadline": "现在使用按量付费：还剩 {work_h:g} 小时的训练，距截止时间还有 {left_h:g} 小时",
     "spot-policy.on-demand.pace": (
         "现在使用按量付费：没有可用区有抢占式实例，剩余 {work_h:g} 小时的训练已落后于 {left_h:g} 小时内均匀完成的进度"

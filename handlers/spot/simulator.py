@@ -13,7 +13,7 @@ Exactly the model of the issue that asked for it (issue 15), so results can be c
 
 Past the end of its traces no zone has spot (a policy may still finish on on-demand); a policy that holds
 nothing there once the deadline has passed would wait forever, so the run ends unfinished. The policy is
-called every tick with the same :class:`~handlers.spot_policy.Situation` the bot builds, so it is the bot's own
+called every tick with the same :class:`~handlers.spot.rules.Situation` the bot builds, so it is the bot's own
 code that is measured.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from handlers.jobs import Market
-from handlers.spot_policy import NOTHING, Choice, Event, Holding, Policy, Situation, ZoneView
+from handlers.spot.rules import NOTHING, Choice, Event, Holding, Policy, Situation, ZoneView
 
 # How far back a zone's availability share looks (the policy's "recent availability"), in hours.
 AVAILABILITY_WINDOW_HOURS = 24
