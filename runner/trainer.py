@@ -33,6 +33,7 @@ from runner.stop_request import STOP_FILE_ENV, watched_path
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
+LINE_LIMIT = 2048  # bytes of one output line kept in memory (the log file gets all of it)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -291,21 +292,33 @@ class TrainerProcess:
                 os.kill(pid, signal.SIGKILL)
 
     async def _stream_output(self) -> None:
-        """Copy output to the log as it comes; progress bars redraw with ``\\r``, so split on both."""
+        """Copy output to the log as it comes; progress bars redraw with ``\\r``, so split on both. What is held in
+        memory is bounded: a line that grows past ``LINE_LIMIT`` bytes without ending (a binary blob, a bar that
+        never returns) is kept by its start, and the rest of it is dropped until it ends."""
         assert self.process.stdout is not None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         pending = b""
+        skipping = False  # inside a line already kept by its start
         with self.log_path.open("ab") as sink:
             while chunk := await self.process.stdout.read(65536):
                 sink.write(chunk)
                 sink.flush()
                 *lines, pending = (pending + chunk).replace(b"\r", b"\n").split(b"\n")
                 for line in lines:
+                    if skipping:
+                        skipping = False
+                        continue
                     self._keep(line)
-            self._keep(pending)
+                if len(pending) > LINE_LIMIT:
+                    if not skipping:
+                        self._keep(pending)
+                        skipping = True
+                    pending = b""
+            if not skipping:
+                self._keep(pending)
 
     def _keep(self, line: bytes) -> None:
-        text = line.decode(errors="replace").rstrip()
+        text = line[:LINE_LIMIT].decode(errors="replace").rstrip()
         if text:
             self.tail.append(text)
             if self.echo:
