@@ -140,6 +140,9 @@ def test_the_offline_optimum_is_the_least_cost_of_every_plan() -> None:
 # Restart minutes -> how far above greedy's mean cost / optimum the policy may be on the held-out dates.
 # At 3 to 12 minutes it must be below greedy; at 30 it is within 2% of it (the known gap: issue 19 item 5).
 OVER_GREEDY = {3.0: 0.0, 6.0: 0.0, 12.0: 0.0, 30.0: 0.02}
+# Restart minutes -> the most its mean cost / optimum may be there: what it achieves (1.050, 1.083, 1.127, 1.190
+# in this sample), rounded up, so a regression of a few thousandths fails.
+AT_MOST = {3.0: 1.05, 6.0: 1.085, 12.0: 1.13, 30.0: 1.195}
 
 
 @pytest.mark.parametrize("restart_minutes", sorted(OVER_GREEDY))
@@ -157,4 +160,4 @@ def test_on_dates_it_was_not_tuned_on_the_policy_meets_every_deadline_and_beats_
         assert len(mine) == 110 and all(r.met for r in mine), name
         mean[name] = sum(r.cost / r.optimum for r in mine) / len(mine)
     assert mean["deadline-aware"] <= mean["greedy"] + OVER_GREEDY[restart_minutes], mean
-    assert mean["deadline-aware"] <= (1.05 if restart_minutes <= 3 else 1.2), mean
+    assert mean["deadline-aware"] <= AT_MOST[restart_minutes], mean
