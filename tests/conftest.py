@@ -1,12 +1,14 @@
-"""Shared fixtures: real servers (moto in server mode), AWS test credentials, a clean moto per test."""
+"""Shared fixtures: real servers (moto in server mode, the S3 fault proxy), AWS test credentials, a clean moto per
+test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
 
 
@@ -24,6 +26,14 @@ def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
     yield moto_endpoint
+
+
+@pytest.fixture
+async def proxy(aws: str) -> AsyncIterator[S3FaultProxy]:
+    """The network between a runner and S3, able to fail (see ``tests.s3_proxy``); a module may define its own."""
+    server = await S3FaultProxy(aws).start()
+    yield server
+    await server.stop()
 
 
 @pytest.fixture

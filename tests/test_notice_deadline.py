@@ -64,13 +64,6 @@ async def imds() -> AsyncIterator[LocalMetadataServer]:
     await server.stop()
 
 
-@pytest.fixture
-async def proxy(aws: str) -> AsyncIterator[S3FaultProxy]:
-    server = await S3FaultProxy(aws).start()
-    yield server
-    await server.stop()
-
-
 def instance_env(proxy: S3FaultProxy, imds: LocalMetadataServer, **extra: str) -> dict[str, str]:
     return runner_env(
         **{

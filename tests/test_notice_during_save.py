@@ -57,13 +57,6 @@ async def imds() -> AsyncIterator[LocalMetadataServer]:
     await server.stop()
 
 
-@pytest.fixture
-async def proxy(aws: str) -> AsyncIterator[S3FaultProxy]:
-    server = await S3FaultProxy(aws).start()
-    yield server
-    await server.stop()
-
-
 def committed_steps(s3: Any) -> list[int]:
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="jobs/ft-test/")
     keys = [item["Key"] for page in pages for item in page.get("Contents", [])]

@@ -60,13 +60,6 @@ async def imds() -> AsyncIterator[LocalMetadataServer]:
     await server.stop()
 
 
-@pytest.fixture
-async def proxy(aws: str) -> AsyncIterator[S3FaultProxy]:
-    server = await S3FaultProxy(aws).start()
-    yield server
-    await server.stop()
-
-
 def keys(s3: Any, prefix: str = "jobs/ft-test/") -> list[str]:
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
     return [item["Key"][len(prefix) :] for page in pages for item in page.get("Contents", [])]
