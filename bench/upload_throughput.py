@@ -39,9 +39,9 @@ from s3transfer.crt import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.moto_server import AWS_TEST_ENV, moto_server, reset_moto
 from runner.checkpoints import CheckpointStore
 from runner.storage.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MiB, S3Store
-from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
 
 BUCKET = "bench"
 BLOCK = 64 * MiB
