@@ -17,6 +17,7 @@ platform's deliverer.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -29,8 +30,10 @@ from bot.chat.catalog import Lang, say
 from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability
 from bot.keys import Keys
+from bot.log_limit import LimitedLog
+from bot.rate_limit import Bucket, RateLimiter
 from bot.routes import CLOUD_TYPES
-from bot.store import JobStore
+from bot.store import JobCapReached, JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.events import Failed, Interrupted, Progress, utcnow
@@ -49,13 +52,16 @@ from handlers.messages import (
     upgraded,
 )
 from handlers.oncall import OnCall
-from handlers.policy import Policy, guard_start, refusal
+from handlers.permissions import channel_id, home_team, is_admin, job_refusal, narrowed
+from handlers.policy import Policy, guard_start
+from handlers.reasons import Reason
 from handlers.recipes import Recipe, RecipeError, find_recipe
 from handlers.restart import first_step_was
 from handlers.spot import SpotView, managed, steers
 
 log = logging.getLogger(__name__)
 
+LIST_LENGTH = 20  # jobs ``list`` shows, newest first
 SPOT_VIEW_SECONDS = 60.0  # how long what the cloud said of zones and prices is used before asking again
 
 
@@ -76,28 +82,43 @@ class Bot:
         self.clock = clock
         self.oncall = oncall or OnCall()
         self._views: dict[str, tuple[float, SpotView]] = {}
+        self.rate = RateLimiter(store.redis, store.keys, clock)  # per user, shared by every replica
+        self._quiet = LimitedLog(log)  # a flood of refusals or of one user's commands: bounded lines
 
     # -- chat commands ------------------------------------------------------------------------------------
 
     async def command(self, user: str, chat: ChatRef, text: str, lang: Lang = "en") -> str:
-        """Answer one ``/finetune`` command in ``lang``; the reply goes back to the caller only."""
+        """Answer one ``/finetune`` command from ``user`` in ``chat`` (typed, or a card's button: the same checks),
+        in ``lang``; the reply goes back to the caller only. Past the user's rate nothing runs; a refusal
+        (:mod:`handlers.permissions`) is one sentence, recorded apart from actions, and changes nothing."""
+        slow = await self._rate(user, "commands", self.policy.rate.commands_per_minute, lang)
+        if slow is not None:
+            return slow
         try:
             command = parse(text)
         except UsageError as exc:
             return say(lang, exc.reason)
+        refused = narrowed(self.policy, user, command.action)
+        if refused is not None:
+            return await self._refuse(user, chat, command, refused, lang)
         if command.action == "help":
             return say(lang, HELP_REASON) + "\n\n" + recipes_text(self.recipes.values(), lang)
-        if command.action == "list":
-            return await self._list(lang)
-        if command.action in ("status", "logs"):
-            return await self._read(command, lang)
-        refused = refusal(self.policy, user, command.action)
-        if refused is not None:
-            await self._record_refusal(user, command)
-            return catalog.text(lang, "reply.refused", why=say(lang, refused))
+        if command.action == "list" or (command.action == "status" and command.job_id is None):
+            return await self._list(user, chat, lang)
         if command.action == "start":
-            return await self._start(user, chat, command, lang)
-        return await self._job_command(user, command, lang)
+            slow = await self._rate(user, "starts", self.policy.rate.starts_per_minute, lang)
+            return slow if slow is not None else await self._start(user, chat, command, lang)
+        if command.action in ("status", "logs"):
+            return await self._read(user, chat, command, lang)
+        return await self._job_command(user, chat, command, lang)
+
+    async def _rate(self, user: str, bucket: Bucket, per_minute: int, lang: Lang) -> str | None:
+        """The slow-down answer when ``user``'s bucket is empty (nothing runs), else None (a token was taken)."""
+        wait = await self.rate.take(bucket, user, per_minute)
+        if wait is None:
+            return None
+        self._quiet.warning("rate", "slowed %s down: over %d %s a minute", user, per_minute, bucket)
+        return catalog.text(lang, f"reply.slow-down.{bucket}", limit=per_minute, wait=max(1, math.ceil(wait)))
 
     async def _start(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
         assert command.recipe is not None
@@ -122,6 +143,7 @@ class Bot:
             return catalog.text(lang, "reply.refused", why=say(lang, blocked))
         steered = steers(self.policy.spot.name, options.deadline, options.budget)
         spot = await self._spot_view(recipe) if steered else None  # the cloud is asked only for a steered job
+        team = home_team(self.policy, user, chat)
         for _ in range(20):
             total = recipe.total_steps(params)
             change = new_job(
@@ -136,22 +158,37 @@ class Bot:
                 budget=options.budget,
                 spot_policy=self.policy.spot.name,
                 spot=spot,
+                team=team,
             )
-            if await self.store.create(change.job, change.history, change.outbox):
+            try:  # the cap is checked again in the write itself: concurrent starts never pass it together
+                created = await self.store.create(
+                    change.job, change.history, change.outbox, cap=self.policy.max_concurrent_jobs
+                )
+            except JobCapReached as exc:
+                full = guard_start(self.policy, exc.cap, hourly_price=None)
+                return catalog.text(lang, "reply.refused", why=say(lang, full) if full else str(exc))
+            if created:
+                await self._audit(user, chat, "start", change.job.id)
                 words = {**{key: str(value) for key, value in params.items()}, **raw_options}
                 shown = " ".join(f"{key}={value}" for key, value in words.items())
                 return catalog.text(lang, "reply.starting", job=change.job.id, recipe=recipe.name, params=shown)
         raise RuntimeError("could not find a free job id")
 
-    async def _job_command(self, user: str, command: Command, lang: Lang) -> str:
+    async def _job_command(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
         assert command.job_id is not None
         now = self.clock()
         spot = None
         if command.action == "resume":  # the spot policy chooses where a steered job resumes
             found = await self.store.get(command.job_id)
             spot = await self._spot_view_of(found) if found is not None else None
+        refusals: list[Reason] = []
 
-        def change(job: Job) -> Change:
+        def change(job: Job) -> Change | None:
+            # Checked on the job as it is written (a page opened or closed meanwhile counts), in the same step.
+            refused = job_refusal(self.policy, self.oncall, user, chat, command.action, job, now)
+            refusals[:] = [refused] if refused is not None else []
+            if refused is not None:
+                return None
             if command.action == "stop":
                 return stop_command(job, user, now, self.policy.lifecycle)
             if command.action == "interrupt-test":
@@ -163,16 +200,20 @@ class Bot:
         applied = await self.store.apply(command.job_id, change)
         if applied.missing:
             return catalog.text(lang, "reply.no-job", job=command.job_id)
+        if refusals:
+            return await self._refuse(user, chat, command, refusals[0], lang)
         assert applied.change is not None
         done = applied.change
         if done.history.get("event") == "ignored":
             why = say(lang, done.reason) if done.reason is not None else str(done.history["why"])
             return catalog.text(lang, "reply.ignored", action=command.action, job=command.job_id, why=why)
+        await self._audit(user, chat, command.action, command.job_id)
         state = catalog.text(lang, f"state.{done.job.state.value}")
         return catalog.text(lang, "reply.ok", action=command.action, job=command.job_id, state=state)
 
-    async def _list(self, lang: Lang) -> str:
-        jobs = sorted(await self.store.list_jobs(), key=lambda job: job.created_at, reverse=True)[:20]
+    async def _list(self, user: str, chat: ChatRef, lang: Lang) -> str:
+        """The channel's latest jobs (an admin's: every channel's), read from the store's index, not every job."""
+        jobs = await self.store.recent(None if is_admin(self.policy, user) else chat, count=LIST_LENGTH)
         if not jobs:
             return catalog.text(lang, "reply.no-jobs")
         return "\n".join(
@@ -188,12 +229,14 @@ class Bot:
             for job in jobs
         )
 
-    async def _read(self, command: Command, lang: Lang) -> str:
-        if command.job_id is None:
-            return await self._list(lang)
+    async def _read(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
+        assert command.job_id is not None
         job = await self.store.get(command.job_id)
         if job is None:
             return catalog.text(lang, "reply.no-job", job=command.job_id)
+        refused = job_refusal(self.policy, self.oncall, user, chat, command.action, job, self.clock())
+        if refused is not None:
+            return await self._refuse(user, chat, command, refused, lang)
         if command.action == "status":
             return card_text(job, self.clock(), lang)
         # The history is the operators' record: its lines stay as written (English), whatever the channel reads.
@@ -204,16 +247,18 @@ class Bot:
             for entry in entries
         )
 
-    async def _record_refusal(self, user: str, command: Command) -> None:
-        log.warning("refused %s from %s", command.action, user)
-        if command.job_id is None:
-            await self.store.audit({"event": "refused", "action": command.action, "by": user})
-            return
+    async def _refuse(self, user: str, chat: ChatRef, command: Command, why: Reason, lang: Lang) -> str:
+        """Record the refusal (apart from the actions) and answer it in one sentence; nothing else happens."""
+        self._quiet.warning("refused", "refused %s of %s from %s: %s", command.action, command.job_id, user, why)
+        entry: dict[str, Any] = {"event": "refused", "action": command.action, "by": user}
+        if command.job_id is not None:
+            entry["job"] = command.job_id
+        await self.store.refused({**entry, "channel": channel_id(chat), "why": str(why)})
+        return catalog.text(lang, "reply.refused", why=say(lang, why))
 
-        def note(job: Job) -> Change:
-            return Change(job, {"event": "refused", "action": command.action, "by": user})
-
-        await self.store.apply(command.job_id, note)
+    async def _audit(self, user: str, chat: ChatRef, action: str, job_id: str) -> None:
+        """A command carried out, in the audit stream (the job's own history has the detail)."""
+        await self.store.audit({"event": action, "by": user, "job": job_id, "channel": channel_id(chat)})
 
     # -- the bus ------------------------------------------------------------------------------------------
 

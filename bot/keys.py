@@ -71,6 +71,20 @@ class Keys:
     def history(self, job_id: str) -> str:
         return f"{self.prefix}history:{job_id}"
 
+    @property
+    def created(self) -> str:
+        """Sorted set: every stored job's id, scored by when it was created (``list`` for admins reads its tail)."""
+        return f"{self.prefix}jobs:created"
+
+    def channel_jobs(self, platform: str, channel: str) -> str:
+        """Sorted set: the ids of the jobs started in one channel, scored by creation (``list`` reads its tail)."""
+        return f"{self.prefix}jobs:channel:{platform}:{channel}"
+
+    @property
+    def ended(self) -> str:
+        """Sorted set: jobs in a final state, scored by when they reached it (the retention sweep reads its head)."""
+        return f"{self.prefix}jobs:ended"
+
     def dedup(self, key: str) -> str:
         """Once-only markers with a TTL (:meth:`bot.store.JobStore.claim_once`), named by the helpers below."""
         return f"{self.prefix}dedup:{key}"
@@ -98,7 +112,17 @@ class Keys:
 
     @property
     def audit(self) -> str:
+        """Capped stream: what people did (commands that were carried out, and what concerns no job)."""
         return f"{self.prefix}audit"
+
+    @property
+    def refusals(self) -> str:
+        """Capped stream: refused commands, apart from :attr:`audit` so a flood of them cannot roll actions out."""
+        return f"{self.prefix}audit:refused"
+
+    def rate(self, bucket: str, user: str) -> str:
+        """Hash: one user's token bucket (``commands`` or ``starts``), shared by every replica (bot/rate_limit.py)."""
+        return f"{self.prefix}rate:{bucket}:{user}"
 
     def effect_done(self, effect_id: str) -> str:
         """The record of an effect the cloud executor carried out (its follow-up was committed with it)."""

@@ -44,6 +44,7 @@ from bot.owner_lock import AlreadyOwned, OwnerLock
 from bot.reconciler import Reconciler
 from bot.redis_server import RedisHandle, open_redis, redacted
 from bot.replicas import Replicas
+from bot.retention import Retention
 from bot.settings import FileConfig, Settings, all_recipes, load_config
 from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
 from bot.sources.sns_http import sns_routes
@@ -52,6 +53,7 @@ from bot.sources.sqs import SqsSource
 from bot.store import JobStore
 from bot.timers import Timers
 from handlers.events import utcnow
+from handlers.permissions import describe
 
 if TYPE_CHECKING:
     from bot.chat.dingtalk.adapter import DingTalk
@@ -188,8 +190,9 @@ class BotService:
         self._stack.callback(self._owner.release)
         try:
             config = load_config(self.settings)
-            if config.policy.open:
-                log.warning("no permission rules configured: everyone may use every command")
+            log.info(describe(config.policy))  # the permission model in force
+            if not config.policy.admins:
+                log.warning("no policy.admins: only a job's owner and team act on it, and nobody sees every channel")
             aliyun_intake = self._check_aliyun(config)  # before anything starts
             # Chat platforms are checked before anything starts: a refused token is one error, and nothing to undo.
             self._slack = await self._connect_slack(config)
@@ -230,6 +233,7 @@ class BotService:
 
         keys = DEFAULT_KEYS
         store = JobStore(redis.client, keys)
+        await store.index_existing()  # jobs stored by an older bot join the list and retention indexes
         consumer = default_consumer_name()
         self._bus = bus = EventBus(own_client(), stream=keys.events, consumer=consumer)
         await bus.ensure_group()
@@ -267,6 +271,7 @@ class BotService:
         self._bot = bot = Bot(store, cloud, config.policy, recipes, clock=self.clock, oncall=config.oncall)
         lifecycle = config.policy.lifecycle
         self._reconciler = reconciler = Reconciler(redis.client, store, cloud, lifecycle, self.clock, consumer)
+        retention = Retention(store, config.policy.retention_days, self.clock)
         host = self.settings.finetune_http_host
         report_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self.port}{REPORTS_PATH}"
         self._tasks = [
@@ -276,6 +281,7 @@ class BotService:
             asyncio.create_task(effects.run(self.stopping), name="cloud-effects"),
             asyncio.create_task(Replicas(redis.client, keys).run(report_url, self.stopping), name="replica"),
             asyncio.create_task(reconciler.run(self.stopping), name="reconcile"),
+            asyncio.create_task(retention.run(self.stopping), name="retention"),
         ]
         if self._slack is not None:
             await self._slack.start(bot.command, store.claim_once)

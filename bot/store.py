@@ -32,15 +32,17 @@ from bot.keys import DEFAULT_KEYS, Keys
 from bot.routes import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
 from handlers.ids import new_event_id
-from handlers.jobs import Change, Job, JobState
+from handlers.jobs import ACTIVE_STATES, TERMINAL_STATES, Change, ChatRef, Job, JobState
 from handlers.restart import attempt_restart_s, blend
 
 HISTORY_MAXLEN = 1000
+AUDIT_MAXLEN = 10_000  # each of the two audit streams (actions, refusals)
 HISTORY_FIELD = "entry"
 DEDUP_TTL = 7 * 86400
 EFFECT_TTL = 7 * 86400
 
 Decider = Callable[[Job], Change | None]
+ACTIVE_ORDER = sorted(ACTIVE_STATES)  # the active states' sets, in the order the write script counts them
 
 # Puts ARGV[first…] where opts.routes says; KEYS[base + 1…4] are the events, chat and cloud streams and the timers.
 _ROUTE = f"""
@@ -60,12 +62,15 @@ end
 
 # The atomic write of a transition (or of a new job). It checks before it writes anything, so it either writes
 # all or nothing. Returns 1 when written, 0 when the job is not as the caller read it (changed, deleted, or, for
-# a create, present), -1 when the dedup key was seen meanwhile.
+# a create, present), -1 when the dedup key was seen meanwhile, -2 when a create finds the active jobs at the cap.
 # KEYS: 1 job, 2 dedup (the job's key when there is none), 3 old state set, 4 new state set, 5 instances,
-#   6 history, 7-10 the queues (see _ROUTE).
+#   6 history, 7-10 the queues (see _ROUTE), 11 the creation index, 12 the job's channel index, 13 the ended
+#   index, 14… the active states' sets (counted against the cap).
 # ARGV: 1 the options, JSON: create (the job must be absent; else it must equal ARGV[2]), dedup (check and set
 #   KEYS[2]), write (the job and its outbox; else only the dedup key), leave_old (take the id out of KEYS[3]),
-#   job_id, dedup_ttl, instances (ids to map to the job), routes and dues (see _ROUTE);
+#   job_id, dedup_ttl, instances (ids to map to the job), routes and dues (see _ROUTE), created (its score in the
+#   indexes), channel (whether KEYS[12] is the job's), ended (the score of a job in a final state, else false),
+#   cap (the most active jobs a create may join, or false), active (how many active sets follow);
 #   2 the job as read, 3 the new job, 4 the history entry, 5… the outbox payloads.
 _WRITE = (
     _ROUTE
@@ -75,6 +80,11 @@ if opts.dedup and redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local current = redis.call('GET', KEYS[1])
 if opts.create then
   if current then return 0 end
+  if opts.cap then
+    local active = 0
+    for i = 14, 13 + opts.active do active = active + redis.call('SCARD', KEYS[i]) end
+    if active >= opts.cap then return -2 end
+  end
 elseif current ~= ARGV[2] then
   return 0
 end
@@ -85,12 +95,21 @@ if opts.write then
   for _, instance in ipairs(opts.instances) do redis.call('HSET', KEYS[5], instance, opts.job_id) end
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', '{HISTORY_MAXLEN}', '*', '{HISTORY_FIELD}', ARGV[4])
   route(opts, 6, 5)
+  if opts.create then
+    redis.call('ZADD', KEYS[11], opts.created, opts.job_id)
+    if opts.channel then redis.call('ZADD', KEYS[12], opts.created, opts.job_id) end
+  end
+  if opts.ended then
+    redis.call('ZADD', KEYS[13], 'NX', opts.ended, opts.job_id)
+  else
+    redis.call('ZREM', KEYS[13], opts.job_id)
+  end
 end
 if opts.dedup then redis.call('SET', KEYS[2], opts.job_id, 'EX', opts.dedup_ttl) end
 return 1
 """
 )
-_WRITTEN, _CONFLICT, _DUPLICATE = 1, 0, -1
+_WRITTEN, _CONFLICT, _DUPLICATE, _FULL = 1, 0, -1, -2
 
 # An effect carried out: its record and its follow-up messages, once. Returns false when it was recorded
 # already (then nothing is written), else 1.
@@ -105,6 +124,25 @@ return 1
 """
 )
 
+# An ended job past its retention, and everything that names it, deleted at once; nothing when it is no longer
+# the job read (resumed meanwhile) or no longer ended before the cutoff. Returns 1 when deleted, else 0.
+# KEYS: 1 job, 2 history, 3 its state set, 4 instances, 5 the creation index, 6 its channel index, 7 the ended index.
+# ARGV: 1 the job as read, 2 its id, 3 the cutoff (POSIX seconds), 4… its instance ids.
+_SWEEP = """
+local score = redis.call('ZSCORE', KEYS[7], ARGV[2])
+if not score or tonumber(score) > tonumber(ARGV[3]) then return 0 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('SREM', KEYS[3], ARGV[2])
+for i = 4, #ARGV do
+  if redis.call('HGET', KEYS[4], ARGV[i]) == ARGV[2] then redis.call('HDEL', KEYS[4], ARGV[i]) end
+end
+redis.call('ZREM', KEYS[5], ARGV[2])
+redis.call('ZREM', KEYS[6], ARGV[2])
+redis.call('ZREM', KEYS[7], ARGV[2])
+return 1
+"""
+
 # Messages routed with no job change (a timer put back until due, an effect read from an older bot's stream).
 # KEYS: 1-4 the queues. ARGV: 1 options JSON (routes, dues), 2… payloads.
 _SEND = _ROUTE + "\nroute(cjson.decode(ARGV[1]), 0, 2)\nreturn 1\n"
@@ -112,6 +150,14 @@ _SEND = _ROUTE + "\nroute(cjson.decode(ARGV[1]), 0, 2)\nreturn 1\n"
 
 class StoreConflict(RuntimeError):
     """A transition kept losing the race against other writers; the caller may retry the whole event."""
+
+
+class JobCapReached(RuntimeError):
+    """A create found as many active jobs as the cap allows (checked and taken in one step): nothing written."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"{cap} jobs are active already")
+        self.cap = cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +192,7 @@ class JobStore:
         self._write = redis.register_script(_WRITE)
         self._finish = redis.register_script(_FINISH)
         self._send = redis.register_script(_SEND)
+        self._sweep = redis.register_script(_SWEEP)
         self._queues = [getattr(self.keys, destination) for destination in DESTINATIONS]
 
     @property
@@ -154,9 +201,17 @@ class JobStore:
 
     # Writes ---------------------------------------------------------------------------------------------------
 
-    async def create(self, job: Job, history: Mapping[str, Any], outbox: Iterable[dict[str, Any]] = ()) -> bool:
-        """Store a new job with its first history entry (and outbox); ``False`` if the id is taken."""
-        written = await self._write_job(None, None, job, history, _with_ids(outbox), None, 0)
+    async def create(
+        self, job: Job, history: Mapping[str, Any], outbox: Iterable[dict[str, Any]] = (), cap: int | None = None
+    ) -> bool:
+        """Store a new job with its first history entry (and outbox); ``False`` if the id is taken.
+
+        ``cap``: the most jobs that may be active (``ACTIVE_STATES``) with this one; the count and the write are
+        one step, so concurrent starts never pass it together. Past it: :class:`JobCapReached`, nothing written."""
+        written = await self._write_job(None, None, job, history, _with_ids(outbox), None, 0, cap=cap)
+        if written == _FULL:
+            assert cap is not None
+            raise JobCapReached(cap)
         return written == _WRITTEN
 
     async def apply(
@@ -214,6 +269,7 @@ class JobStore:
         dedup_ttl: int,
         *,
         write: bool = True,
+        cap: int | None = None,
     ) -> int:
         """Run the write script: the record, its indexes, one history entry, the outbox and the dedup key."""
         keys = [
@@ -224,8 +280,13 @@ class JobStore:
             self.keys.instances,
             self.keys.history(new.id),
             *self._queues,
+            self.keys.created,
+            self._channel_index(new),
+            self.keys.ended,
+            *(self.keys.state(state) for state in ACTIVE_ORDER),
         ]
         routes, payloads = _routed(events, _platform(new)) if write else ({"routes": [], "dues": []}, [])
+        ended = new.state in TERMINAL_STATES
         options = {
             "create": old is None,
             "dedup": dedup is not None,
@@ -234,6 +295,11 @@ class JobStore:
             "job_id": new.id,
             "dedup_ttl": dedup_ttl,
             "instances": new.instance_ids if write else [],
+            "created": new.created_at.timestamp(),
+            "channel": new.chat is not None,
+            "ended": new.updated_at.timestamp() if ended else False,
+            "cap": cap if cap is not None else False,
+            "active": len(ACTIVE_ORDER),
             **routes,
         }
         args = [
@@ -296,6 +362,16 @@ class JobStore:
         allowed = set(wanted)
         return sorted((job for job in jobs if job.state in allowed), key=lambda job: (job.created_at, job.id))
 
+    async def recent(self, chat: ChatRef | None = None, count: int = 20) -> list[Job]:
+        """The latest ``count`` jobs started in ``chat`` (every channel's when None), newest first: read from the
+        channel's index, so ``list`` loads ``count`` jobs however many there are."""
+        index = self.keys.created if chat is None else self.keys.channel_jobs(chat.platform, chat.channel)
+        ids = [str(job_id) for job_id in await self.redis.zrevrange(index, 0, count - 1)]
+        if not ids:
+            return []
+        raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
+        return [Job.model_validate_json(raw) for raw in raws if raw is not None]
+
     async def counts_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, zeros included), for ``/metrics``."""
         states = list(JobState)
@@ -322,6 +398,66 @@ class JobStore:
     async def job_for_instance(self, instance_id: str) -> str | None:
         job_id = await self._batch.execute("HGET", self.keys.instances, instance_id)
         return None if job_id is None else str(job_id)
+
+    # Retention ----------------------------------------------------------------------------------------------
+
+    async def sweep(self, cutoff: datetime, batch: int = 100) -> int:
+        """Delete jobs that ended before ``cutoff``, with their history and every index entry (atomically per job;
+        one that was resumed meanwhile is kept). Returns how many were deleted; at most ``batch`` per call."""
+        found = await self.redis.zrangebyscore(self.keys.ended, "-inf", cutoff.timestamp(), start=0, num=batch)
+        ids = [str(job_id) for job_id in found]
+        deleted = 0
+        for job_id in ids:
+            raw = await self.redis.get(self.keys.job(job_id))
+            if raw is None:  # gone already: only the index entries are left
+                await self.redis.zrem(self.keys.ended, job_id)
+                await self.redis.zrem(self.keys.created, job_id)
+                deleted += 1
+                continue
+            job = Job.model_validate_json(raw)
+            keys = [
+                self.keys.job(job_id),
+                self.keys.history(job_id),
+                self.keys.state(job.state),
+                self.keys.instances,
+                self.keys.created,
+                self._channel_index(job),
+                self.keys.ended,
+            ]
+            deleted += int(await self._sweep(keys=keys, args=[raw, job_id, cutoff.timestamp(), *job.instance_ids]))
+        return deleted
+
+    async def index_existing(self) -> int:
+        """Put jobs stored before the creation, channel and ended indexes existed into them (idempotent; only
+        the jobs missing from the creation index are read). Returns how many were indexed."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for state in JobState:
+                pipe.smembers(self.keys.state(state))
+            members: list[set[str]] = await pipe.execute()
+        ids = sorted(set().union(*members))
+        if not ids:
+            return 0
+        scores = await self.redis.zmscore(self.keys.created, ids)
+        missing = [job_id for job_id, score in zip(ids, scores, strict=True) if score is None]
+        indexed = 0
+        for job_id in missing:
+            job = await self.get(job_id)
+            if job is None:
+                continue
+            created = job.created_at.timestamp()
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.zadd(self.keys.created, {job_id: created}, nx=True)
+                if job.chat is not None:
+                    pipe.zadd(self._channel_index(job), {job_id: created}, nx=True)
+                if job.state in TERMINAL_STATES:
+                    pipe.zadd(self.keys.ended, {job_id: job.updated_at.timestamp()}, nx=True)
+                await pipe.execute()
+            indexed += 1
+        return indexed
+
+    def _channel_index(self, job: Job) -> str:
+        """The job's channel index (the creation index stands in for a job with no channel: never written)."""
+        return self.keys.channel_jobs(job.chat.platform, job.chat.channel) if job.chat else self.keys.created
 
     # Restart overheads measured per (recipe, instance type) ------------------------------------------------------
 
@@ -354,13 +490,26 @@ class JobStore:
         return bool(await self._batch.execute("EXISTS", self.keys.dedup(key)))
 
     async def audit(self, entry: Mapping[str, Any]) -> None:
-        """Things that concern no job (e.g. a refused ``start``), kept like a job's history."""
-        await self.redis.xadd(
-            self.keys.audit, {HISTORY_FIELD: _json(dict(entry))}, maxlen=HISTORY_MAXLEN, approximate=True
-        )
+        """What a person did (a command carried out), kept like a job's history, capped."""
+        await self._log(self.keys.audit, entry)
+
+    async def refused(self, entry: Mapping[str, Any]) -> None:
+        """A refused command, in a capped stream of its own: refusals never roll actions out of :meth:`audit`."""
+        await self._log(self.keys.refusals, entry)
 
     async def audit_log(self, count: int = 200) -> list[dict[str, Any]]:
-        entries = await self.redis.xrevrange(self.keys.audit, count=count)
+        """The latest ``count`` actions, oldest first."""
+        return await self._read_log(self.keys.audit, count)
+
+    async def refusal_log(self, count: int = 200) -> list[dict[str, Any]]:
+        """The latest ``count`` refusals, oldest first."""
+        return await self._read_log(self.keys.refusals, count)
+
+    async def _log(self, stream: str, entry: Mapping[str, Any]) -> None:
+        await self.redis.xadd(stream, {HISTORY_FIELD: _json(dict(entry))}, maxlen=AUDIT_MAXLEN, approximate=True)
+
+    async def _read_log(self, stream: str, count: int) -> list[dict[str, Any]]:
+        entries = await self.redis.xrevrange(stream, count=count)
         return [pydantic_core.from_json(fields[HISTORY_FIELD]) for _id, fields in reversed(entries or []) if fields]
 
 

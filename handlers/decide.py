@@ -116,6 +116,7 @@ def new_job(
     budget: float | None = None,
     spot_policy: str | None = None,
     spot: SpotView | None = None,
+    team: str | None = None,
 ) -> Change:
     """A job is created PENDING with its first attempt planned; the launch follows through the outbox. A job the
     spot policy steers (a deadline, a budget: :func:`handlers.spot.managed`) launches where the policy says, and
@@ -126,6 +127,7 @@ def new_job(
         params=params,
         requested_by=user,
         chat=chat,
+        team=team,  # its owner, home channel and team decide who may act on it (handlers/permissions.py)
         total_steps=total_steps,  # known from the recipe before any report: `list` shows step 0/300, not 0/?
         deadline=deadline,
         budget=budget,
@@ -135,6 +137,8 @@ def new_job(
         updated_at=now,
     )
     history: dict[str, Any] = {"event": "created", "by": user, "recipe": recipe, "params": params}
+    if team is not None:
+        history["team"] = team
     if spot is not None and managed(job):
         history.update(deadline=deadline.isoformat() if deadline else None, budget=budget, policy=spot_policy)
         ticking, tick = _next_tick(job, now, spot.period)

@@ -108,6 +108,7 @@ class Page(BaseModel):
     sent: int = 0
     acked_by: str | None = None
     acked_at: datetime | None = None
+    named: list[str] = Field(default_factory=list)  # the platform ids its steps called: they may ack and resume
 
 
 class PlanChoice(BaseModel):
@@ -131,8 +132,9 @@ class Job(BaseModel):
     id: str = Field(pattern=JOB_ID_PATTERN)
     recipe: str
     params: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    requested_by: str
-    chat: ChatRef | None = None
+    requested_by: str  # the owner: ``platform:id`` of who started it
+    chat: ChatRef | None = None  # its home channel (where it was started)
+    team: str | None = None  # its team (policy.teams), when one was configured for it at start
     state: JobState = JobState.PENDING
     attempts: list[Attempt] = Field(default_factory=list)
     step: int | None = None

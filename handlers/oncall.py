@@ -34,6 +34,12 @@ class Person(BaseModel):
     slack: str | None = Field(default=None, pattern=r"^[US][A-Z0-9]{2,30}$")  # a user (U…) or user group (S…)
     dingtalk: str | None = Field(default=None, max_length=64)  # a DingTalk userId
     mobile: str | None = Field(default=None, pattern=r"^\+?[0-9]{6,20}$")  # DingTalk can @ by mobile too
+    console: str | None = Field(default=None, max_length=64)  # a console user (``finetune-bot chat``)
+
+    def platform_ids(self) -> list[str]:
+        """The ``platform:id`` users this person is (what permissions compare with who typed a command)."""
+        ids = {"slack": self.slack, "dingtalk": self.dingtalk, "console": self.console}
+        return [f"{platform}:{value}" for platform, value in ids.items() if value]
 
 
 class LadderStep(BaseModel):
@@ -96,6 +102,16 @@ def on_shift(oncall: OnCall, now: datetime) -> list[str]:
     return list(oncall.rota[shifts % len(oncall.rota)])
 
 
+def named_ids(oncall: OnCall, names: list[str]) -> list[str]:
+    """The ``platform:id`` users of the people ``names`` (unknown names: none)."""
+    return [user for name in names if name in oncall.people for user in oncall.people[name].platform_ids()]
+
+
+def on_call_now(oncall: OnCall, now: datetime) -> set[str]:
+    """The ``platform:id`` users on shift at ``now`` (primary, secondary, …): a page of theirs is theirs too."""
+    return set(named_ids(oncall, on_shift(oncall, now)))
+
+
 def step_due(oncall: OnCall, opened_at: datetime, step: int) -> datetime:
     last = len(oncall.ladder) - 1
     if step <= last:
@@ -119,7 +135,9 @@ def step_targets(oncall: OnCall, step: int, now: datetime) -> tuple[list[Paged],
             everyone = "channel" if target == "channel" else "here"
         elif target not in EVERYONE:
             names.append(target)
-    mention = [Paged(name=name, **oncall.people[name].model_dump()) for name in dict.fromkeys(names)]
+    mention = [
+        Paged(name=name, **oncall.people[name].model_dump(exclude={"console"})) for name in dict.fromkeys(names)
+    ]
     if not mention and everyone is None:
         everyone = "here"  # a page that mentions no one notifies no one
     return mention, everyone
@@ -146,7 +164,10 @@ def page_step(job: Job, message: PageStep, oncall: OnCall, now: datetime) -> Cha
         history = {"event": "ignored", "what": "page-step", "step": message.step, "why": why}
         return Change(job, {**history, "state": job.state.value})
     mention, everyone = step_targets(oncall, message.step, now)
-    paged = job.model_copy(update={"page": page.model_copy(update={"sent": page.sent + 1}), "updated_at": now})
+    named = list(dict.fromkeys([*page.named, *named_ids(oncall, [person.name for person in mention])]))
+    paged = job.model_copy(
+        update={"page": page.model_copy(update={"sent": page.sent + 1, "named": named}), "updated_at": now}
+    )
     detail = page.detail if message.step == 0 else {}  # the first step says what failed; the later ones repeat
     told = ResumeFailedPage(
         reason=page.reason,

@@ -1,26 +1,29 @@
-"""Who may do what, and the guards that keep a team's spend bounded: decisions, made without I/O.
+"""The ``policy`` section: who is an admin, which teams there are, the ``allow`` rules, the caps and bounds.
 
-Users are ``platform:id`` strings (``slack:U024BE7LH``, ``dingtalk:manager4220``, ``console:alice``). A rule
-lists users, or ``platform:*`` for everyone on a platform, or ``*``. With no rules configured, everyone may
-use every command (the bot says so once at start). Reading (status, list, logs, help) is always allowed.
+Users are ``platform:id`` strings (``slack:U024BE7LH``, ``dingtalk:manager4220``, ``console:alice``); a channel
+is named the same way (``slack:C0123ABCD``, ``dingtalk:cidXXXX==``). What these settings permit is decided in
+:mod:`handlers.permissions`; this module holds the settings and the guards that keep a team's spend bounded.
+An ``allow`` rule lists users, or ``platform:*`` for everyone on a platform, or ``*``.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import re
 
-from handlers.commands import Action
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from handlers.commands import USAGE
 from handlers.lifecycle import Lifecycle
 from handlers.reasons import Reason, Wording
 from handlers.spot.policies import POLICIES
 from handlers.spot.rules import DEFAULT_POLICY
 
-GUARDED_ACTIONS: tuple[Action, ...] = ("start", "stop", "interrupt-test", "ack", "resume")
-READ_ACTIONS = frozenset({"status", "list", "logs", "help"})
+# A user or channel as the config names it: the platform, a colon, the platform's own id.
+PLATFORM_ID = r"^[a-z]{2,16}:[^\s:][^\s]{0,127}$"
+RULE_ENTRY = r"^(\*|[a-z]{2,16}:\*|[a-z]{2,16}:[^\s:][^\s]{0,127})$"
 
 WORDING = Wording(
     {
-        "refused.not-allowed": "you are not allowed to {action} jobs; ask an admin to add {user} to the {action} rule",
         "guard.concurrency": "{active} jobs are already running (the limit is {limit}); stop one first",
         "guard.price": "${price:.2f}/h is above the configured cap of ${cap:.2f}/h",
     }
@@ -44,33 +47,77 @@ class SpotSettings(BaseModel):
         return value
 
 
+class Team(BaseModel):
+    """A team: its ``members`` may act on its jobs; a job started in one of its ``channels`` is the team's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    members: list[str] = Field(default_factory=list)
+    channels: list[str] = Field(default_factory=list)
+
+    @field_validator("members", "channels")
+    @classmethod
+    def _platform_ids(cls, values: list[str]) -> list[str]:
+        return [_platform_id(value) for value in values]
+
+
+class RateLimits(BaseModel):
+    """Per user, shared by every replica (a token bucket in Redis): commands of any kind, and starts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    commands_per_minute: int = Field(default=30, ge=1, le=10_000)
+    starts_per_minute: int = Field(default=5, ge=1, le=10_000)
+
+
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    allow: dict[str, list[str]] | None = None
+    admins: list[str] = Field(default_factory=list)  # may do anything to any job, and see every channel's jobs
+    teams: dict[str, Team] = Field(default_factory=dict)
+    allow: dict[str, list[str]] | None = None  # narrows who may use an action at all (an action not named: anyone)
+    rate: RateLimits = Field(default_factory=RateLimits)
     max_concurrent_jobs: int | None = Field(default=None, ge=1)
     max_hourly_price: float | None = Field(default=None, gt=0)
+    retention_days: float = Field(default=30, gt=0, le=3650)  # an ended job is deleted this long after it ended
     lifecycle: Lifecycle = Field(default_factory=Lifecycle)  # bounded relaunches, the stop deadline
     spot: SpotSettings = Field(default_factory=SpotSettings)  # the spot policy (handlers/spot/)
 
-    @property
-    def open(self) -> bool:
-        """True when no permission rules are configured (everyone may do everything)."""
-        return self.allow is None
+    @field_validator("admins")
+    @classmethod
+    def _admin_ids(cls, values: list[str]) -> list[str]:
+        return [_platform_id(value) for value in values]
+
+    @field_validator("allow")
+    @classmethod
+    def _rules(cls, rules: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        if rules is None:
+            return None
+        unknown = sorted(set(rules) - set(USAGE))
+        if unknown:
+            raise ValueError(f"allow names {', '.join(unknown)}: not commands (one of {', '.join(USAGE)})")
+        for action, entries in rules.items():
+            bad = [entry for entry in entries if not _matches(RULE_ENTRY, entry)]
+            if bad:
+                raise ValueError(f"allow.{action}: {bad[0]!r} is not platform:id, platform:* or *")
+        return rules
+
+    @model_validator(mode="after")
+    def _one_home_per_channel(self) -> Policy:
+        homes: dict[str, str] = {}
+        for name, team in self.teams.items():
+            for channel in team.channels:
+                if channel in homes:
+                    raise ValueError(f"channel {channel} is the home of two teams ({homes[channel]} and {name})")
+                homes[channel] = name
+        return self
 
 
-def may(policy: Policy, user: str, action: Action) -> bool:
-    if action in READ_ACTIONS or policy.allow is None:
-        return True
-    platform = user.split(":", 1)[0]
-    allowed = policy.allow.get(action, [])
-    return "*" in allowed or user in allowed or f"{platform}:*" in allowed
+def _matches(pattern: str, value: str) -> bool:
+    return re.match(pattern, value) is not None
 
 
-def refusal(policy: Policy, user: str, action: Action) -> Reason | None:
-    """Why ``user`` may not do ``action``, or None when they may."""
-    if may(policy, user, action):
-        return None
-    return WORDING("refused.not-allowed", action=action, user=user)
+def _platform_id(value: str) -> str:
+    if not _matches(PLATFORM_ID, value):
+        raise ValueError(f"{value!r} is not platform:id (slack:U0123ABCD, dingtalk:manager4220, console:alice)")
+    return value
 
 
 def guard_start(policy: Policy, active_jobs: int, hourly_price: float | None) -> Reason | None:

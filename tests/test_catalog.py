@@ -15,15 +15,15 @@ from pydantic import BaseModel, ValidationError
 from bot.chat import catalog as catalog_module
 from bot.chat.catalog import LANGUAGES, en, messages, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
-from handlers import commands, decide, failures, job_options, recipes
+from handlers import commands, decide, failures, job_options, permissions, recipes
 from handlers import policy as policy_module
 from handlers import reconcile as reconcile_module
-from handlers.commands import HELP, HELP_REASON, USAGE, UsageError, parse
+from handlers.commands import HELP, HELP_REASON, USAGE, Action, UsageError, parse
 from handlers.decide import ack_command, interrupt_test_command, resume_command, stop_command
 from handlers.decide import decide as decide_message
 from handlers.events import Late
 from handlers.failures import CODES, Failure
-from handlers.jobs import Attempt, CheckpointRef, Job, JobState, Page
+from handlers.jobs import Attempt, ChatRef, CheckpointRef, Job, JobState, Page
 from handlers.messages import LaunchFailed, Notify, StartDeadline, dump_message, parse_message
 from handlers.notes import (
     POLICY_REASONS,
@@ -53,7 +53,9 @@ from handlers.notes import (
     Stopped,
     StopRequested,
 )
-from handlers.policy import Policy, guard_start, refusal
+from handlers.oncall import OnCall
+from handlers.permissions import job_refusal, narrowed
+from handlers.policy import Policy, guard_start
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
@@ -392,6 +394,8 @@ def handler_reasons() -> list[Reason]:
         resume_command(running, "slack:U1", False, NOW),
     ]
     policy = Policy(allow={"start": []}, max_concurrent_jobs=2, max_hourly_price=1.0)
+    elsewhere = ChatRef(platform="dingtalk", channel="cidELSEWHERE==")
+    asked: list[tuple[Action, Job]] = [("logs", job()), ("stop", job()), ("ack", acked)]  # channel, owner, page
     reasons = [
         HELP_REASON,
         *(_parse_error(text) for text in ("x" * 2001, "deploy prod", "status a b", "resume ft-7k2q now", "start")),
@@ -407,7 +411,8 @@ def handler_reasons() -> list[Reason]:
         _recipe_error(lambda: Parameter(type="str", default="a").parse("dataset", "a;b")),
         _recipe_error(lambda: Parameter(type="str", default="a").parse("dataset", "--push_to_hub")),
         recipes.WORDING("recipe.not-str", name="mode", raw="x"),  # a str parameter takes any text: never raised
-        refusal(policy, "dingtalk:bob", "start"),
+        narrowed(policy, "dingtalk:bob", "start"),
+        *(job_refusal(policy, OnCall(), "dingtalk:bob", elsewhere, action, item, NOW) for action, item in asked),
         guard_start(policy, active_jobs=2, hourly_price=None),
         guard_start(policy, active_jobs=0, hourly_price=1.5),
         *(change.reason for change in ignored),
@@ -517,7 +522,8 @@ def keys_in(reason: Reason) -> set[str]:
 
 
 def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
-    tables = [commands.WORDING, policy_module.WORDING, recipes.WORDING, decide.WORDING, job_options.WORDING]
+    tables = [commands.WORDING, policy_module.WORDING, permissions.WORDING, recipes.WORDING, decide.WORDING]
+    tables += [job_options.WORDING]
     tables += [
         spot_rules.WORDING,
         spot_policies.WORDING,
@@ -581,6 +587,18 @@ REPLIES: list[tuple[str, dict[str, Any], str, str]] = [
         {"job": "ft-ab12", "state": "RUNNING", "recipe": "tiny", "step": 3, "total": "?"},
         f"{'ft-ab12'}  {'RUNNING':<13} {'tiny':<12} step 3/?",  # the f-string the bot used to write
         "ft-ab12  RUNNING  tiny  第 3/? 步",
+    ),
+    (
+        "reply.slow-down.commands",
+        {"limit": 30, "wait": 2},
+        "⛔ slow down: at most 30 commands a minute; try again in 2 s",
+        "⛔ 请慢一点：每分钟最多 30 条命令；请 2 秒后再试",
+    ),
+    (
+        "reply.slow-down.starts",
+        {"limit": 5, "wait": 12},
+        "⛔ slow down: at most 5 starts a minute; try again in 12 s",
+        "⛔ 请慢一点：每分钟最多启动 5 个任务；请 12 秒后再试",
     ),
     ("chat.starting", {}, "The bot is still starting; try again in a moment.", "机器人还在启动中，请稍后再试。"),
     ("slack.working", {}, "⏳ Working on it…", "⏳ 正在处理…"),

@@ -6,7 +6,7 @@ own English, taken from the tables next to the code that says it, so the two can
 
 from __future__ import annotations
 
-from handlers import commands, decide, failures, job_options, policy, recipes, reconcile
+from handlers import commands, decide, failures, job_options, permissions, policy, recipes, reconcile
 from handlers.spot import policies as spot_policies
 from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
@@ -14,6 +14,7 @@ from handlers.spot import situation as spot_situation
 HANDLERS: dict[str, str] = {
     **commands.WORDING.sentences,
     **policy.WORDING.sentences,
+    **permissions.WORDING.sentences,
     **recipes.WORDING.sentences,
     **decide.WORDING.sentences,
     **job_options.WORDING.sentences,
@@ -174,6 +175,8 @@ BOT: dict[str, str] = {
     "reply.ignored": "⛔ {action} {job}: {why}",
     "reply.no-jobs": "no jobs yet: /finetune start tiny",
     "reply.list-line": "{job}  {state:<13} {recipe:<12} step {step}/{total}",
+    "reply.slow-down.commands": "⛔ slow down: at most {limit} commands a minute; try again in {wait} s",
+    "reply.slow-down.starts": "⛔ slow down: at most {limit} starts a minute; try again in {wait} s",
     # Slack's own labels (buttons, confirmation dialogs, the card's footer, an acknowledged page).
     "slack.interrupt-test": "Interrupt-test",
     "slack.resume": "Resume",

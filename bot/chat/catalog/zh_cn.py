@@ -148,6 +148,8 @@ MESSAGES: dict[str, str] = {
     "reply.ignored": "⛔ {action} {job}：{why}",
     "reply.no-jobs": "还没有任务：/finetune start tiny",
     "reply.list-line": "{job}  {state}  {recipe}  第 {step}/{total} 步",
+    "reply.slow-down.commands": "⛔ 请慢一点：每分钟最多 {limit} 条命令；请 {wait} 秒后再试",
+    "reply.slow-down.starts": "⛔ 请慢一点：每分钟最多启动 {limit} 个任务；请 {wait} 秒后再试",
     # Slack 自己的文字（按钮、确认框、卡片页脚、已确认的告警）
     "slack.interrupt-test": "中断演练",
     "slack.resume": "恢复",
@@ -201,8 +203,11 @@ MESSAGES: dict[str, str] = {
     "usage.not-job-id": "{word} 不是任务编号（任务编号形如 ft-7k2q）",
     "usage.no-arguments": "不带参数",
     "usage.one-job": "需要且只能带一个任务编号",
-    # 权限与限额（handlers/policy.py）
+    # 权限与限额（handlers/permissions.py、handlers/policy.py）
     "refused.not-allowed": "你没有 {action} 任务的权限；请管理员把 {user} 加入 {action} 规则",
+    "refused.not-yours": "你不能 {action} {job}：只有它的发起人、所属团队和管理员可以",
+    "refused.not-yours-paged": "你不能 {action} {job}：只有它的发起人、所属团队、管理员和被呼叫的值班人员可以",
+    "refused.other-channel": "{job} 不是本群的任务；请到启动它的群里操作",
     "guard.concurrency": "已有 {active} 个任务在运行（上限 {limit} 个）；请先停止一个",
     "guard.price": "${price:.2f}/小时 超过了配置的上限 ${cap:.2f}/小时",
     # 配方与参数（handlers/recipes.py）

@@ -6,6 +6,7 @@ dingtalk:
   robot_secret: SEC…                                                   # its 加签 secret
   card_template_id: 8f2c…schema                                        # job cards with buttons (see the README)
   language: zh-CN                                                      # the default for every group
+  corp_id: dingxxxxxxxxxxxx                                            # the organisation served (else the robot's)
   channels:
     cidXXXX==: {language: en}                                          # this group reads English
     cidYYYY==: {robot_webhook: https://…, robot_secret: SEC…}          # this group's own robot
@@ -50,6 +51,9 @@ class DingTalkConfig(DingTalkChannel):
     language: Lang = "zh-CN"
     card_template_id: str | None = None  # without one, the card is a markdown message on each state change
     robot_code: str | None = None  # the app robot's code; DingTalk's default is the app's client id
+    # The organisation the bot serves (a message's senderCorpId, a click's corpId); unset: the robot's own
+    # (a message's chatbotCorpId), and clicks are checked once a message has said it.
+    corp_id: str | None = Field(default=None, pattern=r"^ding[0-9a-zA-Z]{2,64}$")
     channels: dict[str, DingTalkChannel] = Field(default_factory=dict)
 
     def language_for(self, conversation: str | None) -> Lang:

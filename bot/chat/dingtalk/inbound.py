@@ -3,7 +3,8 @@
 Both end in ``Bot.command(user, chat, text, lang)``, the one entry every chat uses, so permissions, refusals and
 their record in the job's history are the same as anywhere; the answer is in the group's language (zh-CN unless
 the config says otherwise). DingTalk redelivers what it thinks was not acknowledged; a message or click is run
-once (its id is claimed in Redis first) and a redelivery only acknowledged.
+once (its id is claimed in Redis first) and a redelivery only acknowledged. A message or click of another
+organisation than the one served (``dingtalk.corp_id``, else the robot's own) runs nothing and is not answered.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from bot.chat.dingtalk.markdown import reply
 from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.webhooks import Markdown, Webhooks
 from bot.errors import ChatError
+from bot.log_limit import LimitedLog
 from handlers.commands import USAGE
 from handlers.jobs import ChatRef
 
@@ -45,6 +47,8 @@ class Incoming:
     text: str | None  # None for pictures, files, …
     session_webhook: str | None = None
     session_webhook_expires_ms: int | None = None
+    sender_corp_id: str = ""  # the sender's organisation (senderCorpId)
+    robot_corp_id: str = ""  # the robot's own organisation (chatbotCorpId)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class Click:
     user_id: str
     space_id: str
     content: dict[str, Any] = field(default_factory=dict)
+    corp_id: str = ""  # the organisation of the card's space (corpId)
 
 
 def command_text(content: str) -> str:
@@ -91,11 +96,25 @@ class Inbound:
         self.robot_code = robot_code
         self.clock_ms = clock_ms
         self._replies: set[asyncio.Task[None]] = set()
+        self.corp: str | None = config.corp_id  # the organisation served: configured, else learned from messages
+        self.quiet = LimitedLog(log)
+        if config.corp_id is None:
+            log.warning(
+                "dingtalk: no dingtalk.corp_id; messages must come from the robot's own organisation, and card "
+                "clicks are checked only once a message has said which one that is"
+            )
 
     async def message(self, message: Incoming) -> None:
         """Run the command and answer in the background, so the stream acknowledges at once."""
         if not await self.once(f"in:{message.message_id}"):
             log.info("DingTalk message %s delivered again; already handled", message.message_id)
+            return
+        if message.robot_corp_id and self.corp is None:
+            self.corp = message.robot_corp_id  # the robot's organisation, as DingTalk says it on every message
+        if not self._ours(message.sender_corp_id, message.robot_corp_id):
+            self.quiet.warning(
+                "dingtalk-tenant", "refused a DingTalk message from organisation %r", message.sender_corp_id[:40]
+            )
             return
         lang = self.config.language_for(message.conversation_id)
         if message.text is None:
@@ -109,6 +128,9 @@ class Inbound:
         """Run a button's command; the answer is shown on the card to the one who clicked (private data)."""
         lang = self.config.language_for(click.space_id)
         job_id, action = job_of(click.out_track_id), clicked(click.content)
+        if not self._ours(click.corp_id, self.corp or ""):
+            self.quiet.warning("dingtalk-tenant", "refused a DingTalk click from organisation %r", click.corp_id[:40])
+            return {}
         if job_id is None:
             answer = text(lang, "chat.unknown-card")
         elif action not in BUTTONS:
@@ -123,6 +145,12 @@ class Inbound:
             "cardUpdateOptions": {"updatePrivateDataByKey": True},
             "userPrivateData": {"cardParamMap": {"notice": answer}},
         }
+
+    def _ours(self, sender: str, robot: str) -> bool:
+        """Whether a message or click of organisation ``sender`` is for this bot: the configured organisation,
+        else the robot's own (``robot``; unknown for a click before any message: not checked, said at start)."""
+        pinned = self.config.corp_id or robot
+        return not pinned or sender == pinned
 
     async def _run(self, user: str, chat: ChatRef, command: str, lang: Lang) -> str:
         """The bot's answer; a failure on the bot's side is said as such (DingTalk will not deliver it again)."""

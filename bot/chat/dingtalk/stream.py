@@ -73,6 +73,8 @@ class _Messages(CallbackHandler):  # type: ignore[misc]  # the SDK has no type h
             text=" ".join(part for part in texts if part) if texts else None,
             session_webhook=message.session_webhook,
             session_webhook_expires_ms=message.session_webhook_expired_time,
+            sender_corp_id=str(message.sender_corp_id or ""),
+            robot_corp_id=str(message.chatbot_corp_id or ""),
         )
         await self.inbound.message(incoming)
         return AckMessage.STATUS_OK, "OK"
@@ -93,6 +95,7 @@ class _Clicks(CallbackHandler):  # type: ignore[misc]  # the SDK has no type hin
             user_id=str(parsed.user_id or ""),
             space_id=str(callback.data.get("spaceId") or ""),
             content=parsed.content if isinstance(parsed.content, dict) else {},
+            corp_id=str(parsed.corp_id or ""),
         )
         return AckMessage.STATUS_OK, await self.inbound.click(str(callback.headers.message_id), click)
 

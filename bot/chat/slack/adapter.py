@@ -33,6 +33,8 @@ from bot.chat.slack.deliverer import SlackDeliverer
 from bot.chat.slack.once import CLAIM_TTL_SECONDS
 from bot.chat.slack.replies import EphemeralReplies
 from bot.chat.slack.startup import Identity, SlackSecrets, verify_app_token, verify_bot_token
+from bot.chat.slack.tenant import Tenant
+from bot.errors import ConfigError
 from handlers.events import utcnow
 from handlers.jobs import ChatRef
 
@@ -67,6 +69,7 @@ class SlackAdapter:
         self._socket_url: str | None = None
         self._socket_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._learning = asyncio.Lock()
 
     @property
     def socket_mode(self) -> bool:
@@ -90,6 +93,7 @@ class SlackAdapter:
         self._client = AsyncWebClient(token=self.secrets.bot_token, retry_handlers=[], **common)
         try:
             self.identity = await verify_bot_token(self._client)
+            self._check_pin()
             if self.secrets.app_token is not None:
                 self._socket_url = await verify_app_token(self._client, self.secrets.app_token)
         except BaseException:
@@ -104,7 +108,32 @@ class SlackAdapter:
             SlashCommand(self._command, replies, self._spawn, self.config.language_for),
             ButtonActions(self._command, replies, self._spawn, self.config.language_for),
             self._first_delivery,
+            self.tenant,
         )
+        pinned = self.pinned()
+        log.info("slack: serving workspace %s, app %s", pinned.team_id or "(not known yet)", pinned.app_id or "(any)")
+
+    def pinned(self) -> Tenant:
+        """The workspace and app requests must come from: configured, else as auth.test said."""
+        return Tenant(self.config.team_id or self.identity.team_id, self.config.app_id or self.identity.app_id)
+
+    async def tenant(self) -> Tenant:
+        """:meth:`pinned`; while the workspace is unknown (Slack was unreachable at start), ask auth.test again."""
+        if self.config.team_id is None and self.identity.team_id is None and self._client is not None:
+            async with self._learning:
+                if self.identity.team_id is None:
+                    with contextlib.suppress(ConfigError):  # a refused token is said at start, not per request
+                        self.identity = await verify_bot_token(self._client)
+        return self.pinned()
+
+    def _check_pin(self) -> None:
+        """ConfigError when the bot token belongs to another workspace or app than the one configured."""
+        for name, configured, learned in (
+            ("slack.team_id", self.config.team_id, self.identity.team_id),
+            ("slack.app_id", self.config.app_id, self.identity.app_id),
+        ):
+            if configured is not None and learned is not None and configured != learned:
+                raise ConfigError(f"{name} is {configured} but SLACK_BOT_TOKEN belongs to {learned}")
 
     def mount(self, http: web.Application) -> None:
         """Serve ``/slack/events`` on the bot's HTTP server (HTTP mode only; Socket Mode needs no endpoint)."""

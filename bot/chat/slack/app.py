@@ -2,8 +2,9 @@
 
 It is the same app in both transports: HTTP mode hands it the POSTs of ``/slack/events`` once
 :mod:`bot.chat.slack.ingress` has checked their signature, timestamp and shape (so bolt's own verification is
-off), Socket Mode the envelopes of its websocket. Before any listener, :mod:`bot.chat.slack.once` makes sure a
-request delivered again does nothing. Authorisation uses what ``auth.test`` said at start, so no request waits
+off), Socket Mode the envelopes of its websocket. Before any listener, :mod:`bot.chat.slack.tenant` refuses a
+request of another workspace or app, and :mod:`bot.chat.slack.once` makes sure a request delivered again does
+nothing. Authorisation uses what ``auth.test`` said at start, so no request waits
 on a Web API call before its listener runs.
 
 What Slack does with an answer: a slash command or a click not answered 200 within three seconds shows the
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -32,6 +33,7 @@ from bot.chat.slack.commands import SlashCommand
 from bot.chat.slack.ingress import Gate, Refused
 from bot.chat.slack.once import FirstDelivery, once_per_request
 from bot.chat.slack.startup import Identity
+from bot.chat.slack.tenant import Tenant, pinned_tenant
 from bot.log_limit import LimitedLog
 
 log = logging.getLogger(__name__)
@@ -48,8 +50,9 @@ def build_bolt_app(
     command: SlashCommand,
     actions: ButtonActions,
     first_delivery: FirstDelivery,
+    tenant: Callable[[], Awaitable[Tenant]],
 ) -> AsyncApp:
-    """``client`` carries no token (bolt copies it per request)."""
+    """``client`` carries no token (bolt copies it per request); ``tenant``: the workspace and app it serves."""
 
     async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
         known = identity()
@@ -67,6 +70,7 @@ def build_bolt_app(
         request_verification_enabled=False,  # HTTP: the gate verified it; Socket Mode: the websocket is Slack's
         authorize=authorize,
     )
+    app.use(pinned_tenant(tenant))  # first: a request of another workspace claims nothing, runs nothing
     app.use(once_per_request(first_delivery))
     app.command(command_name)(command.on_command)
     app.action(ACTION_IDS)(actions.on_action)

@@ -29,6 +29,9 @@ class SlackConfig(BaseModel):
     command: str = Field(default="/finetune", pattern=SLASH_COMMAND)
     language: Lang = "en"  # the default of every channel; e.g. channels: {C0123ABCD: {language: zh-CN}}
     channels: dict[str, SlackChannel] = Field(default_factory=dict)
+    # The workspace and app the bot serves (requests of any other are refused); unset: what auth.test says.
+    team_id: str | None = Field(default=None, pattern=r"^[TE][A-Z0-9]{2,}$")
+    app_id: str | None = Field(default=None, pattern=r"^A[A-Z0-9]{2,}$")
 
     def language_for(self, channel: str | None) -> Lang:
         chosen = self.channels.get(channel or "")

@@ -40,6 +40,7 @@ class Identity:
     team_id: str | None = None
     user_id: str | None = None
     bot_id: str | None = None
+    app_id: str | None = None  # auth.test names the app of a bot token (not of a legacy one)
 
 
 def check_secrets(bot_token: str | None, signing_secret: str | None, app_token: str | None) -> SlackSecrets | None:
@@ -71,7 +72,8 @@ async def verify_bot_token(client: AsyncWebClient) -> Identity:
     except TransientDeliveryError as exc:
         log.warning("cannot check SLACK_BOT_TOKEN now (%s): starting anyway; messages wait until Slack is back", exc)
         return Identity()
-    return Identity(team_id=reply.get("team_id"), user_id=reply.get("user_id"), bot_id=reply.get("bot_id"))
+    fields = ("team_id", "user_id", "bot_id", "app_id")
+    return Identity(**{name: reply.get(name) for name in fields})
 
 
 async def verify_app_token(client: AsyncWebClient, app_token: str) -> str | None:

@@ -1,0 +1,126 @@
+"""Who may do what to which job: the permission table, as pure functions of the policy, the person and the job.
+
+The model (README "Permissions"):
+
+- anyone may ``start`` (within the caps and the rate) and read ``help``;
+- ``status``, ``list`` and ``logs`` show only the jobs of the channel asked in; admins see every channel's;
+- ``stop``, ``interrupt-test``, ``resume`` and ``logs`` of a job belong to its owner (who started it), the members
+  of its team and the admins; ``ack`` and ``resume`` of a job with an open page also to the on-call the page
+  named (or who is on shift now);
+- ``policy.allow`` rules narrow who may use an action at all (an action no rule names is not narrowed).
+
+Each refusal is one sentence (a :class:`~handlers.reasons.Reason`, put in the channel's language by the bot).
+A user is ``platform:id``; a channel ``platform:channel``, as in the config.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from handlers.commands import Action
+from handlers.jobs import ChatRef, Job
+from handlers.oncall import OnCall, on_call_now
+from handlers.policy import Policy
+from handlers.reasons import Reason, Wording
+
+JOB_ACTIONS: frozenset[Action] = frozenset({"stop", "interrupt-test", "resume", "logs", "ack"})  # owner's, team's
+PAGE_ACTIONS: frozenset[Action] = frozenset({"ack", "resume"})  # also the paged on-call's
+CHANNEL_BOUND: frozenset[Action] = frozenset({"status", "logs"})  # only in the job's channel (admins: anywhere)
+
+WORDING = Wording(
+    {
+        "refused.not-allowed": "you are not allowed to {action} jobs; ask an admin to add {user} to the {action} rule",
+        "refused.not-yours": "{job} is not yours to {action}: only its owner, its team and the admins may",
+        "refused.not-yours-paged": (
+            "{job} is not yours to {action}: only its owner, its team, the admins and the on-call it paged may"
+        ),
+        "refused.other-channel": "{job} is not a job of this channel; ask in the channel it was started in",
+    }
+)
+
+
+def channel_id(chat: ChatRef) -> str:
+    """A channel as the config names it: ``slack:C0123ABCD``."""
+    return f"{chat.platform}:{chat.channel}"
+
+
+def is_admin(policy: Policy, user: str) -> bool:
+    return user in policy.admins
+
+
+def team_of_channel(policy: Policy, chat: ChatRef | None) -> str | None:
+    """The team whose home ``chat`` is, if any."""
+    if chat is None:
+        return None
+    channel = channel_id(chat)
+    return next((name for name, team in sorted(policy.teams.items()) if channel in team.channels), None)
+
+
+def home_team(policy: Policy, user: str, chat: ChatRef | None) -> str | None:
+    """The team of a job ``user`` starts in ``chat``: the channel's team, else the owner's when they are on exactly
+    one, else none."""
+    team = team_of_channel(policy, chat)
+    if team is not None:
+        return team
+    mine = [name for name, team in sorted(policy.teams.items()) if user in team.members]
+    return mine[0] if len(mine) == 1 else None
+
+
+def narrowed(policy: Policy, user: str, action: Action) -> Reason | None:
+    """Why an ``allow`` rule keeps ``user`` from ``action`` altogether, or None."""
+    if policy.allow is None or action not in policy.allow:
+        return None
+    platform = user.split(":", 1)[0]
+    allowed = policy.allow[action]
+    if "*" in allowed or user in allowed or f"{platform}:*" in allowed:
+        return None
+    return WORDING("refused.not-allowed", action=action, user=user)
+
+
+def sees(policy: Policy, user: str, chat: ChatRef, job: Job) -> bool:
+    """Whether ``job`` is shown to ``user`` asking in ``chat``: a job of that channel, or to an admin any job."""
+    if is_admin(policy, user):
+        return True
+    return job.chat is not None and (job.chat.platform, job.chat.channel) == (chat.platform, chat.channel)
+
+
+def acts_for(policy: Policy, user: str, job: Job) -> bool:
+    """Whether ``user`` acts for ``job``: its owner, a member of its team, or an admin."""
+    if user == job.requested_by or is_admin(policy, user):
+        return True
+    team = policy.teams.get(job.team) if job.team is not None else None
+    return team is not None and user in team.members
+
+
+def paged(oncall: OnCall, user: str, job: Job, now: datetime) -> bool:
+    """Whether ``user`` is the on-call of the job's open page: named by one of its steps, or on shift now."""
+    if job.page is None:
+        return False
+    return user in job.page.named or user in on_call_now(oncall, now)
+
+
+def job_refusal(
+    policy: Policy, oncall: OnCall, user: str, chat: ChatRef, action: Action, job: Job, now: datetime
+) -> Reason | None:
+    """Why ``user`` in ``chat`` may not ``action`` ``job``, or None when they may (``allow`` rules aside:
+    :func:`narrowed`)."""
+    if action in CHANNEL_BOUND and not sees(policy, user, chat, job):
+        return WORDING("refused.other-channel", job=job.id)
+    if action not in JOB_ACTIONS or acts_for(policy, user, job):
+        return None
+    if action in PAGE_ACTIONS and paged(oncall, user, job, now):
+        return None
+    key = "refused.not-yours-paged" if action in PAGE_ACTIONS and job.page is not None else "refused.not-yours"
+    return WORDING(key, job=job.id, action=action)
+
+
+def describe(policy: Policy) -> str:
+    """The model in force, for the log at start (one line)."""
+    teams = ", ".join(f"{name} ({len(team.members)} members)" for name, team in sorted(policy.teams.items()))
+    narrowing = ", ".join(sorted(policy.allow)) if policy.allow else "none"
+    return (
+        "permissions: a job's owner, team and admins act on it; channels see their own jobs; "
+        f"admins: {len(policy.admins) or 'none'}; teams: {teams or 'none'}; allow rules narrow: {narrowing}; "
+        f"rate per user: {policy.rate.commands_per_minute} commands and {policy.rate.starts_per_minute} starts "
+        f"a minute; ended jobs kept {policy.retention_days:g} days"
+    )
