@@ -183,9 +183,16 @@ class JobStore:
     """Jobs in Redis; every write is one atomic script so indexes, history and outbox never drift apart."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys | None = None, *, prefix: str | None = None, max_retries: int = 50
+        self,
+        redis: aioredis.Redis,
+        keys: Keys | None = None,
+        *,
+        prefix: str | None = None,
+        max_retries: int = 50,
+        audit_maxlen: int = AUDIT_MAXLEN,
     ) -> None:
         self.redis = redis
+        self.audit_maxlen = audit_maxlen
         self.keys = keys or (Keys(prefix) if prefix is not None else DEFAULT_KEYS)
         self.max_retries = max_retries
         self._batch = Batcher(redis)
@@ -506,7 +513,7 @@ class JobStore:
         return await self._read_log(self.keys.refusals, count)
 
     async def _log(self, stream: str, entry: Mapping[str, Any]) -> None:
-        await self.redis.xadd(stream, {HISTORY_FIELD: _json(dict(entry))}, maxlen=AUDIT_MAXLEN, approximate=True)
+        await self.redis.xadd(stream, {HISTORY_FIELD: _json(dict(entry))}, maxlen=self.audit_maxlen, approximate=True)
 
     async def _read_log(self, stream: str, count: int) -> list[dict[str, Any]]:
         entries = await self.redis.xrevrange(stream, count=count)

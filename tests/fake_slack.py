@@ -32,6 +32,7 @@ BOT_TOKEN = "xoxb-test-bot-token"
 APP_TOKEN = "xapp-1-test-app-token"
 SIGNING_SECRET = "test-signing-secret"
 TEAM = "T0TEST"
+APP = "A0TEST"
 BOT_USER = "U0BOT"
 
 
@@ -183,6 +184,7 @@ class FakeSlack:
                 "team_id": TEAM,
                 "user_id": BOT_USER,
                 "bot_id": "B0BOT",
+                "app_id": APP,
             }
         if method == "views.open":
             return {"ok": True, "view": {"id": "V" + uuid.uuid4().hex[:8].upper()}}
@@ -292,11 +294,16 @@ _triggers = itertools.count(13345224609)
 
 
 def slash_command(
-    text: str, user: str = "U0ANA", channel: str = "C0JOBS", command: str = "/finetune"
+    text: str,
+    user: str = "U0ANA",
+    channel: str = "C0JOBS",
+    command: str = "/finetune",
+    team: str = TEAM,
+    app: str = APP,
 ) -> dict[str, str]:
     return {
         "token": "deprecated-verification-token",
-        "team_id": TEAM,
+        "team_id": team,
         "team_domain": "fake",
         "channel_id": channel,
         "channel_name": "ml-jobs",
@@ -304,18 +311,20 @@ def slash_command(
         "user_name": user.lower(),
         "command": command,
         "text": text,
-        "api_app_id": "A0TEST",
+        "api_app_id": app,
         "response_url": "https://hooks.slack.test/commands/T0TEST/1/abc",
         "trigger_id": trigger_id(),
     }
 
 
-def block_action(action_id: str, value: str, user: str = "U0ANA", channel: str = "C0JOBS") -> dict[str, Any]:
+def block_action(
+    action_id: str, value: str, user: str = "U0ANA", channel: str = "C0JOBS", team: str = TEAM, app: str = APP
+) -> dict[str, Any]:
     return {
         "type": "block_actions",
-        "team": {"id": TEAM, "domain": "fake"},
-        "user": {"id": user, "username": user.lower(), "team_id": TEAM},
-        "api_app_id": "A0TEST",
+        "team": {"id": team, "domain": "fake"},
+        "user": {"id": user, "username": user.lower(), "team_id": team},
+        "api_app_id": app,
         "token": "deprecated-verification-token",
         "container": {"type": "message", "message_ts": "1700000001.000100", "channel_id": channel},
         "trigger_id": trigger_id(),

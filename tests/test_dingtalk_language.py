@@ -51,7 +51,8 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
 ) -> None:
     config = write_config(
         tmp_path / "bot.yaml",
-        policy={"allow": {"start": ["dingtalk:*"], "stop": [f"dingtalk:{OWNER}"]}},
+        # The manager is an admin: bob's job is theirs to stop; the allow rule keeps bob himself from stopping it.
+        policy={"admins": [f"dingtalk:{OWNER}"], "allow": {"start": ["dingtalk:*"], "stop": [f"dingtalk:{OWNER}"]}},
         recipes=[quick_recipe("sleepy", SLEEPS)],
         dingtalk={"channels": {ENGLISH_GROUP: {"language": "en"}}},
     )
@@ -97,11 +98,14 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
         await wait_job(service, job.id, lambda j: j.state is JobState.STOPPED)
         assert await ask(dingtalk, f"stop {job.id}") == f"⛔ stop {job.id}：任务当前状态为 已停止"
 
-        # The history is for operators: English, whichever language the group reads.
+        # The history and the refusals are for operators: English, whichever language the group reads.
         history = await service.bot.store.history(job.id)
-        assert {"event": "refused", "action": "stop", "by": "dingtalk:bob"} in [
-            {k: e.get(k) for k in ("event", "action", "by")} for e in history
+        refused = await service.bot.store.refusal_log()
+        assert {"event": "refused", "action": "stop", "by": "dingtalk:bob", "job": job.id} in [
+            {k: e.get(k) for k in ("event", "action", "by", "job")} for e in refused
         ]
+        why = "you are not allowed to stop jobs; ask an admin to add dingtalk:bob to the stop rule"
+        assert refused[-1]["why"] == why
         ignored = [e for e in history if e.get("event") == "ignored" and e.get("what") == "stop"]
         assert [e["why"] for e in ignored] == ["the job is STOPPED"]
 

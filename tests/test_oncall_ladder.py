@@ -26,7 +26,7 @@ from tests.bot_harness import (
 )
 
 ONCALL = {
-    "people": {"ana": {"slack": "U0ANA"}, "bo": {"slack": "U0BO"}},
+    "people": {"ana": {"slack": "U0ANA"}, "bo": {"slack": "U0BO", "console": "bo"}},  # bo acks in the console
     "rota": [["ana", "bo"]],
     "ladder": [
         {"after_minutes": 0, "notify": ["primary"]},

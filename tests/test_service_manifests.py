@@ -55,7 +55,8 @@ def test_kubernetes_runs_two_replicas_on_the_bots_own_settings_and_secrets() -> 
     (file_name,) = found[f"ConfigMap/{config_map}"]["data"]
     assert env["FINETUNE_CONFIG"] == f"{mount['mountPath']}/{file_name}"
     config = parse_file_config(found[f"ConfigMap/{config_map}"]["data"][file_name], "the ConfigMap")
-    assert config.aws is not None and not config.policy.open
+    assert config.aws is not None and config.policy.admins and config.policy.teams
+    assert config.policy.allow is None  # no blanket grants: the owner, team and admin model decides
     writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
     assert {env["FINETUNE_STATE_DIR"], "/tmp"} <= writable
 

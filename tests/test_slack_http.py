@@ -176,7 +176,11 @@ async def test_bad_signatures_and_old_timestamps_get_401_and_change_nothing(tmp_
 async def test_an_unauthorised_stop_button_is_refused_recorded_and_the_job_keeps_running(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
-    policy = {"allow": {"start": ["slack:*"], "stop": ["slack:U0BOSS"], "interrupt-test": ["slack:U0BOSS"]}}
+    # The boss is an admin (the job is not theirs); the allow rules keep even its owner from stopping it.
+    policy = {
+        "admins": ["slack:U0BOSS"],
+        "allow": {"start": ["slack:*"], "stop": ["slack:U0BOSS"], "interrupt-test": ["slack:U0BOSS"]},
+    }
     config = sleepy_config(tmp_path, policy=policy)
     async with running_bot(tmp_path / "state", config, **slack_settings(slack.api_url)) as (service, _console):
         job_id = started((await command(service, "start sleepy", user="U0EVE"))[1])
@@ -188,8 +192,11 @@ async def test_an_unauthorised_stop_button_is_refused_recorded_and_the_job_keeps
         assert refusal[0]["channel"] == CHANNEL
         job = await service.bot.store.get(job_id)
         assert job is not None and job.state is JobState.RUNNING
-        refused = [e for e in await service.bot.store.history(job_id) if e.get("event") == "refused"]
-        assert [(e["action"], e["by"]) for e in refused] == [("stop", "slack:U0EVE")]
+        refused = await service.bot.store.refusal_log()
+        assert [(e["action"], e["by"], e["job"], e["channel"]) for e in refused] == [
+            ("stop", "slack:U0EVE", job_id, f"slack:{CHANNEL}")
+        ]
+        assert not [e for e in await service.bot.store.history(job_id) if e.get("event") == "refused"]
 
         assert await click(service, "finetune_stop", job_id, user="U0BOSS") == 200
         await wait_job(service, job_id, lambda job: job.state in (JobState.STOPPING, JobState.STOPPED))
@@ -202,7 +209,7 @@ async def test_an_unauthorised_stop_button_is_refused_recorded_and_the_job_keeps
 async def test_a_channel_configured_in_chinese_is_answered_in_chinese_and_the_others_in_english(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
-    policy = {"allow": {"start": ["slack:*"], "stop": ["slack:U0BOSS"]}}
+    policy = {"admins": ["slack:U0BOSS"], "allow": {"start": ["slack:*"], "stop": ["slack:U0BOSS"]}}
     chinese = {"channels": {CHINESE_CHANNEL: {"language": "zh-CN"}}}
     config = sleepy_config(tmp_path, policy=policy, slack=chinese)
     async with running_bot(tmp_path / "state", config, **slack_settings(slack.api_url)) as (service, _console):
@@ -225,8 +232,8 @@ async def test_a_channel_configured_in_chinese_is_answered_in_chinese_and_the_ot
         assert refusal[0]["text"] == "⛔ 你没有 stop 任务的权限；请管理员把 slack:U0EVE 加入 stop 规则"
         still = await service.bot.store.get(job.id)
         assert still is not None and still.state is JobState.RUNNING
-        refused = [e for e in await service.bot.store.history(job.id) if e.get("event") == "refused"]
-        assert [(e["action"], e["by"]) for e in refused] == [("stop", "slack:U0EVE")]
+        refused = await service.bot.store.refusal_log()
+        assert [(e["action"], e["by"], e["job"]) for e in refused] == [("stop", "slack:U0EVE", job.id)]
 
         # The same refusal in a channel with no language set is the English one, word for word.
         assert await click(service, "finetune_stop", job.id, user="U0EVE", channel=CHANNEL) == 200
@@ -317,7 +324,7 @@ async def test_retries_and_replays_of_a_command_start_one_job_and_post_one_card(
 
 
 async def test_a_replayed_or_retried_click_changes_nothing(tmp_path: Path, slack: FakeSlack) -> None:
-    policy = {"allow": {"start": ["slack:*"], "stop": ["slack:U0BOSS"]}}
+    policy = {"admins": ["slack:U0BOSS"], "allow": {"start": ["slack:*"], "stop": ["slack:U0BOSS"]}}
     async with running_bot(
         tmp_path / "state", sleepy_config(tmp_path, policy=policy), **slack_settings(slack.api_url)
     ) as (
@@ -340,7 +347,8 @@ async def test_a_replayed_or_retried_click_changes_nothing(tmp_path: Path, slack
         await wait_job(service, job_id, lambda job: job.state in (JobState.STOPPING, JobState.STOPPED))
         assert len([e for e in slack.ephemeral if e["user"] == "U0EVE"]) == 1
         history = await service.bot.store.history(job_id)
-        assert [(e["action"], e["by"]) for e in history if e.get("event") == "refused"] == [("stop", "slack:U0EVE")]
+        refused = await service.bot.store.refusal_log()
+        assert [(e["action"], e["by"]) for e in refused] == [("stop", "slack:U0EVE")]
         assert [e["by"] for e in history if e.get("event") == "stop"] == ["slack:U0BOSS"]
 
 

@@ -11,7 +11,7 @@ import pytest
 from bot.errors import ConfigError
 from handlers.jobs import JobState
 from tests.bot_harness import running_bot, slack_settings, wait_job
-from tests.fake_slack import SIGNING_SECRET, FakeSlack
+from tests.fake_slack import SIGNING_SECRET, TEAM, FakeSlack
 from tests.test_bot_cli import bot_env
 from tests.test_slack_http import CHANNEL, card_of, command, field_text, sleepy_config, started
 
@@ -69,12 +69,11 @@ async def test_serve_with_a_refused_token_exits_with_one_line(tmp_path: Path) ->
 
 
 async def test_an_unreachable_slack_at_start_does_not_stop_the_bot(tmp_path: Path) -> None:
+    # The workspace is configured: auth.test cannot say it while Slack is down (tests/test_slack_tenant.py).
+    config = sleepy_config(tmp_path, slack={"team_id": TEAM})
     async with FakeSlack() as slack:
         slack.go_down()
-        async with running_bot(tmp_path / "state", sleepy_config(tmp_path), **slack_settings(slack.api_url)) as (
-            service,
-            _console,
-        ):
+        async with running_bot(tmp_path / "state", config, **slack_settings(slack.api_url)) as (service, _console):
             assert slack.called("auth.test", ok=None)[0].status == 500
             job_id = started((await command(service, "start sleepy"))[1])
             await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)

@@ -1,0 +1,189 @@
+"""What keeps one user or one team from growing the bot without bound, against a real Valkey and the real Bot:
+per-user rates shared by replicas, the job cap taken atomically, retention of ended jobs, a bounded ``list``, and
+refusals kept apart from actions. Two replicas are two Bot instances with clients of their own on one server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+from bot.app import Bot
+from bot.cloud.local import LocalCloud
+from bot.keys import Keys
+from bot.retention import Retention
+from bot.store import JobStore
+from handlers.jobs import Change, ChatRef, Job, JobState
+from handlers.policy import Policy
+from handlers.recipes import BUILT_IN
+from tests.redis_fixtures import (  # noqa: F401 - fixtures
+    RedisClientFactory,
+    fixture_key_prefix,
+    fixture_redis_client,
+    fixture_redis_client_factory,
+    fixture_valkey_url,
+)
+
+T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+A = ChatRef(platform="slack", channel="C0AAA")
+B = ChatRef(platform="slack", channel="C0BBB")
+
+
+class Clock:
+    """The bots' time, moved by the test (never the wall clock)."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def replicas(
+    factory: RedisClientFactory, prefix: str, tmp_path: Path, policy: Policy, clock: Callable[[], datetime]
+) -> list[Bot]:
+    """Two bots on one Redis, each with its own client (and pool), as two replicas are."""
+    bots = []
+    for name in ("a", "b"):
+        client = await factory()
+        store = JobStore(client, Keys(prefix))
+        bots.append(Bot(store, LocalCloud(tmp_path / name), policy, BUILT_IN, clock=clock))
+    return bots
+
+
+async def test_a_burst_from_one_user_across_two_replicas_is_cut_at_the_limit_and_refills_with_time(
+    redis_client_factory: RedisClientFactory, key_prefix: str, tmp_path: Path
+) -> None:
+    clock = Clock()
+    policy = Policy(rate={"commands_per_minute": 6, "starts_per_minute": 2})
+    first, second = await replicas(redis_client_factory, key_prefix, tmp_path, policy, clock)
+    burst = [(first if n % 2 else second).command("slack:U0MAL", A, "list") for n in range(15)]
+    replies = await asyncio.gather(*burst)
+    slowed = [reply for reply in replies if reply.startswith("⛔ slow down")]
+    assert len(replies) - len(slowed) == 6 and len(slowed) == 9
+    assert slowed[0] == "⛔ slow down: at most 6 commands a minute; try again in 10 s"
+    assert (await first.command("slack:U0ANA", A, "list")).startswith("no jobs")  # another user's bucket is full
+
+    clock.now += timedelta(seconds=10)  # 6 a minute: one more token every ten seconds, on either replica
+    assert (await second.command("slack:U0MAL", A, "list")).startswith("no jobs")
+    assert (await first.command("slack:U0MAL", A, "list")).startswith("⛔ slow down")
+
+    # Starts have a bucket of their own, smaller: past it nothing is created.
+    clock.now += timedelta(minutes=5)
+    started = await asyncio.gather(*(bot.command("slack:U0ANA", A, "start tiny") for bot in (first, second) * 2))
+    assert sorted(reply.split()[0] for reply in started) == ["Starting", "Starting", "⛔", "⛔"]
+    assert "at most 2 starts a minute" in next(reply for reply in started if reply.startswith("⛔"))
+    assert len(await first.store.list_jobs()) == 2
+
+
+async def test_twenty_concurrent_starts_with_a_cap_of_three_leave_exactly_three_jobs(
+    redis_client_factory: RedisClientFactory, key_prefix: str, tmp_path: Path
+) -> None:
+    policy = Policy(max_concurrent_jobs=3)
+    first, second = await replicas(redis_client_factory, key_prefix, tmp_path, policy, Clock())
+    starts = [(first, second)[n % 2].command(f"slack:U{n:04d}", A, "start tiny") for n in range(20)]
+    replies = await asyncio.gather(*starts)
+    assert sum(reply.startswith("Starting ft-") for reply in replies) == 3
+    refused = [reply for reply in replies if not reply.startswith("Starting")]
+    assert len(refused) == 17 and all("(the limit is 3)" in reply for reply in refused)
+    jobs = await first.store.list_jobs()
+    assert len(jobs) == 3 and all(job.state is JobState.PENDING for job in jobs)
+    counts = await first.store.counts_by_state()
+    assert counts[JobState.PENDING] == 3
+
+
+async def end(store: JobStore, job_id: str, at: datetime, state: JobState = JobState.STOPPED) -> Job:
+    def moved(job: Job) -> Change:
+        return Change(job.model_copy(update={"state": state, "updated_at": at}), {"event": "test", "to": state})
+
+    applied = await store.apply(job_id, moved)
+    assert applied.job is not None
+    return applied.job
+
+
+async def test_ended_jobs_leave_the_store_after_the_retention_with_every_index_entry_and_resumed_ones_stay(
+    redis_client: aioredis.Redis, key_prefix: str, tmp_path: Path
+) -> None:
+    clock = Clock()
+    store = JobStore(redis_client, Keys(key_prefix))
+    bot = Bot(store, LocalCloud(tmp_path), Policy(rate={"starts_per_minute": 100}), BUILT_IN, clock=clock)
+    ids = [(await bot.command("slack:U0ANA", A, "start tiny")).split()[1].rstrip(":") for _ in range(3)]
+    old, recent, resumed = ids
+    await end(store, old, T0)
+    await end(store, recent, T0 + timedelta(days=20))
+    await end(store, resumed, T0)
+    await end(store, resumed, T0 + timedelta(days=1), JobState.RECOVERING)  # a resume: no longer ended
+    await store.redis.hset(store.keys.instances, "i-old", old)
+
+    clock.now = T0 + timedelta(days=31)
+    assert await Retention(store, days=30, clock=clock).sweep() == 1
+    assert await store.get(old) is None and await store.history(old) == []
+    assert {job.id for job in await store.list_jobs()} == {recent, resumed}
+    assert not await store.redis.sismember(store.keys.state(JobState.STOPPED), old)
+    assert {job.id for job in await store.recent(A)} == {recent, resumed}
+    assert await store.redis.zscore(store.keys.created, old) is None
+    assert await Retention(store, days=30, clock=clock).sweep() == 0  # once only
+
+    clock.now = T0 + timedelta(days=51)
+    assert await Retention(store, days=30, clock=clock).sweep() == 1
+    assert [job.id for job in await store.list_jobs()] == [resumed]
+    assert await store.redis.zcard(store.keys.ended) == 0
+
+
+async def test_list_reads_the_channels_latest_jobs_from_an_index_and_admins_see_every_channel(
+    redis_client: aioredis.Redis, key_prefix: str, tmp_path: Path
+) -> None:
+    clock = Clock()
+    store = JobStore(redis_client, Keys(key_prefix))
+    policy = Policy(admins=["slack:U0ADMIN"], rate={"starts_per_minute": 100, "commands_per_minute": 100})
+    bot = Bot(store, LocalCloud(tmp_path), policy, BUILT_IN, clock=clock)
+    in_a = []
+    for _ in range(25):
+        clock.now += timedelta(seconds=1)
+        in_a.append((await bot.command("slack:U0ANA", A, "start tiny")).split()[1].rstrip(":"))
+    clock.now += timedelta(seconds=1)
+    in_b = (await bot.command("slack:U0BOB", B, "start tiny")).split()[1].rstrip(":")
+
+    listed_a = [line.split()[0] for line in (await bot.command("slack:U0ANA", A, "list")).splitlines()]
+    assert listed_a == in_a[::-1][:20]  # newest first, twenty of them
+    listed_b = [line.split()[0] for line in (await bot.command("slack:U0ANA", B, "list")).splitlines()]
+    assert listed_b == [in_b]
+    everything = [line.split()[0] for line in (await bot.command("slack:U0ADMIN", B, "list")).splitlines()]
+    assert everything == [in_b, *in_a[::-1][:19]]
+
+    # Jobs an older bot stored, before the indexes: indexed once at start, then listed like the others.
+    legacy = Job(id="ft-old1", recipe="tiny", requested_by="slack:U0ANA", chat=B, created_at=clock.now)
+    await store.redis.set(store.keys.job(legacy.id), legacy.model_dump_json())
+    await store.redis.sadd(store.keys.state(JobState.PENDING), legacy.id)
+    assert await store.index_existing() == 1 and await store.index_existing() == 0
+    assert [job.id for job in await store.recent(B)] == [legacy.id, in_b]
+
+
+async def test_a_flood_of_refusals_cannot_roll_what_was_done_out_of_the_audit_log(
+    redis_client: aioredis.Redis, key_prefix: str, tmp_path: Path
+) -> None:
+    store = JobStore(redis_client, Keys(key_prefix), audit_maxlen=100)
+    bot = Bot(store, LocalCloud(tmp_path), Policy(rate={"commands_per_minute": 1000}), BUILT_IN, clock=Clock())
+    job_id = (await bot.command("slack:U0ANA", A, "start tiny")).split()[1].rstrip(":")
+    for n in range(400):
+        reply = await bot.command(f"slack:U{n:04d}", B, f"stop {job_id}")
+        assert reply == f"⛔ {job_id} is not yours to stop: only its owner, its team and the admins may"
+    assert await store.audit_log() == [
+        {"event": "start", "by": "slack:U0ANA", "job": job_id, "channel": "slack:C0AAA"}
+    ]
+    refusals = await store.refusal_log(count=1000)
+    assert 100 <= len(refusals) < 400  # capped (approximately, as Redis trims)
+    assert refusals[-1] == {
+        "event": "refused",
+        "action": "stop",
+        "by": "slack:U0399",
+        "job": job_id,
+        "channel": "slack:C0BBB",
+        "why": f"{job_id} is not yours to stop: only its owner, its team and the admins may",
+    }
+    job = await store.get(job_id)
+    assert job is not None and job.state is JobState.PENDING and job.version == 0
+    assert [entry["event"] for entry in await store.history(job_id)] == ["created"]
