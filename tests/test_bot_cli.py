@@ -42,7 +42,8 @@ def test_serve_answers_health_and_stops_cleanly_on_sigterm(tmp_path: Path) -> No
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, output
-    assert "no permission rules configured: everyone may use every command" in output
+    assert "permissions: a job's owner, team and admins act on it; channels see their own jobs" in output
+    assert "no policy.admins" in output  # the model in force, said at start
     assert "Traceback" not in output
     assert not _valkey_serving(tmp_path / "state" / "redis")  # the embedded server went down with the bot
 
