@@ -217,7 +217,8 @@ async def main() -> None:
     print(f"Slack HTTP mode against a local fake Slack; {cores} cores, load average {load:.2f} at the start")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        policy = {"allow": {"start": ["slack:*"], "stop": ["slack:*"]}, "max_concurrent_jobs": starts + 5}
+        unthrottled = {"commands_per_minute": 10_000, "starts_per_minute": 10_000}  # latency, not the per-user rate
+        policy = {"max_concurrent_jobs": starts + 5, "rate": unthrottled}
         config = write_config(root / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)], policy=policy)
         async with (
             FakeSlack() as slack,

@@ -106,8 +106,7 @@ class Bot:
         if command.action == "list" or (command.action == "status" and command.job_id is None):
             return await self._list(user, chat, lang)
         if command.action == "start":
-            slow = await self._rate(user, "starts", self.policy.rate.starts_per_minute, lang)
-            return slow if slow is not None else await self._start(user, chat, command, lang)
+            return await self._start(user, chat, command, lang)
         if command.action in ("status", "logs"):
             return await self._read(user, chat, command, lang)
         return await self._job_command(user, chat, command, lang)
@@ -133,6 +132,9 @@ class Bot:
             params = recipe.resolve(overrides)
         except (RecipeError, JobOptionError) as exc:
             return catalog.text(lang, "reply.refused", why=say(lang, exc.reason))
+        slow = await self._rate(user, "starts", self.policy.rate.starts_per_minute, lang)  # a start that could run
+        if slow is not None:
+            return slow
         counts = await self.store.counts_by_state()  # the state indexes: no job is read to count them
         active = sum(counts[state] for state in ACTIVE_STATES)
         price = None

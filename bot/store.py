@@ -13,6 +13,10 @@ in that same script, so a change and what must follow from it are written togeth
 executor finishes an effect the same way (:meth:`JobStore.finish_effect`): the record that it was done and its
 follow-up (``Launched``, a note) in one step.
 
+The same script keeps the indexes ``list`` and retention read (creation, per channel, ended) and, for a create
+with a cap, counts the active jobs before it writes, so the cap is checked and taken in one step.
+:meth:`JobStore.sweep` deletes ended jobs past their retention (:mod:`bot.retention`).
+
 Every key is named in :mod:`bot.keys`. Commands of concurrent handlers share round trips (:mod:`bot.batch`).
 """
 

@@ -43,6 +43,7 @@ from tests.restartable_valkey import RestartableValkey
 
 CHANNEL = "C0CHAOS"
 ALERTS = "C0ALERTS"
+UNTHROTTLED = {"commands_per_minute": 10_000, "starts_per_minute": 10_000}
 REPORT_SECRET = "chaos-report-secret"
 GROUPS = ((DEFAULT_KEYS.events, "bot"), (DEFAULT_KEYS.chat, "chat"), (DEFAULT_KEYS.cloud, "cloud"))
 # What a drilled job's Slack thread says, each exactly once (and the alert channel: the warning, once).
@@ -153,7 +154,13 @@ class Cluster:
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         config = self.root / "bot.yaml"
         config.write_text(
-            yaml.safe_dump({"recipes": [quick_recipe("drillable", DRILLABLE)], "slack": {"alert_channel": ALERTS}})
+            yaml.safe_dump(
+                {
+                    "recipes": [quick_recipe("drillable", DRILLABLE)],
+                    "slack": {"alert_channel": ALERTS},
+                    "policy": {"rate": UNTHROTTLED},  # the rounds measure recovery, not the per-user rate
+                }
+            )
         )
         env = {
             **os.environ,

@@ -155,7 +155,8 @@ async def test_list_reads_the_channels_latest_jobs_from_an_index_and_admins_see_
     assert everything == [in_b, *in_a[::-1][:19]]
 
     # Jobs an older bot stored, before the indexes: indexed once at start, then listed like the others.
-    legacy = Job(id="ft-old1", recipe="tiny", requested_by="slack:U0ANA", chat=B, created_at=clock.now)
+    later = clock.now + timedelta(seconds=1)
+    legacy = Job(id="ft-old1", recipe="tiny", requested_by="slack:U0ANA", chat=B, created_at=later)
     await store.redis.set(store.keys.job(legacy.id), legacy.model_dump_json())
     await store.redis.sadd(store.keys.state(JobState.PENDING), legacy.id)
     assert await store.index_existing() == 1 and await store.index_existing() == 0
