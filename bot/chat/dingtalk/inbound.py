@@ -18,7 +18,7 @@ from typing import Any
 from bot.chat.catalog import Lang, text
 from bot.chat.dingtalk.cards import BUTTONS, clicked, job_of
 from bot.chat.dingtalk.config import DingTalkConfig
-from bot.chat.dingtalk.markdown import reply
+from bot.chat.dingtalk.markdown import escape_markdown, reply
 from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.webhooks import Markdown, Webhooks
 from bot.errors import ChatError
@@ -98,6 +98,7 @@ class Inbound:
             log.info("DingTalk message %s delivered again; already handled", message.message_id)
             return
         lang = self.config.language_for(message.conversation_id)
+        answer: str
         if message.text is None:
             answer = text(lang, "chat.not-text")
         else:
@@ -109,6 +110,7 @@ class Inbound:
         """Run a button's command; the answer is shown on the card to the one who clicked (private data)."""
         lang = self.config.language_for(click.space_id)
         job_id, action = job_of(click.out_track_id), clicked(click.content)
+        answer: str
         if job_id is None:
             answer = text(lang, "chat.unknown-card")
         elif action not in BUTTONS:
@@ -121,7 +123,7 @@ class Inbound:
             answer = await self._run(f"dingtalk:{click.user_id}", chat, BUTTONS[action].format(job=job_id), lang)
         return {
             "cardUpdateOptions": {"updatePrivateDataByKey": True},
-            "userPrivateData": {"cardParamMap": {"notice": answer}},
+            "userPrivateData": {"cardParamMap": {"notice": escape_markdown(answer)}},
         }
 
     async def _run(self, user: str, chat: ChatRef, command: str, lang: Lang) -> str:
