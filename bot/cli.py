@@ -17,6 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
+from bot.chat.catalog import plain
 from bot.chat.console import ConsoleChat, read_commands
 from bot.cloud.local import LocalCloud
 from bot.errors import ConfigError
@@ -64,7 +65,7 @@ async def chat(settings: Settings, log_file: Path) -> int:
 
 async def _converse(service: BotService, user: str, channel: ChatRef) -> None:
     async for line in read_commands():
-        print(await service.bot.command(user, channel, line), flush=True)
+        print(plain(await service.bot.command(user, channel, line)), flush=True)
 
 
 async def _leaving(service: BotService) -> str:

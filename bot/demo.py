@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from bot.chat.catalog import plain
 from bot.chat.console import ConsoleChat
 from bot.chat.render import card_text
 from bot.service import BotService
@@ -73,7 +74,7 @@ async def run_demo(state_dir: Path) -> int:
         )
         await wait_said(chat, job.id, "finished" if final.state is JobState.SUCCEEDED else "resume", timeout=30)
         say(f"> /finetune status {job.id}")
-        say(card_text(final, utcnow()))
+        say(plain(card_text(final, utcnow())))
         return summarize(final, chat, utcnow())
 
 

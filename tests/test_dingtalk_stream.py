@@ -133,3 +133,17 @@ async def test_credentials_dingtalk_refuses_are_one_clear_error_at_start(
     missing = settings.model_copy(update={"dingtalk_client_secret": None})
     with pytest.raises(ConfigError, match="DINGTALK_CLIENT_SECRET is not"):
         await BotService(missing).start()
+
+
+async def test_markup_in_a_command_comes_back_as_words_not_as_links_images_or_html(
+    tmp_path: Path, dingtalk: FakeDingTalk
+) -> None:
+    config = write_config(tmp_path / "bot.yaml", dingtalk={"channels": {GROUP: {"language": "en"}}})
+    async with running_dingtalk_bot(tmp_path / "state", dingtalk, config):
+        typed = "@bot /finetune start ![x](https://evil.example/p.png)[click](https://evil.example) <font color=red>"
+        await dingtalk.push(message_frame(group_message(typed, "ana", GROUP, dingtalk.session_webhook("m"))))
+        await dingtalk.wait_until(lambda: len(dingtalk.session_replies) == 1, what="answer")
+    answer = dingtalk.session_replies[0]["body"]["markdown"]["text"]
+    assert "evil.example" in answer  # the user's words are echoed…
+    assert "](" not in answer.replace("］(", "") and "<font" not in answer  # …as words: no link, image or tag
+    assert "!［x］(https://evil.example/p.png)" in answer

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bot.chat.catalog import plain
 from bot.chat.console import ConsoleChat
 from bot.service import BotService
 from bot.timers import Timers
@@ -101,7 +102,8 @@ async def test_the_ladder_sends_each_step_once_survives_a_restart_and_stops_at_t
         assert len(pages(chat)) == 1 and len(await page_entries(service, job_id)) == 3
         acks = [entry for entry in await service.bot.store.history(job_id) if entry.get("event") == "ack"]
         assert [(entry["by"], entry["after_steps"]) for entry in acks] == [("console:bo", 3)]
-        assert "acknowledged by console:bo" in await service.bot.command("console:ana", CHANNEL, f"status {job_id}")
+        status = plain(await service.bot.command("console:ana", CHANNEL, f"status {job_id}"))
+        assert "acknowledged by console:bo" in status
 
 
 async def test_two_replicas_send_each_step_exactly_once(tmp_path: Path) -> None:

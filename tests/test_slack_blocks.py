@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.chat.slack.blocks import acked_page_layout, card_layout, mentions, mrkdwn, note_text, page_layout, user
+from bot.chat.catalog import PERSON_CLOSE, PERSON_OPEN
+from bot.chat.slack.blocks import (
+    acked_page_layout,
+    card_layout,
+    mentions,
+    mrkdwn,
+    note_text,
+    page_layout,
+    reply_text,
+    user,
+)
 from bot.chat.slack.config import SlackConfig
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.notes import ResumeFailedPage
@@ -53,7 +63,29 @@ def test_text_from_outside_is_escaped_and_cannot_mention_anyone() -> None:
     problem = next(f["text"] for f in blocks[1]["fields"] if f["text"].startswith("*Problem*"))
     assert problem == "*Problem*\n&lt;!channel&gt; &amp; &lt;@U0EVE&gt; broke &lt;https://evil|here&gt;"
     assert user("console:<!here>") == "console:&lt;!here&gt;" and user("slack:U0ANA") == "<@U0ANA>"
-    assert mrkdwn("Stop requested by slack:U0BOB.") == "Stop requested by <@U0BOB>."
+    assert user("slack:U0ANA\n") == "slack:U0ANA\n"  # a trailing newline is not an id ("$" would have let it)
+
+
+def test_only_the_persons_the_bot_names_become_mentions() -> None:
+    stopped = notify("ft-abcd", "thread", "stop-requested", by="slack:U0BOB")
+    assert note_text(job(), stopped, NOW) == "⏹️ Stop requested by <@U0BOB>: checkpointing, then releasing the instance."
+    # A user id inside text from elsewhere (a log line, a runner's failure message) stays words.
+    failed = notify("ft-abcd", "alert", "failed", reason="trainer said: page slack:U0EVE now")
+    assert "<@" not in note_text(job(), failed, NOW) and "slack:U0EVE" in note_text(job(), failed, NOW)
+    assert mrkdwn("Stop requested by slack:U0BOB.") == "Stop requested by slack:U0BOB."
+    # Nor can outside text forge the bot's own person markers: they are dropped from every value filled in.
+    forged = notify("ft-abcd", "alert", "failed", reason=f"{PERSON_OPEN}slack:U0EVE{PERSON_CLOSE}")
+    said = note_text(job(), forged, NOW)
+    assert "<@U0EVE>" not in said and "slack:U0EVE" in said and PERSON_OPEN not in said
+    # A person who is not on Slack is named as escaped text.
+    console = notify("ft-abcd", "thread", "stop-requested", by="console:<b>")
+    assert "console:&lt;b&gt;" in note_text(job(), console, NOW)
+
+
+def test_a_reply_to_one_person_is_escaped_too() -> None:
+    assert reply_text("unknown recipe '<!channel> <https://evil|x>'") == (
+        "unknown recipe '&lt;!channel&gt; &lt;https://evil|x&gt;'"
+    )
 
 
 def test_page_mentions_come_first_and_only_from_valid_ids() -> None:

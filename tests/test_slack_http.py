@@ -138,9 +138,9 @@ async def test_usage_errors_refusals_and_help_are_answered_in_the_ack_and_change
             ("start", "start needs a recipe"),
             ("frobnicate ft-1234", "unknown command 'frobnicate'"),
             ("stop not-a-job", "is not a job id"),
-            ("help", "/finetune start <recipe>"),
+            ("help", "/finetune start &lt;recipe&gt;"),  # escaped, as Slack asks: shown as typed
             ("start deepseek-7b dataset=--push_to_hub", "dataset may not start with '-'"),
-            ("", "/finetune start <recipe>"),
+            ("", "/finetune start &lt;recipe&gt;"),
         ):
             status, reply = await command(service, text)
             assert status == 200 and expected in reply, (text, reply)
@@ -216,7 +216,7 @@ async def test_a_channel_configured_in_chinese_is_answered_in_chinese_and_the_ot
         # A usage error is answered in the ack itself, in the channel's language.
         status, reply = await command(service, "start", channel=CHINESE_CHANNEL)
         assert status == 200 and json.loads(reply) == {
-            "text": "start：需要指定配方。用法：/finetune start <配方> [参数=值 …] [deadline=36h] [budget=120]",
+            "text": "start：需要指定配方。用法：/finetune start &lt;配方&gt; [参数=值 …] [deadline=36h] [budget=120]",
             "response_type": "ephemeral",
         }
         status, reply = await command(service, "start sleepy", user="U0EVE", channel=CHINESE_CHANNEL)

@@ -16,6 +16,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 
+from bot.chat.catalog import plain
 from bot.chat.render import card_text, mentions, message_text
 from handlers.events import utcnow
 from handlers.jobs import Job, JobState
@@ -36,9 +37,9 @@ class ConsoleChat:
             if self._shown_state.get(job.id) == job.state:
                 return
             self._shown_state[job.id] = job.state
-            text = card_text(job, self.clock())
+            text = plain(card_text(job, self.clock()))
         else:
-            text = message_text(job, note, self.clock())
+            text = plain(message_text(job, note, self.clock()))
             if isinstance(note.note, ResumeFailedPage):
                 text = "[PAGE] " + mentions(note.note) + text
             elif note.channel == "alert":

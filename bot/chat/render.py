@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bot.chat.catalog import Lang, say, text, word
+from bot.chat.catalog import Lang, person, say, text, word
 from handlers.cost import job_cost
 from handlers.events import Late
 from handlers.failures import Failure
@@ -108,7 +108,7 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
         fields.append((text(lang, "label.problem"), failure_text(job.failure, lang)))
     fields.extend(_plan_fields(job, lang))
     if job.page is not None and job.page.acked_by:
-        acked = text(lang, "card.acked", by=job.page.acked_by, at=_time(job.page.acked_at, lang))
+        acked = text(lang, "card.acked", by=person(job.page.acked_by), at=_time(job.page.acked_at, lang))
         fields.append((text(lang, "label.on-call"), acked))
     elif job.page is not None:
         fields.append((text(lang, "label.on-call"), text(lang, "card.paged", sent=job.page.sent)))
@@ -304,13 +304,15 @@ _WORDS: dict[type[BaseModel], _Words] = {
     FailedNote: _failed,
     Stopped: _stopped,
     ResumeFailedPage: _page,
-    Acked: lambda job, note, now, lang: text(lang, "topic.acked", by=note.by, job=job.id, at=_time(note.at, lang)),
-    StopRequested: lambda job, note, now, lang: text(lang, "topic.stop-requested", by=note.by),
+    Acked: lambda job, note, now, lang: text(
+        lang, "topic.acked", by=person(note.by), job=job.id, at=_time(note.at, lang)
+    ),
+    StopRequested: lambda job, note, now, lang: text(lang, "topic.stop-requested", by=person(note.by)),
     ResumeRequested: lambda job, note, now, lang: text(
-        lang, "topic.resume-requested", by=note.by, job=job.id, market=text(lang, f"market.{note.market}")
+        lang, "topic.resume-requested", by=person(note.by), job=job.id, market=text(lang, f"market.{note.market}")
     ),
     InterruptTestStarted: lambda job, note, now, lang: text(
-        lang, "topic.interrupt-test-started", instance=note.instance, by=note.by
+        lang, "topic.interrupt-test-started", instance=note.instance, by=person(note.by)
     ),
     InterruptTestDone: _test_done,
     InterruptTestFailed: lambda job, note, now, lang: text(

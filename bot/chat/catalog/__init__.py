@@ -21,12 +21,45 @@ LANGUAGES: tuple[Lang, ...] = get_args(Lang)
 _MESSAGES: dict[Lang, Mapping[str, str]] = {"en": en.MESSAGES, "zh-CN": zh_cn.MESSAGES}
 
 
-def text(lang: Lang, key: str, /, **values: Any) -> str:
-    """The sentence ``key`` in ``lang`` with ``values`` filled in (``str.format`` rules)."""
-    return _MESSAGES[lang][key].format(**values)
+# A person the bot names in a sentence (who stopped a job, who acknowledged a page) is put between these two
+# private-use characters by :func:`person`; each platform turns the pair into its own mention (Slack) or the plain
+# name (:func:`plain`). Every other value filled into a sentence loses them, so nothing that came from elsewhere
+# (a log line, a failure message, a user's own words) can ever become a mention: mentions are only of the people
+# the bot itself chose to name.
+PERSON_OPEN, PERSON_CLOSE = "\ue000", "\ue001"
 
 
-def say(lang: Lang, reason: Reason) -> str:
+class Sentence(str):
+    """A sentence of this catalogue, or a person it names: the markers in it are the bot's own."""
+
+    __slots__ = ()
+
+
+def person(name: str) -> Sentence:
+    """``name`` (``slack:U…``, ``dingtalk:…``) marked as a person the sentence names."""
+    return Sentence(PERSON_OPEN + _inert(name) + PERSON_CLOSE)
+
+
+def plain(sentence: str) -> str:
+    """The sentence for a platform without mentions (the console, a log): the persons as their names."""
+    return str.replace(str.replace(sentence, PERSON_OPEN, ""), PERSON_CLOSE, "")
+
+
+def text(lang: Lang, key: str, /, **values: Any) -> Sentence:
+    """The sentence ``key`` in ``lang`` with ``values`` filled in (``str.format`` rules).
+
+    A value that is not itself a :class:`Sentence` loses any person marker it carries."""
+    safe = {name: value if isinstance(value, Sentence) else _inert(value) for name, value in values.items()}
+    return Sentence(_MESSAGES[lang][key].format(**safe))
+
+
+def _inert(value: Any) -> Any:
+    if isinstance(value, str) and (PERSON_OPEN in value or PERSON_CLOSE in value):
+        return str.replace(str.replace(value, PERSON_OPEN, ""), PERSON_CLOSE, "")
+    return value
+
+
+def say(lang: Lang, reason: Reason) -> Sentence:
     """A handler's Reason in ``lang``: a Reason inside it in the same language, a job state by its name there."""
     return text(lang, reason.key, **{name: _value(lang, value) for name, value in reason.values.items()})
 

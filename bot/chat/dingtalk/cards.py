@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.chat.catalog import Lang, text
+from bot.chat.dingtalk.markdown import escape_markdown
 from bot.chat.render import card, state_text
 from handlers.jobs import Job
 from handlers.transitions import next_state
@@ -51,7 +52,7 @@ def job_of(track: str) -> str | None:
 
 def card_params(job: Job, now: datetime, lang: Lang) -> dict[str, str]:
     shown = card(job, now, lang)
-    content = "\n\n".join(f"**{label}**: {value}" for label, value in shown.fields[1:])
+    content = "\n\n".join(f"**{label}**: {escape_markdown(value)}" for label, value in shown.fields[1:])
     page_open = job.page is not None and not job.page.acked_by
     switches = {
         "ack": page_open and next_state(job.state, "ack") is not None,

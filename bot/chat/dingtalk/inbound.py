@@ -19,7 +19,7 @@ from typing import Any
 from bot.chat.catalog import Lang, text
 from bot.chat.dingtalk.cards import BUTTONS, clicked, job_of
 from bot.chat.dingtalk.config import DingTalkConfig
-from bot.chat.dingtalk.markdown import reply
+from bot.chat.dingtalk.markdown import escape_markdown, reply
 from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.webhooks import Markdown, Webhooks
 from bot.errors import ChatError
@@ -117,6 +117,7 @@ class Inbound:
             )
             return
         lang = self.config.language_for(message.conversation_id)
+        answer: str
         if message.text is None:
             answer = text(lang, "chat.not-text")
         else:
@@ -131,6 +132,7 @@ class Inbound:
         if not self._ours(click.corp_id, self.corp or ""):
             self.quiet.warning("dingtalk-tenant", "refused a DingTalk click from organisation %r", click.corp_id[:40])
             return {}
+        answer: str
         if job_id is None:
             answer = text(lang, "chat.unknown-card")
         elif action not in BUTTONS:
@@ -143,7 +145,7 @@ class Inbound:
             answer = await self._run(f"dingtalk:{click.user_id}", chat, BUTTONS[action].format(job=job_id), lang)
         return {
             "cardUpdateOptions": {"updatePrivateDataByKey": True},
-            "userPrivateData": {"cardParamMap": {"notice": answer}},
+            "userPrivateData": {"cardParamMap": {"notice": escape_markdown(answer)}},
         }
 
     def _ours(self, sender: str, robot: str) -> bool:

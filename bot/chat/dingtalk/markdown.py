@@ -4,17 +4,29 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from bot.chat.catalog import Lang, text
+from bot.chat.catalog import Lang, plain, text
 from bot.chat.dingtalk.webhooks import Markdown, Mentions
 from bot.chat.render import message_text
 from handlers.jobs import Job
 from handlers.messages import Notify
 from handlers.notes import Paged, ResumeFailedPage
 
+# What could make a link, an image or HTML (DingTalk renders <font>) out of text that came from elsewhere (a user's
+# words echoed back, a log line, a failure message): each becomes its full-width twin, which reads the same and is
+# never markup; so does a "#" that would start a heading. Emphasis and code spans are left alone: they change no
+# more than the type face (and the catalogue's own sentences use code spans).
+_INERT = str.maketrans({"[": "［", "]": "］", "<": "＜", ">": "＞"})
 
-def to_markdown(plain: str) -> str:
-    """DingTalk markdown keeps a line break only between paragraphs: one paragraph per non-empty line."""
-    return "\n\n".join(line.strip() for line in plain.splitlines() if line.strip())
+
+def escape_markdown(text: str) -> str:
+    """``text`` as DingTalk markdown that shows it as written and makes nothing of it (persons as their names)."""
+    lines = plain(text).translate(_INERT).split("\n")
+    return "\n".join("＃" + line.lstrip()[1:] if line.lstrip().startswith("#") else line for line in lines)
+
+
+def to_markdown(sentence: str) -> str:
+    """A sentence, escaped; DingTalk markdown keeps a line break only between paragraphs: one per non-empty line."""
+    return "\n\n".join(line.strip() for line in escape_markdown(sentence).splitlines() if line.strip())
 
 
 def reply(answer: str, lang: Lang) -> Markdown:

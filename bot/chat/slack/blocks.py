@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from bot.chat.catalog import Lang, text
+from bot.chat.catalog import PERSON_CLOSE, PERSON_OPEN, Lang, text
 from bot.chat.render import card, message_text
 from handlers.jobs import TERMINAL_STATES, Job, JobState
 from handlers.messages import Notify
@@ -27,9 +27,10 @@ ACTION_ACK = "finetune_ack"
 ACTION_RESUME = "finetune_resume"
 ACTION_ON_DEMAND = "finetune_ondemand"
 
-_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
-_GROUP_ID = re.compile(r"^S[A-Z0-9]{2,}$")
-_SLACK_USER_IN_TEXT = re.compile(r"\bslack:([UW][A-Z0-9]{2,})\b")
+_USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")  # fullmatch only: "$" would let a trailing newline through
+_GROUP_ID = re.compile(r"S[A-Z0-9]{2,}")
+_PERSON = re.compile(f"{PERSON_OPEN}([^{PERSON_OPEN}{PERSON_CLOSE}]*){PERSON_CLOSE}")
+_MARKERS = re.compile(f"[{PERSON_OPEN}{PERSON_CLOSE}]")
 MAX_FIELDS = 10  # per section block
 MAX_TEXT = 2900  # a section's text may hold 3000 characters
 
@@ -40,14 +41,28 @@ def escape(text: str) -> str:
 
 
 def mrkdwn(text: str) -> str:
-    """Escaped text in which our own ``slack:U…`` user names become mentions."""
-    return _SLACK_USER_IN_TEXT.sub(r"<@\1>", escape(text))[:MAX_TEXT]
+    """Escaped text in which the persons the bot named (:func:`bot.chat.catalog.person`) become mentions.
+
+    A ``slack:U…`` anywhere else (a log line, a failure message) stays text: mentions are never read out of words.
+    """
+    return reply_text(text)[:MAX_TEXT]
+
+
+def reply_text(text: str) -> str:
+    """An answer to one person (a command's reply, the log lines ``logs`` shows), escaped as :func:`mrkdwn` is."""
+    escaped = _PERSON.sub(lambda found: _mention(found.group(1)), escape(text))
+    return _MARKERS.sub("", escaped)
+
+
+def _mention(escaped_name: str) -> str:
+    platform, _, ident = escaped_name.partition(":")
+    return f"<@{ident}>" if platform == "slack" and _USER_ID.fullmatch(ident) else escaped_name
 
 
 def user(name: str) -> str:
     """``slack:U…`` as a mention; anyone else (``console:bob``, ``dingtalk:…``) as escaped text."""
     platform, _, ident = name.partition(":")
-    if platform == "slack" and _USER_ID.match(ident):
+    if platform == "slack" and _USER_ID.fullmatch(ident):
         return f"<@{ident}>"
     return escape(name)
 
@@ -57,9 +72,9 @@ def mentions(page: ResumeFailedPage) -> str:
     called: list[str] = []
     for person in page.mention:
         ident = person.slack or ""
-        if _USER_ID.match(ident):
+        if _USER_ID.fullmatch(ident):
             called.append(f"<@{ident}>")
-        elif _GROUP_ID.match(ident):
+        elif _GROUP_ID.fullmatch(ident):
             called.append(f"<!subteam^{ident}>")
     everyone = page.everyone
     if everyone in ("channel", "here"):

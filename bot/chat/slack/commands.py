@@ -17,6 +17,7 @@ from typing import Any
 from slack_bolt.context.ack.async_ack import AsyncAck
 
 from bot.chat.catalog import Lang, say, text
+from bot.chat.slack.blocks import reply_text
 from bot.chat.slack.replies import EphemeralReplies
 from handlers.commands import HELP_REASON, UsageError, parse
 from handlers.jobs import ChatRef
@@ -58,10 +59,10 @@ class SlashCommand:
         try:
             parsed = parse(typed)
         except UsageError as exc:
-            await ack(text=say(lang, exc.reason), response_type="ephemeral")
+            await ack(text=reply_text(say(lang, exc.reason)), response_type="ephemeral")
             return
         if parsed.action == "help":
-            await ack(text=say(lang, HELP_REASON), response_type="ephemeral")
+            await ack(text=reply_text(say(lang, HELP_REASON)), response_type="ephemeral")
             return
         user = str(command.get("user_id") or "")
         channel = str(command.get("channel_id") or "")
@@ -72,7 +73,7 @@ class SlashCommand:
         work = self.spawn(run_guarded(self.run, f"slack:{user}", chat, typed, lang))
         done, _pending = await asyncio.wait({work}, timeout=self.budget)
         if work in done:
-            await ack(text=work.result(), response_type="ephemeral")
+            await ack(text=reply_text(work.result()), response_type="ephemeral")
             return
         await ack(text=text(lang, "slack.working"), response_type="ephemeral")
         await self.replies.send(channel, user, await work)

@@ -13,6 +13,7 @@ import logging
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
+from bot.chat.slack.blocks import reply_text
 from bot.chat.slack.errors import call
 from handlers.backoff import backoff
 
@@ -27,10 +28,12 @@ class EphemeralReplies:
         self.tries = tries
 
     async def send(self, channel: str, user: str, text: str) -> bool:
-        """Show ``text`` to ``user`` in ``channel``; False if it could not be delivered."""
+        """Show ``text`` to ``user`` in ``channel`` (escaped: it may echo their words or a log); False if it could
+        not be delivered."""
+        shown = reply_text(text)
         for attempt in range(1, self.tries + 1):
             try:
-                await call(self.client.chat_postEphemeral(channel=channel, user=user, text=text))
+                await call(self.client.chat_postEphemeral(channel=channel, user=user, text=shown))
                 return True
             except PermanentDeliveryError as exc:
                 log.warning("reply to %s in %s not delivered: %s", user, channel, exc)
