@@ -4,11 +4,13 @@
 FROM python:3.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY dist/ /tmp/dist/
-# One wheel in dist/ (make dist empties it first); "[bot]" adds Slack, DingTalk, Redis, boto3 and the Alibaba SDKs.
+# One wheel in dist/ (make dist empties it first); its "bot" extra (Slack, DingTalk, Redis, boto3, the Alibaba SDKs)
+# comes from the lock make dist puts beside it, every file checked against its hash; then the wheel alone.
 RUN python -m venv /opt/finetune \
     && set -- /tmp/dist/finetune_chatops-*-py3-none-any.whl \
     && test "$#" -eq 1 && test -f "$1" \
-    && /opt/finetune/bin/pip install --no-compile "$1[bot]" \
+    && /opt/finetune/bin/pip install --no-compile --require-hashes --no-deps -r /tmp/dist/bot.txt \
+    && /opt/finetune/bin/pip install --no-compile --no-deps "$1" \
     && /opt/finetune/bin/python -m compileall -q /opt/finetune/lib
 
 FROM python:3.11-slim-bookworm

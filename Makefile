@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean dist
+.PHONY: demo test lint bench clean dist lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,21 @@ test: $(STAMP)
 	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
 	$(BIN)/pytest -q
 
-# The wheel the bot's image (Dockerfile) and the runner images (deploy/image/install.sh) install.
+# The wheel the bot's image (Dockerfile) and the runner images (deploy/image/install.sh) install, with the locks
+# they install its dependencies from (every file pinned by hash).
 dist: $(STAMP)
 	rm -rf dist
 	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
+	cp requirements/base.txt requirements/bot.txt requirements/runner.txt dist/
+
+# The locks, after a change to the dependencies in pyproject.toml (tests/test_lock.py says when they disagree):
+# base (the runner agent alone), bot (the bot's image), runner (the GPU image: the trainer and ms-swift).
+LOCK := $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --quiet \
+	--custom-compile-command "make lock"
+lock: $(STAMP)
+	$(LOCK) -o requirements/base.txt
+	$(LOCK) --extra bot -o requirements/bot.txt
+	$(LOCK) --extra trainer --extra swift -o requirements/runner.txt
 
 bench: $(STAMP)
 	$(BIN)/python bench/notice_to_commit.py

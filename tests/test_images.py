@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -33,15 +34,19 @@ VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["versi
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built as ``make dist`` builds it."""
+    """The wheel, built as ``make dist`` builds it, with the locks beside it."""
     recipe = re.search(r"^dist:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.MULTILINE)
     assert recipe is not None and "pip wheel --quiet --no-deps --wheel-dir dist ." in recipe.group(1)
+    locks = ("base.txt", "bot.txt", "runner.txt")
+    assert f"cp {' '.join(f'requirements/{lock}' for lock in locks)} dist/" in recipe.group(1)
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(ROOT)],
         check=True,
         capture_output=True,
     )
+    for lock in locks:
+        shutil.copy(ROOT / "requirements" / lock, out / lock)
     (built,) = out.glob("*.whl")
     return built
 
@@ -78,13 +83,15 @@ def test_the_dockerfile_installs_that_wheel_and_runs_the_bot_unprivileged(wheel:
     stages = [arguments for instruction, arguments in instructions if instruction == "FROM"]
     assert len(stages) == 2 and all(re.match(r"python:3\.1[1-9]-slim", stage) for stage in stages)
     copies = [arguments.split() for instruction, arguments in instructions if instruction == "COPY"]
-    assert ["dist/", "/tmp/dist/"] in copies  # the only file from the build context: the wheel
+    assert ["dist/", "/tmp/dist/"] in copies  # the only files from the build context: the wheel and its lock
     (install,) = [arguments for instruction, arguments in instructions if "pip install" in arguments]
     pattern = re.search(r"/tmp/dist/(\S+\.whl)", install)
     assert pattern is not None and fnmatch.fnmatch(wheel.name, pattern.group(1))
-    assert '"$1[bot]"' in install and "python -m venv /opt/finetune" in install
+    # The bot's dependencies from the lock, by hash, then the wheel alone.
+    assert "--require-hashes --no-deps -r /tmp/dist/bot.txt" in install and '--no-deps "$1"' in install
+    assert "python -m venv /opt/finetune" in install
     ignore = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
-    assert ignore == ["*", "!dist/*.whl"]  # the context is the wheel and nothing else
+    assert ignore == ["*", "!dist/*.whl", "!dist/bot.txt"]  # the context is the wheel, its lock and nothing else
 
     settings = dict(instructions)
     user = settings["USER"].split(":")[0]
@@ -175,6 +182,13 @@ def test_install_refuses_what_it_cannot_install(tmp_path: Path, wheel: Path) -> 
         assert result.returncode == 2 and says in result.stderr, result.stderr
     bad = install(tmp_path, "runner", str(wheel), FINETUNE_PREFIX="/opt/fine tune")
     assert bad.returncode == 2 and "FINETUNE_PREFIX" in bad.stderr
+    unlocked = install(tmp_path, "runner", str(wheel), FINETUNE_EXTRAS="trainer")  # no lock holds that set
+    assert unlocked.returncode == 2 and "no lock for the extras 'trainer'" in unlocked.stderr
+    alone = tmp_path / "alone" / wheel.name  # the wheel copied without the lock make dist puts beside it
+    alone.parent.mkdir()
+    shutil.copy(wheel, alone)
+    lockless = install(tmp_path, "runner", str(alone))
+    assert lockless.returncode == 2 and "no lock at" in lockless.stderr
     assert not (tmp_path / "opt").exists()
 
 

@@ -7,7 +7,8 @@
 #
 # It makes a Python 3.11+ virtualenv at FINETUNE_PREFIX (/opt/finetune) holding the wheel `make dist` builds
 # (the runner with the wheel's "trainer" and "swift" extras: torch, transformers, peft, accelerate, ms-swift, whose
-# plugin ships inside the runner package; the bot with "bot") and puts the systemd unit in FINETUNE_SYSTEMD_DIR
+# plugin ships inside the runner package; the bot with "bot"), every dependency from the hashed lock make dist puts
+# beside the wheel (runner.txt, bot.txt; base.txt for no extras), and puts the systemd unit in FINETUNE_SYSTEMD_DIR
 # (/etc/systemd/system). It enables nothing: each instance's boot script
 # (bot/cloud/user_data.py) writes /etc/finetune-runner.env and starts finetune-runner.service; the bot's unit is
 # started once /etc/finetune/bot.env is written (README). Running it again upgrades in place.
@@ -33,6 +34,16 @@ systemd_dir=${FINETUNE_SYSTEMD_DIR:-/etc/systemd/system}
 if [[ $role == runner ]]; then extras=${FINETUNE_EXTRAS-trainer,swift}; else extras=${FINETUNE_EXTRAS-bot}; fi
 [[ $prefix =~ ^/[A-Za-z0-9._/-]+$ ]] || die "FINETUNE_PREFIX must be an absolute path of letters, digits and . _ / -"
 [[ $extras =~ ^[a-z,]*$ ]] || die "FINETUNE_EXTRAS must be extra names separated by commas"
+# The wheel's dependencies come from the lock make dist puts beside it, every file checked against its hash; then
+# the wheel itself. Each set of extras has its lock: none (the runner agent alone), the runner image's, the bot's.
+case $extras in
+    "") lock=base.txt ;;
+    trainer,swift) lock=runner.txt ;;
+    bot) lock=bot.txt ;;
+    *) die "no lock for the extras '${extras}': make dist locks '', 'trainer,swift' and 'bot' (make lock makes them)" ;;
+esac
+lock=$(dirname "$wheel")/$lock
+[[ -f $lock ]] || die "no lock at '${lock}': make dist puts it beside the wheel; copy it along"
 
 find_unit() {
     local name=$1
@@ -66,10 +77,12 @@ if [[ ! -x $prefix/bin/python ]]; then
     "$python" -m venv "$prefix"
 fi
 "$prefix/bin/python" -m pip install --quiet --upgrade pip
-requirement=$wheel
-if [[ -n $extras ]]; then requirement="${wheel}[${extras}]"; fi
-# shellcheck disable=SC2086 # FINETUNE_PIP_PACKAGES is a list of requirements
-"$prefix/bin/python" -m pip install --quiet "$requirement" ${FINETUNE_PIP_PACKAGES:-}
+"$prefix/bin/python" -m pip install --quiet --require-hashes --no-deps -r "$lock"
+"$prefix/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel"  # a rebuilt wheel of the same version too
+if [[ -n ${FINETUNE_PIP_PACKAGES:-} ]]; then
+    # shellcheck disable=SC2086 # FINETUNE_PIP_PACKAGES is a list of requirements, outside the lock by choice
+    "$prefix/bin/python" -m pip install --quiet ${FINETUNE_PIP_PACKAGES}
+fi
 
 mkdir -p "$systemd_dir"
 # The units name /opt/finetune; another prefix is written into the installed copy.
