@@ -155,7 +155,7 @@ async def test_the_subject_is_signed_when_present_and_the_certificate_is_fetched
         status, _ = await local.post(cert_host.signer.sign(message, cert_host.url))
         assert status == 200
     first = parse_message(local.bus.events[0])
-    assert isinstance(first, ReportReceived) and first.id == report.id
+    assert isinstance(first, ReportReceived) and first.id == f"report:{report.job_id}:{report.attempt}:{report.id}"
     assert cert_host.hits == local.verifier.fetches == 1
 
 
