@@ -194,7 +194,7 @@ async def test_an_old_attempts_late_warning_is_still_posted_once(tmp_path: Path,
         first = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
         assert first.current is not None and first.current.instance_id
         old_instance = first.current.instance_id
-        await service.bot.cloud.terminate(old_instance)  # reclaimed without notice, as far as the bot knows
+        await service.bot.cloud.terminate(old_instance, job_id)  # reclaimed without notice, as far as the bot knows
         relaunched = await wait_job(service, job_id, lambda job: job.attempt == 2 and job.state is JobState.RUNNING)
 
         notice = Notice(job_id=job_id, attempt=1, kind="spot-interruption", source="aws-imds")
