@@ -296,6 +296,9 @@ class Bot:
             lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle, spot),
             dedup_key=Keys.input_seen(message.id),
         )
+        noted = applied.change.history if applied.change is not None else {}
+        if noted.get("event") == "ignored" and noted.get("what") == "report:started":  # a runner's claim refused
+            log.warning("%s: %s ignored: %s", job_id, noted["what"], noted.get("why"))
         report = getattr(message, "report", None)
         if isinstance(report, Progress) and applied.job is not None and first_step_was(applied.job, report.time):
             await self.store.record_restart(applied.job)  # the attempt's restart overhead, for the next jobs

@@ -48,7 +48,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from bot.bus import EventBus, HandBack, default_consumer_name
-from bot.cloud.base import CloudError, CloudProvider, LaunchError
+from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, LaunchError
 from bot.store import JobStore
 from handlers.backoff import backoff
 from handlers.jobs import TERMINAL_STATES, Job, JobState
@@ -122,14 +122,18 @@ class CloudEffects:
         if earlier is not None and record.startswith(INSTANCE) and earlier != record:
             # Another delivery of this launch finished first, with another instance: this one is spare.
             log.warning("launch %s: %s was recorded first; terminating %s", effect.id, earlier, record)
-            await self._terminate(record.removeprefix(INSTANCE))
+            await self._terminate(record.removeprefix(INSTANCE), effect.job_id)
 
     async def _carry_out(self, effect: CloudEffect, job: Job | None) -> tuple[str, list[FollowUp]]:
         """Do it; what to record and what follows. Redis errors propagate (the bus waits them out)."""
         if isinstance(effect, Launch):
             return await self._launch(effect, job)
         if isinstance(effect, Terminate):
-            await self._terminate(effect.instance_id)
+            try:
+                await self._terminate(effect.instance_id, effect.job_id)
+            except ForeignInstance as exc:  # not this job's instance: never touched, and no retry changes that
+                log.warning("terminate of %s for %s refused: %s", effect.instance_id, effect.job_id, exc)
+                return "refused: not this job's instance", []
             return "terminated", []
         if job is None:
             return "no job", []
@@ -208,12 +212,14 @@ class CloudEffects:
         )
         return INSTANCE + instance.instance_id, [launched]
 
-    async def _terminate(self, instance_id: str) -> None:
+    async def _terminate(self, instance_id: str, job_id: str) -> None:
         tries, waited = 0, 0.0
         while True:
             try:
-                await self.cloud.terminate(instance_id)
+                await self.cloud.terminate(instance_id, job_id)
                 return
+            except ForeignInstance:
+                raise
             except CloudError as exc:
                 if waited >= TERMINATE_PATIENCE_SECONDS:
                     raise

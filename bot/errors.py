@@ -34,3 +34,8 @@ class LaunchError(CloudError):
 
 class ChatError(Exception):
     """A chat platform did not take a message (see ``bot/chat/delivery.py`` for the transient / permanent split)."""
+
+
+class ForeignInstance(CloudError):
+    """The instance does not carry the tags of the job the action is for: the provider left it untouched. Not
+    retried: no later try can make it that job's."""

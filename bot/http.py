@@ -1,5 +1,8 @@
 """The bot's one HTTP server: health, Prometheus metrics, and the signed runner report endpoint.
 
+A report is taken only through :class:`bot.report_gate.ReportGate`: signed with the key of the attempt it names
+(401 otherwise), within its caps (400 otherwise); a refused report changes nothing.
+
 Slack's HTTP mode, the SNS endpoint and the CloudMonitor webhook mount on this same application, under one rule
 for all of them: a request that cannot be handled because Redis is unavailable (down, restarting, loading) gets
 503 and a short log line, on every route, so its sender tries again later (runners, SNS and Alibaba retry a
@@ -10,22 +13,19 @@ for all of them: a request that cannot be handled because Redis is unavailable (
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from pydantic import ValidationError
 
 from bot.bus import EventBus
 from bot.log_limit import LimitedLog
 from bot.redis_server import UNAVAILABLE
+from bot.report_gate import ReportGate, ReportRefused
 from bot.store import JobStore
-from handlers.events import parse_report
 from handlers.jobs import JobState
-from handlers.messages import ReportReceived, dump_message
-from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from handlers.messages import dump_message
+from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +39,8 @@ RETRY_AFTER_SECONDS = 5
 def build_app(
     store: JobStore,
     bus: EventBus,
-    report_secret: str,
+    reports: ReportGate,
     extra_metrics: Callable[[], dict[str, float]] | None = None,
-    clock: Callable[[], float] = time.time,
 ) -> web.Application:
     refusals = LimitedLog(log)
 
@@ -71,30 +70,22 @@ def build_app(
         lines += _counter("finetune_events_failed_total", "Bus event handler failures.", bus.failed)
         lines += _counter("finetune_events_parked_total", "Poison events parked.", bus.parked)
         lines += _histogram("finetune_handler_latency_seconds", "Bus handler latency.", bus)
-        for name, value in (extra_metrics() if extra_metrics else {}).items():
+        for name, value in {**reports.metrics(), **(extra_metrics() if extra_metrics else {})}.items():
             lines += _counter(name, name.replace("_", " "), value)
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
 
     async def runner_report(request: web.Request) -> web.Response:
         body = await request.read()
-        if not verify(
-            report_secret, request.headers.get(TIMESTAMP_HEADER), body, request.headers.get(SIGNATURE_HEADER), clock()
-        ):
-            refusals.warning(
-                "runner-report", "refused an unsigned or badly signed runner report from %s", request.remote
-            )
-            return web.json_response({"error": "bad or missing signature"}, status=401)
+        headers = request.headers
         try:
-            report = parse_report(body)
-        except ValidationError as exc:
-            detail = _errors(exc)
-            refusals.warning(
-                "runner-report", "refused a malformed runner report from %s: %s", request.remote, detail[0]
-            )
-            return web.json_response({"error": "malformed report", "detail": detail}, status=400)
-        # The report's own id is the bus message id: a runner's retry of the same report dedups downstream.
-        await bus.publish(dump_message(ReportReceived(id=report.id, report=report)))
-        return web.json_response({"accepted": report.id}, status=202)
+            message = reports.admit(body, headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER), route="http")
+        except ReportRefused as refused:
+            if not refused.signed:
+                return web.json_response({"error": "bad or missing signature"}, status=401)
+            return web.json_response({"error": "malformed report", "detail": refused.detail}, status=400)
+        # A runner's retry of the same report has the same message id: it dedups downstream.
+        await bus.publish(dump_message(message))
+        return web.json_response({"accepted": message.report.id}, status=202)
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
@@ -137,7 +128,3 @@ def _histogram(name: str, help_text: str, bus: EventBus) -> list[str]:
         label = "+Inf" if bound == float("inf") else repr(bound)
         lines.append(f'{name}_bucket{{le="{label}"}} {count}')
     return [*lines, f"{name}_sum {bus.latency.sum}", f"{name}_count {bus.latency.count}"]
-
-
-def _errors(exc: ValidationError) -> list[dict[str, Any]]:
-    return [{"loc": list(error["loc"]), "msg": error["msg"]} for error in exc.errors()[:5]]

@@ -44,9 +44,11 @@ from bot.owner_lock import AlreadyOwned, OwnerLock
 from bot.reconciler import Reconciler
 from bot.redis_server import RedisHandle, open_redis, redacted
 from bot.replicas import Replicas
+from bot.report_gate import ReportGate
 from bot.retention import Retention
 from bot.settings import FileConfig, Settings, all_recipes, load_config
 from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
+from bot.sources.aws_intake import AwsIntake
 from bot.sources.sns_http import sns_routes
 from bot.sources.sns_signature import SnsVerifier
 from bot.sources.sqs import SqsSource
@@ -54,6 +56,7 @@ from bot.store import JobStore
 from bot.timers import Timers
 from handlers.events import utcnow
 from handlers.permissions import describe
+from handlers.report_keys import ReportKeys
 
 if TYPE_CHECKING:
     from bot.chat.dingtalk.adapter import DingTalk
@@ -64,12 +67,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class CloudWiring:
-    """What building a cloud may use: the settings, the config file, the bot's Redis and its report secret."""
+    """What building a cloud may use: the settings, the config file, the bot's Redis and the runners' report keys
+    (each launch hands its runner the key of its own attempt, never the master)."""
 
     settings: Settings
     config: FileConfig
     redis: RedisHandle
-    report_secret: str
+    report_keys: ReportKeys
 
 
 CloudFactory = Callable[[CloudWiring], CloudProvider]
@@ -79,7 +83,8 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
     """The cloud ``FINETUNE_CLOUD`` names, built from its config section (ConfigError when that is missing).
 
     AWS runners report through SNS -> SQS (the provider adds the topic to every spec), Alibaba runners to the
-    bot's public URL (``aliyun.report_url``) signed with ``FINETUNE_REPORT_SECRET``; local instances are processes
+    bot's public URL (``aliyun.report_url``) signed with their attempt's key (derived from ``FINETUNE_REPORT_SECRET``,
+    :mod:`handlers.report_keys`); local instances are processes
     of their own, registered in Redis, whose reports reach any live replica through the instance
     (``bot/cloud/local_instance.py``).
     """
@@ -87,7 +92,7 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
     if settings.finetune_cloud == "aws":
         if config.aws is None:
             raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
-        return AwsCloud(config.aws)
+        return AwsCloud(config.aws, report_keys=wiring.report_keys)
     if settings.finetune_cloud == "aliyun":
         if config.aliyun is None:
             raise ConfigError("FINETUNE_CLOUD=aliyun needs an aliyun: section in FINETUNE_CONFIG (region, bucket…)")
@@ -95,13 +100,13 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
             raise ConfigError("aliyun.report_url needs FINETUNE_REPORT_SECRET: runners sign their reports with it")
         from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
 
-        return AliyunCloud(config.aliyun, report_secret=wiring.report_secret)
+        return AliyunCloud(config.aliyun, report_keys=wiring.report_keys)
     return LocalCloud(
         settings.finetune_state_dir,
         redis.client,
         redis.url,
         grace_seconds=settings.finetune_local_grace_seconds,
-        runner_env={"FINETUNE_REPORT_SECRET": wiring.report_secret},
+        report_keys=wiring.report_keys,
         dialect=settings.finetune_local_dialect,
         checkpoint_base=settings.finetune_local_checkpoints,
         zones=tuple(settings.finetune_local_zones.split(",")),
@@ -240,9 +245,17 @@ class BotService:
         self._timers = timers = Timers(redis.client, keys, clock=self.clock)
         self.dingtalk = await self._start_dingtalk(config, store)
 
-        app = build_app(store, bus, secret, extra_metrics=lambda: self._outbox.metrics() if self._outbox else {})
+        reports = ReportGate(secret)
+        intake = self._aws_intake(reports, config)
+        app = build_app(
+            store,
+            bus,
+            reports,
+            extra_metrics=lambda: {**intake.metrics(), **(self._outbox.metrics() if self._outbox else {})},
+        )
         if self.settings.sns_topics:
-            app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, SnsVerifier()))
+            sns_parse = intake.for_route("sns").parse
+            app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, SnsVerifier(), parse=sns_parse))
         if aliyun_intake is not None:
             app.add_routes(aliyun_routes(bus.publish, *aliyun_intake))
         if self._slack is not None:
@@ -261,7 +274,7 @@ class BotService:
             ) from None
         self.port = int(self._http.addresses[0][1])
 
-        self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, secret))
+        self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, ReportKeys(secret)))
         stack.push_async_callback(cloud.close)
         self._outbox = outbox = self._chat_outbox(own_client(), store, consumer)
         recipes = all_recipes(config)
@@ -288,7 +301,7 @@ class BotService:
         if self.dingtalk is not None:
             self.dingtalk.listen(bot.command)
         if self.settings.finetune_sqs_queue_url:
-            sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish)
+            sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish, parse=intake.parse)
             self._tasks.append(asyncio.create_task(sqs.run(self.stopping), name="sqs"))
         # What exists now (modules, settings, adapters) lives as long as the bot: keep it out of the collector's
         # full passes, which otherwise stall the event loop for a second when the machine is busy.
@@ -301,6 +314,19 @@ class BotService:
             "embedded" if redis.embedded else redacted(redis.url),
         )
         return self
+
+    def _aws_intake(self, reports: ReportGate, config: FileConfig) -> AwsIntake:
+        """What each SNS topic may carry, for the SQS consumer and the SNS endpoint (bot/sources/aws_intake.py)."""
+        report_topics = set(self.settings.report_topics)
+        if config.aws is not None and config.aws.report_topic_arn:
+            report_topics.add(config.aws.report_topic_arn)
+        events_topics = self.settings.events_topics
+        if (self.settings.sns_topics or self.settings.finetune_sqs_queue_url) and not events_topics:
+            log.warning(
+                "FINETUNE_EVENTS_TOPICS is not set: cloud events are taken from any SNS topic but a report topic; "
+                "set it to the EventBridge topic so that nothing else can speak for the cloud"
+            )
+        return AwsIntake(reports, report_topics=report_topics, events_topics=events_topics)
 
     # -- Alibaba Cloud: FINETUNE_CLOUD=aliyun and the CloudMonitor / EventBridge routes -------------------------
 

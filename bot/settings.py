@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
     finetune_sqs_queue_url: str | None = None
     finetune_sns_topics: str = ""
+    # What each topic may carry (bot/sources/aws_intake.py): cloud events only from the events topics (unset: any
+    # topic but a report topic), runner reports only from the report topics (besides aws.report_topic_arn).
+    finetune_events_topics: str = ""
+    finetune_report_topics: str = ""
     # Slack: the bot token turns the adapter on; Socket Mode with an app token, else HTTP mode (signing secret).
     slack_bot_token: SecretStr | None = None
     slack_signing_secret: SecretStr | None = None
@@ -80,12 +84,24 @@ class Settings(BaseSettings):
 
     @property
     def sns_topics(self) -> list[str]:
-        return [topic.strip() for topic in self.finetune_sns_topics.split(",") if topic.strip()]
+        return _arns(self.finetune_sns_topics)
+
+    @property
+    def events_topics(self) -> list[str]:
+        return _arns(self.finetune_events_topics)
+
+    @property
+    def report_topics(self) -> list[str]:
+        return _arns(self.finetune_report_topics)
 
     # The names bot.redis_server reads.
     @property
     def state_dir(self) -> Path:
         return self.finetune_state_dir
+
+
+def _arns(listed: str) -> list[str]:
+    return [topic.strip() for topic in listed.split(",") if topic.strip()]
 
 
 class FileConfig(BaseModel):

@@ -28,7 +28,11 @@ EC2 events map as follows:
   dead-letter queue.
 
 Bus message ids derive from the EventBridge event ``id`` (a UUID5), so a redelivery — or the same event reaching
-the bot through two routes — carries the same id and is deduplicated downstream. A runner report keeps its own id.
+the bot through two routes — carries the same id and is deduplicated downstream. A runner report keeps its own id,
+in the reports' namespace (:func:`handlers.messages.report_received`), so it can never take a cloud event's.
+
+Who may say what is the bot's to check (``bot/sources/aws_intake.py``), on the :class:`Delivery` that
+:func:`unwrap` makes of a message: which topic it came on, and a report's exact bytes and signature attributes.
 """
 
 from __future__ import annotations
@@ -36,13 +40,14 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from handlers.events import REPORT_TYPES, parse_report
-from handlers.messages import CloudEvent, ReportReceived
+from handlers.messages import CloudEvent, ReportReceived, report_received
 
 EC2_SOURCE = "aws.ec2"
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
@@ -53,6 +58,9 @@ GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 LIVE_STATES = frozenset({"pending", "running"})
 # The SNS message attribute the runner sets on its reports (runner/reports/sns.py).
 REPORT_ATTRIBUTE = "finetune_report"
+# Its signature of the message, and the time it signed (handlers/signing.py's scheme, the attempt's key).
+SIGNATURE_ATTRIBUTE = "finetune_signature"
+TIMESTAMP_ATTRIBUTE = "finetune_timestamp"
 SNS_TYPES = frozenset({"Notification", "SubscriptionConfirmation", "UnsubscribeConfirmation"})
 
 _ID_NAMESPACE = uuid.UUID("6b0c3f43-2f3e-4b8e-9a55-3c1f0e0a7d21")
@@ -96,29 +104,39 @@ class _SnsNotification(BaseModel):
     MessageAttributes: dict[str, _SnsAttribute] = Field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message as it arrived: ``topic`` is the SNS envelope's ``TopicArn`` (None: no envelope, an EventBridge
+    target or raw delivery), ``message`` the inner message exactly as sent (what a runner signed), ``document``
+    its JSON, ``attributes`` the string attributes that came with it (the envelope's, or the SQS message's)."""
+
+    topic: str | None
+    message: str
+    document: Mapping[str, Any]
+    attributes: Mapping[str, str]
+
+    @property
+    def is_report(self) -> bool:
+        """Says it is a runner report (by its shape or the runner's attribute), whoever sent it."""
+        looks_like_report = self.document.get("type") in REPORT_TYPES and "job_id" in self.document
+        return looks_like_report or REPORT_ATTRIBUTE in self.attributes
+
+
 def parse_aws_message(body: str | bytes, attributes: Mapping[str, str] | None = None) -> list[AwsMessage]:
     """The bus messages in one delivery (see the module docstring); raises :class:`UnrecognisedMessage`.
 
     ``attributes`` are the string message attributes that came with it (SQS message attributes, which carry the
     SNS ones under raw delivery); only ``finetune_report`` is looked at, to say clearly when a report is malformed.
     """
+    return parse_delivery(unwrap(body, attributes))
+
+
+def unwrap(body: str | bytes, attributes: Mapping[str, str] | None = None) -> Delivery:
+    """The message inside one delivery (an SNS envelope's, or the body itself); raises :class:`UnrecognisedMessage`."""
     document = _json_object(body, "the message body")
-    if is_sns_envelope(document):
-        return _from_sns(document)
-    return _from_inner(document, attributes or {})
-
-
-def is_sns_envelope(document: Mapping[str, Any]) -> bool:
-    """True for an SNS JSON envelope (notification or (un)subscription confirmation)."""
-    return document.get("Type") in SNS_TYPES and "TopicArn" in document and "MessageId" in document
-
-
-def event_message_id(event_id: str) -> str:
-    """The bus message id of the EventBridge event ``event_id``: the same on every delivery of it."""
-    return uuid.uuid5(_ID_NAMESPACE, f"aws.events/{event_id}").hex
-
-
-def _from_sns(document: Mapping[str, Any]) -> list[AwsMessage]:
+    if not is_sns_envelope(document):
+        text = body.decode(errors="replace") if isinstance(body, bytes) else body
+        return Delivery(None, text, document, dict(attributes or {}))
     kind = document["Type"]
     if kind != "Notification":
         raise UnrecognisedMessage(
@@ -131,22 +149,33 @@ def _from_sns(document: Mapping[str, Any]) -> list[AwsMessage]:
         raise UnrecognisedMessage(f"malformed SNS notification: {_summary(exc)}") from exc
     inner = _json_object(envelope.Message, f"the Message of SNS notification {envelope.MessageId}")
     attributes = {name: attribute.Value for name, attribute in envelope.MessageAttributes.items()}
-    return _from_inner(inner, attributes)
+    return Delivery(envelope.TopicArn, envelope.Message, inner, attributes)
 
 
-def _from_inner(document: Mapping[str, Any], attributes: Mapping[str, str]) -> list[AwsMessage]:
+def parse_delivery(delivery: Delivery) -> list[AwsMessage]:
+    """The bus messages of one unwrapped delivery; raises :class:`UnrecognisedMessage`."""
+    document = delivery.document
     if "detail-type" in document:
         return _from_eventbridge(document)
-    looks_like_report = document.get("type") in REPORT_TYPES and "job_id" in document
-    if looks_like_report or REPORT_ATTRIBUTE in attributes:
+    if delivery.is_report:
         try:
             report = parse_report(dict(document))
         except ValidationError as exc:
             raise UnrecognisedMessage(f"malformed runner report: {_summary(exc)}") from exc
-        # The report's own id is the bus message id, as on the HTTP route: a redelivery dedups downstream.
-        return [ReportReceived(id=report.id, report=report)]
+        # The report's own id, in the reports' namespace, as on the HTTP route: a redelivery dedups downstream.
+        return [report_received(report)]
     keys = ", ".join(sorted(str(key) for key in document)[:10])
     raise UnrecognisedMessage(f"neither an EventBridge event nor a runner report (keys: {keys})")
+
+
+def is_sns_envelope(document: Mapping[str, Any]) -> bool:
+    """True for an SNS JSON envelope (notification or (un)subscription confirmation)."""
+    return document.get("Type") in SNS_TYPES and "TopicArn" in document and "MessageId" in document
+
+
+def event_message_id(event_id: str) -> str:
+    """The bus message id of the EventBridge event ``event_id``: the same on every delivery of it."""
+    return uuid.uuid5(_ID_NAMESPACE, f"aws.events/{event_id}").hex
 
 
 def _from_eventbridge(document: Mapping[str, Any]) -> list[AwsMessage]:

@@ -26,6 +26,7 @@ from handlers.events import (
     Started,
 )
 from handlers.failures import Failure, english
+from handlers.instance_claims import foreign_instance
 from handlers.jobs import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -393,12 +394,16 @@ def _started(job: Job, report: Started, now: datetime) -> Change:
     current = job.current
     if state is None or current is None:
         return _ignored(job, "report:started", f"the job is {job.state}")
+    foreign = foreign_instance(current, report.instance_id)
+    if foreign is not None:
+        return _ignored(job, "report:started", foreign, instance=report.instance_id)
+    # The attempt's instance is what its launch said (``launched``), never what a report claims: a report that
+    # comes first moves the job, and the launch result brings the instance when it arrives.
     attempt = current.model_copy(
         update={
             "started_at": report.time,
             "restore_seconds": report.restore_seconds,
             "resumed_from_step": report.resumed_from_step,
-            "instance_id": current.instance_id or report.instance_id,
         }
     )
     updates: dict[str, Any] = {"attempts": [*job.attempts[:-1], attempt]}

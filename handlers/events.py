@@ -6,14 +6,20 @@ from an older attempt. Unknown fields are ignored on read so an older bot accept
 
 ``type`` says which report it is (the union's discriminator, as in bus messages and notes); ``kind`` is the sort
 of thing inside one (a notice's: spot-interruption, rebalance…; a warning's).
+
+Every string and list a runner sends has a cap (:data:`URI_CHARS`, :data:`TEXT_CHARS`…): a report read from the
+wire (:func:`parse_report`) beyond one is refused, so no runner can fill the bot's Redis; a report made in the
+runner's own code is clipped to the caps instead (an exception's text can be long), so the runner never fails to
+report because of one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator
 
 from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN, new_event_id
@@ -21,6 +27,32 @@ from handlers.ids import JOB_ID_PATTERN, new_event_id
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+WIRE = "wire"  # the validation context key of a report read from the wire: caps refuse instead of clipping
+ID_CHARS = 64  # instance ids, kinds, sources
+URI_CHARS = 2048  # checkpoint and output URIs
+TEXT_CHARS = 2048  # reasons, messages, notes, one log line (the runner keeps 2 KiB of a trainer's line)
+LIST_ITEMS = 64  # skipped checkpoints, uploads in flight, given-up items, timings
+LOG_TAIL_LINES = 50  # the runner sends its last 40
+
+
+def _clipper(limit: int) -> Callable[[Any, ValidationInfo], Any]:
+    def clip(value: Any, info: ValidationInfo) -> Any:
+        if (info.context or {}).get(WIRE) or not isinstance(value, str | list):
+            return value
+        return value[-limit:] if isinstance(value, list) else value[:limit]  # a list keeps its newest items
+
+    return clip
+
+
+# A cap: refused beyond its limit on the wire, clipped to it when the runner builds the report.
+ShortText = Annotated[str, BeforeValidator(_clipper(ID_CHARS)), Field(max_length=ID_CHARS)]
+Uri = Annotated[str, BeforeValidator(_clipper(URI_CHARS)), Field(max_length=URI_CHARS)]
+Text = Annotated[str, BeforeValidator(_clipper(TEXT_CHARS)), Field(max_length=TEXT_CHARS)]
+_T = TypeVar("_T")
+Few = Annotated[list[_T], BeforeValidator(_clipper(LIST_ITEMS)), Field(max_length=LIST_ITEMS)]
+LogTail = Annotated[list[Text], BeforeValidator(_clipper(LOG_TAIL_LINES)), Field(max_length=LOG_TAIL_LINES)]
 
 
 class _Report(BaseModel):
@@ -43,18 +75,18 @@ class SkippedCheckpoint(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     step: int
-    uri: str
-    reason: str
+    uri: Uri
+    reason: Text
     kind: SkipKind | None = None  # None from runners older than the field
 
 
 class Started(_Report):
     type: Literal["started"] = "started"
     resumed_from_step: int | None = None
-    restored_uri: str | None = None
+    restored_uri: Uri | None = None
     restore_seconds: float = 0.0
-    skipped: list[SkippedCheckpoint] = Field(default_factory=list)
-    instance_id: str | None = None
+    skipped: Few[SkippedCheckpoint] = Field(default_factory=list)
+    instance_id: ShortText | None = None
     restarts: int = 0
 
 
@@ -69,7 +101,7 @@ class Progress(_Report):
 class CheckpointSaved(_Report):
     type: Literal["checkpoint_saved"] = "checkpoint_saved"
     step: int
-    uri: str
+    uri: Uri
     bytes: int
     seconds: float
     reason: Literal["periodic", "rebalance", "notice", "final"] = "periodic"
@@ -85,7 +117,7 @@ class InstanceNotice(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
     kind: NoticeKind
-    source: str
+    source: ShortText
     deadline: datetime | None = None
 
     @property
@@ -106,7 +138,7 @@ class GivenUp(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     step: int | None = None
-    reason: str
+    reason: Text
 
 
 LateCause = Literal["upload-failed", "not-asked", "not-saved", "trainer-gone", "not-uploaded"]
@@ -125,7 +157,7 @@ class Late(BaseModel):
     cause: LateCause
     why: NotAskedWhy | None = None
     step: int | None = None
-    error: str | None = None
+    error: Text | None = None
     need_seconds: float | None = None
     left_seconds: float | None = None
 
@@ -139,25 +171,25 @@ class Interrupted(_Report):
     is the step the trainer stopped at."""
 
     type: Literal["interrupted"] = "interrupted"
-    reason: str
+    reason: Text
     step: int | None = None
-    uri: str | None = None
+    uri: Uri | None = None
     reached_step: int | None = None
-    committing: list[int] = Field(default_factory=list)
+    committing: Few[int] = Field(default_factory=list)
     deadline: datetime | None = None
     saved_in_time: bool = True
-    note: str | None = None  # the same as ``late``, in English, for the runner's log and the job's history
+    note: Text | None = None  # the same as ``late``, in English, for the runner's log and the job's history
     late: Late | None = None
-    seconds: dict[str, float] = Field(default_factory=dict)
+    seconds: Annotated[dict[ShortText, float], Field(max_length=LIST_ITEMS)] = Field(default_factory=dict)
     fresh_save: Literal["committed", "not-asked", "not-saved", "not-uploaded"] | None = None
-    given_up: list[GivenUp] = Field(default_factory=list)
+    given_up: Few[GivenUp] = Field(default_factory=list)
 
 
 class Completed(_Report):
     type: Literal["completed"] = "completed"
     step: int | None = None
     total_steps: int | None = None
-    output_uri: str
+    output_uri: Uri
     already_complete: bool = False
 
 
@@ -166,19 +198,50 @@ class Failed(_Report):
     for bots older than ``failure`` (a report without ``failure``, from an older runner, is shown by ``reason``)."""
 
     type: Literal["failed"] = "failed"
-    reason: str
+    reason: Text
     failure: Failure | None = None
     step: int | None = None
     exit_code: int | None = None
-    log_tail: list[str] = Field(default_factory=list)
+    log_tail: LogTail = Field(default_factory=list)
+
+    @field_validator("failure", mode="before")
+    @classmethod
+    def _failure_capped(cls, value: Any, info: ValidationInfo) -> Any:
+        """A failure's values are text too: each within :data:`TEXT_CHARS` (refused on the wire, else clipped)."""
+        return _cap_failure(value, bool((info.context or {}).get(WIRE)))
 
 
 class RunnerWarning(_Report):
     """Something degraded that does not stop training (metadata down, storage errors); sent once per outage."""
 
     type: Literal["warning"] = "warning"
-    kind: str
-    message: str
+    kind: ShortText
+    message: Text
+
+
+def _cap_failure(value: Any, wire: bool) -> Any:
+    """``value`` (a Failure, or its dict from the wire) with every string value within :data:`TEXT_CHARS`."""
+    if isinstance(value, Failure):
+        if wire:
+            return value
+        values = {
+            name: _cap_failure(item, wire) if isinstance(item, Failure) else _clip(item)
+            for name, item in value.values.items()
+        }
+        return value.model_copy(update={"values": values})
+    if isinstance(value, dict) and isinstance(value.get("values"), dict):
+        for item in value["values"].values():
+            if isinstance(item, str) and len(item) > TEXT_CHARS and wire:
+                raise ValueError(f"a failure value is longer than {TEXT_CHARS} characters")
+            if isinstance(item, dict):
+                _cap_failure(item, wire)
+        if not wire:
+            return {**value, "values": {name: _clip(item) for name, item in value["values"].items()}}
+    return value
+
+
+def _clip(item: Any) -> Any:
+    return item[:TEXT_CHARS] if isinstance(item, str) else item
 
 
 RunnerReport = Annotated[
@@ -201,8 +264,8 @@ REPORT_TYPES = (
 def parse_report(raw: str | bytes | dict[str, Any]) -> RunnerReport:
     """Validate one report from the wire (raises ``pydantic.ValidationError`` on a malformed one)."""
     if isinstance(raw, dict):
-        return _REPORT_ADAPTER.validate_python(raw)
-    return _REPORT_ADAPTER.validate_json(raw)
+        return _REPORT_ADAPTER.validate_python(raw, context={WIRE: True})
+    return _REPORT_ADAPTER.validate_json(raw, context={WIRE: True})
 
 
 def dump_report(report: RunnerReport) -> str:

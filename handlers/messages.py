@@ -46,6 +46,15 @@ class ReportReceived(_Message):
     report: RunnerReport
 
 
+def report_received(report: RunnerReport) -> ReportReceived:
+    """The bus message of a runner report, under an id of the report's own namespace: ``report:<job>:<attempt>:<id>``.
+
+    A runner's retry of the same report carries the same id and dedups downstream, while no report, whatever id
+    its sender picks, can take the id of a cloud event (those are bare hex digests) or of another job's report.
+    """
+    return ReportReceived(id=f"report:{report.job_id}:{report.attempt}:{report.id}", report=report)
+
+
 CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]
 
 

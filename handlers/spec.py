@@ -103,6 +103,9 @@ class JobSpec(BaseModel):
     keep_checkpoints: int = Field(default=3, ge=1, le=100)
     max_restarts: int = Field(default=2, ge=0, le=20)
     release: Release | None = None
+    # The attempt's own report key, where the cloud hands it over in the spec (AWS: the spec object only this job's
+    # runners may read); elsewhere it comes in FINETUNE_REPORT_SECRET. Never the bot's master secret.
+    report_key: str | None = Field(default=None, repr=False, min_length=32, max_length=128, pattern=r"^[0-9a-f]+$")
 
     @field_validator("command", mode="before")
     @classmethod

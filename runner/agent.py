@@ -126,7 +126,7 @@ class Runner:
         self.store = store or open_store(spec.checkpoint_uri)
         self.checkpoints = CheckpointStore(self.store, spec.job_id, spec.attempt)
         self.notice_source = notice_source if notice_source is not None else notice_source_for(spec)
-        self.reporter = Reporter([open_target(target) for target in spec.report])
+        self.reporter = Reporter([open_target(target, spec.report_key) for target in spec.report])
         self.files = TrainerFiles.under(options.work_dir)
         self.output_dir = self.files.output_dir
         self.progress = ProgressTail(self.files.progress_file)

@@ -21,10 +21,21 @@ from bot.service import BotService, CloudFactory, open_cloud
 from bot.settings import Settings
 from handlers.events import utcnow
 from handlers.jobs import ChatRef, Job
+from handlers.report_keys import claimed_sender, derive_report_key
+from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from tests.fake_dingtalk import FakeDingTalk
 
 CHANNEL = ChatRef(platform="console", channel="test")
-SECRET = "test-report-secret"
+SECRET = "test-report-secret"  # the bot's master report secret: no runner ever holds it
+
+
+def report_headers(body: bytes, now: int | None = None, master: str = SECRET) -> dict[str, str]:
+    """The headers a runner sends with ``body``: signed with the key of the (job, attempt) the report names."""
+    sender = claimed_sender(body)
+    assert sender is not None, "a report body names its job and attempt"
+    at = int(time.time()) if now is None else now
+    key = derive_report_key(master, sender.job_id, sender.attempt)
+    return {TIMESTAMP_HEADER: str(at), SIGNATURE_HEADER: sign(key, at, body)}
 
 
 def quick_recipe(name: str, code: str) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from pydantic import ValidationError
 import bot.cloud.base as cloud_base
 from bot.cloud.aliyun import AliyunCloud, AliyunError
 from bot.cloud.aliyun_settings import AliyunSettings
-from bot.cloud.base import LaunchError
+from bot.cloud.base import ForeignInstance, LaunchError
+from handlers.report_keys import ReportKeys
 from handlers.spec import JobSpec, parse_spec
 from runner.notices.control import ControlObjectSource
 from runner.storage.s3 import S3Store
@@ -29,6 +30,7 @@ from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
 
 REGION = "cn-hangzhou"
 BUCKET = "ft-oss"
+MASTER = "the-bots-master-report-secret"
 GPU = "ecs.gn7i-c8g1.2xlarge"
 GPU_BIG = "ecs.gn7i-c16g1.4xlarge"
 VSWITCHES = {"cn-hangzhou-j": "vsw-j", "cn-hangzhou-k": "vsw-k", "cn-hangzhou-h": "vsw-h"}
@@ -64,7 +66,7 @@ async def make_cloud(fake: FakeAliyun, bucket: Any, aws: str) -> AsyncIterator[C
     clouds: list[AliyunCloud] = []
 
     def make(**changes: Any) -> AliyunCloud:
-        cloud = AliyunCloud(settings(fake, aws, **changes), report_secret="report-secret-for-tests")
+        cloud = AliyunCloud(settings(fake, aws, **changes), report_keys=ReportKeys(MASTER))
         clouds.append(cloud)
         return cloud
 
@@ -188,7 +190,9 @@ async def test_spot_launch_goes_to_the_cheapest_zone_with_tags_user_data_and_the
     assert "FINETUNE_SPEC=oss://ft-oss/jobs/ft-abc1/spec-attempt-1.json\n" in script
     assert "OSS_ENDPOINT=https://oss-cn-hangzhou-internal.aliyuncs.com\n" in script  # the runner's way to OSS
     assert "ALIBABA_CLOUD_ECS_METADATA=finetune-runner\n" in script
-    assert "FINETUNE_REPORT_SECRET=report-secret-for-tests\n" in script
+    # The attempt's own key, never the master: the runner can speak for ft-abc1 attempt 1 and nothing else.
+    assert f"FINETUNE_REPORT_SECRET={ReportKeys(MASTER).of('ft-abc1', 1)}\n" in script
+    assert MASTER not in script
     assert "umask 077" in script
     assert not any(word in script for word in ("pip ", "apt", "curl", "wget"))  # installs nothing at boot
     spec = parse_spec(bucket.get_object(Bucket=BUCKET, Key="jobs/ft-abc1/spec-attempt-1.json")["Body"].read())
@@ -343,12 +347,28 @@ async def test_terminate_releases_and_tolerates_a_missing_instance(
 ) -> None:
     cloud = make_cloud()
     instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
-    await cloud.terminate(instance.instance_id)
+    await cloud.terminate(instance.instance_id, "ft-abc1")
     assert fake.instances[instance.instance_id].status == "Deleted"
     (delete,) = fake.actions("DeleteInstance")
     assert (delete["InstanceId"], delete["Force"].lower()) == (instance.instance_id, "true")
-    await cloud.terminate(instance.instance_id)  # already gone: fine
-    await cloud.terminate("i-bpdoesnotexist00")
+    await cloud.terminate(instance.instance_id, "ft-abc1")  # already gone: fine
+    await cloud.terminate("i-bpdoesnotexist00", "ft-abc1")
+
+
+async def test_terminate_never_deletes_an_instance_not_tagged_for_the_job(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    """A stale effect or a forged report cannot force-delete another job's instance, nor one the bot never made."""
+    cloud = make_cloud()
+    other = await cloud.launch(job_spec(cloud, "ft-bbbb"), [GPU], "spot")
+    stranger = fake._create("cn-hangzhou-j", GPU, "vsw-j", "NoSpot", {"team": "web"}, "", "not-ours", {}).instance_id
+    for instance_id, tagged_for in ((other.instance_id, "ft-bbbb"), (stranger, "no job")):
+        with pytest.raises(ForeignInstance, match=f"tagged for {tagged_for}, not ft-aaaa"):
+            await cloud.terminate(instance_id, "ft-aaaa")
+        assert fake.instances[instance_id].status == "Running"
+    assert fake.actions("DeleteInstance") == []
+    await cloud.terminate(other.instance_id, "ft-bbbb")  # its own job may
+    assert fake.instances[other.instance_id].status == "Deleted"
 
 
 # -- drills and stops ---------------------------------------------------------------------------------------
@@ -454,7 +474,7 @@ async def test_scaling_group_launch_sets_desired_one_and_completion_sets_zero(
     assert "FINETUNE_SPEC=oss://ft-oss/jobs/ft-abc1/spec-attempt-1.json\n" in configuration.user_data
     assert fake.instances[instance.instance_id].tags == {"finetune:job": "ft-abc1", "finetune:attempt": "1"}
 
-    await cloud.terminate(instance.instance_id)
+    await cloud.terminate(instance.instance_id, "ft-abc1")
     assert group.desired == 0
     assert fake.live() == []  # released, and not replaced
 
@@ -495,7 +515,7 @@ async def test_each_job_holds_its_own_group_and_a_free_group_is_reused(
     with pytest.raises(LaunchError, match=r"every scaling group is busy: .*runs ft-aaaa.*runs ft-bbbb"):
         await cloud.launch(job_spec(cloud, "ft-cccc"), [GPU], "spot")
 
-    await cloud.terminate(a.instance_id)  # ft-aaaa completes
+    await cloud.terminate(a.instance_id, "ft-aaaa")  # ft-aaaa completes
     c = await cloud.launch(job_spec(cloud, "ft-cccc"), [GPU], "spot")
     assert first_group.instances == [c.instance_id]
     assert second_group.instances == [b.instance_id]  # untouched
@@ -514,10 +534,13 @@ async def test_a_sold_out_region_fails_the_group_launch_with_the_scaling_activit
 
 def test_the_boot_script_never_carries_what_could_break_out_of_it(fake: FakeAliyun, aws: str) -> None:
     with_reports = settings(fake, aws, report_url="https://bot.example.com/runner/reports")
-    with pytest.raises(ValueError, match="FINETUNE_REPORT_SECRET"):
-        AliyunCloud(with_reports, report_secret="x\nENV\nrm -rf /").user_data("oss://ft-oss/x.json")
-    without_reports = AliyunCloud(settings(fake, aws), report_secret="never-sent-anywhere")
-    assert "never-sent-anywhere" not in without_reports.user_data("oss://ft-oss/x.json")
+    hostile = "x\nENV\nrm -rf /"
+    script = AliyunCloud(with_reports, report_keys=ReportKeys(hostile)).user_data("oss://ft-oss/x.json", "ft-abc1", 1)
+    assert hostile not in script and "rm -rf" not in script  # the master never goes out; the key is hex
+    with pytest.raises(ValueError, match="FINETUNE_SPEC"):
+        AliyunCloud(with_reports).user_data("oss://ft-oss/x.json\nENV\nrm -rf /", "ft-abc1", 1)
+    without_reports = AliyunCloud(settings(fake, aws), report_keys=ReportKeys("never-sent-anywhere"))
+    assert "FINETUNE_REPORT_SECRET" not in without_reports.user_data("oss://ft-oss/x.json", "ft-abc1", 1)
 
 
 # -- reconciliation: what the cloud lists -------------------------------------------------------------------
@@ -536,7 +559,7 @@ async def test_list_instances_finds_every_tagged_instance_across_pages_and_feeds
     old = await cloud.launch(job_spec(cloud, "ft-abc1", attempt=1), [GPU], "spot")
     done = await cloud.launch(job_spec(cloud, "ft-def2", attempt=1), [GPU], "spot")
     released = await cloud.launch(job_spec(cloud, "ft-ghi3", attempt=1), [GPU], "spot")
-    await cloud.terminate(released.instance_id)
+    await cloud.terminate(released.instance_id, "ft-ghi3")
     fake._create("cn-hangzhou-j", GPU, "vsw-j", "NoSpot", {"team": "web"}, "", "not-ours", {})  # untagged
 
     before = len(fake.actions("DescribeInstances"))  # each launch looked for its attempt's instance first

@@ -17,6 +17,7 @@ import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import boto3
@@ -25,7 +26,7 @@ from pydantic import ValidationError
 
 import bot.cloud.base as cloud_base
 from bot.cloud.aws import AwsCloud, AwsError, AwsSettings, group_distribution
-from bot.cloud.base import CloudError, LaunchError
+from bot.cloud.base import CloudError, ForeignInstance, LaunchError
 from bot.effects import CloudEffects
 from bot.keys import Keys
 from bot.reconciler import Reconciler
@@ -36,6 +37,7 @@ from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.lifecycle import Lifecycle
 from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StopDeadline
 from handlers.recipes import BUILT_IN
+from handlers.report_keys import ReportKeys
 from handlers.spec import JobSpec, parse_spec
 from handlers.spot import SpotView
 from tests.aws_fakes import Ec2Proxy, deliver_fis_interruption, spot_request
@@ -404,10 +406,24 @@ async def test_stop_runner_writes_the_control_object(world: World, make_cloud: A
 async def test_terminate_is_idempotent(world: World, make_cloud: Any) -> None:
     cloud: AwsCloud = make_cloud()
     instance = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
-    await cloud.terminate(instance.instance_id)
+    await cloud.terminate(instance.instance_id, "ft-abc1")
     assert world.instance(instance.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
-    await cloud.terminate(instance.instance_id)
-    await cloud.terminate("i-0123456789abcdef0")
+    await cloud.terminate(instance.instance_id, "ft-abc1")
+    await cloud.terminate("i-0123456789abcdef0", "ft-abc1")
+
+
+async def test_terminate_never_touches_an_instance_not_tagged_for_the_job(world: World, make_cloud: Any) -> None:
+    """A stale effect or a forged report cannot end another job's instance, nor one the bot never launched."""
+    cloud: AwsCloud = make_cloud()
+    other = await cloud.launch(job_spec(cloud, "ft-bbbb"), ["g5.xlarge"], "spot")
+    stranger = world.ec2.run_instances(ImageId=world.image_id, MinCount=1, MaxCount=1, InstanceType="t3.micro")
+    untagged = stranger["Instances"][0]["InstanceId"]
+    for instance_id, tagged_for in ((other.instance_id, "ft-bbbb"), (untagged, "no job")):
+        with pytest.raises(ForeignInstance, match=f"tagged for {tagged_for}, not ft-aaaa"):
+            await cloud.terminate(instance_id, "ft-aaaa")
+        assert world.instance(instance_id)["State"]["Name"] in ("pending", "running")
+    await cloud.terminate(other.instance_id, "ft-bbbb")  # its own job may
+    assert world.instance(other.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
 
 
 async def test_every_refusal_is_a_cloud_error_never_a_raw_botocore_one(proxy: Ec2Proxy, make_cloud: Any) -> None:
@@ -416,10 +432,10 @@ async def test_every_refusal_is_a_cloud_error_never_a_raw_botocore_one(proxy: Ec
     instance = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
     proxy.denied_actions = {"TerminateInstances"}
     with pytest.raises(AwsError, match=r"could not terminate .*UnauthorizedOperation") as refused:
-        await cloud.terminate(instance.instance_id)
+        await cloud.terminate(instance.instance_id, "ft-abc1")
     assert isinstance(refused.value, CloudError)
     proxy.denied_actions = {"DescribeInstances"}
-    for act in (cloud.terminate, cloud.stop_runner, cloud.interrupt_test):
+    for act in (partial(cloud.terminate, job_id="ft-abc1"), cloud.stop_runner, cloud.interrupt_test):
         with pytest.raises(CloudError, match="UnauthorizedOperation"):
             await act(instance.instance_id)
 
@@ -527,7 +543,7 @@ async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[Aw
     assert spec.release is not None
     assert spec.release.model_dump() == {"kind": "aws-autoscaling", "group": "finetune-ft-abc1"}
 
-    await cloud.terminate(first.instance_id)
+    await cloud.terminate(first.instance_id, "ft-abc1")
     (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]
     assert group["DesiredCapacity"] == 0
     assert world.instance(first.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
@@ -560,7 +576,7 @@ async def test_list_instances_finds_the_tagged_instances_for_reconciliation(worl
     first = await cloud.launch(job_spec(cloud, "ft-lst1", attempt=1), ["g5.xlarge"], "spot")
     second = await cloud.launch(job_spec(cloud, "ft-lst1", attempt=2), ["g5.xlarge"], "spot")
     other = await cloud.launch(job_spec(cloud, "ft-lst2", attempt=3), ["g5.xlarge"], "on-demand")
-    await cloud.terminate(first.instance_id)
+    await cloud.terminate(first.instance_id, "ft-lst1")
     world.ec2.run_instances(ImageId=world.image_id, MinCount=1, MaxCount=1, InstanceType="t3.micro")  # untagged
 
     listed = {i.instance_id: i for i in await cloud.list_instances() if i.job_id in ("ft-lst1", "ft-lst2")}
@@ -797,3 +813,19 @@ async def test_placement_scores_are_cached_per_instance_types_and_weighed_as_ava
 async def test_without_placement_scores_there_is_no_signal(proxy: Ec2Proxy, make_cloud: Any) -> None:
     cloud: AwsCloud = make_cloud()  # moto has no GetSpotPlacementScores: the proxy passes its error on
     assert await cloud.zone_availability(TYPES) == {}
+
+
+async def test_the_attempts_report_key_travels_in_its_spec_object_never_in_user_data(
+    world: World, proxy: Ec2Proxy, open_clouds: list[AwsCloud]
+) -> None:
+    """User data is readable by every process on the instance (IMDS); the spec object only by the job's runners."""
+    keys = ReportKeys("the-bots-master-report-secret")
+    topic = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
+    cloud = AwsCloud(world.settings(report_topic_arn=topic), report_keys=keys)
+    open_clouds.append(cloud)
+    instance = await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot")
+    spec = parse_spec(world.object("jobs/ft-abc1/spec-attempt-2.json"))
+    assert spec.report_key == keys.of("ft-abc1", 2) and spec.report == [f"sns:{topic}"]
+    user_data = world.user_data(instance.instance_id)
+    assert spec.report_key not in user_data and keys.master not in user_data and "REPORT" not in user_data
+    assert spec.report_key not in repr(spec)  # never in a log line either

@@ -7,7 +7,9 @@ from datetime import timedelta
 
 import pytest
 
+from handlers.aliyun_events import event_message_id as aliyun_event_id
 from handlers.aws_events import UnrecognisedMessage, event_message_id, parse_aws_message
+from handlers.events import Progress
 from handlers.messages import CloudEvent, ReportReceived, dump_message, parse_message
 from tests.sns_payloads import (
     ISSUED,
@@ -92,8 +94,16 @@ def test_a_runner_report_through_sns_keeps_its_own_id() -> None:
     bare = only(line.encode())
     for message in (enveloped, raw, bare):
         assert isinstance(message, ReportReceived)
-        assert message.id == report.id
+        assert message.id == f"report:{report.job_id}:{report.attempt}:{report.id}"  # the reports' namespace
         assert message.report == report
+
+
+def test_no_report_id_can_take_a_cloud_events_id() -> None:
+    """A runner picks its report ids; an Alibaba event's id is predictable: the bus ids never meet."""
+    predictable = aliyun_event_id("spot-interruption", "i-bp1abc")
+    report = Progress(id=predictable, job_id="ft-7k2q", attempt=1, step=3)
+    [message] = parse_aws_message(report.model_dump_json())
+    assert message.id != predictable and message.id == f"report:ft-7k2q:1:{predictable}"
 
 
 def test_bus_messages_round_trip_through_the_bus_schema() -> None:

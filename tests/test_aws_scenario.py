@@ -27,8 +27,9 @@ from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.jobs import JobState, Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
+from handlers.report_keys import ReportKeys
 from handlers.spec import JobSpec
-from tests.bot_harness import running_bot, start_job, wait_job
+from tests.bot_harness import SECRET, running_bot, start_job, wait_job
 from tests.runner_harness import runner_env
 from tests.test_aws_cloud import BUCKET, build_world
 
@@ -86,8 +87,8 @@ class Ec2Bodies:
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
         return await self.cloud.hourly_price(instance_types, market)
 
-    async def terminate(self, instance_id: str) -> None:
-        await self.cloud.terminate(instance_id)
+    async def terminate(self, instance_id: str, job_id: str) -> None:
+        await self.cloud.terminate(instance_id, job_id)
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         return await self.cloud.interrupt_test(instance_id)
@@ -127,12 +128,16 @@ async def test_spot_warning_relaunch_in_another_zone_resume_and_cost_report(tmp_
     world = build_world(aws)
     sns = boto3.client("sns", endpoint_url=aws)
     sqs = boto3.client("sqs", endpoint_url=aws)
-    topic = sns.create_topic(Name="finetune-events")["TopicArn"]
+    # Two topics into one queue, as deploy/aws/finetune.yaml makes them: EventBridge's and the runners'.
+    events_topic = sns.create_topic(Name="finetune-events")["TopicArn"]
+    report_topic = sns.create_topic(Name="finetune-reports")["TopicArn"]
     queue_url = sqs.create_queue(QueueName="finetune-events")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    for topic in (events_topic, report_topic):
+        sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    settings = world.settings(report_topic_arn=report_topic, zones=["us-east-1a", "us-east-1b"])
     cloud = Ec2Bodies(
-        AwsCloud(world.settings(report_topic_arn=topic, zones=["us-east-1a", "us-east-1b"])),
+        AwsCloud(settings, report_keys=ReportKeys(SECRET)),  # each runner signs with its attempt's key
         world,
         tmp_path / "instances",
         aws,
@@ -140,7 +145,12 @@ async def test_spot_warning_relaunch_in_another_zone_resume_and_cost_report(tmp_
     (tmp_path / "instances").mkdir()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    async with running_bot(tmp_path / "state", finetune_sqs_queue_url=queue_url, cloud=lambda _: cloud) as (
+    intake = {
+        "finetune_sqs_queue_url": queue_url,
+        "finetune_events_topics": events_topic,
+        "finetune_report_topics": report_topic,
+    }
+    async with running_bot(tmp_path / "state", cloud=lambda _: cloud, **intake) as (
         service,
         chat,
     ):

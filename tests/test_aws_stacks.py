@@ -32,6 +32,7 @@ from bot.cloud.aws import AwsCloud
 from bot.service import BotService
 from bot.settings import Settings, load_config
 from handlers.jobs import JobState
+from handlers.report_keys import ReportKeys
 from tests.bot_harness import CHANNEL, wait_job
 from tests.cfn_stand_ins import Context, Values, deploy, load_template, moto_lacks
 from tests.test_aws_cloud import World
@@ -142,11 +143,19 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
     )
     assert {load_template("finetune.yaml")["Resources"][name]["Type"] for name in runner.stood_in} == RUNNER_STACK_LACKS
     queue_url, topic = runner.outputs["EventsQueueUrl"], runner.outputs["EventsTopicArn"]
+    reports_topic = runner.outputs["ReportsTopicArn"]
+    assert reports_topic != topic  # runners never publish where EventBridge does
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    (subscription,) = sns.list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]
-    assert (subscription["Protocol"], subscription["Endpoint"]) == ("sqs", queue_arn)
+    for each in (topic, reports_topic):
+        (subscription,) = sns.list_subscriptions_by_topic(TopicArn=each)["Subscriptions"]
+        assert (subscription["Protocol"], subscription["Endpoint"]) == ("sqs", queue_arn)
     policy = json.loads(sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["Policy"])["Attributes"]["Policy"])
-    assert policy["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"] == topic
+    assert policy["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"] == [topic, reports_topic]
+    topic_policy = json.loads(sns.get_topic_attributes(TopicArn=topic)["Attributes"]["Policy"])
+    assert [(rule["Effect"], rule.get("Principal")) for rule in topic_policy["Statement"]] == [
+        ("Allow", {"Service": "events.amazonaws.com"}),
+        ("Deny", "*"),  # nobody else, a runner included
+    ]
     redrive = json.loads(
         sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
     )
@@ -212,11 +221,13 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         settings = Settings(finetune_http_host="127.0.0.1", finetune_http_port=0, finetune_state_dir=tmp_path / "state")
         config = load_config(settings)
         assert config.aws is not None and config.policy.max_concurrent_jobs == 2
-        assert config.aws.launch_template == "finetune-runner" and config.aws.report_topic_arn == topic
+        assert config.aws.launch_template == "finetune-runner" and config.aws.report_topic_arn == reports_topic
+        assert settings.events_topics == [topic]
         world = World(aws, ec2, client("s3"), client("fis"), client("autoscaling"), private, group, image)
         (tmp_path / "instances").mkdir()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        cloud = Ec2Bodies(AwsCloud(config.aws), world, tmp_path / "instances", aws)
+        keys = ReportKeys(env["FINETUNE_REPORT_SECRET"])  # what open_cloud hands the AWS provider
+        cloud = Ec2Bodies(AwsCloud(config.aws, report_keys=keys), world, tmp_path / "instances", aws)
         chat = ConsoleChat(write=lambda line: None)  # keeps a transcript
         async with BotService(settings, chat, lambda _: cloud) as service:
             assert service.settings.finetune_sqs_queue_url == queue_url

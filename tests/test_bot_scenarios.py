@@ -22,6 +22,7 @@ from tests.bot_harness import (
     drained,
     eventually,
     quick_recipe,
+    report_headers,
     running_bot,
     start_job,
     wait_job,
@@ -44,24 +45,23 @@ async def test_runner_reports_must_be_signed_and_duplicates_change_nothing(tmp_p
         forged = [
             {},
             {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign("wrong-secret", now, body)},
-            {TIMESTAMP_HEADER: str(now - 600), SIGNATURE_HEADER: sign(SECRET, now - 600, body)},
-            {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body + b" ")},
+            {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)},  # the master is no runner's key
+            report_headers(body, now - 600),
+            {**report_headers(body + b" ", now)},
         ]
         async with aiohttp.ClientSession() as http:
             for headers in forged:
                 async with http.post(url, data=body, headers=headers) as response:
                     assert response.status == 401
-            malformed = b'{"type": "progress", "job_id": "ft-nope"}'
-            headers = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, malformed)}
-            async with http.post(url, data=malformed, headers=headers) as response:
+            malformed = b'{"type": "progress", "job_id": "ft-nope", "attempt": 1}'
+            async with http.post(url, data=malformed, headers=report_headers(malformed, now)) as response:
                 assert response.status == 400
             await eventually(lambda: drained(service.bus))  # whatever reached the bus was handled
             unchanged = await service.bot.store.get(job_id)
             assert unchanged is not None and unchanged.version == running.version and unchanged.step is None
 
             for _ in range(3):  # the runner retrying one report: accepted each time, applied once
-                headers = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)}
-                async with http.post(url, data=body, headers=headers) as response:
+                async with http.post(url, data=body, headers=report_headers(body, now)) as response:
                     assert response.status == 202
         moved = await wait_job(service, job_id, lambda job: job.step == 99)
         await eventually(lambda: drained(service.bus))  # all three handled: none is still to be applied

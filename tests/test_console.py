@@ -17,8 +17,7 @@ from pathlib import Path
 import pexpect
 
 from handlers.events import Notice
-from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from tests.bot_harness import SECRET, SLEEPS, quick_recipe, write_config
+from tests.bot_harness import SECRET, SLEEPS, quick_recipe, report_headers, write_config
 from tests.servers import free_port
 from tests.test_bot_cli import bot_env
 
@@ -53,7 +52,7 @@ def at_prompt(child: pexpect.spawn) -> None:
 
 def post_report(port: int, body: bytes) -> None:
     now = int(time.time())
-    headers = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)}
+    headers = report_headers(body, now)
     request = urllib.request.Request(f"http://127.0.0.1:{port}/runner/reports", data=body, headers=headers)
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 202

@@ -254,16 +254,33 @@ def test_a_pending_job_moves_on_its_runner_or_ends_at_its_deadline() -> None:
     """Finding 1: the launch result was lost; the runner's own report, or the start deadline, still decides."""
     pending = new_job("ft-ab12", "tiny", {}, "console:ana", None, T0).job
     started = decide(pending, report(pending, Started, instance_id="i-1", time=at(5)), at(5))
-    assert started.job.state is JobState.RUNNING and started.job.instance_ids == ["i-1"]
+    # The job moves; its instance is what the launch says, never what a report claims.
+    assert started.job.state is JobState.RUNNING and started.job.instance_ids == []
     late = decide(started.job, Launched(job_id=pending.id, attempt=1, instance_id="i-1", zone="z1"), at(6))
     assert late.job.state is JobState.RUNNING and late.job.current is not None and late.job.current.zone == "z1"
-    assert "terminate" not in kinds(late)
+    assert late.job.instance_ids == ["i-1"] and "terminate" not in kinds(late)
 
     timed_out = decide(pending, StartDeadline(job_id=pending.id, attempt=1, due=at(900)), at(900))
     assert timed_out.job.state is JobState.FAILED and timed_out.job.failure == Failure.of("start-timeout")
     released = decide(timed_out.job, Launched(job_id=pending.id, attempt=1, instance_id="i-late"), at(901))
     assert released.job == timed_out.job and kinds(released) == ["terminate"]  # nothing bills unseen
     assert released.outbox[0]["instance_id"] == "i-late"
+
+
+def test_a_started_naming_another_instance_changes_nothing() -> None:
+    """A runner's report cannot point the job (and so its terminate) at an instance the bot did not launch."""
+    launched = decide(
+        new_job("ft-ab12", "tiny", {}, "console:ana", None, T0).job,
+        Launched(job_id="ft-ab12", attempt=1, instance_id="i-1", zone="z1"),
+        at(1),
+    ).job
+    forged = decide(launched, report(launched, Started, instance_id="i-other", time=at(5)), at(5))
+    assert forged.job == launched and forged.outbox == []
+    assert forged.history["event"] == "ignored" and "i-other" in forged.history["why"]
+    own = decide(launched, report(launched, Started, instance_id="i-1", time=at(5)), at(5))
+    assert own.job.state is JobState.RUNNING and own.job.instance_ids == ["i-1"]
+    unnamed = decide(launched, report(launched, Started, time=at(5)), at(5))
+    assert unnamed.job.state is JobState.RUNNING and unnamed.job.instance_ids == ["i-1"]
 
 
 def test_a_launch_result_for_an_attempt_not_running_releases_its_instance() -> None:

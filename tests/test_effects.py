@@ -28,7 +28,7 @@ from handlers.jobs import TERMINAL_STATES, ChatRef, JobState
 from handlers.launch import build_spec
 from handlers.messages import Notify, dump_message
 from handlers.recipes import Recipe
-from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from handlers.report_keys import ReportKeys
 from tests.bot_harness import (
     CHANNEL,
     DRILLABLE,
@@ -36,6 +36,7 @@ from tests.bot_harness import (
     SLEEPS,
     chat_drained,
     quick_recipe,
+    report_headers,
     running_bot,
     slack_settings,
     start_job,
@@ -132,7 +133,7 @@ async def test_a_launch_repeated_after_a_crash_starts_no_second_instance(
     store = JobStore(redis, DEFAULT_KEYS)
     change = new_job("ft-crash1", "sleepy", {}, "console:ana", CHANNEL, utcnow())
     assert await store.create(change.job, change.history, change.outbox)
-    dying = LocalCloud(tmp_path / "dead-replica", redis, valkey.url, runner_env={"FINETUNE_REPORT_SECRET": SECRET})
+    dying = LocalCloud(tmp_path / "dead-replica", redis, valkey.url, report_keys=ReportKeys(SECRET))
     spec = build_spec(change.job, 1, recipe, dying.checkpoint_uri(change.job.id), [], dying.notice, "python")
     first = await dying.launch(spec, [], "spot")  # ... and the replica dies here: nothing recorded, nothing acked
 
@@ -193,7 +194,7 @@ async def test_an_old_attempts_late_warning_is_still_posted_once(tmp_path: Path,
         first = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
         assert first.current is not None and first.current.instance_id
         old_instance = first.current.instance_id
-        await service.bot.cloud.terminate(old_instance)  # reclaimed without notice, as far as the bot knows
+        await service.bot.cloud.terminate(old_instance, job_id)  # reclaimed without notice, as far as the bot knows
         relaunched = await wait_job(service, job_id, lambda job: job.attempt == 2 and job.state is JobState.RUNNING)
 
         notice = Notice(job_id=job_id, attempt=1, kind="spot-interruption", source="aws-imds")
@@ -230,7 +231,7 @@ async def unreachable_since(service: BotService, before: tuple[int, int], times:
 
 async def post_report(port: int, body: bytes) -> int:
     now = int(time.time())
-    headers = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)}
+    headers = report_headers(body, now)
     url = f"http://127.0.0.1:{port}/runner/reports"
     async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=headers) as response:
         await response.read()

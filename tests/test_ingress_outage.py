@@ -28,6 +28,7 @@ from tests.bot_harness import (
     SECRET,
     SLEEPS,
     quick_recipe,
+    report_headers,
     running_bot,
     running_dingtalk_bot,
     slack_settings,
@@ -71,7 +72,7 @@ async def send(
 def signed_report(job_id: str = "ft-abcd") -> tuple[bytes, dict[str, str]]:
     body = dump_report(Progress(job_id=job_id, attempt=1, step=3, total_steps=10, loss=1.0)).encode()
     now = int(time.time())
-    return body, {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)}
+    return body, report_headers(body, now)
 
 
 def aliyun_pushes() -> list[tuple[str, bytes]]:
@@ -158,16 +159,19 @@ async def test_bad_runner_reports_and_malformed_http_get_a_4xx_and_a_bounded_log
         report, headers = signed_report()
         now = int(time.time())
         garbage = b'{"type": "progress", "job_id": "nope"}'
+        signed_garbage = b'{"type": "progress", "job_id": "ft-abcd", "attempt": 1}'
         bad = [
             (report, {**headers, TIMESTAMP_HEADER: "abc"}, 401),
             (report, {**headers, SIGNATURE_HEADER: "v1=" + "0" * 64}, 401),
             (report, {}, 401),
+            # No job and attempt to take a key from: nothing can be verified.
             (
                 b"\xff\xfe not json",
                 {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, b"\xff\xfe not json")},
-                400,
+                401,
             ),
-            (garbage, {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, garbage)}, 400),
+            (garbage, {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, garbage)}, 401),
+            (signed_garbage, report_headers(signed_garbage, now), 400),  # its attempt's key, but no report
         ]
         for body, sent, expected in bad:
             assert (await send(service, "POST", "/runner/reports", body, sent))[0] == expected
@@ -175,7 +179,7 @@ async def test_bad_runner_reports_and_malformed_http_get_a_4xx_and_a_bounded_log
             assert (await send(service, "POST", "/runner/reports", report, {**headers, TIMESTAMP_HEADER: "x"}))[
                 0
             ] == 401
-        lines = [r for r in caplog.records if r.name == "bot.http"]
+        lines = [r for r in caplog.records if r.name in ("bot.http", "bot.report_gate")]
         assert 0 < len(lines) <= BURST and all(len(r.getMessage()) < 300 for r in lines)
 
         for request in MALFORMED_HTTP:

@@ -17,6 +17,7 @@ from handlers.events import Completed, Progress, parse_report
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from runner.reports.file import FileTarget
 from runner.reports.http import HttpTarget
+from runner.reports.open import open_target
 from runner.reports.reporter import Reporter
 from runner.reports.sns import SnsTarget
 
@@ -121,7 +122,7 @@ async def test_sns_reports_reach_an_sqs_subscriber(aws: str) -> None:
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
 
-    reporter = Reporter([SnsTarget("sns:" + topic)])
+    reporter = Reporter([SnsTarget("sns:" + topic, SECRET)])
     reporter.start()
     reporter.emit(progress(7))
     assert await reporter.drain(10)
@@ -133,3 +134,20 @@ async def test_sns_reports_reach_an_sqs_subscriber(aws: str) -> None:
     assert envelope["MessageAttributes"]["finetune_report"]["Value"] == "progress"
     report = parse_report(envelope["Message"])
     assert report.type == "progress" and report.step == 7
+    # Signed as the HTTP path signs, over exactly the published message: the bot checks it with the attempt's key.
+    attributes = envelope["MessageAttributes"]
+    stamp, signature = attributes["finetune_timestamp"]["Value"], attributes["finetune_signature"]["Value"]
+    assert verify(SECRET, stamp, envelope["Message"].encode(), signature, time.time())
+    assert not verify("another-attempts-key", stamp, envelope["Message"].encode(), signature, time.time())
+
+
+def test_a_report_target_never_starts_without_the_attempts_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FINETUNE_REPORT_SECRET", raising=False)
+    with pytest.raises(ValueError, match="report key"):
+        open_target("sns:arn:aws:sns:us-east-1:123456789012:finetune-reports")
+    spec_key = "ab" * 32
+    assert isinstance(target := open_target("sns:arn:aws:sns:us-east-1:123456789012:r", spec_key), SnsTarget)
+    assert target.secret == spec_key  # the key the spec carries (AWS) wins
+    monkeypatch.setenv("FINETUNE_REPORT_SECRET", "from-the-environment")
+    assert isinstance(target := open_target("https://bot.example/runner/reports"), HttpTarget)
+    assert target.secret == "from-the-environment"

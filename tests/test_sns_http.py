@@ -17,10 +17,14 @@ from aiohttp import web
 
 from bot.bus import EVENT_FIELD, EventBus
 from bot.redis_server import connect
+from bot.report_gate import ReportGate
+from bot.sources.aws_intake import AwsIntake
 from bot.sources.sns_http import SNS_PATH, sns_routes
 from bot.sources.sns_signature import SnsVerifier, UrlFetcher, fetch_url, is_allowed_url, string_to_sign
 from handlers.aws_events import event_message_id
 from handlers.messages import CloudEvent, ReportReceived, parse_message
+from handlers.report_keys import ReportKeys
+from handlers.signing import sign
 from tests.restartable_valkey import RestartableValkey
 from tests.sns_payloads import progress_report, rebalance, spot_warning
 from tests.sns_queues import RecordingBus
@@ -155,7 +159,7 @@ async def test_the_subject_is_signed_when_present_and_the_certificate_is_fetched
         status, _ = await local.post(cert_host.signer.sign(message, cert_host.url))
         assert status == 200
     first = parse_message(local.bus.events[0])
-    assert isinstance(first, ReportReceived) and first.id == report.id
+    assert isinstance(first, ReportReceived) and first.id == f"report:{report.job_id}:{report.attempt}:{report.id}"
     assert cert_host.hits == local.verifier.fetches == 1
 
 
@@ -400,3 +404,47 @@ async def test_the_default_fetcher_refuses_redirects_and_oversized_bodies(serve:
         await fetch(base + "/redirect")
     with pytest.raises(Exception, match="more than"):
         await fetch(base + "/huge")
+
+
+async def test_a_report_counts_only_from_the_report_topic_and_signed_by_its_attempt(
+    serve: Serve, cert_host: CertHost
+) -> None:
+    """IAM lets every runner publish to the report topic, and EventBridge's topic carries the cloud's word: a
+    report is believed only on the first, with its attempt's signature; a cloud event only on the second."""
+    report_topic = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
+    gate = ReportGate("master-report-secret")
+    intake = AwsIntake(gate, report_topics=[report_topic], events_topics=[TOPIC], route="sns")
+    bus, verifier = RecordingBus(), SnsVerifier(host_pattern=LOCAL_HOST, schemes=("http",))
+    app = web.Application()
+    app.add_routes(sns_routes(bus.publish, [TOPIC, report_topic], verifier, parse=intake.parse))
+    endpoint = Endpoint(await serve(app) + SNS_PATH, bus, verifier, Confirmations())
+    report, line = progress_report()
+
+    def published(topic: str, message: str, key: str | None = None) -> dict[str, Any]:
+        body = notification(topic, message)
+        if key is not None:
+            now = int(datetime.now(UTC).timestamp())
+            body["MessageAttributes"] = {
+                "finetune_timestamp": {"Type": "String", "Value": str(now)},
+                "finetune_signature": {"Type": "String", "Value": sign(key, now, message.encode())},
+            }
+        return cert_host.signer.sign(body, cert_host.url)
+
+    own_key = ReportKeys("master-report-secret").of(report.job_id, report.attempt)
+    refused = [
+        published(TOPIC, line, own_key),  # signed, but on the events topic
+        published(report_topic, line),  # unsigned
+        published(report_topic, line, ReportKeys("master-report-secret").of("ft-other", 1)),  # another job's key
+        published(report_topic, spot_warning("i-0forged", event_id=EVENT_ID)),  # the cloud's word from a runner
+    ]
+    for message in refused:
+        status, answer = await endpoint.post(message)
+        assert status == 403 and answer["error"] == "refused"
+    assert bus.events == []
+    assert gate.refused == {"sns": 3} and intake.events_refused == {"sns": 1}
+
+    assert (await endpoint.post(published(report_topic, line, own_key)))[0] == 200
+    assert (await endpoint.post(published(TOPIC, spot_warning("i-0real", event_id=EVENT_ID))))[0] == 200
+    first, second = (parse_message(event) for event in bus.events)
+    assert isinstance(first, ReportReceived) and first.report == report
+    assert isinstance(second, CloudEvent) and second.instance_id == "i-0real"

@@ -97,7 +97,7 @@ async def test_events_reach_the_bus_by_every_route_and_leave_the_queue(aws: str)
     assert kinds(raw_bus) == [("progress", report.job_id), ("spot-interruption", "i-0spot")]
     # The same event through two routes carries one id, so the bus dedups it.
     ids = {event["id"] for event in bus.events} & {event["id"] for event in raw_bus.events}
-    assert ids == {event_message_id(SPOT_EVENT), report.id}
+    assert ids == {event_message_id(SPOT_EVENT), f"report:{report.job_id}:{report.attempt}:{report.id}"}
     assert (source.stats.deleted, source.stats.unrecognised, source.stats.publish_failures) == (5, 0, 0)
     assert source.redrive_policy is None  # these queues have none (the consumer warned)
     assert cloud.depth(queue) == cloud.depth(raw_queue) == 0

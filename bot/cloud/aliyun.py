@@ -44,11 +44,12 @@ from alibabacloud_ess20220222 import models as ess_models
 
 from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_settings import AliyunSettings
-from bot.cloud.base import CloudError, CloudProvider, Instance, LaunchError, log_once
+from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, Instance, LaunchError, log_once
 from bot.cloud.user_data import runner_boot_script
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
+from handlers.report_keys import ReportKeys
 from handlers.spec import DrillControl, JobSpec, StopControl, control_key, dump_control
 from handlers.spot.zones import (
     Candidate,
@@ -117,9 +118,9 @@ class AliyunCloud:
     name = "aliyun"
     notice: Literal["aws", "aliyun", "none"] = "aliyun"
 
-    def __init__(self, settings: AliyunSettings, *, report_secret: str | None = None) -> None:
+    def __init__(self, settings: AliyunSettings, *, report_keys: ReportKeys | None = None) -> None:
         self.settings = settings  # (cloud events arrive through the CloudMonitor / EventBridge routes, not from here)
-        self.report_secret = report_secret
+        self.report_keys = report_keys  # each runner gets its attempt's key in its boot script, never the master
         secret = settings.access_key_secret.get_secret_value() if settings.access_key_secret else None
         self.api = AliyunApi(
             settings.region,
@@ -165,7 +166,7 @@ class AliyunCloud:
             raise LaunchError("the recipe lists no instance types for aliyun")
         spec = self._complete_spec(spec)
         spec_uri = await self._upload_spec(spec)
-        script = self.user_data(spec_uri)
+        script = self.user_data(spec_uri, spec.job_id, spec.attempt)
         if self.settings.mode == "scaling-group":
             return await self._launch_in_group(spec, script, instance_types, market, avoid_zones, zone)
         existing = await self._attempt_instance(spec)
@@ -235,8 +236,9 @@ class AliyunCloud:
             return spec.model_copy(update={"report": [*spec.report, url]})
         return spec
 
-    def user_data(self, spec_uri: str) -> str:
-        """The boot script: the spec's OSS URI and the bucket's internal endpoint for the runner."""
+    def user_data(self, spec_uri: str, job_id: str, attempt: int) -> str:
+        """The boot script: the spec's OSS URI, the bucket's internal endpoint for the runner, and the attempt's own
+        report key when runners report to the bot's URL."""
         env = {
             "FINETUNE_SPEC": spec_uri,
             "FINETUNE_WORK_DIR": self.settings.work_dir,
@@ -245,8 +247,8 @@ class AliyunCloud:
         }
         if self.settings.ram_role:  # the runner reads the role's STS credentials from the instance metadata
             env["ALIBABA_CLOUD_ECS_METADATA"] = self.settings.ram_role
-        if self.settings.report_url and self.report_secret:
-            env["FINETUNE_REPORT_SECRET"] = self.report_secret
+        if self.settings.report_url and self.report_keys is not None:
+            env["FINETUNE_REPORT_SECRET"] = self.report_keys.of(job_id, attempt)
         return runner_boot_script(env, self.settings.runner_path)
 
     async def _upload_spec(self, spec: JobSpec) -> str:
@@ -697,10 +699,18 @@ class AliyunCloud:
             raise AliyunError(f"instance {instance_id} has no {JOB_TAG} / {ATTEMPT_TAG} tags: not launched by this bot")
         return instance, job_id, int(attempt)
 
-    async def terminate(self, instance_id: str) -> None:
+    async def terminate(self, instance_id: str, job_id: str) -> None:
         """Release the instance (a missing one is fine); in scaling-group mode its group goes to desired 0 first,
-        so ESS does not replace it."""
+        so ESS does not replace it. An instance not tagged ``finetune:job=<job_id>`` is never touched
+        (ForeignInstance)."""
         try:
+            instance = await self._describe(instance_id)
+            if instance is None:
+                return
+            owner = _tags(instance).get(JOB_TAG)
+            if owner != job_id:
+                why = f"instance {instance_id} is tagged for {owner or 'no job'}, not {job_id}: left alone"
+                raise ForeignInstance(why)
             if self.settings.mode == "scaling-group":
                 group_id = await self._group_of(instance_id)
                 if group_id is not None:

@@ -34,11 +34,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bot.cloud.base import CloudError, CloudProvider, Instance, LaunchError, log_once
+from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, Instance, LaunchError, log_once
 from bot.cloud.user_data import plain_path, runner_boot_script
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
+from handlers.report_keys import ReportKeys
 from handlers.spec import (
     JobSpec,
     ReleaseAwsAutoScaling,
@@ -217,8 +218,11 @@ class AwsCloud:
     name = "aws"
     notice: Literal["aws", "aliyun", "none"] = "aws"
 
-    def __init__(self, settings: AwsSettings) -> None:
+    def __init__(self, settings: AwsSettings, *, report_keys: ReportKeys | None = None) -> None:
         self.settings = settings  # (cloud events arrive through EventBridge -> SQS / SNS, not from here)
+        # Each attempt's own report key goes into its spec object (readable by that job's runners only, by the runner
+        # role's policy), never into user data, which every process on the instance can read from IMDS.
+        self.report_keys = report_keys
         self.region: str | None = (
             settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         )
@@ -328,7 +332,8 @@ class AwsCloud:
         return None
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
-        """What only the AWS side knows: how the runner gives the capacity back, and the SNS report topic."""
+        """What only the AWS side knows: how the runner gives the capacity back, the SNS report topic, and the
+        attempt's report key the runner signs those reports with."""
         update: dict[str, Any] = {}
         if spec.release is None:
             if self.settings.mode == "autoscaling":
@@ -338,6 +343,8 @@ class AwsCloud:
         topic = self.settings.report_topic_arn
         if topic and f"sns:{topic}" not in spec.report:
             update["report"] = [*spec.report, f"sns:{topic}"]
+        if self.report_keys is not None and spec.report_key is None:
+            update["report_key"] = self.report_keys.of(spec.job_id, spec.attempt)
         return spec.model_copy(update=update) if update else spec
 
     async def _upload_spec(self, spec: JobSpec) -> str:
@@ -775,13 +782,18 @@ class AwsCloud:
         listed = [price for price in map(self.on_demand_price, instance_types) if price is not None]
         return min(listed) if listed else None
 
-    async def terminate(self, instance_id: str) -> None:
+    async def terminate(self, instance_id: str, job_id: str) -> None:
         """Terminate the instance (a missing one is fine); an Auto Scaling instance's group goes to 0 first,
-        so the group does not replace it."""
+        so the group does not replace it. One not tagged ``finetune:job=<job_id>`` is never touched
+        (ForeignInstance)."""
         instance = await self._describe(instance_id)
         if instance is None:
             return
-        group = _tags(instance).get(GROUP_TAG)
+        tags = _tags(instance)
+        if tags.get(JOB_TAG) != job_id:
+            owner = tags.get(JOB_TAG) or "no job"
+            raise ForeignInstance(f"instance {instance_id} is tagged for {owner}, not {job_id}: left alone")
+        group = tags.get(GROUP_TAG)
         if group:
             asg = await self._client("autoscaling")
             try:

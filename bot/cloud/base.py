@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from bot.errors import CloudError as CloudError  # the port's errors, with the port
+from bot.errors import ForeignInstance as ForeignInstance
 from bot.errors import LaunchError as LaunchError
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
@@ -87,7 +88,11 @@ class CloudProvider(ListsInstances, Protocol):
         """The cheapest $/h a launch of these types would pay now (for the spend guard), None if unknown."""
         ...
 
-    async def terminate(self, instance_id: str) -> None: ...
+    async def terminate(self, instance_id: str, job_id: str) -> None:
+        """Release the instance (one already gone is fine). Only an instance tagged for ``job_id``: any other is
+        never touched, and :class:`ForeignInstance` says so (a forged report or a stale effect cannot end another
+        job's instance)."""
+        ...
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         """Start an interrupt-test (a real spot interruption) on the instance; returns what was done, as data."""

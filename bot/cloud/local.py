@@ -12,6 +12,9 @@ control endpoint, and a restarted bot finds them again (:meth:`LocalCloud.instan
 through the instance to whichever replica is alive. A launch is idempotent per (job, attempt): the instance id is
 derived from them, and a launch retried after a crash returns the instance the first one started.
 
+An instance gets what a real one would (:mod:`bot.cloud.local_env`): its spec, its attempt's report key, its
+metadata endpoint and the process basics; never the bot's own environment (chat tokens, the master report secret).
+
 Zones and spot capacity: the cloud has ``zones`` (``local-a`` alone by default), each with spot capacity until
 :meth:`LocalCloud.take_spot_capacity` takes it away (shared in Redis, so every replica sees it): a spot launch
 pinned there is refused as a capacity error, an unpinned one goes to another zone with capacity or is refused too
@@ -38,13 +41,15 @@ from urllib.parse import urlsplit
 import aiohttp
 import redis.asyncio as aioredis
 
-from bot.cloud.base import CloudError, Instance, LaunchError
+from bot.cloud.base import CloudError, ForeignInstance, Instance, LaunchError
+from bot.cloud.local_env import instance_environment
 from bot.cloud.local_instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
 from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry, local_instance_id
 from bot.keys import DEFAULT_KEYS, Keys
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
+from handlers.report_keys import ReportKeys
 from handlers.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,7 @@ log = logging.getLogger(__name__)
 LOCAL_SPOT_PRICE = 0.30  # $/h: what the cost report uses for a local "instance"
 LOCAL_ON_DEMAND_PRICE = 1.00
 START_TIMEOUT = 120.0  # how long a new instance may take to come up (a busy machine imports slowly)
+REPORT_KEY_VARIABLE = "FINETUNE_REPORT_SECRET"
 ORPHAN_SECONDS = 60.0  # an instance that cannot reach Redis that long takes itself down
 _CONTROL_TIMEOUT = aiohttp.ClientTimeout(total=10)
 _PROC = Path("/proc/self")
@@ -71,6 +77,7 @@ class LocalCloud:
         keys: Keys = DEFAULT_KEYS,
         grace_seconds: float = 30.0,
         runner_env: dict[str, str] | None = None,
+        report_keys: ReportKeys | None = None,
         dialect: Literal["aws", "aliyun"] = "aws",
         checkpoint_base: str | None = None,
         orphan_seconds: float = ORPHAN_SECONDS,
@@ -91,6 +98,7 @@ class LocalCloud:
         self._registry = LocalRegistry(redis, keys) if redis is not None else None
         self.grace_seconds = grace_seconds
         self.runner_env = runner_env or {}
+        self.report_keys = report_keys  # each runner gets its attempt's key (FINETUNE_REPORT_SECRET), never the master
         self.orphan_seconds = orphan_seconds
         self._http: aiohttp.ClientSession | None = None
         self._starting: set[asyncio.subprocess.Process] = set()
@@ -178,6 +186,9 @@ class LocalCloud:
         home = (self.state_dir / "instances" / instance_id).resolve()
         home.mkdir(parents=True, exist_ok=True)
         (home / "launch-spec.json").write_text(spec.model_dump_json())
+        runner_env = dict(self.runner_env)
+        if self.report_keys is not None:
+            runner_env[REPORT_KEY_VARIABLE] = self.report_keys.of(spec.job_id, spec.attempt)
         config = InstanceConfig(
             instance_id=instance_id,
             job_id=spec.job_id,
@@ -188,14 +199,17 @@ class LocalCloud:
             grace_seconds=self.grace_seconds,
             orphan_seconds=self.orphan_seconds,
             spec=home / "launch-spec.json",
-            runner_env=self.runner_env,
+            runner_env=runner_env,
             instance_type=instance_type,
             zone=zone,
             market=market,
             price_per_hour=self.spot_price if market == "spot" else self.on_demand_price,
             on_demand_price_per_hour=self.on_demand_price,
         )
-        (home / "instance.json").write_text(config.model_dump_json())
+        # Its user data, in effect (the attempt's report key): readable by the instance's owner only.
+        descriptor = os.open(home / "instance.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(config.model_dump_json())
         deadline = time.monotonic() + START_TIMEOUT
         process = await self._spawn(home)
         while time.monotonic() < deadline:
@@ -228,6 +242,7 @@ class LocalCloud:
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=log_file,
+                    env=instance_environment(os.environ),  # what an instance would have, not the bot's own
                     start_new_session=True,  # not the bot's: a replica killed leaves its instances running
                 )
         except OSError as exc:
@@ -242,11 +257,14 @@ class LocalCloud:
 
     # -- acting on an instance, from any replica -------------------------------------------------------------
 
-    async def terminate(self, instance_id: str) -> None:
-        """Reclaim the instance (one that is gone, or never was, is fine)."""
+    async def terminate(self, instance_id: str, job_id: str) -> None:
+        """Reclaim the instance (one that is gone, or never was, is fine); ForeignInstance, touching nothing, when
+        it is not ``job_id``'s."""
         record = await self.registry.get(instance_id)
         if record is None or record.state == "gone":
             return
+        if record.job_id != job_id:
+            raise ForeignInstance(f"instance {instance_id} belongs to {record.job_id}, not {job_id}: left alone")
         try:
             await self._control(record, "terminate")
         except CloudError:
@@ -338,7 +356,7 @@ class LocalCloud:
         """Reclaim every running instance and wait until each is gone (tests and the demo clean up with it)."""
         running = [record for record in await self.instances() if record.state == "running"]
         for record in running:
-            await self.terminate(record.instance_id)
+            await self.terminate(record.instance_id, record.job_id)
         deadline = time.monotonic() + timeout
         for record in running:
             while time.monotonic() < deadline:

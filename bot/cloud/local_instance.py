@@ -42,6 +42,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.bus import encode_event
+from bot.cloud.local_env import instance_environment
 from bot.cloud.local_metadata import LocalMetadataServer
 from bot.cloud.local_registry import LocalInstanceRecord
 from bot.keys import Keys
@@ -166,7 +167,7 @@ class LocalInstance:
         spec_path = self.home / "spec.json"
         spec_path.write_text(spec.model_copy(update={"report": [*spec.report, relay]}).model_dump_json())
         env = {
-            **os.environ,
+            **instance_environment(os.environ),  # this process starts with no more; an older bot's may have
             "AWS_EC2_METADATA_SERVICE_ENDPOINT": self.metadata.endpoint,
             "ALIBABA_CLOUD_METADATA_ENDPOINT": self.metadata.endpoint,
             "FINETUNE_TRAINER_ECHO": "0",

@@ -13,7 +13,8 @@ never makes the bot fetch a URL:
 
 Then a ``SubscriptionConfirmation`` is confirmed by GETting its ``SubscribeURL`` (only on an SNS host); an
 ``UnsubscribeConfirmation`` is logged and left alone (subscribing again is an operator's decision); a
-``Notification`` is parsed by :mod:`handlers.aws_events` and published to the bus.
+``Notification`` is parsed by ``parse`` (the bot's :class:`bot.sources.aws_intake.AwsIntake`: what each topic may
+carry, and every runner report's own signature; a refused one gets 403) and published to the bus.
 
 Status codes follow SNS's retry rule (5xx and timeouts are retried, 4xx never): refusals and unrecognised
 messages get 4xx (an unrecognised one is logged in full, and goes to the subscription's dead-letter queue when it
@@ -25,16 +26,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
 
 from bot.log_limit import LimitedLog
+from bot.report_gate import ReportRefused
 from bot.sources.sns_signature import SignatureError, SnsVerifier, UrlFetcher, fetch_url
 from handlers.aws_events import SNS_TYPES, UnrecognisedMessage, parse_aws_message
-from handlers.messages import dump_message
+from handlers.messages import BusMessage, dump_message
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ MAX_AGE = timedelta(hours=1)
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 
 Publish = Callable[[dict[str, Any]], Awaitable[str]]
+Parse = Callable[[bytes], Sequence[BusMessage]]
 
 
 def sns_routes(
@@ -55,6 +58,7 @@ def sns_routes(
     confirm: UrlFetcher = fetch_url,
     clock: Callable[[], float] = time.time,
     max_age: timedelta = MAX_AGE,
+    parse: Parse = parse_aws_message,
 ) -> list[web.RouteDef]:
     """The route to mount on the bot's app (``app.add_routes(sns_routes(...))``).
 
@@ -88,7 +92,7 @@ def sns_routes(
         if kind == "UnsubscribeConfirmation":
             log.warning("SNS says %s was unsubscribed from %s; not subscribing again", request.path, topic)
             return web.json_response({"ignored": "UnsubscribeConfirmation"})
-        return await _publish(raw, message, publish, quiet)
+        return await _publish(raw, message, publish, parse, quiet)
 
     return [web.post(path, receive)]
 
@@ -142,9 +146,13 @@ async def _confirm(message: dict[str, Any], verifier: SnsVerifier, confirm: UrlF
     return web.json_response({"confirmed": message["TopicArn"]})
 
 
-async def _publish(raw: bytes, message: dict[str, Any], publish: Publish, quiet: LimitedLog) -> web.Response:
+async def _publish(
+    raw: bytes, message: dict[str, Any], publish: Publish, parse: Parse, quiet: LimitedLog
+) -> web.Response:
     try:
-        bus_messages = parse_aws_message(raw)
+        bus_messages = parse(raw)
+    except ReportRefused as exc:  # counted and logged where refused
+        return web.json_response({"error": "refused", "reason": exc.reason}, status=403)
     except UnrecognisedMessage as exc:
         log.warning("unrecognised SNS notification %s: %s; body: %s", message.get("MessageId"), exc, raw[:4000])
         return web.json_response({"error": "unrecognised message", "reason": exc.reason}, status=400)

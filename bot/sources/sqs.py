@@ -14,7 +14,10 @@ Delivery rules (at least once; nothing lost; poison kept as evidence):
 - A message that is understood and needs nothing (an instance became ``running``) is deleted at once.
 - SQS errors never end the loop: it logs, backs off exponentially (capped), and keeps going.
 - SNS envelopes arriving here are not signature-checked: IAM authenticates whoever sends to the queue and the
-  queue policy decides who may (the HTTPS endpoint, open to anyone, is where signatures are verified).
+  queue policy decides who may (the HTTPS endpoint, open to anyone, is where signatures are verified). What each
+  topic may carry is checked, and every runner report's own signature (:mod:`bot.sources.aws_intake`, the bot's
+  ``parse``): a message refused there (a report unsigned, signed with another attempt's key, or on the events
+  topic; a cloud event on the report topic) is deleted and counted (``refused``), never published.
 - On ``stop``, a batch in hand is finished (published and deleted) and the long poll in flight is abandoned. A
   message SQS handed out in that very instant returns after the visibility timeout, one receive count older.
 """
@@ -32,6 +35,7 @@ from typing import Any
 from aiobotocore.session import get_session
 
 from bot.redis_server import UNAVAILABLE
+from bot.report_gate import ReportRefused
 from handlers.aws_events import UnrecognisedMessage, parse_aws_message
 from handlers.backoff import backoff
 from handlers.messages import BusMessage, dump_message
@@ -55,6 +59,7 @@ class SqsStats:
     deleted: int = 0
     ignored: int = 0  # understood, nothing to do: deleted
     unrecognised: int = 0  # left for the dead-letter queue
+    refused: int = 0  # not believed (a report without its attempt's signature, a message on the wrong topic): deleted
     publish_failures: int = 0  # left for redelivery
     errors: int = 0
 
@@ -139,6 +144,10 @@ class SqsSource:
         receives = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
         try:
             bus_messages = self._parse(message.get("Body", ""), _string_attributes(message))
+        except ReportRefused:  # counted and logged where refused; kept, it would only come back
+            self.stats.refused += 1
+            await self._delete(client, message)
+            return
         except UnrecognisedMessage as exc:
             self.stats.unrecognised += 1
             log.warning(
@@ -175,11 +184,18 @@ class SqsSource:
             self.stats.published += 1
         if not bus_messages:
             self.stats.ignored += 1
+        await self._delete(client, message)
+
+    async def _delete(self, client: Any, message: Mapping[str, Any]) -> None:
         try:
             await client.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
         except Exception as exc:
             self.stats.errors += 1
-            log.warning("could not delete SQS message %s (%s): its redelivery will be deduplicated", message_id, exc)
+            log.warning(
+                "could not delete SQS message %s (%s): its redelivery will be handled the same way",
+                message.get("MessageId"),
+                exc,
+            )
             return
         self.stats.deleted += 1
 

@@ -1,14 +1,14 @@
-"""``http(s)://…``: POST the report to the bot, signed with HMAC-SHA256 of ``FINETUNE_REPORT_SECRET``."""
+"""``http(s)://…``: POST the report to the bot, signed with HMAC-SHA256 of the attempt's report key."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import aiohttp
 
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from runner.reports.base import PermanentDeliveryError
+from runner.reports.key import KEY_VARIABLE, report_key
 
 _TIMEOUT = aiohttp.ClientTimeout(total=10)
 _RETRYABLE = {408, 425, 429}
@@ -18,9 +18,9 @@ class HttpTarget:
     def __init__(self, target: str, secret: str | None = None) -> None:
         self.name = target
         self.url = target
-        secret = secret if secret is not None else os.environ.get("FINETUNE_REPORT_SECRET", "")
+        secret = secret if secret is not None else report_key()
         if not secret:
-            raise ValueError(f"report target {target} needs FINETUNE_REPORT_SECRET to sign reports")
+            raise ValueError(f"report target {target} needs the attempt's report key ({KEY_VARIABLE}) to sign reports")
         self.secret = secret
         self._session: aiohttp.ClientSession | None = None
 

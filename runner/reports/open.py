@@ -5,14 +5,16 @@ from __future__ import annotations
 from runner.reports.base import ReportTarget
 from runner.reports.file import FileTarget
 from runner.reports.http import HttpTarget
+from runner.reports.key import report_key
 from runner.reports.sns import SnsTarget
 
 
-def open_target(target: str) -> ReportTarget:
+def open_target(target: str, key: str | None = None) -> ReportTarget:
+    """``key``: the attempt's report key when the spec carries it (else ``FINETUNE_REPORT_SECRET``)."""
     if target.startswith("sns:"):
-        return SnsTarget(target)
+        return SnsTarget(target, report_key(key))
     if target.startswith(("http://", "https://")):
-        return HttpTarget(target)
+        return HttpTarget(target, report_key(key))
     if target.startswith("file:"):
         return FileTarget(target)
     raise ValueError(f"unsupported report target {target!r}")

@@ -1,0 +1,73 @@
+"""The one door every runner report comes through, whatever the route (HTTP, SNS over HTTPS, SQS).
+
+A report is believed only when it is signed, within the tolerance window, with the key of the (job, attempt) it
+names (:mod:`handlers.report_keys`), and its fields are within their caps (:func:`handlers.events.parse_report`).
+Anything else is refused, counted (``finetune_reports_refused_total`` on ``/metrics``), logged at a bounded rate,
+and changes nothing. An accepted report becomes its bus message, under the reports' own id namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from pydantic import ValidationError
+
+from bot.log_limit import LimitedLog
+from handlers.events import parse_report
+from handlers.messages import ReportReceived, report_received
+from handlers.report_keys import verify_report
+
+log = logging.getLogger(__name__)
+
+REFUSED_METRIC = "finetune_reports_refused_total"
+
+
+class ReportRefused(Exception):
+    """Not a report the bot believes: ``signed`` False for a signature problem (HTTP 401), True for a signed
+    report that is malformed or beyond a cap (HTTP 400); ``detail`` the validation errors, for the sender."""
+
+    def __init__(self, reason: str, *, signed: bool, detail: list[dict[str, object]] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.signed = signed
+        self.detail = detail or []
+
+
+class ReportGate:
+    def __init__(self, master: str, clock: Callable[[], float] = time.time) -> None:
+        if not master:
+            raise ValueError("the report gate needs the master report secret")
+        self._master = master
+        self.clock = clock
+        self.refused: Counter[str] = Counter()  # by route
+        self._quiet = LimitedLog(log)
+
+    def admit(self, body: bytes, timestamp: str | None, signature: str | None, *, route: str) -> ReportReceived:
+        """The bus message of a report that passes; :class:`ReportRefused` (counted) for any other."""
+        why = verify_report(self._master, body, timestamp, signature, self.clock())
+        if why is not None:
+            raise self.refuse(f"refused a runner report ({route}): {why}", route=route, signed=False)
+        try:
+            report = parse_report(body)
+        except ValidationError as exc:
+            detail: list[dict[str, object]] = [
+                {"loc": list(error["loc"]), "msg": error["msg"]} for error in exc.errors()[:5]
+            ]
+            raise self.refuse(
+                f"refused a malformed runner report ({route}): {detail[0]}", route=route, signed=True, detail=detail
+            ) from None
+        return report_received(report)
+
+    def refuse(
+        self, reason: str, *, route: str, signed: bool = False, detail: list[dict[str, object]] | None = None
+    ) -> ReportRefused:
+        """Count and log a refusal (also one decided elsewhere: a report on the wrong topic); returns the error."""
+        self.refused[route] += 1
+        self._quiet.warning(f"report-refused:{route}", "%s", reason)
+        return ReportRefused(reason, signed=signed, detail=detail)
+
+    def metrics(self) -> dict[str, float]:
+        return {REFUSED_METRIC: float(sum(self.refused.values()))}

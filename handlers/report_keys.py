@@ -1,0 +1,86 @@
+"""Per-attempt report keys: each runner holds a key good for its own (job, attempt) only, never the bot's master.
+
+The key of an attempt is ``HMAC-SHA256(master, "finetune-report-key/v1\\0<job id>\\0<attempt>")`` in hex: the bot
+derives it again for every report it reads, from the (job, attempt) the report names, so nothing is stored, a
+leaked key speaks for one attempt of one job, and no key tells anything about the master or another attempt's key
+(HMAC is a PRF). The label fixes the purpose and the version; the NUL separators keep ``("ft-ab", 12)`` and
+``("ft-ab1", 2)`` apart. Signing itself is unchanged (:mod:`handlers.signing`).
+
+:func:`verify_report` is the one check every route runs (HTTP, SNS, SQS): the claimed sender is read from the
+body (its ``job_id`` and ``attempt``) before anything else, the signature checked with that attempt's key, and
+only then is the report parsed for real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from dataclasses import dataclass, field
+
+from handlers.ids import JOB_ID_PATTERN
+from handlers.signing import verify
+
+KEY_LABEL = b"finetune-report-key/v1"
+MAX_ATTEMPT = 10_000  # the spec's own bound
+_JOB_ID = re.compile(JOB_ID_PATTERN)
+
+
+def derive_report_key(master: str, job_id: str, attempt: int) -> str:
+    """The report key of ``attempt`` of ``job_id`` (what that attempt's runner gets as ``FINETUNE_REPORT_SECRET``)."""
+    if not master:
+        raise ValueError("no master report secret to derive a key from")
+    info = KEY_LABEL + b"\x00" + job_id.encode() + b"\x00" + str(attempt).encode()
+    return hmac.new(master.encode(), info, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """Who a report says it comes from."""
+
+    job_id: str
+    attempt: int
+
+
+def claimed_sender(body: bytes | str) -> Sender | None:
+    """The (job, attempt) a report body names, or None when it names none a runner could hold a key for."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    job_id, attempt = document.get("job_id"), document.get("attempt")
+    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+        return None
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or not 1 <= attempt <= MAX_ATTEMPT:
+        return None
+    return Sender(job_id, attempt)
+
+
+def verify_report(master: str, body: bytes, timestamp: str | None, signature: str | None, now: float) -> str | None:
+    """None when ``body`` is signed, within the tolerance window, with the key of the attempt it names; else why not
+    (a short reason for the log: the report is refused and changes nothing)."""
+    if not timestamp or not signature:
+        return "unsigned"
+    sender = claimed_sender(body)
+    if sender is None:
+        return "names no job and attempt"
+    if not verify(derive_report_key(master, sender.job_id, sender.attempt), timestamp, body, signature, now):
+        return f"not signed with the key of {sender.job_id} attempt {sender.attempt} (or too old)"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportKeys:
+    """The bot's side: the master, and the key of any attempt (what a cloud hands that attempt's runner)."""
+
+    master: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.master:
+            raise ValueError("no master report secret")
+
+    def of(self, job_id: str, attempt: int) -> str:
+        return derive_report_key(self.master, job_id, attempt)

@@ -1,0 +1,13 @@
+"""The key this runner signs its reports with: its attempt's own, never the bot's master (which it never holds)."""
+
+from __future__ import annotations
+
+import os
+
+KEY_VARIABLE = "FINETUNE_REPORT_SECRET"
+
+
+def report_key(from_spec: str | None = None) -> str:
+    """The attempt's key: from the spec when the cloud put it there (AWS), else ``FINETUNE_REPORT_SECRET``
+    (the local cloud's environment, Alibaba's boot script); empty when neither has one."""
+    return from_spec or os.environ.get(KEY_VARIABLE, "")

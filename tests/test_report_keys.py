@@ -1,0 +1,216 @@
+"""Per-attempt report keys: a runner's key speaks for its own (job, attempt) only, on every route; report fields
+have caps; on AWS, reports and cloud events each count only from their own topic."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from bot.report_gate import REFUSED_METRIC, ReportGate, ReportRefused
+from bot.sources.aws_intake import EVENTS_REFUSED_METRIC, AwsIntake
+from bot.sources.sqs import SqsSource
+from handlers.events import TEXT_CHARS, Failed, Interrupted, Progress, dump_report, parse_report
+from handlers.failures import Failure
+from handlers.messages import CloudEvent, ReportReceived, parse_message
+from handlers.report_keys import ReportKeys, claimed_sender, derive_report_key, verify_report
+from handlers.signing import sign
+from runner.reports.reporter import Reporter
+from runner.reports.sns import SnsTarget
+from tests.sns_payloads import spot_warning
+from tests.sns_queues import Aws, RecordingBus, until
+from tests.test_sqs_source import consuming
+
+MASTER = "the-bots-master-report-secret"
+
+
+def signed(key: str, line: str, now: int | None = None) -> tuple[bytes, str, str]:
+    at = int(time.time()) if now is None else now
+    return line.encode(), str(at), sign(key, at, line.encode())
+
+
+# -- the keys ------------------------------------------------------------------------------------------------
+
+
+def test_each_attempt_has_a_key_of_its_own_and_none_is_the_master() -> None:
+    keys = {derive_report_key(MASTER, job, attempt) for job in ("ft-aaaa", "ft-bbbb") for attempt in (1, 2, 12)}
+    assert len(keys) == 6 and MASTER not in keys
+    # The separators keep a job id and an attempt from running into each other.
+    assert derive_report_key(MASTER, "ft-abc", 12) != derive_report_key(MASTER, "ft-abc1", 2)
+    assert derive_report_key(MASTER, "ft-aaaa", 1) != derive_report_key("another-master", "ft-aaaa", 1)
+    assert ReportKeys(MASTER).of("ft-aaaa", 1) == derive_report_key(MASTER, "ft-aaaa", 1)
+    assert MASTER not in repr(ReportKeys(MASTER))
+    with pytest.raises(ValueError):
+        ReportKeys("")
+
+
+def test_a_report_counts_only_with_the_key_of_the_attempt_it_names() -> None:
+    line = dump_report(Progress(job_id="ft-bbbb", attempt=2, step=5))
+    now = time.time()
+    own = signed(derive_report_key(MASTER, "ft-bbbb", 2), line)
+    assert verify_report(MASTER, *own, now) is None
+    for key in (
+        derive_report_key(MASTER, "ft-aaaa", 2),  # another job's runner
+        derive_report_key(MASTER, "ft-bbbb", 1),  # the same job's older attempt
+        MASTER,  # the bot's own secret is no runner's key
+    ):
+        why = verify_report(MASTER, *signed(key, line), now)
+        assert why is not None and "ft-bbbb attempt 2" in why
+    body, stamp, signature = own
+    assert verify_report(MASTER, body, None, signature, now) == "unsigned"
+    assert verify_report(MASTER, body, stamp, None, now) == "unsigned"
+    assert verify_report(MASTER, body, stamp, signature, now + 3600) is not None  # a replay, too late
+    assert verify_report(MASTER, body.replace(b'"step":5', b'"step":6'), stamp, signature, now) is not None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[1]",
+        b'{"attempt": 1}',
+        b'{"job_id": "ft-aaaa"}',
+        b'{"job_id": "FT-A", "attempt": 1}',
+        b'{"job_id": "ft-aaaa", "attempt": true}',
+        b'{"job_id": "ft-aaaa", "attempt": 0}',
+    ],
+)
+def test_a_body_naming_no_attempt_has_no_key_to_check(body: bytes) -> None:
+    assert claimed_sender(body) is None
+    assert verify_report(MASTER, body, "1", "v1=00", time.time()) == "names no job and attempt"
+
+
+def test_the_gate_counts_what_it_refuses_and_names_the_attempt_in_the_bus_id() -> None:
+    gate = ReportGate(MASTER)
+    report = Progress(job_id="ft-bbbb", attempt=1, step=5)
+    message = gate.admit(*signed(derive_report_key(MASTER, "ft-bbbb", 1), dump_report(report)), route="http")
+    assert message.report == report and message.id == f"report:ft-bbbb:1:{report.id}"
+    with pytest.raises(ReportRefused) as unsigned:
+        gate.admit(dump_report(report).encode(), None, None, route="sqs")
+    assert not unsigned.value.signed
+    malformed = dump_report(report).replace('"step":5', '"step":"five"')
+    with pytest.raises(ReportRefused) as bad:
+        gate.admit(*signed(derive_report_key(MASTER, "ft-bbbb", 1), malformed), route="http")
+    assert bad.value.signed and bad.value.detail  # signed by its attempt, but not a report: 400, not 401
+    assert gate.refused == {"sqs": 1, "http": 1} and gate.metrics() == {REFUSED_METRIC: 2.0}
+
+
+# -- the caps ------------------------------------------------------------------------------------------------
+
+
+def test_every_report_string_and_list_has_a_cap_refused_on_the_wire() -> None:
+    base = {"job_id": "ft-aaaa", "attempt": 1}
+    too_much: list[dict[str, Any]] = [
+        {**base, "type": "failed", "reason": "x" * (TEXT_CHARS + 1)},
+        {**base, "type": "failed", "reason": "r", "log_tail": ["line"] * 51},
+        {**base, "type": "failed", "reason": "r", "log_tail": ["x" * (TEXT_CHARS + 1)]},
+        {
+            **base,
+            "type": "failed",
+            "reason": "r",
+            "failure": {"code": "storage-unreachable", "values": {"error": "e" * 5000}},
+        },
+        {**base, "type": "warning", "kind": "k" * 65, "message": "m"},
+        {**base, "type": "warning", "kind": "k", "message": "m" * (TEXT_CHARS + 1)},
+        {**base, "type": "completed", "output_uri": "s3://b/" + "o" * 2048},
+        {**base, "type": "started", "instance_id": "i-" + "0" * 63},
+        {**base, "type": "started", "skipped": [{"step": 1, "uri": "u", "reason": "r"}] * 65},
+        {**base, "type": "notice", "kind": "spot-interruption", "source": "s" * 65},
+        {**base, "type": "interrupted", "reason": "r", "committing": list(range(65))},
+        {**base, "type": "interrupted", "reason": "r", "seconds": {str(n): 1.0 for n in range(65)}},
+        {**base, "type": "interrupted", "reason": "r", "given_up": [{"reason": "x" * (TEXT_CHARS + 1)}]},
+        {**base, "type": "interrupted", "reason": "r", "late": {"cause": "upload-failed", "error": "e" * 5000}},
+        {**base, "type": "checkpoint_saved", "step": 1, "uri": "u" * 2049, "bytes": 1, "seconds": 1.0},
+        {**base, "id": "i" * 65, "type": "progress", "step": 1},
+    ]
+    for raw in too_much:
+        with pytest.raises(ValidationError):
+            parse_report(json.dumps(raw))
+        with pytest.raises(ValidationError):
+            parse_report(raw)
+
+
+def test_the_runner_clips_its_own_reports_to_the_caps_so_it_can_always_report() -> None:
+    failed = Failed(
+        job_id="ft-aaaa",
+        attempt=1,
+        reason="boom " * 2000,
+        log_tail=[f"line {n} " + "x" * 5000 for n in range(80)],
+        failure=Failure.of("storage-unreachable", error="e" * 9000),
+    )
+    assert len(failed.reason) == TEXT_CHARS and len(failed.log_tail) == 50
+    assert failed.log_tail[-1].startswith("line 79 ") and all(len(line) == TEXT_CHARS for line in failed.log_tail)
+    assert failed.failure is not None and len(str(failed.failure.values["error"])) == TEXT_CHARS
+    assert parse_report(dump_report(failed)) == failed  # what the runner sends, the bot takes
+    interrupted = Interrupted(job_id="ft-aaaa", attempt=1, reason="r", committing=list(range(100)))
+    assert interrupted.committing == list(range(36, 100))  # the newest uploads in flight
+
+
+# -- AWS: each topic carries what it may, and reports are signed -----------------------------------------------
+
+
+async def test_on_sqs_reports_count_only_from_the_report_topic_signed_by_their_attempt(aws: str) -> None:
+    cloud = Aws(aws)
+    queue = cloud.queue("finetune-intake")
+    events_topic = cloud.sns.create_topic(Name="finetune-events")["TopicArn"]
+    report_topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
+    cloud.subscribe(events_topic, queue)
+    cloud.subscribe(report_topic, queue)
+    keys = ReportKeys(MASTER)
+
+    async def publish(topic: str, report: Progress, key: str | None) -> None:
+        """As the runner publishes (runner/reports/sns.py), with ``key``; None: unsigned."""
+        if key is None:
+            cloud.sns.publish(TopicArn=topic, Message=dump_report(report))
+            return
+        reporter = Reporter([SnsTarget("sns:" + topic, key)])
+        reporter.start()
+        reporter.emit(report)
+        assert await reporter.drain(10)
+        await reporter.aclose()
+
+    good = Progress(job_id="ft-bbbb", attempt=1, step=4)
+    await publish(report_topic, good, keys.of("ft-bbbb", 1))
+    await publish(report_topic, Progress(job_id="ft-bbbb", attempt=1, step=5), None)
+    await publish(report_topic, Progress(job_id="ft-bbbb", attempt=1, step=6), keys.of("ft-aaaa", 1))
+    # Signed correctly, but on the events topic: not where reports come from.
+    await publish(events_topic, Progress(job_id="ft-bbbb", attempt=1, step=7), keys.of("ft-bbbb", 1))
+    # A cloud event on the report topic (every runner may publish there): not believed either.
+    cloud.sns.publish(TopicArn=report_topic, Message=spot_warning("i-0forged"))
+    cloud.sns.publish(TopicArn=events_topic, Message=spot_warning("i-0real"))
+
+    gate = ReportGate(MASTER)
+    intake = AwsIntake(gate, report_topics=[report_topic], events_topics=[events_topic])
+    bus = RecordingBus()
+    source = SqsSource(queue, bus.publish, wait_seconds=1, parse=intake.parse)
+    async with consuming(source):
+        await until(lambda: source.stats.deleted == 6, what="every message handled")
+
+    published = [parse_message(event) for event in bus.events]
+    reports = [message.report for message in published if isinstance(message, ReportReceived)]
+    events = [message.instance_id for message in published if isinstance(message, CloudEvent)]
+    assert reports == [good] and events == ["i-0real"]
+    assert (source.stats.refused, source.stats.published, source.stats.unrecognised) == (4, 2, 0)
+    assert gate.refused == {"sqs": 3} and intake.events_refused == {"sqs": 1}
+    assert {**gate.metrics(), **intake.metrics()} == {REFUSED_METRIC: 3.0, EVENTS_REFUSED_METRIC: 1.0}
+    assert cloud.depth(queue) == 0  # refused messages are dropped, not left to come back
+
+
+def test_without_an_events_topic_configured_a_report_topic_still_carries_no_cloud_event() -> None:
+    intake = AwsIntake(ReportGate(MASTER), report_topics=["arn:aws:sns:us-east-1:1:reports"])
+    envelope = {
+        "Type": "Notification",
+        "MessageId": "m-1",
+        "TopicArn": "arn:aws:sns:us-east-1:1:reports",
+        "Message": spot_warning("i-0forged"),
+    }
+    with pytest.raises(ReportRefused):
+        intake.parse(json.dumps(envelope))
+    [event] = intake.parse(json.dumps({**envelope, "TopicArn": "arn:aws:sns:us-east-1:1:events"}))
+    assert isinstance(event, CloudEvent) and event.instance_id == "i-0forged"
+    # No envelope (EventBridge straight to the queue, whose policy decides who may send): an event is taken.
+    [direct] = intake.parse(spot_warning("i-0direct"))
+    assert isinstance(direct, CloudEvent)
