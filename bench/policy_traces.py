@@ -11,8 +11,8 @@ of one split from running into the other); *other dates* is every other date, wh
 tuning). A date's folder says how many nodes its jobs need (``16-node`` → 16).
 
     python bench/policy_traces.py [--traces DIR] [--split tuning|held-out|other-dates|all] [--starts N]
-                                  [--restart-minutes R] [--policy NAME ...]
-    python bench/policy_traces.py --overheads 3,6,12,30 [--starts N] [--min-gap-seconds S]
+                                  [--restart-minutes R] [--policy NAME ...] [--cache FILE]
+    python bench/policy_traces.py --overheads 3,6,12,30 [--starts N] [--min-gap-seconds S] [--cache FILE]
 
 ``--overheads`` prints one table, "Policy cost / optimum per restart overhead", every split next to greedy
 (the deadline-aware policy's thresholds are in restarts, so they must hold at every overhead, not the one
@@ -27,6 +27,9 @@ by both policies in every row), deadline-aware / greedy::
      6 min    1.035 / 1.086   1.023 / 1.073   1.073 / 1.094
     12 min    1.063 / 1.094   1.042 / 1.080   1.105 / 1.113
     30 min    1.130 / 1.119   1.082 / 1.112   1.169 / 1.156
+
+``--cache FILE`` keeps the optima (which do not depend on the policies) in a JSON file between runs, so trying a
+change to a policy costs only the policies' own replay; delete the file when the traces change.
 
 ``--traces`` defaults to ``bench/data/spot-traces`` (a copy of the public skypilot-org/spot-traces sample).
 """
@@ -163,9 +166,23 @@ def scenarios(date: Date, split: str, starts: int) -> list[tuple[tuple[Zone, ...
     return out
 
 
+def optimum_key(date: Date, run: Run) -> str:
+    """What the offline optimum of a run depends on, in ticks and prices (the traces themselves: by date name)."""
+    zones = "+".join(zone.name for zone in run.zones)
+    prices = f"{run.spot_price:g}/{run.on_demand_price:g}"
+    return f"{date.name}|{zones}|{run.start}|{run.work}|{run.deadline}|{run.overhead}|{run.nodes}|{prices}"
+
+
 def evaluate(
-    dates: Sequence[Date], split: str, starts: int, restart_minutes: float, policies: dict[str, Policy]
+    dates: Sequence[Date],
+    split: str,
+    starts: int,
+    restart_minutes: float,
+    policies: dict[str, Policy],
+    optima: dict[str, float] | None = None,
 ) -> list[Result]:
+    """Every policy on every scenario of the split; ``optima`` (see :func:`optimum_key`) saves the DP's answers
+    between runs, since they do not depend on the policies."""
     results = []
     for date in dates:
         for zones, start_hour, work, deadline in scenarios(date, split, starts):
@@ -178,7 +195,11 @@ def evaluate(
             )
             spot, on_demand = SPOT_PRICE * date.nodes, ON_DEMAND_PRICE * date.nodes
             run = Run(zones, date.gap_seconds, start, work_ticks, deadline_ticks, overhead, spot, on_demand, date.nodes)
-            optimum = offline_optimum(run)
+            optimum = optima.get(optimum_key(date, run)) if optima is not None else None
+            if optimum is None:
+                optimum = offline_optimum(run)
+                if optima is not None:
+                    optima[optimum_key(date, run)] = optimum
             if not math.isfinite(optimum):
                 continue
             always = simulate(run, POLICIES["on-demand"]).cost(run)
@@ -205,14 +226,20 @@ def report(results: Sequence[Result], policies: Sequence[str], title: str) -> No
         )
 
 
-def overheads_table(dates: Sequence[Date], splits: Sequence[str], starts: int, overheads: Sequence[float]) -> None:
+def overheads_table(
+    dates: Sequence[Date],
+    splits: Sequence[str],
+    starts: int,
+    overheads: Sequence[float],
+    optima: dict[str, float] | None = None,
+) -> None:
     """Policy cost / optimum per restart overhead, each split, deadline-aware next to greedy."""
     names = ["deadline-aware", "greedy"]
     print("\nPolicy cost / optimum per restart overhead (mean, worst; deadlines met), next to greedy")
     print(f"  {'restart':>7}  {'split':<12} {'scenarios':>9}  {'deadline-aware':>22}  {'greedy':>22}")
     for minutes in overheads:
         for split in splits:
-            results = evaluate(dates, split, starts, minutes, {name: POLICIES[name] for name in names})
+            results = evaluate(dates, split, starts, minutes, {name: POLICIES[name] for name in names}, optima)
             cells = []
             for name in names:
                 mine = [r for r in results if r.policy == name]
@@ -221,6 +248,24 @@ def overheads_table(dates: Sequence[Date], splits: Sequence[str], starts: int, o
                 cells.append(f"{statistics.fmean(ratios):.3f} {max(ratios):5.2f} {met:>4}/{len(mine):<4}")
             count = len(results) // len(names)
             print(f"  {minutes:>5g} m  {split:<12} {count:>9}  {cells[0]:>22}  {cells[1]:>22}", flush=True)
+
+
+def load_optima(path: Path) -> dict[str, float]:
+    """The cache of ``--cache``: empty when the file is not there yet; a file that is not one is an error."""
+    if not path.exists():
+        return {}
+    try:
+        optima = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{path}: not a cache of optima ({exc})") from exc
+    if not isinstance(optima, dict) or not all(isinstance(value, int | float) for value in optima.values()):
+        raise SystemExit(f"{path}: not a cache of optima (an object of numbers)")
+    return {str(key): float(value) for key, value in optima.items()}
+
+
+def save_optima(path: Path | None, optima: dict[str, float] | None) -> None:
+    if path is not None and optima is not None:
+        path.write_text(json.dumps(optima, sort_keys=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", action="append", choices=sorted(POLICIES), help="default: all")
     parser.add_argument("--overheads", help="restart minutes, comma-separated: one table across them")
     parser.add_argument("--min-gap-seconds", type=int, default=0, help="leave out dates with finer ticks")
+    parser.add_argument("--cache", type=Path, help="a JSON file that keeps the offline optima between runs")
     args = parser.parse_args(argv)
+    optima = load_optima(args.cache) if args.cache else None
     dates = [date for date in load_dates(args.traces) if date.gap_seconds >= args.min_gap_seconds]
     if not dates:
         print(f"policy_traces: no traces under {args.traces}", file=sys.stderr)
@@ -247,11 +294,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     splits = list(SPLITS) if args.split == "all" else [args.split.replace("-", " ")]
     if args.overheads:
-        overheads_table(dates, splits, args.starts, [float(m) for m in args.overheads.split(",")])
+        try:
+            overheads_table(dates, splits, args.starts, [float(m) for m in args.overheads.split(",")], optima)
+        finally:
+            save_optima(args.cache, optima)
         return 0
     for split in splits:
         began = time.perf_counter()
-        results = evaluate(dates, split, args.starts, args.restart_minutes, policies)
+        results = evaluate(dates, split, args.starts, args.restart_minutes, policies, optima)
+        save_optima(args.cache, optima)
         took = time.perf_counter() - began
         count = len(results) // len(policies)
         report(results, names, f"{split} split: {count} scenarios ({took:.0f} s)")

@@ -161,3 +161,28 @@ def test_on_dates_it_was_not_tuned_on_the_policy_meets_every_deadline_and_beats_
         mean[name] = sum(r.cost / r.optimum for r in mine) / len(mine)
     assert mean["deadline-aware"] <= mean["greedy"] + OVER_GREEDY[restart_minutes], mean
     assert mean["deadline-aware"] <= AT_MOST[restart_minutes], mean
+
+
+def test_the_bench_keeps_the_optima_it_computed_and_uses_them_on_the_next_run(tmp_path: Path) -> None:
+    bench = bench_module()
+    rng = random.Random(19)
+    zones = tuple(Zone(f"z{i}", [rng.choice([0, 1, 1, 1]) for _ in range(60)]) for i in range(2))
+    date = bench.Date("synthetic/1-node/hourly", 3600, zones, 1)
+    policies = {"greedy": POLICIES["greedy"]}
+    optima: dict[str, float] = {}
+    first = bench.evaluate([date], "other dates", 1, 1.0, policies, optima)
+    assert first and len(optima) >= len(first)  # one optimum per scenario (an infeasible one is kept too)
+    # The next run reads the optima from the cache instead of solving again: a doctored value shows through.
+    doctored = {key: value * 2 for key, value in optima.items()}
+    second = bench.evaluate([date], "other dates", 1, 1.0, policies, doctored)
+    assert [r.optimum for r in second] == [r.optimum * 2 for r in first]
+    assert [r.cost for r in second] == [r.cost for r in first]
+    # The file round-trips; a file that is not a cache is refused with its name, not taken as empty.
+    path = tmp_path / "optima.json"
+    assert bench.load_optima(path) == {}
+    bench.save_optima(path, optima)
+    assert bench.load_optima(path) == optima
+    path.write_text('{"a": "b"}')
+    with pytest.raises(SystemExit, match="not a cache of optima"):
+        bench.load_optima(path)
+
