@@ -38,7 +38,6 @@ by its receipt and cannot be checked.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Callable, Mapping
@@ -47,6 +46,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from handlers import safe_json
 from handlers.messages import CloudEvent
 
 ECS_SOURCE = "acs.ecs"
@@ -123,7 +123,7 @@ def event_message_id(kind: str, instance_id: str, state: str = "") -> str:
 
 def _each(body: str | bytes, what: str, parse: Callable[[Mapping[str, Any]], list[CloudEvent]]) -> list[CloudEvent]:
     try:
-        document = json.loads(body)
+        document = safe_json.loads(body)
     except ValueError as exc:
         raise UnrecognisedEvent(f"the body is not JSON: {exc}") from exc
     items = document if isinstance(document, list) else [document]
@@ -165,7 +165,7 @@ def _from_cloudevent(document: Mapping[str, Any], received_at: datetime) -> list
     data: Any = envelope.data
     if isinstance(data, str):
         try:
-            data = json.loads(data)
+            data = safe_json.loads(data)
         except ValueError as exc:
             raise UnrecognisedEvent(f"CloudEvent {envelope.id}: data is a string but not JSON") from exc
         if not isinstance(data, dict):
@@ -212,7 +212,7 @@ def _instance_id(value: object, resource: str | None, name: str) -> str:
     """The instance id from the content, else from the resource ARN (``acs:ecs:…:instance/i-…``)."""
     if not isinstance(value, str) or not value:
         value = resource.rsplit("instance/", 1)[1] if resource and "instance/" in resource else None
-    if not isinstance(value, str) or not _INSTANCE_ID.match(value):
+    if not isinstance(value, str) or not _INSTANCE_ID.fullmatch(value):
         raise UnrecognisedEvent(f"{name} names no valid instance id (got {value!r})")
     return value
 

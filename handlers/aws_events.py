@@ -37,7 +37,6 @@ Who may say what is the bot's to check (``bot/sources/aws_intake.py``), on the :
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from handlers import safe_json
 from handlers.events import REPORT_TYPES, parse_report
 from handlers.messages import CloudEvent, ReportReceived, report_received
 
@@ -216,7 +216,7 @@ def _cloud_event(
 
 def _json_object(raw: str | bytes, what: str) -> dict[str, Any]:
     try:
-        document = json.loads(raw)
+        document = safe_json.loads(raw)
     except ValueError as exc:
         raise UnrecognisedMessage(f"{what} is not JSON: {exc}") from exc
     if not isinstance(document, dict):

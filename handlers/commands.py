@@ -123,11 +123,11 @@ def _start(args: list[str]) -> Command:
     if not args:
         raise _usage("start", "usage.needs-recipe")
     recipe = args[0].lower()
-    if not _RECIPE.match(recipe):
+    if not _RECIPE.fullmatch(recipe):
         raise _usage("start", "usage.not-recipe", word=_shown(args[0]))
     overrides: dict[str, str] = {}
     for arg in args[1:]:
-        match = _OVERRIDE.match(arg)
+        match = _OVERRIDE.fullmatch(arg)
         if not match:
             raise _usage("start", "usage.not-key-value", word=_shown(arg))
         key, value = match.groups()
@@ -139,7 +139,7 @@ def _start(args: list[str]) -> Command:
 
 def _job(verb: str, word: str) -> str:
     job_id = word.lower()
-    if not _JOB_ID.match(job_id):
+    if not _JOB_ID.fullmatch(job_id):
         raise _usage(verb, "usage.not-job-id", word=_shown(word))
     return job_id
 

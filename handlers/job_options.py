@@ -67,7 +67,7 @@ def parse_job_options(raw: Mapping[str, str], now: datetime) -> JobOptions:
 
 def parse_deadline(raw: str, now: datetime) -> datetime:
     """The moment a deadline word names: ``now`` + a duration, or a time zone-aware ISO 8601 moment."""
-    match = _DURATION.match(raw.lower())
+    match = _DURATION.fullmatch(raw.lower())
     if match and any(match.groups()):
         days, hours, minutes = (float(part) if part else 0.0 for part in match.groups())
         span = timedelta(days=days, hours=hours, minutes=minutes)
@@ -85,7 +85,7 @@ def parse_deadline(raw: str, now: datetime) -> datetime:
 
 
 def parse_budget(raw: str) -> float:
-    if not _AMOUNT.match(raw):
+    if not _AMOUNT.fullmatch(raw):
         raise JobOptionError(WORDING("option.bad-budget", raw=raw))
     amount = float(raw)
     if not 0 < amount <= MAX_BUDGET:

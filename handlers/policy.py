@@ -111,7 +111,7 @@ class Policy(BaseModel):
 
 
 def _matches(pattern: str, value: str) -> bool:
-    return re.match(pattern, value) is not None
+    return re.fullmatch(pattern, value) is not None
 
 
 def _platform_id(value: str) -> str:

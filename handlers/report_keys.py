@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
 from dataclasses import dataclass, field
 
+from handlers import safe_json
 from handlers.ids import JOB_ID_PATTERN
 from handlers.signing import verify
 
@@ -46,13 +46,13 @@ class Sender:
 def claimed_sender(body: bytes | str) -> Sender | None:
     """The (job, attempt) a report body names, or None when it names none a runner could hold a key for."""
     try:
-        document = json.loads(body)
+        document = safe_json.loads(body)
     except ValueError:
         return None
     if not isinstance(document, dict):
         return None
     job_id, attempt = document.get("job_id"), document.get("attempt")
-    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
         return None
     if not isinstance(attempt, int) or isinstance(attempt, bool) or not 1 <= attempt <= MAX_ATTEMPT:
         return None

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 SIGNATURE_HEADER = "X-Finetune-Signature"
 TIMESTAMP_HEADER = "X-Finetune-Timestamp"
 TOLERANCE_SECONDS = 300
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+_SIGNATURE = re.compile(r"v1=[0-9a-f]{64}")
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -24,10 +27,11 @@ def verify(secret: str, timestamp: str | None, body: bytes, signature: str | Non
     """True only for a well-formed, correctly signed report sent within the tolerance window."""
     if not secret or not timestamp or not signature:
         return False
-    try:
-        sent = int(timestamp)
-    except ValueError:
+    # Checked by form before anything else: a header of any other bytes (a non-ASCII one makes
+    # hmac.compare_digest raise) is simply not a signature.
+    if not _TIMESTAMP.fullmatch(timestamp) or not _SIGNATURE.fullmatch(signature):
         return False
+    sent = int(timestamp)
     if abs(now - sent) > TOLERANCE_SECONDS:
         return False
     return hmac.compare_digest(sign(secret, sent, body), signature)

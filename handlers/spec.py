@@ -41,7 +41,7 @@ def check_checkpoint_uri(uri: str) -> str:
     """Accept ``s3://bucket/prefix/``, ``oss://bucket/prefix/`` or ``file:///abs/path/``; end it with ``/``."""
     parsed = urlparse(uri)
     if parsed.scheme in ("s3", "oss"):
-        if not _BUCKET.match(parsed.netloc):
+        if not _BUCKET.fullmatch(parsed.netloc):
             raise ValueError(f"{uri!r} has no valid bucket name")
         if parsed.query or parsed.fragment:
             raise ValueError(f"{uri!r} must not carry a query or fragment")
@@ -58,7 +58,7 @@ def check_checkpoint_uri(uri: str) -> str:
 def check_report_target(target: str) -> str:
     """Accept ``file:///path.jsonl``, ``sns:<topic arn>`` or ``http(s)://host/path``."""
     if target.startswith("sns:"):
-        if not _SNS_ARN.match(target[4:]):
+        if not _SNS_ARN.fullmatch(target[4:]):
             raise ValueError(f"{target!r} is not sns:<topic ARN>")
         return target
     parsed = urlparse(target)
@@ -127,7 +127,7 @@ class JobSpec(BaseModel):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name, item in value.items():
-            if not _ENV_NAME.match(name):
+            if not _ENV_NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not a valid environment variable name")
             if name in RESERVED_ENV:
                 raise ValueError(f"{name} is set by the runner itself")

@@ -31,7 +31,7 @@ def output_files(output_dir: Path) -> list[tuple[Path, str]]:
         if last is not None:
             found += [
                 (path, f"{last.path.name}/{path.relative_to(last.path).as_posix()}")
-                for path in _files(last.path, top_level=lambda name: not _RESUME_ONLY.match(name))
+                for path in _files(last.path, top_level=lambda name: not _RESUME_ONLY.fullmatch(name))
             ]
     return found
 
@@ -42,7 +42,7 @@ def _own_file(name: str) -> bool:
 
 
 def _is_weights(path: Path) -> bool:
-    return path.suffix in _WEIGHT_SUFFIXES and path.name not in _NOT_WEIGHTS and not _RESUME_ONLY.match(path.name)
+    return path.suffix in _WEIGHT_SUFFIXES and path.name not in _NOT_WEIGHTS and not _RESUME_ONLY.fullmatch(path.name)
 
 
 def _files(root: Path, top_level: Callable[[str], bool]) -> list[Path]:

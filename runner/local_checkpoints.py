@@ -24,7 +24,7 @@ class LocalCheckpoint:
 
 
 def checkpoint_step(name: str) -> int | None:
-    match = _CHECKPOINT_DIR.match(name)
+    match = _CHECKPOINT_DIR.fullmatch(name)
     return int(match.group(1)) if match else None
 
 

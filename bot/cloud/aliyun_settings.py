@@ -66,7 +66,7 @@ class AliyunSettings(BaseModel):
     @field_validator("region")
     @classmethod
     def _region(cls, value: str) -> str:
-        if not _REGION.match(value):
+        if not _REGION.fullmatch(value):
             raise ValueError(f"{value!r} is not an Alibaba Cloud region id (e.g. cn-hangzhou)")
         return value
 

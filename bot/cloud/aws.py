@@ -130,7 +130,7 @@ class AwsSettings(BaseModel):
     @field_validator("region")
     @classmethod
     def _region(cls, value: str | None) -> str | None:
-        if value is not None and not _REGION.match(value):
+        if value is not None and not _REGION.fullmatch(value):
             raise ValueError(f"{value!r} is not an AWS region name")
         return value
 
@@ -157,7 +157,7 @@ def group_name(job_id: str) -> str:
 def user_data_script(spec_uri: str, settings: AwsSettings, region: str | None) -> str:
     """The instance's user-data: point the runner's unit at this attempt's spec object and start it."""
     env = {"FINETUNE_SPEC": spec_uri, "FINETUNE_WORK_DIR": settings.work_dir}
-    if region and _REGION.match(region):  # the runner's S3 / SNS clients need it; IMDS would do, more slowly
+    if region and _REGION.fullmatch(region):  # the runner's S3 / SNS clients need it; IMDS would do, more slowly
         env |= {"AWS_REGION": region, "AWS_DEFAULT_REGION": region}
     return runner_boot_script(env, settings.runner_path)
 

@@ -20,17 +20,17 @@ _ENV_VALUE = re.compile(r"^[A-Za-z0-9._:/@%+=,~!^&*?()\[\]{}|<>;-]*$")  # no quo
 
 def plain_path(value: str) -> str:
     """A settings validator for the runner's paths on the instance: they go into the boot script as they are."""
-    if not _SAFE_PATH.match(value):
+    if not _SAFE_PATH.fullmatch(value):
         raise ValueError("must be an absolute path of letters, digits and . _ / -")
     return value
 
 
 def runner_boot_script(env: Mapping[str, str], runner_path: str) -> str:
     """The script; ValueError for a path or an environment entry that could break out of the heredoc."""
-    if not _SAFE_PATH.match(runner_path):
+    if not _SAFE_PATH.fullmatch(runner_path):
         raise ValueError(f"runner path {runner_path!r} must be an absolute path of letters, digits and . _ / -")
     for name, value in env.items():
-        if not _ENV_NAME.match(name) or not _ENV_VALUE.match(value):
+        if not _ENV_NAME.fullmatch(name) or not _ENV_VALUE.fullmatch(value):
             raise ValueError(f"environment entry {name} has characters a boot script must not carry")
     runner = f"{runner_path}/bin/finetune-runner"
     lines = [

@@ -23,7 +23,6 @@ has one); a bus that cannot take the message, or a failed confirmation GET, gets
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -35,6 +34,7 @@ from aiohttp import web
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportRefused
 from bot.sources.sns_signature import SignatureError, SnsVerifier, UrlFetcher, fetch_url
+from handlers import safe_json
 from handlers.aws_events import SNS_TYPES, UnrecognisedMessage, parse_aws_message
 from handlers.messages import BusMessage, dump_message
 
@@ -100,7 +100,7 @@ def sns_routes(
 def _envelope(raw: bytes, header_type: str | None) -> dict[str, Any]:
     """The SNS JSON document, or ValueError saying why the body is not one."""
     try:
-        message = json.loads(raw)
+        message = safe_json.loads(raw)
     except ValueError as exc:
         raise ValueError("the body is not JSON") from exc
     if not isinstance(message, dict):

@@ -46,7 +46,7 @@ def out_track_id(job: Job) -> str:
 
 
 def job_of(track: str) -> str | None:
-    match = _TRACK.match(track)
+    match = _TRACK.fullmatch(track)
     return match.group(1) if match else None
 
 

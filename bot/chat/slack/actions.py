@@ -49,7 +49,7 @@ class ButtonActions:
         if not user or not channel:
             return
         lang = self.language_for(channel)
-        if not _JOB_ID.match(job_id):
+        if not _JOB_ID.fullmatch(job_id):
             await self.replies.send(channel, user, text(lang, "slack.bad-button", value=job_id[:40]))
             return
         command = COMMANDS[str(action["action_id"])].format(job=job_id)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from bot.chat.slack.actions import ACTION_IDS
+from handlers import safe_json
 
 TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
 SIGNATURE_HEADER = "X-Slack-Signature"
@@ -81,9 +81,9 @@ class Gate:
     def _verify(self, raw: bytes, headers: Mapping[str, str]) -> None:
         timestamp = headers.get(TIMESTAMP_HEADER, "")
         signature = headers.get(SIGNATURE_HEADER, "")
-        if not _TIMESTAMP.match(timestamp):
+        if not _TIMESTAMP.fullmatch(timestamp):
             raise Refused(401, "no readable X-Slack-Request-Timestamp")
-        if not _SIGNATURE.match(signature):
+        if not _SIGNATURE.fullmatch(signature):
             raise Refused(401, "no readable X-Slack-Signature")
         if abs(self.clock() - int(timestamp)) > WINDOW_SECONDS:
             raise Refused(401, "the timestamp is more than five minutes away")
@@ -121,7 +121,7 @@ def _form(text: str) -> dict[str, str]:
 
 def _interaction(raw: str) -> SlackRequest:
     try:
-        payload = json.loads(raw)
+        payload = safe_json.loads(raw)
     except ValueError:
         raise Refused(400, "payload is not JSON") from None
     if not isinstance(payload, dict):
@@ -138,7 +138,7 @@ def _interaction(raw: str) -> SlackRequest:
     if not isinstance(actions, list) or not actions:
         raise Refused(400, "block_actions without actions")
     for action in actions:
-        if not isinstance(action, dict) or not ACTION_IDS.match(str(action.get("action_id", ""))):
+        if not isinstance(action, dict) or not ACTION_IDS.fullmatch(str(action.get("action_id", ""))):
             raise Refused(400, "an action that is not one of this app's buttons")
     return SlackRequest("block_actions", payload)
 
