@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.manifest import checkpoint_files
 from runner.trainer_env import TrainerSetup, build_environment
 from runner.trainer_user import DEFAULT_TRAINER_USER, FALLBACK_TRAINER_USER, trainer_user
 from tests.runner_harness import of_type, read_reports, runner_env, start_runner, write_spec
@@ -228,3 +229,16 @@ def test_the_environment_is_named_variable_by_variable() -> None:
         "FINETUNE_OUTPUT_DIR": "/w/output",
         "PYTHONPATH": "/w/py:/opt/extra",  # the runner's package, then only what the runner was told to give
     }
+
+
+def test_a_link_in_a_checkpoint_is_never_read_by_the_runner(tmp_path: Path) -> None:
+    """The trainer writes the checkpoints the root runner uploads: a link there would upload what it points at."""
+    secret = tmp_path / "root-only"
+    secret.write_text("not the trainer's")
+    checkpoint = tmp_path / "output" / "checkpoint-5"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "adapter.safetensors").write_bytes(b"w")
+    (checkpoint / "leak.bin").symlink_to(secret)
+    (tmp_path / "output" / "checkpoint-6").symlink_to(tmp_path, target_is_directory=True)
+    assert checkpoint_files(checkpoint) == [checkpoint / "adapter.safetensors"]
+    assert checkpoint_files(tmp_path / "output" / "checkpoint-6") == []
