@@ -15,8 +15,12 @@ RUN python -m venv /opt/finetune \
 
 FROM python:3.11-slim-bookworm
 COPY --from=build /opt/finetune /opt/finetune
+# finetune-train: the user a runner started as root (a local cloud instance of a bot run as root) starts its
+# trainer as, so that nothing a chat user chose runs as root.
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/finetune --create-home \
-        --shell /usr/sbin/nologin finetune
+        --shell /usr/sbin/nologin finetune \
+    && useradd --system --uid 10002 --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin finetune-train
 # Configuration is by environment (README "Settings"); the config file is mounted and named by FINETUNE_CONFIG,
 # e.g. -v ./config.yaml:/etc/finetune/config.yaml:ro -e FINETUNE_CONFIG=/etc/finetune/config.yaml.
 # FINETUNE_HTTP_HOST: inside a container the bot listens on every interface (the default is 127.0.0.1).

@@ -6,11 +6,19 @@ at a time, so a value can never become a second argument, let alone a command. T
 (the trainer would read it as a flag) and never holds a ``..`` path part. A ``many`` parameter takes a
 comma-separated list (``dataset=a#500,b#500``), each entry checked alone, and fills an argv item that is exactly
 its placeholder with one item per entry: the trainer's own list option, never a new flag.
+
+A parameter that names code or data the trainer loads (a model, a data set) lists what it may be (``allow``):
+exact values, and prefixes ending in ``/`` (a hub organisation such as ``Qwen/``, a path root such as
+``/mnt/oss-data/``). A value is matched in its normalised form, so ``/mnt/oss-data/./x`` is under the root and
+``/mnt/oss-data/../../etc`` never is. Nothing a chat user types turns on remote code: no parameter maps to a flag
+such as ``--trust_remote_code`` and no value can become one; which models and data sets may bring their own code
+(ms-swift trusts every model's code) is decided by ``allow``, which only the recipe's author sets.
 """
 
 from __future__ import annotations
 
 import math
+import posixpath
 import re
 from typing import Literal
 
@@ -46,6 +54,7 @@ WORDING = Wording(
         "recipe.not-a-choice": "{name} must be one of {choices}",
         "recipe.unsafe-text": "{name} may only use letters, digits and . _ : / @ + # -",
         "recipe.option-like": "{name} may not start with {first!r}: a trainer could read it as an option",
+        "recipe.not-allowed": "{name} {value!r} is not allowed; it may be: {forms}",
     }
 )
 
@@ -58,13 +67,31 @@ class Parameter(BaseModel):
     max: float | None = None
     choices: list[str] | None = None
     many: bool = False
+    allow: list[str] | None = None  # exact values, and prefixes ending in "/" (hub organisations, path roots)
     help: str = ""
 
     @model_validator(mode="after")
     def _many_is_text(self) -> Parameter:
         if self.many and self.type != "str":
             raise ValueError("only a str parameter can take many values")
+        if self.allow is not None and (self.type != "str" or self.choices is not None or not self.allow):
+            raise ValueError("allow: a non-empty list, for a str parameter without choices")
+        if isinstance(self.default, str) and not all(self.allows(item) for item in self.items(self.default)):
+            raise ValueError(f"the default {self.default!r} is not in allow")
         return self
+
+    def allows(self, item: str) -> bool:
+        """Whether one entry is an allowed value or lies under an allowed prefix, once normalised."""
+        if self.allow is None:
+            return True
+        normal = posixpath.normpath(item)
+        if not item.startswith("/") and normal != item:  # "./Qwen/x" is a local path, not the hub id "Qwen/x"
+            return False
+        return any(normal.startswith(form) if form.endswith("/") else normal == form for form in self.allow)
+
+    def allowed_forms(self) -> str:
+        """The allowed values and prefixes as a person reads them: ``/mnt/oss-data/…, Qwen/…``."""
+        return ", ".join(form + "…" if form.endswith("/") else form for form in self.allow or [])
 
     def parse(self, name: str, raw: str) -> ParamValue:
         """The typed value of ``raw``, or RecipeError saying what is allowed."""
@@ -104,6 +131,9 @@ class Parameter(BaseModel):
                     raise RecipeError(WORDING("recipe.unsafe-text", name=name))
                 if self.choices is None and not _SAFE_FIRST.match(item):
                     raise RecipeError(WORDING("recipe.option-like", name=name, first=item[0]))
+            for item in self.items(value):  # only once every entry is well formed: what it is, then where
+                if not self.allows(item):
+                    raise RecipeError(WORDING("recipe.not-allowed", name=name, value=item, forms=self.allowed_forms()))
 
     def items(self, value: str) -> list[str]:
         """The entries of a value: the comma-separated list of a ``many`` parameter, else the value itself."""
@@ -311,12 +341,14 @@ DEEPSEEK_7B = Recipe(
         "model": Parameter(
             type="str",
             default="deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+            allow=["/mnt/oss-data/", "deepseek-ai/", "Qwen/"],
             help="a model hub id or an absolute path (/mnt/oss-data/DeepSeek-R1-Distill-Qwen-7B)",
         ),
         "dataset": Parameter(
             type="str",
             default="AI-ModelScope/alpaca-gpt4-data-zh#500,AI-ModelScope/alpaca-gpt4-data-en#500,swift/self-cognition#500",
             many=True,
+            allow=["/mnt/oss-data/", "AI-ModelScope/", "swift/"],
             help="data set ids or paths, comma-separated; #N samples N rows",
         ),
         "dtype": Parameter(type="str", default="bfloat16", choices=["bfloat16", "float16", "float32"]),

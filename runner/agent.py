@@ -24,7 +24,7 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -58,6 +58,8 @@ from runner.storage.base import ObjectStore, StorageError
 from runner.storage.open import open_store
 from runner.sync import CheckpointSync, SyncReason
 from runner.trainer import TrainerFiles, TrainerProcess, TrainerStartError, cannot_start
+from runner.trainer_env import TrainerSetup
+from runner.trainer_user import TRAINER_USER_ENV, trainer_user
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class RunnerOptions:
     control_seconds: float = CONTROL_POLL_SECONDS  # how often to look for a stop or drill from the bot
     report_reserve_seconds: float | None = None  # before a deadline, kept for the interrupted report (None: auto)
     settle_seconds: float = 1.0  # a checkpoint file unchanged this long is sent before the trainer's marker
+    trainer: TrainerSetup = field(default_factory=TrainerSetup)  # as whom, with what of the runner's environment
 
     @classmethod
     def from_env(cls, work_dir: Path) -> RunnerOptions:
@@ -96,6 +99,7 @@ class RunnerOptions:
             control_seconds=number("FINETUNE_CONTROL_POLL_SECONDS", CONTROL_POLL_SECONDS),
             report_reserve_seconds=number("FINETUNE_REPORT_RESERVE_SECONDS", 0.0) or None,
             settle_seconds=number("FINETUNE_SETTLE_SECONDS", 1.0),
+            trainer=TrainerSetup.from_env(os.environ, trainer_user(os.environ.get(TRAINER_USER_ENV))),
         )
 
     def report_reserve(self, window: float) -> float:
@@ -192,7 +196,7 @@ class Runner:
             )
             if record is not None:
                 return await self._already_complete(record)
-            missing = cannot_start(self.spec.command, self.spec.env, self.files)
+            missing = cannot_start(self.spec.command, self.spec.env, self.files, self.options.trainer)
             if missing is not None:  # before downloading a checkpoint it could never use
                 self._failed(missing)
                 return EXIT_FAILED
@@ -223,7 +227,12 @@ class Runner:
         while True:
             try:
                 trainer = await TrainerProcess.start(
-                    self.spec.command, self.spec.env, resume_from, self.files, echo=self.options.echo_trainer
+                    self.spec.command,
+                    self.spec.env,
+                    resume_from,
+                    self.files,
+                    echo=self.options.echo_trainer,
+                    setup=self.options.trainer,
                 )
             except TrainerStartError as exc:
                 self._failed(exc.failure, step=self.progress.state.step)

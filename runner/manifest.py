@@ -77,10 +77,13 @@ def sha256_file(path: Path) -> str:
 
 
 def checkpoint_files(directory: Path) -> list[Path]:
-    """The files of a local checkpoint that belong in the store (our marker is local bookkeeping only)."""
-    found = []
+    """The files of a local checkpoint that belong in the store (our marker is local bookkeeping only); a link is
+    none of them: the trainer writes the checkpoint, and a link would have the runner upload what it points at."""
+    found: list[Path] = []
+    if os.path.islink(directory):
+        return found
     for dirpath, _dirs, files in os.walk(directory):
         for name in files:
-            if name != COMPLETE_MARKER:
+            if name != COMPLETE_MARKER and not os.path.islink(os.path.join(dirpath, name)):
                 found.append(Path(dirpath) / name)
     return sorted(found)

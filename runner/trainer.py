@@ -9,6 +9,9 @@ own interpreter: on a GPU host the one environment known to hold the runner, and
 installed with the ``trainer`` / ``swift`` extras). ``PYTHONPATH`` starts with a directory
 that holds only this ``runner`` package, so a trainer in another Python environment imports the callback and the
 plugin from the very files the runner runs, and nothing else of the runner's environment.
+
+The rest of its environment is its own (``runner.trainer_env``: never the report key, a credential or the bot's
+settings), and a runner that is root starts it as an unprivileged user (``runner.trainer_user``).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, BinaryIO, Literal
 
 from handlers.failures import Failure
 from runner.stop_request import STOP_FILE_ENV, watched_path
+from runner.trainer_env import TrainerSetup, build_environment
+from runner.trainer_user import TrainerUser
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +64,16 @@ class TrainerFiles:
     log_path: Path
     stop_file: Path
     import_dir: Path
+    home: Path  # the trainer's HOME when it runs as a user of its own (caches, ~/.config)
+
+    @property
+    def work_dir(self) -> Path:
+        return self.stop_file.parent
 
     @classmethod
     def under(cls, work_dir: Path) -> TrainerFiles:
         return cls(
+            home=work_dir / "home",
             output_dir=work_dir / "output",
             progress_file=work_dir / "progress.jsonl",
             log_path=work_dir / "trainer.log",
@@ -97,15 +108,40 @@ def find_program(argv0: str, env: Mapping[str, str]) -> str | None:
     return shutil.which(argv0, path=env.get("PATH", os.defpath))
 
 
-def cannot_start(command: Sequence[str], env: Mapping[str, str], files: TrainerFiles) -> Failure | None:
-    """Why the trainer's program cannot be started (not found, not executable), or None if it can be."""
-    full_env, ours = trainer_environment(env, files, None)
+def cannot_start(
+    command: Sequence[str], env: Mapping[str, str], files: TrainerFiles, setup: TrainerSetup | None = None
+) -> Failure | None:
+    """Why the trainer's program cannot be started (not found, not executable, by the trainer's user too), or
+    None if it can be."""
+    setup = setup or TrainerSetup()
+    full_env, ours = trainer_environment(env, files, None, setup)
     program = (expand_argv(command[:1], ours) or [""])[0]
-    return None if find_program(program, full_env) else start_failure(program, full_env)
+    found = find_program(program, full_env)
+    if found is None:
+        return start_failure(program, full_env)
+    if setup.user is not None and not runnable_by(found, setup.user):
+        return Failure.of("trainer-not-executable", program=found)
+    return None
+
+
+def runnable_by(program: str, user: TrainerUser) -> bool:
+    """Whether ``user`` may run ``program``: every directory on its path searchable, the file executable (by the
+    mode bits; a trainer in ``/root`` is not, whatever ``os.access`` says to the root runner)."""
+    named = Path(program).absolute()
+    for path in (named, named.resolve()):  # the way to a link and the way to where it leads
+        for place in [*reversed(path.parents), path]:
+            try:
+                info = place.stat()
+            except OSError:
+                return False
+            shift = 6 if info.st_uid == user.uid else 3 if info.st_gid in (user.gid, *user.groups) else 0
+            if not (info.st_mode >> shift) & 0o1:
+                return False
+    return True
 
 
 def trainer_environment(
-    env: Mapping[str, str], files: TrainerFiles, resume_from: Path | None
+    env: Mapping[str, str], files: TrainerFiles, resume_from: Path | None, setup: TrainerSetup | None = None
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The trainer's whole environment, and the runner's own variables in it (what ``${NAME}`` expands to)."""
     ours = {
@@ -116,10 +152,7 @@ def trainer_environment(
         "FINETUNE_SWIFT_PLUGIN": str(SWIFT_PLUGIN),
         "FINETUNE_PYTHON": sys.executable,
     }
-    full_env = {**os.environ, **env, **ours}
-    full_env.setdefault("PYTHONUNBUFFERED", "1")
-    inherited = full_env.get("PYTHONPATH")
-    full_env["PYTHONPATH"] = os.pathsep.join([str(files.import_dir), *([inherited] if inherited else [])])
+    full_env = build_environment(setup or TrainerSetup(), env, ours, files.home, files.import_dir)
     return full_env, ours
 
 
@@ -175,9 +208,15 @@ def _descendants(root: int) -> list[int]:
 
 class TrainerProcess:
     def __init__(
-        self, process: asyncio.subprocess.Process, files: TrainerFiles, echo: bool, others: frozenset[int] = frozenset()
+        self,
+        process: asyncio.subprocess.Process,
+        files: TrainerFiles,
+        echo: bool,
+        others: frozenset[int] = frozenset(),
+        sink: BinaryIO | None = None,
     ) -> None:
         self.process = process
+        self._sink = sink
         self.files = files
         self.echo = echo
         self.log_path = files.log_path
@@ -195,19 +234,27 @@ class TrainerProcess:
         resume_from: Path | None,
         files: TrainerFiles,
         echo: bool = True,
+        setup: TrainerSetup | None = None,
     ) -> TrainerProcess:
         """Start the trainer; :class:`TrainerStartError` when its program cannot be run at all."""
-        full_env, ours = trainer_environment(env, files, resume_from)
+        setup = setup or TrainerSetup()
+        full_env, ours = trainer_environment(env, files, resume_from, setup)
         argv = expand_argv(command, ours)
         files.output_dir.mkdir(parents=True, exist_ok=True)
         # A request left by an earlier trainer of this attempt must not stop this one.
         for stale in (files.stop_file, Path(watched_path(files.stop_file))):
             stale.unlink(missing_ok=True)
         _link_package(files.import_dir)
+        sink = _open_log(files.log_path)  # before the trainer can put anything in its place
+        switch: dict[str, Any] = {}
+        if setup.user is not None:
+            setup.user.hand_over(files.work_dir, [files.output_dir, files.home])
+            switch = setup.user.popen_args()
         # Orphans of the trainer (a launcher that died before its ranks) come to us, so kill() still finds them.
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         others = frozenset(_descendants(os.getpid()))
-        log.info("starting trainer: %s (resume from %s)", argv, resume_from or "scratch")
+        who = setup.user.name if setup.user else "the runner's user"
+        log.info("starting trainer as %s: %s (resume from %s)", who, argv, resume_from or "scratch")
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -218,10 +265,12 @@ class TrainerProcess:
                 # Its own process group: a Ctrl-C at the runner's terminal must not reach the trainer unsaved.
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
+                **switch,
             )
         except OSError as exc:
+            sink.close()
             raise TrainerStartError(start_failure(argv[0], full_env, exc)) from exc
-        return cls(process, files, echo, others)
+        return cls(process, files, echo, others, sink)
 
     @property
     def running(self) -> bool:
@@ -242,9 +291,10 @@ class TrainerProcess:
         watch it (a launcher would lose the signal or pass it on at a different moment to each rank)."""
         stop = self.files.stop_file
         stop.parent.mkdir(parents=True, exist_ok=True)
-        staging = stop.with_name(stop.name + ".tmp")
-        staging.write_bytes(b"")
-        staging.replace(stop)
+        try:
+            _create_stop_file(stop)
+        except OSError as exc:  # the trainer holds the name (it may add files to the work dir): signal it instead
+            log.warning("cannot write the stop request %s: %s", stop, exc)
         if not self.watches_stop_file:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGTERM)
@@ -296,10 +346,9 @@ class TrainerProcess:
         memory is bounded: a line that grows past ``LINE_LIMIT`` bytes without ending (a binary blob, a bar that
         never returns) is kept by its start, and the rest of it is dropped until it ends."""
         assert self.process.stdout is not None
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         pending = b""
         skipping = False  # inside a line already kept by its start
-        with self.log_path.open("ab") as sink:
+        with self._sink or _open_log(self.log_path) as sink:
             while chunk := await self.process.stdout.read(65536):
                 sink.write(chunk)
                 sink.flush()
@@ -323,6 +372,22 @@ class TrainerProcess:
             self.tail.append(text)
             if self.echo:
                 print(f"[trainer] {text}", file=sys.stderr, flush=True)
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """The trainer's log, for appending; never through a link (a trainer may add files to the work dir)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(path, flags, 0o644), "ab")
+
+
+def _create_stop_file(stop: Path) -> None:
+    """Create the stop request at once (empty, so no reader sees half of it), never through a link the trainer
+    put where it goes: the runner may be root, the trainer not."""
+    staging = stop.with_name(stop.name + ".tmp")
+    staging.unlink(missing_ok=True)
+    os.close(os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+    staging.replace(stop)
 
 
 def start_failure(argv0: str, env: Mapping[str, str], exc: OSError | None = None) -> Failure:

@@ -158,7 +158,8 @@ class _Shrank(Exception):
 def _read(path: Path, offset: int, size: int, buffer: bytearray) -> _Read:
     started = time.time_ns()
     view = memoryview(buffer if len(buffer) >= size else bytearray(size))[:size]
-    with open(path, "rb", buffering=0) as file:
+    # Never through a link: the runner may be root and the checkpoint the unprivileged trainer's.
+    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb", buffering=0) as file:
         before = FileStamp.of_stat(os.fstat(file.fileno()))
         got = read_fully(file, offset, view)
         after = FileStamp.of_stat(os.fstat(file.fileno()))

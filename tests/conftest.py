@@ -3,6 +3,7 @@ test."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,6 +11,18 @@ import pytest
 
 from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
+
+
+@pytest.fixture(scope="session", autouse=True)
+def trainers_run_as_the_tests() -> Iterator[None]:
+    """Run as root, the runner would start its trainers as finetune-train, which cannot reach them here: they are
+    this interpreter (under /root on a development host) and write in pytest's private temporary directories
+    (mode 0700). So the runners the tests start keep their trainers as root (``FINETUNE_TRAINER_USER=root``),
+    except where a test names the user: tests/test_trainer_sandbox.py, with a trainer any user can run."""
+    with pytest.MonkeyPatch.context() as patch:
+        if os.geteuid() == 0:
+            patch.setenv("FINETUNE_TRAINER_USER", os.environ.get("FINETUNE_TRAINER_USER", "root"))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -410,6 +410,7 @@ def handler_reasons() -> list[Reason]:
         _recipe_error(lambda: Parameter(type="str", default="a", choices=["a", "b"]).parse("mode", "c")),
         _recipe_error(lambda: Parameter(type="str", default="a").parse("dataset", "a;b")),
         _recipe_error(lambda: Parameter(type="str", default="a").parse("dataset", "--push_to_hub")),
+        _recipe_error(lambda: BUILT_IN["deepseek-7b"].resolve({"model": "someone/evil"})),
         recipes.WORDING("recipe.not-str", name="mode", raw="x"),  # a str parameter takes any text: never raised
         narrowed(policy, "dingtalk:bob", "start"),
         *(job_refusal(policy, OnCall(), "dingtalk:bob", elsewhere, action, item, NOW) for action, item in asked),

@@ -138,6 +138,7 @@ def test_the_units_run_the_installed_programs() -> None:
     assert runner["ExecStart"].split()[:2] == ["/opt/finetune/bin/finetune-runner", "run"]
     assert runner["EnvironmentFile"] == RUNNER_ENV_FILE  # what the boot script writes
     assert "PATH=/opt/finetune/bin:" in runner["Environment"]  # swift / torchrun from the runner's virtualenv
+    assert "FINETUNE_TRAINER_USER=finetune-train" in runner["Environment"].split()  # root runner, not trainer
     assert set(runner["SuccessExitStatus"].split()) == {"75"} and set(runner["RestartPreventExitStatus"].split()) == {
         "2",
         "75",

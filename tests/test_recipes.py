@@ -162,3 +162,79 @@ def test_the_pinned_ms_swift_accepts_every_flag_of_the_swift_recipes() -> None:
     assert args["external_plugins"] == [RUNNER_VALUES["FINETUNE_SWIFT_PLUGIN"]]
     assert args["callbacks"] == ["spot_checkpoint"] and args["dataloader_persistent_workers"] is False
     assert len(args["dataset"]) == 3
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["/mnt/oss-data/DeepSeek-R1-Distill-Qwen-7B", "/mnt/oss-data/./x", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen2-7B"],
+)
+def test_deepseek_takes_the_guides_paths_and_the_deepseek_and_qwen_hub_ids(model: str) -> None:
+    argv = DEEPSEEK_7B.argv(DEEPSEEK_7B.resolve({"model": model}), python="python3")
+    assert option(argv, "--model") == [model]
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("model", "someone/DeepSeek-R1-Distill-Qwen-7B"),  # a hub id of anyone else: their code would run
+        ("model", "/root/model"),
+        ("model", "/mnt/oss-data-other/model"),  # a sibling of the root, not under it
+        ("model", "/mnt/oss-data"),  # the root itself is no model
+        ("model", "deepseek-ai"),
+        ("model", "./deepseek-ai/x"),
+        ("dataset", "AI-ModelScope/alpaca-gpt4-data-zh#500,someone/data#5"),  # one entry out of bounds is enough
+        ("dataset", "/tmp/data.jsonl"),
+    ],
+)
+def test_deepseek_refuses_models_and_data_sets_outside_what_it_allows(name: str, raw: str) -> None:
+    with pytest.raises(RecipeError) as refused:
+        DEEPSEEK_7B.resolve({name: raw})
+    assert refused.value.reason.key == "recipe.not-allowed"
+    assert "it may be: /mnt/oss-data/…" in str(refused.value)
+
+
+@pytest.mark.parametrize("raw", ["/mnt/oss-data/../../etc/shadow", "/mnt/oss-data/x/../../../root", "Qwen/../evil/x"])
+def test_a_path_that_climbs_out_of_its_root_is_refused_and_never_matches(raw: str) -> None:
+    with pytest.raises(RecipeError):
+        DEEPSEEK_7B.resolve({"model": raw})
+    # Matching alone, whatever the other checks do: the normalised path is outside every allowed form.
+    assert not DEEPSEEK_7B.parameters["model"].allows(raw)
+
+
+def test_an_allow_list_is_text_only_and_holds_its_default() -> None:
+    with pytest.raises(ValidationError, match="allow"):
+        Parameter(type="int", default=1, allow=["1"])
+    with pytest.raises(ValidationError, match="allow"):
+        Parameter(type="str", default="a", choices=["a"], allow=["a"])
+    with pytest.raises(ValidationError, match="not in allow"):
+        Parameter(type="str", default="x/y", allow=["/mnt/oss-data/"])
+    exact = Parameter(type="str", default="tiny-llama", allow=["tiny-llama", "/data/"])
+    assert exact.parse("model", "/data/a") == "/data/a"
+    with pytest.raises(RecipeError, match="it may be: tiny-llama, /data/…"):
+        exact.parse("model", "tiny-llama-2")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"trust_remote_code": "true"},
+        {"model": "--trust_remote_code"},
+        {"model": "Qwen/x,--trust_remote_code"},
+        {"dataset": "swift/self-cognition#5,--trust_remote_code=true"},
+        {"model": "Qwen/x --trust_remote_code true"},
+    ],
+)
+def test_no_override_turns_on_remote_code(overrides: dict[str, str]) -> None:
+    for recipe in (DEEPSEEK_7B, TINY, *readme_recipes()):
+        with pytest.raises(RecipeError):
+            recipe.resolve(overrides)
+
+
+def test_no_recipe_argv_or_environment_enables_remote_code() -> None:
+    """ms-swift trusts a model's code by itself (4.6 has no switch): the allow lists decide whose code that may
+    be, and nothing in a recipe adds a way to trust more."""
+    for recipe in (DEEPSEEK_7B, TINY, *readme_recipes()):
+        values = recipe.resolve({})
+        words = " ".join([*recipe.argv(values, python="python"), *recipe.env, *recipe.env.values()]).lower()
+        assert "remote_code" not in words and "remote-code" not in words
+        assert all(spec.choices or spec.allow for spec in recipe.parameters.values() if spec.type == "str")

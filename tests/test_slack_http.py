@@ -140,6 +140,8 @@ async def test_usage_errors_refusals_and_help_are_answered_in_the_ack_and_change
             ("stop not-a-job", "is not a job id"),
             ("help", "/finetune start &lt;recipe&gt;"),  # escaped, as Slack asks: shown as typed
             ("start deepseek-7b dataset=--push_to_hub", "dataset may not start with '-'"),
+            ("start deepseek-7b model=someone/model", "model 'someone/model' is not allowed; it may be: /mnt/"),
+            ("start deepseek-7b model=/mnt/oss-data/../../etc", "model may only use"),
             ("", "/finetune start &lt;recipe&gt;"),
         ):
             status, reply = await command(service, text)

@@ -30,7 +30,7 @@ import pytest
 from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.jobs import Job
 from handlers.launch import build_spec
-from handlers.recipes import DEEPSEEK_7B
+from handlers.recipes import DEEPSEEK_7B, Recipe
 from tests.runner_harness import (
     child_pids,
     of_type,
@@ -62,6 +62,15 @@ def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return paths
 
 
+def allowing(recipe: Recipe, root: str) -> Recipe:
+    """The recipe as a team configures it for a data root of its own (here: where the tiny model was built)."""
+    parameters = {
+        name: spec.model_copy(update={"allow": [*spec.allow, root]}) if spec.allow else spec
+        for name, spec in recipe.parameters.items()
+    }
+    return Recipe.model_validate({**recipe.model_dump(), "parameters": parameters})
+
+
 def swift_spec(
     path: Path, tiny_qwen: dict[str, str], store: Path, reports: Path, attempt: int, job: str, notice: str = "aws"
 ) -> Path:
@@ -75,12 +84,13 @@ def swift_spec(
         "save_steps": "10",
         "max_length": "128",
     }
-    params = DEEPSEEK_7B.resolve(overrides)
-    record = Job(id=job, recipe=DEEPSEEK_7B.name, params=params, requested_by="console:test")
+    recipe = allowing(DEEPSEEK_7B, os.path.commonpath([tiny_qwen["model"], tiny_qwen["data"]]) + "/")
+    params = recipe.resolve(overrides)
+    record = Job(id=job, recipe=recipe.name, params=params, requested_by="console:test")
     spec = build_spec(
         record,
         attempt,
-        DEEPSEEK_7B,
+        recipe,
         f"file://{store}/",
         [f"file://{reports}"],
         "aws" if notice == "aws" else "none",

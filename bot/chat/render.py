@@ -332,6 +332,8 @@ def recipes_text(recipes: Iterable[Recipe], lang: Lang = "en") -> str:
             bounds = ""
             if spec.choices:
                 bounds = text(lang, "help.choices", choices=", ".join(spec.choices))
+            elif spec.allow:
+                bounds = text(lang, "help.allowed", forms=spec.allowed_forms())
             elif spec.min is not None or spec.max is not None:
                 bounds = text(lang, "help.range", low=_bound(spec.min), high=_bound(spec.max))
             said = text(lang, "help.parameter-help", text=spec.help) if spec.help else ""

@@ -90,6 +90,11 @@ sed "s#/opt/finetune#${prefix}#g" "$unit" > "$systemd_dir/$unit_name.tmp"
 chmod 0644 "$systemd_dir/$unit_name.tmp"
 mv "$systemd_dir/$unit_name.tmp" "$systemd_dir/$unit_name"
 
+# The runner (root) starts each trainer as this user: what a chat user chose to train never runs as root.
+if [[ $role == runner && $(id -u) == 0 ]]; then
+    id finetune-train >/dev/null 2>&1 || useradd --system --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin finetune-train
+fi
 if [[ $role == bot && $(id -u) == 0 ]]; then
     id finetune >/dev/null 2>&1 || useradd --system --user-group --home-dir /var/lib/finetune --shell /usr/sbin/nologin finetune
     install -d -m 0750 -o root -g finetune /etc/finetune

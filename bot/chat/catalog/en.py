@@ -165,6 +165,7 @@ BOT: dict[str, str] = {
     "help.parameter": "      {name}={default}  {type}{range}{help}",
     "help.range": ", {low}…{high}",
     "help.choices": ", one of {choices}",
+    "help.allowed": ", allowed: {forms}",
     "help.parameter-help": " — {text}",
     "help.no-parameters": "      (no parameters)",
     # Answers to commands (the reasons inside them come from the handlers, below).

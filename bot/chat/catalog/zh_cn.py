@@ -139,6 +139,7 @@ MESSAGES: dict[str, str] = {
     "help.parameter": "      {name}={default}  {type}{range}{help}",
     "help.range": "，{low}…{high}",
     "help.choices": "，可选 {choices}",
+    "help.allowed": "，允许：{forms}",
     "help.parameter-help": " —— {text}",
     "help.no-parameters": "      （没有参数）",
     "reply.starting": "正在启动 {job}：{recipe}（{params}）",
@@ -224,6 +225,7 @@ MESSAGES: dict[str, str] = {
     "recipe.not-a-choice": "{name} 只能是以下之一：{choices}",
     "recipe.unsafe-text": "{name} 只能包含字母、数字和 . _ : / @ + # -",
     "recipe.option-like": "{name} 不能以 {first!r} 开头：训练程序可能把它当成命令行选项",
+    "recipe.not-allowed": "{name} 不允许取 {value!r}；只能是：{forms}",
     # 命令为何没有生效（handlers/decide.py）
     "ignored.stop": "任务当前状态为 {state}",
     "ignored.interrupt-test": "任务当前状态为 {state}，不在运行中",
