@@ -50,7 +50,7 @@ from bot.settings import FileConfig, Settings, all_recipes, load_config
 from bot.sources.aliyun_http import MIN_TOKEN_LENGTH, Network, aliyun_routes, parse_networks
 from bot.sources.aws_intake import AwsIntake
 from bot.sources.sns_http import sns_routes
-from bot.sources.sns_signature import SnsVerifier
+from bot.sources.sns_signature import SHA1_REFUSED_METRIC, SnsVerifier
 from bot.sources.sqs import SqsSource
 from bot.store import JobStore
 from bot.timers import Timers
@@ -247,15 +247,20 @@ class BotService:
 
         reports = ReportGate(secret)
         intake = self._aws_intake(reports, config)
+        sns_verifier = SnsVerifier(allow_sha1=self.settings.finetune_sns_allow_sha1)
         app = build_app(
             store,
             bus,
             reports,
-            extra_metrics=lambda: {**intake.metrics(), **(self._outbox.metrics() if self._outbox else {})},
+            extra_metrics=lambda: {
+                **intake.metrics(),
+                **(self._outbox.metrics() if self._outbox else {}),
+                SHA1_REFUSED_METRIC: float(sns_verifier.sha1_refused),
+            },
         )
         if self.settings.sns_topics:
             sns_parse = intake.for_route("sns").parse
-            app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, SnsVerifier(), parse=sns_parse))
+            app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, sns_verifier, parse=sns_parse))
         if aliyun_intake is not None:
             app.add_routes(aliyun_routes(bus.publish, *aliyun_intake))
         if self._slack is not None:

@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
     finetune_sqs_queue_url: str | None = None
     finetune_sns_topics: str = ""
+    # SNS SignatureVersion 1 (SHA1) is refused unless this is set (the stacks' topics sign with version 2).
+    finetune_sns_allow_sha1: bool = False
     # What each topic may carry (bot/sources/aws_intake.py): cloud events only from the events topics (unset: any
     # topic but a report topic), runner reports only from the report topics (besides aws.report_topic_arn).
     finetune_events_topics: str = ""

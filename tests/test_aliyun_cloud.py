@@ -182,7 +182,7 @@ async def test_spot_launch_goes_to_the_cheapest_zone_with_tags_user_data_and_the
     )
     assert run["ClientToken"]
     created = fake.instances[instance.instance_id]
-    assert created.tags == {"finetune:job": "ft-abc1", "finetune:attempt": "1"}
+    assert created.tags == {"finetune:managed": "true", "finetune:job": "ft-abc1", "finetune:attempt": "1"}
     assert created.name == "finetune-ft-abc1-1"
 
     script = created.user_data
@@ -472,7 +472,11 @@ async def test_scaling_group_launch_sets_desired_one_and_completion_sets_zero(
     assert (modified["SpotPriceLimits.1.InstanceType"], modified["SpotPriceLimits.1.PriceLimit"]) == (GPU, "4.0")
     configuration = fake.configurations[group.configuration_id]
     assert "FINETUNE_SPEC=oss://ft-oss/jobs/ft-abc1/spec-attempt-1.json\n" in configuration.user_data
-    assert fake.instances[instance.instance_id].tags == {"finetune:job": "ft-abc1", "finetune:attempt": "1"}
+    assert fake.instances[instance.instance_id].tags == {
+        "finetune:managed": "true",
+        "finetune:job": "ft-abc1",
+        "finetune:attempt": "1",
+    }
 
     await cloud.terminate(instance.instance_id, "ft-abc1")
     assert group.desired == 0

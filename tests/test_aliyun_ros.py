@@ -94,10 +94,21 @@ def test_the_runner_role_is_for_ecs_and_reaches_only_the_bucket(template: dict[s
     (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"]["Service"] == ["ecs.aliyuncs.com"]
     (policy,) = role["Policies"]
-    (statement,) = policy["PolicyDocument"]["Statement"]
-    assert all(action.startswith("oss:") and action != "oss:*" for action in statement["Action"])
-    for arn in statement["Resource"]:
-        assert arn["Fn::Join"][1][:2] == ["acs:oss:*:*:", {"Ref": "BucketName"}]
+    statements = policy["PolicyDocument"]["Statement"]
+    for statement in statements:
+        assert all(action.startswith("oss:") and action != "oss:*" for action in statement["Action"])
+        for arn in statement["Resource"]:
+            assert arn["Fn::Join"][1][:2] == ["acs:oss:*:*:", {"Ref": "BucketName"}]
+    # Writes reach checkpoints and outputs only; specs and control objects are denied outright.
+    writes = [s for s in statements if s["Effect"] == "Allow" and "oss:PutObject" in s["Action"]]
+    assert [arn["Fn::Join"][1][2] for s in writes for arn in s["Resource"]] == [
+        "/jobs/*/checkpoint-*",
+        "/jobs/*/output/*",
+        "/jobs/*/COMPLETED.json",
+    ]
+    (deny,) = [s for s in statements if s["Effect"] == "Deny"]
+    assert {"oss:PutObject", "oss:DeleteObject"} <= set(deny["Action"])
+    assert [arn["Fn::Join"][1][2] for arn in deny["Resource"]] == ["/jobs/*/spec-attempt-*", "/jobs/*/control/*"]
     assert resource(template, "CheckpointBucket", "ALIYUN::OSS::Bucket")["AccessControl"] == "private"
 
 
@@ -131,6 +142,7 @@ def test_the_bot_policy_covers_what_the_provider_calls(template: dict[str, Any])
         "delete_instance": "ecs:DeleteInstance",
         "describe_spot_price_history": "ecs:DescribeSpotPriceHistory",
         "describe_price": "ecs:DescribePrice",
+        "describe_available_resource": "ecs:DescribeAvailableResource",
         "describe_scaling_groups": "ess:DescribeScalingGroups",
         "describe_scaling_configurations": "ess:DescribeScalingConfigurations",
         "describe_scaling_instances": "ess:DescribeScalingInstances",

@@ -125,6 +125,12 @@ async def local(serve: Serve) -> Endpoint:
 
 
 @pytest.fixture
+async def sha1_allowed(serve: Serve) -> Endpoint:
+    """As ``local``, told to accept SignatureVersion 1 (FINETUNE_SNS_ALLOW_SHA1=1)."""
+    return await start_endpoint(serve, SnsVerifier(host_pattern=LOCAL_HOST, schemes=("http",), allow_sha1=True))
+
+
+@pytest.fixture
 async def strict(serve: Serve, signer: SnsSigner) -> Endpoint:
     """Production rules (https, SNS hosts only); the injected fetcher answers for SNS with the test certificate."""
     fetched: list[str] = []
@@ -137,7 +143,10 @@ async def strict(serve: Serve, signer: SnsSigner) -> Endpoint:
 
 
 @pytest.mark.parametrize("version", ["1", "2"])
-async def test_a_signed_notification_is_published(local: Endpoint, cert_host: CertHost, version: str) -> None:
+async def test_a_signed_notification_is_published(serve: Serve, cert_host: CertHost, version: str) -> None:
+    """Version 2, and version 1 where allowed (FINETUNE_SNS_ALLOW_SHA1=1)."""
+    verifier = SnsVerifier(host_pattern=LOCAL_HOST, schemes=("http",), allow_sha1=version == "1")
+    local = await start_endpoint(serve, verifier)
     signed = cert_host.signer.sign(
         notification(TOPIC, spot_warning("i-0abc", event_id=EVENT_ID)), cert_host.url, version
     )
@@ -164,9 +173,24 @@ async def test_the_subject_is_signed_when_present_and_the_certificate_is_fetched
 
 
 async def test_production_rules_accept_a_certificate_on_an_sns_host(strict: Endpoint, signer: SnsSigner) -> None:
-    status, _ = await strict.post(signer.sign(notification(TOPIC, rebalance("i-0abc")), SNS_CERT_URL, "1"))
+    status, _ = await strict.post(signer.sign(notification(TOPIC, rebalance("i-0abc")), SNS_CERT_URL, "2"))
     assert status == 200
     assert len(strict.bus.events) == 1
+
+
+async def test_sha1_signatures_are_refused_and_counted_unless_allowed(
+    local: Endpoint, sha1_allowed: Endpoint, cert_host: CertHost
+) -> None:
+    """A genuine version 1 signature: 403 by default (counted), accepted only where FINETUNE_SNS_ALLOW_SHA1 says."""
+    signed = cert_host.signer.sign(notification(TOPIC, rebalance("i-0abc")), cert_host.url, "1")
+    status, answer = await local.post(signed)
+    assert status == 403
+    assert "SignatureVersion 1 (SHA1) is refused" in answer["error"]
+    assert local.bus.events == []
+    assert local.verifier.sha1_refused == 1
+    assert (await sha1_allowed.post(signed))[0] == 200
+    assert len(sha1_allowed.bus.events) == 1
+    assert sha1_allowed.verifier.sha1_refused == 0
 
 
 def tampered(message: dict[str, Any]) -> dict[str, Any]:
@@ -237,7 +261,7 @@ async def test_stale_or_future_messages_are_refused(
 
 async def test_a_subscription_is_confirmed_once_through_its_subscribe_url(local: Endpoint, cert_host: CertHost) -> None:
     subscribe_url = "http://127.0.0.1/?Action=ConfirmSubscription&TopicArn=x&Token=y"
-    status, _ = await local.post(cert_host.signer.sign(confirmation(TOPIC, subscribe_url), cert_host.url, "1"))
+    status, _ = await local.post(cert_host.signer.sign(confirmation(TOPIC, subscribe_url), cert_host.url, "2"))
     assert status == 200
     assert local.confirmed.urls == [subscribe_url]
     assert local.bus.events == []

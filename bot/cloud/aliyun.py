@@ -67,6 +67,7 @@ from runner.storage.s3 import S3Store
 
 log = logging.getLogger(__name__)
 
+MANAGED_TAG = "finetune:managed"  # the bot's RAM policy launches and deletes only instances tagged so
 JOB_TAG = "finetune:job"
 ATTEMPT_TAG = "finetune:attempt"
 LIST_PAGE_SIZE = 100  # DescribeInstances' largest page
@@ -302,6 +303,7 @@ class AliyunCloud:
             key_pair_name=settings.key_pair,
             instance_name=f"finetune-{spec.job_id}-{spec.attempt}",
             tag=[
+                ecs_models.RunInstancesRequestTag(key=MANAGED_TAG, value="true"),
                 ecs_models.RunInstancesRequestTag(key=JOB_TAG, value=spec.job_id),
                 ecs_models.RunInstancesRequestTag(key=ATTEMPT_TAG, value=str(spec.attempt)),
             ],
@@ -527,7 +529,7 @@ class AliyunCloud:
         return ess_models.ModifyScalingConfigurationRequest(
             scaling_configuration_id=config_id,
             user_data=base64.b64encode(script.encode()).decode(),
-            tags=json.dumps({JOB_TAG: spec.job_id, ATTEMPT_TAG: str(spec.attempt)}),
+            tags=json.dumps({MANAGED_TAG: "true", JOB_TAG: spec.job_id, ATTEMPT_TAG: str(spec.attempt)}),
             instance_types=list(instance_types),
             instance_name=f"finetune-{spec.job_id}-{spec.attempt}",
             spot_strategy=self._spot_strategy(market),

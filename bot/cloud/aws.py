@@ -688,7 +688,13 @@ class AwsCloud:
                 raise LaunchError(f"launch template {name} does not exist: set image_id so the bot can create it")
             try:
                 reply = await ec2.create_launch_template(
-                    LaunchTemplateName=name, LaunchTemplateData=data, VersionDescription=description
+                    LaunchTemplateName=name,
+                    LaunchTemplateData=data,
+                    VersionDescription=description,
+                    # the bot's policy creates only templates tagged ours, and tags only at such a creation
+                    TagSpecifications=[
+                        {"ResourceType": "launch-template", "Tags": [{"Key": MANAGED_TAG, "Value": "true"}]}
+                    ],
                 )
                 return str(reply["LaunchTemplate"]["LatestVersionNumber"])
             except ClientError as exc:

@@ -7,7 +7,10 @@ Token, TopicArn, Type. ``SignatureVersion`` 1 is SHA1withRSA, 2 is SHA256withRSA
 
 Anyone can put the URL of their own certificate in a forged message, so the certificate is fetched only from an
 https URL on an SNS host (``sns.<region>.amazonaws.com``, ``.com.cn`` in China) and never through a redirect:
-that host check is what ties the key to AWS. Certificates are cached by URL: SNS rotates them rarely, and a
+that host check is what ties the key to AWS. Version 1 (SHA1) is refused unless the verifier is told to accept it
+(``allow_sha1``, ``FINETUNE_SNS_ALLOW_SHA1=1``): the stacks create their topics with ``SignatureVersion: 2``, so
+a version 1 message is either from a topic someone else made or a downgrade, and each refusal is counted.
+Certificates are cached by URL: SNS rotates them rarely, and a
 fetch per message would make the endpoint a request amplifier. The scheme, the host pattern and the fetcher
 are injectable so tests can serve their own certificate; production keeps the strict defaults.
 """
@@ -36,6 +39,7 @@ NOTIFICATION_KEYS: tuple[str, ...] = ("Message", "MessageId", "Subject", "Timest
 CONFIRMATION_KEYS: tuple[str, ...] = ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type")
 MAX_CERT_BYTES = 64 * 1024
 FETCH_TIMEOUT_SECONDS = 10.0
+SHA1_REFUSED_METRIC = "finetune_sns_sha1_refused_total"
 
 UrlFetcher = Callable[[str], Awaitable[bytes]]
 
@@ -112,8 +116,11 @@ class SnsVerifier:
         schemes: Collection[str] = SECURE_SCHEMES,
         cache_size: int = 32,
         clock: Callable[[], float] = time.time,
+        allow_sha1: bool = False,
     ) -> None:
         self._fetch = fetch
+        self.allow_sha1 = allow_sha1
+        self.sha1_refused = 0  # version 1 messages refused (allow_sha1 off)
         self.host_pattern = host_pattern
         self.schemes = tuple(schemes)
         self._cache_size = cache_size
@@ -129,6 +136,12 @@ class SnsVerifier:
         """Return if ``message`` is signed by SNS; raise :class:`SignatureError` saying why not otherwise."""
         version = message.get("SignatureVersion")
         if version == "1":
+            if not self.allow_sha1:
+                self.sha1_refused += 1
+                raise SignatureError(
+                    "SignatureVersion 1 (SHA1) is refused: create the topic with SignatureVersion 2, "
+                    "or set FINETUNE_SNS_ALLOW_SHA1=1"
+                )
             algorithm: hashes.HashAlgorithm = hashes.SHA1()  # SNS SignatureVersion 1 is SHA1withRSA
         elif version == "2":
             algorithm = hashes.SHA256()

@@ -1,0 +1,212 @@
+"""Least privilege in every template: no mutating grant on everything, and the scoping conditions really scope.
+
+The walk reads every IAM and RAM statement of every CloudFormation and ROS template under deploy/ and fails on an
+Allow of a mutating action on ``*`` without a condition; read-only actions (Describe*, List*, Get*) and the few
+listed in ``UNSCOPABLE`` (each with the reason) are the exceptions. The grant tests then ask the policies, evaluated
+as the clouds do (tests/policy_eval.py; moto evaluates no resource or condition), what a bot or a runner may do.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.policy_eval import Statement, allowed, att, listed, policy_of, ref, resolve, statements, templates
+
+READ_ONLY_VERBS = ("Describe", "List", "Get")
+# Mutating actions allowed on "*" without a condition, and why nothing narrower exists.
+UNSCOPABLE: dict[str, str] = {
+    "ssmmessages:CreateControlChannel": "Session Manager's agent channel: SSM defines no resource or condition for it",
+    "ssmmessages:CreateDataChannel": "Session Manager's agent channel: SSM defines no resource or condition for it",
+    "ssmmessages:OpenControlChannel": "Session Manager's agent channel: SSM defines no resource or condition for it",
+    "ssmmessages:OpenDataChannel": "Session Manager's agent channel: SSM defines no resource or condition for it",
+}
+# AWS managed policies a role may carry (their statements are not in the template, so each is named here).
+MANAGED_POLICIES: dict[tuple[str, str], set[str]] = {
+    # EC2 Image Builder drives its build instance through SSM and requires these two on it; the instance is
+    # short-lived, builds the image and never runs a job or reaches the checkpoint bucket.
+    ("aws/runner-image.yaml", "BuildRole"): {
+        "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+        "arn:aws:iam::aws:policy/EC2InstanceProfileForImageBuilder",
+    },
+    # The bot's task role: the runner stack's BotPolicy (walked above, in aws/finetune.yaml).
+    ("aws/bot.yaml", "BotRole"): {"import-ref-RunnerStackName-BotPolicyArn"},
+}
+
+AWS_INSTANCE = "arn:aws:ec2:us-east-1:123456789012:instance/i-0abc"
+OUR_TEMPLATE = f"arn:aws:ec2:us-east-1:123456789012:launch-template/{ref('RunnerLaunchTemplate')}"
+BUCKET = att("CheckpointBucket")
+OSS = "acs:oss:*:*:ref-BucketName"
+
+
+def all_statements() -> list[Statement]:
+    return [s for name, document in templates().items() for s in statements(name, document)]
+
+
+def test_the_walk_sees_every_template_with_grants() -> None:
+    found = {s.where.split()[0] for s in all_statements()}
+    assert found == {"aws/finetune.yaml", "aws/bot.yaml", "aws/runner-image.yaml", "aliyun/finetune.ros.yaml"}
+    assert len(all_statements()) > 40
+
+
+def unscoped_grants(found: list[Statement]) -> list[str]:
+    """Each Allow of a mutating action on "*" without a condition (not read-only, not in UNSCOPABLE)."""
+    offending = []
+    for statement in found:
+        assert "NotAction" not in statement.body and "NotResource" not in statement.body, statement.where
+        if statement.effect != "Allow":
+            continue
+        offending += [f"{statement.where}: {action}" for action in statement.actions if "*" in action]
+        if "*" not in statement.resources or statement.body.get("Condition"):
+            continue
+        for action in statement.actions:
+            if not action.split(":", 1)[1].startswith(READ_ONLY_VERBS) and action not in UNSCOPABLE:
+                offending.append(f"{statement.where}: {action} on *")
+    return offending
+
+
+def test_no_mutating_action_on_everything_without_a_condition() -> None:
+    assert unscoped_grants(all_statements()) == []
+
+
+def test_the_walk_fails_an_unconditioned_mutating_grant() -> None:
+    """The same walk on a policy that breaks the rule, so it is shown able to fail."""
+    bad = [
+        {"Effect": "Allow", "Action": "ec2:CreateTags", "Resource": "*"},
+        {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+        {"Effect": "Allow", "Action": "s3:*", "Resource": "arn:aws:s3:::b/*"},
+        {"Effect": "Allow", "Action": "ec2:RunInstances", "Resource": "*", "Condition": {"Null": {"k": "false"}}},
+    ]
+    document = {
+        "Resources": {"Bad": {"Type": "AWS::IAM::ManagedPolicy", "Properties": {"PolicyDocument": {"Statement": bad}}}}
+    }
+    assert unscoped_grants(list(statements("bad.yaml", document))) == [
+        "bad.yaml Bad Bad: ec2:CreateTags on *",
+        "bad.yaml Bad Bad: s3:*",
+    ]
+
+
+def test_only_the_listed_managed_policies_are_attached() -> None:
+    for template, document in templates().items():
+        for name, resource in document["Resources"].items():
+            if resource["Type"] != "AWS::IAM::Role":
+                continue
+            arns = {str(resolve(arn)) for arn in resource["Properties"].get("ManagedPolicyArns", [])}
+            assert arns == MANAGED_POLICIES.get((template, name), set()), f"{template} {name}"
+
+
+# -- AWS: the bot ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bot() -> list[Statement]:
+    return policy_of("aws/finetune.yaml", "BotPolicy")
+
+
+def test_the_bot_cannot_tag_an_instance_it_did_not_launch(bot: list[Statement]) -> None:
+    managed = {"aws:RequestTag/finetune:managed": "true"}
+    assert not allowed(bot, "ec2:CreateTags", AWS_INSTANCE, managed)  # CreateTags on an existing instance
+    assert not allowed(bot, "ec2:CreateTags", AWS_INSTANCE, {**managed, "ec2:CreateAction": "CreateTags"})
+    assert allowed(bot, "ec2:CreateTags", AWS_INSTANCE, {**managed, "ec2:CreateAction": "RunInstances"})
+
+
+def test_the_bot_launches_only_tagged_instances_from_the_stacks_template(bot: list[Statement]) -> None:
+    launch = {"aws:RequestTag/finetune:managed": "true", "ec2:LaunchTemplate": OUR_TEMPLATE}
+    assert allowed(bot, "ec2:RunInstances", AWS_INSTANCE, launch)
+    assert not allowed(bot, "ec2:RunInstances", AWS_INSTANCE, {"ec2:LaunchTemplate": OUR_TEMPLATE})
+    other = OUR_TEMPLATE.rsplit("/", 1)[0] + "/lt-someone-elses"
+    assert not allowed(bot, "ec2:RunInstances", AWS_INSTANCE, {**launch, "ec2:LaunchTemplate": other})
+    assert allowed(bot, "ec2:CreateLaunchTemplateVersion", OUR_TEMPLATE)
+    assert not allowed(bot, "ec2:CreateLaunchTemplateVersion", other)
+    assert not allowed(bot, "ec2:CreateLaunchTemplate", other)
+    assert allowed(bot, "ec2:CreateLaunchTemplate", other, {"aws:RequestTag/finetune:managed": "true"})
+
+
+def test_the_bot_terminates_scales_and_drills_only_what_is_ours(bot: list[Statement]) -> None:
+    ours = {"ec2:ResourceTag/finetune:managed": "true"}
+    assert allowed(bot, "ec2:TerminateInstances", AWS_INSTANCE, ours)
+    assert not allowed(bot, "ec2:TerminateInstances", AWS_INSTANCE)
+    group = "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:u-1:autoScalingGroupName/finetune-ft-1"
+    tagged = {"autoscaling:ResourceTag/finetune:managed": "true"}
+    assert allowed(bot, "autoscaling:UpdateAutoScalingGroup", group, tagged)
+    assert not allowed(bot, "autoscaling:UpdateAutoScalingGroup", group)
+    assert not allowed(bot, "autoscaling:UpdateAutoScalingGroup", group.replace("finetune-ft-1", "web"), tagged)
+    assert allowed(bot, "autoscaling:CreateAutoScalingGroup", group, {"aws:RequestTag/finetune:managed": "true"})
+    assert not allowed(bot, "autoscaling:CreateAutoScalingGroup", group)
+    template = "arn:aws:fis:us-east-1:123456789012:experiment-template/EXT1"
+    assert allowed(bot, "fis:StartExperiment", template, {"aws:ResourceTag/finetune:drill": "true"})
+    assert not allowed(bot, "fis:StartExperiment", template)
+
+
+def test_the_bot_passes_each_role_only_to_its_service(bot: list[Statement]) -> None:
+    runner, drills = att("RunnerRole"), att("FisRole")
+    assert allowed(bot, "iam:PassRole", runner, {"iam:PassedToService": "ec2.amazonaws.com"})
+    assert not allowed(bot, "iam:PassRole", runner, {"iam:PassedToService": "lambda.amazonaws.com"})
+    assert allowed(bot, "iam:PassRole", drills, {"iam:PassedToService": "fis.amazonaws.com"})
+    admin = "arn:aws:iam::123456789012:role/admin"
+    assert not allowed(bot, "iam:PassRole", admin, {"iam:PassedToService": "ec2.amazonaws.com"})
+
+
+# -- AWS: the runner ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runner() -> list[Statement]:
+    return policy_of("aws/finetune.yaml", "RunnerRole")
+
+
+@pytest.mark.parametrize("action", ["s3:PutObject", "s3:DeleteObject"])
+def test_a_runner_never_writes_a_spec_or_a_control_object(runner: list[Statement], action: str) -> None:
+    for key in ("jobs/ft-other/spec-attempt-2.json", "jobs/ft-other/control/attempt-2.json"):
+        assert not allowed(runner, action, f"{BUCKET}/{key}")
+    for key in ("jobs/ft-1/checkpoint-40/MANIFEST.json", "jobs/ft-1/output/model.bin", "jobs/ft-1/COMPLETED.json"):
+        assert allowed(runner, action, f"{BUCKET}/{key}")
+
+
+def test_a_runner_reads_jobs_and_nothing_of_ssm_parameters(runner: list[Statement]) -> None:
+    assert allowed(runner, "s3:GetObject", f"{BUCKET}/jobs/ft-1/spec-attempt-1.json")
+    assert allowed(runner, "s3:ListBucket", BUCKET, {"s3:prefix": "jobs/ft-1/"})
+    assert not allowed(runner, "s3:ListBucket", BUCKET, {"s3:prefix": "secrets/"})
+    assert not allowed(runner, "ssm:GetParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/finetune/x")
+    assert allowed(runner, "ssmmessages:OpenDataChannel", "*")
+
+
+def test_a_runner_releases_only_project_capacity_and_only_downwards(runner: list[Statement]) -> None:
+    assert allowed(runner, "ec2:TerminateInstances", AWS_INSTANCE, {"ec2:ResourceTag/finetune:managed": "true"})
+    assert not allowed(runner, "ec2:TerminateInstances", AWS_INSTANCE)
+    group = "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:u-1:autoScalingGroupName/finetune-ft-1"
+    tagged = {"autoscaling:ResourceTag/finetune:managed": "true"}
+    assert allowed(runner, "autoscaling:UpdateAutoScalingGroup", group, {**tagged, "autoscaling:MinSize": "0"})
+    assert not allowed(runner, "autoscaling:UpdateAutoScalingGroup", group, {**tagged, "autoscaling:MinSize": "3"})
+    assert not allowed(runner, "autoscaling:UpdateAutoScalingGroup", group, {"autoscaling:MinSize": "0"})
+
+
+# -- Alibaba --------------------------------------------------------------------------------------------------
+
+
+def test_an_alibaba_runner_never_writes_a_spec_or_a_control_object() -> None:
+    runner = policy_of("aliyun/finetune.ros.yaml", "RunnerRole")
+    for action in ("oss:PutObject", "oss:DeleteObject"):
+        assert not allowed(runner, action, f"{OSS}/jobs/ft-other/spec-attempt-1.json")
+        assert not allowed(runner, action, f"{OSS}/jobs/ft-other/control/attempt-1.json")
+        assert allowed(runner, action, f"{OSS}/jobs/ft-1/checkpoint-40/MANIFEST.json")
+    assert allowed(runner, "oss:GetObject", f"{OSS}/jobs/ft-1/spec-attempt-1.json")
+
+
+def test_the_alibaba_bot_launches_deletes_and_scales_only_what_is_ours() -> None:
+    bot = policy_of("aliyun/finetune.ros.yaml", "BotPolicy")
+    instance = "acs:ecs:cn-hangzhou:1234567890:instance/i-abc"
+    assert allowed(bot, "ecs:RunInstances", instance, {"acs:RequestTag/finetune:managed": "true"})
+    assert not allowed(bot, "ecs:RunInstances", instance)
+    assert allowed(bot, "ecs:DeleteInstance", instance, {"acs:ResourceTag/finetune:managed": "true"})
+    assert not allowed(bot, "ecs:DeleteInstance", instance)
+    assert not allowed(bot, "ecs:TagResources", instance, {"acs:RequestTag/finetune:managed": "true"})
+    ours = f"acs:ess:cn-hangzhou:1234567890:scalinggroup/{ref('ScalingGroup')}"
+    assert allowed(bot, "ess:ModifyScalingGroup", ours)
+    assert not allowed(bot, "ess:ModifyScalingGroup", "acs:ess:cn-hangzhou:1234567890:scalinggroup/asg-other")
+
+
+def test_every_alibaba_statement_names_its_actions() -> None:
+    for statement in all_statements():
+        if statement.where.startswith("aliyun/"):
+            assert listed(statement.body.get("Action")), statement.where
+
