@@ -166,6 +166,8 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
     template = ec2.describe_launch_template_versions(LaunchTemplateName="finetune-runner")["LaunchTemplateVersions"][0]
     assert template["LaunchTemplateData"]["ImageId"] == image  # the image the pipeline's parameter names
     assert "UserData" not in template["LaunchTemplateData"]  # the bot gives each attempt its own
+    options = template["LaunchTemplateData"]["MetadataOptions"]  # IMDSv2 only, and out of reach of containers
+    assert (options["HttpTokens"], options["HttpPutResponseHopLimit"]) == ("required", 1)
 
     # -- the bot stack: its Valkey is a TLS Valkey whose AUTH token is the stack's generated secret ---------------
     servers = contextlib.ExitStack()
