@@ -262,7 +262,9 @@ class BotService:
             sns_parse = intake.for_route("sns").parse
             app.add_routes(sns_routes(bus.publish, self.settings.sns_topics, sns_verifier, parse=sns_parse))
         if aliyun_intake is not None:
-            app.add_routes(aliyun_routes(bus.publish, *aliyun_intake))
+            token, networks = aliyun_intake
+            insecure = self.settings.finetune_aliyun_webhook_allow_insecure
+            app.add_routes(aliyun_routes(bus.publish, token, networks, allow_insecure=insecure))
         if self._slack is not None:
             self._slack.mount(app)
         self._http = web.AppRunner(app, access_log=None, logger=server_logger())

@@ -65,6 +65,8 @@ class Settings(BaseSettings):
     # the shared secret the pushes carry, and optionally the source networks allowed (comma-separated CIDRs).
     finetune_aliyun_webhook_token: str | None = None
     finetune_aliyun_webhook_sources: str = ""
+    # Plain http accepted on those routes: only for a local test (the token would cross the network in the clear).
+    finetune_aliyun_webhook_allow_insecure: bool = False
     # -- DingTalk (bot/chat/dingtalk): on when the app's client id is set; the rest is the dingtalk: section --
     dingtalk_client_id: str | None = None
     dingtalk_client_secret: str | None = None

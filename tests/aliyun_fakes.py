@@ -7,6 +7,7 @@ does (so the provider's credentials really travel), records every call, and keep
 - ECS: RunInstances (with ClientToken idempotency), DescribeInstances, DeleteInstance, DescribeSpotPriceHistory,
   DescribePrice; ``no_stock`` zones answer ``OperationDenied.NoStock`` as ECS does, ``unsupported`` (zone, type)
   pairs ``InvalidResourceType.NotSupported``;
+- KMS Secrets Manager: GetSecretValue over ``secrets``;
 - ESS: DescribeScalingGroups / Configurations / Instances / Activities, ModifyScalingGroup, ModifyScalingConfiguration;
   a group reconciles its instances with its desired capacity at once, trying its vSwitches in order (the PRIORITY
   multi-zone policy), so sold-out zones are skipped and a sold-out region leaves a failed scaling activity. A group
@@ -32,6 +33,8 @@ ACCESS_KEY_ID = "LTAI-test-key-id"
 ACCESS_KEY_SECRET = "test-key-secret"
 ECS_VERSION = "2014-05-26"
 ESS_VERSION = "2022-02-22"
+KMS_VERSION = "2016-01-20"
+SERVICES = {ECS_VERSION: "ecs", ESS_VERSION: "ess", KMS_VERSION: "kms"}
 
 
 @dataclass
@@ -138,6 +141,7 @@ class FakeAliyun:
         self.vswitch_zones: dict[str, str] = {}
         self.groups: dict[str, FakeGroup] = {}
         self.configurations: dict[str, FakeConfiguration] = {}
+        self.secrets: dict[str, str] = {}  # KMS Secrets Manager: name -> the current version's value
         self._tokens: dict[str, str] = {}
         self._numbers = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -188,8 +192,8 @@ class FakeAliyun:
             action = request.headers.get("x-acs-action") or params.get("Action", "")
             version = request.headers.get("x-acs-version") or params.get("Version", "")
             self.calls.append((action, params))
-            handler = getattr(self, f"_{'ecs' if version == ECS_VERSION else 'ess'}_{action}", None)
-            if version not in (ECS_VERSION, ESS_VERSION) or handler is None:
+            handler = getattr(self, f"_{SERVICES.get(version, 'none')}_{action}", None)
+            if handler is None:
                 raise ApiError(400, "InvalidAction.NotFound", f"{action} {version} is not supported here")
             answer: dict[str, Any] = handler(params)
         except ApiError as exc:
@@ -218,6 +222,14 @@ class FakeAliyun:
         if not hmac.compare_digest(expected, fields["Signature"]):
             self.rejected.append("signature")
             raise ApiError(400, "SignatureDoesNotMatch", "The request signature does not conform to Aliyun standards.")
+
+    # -- KMS Secrets Manager --------------------------------------------------------------------------------
+
+    def _kms_GetSecretValue(self, params: dict[str, str]) -> dict[str, Any]:
+        name = params.get("SecretName", "")
+        if name not in self.secrets:
+            raise ApiError(404, "Forbidden.ResourceNotFound", f"The secret {name} does not exist.")
+        return {"SecretName": name, "SecretData": self.secrets[name], "SecretDataType": "text", "VersionId": "v1"}
 
     # -- ECS ------------------------------------------------------------------------------------------------
 

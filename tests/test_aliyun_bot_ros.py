@@ -4,7 +4,10 @@ boot script writes is a configuration the bot accepts, reachable by CloudMonitor
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from bot.http import REPORTS_PATH
 from bot.redis_server import check_redis_url
 from bot.settings import Settings, parse_file_config
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH
+from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
 from tests.test_aliyun_ros import PSEUDO, resource, walk
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "aliyun"
@@ -104,45 +108,91 @@ def test_redis_is_a_standard_tls_instance_that_never_evicts(template: dict[str, 
     assert template["Parameters"]["RedisPassword"]["NoEcho"] is True
 
 
-def boot_files(template: dict[str, Any]) -> dict[str, str]:
-    """The files the boot script writes, with example values for the stack's ${…}."""
-    script = resource(template, "BotConfiguration", "ALIYUN::ESS::ScalingConfiguration")["UserData"]["Fn::Sub"]
-    values = {
-        "RedisCaCertificate": "-----BEGIN CERTIFICATE-----",
-        "RedisPassword": "Pass1234word",
-        "Redis.ConnectionDomain": "r-bp1.redis.rds.aliyuncs.com",
-        "Redis.Port": "6379",
-        "ReportSecret": "s" * 32,
-        "WebhookToken": "t" * 16,
-        "DingTalkClientId": "ding123",
-        "DingTalkClientSecret": "secret",
-        "BotRole.RoleName": "finetune-bot",
-        "ALIYUN::Region": "cn-hangzhou",
-        "BucketName": "my-finetune",
-        "ZoneId1": "cn-hangzhou-j",
-        "ZoneId2": "cn-hangzhou-k",
-        "RunnerVSwitch1": "vsw-bp1",
-        "RunnerVSwitch2": "vsw-bp2",
-        "RunnerSecurityGroupId": "sg-bp1",
-        "RunnerRoleName": "finetune-runner",
-        "RunnerImageId": "m-bp1",
-        "BotDomain": "bot.example.com",
-        "ExtraConfig": "policy:\n  max_concurrent_jobs: 2",
+VALUES = {
+    "RedisCaCertificate": "-----BEGIN CERTIFICATE-----",
+    "RedisPassword": "Pass1234word",
+    "Redis.ConnectionDomain": "r-bp1.redis.rds.aliyuncs.com",
+    "Redis.Port": "6379",
+    "ReportSecret": "s" * 32,
+    "WebhookToken": "t" * 16,
+    "DingTalkClientId": "ding123",
+    "DingTalkClientSecret": "dingSecret0123",
+    "BotRole.RoleName": "finetune-bot",
+    "ALIYUN::Region": "cn-hangzhou",
+    "ALIYUN::AccountId": "1234567890",
+    "BucketName": "my-finetune",
+    "ZoneId1": "cn-hangzhou-j",
+    "ZoneId2": "cn-hangzhou-k",
+    "RunnerVSwitch1": "vsw-bp1",
+    "RunnerVSwitch2": "vsw-bp2",
+    "RunnerSecurityGroupId": "sg-bp1",
+    "RunnerRoleName": "finetune-runner",
+    "RunnerImageId": "m-bp1",
+    "BotDomain": "bot.example.com",
+    "ExtraConfig": "policy:\n  max_concurrent_jobs: 2\n# a team's secret, say: hunter2-team",
+}
+
+
+def filled(text: str) -> str:
+    return _SUB.sub(lambda m: VALUES[m.group(1)], text)
+
+
+def kms_secrets(template: dict[str, Any]) -> dict[str, str]:
+    """What the stack's KMS secrets hold, with the example values."""
+    return {
+        body["Properties"]["SecretName"]: filled(body["Properties"]["SecretData"]["Fn::Sub"])
+        for body in template["Resources"].values()
+        if body["Type"] == "ALIYUN::KMS::Secret"
     }
-    filled = _SUB.sub(lambda m: values[m.group(1)], script)
-    heredocs = re.findall(r"cat > (\S+) <<'(\w+)'\n(.*?)\n\2\n", filled, re.DOTALL)
-    files = {path: body for path, _, body in heredocs}
-    assert filled.rstrip().endswith("systemctl enable --now finetune-bot.service")
+
+
+async def boot_files(template: dict[str, Any]) -> dict[str, str]:
+    """The files the boot script writes, with example values for the stack's ${…}: its heredocs as they are, and
+    what its ``$kms`` lines read, run for real against a KMS that holds the stack's secrets."""
+    script = filled(resource(template, "BotConfiguration", "ALIYUN::ESS::ScalingConfiguration")["UserData"]["Fn::Sub"])
+    heredocs = re.findall(r"cat > (\S+) <<'(\w+)'\n(.*?)\n\2\n", script, re.DOTALL)
+    files = {path: body + "\n" for path, _, body in heredocs}
+    assert script.rstrip().endswith("systemctl enable --now finetune-bot.service")
+    command = re.search(r'^kms="/opt/finetune/bin/python (-m bot\.cloud\.aliyun_secrets --region \S+)"$', script, re.M)
+    assert command is not None
+    fake = await FakeAliyun().start()
+    fake.secrets.update(kms_secrets(template))
+    env = {
+        **os.environ,
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": ACCESS_KEY_ID,  # on the instance: the RAM role's STS key (tests: a key pair)
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ACCESS_KEY_SECRET,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    try:
+        for line in re.findall(r"^\$kms (.+)$", script, re.M):
+            words, (redirect, path) = line.split()[:-2], line.split()[-2:]
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, *command.group(1).split(), "--endpoint", fake.endpoint, *words,
+                env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await process.communicate()
+            assert process.returncode == 0, err
+            files[path] = files.get(path, "") + out.decode() if redirect == ">>" else out.decode()
+    finally:
+        await fake.stop()
+    assert fake.rejected == [] and {name for name, _ in fake.calls} == {"GetSecretValue"}
+    for new in [path for path in files if path.endswith(".new")]:
+        assert f"mv {new} {new.removesuffix('.new')}" in script
+        files[new.removesuffix(".new")] = files.pop(new)
     return files
 
 
-def test_the_boot_script_writes_settings_and_a_config_the_bot_accepts(template: dict[str, Any]) -> None:
-    files = boot_files(template)
+async def test_the_boot_script_writes_settings_and_a_config_the_bot_accepts(template: dict[str, Any]) -> None:
+    files = await boot_files(template)
     assert set(files) == {"/etc/finetune/redis-ca.pem", "/etc/finetune/bot.env", "/etc/finetune/config.yaml"}
     env = dict(line.split("=", 1) for line in files["/etc/finetune/bot.env"].splitlines())
-    known = {name.upper() for name in Settings.model_fields} | {"ALIBABA_CLOUD_ECS_METADATA"}
+    known = {name.upper() for name in Settings.model_fields} | {
+        "ALIBABA_CLOUD_ECS_METADATA",
+        "ALIBABA_CLOUD_IMDSV1_DISABLED",
+    }
     assert set(env) <= known, set(env) - known
     assert env["FINETUNE_CLOUD"] == "aliyun" and env["FINETUNE_CONFIG"] == "/etc/finetune/config.yaml"
+    assert env["ALIBABA_CLOUD_IMDSV1_DISABLED"] == "true"  # the bot's SDK reads its role with a session token
     check_redis_url(env["REDIS_URL"])
     assert env["REDIS_URL"].startswith("rediss://") and "ssl_ca_certs=/etc/finetune/redis-ca.pem" in env["REDIS_URL"]
     config = parse_file_config(files["/etc/finetune/config.yaml"], "the boot script's config")
@@ -150,3 +200,29 @@ def test_the_boot_script_writes_settings_and_a_config_the_bot_accepts(template: 
     assert config.aliyun.report_url == f"https://bot.example.com{REPORTS_PATH}"
     assert config.aliyun.vswitches == {"cn-hangzhou-j": "vsw-bp1", "cn-hangzhou-k": "vsw-bp2"}
     assert len(env["FINETUNE_REPORT_SECRET"]) >= 32  # the stack's MinLength; aliyun.report_url needs it set
+    assert (env["FINETUNE_ALIYUN_WEBHOOK_TOKEN"], env["DINGTALK_CLIENT_SECRET"]) == ("t" * 16, "dingSecret0123")
+
+
+def test_no_secret_is_in_the_user_data_they_come_from_kms_with_the_bots_role(template: dict[str, Any]) -> None:
+    configuration = template["Resources"]["BotConfiguration"]
+    user_data = configuration["Properties"]["UserData"]["Fn::Sub"]
+    secret_parameters = {name for name, body in template["Parameters"].items() if body.get("NoEcho")}
+    assert secret_parameters >= {"WebhookToken", "ReportSecret", "RedisPassword", "DingTalkClientSecret"}
+    used = {match.group(1) for match in _SUB.finditer(user_data)}
+    assert not used & (secret_parameters | {"ExtraConfig"}), used & secret_parameters
+    script = filled(user_data)
+    for name in secret_parameters | {"ExtraConfig"}:
+        assert VALUES[name] not in script, name
+    assert "hunter2-team" not in script  # what a team writes in ExtraConfig stays out too
+    # Every secret the script reads is one of the stack's KMS secrets, which the instance's role may read (only).
+    secrets = kms_secrets(template)
+    read = set(re.findall(r"^\$kms (?:env-file|value) (\S+) ", script, re.M))
+    assert read == set(secrets) and all(name.startswith("finetune-bot/") for name in read)
+    assert set(configuration["DependsOn"]) == {"BotEnvSecret", "BotConfigSecret"}  # they exist before any boot
+    (policy,) = resource(template, "BotRole", "ALIYUN::RAM::Role")["Policies"]
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert statement["Action"] == "kms:GetSecretValue"
+    (arn,) = statement["Resource"]
+    assert arn == {"Fn::Sub": "acs:kms:${ALIYUN::Region}:${ALIYUN::AccountId}:secret/finetune-bot/*"}
+    # The other secrets the template holds stay where they were: Redis's own password, KMS's secret data.
+    assert all(VALUES[name] in "".join(secrets.values()) for name in ("WebhookToken", "ReportSecret", "RedisPassword"))

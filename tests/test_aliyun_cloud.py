@@ -190,14 +190,19 @@ async def test_spot_launch_goes_to_the_cheapest_zone_with_tags_user_data_and_the
     assert "FINETUNE_SPEC=oss://ft-oss/jobs/ft-abc1/spec-attempt-1.json\n" in script
     assert "OSS_ENDPOINT=https://oss-cn-hangzhou-internal.aliyuncs.com\n" in script  # the runner's way to OSS
     assert "ALIBABA_CLOUD_ECS_METADATA=finetune-runner\n" in script
-    # The attempt's own key, never the master: the runner can speak for ft-abc1 attempt 1 and nothing else.
-    assert f"FINETUNE_REPORT_SECRET={ReportKeys(MASTER).of('ft-abc1', 1)}\n" in script
-    assert MASTER not in script
     assert "umask 077" in script
     assert not any(word in script for word in ("pip ", "apt", "curl", "wget"))  # installs nothing at boot
+    # Hardened metadata, and no secret where the metadata service (or DescribeUserData, or the tags) shows it.
+    assert (run["HttpTokens"], run["HttpEndpoint"]) == ("required", "enabled")
+    attempt_key = ReportKeys(MASTER).of("ft-abc1", 1)
+    for secret in (MASTER, attempt_key, ACCESS_KEY_SECRET):
+        assert secret not in script and secret not in repr(created.tags) and secret not in run["InstanceName"]
+    assert "REPORT" not in script
     spec = parse_spec(bucket.get_object(Bucket=BUCKET, Key="jobs/ft-abc1/spec-attempt-1.json")["Body"].read())
     assert (spec.job_id, spec.attempt, spec.notice) == ("ft-abc1", 1, "aliyun")
     assert spec.report == ["https://bot.example.com/runner/reports"]
+    # The attempt's own key, never the master, in the spec object: it speaks for ft-abc1 attempt 1 and nothing else.
+    assert spec.report_key == attempt_key
     assert spec.release is None  # the bot releases the capacity (terminate on completion)
 
 
@@ -470,6 +475,7 @@ async def test_scaling_group_launch_sets_desired_one_and_completion_sets_zero(
         GPU_BIG,
     )
     assert (modified["SpotPriceLimits.1.InstanceType"], modified["SpotPriceLimits.1.PriceLimit"]) == (GPU, "4.0")
+    assert modified["HttpTokens"] == "required"  # the group's instances in the hardened metadata mode too
     configuration = fake.configurations[group.configuration_id]
     assert "FINETUNE_SPEC=oss://ft-oss/jobs/ft-abc1/spec-attempt-1.json\n" in configuration.user_data
     assert fake.instances[instance.instance_id].tags == {
@@ -537,14 +543,10 @@ async def test_a_sold_out_region_fails_the_group_launch_with_the_scaling_activit
 
 
 def test_the_boot_script_never_carries_what_could_break_out_of_it(fake: FakeAliyun, aws: str) -> None:
-    with_reports = settings(fake, aws, report_url="https://bot.example.com/runner/reports")
-    hostile = "x\nENV\nrm -rf /"
-    script = AliyunCloud(with_reports, report_keys=ReportKeys(hostile)).user_data("oss://ft-oss/x.json", "ft-abc1", 1)
-    assert hostile not in script and "rm -rf" not in script  # the master never goes out; the key is hex
+    with_reports = AliyunCloud(settings(fake, aws, report_url="https://bot.example.com/runner/reports"))
+    assert "FINETUNE_REPORT_SECRET" not in with_reports.user_data("oss://ft-oss/x.json")
     with pytest.raises(ValueError, match="FINETUNE_SPEC"):
-        AliyunCloud(with_reports).user_data("oss://ft-oss/x.json\nENV\nrm -rf /", "ft-abc1", 1)
-    without_reports = AliyunCloud(settings(fake, aws), report_keys=ReportKeys("never-sent-anywhere"))
-    assert "FINETUNE_REPORT_SECRET" not in without_reports.user_data("oss://ft-oss/x.json", "ft-abc1", 1)
+        with_reports.user_data("oss://ft-oss/x.json\nENV\nrm -rf /")
 
 
 # -- reconciliation: what the cloud lists -------------------------------------------------------------------

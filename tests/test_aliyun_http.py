@@ -18,7 +18,7 @@ from aiohttp import web
 from bot.bus import EVENT_FIELD, EventBus
 from bot.cloud.aliyun import AliyunCloud
 from bot.errors import ConfigError
-from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH, aliyun_routes, parse_networks
+from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH, TOKEN_HEADER, aliyun_routes, parse_networks
 from bot.store import DEDUP_TTL
 from handlers.aliyun_events import MAX_AGE, event_message_id
 from handlers.jobs import JobState
@@ -50,6 +50,8 @@ from tests.redis_fixtures import (  # noqa: F401 - fixtures
 from tests.servers import free_port
 
 TOKEN = "a-long-shared-secret-token-0123"
+WITH_TOKEN = {TOKEN_HEADER: TOKEN}
+BEHIND_TLS = {"X-Forwarded-Proto": "https"}  # what the load balancer in front of the bot adds
 INSTANCE = "i-bp1ecr0000005go2go"
 PAYLOAD_TIME = datetime(2019, 4, 9, 4, 18, 26, 922000, tzinfo=UTC)  # the payloads' default event time
 Post = Callable[..., Awaitable[tuple[int, Any]]]
@@ -69,9 +71,11 @@ class Intake:
         *,
         query: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
+        tls: bool = True,
     ) -> tuple[int, Any]:
+        """POST as the load balancer forwards it (``tls``: it says https), or as plain http straight to the bot."""
         body = document if isinstance(document, str) else json.dumps(document)
-        sent = {"Content-Type": "application/json", **(headers or {})}
+        sent = {"Content-Type": "application/json", **(BEHIND_TLS if tls else {}), **(headers or {})}
         async with (
             aiohttp.ClientSession() as session,
             session.post(self.url + path, data=body, params=query or {}, headers=sent) as response,
@@ -104,11 +108,15 @@ def make_intake(
     serve: Callable[[web.Application], Awaitable[str]], redis_client: aioredis.Redis, key_prefix: str
 ) -> Callable[..., Awaitable[Intake]]:
     async def make(
-        sources: str = "", bus: EventBus | None = None, now: datetime = PAYLOAD_TIME + timedelta(minutes=1)
+        sources: str = "",
+        bus: EventBus | None = None,
+        now: datetime = PAYLOAD_TIME + timedelta(minutes=1),
+        allow_insecure: bool = False,
     ) -> Intake:
         bus = bus or EventBus(redis_client, stream=key_prefix + "events")
         app = web.Application()
-        app.add_routes(aliyun_routes(bus.publish, TOKEN, parse_networks(sources), clock=lambda: now))
+        networks = parse_networks(sources)
+        app.add_routes(aliyun_routes(bus.publish, TOKEN, networks, allow_insecure=allow_insecure, clock=lambda: now))
         return Intake(await serve(app), bus)
 
     return make
@@ -120,7 +128,7 @@ def warning() -> dict[str, Any]:
 
 async def test_a_push_with_the_token_is_published(make_intake: Callable[..., Awaitable[Intake]]) -> None:
     intake = await make_intake()
-    status, answer = await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
+    status, answer = await intake.post(CLOUDMONITOR_PATH, warning(), headers=WITH_TOKEN)
     assert status == 200
     (event,) = await intake.published()
     message = parse_message(event)
@@ -144,18 +152,18 @@ async def test_the_token_may_come_in_a_header(make_intake: Callable[..., Awaitab
 async def test_eventbridge_cloudevents_have_their_own_route(make_intake: Callable[..., Awaitable[Intake]]) -> None:
     intake = await make_intake()
     gone = cloudevent(STATE_CHANGE, state_content(INSTANCE, "Deleted"), INSTANCE)
-    status, _ = await intake.post(EVENTBRIDGE_PATH, gone, query={"token": TOKEN})
+    status, _ = await intake.post(EVENTBRIDGE_PATH, gone, headers=WITH_TOKEN)
     assert status == 200
     (event,) = await intake.published()
     assert (event["kind"], event["instance_id"]) == ("instance-gone", INSTANCE)
-    status, answer = await intake.post(CLOUDMONITOR_PATH, gone, query={"token": TOKEN})
+    status, answer = await intake.post(CLOUDMONITOR_PATH, gone, headers=WITH_TOKEN)
     assert status == 400 and "EventBridge" in answer["reason"]
 
 
 async def test_a_live_state_is_accepted_and_publishes_nothing(make_intake: Callable[..., Awaitable[Intake]]) -> None:
     intake = await make_intake()
     running = notification(STATE_CHANGE, state_content(INSTANCE, "Running"), INSTANCE)
-    assert await intake.post(CLOUDMONITOR_PATH, running, query={"token": TOKEN}) == (200, {"accepted": []})
+    assert await intake.post(CLOUDMONITOR_PATH, running, headers=WITH_TOKEN) == (200, {"accepted": []})
     assert await intake.published() == []
 
 
@@ -163,8 +171,8 @@ async def test_a_live_state_is_accepted_and_publishes_nothing(make_intake: Calla
     ("query", "headers"),
     [
         ({}, {}),
-        ({"token": "a-long-shared-secret-token-0124"}, {}),
-        ({"token": TOKEN[:-1]}, {}),
+        ({}, {"X-Finetune-Token": "a-long-shared-secret-token-0124"}),
+        ({}, {"X-Finetune-Token": TOKEN[:-1]}),
         ({}, {"X-Finetune-Token": "wrong"}),
         ({}, {"Authorization": "Basic " + TOKEN}),
     ],
@@ -179,14 +187,38 @@ async def test_without_the_token_nothing_is_published(
     assert await intake.published() == []
 
 
+async def test_a_token_in_the_url_is_refused_even_beside_the_right_header(
+    make_intake: Callable[..., Awaitable[Intake]],
+) -> None:
+    intake = await make_intake()
+    for query in ({"token": TOKEN}, {"token": "whatever-else-0123456789"}):
+        for path in (CLOUDMONITOR_PATH, EVENTBRIDGE_PATH):
+            status, answer = await intake.post(path, warning(), query=query, headers=WITH_TOKEN)
+            assert status == 400 and "token in the URL is refused" in answer["error"], answer
+    assert await intake.published() == []
+
+
+async def test_plain_http_is_refused_unless_allowed_for_a_local_test(
+    make_intake: Callable[..., Awaitable[Intake]],
+) -> None:
+    intake = await make_intake()
+    for headers in (WITH_TOKEN, {**WITH_TOKEN, "X-Forwarded-Proto": "http"}):
+        status, answer = await intake.post(CLOUDMONITOR_PATH, warning(), headers=headers, tls=False)
+        assert (status, answer) == (403, {"error": "plain http refused: the token travels over https only"})
+    assert await intake.published() == []
+    local = await make_intake(allow_insecure=True)
+    assert (await local.post(CLOUDMONITOR_PATH, warning(), headers=WITH_TOKEN, tls=False))[0] == 200
+    assert len(await local.published()) == 1
+
+
 async def test_source_networks_are_enforced_before_the_token(make_intake: Callable[..., Awaitable[Intake]]) -> None:
     elsewhere = await make_intake(sources="100.104.0.0/16, 10.0.0.0/8")
-    status, answer = await elsewhere.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
+    status, answer = await elsewhere.post(CLOUDMONITOR_PATH, warning(), headers=WITH_TOKEN)
     assert status == 403 and "127.0.0.1 is not allowed" in answer["error"]
     assert await elsewhere.published() == []
 
     loopback = await make_intake(sources="10.0.0.0/8,127.0.0.1")
-    status, _ = await loopback.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
+    status, _ = await loopback.post(CLOUDMONITOR_PATH, warning(), headers=WITH_TOKEN)
     assert status == 200
     assert len(await loopback.published()) == 1
 
@@ -203,7 +235,7 @@ async def test_malformed_pushes_are_refused_with_the_reason(
     make_intake: Callable[..., Awaitable[Intake]], body: str, reason: str
 ) -> None:
     intake = await make_intake()
-    status, answer = await intake.post(CLOUDMONITOR_PATH, body, query={"token": TOKEN})
+    status, answer = await intake.post(CLOUDMONITOR_PATH, body, headers=WITH_TOKEN)
     assert status == 400
     assert answer["error"] == "unrecognised event" and reason in answer["reason"]
     assert await intake.published() == []
@@ -213,7 +245,7 @@ async def test_a_bus_that_cannot_take_it_asks_for_a_retry(make_intake: Callable[
     unreachable = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)
     try:
         intake = await make_intake(bus=EventBus(unreachable, stream="nowhere:events"))
-        status, answer = await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
+        status, answer = await intake.post(CLOUDMONITOR_PATH, warning(), headers=WITH_TOKEN)
     finally:
         await unreachable.aclose()
     assert (status, answer) == (503, {"error": "bus unavailable, retry"})
@@ -240,7 +272,7 @@ async def test_pushes_outside_the_freshness_window_are_refused(
 
 async def test_a_push_a_day_late_is_still_taken(make_intake: Callable[..., Awaitable[Intake]]) -> None:
     intake = await make_intake(now=PAYLOAD_TIME + timedelta(hours=24))  # EventBridge retries for up to a day
-    assert (await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN}))[0] == 200
+    assert (await intake.post(CLOUDMONITOR_PATH, warning(), headers=WITH_TOKEN))[0] == 200
     assert len(await intake.published()) == 1
 
 
@@ -253,9 +285,9 @@ async def test_the_token_is_never_logged(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     intake = await make_intake()
-    await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN})
-    await intake.post(CLOUDMONITOR_PATH, "{not json", query={"token": TOKEN})
-    await intake.post(CLOUDMONITOR_PATH, warning(), query={"token": TOKEN[:-1] + "x"})
+    await intake.post(CLOUDMONITOR_PATH, warning(), headers=WITH_TOKEN)
+    await intake.post(CLOUDMONITOR_PATH, "{not json", headers=WITH_TOKEN)
+    await intake.post(CLOUDMONITOR_PATH, warning(), headers={TOKEN_HEADER: TOKEN[:-1] + "x"})
     stale = await make_intake(now=PAYLOAD_TIME + timedelta(days=3))
     await stale.post(EVENTBRIDGE_PATH, warning(), headers={"X-Finetune-Token": TOKEN})
     assert caplog.records and not [r for r in caplog.records if TOKEN[:12] in r.getMessage()]
@@ -286,11 +318,13 @@ async def test_a_cloudmonitor_warning_reaches_the_running_bot_and_alerts_once(tm
         now = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.000%z")
         push = notification(INTERRUPTION, interruption_content(instance_id), instance_id, event_time=now)
         async with aiohttp.ClientSession() as session:
-            for _ in range(2):  # CloudMonitor redelivers; the same event alerts once
-                async with session.post(url, json=push, params={"token": TOKEN}) as response:
+            for _ in range(2):  # the push channel redelivers; the same event alerts once
+                async with session.post(url, json=push, headers={**WITH_TOKEN, **BEHIND_TLS}) as response:
                     assert response.status == 200
-            async with session.post(url, json=push) as response:
+            async with session.post(url, json=push, headers=BEHIND_TLS) as response:
                 assert response.status == 401
+            async with session.post(url, json=push, headers=WITH_TOKEN) as response:
+                assert response.status == 403  # plain http: the bot is not told to allow it
         warned = await wait_job(service, job_id, lambda job: job.state is JobState.INTERRUPTED)
         assert warned.interruptions == 1
         await eventually(lambda: settled(service))  # both pushes handled, and every note they made posted

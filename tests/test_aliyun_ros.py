@@ -3,12 +3,17 @@ on are there and wired to each other (there is no cfn-lint for ROS, so this is i
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from bot.sources.aliyun_http import EVENTBRIDGE_PATH, TOKEN_HEADER
+from handlers.aliyun_events import ECS_SOURCE, INTERRUPTION, STATE_CHANGE
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "aliyun" / "finetune.ros.yaml"
 PSEUDO = {"ALIYUN::NoValue", "ALIYUN::Region", "ALIYUN::AccountId", "ALIYUN::StackName", "ALIYUN::StackId"}
@@ -112,24 +117,26 @@ def test_the_runner_role_is_for_ecs_and_reaches_only_the_bucket(template: dict[s
     assert resource(template, "CheckpointBucket", "ALIYUN::OSS::Bucket")["AccessControl"] == "private"
 
 
-def test_cloudmonitor_pushes_interruptions_to_the_bots_webhook_with_the_token(template: dict[str, Any]) -> None:
-    rule = resource(template, "InterruptionRule", "ALIYUN::CMS::EventRule")
-    assert rule["EventType"] == "SYSTEM"
-    (pattern,) = rule["EventPattern"]
-    assert pattern["Product"] == "ECS"
-    assert {"Instance:PreemptibleInstanceInterruption", "Instance:StateChange"} <= set(pattern["NameList"])
-    targets = resource(template, "InterruptionWebhook", "ALIYUN::CMS::EventRuleTargets")
-    assert targets["RuleName"] == rule["RuleName"]
-    assert template["Resources"]["InterruptionWebhook"]["DependsOn"] == "InterruptionRule"
-    (webhook,) = targets["WebhookParameters"]
-    assert webhook["Method"] == "POST"
-    assert webhook["Url"]["Fn::Join"][1] == [
-        {"Ref": "BotWebhookUrl"},
-        "/aliyun/cloudmonitor?token=",  # bot.sources.aliyun_http's route and token parameter
-        {"Ref": "WebhookToken"},
-    ]
+def test_eventbridge_pushes_interruptions_over_https_with_the_token_in_a_header(template: dict[str, Any]) -> None:
+    rule = resource(template, "InterruptionRule", "ALIYUN::EventBridge::Rule")
+    assert rule["EventBusName"] == "default" and rule["Status"] == "ENABLE"
+    assert rule["FilterPattern"]["source"] == [ECS_SOURCE]
+    assert {f"ecs:{INTERRUPTION}", f"ecs:{STATE_CHANGE}"} == set(rule["FilterPattern"]["type"])
+    (target,) = rule["Targets"]
+    assert target["Type"] == "https" and target["Endpoint"] == {"Fn::Sub": "${BotWebhookUrl}" + EVENTBRIDGE_PATH}
+    params = {param["ResourceKey"]: param for param in target["ParamList"]}
+    assert params["url"]["Value"] == target["Endpoint"] and params["Body"]["Form"] == "ORIGINAL"
+    # The token in a header, never in the URL (bot.sources.aliyun_http refuses that, and plain http).
+    header = params["HeaderParameters"]["Value"]["Fn::Sub"]
+    example = json.loads(header.replace("${WebhookToken}", "t" * 16))
+    assert example == {TOKEN_HEADER: "t" * 16}
+    assert not any("token" in json.dumps(value).lower() for value in (target["Endpoint"], params["url"]))
     token = template["Parameters"]["WebhookToken"]
     assert token["NoEcho"] is True and token["MinLength"] >= 16
+    assert re.fullmatch(token["AllowedPattern"], "a" * 16) and not re.fullmatch(token["AllowedPattern"], 'a"b')
+    url = template["Parameters"]["BotWebhookUrl"]["AllowedPattern"]
+    assert re.match(url, "https://bot.example.com") and not re.match(url, "http://bot.example.com")
+    assert not [name for name, body in template["Resources"].items() if body["Type"].startswith("ALIYUN::CMS::")]
 
 
 def test_the_bot_policy_covers_what_the_provider_calls(template: dict[str, Any]) -> None:

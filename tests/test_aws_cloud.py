@@ -190,7 +190,10 @@ async def test_spot_launch_tags_market_options_and_user_data(world: World, proxy
     described = world.instance(instance.instance_id)
     assert described["InstanceLifecycle"] == "spot"
     assert described["SubnetId"] == world.subnets["us-east-1a"]
+    # IMDSv2 only, hop limit 1: no container on the host reaches the role's credentials.
     assert described["MetadataOptions"]["HttpTokens"] == "required"
+    assert described["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+    assert described["MetadataOptions"]["HttpEndpoint"] == "enabled"
     tags = {tag["Key"]: tag["Value"] for tag in described["Tags"]}
     # finetune:managed: the bot's IAM policy terminates (and the FIS role interrupts) only instances tagged so.
     assert tags == {
@@ -203,6 +206,7 @@ async def test_spot_launch_tags_market_options_and_user_data(world: World, proxy
     assert all({"Key": "finetune:job", "Value": "ft-abc1"} in volume["Tags"] for volume in volumes["Volumes"])
 
     (run,) = proxy.actions("RunInstances")
+    assert run["MetadataOptions.HttpTokens"] == "required" and run["MetadataOptions.HttpPutResponseHopLimit"] == "1"
     assert run["InstanceMarketOptions.MarketType"] == "spot"
     assert run["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == "one-time"
     assert run["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] == "terminate"
@@ -539,6 +543,8 @@ async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[Aw
     data = world.ec2.describe_launch_template_versions(LaunchTemplateName="finetune-runner", Versions=[version])
     script = base64.b64decode(data["LaunchTemplateVersions"][0]["LaunchTemplateData"]["UserData"]).decode()
     assert "FINETUNE_SPEC=s3://ft-ckpt/jobs/ft-abc1/spec-attempt-1.json\n" in script
+    options = data["LaunchTemplateVersions"][0]["LaunchTemplateData"]["MetadataOptions"]
+    assert (options["HttpTokens"], options["HttpPutResponseHopLimit"]) == ("required", 1)
     spec = parse_spec(world.object("jobs/ft-abc1/spec-attempt-1.json"))
     assert spec.release is not None
     assert spec.release.model_dump() == {"kind": "aws-autoscaling", "group": "finetune-ft-abc1"}

@@ -89,6 +89,37 @@ def test_the_bot_policy_allows_every_call_the_bot_makes() -> None:
     assert calls <= allowed, f"missing from BotPolicy: {sorted(calls - allowed)}"
 
 
+# What the bot's task definition may show in plain text: where things are, never a key, token, password or the
+# config file (ExtraConfig may hold a team's secrets). Everything else comes from Secrets Manager.
+PLAIN_ENVIRONMENT = {
+    "FINETUNE_CLOUD",
+    "FINETUNE_HTTP_HOST",
+    "FINETUNE_HTTP_PORT",
+    "AWS_REGION",
+    "FINETUNE_SQS_QUEUE_URL",
+    "FINETUNE_EVENTS_TOPICS",
+}
+
+
+def test_the_bot_task_definition_holds_no_secret_in_its_environment() -> None:
+    template = load_template("bot.yaml")
+    resources = template["Resources"]
+    (container,) = resources["TaskDefinition"]["Properties"]["ContainerDefinitions"]
+    names = [item["Name"] for item in container["Environment"]]
+    assert set(names) == PLAIN_ENVIRONMENT, set(names) ^ PLAIN_ENVIRONMENT
+    assert "ExtraConfig" not in json.dumps(container["Environment"])
+    secrets = {item["Name"]: item["ValueFrom"] for item in container["Secrets"]}
+    assert {"FINETUNE_CONFIG_YAML", "REDIS_URL", "FINETUNE_REPORT_SECRET", "SLACK_BOT_TOKEN"} <= set(secrets)
+    stored = {name for name, body in resources.items() if body["Type"] == "AWS::SecretsManager::Secret"}
+    for value_from in secrets.values():  # each from one of the stack's own secrets, which ECS may read
+        ref = value_from.get("Ref") or value_from["Fn::Sub"].split("}")[0].removeprefix("${")
+        assert ref in stored, value_from
+    policy = resources["ExecutionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]
+    readable = {item["Ref"] for item in policy["Resource"]}
+    assert readable == {ref for ref in stored if ref != "RedisAuthToken"}  # the auth token only via RedisUrl
+    assert "${ExtraConfig}" in resources["BotConfig"]["Properties"]["SecretString"]["Fn::Sub"][0]
+
+
 def _camel(snake: str) -> str:
     return "".join(part.capitalize() for part in snake.split("_"))
 
@@ -166,6 +197,8 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
     template = ec2.describe_launch_template_versions(LaunchTemplateName="finetune-runner")["LaunchTemplateVersions"][0]
     assert template["LaunchTemplateData"]["ImageId"] == image  # the image the pipeline's parameter names
     assert "UserData" not in template["LaunchTemplateData"]  # the bot gives each attempt its own
+    options = template["LaunchTemplateData"]["MetadataOptions"]  # IMDSv2 only, and out of reach of containers
+    assert (options["HttpTokens"], options["HttpPutResponseHopLimit"]) == ("required", 1)
 
     # -- the bot stack: its Valkey is a TLS Valkey whose AUTH token is the stack's generated secret ---------------
     servers = contextlib.ExitStack()
@@ -209,6 +242,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
             "taskDefinition"
         ]["containerDefinitions"]
         env = {item["name"]: item["value"] for item in container["environment"]}
+        assert set(env) == PLAIN_ENVIRONMENT  # as deployed, too: every secret and the config come by ValueFrom
         env |= {item["name"]: _secret_of(client("secretsmanager"), item["valueFrom"]) for item in container["secrets"]}
         assert env["REDIS_URL"].startswith("rediss://:") and env["REDIS_URL"].endswith(f"@localhost:{valkey.port}/0")
         for name in [name for name in os.environ if name.startswith(("FINETUNE_", "SLACK_", "DINGTALK_"))]:

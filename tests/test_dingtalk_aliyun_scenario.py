@@ -80,8 +80,9 @@ async def test_a_dingtalk_job_survives_an_ecs_reclaim_and_finishes_in_chinese(
             INTERRUPTION, interruption_content(instance_id), instance_id, event_time=now.strftime("%Y%m%dT%H%M%S.000%z")
         )
         async with aiohttp.ClientSession() as http:
-            url = f"http://127.0.0.1:{service.port}{CLOUDMONITOR_PATH}?token={TOKEN}"
-            async with http.post(url, json=event) as response:
+            url = f"http://127.0.0.1:{service.port}{CLOUDMONITOR_PATH}"
+            behind_tls = {"X-Finetune-Token": TOKEN, "X-Forwarded-Proto": "https"}  # as the load balancer forwards it
+            async with http.post(url, json=event, headers=behind_tls) as response:
                 assert response.status == 200, await response.text()
         await wait_job(service, job.id, lambda j: j.state is JobState.INTERRUPTED)
         cloud = service.bot.cloud

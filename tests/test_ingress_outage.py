@@ -112,7 +112,7 @@ async def test_while_redis_is_down_every_route_answers_503_and_the_retries_run_o
             "click": await send(service, "POST", "/slack/events", click, signed_headers(click)),
         }
         for path, push in aliyun_pushes():
-            json_headers = {"Content-Type": "application/json", "X-Finetune-Token": TOKEN}
+            json_headers = {"Content-Type": "application/json", "X-Finetune-Token": TOKEN, "X-Forwarded-Proto": "https"}
             answers[path] = await send(service, "POST", path, push, json_headers)
         assert {what: status for what, (status, _text) in answers.items()} == dict.fromkeys(answers, 503), answers
         assert edge_tracebacks(caplog) == []

@@ -89,9 +89,24 @@ async def test_unreachable_metadata_raises_metadata_unavailable() -> None:
         await source.close()
 
 
-async def test_aliyun_termination_time() -> None:
+async def test_aliyun_metadata_in_hardened_mode_refuses_reads_without_a_token() -> None:
     server = await LocalMetadataServer(dialect="aliyun", instance_id="i-bp1xyz").start()
-    source = AliyunMetadataSource(server.endpoint)
+    server.interrupt(seconds=300)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(server.endpoint + "/latest/meta-data/instance/spot/termination-time") as response:
+                assert response.status == 401
+            aws_ttl = {"X-aws-ec2-metadata-token-ttl-seconds": "60"}  # the other cloud's header is no way in
+            async with http.put(server.endpoint + "/latest/api/token", headers=aws_ttl) as response:
+                assert response.status == 400
+    finally:
+        await server.stop()
+    assert server.refused_without_token == 1
+
+
+async def test_aliyun_termination_time_read_with_a_session_token() -> None:
+    server = await LocalMetadataServer(dialect="aliyun", instance_id="i-bp1xyz").start()
+    source = AliyunMetadataSource(server.endpoint, token_ttl=60)
     try:
         assert await source.poll() == []
         assert await source.instance_id() == "i-bp1xyz"
@@ -99,6 +114,10 @@ async def test_aliyun_termination_time() -> None:
         [notice] = await source.poll()
         assert notice.kind == "termination"
         assert notice.deadline == deadline.replace(microsecond=0)
+        assert server.token_requests == 1 and server.refused_without_token == 0
+        server.expire_tokens()  # the service restarted: a 401, a fresh token, the same answer
+        [again] = await source.poll()
+        assert again.deadline == notice.deadline and server.token_requests == 2
     finally:
         await source.close()
         await server.stop()

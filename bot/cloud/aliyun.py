@@ -2,7 +2,8 @@
 
 A launch uploads the attempt's spec to OSS first (through the runner's own S3-API store, virtual-hosted addressing),
 then starts a preemptible instance whose user-data only points the runner's systemd unit at that object, with the
-bucket's *internal* endpoint. Two modes:
+bucket's *internal* endpoint; no secret travels in user-data (the attempt's report key is in the spec object), and
+the instance runs in the hardened metadata mode (``HttpTokens=required``). Two modes:
 
 - ``instances``: ``RunInstances`` with ``SpotStrategy`` ``SpotAsPriceGo`` (or ``SpotWithPriceLimit`` when a price
   limit is configured; ``NoSpot`` for on-demand) over the configured zones and vSwitches, on the market and in the
@@ -121,7 +122,9 @@ class AliyunCloud:
 
     def __init__(self, settings: AliyunSettings, *, report_keys: ReportKeys | None = None) -> None:
         self.settings = settings  # (cloud events arrive through the CloudMonitor / EventBridge routes, not from here)
-        self.report_keys = report_keys  # each runner gets its attempt's key in its boot script, never the master
+        # Each runner gets its attempt's own key (never the master) in its spec object on OSS, never in user data,
+        # which any process on the instance (and anyone allowed DescribeUserData) can read.
+        self.report_keys = report_keys
         secret = settings.access_key_secret.get_secret_value() if settings.access_key_secret else None
         self.api = AliyunApi(
             settings.region,
@@ -167,7 +170,7 @@ class AliyunCloud:
             raise LaunchError("the recipe lists no instance types for aliyun")
         spec = self._complete_spec(spec)
         spec_uri = await self._upload_spec(spec)
-        script = self.user_data(spec_uri, spec.job_id, spec.attempt)
+        script = self.user_data(spec_uri)
         if self.settings.mode == "scaling-group":
             return await self._launch_in_group(spec, script, instance_types, market, avoid_zones, zone)
         existing = await self._attempt_instance(spec)
@@ -230,16 +233,20 @@ class AliyunCloud:
         return None
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
-        """What only this side knows: where runner reports go. The capacity is released by the bot (``terminate``
-        on completion), so the spec asks the runner for no release of its own."""
+        """What only this side knows: where runner reports go, and the attempt's report key the runner signs them
+        with (in the spec object, as on AWS). The capacity is released by the bot (``terminate`` on completion), so
+        the spec asks the runner for no release of its own."""
+        update: dict[str, Any] = {}
         url = self.settings.report_url
         if url and url not in spec.report:
-            return spec.model_copy(update={"report": [*spec.report, url]})
-        return spec
+            update["report"] = [*spec.report, url]
+        if url and self.report_keys is not None and spec.report_key is None:
+            update["report_key"] = self.report_keys.of(spec.job_id, spec.attempt)
+        return spec.model_copy(update=update) if update else spec
 
-    def user_data(self, spec_uri: str, job_id: str, attempt: int) -> str:
-        """The boot script: the spec's OSS URI, the bucket's internal endpoint for the runner, and the attempt's own
-        report key when runners report to the bot's URL."""
+    def user_data(self, spec_uri: str) -> str:
+        """The boot script: the spec's OSS URI, the bucket's internal endpoint and the RAM role's name for the
+        runner. No secret: user data is readable from the metadata service and by ``DescribeUserData``."""
         env = {
             "FINETUNE_SPEC": spec_uri,
             "FINETUNE_WORK_DIR": self.settings.work_dir,
@@ -248,8 +255,6 @@ class AliyunCloud:
         }
         if self.settings.ram_role:  # the runner reads the role's STS credentials from the instance metadata
             env["ALIBABA_CLOUD_ECS_METADATA"] = self.settings.ram_role
-        if self.settings.report_url and self.report_keys is not None:
-            env["FINETUNE_REPORT_SECRET"] = self.report_keys.of(job_id, attempt)
         return runner_boot_script(env, self.settings.runner_path)
 
     async def _upload_spec(self, spec: JobSpec) -> str:
@@ -300,6 +305,9 @@ class AliyunCloud:
             internet_max_bandwidth_out=0,
             user_data=base64.b64encode(script.encode()).decode(),
             ram_role_name=settings.ram_role,
+            # Hardened metadata mode: every read needs a session token from a PUT (runner.notices.http).
+            http_endpoint="enabled",
+            http_tokens="required",
             key_pair_name=settings.key_pair,
             instance_name=f"finetune-{spec.job_id}-{spec.attempt}",
             tag=[
@@ -529,6 +537,8 @@ class AliyunCloud:
         return ess_models.ModifyScalingConfigurationRequest(
             scaling_configuration_id=config_id,
             user_data=base64.b64encode(script.encode()).decode(),
+            http_endpoint="enabled",
+            http_tokens="required",  # hardened metadata mode, as in RunInstances
             tags=json.dumps({MANAGED_TAG: "true", JOB_TAG: spec.job_id, ATTEMPT_TAG: str(spec.attempt)}),
             instance_types=list(instance_types),
             instance_name=f"finetune-{spec.job_id}-{spec.attempt}",

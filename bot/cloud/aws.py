@@ -197,6 +197,15 @@ def _client_token(*parts: object) -> str:
     return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
 
 
+# IMDSv2 only, and a hop limit of 1: a token's PUT answer dies at the first hop, so a container on the host (one
+# more hop) never gets a token, hence never the instance role's credentials.
+METADATA_OPTIONS: Mapping[str, Any] = {
+    "HttpTokens": "required",
+    "HttpPutResponseHopLimit": 1,
+    "HttpEndpoint": "enabled",
+}
+
+
 def _tags(resource: Mapping[str, Any]) -> dict[str, str]:
     return {str(tag["Key"]): str(tag["Value"]) for tag in resource.get("Tags") or []}
 
@@ -371,7 +380,7 @@ class AwsCloud:
 
     def _instance_settings(self) -> dict[str, Any]:
         """What every instance gets, in RunInstances / LaunchTemplateData spelling."""
-        params: dict[str, Any] = {"MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"}}
+        params: dict[str, Any] = {"MetadataOptions": dict(METADATA_OPTIONS)}
         if self.settings.image_id:
             params["ImageId"] = self.settings.image_id
         if self.settings.security_group_ids:

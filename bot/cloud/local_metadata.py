@@ -1,10 +1,11 @@
 """A local instance-metadata service, so a runner on this machine hears spot notices the way it would on a cloud.
 
-It speaks either dialect the runner polls: AWS IMDSv2 (a session token from ``PUT /latest/api/token`` is
-required, 401 without it; ``spot/instance-action`` and ``events/recommendations/rebalance`` answer 404 until a
-notice is posted) and Alibaba ECS (``instance/spot/termination-time``, and the STS credentials of the instance's
-RAM roles under ``ram/security-credentials/``). The local cloud gives each local instance its own server; tests
-use it to deliver notices, expire tokens and take the service down.
+It speaks either dialect the runner polls, each in the hardened mode the launches ask for (a session token from
+``PUT /latest/api/token`` is required on every read, 401 without it; only the header names differ): AWS IMDSv2
+(``spot/instance-action`` and ``events/recommendations/rebalance`` answer 404 until a notice is posted) and
+Alibaba ECS with ``HttpTokens=required`` (``instance/spot/termination-time``, and the STS credentials of the
+instance's RAM roles under ``ram/security-credentials/``). The local cloud gives each local instance its own
+server; tests use it to deliver notices, expire tokens and take the service down.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from aiohttp import web
 
 TOKEN_HEADER = "X-aws-ec2-metadata-token"
 TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
+ALIYUN_TOKEN_HEADER = "X-aliyun-ecs-metadata-token"
+ALIYUN_TTL_HEADER = "X-aliyun-ecs-metadata-token-ttl-seconds"
 
 
 def _stamp(moment: datetime) -> str:
@@ -45,6 +48,7 @@ class LocalMetadataServer:
         self.down = False  # answer 500 to everything, like a metadata service in trouble
         self.requests = 0
         self.token_requests = 0
+        self.refused_without_token = 0  # reads that came without a valid token (401)
         self._runner: web.AppRunner | None = None
 
     @property
@@ -81,31 +85,40 @@ class LocalMetadataServer:
 
     # -- handlers -----------------------------------------------------------------------------------------
 
+    @property
+    def token_header(self) -> str:
+        return ALIYUN_TOKEN_HEADER if self.dialect == "aliyun" else TOKEN_HEADER
+
+    @property
+    def ttl_header(self) -> str:
+        return ALIYUN_TTL_HEADER if self.dialect == "aliyun" else TTL_HEADER
+
     async def _token(self, request: web.Request) -> web.Response:
         self.requests += 1
         if self.down:
             return web.Response(status=500)
         try:
-            ttl = int(request.headers.get(TTL_HEADER, ""))
+            ttl = int(request.headers.get(self.ttl_header, ""))
         except ValueError:
-            return web.Response(status=400, text="missing or invalid " + TTL_HEADER)
+            return web.Response(status=400, text="missing or invalid " + self.ttl_header)
         if not 1 <= ttl <= 21600:
             return web.Response(status=400, text="TTL must be 1..21600")
         self.token_requests += 1
         token = secrets.token_urlsafe(32)
         self.tokens[token] = time.monotonic() + ttl
-        return web.Response(text=token, headers={TTL_HEADER: str(ttl)})
+        return web.Response(text=token, headers={self.ttl_header: str(ttl)})
 
     async def _meta_data(self, request: web.Request) -> web.Response:
         self.requests += 1
         if self.down:
             return web.Response(status=500)
         path = request.match_info["path"]
+        expires = self.tokens.get(request.headers.get(self.token_header, ""))
+        if expires is None or expires < time.monotonic():
+            self.refused_without_token += 1
+            return web.Response(status=401)
         if self.dialect == "aliyun":
             return self._aliyun(path)
-        expires = self.tokens.get(request.headers.get(TOKEN_HEADER, ""))
-        if expires is None or expires < time.monotonic():
-            return web.Response(status=401)
         if path == "instance-id":
             return web.Response(text=self.instance_id)
         if path == "spot/instance-action" and self.interruption is not None:
@@ -117,7 +130,7 @@ class LocalMetadataServer:
         return web.Response(status=404)
 
     def _aliyun(self, path: str) -> web.Response:
-        """ECS metadata in its default mode needs no token."""
+        """ECS metadata in the hardened mode (the token was checked by the caller)."""
         if path == "instance-id":
             return web.Response(text=self.instance_id)
         if path == "instance/spot/termination-time" and self.interruption is not None:

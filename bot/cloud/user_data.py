@@ -2,8 +2,9 @@
 
 It installs nothing: the image carries the runner (``deploy/image/install.sh runner`` puts it under
 ``/opt/finetune`` with ``deploy/systemd/finetune-runner.service``, which reads ``/etc/finetune-runner.env``), and an
-image without it fails here, loudly, in the console output. The environment
-file is written with umask 077 because it may hold the report-signing secret.
+image without it fails here, loudly, in the console output. No secret belongs here: user data is readable from the
+instance's metadata service by any process on it, and by whoever may describe the instance (the attempt's report
+key travels in its spec object). The environment file is written with umask 077 all the same.
 """
 
 from __future__ import annotations

@@ -3,11 +3,16 @@
 CloudMonitor webhooks are not signed, so these routes trust a request only when it
 
 1. comes from an allowed source address, when a list of networks is configured — else 403;
-2. carries the shared secret token, as ``?token=…`` in the URL (what a CloudMonitor push channel or an EventBridge
-   HTTP target can be given), an ``X-Finetune-Token`` header or ``Authorization: Bearer …``; compared in constant
-   time — else 401;
-3. holds an event :mod:`handlers.aliyun_events` understands — else 400 (logged with the body);
-4. is not older than the freshness window (:func:`handlers.aliyun_events.staleness`) — else 403.
+2. came over HTTPS — else 403, unless ``allow_insecure`` is set (a local test on loopback). The bot itself serves
+   plain HTTP behind the load balancer, which terminates TLS and says so in ``X-Forwarded-Proto`` (an ALB sets it;
+   deploy/aliyun/bot.ros.yaml turns it on). A client that reaches the bot directly and claims https only fools
+   itself: the point is that the token never crosses a network in the clear, and such a client already sent it;
+3. carries no token in its URL — else 400: URLs end up in access logs, proxies' logs and consoles, so a token seen
+   there is refused (and should be rotated), never accepted;
+4. carries the shared secret token in an ``X-Finetune-Token`` header or ``Authorization: Bearer …``, compared in
+   constant time — else 401;
+5. holds an event :mod:`handlers.aliyun_events` understands — else 400 (logged with the body);
+6. is not older than the freshness window (:func:`handlers.aliyun_events.staleness`) — else 403.
 
 Only then is anything published to the bus. A bus that cannot take the message gets 503, so the sender retries;
 redeliveries are harmless since the bus messages carry ids derived from the event. The source address is the peer
@@ -59,12 +64,14 @@ def aliyun_routes(
     token: str,
     sources: Collection[Network] = (),
     *,
+    allow_insecure: bool = False,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> list[web.RouteDef]:
     """The routes to mount on the bot's app (``app.add_routes(aliyun_routes(...))``).
 
     ``token`` must be at least 16 characters: it is all that stands between the internet and the bus. An empty
-    ``sources`` accepts every address (the token still applies).
+    ``sources`` accepts every address (the token still applies). ``allow_insecure`` accepts plain http (a test's
+    loopback server; never in production).
     """
     if len(token) < MIN_TOKEN_LENGTH:
         raise ValueError(f"the Alibaba webhook token must be at least {MIN_TOKEN_LENGTH} characters")
@@ -82,6 +89,10 @@ def aliyun_routes(
         async def receive(request: web.Request) -> web.Response:
             if allowed and not _address_allowed(request.remote, allowed):
                 return refuse(request, 403, f"source address {request.remote} is not allowed")
+            if not allow_insecure and not _over_https(request):
+                return refuse(request, 403, "plain http refused: the token travels over https only")
+            if "token" in request.query:
+                return refuse(request, 400, "a token in the URL is refused: send it in the X-Finetune-Token header")
             if not hmac.compare_digest(_token_of(request).encode(), expected):
                 return refuse(request, 401, "missing or wrong token")
             raw = await request.read()
@@ -122,7 +133,15 @@ def _token_of(request: web.Request) -> str:
     authorization = request.headers.get("Authorization", "")
     if authorization.lower().startswith("bearer "):
         return authorization[7:].strip()
-    return request.headers.get(TOKEN_HEADER) or request.query.get("token") or ""
+    return request.headers.get(TOKEN_HEADER) or ""
+
+
+def _over_https(request: web.Request) -> bool:
+    """TLS to the bot itself, or to the load balancer in front of it (its ``X-Forwarded-Proto``, first hop)."""
+    if request.secure:  # aiohttp reads X-Forwarded-Proto only when told to trust proxies; this says https directly
+        return True
+    forwarded = request.headers.get("X-Forwarded-Proto", "")
+    return forwarded.split(",")[0].strip().lower() == "https"
 
 
 def _address_allowed(remote: str | None, allowed: tuple[Network, ...]) -> bool:

@@ -1,7 +1,9 @@
 """Alibaba Cloud ECS metadata: the preemptible instance's termination time, polled by the runner.
 
 ``/latest/meta-data/instance/spot/termination-time`` answers 404 until ECS decides to reclaim the instance,
-then the UTC time it will be released (about five minutes ahead). The base URL is configurable with
+then the UTC time it will be released (about five minutes ahead). Instances are launched in the hardened
+metadata mode (``HttpTokens=required``), so every read carries a session token from ``PUT /latest/api/token``
+(:class:`~runner.notices.http.TokenMetadataHttp`, with Alibaba's header names). The base URL is configurable with
 ``ALIBABA_CLOUD_METADATA_ENDPOINT`` so tests and the local cloud can serve their own.
 """
 
@@ -12,16 +14,21 @@ import os
 from handlers.events import InstanceNotice
 from runner.notices.aws import parse_time
 from runner.notices.base import MetadataUnavailable
-from runner.notices.http import MetadataHttp
+from runner.notices.http import TOKEN_TTL_SECONDS, TokenMetadataHttp
 
 DEFAULT_ENDPOINT = "http://100.100.100.200"
+TOKEN_HEADER = "X-aliyun-ecs-metadata-token"
+TTL_HEADER = "X-aliyun-ecs-metadata-token-ttl-seconds"
 
 
-class AliyunMetadataSource(MetadataHttp):
+class AliyunMetadataSource(TokenMetadataHttp):
     name = "aliyun-metadata"
+    token_header = TOKEN_HEADER
+    ttl_header = TTL_HEADER
 
-    def __init__(self, endpoint: str | None = None) -> None:
-        super().__init__(endpoint or os.environ.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_ENDPOINT)
+    def __init__(self, endpoint: str | None = None, token_ttl: int = TOKEN_TTL_SECONDS) -> None:
+        endpoint = endpoint or os.environ.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_ENDPOINT
+        super().__init__(endpoint, token_ttl)
 
     async def poll(self) -> list[InstanceNotice]:
         body = await self.get("/latest/meta-data/instance/spot/termination-time")

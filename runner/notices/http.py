@@ -1,16 +1,24 @@
-"""The HTTP side both metadata services share: one short-timeout session, and one reading of their answers.
+"""The HTTP side both metadata services share: one short-timeout session, one reading of their answers, and the
+session-token flow both clouds' hardened metadata modes require.
 
 A metadata service answers 200 with a body, 404 when there is nothing to tell (no notice), or something else
 when it is in trouble; a slow or unreachable one must never hold up a polling round.
+
+Tokens: AWS IMDSv2 and Alibaba's hardened ECS metadata mode both hand out a session token on
+``PUT /latest/api/token`` (its TTL in a request header) and want it back on every GET (another header); only the
+header names differ. A process that cannot PUT (a container behind a hop limit of 1) never gets one.
 """
 
 from __future__ import annotations
+
+import time
 
 import aiohttp
 
 from runner.notices.base import MetadataUnavailable
 
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=0.5)
+TOKEN_TTL_SECONDS = 21600  # the longest both clouds allow
 
 
 class TokenRefused(MetadataUnavailable):
@@ -51,3 +59,38 @@ class MetadataHttp:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+class TokenMetadataHttp(MetadataHttp):
+    """Every GET carries a session token: refreshed well before its TTL runs out, and once more on a 401 (the
+    service restarted or the clock jumped). Subclasses name the cloud's two headers."""
+
+    token_header: str
+    ttl_header: str
+
+    def __init__(self, base: str, token_ttl: int = TOKEN_TTL_SECONDS) -> None:
+        super().__init__(base)
+        self.token_ttl = token_ttl
+        self._token: str | None = None
+        self._token_expires = 0.0
+
+    async def get(self, path: str) -> str | None:
+        """GET with a session token; on a 401 (expired or revoked) fetch a fresh token and ask once more."""
+        for _ in range(2):
+            token = await self._valid_token()
+            try:
+                return await self.request("GET", path, {self.token_header: token})
+            except TokenRefused:
+                self._token = None
+        raise MetadataUnavailable(f"GET {path} refused a fresh token (401)")
+
+    async def _valid_token(self) -> str:
+        if self._token is not None and time.monotonic() < self._token_expires:
+            return self._token
+        token = await self.request("PUT", "/latest/api/token", {self.ttl_header: str(self.token_ttl)})
+        if not token:
+            raise MetadataUnavailable("PUT /latest/api/token gave no token")
+        self._token = token.strip()
+        # Renew at 80% of the TTL so a token never expires between two polls.
+        self._token_expires = time.monotonic() + self.token_ttl * 0.8
+        return self._token

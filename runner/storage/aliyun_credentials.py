@@ -7,8 +7,9 @@ No long-lived key ever sits on a GPU instance: the instance carries a RAM role t
 life keeps uploading: botocore asks again shortly before ``Expiration``.
 
 The role name comes from ``ALIBABA_CLOUD_ECS_METADATA`` (the variable Alibaba's own SDKs read), the service from
-``ALIBABA_CLOUD_METADATA_ENDPOINT`` (default ``http://100.100.100.200``). The hardened mode's session token is used
-when the service hands one out.
+``ALIBABA_CLOUD_METADATA_ENDPOINT`` (default ``http://100.100.100.200``). Instances run in the hardened metadata
+mode (``HttpTokens=required``), so every read carries a session token from ``PUT /latest/api/token``; a service
+that will not hand one out is an error, never a reason to read without one.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ async def fetch_role_credentials(endpoint: str, role: str) -> dict[str, Any]:
     for attempt in range(_ATTEMPTS):
         try:
             async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
-                headers: dict[str, str] = {}
                 async with session.put(f"{base}/latest/api/token", headers={TOKEN_TTL_HEADER: "21600"}) as reply:
-                    if reply.status == 200:  # hardened mode; in normal mode the service may not offer tokens
-                        headers[TOKEN_HEADER] = (await reply.text()).strip()
+                    if reply.status != 200:
+                        raise StorageError(f"the metadata service gave no session token (HTTP {reply.status})")
+                    headers = {TOKEN_HEADER: (await reply.text()).strip()}
                 url = f"{base}/latest/meta-data/ram/security-credentials/{role}"
                 async with session.get(url, headers=headers) as reply:
                     if reply.status == 404:
