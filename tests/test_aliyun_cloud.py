@@ -196,13 +196,15 @@ async def test_spot_launch_goes_to_the_cheapest_zone_with_tags_user_data_and_the
     assert (run["HttpTokens"], run["HttpEndpoint"]) == ("required", "enabled")
     attempt_key = ReportKeys(MASTER).of("ft-abc1", 1)
     for secret in (MASTER, attempt_key, ACCESS_KEY_SECRET):
-        assert secret not in script and secret not in repr(created.tags) and secret not in run["InstanceName"]
-    assert "REPORT" not in script
+        assert secret not in repr(created.tags) and secret not in run["InstanceName"]
+    # None of the bot's own secrets in user data; the attempt's own key only there (its instance's metadata serves it
+    # to that instance alone, where every runner may read the bucket's jobs/).
+    assert MASTER not in script and ACCESS_KEY_SECRET not in script
+    assert f"FINETUNE_REPORT_SECRET={attempt_key}\n" in script
     spec = parse_spec(bucket.get_object(Bucket=BUCKET, Key="jobs/ft-abc1/spec-attempt-1.json")["Body"].read())
     assert (spec.job_id, spec.attempt, spec.notice) == ("ft-abc1", 1, "aliyun")
     assert spec.report == ["https://bot.example.com/runner/reports"]
-    # The attempt's own key, never the master, in the spec object: it speaks for ft-abc1 attempt 1 and nothing else.
-    assert spec.report_key == attempt_key
+    assert spec.report_key is None  # not in the spec object: every runner may read the bucket's jobs/
     assert spec.release is None  # the bot releases the capacity (terminate on completion)
 
 
@@ -544,9 +546,9 @@ async def test_a_sold_out_region_fails_the_group_launch_with_the_scaling_activit
 
 def test_the_boot_script_never_carries_what_could_break_out_of_it(fake: FakeAliyun, aws: str) -> None:
     with_reports = AliyunCloud(settings(fake, aws, report_url="https://bot.example.com/runner/reports"))
-    assert "FINETUNE_REPORT_SECRET" not in with_reports.user_data("oss://ft-oss/x.json")
+    assert "FINETUNE_REPORT_SECRET" not in with_reports.user_data("oss://ft-oss/x.json", "ft-abc1", 1)  # no keys
     with pytest.raises(ValueError, match="FINETUNE_SPEC"):
-        with_reports.user_data("oss://ft-oss/x.json\nENV\nrm -rf /")
+        with_reports.user_data("oss://ft-oss/x.json\nENV\nrm -rf /", "ft-abc1", 1)
 
 
 # -- reconciliation: what the cloud lists -------------------------------------------------------------------

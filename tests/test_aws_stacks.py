@@ -114,7 +114,9 @@ def test_the_bot_task_definition_holds_no_secret_in_its_environment() -> None:
     for value_from in secrets.values():  # each from one of the stack's own secrets, which ECS may read
         ref = value_from.get("Ref") or value_from["Fn::Sub"].split("}")[0].removeprefix("${")
         assert ref in stored, value_from
-    policy = resources["ExecutionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]
+    policies = resources["ExecutionRole"]["Properties"]["Policies"]
+    (secrets_policy,) = [p for p in policies if p["PolicyName"] == "finetune-bot-secrets"]
+    policy = secrets_policy["PolicyDocument"]["Statement"][0]
     readable = {item["Ref"] for item in policy["Resource"]}
     assert readable == {ref for ref in stored if ref != "RedisAuthToken"}  # the auth token only via RedisUrl
     assert "${ExtraConfig}" in resources["BotConfig"]["Properties"]["SecretString"]["Fn::Sub"][0]
@@ -246,7 +248,8 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         env |= {item["name"]: _secret_of(client("secretsmanager"), item["valueFrom"]) for item in container["secrets"]}
         assert env["REDIS_URL"].startswith("rediss://:") and env["REDIS_URL"].endswith(f"@localhost:{valkey.port}/0")
         for name in [name for name in os.environ if name.startswith(("FINETUNE_", "SLACK_", "DINGTALK_"))]:
-            monkeypatch.delenv(name)
+            if name != "FINETUNE_TRAINER_USER":  # the image's instances' knob, kept as conftest set it for tests
+                monkeypatch.delenv(name)
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         # ElastiCache's certificate chains to a public CA the system trusts; the stand-in's CA is made trusted so.

@@ -44,7 +44,13 @@ def all_statements() -> list[Statement]:
 
 def test_the_walk_sees_every_template_with_grants() -> None:
     found = {s.where.split()[0] for s in all_statements()}
-    assert found == {"aws/finetune.yaml", "aws/bot.yaml", "aws/runner-image.yaml", "aliyun/finetune.ros.yaml"}
+    assert found == {
+        "aws/finetune.yaml",
+        "aws/bot.yaml",
+        "aws/runner-image.yaml",
+        "aliyun/finetune.ros.yaml",
+        "aliyun/bot.ros.yaml",
+    }
     assert len(all_statements()) > 40
 
 

@@ -2,8 +2,9 @@
 
 A launch uploads the attempt's spec to OSS first (through the runner's own S3-API store, virtual-hosted addressing),
 then starts a preemptible instance whose user-data only points the runner's systemd unit at that object, with the
-bucket's *internal* endpoint; no secret travels in user-data (the attempt's report key is in the spec object), and
-the instance runs in the hardened metadata mode (``HttpTokens=required``). Two modes:
+bucket's *internal* endpoint and the attempt's own report key (never a secret of the bot's; why there: see
+:meth:`AliyunCloud.user_data`), and the instance runs in the hardened metadata mode (``HttpTokens=required``).
+Two modes:
 
 - ``instances``: ``RunInstances`` with ``SpotStrategy`` ``SpotAsPriceGo`` (or ``SpotWithPriceLimit`` when a price
   limit is configured; ``NoSpot`` for on-demand) over the configured zones and vSwitches, on the market and in the
@@ -122,9 +123,7 @@ class AliyunCloud:
 
     def __init__(self, settings: AliyunSettings, *, report_keys: ReportKeys | None = None) -> None:
         self.settings = settings  # (cloud events arrive through the CloudMonitor / EventBridge routes, not from here)
-        # Each runner gets its attempt's own key (never the master) in its spec object on OSS, never in user data,
-        # which any process on the instance (and anyone allowed DescribeUserData) can read.
-        self.report_keys = report_keys
+        self.report_keys = report_keys  # each runner gets its attempt's key in its own user data, never the master
         secret = settings.access_key_secret.get_secret_value() if settings.access_key_secret else None
         self.api = AliyunApi(
             settings.region,
@@ -170,7 +169,7 @@ class AliyunCloud:
             raise LaunchError("the recipe lists no instance types for aliyun")
         spec = self._complete_spec(spec)
         spec_uri = await self._upload_spec(spec)
-        script = self.user_data(spec_uri)
+        script = self.user_data(spec_uri, spec.job_id, spec.attempt)
         if self.settings.mode == "scaling-group":
             return await self._launch_in_group(spec, script, instance_types, market, avoid_zones, zone)
         existing = await self._attempt_instance(spec)
@@ -233,20 +232,22 @@ class AliyunCloud:
         return None
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
-        """What only this side knows: where runner reports go, and the attempt's report key the runner signs them
-        with (in the spec object, as on AWS). The capacity is released by the bot (``terminate`` on completion), so
-        the spec asks the runner for no release of its own."""
-        update: dict[str, Any] = {}
+        """What only this side knows: where runner reports go. The capacity is released by the bot (``terminate``
+        on completion), so the spec asks the runner for no release of its own."""
         url = self.settings.report_url
         if url and url not in spec.report:
-            update["report"] = [*spec.report, url]
-        if url and self.report_keys is not None and spec.report_key is None:
-            update["report_key"] = self.report_keys.of(spec.job_id, spec.attempt)
-        return spec.model_copy(update=update) if update else spec
+            return spec.model_copy(update={"report": [*spec.report, url]})
+        return spec
 
-    def user_data(self, spec_uri: str) -> str:
-        """The boot script: the spec's OSS URI, the bucket's internal endpoint and the RAM role's name for the
-        runner. No secret: user data is readable from the metadata service and by ``DescribeUserData``."""
+    def user_data(self, spec_uri: str, job_id: str, attempt: int) -> str:
+        """The boot script: the spec's OSS URI, the bucket's internal endpoint, the RAM role's name and, when runners
+        report to the bot's URL, the attempt's own report key.
+
+        The key is the one credential here, and on purpose: user data is served only by this instance's own metadata
+        service (hardened mode: with a session token) and to whoever may ``DescribeUserData`` (the bot's operators,
+        never a runner's role), while every runner may read the bucket's ``jobs/``, so a key in the spec object would
+        be readable by every other job's instance. It speaks for this attempt of this job and nothing else; none of
+        the bot's own secrets (the master, tokens, Redis) is ever here."""
         env = {
             "FINETUNE_SPEC": spec_uri,
             "FINETUNE_WORK_DIR": self.settings.work_dir,
@@ -255,6 +256,8 @@ class AliyunCloud:
         }
         if self.settings.ram_role:  # the runner reads the role's STS credentials from the instance metadata
             env["ALIBABA_CLOUD_ECS_METADATA"] = self.settings.ram_role
+        if self.settings.report_url and self.report_keys is not None:
+            env["FINETUNE_REPORT_SECRET"] = self.report_keys.of(job_id, attempt)
         return runner_boot_script(env, self.settings.runner_path)
 
     async def _upload_spec(self, spec: JobSpec) -> str:
