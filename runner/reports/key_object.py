@@ -54,7 +54,7 @@ async def fetch_report_key(
             if raw is not None:
                 return _own_key(spec, uri, raw)
             if time.monotonic() + poll > deadline:
-                raise NoReportKey(f"no report key at {uri} after {patience:g} s ({last})")
+                raise NoReportKey(f"no report key at {uri} within {patience:g} s ({last})")
             await asyncio.sleep(poll)
     finally:
         await store.close()
