@@ -48,6 +48,7 @@ from tests.redis_fixtures import (  # noqa: F401 (fixtures)
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
+from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, free_port, reset_moto
 
 BUCKET = "ft-ckpt"
@@ -866,6 +867,26 @@ async def test_a_launch_retried_after_a_crash_writes_the_key_again(
     again = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
     assert again.instance_id == first.instance_id
     assert json.loads(world.object(world.key_object_of(first.instance_id)))["attempt"] == 1
+
+
+async def test_a_key_the_bot_may_not_write_fails_the_launch_and_releases_its_instance(
+    world: World, proxy: Ec2Proxy, open_clouds: list[AwsCloud], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bot on a runner stack older than its key grant: the instance's runner could never report, so it goes."""
+    s3 = await S3FaultProxy(world.endpoint).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.endpoint)
+        s3.refuse = lambda method, path: method == "PUT" and "/attempt-keys/" in path
+        cloud = AwsCloud(world.settings(), report_keys=ReportKeys("master"))
+        open_clouds.append(cloud)
+        with pytest.raises(LaunchError, match="could not write the report key of ft-abc1 attempt 1") as refused:
+            await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+        assert "AccessDenied" in str(refused.value) and "the instance was released" in str(refused.value)
+        assert not refused.value.capacity  # not the market's fault: the spot authority is not asked to move
+        (launched,) = [i for r in world.ec2.describe_instances()["Reservations"] for i in r["Instances"]]
+        assert launched["State"]["Name"] in ("shutting-down", "terminated")
+    finally:
+        await s3.stop()
 
 
 async def test_report_keys_without_the_runner_role_id_is_a_config_error(world: World) -> None:
