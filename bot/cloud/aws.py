@@ -1,7 +1,9 @@
 """AWS: EC2 Spot instances (or one Auto Scaling group per job) that run the runner from a prebuilt image.
 
 A launch uploads the attempt's spec to S3 first, then starts an instance whose user-data only points the
-runner's systemd unit at that object (the image carries the runner; nothing is installed at boot). The zone
+runner's systemd unit at that object (the image carries the runner; nothing is installed at boot); once the
+instance id is known, the attempt's report key goes to the one object that instance may read
+(:mod:`handlers.attempt_keys`), deleted again when the instance is released. The zone
 and the market come from the spot authority (:mod:`handlers.spot`); within a launch the (zone, type) order comes
 from the pure :mod:`handlers.spot.zones` over spot placement scores and spot prices, and capacity errors move on
 to the next candidate of the same market until ``max_launch_failures`` of them: the launch then reports a capacity
