@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1
 EXIT_BAD_SPEC = 2
+EXIT_NO_REPORT_KEY = 3  # AWS: no key object for this instance in time; nothing started, nothing reported
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: this attempt ended early on purpose; the job goes on elsewhere
 
 
@@ -124,13 +125,15 @@ class Runner:
         options: RunnerOptions,
         store: ObjectStore | None = None,
         notice_source: NoticeSource | None = None,
+        report_key: str | None = None,
     ) -> None:
+        """``report_key``: the attempt's key when it was fetched (AWS); else the runner's FINETUNE_REPORT_SECRET."""
         self.spec = spec
         self.options = options
         self.store = store or open_store(spec.checkpoint_uri)
         self.checkpoints = CheckpointStore(self.store, spec.job_id, spec.attempt)
         self.notice_source = notice_source if notice_source is not None else notice_source_for(spec)
-        self.reporter = Reporter([open_target(target, spec.report_key) for target in spec.report])
+        self.reporter = Reporter([open_target(target, report_key) for target in spec.report])
         self.files = TrainerFiles.under(options.work_dir)
         self.output_dir = self.files.output_dir
         self.progress = ProgressTail(self.files.progress_file)

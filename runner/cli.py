@@ -1,8 +1,10 @@
 """``finetune-runner run --spec PATH|s3://…|oss://…|file://…``: the on-host agent's entry point.
 
 Started from user-data or a systemd unit. Exit codes: 0 the job completed (or was already complete), 1 it
-failed, 2 the spec or the command line is invalid (nothing was started), 75 this attempt was interrupted by a
-notice or a stop after committing what it could (the job continues on another instance).
+failed, 2 the spec or the command line is invalid (nothing was started), 3 (AWS) no report key came for this
+instance within the storage patience (nothing was started, nothing could be reported; systemd starts the runner
+again, which waits once more), 75 this attempt was interrupted by a notice or a stop after committing what it
+could (the job continues on another instance).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from handlers.spec import JobSpec, SpecError, parse_spec
-from runner.agent import EXIT_BAD_SPEC, Runner, RunnerOptions
+from runner.agent import EXIT_BAD_SPEC, EXIT_NO_REPORT_KEY, Runner, RunnerOptions
+from runner.reports.key_object import NoReportKey, fetch_report_key
 from runner.storage.base import StorageError
 from runner.storage.open import open_store
 
@@ -59,7 +62,19 @@ async def run(args: argparse.Namespace) -> int:
     work_dir = Path(args.work_dir) if args.work_dir else default_work_dir(spec)
     log.info("job %s attempt %d, work dir %s", spec.job_id, spec.attempt, work_dir)
     try:
-        runner = Runner(spec, RunnerOptions.from_env(work_dir))
+        options = RunnerOptions.from_env(work_dir)
+    except (StorageError, ValueError) as exc:  # a bad setting in the environment: nothing has started
+        print(f"finetune-runner: {exc}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    key: str | None = None
+    if spec.report_key_from is not None:
+        try:
+            key = await fetch_report_key(spec, options.storage_patience_seconds)
+        except (NoReportKey, StorageError) as exc:  # unsigned, a report would be refused: say it here, start nothing
+            print(f"finetune-runner: {exc}; this runner cannot report, so it starts nothing", file=sys.stderr)
+            return EXIT_NO_REPORT_KEY
+    try:
+        runner = Runner(spec, options, report_key=key)
     except (StorageError, ValueError) as exc:  # a bad setting in the environment: nothing has started
         print(f"finetune-runner: {exc}", file=sys.stderr)
         return EXIT_BAD_SPEC

@@ -2,8 +2,11 @@
 
 moto evaluates neither a policy's resources nor its conditions (its access control says so), and there is no RAM
 emulator, so :func:`allowed` does the part of the clouds' evaluation our statements use: explicit Deny wins, else
-any Allow whose action, resource and every condition match. Conditions: StringEquals, StringLike, ArnEquals,
-ArnLike, NumericEquals, Bool and Null; a key absent from the request fails every operator but Null, as on AWS.
+any Allow whose action, resource and every condition match. Conditions: StringEquals, StringNotEquals, StringLike,
+ArnEquals, ArnLike, NumericEquals, Bool and Null; a key absent from the request fails every operator but Null and
+StringNotEquals (which it passes), as on AWS. Policy variables (``${aws:userid}``) in a resource or a condition's
+value take the request's value of that key, literally (no wildcard in it counts); with the key absent the resource
+or value matches nothing.
 Templates are resolved with fixed stand-ins (:func:`resolve`), so a test names a resource as ``resolve`` makes it.
 """
 
@@ -30,6 +33,7 @@ PSEUDO = {
     "ALIYUN::AccountId": "1234567890",
 }
 _SUB = re.compile(r"\$\{([^}]+)\}")
+_GLOB_CHARS = re.compile(r"([*?\[])")
 POLICY_TYPES = ("AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "ALIYUN::RAM::")
 
 
@@ -139,16 +143,36 @@ def _glob(pattern: str, value: str, *, case: bool = True) -> bool:
     return re.fullmatch(translated, value if case else value.lower()) is not None
 
 
+def _substituted(text: str, context: Mapping[str, str], *, glob: bool) -> str | None:
+    """``text`` with each policy variable replaced by the request's value (escaped for a glob when ``glob``), or None
+    when the request lacks one (then it matches nothing)."""
+    missing = False
+
+    def one(match: re.Match[str]) -> str:
+        nonlocal missing
+        value = context.get(match.group(1))
+        if value is None:
+            missing = True
+            return ""
+        return _GLOB_CHARS.sub(r"[\1]", value) if glob else value
+
+    replaced = _SUB.sub(one, text)
+    return None if missing else replaced
+
+
 def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[str, str]) -> bool:
-    values = listed(expected)
+    glob = operator in ("StringLike", "ArnLike")
+    values = [v for v in (_substituted(value, context, glob=glob) for value in listed(expected)) if v is not None]
     if operator == "Null":
         return (key not in context) == (values[0].lower() == "true")
+    if operator == "StringNotEquals":
+        return key not in context or context[key] not in values
     if key not in context:
         return False
     actual = context[key]
     if operator in ("StringEquals", "ArnEquals", "Bool"):
         return actual in values
-    if operator in ("StringLike", "ArnLike"):
+    if glob:
         return any(_glob(value, actual) for value in values)
     if operator == "NumericEquals":
         return any(float(actual) == float(value) for value in values)
@@ -158,7 +182,8 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
 def _matches(statement: Statement, action: str, resource: str, context: Mapping[str, str]) -> bool:
     if not any(_glob(pattern, action, case=False) for pattern in statement.actions):
         return False
-    if not any(_glob(pattern, resource) for pattern in statement.resources):
+    patterns = [_substituted(pattern, context, glob=True) for pattern in statement.resources]
+    if not any(_glob(pattern, resource) for pattern in patterns if pattern is not None):
         return False
     conditions: Mapping[str, Mapping[str, Any]] = statement.body.get("Condition", {})
     return all(

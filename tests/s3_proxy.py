@@ -3,6 +3,7 @@
 It forwards every request unchanged, and on demand:
 
 * answers 503 to writes (``fail_writes``: an S3 outage, or a bucket refusing writes until the instance is gone);
+* answers 403 AccessDenied to requests matching a predicate (``refuse``: a role whose policy lacks a grant);
 * holds requests matching a predicate (``hold``: an upload frozen mid-way, to SIGKILL the runner at that moment);
 * throttles request bodies to ``upload_rate`` bytes/s shared by all connections (a slow link: uploads that
   take seconds with megabytes, so a notice can land in the middle of one);
@@ -29,6 +30,7 @@ class S3FaultProxy:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.fail_writes = False
+        self.refuse: Callable[[str, str], bool] | None = None  # (method, path) -> answer 403 AccessDenied
         self.hold: Callable[[str, str], bool] | None = None
         self.held = asyncio.Event()  # set once a request has been held
         self.upload_rate: float | None = None  # bytes/s for request bodies, all connections together
@@ -92,6 +94,9 @@ class S3FaultProxy:
             self.held.set()
             await self._released.wait()  # until the test is over
             return web.Response(status=503)
+        if self.refuse is not None and self.refuse(request.method, path):
+            self.seen.append((request.method, path, 403))
+            return web.Response(status=403, text="<Error><Code>AccessDenied</Code><Message>denied</Message></Error>")
         if self.fail_writes and request.method in ("PUT", "POST", "DELETE"):
             self.seen.append((request.method, path, 503))
             return web.Response(status=503, text="<Error><Code>SlowDown</Code></Error>")

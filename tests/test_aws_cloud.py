@@ -28,6 +28,7 @@ import bot.cloud.base as cloud_base
 from bot.cloud.aws import AwsCloud, AwsError, AwsSettings, group_distribution
 from bot.cloud.base import CloudError, ForeignInstance, LaunchError
 from bot.effects import CloudEffects
+from bot.errors import ConfigError
 from bot.keys import Keys
 from bot.reconciler import Reconciler
 from bot.store import JobStore
@@ -47,12 +48,14 @@ from tests.redis_fixtures import (  # noqa: F401 (fixtures)
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
+from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, free_port, reset_moto
 
 BUCKET = "ft-ckpt"
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 ZONE_IDS = {"us-east-1a": "use1-az6", "us-east-1b": "use1-az1", "us-east-1c": "use1-az2"}  # moto's mapping
 FIS_ROLE = "arn:aws:iam::123456789012:role/finetune-fis"
+RUNNER_ROLE_ID = "AROAEXAMPLERUNNERROLE"  # the runner stack's output RunnerRoleId
 TYPES = ["g5.xlarge", "g6.xlarge"]
 
 
@@ -76,6 +79,7 @@ class World:
             "instance_profile": "finetune-runner",
             "image_id": self.image_id,
             "fis_role_arn": FIS_ROLE,
+            "runner_role_id": RUNNER_ROLE_ID,
             "group_poll_seconds": 0.2,
             "group_wait_seconds": 10,
         }
@@ -92,6 +96,12 @@ class World:
 
     def object(self, key: str) -> bytes:
         return bytes(self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+    def keys_under(self, prefix: str) -> list[str]:
+        return [item["Key"] for item in self.s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
+
+    def key_object_of(self, instance_id: str) -> str:
+        return f"attempt-keys/{RUNNER_ROLE_ID}:{instance_id}"
 
 
 def build_world(endpoint: str) -> World:
@@ -520,9 +530,12 @@ def patched_moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[AwsCloud]) -> None:
     world = build_world(patched_moto)
-    cloud = AwsCloud(world.settings(mode="autoscaling"))
+    keys = ReportKeys("master")
+    cloud = AwsCloud(world.settings(mode="autoscaling"), report_keys=keys)
     open_clouds.append(cloud)
     first = await cloud.launch(job_spec(cloud), TYPES, "spot")
+    # The group named its instance before the launch returned: its key object is there before its runner can ask.
+    assert json.loads(world.object(world.key_object_of(first.instance_id)))["key"] == keys.of("ft-abc1", 1)
 
     (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]
     assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == (0, 1, 1)
@@ -552,6 +565,7 @@ async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[Aw
     await cloud.terminate(first.instance_id, "ft-abc1")
     (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]
     assert group["DesiredCapacity"] == 0
+    assert world.keys_under("attempt-keys/") == []
     assert world.instance(first.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
 
     # The next attempt reuses the group with a new template version and gets a new instance.
@@ -563,6 +577,7 @@ async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[Aw
     assert "spec-attempt-2.json" in world.user_data(second.instance_id)
     tags = {tag["Key"]: tag["Value"] for tag in world.instance(second.instance_id)["Tags"]}
     assert tags["finetune:attempt"] == "2"
+    assert world.keys_under("attempt-keys/") == [world.key_object_of(second.instance_id)]
     await cloud.stop_runner(second.instance_id)
     assert json.loads(world.object("jobs/ft-abc1/control/attempt-2.json")) == {"action": "stop"}
 
@@ -821,17 +836,67 @@ async def test_without_placement_scores_there_is_no_signal(proxy: Ec2Proxy, make
     assert await cloud.zone_availability(TYPES) == {}
 
 
-async def test_the_attempts_report_key_travels_in_its_spec_object_never_in_user_data(
+async def test_the_attempts_report_key_lies_in_an_object_only_its_instance_may_read_until_release(
     world: World, proxy: Ec2Proxy, open_clouds: list[AwsCloud]
 ) -> None:
-    """User data is readable by every process on the instance (IMDS); the spec object only by the job's runners."""
+    """Not in the spec (every runner reads every spec), not in user data (every process on the instance reads that):
+    in attempt-keys/<runner role id>:<instance id>, tagged for that one reader, and gone once the instance is."""
     keys = ReportKeys("the-bots-master-report-secret")
     topic = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
     cloud = AwsCloud(world.settings(report_topic_arn=topic), report_keys=keys)
     open_clouds.append(cloud)
     instance = await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot")
-    spec = parse_spec(world.object("jobs/ft-abc1/spec-attempt-2.json"))
-    assert spec.report_key == keys.of("ft-abc1", 2) and spec.report == [f"sns:{topic}"]
+    key = keys.of("ft-abc1", 2)
+    raw_spec = world.object("jobs/ft-abc1/spec-attempt-2.json")
+    spec = parse_spec(raw_spec)
+    assert key.encode() not in raw_spec and spec.report == [f"sns:{topic}"]
+    assert spec.report_key_from == f"s3://{BUCKET}/attempt-keys/{RUNNER_ROLE_ID}:"
+    name = world.key_object_of(instance.instance_id)
+    assert json.loads(world.object(name)) == {"job_id": "ft-abc1", "attempt": 2, "key": key}
+    tags = world.s3.get_object_tagging(Bucket=BUCKET, Key=name)["TagSet"]
+    assert tags == [{"Key": "finetune:reader", "Value": f"{RUNNER_ROLE_ID}:{instance.instance_id}"}]
     user_data = world.user_data(instance.instance_id)
-    assert spec.report_key not in user_data and keys.master not in user_data and "REPORT" not in user_data
-    assert spec.report_key not in repr(spec)  # never in a log line either
+    assert key not in user_data and keys.master not in user_data and "REPORT" not in user_data
+
+    await cloud.terminate(instance.instance_id, "ft-abc1")
+    assert world.keys_under("attempt-keys/") == []
+    await cloud.terminate(instance.instance_id, "ft-abc1")  # again: nothing to delete, no error
+
+
+async def test_a_launch_retried_after_a_crash_writes_the_key_again(
+    world: World, proxy: Ec2Proxy, open_clouds: list[AwsCloud]
+) -> None:
+    cloud = AwsCloud(world.settings(), report_keys=ReportKeys("master"))
+    open_clouds.append(cloud)
+    first = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+    world.s3.delete_object(Bucket=BUCKET, Key=world.key_object_of(first.instance_id))  # lost with the crash
+    again = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+    assert again.instance_id == first.instance_id
+    assert json.loads(world.object(world.key_object_of(first.instance_id)))["attempt"] == 1
+
+
+async def test_a_key_the_bot_may_not_write_fails_the_launch_and_releases_its_instance(
+    world: World, proxy: Ec2Proxy, open_clouds: list[AwsCloud], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bot on a runner stack older than its key grant: the instance's runner could never report, so it goes."""
+    s3 = await S3FaultProxy(world.endpoint).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.endpoint)
+        s3.refuse = lambda method, path: method == "PUT" and "/attempt-keys/" in path
+        cloud = AwsCloud(world.settings(), report_keys=ReportKeys("master"))
+        open_clouds.append(cloud)
+        with pytest.raises(LaunchError, match="could not write the report key of ft-abc1 attempt 1") as refused:
+            await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
+        assert "AccessDenied" in str(refused.value) and "the instance was released" in str(refused.value)
+        assert not refused.value.capacity  # not the market's fault: the spot authority is not asked to move
+        (launched,) = [i for r in world.ec2.describe_instances()["Reservations"] for i in r["Instances"]]
+        assert launched["State"]["Name"] in ("shutting-down", "terminated")
+    finally:
+        await s3.stop()
+
+
+async def test_report_keys_without_the_runner_role_id_is_a_config_error(world: World) -> None:
+    with pytest.raises(ConfigError, match=r"aws\.runner_role_id is not set"):
+        AwsCloud(world.settings(runner_role_id=None), report_keys=ReportKeys("master"))
+    with pytest.raises(ValidationError, match="runner_role_id"):
+        world.settings(runner_role_id="arn:aws:iam::123456789012:role/finetune-runner")  # the ARN is not the id

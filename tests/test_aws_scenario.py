@@ -4,7 +4,9 @@ another zone, resume, completion and the cost report.
 moto runs the APIs (EC2, S3, SNS, SQS); it does not boot instances. :class:`Ec2Bodies` plays EC2's part: when
 the real ``AwsCloud`` has launched an instance, it boots the runner the instance's user-data names, with a
 local IMDSv2 for that instance id. Everything else is the production path: the spec and checkpoints on S3, the
-runner's reports over SNS → SQS, the bot's SQS consumer, decisions, relaunch with ``avoid_zones``.
+runner's reports over SNS → SQS, the bot's SQS consumer, decisions, relaunch with ``avoid_zones``. Each runner
+signs with the key it read from its own instance's key object (attempt-keys/<role id>:<instance id>, found through
+its IMDS); the spec objects hold none, and the key objects are gone once the instances are released.
 """
 
 from __future__ import annotations
@@ -192,3 +194,7 @@ async def test_spot_warning_relaunch_in_another_zone_resume_and_cost_report(tmp_
     for attempt in done.attempts:  # both instances released: the old by the bot, the last by its runner
         assert world.instance(str(attempt.instance_id))["State"]["Name"] in ("shutting-down", "terminated")
     assert world.s3.get_object(Bucket=BUCKET, Key=f"jobs/{job_id}/COMPLETED.json")["Body"].read()
+    for attempt in done.attempts:  # signed reports came from both runners, yet no spec ever held a key
+        spec = world.object(f"jobs/{job_id}/spec-attempt-{attempt.number}.json")
+        assert b'"report_key_from"' in spec and ReportKeys(SECRET).of(job_id, attempt.number).encode() not in spec
+    assert world.keys_under("attempt-keys/") == []  # deleted as each instance was released

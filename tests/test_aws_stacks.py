@@ -247,11 +247,14 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         assert set(env) == PLAIN_ENVIRONMENT  # as deployed, too: every secret and the config come by ValueFrom
         env |= {item["name"]: _secret_of(client("secretsmanager"), item["valueFrom"]) for item in container["secrets"]}
         assert env["REDIS_URL"].startswith("rediss://:") and env["REDIS_URL"].endswith(f"@localhost:{valkey.port}/0")
+        trainer_user = os.environ.get("FINETUNE_TRAINER_USER")  # the runners' (tests/conftest.py), not the bot's
         for name in [name for name in os.environ if name.startswith(("FINETUNE_", "SLACK_", "DINGTALK_"))]:
             if name != "FINETUNE_TRAINER_USER":  # the image's instances' knob, kept as conftest set it for tests
                 monkeypatch.delenv(name)
         for name, value in env.items():
             monkeypatch.setenv(name, value)
+        if trainer_user is not None:
+            monkeypatch.setenv("FINETUNE_TRAINER_USER", trainer_user)
         # ElastiCache's certificate chains to a public CA the system trusts; the stand-in's CA is made trusted so.
         monkeypatch.setenv("SSL_CERT_FILE", str(valkey.ca.ca_file))
         # Only the listening address differs from the task's: a test binds loopback and a free port.
@@ -259,6 +262,8 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         config = load_config(settings)
         assert config.aws is not None and config.policy.max_concurrent_jobs == 2
         assert config.aws.launch_template == "finetune-runner" and config.aws.report_topic_arn == reports_topic
+        role_id = client("iam").get_role(RoleName=runner.resources["RunnerRole"])["Role"]["RoleId"]
+        assert config.aws.runner_role_id == role_id == runner.outputs["RunnerRoleId"]  # the key objects' names
         assert settings.events_topics == [topic]
         world = World(aws, ec2, client("s3"), client("fis"), client("autoscaling"), private, group, image)
         (tmp_path / "instances").mkdir()
@@ -316,6 +321,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
     assert len(alerts) == 1 and saved and alerts[0] < saved[0]  # the warning came by the queue, before the runner
     bucket = runner.outputs["CheckpointBucketName"]
     assert world.s3.get_object(Bucket=bucket, Key=f"jobs/{job_id}/COMPLETED.json")["Body"].read()
+    assert "Contents" not in world.s3.list_objects_v2(Bucket=bucket, Prefix="attempt-keys/")  # deleted at release
     for attempt in done.attempts:
         assert world.instance(str(attempt.instance_id))["State"]["Name"] in ("shutting-down", "terminated")
 

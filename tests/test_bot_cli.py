@@ -102,6 +102,22 @@ def test_the_aws_cloud_without_its_settings_is_one_clear_error(tmp_path: Path) -
     assert "FINETUNE_CLOUD=aws needs an aws: section" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_the_aws_cloud_without_the_runner_role_id_is_one_clear_error(tmp_path: Path) -> None:
+    """Without it no runner could find its report key: the bot says so at start rather than launch mute runners."""
+    config = "aws:\n  bucket: my-finetune-checkpoints\n  image_id: ami-0abc\n"
+    result = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "serve"],
+        env=bot_env(tmp_path, FINETUNE_CLOUD="aws", FINETUNE_HTTP_PORT="0", FINETUNE_CONFIG_YAML=config),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("finetune-bot:")]
+    assert "aws.runner_role_id is not set: the runner stack's output RunnerRoleId" in line
+    assert "Traceback" not in result.stderr
+
+
 # -- one owner per state dir, and one clean line for every bad setting ------------------------------------------
 
 

@@ -176,6 +176,54 @@ def test_a_runner_reads_jobs_and_nothing_of_ssm_parameters(runner: list[Statemen
     assert allowed(runner, "ssmmessages:OpenDataChannel", "*")
 
 
+ROLE_ID = "AROAEXAMPLERUNNERROLE"  # what ${aws:userid} starts with for the runner role's instance sessions
+
+
+def on_instance(instance_id: str, tagged_for: str | None = None) -> dict[str, str]:
+    """The request context of the runner role's session on ``instance_id`` reading a key object tagged for the
+    session on ``tagged_for`` (None: an untagged object, or none there yet)."""
+    context = {"aws:userid": f"{ROLE_ID}:{instance_id}"}
+    if tagged_for is not None:
+        context["s3:ExistingObjectTag/finetune:reader"] = f"{ROLE_ID}:{tagged_for}"
+    return context
+
+
+def key_of(instance_id: str) -> str:
+    return f"{BUCKET}/attempt-keys/{ROLE_ID}:{instance_id}"
+
+
+def test_a_runner_reads_the_key_object_of_its_own_instance_only(runner: list[Statement]) -> None:
+    assert allowed(runner, "s3:GetObject", key_of("i-0aaa"), on_instance("i-0aaa", tagged_for="i-0aaa"))
+    assert not allowed(runner, "s3:GetObject", key_of("i-0bbb"), on_instance("i-0aaa", tagged_for="i-0bbb"))
+    assert not allowed(runner, "s3:GetObject", key_of("i-0aaa"), on_instance("i-0aaa"))  # untagged: nobody's
+    assert not allowed(runner, "s3:GetObject", f"{BUCKET}/attempt-keys/{ROLE_ID}:i-0aaa-old", on_instance("i-0aaa"))
+    assert not allowed(runner, "s3:GetObject", key_of("i-0aaa"), {})  # a session that names no instance
+    for action in ("s3:PutObject", "s3:DeleteObject", "s3:PutObjectTagging", "s3:GetObjectTagging"):
+        assert not allowed(runner, action, key_of("i-0aaa"), on_instance("i-0aaa", tagged_for="i-0aaa"))
+    assert not allowed(runner, "s3:ListBucket", BUCKET, {"s3:prefix": "attempt-keys/"})
+
+
+def test_no_key_is_readable_through_the_jobs_grant_and_the_deny_outlasts_a_broader_grant(
+    runner: list[Statement],
+) -> None:
+    (read_jobs,) = [s for s in runner if s.body.get("Sid") == "ReadJobs"]
+    assert not allowed([read_jobs], "s3:GetObject", key_of("i-0bbb"), on_instance("i-0aaa", tagged_for="i-0bbb"))
+    # Were the runner role one day to read the whole bucket, the Deny still keeps i-0bbb's key from i-0aaa.
+    everything = Statement("broader", {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{BUCKET}/*"})
+    broader = [*runner, everything]
+    assert not allowed(broader, "s3:GetObject", key_of("i-0bbb"), on_instance("i-0aaa", tagged_for="i-0bbb"))
+    assert allowed(broader, "s3:GetObject", key_of("i-0aaa"), on_instance("i-0aaa", tagged_for="i-0aaa"))
+    without_deny = [s for s in broader if s.body.get("Sid") != "NoOtherAttemptsKey"]  # the Deny is what does it
+    assert allowed(without_deny, "s3:GetObject", key_of("i-0bbb"), on_instance("i-0aaa", tagged_for="i-0bbb"))
+
+
+def test_the_bot_writes_and_deletes_key_objects_and_the_stack_says_the_role_id(bot: list[Statement]) -> None:
+    for action in ("s3:PutObject", "s3:PutObjectTagging", "s3:DeleteObject"):
+        assert allowed(bot, action, key_of("i-0aaa"))
+    outputs = templates()["aws/finetune.yaml"]["Outputs"]
+    assert resolve(outputs["RunnerRoleId"]["Value"]) == att("RunnerRole", "RoleId")
+
+
 def test_a_runner_releases_only_project_capacity_and_only_downwards(runner: list[Statement]) -> None:
     assert allowed(runner, "ec2:TerminateInstances", AWS_INSTANCE, {"ec2:ResourceTag/finetune:managed": "true"})
     assert not allowed(runner, "ec2:TerminateInstances", AWS_INSTANCE)

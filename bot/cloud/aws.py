@@ -1,7 +1,9 @@
 """AWS: EC2 Spot instances (or one Auto Scaling group per job) that run the runner from a prebuilt image.
 
 A launch uploads the attempt's spec to S3 first, then starts an instance whose user-data only points the
-runner's systemd unit at that object (the image carries the runner; nothing is installed at boot). The zone
+runner's systemd unit at that object (the image carries the runner; nothing is installed at boot); once the
+instance id is known, the attempt's report key goes to the one object that instance may read
+(:mod:`handlers.attempt_keys`), deleted again when the instance is released. The zone
 and the market come from the spot authority (:mod:`handlers.spot`); within a launch the (zone, type) order comes
 from the pure :mod:`handlers.spot.zones` over spot placement scores and spot prices, and capacity errors move on
 to the next candidate of the same market until ``max_launch_failures`` of them: the launch then reports a capacity
@@ -27,6 +29,7 @@ from collections.abc import Collection, Mapping
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlencode
 
 import aioboto3  # type: ignore[import-untyped]
 from botocore.config import Config
@@ -36,11 +39,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, Instance, LaunchError, log_once
 from bot.cloud.user_data import plain_path, runner_boot_script
+from bot.errors import ConfigError
+from handlers.attempt_keys import READER_TAG, ROLE_ID_PATTERN, dump_attempt_key, key_object, reader
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
 from handlers.report_keys import ReportKeys
 from handlers.spec import (
+    ATTEMPT_KEYS_PREFIX,
     JobSpec,
     ReleaseAwsAutoScaling,
     ReleaseAwsInstance,
@@ -112,6 +118,9 @@ class AwsSettings(BaseModel):
     launch_template: str | None = None  # instances mode: a template of yours holding image, groups, volumes
     key_name: str | None = None
     report_topic_arn: str | None = None  # added to every spec as an ``sns:`` report target
+    # The runner role's unique id (the runner stack's output RunnerRoleId): its sessions on an instance are
+    # ``<role id>:<instance id>``, the name of the one key object that instance may read (handlers/attempt_keys.py).
+    runner_role_id: str | None = Field(default=None, pattern=ROLE_ID_PATTERN)
     # capacity failures within one launch before it reports a refusal to the spot authority; None: every candidate
     max_launch_failures: int | None = Field(default=3, ge=1)
     mode: Literal["instances", "autoscaling"] = "instances"
@@ -229,8 +238,14 @@ class AwsCloud:
 
     def __init__(self, settings: AwsSettings, *, report_keys: ReportKeys | None = None) -> None:
         self.settings = settings  # (cloud events arrive through EventBridge -> SQS / SNS, not from here)
-        # Each attempt's own report key goes into its spec object (readable by that job's runners only, by the runner
-        # role's policy), never into user data, which every process on the instance can read from IMDS.
+        # Each attempt's own report key goes into a key object only its instance may read (written once the
+        # instance id is known), never into the spec (every runner reads every spec) nor user data (every process on
+        # the instance reads that from IMDS).
+        if report_keys is not None and settings.runner_role_id is None:
+            raise ConfigError(
+                "aws.runner_role_id is not set: the runner stack's output RunnerRoleId (each attempt's report key is "
+                "readable only by its instance, named <role id>:<instance id>)"
+            )
         self.report_keys = report_keys
         self.region: str | None = (
             settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
@@ -260,6 +275,13 @@ class AwsCloud:
     def on_demand_price(self, instance_type: str) -> float | None:
         return self.settings.on_demand_prices.get(instance_type, ON_DEMAND_PRICES.get(instance_type))
 
+    def key_prefix_uri(self) -> str | None:
+        """Where the runners find their keys (the spec's ``report_key_from``): the runner appends its instance id."""
+        role_id = self.settings.runner_role_id
+        if self.report_keys is None or role_id is None:
+            return None
+        return f"s3://{self.settings.bucket}/{ATTEMPT_KEYS_PREFIX}{role_id}:"
+
     # -- launch ---------------------------------------------------------------------------------------------
 
     async def launch(
@@ -287,7 +309,7 @@ class AwsCloud:
         existing = await self._attempt_instance(spec)
         if existing is not None:  # a launch retried after a crash: the instance the first try started
             log.info("%s attempt %d: %s is up already", spec.job_id, spec.attempt, existing.instance_id)
-            return existing
+            return await self._with_key(spec, existing)
         zones = await self._zones()
         if zone:  # pinned by the spot policy: there or nowhere
             zones = [zone]
@@ -312,8 +334,57 @@ class AwsCloud:
             log.info("%s attempt %d: launched %s (%s)", spec.job_id, spec.attempt, instance_id, where)
             on_demand = self.on_demand_price(candidate.instance_type)
             price = candidate.spot_price if candidate.market == "spot" else on_demand
-            return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
+            launched = Instance(
+                instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand
+            )
+            return await self._with_key(spec, launched)
         raise LaunchError(plan.summary(), capacity=plan.refused, zone=zone)
+
+    # -- the attempt's report key -----------------------------------------------------------------------------
+
+    async def _with_key(self, spec: JobSpec, instance: Instance) -> Instance:
+        """``instance``, once its key object is written; a key that cannot be written releases the instance (its
+        runner could never report) and fails the launch."""
+        try:
+            await self._put_key(spec, instance.instance_id)
+        except (ClientError, BotoCoreError, ValueError) as exc:
+            log.warning("%s attempt %d: no key object for %s: %s", spec.job_id, spec.attempt, instance.instance_id, exc)
+            try:
+                await self.terminate(instance.instance_id, spec.job_id)
+            except CloudError as again:
+                log.warning("could not release %s after that: %s", instance.instance_id, again)
+            raise LaunchError(
+                f"could not write the report key of {spec.job_id} attempt {spec.attempt} for {instance.instance_id} "
+                f"(s3://{self.settings.bucket}/attempt-keys/…): {exc}; the instance was released"
+            ) from exc
+        return instance
+
+    async def _put_key(self, spec: JobSpec, instance_id: str) -> None:
+        """Write the attempt's key where only ``instance_id``'s runner may read it (nothing without report keys)."""
+        role_id = self.settings.runner_role_id
+        if self.report_keys is None or role_id is None:
+            return
+        s3 = await self._client("s3")
+        await s3.put_object(
+            Bucket=self.settings.bucket,
+            Key=key_object(role_id, instance_id),
+            Body=dump_attempt_key(spec.job_id, spec.attempt, self.report_keys.of(spec.job_id, spec.attempt)),
+            ContentType="application/json",
+            # the runner role's Deny refuses a key object whose tag does not name the session reading it
+            Tagging=urlencode({READER_TAG: reader(role_id, instance_id)}),
+        )
+
+    async def _delete_key(self, instance_id: str) -> None:
+        """Best effort, idempotent: the key object of a released instance goes (the bucket expires strays)."""
+        role_id = self.settings.runner_role_id
+        if self.report_keys is None or role_id is None:
+            return
+        try:
+            name = key_object(role_id, instance_id)
+            s3 = await self._client("s3")
+            await s3.delete_object(Bucket=self.settings.bucket, Key=name)
+        except (ClientError, BotoCoreError, ValueError) as exc:
+            log.warning("could not delete the key object of %s: %s", instance_id, exc)
 
     async def _attempt_instance(self, spec: JobSpec) -> Instance | None:
         """The live instance already tagged with this (job, attempt), if any."""
@@ -341,8 +412,8 @@ class AwsCloud:
         return None
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
-        """What only the AWS side knows: how the runner gives the capacity back, the SNS report topic, and the
-        attempt's report key the runner signs those reports with."""
+        """What only the AWS side knows: how the runner gives the capacity back, the SNS report topic, and where
+        the runner finds the report key it signs those reports with (not the key itself)."""
         update: dict[str, Any] = {}
         if spec.release is None:
             if self.settings.mode == "autoscaling":
@@ -352,8 +423,9 @@ class AwsCloud:
         topic = self.settings.report_topic_arn
         if topic and f"sns:{topic}" not in spec.report:
             update["report"] = [*spec.report, f"sns:{topic}"]
-        if self.report_keys is not None and spec.report_key is None:
-            update["report_key"] = self.report_keys.of(spec.job_id, spec.attempt)
+        where = self.key_prefix_uri()
+        if where is not None and spec.report_key_from is None:
+            update["report_key_from"] = where
         return spec.model_copy(update=update) if update else spec
 
     async def _upload_spec(self, spec: JobSpec) -> str:
@@ -624,8 +696,10 @@ class AwsCloud:
             instance_type,
             zone,
         )
-        # The market is what the group was told to buy (spot only, or on-demand only).
-        return Instance(instance_id, instance_type, zone, market, price, on_demand)
+        # The market is what the group was told to buy (spot only, or on-demand only). The key object is written as
+        # soon as the group names its instance, before its runner can have booted; a replacement the group starts by
+        # itself later gets none (its runner cannot report, and the bot relaunches the attempt in any case).
+        return await self._with_key(spec, Instance(instance_id, instance_type, zone, market, price, on_demand))
 
     async def _group(self, group: str) -> dict[str, Any] | None:
         asg = await self._client("autoscaling")
@@ -803,11 +877,13 @@ class AwsCloud:
         (ForeignInstance)."""
         instance = await self._describe(instance_id)
         if instance is None:
+            await self._delete_key(instance_id)
             return
         tags = _tags(instance)
         if tags.get(JOB_TAG) != job_id:
             owner = tags.get(JOB_TAG) or "no job"
             raise ForeignInstance(f"instance {instance_id} is tagged for {owner}, not {job_id}: left alone")
+        await self._delete_key(instance_id)  # first: an instance that ends here needs it no more
         group = tags.get(GROUP_TAG)
         if group:
             asg = await self._client("autoscaling")

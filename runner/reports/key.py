@@ -7,7 +7,7 @@ import os
 KEY_VARIABLE = "FINETUNE_REPORT_SECRET"
 
 
-def report_key(from_spec: str | None = None) -> str:
-    """The attempt's key: from the spec when the cloud put it there (AWS), else ``FINETUNE_REPORT_SECRET``
-    (the local cloud's environment, Alibaba's boot script); empty when neither has one."""
-    return from_spec or os.environ.get(KEY_VARIABLE, "")
+def report_key(fetched: str | None = None) -> str:
+    """The attempt's key: the one fetched from its key object (AWS, runner/reports/key_object.py), else
+    ``FINETUNE_REPORT_SECRET`` (the local cloud's environment, Alibaba's boot script); empty when neither has one."""
+    return fetched or os.environ.get(KEY_VARIABLE, "")

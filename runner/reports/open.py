@@ -10,7 +10,7 @@ from runner.reports.sns import SnsTarget
 
 
 def open_target(target: str, key: str | None = None) -> ReportTarget:
-    """``key``: the attempt's report key when the spec carries it (else ``FINETUNE_REPORT_SECRET``)."""
+    """``key``: the attempt's report key when the runner fetched it (AWS), else ``FINETUNE_REPORT_SECRET``."""
     if target.startswith("sns:"):
         return SnsTarget(target, report_key(key))
     if target.startswith(("http://", "https://")):

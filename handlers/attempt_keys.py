@@ -1,0 +1,59 @@
+"""AWS: the object that hands one attempt's report key to that attempt's instance, and to no other.
+
+An instance-profile session says which instance it is (``${aws:userid}`` is ``<role id>:<instance id>``) but not
+which job it runs, so the key cannot live in the spec (every runner reads every spec). The bot writes it to
+``attempt-keys/<runner role id>:<instance id>`` as soon as it knows the attempt's instance, tagged
+``finetune:reader=<role id>:<instance id>``; the runner role may read only ``attempt-keys/${aws:userid}``, and a
+Deny refuses any key object whose tag does not name the reader (deploy/aws/finetune.yaml). The runner checks that
+the object names its own job and attempt before it signs with the key. Both sides use this one definition.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from handlers.ids import JOB_ID_PATTERN
+from handlers.spec import ATTEMPT_KEYS_PREFIX
+
+READER_TAG = "finetune:reader"  # the key object's tag: the one ${aws:userid} that may read it
+ROLE_ID_PATTERN = r"^AROA[0-9A-Z]{4,124}$"
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
+
+
+class AttemptKey(BaseModel):
+    """The key object's body: whose key it is, and the key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    attempt: int = Field(ge=1, le=10_000)
+    key: str = Field(repr=False, min_length=32, max_length=128, pattern=r"^[0-9a-f]+$")
+
+
+def reader(role_id: str, instance_id: str) -> str:
+    """What ``${aws:userid}`` is for a session of the runner role on ``instance_id``."""
+    if not re.fullmatch(ROLE_ID_PATTERN, role_id):
+        raise ValueError(f"{role_id!r} is not an IAM role's unique id (AROA…)")
+    if not INSTANCE_ID.fullmatch(instance_id):
+        raise ValueError(f"{instance_id!r} is not an EC2 instance id")
+    return f"{role_id}:{instance_id}"
+
+
+def key_object(role_id: str, instance_id: str) -> str:
+    """The key object's name in the bucket."""
+    return ATTEMPT_KEYS_PREFIX + reader(role_id, instance_id)
+
+
+def dump_attempt_key(job_id: str, attempt: int, key: str) -> bytes:
+    return AttemptKey(job_id=job_id, attempt=attempt, key=key).model_dump_json().encode()
+
+
+def parse_attempt_key(raw: bytes | str) -> AttemptKey:
+    """The key object's body; ValueError (without the key in it) when it is malformed."""
+    try:
+        return AttemptKey.model_validate_json(raw)
+    except ValidationError as exc:
+        fields = ", ".join(".".join(map(str, error["loc"])) or "body" for error in exc.errors())
+        raise ValueError(f"malformed key object ({fields})") from None

@@ -1,0 +1,85 @@
+"""AWS: fetch this attempt's report key from the key object only this instance may read (handlers/attempt_keys.py).
+
+The spec says where keys lie (``report_key_from``, ``s3://<bucket>/attempt-keys/<role id>:``); the runner appends
+its instance id from IMDS and polls, since the bot writes the object once it knows the instance, which may be a
+moment after the instance boots. Until the object is there S3 answers 404, or 403 on AWS (the runner may not list
+``attempt-keys/``, and the Deny of untagged key objects applies): both mean "not yet". After ``patience`` seconds
+the runner gives up: with no key it cannot sign a report, not even a ``failed``, so it says why on stderr (the
+journal) and exits :data:`runner.agent.EXIT_NO_REPORT_KEY` without starting the trainer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from handlers.attempt_keys import INSTANCE_ID, parse_attempt_key
+from handlers.spec import JobSpec
+from runner.notices.aws import AwsImdsSource
+from runner.storage.base import StorageError
+from runner.storage.open import open_store
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 2.0
+
+
+class NoReportKey(RuntimeError):
+    """No key for this attempt: none came in time, or the one found is another attempt's."""
+
+
+async def fetch_report_key(
+    spec: JobSpec, patience: float, poll: float = POLL_SECONDS, imds: AwsImdsSource | None = None
+) -> str:
+    """The attempt's key from ``<spec.report_key_from><instance id>``; NoReportKey when there is none."""
+    if spec.report_key_from is None:
+        raise ValueError("the spec names no key object")
+    deadline = time.monotonic() + patience
+    source = imds or AwsImdsSource()
+    try:
+        instance_id = await _instance_id(source, deadline, poll)
+    finally:
+        await source.close()
+    uri = spec.report_key_from + instance_id
+    base, _, name = uri.rpartition("/")
+    store = open_store(base + "/")
+    last = "not there"
+    try:
+        while True:
+            try:
+                raw = await store.get_bytes(name)
+            except StorageError as exc:  # 403 until the object exists, or an outage: both worth waiting out
+                raw, last = None, str(exc)
+            if raw is not None:
+                return _own_key(spec, uri, raw)
+            if time.monotonic() + poll > deadline:
+                raise NoReportKey(f"no report key at {uri} within {patience:g} s ({last})")
+            await asyncio.sleep(poll)
+    finally:
+        await store.close()
+
+
+async def _instance_id(source: AwsImdsSource, deadline: float, poll: float) -> str:
+    while True:
+        found = await source.instance_id()
+        if found is not None:
+            if not INSTANCE_ID.fullmatch(found.strip()):
+                raise NoReportKey(f"the metadata service names no EC2 instance ({found[:40]!r})")
+            return found.strip()
+        if time.monotonic() + poll > deadline:
+            raise NoReportKey("the metadata service did not say which instance this is: no key object to read")
+        await asyncio.sleep(poll)
+
+
+def _own_key(spec: JobSpec, uri: str, raw: bytes) -> str:
+    try:
+        found = parse_attempt_key(raw)
+    except ValueError as exc:
+        raise NoReportKey(f"{uri}: {exc}") from None
+    if (found.job_id, found.attempt) != (spec.job_id, spec.attempt):
+        raise NoReportKey(
+            f"{uri} holds the key of {found.job_id} attempt {found.attempt}, not {spec.job_id} attempt {spec.attempt}"
+        )
+    log.info("report key of %s attempt %d read from %s", spec.job_id, spec.attempt, uri)
+    return found.key

@@ -1,0 +1,111 @@
+"""The real runner on AWS (moto, a local IMDSv2) takes its report key from its own instance's key object, or none.
+
+The spec names only where keys lie (``report_key_from``); the runner appends the instance id its metadata service
+gives. A key object that is not there within the storage patience, or that is another attempt's, leaves the runner
+unable to sign anything: it says so on stderr, starts no trainer, sends no report and exits 3
+(``EXIT_NO_REPORT_KEY``). The whole AWS story with keys read this way is tests/test_aws_scenario.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from bot.cloud.local_metadata import LocalMetadataServer
+from handlers.attempt_keys import dump_attempt_key
+from runner.agent import EXIT_NO_REPORT_KEY
+from tests.runner_harness import read_reports, runner_env, start_runner, wait_until
+
+BUCKET = "ft-keys"
+ROLE_ID = "AROAEXAMPLERUNNERROLE"
+INSTANCE = "i-0a1b2c3d4e5f60718"
+KEY = "ab" * 32
+
+
+@pytest.fixture
+async def imds() -> AsyncIterator[LocalMetadataServer]:
+    server = await LocalMetadataServer(instance_id=INSTANCE).start()
+    yield server
+    await server.stop()
+
+
+def spec_file(tmp_path: Path, job_id: str = "ft-keys1", attempt: int = 1) -> Path:
+    """The spec as the bot writes it on AWS (no key in it); a local copy for ``--spec``, the reports to a file."""
+    spec = {
+        "version": 1,
+        "job_id": job_id,
+        "attempt": attempt,
+        "command": [sys.executable, "-m", "tests.trainers.synthetic", "--max-steps", "2", "--step-seconds", "0.01"],
+        "checkpoint_uri": f"s3://{BUCKET}/jobs/{job_id}/",
+        "report": [f"file://{tmp_path / 'reports.jsonl'}"],
+        "notice": "aws",
+        "report_key_from": f"s3://{BUCKET}/attempt-keys/{ROLE_ID}:",
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def key_object(job_id: str = "ft-keys1", attempt: int = 1) -> dict[str, object]:
+    return {
+        "Bucket": BUCKET,
+        "Key": f"attempt-keys/{ROLE_ID}:{INSTANCE}",
+        "Body": dump_attempt_key(job_id, attempt, KEY),
+    }
+
+
+async def run_runner(spec: Path, tmp_path: Path, imds: LocalMetadataServer, patience: str) -> tuple[int, str]:
+    env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_STORAGE_PATIENCE_SECONDS=patience)
+    env.pop("FINETUNE_REPORT_SECRET", None)  # an AWS instance has no other key
+    process = await start_runner(spec, tmp_path / "work", env)
+    code = await asyncio.wait_for(process.wait(), 120)
+    return code, (tmp_path / "work-runner.log").read_text()
+
+
+async def test_a_runner_whose_instance_has_no_key_object_reports_nothing_and_says_so(
+    tmp_path: Path, aws: str, imds: LocalMetadataServer
+) -> None:
+    s3 = boto3.client("s3", endpoint_url=aws)
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(**{**key_object(), "Key": f"attempt-keys/{ROLE_ID}:i-0ffffffffffffffff"})  # another instance's
+    code, log = await run_runner(spec_file(tmp_path), tmp_path, imds, patience="1")
+    assert code == EXIT_NO_REPORT_KEY
+    assert f"no report key at s3://{BUCKET}/attempt-keys/{ROLE_ID}:{INSTANCE} within 1 s" in log
+    assert "cannot report, so it starts nothing" in log and KEY not in log
+    assert read_reports(tmp_path / "reports.jsonl") == []  # not even a failed: it could not be signed
+    assert not (tmp_path / "work" / "output").exists()  # no trainer ran
+
+
+async def test_a_key_object_of_another_attempt_is_not_used(
+    tmp_path: Path, aws: str, imds: LocalMetadataServer
+) -> None:
+    s3 = boto3.client("s3", endpoint_url=aws)
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(**key_object(attempt=2))  # this instance's name, but the key of attempt 2
+    code, log = await run_runner(spec_file(tmp_path), tmp_path, imds, patience="30")
+    assert code == EXIT_NO_REPORT_KEY
+    assert "holds the key of ft-keys1 attempt 2, not ft-keys1 attempt 1" in log and KEY not in log
+    assert read_reports(tmp_path / "reports.jsonl") == []
+
+
+async def test_a_key_object_written_after_the_runner_began_waiting_is_used(
+    tmp_path: Path, aws: str, imds: LocalMetadataServer
+) -> None:
+    s3 = boto3.client("s3", endpoint_url=aws)
+    s3.create_bucket(Bucket=BUCKET)
+    spec = spec_file(tmp_path)
+    env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_STORAGE_PATIENCE_SECONDS="60")
+    env.pop("FINETUNE_REPORT_SECRET", None)
+    process = await start_runner(spec, tmp_path / "work", env)
+    await wait_until(lambda: imds.requests > 0)  # it has asked which instance it is: the key is not there yet
+    s3.put_object(**key_object())
+    assert await asyncio.wait_for(process.wait(), 120) == 0
+    log = (tmp_path / "work-runner.log").read_text()
+    assert f"report key of ft-keys1 attempt 1 read from s3://{BUCKET}/attempt-keys/{ROLE_ID}:{INSTANCE}" in log
+    assert [report["type"] for report in read_reports(tmp_path / "reports.jsonl")][-1] == "completed"
