@@ -36,7 +36,9 @@ from bot.cloud.local import LocalCloud
 from bot.keys import DEFAULT_KEYS
 from bot.redis_server import connect
 from bot.store import JobStore
+from handlers.events import parse_report
 from handlers.jobs import JobState
+from handlers.messages import report_received
 from tests.bot_harness import DRILLABLE, quick_recipe
 from tests.fake_slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack, form_body, signed_headers, slash_command
 from tests.restartable_valkey import RestartableValkey
@@ -324,8 +326,8 @@ class Cluster:
                 if not config.exists() or json.loads(config.read_text()).get("job_id") != result.job_id:
                     continue
                 for line in (home / "runner.log").read_text(errors="replace").splitlines():
-                    if " report {" in line:
-                        ids.append(json.loads(line.split(" report ", 1)[1])["id"])
+                    if " report {" in line:  # the bus id the bot gives it (its namespace: job, attempt)
+                        ids.append(report_received(parse_report(line.split(" report ", 1)[1])).id)
         for report_id in ids:
             if not await self.redis.exists(DEFAULT_KEYS.dedup(DEFAULT_KEYS.input_seen(report_id))):
                 result.lost.append(report_id)

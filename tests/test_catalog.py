@@ -7,7 +7,7 @@ import string
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -260,6 +260,8 @@ def made(model: type[BaseModel], filled: bool) -> BaseModel:
 
 def _value(annotation: Any, filled: bool) -> Any:
     origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:  # a capped field (handlers/events.py): the type it caps
+        return _value(args[0], filled)
     if origin is Literal:
         return args[0]
     if origin in (Union, UnionType):
