@@ -232,8 +232,7 @@ async def test_spot_launch_tags_market_options_and_user_data(world: World, proxy
     spec = parse_spec(world.object("jobs/ft-abc1/spec-attempt-1.json"))
     assert spec.job_id == "ft-abc1"
     assert spec.attempt == 1
-    assert spec.release is not None
-    assert spec.release.kind == "aws-instance"
+    assert spec.release is None  # the bot releases on completion: a runner's role may end no instance
 
 
 async def test_a_launch_carried_out_again_finds_the_attempts_instance(
@@ -559,8 +558,7 @@ async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[Aw
     options = data["LaunchTemplateVersions"][0]["LaunchTemplateData"]["MetadataOptions"]
     assert (options["HttpTokens"], options["HttpPutResponseHopLimit"]) == ("required", 1)
     spec = parse_spec(world.object("jobs/ft-abc1/spec-attempt-1.json"))
-    assert spec.release is not None
-    assert spec.release.model_dump() == {"kind": "aws-autoscaling", "group": "finetune-ft-abc1"}
+    assert spec.release is None  # the bot empties the group on completion: a runner's role may scale nothing
 
     await cloud.terminate(first.instance_id, "ft-abc1")
     (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]

@@ -48,8 +48,6 @@ from handlers.report_keys import ReportKeys
 from handlers.spec import (
     ATTEMPT_KEYS_PREFIX,
     JobSpec,
-    ReleaseAwsAutoScaling,
-    ReleaseAwsInstance,
     StopControl,
     check_report_target,
     control_key,
@@ -412,14 +410,11 @@ class AwsCloud:
         return None
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
-        """What only the AWS side knows: how the runner gives the capacity back, the SNS report topic, and where
-        the runner finds the report key it signs those reports with (not the key itself)."""
+        """What only the AWS side knows: the SNS report topic, and where the runner finds the report key it signs
+        those reports with (not the key itself). The spec asks the runner for no release of its own: the bot ends
+        the instance (or empties the group) on completion, and a runner's role may end or scale nothing, since an
+        instance role cannot be limited to its own instance and would reach every other job's."""
         update: dict[str, Any] = {}
-        if spec.release is None:
-            if self.settings.mode == "autoscaling":
-                update["release"] = ReleaseAwsAutoScaling(kind="aws-autoscaling", group=group_name(spec.job_id))
-            else:
-                update["release"] = ReleaseAwsInstance(kind="aws-instance")
         topic = self.settings.report_topic_arn
         if topic and f"sns:{topic}" not in spec.report:
             update["report"] = [*spec.report, f"sns:{topic}"]
