@@ -201,10 +201,11 @@ async def test_spot_launch_goes_to_the_cheapest_zone_with_tags_user_data_and_the
     # to that instance alone, where every runner may read the bucket's jobs/).
     assert MASTER not in script and ACCESS_KEY_SECRET not in script
     assert f"FINETUNE_REPORT_SECRET={attempt_key}\n" in script
-    spec = parse_spec(bucket.get_object(Bucket=BUCKET, Key="jobs/ft-abc1/spec-attempt-1.json")["Body"].read())
+    raw_spec = bucket.get_object(Bucket=BUCKET, Key="jobs/ft-abc1/spec-attempt-1.json")["Body"].read()
+    spec = parse_spec(raw_spec)
     assert (spec.job_id, spec.attempt, spec.notice) == ("ft-abc1", 1, "aliyun")
     assert spec.report == ["https://bot.example.com/runner/reports"]
-    assert spec.report_key is None  # not in the spec object: every runner may read the bucket's jobs/
+    assert attempt_key.encode() not in raw_spec  # not in the spec object: every runner may read the bucket's jobs/
     assert spec.release is None  # the bot releases the capacity (terminate on completion)
 
 
