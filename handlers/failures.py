@@ -40,6 +40,7 @@ FailureCode = Literal[
     "trainer-not-on-path",
     "trainer-not-executable",
     "trainer-not-started",
+    "metadata-guard-failed",
     "trainer-exited",
     "trainer-exited-silent",
     "output-not-stored",
@@ -63,6 +64,9 @@ WORDING = Wording(
         "failure.trainer-not-on-path": "cannot start the trainer: {program!r} not found on PATH ({path})",
         "failure.trainer-not-executable": "cannot start the trainer: {program!r} is not executable",
         "failure.trainer-not-started": "cannot start the trainer {program!r}: {error}",
+        "failure.metadata-guard-failed": (
+            "the trainer was not started: the metadata service could not be closed to its user ({error})"
+        ),
         "failure.trainer-exited": "trainer exited with code {exit_code}; gave up after {restarts} restart(s): {line}",
         "failure.trainer-exited-silent": "trainer exited with code {exit_code}; gave up after {restarts} restart(s)",
         "failure.output-not-stored": "could not store the final output: {error}",

@@ -43,6 +43,7 @@ from handlers.failures import Failure
 from handlers.spec import JobSpec
 from runner.checkpoints import CheckpointStore, Committed
 from runner.local_checkpoints import LocalCheckpoint, newest_complete
+from runner.metadata_guard import METADATA_GUARD_ENV, GuardError, MetadataGuard, metadata_guard
 from runner.notice_commit import NoticeCommit, NoticeOutcome
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
@@ -68,6 +69,7 @@ EXIT_COMPLETED = 0
 EXIT_FAILED = 1
 EXIT_BAD_SPEC = 2
 EXIT_NO_REPORT_KEY = 3  # AWS: no key object for this instance in time; nothing started, nothing reported
+EXIT_NO_METADATA_GUARD = 4  # the trainer's user could reach the metadata service: not started, reported failed
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: this attempt ended early on purpose; the job goes on elsewhere
 
 
@@ -83,6 +85,7 @@ class RunnerOptions:
     report_reserve_seconds: float | None = None  # before a deadline, kept for the interrupted report (None: auto)
     settle_seconds: float = 1.0  # a checkpoint file unchanged this long is sent before the trainer's marker
     trainer: TrainerSetup = field(default_factory=TrainerSetup)  # as whom, with what of the runner's environment
+    metadata_guard: MetadataGuard | None = None  # the rule that keeps the trainer's user from the metadata service
 
     @classmethod
     def from_env(cls, work_dir: Path) -> RunnerOptions:
@@ -90,6 +93,7 @@ class RunnerOptions:
             raw = os.environ.get(name)
             return float(raw) if raw else default
 
+        user = trainer_user(os.environ.get(TRAINER_USER_ENV))
         return cls(
             work_dir=work_dir,
             stop_grace_seconds=number("FINETUNE_STOP_GRACE_SECONDS", 90.0),
@@ -100,7 +104,8 @@ class RunnerOptions:
             control_seconds=number("FINETUNE_CONTROL_POLL_SECONDS", CONTROL_POLL_SECONDS),
             report_reserve_seconds=number("FINETUNE_REPORT_RESERVE_SECONDS", 0.0) or None,
             settle_seconds=number("FINETUNE_SETTLE_SECONDS", 1.0),
-            trainer=TrainerSetup.from_env(os.environ, trainer_user(os.environ.get(TRAINER_USER_ENV))),
+            trainer=TrainerSetup.from_env(os.environ, user),
+            metadata_guard=metadata_guard(os.environ.get(METADATA_GUARD_ENV), user),
         )
 
     def report_reserve(self, window: float) -> float:
@@ -203,6 +208,12 @@ class Runner:
             if missing is not None:  # before downloading a checkpoint it could never use
                 self._failed(missing)
                 return EXIT_FAILED
+            if self.options.metadata_guard is not None:  # fail closed: never a trainer with the role in reach
+                try:
+                    await self.options.metadata_guard.install()
+                except GuardError as exc:
+                    self._failed(Failure.of("metadata-guard-failed", error=str(exc)))
+                    return EXIT_NO_METADATA_GUARD
             self._reset_output_dir()
             restored = await with_retries(
                 "restoring the newest checkpoint", lambda: self.checkpoints.restore(self.output_dir), patience

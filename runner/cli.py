@@ -3,8 +3,9 @@
 Started from user-data or a systemd unit. Exit codes: 0 the job completed (or was already complete), 1 it
 failed, 2 the spec or the command line is invalid (nothing was started), 3 (AWS) no report key came for this
 instance within the storage patience (nothing was started, nothing could be reported; systemd starts the runner
-again, which waits once more), 75 this attempt was interrupted by a notice or a stop after committing what it
-could (the job continues on another instance).
+again, which waits once more), 4 the trainer's user could not be kept from the instance metadata service
+(``runner.metadata_guard``: the trainer was not started, the ``failed`` report says why), 75 this attempt was
+interrupted by a notice or a stop after committing what it could (the job continues on another instance).
 """
 
 from __future__ import annotations

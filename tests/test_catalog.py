@@ -455,6 +455,7 @@ def failure_samples() -> list[Failure]:
         start_failure("/opt/bin/sft", env, PermissionError()),
         start_failure("/opt/bin/sft", env, OSError(8, "Exec format error")),
         Failure.of("replacement-gone", instance="i-2"),
+        Failure.of("metadata-guard-failed", error="iptables exited 4"),  # tests/test_metadata_guard.py
         Failure.of("capacity", error="InsufficientInstanceCapacity"),  # an attempt's end (tests/test_spot_decide.py)
         Failure.of("no-progress", count=3, last=Failure.of("interrupted", notice="spot-interruption")),
         Failure.of("no-progress", count=2, last=Failure.of("instance-gone", detail="aws-eventbridge")),

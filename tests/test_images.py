@@ -139,8 +139,10 @@ def test_the_units_run_the_installed_programs() -> None:
     assert runner["EnvironmentFile"] == RUNNER_ENV_FILE  # what the boot script writes
     assert "PATH=/opt/finetune/bin:" in runner["Environment"]  # swift / torchrun from the runner's virtualenv
     assert "FINETUNE_TRAINER_USER=finetune-train" in runner["Environment"].split()  # root runner, not trainer
+    assert "FINETUNE_METADATA_GUARD=required" in runner["Environment"].split()  # no trainer with the role in reach
     assert set(runner["SuccessExitStatus"].split()) == {"75"} and set(runner["RestartPreventExitStatus"].split()) == {
         "2",
+        "4",
         "75",
     }
     script = runner_boot_script({"FINETUNE_SPEC": "s3://b/jobs/ft-1/spec-attempt-1.json"}, "/opt/finetune")

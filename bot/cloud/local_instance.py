@@ -167,6 +167,9 @@ class LocalInstance:
         spec_path = self.home / "spec.json"
         spec_path.write_text(spec.model_copy(update={"report": [*spec.report, relay]}).model_dump_json())
         env = {
+            # No firewall rule on the bot's host unless its operator asks (FINETUNE_METADATA_GUARD passes through):
+            # the metadata service here is the local stand-in, and the trainer keeps the user the bot chose.
+            "FINETUNE_METADATA_GUARD": "off",
             **instance_environment(os.environ),  # this process starts with no more; an older bot's may have
             "AWS_EC2_METADATA_SERVICE_ENDPOINT": self.metadata.endpoint,
             "ALIBABA_CLOUD_METADATA_ENDPOINT": self.metadata.endpoint,

@@ -94,6 +94,10 @@ mv "$systemd_dir/$unit_name.tmp" "$systemd_dir/$unit_name"
 if [[ $role == runner && $(id -u) == 0 ]]; then
     id finetune-train >/dev/null 2>&1 || useradd --system --user-group --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin finetune-train
+    # The runner keeps that user from the metadata service with iptables (runner/metadata_guard.py); without it
+    # the runner starts no trainer (exit code 4).
+    command -v iptables >/dev/null || echo "install.sh: WARNING: no iptables here: install it, or the runner will" \
+        "refuse to start trainers (FINETUNE_METADATA_GUARD=required)" >&2
 fi
 if [[ $role == bot && $(id -u) == 0 ]]; then
     id finetune >/dev/null 2>&1 || useradd --system --user-group --home-dir /var/lib/finetune --shell /usr/sbin/nologin finetune

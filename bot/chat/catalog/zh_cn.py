@@ -289,6 +289,7 @@ MESSAGES: dict[str, str] = {
     "failure.trainer-not-on-path": "无法启动训练程序：在可执行文件搜索路径（{path}）中找不到 {program!r}",
     "failure.trainer-not-executable": "无法启动训练程序：{program!r} 不可执行",
     "failure.trainer-not-started": "无法启动训练程序 {program!r}：{error}",
+    "failure.metadata-guard-failed": "未启动训练程序：无法阻止训练用户访问实例元数据服务（{error}）",
     "failure.trainer-exited": "训练程序以退出码 {exit_code} 结束；已重启 {restarts} 次，不再重试：{line}",
     "failure.trainer-exited-silent": "训练程序以退出码 {exit_code} 结束；已重启 {restarts} 次，不再重试",
     "failure.output-not-stored": "无法保存最终输出：{error}",
