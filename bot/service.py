@@ -15,6 +15,7 @@ import asyncio
 import errno
 import gc
 import logging
+import os
 import secrets
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -33,6 +34,7 @@ from bot.chat.delivery import Platform
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.outbox import ChatOutbox
 from bot.chat.refs import ChatRefs
+from bot.cloud.aliyun_settings import static_key_refusal
 from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider
 from bot.cloud.local import LocalCloud
@@ -98,6 +100,9 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
             raise ConfigError("FINETUNE_CLOUD=aliyun needs an aliyun: section in FINETUNE_CONFIG (region, bucket…)")
         if config.aliyun.report_url and not settings.finetune_report_secret:
             raise ConfigError("aliyun.report_url needs FINETUNE_REPORT_SECRET: runners sign their reports with it")
+        refusal = static_key_refusal(config.aliyun, os.environ)
+        if refusal:
+            raise ConfigError(refusal)
         from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
 
         return AliyunCloud(config.aliyun, report_keys=wiring.report_keys)

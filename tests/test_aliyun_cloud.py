@@ -83,6 +83,7 @@ def settings(fake: FakeAliyun, oss: str, **changes: Any) -> AliyunSettings:
         "ess_endpoint": fake.endpoint,
         "access_key_id": ACCESS_KEY_ID,
         "access_key_secret": ACCESS_KEY_SECRET,
+        "allow_static_keys": True,  # the test double's key pair; deployed, the RAM role's STS key
         "oss_endpoint": oss,
         "oss_addressing": "path",  # moto on 127.0.0.1 has no bucket host names
         "vswitches": VSWITCHES,

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -351,6 +354,55 @@ async def test_the_bot_refuses_an_unusable_alibaba_setup(
     with pytest.raises(ConfigError, match=message):
         async with running_bot(tmp_path / "state", path, **settings):
             pass
+
+
+SECTION = {"region": "cn-hangzhou", "bucket": "ft-oss", "image_id": "m-1", "vswitches": {"cn-hangzhou-j": "v-j"}}
+STATIC_KEY = "a long-lived access key is for a local test only"
+
+
+async def test_the_bot_takes_no_long_lived_alibaba_key_unless_told_it_is_a_local_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyed = {**SECTION, "access_key_id": "LTAI-long-lived", "access_key_secret": "never-expires"}
+    with pytest.raises(ConfigError, match=f"access_key_id: {STATIC_KEY}"):
+        async with running_bot(
+            tmp_path / "a", write_config(tmp_path / "a.yaml", aliyun=keyed), finetune_cloud="aliyun"
+        ):
+            pass
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI-long-lived")
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "never-expires")
+    monkeypatch.delenv("ALIBABA_CLOUD_SECURITY_TOKEN", raising=False)
+    plain = write_config(tmp_path / "b.yaml", aliyun=SECTION)
+    with pytest.raises(
+        ConfigError, match=f"ALIBABA_CLOUD_ACCESS_KEY_ID without ALIBABA_CLOUD_SECURITY_TOKEN: {STATIC_KEY}"
+    ):
+        async with running_bot(tmp_path / "b", plain, finetune_cloud="aliyun"):
+            pass
+    # An STS key (with its token), or a test that says it is one, is taken.
+    monkeypatch.setenv("ALIBABA_CLOUD_SECURITY_TOKEN", "sts-token")
+    async with running_bot(tmp_path / "c", plain, finetune_cloud="aliyun") as (service, _):
+        assert isinstance(service.bot.cloud, AliyunCloud)
+    monkeypatch.delenv("ALIBABA_CLOUD_SECURITY_TOKEN")
+    allowed = write_config(tmp_path / "d.yaml", aliyun={**keyed, "allow_static_keys": True})
+    async with running_bot(tmp_path / "d", allowed, finetune_cloud="aliyun") as (service, _):
+        assert isinstance(service.bot.cloud, AliyunCloud)
+
+
+def test_a_long_lived_alibaba_key_stops_the_bot_with_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    keyed = {**SECTION, "access_key_id": "LTAI-long-lived", "access_key_secret": "never-expires"}
+    config = write_config(tmp_path / "bot.yaml", aliyun=keyed)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env |= {"FINETUNE_CLOUD": "aliyun", "FINETUNE_CONFIG": str(config), "FINETUNE_STATE_DIR": str(tmp_path / "s")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "serve"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert ran.returncode == 2
+    assert ran.stderr.splitlines() == [
+        f"finetune-bot: {config}: aliyun: Value error, access_key_id: {STATIC_KEY}"
+        " (allow_static_keys: true); deployed, the bot uses its instance RAM role's"
+        " STS credentials (ALIBABA_CLOUD_ECS_METADATA)"
+    ]
+    assert "never-expires" not in ran.stderr
 
 
 async def test_finetune_cloud_aliyun_runs_the_alibaba_provider(tmp_path: Path) -> None:

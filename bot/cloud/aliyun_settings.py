@@ -7,6 +7,7 @@ start-up); only ``FINETUNE_CLOUD=aliyun`` pays for those.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlparse
 
@@ -26,6 +27,22 @@ def endpoint_parts(endpoint: str) -> tuple[str, str]:
     return parsed.scheme, parsed.netloc
 
 
+STATIC_KEYS_REFUSED = (
+    "a long-lived access key is for a local test only (allow_static_keys: true); deployed, the bot uses its "
+    "instance RAM role's STS credentials (ALIBABA_CLOUD_ECS_METADATA)"
+)
+
+
+def static_key_refusal(settings: AliyunSettings, environ: Mapping[str, str]) -> str | None:
+    """Why the bot may not start with the key in its environment: a key pair without an STS token is long-lived
+    (it never expires, and leaks for good), accepted only where ``allow_static_keys`` says this is a local test."""
+    if settings.allow_static_keys or not environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID"):
+        return None
+    if environ.get("ALIBABA_CLOUD_SECURITY_TOKEN"):
+        return None  # STS credentials (short-lived) handed over by whoever runs the bot
+    return f"ALIBABA_CLOUD_ACCESS_KEY_ID without ALIBABA_CLOUD_SECURITY_TOKEN: {STATIC_KEYS_REFUSED}"
+
+
 class AliyunSettings(BaseModel):
     """Where and how the Alibaba Cloud provider launches (the ``aliyun:`` section of ``FINETUNE_CONFIG``)."""
 
@@ -36,8 +53,9 @@ class AliyunSettings(BaseModel):
     prefix: str = Field(default="jobs/", pattern=r"^([A-Za-z0-9._-]+/)*$")
     endpoint: str | None = None  # ECS OpenAPI; default the SDK's for the region; http://127.0.0.1:PORT in tests
     ess_endpoint: str | None = None  # Auto Scaling OpenAPI, likewise
-    access_key_id: str | None = None  # default: the SDK's credential chain (ALIBABA_CLOUD_ACCESS_KEY_ID, RAM role…)
+    access_key_id: str | None = None  # a long-lived key pair: local tests only (allow_static_keys), see below
     access_key_secret: SecretStr | None = None
+    allow_static_keys: bool = False  # a local test's stand-in key pair; deployed: the instance RAM role's STS key
     oss_endpoint: str | None = None  # the bot's way to OSS; default https://oss-<region>.aliyuncs.com
     oss_internal_endpoint: str | None = None  # the runners'; default https://oss-<region>-internal.aliyuncs.com
     oss_addressing: Literal["virtual", "path"] = "virtual"  # OSS wants virtual; path only for S3 stand-ins
@@ -90,6 +108,8 @@ class AliyunSettings(BaseModel):
     def _complete(self) -> AliyunSettings:
         if (self.access_key_id is None) != (self.access_key_secret is None):
             raise ValueError("set both access_key_id and access_key_secret, or neither (the SDK's chain is used)")
+        if self.access_key_id is not None and not self.allow_static_keys:
+            raise ValueError(f"access_key_id: {STATIC_KEYS_REFUSED}")
         if self.mode == "instances":
             if not self.image_id:
                 raise ValueError("instances mode needs image_id (a custom image with the runner installed)")
