@@ -5,8 +5,9 @@ signed with ACS3-HMAC-SHA256. The fake checks that signature with the test's key
 does (so the provider's credentials really travel), records every call, and keeps just enough state to behave:
 
 - ECS: RunInstances (with ClientToken idempotency), DescribeInstances, DeleteInstance, DescribeSpotPriceHistory,
-  DescribePrice; ``no_stock`` zones answer ``OperationDenied.NoStock`` as ECS does, ``unsupported`` (zone, type)
-  pairs ``InvalidResourceType.NotSupported``;
+  DescribePrice, ModifyInstanceMetadataOptions (kept in the instance's ``metadata_options``); ``no_stock`` zones
+  answer ``OperationDenied.NoStock`` as ECS does, ``unsupported`` (zone, type) pairs
+  ``InvalidResourceType.NotSupported``;
 - KMS Secrets Manager: GetSecretValue over ``secrets``;
 - ESS: DescribeScalingGroups / Configurations / Instances / Activities, ModifyScalingGroup, ModifyScalingConfiguration;
   a group reconciles its instances with its desired capacity at once, trying its vSwitches in order (the PRIORITY
@@ -50,6 +51,7 @@ class FakeInstance:
     params: dict[str, str]
     group_id: str | None = None
     status: str = "Running"
+    metadata_options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -295,6 +297,20 @@ class FakeAliyun:
         )
         self.instances[instance_id] = instance
         return instance
+
+    def add_instance(self, tags: dict[str, str], zone: str = "cn-hangzhou-j") -> FakeInstance:
+        """An instance something else launched (the bot's own, from its scaling group)."""
+        return self._create(zone, "ecs.g7.large", "", "NoSpot", tags, "", "finetune-bot", {})
+
+    def _ecs_ModifyInstanceMetadataOptions(self, params: dict[str, str]) -> dict[str, Any]:
+        instance = self.instances.get(params.get("InstanceId", ""))
+        if instance is None or params.get("RegionId") != self.region:
+            raise ApiError(404, "InvalidInstanceId.NotFound", "The specified InstanceId does not exist.")
+        if params.get("HttpTokens", "optional") not in ("optional", "required"):
+            raise ApiError(400, "InvalidHttpTokens.Malformed", "HttpTokens is not valid.")
+        options = ("HttpEndpoint", "HttpTokens", "HttpPutResponseHopLimit")
+        instance.metadata_options.update({name: params[name] for name in options if name in params})
+        return {}
 
     def _ecs_DescribeInstances(self, params: dict[str, str]) -> dict[str, Any]:
         """By ``InstanceIds``, or every instance carrying the ``Tag.N.Key`` (and ``Tag.N.Value``) filters, a page

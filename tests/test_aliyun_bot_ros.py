@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bot.cloud.local_metadata import LocalMetadataServer
 from bot.http import REPORTS_PATH
 from bot.redis_server import check_redis_url
 from bot.settings import Settings, parse_file_config
@@ -220,9 +221,82 @@ def test_no_secret_is_in_the_user_data_they_come_from_kms_with_the_bots_role(tem
     assert read == set(secrets) and all(name.startswith("finetune-bot/") for name in read)
     assert set(configuration["DependsOn"]) == {"BotEnvSecret", "BotConfigSecret"}  # they exist before any boot
     (policy,) = resource(template, "BotRole", "ALIYUN::RAM::Role")["Policies"]
-    (statement,) = policy["PolicyDocument"]["Statement"]
+    statement, _ = policy["PolicyDocument"]["Statement"]  # the other: its metadata mode (the test below)
     assert statement["Action"] == "kms:GetSecretValue"
     (arn,) = statement["Resource"]
     assert arn == {"Fn::Sub": "acs:kms:${ALIYUN::Region}:${ALIYUN::AccountId}:secret/finetune-bot/*"}
     # The other secrets the template holds stay where they were: Redis's own password, KMS's secret data.
     assert all(VALUES[name] in "".join(secrets.values()) for name in ("WebhookToken", "ReportSecret", "RedisPassword"))
+
+
+async def test_the_bot_instance_switches_to_the_hardened_metadata_mode_before_it_reads_a_secret(
+    template: dict[str, Any],
+) -> None:
+    """ROS cannot launch the bot's instances hardened, so the boot script's first act is to ask ECS for it with the
+    instance's role; run here for real against the ECS double, the instance id read with a session token."""
+    configuration = resource(template, "BotConfiguration", "ALIYUN::ESS::ScalingConfiguration")
+    script = filled(configuration["UserData"]["Fn::Sub"])
+    lines = script.splitlines()
+    harden = next(i for i, line in enumerate(lines) if "bot.cloud.aliyun_metadata" in line)
+    assert lines[harden - 1] == "export ALIBABA_CLOUD_ECS_METADATA=finetune-bot ALIBABA_CLOUD_IMDSV1_DISABLED=true"
+    assert harden < min(i for i, line in enumerate(lines) if line.startswith("$kms "))  # before any secret
+    assert lines[0] == "#!/bin/bash" and lines[1] == "set -euo pipefail"  # a refusal stops the boot: no bot
+    program, *arguments = lines[harden].split()
+    assert program == "/opt/finetune/bin/python" and arguments[-1] == "harden"
+
+    fake = await FakeAliyun().start()
+    bot = fake.add_instance({"finetune:role": "bot"})
+    metadata = await LocalMetadataServer(dialect="aliyun", instance_id=bot.instance_id).start()
+    env = {
+        **os.environ,
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": ACCESS_KEY_ID,  # on the instance: the RAM role's STS key (tests: a key pair)
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ACCESS_KEY_SECRET,
+        "ALIBABA_CLOUD_METADATA_ENDPOINT": metadata.endpoint,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, *arguments[:-1], "--endpoint", fake.endpoint, arguments[-1],
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await process.communicate()
+    finally:
+        await metadata.stop()
+        await fake.stop()
+    assert process.returncode == 0, err
+    assert bot.metadata_options == {"HttpEndpoint": "enabled", "HttpTokens": "required"}  # no hop limit: none usable
+    assert [params["InstanceId"] for params in fake.actions("ModifyInstanceMetadataOptions")] == [bot.instance_id]
+    assert metadata.refused_without_token == 0 and metadata.token_requests == 1  # read the hardened way already
+
+    # Its role may do that to the bot's own instances only: those its scaling configuration tags.
+    assert {"Key": "finetune:role", "Value": "bot"} in configuration["TagList"]
+    (policy,) = resource(template, "BotRole", "ALIYUN::RAM::Role")["Policies"]
+    _, statement = policy["PolicyDocument"]["Statement"]
+    assert statement["Action"] == "ecs:ModifyInstanceMetadataOptions"
+    assert statement["Condition"] == {"StringEquals": {"acs:ResourceTag/finetune:role": "bot"}}
+    assert statement["Resource"] == [{"Fn::Sub": "acs:ecs:${ALIYUN::Region}:${ALIYUN::AccountId}:instance/*"}]
+
+
+async def test_a_bot_instance_ecs_will_not_harden_does_not_boot() -> None:
+    fake = await FakeAliyun().start()
+    metadata = await LocalMetadataServer(dialect="aliyun", instance_id="i-bp-not-launched").start()
+    env = {
+        **os.environ,
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": ACCESS_KEY_ID,
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ACCESS_KEY_SECRET,
+        "ALIBABA_CLOUD_METADATA_ENDPOINT": metadata.endpoint,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cloud.aliyun_metadata", "--region", "cn-hangzhou", "--endpoint", fake.endpoint,
+            "harden", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await process.communicate()
+    finally:
+        await metadata.stop()
+        await fake.stop()
+    assert process.returncode == 1
+    assert err.decode().splitlines() == [
+        "finetune: ECS refused to harden i-bp-not-launched's metadata: InvalidInstanceId.NotFound"
+    ]

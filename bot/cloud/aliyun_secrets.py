@@ -47,6 +47,21 @@ _SECRET_NAME = re.compile(r"[A-Za-z0-9_/+=.@-]{1,192}")
 _ENV_VALUE = re.compile(r"[!#-&(-\[\]-~]*")
 
 
+def boot_config(region: str, endpoint: str) -> Config:
+    """An OpenAPI client's configuration at boot: the test's key pair from the standard variables, else the
+    instance's RAM role from the metadata service (the SDK's chain)."""
+    config = Config(region_id=region, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS)
+    key_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID")
+    key_secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET")
+    if key_id and key_secret:
+        config.access_key_id, config.access_key_secret = key_id, key_secret
+        config.security_token = os.environ.get("ALIBABA_CLOUD_SECURITY_TOKEN") or None
+    else:
+        config.credential = CredentialClient()  # the instance's RAM role, from the metadata service
+    config.protocol, config.endpoint = endpoint_parts(endpoint)
+    return config
+
+
 class SecretError(RuntimeError):
     """A secret the store would not give (the message names it, never its value)."""
 
@@ -59,16 +74,7 @@ class KmsSecrets:
     """``GetSecretValue`` of KMS Secrets Manager in one region (endpoint default ``kms.<region>.aliyuncs.com``)."""
 
     def __init__(self, region: str, endpoint: str | None = None) -> None:
-        config = Config(region_id=region, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS)
-        key_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID")
-        key_secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET")
-        if key_id and key_secret:
-            config.access_key_id, config.access_key_secret = key_id, key_secret
-            config.security_token = os.environ.get("ALIBABA_CLOUD_SECURITY_TOKEN") or None
-        else:
-            config.credential = CredentialClient()  # the instance's RAM role, from the metadata service
-        config.protocol, config.endpoint = endpoint_parts(endpoint or f"kms.{region}.aliyuncs.com")
-        self._client = OpenApiClient(config)
+        self._client = OpenApiClient(boot_config(region, endpoint or f"kms.{region}.aliyuncs.com"))
         self._runtime = RuntimeOptions(
             autoretry=False, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS
         )
