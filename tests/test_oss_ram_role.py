@@ -4,8 +4,14 @@ moto is the bucket; a forwarding proxy in front of it shows which credentials ea
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import boto3
 import pytest
@@ -14,6 +20,7 @@ from bot.cloud.local_metadata import LocalMetadataServer
 from runner.storage.base import StorageError
 from runner.storage.s3 import S3Store, client_settings
 from tests.s3_proxy import S3FaultProxy
+from tests.servers import AWS_TEST_ENV
 
 ROLE = "finetune-runner"
 BUCKET = "ft-oss-role"
@@ -105,3 +112,42 @@ def test_a_key_pair_wins_over_the_role() -> None:
     keyed = {**env, "ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAI", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "s"}
     assert client_settings("oss", keyed).ram_role is None
     assert client_settings("s3", env).ram_role is None  # only oss:// reads Alibaba's variables
+
+
+def test_the_bots_provider_as_deployed_writes_oss_with_the_roles_renewed_sts_key_read_the_hardened_way(
+    tmp_path: Path,
+) -> None:
+    """The bot on its ECS instance: no key pair, the SDK's chain reads its RAM role from the metadata service at the
+    address the SDK knows (in a network namespace of its own: tests/aliyun_role_probe.py), with a session token on
+    every read, and renews the STS key before it runs out; the specs go to OSS signed with it."""
+    why = None if os.geteuid() == 0 else "needs root"
+    why = why or next((f"needs {tool}" for tool in ("unshare", "ip") if shutil.which(tool) is None), None)
+    if why is None and subprocess.run(["unshare", "--net", "true"], check=False).returncode != 0:
+        why = "no network namespaces here"
+    if why:
+        pytest.skip(f"the metadata service at 100.100.100.200 is stood in for in a network namespace: {why}")
+    env = {
+        **os.environ,
+        **AWS_TEST_ENV,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "ALIBABA_CLOUD_ECS_METADATA": "finetune-bot",  # what the bot stack's boot script writes
+        "ALIBABA_CLOUD_IMDSV1_DISABLED": "true",
+    }
+    for name in ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET"):
+        env.pop(name, None)  # no key pair: the role's
+    env.pop("ALIBABA_CLOUD_ECS_METADATA_DISABLED", None)
+    ran = subprocess.run(
+        ["unshare", "--net", "--", sys.executable, "-m", "tests.aliyun_role_probe", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    seen = json.loads(ran.stdout)
+    assert seen["launched"] == 2 and seen["ecs_rejected"] == []  # ECS took the role's key
+    first, tokens = seen["first_launch_requests"], seen["oss_tokens"]
+    assert first and set(tokens[:first]) == {"sts-first"} and set(tokens[first:]) == {"sts-second"}
+    assert seen["refused_without_token"] == 0 and seen["token_requests"] >= 1
+    assert seen["credential_requests"] >= 2  # read again once the first key was near its end
