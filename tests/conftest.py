@@ -18,10 +18,13 @@ def trainers_run_as_the_tests() -> Iterator[None]:
     """Run as root, the runner would start its trainers as finetune-train, which cannot reach them here: they are
     this interpreter (under /root on a development host) and write in pytest's private temporary directories
     (mode 0700). So the runners the tests start keep their trainers as root (``FINETUNE_TRAINER_USER=root``),
-    except where a test names the user: tests/test_trainer_sandbox.py, with a trainer any user can run."""
+    except where a test names the user: tests/test_trainer_sandbox.py, with a trainer any user can run. Their metadata
+    guard is off (``FINETUNE_METADATA_GUARD=off``): this host's firewall is not the tests' to change; the tests that
+    install it do so in a network namespace of their own (tests/test_metadata_guard.py)."""
     with pytest.MonkeyPatch.context() as patch:
         if os.geteuid() == 0:
             patch.setenv("FINETUNE_TRAINER_USER", os.environ.get("FINETUNE_TRAINER_USER", "root"))
+        patch.setenv("FINETUNE_METADATA_GUARD", "off")
         yield
 
 
