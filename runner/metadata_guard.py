@@ -10,7 +10,7 @@ restarted runner (or another trainer user) never stacks duplicates.
 
 Why iptables: the runner images are the Deep Learning AMIs (Ubuntu) and Alibaba's GPU images, which carry it (Docker
 and cloud-init use it), and it drives both kernels' back ends (legacy and nf_tables) with the same ``owner`` match;
-``nft`` is not on every image. ``deploy/image/install.sh`` installs iptables where it is missing.
+``nft`` is not on every image. ``deploy/image/install.sh`` warns where iptables is missing.
 
 ``FINETUNE_METADATA_GUARD``: ``required`` (the default, and what the runner's systemd unit says): the rule goes in or
 the trainer does not start (the ``failed`` report says why, exit code 4). ``off``: no rule, said in the log as a
