@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from handlers.attempt_keys import INSTANCE_ID, AttemptKey, parse_attempt_key
 from handlers.spec import JobSpec
@@ -112,7 +114,7 @@ def own_key(spec: JobSpec, fetched: FetchedKey) -> str:
     return found.key
 
 
-def storage_credentials(fetched: FetchedKey) -> AttemptCredentials | None:
+def storage_credentials(fetched: FetchedKey, clock: Callable[[], datetime] | None = None) -> AttemptCredentials | None:
     """The attempt's storage session from its key object, read again with the instance's own credentials as it nears
     its end; None when the object carries none (an older bot, a stack without a storage role): ambient credentials."""
     if fetched.found.storage is None:
@@ -123,4 +125,4 @@ def storage_credentials(fetched: FetchedKey) -> AttemptCredentials | None:
     async def read() -> bytes | None:
         return await store.get_bytes(name)
 
-    return AttemptCredentials(fetched.uri, fetched.found, read, close=store.close)
+    return AttemptCredentials(fetched.uri, fetched.found, read, close=store.close, clock=clock)

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiobotocore.credentials import AioRefreshableCredentials
+from botocore.exceptions import CredentialRetrievalError
 
 from handlers.attempt_keys import AttemptKey, StorageCredentials, parse_attempt_key
 from runner.storage.base import StorageError
@@ -51,7 +52,7 @@ class AttemptCredentials:
         first: AttemptKey,
         read: Callable[[], Awaitable[bytes | None]],
         *,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] | None = None,
         reread_seconds: float = REREAD_SECONDS,
         close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -62,7 +63,7 @@ class AttemptCredentials:
         self.job_id = first.job_id
         self.attempt = first.attempt
         self.current: StorageCredentials = first.storage
-        self.clock = clock
+        self.clock = clock or _utcnow
         self.reread_seconds = reread_seconds
         self.renewals = 0  # how often fresher credentials were found in the object
         self._read = read
@@ -156,8 +157,16 @@ class AttemptCredentials:
         return self._credentials
 
     async def _metadata(self) -> dict[str, Any]:
+        """What botocore refreshes from; near the end with nothing newer, a BotoCoreError, so each request fails as
+        a storage error (retried and reported as such) rather than with a RuntimeError from botocore."""
         await self.renew_if_due()
         held = self.current
+        if held.seconds_left(self.clock()) <= MANDATORY_SECONDS:
+            raise CredentialRetrievalError(
+                provider=METHOD,
+                error_msg=f"the storage credentials of {self.job_id} attempt {self.attempt} end at {held.expiration} "
+                f"and {self.uri} holds none newer (the bot has not renewed them)",
+            )
         return {
             "access_key": held.access_key_id,
             "secret_key": held.secret_access_key,
