@@ -61,13 +61,16 @@ class Ec2Bodies:
         zone: str | None = None,
     ) -> Instance:
         instance = await self.cloud.launch(spec, instance_types, market, avoid_zones=avoid_zones, zone=zone)
-        spec_uri = re.search(r"FINETUNE_SPEC=(\S+)", self.world.user_data(instance.instance_id))
+        user_data = self.world.user_data(instance.instance_id)
+        spec_uri = re.search(r"FINETUNE_SPEC=(\S+)", user_data)
         assert spec_uri is not None, "the user-data must name the spec"
+        key_from = re.search(r"FINETUNE_KEY_FROM=(\S+)", user_data)  # where key objects lie, as the unit reads it
         imds = await LocalMetadataServer(instance_id=instance.instance_id).start()
         env = runner_env(
             AWS_ENDPOINT_URL=self.endpoint,
             AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint,
             FINETUNE_PROGRESS_SECONDS="0.5",
+            **({"FINETUNE_KEY_FROM": key_from.group(1)} if key_from else {}),
         )
         log = (self.root / f"{instance.instance_id}.log").open("wb")
         process = await asyncio.create_subprocess_exec(
