@@ -164,3 +164,32 @@ async def test_with_a_storage_session_the_runner_reads_its_key_object_first_and_
     assert s3.get_object(Bucket=BUCKET, Key="jobs/ft-keys1/COMPLETED.json")["Body"].read()
     log = (tmp_path / "runner.log").read_text()
     assert "storage: the attempt's own session" in log and session.secret_access_key not in log
+
+
+async def test_a_session_nobody_renews_is_said_loudly_once_while_it_still_works(
+    tmp_path: Path, aws: str, imds: LocalMetadataServer
+) -> None:
+    """The bot is down: the session in the key object ends within ten minutes and nothing newer comes. The runner
+    logs it, reports it once (kind ``storage-credentials``) and keeps storing while the session lasts."""
+    s3 = boto3.client("s3", endpoint_url=aws)
+    s3.create_bucket(Bucket=BUCKET)
+    ending = StorageCredentials(
+        access_key_id="ASIAENDINGSESSION001",
+        secret_access_key="the-sessions-secret-0123456789",
+        session_token="the-sessions-token-0123456789",
+        expiration=datetime.now(UTC) + timedelta(minutes=9),
+    )
+    s3.put_object(**{**key_object(), "Body": dump_attempt_key("ft-keys1", 1, KEY, ending)})
+    spec = spec_file(tmp_path)
+    raw = json.loads(spec.read_text())
+    raw["command"] = [*raw["command"][:3], "--max-steps", "30", "--step-seconds", "0.05", "--save-every", "10"]
+    spec.write_text(json.dumps(raw))
+    env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_CREDENTIALS_CHECK_SECONDS="0.1")
+    env.pop("FINETUNE_REPORT_SECRET", None)
+    process = await start_runner(spec, tmp_path / "work", env)
+    assert await asyncio.wait_for(process.wait(), 120) == 0
+    reports = read_reports(tmp_path / "reports.jsonl")
+    warned = [r for r in reports if r["type"] == "warning" and r["kind"] == "storage-credentials"]
+    assert len(warned) == 1 and "the bot has not renewed them" in warned[0]["message"]
+    assert reports[-1]["type"] == "completed"
+    assert "STORAGE CREDENTIALS NOT RENEWED" in (tmp_path / "work-runner.log").read_text()
