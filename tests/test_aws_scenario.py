@@ -89,6 +89,16 @@ class Ec2Bodies:
         self.bodies[instance.instance_id] = (process, imds)
         return instance
 
+    @property
+    def renews_storage(self) -> bool:
+        return self.cloud.renews_storage
+
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
+        await self.cloud.renew_storage_credentials(job_id, attempt, instance_id)
+
+    async def drop_storage_credentials(self, instance_id: str) -> None:
+        await self.cloud.drop_storage_credentials(instance_id)
+
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
         return await self.cloud.hourly_price(instance_types, market)
 
