@@ -46,15 +46,6 @@ class FetchedKey:
     found: AttemptKey
 
 
-async def fetch_report_key(
-    spec: JobSpec, patience: float, poll: float = POLL_SECONDS, imds: AwsImdsSource | None = None
-) -> str:
-    """The attempt's key from ``<spec.report_key_from><instance id>``; NoReportKey when there is none."""
-    if spec.report_key_from is None:
-        raise ValueError("the spec names no key object")
-    return own_key(spec, await fetch_attempt_key(spec.report_key_from, patience, poll, imds))
-
-
 async def fetch_attempt_key(
     key_from: str, patience: float, poll: float = POLL_SECONDS, imds: AwsImdsSource | None = None
 ) -> FetchedKey:
