@@ -1,8 +1,8 @@
 """AWS: the object that hands one attempt's report key to that attempt's instance, and to no other.
 
 An instance-profile session says which instance it is (``${aws:userid}`` is ``<role id>:<instance id>``) but not
-which job it runs, so the key cannot live in the spec (which the instance must read before it knows its job). The
-bot writes it to
+which job it runs, so the key cannot live in the spec (without a storage role every runner may read every spec).
+The bot writes it to
 ``attempt-keys/<runner role id>:<instance id>`` as soon as it knows the attempt's instance, tagged
 ``finetune:reader=<role id>:<instance id>``; the runner role may read only ``attempt-keys/${aws:userid}``, and a
 Deny refuses any key object whose tag does not name the reader (deploy/aws/finetune.yaml). The runner checks that
