@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -35,6 +35,7 @@ from tests.redis_fixtures import (  # noqa: F401 (fixtures)
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
+from tests.s3_proxy import S3FaultProxy
 from tests.test_aws_cloud import BUCKET, World, job_spec
 from tests.test_aws_cloud import open_clouds as open_clouds
 from tests.test_aws_cloud import proxy as proxy
@@ -178,3 +179,35 @@ async def test_the_renewal_loop_rewrites_every_live_attempts_credentials_well_be
 
 def succeeded(current: Job) -> Change:
     return Change(current.model_copy(update={"state": JobState.SUCCEEDED}), {"event": "succeeded"})
+
+
+async def test_a_round_that_could_not_renew_an_attempt_does_not_count_and_the_next_look_tries_again(
+    world: World,
+    proxy: Ec2Proxy,
+    open_clouds: list[AwsCloud],
+    redis_client: aioredis.Redis,
+    key_prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s3 = await S3FaultProxy(world.endpoint).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.endpoint)
+        cloud = storage_cloud(world, open_clouds)
+        store = JobStore(redis_client, Keys(key_prefix))
+        live = await cloud.launch(job_spec(cloud, "ft-live2"), ["g5.xlarge"], "spot")
+        before = key_body(world, live.instance_id).storage
+        clock = Clock(datetime(2026, 5, 1, 12, 0, tzinfo=UTC))
+        attempt = Attempt(number=1, instance_id=live.instance_id, launched_at=clock.now)
+        job = Job(id="ft-live2", recipe="tiny", requested_by="console:ana", state=JobState.RUNNING, attempts=[attempt])
+        assert await store.create(job, {"event": "created"})
+        renewal = StorageRenewal(redis_client, store, cloud, clock)
+
+        s3.refuse = lambda method, path: method == "PUT" and "/attempt-keys/" in path  # S3 refuses the rewrite
+        assert await renewal.round() == []
+        assert key_body(world, live.instance_id).storage == before
+        s3.refuse = None
+        clock.now += timedelta(minutes=5)  # the next look, a third of the period later: not "ran recently"
+        assert await renewal.round() == [Renewed("ft-live2", 1, live.instance_id)]
+        assert key_body(world, live.instance_id).storage != before
+    finally:
+        await s3.stop()
