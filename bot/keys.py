@@ -165,6 +165,18 @@ class Keys:
         """When the last reconciliation round ended (POSIX seconds): the replicas share one period between them."""
         return f"{self.prefix}reconcile:last"
 
+    # -- storage credentials (AWS with a runner storage role) ---------------------------------------------------
+
+    @property
+    def renewal_lock(self) -> str:
+        """Held (with a TTL) by the one replica rewriting the live attempts' storage credentials."""
+        return f"{self.prefix}storage-renewal:lock"
+
+    @property
+    def renewal_last(self) -> str:
+        """When the last renewal round began (POSIX seconds, the bot's clock): the replicas share one period."""
+        return f"{self.prefix}storage-renewal:last"
+
     # -- replicas and the local cloud -------------------------------------------------------------------------
 
     @property

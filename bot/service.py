@@ -36,7 +36,7 @@ from bot.chat.outbox import ChatOutbox
 from bot.chat.refs import ChatRefs
 from bot.cloud.aliyun_settings import static_key_refusal
 from bot.cloud.aws import AwsCloud
-from bot.cloud.base import CloudProvider
+from bot.cloud.base import CloudProvider, RenewsStorageCredentials
 from bot.cloud.local import LocalCloud
 from bot.effects import CloudEffects
 from bot.errors import ConfigError
@@ -54,6 +54,7 @@ from bot.sources.aws_intake import AwsIntake
 from bot.sources.sns_http import sns_routes
 from bot.sources.sns_signature import SHA1_REFUSED_METRIC, SnsVerifier
 from bot.sources.sqs import SqsSource
+from bot.storage_renewal import StorageRenewal
 from bot.store import JobStore
 from bot.timers import Timers
 from handlers.events import utcnow
@@ -308,6 +309,9 @@ class BotService:
             asyncio.create_task(reconciler.run(self.stopping), name="reconcile"),
             asyncio.create_task(retention.run(self.stopping), name="retention"),
         ]
+        if isinstance(cloud, RenewsStorageCredentials) and cloud.renews_storage:
+            renewal = StorageRenewal(redis.client, store, cloud, self.clock, owner=consumer)
+            self._tasks.append(asyncio.create_task(renewal.run(self.stopping), name="storage-renewal"))
         if self._slack is not None:
             await self._slack.start(bot.command, store.claim_once)
         if self.dingtalk is not None:

@@ -20,7 +20,7 @@ SPEC_VERSION = 1
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SNS_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-ATTEMPT_KEYS_PREFIX = "attempt-keys/"  # outside jobs/, which every runner may read
+ATTEMPT_KEYS_PREFIX = "attempt-keys/"  # outside jobs/: no storage session reaches a key, an instance only its own
 # s3://<bucket>/attempt-keys/<runner role's unique id>: (an IAM role id is AROA and upper-case letters and digits)
 REPORT_KEY_PREFIX_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/attempt-keys/AROA[0-9A-Z]{4,124}:$"
 # Variables the runner owns: a spec may not point the trainer elsewhere.
@@ -106,7 +106,8 @@ class JobSpec(BaseModel):
     keep_checkpoints: int = Field(default=3, ge=1, le=100)
     max_restarts: int = Field(default=2, ge=0, le=20)
     release: Release | None = None
-    # AWS: where the attempt's report key lies (not the key: any runner may read any spec). The runner appends its
+    # AWS: where the attempt's report key lies (not the key: without a runner storage role every runner may read every
+    # spec; with one, no runner reads another job's, but a spec is still no place for a secret). The runner appends its
     # instance id (from IMDS) to this prefix, s3://<bucket>/attempt-keys/<runner role id>:, and reads its own key
     # object, which the runner role lets only that instance read (runner/reports/key_object.py). Elsewhere the key
     # comes in FINETUNE_REPORT_SECRET. Never the bot's master secret.

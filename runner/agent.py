@@ -55,6 +55,7 @@ from runner.release import release_capacity
 from runner.reports.open import open_target
 from runner.reports.reporter import Reporter
 from runner.retry import with_retries
+from runner.storage.attempt_credentials import AttemptCredentials
 from runner.storage.base import ObjectStore, StorageError
 from runner.storage.open import open_store
 from runner.sync import CheckpointSync, SyncReason
@@ -84,6 +85,7 @@ class RunnerOptions:
     control_seconds: float = CONTROL_POLL_SECONDS  # how often to look for a stop or drill from the bot
     report_reserve_seconds: float | None = None  # before a deadline, kept for the interrupted report (None: auto)
     settle_seconds: float = 1.0  # a checkpoint file unchanged this long is sent before the trainer's marker
+    credentials_check_seconds: float = 30.0  # how often the attempt's storage session (AWS) is looked at
     trainer: TrainerSetup = field(default_factory=TrainerSetup)  # as whom, with what of the runner's environment
     metadata_guard: MetadataGuard | None = None  # the rule that keeps the trainer's user from the metadata service
 
@@ -104,6 +106,7 @@ class RunnerOptions:
             control_seconds=number("FINETUNE_CONTROL_POLL_SECONDS", CONTROL_POLL_SECONDS),
             report_reserve_seconds=number("FINETUNE_REPORT_RESERVE_SECONDS", 0.0) or None,
             settle_seconds=number("FINETUNE_SETTLE_SECONDS", 1.0),
+            credentials_check_seconds=number("FINETUNE_CREDENTIALS_CHECK_SECONDS", 30.0),
             trainer=TrainerSetup.from_env(os.environ, user),
             metadata_guard=metadata_guard(os.environ.get(METADATA_GUARD_ENV), user),
         )
@@ -131,9 +134,13 @@ class Runner:
         store: ObjectStore | None = None,
         notice_source: NoticeSource | None = None,
         report_key: str | None = None,
+        credentials: AttemptCredentials | None = None,
     ) -> None:
-        """``report_key``: the attempt's key when it was fetched (AWS); else the runner's FINETUNE_REPORT_SECRET."""
+        """``report_key``: the attempt's key when it was fetched (AWS); else the runner's FINETUNE_REPORT_SECRET.
+        ``credentials``: the attempt's storage session (AWS with a storage role), watched while training so that a
+        bot that stopped renewing it costs little (:meth:`_watch_credentials`)."""
         self.spec = spec
+        self.credentials = credentials
         self.options = options
         self.store = store or open_store(spec.checkpoint_uri)
         self.checkpoints = CheckpointStore(self.store, spec.job_id, spec.attempt)
@@ -282,6 +289,8 @@ class Runner:
             asyncio.create_task(self._sync_loop(), name="sync"),
             asyncio.create_task(self._progress_loop(), name="progress"),
         ]
+        if self.credentials is not None:
+            background.append(asyncio.create_task(self._watch_credentials(self.credentials), name="credentials"))
         exited = asyncio.create_task(trainer.wait(), name="trainer")
         try:
             while True:
@@ -451,6 +460,28 @@ class Runner:
         while True:
             await asyncio.sleep(self.options.sync_seconds)
             self.sync.scan()
+
+    async def _watch_credentials(self, credentials: AttemptCredentials) -> None:
+        """Renew the storage session ahead of need (botocore only asks when a request is made); when the bot has not
+        renewed it and it ends within ``LOW_SECONDS``, say so loudly and commit the newest complete checkpoint while
+        the credentials still work, once per such spell, so a notice after the end loses little."""
+        warned = False
+        while True:
+            await asyncio.sleep(self.options.credentials_check_seconds)
+            if await credentials.renew_if_due() or not credentials.running_out():
+                warned = False
+                continue
+            if warned:
+                continue
+            warned = True
+            left = max(credentials.seconds_left(), 0.0)
+            message = (
+                f"the storage credentials end in {left / 60:.0f} min and the bot has not renewed them: committing "
+                "the newest checkpoint now; after they end no checkpoint can be stored until the bot is back"
+            )
+            log.error(message)
+            self.reporter.emit(RunnerWarning(**self.ids, kind="storage-credentials", message=message))
+            await self._sync_newest("periodic")
 
     async def _sync_newest(self, reason: SyncReason, newest: LocalCheckpoint | None = None) -> None:
         """Commit ``newest`` (default: the newest complete checkpoint) now if it is newer than the last commit,

@@ -12,30 +12,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-from handlers.spec import JobSpec, SpecError, parse_spec
+from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, SpecError, parse_spec
 from runner.agent import EXIT_BAD_SPEC, EXIT_NO_REPORT_KEY, Runner, RunnerOptions
-from runner.reports.key_object import NoReportKey, fetch_report_key
+from runner.reports.key_object import FetchedKey, NoReportKey, fetch_attempt_key, own_key, storage_credentials
+from runner.storage.attempt_credentials import AttemptCredentials
 from runner.storage.base import StorageError
 from runner.storage.open import open_store
 
 log = logging.getLogger("runner")
 
+KEY_FROM_ENV = "FINETUNE_KEY_FROM"  # AWS user data: where key objects lie (the runner appends its instance id)
 
-async def load_spec(location: str) -> JobSpec:
-    """Read the spec from a local path or an object-store URI, then validate it."""
+
+async def load_spec(location: str, credentials: AttemptCredentials | None = None) -> JobSpec:
+    """Read the spec from a local path or an object-store URI (signed with ``credentials`` when given), then
+    validate it."""
     if location.startswith(("s3://", "oss://", "file://")):
         parsed = urlparse(location)
         base, _, name = location.rpartition("/")
         if not name or (not parsed.netloc and not location.startswith("file://")):
             raise SpecError(f"--spec {location!r} does not name an object")
-        store = open_store(base + "/")
+        store = open_store(base + "/", credentials)
         try:
             raw = await store.get_bytes(name)
         finally:
@@ -54,32 +60,85 @@ def default_work_dir(spec: JobSpec) -> Path:
     return Path(root) / spec.job_id / f"attempt-{spec.attempt}"
 
 
+class _CannotStart(Exception):
+    """Nothing was started: the message for stderr, and the exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 async def run(args: argparse.Namespace) -> int:
+    """Key object first where the user data names one (with a storage role the spec is readable only with the
+    credentials it holds), then the spec, then the runner."""
+    held: list[AttemptCredentials] = []
     try:
-        spec = await load_spec(args.spec)
-    except (SpecError, StorageError, ValueError) as exc:
+        return await _run(args, held)
+    except _CannotStart as exc:
         print(f"finetune-runner: {exc}", file=sys.stderr)
-        return EXIT_BAD_SPEC
+        return exc.code
+    finally:
+        for credentials in held:
+            await credentials.close()
+
+
+async def _run(args: argparse.Namespace, held: list[AttemptCredentials]) -> int:
+    try:
+        options = RunnerOptions.from_env(Path())
+    except (StorageError, ValueError) as exc:  # a bad setting in the environment: nothing has started
+        raise _CannotStart(str(exc), EXIT_BAD_SPEC) from None
+    patience = options.storage_patience_seconds
+    key_from = os.environ.get(KEY_FROM_ENV) or None
+    if key_from is not None and not re.fullmatch(REPORT_KEY_PREFIX_PATTERN, key_from):
+        raise _CannotStart(f"{KEY_FROM_ENV}={key_from!r} is not s3://<bucket>/attempt-keys/<role id>:", EXIT_BAD_SPEC)
+    fetched = await _fetch_key(key_from, patience) if key_from is not None else None
+    credentials = _hold(held, fetched)
+    try:
+        spec = await load_spec(args.spec, credentials)
+    except (SpecError, StorageError, ValueError) as exc:
+        raise _CannotStart(str(exc), EXIT_BAD_SPEC) from None
+    if key_from is not None and spec.report_key_from not in (None, key_from):
+        raise _CannotStart(f"the spec's report_key_from is not {KEY_FROM_ENV} ({key_from})", EXIT_BAD_SPEC)
+    if fetched is None and spec.report_key_from is not None:
+        fetched = await _fetch_key(spec.report_key_from, patience)
+        credentials = _hold(held, fetched)
+    key: str | None = None
+    if fetched is not None:
+        try:
+            key = own_key(spec, fetched)
+        except NoReportKey as exc:
+            raise _CannotStart(f"{exc}; this runner cannot report, so it starts nothing", EXIT_NO_REPORT_KEY) from None
     work_dir = Path(args.work_dir) if args.work_dir else default_work_dir(spec)
     log.info("job %s attempt %d, work dir %s", spec.job_id, spec.attempt, work_dir)
+    if credentials is not None:
+        log.info("storage: the attempt's own session (until %s), not the instance's", credentials.current.expiration)
     try:
-        options = RunnerOptions.from_env(work_dir)
+        store = open_store(spec.checkpoint_uri, credentials) if credentials is not None else None
+        runner = Runner(
+            spec,
+            dataclasses.replace(options, work_dir=work_dir),
+            store=store,
+            report_key=key,
+            credentials=credentials,
+        )
     except (StorageError, ValueError) as exc:  # a bad setting in the environment: nothing has started
-        print(f"finetune-runner: {exc}", file=sys.stderr)
-        return EXIT_BAD_SPEC
-    key: str | None = None
-    if spec.report_key_from is not None:
-        try:
-            key = await fetch_report_key(spec, options.storage_patience_seconds)
-        except (NoReportKey, StorageError) as exc:  # unsigned, a report would be refused: say it here, start nothing
-            print(f"finetune-runner: {exc}; this runner cannot report, so it starts nothing", file=sys.stderr)
-            return EXIT_NO_REPORT_KEY
-    try:
-        runner = Runner(spec, options, report_key=key)
-    except (StorageError, ValueError) as exc:  # a bad setting in the environment: nothing has started
-        print(f"finetune-runner: {exc}", file=sys.stderr)
-        return EXIT_BAD_SPEC
+        raise _CannotStart(str(exc), EXIT_BAD_SPEC) from None
     return await runner.run()
+
+
+async def _fetch_key(key_from: str, patience: float) -> FetchedKey:
+    try:
+        return await fetch_attempt_key(key_from, patience)
+    except (NoReportKey, StorageError) as exc:  # unsigned, a report would be refused: say it here, start nothing
+        raise _CannotStart(f"{exc}; this runner cannot report, so it starts nothing", EXIT_NO_REPORT_KEY) from None
+
+
+def _hold(held: list[AttemptCredentials], fetched: FetchedKey | None) -> AttemptCredentials | None:
+    """The storage session the key object carries, if any (closed when the run ends)."""
+    credentials = storage_credentials(fetched) if fetched is not None else None
+    if credentials is not None:
+        held.append(credentials)
+    return credentials
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,12 +10,14 @@ It forwards every request unchanged, and on demand:
 * cuts GET responses short (``truncate``: a predicate on the path and how many to cut; the client is told the
   full Content-Length, gets half the body, and the connection is closed).
 
-``arrived`` lists every request as it comes in, ``seen`` as it was answered.
+``arrived`` lists every request as it comes in, ``seen`` as it was answered, ``signed`` with the access key id that
+signed it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 
@@ -40,6 +42,7 @@ class S3FaultProxy:
         self.arrived: list[tuple[str, str]] = []
         self.seen: list[tuple[str, str, int]] = []
         self.credentials: list[tuple[str, str]] = []  # (Authorization, X-Amz-Security-Token) of every request
+        self.signed: list[tuple[str, str, str]] = []  # (method, path, the access key id in its Authorization)
         self._released = asyncio.Event()
         self._link_free_at = 0.0
         self._runner: web.AppRunner | None = None
@@ -49,6 +52,10 @@ class S3FaultProxy:
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def signers(self, fragment: str) -> list[str]:
+        """The access key ids that signed the requests whose path holds ``fragment``, in order."""
+        return [key_id for _, path, key_id in self.signed if fragment in path]
 
     def arrivals(self, method: str, fragment: str) -> int:
         return sum(1 for seen_method, path in self.arrived if seen_method == method and fragment in path)
@@ -87,9 +94,10 @@ class S3FaultProxy:
         path = request.path_qs
         self.arrived.append((request.method, path))
         body = await self._read_body(request)
-        self.credentials.append(
-            (request.headers.get("Authorization", ""), request.headers.get("X-Amz-Security-Token", ""))
-        )
+        authorization = request.headers.get("Authorization", "")
+        self.credentials.append((authorization, request.headers.get("X-Amz-Security-Token", "")))
+        signer = re.search(r"Credential=([^/,]+)/", authorization)
+        self.signed.append((request.method, path, signer.group(1) if signer else ""))
         if self.hold is not None and self.hold(request.method, path):
             self.held.set()
             await self._released.wait()  # until the test is over

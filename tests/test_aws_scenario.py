@@ -61,13 +61,16 @@ class Ec2Bodies:
         zone: str | None = None,
     ) -> Instance:
         instance = await self.cloud.launch(spec, instance_types, market, avoid_zones=avoid_zones, zone=zone)
-        spec_uri = re.search(r"FINETUNE_SPEC=(\S+)", self.world.user_data(instance.instance_id))
+        user_data = self.world.user_data(instance.instance_id)
+        spec_uri = re.search(r"FINETUNE_SPEC=(\S+)", user_data)
         assert spec_uri is not None, "the user-data must name the spec"
+        key_from = re.search(r"FINETUNE_KEY_FROM=(\S+)", user_data)  # where key objects lie, as the unit reads it
         imds = await LocalMetadataServer(instance_id=instance.instance_id).start()
         env = runner_env(
             AWS_ENDPOINT_URL=self.endpoint,
             AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint,
             FINETUNE_PROGRESS_SECONDS="0.5",
+            **({"FINETUNE_KEY_FROM": key_from.group(1)} if key_from else {}),
         )
         log = (self.root / f"{instance.instance_id}.log").open("wb")
         process = await asyncio.create_subprocess_exec(
@@ -85,6 +88,16 @@ class Ec2Bodies:
         )
         self.bodies[instance.instance_id] = (process, imds)
         return instance
+
+    @property
+    def renews_storage(self) -> bool:
+        return self.cloud.renews_storage
+
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
+        await self.cloud.renew_storage_credentials(job_id, attempt, instance_id)
+
+    async def drop_storage_credentials(self, instance_id: str) -> None:
+        await self.cloud.drop_storage_credentials(instance_id)
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
         return await self.cloud.hourly_price(instance_types, market)

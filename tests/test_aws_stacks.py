@@ -76,11 +76,11 @@ def test_the_bot_policy_allows_every_call_the_bot_makes() -> None:
     """Each AWS call in the provider and the queue consumer is an action of the runner stack's BotPolicy."""
     statements = load_template("finetune.yaml")["Resources"]["BotPolicy"]["Properties"]["PolicyDocument"]["Statement"]
     allowed = {action for statement in statements for action in _listed(statement["Action"])}
-    prefix = {"ec2": "ec2", "s3": "s3", "asg": "autoscaling", "fis": "fis", "client": "sqs"}
+    prefix = {"ec2": "ec2", "s3": "s3", "asg": "autoscaling", "fis": "fis", "sts": "sts", "client": "sqs"}
     calls: set[str] = set()
     for module in ("bot/cloud/aws.py", "bot/sources/sqs.py"):
         source = (ROOT / module).read_text()
-        for client, method in re.findall(r"\b(ec2|s3|asg|fis|client)\.([a-z_]+)\(", source):
+        for client, method in re.findall(r"\b(ec2|s3|asg|fis|sts|client)\.([a-z_]+)\(", source):
             if method not in ("get_paginator", "meta"):
                 calls.add(f"{prefix[client]}:{_camel(method)}")
         for client, method in re.findall(r"\b(ec2|fis)\.get_paginator\(\s*\"([a-z_]+)\"", source):
@@ -264,6 +264,8 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         assert config.aws.launch_template == "finetune-runner" and config.aws.report_topic_arn == reports_topic
         role_id = client("iam").get_role(RoleName=runner.resources["RunnerRole"])["Role"]["RoleId"]
         assert config.aws.runner_role_id == role_id == runner.outputs["RunnerRoleId"]  # the key objects' names
+        storage_role = client("iam").get_role(RoleName=runner.resources["RunnerStorageRole"])["Role"]["Arn"]
+        assert config.aws.runner_storage_role_arn == storage_role == runner.outputs["RunnerStorageRoleArn"]
         assert settings.events_topics == [topic]
         world = World(aws, ec2, client("s3"), client("fis"), client("autoscaling"), private, group, image)
         (tmp_path / "instances").mkdir()
@@ -273,6 +275,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         chat = ConsoleChat(write=lambda line: None)  # keeps a transcript
         async with BotService(settings, chat, lambda _: cloud) as service:
             assert service.settings.finetune_sqs_queue_url == queue_url
+            assert "storage-renewal" in {task.get_name() for task in service._tasks}  # the stack's storage role
             reply = await service.bot.command("console:ana", CHANNEL, "start tiny steps=20 step_seconds=0.25")
             assert reply.startswith("Starting ft-"), reply
             job_id = reply.split()[1].rstrip(":")
@@ -322,6 +325,9 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
     bucket = runner.outputs["CheckpointBucketName"]
     assert world.s3.get_object(Bucket=bucket, Key=f"jobs/{job_id}/COMPLETED.json")["Body"].read()
     assert "Contents" not in world.s3.list_objects_v2(Bucket=bucket, Prefix="attempt-keys/")  # deleted at release
+    for attempt in done.attempts:  # each runner stored through its attempt's own session, not the instance's
+        log = (tmp_path / "instances" / f"{attempt.instance_id}.log").read_text()
+        assert "storage: the attempt's own session" in log
     for attempt in done.attempts:
         assert world.instance(str(attempt.instance_id))["State"]["Name"] in ("shutting-down", "terminated")
 

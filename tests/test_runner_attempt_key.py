@@ -12,15 +12,18 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
 import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
-from handlers.attempt_keys import dump_attempt_key
+from handlers.attempt_keys import StorageCredentials, dump_attempt_key
 from runner.agent import EXIT_NO_REPORT_KEY
 from tests.runner_harness import read_reports, runner_env, start_runner, wait_until
+from tests.s3_proxy import S3FaultProxy
+from tests.servers import AWS_TEST_ENV
 
 BUCKET = "ft-keys"
 ROLE_ID = "AROAEXAMPLERUNNERROLE"
@@ -109,3 +112,84 @@ async def test_a_key_object_written_after_the_runner_began_waiting_is_used(
     log = (tmp_path / "work-runner.log").read_text()
     assert f"report key of ft-keys1 attempt 1 read from s3://{BUCKET}/attempt-keys/{ROLE_ID}:{INSTANCE}" in log
     assert [report["type"] for report in read_reports(tmp_path / "reports.jsonl")][-1] == "completed"
+
+
+async def test_with_a_storage_session_the_runner_reads_its_key_object_first_and_signs_every_job_request_with_it(
+    tmp_path: Path, aws: str, imds: LocalMetadataServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stack with a runner storage role: the instance profile may read its key object and no job object, so the
+    user data names where keys lie (FINETUNE_KEY_FROM), and the spec, restore, checkpoints and completion record all
+    go with the attempt's own session; only the key object is read with the instance's credentials."""
+    proxy = await S3FaultProxy(aws).start()
+    try:
+        s3 = boto3.client("s3", endpoint_url=aws)
+        s3.create_bucket(Bucket=BUCKET)
+        spec = json.loads(spec_file(tmp_path).read_text())
+        s3.put_object(Bucket=BUCKET, Key="jobs/ft-keys1/spec-attempt-1.json", Body=json.dumps(spec).encode())
+        session = StorageCredentials(
+            access_key_id="ASIAATTEMPTSESSION01",
+            secret_access_key="the-sessions-secret-0123456789",
+            session_token="the-sessions-token-0123456789",
+            expiration=datetime.now(UTC) + timedelta(hours=1),
+        )
+        s3.put_object(**{**key_object(), "Body": dump_attempt_key("ft-keys1", 1, KEY, session)})
+        env = runner_env(
+            AWS_ENDPOINT_URL=proxy.endpoint,
+            AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint,
+            FINETUNE_KEY_FROM=f"s3://{BUCKET}/attempt-keys/{ROLE_ID}:",
+        )
+        env.pop("FINETUNE_REPORT_SECRET", None)
+        work = tmp_path / "work"
+        work.mkdir()
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "runner.cli",
+            "run",
+            "--spec",
+            f"s3://{BUCKET}/jobs/ft-keys1/spec-attempt-1.json",
+            "--work-dir",
+            str(work),
+            env=env,
+            stdout=(tmp_path / "runner.log").open("wb"),
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        assert await asyncio.wait_for(process.wait(), 120) == 0, (tmp_path / "runner.log").read_text()
+    finally:
+        await proxy.stop()
+    assert [report["type"] for report in read_reports(tmp_path / "reports.jsonl")][-1] == "completed"
+    assert set(proxy.signers("/attempt-keys/")) == {AWS_TEST_ENV["AWS_ACCESS_KEY_ID"]}
+    job_requests = proxy.signers("/jobs/ft-keys1/")
+    assert len(job_requests) > 3 and set(job_requests) == {session.access_key_id}  # the spec, restore, uploads
+    assert s3.get_object(Bucket=BUCKET, Key="jobs/ft-keys1/COMPLETED.json")["Body"].read()
+    log = (tmp_path / "runner.log").read_text()
+    assert "storage: the attempt's own session" in log and session.secret_access_key not in log
+
+
+async def test_a_session_nobody_renews_is_said_loudly_once_while_it_still_works(
+    tmp_path: Path, aws: str, imds: LocalMetadataServer
+) -> None:
+    """The bot is down: the session in the key object ends within ten minutes and nothing newer comes. The runner
+    logs it, reports it once (kind ``storage-credentials``) and keeps storing while the session lasts."""
+    s3 = boto3.client("s3", endpoint_url=aws)
+    s3.create_bucket(Bucket=BUCKET)
+    ending = StorageCredentials(
+        access_key_id="ASIAENDINGSESSION001",
+        secret_access_key="the-sessions-secret-0123456789",
+        session_token="the-sessions-token-0123456789",
+        expiration=datetime.now(UTC) + timedelta(minutes=9),
+    )
+    s3.put_object(**{**key_object(), "Body": dump_attempt_key("ft-keys1", 1, KEY, ending)})
+    spec = spec_file(tmp_path)
+    raw = json.loads(spec.read_text())
+    raw["command"] = [*raw["command"][:3], "--max-steps", "30", "--step-seconds", "0.05", "--save-every", "10"]
+    spec.write_text(json.dumps(raw))
+    env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_CREDENTIALS_CHECK_SECONDS="0.1")
+    env.pop("FINETUNE_REPORT_SECRET", None)
+    process = await start_runner(spec, tmp_path / "work", env)
+    assert await asyncio.wait_for(process.wait(), 120) == 0
+    reports = read_reports(tmp_path / "reports.jsonl")
+    warned = [r for r in reports if r["type"] == "warning" and r["kind"] == "storage-credentials"]
+    assert len(warned) == 1 and "the bot has not renewed them" in warned[0]["message"]
+    assert reports[-1]["type"] == "completed"
+    assert "STORAGE CREDENTIALS NOT RENEWED" in (tmp_path / "work-runner.log").read_text()

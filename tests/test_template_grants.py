@@ -10,7 +10,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.policy_eval import Statement, allowed, att, listed, policy_of, ref, resolve, statements, templates
+from handlers.storage_sessions import session_policy
+from tests.policy_eval import (
+    Statement,
+    _glob,
+    allowed,
+    att,
+    listed,
+    policy_of,
+    ref,
+    resolve,
+    statements,
+    templates,
+)
 
 READ_ONLY_VERBS = ("Describe", "List", "Get")
 # Mutating actions allowed on "*" without a condition, and why nothing narrower exists.
@@ -157,20 +169,113 @@ def test_the_bot_passes_each_role_only_to_its_service(bot: list[Statement]) -> N
 
 @pytest.fixture(scope="module")
 def runner() -> list[Statement]:
+    """The instance profile's role: what any process on a runner's instance may do."""
     return policy_of("aws/finetune.yaml", "RunnerRole")
 
 
+@pytest.fixture(scope="module")
+def storage() -> list[Statement]:
+    """The runner storage role: what an attempt's storage session may do at most (its session policy narrows it)."""
+    return policy_of("aws/finetune.yaml", "RunnerStorageRole")
+
+
+STORAGE_BUCKET = "ft-ckpt"  # the bucket the session policy names (the role's statements name the stand-in BUCKET)
+
+
+def session_of(job_id: str) -> list[Statement]:
+    """The session policy the bot passes when it mints ``job_id``'s storage session (handlers/storage_sessions.py)."""
+    document = session_policy(STORAGE_BUCKET, "jobs/", job_id)
+    return [Statement(f"session {job_id}", body) for body in document["Statement"]]  # type: ignore[union-attr]
+
+
+def session_may(storage: list[Statement], job_id: str, action: str, key: str | None, prefix: str = "") -> bool:
+    """What ``job_id``'s session may do: what the role AND the session policy both allow (AWS's intersection).
+    ``key`` None: ListBucket with ``s3:prefix`` ``prefix``."""
+    session = session_of(job_id)
+    if key is None:
+        context = {"s3:prefix": prefix}
+        return allowed(storage, action, BUCKET, context) and allowed(
+            session, action, f"arn:aws:s3:::{STORAGE_BUCKET}", context
+        )
+    return allowed(storage, action, f"{BUCKET}/{key}") and allowed(
+        session, action, f"arn:aws:s3:::{STORAGE_BUCKET}/{key}"
+    )
+
+
 @pytest.mark.parametrize("action", ["s3:PutObject", "s3:DeleteObject"])
-def test_a_runner_never_writes_a_spec_or_a_control_object(runner: list[Statement], action: str) -> None:
+def test_a_runner_never_writes_a_spec_or_a_control_object(storage: list[Statement], action: str) -> None:
     for key in ("jobs/ft-other/spec-attempt-2.json", "jobs/ft-other/control/attempt-2.json"):
-        assert not allowed(runner, action, f"{BUCKET}/{key}")
-    for key in ("jobs/ft-1/checkpoint-40/MANIFEST.json", "jobs/ft-1/output/model.bin", "jobs/ft-1/COMPLETED.json"):
-        assert allowed(runner, action, f"{BUCKET}/{key}")
+        assert not allowed(storage, action, f"{BUCKET}/{key}")
+    for key in ("jobs/ft-one/spec-attempt-2.json", "jobs/ft-one/control/attempt-2.json"):  # not its own job's either
+        assert not session_may(storage, "ft-one", action, key)
+    own = ("checkpoint-40/MANIFEST.json", "output/model.bin", "COMPLETED.json")
+    for key in (f"jobs/ft-one/{name}" for name in own):
+        assert allowed(storage, action, f"{BUCKET}/{key}")
+        assert session_may(storage, "ft-one", action, key)
 
 
-def test_a_runner_reads_jobs_and_nothing_of_ssm_parameters(runner: list[Statement]) -> None:
-    assert allowed(runner, "s3:GetObject", f"{BUCKET}/jobs/ft-1/spec-attempt-1.json")
-    assert allowed(runner, "s3:ListBucket", BUCKET, {"s3:prefix": "jobs/ft-1/"})
+def test_an_attempts_session_reaches_its_own_job_only(storage: list[Statement]) -> None:
+    """A runner of job A may write A's checkpoints and read A's spec; it may neither write (poison) B's checkpoints
+    nor read B's spec or checkpoints, nor list B's prefix."""
+    assert session_may(storage, "ft-aaa", "s3:PutObject", "jobs/ft-aaa/checkpoint-40/model.bin")
+    assert session_may(storage, "ft-aaa", "s3:GetObject", "jobs/ft-aaa/spec-attempt-1.json")
+    assert session_may(storage, "ft-aaa", "s3:ListBucket", None, "jobs/ft-aaa/")
+    assert session_may(storage, "ft-aaa", "s3:ListBucket", None, "jobs/ft-aaa/checkpoint-40/")
+    for action in ("s3:PutObject", "s3:DeleteObject", "s3:GetObject"):
+        assert not session_may(storage, "ft-aaa", action, "jobs/ft-bbb/checkpoint-40/model.bin")
+    assert not session_may(storage, "ft-aaa", "s3:GetObject", "jobs/ft-bbb/spec-attempt-1.json")
+    assert not session_may(storage, "ft-aaa", "s3:GetObject", "jobs/ft-aaaa/spec-attempt-1.json")  # a longer id
+    assert not session_may(storage, "ft-aaa", "s3:ListBucket", None, "jobs/ft-bbb/")
+    assert not session_may(storage, "ft-aaa", "s3:ListBucket", None, "jobs/")
+    assert not session_may(storage, "ft-aaa", "s3:GetObject", "attempt-keys/AROAEXAMPLERUNNERROLE:i-0bbb")
+    # the role alone (no session policy) would reach B: the session policy is what holds a session to its job
+    assert allowed(storage, "s3:PutObject", f"{BUCKET}/jobs/ft-bbb/checkpoint-40/model.bin")
+
+
+def jobs_grants(policy: list[Statement]) -> list[str]:
+    """Each Allow in ``policy`` that could reach an object or a listing under jobs/."""
+    found = []
+    for statement in policy:
+        if statement.effect != "Allow" or not any(a.startswith(("s3:", "S3:")) for a in statement.actions):
+            continue
+        for resource in statement.resources:
+            if resource == "*" or _glob(resource, f"{BUCKET}/jobs/ft-1/spec-attempt-1.json") or resource == BUCKET:
+                found.append(f"{statement.where} {statement.body.get('Sid')}: {resource}")
+    return found
+
+
+def test_the_instance_profile_has_no_jobs_grant(runner: list[Statement]) -> None:
+    """Every process on the instance has the instance profile: it reaches its key object, never a job object."""
+    assert jobs_grants(runner) == []
+    for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+        for key in ("jobs/ft-1/spec-attempt-1.json", "jobs/ft-1/checkpoint-40/model.bin", "jobs/ft-1/COMPLETED.json"):
+            assert not allowed(runner, action, f"{BUCKET}/{key}")
+    assert not allowed(runner, "s3:ListBucket", BUCKET, {"s3:prefix": "jobs/ft-1/"})
+    # and the Deny holds against a grant someone adds later
+    broader = [*runner, Statement("broader", {"Effect": "Allow", "Action": "s3:*", "Resource": f"{BUCKET}/*"})]
+    assert not allowed(broader, "s3:PutObject", f"{BUCKET}/jobs/ft-1/checkpoint-40/model.bin")
+    assert jobs_grants(broader) == ["broader None: arn:test:CheckpointBucket.Arn/*"]  # the check can fail
+
+
+def test_only_the_bots_role_may_mint_storage_sessions(bot: list[Statement]) -> None:
+    resource = templates()["aws/finetune.yaml"]["Resources"]["RunnerStorageRole"]
+    (trust,) = resolve(resource["Properties"]["AssumeRolePolicyDocument"])["Statement"]
+    assert trust["Principal"] == {"AWS": "arn:aws:iam::123456789012:root"} and trust["Action"] == "sts:AssumeRole"
+    as_grant = Statement("trust", {k: v for k, v in trust.items() if k != "Principal"} | {"Resource": "*"})
+    bot_role = f"arn:aws:iam::123456789012:role/{ref('BotRoleName')}"
+    assert allowed([as_grant], "sts:AssumeRole", "*", {"aws:PrincipalArn": bot_role})
+    assert not allowed([as_grant], "sts:AssumeRole", "*", {"aws:PrincipalArn": "arn:aws:iam::123456789012:role/x"})
+    assert not allowed([as_grant], "sts:AssumeRole", "*")
+    assert resource["Properties"]["MaxSessionDuration"] == 3600  # role chaining's cap in any case
+    # the bot stack's task role is the role of that name, and the bot may assume the storage role and no other
+    bot_stack = templates()["aws/bot.yaml"]["Resources"]["BotRole"]["Properties"]
+    assert resolve(bot_stack["RoleName"]) == "import-ref-RunnerStackName-BotRoleName"
+    assert allowed(bot, "sts:AssumeRole", att("RunnerStorageRole"))
+    assert not allowed(bot, "sts:AssumeRole", att("RunnerRole"))
+    assert not allowed(bot, "sts:AssumeRole", "arn:aws:iam::123456789012:role/admin")
+
+
+def test_a_runner_reads_nothing_of_ssm_parameters(runner: list[Statement]) -> None:
     assert not allowed(runner, "s3:ListBucket", BUCKET, {"s3:prefix": "secrets/"})
     assert not allowed(runner, "ssm:GetParameter", "arn:aws:ssm:us-east-1:123456789012:parameter/finetune/x")
     assert allowed(runner, "ssmmessages:OpenDataChannel", "*")
@@ -204,9 +309,9 @@ def test_a_runner_reads_the_key_object_of_its_own_instance_only(runner: list[Sta
 
 
 def test_no_key_is_readable_through_the_jobs_grant_and_the_deny_outlasts_a_broader_grant(
-    runner: list[Statement],
+    runner: list[Statement], storage: list[Statement]
 ) -> None:
-    (read_jobs,) = [s for s in runner if s.body.get("Sid") == "ReadJobs"]
+    (read_jobs,) = [s for s in storage if s.body.get("Sid") == "ReadJobs"]
     assert not allowed([read_jobs], "s3:GetObject", key_of("i-0bbb"), on_instance("i-0aaa", tagged_for="i-0bbb"))
     # Were the runner role one day to read the whole bucket, the Deny still keeps i-0bbb's key from i-0aaa.
     everything = Statement("broader", {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{BUCKET}/*"})

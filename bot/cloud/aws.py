@@ -3,7 +3,9 @@
 A launch uploads the attempt's spec to S3 first, then starts an instance whose user-data only points the
 runner's systemd unit at that object (the image carries the runner; nothing is installed at boot); once the
 instance id is known, the attempt's report key goes to the one object that instance may read
-(:mod:`handlers.attempt_keys`), deleted again when the instance is released. The zone
+(:mod:`handlers.attempt_keys`), deleted again when the instance is released. With a runner storage role that
+object also carries the attempt's storage session, limited to the job's own prefix (:mod:`handlers.storage_sessions`)
+and rewritten before it expires (:meth:`AwsCloud.renew_storage_credentials`, driven by bot/storage_renewal.py). The zone
 and the market come from the spot authority (:mod:`handlers.spot`); within a launch the (zone, type) order comes
 from the pure :mod:`handlers.spot.zones` over spot placement scores and spot prices, and capacity errors move on
 to the next candidate of the same market until ``max_launch_failures`` of them: the launch then reports a capacity
@@ -40,7 +42,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, Instance, LaunchError, log_once
 from bot.cloud.user_data import plain_path, runner_boot_script
 from bot.errors import ConfigError
-from handlers.attempt_keys import READER_TAG, ROLE_ID_PATTERN, dump_attempt_key, key_object, reader
+from handlers.attempt_keys import (
+    READER_TAG,
+    ROLE_ID_PATTERN,
+    StorageCredentials,
+    dump_attempt_key,
+    key_object,
+    reader,
+)
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
@@ -63,6 +72,14 @@ from handlers.spot.zones import (
     order_spot_candidates,
     score_availability,
     scores_by_zone,
+)
+from handlers.storage_sessions import (
+    ROLE_ARN_PATTERN,
+    SESSION_SECONDS,
+    dump_session_policy,
+    partition_of,
+    session_name,
+    session_policy,
 )
 
 log = logging.getLogger(__name__)
@@ -119,6 +136,10 @@ class AwsSettings(BaseModel):
     # The runner role's unique id (the runner stack's output RunnerRoleId): its sessions on an instance are
     # ``<role id>:<instance id>``, the name of the one key object that instance may read (handlers/attempt_keys.py).
     runner_role_id: str | None = Field(default=None, pattern=ROLE_ID_PATTERN)
+    # The runner stack's output RunnerStorageRoleArn: per attempt the bot assumes it with a session policy naming only
+    # the job's prefix and hands those credentials to the runner in its key object (handlers/storage_sessions.py).
+    # None: runners use their instance profile for storage (a stack from before the role).
+    runner_storage_role_arn: str | None = Field(default=None, pattern=ROLE_ARN_PATTERN)
     # capacity failures within one launch before it reports a refusal to the spot authority; None: every candidate
     max_launch_failures: int | None = Field(default=3, ge=1)
     mode: Literal["instances", "autoscaling"] = "instances"
@@ -161,9 +182,13 @@ def group_name(job_id: str) -> str:
     return f"finetune-{job_id}"
 
 
-def user_data_script(spec_uri: str, settings: AwsSettings, region: str | None) -> str:
-    """The instance's user-data: point the runner's unit at this attempt's spec object and start it."""
+def user_data_script(spec_uri: str, settings: AwsSettings, region: str | None, key_from: str | None = None) -> str:
+    """The instance's user-data: point the runner's unit at this attempt's spec object and start it. ``key_from``
+    (where key objects lie, no key in it): the runner reads its key object first, since with a storage role the spec
+    itself is readable only with the storage credentials that object holds."""
     env = {"FINETUNE_SPEC": spec_uri, "FINETUNE_WORK_DIR": settings.work_dir}
+    if key_from is not None:
+        env["FINETUNE_KEY_FROM"] = key_from
     if region and _REGION.fullmatch(region):  # the runner's S3 / SNS clients need it; IMDS would do, more slowly
         env |= {"AWS_REGION": region, "AWS_DEFAULT_REGION": region}
     return runner_boot_script(env, settings.runner_path)
@@ -244,6 +269,11 @@ class AwsCloud:
                 "aws.runner_role_id is not set: the runner stack's output RunnerRoleId (each attempt's report key is "
                 "readable only by its instance, named <role id>:<instance id>)"
             )
+        if settings.runner_storage_role_arn is not None and (report_keys is None or settings.runner_role_id is None):
+            raise ConfigError(
+                "aws.runner_storage_role_arn needs report keys and aws.runner_role_id: the storage credentials travel "
+                "in each attempt's key object"
+            )
         self.report_keys = report_keys
         self.region: str | None = (
             settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
@@ -301,7 +331,7 @@ class AwsCloud:
             raise LaunchError("the recipe lists no instance types for aws")
         spec = self._complete_spec(spec)
         spec_uri = await self._upload_spec(spec)
-        script = user_data_script(spec_uri, self.settings, self.region)
+        script = user_data_script(spec_uri, self.settings, self.region, self.key_prefix_uri())
         if self.settings.mode == "autoscaling":
             return await self._launch_group(spec, script, instance_types, market, avoid_zones, zone)
         existing = await self._attempt_instance(spec)
@@ -358,19 +388,71 @@ class AwsCloud:
         return instance
 
     async def _put_key(self, spec: JobSpec, instance_id: str) -> None:
-        """Write the attempt's key where only ``instance_id``'s runner may read it (nothing without report keys)."""
+        await self._write_key(spec.job_id, spec.attempt, instance_id)
+
+    async def _write_key(self, job_id: str, attempt: int, instance_id: str) -> None:
+        """Write the attempt's key (and a fresh storage session, with a storage role) where only ``instance_id``'s
+        runner may read it; nothing without report keys."""
         role_id = self.settings.runner_role_id
         if self.report_keys is None or role_id is None:
             return
+        storage = await self._storage_session(job_id, attempt) if self.renews_storage else None
         s3 = await self._client("s3")
         await s3.put_object(
             Bucket=self.settings.bucket,
             Key=key_object(role_id, instance_id),
-            Body=dump_attempt_key(spec.job_id, spec.attempt, self.report_keys.of(spec.job_id, spec.attempt)),
+            Body=dump_attempt_key(job_id, attempt, self.report_keys.of(job_id, attempt), storage),
             ContentType="application/json",
             # the runner role's Deny refuses a key object whose tag does not name the session reading it
             Tagging=urlencode({READER_TAG: reader(role_id, instance_id)}),
         )
+
+    @property
+    def renews_storage(self) -> bool:
+        """Whether runners get per-attempt storage sessions (which then need rewriting before they expire)."""
+        return self.settings.runner_storage_role_arn is not None
+
+    async def _storage_session(self, job_id: str, attempt: int) -> StorageCredentials:
+        """An STS session of the runner storage role limited to the job's prefix, for one hour (role chaining's cap),
+        named after the job and attempt so CloudTrail says whose each request was."""
+        role = self.settings.runner_storage_role_arn
+        if role is None:
+            raise ValueError("no aws.runner_storage_role_arn")
+        policy = session_policy(self.settings.bucket, self.settings.prefix, job_id, partition_of(role))
+        sts = await self._client("sts")
+        reply = await sts.assume_role(
+            RoleArn=role,
+            RoleSessionName=session_name(job_id, attempt),
+            Policy=dump_session_policy(policy),
+            DurationSeconds=SESSION_SECONDS,
+        )
+        found = reply["Credentials"]
+        expiration = found["Expiration"]
+        if isinstance(expiration, datetime) and expiration.tzinfo is None:
+            expiration = expiration.replace(tzinfo=UTC)
+        return StorageCredentials(
+            access_key_id=found["AccessKeyId"],
+            secret_access_key=found["SecretAccessKey"],
+            session_token=found["SessionToken"],
+            expiration=expiration,
+        )
+
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
+        """Rewrite the attempt's key object with a fresh storage session (bot/storage_renewal.py calls this for every
+        live attempt well before the last one expires). AwsError when STS or S3 would not."""
+        if not self.renews_storage:
+            return
+        try:
+            await self._write_key(job_id, attempt, instance_id)
+        except (ClientError, BotoCoreError, ValueError) as exc:
+            raise AwsError(
+                f"could not renew the storage credentials of {job_id} attempt {attempt} on {instance_id}: {exc}"
+            ) from exc
+        log.info("%s attempt %d: storage credentials renewed for %s", job_id, attempt, instance_id)
+
+    async def drop_storage_credentials(self, instance_id: str) -> None:
+        """The key object of an attempt that ended while its credentials were being renewed goes again."""
+        await self._delete_key(instance_id)
 
     async def _delete_key(self, instance_id: str) -> None:
         """Best effort, idempotent: the key object of a released instance goes (the bucket expires strays)."""

@@ -61,6 +61,25 @@ class ListsGroups(Protocol):
         ...
 
 
+@runtime_checkable
+class RenewsStorageCredentials(Protocol):
+    """A cloud whose runners hold short storage sessions the bot must rewrite before they expire (AWS with a runner
+    storage role, :mod:`handlers.storage_sessions`); bot/storage_renewal.py drives it."""
+
+    @property
+    def renews_storage(self) -> bool:
+        """Whether it does here (configured): False leaves the renewal loop off."""
+        ...
+
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
+        """Hand the attempt's runner a fresh session; CloudError when the cloud would not."""
+        ...
+
+    async def drop_storage_credentials(self, instance_id: str) -> None:
+        """Take back what a renewal wrote for an attempt that ended meanwhile (best effort)."""
+        ...
+
+
 class CloudProvider(ListsInstances, Protocol):
     """Every method raises :class:`CloudError` (:class:`LaunchError` from ``launch``) for what the cloud did not do,
     never an SDK's own exception: each provider maps those at its edge."""

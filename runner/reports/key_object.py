@@ -6,6 +6,11 @@ moment after the instance boots. Until the object is there S3 answers 404, or 40
 ``attempt-keys/``, and the Deny of untagged key objects applies): both mean "not yet". After ``patience`` seconds
 the runner gives up: with no key it cannot sign a report, not even a ``failed``, so it says why on stderr (the
 journal) and exits :data:`runner.agent.EXIT_NO_REPORT_KEY` without starting the trainer.
+
+With a runner storage role the instance may read no job object, not even its spec, until it holds the storage
+credentials its key object carries: the user data then says where keys lie (``FINETUNE_KEY_FROM``), the runner reads
+its key object first (:func:`fetch_attempt_key`), the spec with those credentials, and only then checks that the object
+is its own attempt's (:func:`own_key`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 
-from handlers.attempt_keys import INSTANCE_ID, parse_attempt_key
+from handlers.attempt_keys import INSTANCE_ID, AttemptKey, parse_attempt_key
 from handlers.spec import JobSpec
 from runner.notices.aws import AwsImdsSource
+from runner.storage.attempt_credentials import AttemptCredentials
 from runner.storage.base import StorageError
 from runner.storage.open import open_store
 
@@ -29,19 +38,25 @@ class NoReportKey(RuntimeError):
     """No key for this attempt: none came in time, or the one found is another attempt's."""
 
 
-async def fetch_report_key(
-    spec: JobSpec, patience: float, poll: float = POLL_SECONDS, imds: AwsImdsSource | None = None
-) -> str:
-    """The attempt's key from ``<spec.report_key_from><instance id>``; NoReportKey when there is none."""
-    if spec.report_key_from is None:
-        raise ValueError("the spec names no key object")
+@dataclass(frozen=True, slots=True)
+class FetchedKey:
+    """A key object as read: where it lies, and what it says (whose it is is checked by :func:`own_key`)."""
+
+    uri: str
+    found: AttemptKey
+
+
+async def fetch_attempt_key(
+    key_from: str, patience: float, poll: float = POLL_SECONDS, imds: AwsImdsSource | None = None
+) -> FetchedKey:
+    """The key object ``<key_from><instance id>``, well formed; NoReportKey when none comes within ``patience``."""
     deadline = time.monotonic() + patience
     source = imds or AwsImdsSource()
     try:
         instance_id = await _instance_id(source, deadline, poll)
     finally:
         await source.close()
-    uri = spec.report_key_from + instance_id
+    uri = key_from + instance_id
     base, _, name = uri.rpartition("/")
     store = open_store(base + "/")
     last = "not there"
@@ -52,7 +67,7 @@ async def fetch_report_key(
             except StorageError as exc:  # 403 until the object exists, or an outage: both worth waiting out
                 raw, last = None, str(exc)
             if raw is not None:
-                return _own_key(spec, uri, raw)
+                return _parsed(uri, raw)
             if time.monotonic() + poll > deadline:
                 raise NoReportKey(f"no report key at {uri} within {patience:g} s ({last})")
             await asyncio.sleep(poll)
@@ -72,14 +87,33 @@ async def _instance_id(source: AwsImdsSource, deadline: float, poll: float) -> s
         await asyncio.sleep(poll)
 
 
-def _own_key(spec: JobSpec, uri: str, raw: bytes) -> str:
+def _parsed(uri: str, raw: bytes) -> FetchedKey:
     try:
-        found = parse_attempt_key(raw)
+        return FetchedKey(uri, parse_attempt_key(raw))
     except ValueError as exc:
         raise NoReportKey(f"{uri}: {exc}") from None
+
+
+def own_key(spec: JobSpec, fetched: FetchedKey) -> str:
+    """The report key, once the object is shown to be this attempt's; NoReportKey when it is another's."""
+    uri, found = fetched.uri, fetched.found
     if (found.job_id, found.attempt) != (spec.job_id, spec.attempt):
         raise NoReportKey(
             f"{uri} holds the key of {found.job_id} attempt {found.attempt}, not {spec.job_id} attempt {spec.attempt}"
         )
     log.info("report key of %s attempt %d read from %s", spec.job_id, spec.attempt, uri)
     return found.key
+
+
+def storage_credentials(fetched: FetchedKey, clock: Callable[[], datetime] | None = None) -> AttemptCredentials | None:
+    """The attempt's storage session from its key object, read again with the instance's own credentials as it nears
+    its end; None when the object carries none (an older bot, a stack without a storage role): ambient credentials."""
+    if fetched.found.storage is None:
+        return None
+    base, _, name = fetched.uri.rpartition("/")
+    store = open_store(base + "/")
+
+    async def read() -> bytes | None:
+        return await store.get_bytes(name)
+
+    return AttemptCredentials(fetched.uri, fetched.found, read, close=store.close, clock=clock)

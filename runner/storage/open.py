@@ -10,10 +10,12 @@ import os
 
 from runner.storage.base import ObjectStore, StorageError
 from runner.storage.file import FileStore
-from runner.storage.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MIN_PART_SIZE, MiB, S3Store
+from runner.storage.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MIN_PART_SIZE, CredentialProvider, MiB, S3Store
 
 
-def open_store(base_uri: str) -> ObjectStore:
+def open_store(base_uri: str, credentials: CredentialProvider | None = None) -> ObjectStore:
+    """``credentials`` (``s3://`` only): what signs the store's requests instead of the usual chain (the attempt's
+    storage session on AWS, :mod:`runner.storage.attempt_credentials`)."""
     if base_uri.startswith("file://"):
         return FileStore(base_uri)
     if base_uri.startswith(("s3://", "oss://")):
@@ -23,7 +25,13 @@ def open_store(base_uri: str) -> ObjectStore:
         concurrency = int(_number("FINETUNE_S3_CONCURRENCY", DEFAULT_CONCURRENCY))
         if concurrency < 1:
             raise StorageError("FINETUNE_S3_CONCURRENCY must be at least 1")
-        return S3Store(base_uri, part_size=int(part_size), multipart_threshold=int(part_size), concurrency=concurrency)
+        return S3Store(
+            base_uri,
+            part_size=int(part_size),
+            multipart_threshold=int(part_size),
+            concurrency=concurrency,
+            credentials=credentials,
+        )
     raise ValueError(f"unsupported storage URI {base_uri!r}")
 
 

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlparse
 
 import aiohttp
@@ -61,6 +61,15 @@ ABORT_SECONDS = 10.0  # how long a background abort of a given-up multipart uplo
 CLOSE_WAIT_SECONDS = 5.0  # how long close() lets background aborts finish
 
 T = TypeVar("T")
+
+
+class CredentialProvider(Protocol):
+    """What botocore's credential resolver asks of a provider we put first (``insert_before("env", …)``)."""
+
+    METHOD: str
+    CANONICAL_NAME: str
+
+    async def load(self) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +154,8 @@ class S3Store:
     to ``multipart_threshold`` go in one request; ``concurrency`` bounds the part and range requests in
     flight for the whole store, so upload buffers stay near ``concurrency * part_size``. ``env`` replaces
     ``os.environ`` as the source of the client settings (the bot passes its configured OSS endpoint this way).
+    ``credentials``: a botocore credential provider that comes before every other (AWS: the attempt's storage session
+    from its key object, :mod:`runner.storage.attempt_credentials`); None: the usual chain.
     """
 
     def __init__(
@@ -155,6 +166,7 @@ class S3Store:
         multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
         concurrency: int = DEFAULT_CONCURRENCY,
         env: Mapping[str, str] | None = None,
+        credentials: CredentialProvider | None = None,
     ) -> None:
         parsed = urlparse(base_uri)
         if parsed.scheme not in ("s3", "oss") or not parsed.netloc:
@@ -172,6 +184,7 @@ class S3Store:
         self.multipart_threshold = max(multipart_threshold, 0)
         self.concurrency = concurrency
         self.settings = client_settings(parsed.scheme, os.environ if env is None else env)
+        self.credentials = credentials
         self._slots = BufferSlots(concurrency, max(part_size, self.multipart_threshold))
         self._cleanup: set[asyncio.Task[None]] = set()
         self.last_error: tuple[float, str] | None = None  # (time.monotonic(), what) of the last failed request
@@ -451,11 +464,11 @@ class S3Store:
                 if self._s3 is None:
                     settings = self.settings
                     session = get_session()
-                    if settings.ram_role:
-                        resolver = session.get_component("credential_provider")
-                        resolver.insert_before(
-                            "env", RamRoleCredentialProvider(settings.ram_role, settings.metadata_endpoint)
-                        )
+                    provider: CredentialProvider | None = self.credentials
+                    if provider is None and settings.ram_role:
+                        provider = RamRoleCredentialProvider(settings.ram_role, settings.metadata_endpoint)
+                    if provider is not None:
+                        session.get_component("credential_provider").insert_before("env", provider)
                     client = await self._stack.enter_async_context(
                         session.create_client(
                             "s3",
