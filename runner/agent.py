@@ -86,6 +86,7 @@ class RunnerOptions:
     report_reserve_seconds: float | None = None  # before a deadline, kept for the interrupted report (None: auto)
     settle_seconds: float = 1.0  # a checkpoint file unchanged this long is sent before the trainer's marker
     credentials_check_seconds: float = 30.0  # how often the attempt's storage session (AWS) is looked at
+    credentials_wait_seconds: float = 6 * 3600.0  # a finished job's output waits this long for a renewed session
     trainer: TrainerSetup = field(default_factory=TrainerSetup)  # as whom, with what of the runner's environment
     metadata_guard: MetadataGuard | None = None  # the rule that keeps the trainer's user from the metadata service
 
@@ -107,6 +108,7 @@ class RunnerOptions:
             report_reserve_seconds=number("FINETUNE_REPORT_RESERVE_SECONDS", 0.0) or None,
             settle_seconds=number("FINETUNE_SETTLE_SECONDS", 1.0),
             credentials_check_seconds=number("FINETUNE_CREDENTIALS_CHECK_SECONDS", 30.0),
+            credentials_wait_seconds=number("FINETUNE_CREDENTIALS_WAIT_SECONDS", 6 * 3600.0),
             trainer=TrainerSetup.from_env(os.environ, user),
             metadata_guard=metadata_guard(os.environ.get(METADATA_GUARD_ENV), user),
         )
@@ -385,6 +387,41 @@ class Runner:
             },
         )
 
+    async def _store_output(self) -> str:
+        """The final output, then the completion record; its URI. StorageError once the retries are spent."""
+        patience = self.options.storage_patience_seconds
+        output_uri = await with_retries(
+            "uploading the final output", lambda: self.checkpoints.upload_output(self.output_dir), patience
+        )
+        record = {
+            "job_id": self.spec.job_id,
+            "attempt": self.spec.attempt,
+            "step": self.progress.state.step,
+            "output_uri": output_uri,
+            "time": datetime.now(UTC).isoformat(),
+        }
+        await with_retries(
+            "writing the completion record",
+            lambda: self.checkpoints.mark_completed(json.dumps(record).encode()),
+            patience,
+        )
+        return output_uri
+
+    async def _credentials_came_back(self) -> bool:
+        """After storing the output failed: when the storage session had ended (the bot down for longer than its
+        life), wait for the bot to renew it rather than lose a finished job's output; True once it did."""
+        credentials = self.credentials
+        if credentials is None or not credentials.ended():
+            return False
+        wait = self.options.credentials_wait_seconds
+        message = (
+            f"the job is finished but its storage session ended and the bot has not renewed it: the output stays on "
+            f"this instance and is stored once the bot is back (waiting up to {wait / 3600:.1f} h)"
+        )
+        log.error(message)
+        self.reporter.emit(RunnerWarning(**self.ids, kind="storage-credentials", message=message))
+        return await credentials.wait_until_usable(wait, self.options.credentials_check_seconds)
+
     async def _reap(self, trainer: TrainerProcess, deadline: datetime) -> None:
         """Let the trainer finish exiting on its own, but not past the deadline."""
         remaining = max((deadline - datetime.now(UTC)).total_seconds(), 1.0)
@@ -395,28 +432,15 @@ class Runner:
             await trainer.wait()
 
     async def _complete(self) -> int:
-        patience = self.options.storage_patience_seconds
-        try:
-            output_uri = await with_retries(
-                "uploading the final output",
-                lambda: self.checkpoints.upload_output(self.output_dir),
-                patience,
-            )
-            record = {
-                "job_id": self.spec.job_id,
-                "attempt": self.spec.attempt,
-                "step": self.progress.state.step,
-                "output_uri": output_uri,
-                "time": datetime.now(UTC).isoformat(),
-            }
-            await with_retries(
-                "writing the completion record",
-                lambda: self.checkpoints.mark_completed(json.dumps(record).encode()),
-                patience,
-            )
-        except StorageError as exc:
-            self._failed(Failure.of("output-not-stored", error=str(exc)), step=self.progress.state.step)
-            return EXIT_FAILED
+        while True:
+            try:
+                output_uri = await self._store_output()
+                break
+            except StorageError as exc:
+                if await self._credentials_came_back():
+                    continue
+                self._failed(Failure.of("output-not-stored", error=str(exc)), step=self.progress.state.step)
+                return EXIT_FAILED
         self.reporter.emit(
             Completed(
                 **self.ids,

@@ -132,3 +132,45 @@ def test_a_key_object_without_storage_credentials_leaves_the_ambient_ones() -> N
     """An older bot, or a stack without a storage role: the runner signs with its instance profile, as before."""
     plain = FetchedKey(URI, parse_attempt_key(dump_attempt_key("ft-rot1", 1, "ab" * 32)))
     assert storage_credentials(plain) is None
+
+
+async def test_an_ended_session_is_waited_out_until_the_bot_writes_a_fresh_one(aws: str, proxy: S3FaultProxy) -> None:
+    """What a finished job's output does when the bot was down for longer than the session's life: it waits for the
+    renewal (reading the key object each poll) instead of failing; it gives up only once its patience is spent."""
+    bot_writes(aws, session("one", T0 + timedelta(minutes=60)))
+    clock = Clock()
+    raw = boto3.client("s3", endpoint_url=aws).get_object(Bucket=BUCKET, Key=KEY_NAME)["Body"].read()
+    credentials = storage_credentials(FetchedKey(URI, parse_attempt_key(raw)), clock=clock)
+    assert isinstance(credentials, AttemptCredentials)
+    store = open_store(f"s3://{BUCKET}/jobs/ft-rot1/", credentials)
+    naps: list[float] = []
+    renewed = session("two", T0 + timedelta(minutes=130))
+
+    async def nap(seconds: float) -> None:
+        """The test's sleep: time passes on the credentials' clock, none on the wall's."""
+        naps.append(seconds)
+        clock.now += timedelta(seconds=seconds)
+
+    async def nap_while_the_bot_comes_back(seconds: float) -> None:
+        await nap(seconds)
+        if len(naps) == 14:
+            bot_writes(aws, renewed)
+
+    try:
+        assert await credentials.wait_until_usable(300, 30, sleep=nap)  # still valid: no wait at all
+        assert naps == []
+        clock.now = T0 + timedelta(minutes=61)
+        assert credentials.ended()
+        assert not await credentials.wait_until_usable(300, 30, sleep=nap)  # nobody renews: patience runs out
+        assert naps == [30] * 10
+        reads = proxy.arrivals("GET", "/attempt-keys/")
+        assert reads >= 10  # it looked each time
+
+        assert await credentials.wait_until_usable(3600, 30, sleep=nap_while_the_bot_comes_back)
+        assert len(naps) == 14 and not credentials.ended()
+        assert credentials.current.access_key_id == renewed.access_key_id
+        await store.put_bytes("output/model.bin", b"m" * 10)
+        assert proxy.signers("/jobs/ft-rot1/output/") == [renewed.access_key_id]
+    finally:
+        await store.close()
+        await credentials.close()

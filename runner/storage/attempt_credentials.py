@@ -93,6 +93,28 @@ class AttemptCredentials:
                 await self._reread()
             return self.seconds_left() > within
 
+    def ended(self) -> bool:
+        """Whether no request may be signed with the credentials held any more (botocore's mandatory margin)."""
+        return self.seconds_left() <= MANDATORY_SECONDS
+
+    async def wait_until_usable(
+        self,
+        patience_seconds: float,
+        poll_seconds: float = REREAD_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> bool:
+        """Once the credentials held have ended, read the key object every ``poll_seconds`` until the bot writes
+        fresh ones (True) or ``patience_seconds`` pass on this object's clock (False): what the runner does with a
+        finished job's output rather than lose it to a bot outage. True at once while they still work."""
+        started = self.clock()
+        while True:
+            await self.renew_if_due(within=MANDATORY_SECONDS)
+            if not self.ended():
+                return True
+            if (self.clock() - started).total_seconds() >= patience_seconds:
+                return False
+            await sleep(poll_seconds)
+
     async def _reread(self) -> None:
         try:
             raw = await self._read()
