@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import random
 import sys
 from collections.abc import Callable
@@ -186,3 +187,18 @@ def test_the_bench_keeps_the_optima_it_computed_and_uses_them_on_the_next_run(tm
     with pytest.raises(SystemExit, match="not a cache of optima"):
         bench.load_optima(path)
 
+
+def test_the_bench_runs_each_split_it_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # One tuning date and one other date, hourly, spot every other hour: each --split runs its own scenarios.
+    bench = bench_module()
+    for date in ("aws-02-15-2023", "aws-10-26-2022"):
+        folder = tmp_path / "availability" / "1-node" / date
+        folder.mkdir(parents=True)
+        trace = {"metadata": {"gap_seconds": 3600}, "data": [hour % 2 for hour in range(100)]}
+        (folder / "us-east-1a_v100_1.json").write_text(json.dumps(trace))
+    cases = (("tuning", "tuning", "2023"), ("held-out", "held-out", "2023"), ("other-dates", "other dates", "2022"))
+    for split, title, year in cases:
+        assert bench.main(["--traces", str(tmp_path), "--split", split, "--starts", "1", "--policy", "greedy"]) == 0
+        shown = capsys.readouterr().out
+        assert f"\n{title} split: 10 scenarios" in shown, shown
+        assert f"-{year}, one zone: 10 scenarios" in shown and shown.count("one zone") == 1, shown
