@@ -96,7 +96,7 @@ async def test_publish_then_handle_and_ack(running: Running) -> None:
     assert seen[0]["id"]  # given one on publish
     assert await pending(bus) == 0
     assert (bus.failed, bus.parked) == (0, 0)
-    assert bus.latency.count == 1 and bus.latency.sum >= 0
+    assert bus.latency.count == 1 and bus.latency.sum > 0  # the handler ran for some time, and it was measured
     assert bus.latency.cumulative()[-1] == (float("inf"), 1)
 
 
