@@ -54,6 +54,7 @@ class AliyunSettings(BaseModel):
     prefix: str = Field(default="jobs/", pattern=r"^([A-Za-z0-9._-]+/)*$")
     endpoint: str | None = None  # ECS OpenAPI; default the SDK's for the region; http://127.0.0.1:PORT in tests
     ess_endpoint: str | None = None  # Auto Scaling OpenAPI, likewise
+    sts_endpoint: str | None = None  # STS (runner storage tokens); default https://sts.<region>.aliyuncs.com
     access_key_id: str | None = None  # a long-lived key pair: local tests only (allow_static_keys), see below
     access_key_secret: SecretStr | None = None
     allow_static_keys: bool = False  # a local test's stand-in key pair; deployed: the instance RAM role's STS key
@@ -94,7 +95,7 @@ class AliyunSettings(BaseModel):
             raise ValueError(f"{value!r} is not an Alibaba Cloud region id (e.g. cn-hangzhou)")
         return value
 
-    @field_validator("endpoint", "ess_endpoint", "oss_endpoint", "oss_internal_endpoint")
+    @field_validator("endpoint", "ess_endpoint", "sts_endpoint", "oss_endpoint", "oss_internal_endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
         if value is not None:
