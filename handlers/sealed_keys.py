@@ -33,6 +33,8 @@ from handlers.spec import ATTEMPT_KEYS_PREFIX
 SEALING_INFO = b"finetune-storage/v1"  # what the report key is HMACed with: a key for this use only
 ECS_INSTANCE_ID = re.compile(r"i-[0-9a-z]{8,30}")
 NONCE_BYTES = 12
+# FINETUNE_KEY_FROM on Alibaba: oss://<bucket>/attempt-keys/ (the runner appends its instance id)
+SEALED_KEY_PREFIX_PATTERN = r"^oss://[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/attempt-keys/$"
 _B64 = r"^[A-Za-z0-9+/]+={0,2}$"
 
 
@@ -81,9 +83,10 @@ def seal(report_key: str, instance_id: str, job_id: str, attempt: int, storage: 
     return body.model_dump_json().encode()
 
 
-def open_sealed(raw: bytes | str, report_key: str, instance_id: str) -> AttemptKey:
-    """What the object holds, when ``report_key`` and ``instance_id`` are the ones it was sealed for; ValueError
-    (with no secret in it) when it is malformed, another instance's, or sealed with another attempt's key."""
+def unseal(raw: bytes | str, report_key: str, instance_id: str) -> bytes:
+    """The object's plaintext (an attempt key body, :func:`handlers.attempt_keys.parse_attempt_key` reads it), when
+    ``report_key`` and ``instance_id`` are the ones it was sealed for; ValueError (with no secret in it) when it is
+    malformed, another instance's, or sealed with another attempt's key."""
     try:
         body = SealedKey.model_validate_json(raw)
     except ValidationError as exc:
@@ -105,4 +108,9 @@ def open_sealed(raw: bytes | str, report_key: str, instance_id: str) -> AttemptK
     found = parse_attempt_key(plain)
     if (found.job_id, found.attempt) != (body.job_id, body.attempt):
         raise ValueError("the sealed key object's label and its content name different attempts")
-    return found
+    return plain
+
+
+def open_sealed(raw: bytes | str, report_key: str, instance_id: str) -> AttemptKey:
+    """What the object holds (:func:`unseal`, parsed)."""
+    return parse_attempt_key(unseal(raw, report_key, instance_id))

@@ -24,6 +24,12 @@ There is no FIS on Alibaba Cloud: a drill writes the runner's control object (``
 next to the checkpoints, and releases the instance when the grace period is over, as ECS would reclaim it. A stop is
 the same control object with ``{"action": "stop"}``.
 
+With a runner storage role (``aliyun.runner_storage_role_arn``) the instance role reaches no job object: per
+attempt the bot assumes that role with an inline policy naming only the job's prefix (STS ``AssumeRole``,
+:mod:`handlers.storage_sessions`) and writes the token to ``attempt-keys/<instance id>`` sealed with the attempt's
+report key (:mod:`handlers.sealed_keys`), rewrites it before it expires (bot/storage_renewal.py) and deletes it with
+the instance.
+
 Every SDK call runs in a worker thread (:mod:`bot.cloud.aliyun_api`). Prices are in the currency of the account's
 site (CNY on the China site, USD on the international one), per hour.
 """
@@ -270,9 +276,10 @@ class AliyunCloud:
 
         The key is the one credential here, and on purpose: user data is served only by this instance's own metadata
         service (hardened mode: with a session token) and to whoever may ``DescribeUserData`` (the bot's operators,
-        never a runner's role), while every runner may read the bucket's ``jobs/``, so a key in the spec object would
-        be readable by every other job's instance. It speaks for this attempt of this job and nothing else; none of
-        the bot's own secrets (the master, tokens, Redis) is ever here."""
+        never a runner's role), while without a runner storage role every runner may read the bucket's ``jobs/``, so a
+        key in the spec object would be readable by every other job's instance; with one, the key also opens the
+        attempt's sealed storage token (``FINETUNE_KEY_FROM``). It speaks for this attempt of this job and nothing
+        else; none of the bot's own secrets (the master, tokens, Redis) is ever here."""
         env = {
             "FINETUNE_SPEC": spec_uri,
             "FINETUNE_WORK_DIR": self.settings.work_dir,
