@@ -31,11 +31,12 @@ INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
 
 
 class StorageCredentials(BaseModel):
-    """An STS session's credentials, as AssumeRole returns them (an aware ``expiration``)."""
+    """An STS session's credentials, as AssumeRole returns them (an aware ``expiration``): AWS's (``ASIA…``) or
+    Alibaba's (``STS.…``, mixed case)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    access_key_id: str = Field(pattern=r"^[A-Z0-9]{16,128}$")
+    access_key_id: str = Field(pattern=r"^(STS\.)?[A-Za-z0-9]{16,128}$")
     secret_access_key: str = Field(repr=False, min_length=16, max_length=256)
     session_token: str = Field(repr=False, min_length=16, max_length=8192)
     expiration: AwareDatetime

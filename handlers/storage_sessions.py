@@ -7,6 +7,10 @@ role's policy (the object-kind split: checkpoints, outputs and the completion re
 objects never) and this session policy (this job only), so a runner of job A can neither read B's spec nor write
 B's checkpoints. The bot's own session is role-chained into this one, which AWS caps at one hour: the bot rewrites
 the credentials well before that (bot/storage_renewal.py).
+
+Alibaba: the same with RAM. The bot's RAM role assumes the runner storage role (deploy/aliyun/finetune.ros.yaml
+RunnerStorageRole, the object-kind split) with an inline ``Policy`` naming only ``acs:oss:*:*:<bucket>/<prefix><job
+id>/*`` and a listing of that prefix (:func:`aliyun_session_policy`); STS grants the intersection, as on AWS.
 """
 
 from __future__ import annotations
@@ -20,6 +24,14 @@ SESSION_SECONDS = 3600  # AWS's cap for a role-chained session
 RENEW_SECONDS = 15 * 60  # the bot rewrites every live attempt's credentials this often: they keep >= 40 min
 OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
 ROLE_ARN_PATTERN = r"^arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}$"
+ALIYUN_ROLE_ARN_PATTERN = r"^acs:ram::\d{1,20}:role/[A-Za-z0-9.-]{1,64}$"
+ALIYUN_OBJECT_ACTIONS = (
+    "oss:GetObject",
+    "oss:PutObject",
+    "oss:DeleteObject",
+    "oss:AbortMultipartUpload",
+    "oss:ListParts",
+)
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _PREFIX = re.compile(r"([A-Za-z0-9._-]+/)*")
 
@@ -61,6 +73,26 @@ def session_policy(bucket: str, prefix: str, job_id: str, partition: str = "aws"
                 "Action": "s3:ListBucket",
                 "Resource": bucket_arn,
                 "Condition": {"StringLike": {"s3:prefix": [f"{own}*"]}},
+            },
+        ],
+    }
+
+
+def aliyun_session_policy(bucket: str, prefix: str, job_id: str) -> dict[str, object]:
+    """The inline policy of one attempt's RAM STS token: objects under the job's prefix, and listing only that prefix
+    (RAM's ``oss:Prefix`` condition key)."""
+    if not _BUCKET.fullmatch(bucket):
+        raise ValueError(f"{bucket!r} is not a bucket name")
+    own = job_prefix(prefix, job_id)
+    return {
+        "Version": "1",
+        "Statement": [
+            {"Effect": "Allow", "Action": list(ALIYUN_OBJECT_ACTIONS), "Resource": [f"acs:oss:*:*:{bucket}/{own}*"]},
+            {
+                "Effect": "Allow",
+                "Action": ["oss:ListObjects"],
+                "Resource": [f"acs:oss:*:*:{bucket}"],
+                "Condition": {"StringLike": {"oss:Prefix": [f"{own}*"]}},
             },
         ],
     }

@@ -1,11 +1,12 @@
 """``finetune-runner run --spec PATH|s3://…|oss://…|file://…``: the on-host agent's entry point.
 
-Started from user-data or a systemd unit. Exit codes: 0 the job completed (or was already complete), 1 it
-failed, 2 the spec or the command line is invalid (nothing was started), 3 (AWS) no report key came for this
-instance within the storage patience (nothing was started, nothing could be reported; systemd starts the runner
-again, which waits once more), 4 the trainer's user could not be kept from the instance metadata service
-(``runner.metadata_guard``: the trainer was not started, the ``failed`` report says why), 75 this attempt was
-interrupted by a notice or a stop after committing what it could (the job continues on another instance).
+Started from user-data or a systemd unit. Exit codes: 0 the job completed (or was already complete), 1 it failed, 2
+the spec or the command line is invalid (nothing was started), 3 no report key (AWS) or sealed storage token
+(Alibaba with a runner storage role) came for this instance within the storage patience (nothing was started,
+nothing could be reported; systemd starts the runner again, which waits once more), 4 the trainer's user could not
+be kept from the instance metadata service (``runner.metadata_guard``: the trainer was not started, the ``failed``
+report says why), 75 this attempt was interrupted by a notice or a stop after committing what it could (the job
+continues on another instance).
 """
 
 from __future__ import annotations
@@ -21,16 +22,27 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
+from handlers.sealed_keys import SEALED_KEY_PREFIX_PATTERN
 from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, SpecError, parse_spec
 from runner.agent import EXIT_BAD_SPEC, EXIT_NO_REPORT_KEY, Runner, RunnerOptions
-from runner.reports.key_object import FetchedKey, NoReportKey, fetch_attempt_key, own_key, storage_credentials
+from runner.reports.key import report_key
+from runner.reports.key_object import (
+    FetchedKey,
+    NoReportKey,
+    fetch_attempt_key,
+    fetch_sealed_key,
+    own_key,
+    storage_credentials,
+)
 from runner.storage.attempt_credentials import AttemptCredentials
 from runner.storage.base import StorageError
 from runner.storage.open import open_store
 
 log = logging.getLogger("runner")
 
-KEY_FROM_ENV = "FINETUNE_KEY_FROM"  # AWS user data: where key objects lie (the runner appends its instance id)
+# Where key objects lie (the runner appends its instance id): AWS's s3://<bucket>/attempt-keys/<role id>:, or
+# Alibaba's oss://<bucket>/attempt-keys/ (sealed with the report key of FINETUNE_REPORT_SECRET)
+KEY_FROM_ENV = "FINETUNE_KEY_FROM"
 
 
 async def load_spec(location: str, credentials: AttemptCredentials | None = None) -> JobSpec:
@@ -89,8 +101,14 @@ async def _run(args: argparse.Namespace, held: list[AttemptCredentials]) -> int:
         raise _CannotStart(str(exc), EXIT_BAD_SPEC) from None
     patience = options.storage_patience_seconds
     key_from = os.environ.get(KEY_FROM_ENV) or None
-    if key_from is not None and not re.fullmatch(REPORT_KEY_PREFIX_PATTERN, key_from):
-        raise _CannotStart(f"{KEY_FROM_ENV}={key_from!r} is not s3://<bucket>/attempt-keys/<role id>:", EXIT_BAD_SPEC)
+    if key_from is not None and not any(
+        re.fullmatch(pattern, key_from) for pattern in (REPORT_KEY_PREFIX_PATTERN, SEALED_KEY_PREFIX_PATTERN)
+    ):
+        raise _CannotStart(
+            f"{KEY_FROM_ENV}={key_from!r} is neither s3://<bucket>/attempt-keys/<role id>: nor "
+            "oss://<bucket>/attempt-keys/",
+            EXIT_BAD_SPEC,
+        )
     fetched = await _fetch_key(key_from, patience) if key_from is not None else None
     credentials = _hold(held, fetched)
     try:
@@ -128,6 +146,11 @@ async def _run(args: argparse.Namespace, held: list[AttemptCredentials]) -> int:
 
 async def _fetch_key(key_from: str, patience: float) -> FetchedKey:
     try:
+        if key_from.startswith("oss://"):  # Alibaba: sealed with this attempt's report key, from the user data
+            key = report_key()
+            if not key:
+                raise NoReportKey(f"{key_from} holds sealed objects, and no FINETUNE_REPORT_SECRET opens them")
+            return await fetch_sealed_key(key_from, key, patience)
         return await fetch_attempt_key(key_from, patience)
     except (NoReportKey, StorageError) as exc:  # unsigned, a report would be refused: say it here, start nothing
         raise _CannotStart(f"{exc}; this runner cannot report, so it starts nothing", EXIT_NO_REPORT_KEY) from None

@@ -9,6 +9,8 @@ does (so the provider's credentials really travel), records every call, and keep
   answer ``OperationDenied.NoStock`` as ECS does, ``unsupported`` (zone, type) pairs
   ``InvalidResourceType.NotSupported``;
 - KMS Secrets Manager: GetSecretValue over ``secrets``;
+- STS: AssumeRole of any role in ``roles`` (each token it issues kept in ``assumed``, with the inline ``Policy`` it
+  received, parsed), or ``NoPermission`` for another role;
 - ESS: DescribeScalingGroups / Configurations / Instances / Activities, ModifyScalingGroup, ModifyScalingConfiguration;
   a group reconciles its instances with its desired capacity at once, trying its vSwitches in order (the PRIORITY
   multi-zone policy), so sold-out zones are skipped and a sold-out region leaves a failed scaling activity. A group
@@ -22,9 +24,11 @@ import hashlib
 import hmac
 import itertools
 import json
+import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
@@ -35,7 +39,22 @@ ACCESS_KEY_SECRET = "test-key-secret"
 ECS_VERSION = "2014-05-26"
 ESS_VERSION = "2022-02-22"
 KMS_VERSION = "2016-01-20"
-SERVICES = {ECS_VERSION: "ecs", ESS_VERSION: "ess", KMS_VERSION: "kms"}
+STS_VERSION = "2015-04-01"
+SERVICES = {ECS_VERSION: "ecs", ESS_VERSION: "ess", KMS_VERSION: "kms", STS_VERSION: "sts"}
+
+
+@dataclass
+class FakeToken:
+    """One STS token the fake issued, and what it was asked for."""
+
+    role_arn: str
+    session_name: str
+    policy: dict[str, Any]
+    seconds: int
+    access_key_id: str
+    access_key_secret: str
+    security_token: str
+    expiration: datetime
 
 
 @dataclass
@@ -144,6 +163,9 @@ class FakeAliyun:
         self.groups: dict[str, FakeGroup] = {}
         self.configurations: dict[str, FakeConfiguration] = {}
         self.secrets: dict[str, str] = {}  # KMS Secrets Manager: name -> the current version's value
+        self.roles: set[str] = set()  # STS: the role ARNs the caller may assume
+        self.assumed: list[FakeToken] = []
+        self.now: Callable[[], datetime] = lambda: datetime.now(UTC)
         self._tokens: dict[str, str] = {}
         self._numbers = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -232,6 +254,39 @@ class FakeAliyun:
         if name not in self.secrets:
             raise ApiError(404, "Forbidden.ResourceNotFound", f"The secret {name} does not exist.")
         return {"SecretName": name, "SecretData": self.secrets[name], "SecretDataType": "text", "VersionId": "v1"}
+
+    # -- STS ------------------------------------------------------------------------------------------------
+
+    def _sts_AssumeRole(self, params: dict[str, str]) -> dict[str, Any]:
+        role = params.get("RoleArn", "")
+        if role not in self.roles:
+            raise ApiError(403, "NoPermission", f"You are not authorized to assume the role {role}.")
+        seconds = int(params.get("DurationSeconds") or 3600)
+        if not 900 <= seconds <= 3600:
+            raise ApiError(400, "InvalidParameter.DurationSeconds", "DurationSeconds is out of range.")
+        name = params.get("RoleSessionName", "")
+        if not 2 <= len(name) <= 64:
+            raise ApiError(400, "InvalidParameter.RoleSessionName", "RoleSessionName is invalid.")
+        token = FakeToken(
+            role_arn=role,
+            session_name=name,
+            policy=json.loads(params["Policy"]) if params.get("Policy") else {},
+            seconds=seconds,
+            access_key_id="STS." + secrets.token_hex(12),
+            access_key_secret=secrets.token_urlsafe(30),
+            security_token="CAIS" + secrets.token_urlsafe(300),
+            expiration=(self.now() + timedelta(seconds=seconds)).replace(microsecond=0),
+        )
+        self.assumed.append(token)
+        return {
+            "Credentials": {
+                "AccessKeyId": token.access_key_id,
+                "AccessKeySecret": token.access_key_secret,
+                "SecurityToken": token.security_token,
+                "Expiration": token.expiration.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+            "AssumedRoleUser": {"Arn": f"{role}/{name}", "AssumedRoleId": f"3{len(self.assumed):017d}:{name}"},
+        }
 
     # -- ECS ------------------------------------------------------------------------------------------------
 

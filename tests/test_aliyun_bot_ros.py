@@ -128,6 +128,7 @@ VALUES = {
     "RunnerVSwitch2": "vsw-bp2",
     "RunnerSecurityGroupId": "sg-bp1",
     "RunnerRoleName": "finetune-runner",
+    "RunnerStorageRoleArn": "acs:ram::1234567890:role/finetune-runner-storage",
     "RunnerImageId": "m-bp1",
     "BotDomain": "bot.example.com",
     "ExtraConfig": "policy:\n  max_concurrent_jobs: 2\n# a team's secret, say: hunter2-team",

@@ -94,10 +94,20 @@ def test_the_scaling_configuration_launches_preemptible_runners_with_the_bucket_
     }
 
 
-def test_the_runner_role_is_for_ecs_and_reaches_only_the_bucket(template: dict[str, Any]) -> None:
+def test_the_runner_role_is_for_ecs_and_reaches_only_its_key_objects(template: dict[str, Any]) -> None:
     role = resource(template, "RunnerRole", "ALIYUN::RAM::Role")
     (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"]["Service"] == ["ecs.aliyuncs.com"]
+    (policy,) = role["Policies"]
+    allow, deny = policy["PolicyDocument"]["Statement"]
+    assert (allow["Effect"], allow["Action"]) == ("Allow", ["oss:GetObject"])
+    assert [arn["Fn::Join"][1][2] for arn in allow["Resource"]] == ["/attempt-keys/*"]
+    assert (deny["Effect"], deny["Action"]) == ("Deny", ["oss:*"])
+    assert [arn["Fn::Join"][1][2] for arn in deny["Resource"]] == ["/jobs/*"]
+
+
+def test_the_runner_storage_role_splits_objects_by_kind(template: dict[str, Any]) -> None:
+    role = resource(template, "RunnerStorageRole", "ALIYUN::RAM::Role")
     (policy,) = role["Policies"]
     statements = policy["PolicyDocument"]["Statement"]
     for statement in statements:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from handlers.storage_sessions import session_policy
+from handlers.storage_sessions import aliyun_session_policy, session_policy
 from tests.policy_eval import (
     Statement,
     _glob,
@@ -343,13 +343,78 @@ def test_a_runner_ends_and_scales_nothing(runner: list[Statement]) -> None:
 # -- Alibaba --------------------------------------------------------------------------------------------------
 
 
+def aliyun_session_may(job_id: str, action: str, key: str | None, prefix: str = "") -> bool:
+    """What ``job_id``'s STS token may do: what RunnerStorageRole AND the bot's inline policy both allow (RAM's
+    intersection). ``key`` None: ListObjects with ``oss:Prefix`` ``prefix``."""
+    role = policy_of("aliyun/finetune.ros.yaml", "RunnerStorageRole")
+    document = aliyun_session_policy(STORAGE_BUCKET, "jobs/", job_id)
+    session = [Statement(f"inline {job_id}", body) for body in document["Statement"]]  # type: ignore[union-attr]
+    if key is None:
+        context = {"oss:Prefix": prefix}
+        bucket = f"acs:oss:*:*:{STORAGE_BUCKET}"
+        return allowed(role, action, OSS, context) and allowed(session, action, bucket, context)
+    return allowed(role, action, f"{OSS}/{key}") and allowed(session, action, f"acs:oss:*:*:{STORAGE_BUCKET}/{key}")
+
+
 def test_an_alibaba_runner_never_writes_a_spec_or_a_control_object() -> None:
-    runner = policy_of("aliyun/finetune.ros.yaml", "RunnerRole")
+    storage = policy_of("aliyun/finetune.ros.yaml", "RunnerStorageRole")
     for action in ("oss:PutObject", "oss:DeleteObject"):
-        assert not allowed(runner, action, f"{OSS}/jobs/ft-other/spec-attempt-1.json")
-        assert not allowed(runner, action, f"{OSS}/jobs/ft-other/control/attempt-1.json")
-        assert allowed(runner, action, f"{OSS}/jobs/ft-1/checkpoint-40/MANIFEST.json")
-    assert allowed(runner, "oss:GetObject", f"{OSS}/jobs/ft-1/spec-attempt-1.json")
+        assert not allowed(storage, action, f"{OSS}/jobs/ft-other/spec-attempt-1.json")
+        assert not allowed(storage, action, f"{OSS}/jobs/ft-other/control/attempt-1.json")
+        assert not aliyun_session_may("ft-abc1", action, "jobs/ft-abc1/spec-attempt-1.json")
+        assert not aliyun_session_may("ft-abc1", action, "jobs/ft-abc1/control/attempt-1.json")
+        assert aliyun_session_may("ft-abc1", action, "jobs/ft-abc1/checkpoint-40/MANIFEST.json")
+    assert aliyun_session_may("ft-abc1", "oss:GetObject", "jobs/ft-abc1/spec-attempt-1.json")
+
+
+def test_an_alibaba_attempts_token_reaches_its_own_job_only() -> None:
+    """A runner of job A may write A's checkpoints and read A's spec; never B's objects, B's listing, or a key
+    object (the bot's inline policy names only A's prefix)."""
+    assert aliyun_session_may("ft-aaa", "oss:PutObject", "jobs/ft-aaa/checkpoint-40/model.bin")
+    assert aliyun_session_may("ft-aaa", "oss:ListObjects", None, "jobs/ft-aaa/")
+    assert aliyun_session_may("ft-aaa", "oss:ListObjects", None, "jobs/ft-aaa/checkpoint-40/")
+    for action in ("oss:PutObject", "oss:DeleteObject", "oss:GetObject"):
+        assert not aliyun_session_may("ft-aaa", action, "jobs/ft-bbb/checkpoint-40/model.bin")
+    assert not aliyun_session_may("ft-aaa", "oss:GetObject", "jobs/ft-bbb/spec-attempt-1.json")
+    assert not aliyun_session_may("ft-aaa", "oss:GetObject", "jobs/ft-aaaa/spec-attempt-1.json")  # a longer id
+    assert not aliyun_session_may("ft-aaa", "oss:ListObjects", None, "jobs/ft-bbb/")
+    assert not aliyun_session_may("ft-aaa", "oss:ListObjects", None, "jobs/")
+    assert not aliyun_session_may("ft-aaa", "oss:GetObject", "attempt-keys/i-bp1bbb")
+    # the role alone would reach B: the inline policy is what holds a token to its job
+    storage = policy_of("aliyun/finetune.ros.yaml", "RunnerStorageRole")
+    assert allowed(storage, "oss:PutObject", f"{OSS}/jobs/ft-bbb/checkpoint-40/model.bin")
+
+
+def test_the_alibaba_instance_role_reads_key_objects_and_no_job_object() -> None:
+    """Every process on the instance has its RAM role: sealed key objects only, and a Deny on jobs/ that holds
+    against a grant added later."""
+    runner = policy_of("aliyun/finetune.ros.yaml", "RunnerRole")
+    assert allowed(runner, "oss:GetObject", f"{OSS}/attempt-keys/i-bp1aaa")
+    assert not allowed(runner, "oss:PutObject", f"{OSS}/attempt-keys/i-bp1aaa")
+    for action in ("oss:GetObject", "oss:PutObject", "oss:DeleteObject"):
+        for key in ("jobs/ft-1/spec-attempt-1.json", "jobs/ft-1/checkpoint-40/model.bin", "jobs/ft-1/COMPLETED.json"):
+            assert not allowed(runner, action, f"{OSS}/{key}")
+    broader = [*runner, Statement("broader", {"Effect": "Allow", "Action": "oss:*", "Resource": f"{OSS}/*"})]
+    assert not allowed(broader, "oss:PutObject", f"{OSS}/jobs/ft-1/checkpoint-40/model.bin")
+    assert allowed(broader, "oss:PutObject", f"{OSS}/other/x")  # the check can fail
+
+
+def test_only_the_alibaba_bots_role_may_mint_storage_tokens() -> None:
+    resource = templates()["aliyun/finetune.ros.yaml"]["Resources"]["RunnerStorageRole"]["Properties"]
+    (trust,) = resolve(resource["AssumeRolePolicyDocument"])["Statement"]
+    assert trust["Principal"] == {"RAM": ["acs:ram::1234567890:role/finetune-bot"]}
+    assert trust["Action"] == "sts:AssumeRole" and resource["MaxSessionDuration"] == 3600
+    bot_role = templates()["aliyun/bot.ros.yaml"]["Resources"]["BotRole"]["Properties"]
+    assert bot_role["RoleName"] == "finetune-bot"  # the name the trust names
+    bot = policy_of("aliyun/finetune.ros.yaml", "BotPolicy")
+    assert allowed(bot, "sts:AssumeRole", att("RunnerStorageRole"))
+    assert not allowed(bot, "sts:AssumeRole", att("RunnerRole"))
+    for action in ("oss:PutObject", "oss:DeleteObject"):
+        assert allowed(bot, action, f"{OSS}/attempt-keys/i-bp1aaa")
+    outputs = templates()["aliyun/finetune.ros.yaml"]["Outputs"]
+    assert resolve(outputs["RunnerStorageRoleArn"]["Value"]) == att("RunnerStorageRole")
+    config = templates()["aliyun/bot.ros.yaml"]["Resources"]["BotConfigSecret"]["Properties"]["SecretData"]["Fn::Sub"]
+    assert "runner_storage_role_arn: ${RunnerStorageRoleArn}" in config
 
 
 def test_the_alibaba_bot_launches_deletes_and_scales_only_what_is_ours() -> None:

@@ -24,6 +24,12 @@ There is no FIS on Alibaba Cloud: a drill writes the runner's control object (``
 next to the checkpoints, and releases the instance when the grace period is over, as ECS would reclaim it. A stop is
 the same control object with ``{"action": "stop"}``.
 
+With a runner storage role (``aliyun.runner_storage_role_arn``) the instance role reaches no job object: per
+attempt the bot assumes that role with an inline policy naming only the job's prefix (STS ``AssumeRole``,
+:mod:`handlers.storage_sessions`) and writes the token to ``attempt-keys/<instance id>`` sealed with the attempt's
+report key (:mod:`handlers.sealed_keys`), rewrites it before it expires (bot/storage_renewal.py) and deletes it with
+the instance.
+
 Every SDK call runs in a worker thread (:mod:`bot.cloud.aliyun_api`). Prices are in the currency of the account's
 site (CNY on the China site, USD on the international one), per hour.
 """
@@ -48,11 +54,14 @@ from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, Instance, LaunchError, log_once
 from bot.cloud.user_data import runner_boot_script
+from bot.errors import ConfigError
+from handlers.attempt_keys import StorageCredentials
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.report_keys import ReportKeys
-from handlers.spec import DrillControl, JobSpec, StopControl, control_key, dump_control
+from handlers.sealed_keys import seal, sealed_key_object
+from handlers.spec import ATTEMPT_KEYS_PREFIX, DrillControl, JobSpec, StopControl, control_key, dump_control
 from handlers.spot.zones import (
     Candidate,
     LaunchPlan,
@@ -64,6 +73,7 @@ from handlers.spot.zones import (
     order_spot_candidates,
     stock_availability,
 )
+from handlers.storage_sessions import SESSION_SECONDS, aliyun_session_policy, dump_session_policy, session_name
 from runner.storage.base import StorageError
 from runner.storage.s3 import S3Store
 
@@ -124,11 +134,17 @@ class AliyunCloud:
     def __init__(self, settings: AliyunSettings, *, report_keys: ReportKeys | None = None) -> None:
         self.settings = settings  # (cloud events arrive through the CloudMonitor / EventBridge routes, not from here)
         self.report_keys = report_keys  # each runner gets its attempt's key in its own user data, never the master
+        if settings.runner_storage_role_arn is not None and report_keys is None:
+            raise ConfigError(
+                "aliyun.runner_storage_role_arn needs report keys: each attempt's storage token is sealed with its "
+                "report key (handlers/sealed_keys.py)"
+            )
         secret = settings.access_key_secret.get_secret_value() if settings.access_key_secret else None
         self.api = AliyunApi(
             settings.region,
             endpoint=settings.endpoint,
             ess_endpoint=settings.ess_endpoint,
+            sts_endpoint=settings.sts_endpoint,
             access_key_id=settings.access_key_id,
             access_key_secret=secret,
         )
@@ -170,6 +186,21 @@ class AliyunCloud:
         spec = self._complete_spec(spec)
         spec_uri = await self._upload_spec(spec)
         script = self.user_data(spec_uri, spec.job_id, spec.attempt)
+        instance = await self._start(spec, script, instance_types, market, avoid_zones, zone)
+        if self.renews_storage:
+            await self._hand_token(spec, instance)
+        return instance
+
+    async def _start(
+        self,
+        spec: JobSpec,
+        script: str,
+        instance_types: list[str],
+        market: Market,
+        avoid_zones: Collection[str],
+        zone: str | None,
+    ) -> Instance:
+        """The attempt's instance, in either mode (the launch's own work, before its storage token is handed over)."""
         if self.settings.mode == "scaling-group":
             return await self._launch_in_group(spec, script, instance_types, market, avoid_zones, zone)
         existing = await self._attempt_instance(spec)
@@ -245,9 +276,10 @@ class AliyunCloud:
 
         The key is the one credential here, and on purpose: user data is served only by this instance's own metadata
         service (hardened mode: with a session token) and to whoever may ``DescribeUserData`` (the bot's operators,
-        never a runner's role), while every runner may read the bucket's ``jobs/``, so a key in the spec object would
-        be readable by every other job's instance. It speaks for this attempt of this job and nothing else; none of
-        the bot's own secrets (the master, tokens, Redis) is ever here."""
+        never a runner's role), while without a runner storage role every runner may read the bucket's ``jobs/``, so a
+        key in the spec object would be readable by every other job's instance; with one, the key also opens the
+        attempt's sealed storage token (``FINETUNE_KEY_FROM``). It speaks for this attempt of this job and nothing
+        else; none of the bot's own secrets (the master, tokens, Redis) is ever here."""
         env = {
             "FINETUNE_SPEC": spec_uri,
             "FINETUNE_WORK_DIR": self.settings.work_dir,
@@ -258,6 +290,8 @@ class AliyunCloud:
             env["ALIBABA_CLOUD_ECS_METADATA"] = self.settings.ram_role
         if self.settings.report_url and self.report_keys is not None:
             env["FINETUNE_REPORT_SECRET"] = self.report_keys.of(job_id, attempt)
+        if self.renews_storage:  # the runner opens attempt-keys/<its instance id> with that key, then reads the spec
+            env["FINETUNE_KEY_FROM"] = f"oss://{self.settings.bucket}/{ATTEMPT_KEYS_PREFIX}"
         return runner_boot_script(env, self.settings.runner_path)
 
     async def _upload_spec(self, spec: JobSpec) -> str:
@@ -270,6 +304,14 @@ class AliyunCloud:
 
     async def _put_object(self, key: str, data: bytes) -> None:
         """One object into the bucket with the API's own credentials (fetched per call: STS ones rotate)."""
+        store = await self._bucket()
+        try:
+            await store.put_bytes(key, data)
+        finally:
+            await store.close()
+
+    async def _bucket(self) -> S3Store:
+        """The bucket through the runner's S3-API store, with the API's credentials of this moment."""
         credentials = await self.api.credentials()
         env = {
             "OSS_ENDPOINT": self.settings.bot_oss_endpoint,
@@ -280,11 +322,89 @@ class AliyunCloud:
         }
         if credentials.security_token:
             env["ALIBABA_CLOUD_SECURITY_TOKEN"] = credentials.security_token
-        store = S3Store(f"oss://{self.settings.bucket}/", env=env)
+        return S3Store(f"oss://{self.settings.bucket}/", env=env)
+
+    # -- the runner's storage token (runner storage role) -----------------------------------------------------
+
+    @property
+    def renews_storage(self) -> bool:
+        """Whether runners get per-attempt STS tokens (which then need rewriting before they expire)."""
+        return self.settings.runner_storage_role_arn is not None
+
+    async def _hand_token(self, spec: JobSpec, instance: Instance) -> None:
+        """The launch's last step: the attempt's sealed token where its runner looks; an instance that cannot get
+        one is released again (it could read nothing, not even its spec)."""
         try:
-            await store.put_bytes(key, data)
-        finally:
-            await store.close()
+            await self._write_token(spec.job_id, spec.attempt, instance.instance_id)
+        except (AliyunApiError, AliyunUnavailable, StorageError, ValueError) as exc:
+            try:
+                await self.terminate(instance.instance_id, spec.job_id)
+            except CloudError as again:
+                log.warning("could not release %s after that: %s", instance.instance_id, again)
+            raise LaunchError(
+                f"could not hand {spec.job_id} attempt {spec.attempt} its storage token on {instance.instance_id} "
+                f"(oss://{self.settings.bucket}/{ATTEMPT_KEYS_PREFIX}…): {exc}; the instance was released"
+            ) from exc
+
+    async def _storage_token(self, job_id: str, attempt: int) -> StorageCredentials:
+        """An STS token of the runner storage role whose inline policy names only the job's prefix, for an hour,
+        named after the job and attempt so ActionTrail says whose each request was."""
+        role = self.settings.runner_storage_role_arn
+        if role is None:
+            raise ValueError("no aliyun.runner_storage_role_arn")
+        policy = aliyun_session_policy(self.settings.bucket, self.settings.prefix, job_id)
+        found = await self.api.assume_role(
+            role, session_name(job_id, attempt), dump_session_policy(policy), SESSION_SECONDS
+        )
+        try:
+            return StorageCredentials(
+                access_key_id=found["AccessKeyId"],
+                secret_access_key=found["AccessKeySecret"],
+                session_token=found["SecurityToken"],
+                expiration=found["Expiration"],
+            )
+        except (KeyError, ValueError) as exc:  # pydantic's ValidationError is a ValueError; no secret in the text
+            shape = type(exc).__name__
+            raise AliyunUnavailable(f"AssumeRole: STS answered credentials of an unexpected shape ({shape})") from None
+
+    async def _write_token(self, job_id: str, attempt: int, instance_id: str) -> None:
+        """A fresh token, sealed with the attempt's report key for ``instance_id`` (handlers/sealed_keys.py)."""
+        if self.report_keys is None:
+            raise ValueError("no report keys to seal the storage token with")
+        storage = await self._storage_token(job_id, attempt)
+        body = seal(self.report_keys.of(job_id, attempt), instance_id, job_id, attempt, storage)
+        await self._put_object(sealed_key_object(instance_id), body)
+
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
+        """Rewrite the attempt's sealed token with a fresh one (bot/storage_renewal.py, for every live attempt well
+        before the last one expires). AliyunError when STS or OSS would not."""
+        if not self.renews_storage:
+            return
+        try:
+            await self._write_token(job_id, attempt, instance_id)
+        except (AliyunApiError, AliyunUnavailable, StorageError, ValueError) as exc:
+            raise AliyunError(
+                f"could not renew the storage token of {job_id} attempt {attempt} on {instance_id}: {exc}"
+            ) from exc
+        log.info("%s attempt %d: storage token renewed for %s", job_id, attempt, instance_id)
+
+    async def drop_storage_credentials(self, instance_id: str) -> None:
+        """The sealed token of an attempt that ended while it was being renewed goes again."""
+        await self._delete_token(instance_id)
+
+    async def _delete_token(self, instance_id: str) -> None:
+        """Best effort, idempotent: a released instance's sealed token goes (it expires within the hour anyway)."""
+        if not self.renews_storage:
+            return
+        try:
+            name = sealed_key_object(instance_id)
+            store = await self._bucket()
+            try:
+                await store.delete([name])
+            finally:
+                await store.close()
+        except (AliyunUnavailable, StorageError, ValueError) as exc:
+            log.warning("could not delete the sealed key object of %s: %s", instance_id, exc)
 
     def _zones(self) -> list[str]:
         """Candidate zones in preference order: ``zones`` first, then the other zones with a vSwitch."""
@@ -736,6 +856,7 @@ class AliyunCloud:
             await self._delete(instance_id)
         except (AliyunApiError, AliyunUnavailable) as exc:
             raise AliyunError(f"could not release {instance_id}: {exc}") from exc
+        await self._delete_token(instance_id)
 
     async def _delete(self, instance_id: str) -> None:
         try:

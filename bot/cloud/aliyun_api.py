@@ -1,4 +1,5 @@
-"""Alibaba Cloud's official ECS and ESS SDKs, called off the event loop, with their errors made plain.
+"""Alibaba Cloud's official ECS and ESS SDKs (and STS through the same OpenAPI client), called off the event loop,
+with their errors made plain.
 
 The SDKs (``alibabacloud_ecs20140526``, ``alibabacloud_ess20220222``) block on every call, so each call runs in a
 worker thread (``asyncio.to_thread``). Their answers come back as the API's own JSON (``body.to_map()``): the
@@ -19,8 +20,9 @@ from typing import Any
 from alibabacloud_credentials.client import Client as CredentialClient
 from alibabacloud_ecs20140526.client import Client as EcsClient
 from alibabacloud_ess20220222.client import Client as EssClient
+from alibabacloud_tea_openapi.client import Client as OpenApiClient
 from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
-from alibabacloud_tea_openapi.utils_models import Config
+from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest, Params
 from darabonba.runtime import RuntimeOptions
 from Tea.exceptions import TeaException
 
@@ -28,6 +30,7 @@ from bot.cloud.aliyun_settings import endpoint_parts
 
 CONNECT_TIMEOUT_MS = 5_000
 READ_TIMEOUT_MS = 30_000
+STS_VERSION = "2015-04-01"
 
 
 class AliyunApiError(RuntimeError):
@@ -62,6 +65,7 @@ class AliyunApi:
         *,
         endpoint: str | None = None,
         ess_endpoint: str | None = None,
+        sts_endpoint: str | None = None,
         access_key_id: str | None = None,
         access_key_secret: str | None = None,
     ) -> None:
@@ -80,6 +84,8 @@ class AliyunApi:
             self._chain = _default_chain()
         self._ecs = EcsClient(self._config(endpoint))
         self._ess = EssClient(self._config(ess_endpoint))
+        # STS has no SDK here: the generic OpenAPI client signs AssumeRole as the ECS one signs its calls
+        self._sts = OpenApiClient(self._config(sts_endpoint or f"https://sts.{region}.aliyuncs.com"))
         self._runtime = RuntimeOptions(
             autoretry=False, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS
         )
@@ -103,6 +109,40 @@ class AliyunApi:
     async def ess(self, action: str, request: Any) -> dict[str, Any]:
         """Call Auto Scaling (ESS, API 2022-02-22) ``action``; the answer's JSON."""
         return await self._call(self._ess, action, request)
+
+    async def assume_role(self, role_arn: str, session_name: str, policy: str, seconds: int) -> dict[str, Any]:
+        """STS ``AssumeRole`` with an inline ``policy`` (the token gets what the role AND it allow); the answer's
+        ``Credentials`` (``AccessKeyId``, ``AccessKeySecret``, ``SecurityToken``, ``Expiration``)."""
+        params = Params(
+            action="AssumeRole",
+            version=STS_VERSION,
+            protocol="HTTPS",
+            pathname="/",
+            method="POST",
+            auth_type="AK",
+            style="RPC",
+            req_body_type="formData",
+            body_type="json",
+        )
+        query = {
+            "RoleArn": role_arn,
+            "RoleSessionName": session_name,
+            "Policy": policy,
+            "DurationSeconds": str(seconds),
+        }
+        try:
+            answer = await asyncio.to_thread(self._sts.call_api, params, OpenApiRequest(query=query), self._runtime)
+        except AlibabaCloudException as exc:
+            data = exc.data if isinstance(exc.data, dict) else {}
+            message = str(data.get("Message") or data.get("message") or exc.message or "")
+            raise AliyunApiError("AssumeRole", str(exc.code or "Unknown"), message) from exc
+        except (TeaException, OSError) as exc:
+            raise AliyunUnavailable(f"AssumeRole: no answer from Alibaba Cloud STS: {exc}") from exc
+        body = answer.get("body") if isinstance(answer, dict) else None
+        found = body.get("Credentials") if isinstance(body, dict) else None
+        if not isinstance(found, dict):
+            raise AliyunUnavailable("AssumeRole: STS answered without Credentials")
+        return found
 
     async def credentials(self) -> Credentials:
         """The key pair (and STS token) in use now, for the OSS client that shares them."""

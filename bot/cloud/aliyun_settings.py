@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from bot.cloud.user_data import plain_path
 from handlers.spec import check_report_target
+from handlers.storage_sessions import ALIYUN_ROLE_ARN_PATTERN
 
 _REGION = re.compile(r"^[a-z]{2}-[a-z0-9]+(-[a-z0-9]+)*$")
 
@@ -53,6 +54,7 @@ class AliyunSettings(BaseModel):
     prefix: str = Field(default="jobs/", pattern=r"^([A-Za-z0-9._-]+/)*$")
     endpoint: str | None = None  # ECS OpenAPI; default the SDK's for the region; http://127.0.0.1:PORT in tests
     ess_endpoint: str | None = None  # Auto Scaling OpenAPI, likewise
+    sts_endpoint: str | None = None  # STS (runner storage tokens); default https://sts.<region>.aliyuncs.com
     access_key_id: str | None = None  # a long-lived key pair: local tests only (allow_static_keys), see below
     access_key_secret: SecretStr | None = None
     allow_static_keys: bool = False  # a local test's stand-in key pair; deployed: the instance RAM role's STS key
@@ -63,7 +65,12 @@ class AliyunSettings(BaseModel):
     zones: list[str] = Field(default_factory=list)  # preference order when prices tie (default: vswitches order)
     security_group_ids: list[str] = Field(default_factory=list)
     image_id: str | None = None  # a custom image with the runner under runner_path and its systemd unit
-    ram_role: str | None = None  # the instance RAM role that may use the bucket
+    ram_role: str | None = None  # the instance RAM role: reads the attempt's sealed key object (and, without a
+    # runner storage role, the bucket's jobs/ itself)
+    # The runner stack's RunnerStorageRoleArn: per attempt the bot assumes it with an inline policy naming only the
+    # job's prefix and hands the token to the runner sealed with its report key (handlers/sealed_keys.py). None: the
+    # runner uses its instance role for job objects (a stack from before the role).
+    runner_storage_role_arn: str | None = Field(default=None, pattern=ALIYUN_ROLE_ARN_PATTERN)
     key_pair: str | None = None
     system_disk_category: str | None = None  # e.g. cloud_essd; default ECS's
     system_disk_size: int | None = Field(default=None, ge=20, le=2048)
@@ -88,7 +95,7 @@ class AliyunSettings(BaseModel):
             raise ValueError(f"{value!r} is not an Alibaba Cloud region id (e.g. cn-hangzhou)")
         return value
 
-    @field_validator("endpoint", "ess_endpoint", "oss_endpoint", "oss_internal_endpoint")
+    @field_validator("endpoint", "ess_endpoint", "sts_endpoint", "oss_endpoint", "oss_internal_endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
         if value is not None:
@@ -115,6 +122,11 @@ class AliyunSettings(BaseModel):
                 raise ValueError("instances mode needs image_id (a custom image with the runner installed)")
             if not self.vswitches:
                 raise ValueError("instances mode needs vswitches (zone id -> vSwitch id)")
+        if self.runner_storage_role_arn is not None and not (self.ram_role and self.report_url):
+            raise ValueError(
+                "runner_storage_role_arn needs ram_role (it reads the sealed key object) and report_url (the report "
+                "key in the user data is what opens it)"
+            )
         if self.mode == "scaling-group" and not self.scaling_groups:
             raise ValueError("scaling-group mode needs scaling_groups (ESS scaling group ids)")
         unknown = [zone for zone in self.zones if self.vswitches and zone not in self.vswitches]

@@ -11,20 +11,29 @@ With a runner storage role the instance may read no job object, not even its spe
 credentials its key object carries: the user data then says where keys lie (``FINETUNE_KEY_FROM``), the runner reads
 its key object first (:func:`fetch_attempt_key`), the spec with those credentials, and only then checks that the object
 is its own attempt's (:func:`own_key`).
+
+Alibaba, with a runner storage role: the same order with a sealed object (handlers/sealed_keys.py). The user data
+says ``FINETUNE_KEY_FROM=oss://<bucket>/attempt-keys/`` and carries the report key; the runner appends its instance id
+from the metadata service (hardened mode), reads the object with its instance role and opens it with that key
+(:func:`fetch_sealed_key`). The token inside is read and opened again as it nears its end, like AWS's session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from handlers.attempt_keys import INSTANCE_ID, AttemptKey, parse_attempt_key
+from handlers.sealed_keys import ECS_INSTANCE_ID, unseal
 from handlers.spec import JobSpec
+from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
+from runner.notices.http import MetadataHttp
 from runner.storage.attempt_credentials import AttemptCredentials
 from runner.storage.base import StorageError
 from runner.storage.open import open_store
@@ -44,6 +53,8 @@ class FetchedKey:
 
     uri: str
     found: AttemptKey
+    # Alibaba: what opens the object's bytes (read again for a fresh token); None: a plain AWS key object
+    opener: Callable[[bytes], bytes] | None = field(default=None, repr=False)
 
 
 async def fetch_attempt_key(
@@ -51,12 +62,34 @@ async def fetch_attempt_key(
 ) -> FetchedKey:
     """The key object ``<key_from><instance id>``, well formed; NoReportKey when none comes within ``patience``."""
     deadline = time.monotonic() + patience
-    source = imds or AwsImdsSource()
-    try:
-        instance_id = await _instance_id(source, deadline, poll)
-    finally:
-        await source.close()
+    instance_id = await _instance_id(imds or AwsImdsSource(), INSTANCE_ID, "EC2", deadline, poll)
     uri = key_from + instance_id
+    return _parsed(uri, await _poll(uri, patience, deadline, poll))
+
+
+async def fetch_sealed_key(
+    key_from: str, report_key: str, patience: float, poll: float = POLL_SECONDS, metadata: MetadataHttp | None = None
+) -> FetchedKey:
+    """Alibaba: the sealed object ``<key_from><instance id>``, opened with this attempt's ``report_key``;
+    NoReportKey when none comes within ``patience``, or when the one there does not open (another attempt's)."""
+    deadline = time.monotonic() + patience
+    instance_id = await _instance_id(metadata or AliyunMetadataSource(), ECS_INSTANCE_ID, "ECS", deadline, poll)
+    uri = key_from + instance_id
+
+    def opener(raw: bytes) -> bytes:
+        return unseal(raw, report_key, instance_id)
+
+    raw = await _poll(uri, patience, deadline, poll)
+    try:
+        plain = opener(raw)
+    except ValueError as exc:
+        raise NoReportKey(f"{uri}: {exc}") from None
+    fetched = _parsed(uri, plain)
+    return FetchedKey(fetched.uri, fetched.found, opener)
+
+
+async def _poll(uri: str, patience: float, deadline: float, poll: float) -> bytes:
+    """The object's bytes once it is there (the bot writes it once it knows the instance)."""
     base, _, name = uri.rpartition("/")
     store = open_store(base + "/")
     last = "not there"
@@ -67,7 +100,7 @@ async def fetch_attempt_key(
             except StorageError as exc:  # 403 until the object exists, or an outage: both worth waiting out
                 raw, last = None, str(exc)
             if raw is not None:
-                return _parsed(uri, raw)
+                return raw
             if time.monotonic() + poll > deadline:
                 raise NoReportKey(f"no report key at {uri} within {patience:g} s ({last})")
             await asyncio.sleep(poll)
@@ -75,16 +108,19 @@ async def fetch_attempt_key(
         await store.close()
 
 
-async def _instance_id(source: AwsImdsSource, deadline: float, poll: float) -> str:
-    while True:
-        found = await source.instance_id()
-        if found is not None:
-            if not INSTANCE_ID.fullmatch(found.strip()):
-                raise NoReportKey(f"the metadata service names no EC2 instance ({found[:40]!r})")
-            return found.strip()
-        if time.monotonic() + poll > deadline:
-            raise NoReportKey("the metadata service did not say which instance this is: no key object to read")
-        await asyncio.sleep(poll)
+async def _instance_id(source: MetadataHttp, pattern: re.Pattern[str], cloud: str, deadline: float, poll: float) -> str:
+    try:
+        while True:
+            found = await source.instance_id()
+            if found is not None:
+                if not pattern.fullmatch(found.strip()):
+                    raise NoReportKey(f"the metadata service names no {cloud} instance ({found[:40]!r})")
+                return found.strip()
+            if time.monotonic() + poll > deadline:
+                raise NoReportKey("the metadata service did not say which instance this is: no key object to read")
+            await asyncio.sleep(poll)
+    finally:
+        await source.close()
 
 
 def _parsed(uri: str, raw: bytes) -> FetchedKey:
@@ -112,8 +148,15 @@ def storage_credentials(fetched: FetchedKey, clock: Callable[[], datetime] | Non
         return None
     base, _, name = fetched.uri.rpartition("/")
     store = open_store(base + "/")
+    opener = fetched.opener
 
     async def read() -> bytes | None:
-        return await store.get_bytes(name)
+        raw = await store.get_bytes(name)
+        if raw is None or opener is None:
+            return raw
+        try:
+            return opener(raw)
+        except ValueError as exc:  # what the credentials report as an object they could not read
+            raise StorageError(f"{fetched.uri}: {exc}") from None
 
     return AttemptCredentials(fetched.uri, fetched.found, read, close=store.close, clock=clock)
