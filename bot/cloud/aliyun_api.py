@@ -22,10 +22,11 @@ from alibabacloud_ecs20140526.client import Client as EcsClient
 from alibabacloud_ess20220222.client import Client as EssClient
 from alibabacloud_tea_openapi.client import Client as OpenApiClient
 from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
-from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest, Params
+from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 from Tea.exceptions import TeaException
 
+from bot.cloud.aliyun_rpc import rpc_params
 from bot.cloud.aliyun_settings import endpoint_parts
 
 CONNECT_TIMEOUT_MS = 5_000
@@ -113,17 +114,7 @@ class AliyunApi:
     async def assume_role(self, role_arn: str, session_name: str, policy: str, seconds: int) -> dict[str, Any]:
         """STS ``AssumeRole`` with an inline ``policy`` (the token gets what the role AND it allow); the answer's
         ``Credentials`` (``AccessKeyId``, ``AccessKeySecret``, ``SecurityToken``, ``Expiration``)."""
-        params = Params(
-            action="AssumeRole",
-            version=STS_VERSION,
-            protocol="HTTPS",
-            pathname="/",
-            method="POST",
-            auth_type="AK",
-            style="RPC",
-            req_body_type="formData",
-            body_type="json",
-        )
+        params = rpc_params("AssumeRole", STS_VERSION)
         query = {
             "RoleArn": role_arn,
             "RoleSessionName": session_name,

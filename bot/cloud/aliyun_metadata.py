@@ -28,10 +28,11 @@ from collections.abc import Sequence
 
 from alibabacloud_tea_openapi.client import Client as OpenApiClient
 from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
-from alibabacloud_tea_openapi.utils_models import OpenApiRequest, Params
+from alibabacloud_tea_openapi.utils_models import OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 from Tea.exceptions import TeaException
 
+from bot.cloud.aliyun_rpc import rpc_params
 from bot.cloud.aliyun_secrets import ATTEMPTS, CONNECT_TIMEOUT_MS, READ_TIMEOUT_MS, boot_config
 
 ECS_VERSION = "2014-05-26"
@@ -63,17 +64,7 @@ def harden(region: str, instance_id: str, endpoint: str | None = None, pause: fl
     """``ModifyInstanceMetadataOptions`` to the hardened mode; HardenError when ECS refuses or stays silent."""
     client = OpenApiClient(boot_config(region, endpoint or f"ecs.{region}.aliyuncs.com"))
     runtime = RuntimeOptions(autoretry=False, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS)
-    params = Params(
-        action="ModifyInstanceMetadataOptions",
-        version=ECS_VERSION,
-        protocol="HTTPS",
-        pathname="/",
-        method="POST",
-        auth_type="AK",
-        style="RPC",
-        req_body_type="formData",
-        body_type="json",
-    )
+    params = rpc_params("ModifyInstanceMetadataOptions", ECS_VERSION)
     request = OpenApiRequest(query={"RegionId": region, "InstanceId": instance_id, **HARDENED})
     for attempt in range(ATTEMPTS):
         try:

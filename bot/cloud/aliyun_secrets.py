@@ -31,10 +31,11 @@ from typing import Any
 from alibabacloud_credentials.client import Client as CredentialClient
 from alibabacloud_tea_openapi.client import Client as OpenApiClient
 from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
-from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest, Params
+from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 from Tea.exceptions import TeaException
 
+from bot.cloud.aliyun_rpc import rpc_params
 from bot.cloud.aliyun_settings import endpoint_parts
 
 KMS_VERSION = "2016-01-20"
@@ -83,17 +84,7 @@ class KmsSecrets:
         """The current version of secret ``name``; SecretError when KMS refuses, SecretsUnavailable when silent."""
         if not _SECRET_NAME.fullmatch(name):
             raise SecretError(f"{name!r} is not a secret name")
-        params = Params(
-            action="GetSecretValue",
-            version=KMS_VERSION,
-            protocol="HTTPS",
-            pathname="/",
-            method="POST",
-            auth_type="AK",
-            style="RPC",
-            req_body_type="formData",
-            body_type="json",
-        )
+        params = rpc_params("GetSecretValue", KMS_VERSION)
         try:
             request = OpenApiRequest(query={"SecretName": name})
             answer: dict[str, Any] = self._client.call_api(params, request, self._runtime)
