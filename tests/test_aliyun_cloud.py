@@ -308,6 +308,15 @@ async def test_refusals_end_in_a_launch_error_naming_each_try(
     assert len(fake.actions("RunInstances")) == before + 1  # a bad image fails everywhere: no second try
 
 
+async def test_a_spec_oss_refuses_ends_the_launch_before_any_instance(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(bucket="ft-no-such-bucket")
+    with pytest.raises(LaunchError, match=r"could not upload the spec to oss://ft-no-such-bucket/.*NoSuchBucket"):
+        await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert fake.actions("RunInstances") == []
+
+
 async def test_without_price_history_the_configured_order_decides(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:

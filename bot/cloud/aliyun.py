@@ -1,6 +1,6 @@
 """Alibaba Cloud: preemptible ECS instances (or a pool of Auto Scaling groups) running the runner from an image.
 
-A launch uploads the attempt's spec to OSS first (through the runner's own S3-API store, virtual-hosted addressing),
+A launch uploads the attempt's spec to OSS first (its S3-compatible API, virtual-hosted addressing: oss_objects.py),
 then starts a preemptible instance whose user-data only points the runner's systemd unit at that object, with the
 bucket's *internal* endpoint and the attempt's own report key (never a secret of the bot's; why there: see
 :meth:`AliyunCloud.user_data`), and the instance runs in the hardened metadata mode (``HttpTokens=required``).
@@ -53,6 +53,7 @@ from alibabacloud_ess20220222 import models as ess_models
 from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, Instance, LaunchError, log_once
+from bot.cloud.oss_objects import OssObjects
 from bot.cloud.user_data import runner_boot_script
 from bot.errors import ConfigError
 from handlers.attempt_keys import StorageCredentials
@@ -74,8 +75,6 @@ from handlers.spot.zones import (
     stock_availability,
 )
 from handlers.storage_sessions import SESSION_SECONDS, aliyun_session_policy, dump_session_policy, session_name
-from runner.storage.base import StorageError
-from runner.storage.s3 import S3Store
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +146,13 @@ class AliyunCloud:
             sts_endpoint=settings.sts_endpoint,
             access_key_id=settings.access_key_id,
             access_key_secret=secret,
+        )
+        self.oss = OssObjects(  # the bot's own objects, with the API's credentials of each moment
+            settings.bucket,
+            endpoint=settings.bot_oss_endpoint,
+            region=settings.region,
+            addressing=settings.oss_addressing,
+            credentials=self.api.credentials,
         )
         self._drills: set[asyncio.Task[None]] = set()
         self._group_lock = asyncio.Lock()
@@ -297,32 +303,10 @@ class AliyunCloud:
     async def _upload_spec(self, spec: JobSpec) -> str:
         key = self.spec_key(spec.job_id, spec.attempt)
         try:
-            await self._put_object(key, spec.model_dump_json().encode())
-        except (StorageError, AliyunUnavailable) as exc:
+            await self.oss.put(key, spec.model_dump_json().encode())
+        except (AliyunApiError, AliyunUnavailable) as exc:
             raise LaunchError(f"could not upload the spec to oss://{self.settings.bucket}/{key}: {exc}") from exc
         return f"oss://{self.settings.bucket}/{key}"
-
-    async def _put_object(self, key: str, data: bytes) -> None:
-        """One object into the bucket with the API's own credentials (fetched per call: STS ones rotate)."""
-        store = await self._bucket()
-        try:
-            await store.put_bytes(key, data)
-        finally:
-            await store.close()
-
-    async def _bucket(self) -> S3Store:
-        """The bucket through the runner's S3-API store, with the API's credentials of this moment."""
-        credentials = await self.api.credentials()
-        env = {
-            "OSS_ENDPOINT": self.settings.bot_oss_endpoint,
-            "OSS_REGION": self.settings.region,
-            "FINETUNE_S3_ADDRESSING": self.settings.oss_addressing,
-            "ALIBABA_CLOUD_ACCESS_KEY_ID": credentials.access_key_id,
-            "ALIBABA_CLOUD_ACCESS_KEY_SECRET": credentials.access_key_secret,
-        }
-        if credentials.security_token:
-            env["ALIBABA_CLOUD_SECURITY_TOKEN"] = credentials.security_token
-        return S3Store(f"oss://{self.settings.bucket}/", env=env)
 
     # -- the runner's storage token (runner storage role) -----------------------------------------------------
 
@@ -336,7 +320,7 @@ class AliyunCloud:
         one is released again (it could read nothing, not even its spec)."""
         try:
             await self._write_token(spec.job_id, spec.attempt, instance.instance_id)
-        except (AliyunApiError, AliyunUnavailable, StorageError, ValueError) as exc:
+        except (AliyunApiError, AliyunUnavailable, ValueError) as exc:
             try:
                 await self.terminate(instance.instance_id, spec.job_id)
             except CloudError as again:
@@ -373,7 +357,7 @@ class AliyunCloud:
             raise ValueError("no report keys to seal the storage token with")
         storage = await self._storage_token(job_id, attempt)
         body = seal(self.report_keys.of(job_id, attempt), instance_id, job_id, attempt, storage)
-        await self._put_object(sealed_key_object(instance_id), body)
+        await self.oss.put(sealed_key_object(instance_id), body)
 
     async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
         """Rewrite the attempt's sealed token with a fresh one (bot/storage_renewal.py, for every live attempt well
@@ -382,7 +366,7 @@ class AliyunCloud:
             return
         try:
             await self._write_token(job_id, attempt, instance_id)
-        except (AliyunApiError, AliyunUnavailable, StorageError, ValueError) as exc:
+        except (AliyunApiError, AliyunUnavailable, ValueError) as exc:
             raise AliyunError(
                 f"could not renew the storage token of {job_id} attempt {attempt} on {instance_id}: {exc}"
             ) from exc
@@ -397,13 +381,8 @@ class AliyunCloud:
         if not self.renews_storage:
             return
         try:
-            name = sealed_key_object(instance_id)
-            store = await self._bucket()
-            try:
-                await store.delete([name])
-            finally:
-                await store.close()
-        except (AliyunUnavailable, StorageError, ValueError) as exc:
+            await self.oss.delete(sealed_key_object(instance_id))
+        except (AliyunApiError, AliyunUnavailable, ValueError) as exc:
             log.warning("could not delete the sealed key object of %s: %s", instance_id, exc)
 
     def _zones(self) -> list[str]:
@@ -891,8 +870,8 @@ class AliyunCloud:
     async def _write_control(self, job_id: str, attempt: int, request: StopControl | DrillControl) -> str:
         key = self.control_key(job_id, attempt)
         try:
-            await self._put_object(key, dump_control(request))
-        except (StorageError, AliyunUnavailable) as exc:
+            await self.oss.put(key, dump_control(request))
+        except (AliyunApiError, AliyunUnavailable) as exc:
             raise AliyunError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
         return key
 

@@ -1,0 +1,103 @@
+"""The few OSS objects the bot writes itself (specs, control objects, sealed attempt-key objects), over OSS's
+S3-compatible API through aioboto3.
+
+The bot never imports the runner (DESIGN.md), so it does not borrow the runner's checkpoint store: it needs one
+PUT and one DELETE of small objects, not parallel multipart transfers. The client is the one the runner's store
+would build for ``oss://`` (virtual-hosted addressing unless told otherwise, SigV4 without payload hashing or
+botocore's checksum trailers, which OSS rejects; five attempts in botocore's standard retry mode), opened per call
+with the credentials of that moment, because the RAM role's STS key rotates.
+
+Errors are mapped here, at the edge, to the Alibaba provider's own: OSS answering with an error code becomes
+:class:`~bot.cloud.aliyun_api.AliyunApiError`, no answer at all :class:`~bot.cloud.aliyun_api.AliyunUnavailable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Literal
+
+import aioboto3  # type: ignore[import-untyped]
+import aiohttp
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from bot.cloud.aliyun_api import AliyunApiError, AliyunUnavailable, Credentials
+
+MAX_ATTEMPTS = 5  # per request, botocore's own retries included (as the runner's store does for OSS)
+
+
+class OssObjects:
+    """Whole small objects in one bucket; keys are the bucket's own (no prefix is added)."""
+
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        endpoint: str,
+        region: str,
+        addressing: Literal["virtual", "path"],
+        credentials: Callable[[], Awaitable[Credentials]],
+        max_attempts: int = MAX_ATTEMPTS,
+    ) -> None:
+        self.bucket = bucket
+        self.endpoint = endpoint
+        self.region = region
+        self.addressing = addressing
+        self.credentials = credentials  # asked before every call: STS credentials rotate
+        self.max_attempts = max_attempts
+        self._session = aioboto3.Session()
+
+    def uri(self, key: str) -> str:
+        return f"oss://{self.bucket}/{key}"
+
+    def client_config(self) -> Config:
+        """No payload hashing and no checksum trailers (OSS rejects aws-chunked bodies); a little retrying."""
+        return Config(
+            retries={"max_attempts": self.max_attempts, "mode": "standard"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            s3={"payload_signing_enabled": False, "addressing_style": self.addressing},
+        )
+
+    async def put(self, key: str, data: bytes) -> None:
+        """Write (or overwrite) one object."""
+        with self._errors("PutObject", key):
+            async with await self._client() as s3:
+                await s3.put_object(Bucket=self.bucket, Key=key, Body=data)
+
+    async def delete(self, key: str) -> None:
+        """Delete one object; an object that is not there is no error (S3's and OSS's DeleteObject are idempotent)."""
+        with self._errors("DeleteObject", key):
+            async with await self._client() as s3:
+                await s3.delete_object(Bucket=self.bucket, Key=key)
+
+    async def _client(self) -> Any:
+        """An S3 client signed with the credentials of this moment (a context manager: closed after the call)."""
+        found = await self.credentials()
+        return self._session.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id=found.access_key_id,
+            aws_secret_access_key=found.access_key_secret,
+            aws_session_token=found.security_token or None,
+            config=self.client_config(),
+        )
+
+    @contextlib.contextmanager
+    def _errors(self, action: str, key: str) -> Iterator[None]:
+        """OSS's error answers and the SDK's network failures, as the Alibaba provider's errors naming the object."""
+        where = f"{action} {self.uri(key)}"
+        try:
+            yield
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = str(error.get("Code") or (f"HTTP {status}" if status else "Unknown"))
+            message = str(error.get("Message") or exc)
+            if status:
+                message = f"{message} (HTTP {status})"
+            raise AliyunApiError(where, code, message) from exc
+        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
+            raise AliyunUnavailable(f"{where}: no answer from OSS: {exc}") from exc
