@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/finetune-bot demo
 
 test: $(STAMP)
-	$(BIN)/ruff check handlers bot runner tests bench
+	$(BIN)/ruff check handlers bot runner fakes tests bench
 	$(BIN)/mypy
 	$(BIN)/cfn-lint deploy/aws/*.yaml
 	$(BIN)/hadolint Dockerfile

@@ -1,6 +1,6 @@
 """Kill rounds against two bot replicas, for a while: lost events, duplicate posts, stuck jobs, takeover seconds.
 
-The cluster is the one ``tests/test_chaos.py`` uses (``tests/chaos.py``): a Valkey server of its own, two
+The cluster is the one ``tests/test_chaos.py`` uses (``fakes/chaos.py``): a Valkey server of its own, two
 ``finetune-bot serve`` processes with separate state directories, Slack in HTTP mode against a local fake, the
 local cloud's instances as processes of their own with real runners. Each round starts a job from a slash command,
 asks for an interruption drill and SIGKILLs a replica: at a random moment of the drill (even rounds), or whichever
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.chaos import Cluster, RoundResult
+from fakes.chaos import Cluster, RoundResult
 
 
 async def main() -> None:

@@ -1,6 +1,6 @@
 """Slack in HTTP mode, measured end to end: the real BotService (embedded Valkey, local cloud with real runner
 subprocesses) serving signed requests on /slack/events, and delivering through the durable outbox to the local
-fake Slack of tests/fake_slack.py over real HTTP. The fake runs in the bot's process and event loop, so its CPU
+fake Slack of fakes/fake_slack.py over real HTTP. The fake runs in the bot's process and event loop, so its CPU
 counts against the bot's. Three measurements:
 
 - slash commands: ``--starts`` ``/finetune start`` (a trainer that only sleeps), then ``--requests``
@@ -34,12 +34,12 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.service import BotService
+from fakes.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
+from fakes.fake_slack import Call, FakeSlack, form_body, signed_headers, slash_command
+from fakes.notes import notify
 from handlers.events import Progress
 from handlers.jobs import Job, JobState
 from handlers.messages import ReportReceived, dump_message
-from tests.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
-from tests.fake_slack import Call, FakeSlack, form_body, signed_headers, slash_command
-from tests.notes import notify
 
 CHANNEL = "C0JOBS"
 NOTES = 20

@@ -15,7 +15,7 @@ from pathlib import Path
 from bot.chat.console import ConsoleChat
 from bot.service import BotService
 from bot.settings import Settings
-from tests.bot_harness import CHANNEL, SECRET
+from fakes.bot_harness import CHANNEL, SECRET
 
 
 async def main(state_dir: Path, config: Path, recipe: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,11 +11,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from fakes.ports import free_port
 
 
 def wait_http(url: str, timeout: float = 30.0) -> None:

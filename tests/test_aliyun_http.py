@@ -23,6 +23,17 @@ from bot.cloud.aliyun import AliyunCloud
 from bot.errors import ConfigError
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH, TOKEN_HEADER, aliyun_routes, parse_networks
 from bot.store import DEDUP_TTL
+from fakes.bot_harness import (
+    SLEEPS,
+    eventually,
+    quick_recipe,
+    running_bot,
+    settled,
+    start_job,
+    wait_job,
+    write_config,
+)
+from fakes.ports import free_port
 from handlers.aliyun_events import MAX_AGE, event_message_id
 from handlers.jobs import JobState
 from handlers.messages import CloudEvent, parse_message
@@ -34,23 +45,12 @@ from tests.aliyun_payloads import (
     notification,
     state_content,
 )
-from tests.bot_harness import (
-    SLEEPS,
-    eventually,
-    quick_recipe,
-    running_bot,
-    settled,
-    start_job,
-    wait_job,
-    write_config,
-)
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,
     fixture_redis_client,
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
-from tests.servers import free_port
 
 TOKEN = "a-long-shared-secret-token-0123"
 WITH_TOKEN = {TOKEN_HEADER: TOKEN}

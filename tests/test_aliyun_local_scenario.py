@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fakes.bot_harness import CHANNEL, DRILLABLE, quick_recipe, running_bot, start_job, wait_job, write_config
 from handlers.jobs import JobState
-from tests.bot_harness import CHANNEL, DRILLABLE, quick_recipe, running_bot, start_job, wait_job, write_config
 
 
 async def test_a_drill_on_the_alibaba_metadata_path_checkpoints_relaunches_and_completes(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from bot.errors import ConfigError
 from bot.keys import Keys
 from bot.reconciler import Reconciler
 from bot.store import JobStore
+from fakes.ports import free_port
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.events import Started
 from handlers.jobs import Attempt, Change, Job, JobState
@@ -49,7 +50,7 @@ from tests.redis_fixtures import (  # noqa: F401 (fixtures)
     fixture_valkey_url,
 )
 from tests.s3_proxy import S3FaultProxy
-from tests.servers import AWS_TEST_ENV, free_port, reset_moto
+from tests.servers import AWS_TEST_ENV, reset_moto
 
 BUCKET = "ft-ckpt"
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]

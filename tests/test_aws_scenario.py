@@ -26,12 +26,12 @@ import boto3
 from bot.cloud.aws import AwsCloud
 from bot.cloud.base import Instance
 from bot.cloud.local_metadata import LocalMetadataServer
+from fakes.bot_harness import SECRET, running_bot, start_job, wait_job
 from handlers.jobs import JobState, Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.report_keys import ReportKeys
 from handlers.spec import JobSpec
-from tests.bot_harness import SECRET, running_bot, start_job, wait_job
 from tests.runner_harness import runner_env
 from tests.test_aws_cloud import BUCKET, build_world
 

@@ -31,9 +31,9 @@ from bot.chat.console import ConsoleChat
 from bot.cloud.aws import AwsCloud
 from bot.service import BotService
 from bot.settings import Settings, load_config
+from fakes.bot_harness import CHANNEL, wait_job
 from handlers.jobs import JobState
 from handlers.report_keys import ReportKeys
-from tests.bot_harness import CHANNEL, wait_job
 from tests.cfn_stand_ins import Context, Values, deploy, load_template, moto_lacks
 from tests.test_aws_cloud import World
 from tests.test_aws_scenario import Ec2Bodies, spot_warning

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import boto3
 
-from handlers.jobs import JobState
-from tests.bot_harness import (
+from fakes.bot_harness import (
     SLEEPS,
     eventually,
     quick_recipe,
@@ -20,6 +19,7 @@ from tests.bot_harness import (
     wait_job,
     write_config,
 )
+from handlers.jobs import JobState
 
 
 def spot_warning(instance_id: str) -> str:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port, wait_http
+from fakes.ports import free_port
+from tests.servers import wait_http
 
 
 def bot_env(tmp_path: Path, **extra: str) -> dict[str, str]:

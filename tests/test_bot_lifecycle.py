@@ -10,8 +10,8 @@ from pathlib import Path
 
 from bot.cloud.local import LocalCloud
 from bot.timers import Timers
+from fakes.bot_harness import CHANNEL, SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
 from handlers.jobs import TERMINAL_STATES, JobState
-from tests.bot_harness import CHANNEL, SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
 from tests.test_bot_scenarios import wait_for_text
 
 # Trains one step every 50 ms until SIGTERM, then saves checkpoint-<step> and exits; resumed, it trains three

@@ -12,11 +12,7 @@ import aiohttp
 import pytest
 
 from bot.demo import others_can_run, run_demo, trainer_stays_with_you
-from handlers.events import Progress
-from handlers.jobs import JobState
-from handlers.messages import ReportReceived, dump_message
-from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from tests.bot_harness import (
+from fakes.bot_harness import (
     CHANNEL,
     FAILS_ON_RESUME,
     SECRET,
@@ -30,6 +26,10 @@ from tests.bot_harness import (
     wait_job,
     write_config,
 )
+from handlers.events import Progress
+from handlers.jobs import JobState
+from handlers.messages import ReportReceived, dump_message
+from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 
 async def test_the_demo_story_end_to_end(tmp_path: Path) -> None:

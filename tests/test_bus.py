@@ -17,8 +17,9 @@ from bot.bus import EventBus, HandBack, Handler
 from bot.keys import Keys
 from bot.redis_server import connect
 from bot.store import JobStore
+from fakes.bot_harness import drained, eventually
+from fakes.restartable_valkey import RestartableValkey
 from handlers.jobs import Change, Job, JobState
-from tests.bot_harness import drained, eventually
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,
@@ -26,7 +27,6 @@ from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
-from tests.restartable_valkey import RestartableValkey
 
 Consumer = Callable[..., Awaitable[EventBus]]
 

@@ -11,7 +11,7 @@ import os
 import random
 from pathlib import Path
 
-from tests.chaos import Cluster
+from fakes.chaos import Cluster
 
 
 async def test_replicas_killed_at_random_moments_of_drills_lose_nothing_and_post_nothing_twice(

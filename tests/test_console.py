@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pexpect
 
+from fakes.bot_harness import SECRET, SLEEPS, quick_recipe, report_headers, write_config
+from fakes.ports import free_port
 from handlers.events import Notice
-from tests.bot_harness import SECRET, SLEEPS, quick_recipe, report_headers, write_config
-from tests.servers import free_port
 from tests.test_bot_cli import bot_env
 
 TIMEOUT = 90

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.chat.render import card_text, message_text
+from fakes.notes import notify
 from handlers.cost import job_cost
 from handlers.jobs import Attempt, Job, JobState
-from tests.notes import notify
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 

@@ -17,10 +17,10 @@ import pytest
 from bot.chat.dingtalk.cards import out_track_id
 from bot.cloud.local import LocalCloud
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH
+from fakes.bot_harness import DRILLABLE, quick_recipe, running_dingtalk_bot, wait_job, write_config
+from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
 from handlers.jobs import JobState
 from tests.aliyun_payloads import INTERRUPTION, interruption_content, notification
-from tests.bot_harness import DRILLABLE, quick_recipe, running_dingtalk_bot, wait_job, write_config
-from tests.fake_dingtalk import FakeDingTalk, group_message, message_frame
 
 GROUP = "cidMLteam0001=="
 TOKEN = "cloudmonitor-push-token-0123"

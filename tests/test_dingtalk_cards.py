@@ -1,6 +1,6 @@
 """DingTalk job cards: created once in the job's group, updated in place, their buttons running the bot's commands.
 
-The real bot (embedded Valkey, local cloud, runner subprocesses) against tests/fake_dingtalk.py: the card API
+The real bot (embedded Valkey, local cloud, runner subprocesses) against fakes/fake_dingtalk.py: the card API
 checks what DingTalk checks, and the button clicks arrive as Stream callbacks the SDK acknowledges.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from bot.chat.dingtalk.cards import out_track_id
+from fakes.bot_harness import SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
+from fakes.fake_dingtalk import FakeDingTalk, card_click, click_frame, group_message, message_frame
 from handlers.jobs import JobState
-from tests.bot_harness import SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
-from tests.fake_dingtalk import FakeDingTalk, card_click, click_frame, group_message, message_frame
 
 GROUP = "cidMLteam0001=="
 OWNER = "manager4220"

@@ -1,4 +1,4 @@
-"""DingTalk out: the deliverer and its ChatPort against tests/fake_dingtalk.py and a real Valkey.
+"""DingTalk out: the deliverer and its ChatPort against fakes/fake_dingtalk.py and a real Valkey.
 
 What a durable outbox relies on is checked here: a failure DingTalk may recover from is transient (with its
 Retry-After), one it will not is permanent; signatures are right, and a wrong secret or an old timestamp is
@@ -25,12 +25,12 @@ from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.transport import Rejected
 from bot.chat.dingtalk.webhooks import Markdown, Mentions, Webhooks
 from bot.store import JobStore
+from fakes.fake_dingtalk import FakeDingTalk
+from fakes.notes import notify
 from handlers.decide import decide
 from handlers.events import utcnow
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Notify, parse_message
-from tests.fake_dingtalk import FakeDingTalk
-from tests.notes import notify
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,
     fixture_redis_client,

@@ -1,6 +1,6 @@
 """A DingTalk group reads Chinese by default: every answer to a command comes back in zh-CN, through the real path.
 
-The fake DingTalk (tests/fake_dingtalk.py) pushes ``@bot …`` messages over a real websocket to the real
+The fake DingTalk (fakes/fake_dingtalk.py) pushes ``@bot …`` messages over a real websocket to the real
 BotService; the answers come back on the session webhook. A group configured ``language: en`` gets English, and
 the job's history (the operators' record) stays English whatever the group reads.
 """
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from fakes.bot_harness import SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
+from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
 from handlers.jobs import JobState
-from tests.bot_harness import SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
-from tests.fake_dingtalk import FakeDingTalk, group_message, message_frame
 
 GROUP = "cidMLteam0001=="
 ENGLISH_GROUP = "cidEnglish=="

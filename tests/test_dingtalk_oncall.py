@@ -3,7 +3,7 @@ custom robot in Chinese, the failed resume paging on-call by userId and mobile u
 acknowledgement from the card's button.
 
 The real bot (embedded Valkey, local cloud, runner subprocesses, the on-call ladder on a stepped clock) against
-tests/fake_dingtalk.py, whose robot webhook refuses anything not signed with the robot's secret.
+fakes/fake_dingtalk.py, whose robot webhook refuses anything not signed with the robot's secret.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from bot.chat.dingtalk.cards import out_track_id
-from handlers.jobs import JobState
-from tests.bot_harness import (
+from fakes.bot_harness import (
     FAILS_ON_RESUME,
     SteppedClock,
     quick_recipe,
@@ -25,7 +24,8 @@ from tests.bot_harness import (
     wait_job,
     write_config,
 )
-from tests.fake_dingtalk import FakeDingTalk, card_click, click_frame, group_message, message_frame
+from fakes.fake_dingtalk import FakeDingTalk, card_click, click_frame, group_message, message_frame
+from handlers.jobs import JobState
 
 GROUP = "cidMLteam0001=="
 ANA, BO_MOBILE = "manager4220", "13800000000"

@@ -1,6 +1,6 @@
 """DingTalk in: the real bot's Stream connection against a local gateway, ``@bot /finetune …`` to the bot's commands.
 
-The gateway is tests/fake_dingtalk.py over real HTTP and a real websocket; frames are shaped as DingTalk sends
+The gateway is fakes/fake_dingtalk.py over real HTTP and a real websocket; frames are shaped as DingTalk sends
 them and the acks are whatever the dingtalk-stream SDK writes back.
 """
 
@@ -16,9 +16,8 @@ from bot.chat.dingtalk.inbound import command_text
 from bot.errors import ConfigError
 from bot.service import BotService
 from bot.settings import Settings
-from handlers.jobs import JobState
-from tests.bot_harness import SECRET, SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
-from tests.fake_dingtalk import (
+from fakes.bot_harness import SECRET, SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
+from fakes.fake_dingtalk import (
     CARD_TOPIC,
     MESSAGE_TOPIC,
     FakeDingTalk,
@@ -26,6 +25,7 @@ from tests.fake_dingtalk import (
     message_frame,
     system_frame,
 )
+from handlers.jobs import JobState
 
 GROUP = "cidMLteam0001=="
 

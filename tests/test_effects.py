@@ -22,14 +22,7 @@ from bot.keys import DEFAULT_KEYS
 from bot.redis_server import connect
 from bot.service import BotService
 from bot.store import JobStore
-from handlers.decide import new_job
-from handlers.events import Notice, utcnow
-from handlers.jobs import TERMINAL_STATES, ChatRef, JobState
-from handlers.launch import build_spec
-from handlers.messages import Notify, dump_message
-from handlers.recipes import Recipe
-from handlers.report_keys import ReportKeys
-from tests.bot_harness import (
+from fakes.bot_harness import (
     CHANNEL,
     DRILLABLE,
     SECRET,
@@ -43,9 +36,16 @@ from tests.bot_harness import (
     wait_job,
     write_config,
 )
-from tests.fake_slack import FakeSlack, Message
-from tests.notes import notify
-from tests.restartable_valkey import RestartableValkey
+from fakes.fake_slack import FakeSlack, Message
+from fakes.notes import notify
+from fakes.restartable_valkey import RestartableValkey
+from handlers.decide import new_job
+from handlers.events import Notice, utcnow
+from handlers.jobs import TERMINAL_STATES, ChatRef, JobState
+from handlers.launch import build_spec
+from handlers.messages import Notify, dump_message
+from handlers.recipes import Recipe
+from handlers.report_keys import ReportKeys
 
 
 @pytest.fixture

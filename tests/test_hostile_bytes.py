@@ -22,12 +22,12 @@ from bot.cloud.user_data import runner_boot_script
 from bot.service import BotService
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH
 from bot.sources.sns_http import SNS_PATH
+from fakes.bot_harness import SECRET, running_bot, slack_settings
+from fakes.fake_slack import FakeSlack, form_body, signed_headers, slash_command
 from handlers import safe_json
 from handlers.events import Progress, dump_report
 from handlers.report_keys import claimed_sender, derive_report_key
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from tests.bot_harness import SECRET, running_bot, slack_settings
-from tests.fake_slack import FakeSlack, form_body, signed_headers, slash_command
 
 TOKEN = "a-long-shared-secret-token-0123"
 TOPIC = "arn:aws:sns:us-east-1:123456789012:finetune-events"

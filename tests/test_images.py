@@ -109,7 +109,8 @@ def test_the_dockerfile_installs_that_wheel_and_runs_the_bot_unprivileged(wheel:
 
 
 def test_the_healthcheck_follows_the_bots_own_health(tmp_path: Path) -> None:
-    from tests.servers import free_port, wait_http
+    from fakes.ports import free_port
+    from tests.servers import wait_http
 
     port = free_port()
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}

@@ -2,14 +2,73 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def loaded_after(module: str) -> set[str]:
     code = f"import sys, {module}; print(' '.join(sorted(name.split('.')[0] for name in sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     return set(out.stdout.split())
+
+
+def imported_packages(source: str) -> set[str]:
+    """Every top-level package the source imports, wherever the import stands (a function's lazy import too), and
+    what ``importlib.import_module`` / ``__import__`` is asked for by name."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                found.add(node.args[0].value.split(".")[0])
+    return found
+
+
+def forbidden_imports(folder: str, forbidden: set[str]) -> dict[str, set[str]]:
+    """The files under ``folder`` that import one of ``forbidden``, with what they import of it."""
+    found = {}
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        bad = imported_packages(path.read_text()) & forbidden
+        if bad:
+            found[str(path.relative_to(ROOT))] = bad
+    return found
+
+
+def test_the_import_rule_sees_every_kind_of_import() -> None:
+    """The rules below can fail: each way of importing a package is seen, relative imports are the package's own."""
+    source = (
+        "import os, runner.storage\n"
+        "from . import sibling\n"
+        "def lazy():\n"
+        "    from tests.chaos import Cluster\n"
+        "    importlib.import_module('bench.chaos')\n"
+        "    return __import__('handlers.spec')\n"
+    )
+    assert imported_packages(source) == {"os", "runner", "tests", "bench", "handlers"}
+
+
+def test_the_bot_never_imports_the_runner() -> None:
+    """What both must agree on lives in handlers (DESIGN.md): the bot writes its own OSS objects, for one."""
+    assert forbidden_imports("bot", {"runner"}) == {}
+    assert not loaded_after("bot.service, bot.cli, bot.cloud.aliyun, bot.cloud.aws") & {"runner"}
+
+
+def test_the_runner_never_imports_the_bot() -> None:
+    assert forbidden_imports("runner", {"bot"}) == {}
+
+
+def test_bench_never_imports_the_tests() -> None:
+    """What bench shares with the tests (the local fakes, the harnesses) is the ``fakes`` package."""
+    assert forbidden_imports("bench", {"tests"}) == {}
+    assert forbidden_imports("fakes", {"tests"}) == {}
 
 
 def test_the_runner_agent_stays_light() -> None:

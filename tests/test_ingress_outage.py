@@ -21,10 +21,7 @@ import pytest
 from bot.log_limit import BURST
 from bot.service import BotService
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH
-from handlers.events import Progress, dump_report
-from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from tests.aliyun_payloads import INTERRUPTION, cloudevent, interruption_content, notification
-from tests.bot_harness import (
+from fakes.bot_harness import (
     SECRET,
     SLEEPS,
     quick_recipe,
@@ -34,9 +31,12 @@ from tests.bot_harness import (
     slack_settings,
     write_config,
 )
-from tests.fake_dingtalk import FakeDingTalk, group_message, message_frame
-from tests.fake_slack import FakeSlack, action_body, block_action, form_body, signed_headers, slash_command
-from tests.restartable_valkey import RestartableValkey
+from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
+from fakes.fake_slack import FakeSlack, action_body, block_action, form_body, signed_headers, slash_command
+from fakes.restartable_valkey import RestartableValkey
+from handlers.events import Progress, dump_report
+from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from tests.aliyun_payloads import INTERRUPTION, cloudevent, interruption_content, notification
 
 TOKEN = "a-long-shared-secret-token-0123"
 INSTANCE = "i-bp1ecr0000005go2go"

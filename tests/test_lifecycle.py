@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from fakes.notes import topic
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.events import CheckpointSaved, Failed, Interrupted, Notice, Progress, Started
 from handlers.failures import Failure
@@ -23,7 +24,6 @@ from handlers.messages import (
     parse_message,
 )
 from handlers.policy import Policy
-from tests.notes import topic
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LIMITS = Lifecycle(max_relaunches_without_progress=2, relaunch_pause_seconds=10, relaunch_pause_max_seconds=25)

@@ -10,12 +10,12 @@ import aiohttp
 import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
+from fakes.ports import free_port
 from handlers.events import InstanceNotice
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
 from runner.notices.base import MetadataUnavailable
 from runner.notices.watch import watch_notices
-from tests.servers import free_port
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from bot.chat.catalog import plain
 from bot.chat.console import ConsoleChat
 from bot.service import BotService
 from bot.timers import Timers
-from handlers.jobs import JobState
-from tests.bot_harness import (
+from fakes.bot_harness import (
     CHANNEL,
     FAILS_ON_RESUME,
     SteppedClock,
@@ -25,6 +24,7 @@ from tests.bot_harness import (
     wait_job,
     write_config,
 )
+from handlers.jobs import JobState
 
 ONCALL = {
     "people": {"ana": {"slack": "U0ANA"}, "bo": {"slack": "U0BO", "console": "bo"}},  # bo acks in the console

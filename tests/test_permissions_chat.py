@@ -1,6 +1,6 @@
 """Who may act on a job, end to end: the real bot (embedded Valkey, local cloud, runner subprocesses) behind its
-Slack adapter (HTTP mode, signed requests, tests/fake_slack.py) and its DingTalk adapter (Stream callbacks,
-tests/fake_dingtalk.py). Alice starts a job in channel A; Mallory in channel B, and Bob in A (not on Alice's
+Slack adapter (HTTP mode, signed requests, fakes/fake_slack.py) and its DingTalk adapter (Stream callbacks,
+fakes/fake_dingtalk.py). Alice starts a job in channel A; Mallory in channel B, and Bob in A (not on Alice's
 team), are refused everything that is the job's, typed or clicked, and see none of it; a team member and an admin
 may stop it; Mallory's ``list`` does not show it."""
 
@@ -16,8 +16,7 @@ import pytest
 from bot.chat.dingtalk.cards import out_track_id
 from bot.chat.slack.blocks import ACTION_INTERRUPT_TEST, ACTION_ON_DEMAND, ACTION_RESUME, ACTION_STOP
 from bot.service import BotService
-from handlers.jobs import JobState
-from tests.bot_harness import (
+from fakes.bot_harness import (
     SLEEPS,
     quick_recipe,
     running_bot,
@@ -26,8 +25,9 @@ from tests.bot_harness import (
     wait_job,
     write_config,
 )
-from tests.fake_dingtalk import FakeDingTalk, card_click, click_frame, group_message, message_frame
-from tests.fake_slack import FakeSlack
+from fakes.fake_dingtalk import FakeDingTalk, card_click, click_frame, group_message, message_frame
+from fakes.fake_slack import FakeSlack
+from handlers.jobs import JobState
 from tests.test_slack_http import click, command, started
 
 A, B = "C0TEAMA", "C0OTHERB"

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from bot.redis_server import RedisConfig, RedisUnavailable, open_redis, redacted
-from tests.bot_harness import CHANNEL, running_bot
+from fakes.bot_harness import CHANNEL, running_bot
 from tests.tls_valkey import TlsValkey, tls_valkey
 
 PASSWORD = "p@ss:w/rd" + secrets.token_hex(8)  # characters a URL must escape, so the escaping is exercised too

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fakes.bot_harness import running_bot, start_job, wait_job, write_config
 from handlers.jobs import JobState
 from handlers.restart import job_restart_s
-from tests.bot_harness import running_bot, start_job, wait_job, write_config
 
 TICK = {"spot": {"tick_seconds": 600}}
 

@@ -16,9 +16,9 @@ from bot.chat.slack.blocks import (
     user,
 )
 from bot.chat.slack.config import SlackConfig
+from fakes.notes import notify
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.notes import ResumeFailedPage
-from tests.notes import notify
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 

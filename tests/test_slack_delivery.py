@@ -1,6 +1,6 @@
 """Delivery to Slack: coalesced card edits, rate limits, outages, dedup, alerts, pages and their acknowledgement.
 
-Real BotService with the Slack adapter in HTTP mode against tests/fake_slack.py; jobs started with signed slash
+Real BotService with the Slack adapter in HTTP mode against fakes/fake_slack.py; jobs started with signed slash
 commands; notes either produced by the real handlers or, for the on-call page contract, built here and handed
 to the service's chat outbox (the same call the bot makes).
 """
@@ -17,10 +17,7 @@ import pytest
 
 from bot.bus import EVENT_FIELD
 from bot.service import BotService
-from handlers.events import Progress
-from handlers.jobs import Job, JobState
-from handlers.messages import ReportReceived, dump_message
-from tests.bot_harness import (
+from fakes.bot_harness import (
     FAILS_ON_RESUME,
     SteppedClock,
     drained,
@@ -31,8 +28,11 @@ from tests.bot_harness import (
     wait_job,
     write_config,
 )
-from tests.fake_slack import FakeSlack, Message
-from tests.notes import notify
+from fakes.fake_slack import FakeSlack, Message
+from fakes.notes import notify
+from handlers.events import Progress
+from handlers.jobs import Job, JobState
+from handlers.messages import ReportReceived, dump_message
 from tests.test_slack_http import CHANNEL, buttons, card_of, click, command, field_text, sleepy_config, started
 
 ALERTS = "C0ALERTS"

@@ -1,7 +1,7 @@
 """Slack in HTTP mode, end to end: signed requests to the running bot's /slack/events, Web API calls to a fake.
 
 The bot is the real BotService (embedded Valkey, local cloud with real runner subprocesses); Slack is
-tests/fake_slack.py over real HTTP.
+fakes/fake_slack.py over real HTTP.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ import pytest
 from bot.cloud.local import LocalCloud
 from bot.log_limit import BURST
 from bot.service import BotService, CloudWiring
-from handlers.jobs import JobState, Market
-from tests.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
-from tests.fake_slack import (
+from fakes.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
+from fakes.fake_slack import (
     FakeSlack,
     Message,
     action_body,
@@ -31,6 +30,7 @@ from tests.fake_slack import (
     signed_headers,
     slash_command,
 )
+from handlers.jobs import JobState, Market
 
 CHANNEL = "C0JOBS"
 CHINESE_CHANNEL = "C0ZHTEAM"

@@ -1,6 +1,6 @@
 """Slack in Socket Mode: the bot opens the websocket that apps.connections.open names and answers envelopes on it.
 
-tests/fake_slack.py plays both halves of Slack: the Web API (``apps.connections.open`` returns the ws:// URL of
+fakes/fake_slack.py plays both halves of Slack: the Web API (``apps.connections.open`` returns the ws:// URL of
 its own ``/socket``) and the Socket Mode server (``hello``, then the envelopes a test sends).
 """
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import aiohttp
 
+from fakes.bot_harness import running_bot, slack_settings, wait_job
+from fakes.fake_slack import FakeSlack, block_action, slash_command
 from handlers.jobs import JobState
-from tests.bot_harness import running_bot, slack_settings, wait_job
-from tests.fake_slack import FakeSlack, block_action, slash_command
 from tests.test_slack_http import CHANNEL, card_of, field_text, sleepy_config
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bot.errors import ConfigError
+from fakes.bot_harness import running_bot, slack_settings, wait_job
+from fakes.fake_slack import SIGNING_SECRET, TEAM, FakeSlack
 from handlers.jobs import JobState
-from tests.bot_harness import running_bot, slack_settings, wait_job
-from tests.fake_slack import SIGNING_SECRET, TEAM, FakeSlack
 from tests.test_bot_cli import bot_env
 from tests.test_slack_http import CHANNEL, card_of, command, field_text, sleepy_config, started
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bot.errors import ConfigError
-from tests.bot_harness import running_bot, slack_settings
-from tests.fake_slack import TEAM, FakeSlack, action_body, block_action, form_body, signed_headers, slash_command
+from fakes.bot_harness import running_bot, slack_settings
+from fakes.fake_slack import TEAM, FakeSlack, action_body, block_action, form_body, signed_headers, slash_command
 from tests.test_slack_http import CHANNEL, post, sleepy_config, started
 
 

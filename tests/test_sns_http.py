@@ -21,11 +21,11 @@ from bot.report_gate import ReportGate
 from bot.sources.aws_intake import AwsIntake
 from bot.sources.sns_http import SNS_PATH, sns_routes
 from bot.sources.sns_signature import SnsVerifier, UrlFetcher, fetch_url, is_allowed_url, string_to_sign
+from fakes.restartable_valkey import RestartableValkey
 from handlers.aws_events import event_message_id
 from handlers.messages import CloudEvent, ReportReceived, parse_message
 from handlers.report_keys import ReportKeys
 from handlers.signing import sign
-from tests.restartable_valkey import RestartableValkey
 from tests.sns_payloads import progress_report, rebalance, spot_warning
 from tests.sns_queues import RecordingBus
 from tests.sns_signing import SnsSigner, confirmation, notification

@@ -10,13 +10,13 @@ import pytest
 from bot.chat.catalog import text
 from bot.chat.render import card
 from bot.settings import ConfigError, load_settings, parse_file_config
+from fakes.notes import topic
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.events import Interrupted
 from handlers.failures import Failure
 from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.messages import CloudEvent, LaunchFailed, PolicyTick, ReportReceived
 from handlers.spot import SpotView, choose, estimated_availability, managed
-from tests.notes import topic
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 VIEW = SpotView(zones=("zone-a", "zone-b"), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))

@@ -10,8 +10,8 @@ from pathlib import Path
 from bot.chat.render import card_text
 from bot.cloud.local import LocalCloud
 from bot.timers import Timers
+from fakes.bot_harness import CHANNEL, SteppedClock, running_bot, start_job, wait_job, write_config
 from handlers.jobs import JobState
-from tests.bot_harness import CHANNEL, SteppedClock, running_bot, start_job, wait_job, write_config
 from tests.test_bot_scenarios import wait_for_text
 
 # The policy is asked again every 10 minutes: a job 10 minutes from its deadline cannot wait for spot.

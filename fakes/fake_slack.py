@@ -161,7 +161,7 @@ class FakeSlack:
         token = header.removeprefix("Bearer ") if header.startswith("Bearer ") else args.get("token")
         if self._down or self._failures:
             status, retry_after = self._failures.pop(0) if self._failures else (500, None)
-            error = "ratelimited" if status == 429 else "internal_error"
+            error: str | None = "ratelimited" if status == 429 else "internal_error"
             self.calls.append(Call(method, args, token, status, error=error))
             headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else {}
             return web.json_response({"ok": False, "error": error}, status=status, headers=headers)

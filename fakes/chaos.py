@@ -1,7 +1,7 @@
 """Kill rounds against two bot replicas: what ``tests/test_chaos.py`` runs a few of and ``bench/chaos.py`` many.
 
 The cluster is made of real parts: a Valkey server of its own, two ``finetune-bot serve`` processes (separate state
-directories, one shared checkpoint directory, Slack in HTTP mode against :class:`tests.fake_slack.FakeSlack`), the
+directories, one shared checkpoint directory, Slack in HTTP mode against :class:`fakes.fake_slack.FakeSlack`), the
 local cloud's instances as processes of their own with real runners. A round starts a job from a slash command
 sent to either replica, waits for it to train, asks for an interruption drill, and SIGKILLs one replica (chosen by
 the seeded generator) at a random moment of the drill, or (``mid_effect``) whichever replica is carrying out a
@@ -36,12 +36,12 @@ from bot.cloud.local import LocalCloud
 from bot.keys import DEFAULT_KEYS
 from bot.redis_server import connect
 from bot.store import JobStore
+from fakes.bot_harness import DRILLABLE, quick_recipe
+from fakes.fake_slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack, form_body, signed_headers, slash_command
+from fakes.restartable_valkey import RestartableValkey
 from handlers.events import parse_report
 from handlers.jobs import JobState
 from handlers.messages import report_received
-from tests.bot_harness import DRILLABLE, quick_recipe
-from tests.fake_slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack, form_body, signed_headers, slash_command
-from tests.restartable_valkey import RestartableValkey
 
 CHANNEL = "C0CHAOS"
 ALERTS = "C0ALERTS"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.redis_server import EMBEDDED_CONFIG
-from tests.servers import free_port
+from fakes.ports import free_port
 
 
 class RestartableValkey:

@@ -19,11 +19,11 @@ from bot.chat.console import ConsoleChat
 from bot.cloud.local import LocalCloud
 from bot.service import BotService, CloudFactory, open_cloud
 from bot.settings import Settings
+from fakes.fake_dingtalk import FakeDingTalk
 from handlers.events import utcnow
 from handlers.jobs import ChatRef, Job
 from handlers.report_keys import claimed_sender, derive_report_key
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from tests.fake_dingtalk import FakeDingTalk
 
 CHANNEL = ChatRef(platform="console", channel="test")
 SECRET = "test-report-secret"  # the bot's master report secret: no runner ever holds it
@@ -103,8 +103,8 @@ class SteppedClock:
 
 
 def slack_settings(api_url: str, socket_mode: bool = False, **override: Any) -> dict[str, Any]:
-    """Settings for running_bot(**…) that turn on the Slack adapter against a local fake (tests/fake_slack.py)."""
-    from tests.fake_slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
+    """Settings for running_bot(**…) that turn on the Slack adapter against a local fake (fakes/fake_slack.py)."""
+    from fakes.fake_slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 
     settings: dict[str, Any] = {"slack_bot_token": BOT_TOKEN, "slack_api_url": api_url}
     if socket_mode:

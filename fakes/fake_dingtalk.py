@@ -200,7 +200,11 @@ class FakeDingTalk:
                 if message.type is WSMsgType.TEXT:
                     ack = json.loads(message.data)
                     message_id = ack.get("headers", {}).get("messageId")
-                    await self._record(lambda ack=ack, message_id=message_id: self.acks.__setitem__(message_id, ack))
+
+                    def acknowledge(ack: dict[str, Any] = ack, message_id: str = message_id) -> None:
+                        self.acks[message_id] = ack
+
+                    await self._record(acknowledge)
         finally:
             if self._ws is ws:
                 self._ws = None
@@ -235,7 +239,7 @@ class FakeDingTalk:
         if refused is not None:
             return refused
         problem = _card_problem(body, self.client_id)
-        track = body.get("outTrackId")
+        track: str = body.get("outTrackId") or ""
         if problem is None and track in self.cards:
             problem = "outTrackId already used"
         if problem is not None:
