@@ -33,21 +33,21 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.app import Bot
 from bot.bus import EventBus, encode_event
 from bot.chat.delivery import Platform
 from bot.chat.outbox import ChatOutbox
 from bot.chat.render import card_text
+from bot.core import Bot
 from bot.keys import DEFAULT_KEYS
+from bot.queues import EVENT_FIELD
 from bot.redis_server import RedisHandle
-from bot.routes import EVENT_FIELD
 from bot.store import JobStore
 from handlers.decide import decide, new_job
-from handlers.events import Progress, Started, utcnow
 from handlers.jobs import ChatRef, Job
 from handlers.messages import Launched, Notify, ReportReceived, dump_message
-from handlers.policy import Policy
+from handlers.policy_config import PolicyConfig
 from handlers.recipes import BUILT_IN
+from handlers.reports import Progress, Started, utcnow
 
 
 class TimingChat:
@@ -205,7 +205,7 @@ async def main() -> None:
             platform = Platform(chat, coalesce_cards=False)  # every card rendered, none coalesced away
             outbox = ChatOutbox(redis.new_client(), store, {"bench": platform}, consumer="bench")
             await outbox.bus.ensure_group()
-            bot = Bot(store, NoCloud(), Policy(), BUILT_IN)  # type: ignore[arg-type]
+            bot = Bot(store, NoCloud(), PolicyConfig(), BUILT_IN)  # type: ignore[arg-type]
 
             load = os.getloadavg()[0]
             jobs = await make_jobs(store, "tput", args.jobs)

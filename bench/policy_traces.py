@@ -54,7 +54,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from handlers.spot.rules import POLICIES, Policy
+from handlers.spot.rules import POLICIES, SpotPolicy
 from handlers.spot.simulator import Run, Zone, simulate, to_ticks
 
 DEFAULT_TRACES = Path(__file__).resolve().parent / "data" / "spot-traces"
@@ -182,7 +182,7 @@ def evaluate(
     split: str,
     starts: int,
     restart_minutes: float,
-    policies: dict[str, Policy],
+    policies: dict[str, SpotPolicy],
     optima: dict[str, float] | None = None,
 ) -> list[Result]:
     """Every policy on every scenario of the split; ``optima`` (see :func:`optimum_key`) saves the DP's answers

@@ -37,9 +37,9 @@ from bot.service import BotService
 from fakes.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config
 from fakes.fake_slack import Call, FakeSlack, form_body, signed_headers, slash_command
 from fakes.notes import notify
-from handlers.events import Progress
 from handlers.jobs import Job, JobState
 from handlers.messages import ReportReceived, dump_message
+from handlers.reports import Progress
 
 CHANNEL = "C0JOBS"
 NOTES = 20

@@ -41,7 +41,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT, StreamIdT
 
 from bot.keys import DEFAULT_KEYS, Keys
-from bot.routes import EVENT_FIELD, STREAM_MAXLEN
+from bot.queues import EVENT_FIELD, STREAM_MAXLEN
 from handlers.backoff import backoff
 from handlers.ids import new_event_id
 

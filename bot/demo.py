@@ -25,8 +25,8 @@ from bot.chat.render import card_text
 from bot.service import BotService
 from bot.settings import Settings
 from handlers.cost import job_cost
-from handlers.events import utcnow
 from handlers.jobs import TERMINAL_STATES, ChatRef, Job, JobState
+from handlers.reports import utcnow
 
 USER = "console:demo"
 CHANNEL = ChatRef(platform="console", channel="demo")

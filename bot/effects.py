@@ -52,7 +52,6 @@ from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, LaunchErr
 from bot.store import JobStore
 from handlers.backoff import backoff
 from handlers.jobs import TERMINAL_STATES, Job, JobState
-from handlers.launch import build_spec
 from handlers.messages import (
     InterruptTest,
     Launch,
@@ -67,6 +66,7 @@ from handlers.messages import (
 )
 from handlers.notes import InterruptTestDone, InterruptTestFailed, Note
 from handlers.recipes import Recipe, find_recipe
+from handlers.spec_build import build_spec
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ import redis.asyncio as aioredis
 from bot.cloud.base import ListsGroups, ListsInstances
 from bot.keys import Keys
 from bot.store import JobStore
-from handlers.events import utcnow
 from handlers.jobs import Change, Job
 from handlers.lifecycle import Lifecycle
 from handlers.messages import dump_message
@@ -52,6 +51,7 @@ from handlers.reconcile import (
     release_group,
     silence_key,
 )
+from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The one door every runner report comes through, whatever the route (HTTP, SNS over HTTPS, SQS).
 
 A report is believed only when it is signed, within the tolerance window, with the key of the (job, attempt) it
-names (:mod:`handlers.report_keys`), and its fields are within their caps (:func:`handlers.events.parse_report`).
+names (:mod:`handlers.report_keys`), and its fields are within their caps (:func:`handlers.reports.parse_report`).
 Anything else is refused, counted (``finetune_reports_refused_total`` on ``/metrics``), logged at a bounded rate,
 and changes nothing. An accepted report becomes its bus message, under the reports' own id namespace.
 """
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from bot.log_limit import LimitedLog
-from handlers.events import parse_report
 from handlers.messages import ReportReceived, report_received
 from handlers.report_keys import verify_report
+from handlers.reports import parse_report
 
 log = logging.getLogger(__name__)
 

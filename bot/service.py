@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from bot.app import Bot
 from bot.bus import EventBus, default_consumer_name
 from bot.chat.base import ChatPort, PortDeliverer
 from bot.chat.console import ConsoleChat
@@ -38,6 +37,7 @@ from bot.cloud.aliyun_settings import static_key_refusal
 from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider, RenewsStorageCredentials
 from bot.cloud.local import LocalCloud
+from bot.core import Bot
 from bot.effects import CloudEffects
 from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
@@ -57,9 +57,9 @@ from bot.sources.sqs import SqsSource
 from bot.storage_renewal import StorageRenewal
 from bot.store import JobStore
 from bot.timers import Timers
-from handlers.events import utcnow
 from handlers.permissions import describe
 from handlers.report_keys import ReportKeys
+from handlers.reports import utcnow
 
 if TYPE_CHECKING:
     from bot.chat.dingtalk.adapter import DingTalk

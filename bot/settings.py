@@ -22,7 +22,7 @@ from bot.cloud.aws import AwsSettings
 from bot.errors import ConfigError
 from bot.redis_server import check_redis_url, redacted
 from handlers.oncall import OnCall
-from handlers.policy import Policy
+from handlers.policy_config import PolicyConfig
 from handlers.recipes import BUILT_IN, Recipe
 
 
@@ -110,7 +110,7 @@ def _arns(listed: str) -> list[str]:
 
 class FileConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    policy: Policy = Field(default_factory=Policy)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
     recipes: list[Recipe] = Field(default_factory=list)
     oncall: OnCall = Field(default_factory=OnCall)  # the rota and escalation ladder of failed-resume pages
     aws: AwsSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aws

@@ -8,7 +8,7 @@ when either check fails; then the transition decides again on what is stored now
 WATCH/MULTI/EXEC would do it, in two round trips instead of four).
 
 The outbox is not published anywhere first: each message goes straight to the queue its executor reads (chat
-notes to the chat stream, cloud effects to the cloud stream, timers to the timer set; see :mod:`bot.routes`),
+notes to the chat stream, cloud effects to the cloud stream, timers to the timer set; see :mod:`bot.queues`),
 in that same script, so a change and what must follow from it are written together or not at all. The cloud
 executor finishes an effect the same way (:meth:`JobStore.finish_effect`): the record that it was done and its
 follow-up (``Launched``, a note) in one step.
@@ -33,7 +33,7 @@ import redis.asyncio as aioredis
 
 from bot.batch import Batcher
 from bot.keys import DEFAULT_KEYS, Keys
-from bot.routes import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
+from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
 from handlers.ids import new_event_id
 from handlers.jobs import ACTIVE_STATES, TERMINAL_STATES, Change, ChatRef, Job, JobState

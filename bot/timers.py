@@ -1,7 +1,7 @@
 """Delayed bus messages (e.g. "the replacement should have started by now"), kept in Redis.
 
 A timer is a sorted-set member scored by its due time, written there by the job store in the same step as the
-change that set it (see :mod:`bot.routes`). The loop moves due members onto the events stream with one script
+change that set it (see :mod:`bot.queues`). The loop moves due members onto the events stream with one script
 call (ZREM and XADD together), so with several replicas each timer fires exactly once, and a restart of the bot
 neither loses nor repeats one.
 """
@@ -20,8 +20,8 @@ import redis.asyncio as aioredis
 
 from bot.bus import encode_event
 from bot.keys import DEFAULT_KEYS, Keys
-from bot.routes import EVENT_FIELD, STREAM_MAXLEN
-from handlers.events import utcnow
+from bot.queues import EVENT_FIELD, STREAM_MAXLEN
+from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
 

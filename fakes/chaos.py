@@ -39,9 +39,9 @@ from bot.store import JobStore
 from fakes.bot_harness import DRILLABLE, quick_recipe
 from fakes.fake_slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack, form_body, signed_headers, slash_command
 from fakes.restartable_valkey import RestartableValkey
-from handlers.events import parse_report
 from handlers.jobs import JobState
 from handlers.messages import report_received
+from handlers.reports import parse_report
 
 CHANNEL = "C0CHAOS"
 ALERTS = "C0ALERTS"

@@ -46,8 +46,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from handlers import safe_json
-from handlers.events import REPORT_TYPES, parse_report
 from handlers.messages import CloudEvent, ReportReceived, report_received
+from handlers.reports import REPORT_TYPES, parse_report
 
 EC2_SOURCE = "aws.ec2"
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"

@@ -15,16 +15,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from handlers.events import (
-    CheckpointSaved,
-    Completed,
-    Failed,
-    Interrupted,
-    Notice,
-    Progress,
-    RunnerReport,
-    Started,
-)
 from handlers.failures import Failure, english
 from handlers.instance_claims import foreign_instance
 from handlers.jobs import (
@@ -81,6 +71,16 @@ from handlers.notes import (
 )
 from handlers.oncall import OnCall, open_page, page_step
 from handlers.reasons import Reason, Wording
+from handlers.reports import (
+    CheckpointSaved,
+    Completed,
+    Failed,
+    Interrupted,
+    Notice,
+    Progress,
+    RunnerReport,
+    Started,
+)
 from handlers.restart import first_step
 from handlers.spot import Choice, Event, SpotView, choose, managed
 from handlers.spot.steer import next_stretch, refused, tick_market

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.events import utcnow
 from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN
 from handlers.reasons import Reason
+from handlers.reports import utcnow
 
 
 class JobState(StrEnum):

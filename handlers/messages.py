@@ -6,7 +6,7 @@ that caused them, each straight to the queue of its executor (notes to the chat 
 interrupt-test and stop to the cloud executor; timers to the timer set); each carries its own id, so a
 redelivered effect is recognised and not carried out twice.
 
-One word, one meaning, here as in runner reports (:mod:`handlers.events`) and notes (:mod:`handlers.notes`):
+One word, one meaning, here as in runner reports (:mod:`handlers.reports`) and notes (:mod:`handlers.notes`):
 ``type`` says which model a message is (the union's discriminator: ``{"type": "launch", …}``); ``kind`` says
 what sort of thing it reports inside a model (``CloudEvent.kind``: spot-interruption, rebalance or instance-gone,
 as ``Notice.kind`` in a report). Until this release messages were told apart by ``kind`` and a cloud event's sort
@@ -21,10 +21,10 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
 
-from handlers.events import RunnerReport, utcnow
 from handlers.ids import new_event_id
 from handlers.jobs import Market
 from handlers.notes import Note
+from handlers.reports import RunnerReport, utcnow
 
 
 class _Message(BaseModel):

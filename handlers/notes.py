@@ -13,9 +13,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from handlers.events import Late
 from handlers.failures import Failure
 from handlers.jobs import Market
+from handlers.reports import Late
 from handlers.spot import policies as spot_policies
 from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation

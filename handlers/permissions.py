@@ -20,7 +20,7 @@ from datetime import datetime
 from handlers.commands import Action
 from handlers.jobs import ChatRef, Job
 from handlers.oncall import OnCall, on_call_now
-from handlers.policy import Policy
+from handlers.policy_config import PolicyConfig
 from handlers.reasons import Reason, Wording
 
 JOB_ACTIONS: frozenset[Action] = frozenset({"stop", "interrupt-test", "resume", "logs", "ack"})  # owner's, team's
@@ -44,11 +44,11 @@ def channel_id(chat: ChatRef) -> str:
     return f"{chat.platform}:{chat.channel}"
 
 
-def is_admin(policy: Policy, user: str) -> bool:
+def is_admin(policy: PolicyConfig, user: str) -> bool:
     return user in policy.admins
 
 
-def team_of_channel(policy: Policy, chat: ChatRef | None) -> str | None:
+def team_of_channel(policy: PolicyConfig, chat: ChatRef | None) -> str | None:
     """The team whose home ``chat`` is, if any."""
     if chat is None:
         return None
@@ -56,7 +56,7 @@ def team_of_channel(policy: Policy, chat: ChatRef | None) -> str | None:
     return next((name for name, team in sorted(policy.teams.items()) if channel in team.channels), None)
 
 
-def home_team(policy: Policy, user: str, chat: ChatRef | None) -> str | None:
+def home_team(policy: PolicyConfig, user: str, chat: ChatRef | None) -> str | None:
     """The team of a job ``user`` starts in ``chat``: the channel's team, else the owner's when they are on exactly
     one, else none."""
     team = team_of_channel(policy, chat)
@@ -66,7 +66,7 @@ def home_team(policy: Policy, user: str, chat: ChatRef | None) -> str | None:
     return mine[0] if len(mine) == 1 else None
 
 
-def narrowed(policy: Policy, user: str, action: Action) -> Reason | None:
+def narrowed(policy: PolicyConfig, user: str, action: Action) -> Reason | None:
     """Why an ``allow`` rule keeps ``user`` from ``action`` altogether, or None."""
     if policy.allow is None or action not in policy.allow:
         return None
@@ -77,14 +77,14 @@ def narrowed(policy: Policy, user: str, action: Action) -> Reason | None:
     return WORDING("refused.not-allowed", action=action, user=user)
 
 
-def sees(policy: Policy, user: str, chat: ChatRef, job: Job) -> bool:
+def sees(policy: PolicyConfig, user: str, chat: ChatRef, job: Job) -> bool:
     """Whether ``job`` is shown to ``user`` asking in ``chat``: a job of that channel, or to an admin any job."""
     if is_admin(policy, user):
         return True
     return job.chat is not None and (job.chat.platform, job.chat.channel) == (chat.platform, chat.channel)
 
 
-def acts_for(policy: Policy, user: str, job: Job) -> bool:
+def acts_for(policy: PolicyConfig, user: str, job: Job) -> bool:
     """Whether ``user`` acts for ``job``: its owner, a member of its team, or an admin."""
     if user == job.requested_by or is_admin(policy, user):
         return True
@@ -100,7 +100,7 @@ def paged(oncall: OnCall, user: str, job: Job, now: datetime) -> bool:
 
 
 def job_refusal(
-    policy: Policy, oncall: OnCall, user: str, chat: ChatRef, action: Action, job: Job, now: datetime
+    policy: PolicyConfig, oncall: OnCall, user: str, chat: ChatRef, action: Action, job: Job, now: datetime
 ) -> Reason | None:
     """Why ``user`` in ``chat`` may not ``action`` ``job``, or None when they may (``allow`` rules aside:
     :func:`narrowed`)."""
@@ -114,7 +114,7 @@ def job_refusal(
     return WORDING(key, job=job.id, action=action)
 
 
-def describe(policy: Policy) -> str:
+def describe(policy: PolicyConfig) -> str:
     """The model in force, for the log at start (one line)."""
     teams = ", ".join(f"{name} ({len(team.members)} members)" for name, team in sorted(policy.teams.items()))
     narrowing = ", ".join(sorted(policy.allow)) if policy.allow else "none"

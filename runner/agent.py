@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from handlers.events import (
+from handlers.failures import Failure
+from handlers.reports import (
     CheckpointSaved,
     Completed,
     Failed,
@@ -38,8 +39,7 @@ from handlers.events import (
     RunnerWarning,
     Started,
 )
-from handlers.events import Notice as NoticeReport
-from handlers.failures import Failure
+from handlers.reports import Notice as NoticeReport
 from handlers.spec import JobSpec
 from runner.checkpoints import CheckpointStore, Committed
 from runner.local_checkpoints import LocalCheckpoint, newest_complete

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from handlers.events import SkipKind, SkippedCheckpoint
+from handlers.reports import SkipKind, SkippedCheckpoint
 from runner.checksums import encode, file_part_crcs
 from runner.final_output import output_files
 from runner.local_checkpoints import checkpoint_step

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from handlers.events import NotAskedWhy
+from handlers.reports import NotAskedWhy
 
 MiB = 1024 * 1024
 MARGIN_FACTOR = 1.25  # estimates from a handful of measurements: a quarter on top …

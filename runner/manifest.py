@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from handlers.events import utcnow
+from handlers.reports import utcnow
 from runner.checksums import ALGORITHM, part_count
 
 MANIFEST_NAME = "MANIFEST.json"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from handlers.events import GivenUp, Late
+from handlers.reports import GivenUp, Late
 from runner.checkpoints import Committed
 from runner.commit_plan import MiB, Plan, Situation, plan
 from runner.local_checkpoints import complete_checkpoints, list_checkpoint_dirs

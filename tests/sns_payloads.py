@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from handlers.events import Progress, dump_report
+from handlers.reports import Progress, dump_report
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

@@ -34,12 +34,12 @@ from bot.reconciler import Reconciler
 from bot.store import JobStore
 from fakes.ports import free_port
 from handlers.decide import decide, new_job, resume_command, stop_command
-from handlers.events import Started
 from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.lifecycle import Lifecycle
 from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StopDeadline
 from handlers.recipes import BUILT_IN
 from handlers.report_keys import ReportKeys
+from handlers.reports import Started
 from handlers.spec import JobSpec, parse_spec
 from handlers.spot import SpotView
 from tests.aws_fakes import Ec2Proxy, deliver_fis_interruption, spot_request

@@ -26,9 +26,9 @@ from fakes.bot_harness import (
     wait_job,
     write_config,
 )
-from handlers.events import Progress
 from handlers.jobs import JobState
 from handlers.messages import ReportReceived, dump_message
+from handlers.reports import Progress
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 

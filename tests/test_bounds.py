@@ -11,13 +11,13 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from bot.app import Bot
 from bot.cloud.local import LocalCloud
+from bot.core import Bot
 from bot.keys import Keys
 from bot.retention import Retention
 from bot.store import JobStore
 from handlers.jobs import Change, ChatRef, Job, JobState
-from handlers.policy import Policy
+from handlers.policy_config import PolicyConfig
 from handlers.recipes import BUILT_IN
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
@@ -43,7 +43,7 @@ class Clock:
 
 
 async def replicas(
-    factory: RedisClientFactory, prefix: str, tmp_path: Path, policy: Policy, clock: Callable[[], datetime]
+    factory: RedisClientFactory, prefix: str, tmp_path: Path, policy: PolicyConfig, clock: Callable[[], datetime]
 ) -> list[Bot]:
     """Two bots on one Redis, each with its own client (and pool), as two replicas are."""
     bots = []
@@ -58,7 +58,7 @@ async def test_a_burst_from_one_user_across_two_replicas_is_cut_at_the_limit_and
     redis_client_factory: RedisClientFactory, key_prefix: str, tmp_path: Path
 ) -> None:
     clock = Clock()
-    policy = Policy(rate={"commands_per_minute": 6, "starts_per_minute": 2})
+    policy = PolicyConfig(rate={"commands_per_minute": 6, "starts_per_minute": 2})
     first, second = await replicas(redis_client_factory, key_prefix, tmp_path, policy, clock)
     burst = [(first if n % 2 else second).command("slack:U0MAL", A, "list") for n in range(15)]
     replies = await asyncio.gather(*burst)
@@ -82,7 +82,7 @@ async def test_a_burst_from_one_user_across_two_replicas_is_cut_at_the_limit_and
 async def test_twenty_concurrent_starts_with_a_cap_of_three_leave_exactly_three_jobs(
     redis_client_factory: RedisClientFactory, key_prefix: str, tmp_path: Path
 ) -> None:
-    policy = Policy(max_concurrent_jobs=3)
+    policy = PolicyConfig(max_concurrent_jobs=3)
     first, second = await replicas(redis_client_factory, key_prefix, tmp_path, policy, Clock())
     starts = [(first, second)[n % 2].command(f"slack:U{n:04d}", A, "start tiny") for n in range(20)]
     replies = await asyncio.gather(*starts)
@@ -109,7 +109,7 @@ async def test_ended_jobs_leave_the_store_after_the_retention_with_every_index_e
 ) -> None:
     clock = Clock()
     store = JobStore(redis_client, Keys(key_prefix))
-    bot = Bot(store, LocalCloud(tmp_path), Policy(rate={"starts_per_minute": 100}), BUILT_IN, clock=clock)
+    bot = Bot(store, LocalCloud(tmp_path), PolicyConfig(rate={"starts_per_minute": 100}), BUILT_IN, clock=clock)
     ids = [(await bot.command("slack:U0ANA", A, "start tiny")).split()[1].rstrip(":") for _ in range(3)]
     old, recent, resumed = ids
     await end(store, old, T0)
@@ -138,7 +138,7 @@ async def test_list_reads_the_channels_latest_jobs_from_an_index_and_admins_see_
 ) -> None:
     clock = Clock()
     store = JobStore(redis_client, Keys(key_prefix))
-    policy = Policy(admins=["slack:U0ADMIN"], rate={"starts_per_minute": 100, "commands_per_minute": 100})
+    policy = PolicyConfig(admins=["slack:U0ADMIN"], rate={"starts_per_minute": 100, "commands_per_minute": 100})
     bot = Bot(store, LocalCloud(tmp_path), policy, BUILT_IN, clock=clock)
     in_a = []
     for _ in range(25):
@@ -167,7 +167,7 @@ async def test_a_flood_of_refusals_cannot_roll_what_was_done_out_of_the_audit_lo
     redis_client: aioredis.Redis, key_prefix: str, tmp_path: Path
 ) -> None:
     store = JobStore(redis_client, Keys(key_prefix), audit_maxlen=100)
-    bot = Bot(store, LocalCloud(tmp_path), Policy(rate={"commands_per_minute": 1000}), BUILT_IN, clock=Clock())
+    bot = Bot(store, LocalCloud(tmp_path), PolicyConfig(rate={"commands_per_minute": 1000}), BUILT_IN, clock=Clock())
     job_id = (await bot.command("slack:U0ANA", A, "start tiny")).split()[1].rstrip(":")
     for n in range(400):
         reply = await bot.command(f"slack:U{n:04d}", B, f"stop {job_id}")

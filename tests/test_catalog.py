@@ -16,12 +16,11 @@ from bot.chat import catalog as catalog_module
 from bot.chat.catalog import LANGUAGES, en, messages, plain, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
 from handlers import commands, decide, failures, job_options, permissions, recipes
-from handlers import policy as policy_module
+from handlers import policy_config as policy_module
 from handlers import reconcile as reconcile_module
 from handlers.commands import HELP, HELP_REASON, USAGE, Action, UsageError, parse
 from handlers.decide import ack_command, interrupt_test_command, resume_command, stop_command
 from handlers.decide import decide as decide_message
-from handlers.events import Late
 from handlers.failures import CODES, Failure
 from handlers.jobs import Attempt, ChatRef, CheckpointRef, Job, JobState, Page
 from handlers.messages import LaunchFailed, Notify, StartDeadline, dump_message, parse_message
@@ -55,10 +54,11 @@ from handlers.notes import (
 )
 from handlers.oncall import OnCall
 from handlers.permissions import job_refusal, narrowed
-from handlers.policy import Policy, guard_start
+from handlers.policy_config import PolicyConfig, guard_start
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
+from handlers.reports import Late
 from handlers.spot import policies as spot_policies
 from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
@@ -260,7 +260,7 @@ def made(model: type[BaseModel], filled: bool) -> BaseModel:
 
 def _value(annotation: Any, filled: bool) -> Any:
     origin, args = get_origin(annotation), get_args(annotation)
-    if origin is Annotated:  # a capped field (handlers/events.py): the type it caps
+    if origin is Annotated:  # a capped field (handlers/reports.py): the type it caps
         return _value(args[0], filled)
     if origin is Literal:
         return args[0]
@@ -395,7 +395,7 @@ def handler_reasons() -> list[Reason]:
         ack_command(acked, "slack:U2", NOW),
         resume_command(running, "slack:U1", False, NOW),
     ]
-    policy = Policy(allow={"start": []}, max_concurrent_jobs=2, max_hourly_price=1.0)
+    policy = PolicyConfig(allow={"start": []}, max_concurrent_jobs=2, max_hourly_price=1.0)
     elsewhere = ChatRef(platform="dingtalk", channel="cidELSEWHERE==")
     asked: list[tuple[Action, Job]] = [("logs", job()), ("stop", job()), ("ack", acked)]  # channel, owner, page
     reasons = [

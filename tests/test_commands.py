@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from handlers.commands import Command, UsageError, parse
-from handlers.policy import Policy, guard_start
+from handlers.policy_config import PolicyConfig, guard_start
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 
 
@@ -156,7 +156,7 @@ def test_recipes_refuse_unknown_and_out_of_range_overrides() -> None:
 
 
 def test_guards() -> None:
-    policy = Policy(max_concurrent_jobs=2, max_hourly_price=3.0)
+    policy = PolicyConfig(max_concurrent_jobs=2, max_hourly_price=3.0)
     assert guard_start(policy, active_jobs=2, hourly_price=1.0) is not None
     assert guard_start(policy, active_jobs=1, hourly_price=4.0) is not None
     assert guard_start(policy, active_jobs=1, hourly_price=1.0) is None

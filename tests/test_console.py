@@ -18,7 +18,7 @@ import pexpect
 
 from fakes.bot_harness import SECRET, SLEEPS, quick_recipe, report_headers, write_config
 from fakes.ports import free_port
-from handlers.events import Notice
+from handlers.reports import Notice
 from tests.test_bot_cli import bot_env
 
 TIMEOUT = 90

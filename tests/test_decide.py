@@ -8,10 +8,10 @@ from typing import Any
 from bot.chat import render
 from fakes.notes import topic
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
-from handlers.events import CheckpointSaved, Completed, Failed, Interrupted, Notice, Progress, Started
 from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline, parse_message
+from handlers.reports import CheckpointSaved, Completed, Failed, Interrupted, Notice, Progress, Started
 from handlers.transitions import TRANSITIONS
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -40,12 +40,12 @@ from fakes.fake_slack import FakeSlack, Message
 from fakes.notes import notify
 from fakes.restartable_valkey import RestartableValkey
 from handlers.decide import new_job
-from handlers.events import Notice, utcnow
 from handlers.jobs import TERMINAL_STATES, ChatRef, JobState
-from handlers.launch import build_spec
 from handlers.messages import Notify, dump_message
 from handlers.recipes import Recipe
 from handlers.report_keys import ReportKeys
+from handlers.reports import Notice, utcnow
+from handlers.spec_build import build_spec
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ from bot.sources.sns_http import SNS_PATH
 from fakes.bot_harness import SECRET, running_bot, slack_settings
 from fakes.fake_slack import FakeSlack, form_body, signed_headers, slash_command
 from handlers import safe_json
-from handlers.events import Progress, dump_report
 from handlers.report_keys import claimed_sender, derive_report_key
+from handlers.reports import Progress, dump_report
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 TOKEN = "a-long-shared-secret-token-0123"

@@ -34,7 +34,7 @@ from fakes.bot_harness import (
 from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
 from fakes.fake_slack import FakeSlack, action_body, block_action, form_body, signed_headers, slash_command
 from fakes.restartable_valkey import RestartableValkey
-from handlers.events import Progress, dump_report
+from handlers.reports import Progress, dump_report
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from tests.aliyun_payloads import INTERRUPTION, cloudevent, interruption_content, notification
 

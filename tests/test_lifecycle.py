@@ -10,7 +10,6 @@ from pydantic import ValidationError
 
 from fakes.notes import topic
 from handlers.decide import decide, new_job, resume_command, stop_command
-from handlers.events import CheckpointSaved, Failed, Interrupted, Notice, Progress, Started
 from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, CheckpointRef, Job, JobState
 from handlers.lifecycle import Lifecycle, relaunch_pause
@@ -23,7 +22,8 @@ from handlers.messages import (
     StopFailed,
     parse_message,
 )
-from handlers.policy import Policy
+from handlers.policy_config import PolicyConfig
+from handlers.reports import CheckpointSaved, Failed, Interrupted, Notice, Progress, Started
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LIMITS = Lifecycle(max_relaunches_without_progress=2, relaunch_pause_seconds=10, relaunch_pause_max_seconds=25)
@@ -163,11 +163,12 @@ def test_a_person_resuming_starts_the_count_over() -> None:
 def test_the_pause_doubles_up_to_its_cap_and_bad_limits_are_refused() -> None:
     limits = Lifecycle(relaunch_pause_seconds=30, relaunch_pause_max_seconds=100)
     assert [relaunch_pause(limits, n).total_seconds() for n in range(5)] == [0, 30, 60, 100, 100]
-    assert Policy().lifecycle == Lifecycle()  # the defaults, when the config file says nothing
-    assert Policy.model_validate({"lifecycle": {"max_relaunches_without_progress": 5}}).lifecycle.stop_timeout_seconds
+    assert PolicyConfig().lifecycle == Lifecycle()  # the defaults, when the config file says nothing
+    config = PolicyConfig.model_validate({"lifecycle": {"max_relaunches_without_progress": 5}})
+    assert config.lifecycle.stop_timeout_seconds
     for bad in ({"max_relaunches_without_progress": -1}, {"stop_timeout_seconds": 0}, {"relaunch_pause": 3}):
         with pytest.raises(ValidationError):
-            Policy.model_validate({"lifecycle": bad})
+            PolicyConfig.model_validate({"lifecycle": bad})
 
 
 def test_a_held_back_launch_is_dropped_once_the_job_was_stopped_or_resumed() -> None:

@@ -10,8 +10,7 @@ from typing import Any, get_args
 
 import pytest
 
-from bot.routes import route
-from handlers.events import Failed, Notice, parse_report
+from bot.queues import route
 from handlers.messages import (
     MESSAGE_TYPES,
     BusMessage,
@@ -35,6 +34,7 @@ from handlers.messages import (
     parse_message,
 )
 from handlers.notes import Rebalance
+from handlers.reports import Failed, Notice, parse_report
 
 DUE = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 JOB = {"job_id": "ft-ab12"}

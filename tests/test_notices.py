@@ -11,7 +11,7 @@ import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
 from fakes.ports import free_port
-from handlers.events import InstanceNotice
+from handlers.reports import InstanceNotice
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
 from runner.notices.base import MetadataUnavailable

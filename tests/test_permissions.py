@@ -10,12 +10,12 @@ from handlers.commands import USAGE, Action
 from handlers.jobs import ChatRef, Job, JobState, Page
 from handlers.oncall import OnCall
 from handlers.permissions import describe, home_team, job_refusal, narrowed, sees
-from handlers.policy import Policy
+from handlers.policy_config import PolicyConfig
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 A = ChatRef(platform="slack", channel="C0AAA")
 B = ChatRef(platform="slack", channel="C0BBB")
-POLICY = Policy(
+POLICY = PolicyConfig(
     admins=["slack:U0ADMIN"],
     teams={
         "ml": {"members": ["slack:U0ALICE", "slack:U0TINA"], "channels": ["slack:C0AAA"]},
@@ -90,7 +90,7 @@ def test_a_jobs_team_is_its_channels_team_else_its_owners_only_team() -> None:
     assert home_team(POLICY, "slack:U0MAL", A) == "ml"  # started in ml's home: ml's job, whoever started it
     assert home_team(POLICY, "slack:U0BOB", B) == "ops"  # bob is on one team
     assert home_team(POLICY, "slack:U0MAL", B) is None
-    two = Policy(teams={"x": {"members": ["slack:U1"]}, "y": {"members": ["slack:U1"]}})
+    two = PolicyConfig(teams={"x": {"members": ["slack:U1"]}, "y": {"members": ["slack:U1"]}})
     assert home_team(two, "slack:U1", B) is None  # on two teams: neither is guessed
     bobs = Job(id="ft-cd34", recipe="tiny", requested_by="slack:U0BOB", chat=B, team="ops")
     assert refusal("slack:U0ALICE", "stop", bobs, where=B) == "refused.not-yours"
@@ -101,14 +101,14 @@ def test_a_jobs_team_is_its_channels_team_else_its_owners_only_team() -> None:
 
 
 def test_allow_rules_narrow_an_action_for_everyone_and_leave_the_others_alone() -> None:
-    policy = Policy(admins=["slack:U0ADMIN"], allow={"start": ["slack:*"], "stop": ["slack:U0ALICE"]})
+    policy = PolicyConfig(admins=["slack:U0ADMIN"], allow={"start": ["slack:*"], "stop": ["slack:U0ALICE"]})
     assert narrowed(policy, "slack:U0ANY", "start") is None
     assert narrowed(policy, "dingtalk:x", "start") is not None
     assert narrowed(policy, "slack:U0ADMIN", "stop") is not None  # a rule narrows admins too
     assert narrowed(policy, "slack:U0ALICE", "stop") is None
     assert narrowed(policy, "slack:U0ANY", "ack") is None  # no rule names ack: not narrowed
-    assert narrowed(Policy(), "slack:U0ANY", "stop") is None
-    assert all(narrowed(Policy(allow={"help": ["*"]}), "x:y", verb) is None for verb in USAGE)  # type: ignore[arg-type]
+    assert narrowed(PolicyConfig(), "slack:U0ANY", "stop") is None
+    assert all(narrowed(PolicyConfig(allow={"help": ["*"]}), "x:y", verb) is None for verb in USAGE)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -126,11 +126,11 @@ def test_allow_rules_narrow_an_action_for_everyone_and_leave_the_others_alone() 
 )
 def test_a_policy_that_cannot_mean_what_it_says_is_refused(config: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Policy.model_validate(config)
+        PolicyConfig.model_validate(config)
 
 
 def test_the_model_in_force_is_said_in_one_line() -> None:
     line = describe(POLICY)
     assert "\n" not in line and "admins: 1" in line and "ml (2 members)" in line
     assert "30 commands and 5 starts a minute" in line and "kept 30 days" in line
-    assert "admins: none" in describe(Policy())
+    assert "admins: none" in describe(PolicyConfig())

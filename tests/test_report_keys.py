@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from bot.report_gate import REFUSED_METRIC, ReportGate, ReportRefused
 from bot.sources.aws_intake import EVENTS_REFUSED_METRIC, AwsIntake
 from bot.sources.sqs import SqsSource
-from handlers.events import TEXT_CHARS, Failed, Interrupted, Progress, dump_report, parse_report
 from handlers.failures import Failure
 from handlers.messages import CloudEvent, ReportReceived, parse_message
 from handlers.report_keys import ReportKeys, claimed_sender, derive_report_key, verify_report
+from handlers.reports import TEXT_CHARS, Failed, Interrupted, Progress, dump_report, parse_report
 from handlers.signing import sign
 from runner.reports.reporter import Reporter
 from runner.reports.sns import SnsTarget

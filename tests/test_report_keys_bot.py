@@ -13,9 +13,9 @@ import pytest
 
 from bot.cloud.local import LocalCloud
 from fakes.bot_harness import SECRET, SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
-from handlers.events import Completed, Started, dump_report
 from handlers.jobs import JobState
 from handlers.report_keys import derive_report_key
+from handlers.reports import Completed, Started, dump_report
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 SLACK_TOKEN = "xoxb-the-bots-own-slack-token"

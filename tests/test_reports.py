@@ -13,7 +13,7 @@ import boto3
 import pytest
 from aiohttp import web
 
-from handlers.events import Completed, Progress, parse_report
+from handlers.reports import Completed, Progress, parse_report
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from runner.reports.file import FileTarget
 from runner.reports.http import HttpTarget

@@ -30,9 +30,9 @@ from fakes.bot_harness import (
 )
 from fakes.fake_slack import FakeSlack, Message
 from fakes.notes import notify
-from handlers.events import Progress
 from handlers.jobs import Job, JobState
 from handlers.messages import ReportReceived, dump_message
+from handlers.reports import Progress
 from tests.test_slack_http import CHANNEL, buttons, card_of, click, command, field_text, sleepy_config, started
 
 ALERTS = "C0ALERTS"

@@ -12,10 +12,10 @@ from bot.chat.render import card
 from bot.settings import ConfigError, load_settings, parse_file_config
 from fakes.notes import topic
 from handlers.decide import decide, new_job, resume_command, stop_command
-from handlers.events import Interrupted
 from handlers.failures import Failure
 from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.messages import CloudEvent, LaunchFailed, PolicyTick, ReportReceived
+from handlers.reports import Interrupted
 from handlers.spot import SpotView, choose, estimated_availability, managed
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)

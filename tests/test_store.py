@@ -20,7 +20,6 @@ from bot.redis_server import RedisConfig, RedisHandle, connect, open_redis
 from bot.store import Applied, Decider, JobStore
 from fakes.notes import notify
 from fakes.restartable_valkey import RestartableValkey
-from handlers.events import utcnow
 from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
 from handlers.messages import (
     Launch,
@@ -31,6 +30,7 @@ from handlers.messages import (
     StopFailed,
     dump_message,
 )
+from handlers.reports import utcnow
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,

@@ -29,8 +29,8 @@ import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.jobs import Job
-from handlers.launch import build_spec
 from handlers.recipes import DEEPSEEK_7B, Recipe
+from handlers.spec_build import build_spec
 from tests.runner_harness import (
     child_pids,
     of_type,

@@ -23,8 +23,8 @@ import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.jobs import Job
-from handlers.launch import build_spec
 from handlers.recipes import TINY
+from handlers.spec_build import build_spec
 from tests.runner_harness import child_pids, of_type, progress_steps, read_reports, runner_env, start_runner
 
 STEPS = 24  # 8 steps per epoch (64 sequences, 4 per rank, 2 ranks): three epochs

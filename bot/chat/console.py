@@ -18,10 +18,10 @@ from datetime import datetime
 
 from bot.chat.catalog import plain
 from bot.chat.render import card_text, mentions, message_text
-from handlers.events import utcnow
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
 from handlers.notes import ResumeFailedPage
+from handlers.reports import utcnow
 
 
 class ConsoleChat:

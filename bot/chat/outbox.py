@@ -1,7 +1,7 @@
 """The chat outbox: every note to people goes through here, on every platform (Slack, DingTalk, the console).
 
 Notes reach its Redis stream straight from the job store, in the same atomic write as the job change that
-caused them (see :mod:`bot.routes`), so a slow or absent platform never holds up event handling and a crash
+caused them (see :mod:`bot.queues`), so a slow or absent platform never holds up event handling and a crash
 loses no note. A consumer group (one consumer per replica, lanes per job, see :mod:`bot.bus`) delivers:
 
 - in order per job: the card is posted before anything is replied under it;

@@ -16,7 +16,6 @@ from pydantic import BaseModel
 
 from bot.chat.catalog import Lang, person, say, text, word
 from handlers.cost import job_cost
-from handlers.events import Late
 from handlers.failures import Failure
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
@@ -45,6 +44,7 @@ from handlers.notes import (
     StopRequested,
 )
 from handlers.recipes import Recipe
+from handlers.reports import Late
 
 STATE_ICON = {
     JobState.PENDING: "⏳",

@@ -46,9 +46,9 @@ from bot.cloud.local_env import instance_environment
 from bot.cloud.local_metadata import LocalMetadataServer
 from bot.cloud.local_registry import LocalInstanceRecord
 from bot.keys import Keys
+from bot.queues import EVENT_FIELD, STREAM_MAXLEN
 from bot.redis_server import connect
 from bot.replicas import Replicas
-from bot.routes import EVENT_FIELD, STREAM_MAXLEN
 from handlers.backoff import backoff
 from handlers.jobs import Market
 from handlers.messages import CloudEvent, dump_message

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from handlers.reasons import Wording
-from handlers.spot.rules import DEFAULT_POLICY, Choice, Policy, Situation, ZoneView
+from handlers.spot.rules import DEFAULT_POLICY, Choice, Situation, SpotPolicy, ZoneView
 from handlers.spot.rules import POLICIES as SIMULATED
 from handlers.spot.rules import WORDING as POLICY_WORDING
 
@@ -48,7 +48,7 @@ def best_zone(zones: tuple[ZoneView, ...] | list[ZoneView], held: str | None = N
     return next(zone for zone in open_zones if (zone.availability if zone.availability is not None else 0.5) == best)
 
 
-POLICIES: dict[str, Policy] = {**SIMULATED, SPOT_FIRST: spot_first}
+POLICIES: dict[str, SpotPolicy] = {**SIMULATED, SPOT_FIRST: spot_first}
 
 
 def policy_for(name: str | None, deadline: datetime | None, budget: float | None) -> str:

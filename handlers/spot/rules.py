@@ -120,7 +120,8 @@ class Choice:
     reason: Reason
 
 
-Policy = Callable[[Situation], Choice]
+# A spot policy: the situation in, a choice out (pure). Not the ``policy`` config section (handlers/policy_config.py).
+SpotPolicy = Callable[[Situation], Choice]
 
 
 # -- the shared arithmetic ---------------------------------------------------------------------------------
@@ -341,7 +342,7 @@ def any_availability(s: Situation) -> float:
 deadline_aware = DeadlineAware()
 
 DEFAULT_POLICY = "deadline-aware"
-POLICIES: dict[str, Policy] = {
+POLICIES: dict[str, SpotPolicy] = {
     "deadline-aware": deadline_aware,
     "greedy": greedy,
     "on-demand": on_demand,

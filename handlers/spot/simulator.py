@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from handlers.jobs import Market
-from handlers.spot.rules import NOTHING, Choice, Event, Holding, Policy, Situation, ZoneView
+from handlers.spot.rules import NOTHING, Choice, Event, Holding, Situation, SpotPolicy, ZoneView
 
 # How far back a zone's availability share looks (the policy's "recent availability"), in hours.
 AVAILABILITY_WINDOW_HOURS = 24
@@ -96,7 +96,7 @@ def to_ticks(
     return int(start), int(work), int(deadline), int(overhead)
 
 
-def simulate(run: Run, policy: Policy) -> Outcome:
+def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     """Replay ``policy`` over ``run``, tick by tick, exactly as the module docstring says."""
     gap = run.gap_seconds
     window = max(1, round(AVAILABILITY_WINDOW_HOURS * 3600 / gap))

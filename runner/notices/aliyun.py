@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from handlers.events import InstanceNotice
+from handlers.reports import InstanceNotice
 from runner.notices.aws import parse_time
 from runner.notices.base import MetadataUnavailable
 from runner.notices.http import TOKEN_TTL_SECONDS, TokenMetadataHttp

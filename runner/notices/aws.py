@@ -11,7 +11,7 @@ import json
 import os
 from datetime import datetime
 
-from handlers.events import InstanceNotice
+from handlers.reports import InstanceNotice
 from runner.notices.base import MetadataUnavailable
 from runner.notices.http import TOKEN_TTL_SECONDS, TokenMetadataHttp
 

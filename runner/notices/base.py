@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from handlers.events import InstanceNotice
+from handlers.reports import InstanceNotice
 
 
 class MetadataUnavailable(RuntimeError):

@@ -8,7 +8,7 @@ access the runner already has, and works the same on S3, OSS and a local directo
 
 from __future__ import annotations
 
-from handlers.events import InstanceNotice
+from handlers.reports import InstanceNotice
 from handlers.spec import DrillControl, StopControl, control_key, parse_control
 from runner.notices.base import MetadataUnavailable
 from runner.storage.base import ObjectStore, StorageError

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from handlers.events import InstanceNotice
+from handlers.reports import InstanceNotice
 from runner.notices.base import MetadataUnavailable, NoticeSource
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 
 from handlers.backoff import backoff
-from handlers.events import RunnerReport, dump_report
+from handlers.reports import RunnerReport, dump_report
 from runner.reports.base import PermanentDeliveryError, ReportTarget
 
 log = logging.getLogger(__name__)

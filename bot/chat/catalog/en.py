@@ -6,14 +6,14 @@ own English, taken from the tables next to the code that says it, so the two can
 
 from __future__ import annotations
 
-from handlers import commands, decide, failures, job_options, permissions, policy, recipes, reconcile
+from handlers import commands, decide, failures, job_options, permissions, policy_config, recipes, reconcile
 from handlers.spot import policies as spot_policies
 from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
 
 HANDLERS: dict[str, str] = {
     **commands.WORDING.sentences,
-    **policy.WORDING.sentences,
+    **policy_config.WORDING.sentences,
     **permissions.WORDING.sentences,
     **recipes.WORDING.sentences,
     **decide.WORDING.sentences,

@@ -204,7 +204,7 @@ MESSAGES: dict[str, str] = {
     "usage.not-job-id": "{word} 不是任务编号（任务编号形如 ft-7k2q）",
     "usage.no-arguments": "不带参数",
     "usage.one-job": "需要且只能带一个任务编号",
-    # 权限与限额（handlers/permissions.py、handlers/policy.py）
+    # 权限与限额（handlers/permissions.py、handlers/policy_config.py）
     "refused.not-allowed": "你没有 {action} 任务的权限；请管理员把 {user} 加入 {action} 规则",
     "refused.not-yours": "你不能 {action} {job}：只有它的发起人、所属团队和管理员可以",
     "refused.not-yours-paged": "你不能 {action} {job}：只有它的发起人、所属团队、管理员和被呼叫的值班人员可以",

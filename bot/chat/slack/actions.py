@@ -1,6 +1,6 @@
 """The buttons of cards and pages: each one runs the very command a person could type, as that person.
 
-So a button is allowed exactly when the command is (one permission check, in :meth:`bot.app.Bot.command`), and
+So a button is allowed exactly when the command is (one permission check, in :meth:`bot.core.Bot.command`), and
 a refusal is recorded in the job's history the same way. Slack gets its acknowledgement at once; the outcome
 ("OK: stop ft-7k2q (STOPPING)", "⛔ you are not allowed…") is shown to whoever clicked, with
 ``chat.postEphemeral``, in the channel's language.

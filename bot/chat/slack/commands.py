@@ -1,7 +1,7 @@
 """``/finetune`` in Slack: the same commands as everywhere, answered within Slack's three seconds.
 
 A usage error or ``help`` is answered in the acknowledgement itself. Anything else runs through
-:meth:`bot.app.Bot.command` (permissions included) as ``slack:<user id>``; its answer goes in the
+:meth:`bot.core.Bot.command` (permissions included) as ``slack:<user id>``; its answer goes in the
 acknowledgement when it is ready within ``budget`` seconds, else the acknowledgement says "working on it" and
 the answer follows with ``chat.postEphemeral``. Every answer is shown to the caller only, in the language of the
 channel it was typed in (``slack: channels: {C…: {language: zh-CN}}``; English by default).

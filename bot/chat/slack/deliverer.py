@@ -25,10 +25,10 @@ from bot.chat.delivery import MessageRef, PermanentDeliveryError
 from bot.chat.refs import ChatRefs
 from bot.chat.slack.blocks import acked_page_layout, card_layout, note_text, page_layout
 from bot.chat.slack.errors import call
-from handlers.events import utcnow
 from handlers.jobs import Job
 from handlers.messages import Notify
 from handlers.notes import Acked
+from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -31,12 +31,11 @@ from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability
 from bot.keys import Keys
 from bot.log_limit import LimitedLog
+from bot.queues import CLOUD_TYPES
 from bot.rate_limit import Bucket, RateLimiter
-from bot.routes import CLOUD_TYPES
 from bot.store import JobCapReached, JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
-from handlers.events import Failed, Interrupted, Progress, utcnow
 from handlers.ids import new_job_id
 from handlers.job_options import JobOptionError, parse_job_options, reserved_parameter, split_overrides
 from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
@@ -53,9 +52,10 @@ from handlers.messages import (
 )
 from handlers.oncall import OnCall
 from handlers.permissions import channel_id, home_team, is_admin, job_refusal, narrowed
-from handlers.policy import Policy, guard_start
+from handlers.policy_config import PolicyConfig, guard_start
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, RecipeError, find_recipe
+from handlers.reports import Failed, Interrupted, Progress, utcnow
 from handlers.restart import first_step_was
 from handlers.spot import SpotView, managed, steers
 
@@ -70,7 +70,7 @@ class Bot:
         self,
         store: JobStore,
         cloud: CloudProvider,
-        policy: Policy,
+        policy: PolicyConfig,
         recipes: Mapping[str, Recipe],
         clock: Callable[[], datetime] = utcnow,
         oncall: OnCall | None = None,

@@ -68,7 +68,9 @@ class RateLimits(BaseModel):
     starts_per_minute: int = Field(default=5, ge=1, le=10_000)
 
 
-class Policy(BaseModel):
+class PolicyConfig(BaseModel):
+    """The config file's ``policy`` section (not a spot policy: those are :data:`handlers.spot.rules.SpotPolicy`)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     admins: list[str] = Field(default_factory=list)  # may do anything to any job, and see every channel's jobs
     teams: dict[str, Team] = Field(default_factory=dict)
@@ -100,7 +102,7 @@ class Policy(BaseModel):
         return rules
 
     @model_validator(mode="after")
-    def _one_home_per_channel(self) -> Policy:
+    def _one_home_per_channel(self) -> PolicyConfig:
         homes: dict[str, str] = {}
         for name, team in self.teams.items():
             for channel in team.channels:
@@ -120,7 +122,7 @@ def _platform_id(value: str) -> str:
     return value
 
 
-def guard_start(policy: Policy, active_jobs: int, hourly_price: float | None) -> Reason | None:
+def guard_start(policy: PolicyConfig, active_jobs: int, hourly_price: float | None) -> Reason | None:
     """Why a new job may not start now (concurrency or price cap), or None."""
     if policy.max_concurrent_jobs is not None and active_jobs >= policy.max_concurrent_jobs:
         return WORDING("guard.concurrency", active=active_jobs, limit=policy.max_concurrent_jobs)
