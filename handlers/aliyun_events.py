@@ -47,7 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from handlers import safe_json
-from handlers.messages import CloudEvent
+from handlers.messages import CloudEvent, CloudEventKind
 
 ECS_SOURCE = "acs.ecs"
 INTERRUPTION = "Instance:PreemptibleInstanceInterruption"
@@ -60,7 +60,6 @@ LIVE_STATES = frozenset({"pending", "starting", "running", "created"})
 _INSTANCE_ID = re.compile(r"^i-[0-9a-z]{4,64}$")
 _ID_NAMESPACE = uuid.UUID("8f0d2a5e-53c1-4c2e-9b7e-2f4a6c1d9e30")
 
-CloudEventKind = Literal["spot-interruption", "instance-gone"]
 
 
 class UnrecognisedEvent(ValueError):

@@ -41,12 +41,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from handlers import safe_json
-from handlers.messages import CloudEvent, ReportReceived, report_received
+from handlers.messages import CloudEvent, CloudEventKind, ReportReceived, report_received
 from handlers.reports import REPORT_TYPES, parse_report
 
 EC2_SOURCE = "aws.ec2"
@@ -66,7 +66,6 @@ SNS_TYPES = frozenset({"Notification", "SubscriptionConfirmation", "UnsubscribeC
 _ID_NAMESPACE = uuid.UUID("6b0c3f43-2f3e-4b8e-9a55-3c1f0e0a7d21")
 
 AwsMessage = CloudEvent | ReportReceived
-CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]
 
 
 class UnrecognisedMessage(ValueError):
