@@ -55,7 +55,7 @@ def report_received(report: RunnerReport) -> ReportReceived:
     return ReportReceived(id=f"report:{report.job_id}:{report.attempt}:{report.id}", report=report)
 
 
-CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]  # the one definition: both clouds parse to it
+CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]  # the one definition (both clouds)
 
 
 class CloudEvent(_Message):
