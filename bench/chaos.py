@@ -3,7 +3,7 @@
 The cluster is the one ``tests/test_chaos.py`` uses (``fakes/chaos.py``): a Valkey server of its own, two
 ``finetune-bot serve`` processes with separate state directories, Slack in HTTP mode against a local fake, the
 local cloud's instances as processes of their own with real runners. Each round starts a job from a slash command,
-asks for an interruption drill and SIGKILLs a replica: at a random moment of the drill (even rounds), or whichever
+asks for an interrupt test and SIGKILLs a replica: at a random moment of the interrupt test (even rounds), or whichever
 replica is carrying out a cloud effect of it (odd rounds: mostly the relaunch), then starts it again.
 
     python bench/chaos.py [--rounds 20] [--minutes M] [--seed 1]

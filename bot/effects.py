@@ -27,7 +27,7 @@ did not do, and only that):
 - Redis unreachable, at any point: waited out by the bus (the effect stays in hand, nothing is parked);
 - a ``CloudError`` of an effect that has someone to tell becomes its follow-up, and the core decides what comes
   next: ``launch`` → ``LaunchFailed`` (another zone, or a page), ``stop-runner`` → ``StopFailed`` (release with
-  what was committed), ``drill`` → a drill-failed note; unless the job moved past the effect meanwhile (carried
+  what was committed), ``interrupt-test`` → its failed note; unless the job moved past the effect meanwhile (carried
   out again after a crash): then it is no failure;
 - a ``CloudError`` of ``terminate`` (nobody to tell, and the instance bills): tried again in place, with backoff,
   for ``TERMINATE_PATIENCE_SECONDS``, then a failed delivery as below;

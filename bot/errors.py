@@ -16,7 +16,7 @@ class ConfigError(ValueError):
 
 
 class CloudError(RuntimeError):
-    """A cloud did not do what the bot asked (launch, terminate, drill, stop the runner, list); the message says
+    """A cloud did not do what the bot asked (launch, terminate, interrupt-test, stop, list); the message says
     why and what to fix. Every provider raises these, and only these, from the cloud port's methods."""
 
 

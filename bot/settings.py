@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.chat.dingtalk.config import DingTalkConfig
@@ -21,6 +21,7 @@ from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.aws import AwsSettings
 from bot.errors import ConfigError
 from bot.redis_server import check_redis_url, redacted
+from handlers import old_spellings
 from handlers.oncall import OnCall
 from handlers.policy_config import PolicyConfig
 from handlers.recipes import BUILT_IN, Recipe
@@ -117,6 +118,18 @@ class FileConfig(BaseModel):
     slack: SlackConfig = Field(default_factory=SlackConfig)  # alert channel, command name
     aliyun: AliyunSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aliyun
     dingtalk: DingTalkConfig | None = None  # alert robot, card template and languages of the DingTalk groups
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_keys(cls, raw: Any) -> Any:
+        """A config file of an older version: its renamed keys read as today's (handlers/old_spellings.py)."""
+        if not isinstance(raw, dict):
+            return raw
+        upgraded = dict(raw)
+        for section, renames in old_spellings.CONFIG_FIELDS.items():
+            if section in upgraded:
+                upgraded[section] = old_spellings.renamed_fields(upgraded[section], f"config {section}", renames)
+        return upgraded
 
 
 def load_settings(**overrides: Any) -> Settings:

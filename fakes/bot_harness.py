@@ -64,9 +64,9 @@ ckpt.mkdir(parents=True)
 
 SLEEPS = "import time; time.sleep(600)"
 
-# Counts steps; on SIGTERM (a notice, a drill, a stop) saves checkpoint-<step> (marked complete) and exits;
+# Counts steps; on SIGTERM (a notice, an interrupt test, a stop) saves checkpoint-<step> (marked complete) and exits;
 # resumed from a checkpoint, it trains three more steps and finishes.
-DRILLABLE = """
+INTERRUPTIBLE = """
 import json, os, pathlib, signal, sys, time
 out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR'])
 progress = pathlib.Path(os.environ['FINETUNE_PROGRESS_FILE'])

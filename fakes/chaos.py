@@ -3,9 +3,9 @@
 The cluster is made of real parts: a Valkey server of its own, two ``finetune-bot serve`` processes (separate state
 directories, one shared checkpoint directory, Slack in HTTP mode against :class:`fakes.fake_slack.FakeSlack`), the
 local cloud's instances as processes of their own with real runners. A round starts a job from a slash command
-sent to either replica, waits for it to train, asks for an interruption drill, and SIGKILLs one replica (chosen by
-the seeded generator) at a random moment of the drill, or (``mid_effect``) whichever replica is carrying out a
-cloud effect of the drill (the relaunch, mostly) at that moment, then starts it again. Then it checks:
+sent to either replica, waits for it to train, asks for an interrupt test, and SIGKILLs one replica (chosen by
+the seeded generator) at a random moment of the interrupt test, or (``mid_effect``) whichever replica is carrying out a
+cloud effect of the interrupt test (the relaunch, mostly) at that moment, then starts it again. Then it checks:
 
 - the job finished (else it is *stuck*);
 - every note the job should have is posted, and none twice (*missing*, *duplicates*, from Slack's own record);
@@ -36,7 +36,7 @@ from bot.cloud.local import LocalCloud
 from bot.keys import DEFAULT_KEYS
 from bot.redis_server import connect
 from bot.store import JobStore
-from fakes.bot_harness import DRILLABLE, quick_recipe
+from fakes.bot_harness import INTERRUPTIBLE, quick_recipe
 from fakes.fake_slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack, form_body, signed_headers, slash_command
 from fakes.restartable_valkey import RestartableValkey
 from handlers.jobs import JobState
@@ -48,9 +48,9 @@ ALERTS = "C0ALERTS"
 UNTHROTTLED = {"commands_per_minute": 10_000, "starts_per_minute": 10_000}
 REPORT_SECRET = "chaos-report-secret"
 GROUPS = ((DEFAULT_KEYS.events, "bot"), (DEFAULT_KEYS.chat, "chat"), (DEFAULT_KEYS.cloud, "cloud"))
-# What a drilled job's Slack thread says, each exactly once (and the alert channel: the warning, once).
+# What an interrupt-tested job's Slack thread says, each exactly once (and the alert channel: the warning, once).
 THREAD_NOTES = (
-    "Interruption drill on",
+    "Interrupt test on",
     "spot interruption notice posted on",
     "Spot interruption warning",
     "💾",  # the checkpoint of the interruption (saved in time, or not)
@@ -158,7 +158,7 @@ class Cluster:
         config.write_text(
             yaml.safe_dump(
                 {
-                    "recipes": [quick_recipe("drillable", DRILLABLE)],
+                    "recipes": [quick_recipe("interruptible", INTERRUPTIBLE)],
                     "slack": {"alert_channel": ALERTS},
                     "policy": {"rate": UNTHROTTLED},  # the rounds measure recovery, not the per-user rate
                 }
@@ -238,16 +238,16 @@ class Cluster:
     ) -> RoundResult:
         """One kill round; ``victim`` is the replica to kill (else the generator picks one)."""
         names = sorted(self.replicas)
-        start = await self.command(self.replicas[rng.choice(names)], "start drillable")
+        start = await self.command(self.replicas[rng.choice(names)], "start interruptible")
         if "Starting " not in start:
             raise RuntimeError(f"start refused: {start}")
         job_id = start.split("Starting ", 1)[1].split(":", 1)[0]
         result = RoundResult(job_id, victim=victim or rng.choice(names), kill_after=rng.uniform(0.0, kill_window))
         if not await self.job(job_id, lambda j: j.state is JobState.RUNNING and (j.step or 0) >= 3, "running", 120):
             return result
-        drill = await self.command(self.replicas[rng.choice(names)], f"interrupt-test {job_id}")
-        if not drill.startswith("OK"):
-            raise RuntimeError(f"drill refused: {drill}")
+        asked = await self.command(self.replicas[rng.choice(names)], f"interrupt-test {job_id}")
+        if not asked.startswith("OK"):
+            raise RuntimeError(f"interrupt test refused: {asked}")
 
         if mid_effect:
             result.victim = await self._carrying_out_an_effect(timeout=kill_window * 2) or result.victim

@@ -41,7 +41,7 @@ USAGE = {
 DOES = {
     "start": "start a training job from a recipe (below), optionally with a deadline or a budget",
     "stop": "checkpoint, then release the instance",
-    "interrupt-test": "a real spot interruption drill on the job's instance",
+    "interrupt-test": "a real spot interruption of the job's instance, to check recovery",
     "status": "the job's card (without a job: the list)",
     "list": "the latest jobs, with their step",
     "logs": "the job's history, with times",

@@ -340,7 +340,7 @@ def _fenced(job: Job, report: RunnerReport, now: datetime) -> Change:
         return _late_commit(job, report, now)
     ignored = _ignored(job, f"report:{report.type}", f"from attempt {report.attempt}, current is {job.attempt}")
     notes: list[Notify] = []
-    if isinstance(report, Notice) and report.kind in ("spot-interruption", "termination"):
+    if isinstance(report, Notice) and report.kind == "spot-interruption":
         notes = _warning_notes(job, report.attempt, report.source, report.deadline)
     elif isinstance(report, Interrupted):
         notes = [_note(job, "thread", _interrupted_note(report))]

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
 
+from handlers import old_spellings
 from handlers.ids import new_event_id
 from handlers.jobs import Market
 from handlers.notes import Note
@@ -197,7 +198,7 @@ class Notify(_Message):
     note: Note
 
     @property
-    def topic(self) -> str:
+    def note_type(self) -> str:
         """The note's type, for logs."""
         return self.note.type
 
@@ -230,15 +231,25 @@ def upgraded(raw: Any) -> Any:
     """A message in the shape before ``type`` was the discriminator (``{"kind": "launch", …}``; a cloud event
     ``{"kind": "cloud", "type": "rebalance", …}``) in today's; anything else as it is.
 
-    Told apart safely: an older message's ``kind`` is a message type, and no ``CloudEvent.kind`` is one.
+    Told apart safely: an older message's ``kind`` is a message type, and no ``CloudEvent.kind`` is one. Older
+    still: an interrupt test was ``drill``, and a notify carried a ``topic`` and its ``fields`` (now a typed
+    ``note``); those read as today's too (:mod:`handlers.old_spellings`).
     """
+    raw = old_spellings.renamed_value(raw, "bus message", "kind", old_spellings.MESSAGE_TYPES)
     if not isinstance(raw, dict) or raw.get("kind") not in MESSAGE_TYPES:
         return raw
+    old_spellings.deprecated("bus message", "kind", "type")
     message = dict(raw)
     discriminator = message.pop("kind")
     if discriminator == "cloud" and "type" in message:
         message["kind"] = message.pop("type")
     message["type"] = discriminator
+    if discriminator == "notify" and "topic" in message and "note" not in message:
+        old_spellings.deprecated("notify", "topic", "note.type")
+        fields = message.pop("fields", None) or {}
+        topic = message.pop("topic")
+        card = message.get("channel") == "card"  # a card is drawn from the job: any refresh is the same
+        message["note"] = {"type": "card", "cause": "refresh"} if card else {"type": topic, **fields}
     return message
 
 

@@ -19,8 +19,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from handlers import old_spellings
 from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN, new_event_id
 
@@ -107,7 +117,7 @@ class CheckpointSaved(_Report):
     reason: Literal["periodic", "rebalance", "notice", "final"] = "periodic"
 
 
-NoticeKind = Literal["spot-interruption", "rebalance", "termination", "stop"]
+NoticeKind = Literal["spot-interruption", "rebalance", "stop"]
 
 
 class InstanceNotice(BaseModel):
@@ -119,6 +129,13 @@ class InstanceNotice(BaseModel):
     kind: NoticeKind
     source: ShortText
     deadline: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_words(cls, raw: Any) -> Any:
+        """An older runner's words: the Alibaba runner's ``termination``, an interrupt test's ``drill`` source."""
+        raw = old_spellings.renamed_value(raw, "notice", "kind", old_spellings.NOTICE_KINDS)
+        return old_spellings.renamed_value(raw, "notice", "source", old_spellings.NOTICE_SOURCES)
 
     @property
     def interrupts(self) -> bool:

@@ -11,8 +11,18 @@ import re
 from typing import Annotated, Literal
 from urllib.parse import urlparse
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
+from handlers import old_spellings
 from handlers.ids import JOB_ID_PATTERN
 
 SPEC_VERSION = 1
@@ -76,18 +86,25 @@ class ReleaseAwsInstance(BaseModel):
     """On completion, terminate this EC2 instance (its id comes from instance metadata)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: Literal["aws-instance"]
+    type: Literal["aws-instance"]
 
 
 class ReleaseAwsAutoScaling(BaseModel):
     """On completion, set the job's Auto Scaling group to desired capacity 0 so it launches no replacement."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: Literal["aws-autoscaling"]
+    type: Literal["aws-autoscaling"]
     group: str = Field(min_length=1, max_length=255)
 
 
-Release = Annotated[ReleaseAwsInstance | ReleaseAwsAutoScaling, Field(discriminator="kind")]
+def _release_upgraded(raw: object) -> object:
+    """A release an older bot wrote (``{"kind": "aws-instance"}``), in today's shape."""
+    return old_spellings.renamed_fields(raw, "spec.release", old_spellings.RELEASE_FIELDS)
+
+
+Release = Annotated[
+    ReleaseAwsInstance | ReleaseAwsAutoScaling, Field(discriminator="type"), BeforeValidator(_release_upgraded)
+]
 
 
 class JobSpec(BaseModel):
@@ -178,25 +195,33 @@ class StopControl(BaseModel):
     """Checkpoint, commit, release the capacity, exit."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    action: Literal["stop"] = "stop"
+    type: Literal["stop"] = "stop"
 
 
-class DrillControl(BaseModel):
+class InterruptTestControl(BaseModel):
     """Behave exactly as on a spot notice that reclaims the instance at ``deadline`` (clouds without FIS)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    action: Literal["drill"] = "drill"
+    type: Literal["interrupt-test"] = "interrupt-test"
     deadline: AwareDatetime
 
 
-ControlRequest = Annotated[StopControl | DrillControl, Field(discriminator="action")]
-_CONTROL: TypeAdapter[StopControl | DrillControl] = TypeAdapter(ControlRequest)
+def _control_upgraded(raw: object) -> object:
+    """A control object an older bot wrote (``{"action": "drill", …}``), in today's shape."""
+    raw = old_spellings.renamed_fields(raw, "control object", old_spellings.CONTROL_FIELDS)
+    return old_spellings.renamed_value(raw, "control object", "type", old_spellings.CONTROL_TYPES)
 
 
-def dump_control(request: StopControl | DrillControl) -> bytes:
+ControlRequest = Annotated[
+    StopControl | InterruptTestControl, Field(discriminator="type"), BeforeValidator(_control_upgraded)
+]
+_CONTROL: TypeAdapter[StopControl | InterruptTestControl] = TypeAdapter(ControlRequest)
+
+
+def dump_control(request: StopControl | InterruptTestControl) -> bytes:
     return request.model_dump_json().encode()
 
 
-def parse_control(raw: bytes | str) -> StopControl | DrillControl:
+def parse_control(raw: bytes | str) -> StopControl | InterruptTestControl:
     """The control object; ``ValueError`` (pydantic's, naming the field) when it is malformed or unknown."""
     return _CONTROL.validate_json(raw)

@@ -82,7 +82,7 @@ class RunnerOptions:
     sync_seconds: float = 1.0  # how often to look for a newly completed checkpoint
     storage_patience_seconds: float = 300.0  # how long start-up and completion keep retrying storage
     echo_trainer: bool = True
-    control_seconds: float = CONTROL_POLL_SECONDS  # how often to look for a stop or drill from the bot
+    control_seconds: float = CONTROL_POLL_SECONDS  # how often to look for a stop or interrupt test from the bot
     report_reserve_seconds: float | None = None  # before a deadline, kept for the interrupted report (None: auto)
     settle_seconds: float = 1.0  # a checkpoint file unchanged this long is sent before the trainer's marker
     credentials_check_seconds: float = 30.0  # how often the attempt's storage session (AWS) is looked at

@@ -91,7 +91,7 @@ def settings(fake: FakeAliyun, oss: str, **changes: Any) -> AliyunSettings:
         "security_group_ids": ["sg-runner"],
         "image_id": "m-finetune-runner",
         "ram_role": "finetune-runner",
-        "drill_grace_seconds": 0.3,
+        "interrupt_test_grace_seconds": 0.3,
         "group_poll_seconds": 0.05,
         "group_wait_seconds": 3,
     }
@@ -389,13 +389,13 @@ async def test_terminate_never_deletes_an_instance_not_tagged_for_the_job(
     assert fake.instances[other.instance_id].status == "Deleted"
 
 
-# -- drills and stops ---------------------------------------------------------------------------------------
+# -- interrupt tests and stops ---------------------------------------------------------------------------------------
 
 
-async def test_a_drill_writes_the_runners_control_object_then_releases_after_the_grace(
+async def test_an_interrupt_test_writes_the_runners_control_object_then_releases_after_the_grace(
     fake: FakeAliyun, aws: str, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
-    cloud = make_cloud(drill_grace_seconds=0.5)
+    cloud = make_cloud(interrupt_test_grace_seconds=0.5)
     instance = await cloud.launch(job_spec(cloud, attempt=2), [GPU], "spot")
     before = datetime.now(UTC)
     done = await cloud.interrupt_test(instance.instance_id)
@@ -408,7 +408,7 @@ async def test_a_drill_writes_the_runners_control_object_then_releases_after_the
         assert await ControlObjectSource(store, attempt=1).poll() == []  # another attempt is left alone
     finally:
         await store.close()
-    assert (notice.kind, notice.source) == ("spot-interruption", "drill")
+    assert (notice.kind, notice.source) == ("spot-interruption", "interrupt-test")
     assert notice.deadline is not None
     # now + grace, in whole seconds as ECS writes its termination time (rounded down: never later than the release)
     assert before - timedelta(seconds=1) <= notice.deadline <= before + timedelta(seconds=2)
@@ -419,10 +419,10 @@ async def test_a_drill_writes_the_runners_control_object_then_releases_after_the
     assert fake.actions("DeleteInstance")[0]["InstanceId"] == instance.instance_id
 
 
-async def test_closing_the_provider_cancels_a_pending_drill_release(
+async def test_closing_the_provider_cancels_a_pending_interrupt_test_release(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
-    cloud = make_cloud(drill_grace_seconds=60)
+    cloud = make_cloud(interrupt_test_grace_seconds=60)
     instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
     await cloud.interrupt_test(instance.instance_id)
     await cloud.close()
@@ -430,7 +430,7 @@ async def test_closing_the_provider_cancels_a_pending_drill_release(
     assert fake.instances[instance.instance_id].status == "Running"
 
 
-async def test_drills_refuse_instances_not_ours_or_gone(
+async def test_interrupt_tests_refuse_instances_not_ours_or_gone(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
     cloud = make_cloud()

@@ -1,16 +1,16 @@
 """The local cloud speaking Alibaba's metadata dialect: the real bot, real runner subprocesses that watch
-``instance/spot/termination-time``, a drill, the checkpoint, the relaunch, the resume and the completion."""
+``instance/spot/termination-time``, an interrupt test, the checkpoint, the relaunch, the resume and the completion."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fakes.bot_harness import CHANNEL, DRILLABLE, quick_recipe, running_bot, start_job, wait_job, write_config
+from fakes.bot_harness import CHANNEL, INTERRUPTIBLE, quick_recipe, running_bot, start_job, wait_job, write_config
 from handlers.jobs import JobState
 
 
-async def test_a_drill_on_the_alibaba_metadata_path_checkpoints_relaunches_and_completes(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("resumes", DRILLABLE)])
+async def test_an_interrupt_test_by_alibaba_metadata_checkpoints_relaunches_and_completes(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("resumes", INTERRUPTIBLE)])
     async with running_bot(tmp_path / "state", config, grace=8.0, finetune_local_dialect="aliyun") as (service, _chat):
         assert service.bot.cloud.notice == "aliyun"
         job_id = await start_job(service, "console:ana", "start resumes")

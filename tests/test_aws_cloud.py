@@ -454,7 +454,7 @@ async def test_every_refusal_is_a_cloud_error_never_a_raw_botocore_one(proxy: Ec
             await act(instance.instance_id)
 
 
-async def test_drill_starts_an_fis_experiment_on_the_jobs_spot_instance(world: World, make_cloud: Any) -> None:
+async def test_interrupt_test_starts_an_fis_experiment_on_the_jobs_spot_instance(world: World, make_cloud: Any) -> None:
     cloud: AwsCloud = make_cloud()
     target = await cloud.launch(job_spec(cloud, "ft-drl1"), ["g5.xlarge"], "spot")
     bystander = await cloud.launch(job_spec(cloud, "ft-oth2"), ["g5.xlarge"], "spot")
@@ -464,7 +464,7 @@ async def test_drill_starts_an_fis_experiment_on_the_jobs_spot_instance(world: W
     experiment_id = done.reference
     experiment = world.fis.get_experiment(id=experiment_id)["experiment"]
     template = world.fis.get_experiment_template(id=experiment["experimentTemplateId"])["experimentTemplate"]
-    assert template["tags"] == {"finetune:drill": "true", "finetune:job": "ft-drl1"}
+    assert template["tags"] == {"finetune:interrupt-test": "true", "finetune:job": "ft-drl1"}
     assert template["roleArn"] == FIS_ROLE
     assert template["stopConditions"] == [{"source": "none"}]
     (action,) = template["actions"].values()
@@ -475,7 +475,7 @@ async def test_drill_starts_an_fis_experiment_on_the_jobs_spot_instance(world: W
     assert selector["resourceTags"] == {"finetune:job": "ft-drl1"}
     assert selector["selectionMode"] == "ALL"
 
-    # The drill carried out again (a retried effect) is the same experiment, on the job's one template.
+    # The interrupt test carried out again (a retried effect) is the same experiment, on the job's one template.
     again = await cloud.interrupt_test(target.instance_id)
     assert again.reference == experiment_id
     assert len(world.fis.list_experiment_templates()["experimentTemplates"]) == 1
@@ -487,7 +487,7 @@ async def test_drill_starts_an_fis_experiment_on_the_jobs_spot_instance(world: W
     assert world.instance(bystander.instance_id)["State"]["Name"] == "running"
 
 
-async def test_drill_refusals_say_what_to_fix(proxy: Ec2Proxy, make_cloud: Any) -> None:
+async def test_interrupt_test_refusals_say_what_to_fix(proxy: Ec2Proxy, make_cloud: Any) -> None:
     unset: AwsCloud = make_cloud(fis_role_arn=None)
     spot = await unset.launch(job_spec(unset), ["g5.xlarge"], "spot")
     with pytest.raises(AwsError, match="FIS is not set up: set fis_role_arn"):

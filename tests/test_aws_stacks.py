@@ -195,7 +195,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
     assert redrive["maxReceiveCount"] == 5
     assert runner.outputs["RunnerInstanceProfileName"] == "finetune-runner"  # aws.instance_profile in the README
     assert runner.outputs["RunnerSubnets"].split(",") == list(private.values())
-    assert "DrillTemplateId" in runner.dropped_outputs  # an output of a stand-in made after the stack
+    assert "InterruptTestTemplateId" in runner.dropped_outputs  # an output of a stand-in made after the stack
     template = ec2.describe_launch_template_versions(LaunchTemplateName="finetune-runner")["LaunchTemplateVersions"][0]
     assert template["LaunchTemplateData"]["ImageId"] == image  # the image the pipeline's parameter names
     assert "UserData" not in template["LaunchTemplateData"]  # the bot gives each attempt its own

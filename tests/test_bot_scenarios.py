@@ -136,7 +136,7 @@ async def test_a_failed_resume_pages_on_call_who_acks_and_resumes_on_demand(tmp_
     config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("flaky", FAILS_ON_RESUME)], oncall=oncall)
     async with running_bot(tmp_path / "state", config) as (service, chat):
         job_id = await start_job(service, "console:ana", "start flaky")
-        # Drilled once it trains (a step reported): its SIGTERM handler is in place, so it saves checkpoint-<step>.
+        # Interrupt-tested once it trains (a step reported): its SIGTERM handler is set, so it saves checkpoint-<step>.
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 1)
         assert (await service.bot.command("console:ana", CHANNEL, f"interrupt-test {job_id}")).startswith("OK")
         failed = await wait_job(service, job_id, lambda job: job.state is JobState.RESUME_FAILED)

@@ -1,4 +1,4 @@
-"""The message catalogue: every topic in both languages, the languages in step, English as it always was."""
+"""The message catalogue: every note type in both languages, the languages in step, English as it always was."""
 
 from __future__ import annotations
 
@@ -187,14 +187,14 @@ def test_both_languages_have_the_same_entries_and_placeholders() -> None:
 
 
 def test_every_note_type_has_a_sample_and_every_wording_of_the_renderer_is_used() -> None:
-    """The samples cover the union (a new note type without one fails here), and every topic/late wording of the
+    """The samples cover the union (a new note type without one fails here), and every note/late wording of the
     catalogue is reached by some sample (a wording no note can produce is dead, or names a note that drifted)."""
     assert {type(sample) for sample in SAMPLES} == set(NOTE_TYPES)
     used: set[str] = set()
     for lang in LANGUAGES:
         for sample in SAMPLES:
             used |= keys_used(lambda sample=sample, lang=lang: message_text(job(), _notify(sample), NOW, lang))
-    worded = {key for key in en.BOT if key.startswith(("topic.", "late."))}
+    worded = {key for key in en.BOT if key.startswith(("note.", "late."))}
     assert worded <= used, sorted(worded - used)
 
 

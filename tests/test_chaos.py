@@ -1,4 +1,4 @@
-"""Two real bot processes on one Valkey, SIGKILLed at random moments of interruption drills (seeded): every job
+"""Two real bot processes on one Valkey, SIGKILLed at random moments of interrupt tests (seeded): every job
 finishes, every note is posted once, no report is lost, and a dead replica's work is taken over in seconds.
 
 ``FINETUNE_CHAOS_ROUNDS`` and ``FINETUNE_CHAOS_SEED`` change how many rounds and which; ``bench/chaos.py`` runs
@@ -14,7 +14,7 @@ from pathlib import Path
 from fakes.chaos import Cluster
 
 
-async def test_replicas_killed_at_random_moments_of_drills_lose_nothing_and_post_nothing_twice(
+async def test_replicas_killed_at_random_moments_of_interrupt_tests_lose_nothing_and_post_nothing_twice(
     tmp_path: Path,
 ) -> None:
     rounds = int(os.environ.get("FINETUNE_CHAOS_ROUNDS", "4"))

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bot.chat import render
-from fakes.notes import topic
+from fakes.notes import note_type
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, Job, JobState
@@ -22,7 +22,7 @@ def at(seconds: float) -> datetime:
 
 
 def kinds(change: Change) -> list[str]:
-    return [f"{item['type']}:{item.get('channel', '')}{topic(item)}".rstrip(":") for item in change.outbox]
+    return [f"{item['type']}:{item.get('channel', '')}{note_type(item)}".rstrip(":") for item in change.outbox]
 
 
 def report(job: Job, report_type: type[Any], attempt: int | None = None, **fields: Any) -> ReportReceived:
@@ -161,10 +161,10 @@ def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
 
 def test_stop_and_interrupt_test_commands() -> None:
     job = running_job()
-    drill = interrupt_test_command(job, "console:ana", at(21))
+    interrupt = interrupt_test_command(job, "console:ana", at(21))
     assert (
-        kinds(drill) == ["interrupt-test", "notify:threadinterrupt-test-started"]
-        and drill.outbox[0]["instance_id"] == "i-1"
+        kinds(interrupt) == ["interrupt-test", "notify:threadinterrupt-test-started"]
+        and interrupt.outbox[0]["instance_id"] == "i-1"
     )
     stopping = stop_command(job, "console:ana", at(22))
     assert stopping.job.state is JobState.STOPPING

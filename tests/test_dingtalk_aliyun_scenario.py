@@ -17,7 +17,7 @@ import pytest
 from bot.chat.dingtalk.cards import out_track_id
 from bot.cloud.local import LocalCloud
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH
-from fakes.bot_harness import DRILLABLE, quick_recipe, running_dingtalk_bot, wait_job, write_config
+from fakes.bot_harness import INTERRUPTIBLE, quick_recipe, running_dingtalk_bot, wait_job, write_config
 from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
 from handlers.jobs import JobState
 from tests.aliyun_payloads import INTERRUPTION, interruption_content, notification
@@ -46,7 +46,7 @@ async def test_a_dingtalk_job_survives_an_ecs_reclaim_and_finishes_in_chinese(
         monkeypatch.setenv(name, value)
     config = write_config(
         tmp_path / "bot.yaml",
-        recipes=[quick_recipe("resumes", DRILLABLE)],
+        recipes=[quick_recipe("resumes", INTERRUPTIBLE)],
         dingtalk={
             "robot_webhook": dingtalk.robot_webhook,
             "robot_secret": dingtalk.robot_secret,

@@ -81,8 +81,8 @@ def running_job(channel: str = GROUP, version: int = 1, step: int | None = None,
     )
 
 
-def note(channel: str, topic: str, **fields: Any) -> Notify:
-    return notify("ft-ab12", channel, topic, **fields)
+def note(channel: str, note_type: str, **fields: Any) -> Notify:
+    return notify("ft-ab12", channel, note_type, **fields)
 
 
 async def test_cards_are_in_the_group_language_and_updated_in_place(parts: Parts) -> None:

@@ -1,4 +1,4 @@
-"""DingTalk alerts and on-call, end to end: a drill typed in DingTalk, the spot alert through the group's signed
+"""DingTalk alerts and on-call, end to end: interrupt-test typed in DingTalk, the spot alert through the group's signed
 custom robot in Chinese, the failed resume paging on-call by userId and mobile up the ladder, and the
 acknowledgement from the card's button.
 

@@ -24,7 +24,7 @@ from bot.service import BotService
 from bot.store import JobStore
 from fakes.bot_harness import (
     CHANNEL,
-    DRILLABLE,
+    INTERRUPTIBLE,
     SECRET,
     SLEEPS,
     chat_drained,
@@ -67,9 +67,9 @@ async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: fl
 async def test_any_replica_carries_out_any_effect_and_reports_outlive_the_launching_replica(
     tmp_path: Path, valkey: RestartableValkey
 ) -> None:
-    """Finding 3: with the launching replica gone, the other one hears the runner, drills the instance, and the
+    """Finding 3: with the launching replica gone, the other one hears the runner, interrupt-tests the instance, and the
     job recovers and finishes; the cloud's instances belong to the cloud."""
-    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("drillable", DRILLABLE)])
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("interruptible", INTERRUPTIBLE)])
     shared = {
         "redis_url": valkey.url,
         # The notice's window must hold the runner's report reserve (2 s at least) and a save: IMDS gives the
@@ -84,7 +84,7 @@ async def test_any_replica_carries_out_any_effect_and_reports_outlive_the_launch
             name: (await stack.enter_async_context(running_bot(tmp_path / name, config, **shared)))[0]
             for name, stack in stacks.items()
         }
-        job_id = await start_job(replicas["a"], "console:ana", "start drillable")
+        job_id = await start_job(replicas["a"], "console:ana", "start interruptible")
         running = await wait_job(replicas["a"], job_id, lambda job: job.state is JobState.RUNNING)
         assert running.current is not None and running.current.instance_id
         instance_id = running.current.instance_id
@@ -103,11 +103,11 @@ async def test_any_replica_carries_out_any_effect_and_reports_outlive_the_launch
         done = await wait_job(other, job_id, lambda job: job.state is JobState.SUCCEEDED, timeout=180)
         assert done.interruptions == 1 and len(done.attempts) == 2 and done.steps_lost == 0
         said = [text for job, channel, text in other.chat.transcript if job == job_id]  # type: ignore[attr-defined]
-        assert any("Interruption drill" in text for text in said)
+        assert any("Interrupt test" in text for text in said)
         assert not any("failed" in text for text in said), said
         gone = {r.instance_id: r.state for r in await other.bot.cloud.instances()}  # type: ignore[attr-defined]
         assert gone[instance_id] == "gone"
-        # The drill asked again (an effect retried after a crash), with the instance gone: it says what it did.
+        # The interrupt test asked again (an effect retried after a crash), with the instance gone: it says what it did.
         again = await other.bot.cloud.interrupt_test(instance_id)
         assert (again.instance_id, again.way) == (instance_id, "notice") and again.reclaim_at is not None
         told = f"spot interruption notice posted on {instance_id}; it is reclaimed at {again.reclaim_at:%H:%M:%S} UTC"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from fakes.notes import topic
+from fakes.notes import note_type
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, CheckpointRef, Job, JobState
@@ -34,7 +34,7 @@ def at(seconds: float) -> datetime:
 
 
 def kinds(change: Change) -> list[str]:
-    return [f"{item['type']}:{item.get('channel', '')}{topic(item)}".rstrip(":") for item in change.outbox]
+    return [f"{item['type']}:{item.get('channel', '')}{note_type(item)}".rstrip(":") for item in change.outbox]
 
 
 def of_kind(change: Change, kind: str) -> dict[str, Any]:

@@ -112,7 +112,7 @@ async def test_aliyun_termination_time_read_with_a_session_token() -> None:
         assert await source.instance_id() == "i-bp1xyz"
         deadline = server.interrupt(seconds=300)
         [notice] = await source.poll()
-        assert notice.kind == "termination"
+        assert notice.kind == "spot-interruption"  # the one word for it, from both clouds
         assert notice.deadline == deadline.replace(microsecond=0)
         assert server.token_requests == 1 and server.refused_without_token == 0
         server.expire_tokens()  # the service restarted: a 401, a fresh token, the same answer

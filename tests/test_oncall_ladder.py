@@ -57,9 +57,9 @@ async def page_entries(service: BotService, job_id: str) -> list[dict[str, Any]]
 
 
 async def fail_a_resume(service: BotService) -> str:
-    """Start a job whose trainer cannot resume, drill it: the resume fails and the page opens."""
+    """Start a job whose trainer cannot resume, interrupt-test it: the resume fails and the page opens."""
     job_id = await start_job(service, "console:ana", "start flaky")
-    # Drilled once it trains (a step reported): its SIGTERM handler is in place, so it saves checkpoint-<step>.
+    # Interrupt-tested once it trains (a step reported): its SIGTERM handler is in place, so it saves checkpoint-<step>.
     await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 1)
     assert (await service.bot.command("console:ana", CHANNEL, f"interrupt-test {job_id}")).startswith("OK")
     await wait_job(service, job_id, lambda job: job.state is JobState.RESUME_FAILED)

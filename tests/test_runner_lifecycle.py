@@ -250,11 +250,14 @@ SAVES_ON_SIGTERM = quick_trainer(
 @pytest.mark.parametrize(
     ("control", "reason", "source"),
     [
+        ({"type": "stop"}, "stop", "control"),
+        ({"type": "interrupt-test", "deadline": "DEADLINE"}, "spot-interruption", "interrupt-test"),
+        # As a bot before the rename wrote them: still obeyed.
         ({"action": "stop"}, "stop", "control"),
-        ({"action": "drill", "deadline": "DEADLINE"}, "spot-interruption", "drill"),
+        ({"action": "drill", "deadline": "DEADLINE"}, "spot-interruption", "interrupt-test"),
     ],
 )
-async def test_the_bots_control_object_stops_or_drills_the_runner(
+async def test_the_bots_control_object_stops_or_interrupt_tests_the_runner(
     tmp_path: Path, control: dict[str, str], reason: str, source: str
 ) -> None:
     store = tmp_path / "store"
@@ -271,7 +274,7 @@ async def test_the_bots_control_object_stops_or_drills_the_runner(
     deadline = (datetime.now(UTC) + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
     body = {key: deadline if value == "DEADLINE" else value for key, value in control.items()}
     (store / "control").mkdir(parents=True, exist_ok=True)
-    (store / "control" / "attempt-1.json").write_text(json.dumps({"action": "stop"}))  # another attempt's: ignored
+    (store / "control" / "attempt-1.json").write_text(json.dumps({"type": "stop"}))  # another attempt's: ignored
     # Its own object, unreadable for now: the warning it earns proves the runner looked since the other one came.
     (store / "control" / "attempt-2.json").write_text("{not json")
     await wait_for_report(reports, lambda r: r["type"] == "warning" and r["kind"] == "control")

@@ -245,8 +245,8 @@ async def test_a_failed_resume_alerts_escalates_and_is_acknowledged_and_resumed_
         # checkpoint-<step>.
         await wait_job(service, job.id, lambda job: (job.step or 0) >= 1)
         assert await click(service, "finetune_interrupt_test", job.id) == 200
-        drill = await slack.wait_for(lambda: [e for e in slack.ephemeral if "interrupt-test" in e["text"]])
-        assert drill[0]["text"].startswith(f"OK: interrupt-test {job.id}") and drill[0]["user"] == "U0ANA"
+        asked = await slack.wait_for(lambda: [e for e in slack.ephemeral if "interrupt-test" in e["text"]])
+        assert asked[0]["text"].startswith(f"OK: interrupt-test {job.id}") and asked[0]["user"] == "U0ANA"
         await wait_job(service, job.id, lambda job: job.state is JobState.RESUME_FAILED)
 
         alerts = await slack.wait_for(lambda: slack.channel_messages(ALERTS))
@@ -256,7 +256,7 @@ async def test_a_failed_resume_alerts_escalates_and_is_acknowledged_and_resumed_
         assert first[0].text.startswith(f"<@U0ANA> 🚨 On-call: {job.id} could not resume")
         assert "finetune_ack" in buttons(first[0])
         thread = " ".join(m.text for m in slack.replies(CHANNEL, card.ts))
-        assert "Spot interruption warning" in thread and "Interruption drill" in thread
+        assert "Spot interruption warning" in thread and "Interrupt test" in thread
 
         clock.advance(5)  # nobody acknowledged: the primary and the secondary, in a new message
         pages = await slack.wait_for(

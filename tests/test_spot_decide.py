@@ -10,7 +10,7 @@ import pytest
 from bot.chat.catalog import text
 from bot.chat.render import card
 from bot.settings import ConfigError, load_settings, parse_file_config
-from fakes.notes import topic
+from fakes.notes import note_type
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.failures import Failure
 from handlers.jobs import Attempt, Change, Job, JobState
@@ -175,7 +175,7 @@ def test_on_demand_with_slack_goes_back_to_spot_through_a_checkpoint() -> None:
     switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=ONE_ZONE)
     assert switch.job.state is JobState.STOPPING and switch.job.switch_to == "spot"
     assert effect(switch, "stop-runner")["instance_id"] == "i-1"
-    said = [item for item in switch.outbox if topic(item) == "spot-policy"]
+    said = [item for item in switch.outbox if note_type(item) == "spot-policy"]
     assert [item["note"]["reason"] for item in said] == ["spot-policy.spot.back"]
     saved = decide(switch.job, interrupted(switch.job), NOW, spot=ONE_ZONE)
     assert saved.job.state is JobState.RECOVERING and saved.job.switch_to is None
@@ -198,7 +198,7 @@ def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint_and_say
     change = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=VIEW)
     assert change.job.state is JobState.STOPPING
     assert effect(change, "stop-runner")["instance_id"] == "i-1"
-    said = [item for item in change.outbox if topic(item) == "spot-policy"]
+    said = [item for item in change.outbox if note_type(item) == "spot-policy"]
     assert len(said) == 1 and said[0]["note"]["reason"] == "spot-policy.stop.budget"
     assert said[0]["note"]["values"]["budget"] == 0.4
     assert "policy-tick" in effect_types(change)  # the chain ends at the next tick, once the job is STOPPED

@@ -139,7 +139,7 @@ def test_the_bot_launches_only_tagged_instances_from_the_stacks_template(bot: li
     assert allowed(bot, "ec2:CreateLaunchTemplate", other, {"aws:RequestTag/finetune:managed": "true"})
 
 
-def test_the_bot_terminates_scales_and_drills_only_what_is_ours(bot: list[Statement]) -> None:
+def test_the_bot_terminates_scales_and_interrupt_tests_only_what_is_ours(bot: list[Statement]) -> None:
     ours = {"ec2:ResourceTag/finetune:managed": "true"}
     assert allowed(bot, "ec2:TerminateInstances", AWS_INSTANCE, ours)
     assert not allowed(bot, "ec2:TerminateInstances", AWS_INSTANCE)
@@ -151,15 +151,15 @@ def test_the_bot_terminates_scales_and_drills_only_what_is_ours(bot: list[Statem
     assert allowed(bot, "autoscaling:CreateAutoScalingGroup", group, {"aws:RequestTag/finetune:managed": "true"})
     assert not allowed(bot, "autoscaling:CreateAutoScalingGroup", group)
     template = "arn:aws:fis:us-east-1:123456789012:experiment-template/EXT1"
-    assert allowed(bot, "fis:StartExperiment", template, {"aws:ResourceTag/finetune:drill": "true"})
+    assert allowed(bot, "fis:StartExperiment", template, {"aws:ResourceTag/finetune:interrupt-test": "true"})
     assert not allowed(bot, "fis:StartExperiment", template)
 
 
 def test_the_bot_passes_each_role_only_to_its_service(bot: list[Statement]) -> None:
-    runner, drills = att("RunnerRole"), att("FisRole")
+    runner, fis = att("RunnerRole"), att("FisRole")
     assert allowed(bot, "iam:PassRole", runner, {"iam:PassedToService": "ec2.amazonaws.com"})
     assert not allowed(bot, "iam:PassRole", runner, {"iam:PassedToService": "lambda.amazonaws.com"})
-    assert allowed(bot, "iam:PassRole", drills, {"iam:PassedToService": "fis.amazonaws.com"})
+    assert allowed(bot, "iam:PassRole", fis, {"iam:PassedToService": "fis.amazonaws.com"})
     admin = "arn:aws:iam::123456789012:role/admin"
     assert not allowed(bot, "iam:PassRole", admin, {"iam:PassedToService": "ec2.amazonaws.com"})
 

@@ -172,7 +172,7 @@ class ChatOutbox:
         except PermanentDeliveryError as exc:
             log.warning("card of %s cannot be posted: %s", job.id, exc)
         if in_doubt and isinstance(deliverer, PostedCheck) and await deliverer.posted(job, note, card):
-            log.info("the %s note %s of %s was posted already", note.topic, note.id, job.id)
+            log.info("the %s note %s of %s was posted already", note.note_type, note.id, job.id)
             return False
         await deliverer.post_note(job, note, card)
         return True
@@ -222,10 +222,10 @@ class ChatOutbox:
                 delay = exc.retry_after if exc.retry_after is not None else backoff(attempt, cap=self.backoff_cap)
                 platform.gate.close_for(delay)
                 level = logging.WARNING if attempt == 1 or attempt % 20 == 0 else logging.DEBUG
-                log.log(level, "%s note of %s waits %.1fs (try %d): %s", note.topic, note.job_id, delay, attempt, exc)
+                log.log(level, "%s note of %s waits %.1fs (#%d): %s", note.note_type, note.job_id, delay, attempt, exc)
             except PermanentDeliveryError as exc:
                 self.dropped += 1
-                log.warning("dropped the %s note %s of %s: %s", note.channel, note.topic, note.job_id, exc)
+                log.warning("dropped the %s note %s of %s: %s", note.channel, note.note_type, note.job_id, exc)
                 return None
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 attempt += 1

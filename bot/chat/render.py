@@ -160,7 +160,7 @@ def message_text(job: Job, notify: Notify, now: datetime, lang: Lang = "en") -> 
 def _warning(job: Job, note: InterruptionWarning, now: datetime, lang: Lang) -> str:
     deadline = _time(note.deadline, lang)
     return text(
-        lang, "topic.interruption-warning", job=job.id, instance=note.instance, source=note.source, deadline=deadline
+        lang, "note.interruption-warning", job=job.id, instance=note.instance, source=note.source, deadline=deadline
     )
 
 
@@ -170,14 +170,14 @@ def _interrupted(job: Job, note: InterruptedNote, now: datetime, lang: Lang) -> 
         for name, value in note.seconds.items()
     )
     if note.saved_in_time and note.step is not None:
-        return text(lang, "topic.interrupted.saved", step=note.step, timing=timing)
+        return text(lang, "note.interrupted.saved", step=note.step, timing=timing)
     cause = late_text(note.late, lang)
     lost = ""
     if note.lost is not None and note.reached is not None:
-        lost = text(lang, "topic.interrupted.lost", lost=note.lost, reached=note.reached)
+        lost = text(lang, "note.interrupted.lost", lost=note.lost, reached=note.reached)
     if note.step is None:
-        return text(lang, "topic.interrupted.nothing", cause=cause, timing=timing, lost=lost)
-    return text(lang, "topic.interrupted.late", step=note.step, cause=cause, timing=timing, lost=lost)
+        return text(lang, "note.interrupted.nothing", cause=cause, timing=timing, lost=lost)
+    return text(lang, "note.interrupted.late", step=note.step, cause=cause, timing=timing, lost=lost)
 
 
 def late_text(late: Late | None, lang: Lang) -> str:
@@ -203,25 +203,25 @@ def failure_text(failure: Failure | str, lang: Lang) -> str:
 
 
 def _resumed(job: Job, note: Resumed, now: datetime, lang: Lang) -> str:
-    start = text(lang, "topic.resumed.from-start" if note.step is None else "topic.resumed.from-step", step=note.step)
+    start = text(lang, "note.resumed.from-start" if note.step is None else "note.resumed.from-step", step=note.step)
     return text(
         lang,
-        "topic.resumed",
+        "note.resumed",
         attempt=note.attempt,
-        zone=note.zone or text(lang, "topic.resumed.new-zone"),
+        zone=note.zone or text(lang, "note.resumed.new-zone"),
         start=start,
         lost=note.lost,
         downtime=note.downtime,
-        skipped=text(lang, "topic.resumed.skipped", count=note.skipped) if note.skipped else "",
+        skipped=text(lang, "note.resumed.skipped", count=note.skipped) if note.skipped else "",
     )
 
 
 def _completed(job: Job, note: CompletedNote, now: datetime, lang: Lang) -> str:
     cost = job_cost(job, now)
-    saving = text(lang, "topic.completed.saving", savings=cost.savings) if cost.savings is not None else ""
+    saving = text(lang, "note.completed.saving", savings=cost.savings) if cost.savings is not None else ""
     return text(
         lang,
-        "topic.completed",
+        "note.completed",
         job=job.id,
         attempts=len(job.attempts),
         interruptions=job.interruptions,
@@ -236,26 +236,26 @@ def _completed(job: Job, note: CompletedNote, now: datetime, lang: Lang) -> str:
 def _failed(job: Job, note: FailedNote, now: datetime, lang: Lang) -> str:
     tail = "\n".join(f"    {line}" for line in note.log_tail[-5:])
     reason = failure_text(note.reason, lang)
-    return text(lang, "topic.failed", job=job.id, reason=reason) + (f"\n{tail}" if tail else "")
+    return text(lang, "note.failed", job=job.id, reason=reason) + (f"\n{tail}" if tail else "")
 
 
 def _page(job: Job, note: ResumeFailedPage, now: datetime, lang: Lang) -> str:
     # A later step of the on-call ladder says which it is.
-    again = text(lang, "topic.resume-failed.again", number=note.step + 1, steps=note.steps) if note.step else ""
-    return text(lang, "topic.resume-failed", again=again, job=job.id, reason=failure_text(note.reason, lang))
+    again = text(lang, "note.resume-failed.again", number=note.step + 1, steps=note.steps) if note.step else ""
+    return text(lang, "note.resume-failed", again=again, job=job.id, reason=failure_text(note.reason, lang))
 
 
 def _stopped(job: Job, note: Stopped, now: datetime, lang: Lang) -> str:
     if note.step is None:
-        return text(lang, "topic.stopped", job=job.id)
-    return text(lang, "topic.stopped.kept", job=job.id, step=note.step)
+        return text(lang, "note.stopped", job=job.id)
+    return text(lang, "note.stopped.kept", job=job.id, step=note.step)
 
 
 def _test_done(job: Job, note: InterruptTestDone, now: datetime, lang: Lang) -> str:
     result = note.result
     return text(
         lang,
-        f"topic.interrupt-test-done.{result.way}",
+        f"note.interrupt-test-done.{result.way}",
         instance=result.instance_id,
         reference=result.reference or "",
         at=_time(result.reclaim_at, lang),
@@ -269,8 +269,8 @@ def _released(job: Job, note: InstanceReleased | GroupReleased, now: datetime, l
         values["state"] = word(lang, f"state.{values['state']}", str(values["state"]))
     why = text(lang, f"reconcile.{note.why}", **values)
     if isinstance(note, GroupReleased):
-        return text(lang, "topic.group-released", group=note.group, why=why)
-    return text(lang, "topic.instance-released", instance=note.instance, why=why)
+        return text(lang, "note.group-released", group=note.group, why=why)
+    return text(lang, "note.instance-released", instance=note.instance, why=why)
 
 
 def _card(job: Job, note: CardRefresh, now: datetime, lang: Lang) -> str:
@@ -284,39 +284,39 @@ _WORDS: dict[type[BaseModel], _Words] = {
     InterruptionWarning: _warning,
     InterruptedNote: _interrupted,
     Resumed: _resumed,
-    Rebalance: lambda job, note, now, lang: text(lang, "topic.rebalance"),
+    Rebalance: lambda job, note, now, lang: text(lang, "note.rebalance"),
     RebalanceCheckpoint: lambda job, note, now, lang: text(
-        lang, "topic.rebalance-checkpoint", step=note.step, seconds=note.seconds
+        lang, "note.rebalance-checkpoint", step=note.step, seconds=note.seconds
     ),
-    InstanceGone: lambda job, note, now, lang: text(lang, "topic.instance-gone", instance=note.instance),
+    InstanceGone: lambda job, note, now, lang: text(lang, "note.instance-gone", instance=note.instance),
     SpotPolicyNote: lambda job, note, now, lang: text(
-        lang, "topic.spot-policy", reason=policy_reason(lang, note.reason, note.values)
+        lang, "note.spot-policy", reason=policy_reason(lang, note.reason, note.values)
     ),
     InstanceReleased: _released,
     GroupReleased: _released,
     NoReports: lambda job, note, now, lang: text(
-        lang, "topic.no-reports", job=job.id, minutes=note.minutes, instance=note.instance
+        lang, "note.no-reports", job=job.id, minutes=note.minutes, instance=note.instance
     ),
     RelaunchPaused: lambda job, note, now, lang: text(
-        lang, "topic.relaunch-paused", attempt=note.attempt, count=note.count, limit=note.limit, seconds=note.seconds
+        lang, "note.relaunch-paused", attempt=note.attempt, count=note.count, limit=note.limit, seconds=note.seconds
     ),
     CompletedNote: _completed,
     FailedNote: _failed,
     Stopped: _stopped,
     ResumeFailedPage: _page,
     Acked: lambda job, note, now, lang: text(
-        lang, "topic.acked", by=person(note.by), job=job.id, at=_time(note.at, lang)
+        lang, "note.acked", by=person(note.by), job=job.id, at=_time(note.at, lang)
     ),
-    StopRequested: lambda job, note, now, lang: text(lang, "topic.stop-requested", by=person(note.by)),
+    StopRequested: lambda job, note, now, lang: text(lang, "note.stop-requested", by=person(note.by)),
     ResumeRequested: lambda job, note, now, lang: text(
-        lang, "topic.resume-requested", by=person(note.by), job=job.id, market=text(lang, f"market.{note.market}")
+        lang, "note.resume-requested", by=person(note.by), job=job.id, market=text(lang, f"market.{note.market}")
     ),
     InterruptTestStarted: lambda job, note, now, lang: text(
-        lang, "topic.interrupt-test-started", instance=note.instance, by=person(note.by)
+        lang, "note.interrupt-test-started", instance=note.instance, by=person(note.by)
     ),
     InterruptTestDone: _test_done,
     InterruptTestFailed: lambda job, note, now, lang: text(
-        lang, "topic.interrupt-test-failed", job=job.id, error=note.error
+        lang, "note.interrupt-test-failed", job=job.id, error=note.error
     ),
 }
 

@@ -20,7 +20,7 @@ Two modes:
   Completion or stop sets it back to 0. A group belongs to the job named in its configuration's tags while it has
   capacity; a group at 0 is free.
 
-There is no FIS on Alibaba Cloud: a drill writes the runner's control object (``{"action": "drill", "deadline"}``)
+No FIS on Alibaba Cloud: an interrupt test writes the runner's control object (``{"type": "interrupt-test"…}``)
 next to the checkpoints, and releases the instance when the grace period is over, as ECS would reclaim it. A stop is
 the same control object with ``{"action": "stop"}``.
 
@@ -62,7 +62,7 @@ from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.report_keys import ReportKeys
 from handlers.sealed_keys import seal, sealed_key_object
-from handlers.spec import ATTEMPT_KEYS_PREFIX, DrillControl, JobSpec, StopControl, control_key, dump_control
+from handlers.spec import ATTEMPT_KEYS_PREFIX, InterruptTestControl, JobSpec, StopControl, control_key, dump_control
 from handlers.spot.zones import (
     Candidate,
     LaunchPlan,
@@ -89,7 +89,7 @@ STOCK_TTL_SECONDS = 600.0  # DescribeAvailableResource per instance type is aske
 
 
 class AliyunError(CloudError):
-    """A terminate, a drill, a stop or a listing Alibaba Cloud did not do; the message says what to fix."""
+    """A terminate, an interrupt test, a stop or a listing Alibaba Cloud did not do; the message says what to fix."""
 
 
 def _tags(instance: dict[str, Any]) -> dict[str, str]:
@@ -154,7 +154,7 @@ class AliyunCloud:
             addressing=settings.oss_addressing,
             credentials=self.api.credentials,
         )
-        self._drills: set[asyncio.Task[None]] = set()
+        self._interrupt_tests: set[asyncio.Task[None]] = set()
         self._group_lock = asyncio.Lock()
         self._on_demand: dict[str, tuple[float, float]] = {}  # type -> (price, monotonic time read)
         self._stock: dict[str, tuple[float, list[tuple[str, str]]]] = {}  # type -> (time read, [(zone, status)])
@@ -850,24 +850,24 @@ class AliyunCloud:
         await self._write_control(job_id, attempt, StopControl())
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
-        """An interruption drill: the runner's control object announces a reclaim at now + grace (the runner then
+        """An interrupt test: the runner's control object announces a reclaim at now + grace (the runner then
         behaves exactly as on ECS's own notice), and the instance is released when the grace period is over."""
         instance, job_id, attempt = await self._job_of(instance_id)
         status = str(instance.get("Status", ""))
         if status not in LIVE_STATUSES:
             raise AliyunError(f"instance {instance_id} is {status or 'gone'}: nothing to interrupt")
-        grace = self.settings.drill_grace_seconds
+        grace = self.settings.interrupt_test_grace_seconds
         deadline = datetime.now(UTC) + timedelta(seconds=grace)
-        key = await self._write_control(job_id, attempt, DrillControl(deadline=deadline))
-        task = asyncio.create_task(self._release_after(instance_id, grace), name=f"drill:{instance_id}")
-        self._drills.add(task)
-        task.add_done_callback(self._drills.discard)
-        log.info("drill: notice for %s (%s attempt %d) written to %s", instance_id, job_id, attempt, key)
+        key = await self._write_control(job_id, attempt, InterruptTestControl(deadline=deadline))
+        task = asyncio.create_task(self._release_after(instance_id, grace), name=f"interrupt-test:{instance_id}")
+        self._interrupt_tests.add(task)
+        task.add_done_callback(self._interrupt_tests.discard)
+        log.info("interrupt test: notice for %s (%s attempt %d) written to %s", instance_id, job_id, attempt, key)
         return InterruptTestResult(
             instance_id=instance_id, way="notice", reference=f"oss://{self.settings.bucket}/{key}", reclaim_at=deadline
         )
 
-    async def _write_control(self, job_id: str, attempt: int, request: StopControl | DrillControl) -> str:
+    async def _write_control(self, job_id: str, attempt: int, request: StopControl | InterruptTestControl) -> str:
         key = self.control_key(job_id, attempt)
         try:
             await self.oss.put(key, dump_control(request))
@@ -881,16 +881,16 @@ class AliyunCloud:
         try:
             await self._delete(instance_id)
         except (AliyunApiError, AliyunUnavailable) as exc:
-            log.warning("drill: could not release %s: %s", instance_id, exc)
+            log.warning("interrupt test: could not release %s: %s", instance_id, exc)
             return
-        log.info("drill: released %s after %g s", instance_id, seconds)
+        log.info("interrupt test: released %s after %g s", instance_id, seconds)
 
     async def close(self) -> None:
-        """Cancel pending drill releases (the instance then lives on; its runner has already checkpointed)."""
-        for task in list(self._drills):
+        """Cancel pending interrupt test releases (the instance then lives on; its runner has already checkpointed)."""
+        for task in list(self._interrupt_tests):
             task.cancel()
-        await asyncio.gather(*self._drills, return_exceptions=True)
-        self._drills.clear()
+        await asyncio.gather(*self._interrupt_tests, return_exceptions=True)
+        self._interrupt_tests.clear()
 
 
 if TYPE_CHECKING:  # AliyunCloud must stay a CloudProvider (mypy checks this line)

@@ -82,7 +82,7 @@ class AliyunSettings(BaseModel):
     scaling_groups: list[str] = Field(default_factory=list)  # scaling-group mode: ESS group ids, one job each
     group_wait_seconds: float = Field(default=300.0, gt=0)
     group_poll_seconds: float = Field(default=5.0, gt=0)
-    drill_grace_seconds: float = Field(default=120.0, gt=0)  # notice to release in a drill
+    interrupt_test_grace_seconds: float = Field(default=120.0, gt=0)  # notice to release in an interrupt test
     report_url: str | None = None  # the bot's public /runner/reports URL, added to every spec
     runner_path: str = "/opt/finetune"
     work_dir: str = "/var/lib/finetune"

@@ -10,7 +10,7 @@ and the market come from the spot authority (:mod:`handlers.spot`); within a lau
 from the pure :mod:`handlers.spot.zones` over spot placement scores and spot prices, and capacity errors move on
 to the next candidate of the same market until ``max_launch_failures`` of them: the launch then reports a capacity
 refusal and the authority chooses again (another zone, on-demand, or waiting). The market never changes here.
-Drills are AWS FIS experiments (``aws:ec2:send-spot-instance-interruptions``); a stop is a control object the
+Interrupt tests are AWS FIS experiments (``aws:ec2:send-spot-instance-interruptions``); a stop is a control object the
 runner polls. Every call is aioboto3, so nothing blocks the bot's event loop.
 
 Client config comes from the standard AWS variables: ``AWS_ENDPOINT_URL`` (botocore honours it, and
@@ -112,7 +112,7 @@ SCORES_TTL_SECONDS = 600.0  # placement scores per (instance types, region) are 
 
 
 class AwsError(CloudError):
-    """A terminate, a drill, a stop or a listing AWS did not do; the message says what to fix."""
+    """A terminate, an interrupt test, a stop or a listing AWS did not do; the message says what to fix."""
 
 
 class AwsSettings(BaseModel):
@@ -147,8 +147,8 @@ class AwsSettings(BaseModel):
     group_wait_seconds: float = Field(default=60.0, gt=0)
     group_poll_seconds: float = Field(default=2.0, gt=0)
     fis_role_arn: str | None = None
-    fis_template_tag: str = "finetune:drill"  # tag (value "true") marking the experiment templates we own
-    drill_notice: str = Field(default="PT2M", pattern=r"^PT\d+[MS]$")
+    fis_template_tag: str = "finetune:interrupt-test"  # tag (value "true") marking the experiment templates we own
+    interrupt_test_notice: str = Field(default="PT2M", pattern=r"^PT\d+[MS]$")
     runner_path: str = "/opt/finetune"
     work_dir: str = "/opt/dlami/nvme/finetune"
     on_demand_prices: dict[str, float] = Field(default_factory=dict)
@@ -1006,7 +1006,7 @@ class AwsCloud:
         if not role:
             raise AwsError(
                 "FIS is not set up: set fis_role_arn to a role FIS may assume (with the "
-                "AWSFaultInjectionSimulatorEC2Access policy) to run interruption drills"
+                "AWSFaultInjectionSimulatorEC2Access policy) to run interrupt tests"
             )
         instance, job_id, _ = await self._job_of(instance_id)
         state = str(instance.get("State", {}).get("Name", ""))
@@ -1016,10 +1016,10 @@ class AwsCloud:
             raise AwsError(f"instance {instance_id} is on-demand: FIS interrupts only spot instances")
         fis = await self._client("fis")
         try:
-            template_id = await self._drill_template(fis, job_id, role)
+            template_id = await self._interrupt_test_template(fis, job_id, role)
             reply = await fis.start_experiment(
                 experimentTemplateId=template_id,
-                clientToken=_client_token("drill", instance_id),  # one drill per instance, however often asked
+                clientToken=_client_token("interrupt-test", instance_id),  # one per instance, however often asked
                 tags={JOB_TAG: job_id, "finetune:instance": instance_id},
             )
         except ClientError as exc:
@@ -1029,16 +1029,16 @@ class AwsCloud:
                     f"not permitted: FIS said {code} ({message}); the bot needs fis:CreateExperimentTemplate, "
                     f"fis:StartExperiment, fis:ListExperimentTemplates, fis:TagResource and iam:PassRole on {role}"
                 ) from exc
-            raise AwsError(f"FIS could not start the drill: {code}: {message}") from exc
+            raise AwsError(f"FIS could not start the interrupt test: {code}: {message}") from exc
         except BotoCoreError as exc:
             raise AwsError(f"FIS is not available here ({self.region or 'default region'}): {exc}") from exc
         experiment_id = str(reply["experiment"]["id"])
         log.info("FIS experiment %s (template %s) started on %s (%s)", experiment_id, template_id, instance_id, job_id)
-        lead = self.settings.drill_notice  # PT<n>M or PT<n>S
+        lead = self.settings.interrupt_test_notice  # PT<n>M or PT<n>S
         after = int(lead[2:-1]) * (60 if lead.endswith("M") else 1)
         return InterruptTestResult(instance_id=instance_id, way="fis", reference=experiment_id, after_seconds=after)
 
-    async def _drill_template(self, fis: Any, job_id: str, role: str) -> str:
+    async def _interrupt_test_template(self, fis: Any, job_id: str, role: str) -> str:
         marker = self.settings.fis_template_tag
         paginator = fis.get_paginator("list_experiment_templates")
         async for page in paginator.paginate():
@@ -1048,7 +1048,7 @@ class AwsCloud:
                     return str(summary["id"])
         reply = await fis.create_experiment_template(
             clientToken=uuid.uuid4().hex,
-            description=f"finetune-chatops drill: spot interruption of {job_id}",
+            description=f"finetune-chatops interrupt test: spot interruption of {job_id}",
             roleArn=role,
             stopConditions=[{"source": "none"}],
             targets={
@@ -1062,7 +1062,7 @@ class AwsCloud:
             actions={
                 "interrupt": {
                     "actionId": "aws:ec2:send-spot-instance-interruptions",
-                    "parameters": {"durationBeforeInterruption": self.settings.drill_notice},
+                    "parameters": {"durationBeforeInterruption": self.settings.interrupt_test_notice},
                     "targets": {"SpotInstances": "SpotInstances"},
                 }
             },

@@ -1,13 +1,13 @@
 """The local cloud: an "instance" is a process of its own on this machine (see :mod:`bot.cloud.local_instance`)
 running the runner, with its own metadata endpoint in the cloud's dialect.
 
-It behaves like EC2 Spot (or, with ``dialect="aliyun"``, a preemptible ECS instance) where it matters: ``drill``
+It behaves like EC2 Spot (or, with ``dialect="aliyun"``, a preemptible ECS instance) where it matters: an interrupt test
 posts an interruption notice on the instance's metadata service and the instance is reclaimed when the grace
 period is over, so the runner's real notice path runs; an instance whose runner exits is gone, and the bot hears
 about it as a cloud event on its events stream, as it would from EventBridge.
 
 The instances belong to the cloud, not to a replica: each registers itself in the shared Redis
-(:mod:`bot.cloud.local_registry`), so any replica launches, drills, stops or terminates any of them through its
+(:mod:`bot.cloud.local_registry`), so any replica launches, interrupt-tests, stops or terminates any of them through its
 control endpoint, and a restarted bot finds them again (:meth:`LocalCloud.instances`). Their runners' reports go
 through the instance to whichever replica is alive. A launch is idempotent per (job, attempt): the instance id is
 derived from them, and a launch retried after a crash returns the instance the first one started.

@@ -38,4 +38,4 @@ class AliyunMetadataSource(TokenMetadataHttp):
             deadline = parse_time(body.strip())
         except ValueError as exc:
             raise MetadataUnavailable(f"termination-time is not a timestamp: {body[:60]!r}") from exc
-        return [InstanceNotice(kind="termination", source=self.name, deadline=deadline)]
+        return [InstanceNotice(kind="spot-interruption", source=self.name, deadline=deadline)]

@@ -1,7 +1,7 @@
 """The bot's control channel: an object the runner polls next to its checkpoints.
 
 ``<checkpoint_uri>control/attempt-<n>.json`` holds a :data:`handlers.spec.ControlRequest` (the one definition the
-bot writes too): stop (checkpoint, commit, exit) or drill (behave exactly as on a spot notice with its deadline,
+bot writes too): stop (checkpoint, commit, exit) or interrupt-test (act as on a spot notice with its deadline,
 for clouds without a fault-injection service). An object rather than SSM Run Command: it needs only the storage
 access the runner already has, and works the same on S3, OSS and a local directory.
 """
@@ -9,7 +9,7 @@ access the runner already has, and works the same on S3, OSS and a local directo
 from __future__ import annotations
 
 from handlers.reports import InstanceNotice
-from handlers.spec import DrillControl, StopControl, control_key, parse_control
+from handlers.spec import InterruptTestControl, StopControl, control_key, parse_control
 from runner.notices.base import MetadataUnavailable
 from runner.storage.base import ObjectStore, StorageError
 
@@ -38,8 +38,8 @@ class ControlObjectSource:
             ) from exc
         if isinstance(request, StopControl):
             return [InstanceNotice(kind="stop", source="control", deadline=None)]
-        assert isinstance(request, DrillControl)
-        return [InstanceNotice(kind="spot-interruption", source="drill", deadline=request.deadline)]
+        assert isinstance(request, InterruptTestControl)
+        return [InstanceNotice(kind="spot-interruption", source="interrupt-test", deadline=request.deadline)]
 
     async def instance_id(self) -> str | None:
         return None

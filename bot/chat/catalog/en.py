@@ -82,20 +82,20 @@ BOT: dict[str, str] = {
     "phase.save": "save",
     "phase.upload": "upload",
     "phase.total": "total",
-    # Thread messages, alerts and pages, by topic.
-    "topic.interruption-warning": (
+    # Thread messages, alerts and pages, by note type.
+    "note.interruption-warning": (
         "⚠️ Spot interruption warning for {job} on {instance} (from {source}); "
         "the machine goes at {deadline}. Checkpointing now."
     ),
-    "topic.interrupted.saved": "💾 Checkpoint at step {step} saved before the deadline ({timing}). Relaunching…",
-    "topic.interrupted.late": (
+    "note.interrupted.saved": "💾 Checkpoint at step {step} saved before the deadline ({timing}). Relaunching…",
+    "note.interrupted.late": (
         "💾 Work after step {step} NOT saved in time ({cause}) ({timing}){lost}. "
         "Relaunching from the checkpoint at step {step}…"
     ),
-    "topic.interrupted.nothing": (
+    "note.interrupted.nothing": (
         "💾 No checkpoint yet: nothing was saved in time ({cause}) ({timing}){lost}. Relaunching from the start…"
     ),
-    "topic.interrupted.lost": ": {lost} steps lost (the trainer had reached step {reached})",
+    "note.interrupted.lost": ": {lost} steps lost (the trainer had reached step {reached})",
     # Why the newest work of an interrupted attempt did not make it (the runner's codes).
     "late.unknown": "the runner did not say why",
     "late.upload-failed": "upload failed before the deadline: {error}",
@@ -107,47 +107,47 @@ BOT: dict[str, str] = {
     "late.not-saved": "the trainer did not save a checkpoint in time",
     "late.trainer-gone": "the trainer exited without saving a checkpoint",
     "late.not-uploaded": "the fresh checkpoint-{step} did not finish uploading before the deadline",
-    "topic.resumed": (
+    "note.resumed": (
         "🔁 Resumed on attempt {attempt} in {zone} {start}: {lost} steps lost, {downtime:.0f}s downtime{skipped}."
     ),
-    "topic.resumed.new-zone": "a new zone",
-    "topic.resumed.from-step": "from step {step}",
-    "topic.resumed.from-start": "from the start (no checkpoint yet)",
-    "topic.resumed.skipped": "; skipped {count} invalid checkpoint(s)",
-    "topic.completed": (
+    "note.resumed.new-zone": "a new zone",
+    "note.resumed.from-step": "from step {step}",
+    "note.resumed.from-start": "from the start (no checkpoint yet)",
+    "note.resumed.skipped": "; skipped {count} invalid checkpoint(s)",
+    "note.completed": (
         "✅ {job} finished: {attempts} attempt(s), {interruptions} interruption(s), {lost} steps lost, "
         "{downtime:.0f}s downtime, cost ${paid:.4f}{saving}. Output: {output}"
     ),
-    "topic.completed.saving": ", saved {savings:.0%} against on-demand",
-    "topic.failed": "❌ {job} failed: {reason}",
-    "topic.resume-failed": (
+    "note.completed.saving": ", saved {savings:.0%} against on-demand",
+    "note.failed": "❌ {job} failed: {reason}",
+    "note.resume-failed": (
         "🚨 On-call{again}: {job} could not resume ({reason}). "
         "Reply `/finetune ack {job}`, then `resume {job}` or `resume {job} on-demand`, or `stop {job}`."
     ),
-    "topic.resume-failed.again": " (escalation {number} of {steps}, not acknowledged yet)",
-    "topic.interrupt-test-started": "🧪 Interruption drill on {instance} started by {by}.",
-    "topic.stop-requested": "⏹️ Stop requested by {by}: checkpointing, then releasing the instance.",
-    "topic.stopped": "⏹️ {job} stopped.",
-    "topic.stopped.kept": "⏹️ {job} stopped; checkpoint at step {step} kept.",
-    "topic.acked": "👀 {by} acknowledged the page for {job} at {at}; the escalation stops.",
-    "topic.resume-requested": "🔁 {by} asked to resume {job} on {market}.",
-    "topic.rebalance": "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early.",
-    "topic.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
-    "topic.spot-policy": "🧭 {reason}",
-    "topic.instance-gone": ("⚠️ Instance {instance} went away without notice; relaunching from the last checkpoint."),
-    "topic.instance-released": "🧹 Released instance {instance}: {why}.",
-    "topic.group-released": "🧹 Set scaling group {group} to 0: {why}.",
-    "topic.no-reports": "🔇 No report from {job} for {minutes} min, while the cloud lists {instance} as running.",
-    "topic.relaunch-paused": (
+    "note.resume-failed.again": " (escalation {number} of {steps}, not acknowledged yet)",
+    "note.interrupt-test-started": "🧪 Interrupt test on {instance} started by {by}.",
+    "note.stop-requested": "⏹️ Stop requested by {by}: checkpointing, then releasing the instance.",
+    "note.stopped": "⏹️ {job} stopped.",
+    "note.stopped.kept": "⏹️ {job} stopped; checkpoint at step {step} kept.",
+    "note.acked": "👀 {by} acknowledged the page for {job} at {at}; the escalation stops.",
+    "note.resume-requested": "🔁 {by} asked to resume {job} on {market}.",
+    "note.rebalance": "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early.",
+    "note.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
+    "note.spot-policy": "🧭 {reason}",
+    "note.instance-gone": ("⚠️ Instance {instance} went away without notice; relaunching from the last checkpoint."),
+    "note.instance-released": "🧹 Released instance {instance}: {why}.",
+    "note.group-released": "🧹 Set scaling group {group} to 0: {why}.",
+    "note.no-reports": "🔇 No report from {job} for {minutes} min, while the cloud lists {instance} as running.",
+    "note.relaunch-paused": (
         "⏳ Attempt {attempt} ended without progress ({count} in a row; the job ends after {limit}). "
         "Relaunching in {seconds:g}s."
     ),
-    "topic.interrupt-test-failed": "⚠️ interrupt-test failed for {job}: {error}",
-    "topic.interrupt-test-done.fis": (
+    "note.interrupt-test-failed": "⚠️ interrupt-test failed for {job}: {error}",
+    "note.interrupt-test-done.fis": (
         "ℹ️ FIS experiment {reference} started: a spot interruption notice for {instance}, "
         "interrupted {seconds:.0f}s after it"
     ),
-    "topic.interrupt-test-done.notice": "ℹ️ spot interruption notice posted on {instance}; it is reclaimed at {at}",
+    "note.interrupt-test-done.notice": "ℹ️ spot interruption notice posted on {instance}; it is reclaimed at {at}",
     # Message titles (the notification preview) and what the chat adapters say themselves.
     "title.reply": "finetune",
     "title.card": "{job} · {recipe}",
@@ -188,7 +188,7 @@ BOT: dict[str, str] = {
     "slack.stop-yes": "Stop it",
     "slack.interrupt-test-title": "Interrupt {job}?",
     "slack.interrupt-test-text": (
-        "A real spot interruption drill: the instance gets a notice and is reclaimed; the job should resume."
+        "A real spot interrupt test: the instance gets a notice and is reclaimed; the job should resume."
     ),
     "slack.interrupt-test-yes": "Interrupt",
     "slack.on-demand-title": "Resume {job} on-demand?",

@@ -60,18 +60,18 @@ MESSAGES: dict[str, str] = {
     "phase.upload": "上传",
     "phase.total": "合计",
     # 按主题的群消息、告警与值班通知
-    "topic.interruption-warning": (
+    "note.interruption-warning": (
         "⚠️ 任务 {job} 所在的抢占式实例 {instance} 收到中断预警（来源：{source}），"
         "将于 {deadline} 被回收。正在保存检查点。"
     ),
-    "topic.interrupted.saved": "💾 第 {step} 步的检查点已在回收前保存（{timing}）。正在重新启动…",
-    "topic.interrupted.late": (
+    "note.interrupted.saved": "💾 第 {step} 步的检查点已在回收前保存（{timing}）。正在重新启动…",
+    "note.interrupted.late": (
         "💾 第 {step} 步之后的进度未能及时保存（{cause}）（{timing}）{lost}。正在从第 {step} 步的检查点重新启动…"
     ),
-    "topic.interrupted.nothing": (
+    "note.interrupted.nothing": (
         "💾 还没有检查点：回收前未能保存任何检查点（{cause}）（{timing}）{lost}。正在从头重新启动…"
     ),
-    "topic.interrupted.lost": "：丢失 {lost} 步（训练进程已到第 {reached} 步）",
+    "note.interrupted.lost": "：丢失 {lost} 步（训练进程已到第 {reached} 步）",
     # 中断时最新进度未能保存的原因（运行器给出的代码）
     "late.unknown": "运行器未说明原因",
     "late.upload-failed": "回收前上传失败：{error}",
@@ -83,45 +83,45 @@ MESSAGES: dict[str, str] = {
     "late.not-saved": "训练进程未能及时保存检查点",
     "late.trainer-gone": "训练进程未保存检查点就退出了",
     "late.not-uploaded": "新的 checkpoint-{step} 未能在回收前上传完",
-    "topic.resumed": (
+    "note.resumed": (
         "🔁 第 {attempt} 次尝试已在 {zone} {start}恢复：丢失 {lost} 步，停机 {downtime:.0f} 秒{skipped}。"
     ),
-    "topic.resumed.new-zone": "新的可用区",
-    "topic.resumed.from-step": "从第 {step} 步",
-    "topic.resumed.from-start": "从头（还没有检查点）",
-    "topic.resumed.skipped": "；跳过了 {count} 个无效检查点",
-    "topic.completed": (
+    "note.resumed.new-zone": "新的可用区",
+    "note.resumed.from-step": "从第 {step} 步",
+    "note.resumed.from-start": "从头（还没有检查点）",
+    "note.resumed.skipped": "；跳过了 {count} 个无效检查点",
+    "note.completed": (
         "✅ 任务 {job} 已完成：共 {attempts} 次尝试、{interruptions} 次中断，丢失 {lost} 步，"
         "停机 {downtime:.0f} 秒，费用 ${paid:.4f}{saving}。输出：{output}"
     ),
-    "topic.completed.saving": "，比按量付费节省 {savings:.0%}",
-    "topic.failed": "❌ 任务 {job} 失败：{reason}",
-    "topic.resume-failed": (
+    "note.completed.saving": "，比按量付费节省 {savings:.0%}",
+    "note.failed": "❌ 任务 {job} 失败：{reason}",
+    "note.resume-failed": (
         "🚨 值班{again}：任务 {job} 无法恢复（{reason}）。"
         "请回复 `/finetune ack {job}` 认领，然后 `resume {job}` 或 `resume {job} on-demand`，或 `stop {job}`。"
     ),
-    "topic.resume-failed.again": "（第 {number} 级升级，共 {steps} 级，尚无人确认）",
-    "topic.interrupt-test-started": "🧪 {by} 在实例 {instance} 上发起了中断演练。",
-    "topic.stop-requested": "⏹️ {by} 请求停止：先保存检查点，再释放实例。",
-    "topic.stopped": "⏹️ 任务 {job} 已停止。",
-    "topic.stopped.kept": "⏹️ 任务 {job} 已停止；保留第 {step} 步的检查点。",
-    "topic.acked": "👀 {by} 已于 {at} 确认任务 {job} 的值班通知，升级停止。",
-    "topic.resume-requested": "🔁 {by} 请求以{market}方式恢复任务 {job}。",
-    "topic.rebalance": "↔️ 再平衡建议：实例被回收的风险升高，提前保存检查点。",
-    "topic.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
-    "topic.spot-policy": "🧭 {reason}",
-    "topic.instance-gone": "⚠️ 实例 {instance} 未经通知即消失；正在从最近的检查点重新启动。",
-    "topic.instance-released": "🧹 已释放实例 {instance}：{why}。",
-    "topic.group-released": "🧹 已将伸缩组 {group} 的容量设为 0：{why}。",
-    "topic.no-reports": "🔇 已有 {minutes} 分钟没有收到 {job} 的报告，但云平台显示实例 {instance} 仍在运行。",
-    "topic.relaunch-paused": (
+    "note.resume-failed.again": "（第 {number} 级升级，共 {steps} 级，尚无人确认）",
+    "note.interrupt-test-started": "🧪 {by} 在实例 {instance} 上发起了中断测试。",
+    "note.stop-requested": "⏹️ {by} 请求停止：先保存检查点，再释放实例。",
+    "note.stopped": "⏹️ 任务 {job} 已停止。",
+    "note.stopped.kept": "⏹️ 任务 {job} 已停止；保留第 {step} 步的检查点。",
+    "note.acked": "👀 {by} 已于 {at} 确认任务 {job} 的值班通知，升级停止。",
+    "note.resume-requested": "🔁 {by} 请求以{market}方式恢复任务 {job}。",
+    "note.rebalance": "↔️ 再平衡建议：实例被回收的风险升高，提前保存检查点。",
+    "note.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
+    "note.spot-policy": "🧭 {reason}",
+    "note.instance-gone": "⚠️ 实例 {instance} 未经通知即消失；正在从最近的检查点重新启动。",
+    "note.instance-released": "🧹 已释放实例 {instance}：{why}。",
+    "note.group-released": "🧹 已将伸缩组 {group} 的容量设为 0：{why}。",
+    "note.no-reports": "🔇 已有 {minutes} 分钟没有收到 {job} 的报告，但云平台显示实例 {instance} 仍在运行。",
+    "note.relaunch-paused": (
         "⏳ 第 {attempt} 次尝试没有进展（已连续 {count} 次；超过 {limit} 次后任务结束）。{seconds:g} 秒后重新启动。"
     ),
-    "topic.interrupt-test-failed": "⚠️ 任务 {job} 的中断演练失败：{error}",
-    "topic.interrupt-test-done.fis": (
+    "note.interrupt-test-failed": "⚠️ 任务 {job} 的中断测试失败：{error}",
+    "note.interrupt-test-done.fis": (
         "ℹ️ FIS 实验 {reference} 已开始：实例 {instance} 收到抢占中断通知，{seconds:.0f} 秒后被中断"
     ),
-    "topic.interrupt-test-done.notice": "ℹ️ 已向实例 {instance} 发出抢占中断通知；它将于 {at} 被回收",
+    "note.interrupt-test-done.notice": "ℹ️ 已向实例 {instance} 发出抢占中断通知；它将于 {at} 被回收",
     # 消息标题（通知预览）与聊天适配器自己的话
     "title.reply": "微调任务",
     "title.card": "{job} · {recipe}",
@@ -152,16 +152,16 @@ MESSAGES: dict[str, str] = {
     "reply.slow-down.commands": "⛔ 请慢一点：每分钟最多 {limit} 条命令；请 {wait} 秒后再试",
     "reply.slow-down.starts": "⛔ 请慢一点：每分钟最多启动 {limit} 个任务；请 {wait} 秒后再试",
     # Slack 自己的文字（按钮、确认框、卡片页脚、已确认的告警）
-    "slack.interrupt-test": "中断演练",
+    "slack.interrupt-test": "中断测试",
     "slack.resume": "恢复",
     "slack.on-demand": "改用按量付费",
     "slack.cancel": "取消",
     "slack.stop-title": "停止 {job}？",
     "slack.stop-text": "任务先保存并上传检查点，然后释放实例。",
     "slack.stop-yes": "停止",
-    "slack.interrupt-test-title": "中断演练 {job}？",
-    "slack.interrupt-test-text": "真实的抢占中断演练：实例收到通知后被回收，任务应自动恢复。",
-    "slack.interrupt-test-yes": "开始演练",
+    "slack.interrupt-test-title": "中断测试 {job}？",
+    "slack.interrupt-test-text": "真实的抢占中断测试：实例收到通知后被回收，任务应自动恢复。",
+    "slack.interrupt-test-yes": "开始测试",
     "slack.on-demand-title": "以按量付费恢复 {job}？",
     "slack.on-demand-text": "在按量付费实例上重新启动，按按量付费价格计费。",
     "slack.on-demand-yes": "恢复",
@@ -184,7 +184,7 @@ MESSAGES: dict[str, str] = {
     "help": (
         "/finetune {start} —— 按配方启动微调任务（配方见下），可设截止时间与预算\n"
         "/finetune {stop} —— 停止任务（先保存检查点）\n"
-        "/finetune {interrupt_test} —— 中断演练\n"
+        "/finetune {interrupt_test} —— 中断测试\n"
         "/finetune {status} —— 查看任务状态\n"
         "/finetune {list} —— 列出最近的任务及其步数\n"
         "/finetune {logs} —— 查看任务记录（带时间）\n"
