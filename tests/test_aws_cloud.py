@@ -412,7 +412,7 @@ async def test_stop_runner_writes_the_control_object(world: World, make_cloud: A
     cloud: AwsCloud = make_cloud()
     instance = await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot")
     await cloud.stop_runner(instance.instance_id)
-    assert json.loads(world.object("jobs/ft-abc1/control/attempt-2.json")) == {"action": "stop"}
+    assert json.loads(world.object("jobs/ft-abc1/control/attempt-2.json")) == {"type": "stop"}
     with pytest.raises(AwsError, match="does not exist"):
         await cloud.stop_runner("i-0123456789abcdef0")
 
@@ -578,7 +578,7 @@ async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[Aw
     assert tags["finetune:attempt"] == "2"
     assert world.keys_under("attempt-keys/") == [world.key_object_of(second.instance_id)]
     await cloud.stop_runner(second.instance_id)
-    assert json.loads(world.object("jobs/ft-abc1/control/attempt-2.json")) == {"action": "stop"}
+    assert json.loads(world.object("jobs/ft-abc1/control/attempt-2.json")) == {"type": "stop"}
 
 
 async def test_hourly_price_for_the_spend_guard(proxy: Ec2Proxy, make_cloud: Any) -> None:

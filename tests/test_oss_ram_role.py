@@ -70,8 +70,8 @@ async def test_the_store_signs_with_the_roles_sts_credentials(
     metadata.ram_roles[ROLE] = credentials("STS.first", "token-one", timedelta(hours=1))
     store = role_store(proxy, metadata)
     try:
-        await store.put_bytes("control/attempt-1.json", b'{"action": "stop"}')
-        assert await store.get_bytes("control/attempt-1.json") == b'{"action": "stop"}'
+        await store.put_bytes("control/attempt-1.json", b'{"type": "stop"}')
+        assert await store.get_bytes("control/attempt-1.json") == b'{"type": "stop"}'
     finally:
         await store.close()
     assert proxy.credentials

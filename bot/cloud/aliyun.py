@@ -22,7 +22,7 @@ Two modes:
 
 No FIS on Alibaba Cloud: an interrupt test writes the runner's control object (``{"type": "interrupt-test"…}``)
 next to the checkpoints, and releases the instance when the grace period is over, as ECS would reclaim it. A stop is
-the same control object with ``{"action": "stop"}``.
+the same control object with ``{"type": "stop"}``.
 
 With a runner storage role (``aliyun.runner_storage_role_arn``) the instance role reaches no job object: per
 attempt the bot assumes that role with an inline policy naming only the job's prefix (STS ``AssumeRole``,

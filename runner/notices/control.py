@@ -34,7 +34,7 @@ class ControlObjectSource:
             request = parse_control(raw)
         except ValueError as exc:
             raise MetadataUnavailable(
-                f"control object is malformed or asks for an unknown action: {raw[:100]!r}"
+                f"control object is malformed or asks for an unknown type: {raw[:100]!r}"
             ) from exc
         if isinstance(request, StopControl):
             return [InstanceNotice(kind="stop", source="control", deadline=None)]
