@@ -3,7 +3,8 @@
 Each edge that reads something an older version may have written (a control object, a spec, a runner's report,
 the config file, a Slack button on a message already in a channel) maps it here, once, before validation, and
 logs one deprecation line per process per spelling; past the edge only today's words exist. Nothing here is
-ever written: an old spelling is read, never produced.
+ever written: an old spelling is read, never produced. The one table not here is the Slack button ids'
+(``OLD_ACTION_IDS`` in bot/chat/slack/actions.py, next to the ids they map to); it logs through :func:`deprecated`.
 """
 
 from __future__ import annotations
