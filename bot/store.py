@@ -35,8 +35,8 @@ from bot.batch import Batcher
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.routes import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
-from handlers.ids import new_event_id
 from handlers.jobs import ACTIVE_STATES, TERMINAL_STATES, Change, ChatRef, Job, JobState
+from handlers.messages import Message
 from handlers.restart import attempt_restart_s, blend
 
 HISTORY_MAXLEN = 1000
@@ -213,13 +213,13 @@ class JobStore:
     # Writes ---------------------------------------------------------------------------------------------------
 
     async def create(
-        self, job: Job, history: Mapping[str, Any], outbox: Iterable[dict[str, Any]] = (), cap: int | None = None
+        self, job: Job, history: Mapping[str, Any], outbox: Iterable[Message] = (), cap: int | None = None
     ) -> bool:
         """Store a new job with its first history entry (and outbox); ``False`` if the id is taken.
 
         ``cap``: the most jobs that may be active (``ACTIVE_STATES``) with this one; the count and the write are
         one step, so concurrent starts never pass it together. Past it: :class:`JobCapReached`, nothing written."""
-        written = await self._write_job(None, None, job, history, _with_ids(outbox), None, 0, cap=cap)
+        written = await self._write_job(None, None, job, history, list(outbox), None, 0, cap=cap)
         if written == _FULL:
             assert cap is not None
             raise JobCapReached(cap)
@@ -260,10 +260,9 @@ class JobStore:
                 if change.job.id != job_id:
                     raise ValueError(f"decider for {job_id} returned job {change.job.id}")
                 new_job = change.job.model_copy(update={"version": current.version + 1})
-                events = _with_ids(change.outbox)
-                written = await self._write_job(raw, current, new_job, change.history, events, dedup, dedup_ttl)
+                written = await self._write_job(raw, current, new_job, change.history, change.outbox, dedup, dedup_ttl)
                 if written == _WRITTEN:
-                    return Applied(job=new_job, change=replace(change, job=new_job, outbox=events))
+                    return Applied(job=new_job, change=replace(change, job=new_job))
             if written == _DUPLICATE:
                 return Applied(duplicate=True)
             await _backoff(attempt)  # another writer changed the job since it was read: decide again
@@ -275,7 +274,7 @@ class JobStore:
         old: Job | None,
         new: Job,
         history: Mapping[str, Any],
-        events: list[dict[str, Any]],
+        events: list[Message],
         dedup: str | None,
         dedup_ttl: int,
         *,
@@ -323,11 +322,11 @@ class JobStore:
         return int(await self._batch.script(self._write, keys, args))
 
     async def finish_effect(
-        self, effect_id: str, record: str, follow_ups: Iterable[dict[str, Any]] = (), platform: str = ""
+        self, effect_id: str, record: str, follow_ups: Iterable[Message] = (), platform: str = ""
     ) -> str | None:
         """Record that effect ``effect_id`` was carried out (``record`` says how) and route its follow-ups, in one
         step. ``None`` when this call recorded it; the record already there (and nothing written) otherwise."""
-        routes, payloads = _routed(_with_ids(follow_ups), platform)
+        routes, payloads = _routed(follow_ups, platform)
         key = self.keys.effect_done(effect_id)
         args = [_json({"ttl": EFFECT_TTL, **routes}), record, *payloads]
         if await self._batch.script(self._finish, [key, *self._queues], args):
@@ -340,9 +339,9 @@ class JobStore:
         value = await self._batch.execute("GET", self.keys.effect_done(effect_id))
         return None if value is None else str(value)
 
-    async def send(self, messages: Iterable[dict[str, Any]], platform: str = "") -> None:
+    async def send(self, messages: Iterable[Message], platform: str = "") -> None:
         """Route messages to their queues with no job change (each keeps its ``id``)."""
-        routes, payloads = _routed(_with_ids(messages), platform)
+        routes, payloads = _routed(messages, platform)
         if payloads:
             await self._batch.script(self._send, self._queues, [_json(routes), *payloads])
 
@@ -524,9 +523,9 @@ class JobStore:
         return [pydantic_core.from_json(fields[HISTORY_FIELD]) for _id, fields in reversed(entries or []) if fields]
 
 
-def _routed(events: list[dict[str, Any]], platform: str) -> tuple[dict[str, list[Any]], list[str]]:
-    """The script's ``routes`` and ``dues`` options, and the payloads in the same order."""
-    routed = [route(event, platform) for event in events]
+def _routed(messages: Iterable[Message], platform: str) -> tuple[dict[str, list[Any]], list[str]]:
+    """The script's ``routes`` and ``dues`` options, and the payloads (each message encoded once) in that order."""
+    routed = [route(message, platform) for message in messages]
     options: dict[str, list[Any]] = {
         "routes": [item.destination for item in routed],
         "dues": [repr(item.due) for item in routed],
@@ -540,11 +539,6 @@ def _platform(job: Job) -> str:
 
 def _json(value: Any) -> str:
     return pydantic_core.to_json(value).decode()
-
-
-def _with_ids(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give every outbox event an ``id`` (consumers deduplicate on it) without changing the caller's dicts."""
-    return [event if "id" in event else {"id": new_event_id(), **event} for event in events]
 
 
 async def _backoff(attempt: int) -> None:

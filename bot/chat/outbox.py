@@ -46,7 +46,7 @@ from bot.keys import DEFAULT_KEYS, Keys
 from bot.store import JobStore
 from handlers.backoff import backoff
 from handlers.jobs import Job
-from handlers.messages import Notify, dump_message
+from handlers.messages import Notify, parse_message
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class ChatOutbox:
     async def notify(self, job: Job, note: Notify) -> None:
         """Queue ``note`` for delivery on the job's platform; returns once it is safely in Redis. (Job changes
         put their notes in the stream themselves; this is for a note that follows no change.)"""
-        await self.store.send([dump_message(note)], job.chat.platform if job.chat is not None else "")
+        await self.store.send([note], job.chat.platform if job.chat is not None else "")
 
     # -- the consumer --------------------------------------------------------------------------------------
 
@@ -109,9 +109,12 @@ class ChatOutbox:
 
     async def handle(self, item: dict[str, Any]) -> None:
         try:
-            note = Notify.model_validate(item.get("note"))
+            note = parse_message(item.get("note"))  # the edge: an older entry's note is read here
         except ValidationError as exc:
             log.error("dropped a malformed chat outbox entry %s: %s", item.get("id"), exc.errors()[:3])
+            return
+        if not isinstance(note, Notify):
+            log.error("dropped chat outbox entry %s: a %s, not a note", item.get("id"), note.type)
             return
         platform = self.platforms.get(str(item.get("platform")), self.fallback)
         if platform is None:
