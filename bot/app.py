@@ -341,8 +341,8 @@ class Bot:
         return view
 
     async def _job_of(self, message: BusMessage) -> str | None:
-        if isinstance(message, CloudEvent):
-            return await self.store.job_for_instance(message.instance_id)
+        if isinstance(message, CloudEvent):  # the bus found its job as it took it, when the job was known then
+            return message.job_id or await self.store.job_for_instance(message.instance_id)
         report = getattr(message, "report", None)
         if report is not None:
             return str(report.job_id)

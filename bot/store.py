@@ -409,6 +409,13 @@ class JobStore:
         job_id = await self._batch.execute("HGET", self.keys.instances, instance_id)
         return None if job_id is None else str(job_id)
 
+    async def jobs_for_instances(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        """The job of each of ``instance_ids`` that one is known for, in one read (the bus's lanes use it)."""
+        if not instance_ids:
+            return {}
+        found = await self._batch.execute("HMGET", self.keys.instances, *instance_ids)
+        return {instance: str(job) for instance, job in zip(instance_ids, found, strict=True) if job is not None}
+
     # Retention ----------------------------------------------------------------------------------------------
 
     async def sweep(self, cutoff: datetime, batch: int = 100) -> int:

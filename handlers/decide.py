@@ -155,8 +155,10 @@ def decide(
     oncall: OnCall | None = None,
     lifecycle: Lifecycle | None = None,
     spot: SpotView | None = None,
-) -> Change:
-    """The change an input message makes to ``job`` (possibly only a history note that it was ignored).
+) -> Change | None:
+    """The change an input message makes to ``job`` (possibly only a history note that it was ignored); ``None``
+    when the job already says what the message says (the other path's warning of the same interruption): a
+    duplicate writes nothing, not even a history line.
 
     ``spot``: what the cloud said of zones and prices, for a job the spot policy steers; without it such a job
     is relaunched as any other (the bot could not read the cloud)."""
@@ -282,7 +284,9 @@ def resume_command(job: Job, user: str, on_demand: bool, now: datetime, spot: Sp
 # -- inputs -----------------------------------------------------------------------------------------------
 
 
-def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
+def _report(
+    job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None
+) -> Change | None:
     if report.attempt != job.attempt:
         return _fenced(job, report, now)
     if isinstance(report, Started):
@@ -348,7 +352,7 @@ def _fenced(job: Job, report: RunnerReport, now: datetime) -> Change:
     return Change(job, ignored.history, list(notes))
 
 
-def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
+def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change | None:
     current = job.current
     if current is None or current.instance_id != event.instance_id:
         ignored = _ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not the current instance")
@@ -440,13 +444,13 @@ def _rebalance(job: Job, source: str, now: datetime) -> Change:
     )
 
 
-def _spot_interruption(job: Job, source: str, deadline: datetime | None, now: datetime) -> Change:
+def _spot_interruption(job: Job, source: str, deadline: datetime | None, now: datetime) -> Change | None:
     state = next_state(job.state, "spot-interruption")
     if state is None:
         return _ignored(job, "spot-interruption", f"the job is {job.state}")
+    if job.state is JobState.INTERRUPTED:  # the other path (runner or cloud) already told us: nothing to write
+        return None
     history = {"event": "spot-interruption", "source": source, "deadline": deadline.isoformat() if deadline else None}
-    if job.state is JobState.INTERRUPTED:  # the other path (runner or cloud) already told us
-        return Change(job, {**history, "duplicate": True})
     warned = job.model_copy(update={"interruptions": job.interruptions + 1})
     return _change(warned, state, now, history, _warning_notes(warned, job.attempt, source, deadline))
 

@@ -54,11 +54,15 @@ CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]
 
 
 class CloudEvent(_Message):
-    """A cloud's own event about an instance (EventBridge, CloudMonitor, the local cloud): ``kind`` says which."""
+    """A cloud's own event about an instance (EventBridge, CloudMonitor, the local cloud): ``kind`` says which.
+
+    ``job_id``: the job the instance runs, added by the bus as it takes the event (the cloud names only the
+    instance), so the event runs in the job's lane; the decision still checks it is the job's current instance."""
 
     type: Literal["cloud"] = "cloud"
     kind: CloudEventKind
     instance_id: str
+    job_id: str | None = None
     source: str
     deadline: datetime | None = None
     detail: str = ""
