@@ -20,7 +20,9 @@ carries the chat outbox (``chat``) and the cloud executor (``cloud``), each with
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -100,21 +102,22 @@ class LatencySummary:
     buckets: tuple[float, ...] = LATENCY_BUCKETS
     count: int = 0
     sum: float = 0.0
-    bucket_counts: list[int] = field(default_factory=list)
+    bucket_counts: list[int] = field(default_factory=list)  # per bucket; cumulative() adds them up
 
     def __post_init__(self) -> None:
         self.bucket_counts = [0] * len(self.buckets)
 
     def observe(self, seconds: float) -> None:
+        """Count it in its own bucket only (the first bound at or above it); :meth:`cumulative` adds them up."""
         self.count += 1
         self.sum += seconds
-        for index, bound in enumerate(self.buckets):
-            if seconds <= bound:
-                self.bucket_counts[index] += 1
+        index = bisect.bisect_left(self.buckets, seconds)
+        if index < len(self.buckets):
+            self.bucket_counts[index] += 1
 
     def cumulative(self) -> list[tuple[float, int]]:
         """``(upper bound, observations <= bound)`` pairs, ending with ``+Inf``."""
-        return [*zip(self.buckets, self.bucket_counts, strict=True), (float("inf"), self.count)]
+        return [*zip(self.buckets, itertools.accumulate(self.bucket_counts), strict=True), (float("inf"), self.count)]
 
 
 class HandBack(Exception):

@@ -50,7 +50,8 @@ class Routed:
 def route(message: Message, platform: str) -> Routed:
     """Where ``message`` goes, encoded once; ``platform`` is the chat platform of the job it concerns."""
     if isinstance(message, Notify):
-        entry = ChatEntry(id=message.id, job_id=message.job_id, platform=platform, note=message)
+        # Built from values already valid (the note is a model): nothing to check again, only to encode.
+        entry = ChatEntry.model_construct(id=message.id, job_id=message.job_id, platform=platform, note=message)
         return Routed("chat", entry.model_dump_json())
     if isinstance(message, CLOUD_EFFECTS):
         return Routed("cloud", message.model_dump_json())

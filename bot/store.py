@@ -205,6 +205,7 @@ class JobStore:
         self._send = redis.register_script(_SEND)
         self._sweep = redis.register_script(_SWEEP)
         self._queues = [getattr(self.keys, destination) for destination in DESTINATIONS]
+        self._active_sets = [self.keys.state(state) for state in ACTIVE_ORDER]
 
     @property
     def prefix(self) -> str:
@@ -293,7 +294,7 @@ class JobStore:
             self.keys.created,
             self._channel_index(new),
             self.keys.ended,
-            *(self.keys.state(state) for state in ACTIVE_ORDER),
+            *(self._active_sets if cap is not None else ()),  # counted only by a create with a cap
         ]
         routes, payloads = _routed(events, _platform(new)) if write else ({"routes": [], "dues": []}, [])
         ended = new.state in TERMINAL_STATES
@@ -309,7 +310,7 @@ class JobStore:
             "channel": new.chat is not None,
             "ended": new.updated_at.timestamp() if ended else False,
             "cap": cap if cap is not None else False,
-            "active": len(ACTIVE_ORDER),
+            "active": len(ACTIVE_ORDER) if cap is not None else 0,
             **routes,
         }
         args = [

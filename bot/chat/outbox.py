@@ -24,7 +24,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
@@ -35,6 +35,7 @@ from bot.bus import EventBus, HandBack, default_consumer_name
 from bot.chat.cards import CardRefresher
 from bot.chat.delivery import (
     CardDeliverer,
+    Deliverer,
     MessageRef,
     PermanentDeliveryError,
     Platform,
@@ -157,12 +158,13 @@ class ChatOutbox:
         if job is None:
             log.warning("note %s is for job %s, which does not exist: dropped", note.id, note.job_id)
             return False
-        deliverer = platform.deliverer
-        if not isinstance(deliverer, CardDeliverer):
+        deliverer = platform.cards
+        if deliverer is None:
+            plain = cast(Deliverer, platform.deliverer)
             if note.channel != "card" or not platform.coalesce_cards:
-                await deliverer.deliver(job, note)
+                await plain.deliver(job, note)
             elif await self.refs.shown_version(job.id) is None:  # the first card goes in order, before the rest
-                await deliverer.deliver(job, note)
+                await plain.deliver(job, note)
                 await self.refs.card_shows(job.id, job.version)
             return True
         if note.channel == "card":
@@ -174,7 +176,7 @@ class ChatOutbox:
             card = await self._card(deliverer, job)
         except PermanentDeliveryError as exc:
             log.warning("card of %s cannot be posted: %s", job.id, exc)
-        if in_doubt and isinstance(deliverer, PostedCheck) and await deliverer.posted(job, note, card):
+        if in_doubt and platform.checks_posted and await cast(PostedCheck, deliverer).posted(job, note, card):
             log.info("the %s note %s of %s was posted already", note.topic, note.id, job.id)
             return False
         await deliverer.post_note(job, note, card)
