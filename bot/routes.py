@@ -1,9 +1,11 @@
 """Which queue each outbox message goes to: the one its executor reads, so nothing takes a detour.
 
-A job change's outbox holds effects and timers. Each is written, in the same atomic step as the change, to:
+A job change's outbox holds typed messages (effects, timers, inputs); each is encoded once, here, and written in the
+same atomic step as the change to:
 
 - ``chat``: a :class:`~handlers.messages.Notify`, as the chat outbox's entry (the note and the job's platform);
-- ``cloud``: ``launch``, ``terminate``, ``interrupt-test``, ``stop-runner``, for the cloud executor;
+- ``cloud``: ``launch``, ``terminate``, ``interrupt-test``, ``stop-runner``
+  (:data:`handlers.messages.CLOUD_EFFECTS`), for the cloud executor;
 - ``timers``: ``start-deadline``, ``page-step``, ``relaunch-due``, ``stop-deadline`` and ``policy-tick``
   (:data:`handlers.messages.TIMERS`), scored by when they fall due (then they are inputs);
 - ``events``: anything else (an input the bot decides on).
@@ -24,10 +26,6 @@ DESTINATIONS: tuple[Destination, ...] = ("events", "chat", "cloud", "timers")
 EVENT_FIELD = "event"  # the field of a stream entry that holds the message's JSON
 # Approximate cap on every queue's length: far above any backlog, so trimming only drops long-acknowledged entries.
 STREAM_MAXLEN = 100_000
-
-CLOUD_TYPES: frozenset[str] = frozenset(effect.model_fields["type"].default for effect in CLOUD_EFFECTS)
-# The timers are the ones handlers/messages.py names: each type is written once, there.
-TIMER_TYPES: frozenset[str] = frozenset(timer.model_fields["type"].default for timer in TIMERS)
 
 
 class ChatEntry(BaseModel):
