@@ -20,7 +20,9 @@ carries the chat outbox (``chat``) and the cloud executor (``cloud``), each with
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -60,6 +62,8 @@ LEASE_CHUNK = 500
 
 Handler = Callable[[dict[str, Any]], Awaitable[None]]
 PartitionKey = Callable[[dict[str, Any]], str | None]
+# Which job each of these instances runs (those it knows): so a cloud's word about an instance joins its job's lane.
+JobsOfInstances = Callable[[Sequence[str]], Awaitable[Mapping[str, str]]]
 
 
 def encode_event(event: dict[str, Any]) -> dict[str, str]:
@@ -77,7 +81,9 @@ def default_consumer_name() -> str:
 def partition_key(event: Mapping[str, Any]) -> str | None:
     """The lane of a bus message: its job (a runner report's, or the message's own ``job_id``), else its instance.
 
-    ``None`` (nothing to go by) puts the message in stream order with respect to every other message.
+    A cloud event names only its instance; a bus given ``jobs_of_instances`` adds the instance's job (read once,
+    as the message is taken) so it runs in the job's lane, one after the other with the runner's reports of the same
+    fact. ``None`` (nothing to go by) puts the message in stream order with respect to every other message.
     """
     report = event.get("report")
     if isinstance(report, Mapping) and isinstance(report.get("job_id"), str):
@@ -96,21 +102,22 @@ class LatencySummary:
     buckets: tuple[float, ...] = LATENCY_BUCKETS
     count: int = 0
     sum: float = 0.0
-    bucket_counts: list[int] = field(default_factory=list)
+    bucket_counts: list[int] = field(default_factory=list)  # per bucket; cumulative() adds them up
 
     def __post_init__(self) -> None:
         self.bucket_counts = [0] * len(self.buckets)
 
     def observe(self, seconds: float) -> None:
+        """Count it in its own bucket only (the first bound at or above it); :meth:`cumulative` adds them up."""
         self.count += 1
         self.sum += seconds
-        for index, bound in enumerate(self.buckets):
-            if seconds <= bound:
-                self.bucket_counts[index] += 1
+        index = bisect.bisect_left(self.buckets, seconds)
+        if index < len(self.buckets):
+            self.bucket_counts[index] += 1
 
     def cumulative(self) -> list[tuple[float, int]]:
         """``(upper bound, observations <= bound)`` pairs, ending with ``+Inf``."""
-        return [*zip(self.buckets, self.bucket_counts, strict=True), (float("inf"), self.count)]
+        return [*zip(self.buckets, itertools.accumulate(self.bucket_counts), strict=True), (float("inf"), self.count)]
 
 
 class HandBack(Exception):
@@ -143,6 +150,7 @@ class EventBus:
         batch_size: int = 64,
         max_in_flight: int = 256,
         key: PartitionKey = partition_key,
+        jobs_of_instances: JobsOfInstances | None = None,
     ) -> None:
         if max_tries < 1:
             raise ValueError("max_tries must be >= 1")
@@ -159,6 +167,7 @@ class EventBus:
         self.batch_size = batch_size
         self.max_in_flight = max_in_flight
         self.key = key
+        self.jobs_of_instances = jobs_of_instances
         self.parked_stream = Keys.parked(stream)
         self.handled = 0
         self.failed = 0
@@ -231,8 +240,29 @@ class EventBus:
     async def _read_new(self, lanes: _Lanes, block_ms: int) -> None:
         count = min(self.batch_size, lanes.room())
         reply = await self.redis.xreadgroup(self.group, self.consumer, {self.stream: ">"}, count=count, block=block_ms)
-        for message_id, fields in _read_entries(reply):
-            lanes.dispatch(message_id, fields, deliveries=1)
+        entries = [_Read(message_id, fields) for message_id, fields in _read_entries(reply)]
+        await self._join_jobs(entries)
+        for entry in entries:
+            lanes.dispatch(entry, deliveries=1)
+
+    async def _join_jobs(self, entries: Sequence[_Read]) -> None:
+        """Give each message that names only an instance its job (one read for the whole batch), when known."""
+        if self.jobs_of_instances is None:
+            return
+        waiting = [
+            (entry.event, instance)
+            for entry in entries
+            if entry.event is not None
+            and not isinstance(entry.event.get("job_id"), str)
+            and isinstance(instance := entry.event.get("instance_id"), str)
+        ]
+        if not waiting:
+            return
+        jobs = await self.jobs_of_instances(sorted({instance for _event, instance in waiting}))
+        for event, instance in waiting:
+            job_id = jobs.get(instance)
+            if job_id is not None:
+                event["job_id"] = job_id
 
     async def _claim_stale(self, lanes: _Lanes, stop: asyncio.Event) -> None:
         """Take over messages idle longer than ``claim_idle_ms`` (a crashed consumer's, or failed ones) and retry."""
@@ -250,11 +280,12 @@ class EventBus:
             # Entries trimmed away while pending come back in reply[2] and are already dropped from the group.
             cursor = str(reply[0])
             # One of our own could only be here if renewing its lease failed; it is in hand already.
-            entries = [(message_id, fields) for message_id, fields in _entries(reply[1]) if not lanes.holds(message_id)]
-            deliveries = await self._deliveries([message_id for message_id, _fields in entries])
-            for message_id, fields in entries:
+            entries = [_Read(*entry) for entry in _entries(reply[1]) if not lanes.holds(entry[0])]
+            deliveries = await self._deliveries([entry.message_id for entry in entries])
+            await self._join_jobs(entries)
+            for entry in entries:
                 self.claimed += 1
-                lanes.dispatch(message_id, fields, deliveries.get(message_id, 1))
+                lanes.dispatch(entry, deliveries.get(entry.message_id, 1))
             if cursor == "0-0":
                 return
 
@@ -335,6 +366,25 @@ class EventBus:
             item["deliveries"] = int(fields.get("deliveries", "0"))
             result.append(item)
         return result
+
+
+class _Read:
+    """A stream entry as read: its fields and, when they hold a JSON object, its event (else why not)."""
+
+    __slots__ = ("error", "event", "fields", "message_id")
+
+    def __init__(self, message_id: str, fields: dict[str, str]) -> None:
+        self.message_id = message_id
+        self.fields = fields
+        self.event: dict[str, Any] | None = None
+        self.error = ""
+        try:
+            event = json.loads(fields[EVENT_FIELD])
+            if not isinstance(event, dict):
+                raise TypeError(f"event is a {type(event).__name__}, not an object")
+            self.event = event
+        except (KeyError, TypeError, ValueError) as exc:
+            self.error = f"malformed: {exc!r}"
 
 
 class _Entry:
@@ -424,18 +474,15 @@ class _Lanes:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._room.wait(), timeout)
 
-    def dispatch(self, message_id: str, fields: dict[str, str], deliveries: int) -> None:
+    def dispatch(self, read: _Read, deliveries: int) -> None:
         """Take a message read (or claimed) by this consumer; it runs when its turn in its lane comes."""
+        message_id, fields, event = read.message_id, read.fields, read.event
         if message_id in self._held:
             return
         self._hold(message_id, deliveries)
-        try:
-            event = json.loads(fields[EVENT_FIELD])
-            if not isinstance(event, dict):
-                raise TypeError(f"event is a {type(event).__name__}, not an object")
-        except (KeyError, TypeError, ValueError) as exc:
+        if event is None:
             # Malformed: no retry can fix it, and it has no place in any lane.
-            self._spawn(self._park_malformed(message_id, fields, f"malformed: {exc!r}", deliveries))
+            self._spawn(self._park_malformed(message_id, fields, read.error, deliveries))
             return
         entry = _Entry(message_id, fields, event, deliveries, self._barrier)
         key = self.bus.key(event)

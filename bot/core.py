@@ -31,7 +31,6 @@ from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability
 from bot.keys import Keys
 from bot.log_limit import LimitedLog
-from bot.queues import CLOUD_TYPES
 from bot.rate_limit import Bucket, RateLimiter
 from bot.store import JobCapReached, JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
@@ -40,15 +39,16 @@ from handlers.ids import new_job_id
 from handlers.job_options import JobOptionError, parse_job_options, reserved_parameter, split_overrides
 from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
 from handlers.messages import (
+    CLOUD_EFFECTS,
     TIMERS,
     BusMessage,
     CloudEvent,
     LaunchFailed,
+    Notify,
     PolicyTick,
     ReportReceived,
     StartDeadline,
     parse_message,
-    upgraded,
 )
 from handlers.oncall import OnCall
 from handlers.permissions import channel_id, home_team, is_admin, job_refusal, narrowed
@@ -266,19 +266,18 @@ class Bot:
 
     async def handle(self, raw: dict[str, Any]) -> None:
         """Handle one events-stream message; raising leaves it pending for a retry (and parking after too many)."""
-        raw = upgraded(raw)  # a message written before ``type`` was the discriminator
-        if raw.get("type") in CLOUD_TYPES or raw.get("type") == "notify":
-            # An effect on the events stream was put there by an older bot: it goes to its executor's queue.
-            job = await self.store.get(str(raw.get("job_id")))
-            await self.store.send([raw], job.chat.platform if job is not None and job.chat is not None else "")
-            return
         try:
-            message = parse_message(raw)
+            message = parse_message(raw)  # the edge: an older shape is read here, and nowhere after
         except ValidationError as exc:
             log.error("dropped a malformed bus message %s: %s", raw.get("id"), exc.errors()[:3])
             return
+        if isinstance(message, (*CLOUD_EFFECTS, Notify)):
+            # An effect on the events stream was put there by an older bot: it goes to its executor's queue.
+            job = await self.store.get(message.job_id)
+            await self.store.send([message], job.chat.platform if job is not None and job.chat is not None else "")
+            return
         if isinstance(message, TIMERS) and message.due > self.clock():
-            await self.store.send([raw])  # not due yet (another replica's clock): back into the timer set
+            await self.store.send([message])  # not due yet (another replica's clock): back into the timer set
             return
         await self._input(message)
 
@@ -342,8 +341,8 @@ class Bot:
         return view
 
     async def _job_of(self, message: BusMessage) -> str | None:
-        if isinstance(message, CloudEvent):
-            return await self.store.job_for_instance(message.instance_id)
+        if isinstance(message, CloudEvent):  # the bus found its job as it took it, when the job was known then
+            return message.job_id or await self.store.job_for_instance(message.instance_id)
         report = getattr(message, "report", None)
         if report is not None:
             return str(report.job_id)

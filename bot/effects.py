@@ -61,7 +61,6 @@ from handlers.messages import (
     StopFailed,
     StopRunner,
     Terminate,
-    dump_message,
     parse_message,
 )
 from handlers.notes import InterruptTestDone, InterruptTestFailed, Note
@@ -118,7 +117,7 @@ class CloudEffects:
         job = await self.store.get(effect.job_id)
         record, follow_ups = await self._carry_out(effect, job)
         platform = job.chat.platform if job is not None and job.chat is not None else ""
-        earlier = await self.store.finish_effect(effect.id, record, [dump_message(m) for m in follow_ups], platform)
+        earlier = await self.store.finish_effect(effect.id, record, follow_ups, platform)
         if earlier is not None and record.startswith(INSTANCE) and earlier != record:
             # Another delivery of this launch finished first, with another instance: this one is spare.
             log.warning("launch %s: %s was recorded first; terminating %s", effect.id, earlier, record)

@@ -1,9 +1,11 @@
 """Which queue each outbox message goes to: the one its executor reads, so nothing takes a detour.
 
-A job change's outbox holds effects and timers. Each is written, in the same atomic step as the change, to:
+A job change's outbox holds typed messages (effects, timers, inputs); each is encoded once, here, and written in the
+same atomic step as the change to:
 
 - ``chat``: a :class:`~handlers.messages.Notify`, as the chat outbox's entry (the note and the job's platform);
-- ``cloud``: ``launch``, ``terminate``, ``interrupt-test``, ``stop-runner``, for the cloud executor;
+- ``cloud``: ``launch``, ``terminate``, ``interrupt-test``, ``stop-runner``
+  (:data:`handlers.messages.CLOUD_EFFECTS`), for the cloud executor;
 - ``timers``: ``start-deadline``, ``page-step``, ``relaunch-due``, ``stop-deadline`` and ``policy-tick``
   (:data:`handlers.messages.TIMERS`), scored by when they fall due (then they are inputs);
 - ``events``: anything else (an input the bot decides on).
@@ -12,12 +14,11 @@ A job change's outbox holds effects and timers. Each is written, in the same ato
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
-import pydantic_core
+from pydantic import BaseModel, ConfigDict
 
-from handlers.messages import TIMERS, upgraded
+from handlers.messages import CLOUD_EFFECTS, TIMERS, Message, Notify
 
 Destination = Literal["events", "chat", "cloud", "timers"]
 DESTINATIONS: tuple[Destination, ...] = ("events", "chat", "cloud", "timers")
@@ -26,9 +27,15 @@ EVENT_FIELD = "event"  # the field of a stream entry that holds the message's JS
 # Approximate cap on every queue's length: far above any backlog, so trimming only drops long-acknowledged entries.
 STREAM_MAXLEN = 100_000
 
-CLOUD_TYPES = frozenset({"launch", "terminate", "interrupt-test", "stop-runner"})
-# The timers are the ones handlers/messages.py names: each type is written once, there.
-TIMER_TYPES: frozenset[str] = frozenset(timer.model_fields["type"].default for timer in TIMERS)
+
+class ChatEntry(BaseModel):
+    """What the chat outbox reads: the note, and the platform of the job it is about (its id is the note's)."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    job_id: str | None = None
+    platform: str = ""
+    note: Notify
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,31 +45,14 @@ class Routed:
     due: float = 0.0  # timers: when it falls due (a POSIX timestamp)
 
 
-def chat_entry(note: dict[str, Any], platform: str) -> dict[str, Any]:
-    """What the chat outbox reads: the note, and the platform of the job it is about (its id is the note's)."""
-    return {"id": note["id"], "job_id": note.get("job_id"), "platform": platform, "note": note}
-
-
-def route(message: dict[str, Any], platform: str) -> Routed:
-    """Where ``message`` (with its ``id``) goes; ``platform`` is the chat platform of the job it concerns."""
-    message = upgraded(message)  # one written before ``type`` was the discriminator goes on in today's shape
-    kind = message.get("type")
-    if kind == "notify":
-        return Routed("chat", _json(chat_entry(message, platform)))
-    if kind in CLOUD_TYPES:
-        return Routed("cloud", _json(message))
-    if kind in TIMER_TYPES:
-        return Routed("timers", _json(message), _due(message.get("due")))
-    return Routed("events", _json(message))
-
-
-def _due(value: Any) -> float:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, str):
-        return datetime.fromisoformat(value).timestamp()
-    raise ValueError(f"a timer needs a due time, got {value!r}")
-
-
-def _json(value: dict[str, Any]) -> str:
-    return pydantic_core.to_json(value).decode()
+def route(message: Message, platform: str) -> Routed:
+    """Where ``message`` goes, encoded once; ``platform`` is the chat platform of the job it concerns."""
+    if isinstance(message, Notify):
+        # Built from values already valid (the note is a model): nothing to check again, only to encode.
+        entry = ChatEntry.model_construct(id=message.id, job_id=message.job_id, platform=platform, note=message)
+        return Routed("chat", entry.model_dump_json())
+    if isinstance(message, CLOUD_EFFECTS):
+        return Routed("cloud", message.model_dump_json())
+    if isinstance(message, TIMERS):
+        return Routed("timers", message.model_dump_json(), message.due.timestamp())
+    return Routed("events", message.model_dump_json())

@@ -35,7 +35,6 @@ from bot.keys import Keys
 from bot.store import JobStore
 from handlers.jobs import Change, Job
 from handlers.lifecycle import Lifecycle
-from handlers.messages import dump_message
 from handlers.reconcile import (
     HOLDING,
     CloudGroup,
@@ -184,7 +183,7 @@ class Reconciler:
             # Every round that still sees it sends it again: the bot's dedup (on the fixed id) drops repeats.
             event = gone_event(action, now)
             log.info("reconcile: %s of %s is gone (%s)", action.instance_id, action.job_id, action.reason)
-            await self.store.send([dump_message(event)])
+            await self.store.send([event])
             return True
         if action.action == "release":
             return await self._release(action, job, listed, now)
@@ -215,7 +214,7 @@ class Reconciler:
             acted = applied.changed
         else:
             # No job to tell: the terminate alone (its id per window: the cloud executor carries it out once).
-            await self.store.send([dump_message(release_effect(action, window))])
+            await self.store.send([release_effect(action, window)])
             acted = await self.store.claim_once(once, ttl=2 * RELEASE_AGAIN_SECONDS)
         if acted:
             log.warning("reconcile: releasing %s tagged for %s: %s", action.instance_id, action.job_id, action.reason)

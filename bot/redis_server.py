@@ -39,6 +39,7 @@ from redis.asyncio.connection import parse_url
 from redis.exceptions import RedisError
 
 from bot.owner_lock import OwnerLock
+from bot.redis_packing import packed_by_hiredis
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def redacted(url: str) -> str:
 
 def connect(url: str) -> aioredis.Redis:
     """A client with its own connection pool; ``decode_responses=True`` everywhere in the bot."""
-    return aioredis.Redis.from_url(url, decode_responses=True, **CONNECT_OPTIONS)
+    return packed_by_hiredis(aioredis.Redis.from_url(url, decode_responses=True, **CONNECT_OPTIONS))
 
 
 def _free_port() -> int:

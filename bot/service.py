@@ -246,7 +246,9 @@ class BotService:
         store = JobStore(redis.client, keys)
         await store.index_existing()  # jobs stored by an older bot join the list and retention indexes
         consumer = default_consumer_name()
-        self._bus = bus = EventBus(own_client(), stream=keys.events, consumer=consumer)
+        # A cloud's word about an instance runs in its job's lane, with the runner's reports of the same fact.
+        bus = EventBus(own_client(), stream=keys.events, consumer=consumer, jobs_of_instances=store.jobs_for_instances)
+        self._bus = bus
         await bus.ensure_group()
         self._timers = timers = Timers(redis.client, keys, clock=self.clock)
         self.dingtalk = await self._start_dingtalk(config, store)

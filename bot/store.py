@@ -35,8 +35,8 @@ from bot.batch import Batcher
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
-from handlers.ids import new_event_id
 from handlers.jobs import ACTIVE_STATES, TERMINAL_STATES, Change, ChatRef, Job, JobState
+from handlers.messages import Message
 from handlers.restart import attempt_restart_s, blend
 
 HISTORY_MAXLEN = 1000
@@ -205,6 +205,7 @@ class JobStore:
         self._send = redis.register_script(_SEND)
         self._sweep = redis.register_script(_SWEEP)
         self._queues = [getattr(self.keys, destination) for destination in DESTINATIONS]
+        self._active_sets = [self.keys.state(state) for state in ACTIVE_ORDER]
 
     @property
     def prefix(self) -> str:
@@ -213,13 +214,13 @@ class JobStore:
     # Writes ---------------------------------------------------------------------------------------------------
 
     async def create(
-        self, job: Job, history: Mapping[str, Any], outbox: Iterable[dict[str, Any]] = (), cap: int | None = None
+        self, job: Job, history: Mapping[str, Any], outbox: Iterable[Message] = (), cap: int | None = None
     ) -> bool:
         """Store a new job with its first history entry (and outbox); ``False`` if the id is taken.
 
         ``cap``: the most jobs that may be active (``ACTIVE_STATES``) with this one; the count and the write are
         one step, so concurrent starts never pass it together. Past it: :class:`JobCapReached`, nothing written."""
-        written = await self._write_job(None, None, job, history, _with_ids(outbox), None, 0, cap=cap)
+        written = await self._write_job(None, None, job, history, list(outbox), None, 0, cap=cap)
         if written == _FULL:
             assert cap is not None
             raise JobCapReached(cap)
@@ -260,10 +261,9 @@ class JobStore:
                 if change.job.id != job_id:
                     raise ValueError(f"decider for {job_id} returned job {change.job.id}")
                 new_job = change.job.model_copy(update={"version": current.version + 1})
-                events = _with_ids(change.outbox)
-                written = await self._write_job(raw, current, new_job, change.history, events, dedup, dedup_ttl)
+                written = await self._write_job(raw, current, new_job, change.history, change.outbox, dedup, dedup_ttl)
                 if written == _WRITTEN:
-                    return Applied(job=new_job, change=replace(change, job=new_job, outbox=events))
+                    return Applied(job=new_job, change=replace(change, job=new_job))
             if written == _DUPLICATE:
                 return Applied(duplicate=True)
             await _backoff(attempt)  # another writer changed the job since it was read: decide again
@@ -275,7 +275,7 @@ class JobStore:
         old: Job | None,
         new: Job,
         history: Mapping[str, Any],
-        events: list[dict[str, Any]],
+        events: list[Message],
         dedup: str | None,
         dedup_ttl: int,
         *,
@@ -294,7 +294,7 @@ class JobStore:
             self.keys.created,
             self._channel_index(new),
             self.keys.ended,
-            *(self.keys.state(state) for state in ACTIVE_ORDER),
+            *(self._active_sets if cap is not None else ()),  # counted only by a create with a cap
         ]
         routes, payloads = _routed(events, _platform(new)) if write else ({"routes": [], "dues": []}, [])
         ended = new.state in TERMINAL_STATES
@@ -310,7 +310,7 @@ class JobStore:
             "channel": new.chat is not None,
             "ended": new.updated_at.timestamp() if ended else False,
             "cap": cap if cap is not None else False,
-            "active": len(ACTIVE_ORDER),
+            "active": len(ACTIVE_ORDER) if cap is not None else 0,
             **routes,
         }
         args = [
@@ -323,11 +323,11 @@ class JobStore:
         return int(await self._batch.script(self._write, keys, args))
 
     async def finish_effect(
-        self, effect_id: str, record: str, follow_ups: Iterable[dict[str, Any]] = (), platform: str = ""
+        self, effect_id: str, record: str, follow_ups: Iterable[Message] = (), platform: str = ""
     ) -> str | None:
         """Record that effect ``effect_id`` was carried out (``record`` says how) and route its follow-ups, in one
         step. ``None`` when this call recorded it; the record already there (and nothing written) otherwise."""
-        routes, payloads = _routed(_with_ids(follow_ups), platform)
+        routes, payloads = _routed(follow_ups, platform)
         key = self.keys.effect_done(effect_id)
         args = [_json({"ttl": EFFECT_TTL, **routes}), record, *payloads]
         if await self._batch.script(self._finish, [key, *self._queues], args):
@@ -340,9 +340,9 @@ class JobStore:
         value = await self._batch.execute("GET", self.keys.effect_done(effect_id))
         return None if value is None else str(value)
 
-    async def send(self, messages: Iterable[dict[str, Any]], platform: str = "") -> None:
+    async def send(self, messages: Iterable[Message], platform: str = "") -> None:
         """Route messages to their queues with no job change (each keeps its ``id``)."""
-        routes, payloads = _routed(_with_ids(messages), platform)
+        routes, payloads = _routed(messages, platform)
         if payloads:
             await self._batch.script(self._send, self._queues, [_json(routes), *payloads])
 
@@ -409,6 +409,13 @@ class JobStore:
     async def job_for_instance(self, instance_id: str) -> str | None:
         job_id = await self._batch.execute("HGET", self.keys.instances, instance_id)
         return None if job_id is None else str(job_id)
+
+    async def jobs_for_instances(self, instance_ids: Sequence[str]) -> dict[str, str]:
+        """The job of each of ``instance_ids`` that one is known for, in one read (the bus's lanes use it)."""
+        if not instance_ids:
+            return {}
+        found = await self._batch.execute("HMGET", self.keys.instances, *instance_ids)
+        return {instance: str(job) for instance, job in zip(instance_ids, found, strict=True) if job is not None}
 
     # Retention ----------------------------------------------------------------------------------------------
 
@@ -524,9 +531,9 @@ class JobStore:
         return [pydantic_core.from_json(fields[HISTORY_FIELD]) for _id, fields in reversed(entries or []) if fields]
 
 
-def _routed(events: list[dict[str, Any]], platform: str) -> tuple[dict[str, list[Any]], list[str]]:
-    """The script's ``routes`` and ``dues`` options, and the payloads in the same order."""
-    routed = [route(event, platform) for event in events]
+def _routed(messages: Iterable[Message], platform: str) -> tuple[dict[str, list[Any]], list[str]]:
+    """The script's ``routes`` and ``dues`` options, and the payloads (each message encoded once) in that order."""
+    routed = [route(message, platform) for message in messages]
     options: dict[str, list[Any]] = {
         "routes": [item.destination for item in routed],
         "dues": [repr(item.due) for item in routed],
@@ -540,11 +547,6 @@ def _platform(job: Job) -> str:
 
 def _json(value: Any) -> str:
     return pydantic_core.to_json(value).decode()
-
-
-def _with_ids(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give every outbox event an ``id`` (consumers deduplicate on it) without changing the caller's dicts."""
-    return [event if "id" in event else {"id": new_event_id(), **event} for event in events]
 
 
 async def _backoff(attempt: int) -> None:

@@ -12,6 +12,7 @@ terminates its instance, so nothing bills unseen.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,6 +38,7 @@ from handlers.messages import (
     Launch,
     Launched,
     LaunchFailed,
+    Message,
     Notify,
     NotifyChannel,
     PageStep,
@@ -48,7 +50,6 @@ from handlers.messages import (
     StopFailed,
     StopRunner,
     Terminate,
-    dump_message,
 )
 from handlers.notes import (
     Acked,
@@ -154,8 +155,10 @@ def decide(
     oncall: OnCall | None = None,
     lifecycle: Lifecycle | None = None,
     spot: SpotView | None = None,
-) -> Change:
-    """The change an input message makes to ``job`` (possibly only a history note that it was ignored).
+) -> Change | None:
+    """The change an input message makes to ``job`` (possibly only a history note that it was ignored); ``None``
+    when the job already says what the message says (the other path's warning of the same interruption): a
+    duplicate writes nothing, not even a history line.
 
     ``spot``: what the cloud said of zones and prices, for a job the spot policy steers; without it such a job
     is relaunched as any other (the bot could not read the cloud)."""
@@ -212,7 +215,7 @@ def stop_command(job: Job, user: str, now: datetime, lifecycle: Lifecycle | None
         return _ignored(job, "stop", WORDING("ignored.stop", state=job.state), by=user)
     current = job.current
     instance = current.instance_id if current is not None and current.ended_at is None else None
-    outbox: list[Any] = [_note(job, "thread", StopRequested(by=user))]
+    outbox: list[Message] = [_note(job, "thread", StopRequested(by=user))]
     job = job.model_copy(update={"page": None})  # a stop closes the page: nobody needs waking for it
     if state is JobState.STOPPING and instance is None:  # nothing runs that could save a checkpoint
         state = next_state(job.state, "stop-no-instance") or JobState.STOPPED
@@ -234,7 +237,7 @@ def interrupt_test_command(job: Job, user: str, now: datetime) -> Change:
     state = next_state(job.state, "interrupt-test")
     if state is None or instance is None:
         return _ignored(job, "interrupt-test", WORDING("ignored.interrupt-test", state=job.state), by=user)
-    outbox = [
+    outbox: list[Message] = [
         InterruptTest(job_id=job.id, instance_id=instance, requested_by=user),
         _note(job, "thread", InterruptTestStarted(by=user, instance=instance)),
     ]
@@ -267,7 +270,7 @@ def resume_command(job: Job, user: str, on_demand: bool, now: datetime, spot: Sp
         update={"state": JobState.RECOVERING, "failure": None, "page": None, "attempts_without_progress": 0}
     )
     history = {"event": "resume", "by": user, "market": market}
-    notes: list[Any] = [_note(job, "thread", ResumeRequested(by=user, market=market))]
+    notes: list[Message] = [_note(job, "thread", ResumeRequested(by=user, market=market))]
     if spot is not None and managed(moved):
         moved, tick = _next_tick(moved, now, spot.period)  # the job's ticks ended with it: a new chain starts
         notes.append(tick)
@@ -281,7 +284,9 @@ def resume_command(job: Job, user: str, on_demand: bool, now: datetime, spot: Sp
 # -- inputs -----------------------------------------------------------------------------------------------
 
 
-def _report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
+def _report(
+    job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None
+) -> Change | None:
     if report.attempt != job.attempt:
         return _fenced(job, report, now)
     if isinstance(report, Started):
@@ -344,10 +349,10 @@ def _fenced(job: Job, report: RunnerReport, now: datetime) -> Change:
         notes = _warning_notes(job, report.attempt, report.source, report.deadline)
     elif isinstance(report, Interrupted):
         notes = [_note(job, "thread", _interrupted_note(report))]
-    return Change(job, ignored.history, [dump_message(note) for note in notes])
+    return Change(job, ignored.history, list(notes))
 
 
-def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
+def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change | None:
     current = job.current
     if current is None or current.instance_id != event.instance_id:
         ignored = _ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not the current instance")
@@ -355,7 +360,7 @@ def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: 
         if event.kind != "spot-interruption" or old is None:
             return ignored
         notes = _warning_notes(job, old.number, event.source, event.deadline)
-        return Change(job, ignored.history, [dump_message(note) for note in notes])
+        return Change(job, ignored.history, list(notes))
     if event.kind == "spot-interruption":
         return _spot_interruption(job, event.source, event.deadline, now)
     if event.kind == "rebalance":
@@ -439,13 +444,13 @@ def _rebalance(job: Job, source: str, now: datetime) -> Change:
     )
 
 
-def _spot_interruption(job: Job, source: str, deadline: datetime | None, now: datetime) -> Change:
+def _spot_interruption(job: Job, source: str, deadline: datetime | None, now: datetime) -> Change | None:
     state = next_state(job.state, "spot-interruption")
     if state is None:
         return _ignored(job, "spot-interruption", f"the job is {job.state}")
+    if job.state is JobState.INTERRUPTED:  # the other path (runner or cloud) already told us: nothing to write
+        return None
     history = {"event": "spot-interruption", "source": source, "deadline": deadline.isoformat() if deadline else None}
-    if job.state is JobState.INTERRUPTED:  # the other path (runner or cloud) already told us
-        return Change(job, {**history, "duplicate": True})
     warned = job.model_copy(update={"interruptions": job.interruptions + 1})
     return _change(warned, state, now, history, _warning_notes(warned, job.attempt, source, deadline))
 
@@ -602,7 +607,7 @@ def _launched(job: Job, message: Launched, now: datetime) -> Change:
         "zone": message.zone,
         "market": message.market,
     }
-    outbox: list[Any] = [_note(moved, "card", CardRefresh(cause="launched"))]
+    outbox: list[Message] = [_note(moved, "card", CardRefresh(cause="launched"))]
     if state is JobState.STOPPING:
         outbox.append(Terminate(job_id=job.id, instance_id=message.instance_id))
     return _change(moved, state, now, history, outbox)
@@ -612,7 +617,7 @@ def _unwanted(job: Job, message: Launched, why: str) -> Change:
     """A launch result for an attempt the job no longer runs: its instance is released, not left billing."""
     ignored = _ignored(job, "launched", why, instance=message.instance_id)
     release = Terminate(job_id=job.id, instance_id=message.instance_id)
-    return Change(job, {**ignored.history, "released": True}, [dump_message(release)])
+    return Change(job, {**ignored.history, "released": True}, [release])
 
 
 def _failure(
@@ -620,7 +625,7 @@ def _failure(
     trigger: Trigger,
     reason: Failure | str,
     now: datetime,
-    outbox: list[Any],
+    outbox: Sequence[Message],
     limits: Lifecycle,
     spot: SpotView | None = None,
     **detail: Any,
@@ -673,7 +678,7 @@ def _stopped_anyway(job: Job, trigger: Trigger, why: str, now: datetime) -> Chan
     instance = job.current.instance_id if job.current is not None else None
     kept = job.checkpoint.step if job.checkpoint is not None else None
     ended = _end_attempt(job, now, why)
-    outbox: list[Any] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
+    outbox: list[Message] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
     if job.switch_to is not None:  # the policy's switch of market: relaunch from what was committed
         return _switched(job, ended, now, {"event": trigger, "reason": why, "kept_step": kept}, outbox)
     outbox.append(_note(ended, "thread", Stopped(step=kept)))
@@ -688,7 +693,7 @@ def _steer(
     moved: Job,
     now: datetime,
     history: dict[str, Any],
-    outbox: list[Any],
+    outbox: Sequence[Message],
     spot: SpotView,
     event: Event,
     delay: timedelta = timedelta(),
@@ -755,7 +760,7 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
     if target is None or target == current.market or current.instance_id is None:
         return _make(planned, history, [tick, card])
     switching = planned.model_copy(update={"switch_to": target, "switch_zone": choice.zone or None})
-    outbox: list[Any] = [
+    outbox: list[Message] = [
         tick,
         StopRunner(job_id=job.id, instance_id=current.instance_id),
         StopDeadline(job_id=job.id, attempt=job.attempt, due=now + limits.stop_timeout),
@@ -765,7 +770,9 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
     return _change(switching, JobState.STOPPING, now, {**history, "switch": target}, outbox)
 
 
-def _switched(before: Job, ended: Job, now: datetime, history: dict[str, Any], release: list[Any] = ()) -> Change:  # type: ignore[assignment]
+def _switched(
+    before: Job, ended: Job, now: datetime, history: dict[str, Any], release: Sequence[Message] = ()
+) -> Change:
     """The checkpoint of a switch of market is in (or the instance is gone): relaunch on the other market."""
     target: Market = before.switch_to or "spot"
     moved = ended.model_copy(update={"state": JobState.RECOVERING, "switch_to": None, "switch_zone": None})
@@ -775,11 +782,16 @@ def _switched(before: Job, ended: Job, now: datetime, history: dict[str, Any], r
 
 
 def _policy_stop(
-    job: Job, choice: Choice, now: datetime, history: dict[str, Any], outbox: list[Any], limits: Lifecycle | None
+    job: Job,
+    choice: Choice,
+    now: datetime,
+    history: dict[str, Any],
+    outbox: Sequence[Message],
+    limits: Lifecycle | None,
 ) -> Change:
     """Stop with a checkpoint because the policy says so (the budget), and tell the thread why."""
     stopped = stop_command(job, POLICY_USER, now, limits)
-    effects = [*(dump_message(message) for message in outbox), dump_message(_policy_note(job, choice))]
+    effects = [*outbox, _policy_note(job, choice)]
     return Change(stopped.job, {**history, **stopped.history}, [*effects, *stopped.outbox])
 
 
@@ -802,8 +814,8 @@ def _again(
     market: Market,
     now: datetime,
     history: dict[str, Any],
-    release: list[Any],
-    notes: list[Any],
+    release: Sequence[Message],
+    notes: Sequence[Message],
     limits: Lifecycle,
     why: Failure | str,
     spot: SpotView | None = None,
@@ -845,7 +857,7 @@ def _relaunch(
     market: Market,
     now: datetime,
     history: dict[str, Any],
-    outbox: list[Any] | None = None,
+    outbox: Sequence[Message] | None = None,
     delay: timedelta = timedelta(),
     zone: str | None = None,
     launch_now: bool = True,
@@ -857,7 +869,7 @@ def _relaunch(
     attempt = Attempt(number=number, market=market, launched_at=now, from_step=best_step(job))
     planned = job.model_copy(update={"attempts": [*job.attempts, attempt], "updated_at": now})
     if not launch_now:
-        launch: list[Any] = []
+        launch: Sequence[Message] = []
     elif delay > timedelta():
         launch = [RelaunchDue(job_id=job.id, attempt=number, market=market, zone=zone, due=now + delay)]
     else:
@@ -866,7 +878,7 @@ def _relaunch(
     return _make(planned, {**history, "state": planned.state.value, "next_attempt": number}, effects)
 
 
-def _launch_now(job: Job, number: int, market: Market, now: datetime, zone: str | None = None) -> list[Any]:
+def _launch_now(job: Job, number: int, market: Market, now: datetime, zone: str | None = None) -> Sequence[Message]:
     """The launch the decision chose: this market, in this zone (None: the cloud orders the zones within the
     launch). The deadline is set with the launch request, so even a launch lost on the way ends in a page."""
     return [
@@ -889,7 +901,7 @@ def _update(
     now: datetime,
     updates: dict[str, Any],
     history: dict[str, Any] | None,
-    outbox: list[Any],
+    outbox: Sequence[Message],
 ) -> Change:
     state = next_state(job.state, trigger)
     if state is None:
@@ -898,13 +910,13 @@ def _update(
     return _change(moved, state, now, history or {"event": trigger}, outbox)
 
 
-def _change(job: Job, state: JobState, now: datetime, history: dict[str, Any], outbox: list[Any]) -> Change:
+def _change(job: Job, state: JobState, now: datetime, history: dict[str, Any], outbox: Sequence[Message]) -> Change:
     moved = job.model_copy(update={"state": state, "updated_at": now})
     return _make(moved, {**history, "state": state.value}, outbox)
 
 
-def _make(job: Job, history: dict[str, Any], outbox: list[Any]) -> Change:
-    return Change(job, history, [dump_message(message) for message in outbox])
+def _make(job: Job, history: dict[str, Any], outbox: Sequence[Message]) -> Change:
+    return Change(job, history, list(outbox))
 
 
 def _ignored(job: Job, what: str, why: str | Reason, **extra: Any) -> Change:

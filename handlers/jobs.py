@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +19,9 @@ from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN
 from handlers.reasons import Reason
 from handlers.reports import utcnow
+
+if TYPE_CHECKING:  # messages.py imports this module; a Change only names the type
+    from handlers.messages import Message
 
 
 class JobState(StrEnum):
@@ -186,11 +189,12 @@ class Job(BaseModel):
 class Change:
     """A decided change of one job: the new record, what to note in its history, what happens next.
 
-    ``outbox`` items are JSON-able dicts written to their executors' queues in the same transaction as the job,
-    so a crash can lose neither the state change nor what must follow from it.
+    ``outbox`` holds typed messages (each with its id), written to their executors' queues in the same
+    transaction as the job, so a crash can lose neither the state change nor what must follow from it. The store
+    encodes each one once, on its way into Redis.
     """
 
     job: Job
     history: dict[str, Any]
-    outbox: list[dict[str, Any]] = field(default_factory=list)
+    outbox: list[Message] = field(default_factory=list)
     reason: Reason | None = None  # why a person's command changed nothing (not stored; the history has it)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from handlers import old_spellings
 from handlers.ids import new_event_id
@@ -32,11 +32,6 @@ class _Message(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
     id: str = Field(default_factory=new_event_id)
     at: datetime = Field(default_factory=utcnow)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _older_shape(cls, raw: Any) -> Any:
-        return upgraded(raw)  # a message read by its own model (the chat outbox's Notify), not through the union
 
 
 # -- inputs ----------------------------------------------------------------------------------------------
@@ -60,11 +55,15 @@ CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]  # t
 
 
 class CloudEvent(_Message):
-    """A cloud's own event about an instance (EventBridge, CloudMonitor, the local cloud): ``kind`` says which."""
+    """A cloud's own event about an instance (EventBridge, CloudMonitor, the local cloud): ``kind`` says which.
+
+    ``job_id``: the job the instance runs, added by the bus as it takes the event (the cloud names only the
+    instance), so the event runs in the job's lane; the decision still checks it is the job's current instance."""
 
     type: Literal["cloud"] = "cloud"
     kind: CloudEventKind
     instance_id: str
+    job_id: str | None = None
     source: str
     deadline: datetime | None = None
     detail: str = ""
@@ -203,7 +202,7 @@ class Notify(_Message):
         return self.note.type
 
 
-BusMessage = Annotated[
+Message = (
     ReportReceived
     | CloudEvent
     | Launched
@@ -218,13 +217,13 @@ BusMessage = Annotated[
     | Terminate
     | InterruptTest
     | StopRunner
-    | Notify,
-    Field(discriminator="type"),
-    BeforeValidator(lambda raw: upgraded(raw)),
-]
-MESSAGE_TYPES: frozenset[str] = frozenset(
-    model.model_fields["type"].default for model in get_args(get_args(BusMessage)[0])
+    | Notify
 )
+"""Any message, as the core makes and reads it (a :class:`~handlers.jobs.Change`'s outbox holds these)."""
+BusMessage = Annotated[Message, Field(discriminator="type")]
+MESSAGE_TYPES: frozenset[str] = frozenset(model.model_fields["type"].default for model in get_args(Message))
+# The effects the cloud executor carries out (each goes to its queue, see bot/queues.py).
+CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner)
 
 
 def upgraded(raw: Any) -> Any:
@@ -259,8 +258,10 @@ TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline, PolicyTick)
 _ADAPTER: TypeAdapter[BusMessage] = TypeAdapter(BusMessage)
 
 
-def parse_message(raw: dict[str, Any]) -> BusMessage:
-    return _ADAPTER.validate_python(raw)
+def parse_message(raw: Any) -> BusMessage:
+    """The message a stored or received dict holds: the one place where the older shape is read
+    (:func:`upgraded`), so nothing past this edge sees it."""
+    return _ADAPTER.validate_python(upgraded(raw))
 
 
 def dump_message(message: BusMessage) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from handlers.jobs import Change, Job, JobState
-from handlers.messages import Notify, PageStep, dump_message
+from handlers.messages import Notify, PageStep
 from handlers.notes import Paged, ResumeFailedPage
 
 ROLES = ("primary", "secondary")
@@ -188,4 +188,4 @@ def page_step(job: Job, message: PageStep, oncall: OnCall, now: datetime) -> Cha
         "notified": [person.name for person in mention] + ([f"@{everyone}"] if everyone else []),
         "state": job.state.value,
     }
-    return Change(paged, history, [dump_message(item) for item in outbox])
+    return Change(paged, history, list(outbox))

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from handlers.jobs import Change, Job, JobState
 from handlers.lifecycle import Lifecycle
-from handlers.messages import CloudEvent, Notify, Terminate, dump_message
+from handlers.messages import CloudEvent, Notify, Terminate
 from handlers.notes import GroupReleased, InstanceReleased, NoReports, ReconcileCode
 from handlers.reasons import Reason, Wording
 
@@ -253,7 +253,7 @@ def release(job: Job, action: Reconciliation, window: int) -> Change:
     note = Notify(
         id=f"reconcile-released-{action.instance_id}-{window}", job_id=job.id, channel="thread", note=released
     )
-    return Change(job, history, [dump_message(release_effect(action, window)), dump_message(note)])
+    return Change(job, history, [release_effect(action, window), note])
 
 
 def release_group(job: Job, action: Reconciliation) -> Change:
@@ -262,7 +262,7 @@ def release_group(job: Job, action: Reconciliation) -> Change:
     assert action.group is not None
     released = GroupReleased(group=action.group, why=action.code, values=dict(action.values))
     note = Notify(job_id=job.id, channel="thread", note=released)
-    return Change(job, history, [dump_message(note)])
+    return Change(job, history, [note])
 
 
 def probe(job: Job, action: Reconciliation, silence: str) -> Change | None:
@@ -275,7 +275,7 @@ def probe(job: Job, action: Reconciliation, silence: str) -> Change | None:
     assert action.instance_id is not None
     silent = NoReports(instance=action.instance_id, minutes=int(action.values.get("minutes", 0)))
     note = Notify(id=f"reconcile-silent-{silence_key(job)}", job_id=job.id, channel="thread", note=silent)
-    return Change(job, history, [dump_message(note)])
+    return Change(job, history, [note])
 
 
 def silence_key(job: Job) -> str:

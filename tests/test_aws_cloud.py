@@ -43,6 +43,7 @@ from handlers.reports import Started
 from handlers.spec import JobSpec, parse_spec
 from handlers.spot import SpotView
 from tests.aws_fakes import Ec2Proxy, deliver_fis_interruption, spot_request
+from tests.outboxes import dumped
 from tests.redis_fixtures import (  # noqa: F401 (fixtures)
     fixture_key_prefix,
     fixture_redis_client,
@@ -741,7 +742,7 @@ async def test_in_auto_scaling_mode_only_the_spot_authority_chooses_zone_and_mar
 
     async def carry_out(change: Change) -> Launched | LaunchFailed:
         """The cloud executor's part, on the real provider: launch exactly what the decision chose."""
-        (launch,) = [effect for effect in change.outbox if effect["type"] == "launch"]
+        (launch,) = [effect for effect in dumped(change) if effect["type"] == "launch"]
         market, zone, attempt = launch["market"], launch["zone"], launch["attempt"]
         chosen = (change.history["policy"], change.history["policy_zone"] or None)
         assert (market, zone) == chosen  # the launch is the decision's choice, nothing else

@@ -20,6 +20,7 @@ from bot.store import JobStore
 from fakes.bot_harness import drained, eventually
 from fakes.restartable_valkey import RestartableValkey
 from handlers.jobs import Change, Job, JobState
+from handlers.messages import Launched, dump_message
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,
@@ -320,7 +321,7 @@ async def test_the_store_outbox_is_delivered_on_the_bus(
         return Change(
             job=job.model_copy(update={"state": JobState.PROVISIONING}),
             history={"type": "provisioning"},
-            outbox=[{"type": "launched", "job_id": job.id}],  # an input: the events stream
+            outbox=[Launched(job_id=job.id, attempt=1, instance_id="i-1")],  # an input: the events stream
         )
 
     applied = await store.apply(job.id, provision, "cmd-1")
@@ -333,7 +334,7 @@ async def test_the_store_outbox_is_delivered_on_the_bus(
 
     running.start(bus, handler)
     await wait_for(lambda: len(seen) == 1)
-    assert seen == applied.change.outbox
+    assert seen == [dump_message(message) for message in applied.change.outbox]
 
 
 async def test_a_deleted_stream_and_group_are_created_again(running: Running) -> None:

@@ -13,6 +13,7 @@ from handlers.jobs import Change, ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline, parse_message
 from handlers.reports import CheckpointSaved, Completed, Failed, Interrupted, Notice, Progress, Started
 from handlers.transitions import TRANSITIONS
+from tests.outboxes import dumped
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -22,7 +23,7 @@ def at(seconds: float) -> datetime:
 
 
 def kinds(change: Change) -> list[str]:
-    return [f"{item['type']}:{item.get('channel', '')}{note_type(item)}".rstrip(":") for item in change.outbox]
+    return [f"{item['type']}:{item.get('channel', '')}{note_type(item)}".rstrip(":") for item in dumped(change)]
 
 
 def report(job: Job, report_type: type[Any], attempt: int | None = None, **fields: Any) -> ReportReceived:
@@ -51,7 +52,7 @@ def test_a_new_job_plans_attempt_one_and_asks_for_its_launch() -> None:
     change = new_job("ft-ab12", "tiny", {}, "console:ana", None, T0)
     assert change.job.state is JobState.PENDING and change.job.attempt == 1
     assert kinds(change) == ["launch", "start-deadline", "notify:cardlaunch"]
-    assert change.outbox[0]["attempt"] == 1 and change.outbox[0]["market"] == "spot"
+    assert dumped(change)[0]["attempt"] == 1 and dumped(change)[0]["market"] == "spot"
 
 
 def test_interruption_and_recovery_with_fencing() -> None:
@@ -65,7 +66,7 @@ def test_interruption_and_recovery_with_fencing() -> None:
     assert kinds(warning) == ["notify:alertinterruption-warning", "notify:threadinterruption-warning"]
     job = warning.job
     duplicate = decide(job, report(job, Notice, kind="spot-interruption", source="aws-imds", deadline=at(140)), at(21))
-    assert duplicate.job == job and duplicate.outbox == [] and duplicate.history["duplicate"] is True
+    assert duplicate is None  # the job says it already: nothing to write, not even a history line
 
     job = decide(job, report(job, Progress, step=13, total_steps=30), at(21)).job
     interrupted = decide(
@@ -102,7 +103,7 @@ def test_interruption_and_recovery_with_fencing() -> None:
     job = resumed.job
     assert job.state is JobState.RUNNING and job.steps_lost == 0 and job.downtime_seconds == 18.0
     assert kinds(resumed) == ["notify:cardstarted", "notify:threadresumed"]
-    assert resumed.outbox[1]["note"]["lost"] == 0 and resumed.outbox[1]["note"]["zone"] == "us-east-1c"
+    assert dumped(resumed)[1]["note"]["lost"] == 0 and dumped(resumed)[1]["note"]["zone"] == "us-east-1c"
 
     done = decide(job, report(job, Completed, step=30, total_steps=30, output_uri="s3://b/ft-ab12/output/"), at(60))
     assert done.job.state is JobState.SUCCEEDED and done.job.output_uri == "s3://b/ft-ab12/output/"
@@ -137,7 +138,7 @@ def test_resume_failures_page_and_commands_leave_resume_failed() -> None:
     assert retried.job.state is JobState.RECOVERING and retried.job.attempt == 3
     assert retried.job.current is not None and retried.job.current.market == "on-demand"
     assert retried.job.acked_by is None
-    assert next(item for item in retried.outbox if item["type"] == "launch")["market"] == "on-demand"
+    assert next(item for item in dumped(retried) if item["type"] == "launch")["market"] == "on-demand"
 
 
 def test_a_replacement_that_never_starts_times_out_into_resume_failed() -> None:
@@ -156,7 +157,7 @@ def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
         job, report(job, Failed, reason="trainer exited with code 1", log_tail=["OOM"], exit_code=1), at(30)
     )
     assert failed.job.state is JobState.FAILED
-    assert failed.outbox[-1]["note"]["log_tail"] == ["OOM"]
+    assert dumped(failed)[-1]["note"]["log_tail"] == ["OOM"]
 
 
 def test_stop_and_interrupt_test_commands() -> None:
@@ -164,13 +165,13 @@ def test_stop_and_interrupt_test_commands() -> None:
     interrupt = interrupt_test_command(job, "console:ana", at(21))
     assert (
         kinds(interrupt) == ["interrupt-test", "notify:threadinterrupt-test-started"]
-        and interrupt.outbox[0]["instance_id"] == "i-1"
+        and dumped(interrupt)[0]["instance_id"] == "i-1"
     )
     stopping = stop_command(job, "console:ana", at(22))
     assert stopping.job.state is JobState.STOPPING
     assert kinds(stopping) == ["notify:threadstop-requested", "stop-runner", "stop-deadline"]
     refused = interrupt_test_command(stopping.job, "console:ana", at(23))
-    assert refused.job == stopping.job and refused.outbox == []
+    assert refused.job == stopping.job and dumped(refused) == []
     stopped = decide(
         stopping.job, report(stopping.job, Interrupted, reason="stop", step=12, uri="s3://x/", time=at(24)), at(24)
     )
@@ -193,10 +194,10 @@ def test_a_resumed_attempt_that_cannot_train_pages_on_call() -> None:
     job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
     failed = decide(job, report(job, Failed, reason="trainer exited with code 3", exit_code=3), at(50))
     assert failed.job.state is JobState.RESUME_FAILED
-    step = next(item for item in failed.outbox if item["type"] == "page-step")
+    step = next(item for item in dumped(failed) if item["type"] == "page-step")
     paged = decide(failed.job, parse_message(step), at(50))
     assert "notify:pageresume-failed" in kinds(paged)
-    page = next(item for item in paged.outbox if item["type"] == "notify")
+    page = next(item for item in dumped(paged) if item["type"] == "notify")
     assert page["note"]["exit_code"] == 3 and page["note"]["everyone"] == "here"  # no rota: @here
 
 
@@ -219,8 +220,9 @@ def test_a_runners_coded_failure_is_kept_coded_and_an_older_runners_sentence_as_
         failed = decide(job, sent, at(50))
         assert failed.job.failure == kept and failed.job.page is not None and failed.job.page.reason == kept
         assert failed.history["reason"] == str(kept) == failed.job.attempts[-1].end_reason  # English, for people
-        step = next(item for item in failed.outbox if item["type"] == "page-step")
-        page = next(item for item in decide(failed.job, parse_message(step), at(50)).outbox if item["type"] == "notify")
+        step = next(item for item in dumped(failed) if item["type"] == "page-step")
+        stepped = decide(failed.job, parse_message(step), at(50))
+        page = next(item for item in dumped(stepped) if item["type"] == "notify")
         assert parse_message(page).note.reason == kept  # type: ignore[union-attr]
 
 
@@ -233,21 +235,21 @@ def test_a_late_report_of_an_old_attempt_moves_nothing_but_is_still_told() -> No
     notice = decide(gone, report(gone, Notice, attempt=1, kind="spot-interruption", source="aws-imds"), at(45))
     assert notice.job == gone and notice.history["event"] == "ignored"  # fenced: the job does not move
     assert kinds(notice) == ["notify:alertinterruption-warning", "notify:threadinterruption-warning"]
-    assert [note["note"]["instance"] for note in notice.outbox] == ["i-1", "i-1"]  # the old attempt's instance
+    assert [note["note"]["instance"] for note in dumped(notice)] == ["i-1", "i-1"]  # the old attempt's instance
     receipt = decide(
         gone,
         report(gone, Interrupted, attempt=1, reason="spot-interruption", step=12, uri="s3://x/", seconds={"save": 1}),
         at(46),
     )
     assert receipt.job == gone and kinds(receipt) == ["notify:threadinterrupted"]
-    assert receipt.outbox[0]["note"]["step"] == 12
-    assert decide(gone, report(gone, Progress, attempt=1, step=14), at(47)).outbox == []  # nothing to tell
+    assert dumped(receipt)[0]["note"]["step"] == 12
+    assert dumped(decide(gone, report(gone, Progress, attempt=1, step=14), at(47))) == []  # nothing to tell
 
     # The same warning told twice (the cloud's, late, and the runner's) is one note id per channel: posted once.
     from_cloud = decide(gone, CloudEvent(kind="spot-interruption", instance_id="i-1", source="aws.ec2"), at(48))
-    assert [note["id"] for note in from_cloud.outbox] == [note["id"] for note in notice.outbox]
+    assert [note["id"] for note in dumped(from_cloud)] == [note["id"] for note in dumped(notice)]
     warned = decide(job, CloudEvent(kind="spot-interruption", instance_id="i-1", source="aws.ec2"), at(20))
-    assert [note["id"] for note in warned.outbox] == [note["id"] for note in notice.outbox]
+    assert [note["id"] for note in dumped(warned)] == [note["id"] for note in dumped(notice)]
 
 
 def test_a_pending_job_moves_on_its_runner_or_ends_at_its_deadline() -> None:
@@ -264,7 +266,7 @@ def test_a_pending_job_moves_on_its_runner_or_ends_at_its_deadline() -> None:
     assert timed_out.job.state is JobState.FAILED and timed_out.job.failure == Failure.of("start-timeout")
     released = decide(timed_out.job, Launched(job_id=pending.id, attempt=1, instance_id="i-late"), at(901))
     assert released.job == timed_out.job and kinds(released) == ["terminate"]  # nothing bills unseen
-    assert released.outbox[0]["instance_id"] == "i-late"
+    assert dumped(released)[0]["instance_id"] == "i-late"
 
 
 def test_a_started_naming_another_instance_changes_nothing() -> None:
@@ -275,7 +277,7 @@ def test_a_started_naming_another_instance_changes_nothing() -> None:
         at(1),
     ).job
     forged = decide(launched, report(launched, Started, instance_id="i-other", time=at(5)), at(5))
-    assert forged.job == launched and forged.outbox == []
+    assert forged.job == launched and dumped(forged) == []
     assert forged.history["event"] == "ignored" and "i-other" in forged.history["why"]
     own = decide(launched, report(launched, Started, instance_id="i-1", time=at(5)), at(5))
     assert own.job.state is JobState.RUNNING and own.job.instance_ids == ["i-1"]
@@ -286,7 +288,7 @@ def test_a_started_naming_another_instance_changes_nothing() -> None:
 def test_a_launch_result_for_an_attempt_not_running_releases_its_instance() -> None:
     job = running_job()
     other = decide(job, Launched(job_id=job.id, attempt=1, instance_id="i-spare"), at(21))
-    assert other.job == job and kinds(other) == ["terminate"] and other.outbox[0]["instance_id"] == "i-spare"
+    assert other.job == job and kinds(other) == ["terminate"] and dumped(other)[0]["instance_id"] == "i-spare"
     same = decide(job, Launched(job_id=job.id, attempt=1, instance_id="i-1"), at(21))  # a duplicate
     assert "terminate" not in kinds(same) and same.job.state is JobState.RUNNING
     old = decide(job, Launched(job_id=job.id, attempt=3, instance_id="i-3"), at(21))
@@ -317,11 +319,11 @@ def test_the_steps_lost_are_the_runners_word_counted_at_the_interruption_and_cor
     )
     job = interrupted.job
     assert job.steps_lost == 7 and job.step == 17 and job.attempts[0].lost_steps == 7
-    [note] = [item["note"] for item in interrupted.outbox if item.get("note", {}).get("type") == "interrupted"]
+    [note] = [item["note"] for item in dumped(interrupted) if item.get("note", {}).get("type") == "interrupted"]
     assert (note["reached"], note["lost"]) == (17, 7)
-    lang_en = render.message_text(job, parse_message(interrupted.outbox[1]), at(22))
+    lang_en = render.message_text(job, parse_message(dumped(interrupted)[1]), at(22))
     assert "7 steps lost (the trainer had reached step 17)" in lang_en
-    assert "丢失 7 步" in render.message_text(job, parse_message(interrupted.outbox[1]), at(22), "zh-CN")
+    assert "丢失 7 步" in render.message_text(job, parse_message(dumped(interrupted)[1]), at(22), "zh-CN")
     assert "7 steps lost" in render.card_text(job, at(22))
 
     # checkpoint-15 was still going up at the report, and landed before the machine went.
@@ -344,4 +346,4 @@ def test_the_steps_lost_are_the_runners_word_counted_at_the_interruption_and_cor
     job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
     resumed = decide(job, report(job, Started, resumed_from_step=15, time=at(40)), at(40))
     assert resumed.job.steps_lost == 2  # corrected, not counted twice
-    assert resumed.outbox[1]["note"]["lost"] == 2
+    assert dumped(resumed)[1]["note"]["lost"] == 2

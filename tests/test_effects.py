@@ -41,7 +41,7 @@ from fakes.notes import notify
 from fakes.restartable_valkey import RestartableValkey
 from handlers.decide import new_job
 from handlers.jobs import TERMINAL_STATES, ChatRef, JobState
-from handlers.messages import Notify, dump_message
+from handlers.messages import Notify
 from handlers.recipes import Recipe
 from handlers.report_keys import ReportKeys
 from handlers.reports import Notice, utcnow
@@ -274,7 +274,7 @@ async def test_a_note_in_doubt_is_looked_for_in_slack_before_it_is_posted_again(
         )
         for note in (posted, lost):
             await store.redis.set(store.keys.sending(note.id), "dead-replica")
-        await store.send([dump_message(posted), dump_message(lost)], "slack")
+        await store.send([posted, lost], "slack")
 
         await until(lambda: chat_drained(service), "both notes handled")
         thread = [m.text for m in slack.replies("C0JOBS", card[0].ts)]

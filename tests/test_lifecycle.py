@@ -24,6 +24,7 @@ from handlers.messages import (
 )
 from handlers.policy_config import PolicyConfig
 from handlers.reports import CheckpointSaved, Failed, Interrupted, Notice, Progress, Started
+from tests.outboxes import dumped
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LIMITS = Lifecycle(max_relaunches_without_progress=2, relaunch_pause_seconds=10, relaunch_pause_max_seconds=25)
@@ -34,11 +35,11 @@ def at(seconds: float) -> datetime:
 
 
 def kinds(change: Change) -> list[str]:
-    return [f"{item['type']}:{item.get('channel', '')}{note_type(item)}".rstrip(":") for item in change.outbox]
+    return [f"{item['type']}:{item.get('channel', '')}{note_type(item)}".rstrip(":") for item in dumped(change)]
 
 
 def of_kind(change: Change, kind: str) -> dict[str, Any]:
-    return next(item for item in change.outbox if item["type"] == kind)
+    return next(item for item in dumped(change) if item["type"] == kind)
 
 
 def report(job: Job, report_type: type[Any], **fields: Any) -> ReportReceived:
@@ -178,10 +179,10 @@ def test_a_held_back_launch_is_dropped_once_the_job_was_stopped_or_resumed() -> 
     assert "stop-runner" not in kinds(stopped) and "notify:threadstopped" in kinds(stopped)
     timer = parse_message(of_kind(change, "relaunch-due"))
     late = decide(stopped.job, timer, at(20), None, LIMITS)
-    assert late.outbox == [] and late.history["event"] == "ignored"
+    assert dumped(late) == [] and late.history["event"] == "ignored"
     resumed = resume_command(stopped.job, "console:ana", on_demand=False, now=at(30))
     assert resumed.job.attempt == 3 and kinds(resumed)[1] == "launch"
-    assert decide(resumed.job, timer, at(31), None, LIMITS).outbox == []  # the old attempt's timer
+    assert dumped(decide(resumed.job, timer, at(31), None, LIMITS)) == []  # the old attempt's timer
 
 
 def test_an_instance_launched_for_a_job_that_moved_on_is_released() -> None:
@@ -189,9 +190,9 @@ def test_an_instance_launched_for_a_job_that_moved_on_is_released() -> None:
     stopped = stop_command(change.job, "console:ana", at(1))
     assert stopped.job.state is JobState.STOPPED
     late = decide(stopped.job, Launched(job_id="ft-ab12", attempt=1, instance_id="i-late"), at(2))
-    assert late.job == stopped.job and kinds(late) == ["terminate"] and late.outbox[0]["instance_id"] == "i-late"
+    assert late.job == stopped.job and kinds(late) == ["terminate"] and dumped(late)[0]["instance_id"] == "i-late"
     old = decide(started_job(), Launched(job_id="ft-ab12", attempt=7, instance_id="i-old"), at(3))
-    assert kinds(old) == ["terminate"] and old.outbox[0]["instance_id"] == "i-old"
+    assert kinds(old) == ["terminate"] and dumped(old)[0]["instance_id"] == "i-old"
 
 
 # -- stops that end -------------------------------------------------------------------------------------------
@@ -210,14 +211,14 @@ def test_a_stop_has_a_deadline_after_which_the_instance_goes_and_the_checkpoint_
     assert isinstance(deadline, StopDeadline) and deadline.due == at(10) + LIMITS.stop_timeout
     ended = decide(stopping.job, deadline, deadline.due, None, LIMITS)
     assert ended.job.state is JobState.STOPPED and kinds(ended) == ["terminate", "notify:threadstopped"]
-    assert ended.outbox[0]["instance_id"] == "i-1" and ended.outbox[1]["note"]["step"] == 31
+    assert dumped(ended)[0]["instance_id"] == "i-1" and dumped(ended)[1]["note"]["step"] == 31
     assert ended.job.checkpoint == CheckpointRef(step=31, uri="s3://b/31/", at=ended.job.checkpoint.at)
     # The runner's own answer, late, changes nothing; nor does the deadline of a stop that already ended.
     interrupted = report(ended.job, Interrupted, reason="stop", step=31, uri="s3://b/31/")
-    assert decide(ended.job, interrupted, at(20)).outbox == []
+    assert dumped(decide(ended.job, interrupted, at(20))) == []
     on_time = decide(stopping.job, interrupted, at(20))
     assert on_time.job.state is JobState.STOPPED
-    assert decide(on_time.job, deadline, deadline.due).outbox == []
+    assert dumped(decide(on_time.job, deadline, deadline.due)) == []
 
 
 def test_a_stop_the_runner_cannot_hear_ends_at_once() -> None:

@@ -12,6 +12,7 @@ from handlers.decide import ack_command, decide, resume_command, stop_command
 from handlers.jobs import Attempt, Job, JobState, Page
 from handlers.messages import PageStep, parse_message
 from handlers.oncall import OnCall, on_shift, step_due, step_targets
+from tests.outboxes import dumped
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -52,7 +53,7 @@ def step(job: Job, number: int, at: datetime) -> Any:
 
 
 def names(change: Any) -> list[str]:
-    notify = next(item for item in change.outbox if item["type"] == "notify")
+    notify = next(item for item in dumped(change) if item["type"] == "notify")
     return [person["name"] for person in notify["note"]["mention"]] + [str(notify["note"]["everyone"])]
 
 
@@ -86,12 +87,12 @@ def test_the_ladder_walks_step_by_step_and_each_step_goes_once() -> None:
     job = paged_job()
     first = step(job, 0, T0)
     assert names(first) == ["ana", "None"] and first.job.page is not None and first.job.page.sent == 1
-    following = next(item for item in first.outbox if item["type"] == "page-step")
+    following = next(item for item in dumped(first) if item["type"] == "page-step")
     timer = parse_message(following)
     assert isinstance(timer, PageStep) and timer.step == 1 and timer.due == T0 + timedelta(minutes=5)
 
     again = step(first.job, 0, T0 + timedelta(seconds=1))  # a redelivered or duplicated timer
-    assert again.job == first.job and again.outbox == [] and "not next" in again.history["why"]
+    assert again.job == first.job and dumped(again) == [] and "not next" in again.history["why"]
 
     job = first.job
     for number, expected in ((1, ["ana", "bo", "None"]), (2, ["ml-leads", "channel"]), (3, ["ml-leads", "channel"])):
@@ -99,7 +100,7 @@ def test_the_ladder_walks_step_by_step_and_each_step_goes_once() -> None:
         assert names(change) == expected
         job = change.job
     last = step(job, 4, T0 + timedelta(minutes=35))
-    assert [item["type"] for item in last.outbox] == ["notify"]  # out of repeats: nothing more scheduled
+    assert [item["type"] for item in dumped(last)] == ["notify"]  # out of repeats: nothing more scheduled
     assert step(last.job, 5, T0 + timedelta(minutes=45)).history["why"] == "the ladder is exhausted"
 
 
@@ -117,18 +118,18 @@ def test_no_step_after_an_ack_a_retry_or_a_stop() -> None:
     assert acked.job.page is not None and acked.job.page.acked_by == "slack:U0BO"
     assert acked.history["event"] == "ack" and acked.history["after_steps"] == 1
     ignored = step(acked.job, 1, T0 + timedelta(minutes=5))
-    assert ignored.outbox == [] and ignored.history["why"] == "acknowledged by slack:U0BO"
+    assert dumped(ignored) == [] and ignored.history["why"] == "acknowledged by slack:U0BO"
 
     retried = resume_command(first.job, "slack:U0BO", False, T0 + timedelta(minutes=3))
-    assert retried.job.page is None and step(retried.job, 1, T0 + timedelta(minutes=5)).outbox == []
+    assert retried.job.page is None and dumped(step(retried.job, 1, T0 + timedelta(minutes=5))) == []
     stopped = stop_command(first.job, "slack:U0BO", T0 + timedelta(minutes=3))
-    assert stopped.job.state is JobState.STOPPED and step(stopped.job, 1, T0 + timedelta(minutes=5)).outbox == []
+    assert stopped.job.state is JobState.STOPPED and dumped(step(stopped.job, 1, T0 + timedelta(minutes=5))) == []
 
 
 def test_a_page_of_an_earlier_failure_does_not_step_a_new_one() -> None:
     job = paged_job()
     stale = decide(job, PageStep(job_id=job.id, attempt=1, step=0, due=T0), T0, ONCALL)
-    assert stale.outbox == [] and stale.history["why"] == "the page is closed"
+    assert dumped(stale) == [] and stale.history["why"] == "the page is closed"
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from handlers.reconcile import (
     release_group,
     silence_key,
 )
+from tests.outboxes import dumped
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -132,7 +133,7 @@ def test_the_instance_gone_event_is_the_same_for_every_round_and_the_decision_re
     assert change.job.state is JobState.RECOVERING and change.job.attempt == 2
     # Had the repeat got past the bus's dedup, the job moved on: it is ignored, nothing launches.
     repeat = decide(change.job, again, NOW + HOUR)
-    assert repeat.history["event"] == "ignored" and not repeat.outbox
+    assert repeat.history["event"] == "ignored" and not dumped(repeat)
 
 
 def test_a_release_terminates_and_tells_the_channel_without_touching_the_job() -> None:
@@ -140,7 +141,7 @@ def test_a_release_terminates_and_tells_the_channel_without_touching_the_job() -
     [action] = reconcile([over], [listed("i-1", "ft-aa11", 1)], NOW)
     change = release(over, action, window=7)
     assert change.job == over  # not news from the job: its updated_at stays
-    terminate, note = change.outbox
+    terminate, note = dumped(change)
     assert (terminate["type"], terminate["instance_id"], terminate["id"]) == (
         "terminate",
         "i-1",
@@ -160,9 +161,9 @@ def test_a_probe_speaks_once_per_silence_and_not_once_the_job_was_heard_of() -> 
     silence = silence_key(quiet)
     change = probe(quiet, action, silence)
     assert change is not None and change.job == quiet
-    [note] = change.outbox
+    [note] = dumped(change)
     assert note["note"] == {"type": "no-reports", "instance": "i-1", "minutes": 40}
-    assert note["id"] == probe(quiet, action, silence).outbox[0]["id"]  # type: ignore[union-attr]
+    assert note["id"] == dumped(probe(quiet, action, silence))[0]["id"]  # type: ignore[union-attr]
     heard = quiet.model_copy(update={"updated_at": NOW - timedelta(seconds=1)})
     assert probe(heard, action, silence) is None  # a report came in between the listing and the write
     assert silence_key(heard) != silence  # and a later silence is another one
@@ -186,4 +187,4 @@ def test_a_scaling_group_that_keeps_capacity_for_an_ended_or_unknown_job_is_set_
         ("release-group", "finetune-ft-zz99", "job-unknown"),
     ]
     change = release_group(jobs[0], actions[0])
-    assert change.job == jobs[0] and change.outbox[0]["note"]["type"] == "group-released"
+    assert change.job == jobs[0] and dumped(change)[0]["note"]["type"] == "group-released"

@@ -17,6 +17,7 @@ from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.messages import CloudEvent, LaunchFailed, PolicyTick, ReportReceived
 from handlers.reports import Interrupted
 from handlers.spot import SpotView, choose, estimated_availability, managed
+from tests.outboxes import dumped
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 VIEW = SpotView(zones=("zone-a", "zone-b"), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
@@ -24,12 +25,12 @@ ONE_ZONE = SpotView(zones=("zone-a",), spot_price=0.3, on_demand_price=1.0, peri
 
 
 def effect_types(change: Change) -> list[str]:
-    return [effect["type"] for effect in change.outbox]
+    return [effect["type"] for effect in dumped(change)]
 
 
 def effect(change: Change, type_: str) -> dict[str, Any]:
-    found = [item for item in change.outbox if item["type"] == type_]
-    assert len(found) == 1, (type_, change.outbox)
+    found = [item for item in dumped(change) if item["type"] == type_]
+    assert len(found) == 1, (type_, dumped(change))
     return found[0]
 
 
@@ -138,7 +139,7 @@ def test_a_capacity_refusal_moves_to_the_next_zone_then_to_on_demand_never_twice
     assert second.job.plan is not None and second.job.plan.action == "on-demand"
     # The refusal of an attempt no longer current (a replay, a late answer) changes nothing.
     stale = decide(second.job, LaunchFailed(job_id=job.id, attempt=2, reason="again", capacity=True), NOW, spot=VIEW)
-    assert stale.outbox == [] and stale.job == second.job
+    assert dumped(stale) == [] and stale.job == second.job
 
 
 def test_an_interruption_close_to_the_deadline_relaunches_on_demand_and_says_why() -> None:
@@ -167,7 +168,7 @@ def test_with_slack_left_the_job_waits_for_spot_and_a_tick_launches_it_once_a_zo
     assert effect(launched, "policy-tick")["tick"] == launched.job.tick == waiting.job.tick + 1
     # The same tick again (a redelivery the dedup missed) is stale: no second launch.
     again = decide(launched.job, tick, later, spot=ONE_ZONE)
-    assert again.outbox == [] and again.history["event"] == "ignored"
+    assert dumped(again) == [] and again.history["event"] == "ignored"
 
 
 def test_on_demand_with_slack_goes_back_to_spot_through_a_checkpoint() -> None:
@@ -175,7 +176,7 @@ def test_on_demand_with_slack_goes_back_to_spot_through_a_checkpoint() -> None:
     switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=ONE_ZONE)
     assert switch.job.state is JobState.STOPPING and switch.job.switch_to == "spot"
     assert effect(switch, "stop-runner")["instance_id"] == "i-1"
-    said = [item for item in switch.outbox if note_type(item) == "spot-policy"]
+    said = [item for item in dumped(switch) if note_type(item) == "spot-policy"]
     assert [item["note"]["reason"] for item in said] == ["spot-policy.spot.back"]
     saved = decide(switch.job, interrupted(switch.job), NOW, spot=ONE_ZONE)
     assert saved.job.state is JobState.RECOVERING and saved.job.switch_to is None
@@ -198,7 +199,7 @@ def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint_and_say
     change = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=VIEW)
     assert change.job.state is JobState.STOPPING
     assert effect(change, "stop-runner")["instance_id"] == "i-1"
-    said = [item for item in change.outbox if note_type(item) == "spot-policy"]
+    said = [item for item in dumped(change) if note_type(item) == "spot-policy"]
     assert len(said) == 1 and said[0]["note"]["reason"] == "spot-policy.stop.budget"
     assert said[0]["note"]["values"]["budget"] == 0.4
     assert "policy-tick" in effect_types(change)  # the chain ends at the next tick, once the job is STOPPED
@@ -206,7 +207,7 @@ def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint_and_say
     assert stopped.job.state is JobState.STOPPED and "launch" not in effect_types(stopped)
     assert stopped.job.checkpoint is not None and stopped.job.checkpoint.step == 100
     ended = decide(stopped.job, PolicyTick(job_id=job.id, tick=stopped.job.tick, due=NOW), NOW, spot=VIEW)
-    assert ended.outbox == [] and ended.history["event"] == "ignored"
+    assert dumped(ended) == [] and ended.history["event"] == "ignored"
 
 
 def test_a_resume_asks_the_policy_and_starts_a_new_tick_chain() -> None:

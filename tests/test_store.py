@@ -24,6 +24,7 @@ from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
 from handlers.messages import (
     Launch,
     Launched,
+    Message,
     RelaunchDue,
     StartDeadline,
     StopDeadline,
@@ -44,7 +45,7 @@ def new_job(job_id: str = "ft-abc1", **fields: Any) -> Job:
     return Job.model_validate({"id": job_id, "recipe": "tiny", "requested_by": "U1", **fields})
 
 
-def move(state: JobState, outbox: list[dict[str, Any]] | None = None, **fields: Any) -> Decider:
+def move(state: JobState, outbox: list[Message] | None = None, **fields: Any) -> Decider:
     def decide(job: Job) -> Change:
         updated = job.model_copy(update={"state": state, "updated_at": utcnow(), **fields})
         return Change(job=updated, history={"type": "state", "from": job.state, "to": state}, outbox=outbox or [])
@@ -95,7 +96,10 @@ async def test_create_refuses_a_taken_id(store: JobStore) -> None:
 async def test_apply_writes_job_history_and_outbox_together(store: JobStore) -> None:
     job = new_job()
     await store.create(job, {"type": "created"})
-    events = [{"id": "ev-given-0001", "type": "provision", "job_id": job.id}, {"type": "card", "job_id": job.id}]
+    events: list[Message] = [
+        Launched(id="ev-given-0001", job_id=job.id, attempt=1, instance_id="i-1"),
+        StopFailed(job_id=job.id, instance_id="i-1", reason="gone"),
+    ]
 
     applied = await store.apply(job.id, move(JobState.PROVISIONING, outbox=events), dedup_key="cmd-1")
 
@@ -106,10 +110,10 @@ async def test_apply_writes_job_history_and_outbox_together(store: JobStore) -> 
     assert [h["type"] for h in await store.history(job.id)] == ["created", "state"]
     assert (await store.history(job.id))[-1] == {"type": "state", "from": "PENDING", "to": "PROVISIONING"}
     published = await outbox(store)
-    assert [e["type"] for e in published] == ["provision", "card"]
+    assert [e["type"] for e in published] == ["launched", "stop-failed"]
     assert published[0]["id"] == "ev-given-0001"
-    assert published[1]["id"]  # an id is given to events without one
-    assert published == applied.change.outbox
+    assert published[1]["id"]  # every message has its id from the start
+    assert published == [dump_message(message) for message in applied.change.outbox]  # as decided, encoded once
     assert await store.redis.ttl(store.keys.dedup("cmd-1")) > 6 * 86400
 
 
@@ -121,7 +125,7 @@ async def test_each_effect_goes_straight_to_its_executors_queue_with_the_change(
     launch_effect = Launch(job_id=job.id, attempt=1)
     deadline = StartDeadline(job_id=job.id, attempt=1, due=due)
     launched = Launched(job_id=job.id, attempt=1, instance_id="i-0abc")
-    outbox_messages = [dump_message(m) for m in (note, launch_effect, deadline, launched)]
+    outbox_messages: list[Message] = [note, launch_effect, deadline, launched]
 
     applied = await store.apply(job.id, move(JobState.PROVISIONING, outbox=outbox_messages), "cmd-1")
 
@@ -136,7 +140,7 @@ async def test_each_effect_goes_straight_to_its_executors_queue_with_the_change(
     # Nothing is routed for a duplicate, and the routing needs no change either.
     assert (await store.apply(job.id, move(JobState.RUNNING, outbox=outbox_messages), "cmd-1")).duplicate
     assert len(await stream(store, store.keys.cloud)) == 1
-    await store.send([dump_message(Launch(job_id=job.id, attempt=2))])
+    await store.send([Launch(job_id=job.id, attempt=2)])
     assert [e["attempt"] for e in await stream(store, store.keys.cloud)] == [1, 2]
 
 
@@ -149,7 +153,7 @@ async def test_the_lifecycle_timers_wait_in_the_timer_set_and_a_failed_stop_is_a
         StopDeadline(job_id="ft-tm1", attempt=1, due=due + timedelta(seconds=1)),
     ]
     failed = StopFailed(job_id="ft-tm1", instance_id="i-0abc", reason="instance i-0abc is not running")
-    await store.send([dump_message(message) for message in (*timers, failed)])
+    await store.send([*timers, failed])
 
     members = await store.redis.zrange(store.keys.timers, 0, -1, withscores=True)
     assert [json.loads(member) for member, _score in members] == [dump_message(timer) for timer in timers]
@@ -161,14 +165,15 @@ async def test_the_lifecycle_timers_wait_in_the_timer_set_and_a_failed_stop_is_a
 async def test_duplicate_dedup_key_changes_nothing_and_publishes_nothing(store: JobStore) -> None:
     job = new_job()
     await store.create(job, {"type": "created"})
-    first = await store.apply(job.id, move(JobState.PROVISIONING, outbox=[{"type": "provision"}]), "ev-1")
+    provision = Launch(job_id=job.id, attempt=1)
+    first = await store.apply(job.id, move(JobState.PROVISIONING, outbox=[provision]), "ev-1")
     assert first.changed
 
     calls: list[Job] = []
 
     def decide(job: Job) -> Change | None:
         calls.append(job)
-        return move(JobState.RUNNING, outbox=[{"type": "again"}])(job)
+        return move(JobState.RUNNING, outbox=[Launch(job_id=job.id, attempt=2)])(job)
 
     again = await store.apply(job.id, decide, "ev-1")
 
@@ -176,7 +181,7 @@ async def test_duplicate_dedup_key_changes_nothing_and_publishes_nothing(store: 
     assert calls == []
     assert await store.get(job.id) == first.job
     assert len(await store.history(job.id)) == 2
-    assert [e["type"] for e in await outbox(store)] == ["provision"]
+    assert await stream(store, store.keys.cloud) == [dump_message(provision)]
 
 
 async def test_no_change_records_the_dedup_key_and_appends_nothing(store: JobStore) -> None:
@@ -320,8 +325,8 @@ async def test_once_only_markers(store: JobStore) -> None:
 
 async def test_an_effect_and_its_follow_up_are_recorded_once_together(store: JobStore) -> None:
     job = new_job(chat=ChatRef(platform="slack", channel="C1"))
-    launched = dump_message(Launched(job_id=job.id, attempt=1, instance_id="i-0abc"))
-    note = dump_message(notify(job.id, "thread", "interrupt-test-failed", error="ok"))
+    launched = Launched(job_id=job.id, attempt=1, instance_id="i-0abc")
+    note = notify(job.id, "thread", "interrupt-test-failed", error="ok")
     assert await store.effect_record("eff-1") is None
 
     first = await store.finish_effect("eff-1", "instance:i-0abc", [launched, note], "slack")
@@ -329,8 +334,8 @@ async def test_an_effect_and_its_follow_up_are_recorded_once_together(store: Job
 
     assert first is None and again == "instance:i-0abc"  # the second learns what the first recorded
     assert await store.effect_record("eff-1") == "instance:i-0abc"
-    assert await outbox(store) == [launched]  # once
-    assert [entry["note"] for entry in await stream(store, store.keys.chat)] == [note]
+    assert await outbox(store) == [dump_message(launched)]  # once
+    assert [entry["note"] for entry in await stream(store, store.keys.chat)] == [dump_message(note)]
 
 
 async def test_a_lost_connection_fails_the_commands_then_the_store_works_again(

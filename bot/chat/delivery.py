@@ -128,3 +128,10 @@ class Platform:
     deliverer: Deliverer | CardDeliverer
     gate: Gate = field(default_factory=Gate)
     coalesce_cards: bool = True
+    # What the deliverer can do, asked once here rather than for every note (a Protocol check is slow).
+    cards: CardDeliverer | None = field(init=False, default=None)
+    checks_posted: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.cards = self.deliverer if isinstance(self.deliverer, CardDeliverer) else None
+        self.checks_posted = isinstance(self.deliverer, PostedCheck)

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
@@ -35,6 +35,7 @@ from bot.bus import EventBus, HandBack, default_consumer_name
 from bot.chat.cards import CardRefresher
 from bot.chat.delivery import (
     CardDeliverer,
+    Deliverer,
     MessageRef,
     PermanentDeliveryError,
     Platform,
@@ -46,7 +47,7 @@ from bot.keys import DEFAULT_KEYS, Keys
 from bot.store import JobStore
 from handlers.backoff import backoff
 from handlers.jobs import Job
-from handlers.messages import Notify, dump_message
+from handlers.messages import Notify, parse_message
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class ChatOutbox:
     async def notify(self, job: Job, note: Notify) -> None:
         """Queue ``note`` for delivery on the job's platform; returns once it is safely in Redis. (Job changes
         put their notes in the stream themselves; this is for a note that follows no change.)"""
-        await self.store.send([dump_message(note)], job.chat.platform if job.chat is not None else "")
+        await self.store.send([note], job.chat.platform if job.chat is not None else "")
 
     # -- the consumer --------------------------------------------------------------------------------------
 
@@ -109,9 +110,12 @@ class ChatOutbox:
 
     async def handle(self, item: dict[str, Any]) -> None:
         try:
-            note = Notify.model_validate(item.get("note"))
+            note = parse_message(item.get("note"))  # the edge: an older entry's note is read here
         except ValidationError as exc:
             log.error("dropped a malformed chat outbox entry %s: %s", item.get("id"), exc.errors()[:3])
+            return
+        if not isinstance(note, Notify):
+            log.error("dropped chat outbox entry %s: a %s, not a note", item.get("id"), note.type)
             return
         platform = self.platforms.get(str(item.get("platform")), self.fallback)
         if platform is None:
@@ -154,12 +158,13 @@ class ChatOutbox:
         if job is None:
             log.warning("note %s is for job %s, which does not exist: dropped", note.id, note.job_id)
             return False
-        deliverer = platform.deliverer
-        if not isinstance(deliverer, CardDeliverer):
+        deliverer = platform.cards
+        if deliverer is None:
+            plain = cast(Deliverer, platform.deliverer)
             if note.channel != "card" or not platform.coalesce_cards:
-                await deliverer.deliver(job, note)
+                await plain.deliver(job, note)
             elif await self.refs.shown_version(job.id) is None:  # the first card goes in order, before the rest
-                await deliverer.deliver(job, note)
+                await plain.deliver(job, note)
                 await self.refs.card_shows(job.id, job.version)
             return True
         if note.channel == "card":
@@ -171,7 +176,7 @@ class ChatOutbox:
             card = await self._card(deliverer, job)
         except PermanentDeliveryError as exc:
             log.warning("card of %s cannot be posted: %s", job.id, exc)
-        if in_doubt and isinstance(deliverer, PostedCheck) and await deliverer.posted(job, note, card):
+        if in_doubt and platform.checks_posted and await cast(PostedCheck, deliverer).posted(job, note, card):
             log.info("the %s note %s of %s was posted already", note.note_type, note.id, job.id)
             return False
         await deliverer.post_note(job, note, card)
