@@ -15,7 +15,7 @@ from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_pricing import AliyunPricing
 from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
 from bot.cloud.base import CloudError, Instance, LaunchError
-from bot.cloud.launching import ATTEMPT_TAG, JOB_TAG, candidate_token, instance_name, tags_of_spec
+from bot.cloud.launching import ATTEMPT_TAG, JOB_TAG, candidate_token, instance_name, priced, tags_of_spec
 from handlers.jobs import Market
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
@@ -106,11 +106,7 @@ class AliyunInstances:
                 continue
             instance_type, zone = str(found.get("InstanceType", "")), str(found.get("ZoneId", ""))
             market: Market = "spot" if found.get("SpotStrategy", "NoSpot") != "NoSpot" else "on-demand"
-            on_demand = await self.pricing.on_demand_price(instance_type)
-            price = on_demand
-            if market == "spot":
-                price = (await self.pricing.spot_prices([instance_type]))[0].get((zone, instance_type))
-            return Instance(str(found["InstanceId"]), instance_type, zone, market, price, on_demand)
+            return await priced(self.pricing, str(found["InstanceId"]), instance_type, zone, market)
         return None
 
     async def run_instance(self, spec: JobSpec, script: str, candidate: Candidate) -> str:

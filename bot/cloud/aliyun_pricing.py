@@ -68,6 +68,10 @@ class AliyunPricing:
             self._on_demand.setdefault(instance_type, (price, now))
         return latest_prices(points), origins
 
+    async def spot_price(self, zone: str, instance_type: str) -> float | None:
+        """The current spot price of the type in the zone; None when ECS will not say."""
+        return (await self.spot_prices([instance_type]))[0].get((zone, instance_type))
+
     async def on_demand_price(self, instance_type: str) -> float | None:
         """Pay-as-you-go $/h of the type: configured, else ``DescribePrice`` (cached for an hour), else the origin
         price of the spot history; None when nothing says."""

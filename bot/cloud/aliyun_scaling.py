@@ -12,7 +12,6 @@ import base64
 import json
 import logging
 import re
-import time
 from collections.abc import Collection
 from typing import Any
 
@@ -23,7 +22,14 @@ from bot.cloud.aliyun_instances import AliyunInstances, spot_strategy
 from bot.cloud.aliyun_pricing import AliyunPricing
 from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
 from bot.cloud.base import Instance, LaunchError
-from bot.cloud.launching import JOB_TAG, avoided_last, instance_name, tags_of_spec
+from bot.cloud.launching import (
+    JOB_TAG,
+    avoided_last,
+    instance_name,
+    priced,
+    tags_of_spec,
+    wait_for_group_instance,
+)
 from handlers.jobs import Market
 from handlers.spec import JobSpec
 from handlers.spot.zones import classify_aliyun_launch_error
@@ -102,10 +108,6 @@ class AliyunGroups:
         described = await self.instances.describe(instance_id) or {}
         instance_type = str(described.get("InstanceType") or instance_types[0])
         zone = str(described.get("ZoneId") or "")
-        on_demand = await self.pricing.on_demand_price(instance_type)
-        price = on_demand
-        if market == "spot":
-            price = (await self.pricing.spot_prices([instance_type]))[0].get((zone, instance_type))
         log.info(
             "%s attempt %d: group %s launched %s (%s in %s)",
             spec.job_id,
@@ -115,7 +117,7 @@ class AliyunGroups:
             instance_type,
             zone,
         )
-        return Instance(instance_id, instance_type, zone, market, price, on_demand)
+        return await priced(self.pricing, instance_id, instance_type, zone, market)
 
     def _configuration(
         self, spec: JobSpec, script: str, instance_types: list[str], market: Market, config_id: str
@@ -204,28 +206,23 @@ class AliyunGroups:
         )
 
     async def _wait_for_group_instance(self, group_id: str, before: set[str], zone: str | None = None) -> str:
-        deadline = time.monotonic() + self.settings.group_wait_seconds
-        while True:
-            try:
-                for item in await self._group_instances(group_id):
-                    instance_id = str(item.get("InstanceId") or "")
-                    if instance_id and instance_id not in before and item.get("LifecycleState") != "Removing":
-                        return instance_id
-            except (AliyunApiError, AliyunUnavailable) as exc:
-                log.warning("describing the instances of group %s failed: %s", group_id, exc)
-            if time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(self.settings.group_poll_seconds)
-        why = await self._last_activity(group_id)
-        try:  # no instance nobody tracks may turn up later
-            await self.set_desired(group_id, 0)
-        except (AliyunApiError, AliyunUnavailable) as exc:
-            log.warning("could not set group %s back to 0: %s", group_id, exc)
-        raise LaunchError(
-            f"scaling group {group_id} launched no instance within {self.settings.group_wait_seconds:g} s"
-            + (f" (last activity: {why})" if why else ""),
-            capacity=activity_refused(why),
+        async def new_instance() -> str | None:
+            for item in await self._group_instances(group_id):
+                instance_id = str(item.get("InstanceId") or "")
+                if instance_id and instance_id not in before and item.get("LifecycleState") != "Removing":
+                    return instance_id
+            return None
+
+        return await wait_for_group_instance(
+            f"scaling group {group_id}",
+            new_instance,
+            failures=(AliyunApiError, AliyunUnavailable),
+            last_activity=lambda: self._last_activity(group_id),
+            set_to_zero=lambda: self.set_desired(group_id, 0),
+            refused=activity_refused,
             zone=zone,
+            wait_seconds=self.settings.group_wait_seconds,
+            poll_seconds=self.settings.group_poll_seconds,
         )
 
     async def _last_activity(self, group_id: str) -> str:

@@ -4,11 +4,9 @@ reconciliation lists the groups and sets those of jobs that are over to 0."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import re
-import time
 from collections.abc import Collection
 from typing import Any
 
@@ -20,7 +18,7 @@ from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.aws_zones import AwsZones
 from bot.cloud.base import Instance, LaunchError
-from bot.cloud.launching import JOB_TAG, MANAGED_TAG, avoided_last
+from bot.cloud.launching import JOB_TAG, MANAGED_TAG, avoided_last, priced, wait_for_group_instance
 from handlers.jobs import Market
 from handlers.reconcile import CloudGroup
 from handlers.spec import JobSpec
@@ -145,10 +143,6 @@ class AwsGroups:
         found = await self._wait_for_group_instance(group, before, zone)
         instance_type = str(found.get("InstanceType") or instance_types[0])
         zone = str(found.get("AvailabilityZone", ""))
-        on_demand = await self.pricing.on_demand_price(instance_type)
-        price = on_demand
-        if market == "spot":
-            price = (await self.pricing.spot_prices([instance_type])).get((zone, instance_type))
         instance_id = str(found["InstanceId"])
         log.info(
             "%s attempt %d: group %s launched %s (%s in %s)",
@@ -160,7 +154,7 @@ class AwsGroups:
             zone,
         )
         # The market is what the group was told to buy (spot only, or on-demand only).
-        return Instance(instance_id, instance_type, zone, market, price, on_demand)
+        return await priced(self.pricing, instance_id, instance_type, zone, market)
 
     async def _group(self, group: str) -> dict[str, Any] | None:
         asg = await self.clients.get("autoscaling")
@@ -169,32 +163,28 @@ class AwsGroups:
         return dict(groups[0]) if groups else None
 
     async def _wait_for_group_instance(self, group: str, before: set[str], zone: str | None) -> dict[str, Any]:
-        deadline = time.monotonic() + self.settings.group_wait_seconds
-        while True:
-            try:
-                found = await self._group(group)
-            except (ClientError, BotoCoreError) as exc:
-                log.warning("describing group %s failed: %s", group, exc)
-                found = None
-            for item in (found or {}).get("Instances", []):
+        async def new_instance() -> dict[str, Any] | None:
+            for item in (await self._group(group) or {}).get("Instances", []):
                 if str(item["InstanceId"]) not in before and not str(item.get("LifecycleState", "")).startswith(
                     "Terminat"
                 ):
                     return dict(item)
-            if time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(self.settings.group_poll_seconds)
-        why = await self._last_activity(group)
-        asg = await self.clients.get("autoscaling")
-        try:  # no instance nobody tracks may turn up later
+            return None
+
+        async def set_to_zero() -> None:
+            asg = await self.clients.get("autoscaling")
             await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
-        except (ClientError, BotoCoreError) as exc:
-            log.warning("could not set group %s back to 0: %s", group, exc)
-        raise LaunchError(
-            f"Auto Scaling group {group} launched no instance within {self.settings.group_wait_seconds:g} s"
-            + (f" (last activity: {why})" if why else ""),
-            capacity=activity_refused(why),
+
+        return await wait_for_group_instance(
+            f"Auto Scaling group {group}",
+            new_instance,
+            failures=(ClientError, BotoCoreError),
+            last_activity=lambda: self._last_activity(group),
+            set_to_zero=set_to_zero,
+            refused=activity_refused,
             zone=zone,
+            wait_seconds=self.settings.group_wait_seconds,
+            poll_seconds=self.settings.group_poll_seconds,
         )
 
     async def _last_activity(self, group: str) -> str:

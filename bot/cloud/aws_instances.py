@@ -14,7 +14,7 @@ from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import REGION, AwsSettings
 from bot.cloud.aws_zones import AwsZones
 from bot.cloud.base import Instance, LaunchError
-from bot.cloud.launching import ATTEMPT_TAG, JOB_TAG, candidate_token, instance_name, tags_of_spec
+from bot.cloud.launching import ATTEMPT_TAG, JOB_TAG, candidate_token, instance_name, priced, tags_of_spec
 from bot.cloud.user_data import runner_boot_script
 from handlers.jobs import Market
 from handlers.reconcile import CloudInstance
@@ -104,11 +104,7 @@ class AwsInstances:
                 instance_type = str(found.get("InstanceType", ""))
                 zone = str(found.get("Placement", {}).get("AvailabilityZone", ""))
                 market: Market = "spot" if found.get("InstanceLifecycle") == "spot" else "on-demand"
-                on_demand = await self.on_demand_price(instance_type)
-                price = on_demand
-                if market == "spot":
-                    price = (await self.pricing.spot_prices([instance_type])).get((zone, instance_type))
-                return Instance(str(found["InstanceId"]), instance_type, zone, market, price, on_demand)
+                return await priced(self.pricing, str(found["InstanceId"]), instance_type, zone, market)
         return None
 
     def tag_list(self, spec: JobSpec) -> list[dict[str, str]]:

@@ -48,6 +48,10 @@ class AwsPricing:
         """The configured price of the type, else its us-east-1 list price; None when neither says."""
         return self.settings.on_demand_prices.get(instance_type, ON_DEMAND_PRICES.get(instance_type))
 
+    async def spot_price(self, zone: str, instance_type: str) -> float | None:
+        """The current spot price of the type in the zone; None when EC2 will not say."""
+        return (await self.spot_prices([instance_type])).get((zone, instance_type))
+
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
         """Spot: the lowest current price of these types in our zones; on-demand: the lowest list price."""
         if market == "spot":

@@ -12,10 +12,12 @@ released again. Each cloud supplies only its calls (:class:`InstanceCalls`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from bot.cloud.base import CloudError, Instance, LaunchError
 from handlers.jobs import Market
@@ -29,6 +31,8 @@ from handlers.spot.zones import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MANAGED_TAG = "finetune:managed"  # the bot's policy launches, terminates and interrupts only instances tagged so
 JOB_TAG = "finetune:job"
@@ -97,6 +101,21 @@ class InstanceCalls(Protocol):
     async def on_demand_price(self, instance_type: str) -> float | None: ...
 
 
+class Prices(Protocol):
+    """What pricing an instance found (not started by this try) takes."""
+
+    async def on_demand_price(self, instance_type: str) -> float | None: ...
+
+    async def spot_price(self, zone: str, instance_type: str) -> float | None: ...
+
+
+async def priced(prices: Prices, instance_id: str, instance_type: str, zone: str, market: Market) -> Instance:
+    """An instance found (a first try's, or a scaling group's), with the prices it pays now."""
+    on_demand = await prices.on_demand_price(instance_type)
+    price = await prices.spot_price(zone, instance_type) if market == "spot" else on_demand
+    return Instance(instance_id, instance_type, zone, market, price, on_demand)
+
+
 async def launch_instance(
     calls: InstanceCalls,
     spec: JobSpec,
@@ -137,6 +156,45 @@ async def launch_instance(
         price = candidate.spot_price if candidate.market == "spot" else on_demand
         return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
     raise LaunchError(plan.summary(), capacity=plan.refused, zone=zone)
+
+
+async def wait_for_group_instance(
+    group: str,
+    find: Callable[[], Awaitable[T | None]],
+    *,
+    failures: tuple[type[Exception], ...],
+    last_activity: Callable[[], Awaitable[str]],
+    set_to_zero: Callable[[], Awaitable[None]],
+    refused: Callable[[str], bool],
+    zone: str | None,
+    wait_seconds: float,
+    poll_seconds: float,
+) -> T:
+    """A scaling group's new instance (``find``: the group's instance that was not there before, or None), polled
+    until ``wait_seconds``; then the group goes back to 0 (no instance nobody tracks may turn up later) and the launch
+    fails, a capacity refusal when the group's last activity names a capacity error (``refused``)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            found = await find()
+        except failures as exc:
+            log.warning("describing the instances of %s failed: %s", group, exc)
+            found = None
+        if found is not None:
+            return found
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(poll_seconds)
+    why = await last_activity()
+    try:
+        await set_to_zero()
+    except failures as exc:
+        log.warning("could not set %s back to 0: %s", group, exc)
+    raise LaunchError(
+        f"{group} launched no instance within {wait_seconds:g} s" + (f" (last activity: {why})" if why else ""),
+        capacity=refused(why),
+        zone=zone,
+    )
 
 
 async def hand_over(
