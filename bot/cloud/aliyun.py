@@ -51,8 +51,8 @@ from bot.cloud.aliyun_instances import LIVE_STATUSES, AliyunError, AliyunInstanc
 from bot.cloud.aliyun_pricing import AliyunPricing
 from bot.cloud.aliyun_scaling import AliyunGroups
 from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
-from bot.cloud.base import CloudProvider, ForeignInstance, Instance, LaunchError
-from bot.cloud.launching import JOB_TAG, hand_over, launch_instance, renew
+from bot.cloud.base import CloudProvider, Instance, LaunchError
+from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
 from bot.cloud.oss_objects import OssObjects
 from bot.cloud.user_data import runner_boot_script
 from bot.errors import ConfigError
@@ -296,10 +296,7 @@ class AliyunCloud:
             instance = await self.instances.describe(instance_id)
             if instance is None:
                 return
-            owner = tags_of(instance).get(JOB_TAG)
-            if owner != job_id:
-                why = f"instance {instance_id} is tagged for {owner or 'no job'}, not {job_id}: left alone"
-                raise ForeignInstance(why)
+            check_owner(tags_of(instance), instance_id, job_id)
             if self.settings.mode == "scaling-group":
                 group_id = await self.groups.group_of(instance_id)
                 if group_id is not None:

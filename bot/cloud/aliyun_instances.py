@@ -15,7 +15,15 @@ from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_pricing import AliyunPricing
 from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
 from bot.cloud.base import CloudError, Instance, LaunchError
-from bot.cloud.launching import ATTEMPT_TAG, JOB_TAG, candidate_token, instance_name, priced, tags_of_spec
+from bot.cloud.launching import (
+    ATTEMPT_TAG,
+    JOB_TAG,
+    attempt_of,
+    candidate_token,
+    instance_name,
+    priced,
+    tags_of_spec,
+)
 from handlers.jobs import Market
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
@@ -193,11 +201,8 @@ class AliyunInstances:
             raise AliyunError(f"could not look up instance {instance_id}: {exc}") from exc
         if instance is None:
             raise AliyunError(f"instance {instance_id} does not exist")
-        tags = tags_of(instance)
-        job_id, attempt = tags.get(JOB_TAG), tags.get(ATTEMPT_TAG, "")
-        if not job_id or not attempt.isdigit():
-            raise AliyunError(f"instance {instance_id} has no {JOB_TAG} / {ATTEMPT_TAG} tags: not launched by this bot")
-        return instance, job_id, int(attempt)
+        job_id, attempt = attempt_of(tags_of(instance), instance_id, AliyunError)
+        return instance, job_id, attempt
 
     async def delete(self, instance_id: str) -> None:
         try:

@@ -31,8 +31,8 @@ from bot.cloud.aws_objects import KEY_FAILURES, AwsObjects
 from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.aws_zones import AwsZones
-from bot.cloud.base import CloudProvider, ForeignInstance, Instance, LaunchError
-from bot.cloud.launching import JOB_TAG, hand_over, launch_instance, renew
+from bot.cloud.base import CloudProvider, Instance, LaunchError
+from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
 from bot.errors import ConfigError
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
@@ -213,9 +213,7 @@ class AwsCloud:
             await self.objects.delete_key(instance_id)
             return
         tags = tags_of(instance)
-        if tags.get(JOB_TAG) != job_id:
-            owner = tags.get(JOB_TAG) or "no job"
-            raise ForeignInstance(f"instance {instance_id} is tagged for {owner}, not {job_id}: left alone")
+        check_owner(tags, instance_id, job_id)
         await self.objects.delete_key(instance_id)  # first: an instance that ends here needs it no more
         group = tags.get(GROUP_TAG)
         if group:

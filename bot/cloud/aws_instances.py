@@ -14,7 +14,15 @@ from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import REGION, AwsSettings
 from bot.cloud.aws_zones import AwsZones
 from bot.cloud.base import Instance, LaunchError
-from bot.cloud.launching import ATTEMPT_TAG, JOB_TAG, candidate_token, instance_name, priced, tags_of_spec
+from bot.cloud.launching import (
+    ATTEMPT_TAG,
+    JOB_TAG,
+    attempt_of,
+    candidate_token,
+    instance_name,
+    priced,
+    tags_of_spec,
+)
 from bot.cloud.user_data import runner_boot_script
 from handlers.jobs import Market
 from handlers.reconcile import CloudInstance
@@ -177,11 +185,8 @@ class AwsInstances:
         instance = await self.describe(instance_id)
         if instance is None:
             raise AwsError(f"instance {instance_id} does not exist")
-        tags = tags_of(instance)
-        job_id, attempt = tags.get(JOB_TAG), tags.get(ATTEMPT_TAG, "")
-        if not job_id or not attempt.isdigit():
-            raise AwsError(f"instance {instance_id} has no {JOB_TAG} / {ATTEMPT_TAG} tags: not launched by this bot")
-        return instance, job_id, int(attempt)
+        job_id, attempt = attempt_of(tags_of(instance), instance_id, AwsError)
+        return instance, job_id, attempt
 
     async def list_instances(self) -> list[CloudInstance]:
         """Every instance tagged ``finetune:job`` in the region, whatever its state, for reconciliation."""

@@ -16,10 +16,10 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from bot.cloud.base import CloudError, Instance, LaunchError
+from bot.cloud.base import CloudError, ForeignInstance, Instance, LaunchError
 from handlers.jobs import Market
 from handlers.spec import JobSpec
 from handlers.spot.zones import (
@@ -58,6 +58,22 @@ def instance_name(spec: JobSpec) -> str:
 def tags_of_spec(spec: JobSpec) -> dict[str, str]:
     """The tags every instance (or group, or scaling configuration) of an attempt carries."""
     return {MANAGED_TAG: "true", JOB_TAG: spec.job_id, ATTEMPT_TAG: str(spec.attempt)}
+
+
+def attempt_of(tags: Mapping[str, str], instance_id: str, error: type[CloudError]) -> tuple[str, int]:
+    """The job and attempt an instance's tags name; ``error`` when they name none (not launched by this bot)."""
+    job_id, attempt = tags.get(JOB_TAG), tags.get(ATTEMPT_TAG, "")
+    if not job_id or not attempt.isdigit():
+        raise error(f"instance {instance_id} has no {JOB_TAG} / {ATTEMPT_TAG} tags: not launched by this bot")
+    return job_id, int(attempt)
+
+
+def check_owner(tags: Mapping[str, str], instance_id: str, job_id: str) -> None:
+    """ForeignInstance unless the instance is tagged for ``job_id``: a forged report or a stale effect cannot end
+    another job's instance."""
+    owner = tags.get(JOB_TAG)
+    if owner != job_id:
+        raise ForeignInstance(f"instance {instance_id} is tagged for {owner or 'no job'}, not {job_id}: left alone")
 
 
 def avoided_last(zones: Sequence[str], avoid_zones: Collection[str]) -> list[str]:
