@@ -7,7 +7,9 @@ the next candidate until ``max_failures`` of them (the launch then reports a cap
 chooses again), any other refusal ends the launch at once. Each try carries an idempotency token derived from the
 attempt and the candidate, so a request sent again after no answer starts nothing new. After the launch the attempt's
 secret (AWS: its key object; Alibaba: its sealed storage token) is handed over, and an instance that cannot get it is
-released again. Each cloud supplies only its calls (:class:`InstanceCalls`).
+released again. Each cloud supplies only its calls (:class:`InstanceCalls`). The scaling-group modes (AWS Auto
+Scaling, Alibaba ESS) share the wait for the group's new instance (:func:`wait_for_group_instance`), and both modes
+the tags, the instance's name and how a found instance is priced.
 """
 
 from __future__ import annotations
