@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.slack.config import SlackConfig
 from bot.cloud.aliyun_settings import AliyunSettings
-from bot.cloud.aws import AwsSettings
+from bot.cloud.aws_settings import AwsSettings
 from bot.errors import ConfigError
 from bot.redis_server import check_redis_url, redacted
 from handlers import old_spellings

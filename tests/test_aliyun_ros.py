@@ -152,7 +152,8 @@ def test_eventbridge_pushes_interruptions_over_https_with_the_token_in_a_header(
 def test_the_bot_policy_covers_what_the_provider_calls(template: dict[str, Any]) -> None:
     policy = resource(template, "BotPolicy", "ALIYUN::RAM::ManagedPolicy")
     actions = {action for statement in policy["PolicyDocument"]["Statement"] for action in _list(statement["Action"])}
-    source = (Path(__file__).resolve().parent.parent / "bot" / "cloud" / "aliyun.py").read_text()
+    cloud = Path(__file__).resolve().parent.parent / "bot" / "cloud"
+    source = "".join(module.read_text() for module in sorted(cloud.glob("aliyun*.py")))
     called = {
         "run_instances": "ecs:RunInstances",
         "describe_instances": "ecs:DescribeInstances",

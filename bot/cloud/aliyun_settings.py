@@ -141,3 +141,8 @@ class AliyunSettings(BaseModel):
     @property
     def runner_oss_endpoint(self) -> str:
         return self.oss_internal_endpoint or f"https://oss-{self.region}-internal.aliyuncs.com"
+
+
+def candidate_zones(settings: AliyunSettings) -> list[str]:
+    """Candidate zones in preference order: ``zones`` first, then the other zones with a vSwitch."""
+    return list(settings.zones) + [zone for zone in settings.vswitches if zone not in settings.zones]

@@ -1,0 +1,255 @@
+"""The one launch loop of the clouds that start instances themselves (AWS EC2, Alibaba ECS).
+
+The loop is the same everywhere, so it lives here once: a launch retried after a crash finds the instance its first
+try started; otherwise the (zone, type) candidates come in the order the pure :mod:`handlers.spot.zones` gives (zones
+the spot authority pinned, else the cloud's in preference order, zones to avoid last), a capacity error moves on to
+the next candidate until ``max_failures`` of them (the launch then reports a capacity refusal and the authority
+chooses again), any other refusal ends the launch at once. Each try carries an idempotency token derived from the
+attempt and the candidate, so a request sent again after no answer starts nothing new. After the launch the attempt's
+secret (AWS: its key object; Alibaba: its sealed storage token) is handed over, and an instance that cannot get it is
+released again. Each cloud supplies only its calls (:class:`InstanceCalls`). The scaling-group modes (AWS Auto
+Scaling, Alibaba ESS) share the wait for the group's new instance (:func:`wait_for_group_instance`), and both modes
+the tags, the instance's name and how a found instance is priced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import Protocol, TypeVar
+
+from bot.cloud.base import CloudError, ForeignInstance, Instance, LaunchError
+from handlers.jobs import Market
+from handlers.spec import JobSpec
+from handlers.spot.zones import (
+    Candidate,
+    ErrorKind,
+    LaunchPlan,
+    order_on_demand_candidates,
+    order_spot_candidates,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MANAGED_TAG = "finetune:managed"  # the bot's policy launches, terminates and interrupts only instances tagged so
+JOB_TAG = "finetune:job"
+ATTEMPT_TAG = "finetune:attempt"
+
+
+def client_token(*parts: object) -> str:
+    """A launch's idempotency token (EC2's ``ClientToken``, ECS's ``ClientToken``): the same request sent again
+    (after a crash or no answer) starts nothing new."""
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
+
+
+def candidate_token(spec: JobSpec, candidate: Candidate) -> str:
+    """The idempotency token of one try: one per (job, attempt, zone, type, market)."""
+    return client_token(spec.job_id, spec.attempt, candidate.zone, candidate.instance_type, candidate.market)
+
+
+def instance_name(spec: JobSpec) -> str:
+    """The name an attempt's instance shows in the console."""
+    return f"finetune-{spec.job_id}-{spec.attempt}"
+
+
+def tags_of_spec(spec: JobSpec) -> dict[str, str]:
+    """The tags every instance (or group, or scaling configuration) of an attempt carries."""
+    return {MANAGED_TAG: "true", JOB_TAG: spec.job_id, ATTEMPT_TAG: str(spec.attempt)}
+
+
+def attempt_of(tags: Mapping[str, str], instance_id: str, error: type[CloudError]) -> tuple[str, int]:
+    """The job and attempt an instance's tags name; ``error`` when they name none (not launched by this bot)."""
+    job_id, attempt = tags.get(JOB_TAG), tags.get(ATTEMPT_TAG, "")
+    if not job_id or not attempt.isdigit():
+        raise error(f"instance {instance_id} has no {JOB_TAG} / {ATTEMPT_TAG} tags: not launched by this bot")
+    return job_id, int(attempt)
+
+
+def check_owner(tags: Mapping[str, str], instance_id: str, job_id: str) -> None:
+    """ForeignInstance unless the instance is tagged for ``job_id``: a forged report or a stale effect cannot end
+    another job's instance."""
+    owner = tags.get(JOB_TAG)
+    if owner != job_id:
+        raise ForeignInstance(f"instance {instance_id} is tagged for {owner or 'no job'}, not {job_id}: left alone")
+
+
+def avoided_last(zones: Sequence[str], avoid_zones: Collection[str]) -> list[str]:
+    """``zones`` in their order, the ones to avoid (where this job was just reclaimed or failed) moved last."""
+    return [z for z in zones if z not in avoid_zones] + [z for z in zones if z in avoid_zones]
+
+
+class InstanceCalls(Protocol):
+    """What a cloud supplies to :func:`launch_instance`: its own calls, nothing of the loop."""
+
+    refusals: tuple[type[Exception], ...]  # a try the cloud answered "no" to (then :meth:`refusal` reads it)
+
+    def classify(self, code: str) -> ErrorKind:
+        """The cloud's error code as capacity (next candidate, counted), skip (next candidate) or fatal (stop)."""
+        ...
+
+    def refusal(self, exc: Exception) -> tuple[str, str]:
+        """The (code, message) of a refusal among ``refusals``."""
+        ...
+
+    async def attempt_instance(self, spec: JobSpec) -> Instance | None:
+        """The live instance already tagged with this (job, attempt), if any; LaunchError when the cloud won't say."""
+        ...
+
+    async def zones(self) -> list[str]:
+        """The zones a launch may use, in preference order."""
+        ...
+
+    async def spot_signals(
+        self, instance_types: list[str]
+    ) -> tuple[dict[tuple[str, str], float], dict[str, int] | None]:
+        """The current spot price per (zone, type) and a 0..10 score per zone (None: no scores) that order spot
+        candidates; empty when the cloud will not say."""
+        ...
+
+    async def run_instance(self, spec: JobSpec, script: str, candidate: Candidate) -> str:
+        """Start one instance of ``candidate`` (with :func:`candidate_token`); its id. LaunchError when the cloud
+        did not answer; one of ``refusals`` when it said no."""
+        ...
+
+    async def on_demand_price(self, instance_type: str) -> float | None: ...
+
+
+class Prices(Protocol):
+    """What pricing an instance found (not started by this try) takes."""
+
+    async def on_demand_price(self, instance_type: str) -> float | None: ...
+
+    async def spot_price(self, zone: str, instance_type: str) -> float | None: ...
+
+
+async def priced(prices: Prices, instance_id: str, instance_type: str, zone: str, market: Market) -> Instance:
+    """An instance found (a first try's, or a scaling group's), with the prices it pays now."""
+    on_demand = await prices.on_demand_price(instance_type)
+    price = await prices.spot_price(zone, instance_type) if market == "spot" else on_demand
+    return Instance(instance_id, instance_type, zone, market, price, on_demand)
+
+
+async def launch_instance(
+    calls: InstanceCalls,
+    spec: JobSpec,
+    script: str,
+    instance_types: list[str],
+    market: Market,
+    *,
+    avoid_zones: Collection[str],
+    zone: str | None,
+    max_failures: int | None,
+) -> Instance:
+    """The attempt's instance on ``market``: the one a first try started, else the first candidate that starts;
+    LaunchError naming every failed candidate when none would (``capacity`` True when the market had no room)."""
+    existing = await calls.attempt_instance(spec)
+    if existing is not None:  # a launch retried after a crash: the instance the first try started
+        log.info("%s attempt %d: %s is up already", spec.job_id, spec.attempt, existing.instance_id)
+        return existing
+    zones = await calls.zones()
+    if zone:  # pinned by the spot authority: there or nowhere
+        zones = [zone]
+    if market == "spot":
+        prices, scores = await calls.spot_signals(instance_types)
+        candidates = order_spot_candidates(zones, instance_types, scores, prices, avoid_zones)
+    else:
+        candidates = order_on_demand_candidates(zones, instance_types, avoid_zones)
+    plan = LaunchPlan(candidates, max_failures=max_failures, classify=calls.classify)
+    while (candidate := plan.next()) is not None:
+        where = f"{candidate.market} {candidate.instance_type} in {candidate.zone}"
+        try:
+            instance_id = await calls.run_instance(spec, script, candidate)
+        except calls.refusals as exc:
+            code, message = calls.refusal(exc)
+            kind = plan.failed(candidate, code, message)
+            log.info("%s attempt %d: %s failed: %s (%s)", spec.job_id, spec.attempt, where, code, kind)
+            continue
+        log.info("%s attempt %d: launched %s (%s)", spec.job_id, spec.attempt, instance_id, where)
+        on_demand = await calls.on_demand_price(candidate.instance_type)
+        price = candidate.spot_price if candidate.market == "spot" else on_demand
+        return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
+    raise LaunchError(plan.summary(), capacity=plan.refused, zone=zone)
+
+
+async def wait_for_group_instance(
+    group: str,
+    find: Callable[[], Awaitable[T | None]],
+    *,
+    failures: tuple[type[Exception], ...],
+    last_activity: Callable[[], Awaitable[str]],
+    set_to_zero: Callable[[], Awaitable[None]],
+    refused: Callable[[str], bool],
+    zone: str | None,
+    wait_seconds: float,
+    poll_seconds: float,
+) -> T:
+    """A scaling group's new instance (``find``: the group's instance that was not there before, or None), polled
+    until ``wait_seconds``; then the group goes back to 0 (no instance nobody tracks may turn up later) and the launch
+    fails, a capacity refusal when the group's last activity names a capacity error (``refused``)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            found = await find()
+        except failures as exc:
+            log.warning("describing the instances of %s failed: %s", group, exc)
+            found = None
+        if found is not None:
+            return found
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(poll_seconds)
+    why = await last_activity()
+    try:
+        await set_to_zero()
+    except failures as exc:
+        log.warning("could not set %s back to 0: %s", group, exc)
+    raise LaunchError(
+        f"{group} launched no instance within {wait_seconds:g} s" + (f" (last activity: {why})" if why else ""),
+        capacity=refused(why),
+        zone=zone,
+    )
+
+
+async def hand_over(
+    spec: JobSpec,
+    instance: Instance,
+    give: Callable[[], Awaitable[None]],
+    *,
+    failures: tuple[type[Exception], ...],
+    release: Callable[[str, str], Awaitable[None]],
+    what: str,
+) -> Instance:
+    """``instance``, once ``give`` handed its runner the attempt's secret; when it cannot, the instance is released
+    (its runner could never report, or read its spec) and the launch fails, saying what it could not do (``what``:
+    "write the report key of …")."""
+    try:
+        await give()
+    except failures as exc:
+        log.warning("%s attempt %d: could not %s: %s", spec.job_id, spec.attempt, what, exc)
+        try:
+            await release(instance.instance_id, spec.job_id)
+        except CloudError as again:
+            log.warning("could not release %s after that: %s", instance.instance_id, again)
+        raise LaunchError(f"could not {what}: {exc}; the instance was released") from exc
+    return instance
+
+
+async def renew(
+    write: Callable[[], Awaitable[None]],
+    *,
+    failures: tuple[type[Exception], ...],
+    error: type[CloudError],
+    what: str,
+) -> None:
+    """Rewrite an attempt's storage credentials (bot/storage_renewal.py drives it); ``error`` naming ``what`` when
+    the cloud would not."""
+    try:
+        await write()
+    except failures as exc:
+        raise error(f"could not renew {what}: {exc}") from exc
+    log.info("renewed %s", what)
