@@ -9,6 +9,8 @@ family and never a platform's SDK type.
     │   ├── LaunchError, ForeignInstance
     │   └── CloudUnavailable   no answer from the cloud's API (network, timeout, a broken reply)
     ├── ObjectStoreError       object storage (S3, OSS) the bot writes itself
+    │   ├── ObjectRefused      an error answer (code and message)
+    │   └── ObjectStoreUnavailable  no answer
     └── ChatError              a chat platform (Slack, DingTalk) did not take a message
 
 Each adapter maps what its SDK raises once, at its own edge: redis-py in ``bot/redis_server.py`` (the client every
@@ -69,6 +71,21 @@ class ForeignInstance(CloudError):
 
 class ObjectStoreError(FinetuneError):
     """Object storage (S3, OSS) refused or did not answer a write the bot made itself (specs, control objects)."""
+
+
+class ObjectRefused(ObjectStoreError):
+    """The object store answered with an error ``code`` (``AccessDenied``, ``NoSuchBucket``, ``HTTP 500``…);
+    ``action`` names the call and the object."""
+
+    def __init__(self, action: str, code: str, message: str) -> None:
+        super().__init__(f"{action}: {code}: {message}")
+        self.action = action
+        self.code = code
+        self.message = message
+
+
+class ObjectStoreUnavailable(ObjectStoreError):
+    """The object store gave no answer (connection refused, timeout, a broken reply), after the SDK's retries."""
 
 
 class ChatError(FinetuneError):

@@ -55,7 +55,7 @@ from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, Instance, LaunchError, log_once
 from bot.cloud.oss_objects import OssObjects
 from bot.cloud.user_data import runner_boot_script
-from bot.errors import ConfigError
+from bot.errors import ConfigError, ObjectStoreError
 from handlers.attempt_keys import StorageCredentials
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
@@ -304,7 +304,7 @@ class AliyunCloud:
         key = self.spec_key(spec.job_id, spec.attempt)
         try:
             await self.oss.put(key, spec.model_dump_json().encode())
-        except (AliyunApiError, AliyunUnavailable) as exc:
+        except (AliyunApiError, AliyunUnavailable, ObjectStoreError) as exc:
             raise LaunchError(f"could not upload the spec to oss://{self.settings.bucket}/{key}: {exc}") from exc
         return f"oss://{self.settings.bucket}/{key}"
 
@@ -320,7 +320,7 @@ class AliyunCloud:
         one is released again (it could read nothing, not even its spec)."""
         try:
             await self._write_token(spec.job_id, spec.attempt, instance.instance_id)
-        except (AliyunApiError, AliyunUnavailable, ValueError) as exc:
+        except (AliyunApiError, AliyunUnavailable, ObjectStoreError, ValueError) as exc:
             try:
                 await self.terminate(instance.instance_id, spec.job_id)
             except CloudError as again:
@@ -366,7 +366,7 @@ class AliyunCloud:
             return
         try:
             await self._write_token(job_id, attempt, instance_id)
-        except (AliyunApiError, AliyunUnavailable, ValueError) as exc:
+        except (AliyunApiError, AliyunUnavailable, ObjectStoreError, ValueError) as exc:
             raise AliyunError(
                 f"could not renew the storage token of {job_id} attempt {attempt} on {instance_id}: {exc}"
             ) from exc
@@ -382,7 +382,7 @@ class AliyunCloud:
             return
         try:
             await self.oss.delete(sealed_key_object(instance_id))
-        except (AliyunApiError, AliyunUnavailable, ValueError) as exc:
+        except (AliyunApiError, AliyunUnavailable, ObjectStoreError, ValueError) as exc:
             log.warning("could not delete the sealed key object of %s: %s", instance_id, exc)
 
     def _zones(self) -> list[str]:
@@ -871,7 +871,7 @@ class AliyunCloud:
         key = self.control_key(job_id, attempt)
         try:
             await self.oss.put(key, dump_control(request))
-        except (AliyunApiError, AliyunUnavailable) as exc:
+        except (AliyunApiError, AliyunUnavailable, ObjectStoreError) as exc:
             raise AliyunError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
         return key
 
