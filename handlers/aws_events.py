@@ -46,6 +46,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from handlers import safe_json
+from handlers.errors import UnrecognisedMessage
 from handlers.events import REPORT_TYPES, parse_report
 from handlers.messages import CloudEvent, ReportReceived, report_received
 
@@ -67,14 +68,6 @@ _ID_NAMESPACE = uuid.UUID("6b0c3f43-2f3e-4b8e-9a55-3c1f0e0a7d21")
 
 AwsMessage = CloudEvent | ReportReceived
 CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]
-
-
-class UnrecognisedMessage(ValueError):
-    """Not something this bot understands; ``reason`` says why, for the log and whoever reads the dead letters."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class _EventBridgeEvent(BaseModel):

@@ -36,8 +36,9 @@ from aiobotocore.session import get_session
 
 from bot.errors import StoreUnavailable
 from bot.report_gate import ReportRefused
-from handlers.aws_events import UnrecognisedMessage, parse_aws_message
+from handlers.aws_events import parse_aws_message
 from handlers.backoff import backoff
+from handlers.errors import UnrecognisedMessage
 from handlers.messages import BusMessage, dump_message
 
 log = logging.getLogger(__name__)
