@@ -1,12 +1,12 @@
 """The runner's error root, :class:`RunnerError`: the runner never imports the bot, so its tree is its own.
 
-    RunnerError
-    ├── StorageError (runner/storage/base.py)   the checkpoint store (file, S3, OSS); ObjectMissing, OutOfTime
-    ├── NoticeUnavailable                       a notice source gave no usable answer; training goes on
-    │   ├── MetadataUnavailable                 the instance metadata service (AWS IMDS, Alibaba's)
-    │   └── ControlUnreadable                   the bot's control object in the bucket
-    ├── ReportRejected                          the bot refused a report for good (HTTP 400/401): not retried
-    └── ReportNotDelivered                      no answer, or a 5xx / 429: retried
+RunnerError
+├── StorageError (runner/storage/base.py)   the checkpoint store (file, S3, OSS); ObjectMissing, OutOfTime
+├── NoticeUnavailable                       a notice source gave no usable answer; training goes on
+│   ├── MetadataUnavailable                 the instance metadata service (AWS IMDS, Alibaba's)
+│   └── ControlUnreadable                   the bot's control object in the bucket
+├── ReportRejected                          the bot refused a report for good (HTTP 400/401): not retried
+└── ReportNotDelivered                      no answer, or a 5xx / 429: retried
 """
 
 from __future__ import annotations

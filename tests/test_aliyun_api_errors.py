@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiohttp import web
 from alibabacloud_ecs20140526 import models as ecs_models
 from alibabacloud_ecs20140526.client import Client as EcsClient
 from alibabacloud_ess20220222 import models as ess_models
@@ -26,6 +25,7 @@ from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.errors import CloudError, CloudUnavailable
 from fakes.ports import free_port
 from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
+from tests.broken_http import WAYS, BrokenHttp
 
 REGION = "cn-hangzhou"
 Call = Callable[[AliyunApi], Awaitable[Any]]
@@ -89,47 +89,10 @@ async def test_throttling_and_a_wrong_key_are_api_errors_for_every_client(fake: 
         assert refused.value.code == "InvalidAccessKeyId.NotFound", name
 
 
-class BrokenEndpoint:
-    """An HTTP server in the API's place that answers every request one broken way."""
-
-    def __init__(self, how: str) -> None:
-        self.how = how
-        self.port = free_port()
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> BrokenEndpoint:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._answer)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-        return self
-
-    async def _answer(self, request: web.Request) -> web.StreamResponse:
-        await request.read()
-        if self.how == "hang-up":
-            assert request.transport is not None
-            request.transport.close()
-            return web.Response()
-        if self.how == "html-502":
-            return web.Response(status=502, text="<html>Bad Gateway</html>", content_type="text/html")
-        if self.how == "empty-500":
-            return web.Response(status=500, text="", content_type="application/json")
-        return web.Response(status=200, text="not json", content_type="text/plain")
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-
-@pytest.mark.parametrize("how", ["hang-up", "html-502", "empty-500", "not-json-200"])
+@pytest.mark.parametrize("how", WAYS)
 async def test_a_broken_answer_is_unavailable(how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")
-    server = await BrokenEndpoint(how).start()
+    server = await BrokenHttp(how).start()
     try:
         for name, call in CALLS.items():
             with pytest.raises(AliyunUnavailable) as caught:

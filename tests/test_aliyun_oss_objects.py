@@ -8,12 +8,11 @@ from typing import Any
 
 import boto3
 import pytest
-from aiohttp import web
 
 from bot.cloud.aliyun_api import AliyunUnavailable, Credentials
 from bot.cloud.oss_objects import OssObjects
 from bot.errors import FinetuneError, ObjectRefused, ObjectStoreError, ObjectStoreUnavailable
-from fakes.ports import free_port
+from tests.broken_http import BrokenHttp
 from tests.s3_proxy import S3FaultProxy
 
 BUCKET = "ft-oss"
@@ -120,41 +119,6 @@ def test_oss_gets_virtual_hosting_sigv4_without_payload_hashing_or_checksum_trai
     assert config.retries == {"max_attempts": 5, "mode": "standard"}
 
 
-class BrokenOss:
-    """A local HTTP server in OSS's place that answers every request one broken way (``hang-up``: closes the
-    connection without a reply; ``garbled``: 200 with a body that is no S3 reply; ``html-error``: a 400 page from a
-    proxy, not S3's XML)."""
-
-    def __init__(self, how: str) -> None:
-        self.how = how
-        self._runner: web.AppRunner | None = None
-        self.endpoint = ""
-
-    async def start(self) -> BrokenOss:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._answer)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self.endpoint = f"http://127.0.0.1:{port}"
-        return self
-
-    async def _answer(self, request: web.Request) -> web.StreamResponse:
-        await request.read()
-        if self.how == "hang-up":
-            assert request.transport is not None
-            request.transport.close()
-            return web.Response()
-        if self.how == "html-error":
-            return web.Response(status=400, text="<html>Bad Request</html>", content_type="text/html")
-        return web.Response(status=200, body=b"\x00\xffnot xml", content_type="application/xml")
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-
 async def test_an_outage_that_outlasts_the_retries_is_unavailable_not_refused(bucket: Any, proxy: S3FaultProxy) -> None:
     proxy.fail_writes = True  # 503 to every write: OSS down, or throttling without end
     oss = objects(proxy.endpoint, RotatingKeys(), max_attempts=2)
@@ -165,11 +129,17 @@ async def test_an_outage_that_outlasts_the_retries_is_unavailable_not_refused(bu
 
 @pytest.mark.parametrize(
     ("how", "expected"),
-    [("hang-up", ObjectStoreUnavailable), ("html-error", ObjectRefused), ("garbled", ObjectStoreUnavailable)],
+    [
+        ("hang-up", ObjectStoreUnavailable),
+        ("html-502", ObjectStoreUnavailable),
+        ("html-400", ObjectRefused),
+        ("empty-500", ObjectStoreUnavailable),
+        ("not-json-200", ObjectStoreUnavailable),
+    ],
 )
 async def test_every_broken_answer_is_one_of_ours(how: str, expected: type[ObjectStoreError]) -> None:
-    """``garbled``: botocore turns a 200 whose body it cannot read into a 500 ClientError, mapped as a 5xx."""
-    server = await BrokenOss(how).start()
+    """``not-json-200``: botocore turns a 200 whose body it cannot read into a 500 ClientError, mapped as a 5xx."""
+    server = await BrokenHttp(how).start()
     oss = objects(server.endpoint, RotatingKeys(), max_attempts=1)
     try:
         for call in (lambda: oss.put("jobs/x", b"x"), lambda: oss.delete("jobs/x")):

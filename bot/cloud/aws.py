@@ -375,7 +375,7 @@ class AwsCloud:
         runner could never report) and fails the launch."""
         try:
             await self._put_key(spec, instance.instance_id)
-        except (ClientError, BotoCoreError, ValueError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError, ValueError) as exc:
             log.warning("%s attempt %d: no key object for %s: %s", spec.job_id, spec.attempt, instance.instance_id, exc)
             try:
                 await self.terminate(instance.instance_id, spec.job_id)
@@ -444,7 +444,7 @@ class AwsCloud:
             return
         try:
             await self._write_key(job_id, attempt, instance_id)
-        except (ClientError, BotoCoreError, ValueError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError, ValueError) as exc:
             raise AwsError(
                 f"could not renew the storage credentials of {job_id} attempt {attempt} on {instance_id}: {exc}"
             ) from exc
@@ -463,7 +463,7 @@ class AwsCloud:
             name = key_object(role_id, instance_id)
             s3 = await self._client("s3")
             await s3.delete_object(Bucket=self.settings.bucket, Key=name)
-        except (ClientError, BotoCoreError, ValueError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError, ValueError) as exc:
             log.warning("could not delete the key object of %s: %s", instance_id, exc)
 
     async def _attempt_instance(self, spec: JobSpec) -> Instance | None:
@@ -515,7 +515,7 @@ class AwsCloud:
                 Body=spec.model_dump_json().encode(),
                 ContentType="application/json",
             )
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise LaunchError(f"could not upload the spec to s3://{self.settings.bucket}/{key}: {exc}") from exc
         return f"s3://{self.settings.bucket}/{key}"
 
@@ -591,7 +591,7 @@ class AwsCloud:
             ec2 = await self._client("ec2")
             try:
                 reply = await ec2.describe_subnets(SubnetIds=ids)
-            except (ClientError, BotoCoreError) as exc:
+            except (ClientError, BotoCoreError, ResponseParserError) as exc:
                 raise LaunchError(f"could not look up subnets {', '.join(ids)}: {exc}") from exc
             zone_of = {str(item["SubnetId"]): str(item["AvailabilityZone"]) for item in reply.get("Subnets", [])}
             found: dict[str, str] = {}
@@ -615,7 +615,7 @@ class AwsCloud:
             return list(settings.zones)
         try:
             _, available = await self._zone_info()
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise LaunchError(f"could not list availability zones: {exc}") from exc
         return available
 
@@ -754,7 +754,7 @@ class AwsCloud:
                     VPCZoneIdentifier=subnets,
                     MixedInstancesPolicy=policy,
                 )
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise LaunchError(f"could not set up Auto Scaling group {group}: {exc}") from exc
         found = await self._wait_for_group_instance(group, before, zone)
         instance_type = str(found.get("InstanceType") or instance_types[0])
@@ -789,7 +789,7 @@ class AwsCloud:
         while True:
             try:
                 found = await self._group(group)
-            except (ClientError, BotoCoreError) as exc:
+            except (ClientError, BotoCoreError, ResponseParserError) as exc:
                 log.warning("describing group %s failed: %s", group, exc)
                 found = None
             for item in (found or {}).get("Instances", []):
@@ -804,7 +804,7 @@ class AwsCloud:
         asg = await self._client("autoscaling")
         try:  # no instance nobody tracks may turn up later
             await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             log.warning("could not set group %s back to 0: %s", group, exc)
         raise LaunchError(
             f"Auto Scaling group {group} launched no instance within {self.settings.group_wait_seconds:g} s"
@@ -817,7 +817,7 @@ class AwsCloud:
         asg = await self._client("autoscaling")
         try:
             reply = await asg.describe_scaling_activities(AutoScalingGroupName=group, MaxRecords=1)
-        except (ClientError, BotoCoreError):
+        except (ClientError, BotoCoreError, ResponseParserError):
             return ""
         activities = reply.get("Activities", [])
         if not activities:
@@ -902,7 +902,7 @@ class AwsCloud:
             async for page in pages:
                 for reservation in page.get("Reservations", []):
                     found.extend(_listed(instance) for instance in reservation.get("Instances", []))
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
         return found
 
@@ -924,7 +924,7 @@ class AwsCloud:
                     tags = {str(tag["Key"]): str(tag["Value"]) for tag in group.get("Tags", [])}
                     name, desired = str(group["AutoScalingGroupName"]), int(group.get("DesiredCapacity") or 0)
                     found.append(CloudGroup(name, tags.get(JOB_TAG), desired))
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"could not list the Auto Scaling groups tagged {JOB_TAG}: {exc}") from exc
         return found
 
@@ -936,7 +936,7 @@ class AwsCloud:
         except ClientError as exc:
             if "not found" not in str(exc).lower():
                 raise AwsError(f"could not set Auto Scaling group {name} to 0: {_error(exc)[1]}") from exc
-        except BotoCoreError as exc:
+        except (BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"Auto Scaling did not answer for group {name}: {exc}") from exc
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
@@ -966,7 +966,7 @@ class AwsCloud:
             asg = await self._client("autoscaling")
             try:
                 await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
-            except (ClientError, BotoCoreError) as exc:
+            except (ClientError, BotoCoreError, ResponseParserError) as exc:
                 log.warning("could not set group %s to 0: %s", group, exc)
         ec2 = await self._client("ec2")
         try:
@@ -995,7 +995,7 @@ class AwsCloud:
                 Body=dump_control(StopControl()),
                 ContentType="application/json",
             )
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"could not write the stop request s3://{self.settings.bucket}/{key}: {exc}") from exc
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
@@ -1030,7 +1030,7 @@ class AwsCloud:
                     f"fis:StartExperiment, fis:ListExperimentTemplates, fis:TagResource and iam:PassRole on {role}"
                 ) from exc
             raise AwsError(f"FIS could not start the drill: {code}: {message}") from exc
-        except BotoCoreError as exc:
+        except (BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"FIS is not available here ({self.region or 'default region'}): {exc}") from exc
         experiment_id = str(reply["experiment"]["id"])
         log.info("FIS experiment %s (template %s) started on %s (%s)", experiment_id, template_id, instance_id, job_id)
