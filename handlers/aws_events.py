@@ -46,6 +46,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from handlers import safe_json
+from handlers.errors import UnrecognisedMessage
 from handlers.messages import CloudEvent, CloudEventKind, ReportReceived, report_received
 from handlers.reports import REPORT_TYPES, parse_report
 
@@ -66,14 +67,6 @@ SNS_TYPES = frozenset({"Notification", "SubscriptionConfirmation", "UnsubscribeC
 _ID_NAMESPACE = uuid.UUID("6b0c3f43-2f3e-4b8e-9a55-3c1f0e0a7d21")
 
 AwsMessage = CloudEvent | ReportReceived
-
-
-class UnrecognisedMessage(ValueError):
-    """Not something this bot understands; ``reason`` says why, for the log and whoever reads the dead letters."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class _EventBridgeEvent(BaseModel):

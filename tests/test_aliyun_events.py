@@ -12,12 +12,12 @@ from handlers.aliyun_events import (
     ECS_SOURCE,
     MAX_AGE,
     NOTICE_LEAD,
-    UnrecognisedEvent,
     event_message_id,
     parse_cloudmonitor,
     parse_eventbridge,
     staleness,
 )
+from handlers.errors import UnrecognisedMessage
 from tests.aliyun_payloads import (
     INTERRUPTION,
     STATE_CHANGE,
@@ -157,7 +157,7 @@ def _without(document: dict[str, Any], key: str) -> dict[str, Any]:
     ],
 )
 def test_cloudmonitor_refusals_say_why(body: str, reason: str) -> None:
-    with pytest.raises(UnrecognisedEvent, match=reason) as refused:
+    with pytest.raises(UnrecognisedMessage, match=reason) as refused:
         parse_cloudmonitor(body, RECEIVED)
     assert refused.value.reason == str(refused.value)
 
@@ -175,7 +175,7 @@ def test_cloudmonitor_refusals_say_why(body: str, reason: str) -> None:
     ],
 )
 def test_eventbridge_refusals_say_why(document: dict[str, Any], reason: str) -> None:
-    with pytest.raises(UnrecognisedEvent, match=reason):
+    with pytest.raises(UnrecognisedMessage, match=reason):
         eventbridge(document)
 
 

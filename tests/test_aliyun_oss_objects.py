@@ -9,8 +9,10 @@ from typing import Any
 import boto3
 import pytest
 
-from bot.cloud.aliyun_api import AliyunApiError, AliyunUnavailable, Credentials
+from bot.cloud.aliyun_api import AliyunUnavailable, Credentials
 from bot.cloud.oss_objects import OssObjects
+from bot.errors import FinetuneError, ObjectRefused, ObjectStoreError, ObjectStoreUnavailable
+from tests.broken_http import BrokenHttp
 from tests.s3_proxy import S3FaultProxy
 
 BUCKET = "ft-oss"
@@ -71,19 +73,19 @@ async def test_put_and_delete_sign_each_call_with_the_credentials_of_that_moment
     assert proxy.signers("control-attempt-1")[2:] == ["STS.key3", "STS.key4"]
 
 
-async def test_a_refusal_is_an_api_error_naming_the_object(bucket: Any, proxy: S3FaultProxy) -> None:
+async def test_a_refusal_is_object_refused_naming_the_object(bucket: Any, proxy: S3FaultProxy) -> None:
     proxy.refuse = lambda method, path: method == "PUT"
     oss = objects(proxy.endpoint, RotatingKeys())
-    with pytest.raises(AliyunApiError, match=r"PutObject oss://ft-oss/attempt-keys/i-abc: AccessDenied") as refused:
+    with pytest.raises(ObjectRefused, match=r"PutObject oss://ft-oss/attempt-keys/i-abc: AccessDenied") as refused:
         await oss.put("attempt-keys/i-abc", b"sealed")
     assert refused.value.code == "AccessDenied"
     assert "HTTP 403" in refused.value.message
     assert "Contents" not in bucket.list_objects_v2(Bucket=BUCKET)
 
 
-async def test_a_missing_bucket_is_an_api_error_with_osss_code(aws: str) -> None:
+async def test_a_missing_bucket_is_object_refused_with_osss_code(aws: str) -> None:
     oss = objects(aws, RotatingKeys())
-    with pytest.raises(AliyunApiError) as missing:
+    with pytest.raises(ObjectRefused) as missing:
         await oss.delete("attempt-keys/i-abc")
     assert missing.value.code == "NoSuchBucket"
     assert missing.value.action == "DeleteObject oss://ft-oss/attempt-keys/i-abc"
@@ -91,7 +93,7 @@ async def test_a_missing_bucket_is_an_api_error_with_osss_code(aws: str) -> None
 
 async def test_no_answer_is_unavailable(refused_port: int) -> None:
     oss = objects(f"http://127.0.0.1:{refused_port}", RotatingKeys(), max_attempts=1)
-    with pytest.raises(AliyunUnavailable, match=r"PutObject oss://ft-oss/jobs/x: no answer from OSS"):
+    with pytest.raises(ObjectStoreUnavailable, match=r"PutObject oss://ft-oss/jobs/x: no answer from OSS"):
         await oss.put("jobs/x", b"x")
 
 
@@ -115,3 +117,34 @@ def test_oss_gets_virtual_hosting_sigv4_without_payload_hashing_or_checksum_trai
         "when_required",
     )
     assert config.retries == {"max_attempts": 5, "mode": "standard"}
+
+
+async def test_an_outage_that_outlasts_the_retries_is_unavailable_not_refused(bucket: Any, proxy: S3FaultProxy) -> None:
+    proxy.fail_writes = True  # 503 to every write: OSS down, or throttling without end
+    oss = objects(proxy.endpoint, RotatingKeys(), max_attempts=2)
+    with pytest.raises(ObjectStoreUnavailable, match=r"PutObject oss://ft-oss/jobs/x: OSS answered .*HTTP 503"):
+        await oss.put("jobs/x", b"x")
+    assert proxy.arrivals("PUT", "jobs/x") > 1  # botocore's retries ran first
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("hang-up", ObjectStoreUnavailable),
+        ("html-502", ObjectStoreUnavailable),
+        ("html-400", ObjectRefused),
+        ("empty-500", ObjectStoreUnavailable),
+        ("not-json-200", ObjectStoreUnavailable),
+    ],
+)
+async def test_every_broken_answer_is_one_of_ours(how: str, expected: type[ObjectStoreError]) -> None:
+    """``not-json-200``: botocore turns a 200 whose body it cannot read into a 500 ClientError, mapped as a 5xx."""
+    server = await BrokenHttp(how).start()
+    oss = objects(server.endpoint, RotatingKeys(), max_attempts=1)
+    try:
+        for call in (lambda: oss.put("jobs/x", b"x"), lambda: oss.delete("jobs/x")):
+            with pytest.raises(FinetuneError) as caught:
+                await call()
+            assert type(caught.value) is expected
+    finally:
+        await server.stop()

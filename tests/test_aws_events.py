@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from handlers.aliyun_events import event_message_id as aliyun_event_id
-from handlers.aws_events import UnrecognisedMessage, event_message_id, parse_aws_message
+from handlers.aws_events import event_message_id, parse_aws_message
+from handlers.errors import UnrecognisedMessage
 from handlers.messages import CloudEvent, ReportReceived, dump_message, parse_message
 from handlers.reports import Progress
 from tests.sns_payloads import (

@@ -14,7 +14,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.redis_server import RedisConfig, RedisUnavailable, open_redis, redacted
+from bot.errors import StoreUnavailable
+from bot.redis_server import RedisConfig, open_redis, redacted
 from fakes.bot_harness import CHANNEL, running_bot
 from tests.tls_valkey import TlsValkey, tls_valkey
 
@@ -72,7 +73,7 @@ async def test_a_refusal_is_one_clear_error_without_the_password(
 ) -> None:
     url = valkey.url(**change)  # type: ignore[arg-type]
     handshakes_before = valkey.terminator.handshakes
-    with pytest.raises(RedisUnavailable) as caught:
+    with pytest.raises(StoreUnavailable) as caught:
         await open_redis(RedisConfig(redis_url=url))
     message = str(caught.value)
     assert message.startswith(f"cannot use Redis at {redacted(url)}: ")

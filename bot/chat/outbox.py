@@ -28,8 +28,6 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.bus import EventBus, HandBack, default_consumer_name
 from bot.chat.cards import CardRefresher
@@ -43,6 +41,7 @@ from bot.chat.delivery import (
     TransientDeliveryError,
 )
 from bot.chat.refs import ChatRefs
+from bot.errors import StoreUnavailable
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.store import JobStore
 from handlers.backoff import backoff
@@ -232,7 +231,7 @@ class ChatOutbox:
                 self.dropped += 1
                 log.warning("dropped the %s note %s of %s: %s", note.channel, note.note_type, note.job_id, exc)
                 return None
-            except (RedisConnectionError, RedisTimeoutError) as exc:
+            except StoreUnavailable as exc:
                 attempt += 1
                 delay = backoff(attempt, cap=self.backoff_cap)
                 log.warning("chat outbox cannot reach Redis (%s): again in %.1fs", exc, delay)

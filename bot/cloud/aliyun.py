@@ -55,7 +55,7 @@ from bot.cloud.base import CloudProvider, Instance, LaunchError
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
 from bot.cloud.oss_objects import OssObjects
 from bot.cloud.user_data import runner_boot_script
-from bot.errors import ConfigError
+from bot.errors import ConfigError, ObjectStoreError
 from handlers.attempt_keys import StorageCredentials
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
@@ -67,7 +67,8 @@ from handlers.storage_sessions import SESSION_SECONDS, aliyun_session_policy, du
 
 log = logging.getLogger(__name__)
 
-TOKEN_FAILURES = (AliyunApiError, AliyunUnavailable, ValueError)  # a sealed token that could not be written
+# a sealed token that could not be written
+TOKEN_FAILURES = (AliyunApiError, AliyunUnavailable, ObjectStoreError, ValueError)
 
 
 class AliyunCloud:
@@ -199,7 +200,7 @@ class AliyunCloud:
         key = self.spec_key(spec.job_id, spec.attempt)
         try:
             await self.oss.put(key, spec.model_dump_json().encode())
-        except (AliyunApiError, AliyunUnavailable) as exc:
+        except (AliyunApiError, AliyunUnavailable, ObjectStoreError) as exc:
             raise LaunchError(f"could not upload the spec to oss://{self.settings.bucket}/{key}: {exc}") from exc
         return f"oss://{self.settings.bucket}/{key}"
 
@@ -336,7 +337,7 @@ class AliyunCloud:
         key = self.control_key(job_id, attempt)
         try:
             await self.oss.put(key, dump_control(request))
-        except (AliyunApiError, AliyunUnavailable) as exc:
+        except (AliyunApiError, AliyunUnavailable, ObjectStoreError) as exc:
             raise AliyunError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
         return key
 

@@ -27,13 +27,12 @@ import urllib.request
 from collections.abc import Sequence
 
 from alibabacloud_tea_openapi.client import Client as OpenApiClient
-from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
 from alibabacloud_tea_openapi.utils_models import OpenApiRequest
 from darabonba.runtime import RuntimeOptions
-from Tea.exceptions import TeaException
 
-from bot.cloud.aliyun_rpc import rpc_params
+from bot.cloud.aliyun_rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
 from bot.cloud.aliyun_secrets import ATTEMPTS, CONNECT_TIMEOUT_MS, READ_TIMEOUT_MS, boot_config
+from bot.errors import CloudError
 
 ECS_VERSION = "2014-05-26"
 DEFAULT_METADATA_ENDPOINT = "http://100.100.100.200"
@@ -42,7 +41,7 @@ TOKEN_HEADER = "X-aliyun-ecs-metadata-token"
 HARDENED = {"HttpEndpoint": "enabled", "HttpTokens": "required"}
 
 
-class HardenError(RuntimeError):
+class HardenError(CloudError):
     """The instance could not be switched (the message says what refused)."""
 
 
@@ -70,9 +69,10 @@ def harden(region: str, instance_id: str, endpoint: str | None = None, pause: fl
         try:
             client.call_api(params, request, runtime)
             return
-        except AlibabaCloudException as exc:
-            raise HardenError(f"ECS refused to harden {instance_id}'s metadata: {exc.code}") from None
-        except (TeaException, OSError) as exc:  # not answered yet while the instance boots: again, a few times
+        except (*ANSWERED_ERROR, *NOT_SENT) as exc:
+            code = getattr(exc, "code", None) or type(exc).__name__
+            raise HardenError(f"ECS refused to harden {instance_id}'s metadata: {code}") from None
+        except NO_ANSWER as exc:  # not answered yet while the instance boots: again, a few times
             if attempt == ATTEMPTS - 1:
                 raise HardenError(f"ECS did not answer for {instance_id}: {type(exc).__name__}") from None
             time.sleep(pause * 2**attempt)

@@ -30,13 +30,12 @@ from typing import Any
 
 from alibabacloud_credentials.client import Client as CredentialClient
 from alibabacloud_tea_openapi.client import Client as OpenApiClient
-from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
 from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest
 from darabonba.runtime import RuntimeOptions
-from Tea.exceptions import TeaException
 
-from bot.cloud.aliyun_rpc import rpc_params
+from bot.cloud.aliyun_rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
 from bot.cloud.aliyun_settings import endpoint_parts
+from bot.errors import CloudError, CloudUnavailable
 
 KMS_VERSION = "2016-01-20"
 CONNECT_TIMEOUT_MS = 5_000
@@ -63,11 +62,11 @@ def boot_config(region: str, endpoint: str) -> Config:
     return config
 
 
-class SecretError(RuntimeError):
+class SecretError(CloudError):
     """A secret the store would not give (the message names it, never its value)."""
 
 
-class SecretsUnavailable(SecretError):
+class SecretsUnavailable(SecretError, CloudUnavailable):
     """KMS did not answer (network, timeout): worth another try while the instance boots."""
 
 
@@ -88,9 +87,11 @@ class KmsSecrets:
         try:
             request = OpenApiRequest(query={"SecretName": name})
             answer: dict[str, Any] = self._client.call_api(params, request, self._runtime)
-        except AlibabaCloudException as exc:
-            raise SecretError(f"KMS refused secret {name}: {exc.code}") from None
-        except (TeaException, OSError) as exc:
+        except ANSWERED_ERROR as exc:
+            raise SecretError(f"KMS refused secret {name}: {getattr(exc, 'code', None)}") from None
+        except NOT_SENT as exc:
+            raise SecretError(f"the SDK would not ask KMS for secret {name}: {type(exc).__name__}") from None
+        except NO_ANSWER as exc:
             raise SecretsUnavailable(f"KMS did not answer for secret {name}: {type(exc).__name__}") from None
         body = answer.get("body") or {}
         data = body.get("SecretData") if isinstance(body, dict) else None

@@ -11,6 +11,7 @@ from collections.abc import Collection
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 
 from bot.cloud.aws_clients import AwsClients, AwsError, error_of
 from bot.cloud.aws_instances import AwsInstances
@@ -138,7 +139,7 @@ class AwsGroups:
                     VPCZoneIdentifier=subnets,
                     MixedInstancesPolicy=policy,
                 )
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise LaunchError(f"could not set up Auto Scaling group {group}: {exc}") from exc
         found = await self._wait_for_group_instance(group, before, zone)
         instance_type = str(found.get("InstanceType") or instance_types[0])
@@ -178,7 +179,7 @@ class AwsGroups:
         return await wait_for_group_instance(
             f"Auto Scaling group {group}",
             new_instance,
-            failures=(ClientError, BotoCoreError),
+            failures=(ClientError, BotoCoreError, ResponseParserError),
             last_activity=lambda: self._last_activity(group),
             set_to_zero=set_to_zero,
             refused=activity_refused,
@@ -191,7 +192,7 @@ class AwsGroups:
         asg = await self.clients.get("autoscaling")
         try:
             reply = await asg.describe_scaling_activities(AutoScalingGroupName=group, MaxRecords=1)
-        except (ClientError, BotoCoreError):
+        except (ClientError, BotoCoreError, ResponseParserError):
             return ""
         activities = reply.get("Activities", [])
         if not activities:
@@ -252,7 +253,7 @@ class AwsGroups:
                     tags = {str(tag["Key"]): str(tag["Value"]) for tag in group.get("Tags", [])}
                     name, desired = str(group["AutoScalingGroupName"]), int(group.get("DesiredCapacity") or 0)
                     found.append(CloudGroup(name, tags.get(JOB_TAG), desired))
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"could not list the Auto Scaling groups tagged {JOB_TAG}: {exc}") from exc
         return found
 
@@ -264,7 +265,7 @@ class AwsGroups:
         except ClientError as exc:
             if "not found" not in str(exc).lower():
                 raise AwsError(f"could not set Auto Scaling group {name} to 0: {error_of(exc)[1]}") from exc
-        except BotoCoreError as exc:
+        except (BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"Auto Scaling did not answer for group {name}: {exc}") from exc
 
 
@@ -273,5 +274,5 @@ class AwsGroups:
         asg = await self.clients.get("autoscaling")
         try:
             await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             log.warning("could not set group %s to 0: %s", group, exc)

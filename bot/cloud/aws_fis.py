@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 
 from bot.cloud.aws_clients import DENIED, AwsClients, AwsError, error_of
 from bot.cloud.aws_settings import AwsSettings
@@ -59,7 +60,7 @@ class AwsFis:
                     f"fis:StartExperiment, fis:ListExperimentTemplates, fis:TagResource and iam:PassRole on {role}"
                 ) from exc
             raise AwsError(f"FIS could not start the interrupt test: {code}: {message}") from exc
-        except BotoCoreError as exc:
+        except (BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"FIS is not available here ({self.clients.region or 'default region'}): {exc}") from exc
         experiment_id = str(reply["experiment"]["id"])
         log.info("FIS experiment %s (template %s) started on %s (%s)", experiment_id, template_id, instance_id, job_id)

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 
 from bot.cloud.aws_clients import NO_ANSWER, AwsClients, AwsError, error_of, reason, tags_of
 from bot.cloud.aws_pricing import AwsPricing
@@ -199,7 +200,7 @@ class AwsInstances:
             async for page in pages:
                 for reservation in page.get("Reservations", []):
                     found.extend(_listed(instance) for instance in reservation.get("Instances", []))
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
         return found
 

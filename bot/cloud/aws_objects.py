@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 
-from bot.cloud.aws_clients import AwsClients, AwsError
+from bot.cloud.aws_clients import NO_ANSWER, AwsClients, AwsError
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.base import LaunchError
 from handlers.attempt_keys import READER_TAG, StorageCredentials, dump_attempt_key, key_object, reader
@@ -24,7 +25,7 @@ from handlers.storage_sessions import SESSION_SECONDS, dump_session_policy, part
 
 log = logging.getLogger(__name__)
 
-KEY_FAILURES = (ClientError, BotoCoreError, ValueError)  # a key object (or its session) that could not be written
+KEY_FAILURES = (ClientError, *NO_ANSWER, ValueError)  # a key object (or its session) that could not be written
 
 
 class AwsObjects:
@@ -64,7 +65,7 @@ class AwsObjects:
                 Body=spec.model_dump_json().encode(),
                 ContentType="application/json",
             )
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise LaunchError(f"could not upload the spec to s3://{self.settings.bucket}/{key}: {exc}") from exc
         return f"s3://{self.settings.bucket}/{key}"
 
@@ -133,5 +134,5 @@ class AwsObjects:
                 Body=dump_control(StopControl()),
                 ContentType="application/json",
             )
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
             raise AwsError(f"could not write the stop request s3://{self.settings.bucket}/{key}: {exc}") from exc

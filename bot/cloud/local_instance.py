@@ -38,13 +38,12 @@ import aiohttp
 import redis.asyncio as aioredis
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.bus import encode_event
 from bot.cloud.local_env import instance_environment
 from bot.cloud.local_metadata import LocalMetadataServer
 from bot.cloud.local_registry import LocalInstanceRecord
+from bot.errors import StoreUnavailable
 from bot.keys import Keys
 from bot.queues import EVENT_FIELD, STREAM_MAXLEN
 from bot.redis_server import connect
@@ -261,7 +260,7 @@ class LocalInstance:
             try:
                 await work()
                 return True
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            except (StoreUnavailable, OSError) as exc:
                 if time.monotonic() > deadline:
                     log.error("gave up %s: Redis unreachable for %.0fs (%s)", what, self.config.orphan_seconds, exc)
                     return False

@@ -7,8 +7,10 @@ would build for ``oss://`` (virtual-hosted addressing unless told otherwise, Sig
 botocore's checksum trailers, which OSS rejects; five attempts in botocore's standard retry mode), opened per call
 with the credentials of that moment, because the RAM role's STS key rotates.
 
-Errors are mapped here, at the edge, to the Alibaba provider's own: OSS answering with an error code becomes
-:class:`~bot.cloud.aliyun_api.AliyunApiError`, no answer at all :class:`~bot.cloud.aliyun_api.AliyunUnavailable`.
+Errors are mapped here, at the edge, to the object-storage family of ``bot/errors.py``: OSS answering with an error
+code becomes :class:`~bot.errors.ObjectRefused`; a 5xx still failing after botocore's retries, no answer at all, or
+a reply botocore cannot parse becomes :class:`~bot.errors.ObjectStoreUnavailable`. The credentials callable raises
+the cloud's own errors.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import aioboto3  # type: ignore[import-untyped]
 import aiohttp
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 
-from bot.cloud.aliyun_api import AliyunApiError, AliyunUnavailable, Credentials
+from bot.cloud.aliyun_api import Credentials
+from bot.errors import ObjectRefused, ObjectStoreUnavailable
 
 MAX_ATTEMPTS = 5  # per request, botocore's own retries included (as the runner's store does for OSS)
 
@@ -87,7 +91,7 @@ class OssObjects:
 
     @contextlib.contextmanager
     def _errors(self, action: str, key: str) -> Iterator[None]:
-        """OSS's error answers and the SDK's network failures, as the Alibaba provider's errors naming the object."""
+        """OSS's error answers and the SDK's network failures, as the object store's errors naming the object."""
         where = f"{action} {self.uri(key)}"
         try:
             yield
@@ -98,6 +102,8 @@ class OssObjects:
             message = str(error.get("Message") or exc)
             if status:
                 message = f"{message} (HTTP {status})"
-            raise AliyunApiError(where, code, message) from exc
-        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
-            raise AliyunUnavailable(f"{where}: no answer from OSS: {exc}") from exc
+            if isinstance(status, int) and status >= 500:  # still failing after botocore's retries: try later
+                raise ObjectStoreUnavailable(f"{where}: OSS answered {code}: {message}") from exc
+            raise ObjectRefused(where, code, message) from exc
+        except (BotoCoreError, ResponseParserError, aiohttp.ClientError, OSError) as exc:
+            raise ObjectStoreUnavailable(f"{where}: no answer from OSS: {exc}") from exc

@@ -31,7 +31,8 @@ from typing import Any
 from aiohttp import web
 
 from bot.log_limit import LimitedLog
-from handlers.aliyun_events import UnrecognisedEvent, parse_cloudmonitor, parse_eventbridge, staleness
+from handlers.aliyun_events import parse_cloudmonitor, parse_eventbridge, staleness
+from handlers.errors import UnrecognisedMessage
 from handlers.messages import CloudEvent, dump_message
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def aliyun_routes(
             now = clock()
             try:
                 messages = parse(raw, now)
-            except UnrecognisedEvent as exc:
+            except UnrecognisedMessage as exc:
                 quiet.warning(
                     "refused", "unrecognised %s from %s: %s; body: %s", what, request.remote, exc.reason, raw[:2000]
                 )

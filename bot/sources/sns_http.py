@@ -35,7 +35,8 @@ from bot.log_limit import LimitedLog
 from bot.report_gate import ReportRefused
 from bot.sources.sns_signature import SignatureError, SnsVerifier, UrlFetcher, fetch_url
 from handlers import safe_json
-from handlers.aws_events import SNS_TYPES, UnrecognisedMessage, parse_aws_message
+from handlers.aws_events import SNS_TYPES, parse_aws_message
+from handlers.errors import UnrecognisedMessage
 from handlers.messages import BusMessage, dump_message
 
 log = logging.getLogger(__name__)

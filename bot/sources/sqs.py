@@ -34,10 +34,11 @@ from typing import Any
 
 from aiobotocore.session import get_session
 
-from bot.redis_server import UNAVAILABLE
+from bot.errors import StoreUnavailable
 from bot.report_gate import ReportRefused
-from handlers.aws_events import UnrecognisedMessage, parse_aws_message
+from handlers.aws_events import parse_aws_message
 from handlers.backoff import backoff
+from handlers.errors import UnrecognisedMessage
 from handlers.messages import BusMessage, dump_message
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,7 @@ class SqsSource:
         for bus_message in bus_messages:
             try:
                 await self._publish(dump_message(bus_message))
-            except UNAVAILABLE as exc:  # an outage, not a bug: one line, and SQS keeps the message
+            except StoreUnavailable as exc:  # an outage, not a bug: one line, and SQS keeps the message
                 self.stats.publish_failures += 1
                 log.warning(
                     "could not publish SQS message %s (receive %s): Redis is unavailable (%s); it will be redelivered",

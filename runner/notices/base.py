@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from handlers.reports import InstanceNotice
+from runner.errors import MetadataUnavailable, NoticeUnavailable
 
-
-class MetadataUnavailable(RuntimeError):
-    """The metadata service did not answer usefully; training goes on regardless."""
+__all__ = ["MetadataUnavailable", "NoticeSource", "NoticeUnavailable"]
 
 
 class NoticeSource(Protocol):
@@ -17,7 +16,7 @@ class NoticeSource(Protocol):
     name: str
 
     async def poll(self) -> list[InstanceNotice]:
-        """The notices standing now (may repeat every round); raise MetadataUnavailable when unreachable."""
+        """The notices standing now (may repeat every round); raise NoticeUnavailable when unreachable."""
         ...
 
     async def instance_id(self) -> str | None: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from handlers.reports import InstanceNotice
 from handlers.spec import InterruptTestControl, StopControl, control_key, parse_control
-from runner.notices.base import MetadataUnavailable
+from runner.errors import ControlUnreadable
 from runner.storage.base import ObjectStore, StorageError
 
 CONTROL_POLL_SECONDS = 5.0
@@ -27,13 +27,13 @@ class ControlObjectSource:
         try:
             raw = await self.store.get_bytes(self.key)
         except StorageError as exc:
-            raise MetadataUnavailable(f"control object unreadable: {exc}") from exc
+            raise ControlUnreadable(f"control object unreadable: {exc}") from exc
         if raw is None:
             return []
         try:
             request = parse_control(raw)
         except ValueError as exc:
-            raise MetadataUnavailable(
+            raise ControlUnreadable(
                 f"control object is malformed or asks for an unknown type: {raw[:100]!r}"
             ) from exc
         if isinstance(request, StopControl):

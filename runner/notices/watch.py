@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 
 from handlers.reports import InstanceNotice
-from runner.notices.base import MetadataUnavailable, NoticeSource
+from runner.notices.base import NoticeSource, NoticeUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ async def watch_notices(
     while True:
         try:
             current = await source.poll()
-        except MetadataUnavailable as exc:
+        except NoticeUnavailable as exc:
             failures += 1
             if failures == 1:
                 on_outage(f"{source.name} unreachable, training goes on: {exc}")

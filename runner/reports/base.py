@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from runner.errors import ReportNotDelivered, ReportRejected
 
-class PermanentDeliveryError(RuntimeError):
-    """The target refused the report for good (e.g. HTTP 400/401): retrying cannot help."""
+__all__ = ["ReportNotDelivered", "ReportRejected", "ReportTarget"]
 
 
 class ReportTarget(Protocol):
     name: str
 
     async def deliver(self, line: str, report_type: str) -> None:
-        """Send one report; raise to have it retried (PermanentDeliveryError: dropped, not retried)."""
+        """Send one report; raise to have it retried (ReportRejected: dropped, not retried)."""
         ...
 
     async def close(self) -> None: ...

@@ -7,7 +7,7 @@ import time
 import aiohttp
 
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from runner.reports.base import PermanentDeliveryError
+from runner.reports.base import ReportNotDelivered, ReportRejected
 from runner.reports.key import KEY_VARIABLE, report_key
 
 _TIMEOUT = aiohttp.ClientTimeout(total=10)
@@ -34,13 +34,16 @@ class HttpTarget:
             TIMESTAMP_HEADER: str(now),
             SIGNATURE_HEADER: sign(self.secret, now, body),
         }
-        async with self._session.post(self.url, data=body, headers=headers) as response:
-            if response.status < 300:
-                return
-            detail = (await response.text())[:200]
-            if 400 <= response.status < 500 and response.status not in _RETRYABLE:
-                raise PermanentDeliveryError(f"{self.url} refused the report: HTTP {response.status} {detail}")
-            raise RuntimeError(f"{self.url} answered HTTP {response.status} {detail}")
+        try:
+            async with self._session.post(self.url, data=body, headers=headers) as response:
+                if response.status < 300:
+                    return
+                detail = (await response.text(errors="replace"))[:200]
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # aiohttp's edge: no answer, mapped once
+            raise ReportNotDelivered(f"{self.url} did not answer: {exc!r}") from exc
+        if 400 <= response.status < 500 and response.status not in _RETRYABLE:
+            raise ReportRejected(f"{self.url} refused the report: HTTP {response.status} {detail}")
+        raise ReportNotDelivered(f"{self.url} answered HTTP {response.status} {detail}")
 
     async def close(self) -> None:
         if self._session is not None:

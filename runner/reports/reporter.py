@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from handlers.backoff import backoff
 from handlers.reports import RunnerReport, dump_report
-from runner.reports.base import PermanentDeliveryError, ReportTarget
+from runner.reports.base import ReportRejected, ReportTarget
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Reporter:
                 if failures:
                     log.info("report target %s delivered after %d retries", target.name, failures)
                 return
-            except PermanentDeliveryError as exc:
+            except ReportRejected as exc:
                 log.error("report dropped by %s: %s", target.name, exc)
                 return
             except Exception as exc:

@@ -8,10 +8,12 @@ from io import FileIO
 from pathlib import Path
 from typing import Protocol, TypeAlias
 
+from runner.errors import RunnerError
+
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
 
-class StorageError(RuntimeError):
+class StorageError(RunnerError, RuntimeError):
     """A storage operation failed after the backend's own retries: an outage, a timeout, a cut connection.
 
     Worth trying again: nothing here says the stored data is bad. What does is :class:`ObjectMissing`.

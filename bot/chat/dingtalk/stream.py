@@ -31,9 +31,8 @@ from dingtalk_stream.version import VERSION_STRING
 from bot.chat.delivery import PermanentDeliveryError
 from bot.chat.dingtalk.inbound import Click, Inbound, Incoming
 from bot.chat.dingtalk.transport import call
-from bot.errors import ChatError
+from bot.errors import ChatError, StoreUnavailable
 from bot.log_limit import LimitedLog
-from bot.redis_server import UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +170,7 @@ class DingTalkStream:
         try:
             frame = json.loads(raw)
             result = await self.sdk.route_message(frame)
-        except UNAVAILABLE as exc:  # the claim that makes a message run once needs Redis: wait for it
+        except StoreUnavailable as exc:  # the claim that makes a message run once needs Redis: wait for it
             self.quiet.warning(
                 "redis-unavailable",
                 "DingTalk frame not handled, Redis is unavailable (%s): no ack, DingTalk delivers it again",

@@ -1,15 +1,18 @@
 """What a failed Slack Web API call means for the message: wait and retry, or give up on it.
 
 slack_sdk raises :class:`SlackApiError` for every answer that is not ``ok`` (its ``response`` has the HTTP
-status, headers and Slack's ``error`` code) and lets aiohttp's errors through for network trouble.
+status, headers and Slack's ``error`` code), other ``SlackClientError`` subclasses for a request it will not
+send; it lets aiohttp's errors through for network trouble, and a ``UnicodeDecodeError`` / ``JSONDecodeError`` for
+a 200 whose body it cannot read (a proxy's page, a cut reply). All of it is mapped here, once, by :func:`call`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable
 
 import aiohttp
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError, SlackClientNotConnectedError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
@@ -36,8 +39,12 @@ def classify(exc: BaseException) -> TransientDeliveryError | PermanentDeliveryEr
         if status >= 500 or error in TRANSIENT_ERRORS:
             return TransientDeliveryError(f"Slack answered {status} {error}")
         return PermanentDeliveryError(error)
-    if isinstance(exc, aiohttp.ClientError | OSError):  # network trouble, timeouts included
+    if isinstance(exc, aiohttp.ClientError | OSError | SlackClientNotConnectedError):  # network, timeouts included
         return TransientDeliveryError(f"cannot reach Slack: {type(exc).__name__}: {exc}")
+    if isinstance(exc, UnicodeDecodeError | json.JSONDecodeError):  # an answer, but not Slack's: a proxy, a cut reply
+        return TransientDeliveryError(f"Slack's answer could not be read: {type(exc).__name__}")
+    if isinstance(exc, SlackClientError):  # SlackRequestError and kin: the SDK will not send this request
+        return PermanentDeliveryError(f"slack_sdk refused the request: {type(exc).__name__}: {exc}")
     return None
 
 

@@ -24,9 +24,9 @@ from typing import Any
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
+from bot.errors import StoreUnavailable
 from bot.keys import Keys
 from bot.log_limit import LimitedLog
-from bot.redis_server import UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def once_per_request(first_delivery: FirstDelivery) -> Callable[..., Awaitable[B
     async def middleware(request: AsyncBoltRequest, body: dict[str, Any], next_: Next) -> BoltResponse | None:
         try:
             first = await first_delivery(request_key(body))
-        except UNAVAILABLE as exc:
+        except StoreUnavailable as exc:
             quiet.warning("redis-unavailable", "a Slack request answered 503: Redis is unavailable (%s)", exc)
             return BoltResponse(status=503, body=json.dumps({"error": "store unavailable, retry"}))
         if not first:
