@@ -15,8 +15,8 @@ family and never a platform's SDK type.
 
 Each adapter maps what its SDK raises once, at its own edge: redis-py in ``bot/redis_server.py`` (the client every
 bot module is handed), botocore in the ``bot/cloud/aws_*.py`` modules' calls (``aws_clients.NO_ANSWER``), the Tea /
-darabonba SDK in ``bot/cloud/aliyun_api.py`` and the boot helpers (sorted by ``bot/cloud/aliyun_rpc.py``), OSS's S3 API in
-``bot/cloud/oss_objects.py``, slack_sdk in ``bot/chat/slack/errors.py``, DingTalk's HTTP API in
+darabonba SDK in ``bot/cloud/aliyun_api.py`` and the boot helpers (sorted by ``bot/cloud/aliyun_rpc.py``), OSS's S3 API
+in ``bot/cloud/oss_objects.py``, slack_sdk in ``bot/chat/slack/errors.py``, DingTalk's HTTP API in
 ``bot/chat/dingtalk/transport.py``; past that edge only these travel. The runner never imports the bot: its errors
 have their own root, ``runner.errors.RunnerError``.
 
