@@ -364,6 +364,7 @@ async def has_group(bus: EventBus) -> bool:
     return any(str(group["name"]) == bus.group for group in await bus.redis.xinfo_groups(bus.stream))
 
 
+@pytest.mark.scenario
 async def test_run_survives_an_unreachable_redis_and_still_stops() -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
