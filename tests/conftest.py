@@ -9,8 +9,26 @@ from pathlib import Path
 
 import pytest
 
+from tests.markers import assign_kinds, guard_unit_tests
 from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test is ``unit`` or ``scenario`` (tests/markers.py)."""
+    assign_kinds(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with guard_unit_tests(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with guard_unit_tests(item):
+        return (yield)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -184,6 +184,7 @@ async def boot_files(template: dict[str, Any]) -> dict[str, str]:
     return files
 
 
+@pytest.mark.scenario
 async def test_the_boot_script_writes_settings_and_a_config_the_bot_accepts(template: dict[str, Any]) -> None:
     files = await boot_files(template)
     assert set(files) == {"/etc/finetune/redis-ca.pem", "/etc/finetune/bot.env", "/etc/finetune/config.yaml"}

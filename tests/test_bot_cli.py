@@ -17,6 +17,8 @@ import pytest
 from fakes.ports import free_port
 from tests.servers import wait_http
 
+pytestmark = pytest.mark.scenario  # every test here runs a subprocess (tests/markers.py)
+
 
 def bot_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}

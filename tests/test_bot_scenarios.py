@@ -32,6 +32,7 @@ from handlers.reports import Progress
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 
+@pytest.mark.scenario
 async def test_the_demo_story_end_to_end(tmp_path: Path) -> None:
     assert await run_demo(tmp_path / "state") == 0
 

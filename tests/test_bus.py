@@ -143,6 +143,11 @@ async def test_two_consumers_share_the_work_and_handle_each_event_once(running: 
     await wait_for(lambda: buses[0].handled + buses[1].handled >= 40)
     assert buses[0].handled + buses[1].handled == 40
     assert await pending(buses[0]) == 0
+    for bus in buses:  # one latency sample per handled event, each covering the handler's 5 ms sleep
+        await wait_for(lambda bus=bus: bus.latency.count == bus.handled)  # observed just after the ack counts
+        assert bus.latency.sum >= bus.handled * 0.004, (bus.latency.sum, bus.handled)
+        counts = [count for _bound, count in bus.latency.cumulative()]
+        assert counts == sorted(counts) and counts[-1] == bus.handled  # cumulative buckets, ending at the count
 
 
 async def test_an_event_a_crashed_consumer_held_is_reclaimed_and_handled(running: Running) -> None:
@@ -217,6 +222,7 @@ async def test_a_poison_event_is_parked_and_the_stream_keeps_flowing(running: Ru
 
     assert good == [0, 1, 2, 3, 4]
     assert bus.failed == 3 and bus.handled == 5
+    await wait_for(lambda: bus.latency.count == 5 + 3)  # every delivery is measured, the failed ones too
     [parked] = await bus.parked_events()
     assert parked["event"] == {"id": "ev-poison-001", "poison": True}
     assert parked["deliveries"] == 3
@@ -359,6 +365,7 @@ async def has_group(bus: EventBus) -> bool:
     return any(str(group["name"]) == bus.group for group in await bus.redis.xinfo_groups(bus.stream))
 
 
+@pytest.mark.scenario
 async def test_run_survives_an_unreachable_redis_and_still_stops() -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))

@@ -22,7 +22,7 @@ from runner.storage.s3 import MiB, S3Store
 from tests.s3_proxy import S3FaultProxy
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", pytest.param("s3", marks=pytest.mark.scenario)])  # s3: moto
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
     backend: ObjectStore
     if request.param == "file":

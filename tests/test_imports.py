@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -55,6 +57,7 @@ def test_the_import_rule_sees_every_kind_of_import() -> None:
     assert imported_packages(source) == {"os", "runner", "tests", "bench", "handlers"}
 
 
+@pytest.mark.scenario
 def test_the_bot_never_imports_the_runner() -> None:
     """What both must agree on lives in handlers (DESIGN.md): the bot writes its own OSS objects, for one."""
     assert forbidden_imports("bot", {"runner"}) == {}
@@ -71,11 +74,13 @@ def test_bench_never_imports_the_tests() -> None:
     assert forbidden_imports("fakes", {"tests"}) == {}
 
 
+@pytest.mark.scenario
 def test_the_runner_agent_stays_light() -> None:
     loaded = loaded_after("runner.cli")
     assert not loaded & {"torch", "transformers", "peft", "slack_bolt", "slack_sdk", "dingtalk_stream", "redis", "bot"}
 
 
+@pytest.mark.scenario
 def test_handlers_need_no_io_library() -> None:
     loaded = loaded_after(
         "handlers.decide, handlers.commands, handlers.aws_events, handlers.spot, handlers.spot.zones, "
@@ -84,10 +89,12 @@ def test_handlers_need_no_io_library() -> None:
     assert not loaded & {"aiohttp", "boto3", "botocore", "aiobotocore", "redis", "slack_bolt", "bot", "runner"}
 
 
+@pytest.mark.scenario
 def test_the_bot_does_not_load_torch() -> None:
     assert not loaded_after("bot.service") & {"torch", "transformers", "peft"}
 
 
+@pytest.mark.scenario
 def test_alibabas_sdks_load_only_with_the_alibaba_provider() -> None:
     """They take about a second to import: a bot on another cloud (or the console chat) never pays for it."""
     sdks = {"alibabacloud_ecs20140526", "alibabacloud_ess20220222", "alibabacloud_tea_openapi"}

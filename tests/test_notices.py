@@ -89,6 +89,7 @@ async def test_unreachable_metadata_raises_metadata_unavailable() -> None:
         await source.close()
 
 
+@pytest.mark.scenario
 async def test_aliyun_metadata_in_hardened_mode_refuses_reads_without_a_token() -> None:
     server = await LocalMetadataServer(dialect="aliyun", instance_id="i-bp1xyz").start()
     server.interrupt(seconds=300)
@@ -104,6 +105,7 @@ async def test_aliyun_metadata_in_hardened_mode_refuses_reads_without_a_token() 
     assert server.refused_without_token == 1
 
 
+@pytest.mark.scenario
 async def test_aliyun_termination_time_read_with_a_session_token() -> None:
     server = await LocalMetadataServer(dialect="aliyun", instance_id="i-bp1xyz").start()
     source = AliyunMetadataSource(server.endpoint, token_ttl=60)

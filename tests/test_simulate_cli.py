@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.scenario  # every test here runs a subprocess (tests/markers.py)
+
 SAMPLE = Path(__file__).resolve().parents[1] / "bench" / "data" / "spot-traces" / "availability" / "1-node"
 KEYS = [
     "scenario",

@@ -437,6 +437,7 @@ async def test_history_keeps_the_latest_entries_oldest_first(store: JobStore) ->
     assert [h["n"] for h in await store.history(job.id, count=2)] == [4, 5]
 
 
+@pytest.mark.scenario
 async def test_jobs_and_history_survive_a_restart_of_the_embedded_server(tmp_path: Path) -> None:
     settings = RedisConfig(redis_url=None, state_dir=tmp_path / "state")
     handle = await open_redis(settings)
@@ -463,6 +464,7 @@ async def test_jobs_and_history_survive_a_restart_of_the_embedded_server(tmp_pat
         await handle.close()
 
 
+@pytest.mark.scenario
 async def test_a_live_owners_server_is_never_touched(tmp_path: Path) -> None:
     """A second process on the same data dir is refused; the first one's server goes on serving."""
     first = RedisHandle(data_dir=tmp_path / "redis")

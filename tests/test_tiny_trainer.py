@@ -21,6 +21,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.scenario  # every test here runs a subprocess (tests/markers.py)
+
 REPO = Path(__file__).resolve().parents[1]
 MARKER = ".finetune-complete"
 ADAPTER = "adapter_model.safetensors"
