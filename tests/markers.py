@@ -61,7 +61,7 @@ STARTS_SOMETHING = re.compile(
     r"subprocess|Popen|create_subprocess_exec|create_subprocess_shell|pexpect|"
     r"running_bot|running_dingtalk_bot|start_runner|run_tiny_directly|Cluster|RestartableValkey|EmbeddedValkey|"
     r"FakeSlack|FakeDingTalk|FakeAliyun|S3FaultProxy|Ec2Proxy|ThreadedMotoServer|moto_server|tls_valkey|"
-    r"TlsTerminator|web\.AppRunner|TCPSite|start_server|free_port"
+    r"TlsTerminator|web\.AppRunner|TCPSite|start_server|free_port|BrokenHttp|RespServer|getfixturevalue"
     r")\b"
 )
 
@@ -79,7 +79,20 @@ def kind_of(item: pytest.Item) -> str:
     function = getattr(item, "function", None)
     if function is not None and STARTS_SOMETHING.search(_source(function)):
         return SCENARIO
+    if any(STARTS_SOMETHING.search(_source(fixture)) for fixture in _own_fixtures(item)):
+        return SCENARIO
     return UNIT
+
+
+def _own_fixtures(item: pytest.Item) -> Iterator[Any]:
+    """The functions of the fixtures the test uses that the suite defines itself (a fixture may start a server by
+    a name of its own, or ask for one by ``request.getfixturevalue``)."""
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in (getattr(info, "name2fixturedefs", None) or {}).values():
+        for definition in definitions:
+            function = getattr(definition, "func", None)
+            if function is not None and getattr(function, "__module__", "").startswith(("tests", "fakes", "conftest")):
+                yield function
 
 
 def _source(function: Any) -> str:

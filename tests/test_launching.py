@@ -56,6 +56,9 @@ class Cloud:
         )
 
 
+# Every test here runs the loop through moto or the Alibaba OpenAPI double, chosen by a parametrised fixture.
+pytestmark = pytest.mark.scenario
+
 @pytest.fixture
 async def aws_cloud(aws: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cloud]:
     world = build_world(aws)

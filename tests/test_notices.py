@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from bot.cloud.local_metadata import LocalMetadataServer
 from fakes.ports import free_port
@@ -84,9 +85,39 @@ async def test_unreachable_metadata_raises_metadata_unavailable() -> None:
     try:
         with pytest.raises(MetadataUnavailable):
             await source.poll()
-        assert await source.instance_id() is None
+        assert await source.instance_id(tries=1) is None
     finally:
         await source.close()
+
+
+async def test_the_instance_id_survives_a_metadata_service_that_fails_its_first_answer() -> None:
+    """The runner reads its instance id once, at start, and needs it later (a release): one failed answer (a 503, as
+    a busy service gives) must not leave it unknown."""
+    asked: list[str] = []
+
+    async def token(request: web.Request) -> web.Response:
+        return web.Response(text="token")
+
+    async def instance_id(request: web.Request) -> web.Response:
+        asked.append(request.headers.get("X-aws-ec2-metadata-token", ""))
+        if len(asked) == 1:
+            return web.Response(status=503)
+        return web.Response(text="i-0abc123")
+
+    app = web.Application()
+    app.router.add_put("/latest/api/token", token)
+    app.router.add_get("/latest/meta-data/instance-id", instance_id)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    source = AwsImdsSource(f"http://127.0.0.1:{port}")
+    try:
+        assert await source.instance_id() == "i-0abc123"
+        assert asked == ["token", "token"]
+    finally:
+        await source.close()
+        await runner.cleanup()
 
 
 @pytest.mark.scenario

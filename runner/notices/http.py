@@ -11,13 +11,19 @@ header names differ. A process that cannot PUT (a container behind a hop limit o
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 
 import aiohttp
 
 from runner.notices.base import MetadataUnavailable
 
-_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=0.5)
+log = logging.getLogger(__name__)
+
+_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=0.5)  # a polling round: a slow service must not hold it up
+_ONE_TIME_READ_TIMEOUT = aiohttp.ClientTimeout(total=5.0)  # a read made once, whose answer is needed later
+INSTANCE_ID_TRIES = 5
 TOKEN_TTL_SECONDS = 21600  # the longest both clouds allow
 
 
@@ -30,12 +36,18 @@ class MetadataHttp:
         self.base = base.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
 
-    async def request(self, method: str, path: str, headers: dict[str, str] | None = None) -> str | None:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str] | None = None,
+        timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT,
+    ) -> str | None:
         """The body at ``path``; None on 404; TokenRefused on 401; MetadataUnavailable on anything else."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=_REQUEST_TIMEOUT)
         try:
-            async with self._session.request(method, self.base + path, headers=headers) as response:
+            async with self._session.request(method, self.base + path, headers=headers, timeout=timeout) as response:
                 if response.status == 404:
                     return None
                 if response.status == 401:
@@ -46,15 +58,22 @@ class MetadataHttp:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise MetadataUnavailable(f"{method} {path}: {exc!r}") from exc
 
-    async def instance_id(self) -> str | None:
-        """This instance's id (both services use the same path), None when the service does not say."""
-        try:
-            return await self.get("/latest/meta-data/instance-id")
-        except MetadataUnavailable:
-            return None
+    async def instance_id(self, tries: int = INSTANCE_ID_TRIES) -> str | None:
+        """This instance's id (both services use the same path), None when the service does not say (404) or gives
+        no answer in ``tries`` tries. Read once, at start, and needed later (a release, the
+        ``started`` report): one slow answer must not cost it, so this read waits longer than a polling round and
+        tries again."""
+        for attempt in range(tries):
+            try:
+                return await self.get("/latest/meta-data/instance-id", timeout=_ONE_TIME_READ_TIMEOUT)
+            except MetadataUnavailable as exc:
+                log.warning("instance id: %s (try %d of %d)", exc, attempt + 1, tries)
+                if attempt + 1 < tries:
+                    await asyncio.sleep(min(2.0**attempt, 8.0))
+        return None
 
-    async def get(self, path: str) -> str | None:
-        return await self.request("GET", path)
+    async def get(self, path: str, timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT) -> str | None:
+        return await self.request("GET", path, timeout=timeout)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -74,20 +93,20 @@ class TokenMetadataHttp(MetadataHttp):
         self._token: str | None = None
         self._token_expires = 0.0
 
-    async def get(self, path: str) -> str | None:
+    async def get(self, path: str, timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT) -> str | None:
         """GET with a session token; on a 401 (expired or revoked) fetch a fresh token and ask once more."""
         for _ in range(2):
-            token = await self._valid_token()
+            token = await self._valid_token(timeout)
             try:
-                return await self.request("GET", path, {self.token_header: token})
+                return await self.request("GET", path, {self.token_header: token}, timeout)
             except TokenRefused:
                 self._token = None
         raise MetadataUnavailable(f"GET {path} refused a fresh token (401)")
 
-    async def _valid_token(self) -> str:
+    async def _valid_token(self, timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT) -> str:
         if self._token is not None and time.monotonic() < self._token_expires:
             return self._token
-        token = await self.request("PUT", "/latest/api/token", {self.ttl_header: str(self.token_ttl)})
+        token = await self.request("PUT", "/latest/api/token", {self.ttl_header: str(self.token_ttl)}, timeout)
         if not token:
             raise MetadataUnavailable("PUT /latest/api/token gave no token")
         self._token = token.strip()
