@@ -3,6 +3,7 @@ test."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.markers import assign_kinds, guard_unit_tests
+from tests.runner_harness import run_tiny_directly
 from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
 
@@ -73,3 +75,28 @@ async def proxy(aws: str) -> AsyncIterator[S3FaultProxy]:
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted tiny run (its checkpoints every 5 steps, and its final adapter): what every recovered run
+    must reproduce exactly. The tests only read it, so it is made once for the whole run: under xdist the first
+    worker to need it makes it in the run's shared temporary directory while the others wait on a file lock
+    (a tiny run is a trainer process, ~10 s on a quiet machine, much more under load)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above every worker's own
+    output = shared / "tiny-reference"
+    with (shared / "tiny-reference.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not output.is_dir():
+            making = shared / f"tiny-reference.{os.getpid()}"
+            run_tiny_directly(making)
+            making.rename(output)  # whole or absent: a worker that dies mid-run leaves no half reference
+    return output
+
+
+@pytest.fixture(scope="session")
+def reference_adapter(reference_run: Path) -> bytes:
+    """Final LoRA weights of the uninterrupted run."""
+    return (reference_run / "adapter_model.safetensors").read_bytes()

@@ -19,6 +19,9 @@ from fakes.ports import free_port
 from tests.broken_http import WAYS, BrokenHttp
 
 INSTANCE = "i-0123456789abcdef0"
+# One botocore retry (with its backoff) still runs the retry path before the error comes out; the default three
+# spend about 3.5 s of backoff on each failing call.
+SETTINGS = AwsSettings(bucket="my-bucket", image_id="ami-1", api_retries=1)
 Call = Callable[[AwsCloud], Awaitable[Any]]
 
 # The provider's calls that reach EC2 and Auto Scaling without a launch.
@@ -35,7 +38,7 @@ CALLS: dict[str, Call] = {
 @pytest.fixture
 async def cloud(aws: str) -> AsyncIterator[AwsCloud]:
     """A provider on the test's AWS variables (moto by default; a test may point AWS_ENDPOINT_URL elsewhere first)."""
-    made = AwsCloud(AwsSettings(bucket="my-bucket", image_id="ami-1"))
+    made = AwsCloud(SETTINGS)
     yield made
     await made.close()
 
@@ -57,7 +60,7 @@ async def test_moto_refusing_is_a_cloud_error(cloud: AwsCloud) -> None:
 async def test_a_broken_answer_is_a_cloud_error(how: str, aws: str, monkeypatch: pytest.MonkeyPatch) -> None:
     server = await BrokenHttp(how).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
-    cloud = AwsCloud(AwsSettings(bucket="my-bucket", image_id="ami-1"))
+    cloud = AwsCloud(SETTINGS)
     try:
         await assert_all_ours(cloud, CALLS)
         assert server.requests > 0
@@ -68,7 +71,7 @@ async def test_a_broken_answer_is_a_cloud_error(how: str, aws: str, monkeypatch:
 
 async def test_nothing_listening_is_a_cloud_error(aws: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
-    cloud = AwsCloud(AwsSettings(bucket="my-bucket", image_id="ami-1"))
+    cloud = AwsCloud(SETTINGS)
     try:
         await assert_all_ours(cloud, CALLS)
     finally:
@@ -81,7 +84,7 @@ async def test_no_credentials_is_a_cloud_error(aws: str, monkeypatch: pytest.Mon
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # never ask a real instance metadata service
-    cloud = AwsCloud(AwsSettings(bucket="my-bucket", image_id="ami-1"))
+    cloud = AwsCloud(SETTINGS)
     try:
         await assert_all_ours(cloud, CALLS)
     finally:

@@ -19,7 +19,6 @@ from tests.runner_harness import (
     TINY_ARGS,
     of_type,
     read_reports,
-    run_tiny_directly,
     runner_env,
     same_tensors,
     start_runner,
@@ -41,7 +40,7 @@ WRITES_OUTPUT = quick_trainer(
 )
 
 
-async def test_a_crash_is_retried_from_the_last_checkpoint(tmp_path: Path) -> None:
+async def test_a_crash_is_retried_from_the_last_checkpoint(tmp_path: Path, reference_adapter: bytes) -> None:
     store = tmp_path / "store"
     reports = tmp_path / "reports.jsonl"
     command = [sys.executable, "-m", "tests.trainers.crash_once", *TINY_ARGS, "--step-seconds", "0.05"]
@@ -62,8 +61,7 @@ async def test_a_crash_is_retried_from_the_last_checkpoint(tmp_path: Path) -> No
     steps = [json.loads(line)["step"] for line in (tmp_path / "work" / "progress.jsonl").read_text().splitlines()]
     assert steps.count(6) == 2 and steps.count(7) == 2 and steps.count(5) == 1 and steps[-1] == 20
     assert of_type(got, "completed")[0]["step"] == 20
-    reference = run_tiny_directly(tmp_path / "reference").read_bytes()
-    assert same_tensors((store / "output" / "adapter_model.safetensors").read_bytes(), reference)
+    assert same_tensors((store / "output" / "adapter_model.safetensors").read_bytes(), reference_adapter)
 
 
 async def test_a_crash_loop_is_reported_failed_with_the_last_log_lines(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from runner.storage.s3 import S3Store
 from tests.runner_harness import (
     of_type,
     read_reports,
-    run_tiny_directly,
     runner_env,
     same_tensors,
     start_runner,
@@ -30,20 +29,6 @@ from tests.s3_proxy import S3FaultProxy
 
 BUCKET = "ckpt-bucket"
 URI = f"s3://{BUCKET}/jobs/ft-test/"
-
-
-@pytest.fixture(scope="module")
-def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted tiny run (its checkpoints every 5 steps, and its final adapter)."""
-    output = tmp_path_factory.mktemp("reference")
-    run_tiny_directly(output)
-    return output
-
-
-@pytest.fixture(scope="module")
-def reference_adapter(reference_run: Path) -> bytes:
-    """Final LoRA weights of the uninterrupted run: what every recovered run must reproduce exactly."""
-    return (reference_run / "adapter_model.safetensors").read_bytes()
 
 
 @pytest.fixture

@@ -16,6 +16,9 @@ from tests.test_bot_scenarios import wait_for_text
 
 # The policy is asked again every 10 minutes: a job 10 minutes from its deadline cannot wait for spot.
 TICK = {"spot": {"tick_seconds": 600}}
+# Long enough (0.2 s a step: 10 s or more after the step the test acts at) that the job is still training when the
+# capacity goes or the policy moves it; every step after the last move is only waited for, so no more than that.
+STEPS = 60
 
 
 def local_cloud(cloud: object) -> LocalCloud:
@@ -28,7 +31,7 @@ async def test_capacity_loss_moves_a_deadline_job_to_on_demand_and_it_finishes_i
     config = write_config(tmp_path / "bot.yaml", policy=TICK)
     async with running_bot(tmp_path / "state", config, clock=clock) as (service, chat):
         cloud = local_cloud(service.bot.cloud)
-        job_id = await start_job(service, "console:ana", "start tiny steps=120 step_seconds=0.2 deadline=15m")
+        job_id = await start_job(service, "console:ana", f"start tiny steps={STEPS} step_seconds=0.2 deadline=15m")
         job = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 10)
         first = job.attempts[0]
         assert (first.market, first.zone, first.price_per_hour) == ("spot", "local-a", cloud.spot_price)
@@ -47,7 +50,7 @@ async def test_capacity_loss_moves_a_deadline_job_to_on_demand_and_it_finishes_i
 
         done = await wait_job(service, job_id, lambda job: job.state in (JobState.SUCCEEDED, JobState.FAILED))
         assert done.state is JobState.SUCCEEDED, done.failure
-        assert done.step == done.total_steps == 120
+        assert done.step == done.total_steps == STEPS
         assert done.updated_at < done.deadline  # type: ignore[operator]  # finished before the deadline
         assert [attempt.market for attempt in done.attempts] == ["spot", "on-demand"]
         launches = [entry for entry in await service.bot.store.history(job_id) if entry.get("event") == "launched"]
@@ -124,7 +127,7 @@ async def test_a_zone_without_spot_refuses_the_launch_and_the_policy_moves_to_th
 async def test_a_job_on_on_demand_goes_back_to_spot_through_a_checkpoint_when_that_is_safe(tmp_path: Path) -> None:
     config = write_config(tmp_path / "bot.yaml", policy={"spot": {"tick_seconds": 2}})
     async with running_bot(tmp_path / "state", config) as (service, chat):
-        job_id = await start_job(service, "console:ana", "start tiny steps=120 step_seconds=0.2 deadline=30m")
+        job_id = await start_job(service, "console:ana", f"start tiny steps={STEPS} step_seconds=0.2 deadline=30m")
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 5)
         assert (await service.bot.command("console:ana", CHANNEL, f"stop {job_id}")).startswith("OK: stop")
         await wait_job(service, job_id, lambda job: job.state is JobState.STOPPED)

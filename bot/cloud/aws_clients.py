@@ -55,6 +55,7 @@ class AwsClients:
             settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         )
         self._session = aioboto3.Session(region_name=self.region)
+        self._retries = settings.api_retries
         self._stack = AsyncExitStack()
         self._clients: dict[str, Any] = {}
         self._lock = asyncio.Lock()
@@ -64,7 +65,7 @@ class AwsClients:
         async with self._lock:
             opened = self._clients.get(key)
             if opened is None:
-                attempts = {"mode": "standard", "max_attempts": 3} if retries else {"total_max_attempts": 1}
+                attempts = {"mode": "standard", "max_attempts": self._retries} if retries else {"total_max_attempts": 1}
                 config = Config(retries=attempts, connect_timeout=10, read_timeout=60)
                 opened = await self._stack.enter_async_context(self._session.client(service, config=config))
                 self._clients[key] = opened

@@ -53,6 +53,8 @@ class AwsSettings(BaseModel):
     runner_path: str = "/opt/finetune"
     work_dir: str = "/opt/dlami/nvme/finetune"
     on_demand_prices: dict[str, float] = Field(default_factory=dict)
+    # botocore's retries of a call that may be retried (after the first try, with its backoff); a test passes fewer
+    api_retries: int = Field(default=3, ge=0, le=10)
 
     _plain_path = field_validator("runner_path", "work_dir")(plain_path)
 
