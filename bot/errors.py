@@ -8,16 +8,17 @@ family and never a platform's SDK type.
     ├── CloudError             a cloud (AWS, Alibaba, local): launch, terminate, interrupt-test, list
     │   ├── LaunchError, ForeignInstance
     │   └── CloudUnavailable   no answer from the cloud's API (network, timeout, a broken reply)
-    ├── ObjectStoreError       object storage the bot writes itself (OSS; AWS's S3 writes are AwsErrors for now)
+    ├── ObjectStoreError       object storage the bot writes itself (AWS S3, Alibaba OSS)
     │   ├── ObjectRefused      an error answer (code and message)
     │   └── ObjectStoreUnavailable  no answer
     └── ChatError              a chat platform (Slack, DingTalk) did not take a message
 
 Each adapter maps what its SDK raises once, at its own edge: redis-py in ``bot/redis_server.py`` (the client every
-bot module is handed), botocore in the ``bot/cloud/aws_*.py`` modules' calls (``aws_clients.NO_ANSWER``), the Tea /
-darabonba SDK in ``bot/cloud/aliyun_api.py`` and the boot helpers (sorted by ``bot/cloud/aliyun_rpc.py``), OSS's S3 API
-in ``bot/cloud/oss_objects.py``, slack_sdk in ``bot/chat/slack/errors.py``, DingTalk's HTTP API in
-``bot/chat/dingtalk/transport.py``; past that edge only these travel. The runner never imports the bot: its errors
+bot module is handed), botocore in the ``bot/cloud/aws_*.py`` modules' calls and in S3 / OSS object writes (sorted by
+``bot/cloud/botocore_errors.py``: ``NO_ANSWER``, ``FAILED``, ``object_errors``), the Tea / darabonba SDK in
+``bot/cloud/aliyun_api.py`` and the boot helpers (sorted by ``bot/cloud/aliyun_rpc.py``), slack_sdk in
+``bot/chat/slack/errors.py``, DingTalk's HTTP API in ``bot/chat/dingtalk/transport.py``; past that edge only these
+travel. The runner never imports the bot: its errors
 have their own root, ``runner.errors.RunnerError``.
 
 Nothing here imports another bot module, so every module may import it (settings and chat adapters alike).
@@ -71,7 +72,8 @@ class ForeignInstance(CloudError):
 
 
 class ObjectStoreError(FinetuneError):
-    """Object storage (OSS) refused or did not answer a write the bot made itself (specs, control objects)."""
+    """Object storage (S3, OSS) refused or did not answer a write the bot made itself (specs, control objects, key
+    objects). The cloud provider turns it into its port's error (a LaunchError for a spec that could not be written)."""
 
 
 class ObjectRefused(ObjectStoreError):

@@ -33,7 +33,7 @@ from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.aws_zones import AwsZones
 from bot.cloud.base import CloudProvider, Instance, LaunchError
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
-from bot.errors import ConfigError
+from bot.errors import ConfigError, ObjectStoreError
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
@@ -106,7 +106,10 @@ class AwsCloud:
         if not instance_types:
             raise LaunchError("the recipe lists no instance types for aws")
         spec = self._complete_spec(spec)
-        spec_uri = await self.objects.upload_spec(spec)
+        try:
+            spec_uri = await self.objects.upload_spec(spec)
+        except ObjectStoreError as exc:
+            raise LaunchError(f"could not upload the spec of {spec.job_id} attempt {spec.attempt}: {exc}") from exc
         script = user_data_script(spec_uri, self.settings, self.region, self.key_prefix_uri())
         if self.settings.mode == "autoscaling":
             instance = await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
@@ -229,7 +232,10 @@ class AwsCloud:
         has for checkpoints, and works the same on Alibaba OSS.
         """
         _, job_id, attempt = await self.instances.job_of(instance_id)
-        await self.objects.put_stop(job_id, attempt)
+        try:
+            await self.objects.put_stop(job_id, attempt)
+        except ObjectStoreError as exc:
+            raise AwsError(f"could not write the stop request of {instance_id}: {exc}") from exc
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         """A real spot interruption through AWS FIS (:mod:`bot.cloud.aws_fis`); the interruption comes from EC2."""

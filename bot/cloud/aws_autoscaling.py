@@ -10,15 +10,15 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
+from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import AwsClients, AwsError, error_of
+from bot.cloud.aws_clients import AwsClients, AwsError
 from bot.cloud.aws_instances import AwsInstances
 from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.aws_zones import AwsZones
 from bot.cloud.base import Instance, LaunchError
+from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import JOB_TAG, MANAGED_TAG, avoided_last, priced, wait_for_group_instance
 from handlers.jobs import Market
 from handlers.reconcile import CloudGroup
@@ -112,34 +112,28 @@ class AwsGroups:
             {**tag, "ResourceId": group, "ResourceType": "auto-scaling-group", "PropagateAtLaunch": True}
             for tag in self.instances.tag_list(spec)
         ]
+        # What the group is told, the same whether it is created or updated: one instance at most, on these subnets.
+        shape: dict[str, Any] = {
+            "AutoScalingGroupName": group,
+            "MinSize": 0,
+            "MaxSize": 1,
+            "DesiredCapacity": 1,
+            "VPCZoneIdentifier": subnets,
+            "MixedInstancesPolicy": policy,
+        }
         asg = await self.clients.get("autoscaling")
         try:
             existing = await self._group(group)
             before: set[str] = set()
             if existing is None:
-                await asg.create_auto_scaling_group(
-                    AutoScalingGroupName=group,
-                    MinSize=0,
-                    MaxSize=1,
-                    DesiredCapacity=1,
-                    VPCZoneIdentifier=subnets,
-                    MixedInstancesPolicy=policy,
-                    Tags=tags,
-                )
+                await asg.create_auto_scaling_group(**shape, Tags=tags)
             else:
                 before = {str(i["InstanceId"]) for i in existing.get("Instances", [])}
                 if before or existing.get("DesiredCapacity"):
                     await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
                 await asg.create_or_update_tags(Tags=tags)
-                await asg.update_auto_scaling_group(
-                    AutoScalingGroupName=group,
-                    MinSize=0,
-                    MaxSize=1,
-                    DesiredCapacity=1,
-                    VPCZoneIdentifier=subnets,
-                    MixedInstancesPolicy=policy,
-                )
-        except (ClientError, BotoCoreError, ResponseParserError) as exc:
+                await asg.update_auto_scaling_group(**shape)
+        except FAILED as exc:
             raise LaunchError(f"could not set up Auto Scaling group {group}: {exc}") from exc
         found = await self._wait_for_group_instance(group, before, zone)
         instance_type = str(found.get("InstanceType") or instance_types[0])
@@ -179,7 +173,7 @@ class AwsGroups:
         return await wait_for_group_instance(
             f"Auto Scaling group {group}",
             new_instance,
-            failures=(ClientError, BotoCoreError, ResponseParserError),
+            failures=FAILED,
             last_activity=lambda: self._last_activity(group),
             set_to_zero=set_to_zero,
             refused=activity_refused,
@@ -192,7 +186,7 @@ class AwsGroups:
         asg = await self.clients.get("autoscaling")
         try:
             reply = await asg.describe_scaling_activities(AutoScalingGroupName=group, MaxRecords=1)
-        except (ClientError, BotoCoreError, ResponseParserError):
+        except FAILED:
             return ""
         activities = reply.get("Activities", [])
         if not activities:
@@ -253,7 +247,7 @@ class AwsGroups:
                     tags = {str(tag["Key"]): str(tag["Value"]) for tag in group.get("Tags", [])}
                     name, desired = str(group["AutoScalingGroupName"]), int(group.get("DesiredCapacity") or 0)
                     found.append(CloudGroup(name, tags.get(JOB_TAG), desired))
-        except (ClientError, BotoCoreError, ResponseParserError) as exc:
+        except FAILED as exc:
             raise AwsError(f"could not list the Auto Scaling groups tagged {JOB_TAG}: {exc}") from exc
         return found
 
@@ -265,7 +259,7 @@ class AwsGroups:
         except ClientError as exc:
             if "not found" not in str(exc).lower():
                 raise AwsError(f"could not set Auto Scaling group {name} to 0: {error_of(exc)[1]}") from exc
-        except (BotoCoreError, ResponseParserError) as exc:
+        except NO_ANSWER as exc:
             raise AwsError(f"Auto Scaling did not answer for group {name}: {exc}") from exc
 
 
@@ -274,5 +268,5 @@ class AwsGroups:
         asg = await self.clients.get("autoscaling")
         try:
             await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
-        except (ClientError, BotoCoreError, ResponseParserError) as exc:
+        except FAILED as exc:
             log.warning("could not set group %s to 0: %s", group, exc)

@@ -1,5 +1,6 @@
 """The AWS provider's clients (one per service and retry policy, opened on first use) and how it reads botocore's
-errors. Every call is aioboto3, so nothing blocks the bot's event loop.
+errors (sorted as every botocore client's are: :mod:`bot.cloud.botocore_errors`). Every call is aioboto3, so nothing
+blocks the bot's event loop.
 
 Client config comes from the standard AWS variables: ``AWS_ENDPOINT_URL`` (botocore honours it, and
 ``AWS_ENDPOINT_URL_<SERVICE>`` per service), ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, the credential chain.
@@ -15,13 +16,12 @@ from typing import Any
 
 import aioboto3  # type: ignore[import-untyped]
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
+from botocore.exceptions import ClientError
 
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.base import CloudError
+from bot.cloud.botocore_errors import error_of
 
-NO_ANSWER = (BotoCoreError, ResponseParserError)  # the call did not get an answer (or not one botocore could read)
 DENIED = frozenset(
     {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException", "OptInRequired"}
 )
@@ -29,12 +29,6 @@ DENIED = frozenset(
 
 class AwsError(CloudError):
     """A terminate, an interrupt test, a stop or a listing AWS did not do; the message says what to fix."""
-
-
-def error_of(exc: ClientError) -> tuple[str, str]:
-    """The (code, message) of an AWS error answer."""
-    error = exc.response.get("Error", {})
-    return str(error.get("Code", "")), str(error.get("Message", ""))
 
 
 def reason(exc: ClientError) -> str:

@@ -7,11 +7,11 @@ import logging
 import uuid
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
+from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import DENIED, AwsClients, AwsError, error_of
+from bot.cloud.aws_clients import DENIED, AwsClients, AwsError
 from bot.cloud.aws_settings import AwsSettings
+from bot.cloud.botocore_errors import NO_ANSWER, error_of
 from bot.cloud.launching import JOB_TAG, client_token
 from handlers.notes import InterruptTestResult
 
@@ -60,7 +60,7 @@ class AwsFis:
                     f"fis:StartExperiment, fis:ListExperimentTemplates, fis:TagResource and iam:PassRole on {role}"
                 ) from exc
             raise AwsError(f"FIS could not start the interrupt test: {code}: {message}") from exc
-        except (BotoCoreError, ResponseParserError) as exc:
+        except NO_ANSWER as exc:
             raise AwsError(f"FIS is not available here ({self.clients.region or 'default region'}): {exc}") from exc
         experiment_id = str(reply["experiment"]["id"])
         log.info("FIS experiment %s (template %s) started on %s (%s)", experiment_id, template_id, instance_id, job_id)

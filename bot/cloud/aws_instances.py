@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
+from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import NO_ANSWER, AwsClients, AwsError, error_of, reason, tags_of
+from bot.cloud.aws_clients import AwsClients, AwsError, reason, tags_of
 from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import REGION, AwsSettings
 from bot.cloud.aws_zones import AwsZones
 from bot.cloud.base import Instance, LaunchError
+from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import (
     ATTEMPT_TAG,
     JOB_TAG,
@@ -106,7 +106,7 @@ class AwsInstances:
                     {"Name": "instance-state-name", "Values": ["pending", "running"]},
                 ]
             )
-        except (ClientError, *NO_ANSWER) as exc:
+        except FAILED as exc:
             raise LaunchError(f"EC2 did not answer DescribeInstances: {exc}") from exc
         for reservation in reply.get("Reservations", []):
             for found in reservation.get("Instances", []):
@@ -200,7 +200,7 @@ class AwsInstances:
             async for page in pages:
                 for reservation in page.get("Reservations", []):
                     found.extend(_listed(instance) for instance in reservation.get("Instances", []))
-        except (ClientError, BotoCoreError, ResponseParserError) as exc:
+        except FAILED as exc:
             raise AwsError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
         return found
 

@@ -4,6 +4,11 @@ Once the instance id is known, the attempt's report key goes to the one object t
 (:mod:`handlers.attempt_keys`), deleted again when the instance is released. With a runner storage role that object
 also carries the attempt's storage session, limited to the job's own prefix (:mod:`handlers.storage_sessions`) and
 rewritten before it expires (driven by bot/storage_renewal.py).
+
+S3 refusing or not answering a write or delete comes out as the object store's errors of ``bot/errors.py``
+(:class:`~bot.errors.ObjectRefused`, :class:`~bot.errors.ObjectStoreUnavailable`), mapped by
+:func:`bot.cloud.botocore_errors.object_errors` exactly as OSS's are; STS not issuing a storage session is an
+:class:`AwsError`. The provider (``bot/cloud/aws.py``) turns either into the cloud port's error for what it was doing.
 """
 
 from __future__ import annotations
@@ -12,12 +17,10 @@ import logging
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
-
-from bot.cloud.aws_clients import NO_ANSWER, AwsClients, AwsError
+from bot.cloud.aws_clients import AwsClients, AwsError
 from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.base import LaunchError
+from bot.cloud.botocore_errors import FAILED, object_errors
+from bot.errors import ObjectStoreError
 from handlers.attempt_keys import READER_TAG, StorageCredentials, dump_attempt_key, key_object, reader
 from handlers.report_keys import ReportKeys
 from handlers.spec import ATTEMPT_KEYS_PREFIX, JobSpec, StopControl, control_key, dump_control
@@ -25,7 +28,8 @@ from handlers.storage_sessions import SESSION_SECONDS, dump_session_policy, part
 
 log = logging.getLogger(__name__)
 
-KEY_FAILURES = (ClientError, *NO_ANSWER, ValueError)  # a key object (or its session) that could not be written
+# A key object (or its session) that could not be written: S3's, STS's, or a session policy that would not build.
+KEY_FAILURES = (ObjectStoreError, AwsError, ValueError)
 
 
 class AwsObjects:
@@ -55,19 +59,14 @@ class AwsObjects:
         """Whether runners get per-attempt storage sessions (which then need rewriting before they expire)."""
         return self.settings.runner_storage_role_arn is not None
 
-    async def upload_spec(self, spec: JobSpec) -> str:
-        key = self.spec_key(spec.job_id, spec.attempt)
-        s3 = await self.clients.get("s3")
-        try:
-            await s3.put_object(
-                Bucket=self.settings.bucket,
-                Key=key,
-                Body=spec.model_dump_json().encode(),
-                ContentType="application/json",
-            )
-        except (ClientError, BotoCoreError, ResponseParserError) as exc:
-            raise LaunchError(f"could not upload the spec to s3://{self.settings.bucket}/{key}: {exc}") from exc
+    def uri(self, key: str) -> str:
         return f"s3://{self.settings.bucket}/{key}"
+
+    async def upload_spec(self, spec: JobSpec) -> str:
+        """The attempt's spec, where its runner reads it; its ``s3://`` URI. ObjectStoreError when S3 would not."""
+        key = self.spec_key(spec.job_id, spec.attempt)
+        await self._put(key, spec.model_dump_json().encode())
+        return self.uri(key)
 
     async def write_key(self, job_id: str, attempt: int, instance_id: str) -> None:
         """Write the attempt's key (and a fresh storage session, with a storage role) where only ``instance_id``'s
@@ -76,14 +75,11 @@ class AwsObjects:
         if self.report_keys is None or role_id is None:
             return
         storage = await self._storage_session(job_id, attempt) if self.renews_storage else None
-        s3 = await self.clients.get("s3")
-        await s3.put_object(
-            Bucket=self.settings.bucket,
-            Key=key_object(role_id, instance_id),
-            Body=dump_attempt_key(job_id, attempt, self.report_keys.of(job_id, attempt), storage),
-            ContentType="application/json",
+        await self._put(
+            key_object(role_id, instance_id),
+            dump_attempt_key(job_id, attempt, self.report_keys.of(job_id, attempt), storage),
             # the runner role's Deny refuses a key object whose tag does not name the session reading it
-            Tagging=urlencode({READER_TAG: reader(role_id, instance_id)}),
+            tagging=urlencode({READER_TAG: reader(role_id, instance_id)}),
         )
 
     async def _storage_session(self, job_id: str, attempt: int) -> StorageCredentials:
@@ -94,12 +90,15 @@ class AwsObjects:
             raise ValueError("no aws.runner_storage_role_arn")
         policy = session_policy(self.settings.bucket, self.settings.prefix, job_id, partition_of(role))
         sts = await self.clients.get("sts")
-        reply = await sts.assume_role(
-            RoleArn=role,
-            RoleSessionName=session_name(job_id, attempt),
-            Policy=dump_session_policy(policy),
-            DurationSeconds=SESSION_SECONDS,
-        )
+        try:
+            reply = await sts.assume_role(
+                RoleArn=role,
+                RoleSessionName=session_name(job_id, attempt),
+                Policy=dump_session_policy(policy),
+                DurationSeconds=SESSION_SECONDS,
+            )
+        except FAILED as exc:
+            raise AwsError(f"STS did not issue a storage session of {role} for {job_id}: {exc}") from exc
         found = reply["Credentials"]
         expiration = found["Expiration"]
         if isinstance(expiration, datetime) and expiration.tzinfo is None:
@@ -116,23 +115,24 @@ class AwsObjects:
         role_id = self.settings.runner_role_id
         if self.report_keys is None or role_id is None:
             return
+        key = key_object(role_id, instance_id)
         try:
-            name = key_object(role_id, instance_id)
-            s3 = await self.clients.get("s3")
-            await s3.delete_object(Bucket=self.settings.bucket, Key=name)
-        except KEY_FAILURES as exc:
+            with object_errors("DeleteObject", self.uri(key), "S3"):
+                s3 = await self.clients.get("s3")
+                await s3.delete_object(Bucket=self.settings.bucket, Key=key)
+        except ObjectStoreError as exc:
             log.warning("could not delete the key object of %s: %s", instance_id, exc)
 
     async def put_stop(self, job_id: str, attempt: int) -> None:
-        """:class:`~handlers.spec.StopControl` in the attempt's control object, which its runner polls."""
-        key = self.control_key(job_id, attempt)
-        s3 = await self.clients.get("s3")
-        try:
+        """:class:`~handlers.spec.StopControl` in the attempt's control object, which its runner polls;
+        ObjectStoreError when S3 would not take it."""
+        await self._put(self.control_key(job_id, attempt), dump_control(StopControl()))
+
+    async def _put(self, key: str, body: bytes, *, tagging: str | None = None) -> None:
+        """One JSON object written whole; S3's failures as the object store's errors naming it."""
+        extra = {"Tagging": tagging} if tagging is not None else {}
+        with object_errors("PutObject", self.uri(key), "S3"):
+            s3 = await self.clients.get("s3")
             await s3.put_object(
-                Bucket=self.settings.bucket,
-                Key=key,
-                Body=dump_control(StopControl()),
-                ContentType="application/json",
+                Bucket=self.settings.bucket, Key=key, Body=body, ContentType="application/json", **extra
             )
-        except (ClientError, BotoCoreError, ResponseParserError) as exc:
-            raise AwsError(f"could not write the stop request s3://{self.settings.bucket}/{key}: {exc}") from exc

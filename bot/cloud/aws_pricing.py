@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import NO_ANSWER, AwsClients, error_of
+from bot.cloud.aws_clients import AwsClients
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.aws_zones import AwsZones
 from bot.cloud.base import log_once
+from bot.cloud.botocore_errors import FAILED, error_of
 from handlers.jobs import Market
 from handlers.spot.zones import SpotPrice, latest_prices, score_availability, scores_by_zone
 
@@ -83,7 +84,7 @@ class AwsPricing:
                             item["Timestamp"],
                         )
                     )
-        except (ClientError, *NO_ANSWER, KeyError, ValueError) as exc:
+        except (*FAILED, KeyError, ValueError) as exc:
             log.warning("spot price history unavailable (%s); zones ordered without prices", exc)
             return {}
         return latest_prices(points)
@@ -112,7 +113,7 @@ class AwsPricing:
                 RegionNames=[ec2.meta.region_name],
             )
             names, _ = await self.zones.zone_info()
-        except (ClientError, *NO_ANSWER) as exc:  # moto: HTTP 500, not XML
+        except FAILED as exc:  # moto: HTTP 500, not XML
             reason = error_of(exc)[0] if isinstance(exc, ClientError) else type(exc).__name__
             self._scores_retry_at = time.monotonic() + _SCORES_RETRY_SECONDS
             log_once(

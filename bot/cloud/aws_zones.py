@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
-
 from bot.cloud.aws_clients import AwsClients
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.base import LaunchError
+from bot.cloud.botocore_errors import FAILED
 
 
 class AwsZones:
@@ -39,7 +37,7 @@ class AwsZones:
             ec2 = await self.clients.get("ec2")
             try:
                 reply = await ec2.describe_subnets(SubnetIds=ids)
-            except (ClientError, BotoCoreError, ResponseParserError) as exc:
+            except FAILED as exc:
                 raise LaunchError(f"could not look up subnets {', '.join(ids)}: {exc}") from exc
             zone_of = {str(item["SubnetId"]): str(item["AvailabilityZone"]) for item in reply.get("Subnets", [])}
             found: dict[str, str] = {}
@@ -63,6 +61,6 @@ class AwsZones:
             return list(settings.zones)
         try:
             _, available = await self.zone_info()
-        except (ClientError, BotoCoreError, ResponseParserError) as exc:
+        except FAILED as exc:
             raise LaunchError(f"could not list availability zones: {exc}") from exc
         return available

@@ -7,26 +7,24 @@ would build for ``oss://`` (virtual-hosted addressing unless told otherwise, Sig
 botocore's checksum trailers, which OSS rejects; five attempts in botocore's standard retry mode), opened per call
 with the credentials of that moment, because the RAM role's STS key rotates.
 
-Errors are mapped here, at the edge, to the object-storage family of ``bot/errors.py``: OSS answering with an error
-code becomes :class:`~bot.errors.ObjectRefused`; a 5xx still failing after botocore's retries, no answer at all, or
-a reply botocore cannot parse becomes :class:`~bot.errors.ObjectStoreUnavailable`. The credentials callable raises
-the cloud's own errors.
+Errors are mapped here, at the edge, to the object-storage family of ``bot/errors.py``, as AWS's S3 writes are
+(:func:`bot.cloud.botocore_errors.object_errors`): OSS answering with an error code becomes
+:class:`~bot.errors.ObjectRefused`; a 5xx still failing after botocore's retries, no answer at all, or a reply
+botocore cannot parse becomes :class:`~bot.errors.ObjectStoreUnavailable`. The credentials callable raises the
+cloud's own errors.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import aioboto3  # type: ignore[import-untyped]
-import aiohttp
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
 
 from bot.cloud.aliyun_api import Credentials
-from bot.errors import ObjectRefused, ObjectStoreUnavailable
+from bot.cloud.botocore_errors import object_errors
 
 MAX_ATTEMPTS = 5  # per request, botocore's own retries included (as the runner's store does for OSS)
 
@@ -89,21 +87,6 @@ class OssObjects:
             config=self.client_config(),
         )
 
-    @contextlib.contextmanager
-    def _errors(self, action: str, key: str) -> Iterator[None]:
+    def _errors(self, action: str, key: str) -> contextlib.AbstractContextManager[None]:
         """OSS's error answers and the SDK's network failures, as the object store's errors naming the object."""
-        where = f"{action} {self.uri(key)}"
-        try:
-            yield
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            code = str(error.get("Code") or (f"HTTP {status}" if status else "Unknown"))
-            message = str(error.get("Message") or exc)
-            if status:
-                message = f"{message} (HTTP {status})"
-            if isinstance(status, int) and status >= 500:  # still failing after botocore's retries: try later
-                raise ObjectStoreUnavailable(f"{where}: OSS answered {code}: {message}") from exc
-            raise ObjectRefused(where, code, message) from exc
-        except (BotoCoreError, ResponseParserError, aiohttp.ClientError, OSError) as exc:
-            raise ObjectStoreUnavailable(f"{where}: no answer from OSS: {exc}") from exc
+        return object_errors(action, self.uri(key), "OSS")

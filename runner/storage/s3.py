@@ -34,6 +34,7 @@ import aiohttp
 from aiobotocore.session import get_session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 
 from handlers.backoff import backoff
 from runner.checksums import ALGORITHM, crc, encode
@@ -42,6 +43,11 @@ from runner.storage.base import Buffer, ObjectInfo, ObjectMissing, StorageError,
 from runner.storage.slots import BufferSlots
 
 log = logging.getLogger(__name__)
+
+# No usable answer from the store: botocore's own errors, a reply it cannot parse (ResponseParserError is no
+# BotoCoreError), and what aiohttp or the socket let through. The bot sorts botocore's errors the same way
+# (bot/cloud/botocore_errors.py); the runner never imports the bot, so the tuple is spelled here too.
+NO_ANSWER = (BotoCoreError, ResponseParserError, aiohttp.ClientError, OSError)
 
 MiB = 1024 * 1024
 MIN_PART_SIZE = 5 * MiB  # S3's own floor for every part but the last
@@ -506,7 +512,7 @@ class S3Store:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             answered = f"HTTP {status}: " if status else ""
             raise StorageError(f"{action} {self.uri(key)} failed: {answered}{exc}") from exc
-        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
+        except NO_ANSWER as exc:
             raise StorageError(f"{action} {self.uri(key)} failed: {exc}") from exc
 
 
