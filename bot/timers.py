@@ -4,6 +4,10 @@ A timer is a sorted-set member scored by its due time, written there by the job 
 change that set it (see :mod:`bot.queues`). The loop moves due members onto the events stream with one script
 call (ZREM and XADD together), so with several replicas each timer fires exactly once, and a restart of the bot
 neither loses nor repeats one.
+
+Timers are typed messages (:data:`handlers.messages.TIMERS`) both ways: :meth:`Timers.schedule` encodes one as the
+store does (:func:`bot.queues.route`), and :meth:`Timers.pending` reads each member through
+:func:`handlers.messages.parse_message`, the one edge where an entry stored in an older shape is read as today's.
 """
 
 from __future__ import annotations
@@ -14,13 +18,12 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 import redis.asyncio as aioredis
 
-from bot.bus import encode_event
 from bot.keys import DEFAULT_KEYS, Keys
-from bot.queues import EVENT_FIELD, STREAM_MAXLEN
+from bot.queues import EVENT_FIELD, STREAM_MAXLEN, route
+from handlers.messages import TIMERS, BusMessage, Message, parse_message
 from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
@@ -47,18 +50,23 @@ class Timers:
         self._fire = redis.register_script(_FIRE)
         self.rounds = 0  # passes of run() that looked for due timers (a test waits on them, not on the clock)
 
-    async def schedule(self, event: dict[str, Any], due: datetime) -> None:
-        member = encode_event(event)[EVENT_FIELD]
-        await self.redis.zadd(self.key, {member: due.timestamp()})
+    async def schedule(self, timer: Message) -> None:
+        """Put ``timer`` (one of :data:`~handlers.messages.TIMERS`) in the set, due at its ``due``, encoded once as
+        the store encodes it. Any other message is a ValueError, and nothing is written."""
+        if not isinstance(timer, TIMERS):
+            raise ValueError(f"a {timer.type} message is not a timer (timers: {', '.join(t.__name__ for t in TIMERS)})")
+        routed = route(timer, platform="")
+        await self.redis.zadd(self.key, {routed.payload: routed.due})
 
     async def fire_due(self, now: datetime | None = None) -> int:
         moment = (now or self.clock()).timestamp()
         fired = await self._fire(keys=[self.key, self.stream], args=[moment, 100, STREAM_MAXLEN, EVENT_FIELD])
         return int(fired)
 
-    async def pending(self) -> list[dict[str, Any]]:
+    async def pending(self) -> list[BusMessage]:
+        """Every timer not yet fired, earliest first, as typed messages (an older entry's shape read as today's)."""
         members = await self.redis.zrange(self.key, 0, -1)
-        return [json.loads(str(member)) for member in members]
+        return [parse_message(json.loads(str(member))) for member in members]
 
     async def run(self, stop: asyncio.Event, interval: float = 0.5) -> None:
         while not stop.is_set():

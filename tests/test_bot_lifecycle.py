@@ -12,6 +12,7 @@ from bot.cloud.local import LocalCloud
 from bot.timers import Timers
 from fakes.bot_harness import CHANNEL, SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
 from handlers.jobs import TERMINAL_STATES, JobState
+from handlers.messages import RelaunchDue
 from tests.test_bot_scenarios import wait_for_text
 
 # Trains one step every 50 ms until SIGTERM, then saves checkpoint-<step> and exits; resumed, it trains three
@@ -53,8 +54,8 @@ async def test_a_trainer_that_cannot_start_ends_the_job_after_the_configured_lau
         instances = [record for record in await cloud.instances() if record.job_id == job_id]
         assert len(instances) == len(launched) == ended.attempt  # every launch the cloud saw, and no more
         # Nothing is left that could launch again: no held-back launch, no launch on the way.
-        pending = [timer for timer in await Timers(service.bot.store.redis).pending() if timer.get("job_id") == job_id]
-        assert all(timer["type"] != "relaunch-due" for timer in pending)
+        pending = await Timers(service.bot.store.redis).pending()
+        assert not [timer for timer in pending if isinstance(timer, RelaunchDue) and timer.job_id == job_id]
         assert ended.failure
         if ended.state is JobState.RESUME_FAILED:
             assert "without progress" in str(ended.failure) or "went away" in str(ended.failure)

@@ -25,6 +25,7 @@ from fakes.bot_harness import (
     write_config,
 )
 from handlers.jobs import JobState
+from handlers.messages import PageStep
 
 ONCALL = {
     "people": {"ana": {"slack": "U0ANA"}, "bo": {"slack": "U0BO", "console": "bo"}},  # bo acks in the console
@@ -127,7 +128,7 @@ async def test_two_replicas_send_each_step_exactly_once(tmp_path: Path) -> None:
                 ["[PAGE] @ana", "[PAGE] @ana @bo", "[PAGE] @channel", "[PAGE] @channel"]
             )
             pending = await Timers(second.bot.store.redis).pending()
-            assert not [timer for timer in pending if timer.get("type") == "page-step"]
+            assert not [timer for timer in pending if isinstance(timer, PageStep)]
 
 
 async def timers_looked(first: BotService, second: BotService, before: tuple[int, int]) -> bool:

@@ -12,6 +12,7 @@ from bot.cloud.local import LocalCloud
 from bot.timers import Timers
 from fakes.bot_harness import CHANNEL, SteppedClock, running_bot, start_job, wait_job, write_config
 from handlers.jobs import JobState
+from handlers.messages import PolicyTick
 from tests.test_bot_scenarios import wait_for_text
 
 # The policy is asked again every 10 minutes: a job 10 minutes from its deadline cannot wait for spot.
@@ -83,7 +84,7 @@ async def test_bad_options_change_nothing_and_a_plain_job_is_launched_as_always(
         launch = [entry for entry in await service.bot.store.history(job_id) if entry.get("event") == "created"]
         assert launch[0]["policy"] == "spot" and "deadline" not in launch[0]  # spot-first chose; nothing steers it
         pending = await Timers(service.bot.store.redis).pending()
-        assert not any(timer["type"] == "policy-tick" for timer in pending)
+        assert not any(isinstance(timer, PolicyTick) for timer in pending)
         card = await service.bot.command("console:ana", CHANNEL, f"status {job_id}")
         assert "Plan:" not in card and "Deadline:" not in card
 
