@@ -3,15 +3,20 @@ family and never a platform's SDK type.
 
     FinetuneError
     ├── ConfigError            a setting or the config file is unusable
+    │   └── AlreadyOwned       (bot/owner_lock.py) another live process works on that directory
     ├── StoreError             the store (Redis)
-    │   └── StoreUnavailable   no answer: down, restarting, loading, unreachable
+    │   ├── StoreUnavailable   no answer: down, restarting, loading, unreachable
+    │   └── StoreConflict, JobCapReached  (bot/store.py) a change the store would not write
     ├── CloudError             a cloud (AWS, Alibaba, local): launch, terminate, interrupt-test, list
     │   ├── LaunchError, ForeignInstance
     │   └── CloudUnavailable   no answer from the cloud's API (network, timeout, a broken reply)
     ├── ObjectStoreError       object storage the bot writes itself (AWS S3, Alibaba OSS)
     │   ├── ObjectRefused      an error answer (code and message)
     │   └── ObjectStoreUnavailable  no answer
-    └── ChatError              a chat platform (Slack, DingTalk) did not take a message
+    ├── ChatError              a chat platform (Slack, DingTalk) did not take a message
+    └── InputRefused           input from outside that the bot does not take: a runner's report (ReportRefused), a
+                               Slack request (ingress.Refused), an SNS signature (SignatureError), a fetch of its
+                               certificate (FetchError), a simulator scenario (simulate.InputError)
 
 Each adapter maps what its SDK raises once, at its own edge: redis-py in ``bot/redis_server.py`` (the client every
 bot module is handed), botocore in the ``bot/cloud/aws_*.py`` modules' calls and in S3 / OSS object writes (sorted by
@@ -93,3 +98,9 @@ class ObjectStoreUnavailable(ObjectStoreError):
 
 class ChatError(FinetuneError):
     """A chat platform did not take a message (see ``bot/chat/delivery.py`` for the transient / permanent split)."""
+
+
+class InputRefused(FinetuneError):
+    """Input from outside that the bot does not take (unsigned, forged, malformed, beyond a cap): the edge that
+    received it answers or logs why, and nothing changes. The pure core's counterpart for the messages it parses is
+    ``handlers.errors.UnrecognisedMessage``."""

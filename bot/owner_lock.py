@@ -15,9 +15,11 @@ import os
 from pathlib import Path
 from typing import IO
 
+from bot.errors import ConfigError
 
-class AlreadyOwned(RuntimeError):
-    """Another live process holds the lock."""
+
+class AlreadyOwned(ConfigError):
+    """Another live process holds the lock: the directory (a state dir, a data dir) cannot be used by this one."""
 
     def __init__(self, path: Path, pid: int | None) -> None:
         super().__init__(f"{path} is held by pid {pid if pid is not None else '?'}")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
+from bot.errors import InputRefused
 from bot.log_limit import LimitedLog
 from handlers.messages import ReportReceived, report_received
 from handlers.report_keys import verify_report
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 REFUSED_METRIC = "finetune_reports_refused_total"
 
 
-class ReportRefused(Exception):
+class ReportRefused(InputRefused):
     """Not a report the bot believes: ``signed`` False for a signature problem (HTTP 401), True for a signed
     report that is malformed or beyond a cap (HTTP 400); ``detail`` the validation errors, for the sender."""
 

@@ -27,11 +27,12 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from bot.errors import InputRefused
 from handlers.spot.rules import DEFAULT_POLICY, POLICIES
 from handlers.spot.simulator import Outcome, Run, Zone, simulate, to_ticks
 
 
-class InputError(ValueError):
+class InputError(InputRefused):
     """Bad input (a scenario line or a trace file); the message is the one line the user sees."""
 
 

@@ -32,6 +32,7 @@ import pydantic_core
 import redis.asyncio as aioredis
 
 from bot.batch import Batcher
+from bot.errors import StoreError
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
@@ -152,11 +153,11 @@ return 1
 _SEND = _ROUTE + "\nroute(cjson.decode(ARGV[1]), 0, 2)\nreturn 1\n"
 
 
-class StoreConflict(RuntimeError):
+class StoreConflict(StoreError):
     """A transition kept losing the race against other writers; the caller may retry the whole event."""
 
 
-class JobCapReached(RuntimeError):
+class JobCapReached(StoreError):
     """A create found as many active jobs as the cap allows (checked and taken in one step): nothing written."""
 
     def __init__(self, cap: int) -> None:

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from handlers.reports import SkipKind, SkippedCheckpoint
 from runner.checksums import encode, file_part_crcs
+from runner.errors import RunnerError
 from runner.final_output import output_files
 from runner.local_checkpoints import checkpoint_step
 from runner.manifest import (
@@ -71,7 +72,7 @@ class Restored:
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
 
 
-class CheckpointInvalid(Exception):
+class CheckpointInvalid(RunnerError):
     """This stored checkpoint must not be loaded; ``kind`` and the message say why."""
 
     def __init__(self, kind: SkipKind, message: str) -> None:

@@ -6,7 +6,14 @@ RunnerError
 │   ├── MetadataUnavailable                 the instance metadata service (AWS IMDS, Alibaba's)
 │   └── ControlUnreadable                   the bot's control object in the bucket
 ├── ReportRejected                          the bot refused a report for good (HTTP 400/401): not retried
-└── ReportNotDelivered                      no answer, or a 5xx / 429: retried
+├── ReportNotDelivered                      no answer, or a 5xx / 429: retried
+├── NoReportKey (runner/reports/key_object.py)   no report key for this attempt: the runner does not start
+├── CheckpointInvalid (runner/checkpoints.py)    a stored checkpoint that does not verify: the next older is tried
+├── FileChanged (runner/upload.py)               a checkpoint file changed while it was uploaded: tried again
+├── TrainerStartError (runner/trainer.py)        the trainer's program cannot be run at all
+└── GuardError (runner/metadata_guard.py)        the metadata guard's firewall rule could not be put in place
+
+Control-flow signals that never leave their module (``_CannotStart``, ``_Shrank``, ``_Cut``) stay plain exceptions.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.errors import RunnerError
 from runner.trainer_user import TrainerUser
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ IPV6_METADATA = ("fd00:ec2::254",)  # AWS IMDS on Nitro instances with IPv6
 _IPV6_KERNEL = Path("/proc/net/if_inet6")  # absent where the kernel has no IPv6: nothing to reject there
 
 
-class GuardError(RuntimeError):
+class GuardError(RunnerError):
     """The rule could not be installed (the message says which command, and what it said)."""
 
 

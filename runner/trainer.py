@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 from handlers.failures import Failure
+from runner.errors import RunnerError
 from runner.stop_request import STOP_FILE_ENV, watched_path
 from runner.trainer_env import TrainerSetup, build_environment
 from runner.trainer_user import TrainerUser
@@ -46,7 +47,7 @@ SWIFT_PLUGIN = _PACKAGE_DIR / "swift" / "finetune_spot_plugin.py"
 TrainerState = Literal["running", "exited-cleanly", "exited"]
 
 
-class TrainerStartError(Exception):
+class TrainerStartError(RunnerError):
     """The trainer could not be started at all; ``failure`` says why (for the ``failed`` report), the message
     in English."""
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.checksums import crc, file_part_crcs
+from runner.errors import RunnerError
 from runner.storage.base import ObjectStore, PartUpload, read_fully
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ QUIET_NS = 50_000_000  # a file untouched this long before a read cannot be rewr
 MAX_RESTARTS = 5  # a file truncated and rewritten under us more often than this is not a checkpoint file
 
 
-class FileChanged(RuntimeError):
+class FileChanged(RunnerError):
     """A checkpoint file changed after the checkpoint was complete: this upload cannot vouch for it."""
 
 

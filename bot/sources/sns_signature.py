@@ -33,6 +33,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from bot.errors import InputRefused
+
 SNS_HOST_PATTERN = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
 SECURE_SCHEMES: tuple[str, ...] = ("https",)
 NOTIFICATION_KEYS: tuple[str, ...] = ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type")
@@ -44,11 +46,11 @@ SHA1_REFUSED_METRIC = "finetune_sns_sha1_refused_total"
 UrlFetcher = Callable[[str], Awaitable[bytes]]
 
 
-class SignatureError(Exception):
+class SignatureError(InputRefused):
     """The message is unsigned, forged, or its certificate cannot be trusted; the text says which."""
 
 
-class FetchError(Exception):
+class FetchError(InputRefused):
     """A GET of an SNS URL did not return what was expected."""
 
 

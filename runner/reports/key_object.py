@@ -31,6 +31,7 @@ from datetime import datetime
 from handlers.attempt_keys import INSTANCE_ID, AttemptKey, parse_attempt_key
 from handlers.sealed_keys import ECS_INSTANCE_ID, unseal
 from handlers.spec import JobSpec
+from runner.errors import RunnerError
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
 from runner.notices.http import MetadataHttp
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 2.0
 
 
-class NoReportKey(RuntimeError):
+class NoReportKey(RunnerError):
     """No key for this attempt: none came in time, or the one found is another attempt's."""
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from bot.chat.slack.actions import ACTION_IDS
+from bot.errors import InputRefused
 from handlers import safe_json
 
 TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
@@ -38,7 +39,7 @@ MAX_TEXT = 4000  # far above what a person types after /finetune
 COMMAND_FIELDS = ("command", "user_id", "channel_id", "trigger_id")
 
 
-class Refused(Exception):
+class Refused(InputRefused):
     """A request ``/slack/events`` does not take: ``status`` to answer and ``reason`` to say why (short)."""
 
     def __init__(self, status: int, reason: str) -> None:
