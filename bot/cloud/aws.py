@@ -24,7 +24,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Literal
 
 from bot.cloud.aws_autoscaling import GROUP_TAG, AwsGroups
-from bot.cloud.aws_clients import AwsClients, AwsError, tags_of
+from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, tags_of
 from bot.cloud.aws_fis import AwsFis
 from bot.cloud.aws_instances import AwsInstances, user_data_script
 from bot.cloud.aws_objects import KEY_FAILURES, AwsObjects
@@ -33,7 +33,7 @@ from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.aws_zones import AwsZones
 from bot.cloud.base import CloudProvider, Instance, LaunchError
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
-from bot.errors import ConfigError, ObjectStoreError
+from bot.errors import ConfigError, ObjectStoreError, ObjectStoreUnavailable
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
@@ -235,7 +235,8 @@ class AwsCloud:
         try:
             await self.objects.put_stop(job_id, attempt)
         except ObjectStoreError as exc:
-            raise AwsError(f"could not write the stop request of {instance_id}: {exc}") from exc
+            failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
+            raise failed(f"could not write the stop request of {instance_id}: {exc}") from exc
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         """A real spot interruption through AWS FIS (:mod:`bot.cloud.aws_fis`); the interruption comes from EC2."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import AwsClients, AwsError
+from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done
 from bot.cloud.aws_instances import AwsInstances
 from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import AwsSettings
@@ -248,7 +248,7 @@ class AwsGroups:
                     name, desired = str(group["AutoScalingGroupName"]), int(group.get("DesiredCapacity") or 0)
                     found.append(CloudGroup(name, tags.get(JOB_TAG), desired))
         except FAILED as exc:
-            raise AwsError(f"could not list the Auto Scaling groups tagged {JOB_TAG}: {exc}") from exc
+            raise not_done(exc, f"could not list the Auto Scaling groups tagged {JOB_TAG}: {exc}") from exc
         return found
 
     async def release_group(self, name: str) -> None:
@@ -260,7 +260,7 @@ class AwsGroups:
             if "not found" not in str(exc).lower():
                 raise AwsError(f"could not set Auto Scaling group {name} to 0: {error_of(exc)[1]}") from exc
         except NO_ANSWER as exc:
-            raise AwsError(f"Auto Scaling did not answer for group {name}: {exc}") from exc
+            raise AwsUnavailable(f"Auto Scaling did not answer for group {name}: {exc}") from exc
 
 
     async def set_to_zero(self, group: str) -> None:

@@ -20,7 +20,8 @@ from botocore.exceptions import ClientError
 
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.base import CloudError
-from bot.cloud.botocore_errors import error_of
+from bot.cloud.botocore_errors import NO_ANSWER, error_of
+from bot.errors import CloudUnavailable
 
 DENIED = frozenset(
     {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException", "OptInRequired"}
@@ -29,6 +30,16 @@ DENIED = frozenset(
 
 class AwsError(CloudError):
     """A terminate, an interrupt test, a stop or a listing AWS did not do; the message says what to fix."""
+
+
+class AwsUnavailable(AwsError, CloudUnavailable):
+    """AWS gave no usable answer (connection refused, a timeout, a reply botocore cannot parse): trying later may
+    work. Alibaba's twin is ``AliyunUnavailable``."""
+
+
+def not_done(exc: BaseException, message: str) -> AwsError:
+    """``message`` as the error of a call that failed with ``exc``: no answer is :class:`AwsUnavailable`."""
+    return AwsUnavailable(message) if isinstance(exc, NO_ANSWER) else AwsError(message)
 
 
 def reason(exc: ClientError) -> str:

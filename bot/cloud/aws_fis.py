@@ -9,7 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import DENIED, AwsClients, AwsError
+from bot.cloud.aws_clients import DENIED, AwsClients, AwsError, AwsUnavailable
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.botocore_errors import NO_ANSWER, error_of
 from bot.cloud.launching import JOB_TAG, client_token
@@ -61,7 +61,8 @@ class AwsFis:
                 ) from exc
             raise AwsError(f"FIS could not start the interrupt test: {code}: {message}") from exc
         except NO_ANSWER as exc:
-            raise AwsError(f"FIS is not available here ({self.clients.region or 'default region'}): {exc}") from exc
+            where = self.clients.region or "default region"
+            raise AwsUnavailable(f"FIS is not available here ({where}): {exc}") from exc
         experiment_id = str(reply["experiment"]["id"])
         log.info("FIS experiment %s (template %s) started on %s (%s)", experiment_id, template_id, instance_id, job_id)
         lead = self.settings.interrupt_test_notice  # PT<n>M or PT<n>S

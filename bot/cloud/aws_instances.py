@@ -9,7 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import AwsClients, AwsError, reason, tags_of
+from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done, reason, tags_of
 from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import REGION, AwsSettings
 from bot.cloud.aws_zones import AwsZones
@@ -175,7 +175,7 @@ class AwsInstances:
                 return None
             raise AwsError(f"could not look up instance {instance_id}: {reason(exc)}") from exc
         except NO_ANSWER as exc:
-            raise AwsError(f"EC2 did not answer DescribeInstances for {instance_id}: {exc}") from exc
+            raise AwsUnavailable(f"EC2 did not answer DescribeInstances for {instance_id}: {exc}") from exc
         for reservation in reply.get("Reservations", []):
             for instance in reservation.get("Instances", []):
                 return dict(instance)
@@ -201,7 +201,7 @@ class AwsInstances:
                 for reservation in page.get("Reservations", []):
                     found.extend(_listed(instance) for instance in reservation.get("Instances", []))
         except FAILED as exc:
-            raise AwsError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
+            raise not_done(exc, f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
         return found
 
 
@@ -214,4 +214,4 @@ class AwsInstances:
             if error_of(exc)[0] not in NOT_FOUND_INSTANCE:
                 raise AwsError(f"could not terminate {instance_id}: {reason(exc)}") from exc
         except NO_ANSWER as exc:
-            raise AwsError(f"EC2 did not answer TerminateInstances for {instance_id}: {exc}") from exc
+            raise AwsUnavailable(f"EC2 did not answer TerminateInstances for {instance_id}: {exc}") from exc
