@@ -129,7 +129,9 @@ async def throughput(
     before, notes = bus.handled, outbox.bus.handled
     cpu, valkey = time.process_time(), await server_cpu(redis)
     started = time.perf_counter()
-    consumers = asyncio.gather(bus.run(bot.handle, stop), outbox.bus.run(outbox.handle, stop))
+    consumers = asyncio.gather(
+        bus.run(bot.handle, stop, bot.handle_many), outbox.bus.run(outbox.handle, stop, outbox.handle_many)
+    )
     # every report, and the card note it put on the chat stream
     await until(lambda: bus.handled - before >= events and outbox.bus.handled - notes >= events)
     elapsed = time.perf_counter() - started
@@ -165,7 +167,9 @@ async def paced(
     messages = reports(jobs, max(int(rate * seconds), 1))
     stop = asyncio.Event()
     before, notes = bus.handled, outbox.bus.handled
-    consumers = asyncio.gather(bus.run(bot.handle, stop), outbox.bus.run(outbox.handle, stop))
+    consumers = asyncio.gather(
+        bus.run(bot.handle, stop, bot.handle_many), outbox.bus.run(outbox.handle, stop, outbox.handle_many)
+    )
     await asyncio.sleep(0.2)  # the consumers are reading
     due: dict[tuple[str, int], float] = {}
     start = time.perf_counter()
