@@ -39,6 +39,7 @@ from typing import Any
 
 import pydantic_core
 import redis.asyncio as aioredis
+from pydantic import BaseModel
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT, StreamIdT
 
@@ -72,8 +73,11 @@ PartitionKey = Callable[[dict[str, Any]], str | None]
 JobsOfInstances = Callable[[Sequence[str]], Awaitable[Mapping[str, str]]]
 
 
-def encode_event(event: dict[str, Any]) -> dict[str, str]:
-    """The stream entry for ``event``: its JSON in one field, so nested values survive. Adds an ``id`` if absent."""
+def encode_event(event: Mapping[str, Any] | BaseModel) -> dict[str, str]:
+    """The stream entry for ``event``: its JSON in one field, so nested values survive. A typed message (which has
+    its ``id``) is encoded once, from the model; a dict gets an ``id`` if it has none."""
+    if isinstance(event, BaseModel):
+        return {EVENT_FIELD: event.model_dump_json()}
     if "id" not in event:
         event = {"id": new_event_id(), **event}
     return {EVENT_FIELD: pydantic_core.to_json(event).decode()}
@@ -193,8 +197,8 @@ class EventBus:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def publish(self, event: dict[str, Any]) -> str:
-        """Append ``event`` (an ``id`` is added if missing); returns the stream message id."""
+    async def publish(self, event: Mapping[str, Any] | BaseModel) -> str:
+        """Append ``event`` (a typed message, or a dict that gets an ``id`` if missing); the stream message id."""
         fields = _fields(encode_event(event))
         message_id = await self.redis.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
         return str(message_id)
