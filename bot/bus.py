@@ -392,7 +392,7 @@ class _Read:
         self.event: dict[str, Any] | None = None
         self.error = ""
         try:
-            event = json.loads(fields[EVENT_FIELD])
+            event = pydantic_core.from_json(fields[EVENT_FIELD])  # a fraction of json.loads's cost
             if not isinstance(event, dict):
                 raise TypeError(f"event is a {type(event).__name__}, not an object")
             self.event = event
