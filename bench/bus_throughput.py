@@ -1,9 +1,10 @@
 """Events through the bus, the handlers and the store to a rendered chat message, on the embedded server.
 
 Runner progress reports for a set of running jobs go onto the real events stream and one bot replica consumes
-them: each is parsed, fenced, decided, applied atomically (job + history + dedup, and its card note straight onto
-the chat stream), and the replica's chat outbox delivers that note to a platform that renders every card. Two
-measurements, each on its own set of jobs:
+them as the service does: each is parsed, fenced and decided, the reports of one job read together applied in one
+atomic write (job + history + dedup, and each card note straight onto the chat stream), and the replica's chat
+outbox delivers the notes to a platform that renders every card it is handed (a card note followed at once by
+another of its job is superseded: the card shows the job as stored). Two measurements, each on its own set of jobs:
 
 - throughput and CPU: a backlog of ``--events`` reports is put on the stream first, then the replica starts and
   the time until every report *and* its note is acknowledged (on the events and the chat streams) gives events per
@@ -129,7 +130,9 @@ async def throughput(
     before, notes = bus.handled, outbox.bus.handled
     cpu, valkey = time.process_time(), await server_cpu(redis)
     started = time.perf_counter()
-    consumers = asyncio.gather(bus.run(bot.handle, stop), outbox.bus.run(outbox.handle, stop))
+    consumers = asyncio.gather(
+        bus.run(bot.handle, stop, bot.handle_many), outbox.bus.run(outbox.handle, stop, outbox.handle_many)
+    )
     # every report, and the card note it put on the chat stream
     await until(lambda: bus.handled - before >= events and outbox.bus.handled - notes >= events)
     elapsed = time.perf_counter() - started
@@ -165,7 +168,9 @@ async def paced(
     messages = reports(jobs, max(int(rate * seconds), 1))
     stop = asyncio.Event()
     before, notes = bus.handled, outbox.bus.handled
-    consumers = asyncio.gather(bus.run(bot.handle, stop), outbox.bus.run(outbox.handle, stop))
+    consumers = asyncio.gather(
+        bus.run(bot.handle, stop, bot.handle_many), outbox.bus.run(outbox.handle, stop, outbox.handle_many)
+    )
     await asyncio.sleep(0.2)  # the consumers are reading
     due: dict[tuple[str, int], float] = {}
     start = time.perf_counter()
@@ -210,7 +215,7 @@ async def main() -> None:
             await bus.ensure_group()
             publisher = redis.new_client()  # like the HTTP endpoint for runner reports
             chat = TimingChat()
-            platform = Platform(chat, coalesce_cards=False)  # every card rendered, none coalesced away
+            platform = Platform(chat, coalesce_cards=False)  # every card handed over is rendered (no timed refresh)
             outbox = ChatOutbox(redis.new_client(), store, {"bench": platform}, consumer="bench")
             await outbox.bus.ensure_group()
             bot = Bot(store, NoCloud(), PolicyConfig(), BUILT_IN)  # type: ignore[arg-type]

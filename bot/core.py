@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,7 +32,7 @@ from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailabil
 from bot.keys import Keys
 from bot.log_limit import LimitedLog
 from bot.rate_limit import Bucket, RateLimiter
-from bot.store import JobCapReached, JobStore
+from bot.store import Applied, JobCapReached, JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.ids import new_job_id
@@ -266,11 +266,32 @@ class Bot:
 
     async def handle(self, raw: dict[str, Any]) -> None:
         """Handle one events-stream message; raising leaves it pending for a retry (and parking after too many)."""
-        try:
-            message = parse_message(raw)  # the edge: an older shape is read here, and nowhere after
-        except ValidationError as exc:
-            log.error("dropped a malformed bus message %s: %s", raw.get("id"), exc.errors()[:3])
-            return
+        message = _parsed(raw)
+        if message is not None:
+            await self._message(message)
+
+    async def handle_many(self, raws: Sequence[dict[str, Any]]) -> None:
+        """Handle messages of one bus lane, in stream order: each run of plain inputs about one job is applied in
+        one store write (:meth:`JobStore.apply_many`), anything else as :meth:`handle` does it."""
+        run: list[BusMessage] = []
+        run_job: str | None = None
+        for raw in raws:
+            message = _parsed(raw)
+            if message is None:
+                continue
+            job_id = self._plain_input_job(message)
+            if run and job_id != run_job:
+                await self._inputs(run_job, run)
+                run = []
+            if job_id is None:
+                await self._message(message)
+                continue
+            run.append(message)
+            run_job = job_id
+        if run:
+            await self._inputs(run_job, run)
+
+    async def _message(self, message: BusMessage) -> None:
         if isinstance(message, (*CLOUD_EFFECTS, Notify)):
             # An effect on the events stream was put there by an older bot: it goes to its executor's queue.
             job = await self.store.get(message.job_id)
@@ -281,6 +302,17 @@ class Bot:
             return
         await self._input(message)
 
+    def _plain_input_job(self, message: BusMessage) -> str | None:
+        """The job of an input that needs nothing but its job to be decided (no spot view, no lookup, no timer
+        put back), so it can join a run of that job's inputs; None for any other message."""
+        if isinstance(message, (*CLOUD_EFFECTS, Notify, *TIMERS)) or _asks_policy(message):
+            return None
+        report = getattr(message, "report", None)
+        if report is not None:
+            return str(report.job_id)
+        job_id = getattr(message, "job_id", None)
+        return job_id if isinstance(job_id, str) else None
+
     async def _input(self, message: BusMessage) -> None:
         job_id = await self._job_of(message)
         if job_id is None:
@@ -290,11 +322,24 @@ class Bot:
         if _asks_policy(message):
             job = await self.store.get(job_id)
             spot = await self._spot_view_of(job) if job is not None else None
-        applied = await self.store.apply(
-            job_id,
-            lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle, spot),
-            dedup_key=Keys.input_seen(message.id),
-        )
+        applied = await self.store.apply(job_id, self._decider(message, spot), dedup_key=Keys.input_seen(message.id))
+        await self._applied(job_id, message, applied)
+
+    async def _inputs(self, job_id: str | None, messages: Sequence[BusMessage]) -> None:
+        """A run of plain inputs of one job: decided one after the other, written at once."""
+        assert job_id is not None
+        if len(messages) == 1:
+            await self._input(messages[0])
+            return
+        steps = [(self._decider(message, None), Keys.input_seen(message.id)) for message in messages]
+        for message, applied in zip(messages, await self.store.apply_many(job_id, steps), strict=True):
+            await self._applied(job_id, message, applied)
+
+    def _decider(self, message: BusMessage, spot: SpotView | None) -> Callable[[Job], Change | None]:
+        return lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle, spot)
+
+    async def _applied(self, job_id: str, message: BusMessage, applied: Applied) -> None:
+        """What follows an input once it is written: a refused runner claim is logged, a first step measured."""
         noted = applied.change.history if applied.change is not None else {}
         if noted.get("event") == "ignored" and noted.get("what") == "report:started":  # a runner's claim refused
             log.warning("%s: %s ignored: %s", job_id, noted["what"], noted.get("why"))
@@ -347,6 +392,16 @@ class Bot:
         if report is not None:
             return str(report.job_id)
         return getattr(message, "job_id", None)
+
+
+def _parsed(raw: dict[str, Any]) -> BusMessage | None:
+    """The message of an events-stream entry (the one edge where a stored message becomes a model, and where an
+    older shape is read); None, logged, for one that is malformed (no retry can fix it)."""
+    try:
+        return parse_message(raw)
+    except ValidationError as exc:
+        log.error("dropped a malformed bus message %s: %s", raw.get("id"), exc.errors()[:3])
+        return None
 
 
 def _asks_policy(message: BusMessage) -> bool:

@@ -24,7 +24,6 @@ from bot.log_limit import LimitedLog
 from bot.report_gate import ReportGate, ReportRefused
 from bot.store import JobStore
 from handlers.jobs import JobState
-from handlers.messages import dump_message
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 log = logging.getLogger(__name__)
@@ -84,7 +83,7 @@ def build_app(
                 return web.json_response({"error": "bad or missing signature"}, status=401)
             return web.json_response({"error": "malformed report", "detail": refused.detail}, status=400)
         # A runner's retry of the same report has the same message id: it dedups downstream.
-        await bus.publish(dump_message(message))
+        await bus.publish(message)  # encoded once, from the model
         return web.json_response({"accepted": message.report.id}, status=202)
 
     app.router.add_get("/healthz", healthz)

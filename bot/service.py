@@ -303,7 +303,7 @@ class BotService:
         host = self.settings.finetune_http_host
         report_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self.port}{REPORTS_PATH}"
         self._tasks = [
-            asyncio.create_task(bus.run(bot.handle, self.stopping), name="bus"),
+            asyncio.create_task(bus.run(bot.handle, self.stopping, bot.handle_many), name="bus"),
             asyncio.create_task(timers.run(self.stopping), name="timers"),
             asyncio.create_task(outbox.run(self.stopping), name="chat-outbox"),
             asyncio.create_task(effects.run(self.stopping), name="cloud-effects"),

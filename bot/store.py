@@ -5,7 +5,9 @@ asks a pure decider what to change, and hands the new record, the state and inst
 the dedup key and the outbox to one server-side script. The script runs atomically: it checks that the job is
 still exactly what the decider saw and that the dedup key is still unseen, then writes all of it, or none of it
 when either check fails; then the transition decides again on what is stored now (optimistic concurrency, as
-WATCH/MULTI/EXEC would do it, in two round trips instead of four).
+WATCH/MULTI/EXEC would do it, in two round trips instead of four). :meth:`JobStore.apply_many` does the same for
+a run of inputs of one job (the bus hands over a job's lane a batch at a time): one read, each input decided on
+the job the one before left, one script writing every input's history, outbox and dedup key with the last job.
 
 The outbox is not published anywhere first: each message goes straight to the queue its executor reads (chat
 notes to the chat stream, cloud effects to the cloud stream, timers to the timer set; see :mod:`bot.queues`),
@@ -13,8 +15,8 @@ in that same script, so a change and what must follow from it are written togeth
 executor finishes an effect the same way (:meth:`JobStore.finish_effect`): the record that it was done and its
 follow-up (``Launched``, a note) in one step.
 
-The same script keeps the indexes ``list`` and retention read (creation, per channel, ended) and, for a create
-with a cap, counts the active jobs before it writes, so the cap is checked and taken in one step.
+The scripts keep the indexes ``list`` and retention read (creation, per channel, ended); the create script, given
+a cap, counts the active jobs before it writes, so the cap is checked and taken in one step.
 :meth:`JobStore.sweep` deletes ended jobs past their retention (:mod:`bot.retention`).
 
 Every key is named in :mod:`bot.keys`. Commands of concurrent handlers share round trips (:mod:`bot.batch`).
@@ -65,56 +67,78 @@ local function route(opts, base, first)
 end
 """
 
-# The atomic write of a transition (or of a new job). It checks before it writes anything, so it either writes
-# all or nothing. Returns 1 when written, 0 when the job is not as the caller read it (changed, deleted, or, for
-# a create, present), -1 when the dedup key was seen meanwhile, -2 when a create finds the active jobs at the cap.
-# KEYS: 1 job, 2 dedup (the job's key when there is none), 3 old state set, 4 new state set, 5 instances,
-#   6 history, 7-10 the queues (see _ROUTE), 11 the creation index, 12 the job's channel index, 13 the ended
-#   index, 14… the active states' sets (counted against the cap).
-# ARGV: 1 the options, JSON: create (the job must be absent; else it must equal ARGV[2]), dedup (check and set
-#   KEYS[2]), write (the job and its outbox; else only the dedup key), leave_old (take the id out of KEYS[3]),
-#   job_id, dedup_ttl, instances (ids to map to the job), routes and dues (see _ROUTE), created (its score in the
-#   indexes), channel (whether KEYS[12] is the job's), ended (the score of a job in a final state, else false),
-#   cap (the most active jobs a create may join, or false), active (how many active sets follow);
-#   2 the job as read, 3 the new job, 4 the history entry, 5… the outbox payloads.
-_WRITE = (
+# The atomic write of a new job. It checks before it writes anything, so it either writes all or nothing. Returns 1
+# when written, 0 when the job is present already, -2 when the active jobs are at the cap.
+# KEYS: 1 job, 2 its state set, 3 instances, 4 history, 5-8 the queues (see _ROUTE), 9 the creation index, 10 the
+#   job's channel index, 11 the ended index, 12… the active states' sets (counted against the cap).
+# ARGV: 1 the options, JSON: job_id, instances (ids to map to the job), routes and dues (see _ROUTE), created (its
+#   score in the indexes), channel (whether KEYS[10] is the job's), ended (the score of a job in a final state,
+#   else false), cap (the most active jobs a create may join, or false), active (how many active sets follow);
+#   2 the new job, 3 the history entry, 4… the outbox payloads.
+_CREATE = (
     _ROUTE
     + f"""
 local opts = cjson.decode(ARGV[1])
-if opts.dedup and redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
-local current = redis.call('GET', KEYS[1])
-if opts.create then
-  if current then return 0 end
-  if opts.cap then
-    local active = 0
-    for i = 14, 13 + opts.active do active = active + redis.call('SCARD', KEYS[i]) end
-    if active >= opts.cap then return -2 end
-  end
-elseif current ~= ARGV[2] then
-  return 0
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if opts.cap then
+  local active = 0
+  for i = 12, 11 + opts.active do active = active + redis.call('SCARD', KEYS[i]) end
+  if active >= opts.cap then return -2 end
 end
-if opts.write then
-  redis.call('SET', KEYS[1], ARGV[3])
-  if opts.leave_old then redis.call('SREM', KEYS[3], opts.job_id) end
-  redis.call('SADD', KEYS[4], opts.job_id)
-  for _, instance in ipairs(opts.instances) do redis.call('HSET', KEYS[5], instance, opts.job_id) end
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', '{HISTORY_MAXLEN}', '*', '{HISTORY_FIELD}', ARGV[4])
-  route(opts, 6, 5)
-  if opts.create then
-    redis.call('ZADD', KEYS[11], opts.created, opts.job_id)
-    if opts.channel then redis.call('ZADD', KEYS[12], opts.created, opts.job_id) end
-  end
-  if opts.ended then
-    redis.call('ZADD', KEYS[13], 'NX', opts.ended, opts.job_id)
-  else
-    redis.call('ZREM', KEYS[13], opts.job_id)
-  end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SADD', KEYS[2], opts.job_id)
+for _, instance in ipairs(opts.instances) do redis.call('HSET', KEYS[3], instance, opts.job_id) end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', '{HISTORY_MAXLEN}', '*', '{HISTORY_FIELD}', ARGV[3])
+route(opts, 4, 4)
+redis.call('ZADD', KEYS[9], opts.created, opts.job_id)
+if opts.channel then redis.call('ZADD', KEYS[10], opts.created, opts.job_id) end
+if opts.ended then
+  redis.call('ZADD', KEYS[11], 'NX', opts.ended, opts.job_id)
+else
+  redis.call('ZREM', KEYS[11], opts.job_id)
 end
-if opts.dedup then redis.call('SET', KEYS[2], opts.job_id, 'EX', opts.dedup_ttl) end
 return 1
 """
 )
-_WRITTEN, _CONFLICT, _DUPLICATE, _FULL = 1, 0, -1, -2
+_WRITTEN, _FULL = 1, -2  # the scripts' answers (0: the job is not as read; -1: an input was seen meanwhile)
+
+# The atomic write of a run of transitions of one job (one or more inputs decided one after the other on the job
+# as read): each input's dedup key, history entry and outbox, and the job as the last one left it. Checked before
+# anything is written, so it writes all or nothing: 1 when written, 0 when the job is not as the caller read it
+# (changed or deleted), -1 when one of the dedup keys was seen meanwhile.
+# KEYS: 1 job, 2 old state set, 3 new state set, 4 instances, 5 history, 6-9 the queues (see _ROUTE), 10 the ended
+#   index, 11… the dedup keys (one per input that has one).
+# ARGV: 1 the options, JSON: write (the job, its history and outbox; else only the dedup keys), job_id, dedup_ttl,
+#   instances (ids to map to the job), routes and dues (see _ROUTE), ended (the score of a job in a final state,
+#   else false), histories (how many history entries follow); 2 the job as read, 3 the new job,
+#   4… the history entries, then the outbox payloads.
+_APPLY = (
+    _ROUTE
+    + f"""
+local opts = cjson.decode(ARGV[1])
+for i = 11, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return -1 end
+end
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
+if opts.write then
+  redis.call('SET', KEYS[1], ARGV[3])
+  redis.call('SREM', KEYS[2], opts.job_id)
+  redis.call('SADD', KEYS[3], opts.job_id)
+  for _, instance in ipairs(opts.instances) do redis.call('HSET', KEYS[4], instance, opts.job_id) end
+  for i = 4, 3 + opts.histories do
+    redis.call('XADD', KEYS[5], 'MAXLEN', '~', '{HISTORY_MAXLEN}', '*', '{HISTORY_FIELD}', ARGV[i])
+  end
+  route(opts, 5, 4 + opts.histories)
+  if opts.ended then
+    redis.call('ZADD', KEYS[10], 'NX', opts.ended, opts.job_id)
+  else
+    redis.call('ZREM', KEYS[10], opts.job_id)
+  end
+end
+for i = 11, #KEYS do redis.call('SET', KEYS[i], opts.job_id, 'EX', opts.dedup_ttl) end
+return 1
+"""
+)
 
 # An effect carried out: its record and its follow-up messages, once. Returns false when it was recorded
 # already (then nothing is written), else 1.
@@ -201,7 +225,8 @@ class JobStore:
         self.keys = keys or (Keys(prefix) if prefix is not None else DEFAULT_KEYS)
         self.max_retries = max_retries
         self._batch = Batcher(redis)
-        self._write = redis.register_script(_WRITE)
+        self._create = redis.register_script(_CREATE)
+        self._apply = redis.register_script(_APPLY)
         self._finish = redis.register_script(_FINISH)
         self._send = redis.register_script(_SEND)
         self._sweep = redis.register_script(_SWEEP)
@@ -221,7 +246,30 @@ class JobStore:
 
         ``cap``: the most jobs that may be active (``ACTIVE_STATES``) with this one; the count and the write are
         one step, so concurrent starts never pass it together. Past it: :class:`JobCapReached`, nothing written."""
-        written = await self._write_job(None, None, job, history, list(outbox), None, 0, cap=cap)
+        keys = [
+            self.keys.job(job.id),
+            self.keys.state(job.state),
+            self.keys.instances,
+            self.keys.history(job.id),
+            *self._queues,
+            self.keys.created,
+            self._channel_index(job),
+            self.keys.ended,
+            *(self._active_sets if cap is not None else ()),  # counted only by a create with a cap
+        ]
+        routes, payloads = _routed(outbox, _platform(job))
+        options = {
+            "job_id": job.id,
+            "instances": job.instance_ids,
+            "created": job.created_at.timestamp(),
+            "channel": job.chat is not None,
+            "ended": job.updated_at.timestamp() if job.state in TERMINAL_STATES else False,
+            "cap": cap if cap is not None else False,
+            "active": len(ACTIVE_ORDER) if cap is not None else 0,
+            **routes,
+        }
+        args = [_json(options), job.model_dump_json(), _json(dict(history)), *payloads]
+        written = int(await self._batch.script(self._create, keys, args))
         if written == _FULL:
             assert cap is not None
             raise JobCapReached(cap)
@@ -239,89 +287,85 @@ class JobStore:
         ``decide`` must be pure: it runs again when another writer changed the job in between. It returns
         ``None`` for "nothing to change"; the dedup key is still recorded so a redelivery costs one read.
         """
+        (applied,) = await self.apply_many(job_id, [(decide, dedup_key)], dedup_ttl)
+        return applied
+
+    async def apply_many(
+        self, job_id: str, steps: Sequence[tuple[Decider, str | None]], dedup_ttl: int = DEDUP_TTL
+    ) -> list[Applied]:
+        """:meth:`apply` for several inputs of one job in one read and one write: each decider in turn, on the job
+        as the one before left it; each input skipped when its dedup key was seen (or came earlier in ``steps``).
+
+        The whole run is one atomic write (every input's history, outbox and dedup key, and the job as the last
+        left it), so each input is still fenced, deduplicated and applied exactly once, and a crash anywhere
+        leaves either all of them or none. One :class:`Applied` per step, in order.
+        """
         job_key = self.keys.job(job_id)
-        dedup = self.keys.dedup(dedup_key) if dedup_key is not None else None
+        dedups = [self.keys.dedup(key) if key is not None else None for _decide, key in steps]
+        wanted = [key for key in dedups if key is not None]
         for attempt in range(self.max_retries):
-            if dedup is None:
-                raw = await self._batch.execute("GET", job_key)
-            else:
-                seen, raw = await self._batch.execute("MGET", dedup, job_key)
-                if seen is not None:
-                    return Applied(duplicate=True)
+            *seen_list, raw = await self._batch.execute("MGET", *wanted, job_key)
+            seen = {key for key, value in zip(wanted, seen_list, strict=True) if value is not None}
             if raw is None:
-                return Applied(missing=True)
+                return [Applied(duplicate=True) if key in seen else Applied(missing=True) for key in dedups]
             current = Job.model_validate_json(raw)
-            change = decide(current)
-            if change is None:
-                if dedup is None:
-                    return Applied(job=current)
-                written = await self._write_job(raw, current, current, {}, [], dedup, dedup_ttl, write=False)
-                if written == _WRITTEN:
-                    return Applied(job=current)
-            else:
+            job = current
+            results: list[Applied] = []
+            recorded: list[str] = []  # the dedup keys this write sets
+            changes: list[Change] = []
+            for (decide, _key), dedup in zip(steps, dedups, strict=True):
+                if dedup is not None and (dedup in seen or dedup in recorded):
+                    results.append(Applied(duplicate=True))
+                    continue
+                change = decide(job)
+                if dedup is not None:
+                    recorded.append(dedup)
+                if change is None:
+                    results.append(Applied(job=job))
+                    continue
                 if change.job.id != job_id:
                     raise ValueError(f"decider for {job_id} returned job {change.job.id}")
-                new_job = change.job.model_copy(update={"version": current.version + 1})
-                written = await self._write_job(raw, current, new_job, change.history, change.outbox, dedup, dedup_ttl)
-                if written == _WRITTEN:
-                    return Applied(job=new_job, change=replace(change, job=new_job))
-            if written == _DUPLICATE:
-                return Applied(duplicate=True)
-            await _backoff(attempt)  # another writer changed the job since it was read: decide again
+                job = change.job.model_copy(update={"version": job.version + 1})
+                changes.append(replace(change, job=job))
+                results.append(Applied(job=job, change=changes[-1]))
+            if not recorded and not changes:
+                return results
+            written = await self._write_changes(raw, current, changes, recorded, dedup_ttl)
+            if written == _WRITTEN:
+                return results
+            await _backoff(attempt)  # another writer changed the job (or saw an input) since it was read: again
         raise StoreConflict(f"could not apply a change to {job_id}: too many concurrent writers")
 
-    async def _write_job(
-        self,
-        raw: str | None,
-        old: Job | None,
-        new: Job,
-        history: Mapping[str, Any],
-        events: list[Message],
-        dedup: str | None,
-        dedup_ttl: int,
-        *,
-        write: bool = True,
-        cap: int | None = None,
+    async def _write_changes(
+        self, raw: str, old: Job, changes: Sequence[Change], dedups: Sequence[str], dedup_ttl: int
     ) -> int:
-        """Run the write script: the record, its indexes, one history entry, the outbox and the dedup key."""
+        """Run the apply script: the job as the last change left it, its indexes, one history entry and the outbox
+        of each change, and the dedup keys; only the dedup keys when nothing changed."""
+        new = changes[-1].job if changes else old
         keys = [
             self.keys.job(new.id),
-            dedup or self.keys.job(new.id),
-            self.keys.state(old.state if old is not None else new.state),
+            self.keys.state(old.state),
             self.keys.state(new.state),
             self.keys.instances,
             self.keys.history(new.id),
             *self._queues,
-            self.keys.created,
-            self._channel_index(new),
             self.keys.ended,
-            *(self._active_sets if cap is not None else ()),  # counted only by a create with a cap
+            *dedups,
         ]
-        routes, payloads = _routed(events, _platform(new)) if write else ({"routes": [], "dues": []}, [])
-        ended = new.state in TERMINAL_STATES
+        routes, payloads = _routed([message for change in changes for message in change.outbox], _platform(new))
+        instances = list(dict.fromkeys(instance for change in changes for instance in change.job.instance_ids))
         options = {
-            "create": old is None,
-            "dedup": dedup is not None,
-            "write": write,
-            "leave_old": old is not None,
+            "write": bool(changes),
             "job_id": new.id,
             "dedup_ttl": dedup_ttl,
-            "instances": new.instance_ids if write else [],
-            "created": new.created_at.timestamp(),
-            "channel": new.chat is not None,
-            "ended": new.updated_at.timestamp() if ended else False,
-            "cap": cap if cap is not None else False,
-            "active": len(ACTIVE_ORDER) if cap is not None else 0,
+            "instances": instances,
+            "ended": new.updated_at.timestamp() if new.state in TERMINAL_STATES else False,
+            "histories": len(changes),
             **routes,
         }
-        args = [
-            _json(options),
-            raw or "",
-            new.model_dump_json() if write else "",
-            _json(dict(history)) if write else "",
-            *payloads,
-        ]
-        return int(await self._batch.script(self._write, keys, args))
+        histories = [_json(dict(change.history)) for change in changes]
+        args = [_json(options), raw, new.model_dump_json() if changes else "", *histories, *payloads]
+        return int(await self._batch.script(self._apply, keys, args))
 
     async def finish_effect(
         self, effect_id: str, record: str, follow_ups: Iterable[Message] = (), platform: str = ""

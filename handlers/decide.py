@@ -906,8 +906,8 @@ def _update(
     state = next_state(job.state, trigger)
     if state is None:
         return _ignored(job, trigger, f"the job is {job.state}")
-    moved = job.model_copy(update=updates)
-    return _change(moved, state, now, history or {"event": trigger}, outbox)
+    moved = job.model_copy(update={**updates, "state": state, "updated_at": now})  # one copy: as _change, at once
+    return _make(moved, {**(history or {"event": trigger}), "state": state.value}, outbox)
 
 
 def _change(job: Job, state: JobState, now: datetime, history: dict[str, Any], outbox: Sequence[Message]) -> Change:

@@ -9,6 +9,8 @@ from typing import Any
 
 import boto3
 
+from handlers.messages import BusMessage, dump_message
+
 
 class RecordingBus:
     """``publish`` as the SQS source and SNS endpoint call it; ``fail_next`` makes the next calls raise."""
@@ -17,11 +19,11 @@ class RecordingBus:
         self.events: list[dict[str, Any]] = []
         self.fail_next = 0
 
-    async def publish(self, event: dict[str, Any]) -> str:
+    async def publish(self, event: BusMessage) -> str:
         if self.fail_next:
             self.fail_next -= 1
             raise ConnectionError("the bus is down")
-        self.events.append(event)
+        self.events.append(dump_message(event))  # as the bus stores it
         return f"{len(self.events)}-0"
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 
-from bot.bus import Handler, partition_key
+from bot.bus import BatchHandler, EventBus, Handler, partition_key
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,
@@ -230,3 +230,71 @@ async def test_cancelling_the_consumer_acknowledges_nothing_more(running: Runnin
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert bus.handled == 0 and await pending(bus) == 3
+
+
+def start_with_batches(
+    running: Running, bus: EventBus, handler: Handler, batch: BatchHandler
+) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """A consumer with a batch handler beside its one-at-a-time handler (stopped with the test's others)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(bus.run(handler, stop, batch))
+    running.tasks.append((stop, task))
+    return stop, task
+
+
+def name_of(event: dict[str, Any]) -> str:
+    return f"{event['report']['job_id']}/{event['n']}" if "report" in event else str(event["name"])
+
+
+async def test_a_lane_hands_what_waits_in_it_to_the_batch_handler_in_stream_order(running: Running) -> None:
+    bus = await running.bus("c1")
+    calls: list[list[str]] = []
+
+    async def alone(event: dict[str, Any]) -> None:
+        calls.append([name_of(event)])
+
+    async def together(events: Sequence[dict[str, Any]]) -> None:
+        calls.append([name_of(event) for event in events])
+
+    for n in range(1, 5):
+        await bus.publish(report("ft-a1", n))
+    for n in range(1, 4):
+        await bus.publish(report("ft-b2", n))
+    await bus.publish({"name": "barrier"})  # no key: what was read after it waits for it, in a batch of its own
+    await bus.publish(report("ft-a1", 5))
+    await bus.publish(report("ft-a1", 6))
+    await bus.publish(report("ft-c3", 1))
+    start_with_batches(running, bus, alone, together)
+    await wait_for(lambda: bus.handled == 11)
+
+    assert sorted(calls[:2]) == [["ft-a1/1", "ft-a1/2", "ft-a1/3", "ft-a1/4"], ["ft-b2/1", "ft-b2/2", "ft-b2/3"]]
+    assert calls[2] == ["barrier"]
+    assert sorted(calls[3:]) == [["ft-a1/5", "ft-a1/6"], ["ft-c3/1"]]  # a lane of one runs alone
+    assert (bus.failed, bus.parked, bus.latency.count) == (0, 0, 11)
+    assert await pending(bus) == 0
+
+
+async def test_a_batch_that_fails_runs_one_message_at_a_time(running: Running) -> None:
+    bus = await running.bus("c1", max_tries=2, claim_idle_ms=300)  # the failed one is retried soon
+    batches = 0
+    handled: list[str] = []
+
+    async def alone(event: dict[str, Any]) -> None:
+        if event["n"] == 2:
+            raise RuntimeError("poison")
+        handled.append(name_of(event))
+
+    async def together(events: Sequence[dict[str, Any]]) -> None:
+        nonlocal batches
+        batches += 1
+        raise RuntimeError("the batch fails")
+
+    for n in range(1, 4):
+        await bus.publish(report("ft-a1", n))
+    start_with_batches(running, bus, alone, together)
+    await wait_for(lambda: bus.handled == 2 and bus.parked == 1)
+
+    assert handled == ["ft-a1/1", "ft-a1/3"]  # each once, in order; the one that fails alone too is parked
+    assert batches == 1  # a retry of the poison message comes alone
+    assert [event["event"]["n"] for event in await bus.parked_events()] == [2]
+    assert await pending(bus) == 0

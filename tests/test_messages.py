@@ -10,7 +10,7 @@ from typing import Any, get_args
 
 import pytest
 
-from bot.queues import route
+from bot.queues import ChatEntry, route
 from handlers.messages import (
     MESSAGE_TYPES,
     BusMessage,
@@ -123,3 +123,17 @@ def test_a_launch_written_with_the_old_fallback_flag_still_parses_and_the_flag_i
     message = parse_message(old)
     assert isinstance(message, Launch) and (message.market, message.zone) == ("spot", None)
     assert "fallback" not in dump_message(message)
+
+
+@pytest.mark.parametrize("platform", ["slack", "", 'a "quoted" name'])
+def test_a_note_is_routed_to_the_chat_stream_as_a_chat_entry(platform: str) -> None:
+    """The chat entry's JSON is put together around the note's (no entry model built): it reads as the entry."""
+    note = Notify(job_id="ft-ab12", channel="alert", note=Rebalance())
+    routed = route(note, platform)
+    assert routed.destination == "chat"
+    assert ChatEntry.model_validate_json(routed.payload) == ChatEntry(
+        id=note.id, job_id="ft-ab12", platform=platform, note=note
+    )
+    assert json.loads(routed.payload) == ChatEntry(
+        id=note.id, job_id="ft-ab12", platform=platform, note=note
+    ).model_dump(mode="json")

@@ -517,3 +517,74 @@ def test_a_server_left_running_by_a_killed_owner_is_stopped_first(tmp_path: Path
     asyncio.run(take_over())
     old_cmdline = Path(f"/proc/{old_pid}/cmdline")
     assert not old_cmdline.exists() or old_cmdline.read_bytes() == b""  # gone (a zombie has no command line)
+
+
+async def test_a_run_of_inputs_is_decided_in_turn_and_written_together(store: JobStore) -> None:
+    job = new_job(chat=ChatRef(platform="slack", channel="C1"))
+    await store.create(job, {"type": "created"})
+    await store.apply(job.id, step_up, "ev-0")  # seen before the run: skipped in it
+    seen: list[tuple[int, int | None]] = []
+    notes = {n: notify(job.id, "card", "progress") for n in range(4)}
+
+    def step_with_note(n: int) -> Decider:
+        def decide(current: Job) -> Change:
+            seen.append((current.version, current.step))
+            return Change(step_up(current).job, {"type": "step", "n": n}, [notes[n]])
+
+        return decide
+
+    steps: list[tuple[Decider, str | None]] = [
+        (step_with_note(1), "ev-1"),
+        (step_with_note(0), "ev-0"),  # a redelivery of an input already applied
+        (lambda current: None, "ev-quiet"),  # nothing to change: only its dedup key is written
+        (step_with_note(2), "ev-2"),
+        (step_with_note(1), "ev-1"),  # the same input twice in one run: the second is a duplicate
+        (step_with_note(3), None),
+    ]
+    applied = await store.apply_many(job.id, steps)
+
+    assert seen == [(1, 1), (2, 2), (3, 3)]  # each decided on the job as the one before left it
+    assert [a.duplicate for a in applied] == [False, True, False, False, True, False]
+    assert [a.job.version if a.job else None for a in applied] == [2, None, 2, 3, None, 4]
+    assert applied[2].job is not None and not applied[2].changed
+    stored = await store.get(job.id)
+    assert stored is not None and (stored.version, stored.step) == (4, 4)
+    assert [h.get("n") for h in await store.history(job.id)] == [None, None, 1, 2, 3]
+    assert [entry["id"] for entry in await stream(store, store.keys.chat)] == [notes[n].id for n in (1, 2, 3)]
+    assert await store.redis.exists(*(store.keys.dedup(key) for key in ("ev-1", "ev-2", "ev-quiet"))) == 3
+    again = await store.apply_many(job.id, [(step_up, "ev-1"), (step_up, "ev-quiet"), (step_up, "ev-2")])
+    assert all(a.duplicate for a in again)
+    assert (await store.get(job.id)) == stored  # a redelivered run writes nothing
+
+
+async def test_a_run_whose_input_was_seen_meanwhile_is_decided_again_without_it(
+    store: JobStore, valkey_url: str
+) -> None:
+    job = new_job()
+    await store.create(job, {"type": "created"})
+    tries = 0
+
+    def first(current: Job) -> Change:
+        nonlocal tries
+        tries += 1
+        if tries == 1:  # another replica applies the second input while this one decides (blocking client)
+            with redis.Redis.from_url(valkey_url, decode_responses=True) as other:
+                other.set(store.keys.dedup("ev-b"), job.id)
+        return step_up(current)
+
+    applied = await store.apply_many(job.id, [(first, "ev-a"), (step_up, "ev-b")])
+
+    assert tries == 2  # the first try wrote nothing
+    assert [a.duplicate for a in applied] == [False, True]
+    stored = await store.get(job.id)
+    assert stored is not None and (stored.version, stored.step) == (1, 1)
+    assert [h["type"] for h in await store.history(job.id)] == ["created", "step"]
+
+
+async def test_a_run_for_a_missing_job_writes_nothing(store: JobStore) -> None:
+    await store.claim_once("ev-seen")  # what a redelivery of an input already applied finds
+
+    applied = await store.apply_many("ft-nope", [(step_up, "ev-1"), (step_up, None)])
+
+    assert applied == [Applied(missing=True), Applied(missing=True)]
+    assert await store.redis.exists(store.keys.dedup("ev-1")) == 0

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -82,6 +82,7 @@ class ChatOutbox:
         self.bus = EventBus(redis, stream=self.keys.chat, group="chat", consumer=consumer or default_consumer_name())
         self.delivered = 0
         self.dropped = 0
+        self.coalesced = 0  # card notes superseded by the next card note of their job before either was delivered
         self._stop = asyncio.Event()
 
     def metrics(self) -> dict[str, float]:
@@ -90,6 +91,7 @@ class ChatOutbox:
             "finetune_chat_delivered_total": float(self.delivered),
             "finetune_chat_dropped_total": float(self.dropped),
             "finetune_chat_card_edits_total": float(self.cards.edits),
+            "finetune_chat_cards_coalesced_total": float(self.coalesced),
         }
 
     # -- the chat port -------------------------------------------------------------------------------------
@@ -105,7 +107,17 @@ class ChatOutbox:
         """Deliver until ``stop`` is set; what is not delivered by then stays in the stream."""
         self._stop = stop
         await self.bus.ensure_group()
-        await asyncio.gather(self.bus.run(self.handle, stop), self.cards.run(stop))
+        await asyncio.gather(self.bus.run(self.handle, stop, self.handle_many), self.cards.run(stop))
+
+    async def handle_many(self, items: Sequence[dict[str, Any]]) -> None:
+        """Entries of one job's lane, in stream order: a card note followed right away by another card note of the
+        same job is superseded (a card shows the job as stored when it is drawn, so the later one shows all the
+        earlier would have); every other note is handled as :meth:`handle` does, in order."""
+        for item, after in zip(items, [*items[1:], None], strict=True):
+            if after is not None and _card_of(item) is not None and _card_of(item) == _card_of(after):
+                self.coalesced += 1
+                continue
+            await self.handle(item)
 
     async def handle(self, item: dict[str, Any]) -> None:
         try:
@@ -240,3 +252,11 @@ class ChatOutbox:
                 except TimeoutError:
                     continue
                 raise HandBack() from exc
+
+
+def _card_of(item: Mapping[str, Any]) -> str | None:
+    """The job whose card a chat outbox entry refreshes, if it is a card note (read from the entry as stored)."""
+    note = item.get("note")
+    if isinstance(note, Mapping) and note.get("channel") == "card" and isinstance(note.get("job_id"), str):
+        return str(note["job_id"])
+    return None

@@ -50,7 +50,7 @@ from bot.redis_server import connect
 from bot.replicas import Replicas
 from handlers.backoff import backoff
 from handlers.jobs import Market
-from handlers.messages import CloudEvent, dump_message
+from handlers.messages import CloudEvent
 from handlers.notes import InterruptTestResult
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from handlers.spec import JobSpec
@@ -244,7 +244,7 @@ class LocalInstance:
                 )
                 pipe.xadd(
                     self.keys.events,
-                    {EVENT_FIELD: encode_event(dump_message(event))[EVENT_FIELD]},
+                    {EVENT_FIELD: encode_event(event)[EVENT_FIELD]},
                     maxlen=STREAM_MAXLEN,
                     approximate=True,
                 )

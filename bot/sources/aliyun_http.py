@@ -26,14 +26,13 @@ import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
-from typing import Any
 
 from aiohttp import web
 
 from bot.log_limit import LimitedLog
 from handlers.aliyun_events import parse_cloudmonitor, parse_eventbridge, staleness
 from handlers.errors import UnrecognisedMessage
-from handlers.messages import CloudEvent, dump_message
+from handlers.messages import BusMessage, CloudEvent
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ EVENTBRIDGE_PATH = "/aliyun/eventbridge"
 TOKEN_HEADER = "X-Finetune-Token"
 MIN_TOKEN_LENGTH = 16
 
-Publish = Callable[[dict[str, Any]], Awaitable[str]]
+Publish = Callable[[BusMessage], Awaitable[str]]  # the bus encodes the message once, from the model
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Parser = Callable[[bytes, datetime], list[CloudEvent]]
 
@@ -110,7 +109,7 @@ def aliyun_routes(
                 return refuse(request, 403, stale)
             try:
                 for message in messages:
-                    await publish(dump_message(message))
+                    await publish(message)
             except Exception as exc:  # whatever stops the bus, the sender keeps the event and tries again
                 quiet.warning(
                     "unpublished",

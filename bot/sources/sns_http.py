@@ -37,7 +37,7 @@ from bot.sources.sns_signature import SignatureError, SnsVerifier, UrlFetcher, f
 from handlers import safe_json
 from handlers.aws_events import SNS_TYPES, parse_aws_message
 from handlers.errors import UnrecognisedMessage
-from handlers.messages import BusMessage, dump_message
+from handlers.messages import BusMessage
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ MESSAGE_TYPE_HEADER = "x-amz-sns-message-type"
 MAX_AGE = timedelta(hours=1)
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 
-Publish = Callable[[dict[str, Any]], Awaitable[str]]
+Publish = Callable[[BusMessage], Awaitable[str]]  # the bus encodes the message once, from the model
 Parse = Callable[[bytes], Sequence[BusMessage]]
 
 
@@ -159,7 +159,7 @@ async def _publish(
         return web.json_response({"error": "unrecognised message", "reason": exc.reason}, status=400)
     try:
         for bus_message in bus_messages:
-            await publish(dump_message(bus_message))
+            await publish(bus_message)
     except Exception as exc:  # whatever stops the bus, SNS keeps the message and tries again
         quiet.warning(
             "unpublished",

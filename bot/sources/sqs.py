@@ -39,14 +39,14 @@ from bot.report_gate import ReportRefused
 from handlers.aws_events import parse_aws_message
 from handlers.backoff import backoff
 from handlers.errors import UnrecognisedMessage
-from handlers.messages import BusMessage, dump_message
+from handlers.messages import BusMessage
 
 log = logging.getLogger(__name__)
 
 MAX_WAIT_SECONDS = 20  # the longest long poll SQS allows
 MAX_MESSAGES = 10  # the largest batch SQS returns
 
-Publish = Callable[[dict[str, Any]], Awaitable[str]]
+Publish = Callable[[BusMessage], Awaitable[str]]  # the bus encodes the message once, from the model
 Parse = Callable[[str, Mapping[str, str]], Sequence[BusMessage]]
 ClientFactory = Callable[[], AbstractAsyncContextManager[Any]]
 
@@ -166,7 +166,7 @@ class SqsSource:
             return
         for bus_message in bus_messages:
             try:
-                await self._publish(dump_message(bus_message))
+                await self._publish(bus_message)
             except StoreUnavailable as exc:  # an outage, not a bug: one line, and SQS keeps the message
                 self.stats.publish_failures += 1
                 log.warning(
