@@ -66,6 +66,11 @@ async def parts(redis_client: aioredis.Redis, key_prefix: str) -> AsyncIterator[
         yield Parts(dingtalk, session, JobStore(redis_client, prefix=key_prefix))
 
 
+# One creation time for every copy of a job the tests build: a card's id is derived from it, so two copies made either
+# side of a second boundary would otherwise be two cards.
+CREATED = utcnow()
+
+
 def running_job(channel: str = GROUP, version: int = 1, step: int | None = None, job_id: str = "ft-ab12") -> Job:
     attempt = Attempt(number=1, instance_id="i-bp1abc", instance_type="ecs.gn7i-c8g1.2xlarge", zone="cn-hangzhou-h")
     return Job(
@@ -78,6 +83,7 @@ def running_job(channel: str = GROUP, version: int = 1, step: int | None = None,
         step=step,
         total_steps=100,
         version=version,
+        created_at=CREATED,
     )
 
 
