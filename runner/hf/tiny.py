@@ -17,8 +17,9 @@ a free port): it starts N ranks of this same module, which train the same model 
 step (``runner.stop_request``); this process needs no signal.
 
 On a node of a gang (the runner sets ``NNODES`` > 1, ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) it is torchrun
-with a static multi-node rendezvous instead (``--nnodes --node-rank --master-addr --master-port``, also with one
-process per node): every node's ranks join one world. ``FINETUNE_COLLECTIVE_TIMEOUT_SECONDS`` (set by the runner)
+with a static multi-node rendezvous instead (``--nnodes --node-rank --master-addr --master-port``): every node's
+ranks join one world. With one process per node this process is the node's rank itself (``RANK`` = ``NODE_RANK``,
+``env://``), as torchrun would make it, without a launcher. ``FINETUNE_COLLECTIVE_TIMEOUT_SECONDS`` (set by the runner)
 bounds every collective (``ddp_timeout``), so the ranks of a node whose peer was lost fail within it instead of
 waiting 30 minutes.
 
@@ -260,12 +261,28 @@ def launch_ranks(nproc: int, argv: Sequence[str]) -> int:
     return 0
 
 
+def join_world_alone(nodes: int) -> int:
+    """One process per node: this process is the node's rank, in the static world ``MASTER_ADDR``/``MASTER_PORT``
+    names (``env://``, what torchrun would set up for it, without a launcher's process and its exit barrier)."""
+    os.environ.update(
+        RANK=os.environ["NODE_RANK"],
+        WORLD_SIZE=str(nodes),
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+        GROUP_RANK=os.environ["NODE_RANK"],
+    )
+    return nodes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     nodes = int(os.environ.get("NNODES", "1") or "1")
-    if (args.processes > 1 or nodes > 1) and "LOCAL_RANK" not in os.environ:
-        return launch_ranks(args.processes, sys.argv[1:] if argv is None else argv)
+    if "LOCAL_RANK" not in os.environ:
+        if args.processes > 1:
+            return launch_ranks(args.processes, sys.argv[1:] if argv is None else argv)
+        if nodes > 1:  # one rank on this node: it is the node's only process, no launcher needed
+            world_size = join_world_alone(nodes)
     code = train(args, world_size)
     leave_process_group()  # only after a clean run: a rank that raised leaves the cleanup to torchrun
     return code
