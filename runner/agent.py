@@ -289,7 +289,9 @@ class Runner:
         newest = newest_complete(self.output_dir, trainer_exited_cleanly=cause == "stopped" and not trainer.killed)
         await self._sync_newest("notice" if cause == "stopped" else "periodic", newest)
         own = self.sync.committed_step
-        step = await self._newest_marked(own, self.options.gang_wait_seconds)
+        # After a stop every node saves the same step, so its marker comes; a lost peer's part never will.
+        wait = self.options.gang_wait_seconds if cause == "stopped" else 0.0
+        step = await self._newest_marked(own, wait)
         self.reporter.emit(Standby(**self.ids, step=step, cause=cause, exit_code=exit_code))
         log.warning("standing by for the gang's next generation (checkpoint-%s complete)", step)
         background = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -191,4 +192,50 @@ async def test_a_notice_on_node_1_stops_both_at_one_step_and_a_replacement_resum
     assert completed["step"] == 16
     final = s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}output/{ADAPTER}")["Body"].read()
     assert same_tensors(final, two_node_reference)
+    assert final == two_node_reference
+
+
+async def test_a_node_lost_without_a_notice_leaves_the_other_standing_by_at_the_last_complete_checkpoint(
+    tmp_path: Path, aws: str, s3: Any, imds_for: Any, two_node_reference: bytes
+) -> None:
+    node0, node1, spare = [await imds_for(name) for name in ("i-0node0", "i-0node1", "i-0node1b")]
+    reports0, reports2 = tmp_path / "reports-n0.jsonl", tmp_path / "reports-n1b.jsonl"
+    first_port, second_port = free_port(), free_port()
+    env = {"AWS_ENDPOINT_URL": aws, "FINETUNE_COLLECTIVE_TIMEOUT_SECONDS": "30"}
+    runner0 = await start_runner(
+        node_spec(tmp_path / "n0.json", reports0, gang(0, 1, first_port)),
+        tmp_path / "n0",
+        runner_env(**env, AWS_EC2_METADATA_SERVICE_ENDPOINT=node0.endpoint),
+    )
+    runner1 = await start_runner(
+        node_spec(tmp_path / "n1.json", tmp_path / "reports-n1.jsonl", gang(1, 1, first_port)),
+        tmp_path / "n1",
+        runner_env(**env, AWS_EC2_METADATA_SERVICE_ENDPOINT=node1.endpoint),
+        new_session=True,
+    )
+    await wait_for_report(reports0, lambda r: r["type"] == "checkpoint_saved", timeout=400)
+    os.killpg(runner1.pid, signal.SIGKILL)  # the instance is gone: no notice, nothing runs after
+    await runner1.wait()
+
+    standby = await wait_for_report(reports0, lambda r: r["type"] == "standby", timeout=300)
+    assert standby["cause"] == "trainer-exited" and standby["exit_code"] != 0  # its collective failed
+    marked = sorted(int(key.split("/")[0].split("-")[1]) for key in keys(s3) if key.endswith("/GANG.json"))
+    assert standby["step"] == marked[-1] >= 5  # the newest checkpoint every part of which is committed
+    assert runner0.returncode is None
+
+    s3.put_object(
+        Bucket=BUCKET,
+        Key=PREFIX + node_control_key(1, 1, 0),
+        Body=dump_control(RegroupControl(gang=gang(0, 2, second_port))),
+    )
+    runner2 = await start_runner(
+        node_spec(tmp_path / "n1b.json", reports2, gang(1, 2, second_port), step_seconds="0"),
+        tmp_path / "n1b",
+        runner_env(**env, AWS_EC2_METADATA_SERVICE_ENDPOINT=spare.endpoint),
+    )
+    assert await asyncio.wait_for(runner2.wait(), 400) == 0
+    assert await asyncio.wait_for(runner0.wait(), 120) == 0
+    [replacement] = of_type(read_reports(reports2), "started")
+    assert replacement["resumed_from_step"] == standby["step"]
+    final = s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}output/{ADAPTER}")["Body"].read()
     assert final == two_node_reference
