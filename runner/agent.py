@@ -248,40 +248,22 @@ class Runner:
         report the checkpoint; given up once a newer step is marked (storage trouble is retried)."""
         checkpoints = self.checkpoints
         assert isinstance(checkpoints, GangCheckpointStore)
-        poll = min(max(self.options.sync_seconds, 0.1), 1.0)
-        while True:
-            try:
-                marker = await checkpoints.mark_if_complete(committed.step)
-            except StorageError as exc:
-                log.warning("cannot look at the parts of checkpoint-%d yet: %s", committed.step, exc)
-                marker = None
-            if marker is not None:
-                self._report_commit(Committed(committed.step, committed.uri, marker.bytes, committed.seconds), reason)
-                for older, task in list(self._marking.items()):
-                    if older < committed.step:
-                        task.cancel()
-                return
-            await asyncio.sleep(poll)
+        marker = await checkpoints.mark_when_complete(committed.step, self._gang_poll_seconds)
+        self._report_commit(Committed(committed.step, committed.uri, marker.bytes, committed.seconds), reason)
+        for older, task in list(self._marking.items()):
+            if older < committed.step:
+                task.cancel()
+
+    @property
+    def _gang_poll_seconds(self) -> float:
+        return min(max(self.options.sync_seconds, 0.1), 1.0)
 
     async def _newest_marked(self, at_least: int | None, wait: float) -> int | None:
         """The newest step every node's part of which is committed; waits up to ``wait`` seconds for ``at_least``
         (this node's own newest part) to be marked, by node 0's runner (which may be this one)."""
         checkpoints = self.checkpoints
         assert isinstance(checkpoints, GangCheckpointStore)
-        deadline = time.monotonic() + wait
-        poll = min(max(self.options.sync_seconds, 0.1), 1.0)
-        while at_least is not None and time.monotonic() < deadline:
-            with contextlib.suppress(StorageError):
-                if await checkpoints.marker(at_least) is not None:
-                    return at_least
-            await asyncio.sleep(poll)
-        try:
-            for step in await checkpoints.stored_steps():
-                if await checkpoints.marker(step) is not None:
-                    return step
-        except StorageError as exc:
-            log.warning("cannot list the gang's checkpoints: %s", exc)
-        return None
+        return await checkpoints.newest_marked(at_least, wait, self._gang_poll_seconds)
 
     async def _stand_by(self, cause: StandbyCause, exit_code: int | None, trainer: TrainerProcess) -> int | Regrouped:
         """A gang node whose instance got no notice and whose trainer ended: commit its part, say so, and wait

@@ -17,6 +17,8 @@ is skipped with a reason, as an uncommitted checkpoint is.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -27,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from handlers.reports import SkippedCheckpoint
 from runner.checkpoints import CheckpointInvalid, CheckpointStore, Restored
 from runner.manifest import MANIFEST_NAME, ManifestFile
-from runner.storage.base import ObjectStore
+from runner.storage.base import ObjectStore, StorageError
 from runner.upload import RateMeter
 
 log = logging.getLogger(__name__)
@@ -105,6 +107,36 @@ class GangCheckpointStore(CheckpointStore):
         await self.store.put_bytes(f"checkpoint-{step}/{GANG_MARKER}", marker.model_dump_json(indent=1).encode())
         log.info("checkpoint-%d: every node's part is committed (%s)", step, GANG_MARKER)
         return marker
+
+    async def mark_when_complete(self, step: int, poll_seconds: float) -> GangMarker:
+        """Node 0: look for every node's part of ``step`` until all are there, then write the marker (storage
+        trouble is retried; the caller cancels it once a newer step is marked or the attempt ends)."""
+        while True:
+            try:
+                marker = await self.mark_if_complete(step)
+            except StorageError as exc:
+                log.warning("cannot look at the parts of checkpoint-%d yet: %s", step, exc)
+                marker = None
+            if marker is not None:
+                return marker
+            await asyncio.sleep(poll_seconds)
+
+    async def newest_marked(self, at_least: int | None, wait: float, poll_seconds: float) -> int | None:
+        """The newest step with its marker; first waits up to ``wait`` seconds for ``at_least`` (this node's own
+        newest part) to be marked by node 0's runner. None: no complete checkpoint (or the store unreachable)."""
+        deadline = time.monotonic() + wait
+        while at_least is not None and time.monotonic() < deadline:
+            with contextlib.suppress(StorageError):
+                if await self.marker(at_least) is not None:
+                    return at_least
+            await asyncio.sleep(poll_seconds)
+        try:
+            for step in await self.stored_steps():
+                if await self.marker(step) is not None:
+                    return step
+        except StorageError as exc:
+            log.warning("cannot list the gang's checkpoints: %s", exc)
+        return None
 
     async def restore(self, output_dir: Path, reuse: bool = False) -> Restored:
         """The newest complete gang checkpoint, every part of it, into ``output_dir/checkpoint-<step>``.

@@ -4,6 +4,7 @@ never takes a checkpoint with a part missing, without its marker or saved by ano
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
@@ -140,3 +141,15 @@ async def test_only_node_0_prunes_and_the_marker_goes_first(store: ObjectStore, 
     assert await node(store, 0).prune(keep=2) == [5]
     assert [info.key for info in await store.list_objects("checkpoint-5/")] == []
     assert await store.get_bytes(f"checkpoint-10/{GANG_MARKER}") is not None
+
+
+async def test_node_0_marks_a_step_once_the_last_part_lands(store: ObjectStore, tmp_path: Path) -> None:
+    await commit_parts(store, tmp_path / "local", 5)
+    await node(store, 0).mark_if_complete(5)
+    await commit_parts(store, tmp_path / "local", 10, ranks=(0,))
+    assert await node(store, 1).newest_marked(10, wait=0.0, poll_seconds=0.05) == 5  # 10 lacks node 1's part
+    marking = asyncio.create_task(node(store, 0).mark_when_complete(10, poll_seconds=0.05))
+    await commit_parts(store, tmp_path / "local", 10, ranks=(1,))
+    marker = await asyncio.wait_for(marking, 30)
+    assert marker.step == 10 and marker.bytes > 0
+    assert await node(store, 1).newest_marked(10, wait=30.0, poll_seconds=0.05) == 10
