@@ -80,6 +80,7 @@ from handlers.reports import (
     Notice,
     Progress,
     RunnerReport,
+    Standby,
     Started,
 )
 from handlers.restart import first_step
@@ -335,7 +336,21 @@ def _report(
         trigger: Trigger = "failed" if job.attempt == 1 else "resume-failed"
         # An older runner sends only the English sentence: it is kept, and shown, as it is.
         return _failure(job, trigger, report.failure or report.reason, now, [], limits, spot, **detail)
+    if isinstance(report, Standby):
+        return Change(job, _standby_history(report))
     return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
+
+
+def _standby_history(report: Standby) -> dict[str, Any]:
+    """A gang node waits for the next generation: recorded in the job's history (acting on it is the gang's own
+    decision: regroup, or move the whole gang)."""
+    return {
+        "event": "standby",
+        "node_rank": report.node_rank,
+        "generation": report.generation,
+        "step": report.step,
+        "cause": report.cause,
+    }
 
 
 def _fenced(job: Job, report: RunnerReport, now: datetime) -> Change:

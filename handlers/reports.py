@@ -72,6 +72,9 @@ class _Report(BaseModel):
     job_id: str = Field(pattern=JOB_ID_PATTERN)
     attempt: int = Field(ge=1)
     time: datetime = Field(default_factory=utcnow)
+    # A node of a gang (spec.gang): which node says it, in which generation of the world. None: a one-node job.
+    node_rank: int | None = Field(default=None, ge=0, le=63)
+    generation: int | None = Field(default=None, ge=1)
 
 
 SkipKind = Literal["no-manifest", "bad-manifest", "missing", "partial", "checksum"]
@@ -236,6 +239,21 @@ class RunnerWarning(_Report):
     message: Text
 
 
+StandbyCause = Literal["stopped", "trainer-exited"]
+
+
+class Standby(_Report):
+    """A gang node whose own instance got no notice and whose trainer ended (the gang stopped at a committed step,
+    or a peer was lost: a collective failed or timed out) keeps its instance and waits for the bot's regroup (the
+    next generation) or stop. ``step``: the newest checkpoint every node's part of which is committed (None: none
+    yet); ``cause``: why its trainer ended; ``exit_code``: the trainer's, when it failed."""
+
+    type: Literal["standby"] = "standby"
+    step: int | None = None
+    cause: StandbyCause
+    exit_code: int | None = None
+
+
 def _cap_failure(value: Any, wire: bool) -> Any:
     """``value`` (a Failure, or its dict from the wire) with every string value within :data:`TEXT_CHARS`."""
     if isinstance(value, Failure):
@@ -262,7 +280,7 @@ def _clip(item: Any) -> Any:
 
 
 RunnerReport = Annotated[
-    Started | Progress | CheckpointSaved | Notice | Interrupted | Completed | Failed | RunnerWarning,
+    Started | Progress | CheckpointSaved | Notice | Interrupted | Completed | Failed | RunnerWarning | Standby,
     Field(discriminator="type"),
 ]
 _REPORT_ADAPTER: TypeAdapter[RunnerReport] = TypeAdapter(RunnerReport)
@@ -275,6 +293,7 @@ REPORT_TYPES = (
     "completed",
     "failed",
     "warning",
+    "standby",
 )
 
 

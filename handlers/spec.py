@@ -7,6 +7,7 @@ refused with an error naming the field, and the runner starts nothing.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Literal
 from urllib.parse import urlparse
@@ -20,6 +21,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from handlers import old_spellings
@@ -42,8 +44,13 @@ RESERVED_ENV = frozenset(
         "FINETUNE_STOP_FILE",
         "FINETUNE_SWIFT_PLUGIN",
         "FINETUNE_PYTHON",
+        "FINETUNE_COLLECTIVE_TIMEOUT_SECONDS",
     }
 )
+# What the runner sets for a gang's trainer (torchrun's and ms-swift's names): the spec's gang, never its env.
+GANG_ENV = frozenset({"NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"})
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 
 
 class SpecError(ValueError):
@@ -107,6 +114,44 @@ Release = Annotated[
 ]
 
 
+def check_master_addr(value: str) -> str:
+    """An IP address or a host name: where the gang's world meets, without a scheme or a port."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if not _HOSTNAME.fullmatch(value) or value.replace(".", "").isdigit():
+        raise ValueError(f"{value!r} is neither an IP address nor a host name (no scheme, no port)")
+    return value
+
+
+class Gang(BaseModel):
+    """This node's place in a multi-node job: one torch.distributed world of ``nodes`` nodes per ``generation``.
+
+    The world is static per generation (``MASTER_ADDR``/``MASTER_PORT``, not a c10d rendezvous): torchrun and
+    ms-swift take it as it is, and the bot decides who is in it, generation by generation (an elastic rendezvous
+    would add nothing: torch's elastic agent restarts every worker on a change anyway).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    nodes: int = Field(ge=2, le=64)
+    node_rank: int = Field(ge=0)
+    generation: int = Field(ge=1)
+    master_addr: str = Field(min_length=1, max_length=253)
+    master_port: int = Field(ge=1024, le=65535)
+
+    @field_validator("master_addr")
+    @classmethod
+    def _master_addr(cls, value: str) -> str:
+        return check_master_addr(value)
+
+    @model_validator(mode="after")
+    def _rank_in_world(self) -> Gang:
+        if self.node_rank >= self.nodes:
+            raise ValueError(f"node_rank {self.node_rank} is not below nodes {self.nodes}")
+        return self
+
+
 class JobSpec(BaseModel):
     """One attempt of one job, as the runner on the instance sees it."""
 
@@ -129,6 +174,15 @@ class JobSpec(BaseModel):
     # object, which the runner role lets only that instance read (runner/reports/key_object.py). Elsewhere the key
     # comes in FINETUNE_REPORT_SECRET. Never the bot's master secret.
     report_key_from: str | None = Field(default=None, pattern=REPORT_KEY_PREFIX_PATTERN)
+    gang: Gang | None = None  # a multi-node job: this node's rank, the world's size and where it meets
+
+    @model_validator(mode="after")
+    def _gang_env_is_the_runners(self) -> JobSpec:
+        if self.gang is not None:
+            named = sorted(GANG_ENV & set(self.env))
+            if named:
+                raise ValueError(f"env sets {', '.join(named)}, which the runner sets from the spec's gang")
+        return self
 
     @field_validator("command", mode="before")
     @classmethod
@@ -191,6 +245,15 @@ def control_key(attempt: int) -> str:
     return f"control/attempt-{attempt}.json"
 
 
+def node_control_key(attempt: int, generation: int, node_rank: int) -> str:
+    """One gang node's own control object in one generation (a regroup, or a drill of that node alone).
+
+    Per generation and rank, because a regroup carries each node's next rank and ranks change between
+    generations: a key of an earlier generation is never read again, so nothing stale acts on a node.
+    """
+    return f"control/attempt-{attempt}/generation-{generation}/node-{node_rank}.json"
+
+
 class StopControl(BaseModel):
     """Checkpoint, commit, release the capacity, exit."""
 
@@ -206,22 +269,30 @@ class InterruptTestControl(BaseModel):
     deadline: AwareDatetime
 
 
+class RegroupControl(BaseModel):
+    """To a gang node standing by: restore the newest complete checkpoint and train in the next generation's world
+    (``gang``: this node's rank in it, the world's size and where it meets)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["regroup"] = "regroup"
+    gang: Gang
+
+
 def _control_upgraded(raw: object) -> object:
     """A control object an older bot wrote (``{"action": "drill", …}``), in today's shape."""
     raw = old_spellings.renamed_fields(raw, "control object", old_spellings.CONTROL_FIELDS)
     return old_spellings.renamed_value(raw, "control object", "type", old_spellings.CONTROL_TYPES)
 
 
-ControlRequest = Annotated[
-    StopControl | InterruptTestControl, Field(discriminator="type"), BeforeValidator(_control_upgraded)
-]
-_CONTROL: TypeAdapter[StopControl | InterruptTestControl] = TypeAdapter(ControlRequest)
+AnyControl = StopControl | InterruptTestControl | RegroupControl
+ControlRequest = Annotated[AnyControl, Field(discriminator="type"), BeforeValidator(_control_upgraded)]
+_CONTROL: TypeAdapter[AnyControl] = TypeAdapter(ControlRequest)
 
 
-def dump_control(request: StopControl | InterruptTestControl) -> bytes:
+def dump_control(request: AnyControl) -> bytes:
     return request.model_dump_json().encode()
 
 
-def parse_control(raw: bytes | str) -> StopControl | InterruptTestControl:
+def parse_control(raw: bytes | str) -> AnyControl:
     """The control object; ``ValueError`` (pydantic's, naming the field) when it is malformed or unknown."""
     return _CONTROL.validate_json(raw)

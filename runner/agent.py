@@ -37,18 +37,22 @@ from handlers.reports import (
     Interrupted,
     Progress,
     RunnerWarning,
+    Standby,
+    StandbyCause,
     Started,
 )
 from handlers.reports import Notice as NoticeReport
-from handlers.spec import JobSpec
-from runner.checkpoints import CheckpointStore, Committed
+from handlers.spec import Gang, JobSpec, node_control_key
+from runner.checkpoints import OUTPUT_PREFIX, CheckpointStore, Committed, Restored
+from runner.errors import ControlUnreadable
+from runner.gang_checkpoints import GangCheckpointStore
 from runner.local_checkpoints import LocalCheckpoint, newest_complete
 from runner.metadata_guard import METADATA_GUARD_ENV, GuardError, MetadataGuard, metadata_guard
 from runner.notice_commit import NoticeCommit, NoticeOutcome
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
 from runner.notices.base import NoticeSource
-from runner.notices.control import CONTROL_POLL_SECONDS, ControlObjectSource
+from runner.notices.control import CONTROL_POLL_SECONDS, ControlObjectSource, gang_control_keys, read_regroup
 from runner.notices.watch import watch_notices
 from runner.progress import ProgressTail
 from runner.release import release_capacity
@@ -89,6 +93,8 @@ class RunnerOptions:
     credentials_wait_seconds: float = 6 * 3600.0  # a finished job's output waits this long for a renewed session
     trainer: TrainerSetup = field(default_factory=TrainerSetup)  # as whom, with what of the runner's environment
     metadata_guard: MetadataGuard | None = None  # the rule that keeps the trainer's user from the metadata service
+    collective_timeout_seconds: float = 120.0  # a gang's trainer: how long a collective waits for a lost peer
+    gang_wait_seconds: float = 300.0  # a gang node stopping: how long it waits for every node's part of its step
 
     @classmethod
     def from_env(cls, work_dir: Path) -> RunnerOptions:
@@ -111,6 +117,8 @@ class RunnerOptions:
             credentials_wait_seconds=number("FINETUNE_CREDENTIALS_WAIT_SECONDS", 6 * 3600.0),
             trainer=TrainerSetup.from_env(os.environ, user),
             metadata_guard=metadata_guard(os.environ.get(METADATA_GUARD_ENV), user),
+            collective_timeout_seconds=number("FINETUNE_COLLECTIVE_TIMEOUT_SECONDS", 120.0),
+            gang_wait_seconds=number("FINETUNE_GANG_WAIT_SECONDS", 300.0),
         )
 
     def report_reserve(self, window: float) -> float:
@@ -126,6 +134,13 @@ def notice_source_for(spec: JobSpec) -> NoticeSource | None:
     if spec.notice == "aliyun":
         return AliyunMetadataSource()
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Regrouped:
+    """A gang node that stood by was given the next generation: train again from ``resume_from``."""
+
+    resume_from: Path | None
 
 
 class Runner:
@@ -145,21 +160,16 @@ class Runner:
         self.credentials = credentials
         self.options = options
         self.store = store or open_store(spec.checkpoint_uri)
-        self.checkpoints = CheckpointStore(self.store, spec.job_id, spec.attempt)
+        self.checkpoints = self._checkpoint_store()
         self.notice_source = notice_source if notice_source is not None else notice_source_for(spec)
         self.reporter = Reporter([open_target(target, report_key) for target in spec.report])
         self.files = TrainerFiles.under(options.work_dir)
         self.output_dir = self.files.output_dir
         self.progress = ProgressTail(self.files.progress_file)
         self.notices: asyncio.Queue[InstanceNotice] = asyncio.Queue()
-        self.sync = CheckpointSync(
-            self.checkpoints,
-            self.output_dir,
-            keep=spec.keep_checkpoints,
-            on_commit=self._report_commit,
-            on_trouble=self._report_storage_trouble,
-            settle_seconds=options.settle_seconds,
-        )
+        self.sync = self._checkpoint_sync()
+        self.control = ControlObjectSource(self.store, spec.attempt, self._control_keys())
+        self._marking: dict[int, asyncio.Task[None]] = {}  # gang node 0: steps waiting for every node's part
         self.instance_id: str | None = None
         self._exit_by: float | None = None  # after a notice: the deadline, which closing down must not pass
         self._last_progress_report = 0.0
@@ -172,15 +182,191 @@ class Runner:
 
     @property
     def ids(self) -> dict[str, str | int]:
-        return {"job_id": self.spec.job_id, "attempt": self.spec.attempt}
+        ids: dict[str, str | int] = {"job_id": self.spec.job_id, "attempt": self.spec.attempt}
+        if self.spec.gang is not None:
+            ids.update(node_rank=self.spec.gang.node_rank, generation=self.spec.gang.generation)
+        return ids
+
+    # -- a gang: parts, the marker, the world ----------------------------------------------------------------
+
+    def _checkpoint_store(self) -> CheckpointStore:
+        gang = self.spec.gang
+        if gang is None:
+            return CheckpointStore(self.store, self.spec.job_id, self.spec.attempt)
+        return GangCheckpointStore(
+            self.store,
+            self.spec.job_id,
+            self.spec.attempt,
+            nodes=gang.nodes,
+            node_rank=gang.node_rank,
+            generation=gang.generation,
+        )
+
+    def _checkpoint_sync(self) -> CheckpointSync:
+        return CheckpointSync(
+            self.checkpoints,
+            self.output_dir,
+            keep=self.spec.keep_checkpoints,
+            on_commit=self._report_commit if self.spec.gang is None else self._part_committed,
+            on_trouble=self._report_storage_trouble,
+            settle_seconds=self.options.settle_seconds,
+        )
+
+    def _control_keys(self) -> list[str] | None:
+        gang = self.spec.gang
+        return None if gang is None else gang_control_keys(self.spec.attempt, gang.generation, gang.node_rank)
+
+    def _trainer_env(self) -> dict[str, str]:
+        """The recipe's environment, and a gang's world in torchrun's and ms-swift's names."""
+        gang = self.spec.gang
+        if gang is None:
+            return dict(self.spec.env)
+        return {
+            **self.spec.env,
+            "NNODES": str(gang.nodes),
+            "NODE_RANK": str(gang.node_rank),
+            "MASTER_ADDR": gang.master_addr,
+            "MASTER_PORT": str(gang.master_port),
+            "FINETUNE_COLLECTIVE_TIMEOUT_SECONDS": str(int(self.options.collective_timeout_seconds)),
+        }
+
+    def _part_committed(self, committed: Committed, reason: SyncReason) -> None:
+        """This node's part of a checkpoint is committed. The checkpoint counts once every node's is: node 0's
+        runner writes the marker then and reports it; the other nodes only log theirs."""
+        log.info("committed node %d's part of checkpoint-%d", self._gang.node_rank, committed.step)
+        if self._gang.node_rank == 0 and committed.step not in self._marking:
+            task = asyncio.get_running_loop().create_task(self._mark_when_complete(committed, reason))
+            self._marking[committed.step] = task
+
+    @property
+    def _gang(self) -> Gang:
+        assert self.spec.gang is not None
+        return self.spec.gang
+
+    async def _mark_when_complete(self, committed: Committed, reason: SyncReason) -> None:
+        """Node 0: look for every node's part of ``committed.step`` until it is there, then write the marker and
+        report the checkpoint; given up once a newer step is marked (storage trouble is retried)."""
+        checkpoints = self.checkpoints
+        assert isinstance(checkpoints, GangCheckpointStore)
+        marker = await checkpoints.mark_when_complete(committed.step, self._gang_poll_seconds)
+        self._report_commit(Committed(committed.step, committed.uri, marker.bytes, committed.seconds), reason)
+        for older, task in list(self._marking.items()):
+            if older < committed.step:
+                task.cancel()
+
+    @property
+    def _gang_poll_seconds(self) -> float:
+        return min(max(self.options.sync_seconds, 0.1), 1.0)
+
+    async def _newest_marked(self, at_least: int | None, wait: float) -> int | None:
+        """The newest step every node's part of which is committed; waits up to ``wait`` seconds for ``at_least``
+        (this node's own newest part) to be marked, by node 0's runner (which may be this one)."""
+        checkpoints = self.checkpoints
+        assert isinstance(checkpoints, GangCheckpointStore)
+        return await checkpoints.newest_marked(at_least, wait, self._gang_poll_seconds)
+
+    async def _stand_by(self, cause: StandbyCause, exit_code: int | None, trainer: TrainerProcess) -> int | Regrouped:
+        """A gang node whose instance got no notice and whose trainer ended: commit its part, say so, and wait
+        for the bot's regroup (the next generation) or stop, keeping the instance (and its storage session)."""
+        newest = newest_complete(self.output_dir, trainer_exited_cleanly=cause == "stopped" and not trainer.killed)
+        await self._sync_newest("notice" if cause == "stopped" else "periodic", newest)
+        own = self.sync.committed_step
+        # After a stop every node saves the same step, so its marker comes; a lost peer's part never will.
+        wait = self.options.gang_wait_seconds if cause == "stopped" else 0.0
+        step = await self._newest_marked(own, wait)
+        self.reporter.emit(Standby(**self.ids, step=step, cause=cause, exit_code=exit_code))
+        log.warning("standing by for the gang's next generation (checkpoint-%s complete)", step)
+        background = []
+        if self.credentials is not None:
+            background.append(asyncio.create_task(self._watch_credentials(self.credentials), name="credentials"))
+        key = node_control_key(self.spec.attempt, self._gang.generation, self._gang.node_rank)
+        try:
+            while True:
+                try:
+                    regroup = await read_regroup(self.store, key)
+                except ControlUnreadable as exc:
+                    log.warning("%s", exc)
+                    regroup = None
+                if regroup is not None and regroup.gang.generation > self._gang.generation:
+                    return await self._regroup(regroup.gang)
+                with contextlib.suppress(TimeoutError):
+                    notice = await asyncio.wait_for(self.notices.get(), self.options.control_seconds)
+                    self.reporter.emit(
+                        NoticeReport(**self.ids, kind=notice.kind, source=notice.source, deadline=notice.deadline)
+                    )
+                    if notice.interrupts:  # a stop, or this instance is being taken too: nothing left to commit
+                        self.reporter.emit(
+                            Interrupted(
+                                **self.ids, reason=notice.kind, step=step, deadline=notice.deadline, reached_step=own
+                            )
+                        )
+                        await self.reporter.drain(timeout=10.0)
+                        return EXIT_INTERRUPTED
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+
+    async def _regroup(self, gang: Gang) -> Regrouped:
+        """Into the next generation: this node's new rank, its parts' new place, the newest complete checkpoint
+        (the local copy's files reused where they verify), reported as started again."""
+        log.info("regrouping: generation %d, node %d of %d", gang.generation, gang.node_rank, gang.nodes)
+        for task in self._marking.values():
+            task.cancel()
+        self._marking.clear()
+        await self.sync.aclose()
+        self.spec = self.spec.model_copy(update={"gang": gang})
+        self.checkpoints = self._checkpoint_store()
+        self.sync = self._checkpoint_sync()
+        self.control.keys = self._control_keys() or self.control.keys
+        checkpoints = self.checkpoints
+        assert isinstance(checkpoints, GangCheckpointStore)
+        try:
+            restored = await with_retries(
+                "restoring the newest checkpoint",
+                lambda: checkpoints.restore(self.output_dir, reuse=True),
+                self.options.storage_patience_seconds,
+            )
+        except StorageError as exc:
+            log.error("restoring for the next generation failed: %s", exc)
+            restored = Restored()
+        self._keep_only(restored.path)
+        self._resumed(restored)
+        return Regrouped(restored.path)
+
+    def _keep_only(self, path: Path | None) -> None:
+        """The output directory holds the restored checkpoint and nothing else (a newer half-written save, the
+        previous generation's leftovers: the store is the truth)."""
+        for entry in list(self.output_dir.iterdir()):
+            if path is not None and entry == path:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+    def _resumed(self, restored: Restored) -> None:
+        """Record what the trainer starts from and say so (``started``)."""
+        if restored.step is not None:
+            self.sync.committed = Committed(restored.step, restored.uri or "", restored.bytes, 0.0)
+            self.sync.checkpoint_bytes = restored.bytes or None
+        self.reporter.emit(
+            Started(
+                **self.ids,
+                resumed_from_step=restored.step,
+                restored_uri=restored.uri,
+                restore_seconds=round(restored.seconds, 3),
+                skipped=restored.skipped,
+                instance_id=self.instance_id,
+            )
+        )
 
     async def run(self) -> int:
         """Run the attempt to its end; returns the process exit code."""
         self.reporter.start()
-        control = ControlObjectSource(self.store, self.spec.attempt)
         watchers = [
             asyncio.create_task(
-                watch_notices(control, self.notices, self._outage("control"), self.options.control_seconds),
+                watch_notices(self.control, self.notices, self._outage("control"), self.options.control_seconds),
                 name="control",
             )
         ]
@@ -195,9 +381,9 @@ class Runner:
             self._install_signal_handlers()
             return await self._run()
         finally:
-            for watcher in watchers:
+            for watcher in [*watchers, *self._marking.values()]:
                 watcher.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+            await asyncio.gather(*watchers, *self._marking.values(), return_exceptions=True)
             if self.notice_source is not None:
                 await self.notice_source.close()
             self._remove_signal_handlers()
@@ -230,19 +416,7 @@ class Runner:
         except StorageError as exc:
             self._failed(Failure.of("storage-unreachable", error=str(exc)))
             return EXIT_FAILED
-        if restored.step is not None:
-            self.sync.committed = Committed(restored.step, restored.uri or "", restored.bytes, 0.0)
-            self.sync.checkpoint_bytes = restored.bytes or None
-        self.reporter.emit(
-            Started(
-                **self.ids,
-                resumed_from_step=restored.step,
-                restored_uri=restored.uri,
-                restore_seconds=round(restored.seconds, 3),
-                skipped=restored.skipped,
-                instance_id=self.instance_id,
-            )
-        )
+        self._resumed(restored)
         return await self._supervise(restored.path)
 
     async def _supervise(self, resume_from: Path | None) -> int:
@@ -251,7 +425,7 @@ class Runner:
             try:
                 trainer = await TrainerProcess.start(
                     self.spec.command,
-                    self.spec.env,
+                    self._trainer_env(),
                     resume_from,
                     self.files,
                     echo=self.options.echo_trainer,
@@ -263,6 +437,14 @@ class Runner:
             outcome = await self._watch(trainer)
             if isinstance(outcome, InstanceNotice):
                 return await self._interrupt(trainer, outcome)
+            if self.spec.gang is not None and (outcome != 0 or trainer.stopped_on_request):
+                # The gang stopped on a peer's notice, or a peer was lost: one node cannot train on alone.
+                cause: StandbyCause = "stopped" if outcome == 0 else "trainer-exited"
+                stood_by = await self._stand_by(cause, None if outcome == 0 else outcome, trainer)
+                if isinstance(stood_by, int):
+                    return stood_by
+                resume_from, restarts = stood_by.resume_from, 0
+                continue
             if outcome == 0:
                 return await self._complete()
             newest = newest_complete(self.output_dir)
@@ -304,7 +486,7 @@ class Runner:
                         self.notices.put_nowait(next_notice.result())
                     next_notice.cancel()
                     self._report_progress(force=True)
-                    if exited.result() == 0:
+                    if exited.result() == 0 and not (self.spec.gang is not None and trainer.stopped_on_request):
                         await self.sync.aclose()  # the job is done: its final output matters, not checkpoints
                     return exited.result()
                 notice = next_notice.result()
@@ -347,6 +529,10 @@ class Runner:
         if not delivered:
             log.error("the interrupted report may not have left before the deadline")
         await finishing
+        marking = self._marking.get(outcome.committed.step) if outcome.committed is not None else None
+        if marking is not None:  # gang node 0: the marker needs every node's part, which the others still commit
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(marking), max(ends_at - time.monotonic() - 0.5, 0.1))
         await self.reporter.drain(timeout=max(ends_at - time.monotonic() - 0.1, 0.1))  # a late checkpoint_saved
         if outcome.fresh == "committed" and not trainer.frozen:
             await self._reap(trainer, deadline)  # it is shutting down after its save: let it, until the deadline
@@ -432,6 +618,18 @@ class Runner:
             await trainer.wait()
 
     async def _complete(self) -> int:
+        if self.spec.gang is not None and self.spec.gang.node_rank != 0:
+            # Node 0's trainer writes the final output and its runner stores it; this node's part is done.
+            self.reporter.emit(
+                Completed(
+                    **self.ids,
+                    step=self.progress.state.step,
+                    total_steps=self.progress.state.total_steps,
+                    output_uri=self.store.uri(OUTPUT_PREFIX),
+                )
+            )
+            await self._release()
+            return EXIT_COMPLETED
         while True:
             try:
                 output_uri = await self._store_output()

@@ -100,7 +100,7 @@ class CheckpointUpload:
         self.checkpoints = checkpoints
         self.local_dir = local_dir
         self.step = step
-        self.prefix = f"checkpoint-{step}/"
+        self.prefix = f"checkpoint-{step}/{checkpoints.part}"
         self.poll_seconds = poll_seconds
         self.settle_seconds = settle_seconds
         self.complete = asyncio.Event()
@@ -198,6 +198,8 @@ class CheckpointUpload:
 
 
 class CheckpointStore:
+    part = ""  # where this runner's files go inside checkpoint-<step>/ (a gang node: its node-<k>/)
+
     def __init__(self, store: ObjectStore, job_id: str, attempt: int, meter: RateMeter | None = None) -> None:
         self.store = store
         self.job_id = job_id
@@ -243,6 +245,11 @@ class CheckpointStore:
     async def _download_verified(self, step: int, output_dir: Path) -> tuple[Path, int]:
         prefix = f"checkpoint-{step}/"
         manifest = await self._manifest(step)
+        await self._check_stored(prefix, manifest)
+        return await self._download(step, [(prefix, item) for item in manifest.files], output_dir)
+
+    async def _check_stored(self, prefix: str, manifest: Manifest) -> None:
+        """Every file the manifest lists is stored, at its size (cheap, before any download)."""
         stored = {info.key[len(prefix) :]: info.size for info in await self.store.list_objects(prefix)}
         for item in manifest.files:
             if item.path not in stored:
@@ -251,12 +258,18 @@ class CheckpointStore:
                 raise CheckpointInvalid(
                     "partial", f"partial: {item.path} has {stored[item.path]} bytes, manifest says {item.size}"
                 )
+
+    async def _download(
+        self, step: int, entries: list[tuple[str, ManifestFile]], output_dir: Path, reuse: Path | None = None
+    ) -> tuple[Path, int]:
+        """Fetch every ``(prefix, file)`` into one ``output_dir/checkpoint-<step>``; a file of ``reuse`` (an earlier
+        local copy) whose checksums match is taken from there instead of the store."""
         staging = output_dir / f".restore-{uuid.uuid4().hex[:8]}-checkpoint-{step}"
         try:
             # Let every download finish before judging: one failing early must not leave others writing into a
             # staging directory that is being removed.
             outcomes = await asyncio.gather(
-                *(self._fetch(prefix, item, staging) for item in manifest.files), return_exceptions=True
+                *(self._fetch(prefix, item, staging, reuse) for prefix, item in entries), return_exceptions=True
             )
             failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
             # Wrong bytes anywhere make the checkpoint invalid, whatever else failed only for now.
@@ -267,15 +280,20 @@ class CheckpointStore:
             if final.exists():
                 shutil.rmtree(final)
             staging.rename(final)
-            return final, manifest.total_bytes
+            return final, sum(item.size for _, item in entries)
         finally:
             if staging.exists():
                 shutil.rmtree(staging)
 
     async def _manifest(self, step: int) -> Manifest:
-        raw = await self.store.get_bytes(f"checkpoint-{step}/{MANIFEST_NAME}")
+        return (await self._read_manifest(step))[0]
+
+    async def _read_manifest(self, step: int, part: str = "") -> tuple[Manifest, bytes]:
+        """The manifest of ``checkpoint-<step>/<part>``, checked, and its bytes as stored."""
+        raw = await self.store.get_bytes(f"checkpoint-{step}/{part}{MANIFEST_NAME}")
         if raw is None:
-            raise CheckpointInvalid("no-manifest", "no manifest: its upload never committed")
+            where = f" of {part.rstrip('/')}" if part else ""
+            raise CheckpointInvalid("no-manifest", f"no manifest{where}: its upload never committed")
         try:
             manifest = Manifest.model_validate_json(raw)
         except ValidationError as exc:
@@ -284,12 +302,14 @@ class CheckpointStore:
             raise CheckpointInvalid("bad-manifest", f"manifest is for step {manifest.step}")
         if any(".." in item.path.split("/") or item.path.startswith("/") for item in manifest.files):
             raise CheckpointInvalid("bad-manifest", "manifest names a path outside the checkpoint")
-        return manifest
+        return manifest, raw
 
-    async def _fetch(self, prefix: str, item: ManifestFile, staging: Path) -> None:
+    async def _fetch(self, prefix: str, item: ManifestFile, staging: Path, reuse: Path | None = None) -> None:
         """Download one file and check it. A flaky network is retried here (with backoff, for a while) and then
         raised as the StorageError it is; only a missing object or wrong bytes make the checkpoint invalid."""
         target = staging / item.path
+        if reuse is not None and await asyncio.to_thread(_reused, reuse / item.path, target, item):
+            return
         try:
             await with_retries(
                 f"downloading {prefix}{item.path}",
@@ -337,6 +357,15 @@ class CheckpointStore:
 
     async def completed_record(self) -> bytes | None:
         return await self.store.get_bytes(COMPLETED_NAME)
+
+
+def _reused(local: Path, target: Path, item: ManifestFile) -> bool:
+    """Copy ``local`` to ``target`` if it is the very file the manifest vouches for (a survivor's own copy)."""
+    if local.is_symlink() or not local.is_file() or local.stat().st_size != item.size or not _matches(local, item):
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(local, target)
+    return True
 
 
 def _matches(path: Path, item: ManifestFile) -> bool:

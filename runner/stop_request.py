@@ -44,8 +44,18 @@ WATCHED_SUFFIX = ".watched"
 """Appended to the stop file's path: the trainer watches the file, so the runner sends it no signal."""
 
 
+STOPPED_SUFFIX = ".stopped"
+"""Appended to the stop file's path: the ranks agreed to stop on a request and saved (written by each node's local
+rank 0). A node of a gang whose runner made no request learns from it that its trainer ended on a peer's notice,
+not because the job is done."""
+
+
 def watched_path(stop_file: str | os.PathLike[str]) -> str:
     return os.fspath(stop_file) + WATCHED_SUFFIX
+
+
+def stopped_path(stop_file: str | os.PathLike[str]) -> str:
+    return os.fspath(stop_file) + STOPPED_SUFFIX
 
 
 def _touch(path: str) -> None:
@@ -90,6 +100,15 @@ class StopRequest:
     def request(self) -> None:
         """Same as receiving SIGTERM."""
         self.signalled = True
+
+    def mark_stopped(self) -> None:
+        """Say the ranks agreed to stop (on this node's local rank 0; once is enough, again is harmless)."""
+        if self.path is None or os.environ.get("LOCAL_RANK", "0") != "0":
+            return
+        try:
+            _touch(stopped_path(self.path))
+        except OSError as exc:
+            log.warning("cannot write %s: %s", stopped_path(self.path), exc)
 
     @property
     def requested(self) -> bool:

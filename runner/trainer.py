@@ -32,7 +32,7 @@ from typing import Any, BinaryIO, Literal
 
 from handlers.failures import Failure
 from runner.errors import RunnerError
-from runner.stop_request import STOP_FILE_ENV, watched_path
+from runner.stop_request import STOP_FILE_ENV, stopped_path, watched_path
 from runner.trainer_env import TrainerSetup, build_environment
 from runner.trainer_user import TrainerUser
 
@@ -243,7 +243,7 @@ class TrainerProcess:
         argv = expand_argv(command, ours)
         files.output_dir.mkdir(parents=True, exist_ok=True)
         # A request left by an earlier trainer of this attempt must not stop this one.
-        for stale in (files.stop_file, Path(watched_path(files.stop_file))):
+        for stale in (files.stop_file, Path(watched_path(files.stop_file)), Path(stopped_path(files.stop_file))):
             stale.unlink(missing_ok=True)
         _link_package(files.import_dir)
         sink = _open_log(files.log_path)  # before the trainer can put anything in its place
@@ -276,6 +276,11 @@ class TrainerProcess:
     @property
     def running(self) -> bool:
         return self.process.returncode is None
+
+    @property
+    def stopped_on_request(self) -> bool:
+        """The ranks agreed to stop on a request and saved (``runner.stop_request``): not done, stopped."""
+        return os.path.exists(stopped_path(self.files.stop_file))
 
     @property
     def watches_stop_file(self) -> bool:

@@ -4,7 +4,9 @@ The runner agent starts the training command with these environment variables an
 
 * ``FINETUNE_OUTPUT_DIR``: where the trainer writes ``checkpoint-<step>/`` directories (the HF Trainer layout,
   i.e. ``TrainingArguments.output_dir``). A checkpoint directory is *complete* once it holds the empty marker
-  file ``.finetune-complete``, which this callback writes after every rank has finished saving it.
+  file ``.finetune-complete``, which this callback writes after every rank has finished saving it. Once the ranks
+  agreed to stop on a request it also writes ``$FINETUNE_STOP_FILE.stopped`` (a gang node's runner then knows its
+  trainer ended on a peer's notice).
 * ``FINETUNE_RESUME_FROM``: a restored checkpoint directory to resume from (empty / unset = start fresh); pass
   it to ``trainer.train(resume_from_checkpoint=...)``.
 * ``FINETUNE_PROGRESS_FILE`` (optional): this callback appends one JSON line per step to it:
@@ -44,7 +46,8 @@ bitwise equal; the callback warns when the setting would break that.
 
 Only trainer processes import this module, but it still imports nothing heavier than ``transformers`` at the
 top level (torch only when the ranks are distributed). Under multi-process training every rank watches the
-request, while only the world-process-zero writes the marker and the progress file.
+request, while only each node's local process zero writes the marker and the progress file (one node: the
+world-process-zero).
 """
 
 from __future__ import annotations
@@ -126,7 +129,10 @@ class SpotCheckpointCallback(TrainerCallback):
 
         The same answer on every rank (a collective under ``torch.distributed``: call it on all of them).
         """
-        return self.interrupted or self.stop.agreed()
+        stopped = self.interrupted or self.stop.agreed()
+        if stopped:
+            self.stop.mark_stopped()
+        return stopped
 
     # -- Trainer events ------------------------------------------------------------------------------------
 
@@ -151,6 +157,7 @@ class SpotCheckpointCallback(TrainerCallback):
             self.interrupted = True
             control.should_save = True
             control.should_training_stop = True
+            self.stop.mark_stopped()
             log.warning("stop requested: saving checkpoint at step %d and stopping", state.global_step)
         # DefaultFlowCallback runs before us: if it asked for a log, on_log follows for this same step with the
         # loss, so skip the loss-less line to keep one line per step.
@@ -178,7 +185,8 @@ class SpotCheckpointCallback(TrainerCallback):
         # of its own (rng_state_<rank>.pth; shards under FSDP / DeepSpeed), so wait for all of them: only then is
         # the checkpoint complete, and rank 0 says so once.
         barrier()
-        if state.is_world_process_zero and args.output_dir is not None:
+        # Each node's local rank 0: on several nodes without a shared disk each node's directory is its own part.
+        if state.is_local_process_zero and args.output_dir is not None:
             _mark_complete(checkpoint_dir(args.output_dir, state.global_step))
         # A stop requested while this checkpoint was being written (a notice during a periodic save): it holds the
         # newest state there is, so training ends here. A step more would need a save of its own, which the
@@ -186,13 +194,14 @@ class SpotCheckpointCallback(TrainerCallback):
         if not self.interrupted and self.stop.agreed():
             self.interrupted = True
             control.should_training_stop = True
+            self.stop.mark_stopped()
             log.warning("stop requested during the save of step %d: stopping after it", state.global_step)
         return control
 
     # -- progress ------------------------------------------------------------------------------------------
 
     def _write_progress(self, state: TrainerState, loss: Any) -> None:
-        if self.progress_file is None or not state.is_world_process_zero:
+        if self.progress_file is None or not state.is_local_process_zero:  # each node's runner reads its own
             return
         record = {
             "step": int(state.global_step),

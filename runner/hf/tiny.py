@@ -16,6 +16,13 @@ a free port): it starts N ranks of this same module, which train the same model 
 4 sequences per rank and step) while it only supervises. The ranks watch the runner's stop file and agree on the
 step (``runner.stop_request``); this process needs no signal.
 
+On a node of a gang (the runner sets ``NNODES`` > 1, ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) it is torchrun
+with a static multi-node rendezvous instead (``--nnodes --node-rank --master-addr --master-port``): every node's
+ranks join one world. With one process per node this process is the node's rank itself (``RANK`` = ``NODE_RANK``,
+``env://``), as torchrun would make it, without a launcher. ``FINETUNE_COLLECTIVE_TIMEOUT_SECONDS`` (set by the runner)
+bounds every collective (``ddp_timeout``), so the ranks of a node whose peer was lost fail within it instead of
+waiting 30 minutes.
+
 Bitwise-reproducible resume
 ---------------------------
 A run interrupted by a stop request and resumed (in a fresh process, from its last checkpoint) ends with LoRA weights
@@ -221,6 +228,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def rendezvous_args(environ: dict[str, str] | os._Environ[str]) -> list[str]:
+    """torchrun's rendezvous: the gang's static world when ``NNODES`` > 1, else a standalone one on this node."""
+    nodes = int(environ.get("NNODES", "1") or "1")
+    if nodes <= 1:
+        return ["--standalone"]
+    return [
+        "--nnodes",
+        str(nodes),
+        "--node-rank",
+        environ["NODE_RANK"],
+        "--master-addr",
+        environ["MASTER_ADDR"],
+        "--master-port",
+        environ["MASTER_PORT"],
+    ]
+
+
 def launch_ranks(nproc: int, argv: Sequence[str]) -> int:
     """Be torchrun: start ``nproc`` ranks of this same module (each sees ``LOCAL_RANK`` and trains) and wait.
 
@@ -230,18 +254,35 @@ def launch_ranks(nproc: int, argv: Sequence[str]) -> int:
     from torch.distributed.run import main as torchrun
 
     try:
-        torchrun(["--standalone", "--nproc_per_node", str(nproc), "-m", "runner.hf.tiny", *argv])
+        torchrun([*rendezvous_args(os.environ), "--nproc_per_node", str(nproc), "-m", "runner.hf.tiny", *argv])
     except ChildFailedError as exc:
         print(f"runner.hf.tiny: a rank failed: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
+def join_world_alone(nodes: int) -> int:
+    """One process per node: this process is the node's rank, in the static world ``MASTER_ADDR``/``MASTER_PORT``
+    names (``env://``, what torchrun would set up for it, without a launcher's process and its exit barrier)."""
+    os.environ.update(
+        RANK=os.environ["NODE_RANK"],
+        WORLD_SIZE=str(nodes),
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+        GROUP_RANK=os.environ["NODE_RANK"],
+    )
+    return nodes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if args.processes > 1 and "LOCAL_RANK" not in os.environ:
-        return launch_ranks(args.processes, sys.argv[1:] if argv is None else argv)
+    nodes = int(os.environ.get("NNODES", "1") or "1")
+    if "LOCAL_RANK" not in os.environ:
+        if args.processes > 1:
+            return launch_ranks(args.processes, sys.argv[1:] if argv is None else argv)
+        if nodes > 1:  # one rank on this node: it is the node's only process, no launcher needed
+            world_size = join_world_alone(nodes)
     code = train(args, world_size)
     leave_process_group()  # only after a clean run: a rank that raised leaves the cleanup to torchrun
     return code
@@ -308,6 +349,7 @@ def train(args: argparse.Namespace, world_size: int) -> int:
         # Under torchrun: plain DDP on gloo (CPU), every LoRA weight gets a gradient on every step.
         ddp_backend="gloo" if world_size > 1 else None,
         ddp_find_unused_parameters=False if world_size > 1 else None,
+        ddp_timeout=int(float(os.environ.get("FINETUNE_COLLECTIVE_TIMEOUT_SECONDS") or 1800)),
     )
     trainer = Trainer(
         model=model,

@@ -4,42 +4,78 @@
 bot writes too): stop (checkpoint, commit, exit) or interrupt-test (act as on a spot notice with its deadline,
 for clouds without a fault-injection service). An object rather than SSM Run Command: it needs only the storage
 access the runner already has, and works the same on S3, OSS and a local directory.
+
+A node of a gang also polls its own object of its generation, ``control/attempt-<n>/generation-<g>/node-<k>.json``
+(:func:`handlers.spec.node_control_key`): a stop or interrupt-test there is for that node alone, and a regroup
+(the next generation's world, this node's rank in it) is what a node standing by waits for (:func:`read_regroup`);
+while training, the watcher passes a regroup over.
 """
 
 from __future__ import annotations
 
 from handlers.reports import InstanceNotice
-from handlers.spec import InterruptTestControl, StopControl, control_key, parse_control
+from handlers.spec import (
+    InterruptTestControl,
+    RegroupControl,
+    StopControl,
+    control_key,
+    node_control_key,
+    parse_control,
+)
 from runner.errors import ControlUnreadable
 from runner.storage.base import ObjectStore, StorageError
 
 CONTROL_POLL_SECONDS = 5.0
 
 
+def gang_control_keys(attempt: int, generation: int, node_rank: int) -> list[str]:
+    """What a gang node polls: the attempt's object (the whole gang), then its own of this generation."""
+    return [control_key(attempt), node_control_key(attempt, generation, node_rank)]
+
+
+async def read_control(store: ObjectStore, key: str) -> StopControl | InterruptTestControl | RegroupControl | None:
+    """The control object at ``key``, or None when there is none; :class:`ControlUnreadable` when it cannot be read
+    or makes no sense."""
+    try:
+        raw = await store.get_bytes(key)
+    except StorageError as exc:
+        raise ControlUnreadable(f"control object unreadable: {exc}") from exc
+    if raw is None:
+        return None
+    try:
+        return parse_control(raw)
+    except ValueError as exc:
+        raise ControlUnreadable(f"control object is malformed or asks for an unknown type: {raw[:100]!r}") from exc
+
+
+async def read_regroup(store: ObjectStore, key: str) -> RegroupControl | None:
+    """A regroup in this node's own control object, if the bot wrote one."""
+    request = await read_control(store, key)
+    return request if isinstance(request, RegroupControl) else None
+
+
 class ControlObjectSource:
     name = "control"
 
-    def __init__(self, store: ObjectStore, attempt: int) -> None:
+    def __init__(self, store: ObjectStore, attempt: int, keys: list[str] | None = None) -> None:
         self.store = store
-        self.key = control_key(attempt)
+        self.keys = keys or [control_key(attempt)]  # a gang node: replaced at each regroup
+
+    @property
+    def key(self) -> str:
+        return self.keys[0]
 
     async def poll(self) -> list[InstanceNotice]:
-        try:
-            raw = await self.store.get_bytes(self.key)
-        except StorageError as exc:
-            raise ControlUnreadable(f"control object unreadable: {exc}") from exc
-        if raw is None:
-            return []
-        try:
-            request = parse_control(raw)
-        except ValueError as exc:
-            raise ControlUnreadable(
-                f"control object is malformed or asks for an unknown type: {raw[:100]!r}"
-            ) from exc
-        if isinstance(request, StopControl):
-            return [InstanceNotice(kind="stop", source="control", deadline=None)]
-        assert isinstance(request, InterruptTestControl)
-        return [InstanceNotice(kind="spot-interruption", source="interrupt-test", deadline=request.deadline)]
+        notices = []
+        for key in list(self.keys):
+            request = await read_control(self.store, key)
+            if isinstance(request, StopControl):
+                notices.append(InstanceNotice(kind="stop", source="control", deadline=None))
+            elif isinstance(request, InterruptTestControl):
+                notices.append(
+                    InstanceNotice(kind="spot-interruption", source="interrupt-test", deadline=request.deadline)
+                )
+        return notices
 
     async def instance_id(self) -> str | None:
         return None
