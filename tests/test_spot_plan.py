@@ -6,9 +6,11 @@ import math
 
 from handlers.spot.outlook import PRIOR, Outlook, fit, history_of
 from handlers.spot.plan import NONE, ON_DEMAND, SPOT, Plan, plan_for
-from handlers.spot.rules import Choice, Holding, Situation, ZoneView, deadline_aware
+from handlers.spot.rules import POLICIES, Choice, Situation, deadline_aware
 from handlers.spot.simulator import Run, Zone, simulate
-from tests.spot_cases import situation
+from tests.spot_cases import SHORT_STRETCHES, plan_case
+
+PLANNED = POLICIES["deadline-aware-plan"]
 
 TICK = 600.0
 
@@ -63,33 +65,18 @@ def test_the_plan_keeps_the_deadline_structural_and_is_solved_once_per_model() -
     assert _plan(Outlook(up=((3600.0, True),)), slack_ticks=60) is not plan
 
 
-def _on_demand_with_spot_back(outlook: Outlook | None) -> Situation:
-    """On on-demand, 6 h of work, 12 h to the deadline, a 30 min restart, 10 min periods; zone a has had spot for
-    10 minutes."""
-    return situation(
-        holding=Holding("on-demand", None, 0.0),
-        work_left_s=6 * 3600.0,
-        time_left_s=12 * 3600.0,
-        restart_s=1800.0,
-        period_s=TICK,
-        zones=(ZoneView("a", True, 0.5, TICK),),
-        spot_price=1.0,
-        on_demand_price=3.0,
-        outlook=outlook,
-    )
-
-
 def test_a_return_to_spot_must_pay_in_the_plan_over_the_stretches_seen() -> None:
     # Stretches of ten minutes (shorter than the restart) with short outages: the restart never pays back.
-    short = Outlook(up=tuple((TICK, True) for _ in range(40)), down=tuple((TICK, True) for _ in range(40)))
-    choice = deadline_aware(_on_demand_with_spot_back(short))
+    short = SHORT_STRETCHES
+    choice = PLANNED(plan_case(short))
     assert choice.action == "on-demand" and choice.reason.key == "spot-policy.on-demand.plan"
     # Stretches of a day: back to spot.
     long = Outlook(up=tuple((86400.0, True) for _ in range(4)), down=tuple((TICK, True) for _ in range(4)))
-    choice = deadline_aware(_on_demand_with_spot_back(long))
-    assert (choice.action, choice.zone, choice.reason.key) == ("spot", "a", "spot-policy.spot.back")
-    # No outlook (the live bot): the rule alone, as before.
-    assert deadline_aware(_on_demand_with_spot_back(None)).action == "spot"
+    choice = PLANNED(plan_case(long))
+    assert (choice.action, choice.zone, choice.reason.key) == ("spot", "zone-a", "spot-policy.spot.back")
+    # No outlook (the live bot), or the default policy: the rule alone, as before.
+    assert PLANNED(plan_case(None)).action == "spot"
+    assert deadline_aware(plan_case(short)).action == "spot"
 
 
 def test_the_simulator_gives_the_policy_each_zones_age_and_the_stretches_before_the_start() -> None:

@@ -280,9 +280,10 @@ class DeadlineAware:
     - On on-demand: go back to spot (a new instance) as soon as a zone has it, the slack still covers two
       more start-ups (this one, and a fallback to on-demand right after it) so a return to spot can never
       cost the deadline, and the rest on spot, start-up included, costs less than on on-demand; else stay.
-      Where the situation carries an *outlook* (the spot stretches seen before: the simulator's trace, not
-      yet the live bot), the return must also pay in the plan over a model fitted to it
-      (:func:`return_pays`): a young stretch where stretches are short does not repay a long restart.
+      With ``plan`` (the ``deadline-aware-plan`` variant) and an *outlook* in the situation (the spot
+      stretches seen before: the simulator's trace, not yet the live bot), the return must also pay in the plan
+      over a model fitted to it (:func:`return_pays`): a young stretch where stretches are short does not repay
+      a long restart. Not the default: measured across restarts it is not better everywhere (see the bench).
     - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
       (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
     - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
@@ -296,6 +297,7 @@ class DeadlineAware:
     kappa: float = 0.2
     reserve: float = 1.0
     gate: float = 4.0
+    plan: bool = False
 
     def __call__(self, s: Situation) -> Choice:
         zone = _pick_zone(s, prefer_availability=True)
@@ -316,7 +318,7 @@ class DeadlineAware:
             spare = s.time_left_s - s.period_s - (2 * s.restart_s + s.work_left_s + s.checkpoint_interval_s)
             cheaper = (s.restart_s + s.work_left_s) * s.spot_price < s.work_left_s * s.on_demand_price
             if zone is not None and spare >= 0 and cheaper:
-                if s.outlook is not None and not return_pays(s, s.outlook, zone):
+                if self.plan and s.outlook is not None and not return_pays(s, s.outlook, zone):
                     return Choice("on-demand", None, WORDING("spot-policy.on-demand.plan", **_values(s)))
                 return Choice(
                     "spot", zone.name, WORDING("spot-policy.spot.back", zone=zone.name, slack_h=_hours(spare))
@@ -390,6 +392,7 @@ deadline_aware = DeadlineAware()
 DEFAULT_POLICY = "deadline-aware"
 POLICIES: dict[str, SpotPolicy] = {
     "deadline-aware": deadline_aware,
+    "deadline-aware-plan": DeadlineAware(plan=True),
     "greedy": greedy,
     "on-demand": on_demand,
     "spot-only": spot_only,
