@@ -14,7 +14,9 @@ Exactly the model of the issue that asked for it (issue 15), so results can be c
 Past the end of its traces no zone has spot (a policy may still finish on on-demand); a policy that holds
 nothing there once the deadline has passed would wait forever, so the run ends unfinished. The policy is
 called every tick with the same :class:`~handlers.spot.rules.Situation` the bot builds, so it is the bot's own
-code that is measured.
+code that is measured. Beyond what the bot gives, each zone's age (ticks since its spot came or went) and the
+*outlook* (:mod:`handlers.spot.outlook`: the stretches of the :data:`OUTLOOK_HOURS` before the start, taken again
+every :data:`OUTLOOK_EVERY_HOURS`), which only ``deadline-aware-plan`` reads.
 """
 
 from __future__ import annotations
