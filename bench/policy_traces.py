@@ -13,6 +13,7 @@ tuning). A date's folder says how many nodes its jobs need (``16-node`` → 16).
     python bench/policy_traces.py [--traces DIR] [--split tuning|held-out|other-dates|all] [--starts N]
                                   [--restart-minutes R] [--policy NAME ...] [--cache FILE]
     python bench/policy_traces.py --overheads 3,6,12,30 [--starts N] [--min-gap-seconds S] [--cache FILE]
+                                  [--policy NAME]
 
 ``--overheads`` prints one table, "Policy cost / optimum per restart overhead", every split next to greedy
 (the deadline-aware policy's thresholds are in restarts, so they must hold at every overhead, not the one
@@ -30,6 +31,18 @@ by both policies in every row), deadline-aware / greedy::
 
 At 30 minutes it is still above greedy on the tuning split and the other dates (issue 19 item 5, open): its
 returns from on-demand to spot pay more restarts than the on-demand time they save there.
+
+``deadline-aware-plan`` (``--policy deadline-aware-plan``) weighs each such return in a plan over a model of
+availability fitted to the 48 h of trace before each 12 h window (``handlers/spot/plan.py``); same command::
+
+    restart   tuning          held-out        other dates
+     3 min    1.025 / 1.082   1.014 / 1.079   1.047 / 1.077
+     6 min    1.037 / 1.086   1.023 / 1.073   1.076 / 1.094
+    12 min    1.059 / 1.094   1.042 / 1.080   1.109 / 1.113
+    30 min    1.119 / 1.119   1.091 / 1.112   1.164 / 1.156
+
+Better at 30 min on the tuning split and the other dates, worse held-out at 30 min and by 0.002-0.004 at 6-12
+min elsewhere: not better everywhere, so not the default.
 
 ``--cache FILE`` keeps the optima (which do not depend on the policies) in a JSON file between runs, so trying a
 change to a policy costs only the policies' own replay; delete the file when the traces change.
@@ -236,11 +249,12 @@ def overheads_table(
     starts: int,
     overheads: Sequence[float],
     optima: dict[str, float] | None = None,
+    policy: str = "deadline-aware",
 ) -> None:
-    """Policy cost / optimum per restart overhead, each split, deadline-aware next to greedy."""
-    names = ["deadline-aware", "greedy"]
+    """Policy cost / optimum per restart overhead, each split, ``policy`` (deadline-aware) next to greedy."""
+    names = [policy, "greedy"]
     print("\nPolicy cost / optimum per restart overhead (mean, worst; deadlines met), next to greedy")
-    print(f"  {'restart':>7}  {'split':<12} {'scenarios':>9}  {'deadline-aware':>22}  {'greedy':>22}")
+    print(f"  {'restart':>7}  {'split':<12} {'scenarios':>9}  {policy:>22}  {'greedy':>22}")
     for minutes in overheads:
         for split in splits:
             results = evaluate(dates, split, starts, minutes, {name: POLICIES[name] for name in names}, optima)
@@ -299,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     splits = list(SPLITS) if args.split == "all" else [SPLIT_NAMES[args.split]]
     if args.overheads:
         try:
-            overheads_table(dates, splits, args.starts, [float(m) for m in args.overheads.split(",")], optima)
+            minutes = [float(m) for m in args.overheads.split(",")]
+            overheads_table(dates, splits, args.starts, minutes, optima, (args.policy or ["deadline-aware"])[0])
         finally:
             save_optima(args.cache, optima)
         return 0

@@ -10,8 +10,10 @@ from handlers.job_options import JobOptionError, parse_budget, parse_deadline, r
 from handlers.jobs import Job
 from handlers.reasons import Reason
 from handlers.spot import SpotView, choose, spot_first
+from handlers.spot.outlook import Outlook
 from handlers.spot.rules import (
     NOTHING,
+    POLICIES,
     Holding,
     Situation,
     ZoneView,
@@ -69,6 +71,26 @@ def hourly_run(
     return Run(named, 3600, start, work, deadline, overhead, 1.0, 3.0, budget=budget)
 
 
+# Spot stretches of ten minutes with outages as short: a 30 min restart never pays back on them.
+SHORT_STRETCHES = Outlook(up=tuple((600.0, True) for _ in range(40)), down=tuple((600.0, True) for _ in range(40)))
+
+
+def plan_case(outlook: Outlook | None) -> Situation:
+    """On on-demand, 6 h of work, 12 h to the deadline, a 30 min restart, 10 min periods; zone-a has had spot
+    for 10 minutes; the stretches seen before: ``outlook``."""
+    return situation(
+        holding=Holding("on-demand"),
+        work_left_s=6 * HOUR,
+        time_left_s=12 * HOUR,
+        restart_s=1800.0,
+        period_s=600.0,
+        zones=(ZoneView("zone-a", True, 0.5, 600.0),),
+        spot_price=1.0,
+        on_demand_price=3.0,
+        outlook=outlook,
+    )
+
+
 def policy_reasons() -> list[Reason]:
     """Every Reason the spot policies and the job options give, each from the real code path that gives it."""
     up, down = zones(True), zones(False, share=0.0)
@@ -92,6 +114,7 @@ def policy_reasons() -> list[Reason]:
         deadline_aware(situation(zones=up, budget=8.0)).reason,  # spot: on-demand over budget
         deadline_aware(situation(zones=down, budget=8.0)).reason,  # wait: on-demand over budget
         deadline_aware(situation(zones=up, budget=8.0, spent=4.0)).reason,  # stop
+        POLICIES["deadline-aware-plan"](plan_case(SHORT_STRETCHES)).reason,  # stays: a return would not pay
         spot_first(situation(zones=up)).reason,  # spot first
         spot_first(situation(zones=down)).reason,  # on-demand: no zone has spot
         *unmeasured_reasons(),

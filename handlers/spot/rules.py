@@ -21,6 +21,8 @@ from typing import Literal
 
 from handlers.jobs import Market
 from handlers.reasons import Reason, Wording
+from handlers.spot.outlook import Outlook
+from handlers.spot.plan import ON_DEMAND, plan_for
 
 Action = Literal["spot", "on-demand", "wait", "stop"]
 # Why the policy is asked: the first launch, an instance lost to spot, a launch refused for capacity, the timer.
@@ -35,6 +37,10 @@ WORDING = Wording(
         ),
         "spot-policy.on-demand.reserve": (
             "on-demand now: no zone has spot, and the slack left ({slack_h:g} h) is kept for later outages"
+        ),
+        "spot-policy.on-demand.plan": (
+            "staying on on-demand: spot as seen so far would cost more in restarts than it saves "
+            "({work_h:g} h of work left, {left_h:g} h to the deadline)"
         ),
         "spot-policy.on-demand.only": "on-demand: this job's policy uses no spot",
         "spot-policy.on-demand.kept": "staying on on-demand: the job has no deadline to plan a return to spot by",
@@ -64,12 +70,14 @@ class ZoneView:
 
     ``available``: spot can be had there now (True), it cannot (False: a capacity error, an instance just
     reclaimed), or nobody knows (None: the bot finds out by trying). ``availability``: the share of recent time
-    spot was there (0..1; a trace's recent past, a placement score), None when unknown.
+    spot was there (0..1; a trace's recent past, a placement score), None when unknown. ``age_s``: how long the
+    zone has been as it is now (with spot, or without), None when unknown.
     """
 
     name: str
     available: bool | None = None
     availability: float | None = None
+    age_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +100,9 @@ class Situation:
     instance spends before it trains (boot, restore); ``period_s`` is how long until the policy is asked again
     (one tick of a trace; the bot's timer). ``checkpoint_interval_s`` is the work an instance lost *without*
     a notice takes with it (0 where notices are honoured, as the simulator models). ``time_left_s`` None: no
-    deadline. ``budget`` None: no budget; ``spent`` counts what the job has been billed so far.
+    deadline. ``budget`` None: no budget; ``spent`` counts what the job has been billed so far. ``outlook``:
+    the spot stretches seen in the past (:mod:`handlers.spot.outlook`), which ``deadline-aware`` plans against;
+    None where nobody kept them (the live bot, for now): then it follows its rules.
     """
 
     event: Event
@@ -109,6 +119,7 @@ class Situation:
     on_demand_price: float
     spent: float = 0.0
     budget: float | None = None
+    outlook: Outlook | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +280,10 @@ class DeadlineAware:
     - On on-demand: go back to spot (a new instance) as soon as a zone has it, the slack still covers two
       more start-ups (this one, and a fallback to on-demand right after it) so a return to spot can never
       cost the deadline, and the rest on spot, start-up included, costs less than on on-demand; else stay.
+      With ``plan`` (the ``deadline-aware-plan`` variant) and an *outlook* in the situation (the spot
+      stretches seen before: the simulator's trace, not yet the live bot), the return must also pay in the plan
+      over a model fitted to it (:func:`return_pays`): a young stretch where stretches are short does not repay
+      a long restart. Not the default: measured across restarts it is not better everywhere (see the bench).
     - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
       (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
     - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
@@ -282,6 +297,7 @@ class DeadlineAware:
     kappa: float = 0.2
     reserve: float = 1.0
     gate: float = 4.0
+    plan: bool = False
 
     def __call__(self, s: Situation) -> Choice:
         zone = _pick_zone(s, prefer_availability=True)
@@ -302,6 +318,8 @@ class DeadlineAware:
             spare = s.time_left_s - s.period_s - (2 * s.restart_s + s.work_left_s + s.checkpoint_interval_s)
             cheaper = (s.restart_s + s.work_left_s) * s.spot_price < s.work_left_s * s.on_demand_price
             if zone is not None and spare >= 0 and cheaper:
+                if self.plan and s.outlook is not None and not return_pays(s, s.outlook, zone):
+                    return Choice("on-demand", None, WORDING("spot-policy.on-demand.plan", **_values(s)))
                 return Choice(
                     "spot", zone.name, WORDING("spot-policy.spot.back", zone=zone.name, slack_h=_hours(spare))
                 )
@@ -331,6 +349,36 @@ class DeadlineAware:
         return s.work_left_s > self.pace * total_work * max(s.time_left_s - s.restart_s, 0.0) / usable
 
 
+def return_pays(s: Situation, outlook: Outlook, zone: ZoneView) -> bool:
+    """Whether the plan over the fitted availability model (:mod:`handlers.spot.plan`) expects a return from
+    on-demand to spot now to cost less than staying on on-demand.
+
+    Asked only where the plan's step resolves the restart (a step of at most two restarts): with a step much
+    longer than the restart, the plan's own rounding is larger than the restart it would weigh, and the rule
+    (spot cheaper for the rest, two restarts of slack) decides alone.
+    """
+    assert s.time_left_s is not None
+    tick = s.period_s
+    time_left, work_left = s.time_left_s / tick, s.work_left_s / tick
+    plan = plan_for(
+        outlook,
+        tick_s=tick,
+        deadline_ticks=(s.elapsed_s + s.time_left_s) / tick,
+        restart_ticks=s.restart_s / tick,
+        spot_price=s.spot_price,
+        on_demand_price=s.on_demand_price,
+        time_left_ticks=time_left,
+        slack_ticks=max(time_left - work_left, 0.0),
+    )
+    if plan.key.restart_steps < 0.5:
+        return True
+    step = plan.key.step_ticks * tick
+    state = plan.hazards.bucket((zone.age_s or 0.0) / step)
+    slack = (s.time_left_s - s.work_left_s) / step
+    _, stay, back = plan.now(s.time_left_s / step, slack, ON_DEMAND, state, s.holding.starting_s / step, tick / step)
+    return back <= stay
+
+
 def any_availability(s: Situation) -> float:
     """The chance that some zone has spot, from the zones' recent shares taken as independent (unknown: ½)."""
     none = 1.0
@@ -344,6 +392,7 @@ deadline_aware = DeadlineAware()
 DEFAULT_POLICY = "deadline-aware"
 POLICIES: dict[str, SpotPolicy] = {
     "deadline-aware": deadline_aware,
+    "deadline-aware-plan": DeadlineAware(plan=True),
     "greedy": greedy,
     "on-demand": on_demand,
     "spot-only": spot_only,
