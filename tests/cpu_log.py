@@ -78,9 +78,7 @@ class CpuLog:
         sys.addaudithook(self._audit)
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
-        if event == "subprocess.Popen":
-            self.started.append(_program(args[1]))
-        elif event == "os.posix_spawn":
+        if event in ("subprocess.Popen", "os.posix_spawn"):
             self.started.append(_program(args[1]))
 
     @pytest.hookimpl(wrapper=True)
@@ -125,7 +123,8 @@ def summarise(directory: Path, top: int = 40) -> str:
         starts.update(record["started"])
         starts_by_file[name].update(record["started"])
     total_cpu = sum(row[1] + row[2] for row in by_file.values())
-    lines = [f"{len(records)} tests, CPU {total_cpu:.0f} s (self + children), wall summed {sum(r['wall'] for r in records):.0f} s"]
+    wall_sum = sum(record["wall"] for record in records)
+    lines = [f"{len(records)} tests, CPU {total_cpu:.0f} s (self + children), wall summed {wall_sum:.0f} s"]
     lines.append(f"{'file':<44} {'tests':>5} {'wall':>7} {'self':>7} {'child':>7} {'cpu%':>5}  starts")
     ranked = sorted(by_file.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))
     for name, (wall, own, children, count) in ranked[:top]:
@@ -139,5 +138,19 @@ def summarise(directory: Path, top: int = 40) -> str:
     return "\n".join(lines)
 
 
+def durations(directory: Path, at_least: float = 20.0) -> str:
+    """``tests/durations.json`` for tests/ordering.py: the files that keep a worker busy ``at_least`` seconds."""
+    walls: dict[str, float] = defaultdict(float)
+    for path in sorted(directory.glob("*.jsonl")):
+        for line in path.open():
+            record = json.loads(line)
+            walls[record["id"].split("::")[0]] += record["wall"]
+    heavy = {name: round(wall) for name, wall in sorted(walls.items(), key=lambda kv: -kv[1]) if wall >= at_least}
+    return json.dumps(heavy, indent=1)
+
+
 if __name__ == "__main__":
-    print(summarise(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 40))
+    if sys.argv[2:3] == ["--durations"]:
+        print(durations(Path(sys.argv[1])))
+    else:
+        print(summarise(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 40))
