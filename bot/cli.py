@@ -16,14 +16,17 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bot.chat.catalog import plain
-from bot.chat.console import ConsoleChat, read_commands
-from bot.cloud.local import LocalCloud
 from bot.errors import ConfigError, StoreUnavailable
-from bot.service import BotService
-from bot.settings import Settings, load_settings
-from handlers.jobs import ACTIVE_STATES, ChatRef
+
+if TYPE_CHECKING:
+    from bot.service import BotService
+    from bot.settings import Settings
+    from handlers.jobs import ChatRef
+
+# The service (aiohttp, Redis, the clouds' SDKs, the chat adapters) is imported by the commands that run it, not
+# at the top: `simulate` needs none of it, and the tests start `finetune-bot simulate` many times.
 
 log = logging.getLogger("bot")
 
@@ -32,6 +35,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 async def serve(settings: Settings) -> int:
     """Run until SIGTERM or SIGINT, then stop cleanly (the handler in flight finishes or is left pending)."""
+    from bot.service import BotService
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -48,6 +53,10 @@ async def chat(settings: Settings, log_file: Path) -> int:
 
     Ctrl-D or Ctrl-C (at the prompt or while a command runs) and SIGTERM all end it the same clean way.
     """
+    from bot.chat.console import ConsoleChat
+    from bot.service import BotService
+    from handlers.jobs import ChatRef
+
     user = f"console:{getpass.getuser()}"
     channel = ChatRef(platform="console", channel="terminal")
     async with BotService(settings, ConsoleChat()) as service:
@@ -63,12 +72,18 @@ async def chat(settings: Settings, log_file: Path) -> int:
 
 
 async def _converse(service: BotService, user: str, channel: ChatRef) -> None:
+    from bot.chat.catalog import plain
+    from bot.chat.console import read_commands
+
     async for line in read_commands():
         print(plain(await service.bot.command(user, channel, line)), flush=True)
 
 
 async def _leaving(service: BotService) -> str:
     """What happens to the jobs when this bot goes: said once, on the way out."""
+    from bot.cloud.local import LocalCloud
+    from handlers.jobs import ACTIVE_STATES
+
     active = [job.id for job in await service.bot.store.list_jobs(ACTIVE_STATES)]
     if not active:
         return "Bye."
@@ -127,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo()
     try:
+        from bot.settings import load_settings
+
         settings = load_settings()
         if args.command == "chat" and "finetune_http_port" not in settings.model_fields_set:
             # A console beside a running `serve` must not fight it for the port: take one the system gives.

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
 pytestmark = pytest.mark.scenario  # every test here runs a subprocess (tests/markers.py)
 
@@ -106,6 +104,9 @@ class TrainerRun:
 
 
 def assert_same_adapter(left: Path, right: Path) -> None:
+    import torch  # here, not at the top: every xdist worker collects this file, few run it
+    from safetensors.torch import load_file
+
     a, b = load_file(str(left)), load_file(str(right))
     assert a.keys() == b.keys()
     different = [name for name in a if not torch.equal(a[name], b[name])]
@@ -166,6 +167,8 @@ def test_uninterrupted_run_writes_marked_checkpoints_progress_and_the_adapter(re
 
     assert (out / ADAPTER).is_file() and (out / "adapter_config.json").is_file()
     assert json.loads((out / "adapter_config.json").read_text())["peft_type"] == "LORA"
+    from safetensors.torch import load_file  # torch: only in the worker that runs this
+
     final = load_file(str(out / ADAPTER))
     assert any("lora_B" in name for name in final)
     assert all(final[name].abs().sum() > 0 for name in final if "lora_B" in name)  # B starts at 0: it trained
