@@ -9,8 +9,7 @@ STAMP := $(VENV)/.installed
 # pytest-xdist workers: twice the cores this process may use (most scenario tests wait on servers and subprocesses,
 # so two per core keeps the cores busy), at least 2, at most 8 (each worker runs its own Valkey, moto and trainers).
 # worksteal: an idle worker takes queued tests from a busy one, so the slow trainer files at the end of the
-# alphabet do not leave one worker finishing alone; tests/ordering.py puts the slowest files at the head of each
-# worker's share (tests/durations.json). PYTHONDONTWRITEBYTECODE= : where the environment sets it, every worker and
+# alphabet do not leave one worker finishing alone. PYTHONDONTWRITEBYTECODE= : where the environment sets it, every worker and
 # every bot, runner and trainer process the suite starts would compile (and pytest rewrite) the project's modules
 # again; with the cache, collecting costs a worker 12 s of CPU instead of 25 s.
 PYTEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(max(2, min(8, 2 * len(os.sched_getaffinity(0)))))')

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import cpu_log, ordering
+from tests import cpu_log
 from tests.markers import assign_kinds, guard_unit_tests
 from tests.runner_harness import run_tiny_directly
 from tests.s3_proxy import S3FaultProxy
@@ -18,9 +18,7 @@ from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The slowest files first, one per worker (tests/ordering.py); ``FINETUNE_TEST_CPU_LOG=<dir>``: log each
-    test's CPU, its subprocesses' included (tests/cpu_log.py)."""
-    config.pluginmanager.register(ordering.HeaviestFirst(), "heaviest_first")
+    """``FINETUNE_TEST_CPU_LOG=<dir>``: log each test's CPU, its subprocesses' included (tests/cpu_log.py)."""
     cpu_log.register(config)
 
 

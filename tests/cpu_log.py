@@ -138,19 +138,5 @@ def summarise(directory: Path, top: int = 40) -> str:
     return "\n".join(lines)
 
 
-def durations(directory: Path, at_least: float = 20.0) -> str:
-    """``tests/durations.json`` for tests/ordering.py: the files that keep a worker busy ``at_least`` seconds."""
-    walls: dict[str, float] = defaultdict(float)
-    for path in sorted(directory.glob("*.jsonl")):
-        for line in path.open():
-            record = json.loads(line)
-            walls[record["id"].split("::")[0]] += record["wall"]
-    heavy = {name: round(wall) for name, wall in sorted(walls.items(), key=lambda kv: -kv[1]) if wall >= at_least}
-    return json.dumps(heavy, indent=1)
-
-
 if __name__ == "__main__":
-    if sys.argv[2:3] == ["--durations"]:
-        print(durations(Path(sys.argv[1])))
-    else:
-        print(summarise(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 40))
+    print(summarise(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 40))
