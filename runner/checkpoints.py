@@ -224,13 +224,16 @@ class CheckpointStore:
         steps = [checkpoint_step(name) for name in await self.store.list_dirs()]
         return sorted((step for step in steps if step is not None), reverse=True)
 
-    async def restore(self, output_dir: Path) -> Restored:
-        """Download the newest checkpoint that verifies into ``output_dir/checkpoint-<step>``."""
+    async def restore(self, output_dir: Path, reuse: bool = False) -> Restored:
+        """Download the newest checkpoint that verifies into ``output_dir/checkpoint-<step>``.
+
+        ``reuse``: take files of a local ``checkpoint-<step>`` already there when they verify (a gang's survivor)."""
         started = time.monotonic()
         result = Restored()
         for step in await self.stored_steps():
             try:
-                path, result.bytes = await self._download_verified(step, output_dir)
+                reused = output_dir / f"checkpoint-{step}" if reuse else None
+                path, result.bytes = await self._download(step, await self._verified_files(step), output_dir, reused)
             except CheckpointInvalid as exc:
                 log.warning("skipping checkpoint-%d: %s", step, exc)
                 result.skipped.append(
@@ -242,11 +245,12 @@ class CheckpointStore:
         result.seconds = time.monotonic() - started
         return result
 
-    async def _download_verified(self, step: int, output_dir: Path) -> tuple[Path, int]:
+    async def _verified_files(self, step: int) -> list[tuple[str, ManifestFile]]:
+        """Every ``(prefix, file)`` of checkpoint ``step``, once its manifest and stored files check out."""
         prefix = f"checkpoint-{step}/"
         manifest = await self._manifest(step)
         await self._check_stored(prefix, manifest)
-        return await self._download(step, [(prefix, item) for item in manifest.files], output_dir)
+        return [(prefix, item) for item in manifest.files]
 
     async def _check_stored(self, prefix: str, manifest: Manifest) -> None:
         """Every file the manifest lists is stored, at its size (cheap, before any download)."""

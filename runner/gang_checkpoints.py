@@ -22,12 +22,10 @@ import contextlib
 import hashlib
 import logging
 import time
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from handlers.reports import SkippedCheckpoint
-from runner.checkpoints import CheckpointInvalid, CheckpointStore, Restored
+from runner.checkpoints import CheckpointInvalid, CheckpointStore
 from runner.manifest import MANIFEST_NAME, ManifestFile
 from runner.storage.base import ObjectStore, StorageError
 from runner.upload import RateMeter
@@ -138,30 +136,9 @@ class GangCheckpointStore(CheckpointStore):
             log.warning("cannot list the gang's checkpoints: %s", exc)
         return None
 
-    async def restore(self, output_dir: Path, reuse: bool = False) -> Restored:
-        """The newest complete gang checkpoint, every part of it, into ``output_dir/checkpoint-<step>``.
-
-        ``reuse``: take files of a local ``checkpoint-<step>`` already there when they verify (a survivor)."""
-        started = time.monotonic()
-        result = Restored()
-        for step in await self.stored_steps():
-            try:
-                entries = await self._verified_parts(step)
-                reused = output_dir / f"checkpoint-{step}" if reuse else None
-                path, result.bytes = await self._download(step, entries, output_dir, reused)
-            except CheckpointInvalid as exc:
-                log.warning("skipping checkpoint-%d: %s", step, exc)
-                result.skipped.append(
-                    SkippedCheckpoint(step=step, uri=self.checkpoint_uri(step), reason=str(exc), kind=exc.kind)
-                )
-                continue
-            result.step, result.path, result.uri = step, path, self.checkpoint_uri(step)
-            break
-        result.seconds = time.monotonic() - started
-        return result
-
-    async def _verified_parts(self, step: int) -> list[tuple[str, ManifestFile]]:
-        """Every file of every part of ``step`` (the union), once the marker and each part check out."""
+    async def _verified_files(self, step: int) -> list[tuple[str, ManifestFile]]:
+        """Every file of every part of ``step`` (the union), once the marker and each part check out: a restore
+        takes the newest complete gang checkpoint, every part of it, into one ``checkpoint-<step>``."""
         marker = await self.marker(step)
         if marker is None:
             raise CheckpointInvalid("no-manifest", f"no {GANG_MARKER}: not every node's part was committed")
