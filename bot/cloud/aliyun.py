@@ -51,7 +51,7 @@ from bot.cloud.aliyun_instances import LIVE_STATUSES, AliyunError, AliyunInstanc
 from bot.cloud.aliyun_pricing import AliyunPricing
 from bot.cloud.aliyun_scaling import AliyunGroups
 from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
-from bot.cloud.base import CloudProvider, Instance, LaunchError
+from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
 from bot.cloud.oss_objects import OssObjects
 from bot.cloud.user_data import runner_boot_script
@@ -116,6 +116,9 @@ class AliyunCloud:
         """The runner's control object, relative to the bucket (the runner reads it relative to its checkpoints)."""
         return f"{self.settings.prefix}{job_id}/{control_key(attempt)}"
 
+    async def release_gang_placement(self, job_id: str) -> None:
+        """Gang placement is not built for this cloud yet: nothing was made, nothing to remove."""
+
     # -- launch ---------------------------------------------------------------------------------------------
 
     async def launch(
@@ -126,6 +129,7 @@ class AliyunCloud:
         *,
         avoid_zones: Collection[str] = (),
         zone: str | None = None,
+        gang: GangPlacement | None = None,
     ) -> Instance:
         """Start the attempt's instance on ``market``; LaunchError naming every failed candidate when none would
         start (``capacity`` True when the market had no room: the spot authority chooses again).

@@ -31,7 +31,7 @@ from bot.cloud.aws_objects import KEY_FAILURES, AwsObjects
 from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.aws_zones import AwsZones
-from bot.cloud.base import CloudProvider, Instance, LaunchError
+from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
 from bot.errors import ConfigError, ObjectStoreError, ObjectStoreUnavailable
 from handlers.jobs import Market
@@ -86,6 +86,9 @@ class AwsCloud:
         """Where the runners find their keys (the spec's ``report_key_from``): the runner appends its instance id."""
         return self.objects.key_prefix_uri()
 
+    async def release_gang_placement(self, job_id: str) -> None:
+        """Gang placement is not built for this cloud yet: nothing was made, nothing to remove."""
+
     # -- launch ---------------------------------------------------------------------------------------------
 
     async def launch(
@@ -96,6 +99,7 @@ class AwsCloud:
         *,
         avoid_zones: Collection[str] = (),
         zone: str | None = None,
+        gang: GangPlacement | None = None,
     ) -> Instance:
         """Start the attempt's instance on ``market``; LaunchError naming every failed candidate when none would
         start (``capacity`` True when the market had no room: the spot authority chooses again).

@@ -35,6 +35,16 @@ class Instance:
     on_demand_price_per_hour: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class GangPlacement:
+    """A gang node's launch: its job's nodes go close together in one zone (AWS: the job's cluster placement group;
+    Alibaba: its deployment set; the bot pins the zone of every node after the first). ``efa``: EFA interfaces
+    where the instance type has them (the recipe's ``efa=true``)."""
+
+    job_id: str
+    efa: bool = False
+
+
 class ListsInstances(Protocol):
     """What reconciliation (:mod:`bot.reconciler`) asks of a cloud: every instance tagged for a job of ours.
 
@@ -97,10 +107,17 @@ class CloudProvider(ListsInstances, Protocol):
         *,
         avoid_zones: Collection[str] = (),
         zone: str | None = None,
+        gang: GangPlacement | None = None,
     ) -> Instance:
         """Start an instance on ``market`` whose runner runs ``spec`` (preferring zones not in ``avoid_zones``);
         LaunchError when it cannot (``capacity`` True when the market had no room). ``zone``: there only (the spot
-        authority chose it). Never another market: the authority (:mod:`handlers.spot`) chooses again."""
+        authority chose it). Never another market: the authority (:mod:`handlers.spot`) chooses again. ``gang``:
+        one node of a multi-node job, placed with the job's other nodes."""
+        ...
+
+    async def release_gang_placement(self, job_id: str) -> None:
+        """Remove what the cloud made to place a gang's nodes together (placement group, deployment set) once the
+        job has ended; one already gone, or never made, is fine."""
         ...
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import redis.asyncio as aioredis
 
-from bot.cloud.base import CloudError, ForeignInstance, Instance, LaunchError
+from bot.cloud.base import CloudError, ForeignInstance, GangPlacement, Instance, LaunchError
 from bot.cloud.local_env import instance_environment
 from bot.cloud.local_instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
 from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry, local_instance_id
@@ -112,6 +112,9 @@ class LocalCloud:
     def checkpoint_uri(self, job_id: str) -> str:
         return f"{self.checkpoint_base.rstrip('/')}/jobs/{job_id}/"
 
+    async def release_gang_placement(self, job_id: str) -> None:
+        """Nothing to remove: local instances of a gang share the loopback, no placement object."""
+
     # -- launch -------------------------------------------------------------------------------------------
 
     async def launch(
@@ -122,6 +125,7 @@ class LocalCloud:
         *,
         avoid_zones: Collection[str] = (),
         zone: str | None = None,
+        gang: GangPlacement | None = None,
     ) -> Instance:
         """The attempt's instance: the one already up for (job, attempt) if there is one, else a new one."""
         instance_id = local_instance_id(spec.job_id, spec.attempt)

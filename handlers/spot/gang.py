@@ -1,0 +1,47 @@
+"""A gang that lost one node and cannot get its replacement: wait longer for that one node, or move the whole gang.
+
+The survivors bill while they wait, so waiting is not free: each further stretch of waiting costs the survivors'
+hours plus the chance that the node still does not come; moving costs a whole-gang restart (every node launched,
+restored and warmed up again) but ends the wait. The bot asks this once the hold time is over, and again at each
+further hold, so a gang never waits without a bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+GangMove = Literal["wait", "move"]
+
+
+@dataclass(frozen=True, slots=True)
+class GangHold:
+    """What the choice weighs, all from the job's record and the cloud's view."""
+
+    nodes: int  # the gang's size
+    survivors: int  # nodes still up, waiting (billing) for the lost one's replacement
+    node_price_per_hour: float  # what one node pays now (spot or on-demand, whichever it runs on)
+    waited_seconds: float  # how long the survivors have waited so far
+    hold_seconds: float  # the configured hold: the next stretch the gang would wait
+    replace_seconds: float  # one node's restart overhead (launch, image, restore, warm-up)
+    move_seconds: float  # a whole gang's restart overhead elsewhere (every node launched, restored, warmed up)
+    availability: float  # 0..1: the chance the lost node's replacement comes within the next hold
+
+
+def wait_or_move(hold: GangHold) -> GangMove:
+    """``move`` when the gang's expected cost of waiting one more hold exceeds that of moving now.
+
+    Waiting: the survivors bill for the hold whatever happens; with chance ``availability`` the node comes and the
+    gang pays one node's restart, else the gang is where it is now, a hold later (counted as one more hold). Moving:
+    every node pays the whole gang's restart overhead. Both in node-hours at one price, so the price cancels out of
+    the comparison; it stays in :class:`GangHold` for the accounting the card shows.
+    """
+    if hold.survivors <= 0:
+        return "move"
+    hold_h = hold.hold_seconds / 3600
+    replace_h = hold.replace_seconds / 3600
+    move_h = hold.move_seconds / 3600
+    p = min(max(hold.availability, 0.0), 1.0)
+    wait_cost = hold.survivors * hold_h + p * hold.nodes * replace_h + (1 - p) * hold.nodes * (hold_h + move_h)
+    move_cost = hold.nodes * move_h
+    return "move" if wait_cost > move_cost else "wait"
