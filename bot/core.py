@@ -51,6 +51,7 @@ from handlers.messages import (
     parse_message,
 )
 from handlers.oncall import OnCall
+from handlers.pagers import Tool, parse_page_key
 from handlers.permissions import channel_id, home_team, is_admin, job_refusal, narrowed
 from handlers.policy_config import PolicyConfig, guard_start
 from handlers.reasons import Reason
@@ -212,6 +213,29 @@ class Bot:
         await self._audit(user, chat, command.action, command.job_id)
         state = catalog.text(lang, f"state.{done.job.state.value}")
         return catalog.text(lang, "reply.ok", action=command.action, job=command.job_id, state=state)
+
+    async def tool_ack(self, key: str, tool: Tool, who: str, event_id: str) -> str:
+        """An acknowledgement made in a paging tool (its webhook, authenticated): the page ``key`` names is
+        acknowledged in chat too, unless it is acknowledged already or is not the job's open page (nothing
+        changes then). ``event_id`` (the tool's) makes a redelivered webhook cost one read. Says what happened."""
+        named = parse_page_key(key)
+        if named is None:
+            return "not-ours"
+        job_id, attempt = named
+        now = self.clock()
+
+        def change(job: Job) -> Change | None:
+            page = job.page
+            if page is None or page.attempt != attempt or page.acked_by:
+                return None  # closed, another page, or acknowledged already: nothing to change
+            return ack_command(job, f"{tool}:{who}", now, via=tool)
+
+        applied = await self.store.apply(job_id, change, dedup_key=event_id)
+        if applied.missing:
+            return "no-job"
+        if applied.duplicate:
+            return "duplicate"
+        return "acked" if applied.change is not None else "nothing-to-ack"
 
     async def _list(self, user: str, chat: ChatRef, lang: Lang) -> str:
         """The channel's latest jobs (an admin's: every channel's), read from the store's index, not every job."""

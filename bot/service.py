@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import aiohttp
 import redis.asyncio as aioredis
 from aiohttp import web
 
@@ -43,6 +44,9 @@ from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.keys import DEFAULT_KEYS
 from bot.owner_lock import AlreadyOwned, OwnerLock
+from bot.pagers.calls import PagerDeliverer
+from bot.pagers.setup import pager_tools
+from bot.pagers.webhooks import pager_routes
 from bot.reconciler import Reconciler
 from bot.redis_server import RedisHandle, open_redis, redacted
 from bot.replicas import Replicas
@@ -57,6 +61,7 @@ from bot.sources.sqs import SqsSource
 from bot.storage_renewal import StorageRenewal
 from bot.store import JobStore
 from bot.timers import Timers
+from handlers.pagers import Tool
 from handlers.permissions import describe
 from handlers.report_keys import ReportKeys
 from handlers.reports import utcnow
@@ -275,6 +280,15 @@ class BotService:
             app.add_routes(aliyun_routes(bus.publish, token, networks, allow_insecure=insecure))
         if self._slack is not None:
             self._slack.mount(app)
+        pager = await self._pager(config)
+        app.add_routes(
+            pager_routes(
+                self._tool_ack,
+                self.clock,
+                self.settings.secret("pagerduty_webhook_secret"),
+                self.settings.secret("opsgenie_webhook_token"),
+            )
+        )
         self._http = web.AppRunner(app, access_log=None, logger=server_logger())
         await self._http.setup()
         stack.push_async_callback(self._http.cleanup)
@@ -291,7 +305,7 @@ class BotService:
 
         self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, ReportKeys(secret)))
         stack.push_async_callback(cloud.close)
-        self._outbox = outbox = self._chat_outbox(own_client(), store, consumer)
+        self._outbox = outbox = self._chat_outbox(own_client(), store, consumer, pager)
         recipes = all_recipes(config)
         # Every report target is the cloud's own (SNS, the report URL, the local instance): none extra here.
         effects = CloudEffects(own_client(), store, cloud, recipes, [], consumer=consumer)
@@ -374,7 +388,20 @@ class BotService:
                 log.exception("cleaning up before closing")
         await self._stack.aclose()  # each part closes what it opened, last opened first
 
-    def _chat_outbox(self, chat_redis: aioredis.Redis, store: JobStore, consumer: str) -> ChatOutbox:
+    async def _pager(self, config: FileConfig) -> Platform | None:
+        """PagerDuty / Opsgenie, as the outbox's ``pager`` platform, when a key of either is set (else None)."""
+        session = aiohttp.ClientSession()
+        self._stack.push_async_callback(session.close)
+        tools = pager_tools(self.settings, config.oncall, session)
+        return Platform(PagerDeliverer(tools, self.clock), coalesce_cards=False) if tools else None
+
+    async def _tool_ack(self, key: str, tool: Tool, who: str, event_id: str) -> str:
+        """A paging tool's acknowledgement (bot/pagers/webhooks.py), once the bot is up."""
+        return await self.bot.tool_ack(key, tool, who, event_id)
+
+    def _chat_outbox(
+        self, chat_redis: aioredis.Redis, store: JobStore, consumer: str, pager: Platform | None = None
+    ) -> ChatOutbox:
         """The chat outbox: each configured platform's deliverer; jobs of any other platform (or none) on the
         console, which gets every card note (a terminal cannot edit one in place)."""
         refs = ChatRefs(chat_redis, store.keys)
@@ -384,7 +411,7 @@ class BotService:
         if self.dingtalk is not None:
             platforms["dingtalk"] = Platform(self.dingtalk.deliverer)
         console = Platform(PortDeliverer(self.chat), coalesce_cards=False)
-        return ChatOutbox(chat_redis, store, platforms, fallback=console, refs=refs, consumer=consumer)
+        return ChatOutbox(chat_redis, store, platforms, fallback=console, refs=refs, consumer=consumer, pager=pager)
 
     async def _connect_slack(self, config: FileConfig) -> SlackAdapter | None:
         """The Slack adapter when SLACK_BOT_TOKEN is set, its tokens checked with Slack; else None."""

@@ -72,6 +72,14 @@ class Settings(BaseSettings):
     dingtalk_client_id: str | None = None
     dingtalk_client_secret: str | None = None
     dingtalk_openapi_endpoint: str = "https://api.dingtalk.com"  # also the Stream gateway's; tests use a fake
+    # -- Paging tools (bot/pagers), named on the on-call ladder: the keys are secrets (never logged, never in a URL)
+    pagerduty_routing_key: SecretStr | None = None  # an Events API v2 integration's key: opens pages there
+    pagerduty_events_url: str = Field(default="https://events.pagerduty.com", pattern=r"^https?://[^\s]+$")
+    pagerduty_webhook_secret: SecretStr | None = None  # a v3 webhook subscription's secret: mounts its route
+    opsgenie_api_key: SecretStr | None = None  # an API integration's key (GenieKey): opens pages there
+    opsgenie_region: Literal["us", "eu"] = "us"  # api.opsgenie.com or api.eu.opsgenie.com
+    opsgenie_api_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")  # instead of the region's
+    opsgenie_webhook_token: SecretStr | None = None  # the custom header a Webhook integration sends: mounts its route
 
     @field_validator("redis_url")
     @classmethod
@@ -146,7 +154,7 @@ def _bad_variable(error: Mapping[str, Any]) -> str:
     value = str(error.get("input"))
     if field == "redis_url":
         value = redacted(value)  # a URL may carry the server's password
-    hidden = any(word in field for word in ("secret", "token", "yaml"))
+    hidden = any(word in field for word in ("secret", "token", "yaml", "key"))
     shown = "" if hidden else f"={value[:60]!r}"
     return f"{name}{shown}: {error['msg']}"
 

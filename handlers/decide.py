@@ -71,6 +71,7 @@ from handlers.notes import (
     StopRequested,
 )
 from handlers.oncall import OnCall, open_page, page_step
+from handlers.pagers import Tool, acknowledgements, resolutions
 from handlers.reasons import Reason, Wording
 from handlers.reports import (
     CheckpointSaved,
@@ -216,7 +217,7 @@ def stop_command(job: Job, user: str, now: datetime, lifecycle: Lifecycle | None
         return _ignored(job, "stop", WORDING("ignored.stop", state=job.state), by=user)
     current = job.current
     instance = current.instance_id if current is not None and current.ended_at is None else None
-    outbox: list[Message] = [_note(job, "thread", StopRequested(by=user))]
+    outbox: list[Message] = [_note(job, "thread", StopRequested(by=user)), *resolutions(job, job.page)]
     job = job.model_copy(update={"page": None})  # a stop closes the page: nobody needs waking for it
     if state is JobState.STOPPING and instance is None:  # nothing runs that could save a checkpoint
         state = next_state(job.state, "stop-no-instance") or JobState.STOPPED
@@ -245,20 +246,27 @@ def interrupt_test_command(job: Job, user: str, now: datetime) -> Change:
     return _change(job, state, now, {"event": "interrupt-test", "by": user}, outbox)
 
 
-def ack_command(job: Job, user: str, now: datetime) -> Change:
+def ack_command(job: Job, user: str, now: datetime, via: Tool | None = None) -> Change:
+    """``user`` owns the page now: in chat, or (``via``) in a paging tool; every other tool it is open in hears."""
     if next_state(job.state, "ack") is None:
         return _ignored(job, "ack", WORDING("ignored.ack", state=job.state), by=user)
     if job.page is None:
         return _ignored(job, "ack", WORDING("ignored.no-page"), by=user)
     if job.page.acked_by:
         return _ignored(job, "ack", WORDING("ignored.already-acked", by=job.page.acked_by), by=user)
-    page = job.page.model_copy(update={"acked_by": user, "acked_at": now})
+    page = job.page.model_copy(update={"acked_by": user, "acked_at": now, "acked_via": via})
     acked = job.model_copy(update={"page": page, "updated_at": now})
-    history = {"event": "ack", "by": user, "at": now.isoformat(), "after_steps": page.sent}
+    history: dict[str, Any] = {"event": "ack", "by": user, "at": now.isoformat(), "after_steps": page.sent}
+    if via is not None:
+        history["via"] = via
     return _make(
         acked,
         history,
-        [_note(acked, "thread", Acked(by=user, at=now)), _note(acked, "card", CardRefresh(cause="acked"))],
+        [
+            _note(acked, "thread", Acked(by=user, at=now, via=via)),
+            _note(acked, "card", CardRefresh(cause="acked")),
+            *acknowledgements(acked, page, user, via),
+        ],
     )
 
 
@@ -271,7 +279,7 @@ def resume_command(job: Job, user: str, on_demand: bool, now: datetime, spot: Sp
         update={"state": JobState.RECOVERING, "failure": None, "page": None, "attempts_without_progress": 0}
     )
     history = {"event": "resume", "by": user, "market": market}
-    notes: list[Message] = [_note(job, "thread", ResumeRequested(by=user, market=market))]
+    notes: list[Message] = [_note(job, "thread", ResumeRequested(by=user, market=market)), *resolutions(job, job.page)]
     if spot is not None and managed(moved):
         moved, tick = _next_tick(moved, now, spot.period)  # the job's ticks ended with it: a new chain starts
         notes.append(tick)

@@ -112,6 +112,8 @@ class Page(BaseModel):
     acked_by: str | None = None
     acked_at: datetime | None = None
     named: list[str] = Field(default_factory=list)  # the platform ids its steps called: they may ack and resume
+    tools: list[str] = Field(default_factory=list)  # the paging tools its steps opened it in (handlers/pagers.py)
+    acked_via: str | None = None  # the paging tool it was acknowledged in (None: in chat)
 
 
 class PlanChoice(BaseModel):

@@ -184,12 +184,13 @@ class StopRunner(_Message):
     instance_id: str
 
 
-NotifyChannel = Literal["card", "thread", "alert", "page"]
+NotifyChannel = Literal["card", "thread", "alert", "page", "pager"]
 
 
 class Notify(_Message):
-    """Tell people: ``card`` refreshes the job card; the others post ``note`` (a typed note, worded by the chat
-    side in the channel's language)."""
+    """Tell people: ``card`` refreshes the job card; ``pager`` calls a paging tool (PagerDuty, Opsgenie: the note
+    is a :class:`~handlers.notes.PagerCall`); the others post ``note`` (a typed note, worded by the chat side in
+    the channel's language)."""
 
     type: Literal["notify"] = "notify"
     job_id: str

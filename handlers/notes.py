@@ -208,9 +208,25 @@ class ResumeFailedPage(_Note):
 
 
 class Acked(_Note):
+    """Someone owns the page now; ``via``: the paging tool they acknowledged it in (None: in chat)."""
+
     type: Literal["acked"] = "acked"
     by: str
     at: datetime
+    via: Literal["pagerduty", "opsgenie"] | None = None
+
+
+class PagerCall(_Note):
+    """A call to a paging tool about one page (``key``: PagerDuty's dedup_key, Opsgenie's alias): open it (with
+    what failed), acknowledge it (``by`` whom), or resolve it. Sent by the outbox's pager, not posted in chat; its
+    words are the tool's incident summary."""
+
+    type: Literal["pager-call"] = "pager-call"
+    tool: Literal["pagerduty", "opsgenie"]
+    action: Literal["trigger", "acknowledge", "resolve"]
+    key: str = Field(min_length=1, max_length=200)
+    reason: Failure | str | None = None
+    by: str | None = None
 
 
 # -- what people asked for -------------------------------------------------------------------------------
@@ -279,6 +295,7 @@ Note = Annotated[
     | Stopped
     | ResumeFailedPage
     | Acked
+    | PagerCall
     | StopRequested
     | ResumeRequested
     | InterruptTestStarted

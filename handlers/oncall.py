@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from handlers.jobs import Change, Job, JobState
 from handlers.messages import Notify, PageStep
-from handlers.notes import Paged, ResumeFailedPage
+from handlers.notes import Paged, PagerCall, ResumeFailedPage
+from handlers.pagers import TOOLS, triggers  # paging tools a step may name: the page opens there too
 
 ROLES = ("primary", "secondary")
 EVERYONE = ("channel", "here")
@@ -43,7 +44,8 @@ class Person(BaseModel):
 
 
 class LadderStep(BaseModel):
-    """Notify ``notify`` (roles, people, ``channel`` or ``here``) ``after_minutes`` after the page opened."""
+    """Notify ``notify`` (roles, people, ``channel``, ``here``, ``pagerduty``, ``opsgenie``) ``after_minutes``
+    after the page opened."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     after_minutes: float = Field(ge=0, le=7 * 24 * 60)
@@ -78,15 +80,22 @@ class OnCall(BaseModel):
             if unknown:
                 raise ValueError(f"rota names {', '.join(unknown)}, who are not in people")
         for step in self.ladder:
-            unknown = [t for t in step.notify if t not in self.people and t not in ROLES and t not in EVERYONE]
+            known = (*ROLES, *EVERYONE, *TOOLS)
+            unknown = [t for t in step.notify if t not in self.people and t not in known]
             if unknown:
                 raise ValueError(
-                    f"ladder step names {', '.join(unknown)}: use primary, secondary, channel, here or a person"
+                    f"ladder step names {', '.join(unknown)}: use primary, secondary, channel, here, pagerduty, "
+                    "opsgenie or a person"
                 )
         delays = [step.after_minutes for step in self.ladder]
         if delays != sorted(delays):
             raise ValueError("ladder steps must come in order of after_minutes")
         return self
+
+    @property
+    def tools(self) -> list[str]:
+        """The paging tools some step names (each needs its key configured)."""
+        return [tool for tool in TOOLS if any(tool in step.notify for step in self.ladder)]
 
     @property
     def steps(self) -> int:
@@ -133,14 +142,19 @@ def step_targets(oncall: OnCall, step: int, now: datetime) -> tuple[list[Paged],
                 names.append(shift[index])
         elif target == "channel" or (target == "here" and everyone is None):
             everyone = "channel" if target == "channel" else "here"
-        elif target not in EVERYONE:
+        elif target not in EVERYONE and target not in TOOLS:
             names.append(target)
     mention = [
         Paged(name=name, **oncall.people[name].model_dump(exclude={"console"})) for name in dict.fromkeys(names)
     ]
-    if not mention and everyone is None:
-        everyone = "here"  # a page that mentions no one notifies no one
+    if not mention and everyone is None and not step_tools(oncall, step):
+        everyone = "here"  # a page that mentions no one notifies no one (a paging tool notifies its on-call)
     return mention, everyone
+
+
+def step_tools(oncall: OnCall, step: int) -> list[str]:
+    """The paging tools step ``step`` names."""
+    return [target for target in oncall.ladder[min(step, len(oncall.ladder) - 1)].notify if target in TOOLS]
 
 
 def open_page(job: Job, now: datetime) -> PageStep:
@@ -165,9 +179,9 @@ def page_step(job: Job, message: PageStep, oncall: OnCall, now: datetime) -> Cha
         return Change(job, {**history, "state": job.state.value})
     mention, everyone = step_targets(oncall, message.step, now)
     named = list(dict.fromkeys([*page.named, *named_ids(oncall, [person.name for person in mention])]))
-    paged = job.model_copy(
-        update={"page": page.model_copy(update={"sent": page.sent + 1, "named": named}), "updated_at": now}
-    )
+    stepped = page.model_copy(update={"sent": page.sent + 1, "named": named})
+    opened, calls = triggers(job, stepped, step_tools(oncall, message.step))
+    paged = job.model_copy(update={"page": opened, "updated_at": now})
     detail = page.detail if message.step == 0 else {}  # the first step says what failed; the later ones repeat
     told = ResumeFailedPage(
         reason=page.reason,
@@ -178,14 +192,16 @@ def page_step(job: Job, message: PageStep, oncall: OnCall, now: datetime) -> Cha
         log_tail=detail.get("log_tail") or [],
         exit_code=detail.get("exit_code"),
     )
-    outbox: list[Notify | PageStep] = [Notify(job_id=job.id, channel="page", note=told)]
+    outbox: list[Notify | PageStep] = [Notify(job_id=job.id, channel="page", note=told), *calls]
     if message.step + 1 < oncall.steps:
         due = step_due(oncall, page.opened_at, message.step + 1)
         outbox.append(PageStep(job_id=job.id, attempt=page.attempt, step=message.step + 1, due=due))
     history = {
         "event": "page",
         "step": message.step,
-        "notified": [person.name for person in mention] + ([f"@{everyone}"] if everyone else []),
+        "notified": [person.name for person in mention]
+        + ([f"@{everyone}"] if everyone else [])
+        + [call.note.tool for call in calls if isinstance(call.note, PagerCall)],
         "state": job.state.value,
     }
     return Change(paged, history, list(outbox))

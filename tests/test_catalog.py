@@ -42,6 +42,7 @@ from handlers.notes import (
     NoReports,
     Note,
     Paged,
+    PagerCall,
     Rebalance,
     RebalanceCheckpoint,
     RelaunchPaused,
@@ -117,6 +118,12 @@ SAMPLES: list[Note] = [
         steps=3,
     ),
     Acked(by="dingtalk:manager4220", at=NOW),
+    Acked(by="pagerduty:Ana Lee", at=NOW, via="pagerduty"),
+    PagerCall(
+        tool="pagerduty", action="trigger", key="finetune-ft-ab12-2", reason=Failure.of("launch-failed", error="x")
+    ),
+    PagerCall(tool="opsgenie", action="acknowledge", key="finetune-ft-ab12-2", by="slack:U1"),
+    PagerCall(tool="opsgenie", action="resolve", key="finetune-ft-ab12-2"),
     StopRequested(by="dingtalk:manager4220"),
     ResumeRequested(by="slack:U1", market="on-demand"),
     InterruptTestStarted(instance="i-1", by="dingtalk:manager4220"),

@@ -12,7 +12,9 @@ loses no note. A consumer group (one consumer per replica, lanes per job, see :m
 - once: a note's id is recorded when it is delivered, so a redelivery posts nothing twice; and it is marked
   *sending* before the first try, so a delivery that may have gone through unheard (the replica died mid-post,
   the platform timed out) is checked with the platform before it is tried again (:class:`PostedCheck`);
-- card edits coalesced by :class:`bot.chat.cards.CardRefresher` (except on a platform that asks for every card).
+- card edits coalesced by :class:`bot.chat.cards.CardRefresher` (except on a platform that asks for every card);
+- ``pager`` notes (a page opened, acknowledged or resolved in PagerDuty / Opsgenie) to the ``pager`` platform
+  (:mod:`bot.pagers.calls`), whatever the job's chat platform, with the same retries and the same once-only record.
 
 A job of a platform with no deliverer configured (or with no chat at all) is told about on the ``fallback``
 platform (the console), as before.
@@ -66,6 +68,7 @@ class ChatOutbox:
         refs: ChatRefs | None = None,
         consumer: str | None = None,
         keys: Keys | None = None,
+        pager: Platform | None = None,
         card_interval: float = 2.0,
         backoff_cap: float = 10.0,
     ) -> None:
@@ -74,6 +77,7 @@ class ChatOutbox:
         self.keys = keys or store.keys
         self.platforms = dict(platforms)
         self.fallback = fallback
+        self.pager = pager  # PagerDuty / Opsgenie, when a key of either is configured
         self.backoff_cap = backoff_cap
         self.refs = refs or ChatRefs(redis, self.keys)
         coalesced = {name: platform for name, platform in self.platforms.items() if platform.coalesce_cards}
@@ -128,11 +132,10 @@ class ChatOutbox:
         if not isinstance(note, Notify):
             log.error("dropped chat outbox entry %s: a %s, not a note", item.get("id"), note.type)
             return
-        platform = self.platforms.get(str(item.get("platform")), self.fallback)
+        name = "pager" if note.channel == "pager" else str(item.get("platform"))
+        platform = self.pager if note.channel == "pager" else self.platforms.get(name, self.fallback)
         if platform is None:
-            log.warning(
-                "no deliverer for platform %r: note %s of %s dropped", item.get("platform"), note.id, note.job_id
-            )
+            log.warning("no deliverer for platform %r: note %s of %s dropped", name, note.id, note.job_id)
             return
         # Card notes need no record: posting the card is guarded by its ref, and an edit only marks the job.
         sent = self.keys.sent(note.id) if note.channel != "card" else None

@@ -33,6 +33,7 @@ from handlers.notes import (
     InterruptTestFailed,
     InterruptTestStarted,
     NoReports,
+    PagerCall,
     Rebalance,
     RebalanceCheckpoint,
     RelaunchPaused,
@@ -43,6 +44,7 @@ from handlers.notes import (
     Stopped,
     StopRequested,
 )
+from handlers.pagers import TOOL_NAMES
 from handlers.recipes import Recipe
 from handlers.reports import Late
 
@@ -245,6 +247,19 @@ def _page(job: Job, note: ResumeFailedPage, now: datetime, lang: Lang) -> str:
     return text(lang, "note.resume-failed", again=again, job=job.id, reason=failure_text(note.reason, lang))
 
 
+def _acked(job: Job, note: Acked, now: datetime, lang: Lang) -> str:
+    if note.via is None:
+        return text(lang, "note.acked", by=person(note.by), job=job.id, at=_time(note.at, lang))
+    tool = TOOL_NAMES[note.via]
+    return text(lang, "note.acked.via", by=person(note.by), job=job.id, at=_time(note.at, lang), tool=tool)
+
+
+def _pager_call(job: Job, note: PagerCall, now: datetime, lang: Lang) -> str:
+    """The summary a paging tool shows for the call (the chat posts none)."""
+    reason = failure_text(note.reason, lang) if note.reason is not None else ""
+    return text(lang, f"note.pager-call.{note.action}", job=job.id, reason=reason, by=note.by or "")
+
+
 def _stopped(job: Job, note: Stopped, now: datetime, lang: Lang) -> str:
     if note.step is None:
         return text(lang, "note.stopped", job=job.id)
@@ -304,9 +319,8 @@ _WORDS: dict[type[BaseModel], _Words] = {
     FailedNote: _failed,
     Stopped: _stopped,
     ResumeFailedPage: _page,
-    Acked: lambda job, note, now, lang: text(
-        lang, "note.acked", by=person(note.by), job=job.id, at=_time(note.at, lang)
-    ),
+    Acked: _acked,
+    PagerCall: _pager_call,
     StopRequested: lambda job, note, now, lang: text(lang, "note.stop-requested", by=person(note.by)),
     ResumeRequested: lambda job, note, now, lang: text(
         lang, "note.resume-requested", by=person(note.by), job=job.id, market=text(lang, f"market.{note.market}")

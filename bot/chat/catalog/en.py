@@ -130,6 +130,11 @@ BOT: dict[str, str] = {
     "note.stopped": "⏹️ {job} stopped.",
     "note.stopped.kept": "⏹️ {job} stopped; checkpoint at step {step} kept.",
     "note.acked": "👀 {by} acknowledged the page for {job} at {at}; the escalation stops.",
+    "note.acked.via": "👀 {by} acknowledged the page for {job} in {tool} at {at}; the escalation stops.",
+    # The summary of a page in PagerDuty / Opsgenie (the tool shows it; the chat never posts a pager call).
+    "note.pager-call.trigger": "finetune: job {job} could not resume ({reason})",
+    "note.pager-call.acknowledge": "finetune: job {job} acknowledged by {by}",
+    "note.pager-call.resolve": "finetune: job {job} resumed or stopped",
     "note.resume-requested": "🔁 {by} asked to resume {job} on {market}.",
     "note.rebalance": "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early.",
     "note.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
