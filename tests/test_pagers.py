@@ -24,6 +24,8 @@ from fakes.bot_harness import (
     quick_recipe,
     running_bot,
     settled,
+    slack_settings,
+    wait_job,
     write_config,
 )
 from fakes.fake_pagers import (
@@ -37,8 +39,12 @@ from fakes.fake_pagers import (
     pagerduty_ack,
     pagerduty_signed,
 )
+from fakes.fake_slack import FakeSlack
+from handlers.jobs import JobState
 from handlers.pagers import page_key
 from tests.test_oncall_ladder import fail_a_resume, pages
+from tests.test_slack_delivery import running_job
+from tests.test_slack_http import click
 
 pytestmark = pytest.mark.scenario
 
@@ -198,3 +204,43 @@ async def test_a_ladder_naming_a_tool_without_its_key_is_refused_at_start(tmp_pa
 
 async def _true(value: bool) -> bool:
     return value
+
+
+SLACK_ONCALL = {
+    "people": {"ana": {"slack": "U0ANA"}, "bo": {"slack": "U0BO"}},
+    "rota": [["ana", "bo"]],
+    "ladder": [{"after_minutes": 0, "notify": ["primary", "pagerduty", "opsgenie"]}],
+    "repeat_every_minutes": None,
+}
+
+
+async def test_an_ack_from_slacks_button_acknowledges_in_both_tools(tmp_path: Path) -> None:
+    fake = await FakePagers().start()
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("flaky", FAILS_ON_RESUME)], oncall=SLACK_ONCALL)
+    tools = {
+        "pagerduty_routing_key": ROUTING_KEY,
+        "pagerduty_events_url": fake.url,
+        "opsgenie_api_key": GENIE_KEY,
+        "opsgenie_api_url": fake.url,
+    }
+    try:
+        async with (
+            FakeSlack() as slack,
+            running_bot(tmp_path / "state", config, **slack_settings(slack.api_url), **tools) as (service, _),
+        ):
+            job = await running_job(service, "flaky")
+            await wait_job(service, job.id, lambda job: (job.step or 0) >= 1)
+            assert await click(service, "finetune_interrupt_test", job.id) == 200
+            await wait_job(service, job.id, lambda job: job.state is JobState.RESUME_FAILED)
+            await fake.wait_for("pagerduty", "trigger")
+            await fake.wait_for("opsgenie", "trigger")
+
+            assert await click(service, "finetune_ack", job.id, user="U0BO") == 200
+            await fake.wait_for("pagerduty", "acknowledge")
+            await fake.wait_for("opsgenie", "acknowledge")
+            key = page_key(job.id, 2)
+            assert [call.key for call in fake.calls_of("pagerduty")] == [key, key]
+            assert fake.calls_of("opsgenie", "acknowledge")[0].body["note"].endswith("acknowledged by slack:U0BO")
+            assert not fake.refused
+    finally:
+        await fake.close()
