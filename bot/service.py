@@ -45,7 +45,7 @@ from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.keys import DEFAULT_KEYS
 from bot.owner_lock import AlreadyOwned, OwnerLock
 from bot.pagers.calls import PagerDeliverer
-from bot.pagers.setup import pager_tools
+from bot.pagers.setup import pager_tools, webhook_secrets
 from bot.pagers.webhooks import pager_routes
 from bot.reconciler import Reconciler
 from bot.redis_server import RedisHandle, open_redis, redacted
@@ -281,14 +281,7 @@ class BotService:
         if self._slack is not None:
             self._slack.mount(app)
         pager = await self._pager(config)
-        app.add_routes(
-            pager_routes(
-                self._tool_ack,
-                self.clock,
-                self.settings.secret("pagerduty_webhook_secret"),
-                self.settings.secret("opsgenie_webhook_token"),
-            )
-        )
+        app.add_routes(pager_routes(self._tool_ack, self.clock, *webhook_secrets(self.settings)))
         self._http = web.AppRunner(app, access_log=None, logger=server_logger())
         await self._http.setup()
         stack.push_async_callback(self._http.cleanup)

@@ -202,6 +202,12 @@ async def test_a_ladder_naming_a_tool_without_its_key_is_refused_at_start(tmp_pa
             pass
 
 
+async def test_a_short_webhook_token_is_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="OPSGENIE_WEBHOOK_TOKEN must be at least 24 characters"):
+        async with running_bot(tmp_path / "state", opsgenie_webhook_token="guessable"):
+            pass
+
+
 async def _true(value: bool) -> bool:
     return value
 

@@ -11,6 +11,17 @@ from bot.settings import Settings
 from handlers.oncall import OnCall
 
 KEY_SETTINGS = {"pagerduty": "PAGERDUTY_ROUTING_KEY", "opsgenie": "OPSGENIE_API_KEY"}
+MIN_WEBHOOK_SECRET = 24  # a guessable token would let anyone acknowledge a page
+
+
+def webhook_secrets(settings: Settings) -> tuple[str | None, str | None]:
+    """The PagerDuty webhook secret and the Opsgenie webhook token (None: that route is not mounted); ConfigError
+    for one too short to keep a stranger from acknowledging pages."""
+    found = (settings.secret("pagerduty_webhook_secret"), settings.secret("opsgenie_webhook_token"))
+    for name, value in zip(("PAGERDUTY_WEBHOOK_SECRET", "OPSGENIE_WEBHOOK_TOKEN"), found, strict=True):
+        if value is not None and len(value) < MIN_WEBHOOK_SECRET:
+            raise ConfigError(f"{name} must be at least {MIN_WEBHOOK_SECRET} characters")
+    return found
 
 
 def pager_tools(settings: Settings, oncall: OnCall, session: aiohttp.ClientSession) -> dict[str, PagerTool]:
