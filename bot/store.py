@@ -428,6 +428,23 @@ class JobStore:
         raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
         return [Job.model_validate_json(raw) for raw in raws if raw is not None]
 
+    async def active_since(self, start: datetime) -> list[Job]:
+        """Every job that may have been active since ``start`` (what ``costs`` reads): the jobs not in a final state
+        (their state sets) and those that reached one at ``start`` or later (the ended index from ``start`` on).
+        A job that ended before ``start`` is not read, so the cost of a report is the jobs of its window, not
+        every job retention keeps. The caller filters exactly (a job may have moved in between)."""
+        open_states = [state for state in JobState if state not in TERMINAL_STATES]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for state in open_states:
+                pipe.smembers(self.keys.state(state))
+            pipe.zrangebyscore(self.keys.ended, start.timestamp(), "+inf")
+            *members, ended = await pipe.execute()
+        ids = sorted(set().union(*members, ended))
+        if not ids:
+            return []
+        raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
+        return [Job.model_validate_json(raw) for raw in raws if raw is not None]
+
     async def counts_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, zeros included), for ``/metrics``."""
         states = list(JobState)
