@@ -445,6 +445,21 @@ class JobStore:
         raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
         return [Job.model_validate_json(raw) for raw in raws if raw is not None]
 
+    async def stream_backlog(self) -> list[StreamBacklog]:
+        """Each consumer group of the three work streams (events, chat, cloud): the entries not yet delivered to it
+        (``lag``; None when the server cannot tell, e.g. after a trim) and those delivered but not acknowledged
+        (``pending``), for ``/metrics``. A stream not created yet has no group and is left out."""
+        backlog: list[StreamBacklog] = []
+        for name, stream in (("events", self.keys.events), ("chat", self.keys.chat), ("cloud", self.keys.cloud)):
+            if not await self.redis.exists(stream):
+                continue
+            for group in await self.redis.xinfo_groups(stream):
+                lag = group.get("lag")
+                backlog.append(
+                    StreamBacklog(name, str(group["name"]), None if lag is None else int(lag), int(group["pending"]))
+                )
+        return backlog
+
     async def counts_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, zeros included), for ``/metrics``."""
         states = list(JobState)
@@ -591,6 +606,16 @@ class JobStore:
     async def _read_log(self, stream: str, count: int) -> list[dict[str, Any]]:
         entries = await self.redis.xrevrange(stream, count=count)
         return [pydantic_core.from_json(fields[HISTORY_FIELD]) for _id, fields in reversed(entries or []) if fields]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBacklog:
+    """One consumer group's backlog on one work stream."""
+
+    stream: str  # events, chat or cloud
+    group: str
+    lag: int | None  # entries not yet delivered to the group
+    pending: int  # delivered, not yet acknowledged
 
 
 def _routed(messages: Iterable[Message], platform: str) -> tuple[dict[str, list[Any]], list[str]]:
