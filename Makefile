@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PROMTOOL := $(VENV)/bin/promtool
 
 .PHONY: demo test unit lint bench clean dist lock
 
@@ -20,17 +21,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[bot,trainer,swift,dev]'
 	touch $(STAMP)
 
+# promtool, which checks and unit-tests deploy/prometheus/alerts.yaml: the one binary of Debian's prometheus package,
+# taken out of the .deb (apt-get download: nothing installed system-wide, no Prometheus daemon started, no root once
+# the package lists exist; .ci/run refreshes them on a fresh machine). PyPI has no package that ships it.
+$(PROMTOOL): | $(STAMP)
+	rm -rf $(VENV)/prometheus-deb && mkdir -p $(VENV)/prometheus-deb
+	cd $(VENV)/prometheus-deb && apt-get download prometheus
+	dpkg-deb --fsys-tarfile $(VENV)/prometheus-deb/prometheus_*.deb | tar -x -C $(VENV)/prometheus-deb ./usr/bin/promtool
+	mv $(VENV)/prometheus-deb/usr/bin/promtool $@ && rm -rf $(VENV)/prometheus-deb
+
 demo: $(STAMP)
 	$(BIN)/finetune-bot demo
 
-test: $(STAMP)
+test: $(STAMP) $(PROMTOOL)
 	$(BIN)/ruff check handlers bot runner fakes tests bench
 	$(BIN)/mypy
 	$(BIN)/cfn-lint deploy/aws/*.yaml
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/shellcheck deploy/image/*.sh
 	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal
+	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/alerts.test.yaml
+	PROMTOOL=$(abspath $(PROMTOOL)) PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
 # The quick check while editing: the unit tests alone (no server, no subprocess; tests/markers.py).
 unit: $(STAMP)

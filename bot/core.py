@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,13 +27,16 @@ from pydantic import ValidationError
 
 from bot.chat import catalog
 from bot.chat.catalog import Lang, say
+from bot.chat.costs_text import costs_text
 from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability
+from bot.costs import read_costs
 from bot.keys import Keys
 from bot.log_limit import LimitedLog
 from bot.rate_limit import Bucket, RateLimiter
 from bot.store import Applied, JobCapReached, JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
+from handlers.cost_report import CostReport
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.ids import new_job_id
 from handlers.job_options import JobOptionError, parse_job_options, reserved_parameter, split_overrides
@@ -52,7 +55,15 @@ from handlers.messages import (
 )
 from handlers.oncall import OnCall
 from handlers.pagers import Tool, parse_page_key
-from handlers.permissions import channel_id, home_team, is_admin, job_refusal, narrowed
+from handlers.permissions import (
+    channel_id,
+    cost_refusal,
+    cost_teams,
+    home_team,
+    is_admin,
+    job_refusal,
+    narrowed,
+)
 from handlers.policy_config import PolicyConfig, guard_start
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, RecipeError, find_recipe
@@ -85,6 +96,9 @@ class Bot:
         self._views: dict[str, tuple[float, SpotView]] = {}
         self.rate = RateLimiter(store.redis, store.keys, clock)  # per user, shared by every replica
         self._quiet = LimitedLog(log)  # a flood of refusals or of one user's commands: bounded lines
+        # The chart of a costs report (bot/chat/costs_chart.py), posted where it was asked for: set by the chat
+        # upload path once it exists; until then ``costs`` answers in words only.
+        self.on_costs: Callable[[ChatRef, CostReport], Awaitable[None]] | None = None
 
     # -- chat commands ------------------------------------------------------------------------------------
 
@@ -108,6 +122,8 @@ class Bot:
             return await self._list(user, chat, lang)
         if command.action == "start":
             return await self._start(user, chat, command, lang)
+        if command.action == "costs":
+            return await self._costs(user, chat, command, lang)
         if command.action in ("status", "logs"):
             return await self._read(user, chat, command, lang)
         return await self._job_command(user, chat, command, lang)
@@ -254,6 +270,18 @@ class Bot:
             )
             for job in jobs
         )
+
+    async def _costs(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
+        """The spend report a person may see (:func:`handlers.permissions.cost_refusal`), in words; with the
+        ``on_costs`` hook set, the report goes to it too (the bar chart's upload, once chat uploads exist)."""
+        refused = cost_refusal(self.policy, user, command.team)
+        if refused is not None:
+            return await self._refuse(user, chat, command, refused, lang)
+        teams = cost_teams(self.policy, user, command.team)
+        report = await read_costs(self.store, command.window, self.clock(), teams)
+        if self.on_costs is not None:
+            await self.on_costs(chat, report)
+        return costs_text(report, lang)
 
     async def _read(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
         assert command.job_id is not None

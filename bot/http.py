@@ -6,8 +6,9 @@ A report is taken only through :class:`bot.report_gate.ReportGate`: signed with 
 Slack's HTTP mode, the SNS endpoint and the CloudMonitor webhook mount on this same application, under one rule
 for all of them: a request that cannot be handled because Redis is unavailable (down, restarting, loading) gets
 503 and a short log line, on every route, so its sender tries again later (runners, SNS and Alibaba retry a
-5xx; what Slack does is in :mod:`bot.chat.slack.app`). Refused requests are logged at a bounded rate
-(:mod:`bot.log_limit`): nobody can make the bot write log lines without end.
+5xx; what Slack does is in :mod:`bot.chat.slack.app`), except ``/metrics``: it answers without the store's
+part and says ``finetune_redis_up 0``. Refused requests are logged at a bounded rate (:mod:`bot.log_limit`):
+nobody can make the bot write log lines without end.
 """
 
 from __future__ import annotations
@@ -62,9 +63,18 @@ def build_app(
         return web.json_response({"status": "ok"})
 
     async def metrics(request: web.Request) -> web.Response:
-        counts = await store.counts_by_state()
-        lines = ["# HELP finetune_jobs Jobs by state.", "# TYPE finetune_jobs gauge"]
-        lines += [f'finetune_jobs{{state="{state.value}"}} {counts.get(state, 0)}' for state in JobState]
+        # The one exception to "503 while Redis is unavailable": a scrape that failed would hide the bot's own
+        # counters exactly when they matter, and could not say why. So the store's part is left out and
+        # finetune_redis_up says 0 (deploy/prometheus/alerts.yaml pages on it).
+        try:
+            lines = await _store_metrics(store)
+            redis_up = 1
+        except StoreUnavailable as exc:
+            refusals.warning(
+                "redis-unavailable", "GET /metrics without the store's part: Redis is unavailable (%s)", exc
+            )
+            lines, redis_up = [], 0
+        lines += _gauge("finetune_redis_up", "Whether this scrape could read Redis (1) or not (0).", redis_up)
         lines += _counter("finetune_events_handled_total", "Bus events handled.", bus.handled)
         lines += _counter("finetune_events_failed_total", "Bus event handler failures.", bus.failed)
         lines += _counter("finetune_events_parked_total", "Poison events parked.", bus.parked)
@@ -115,6 +125,30 @@ def server_logger() -> logging.Logger:
     if not any(isinstance(known, _MalformedRequests) for known in server.filters):
         server.addFilter(_MalformedRequests(LimitedLog(server)))
     return server
+
+
+async def _store_metrics(store: JobStore) -> list[str]:
+    """What only Redis knows: jobs by state, each running job's step (no progress: its step stays put; the label is
+    ``job_id``, since Prometheus owns ``job``), and each work stream's backlog per consumer group (lag: not yet
+    delivered; pending: delivered, not acknowledged)."""
+    counts = await store.counts_by_state()
+    running = await store.list_jobs([JobState.RUNNING])
+    backlog = await store.stream_backlog()
+    lines = ["# HELP finetune_jobs Jobs by state.", "# TYPE finetune_jobs gauge"]
+    lines += [f'finetune_jobs{{state="{state.value}"}} {counts.get(state, 0)}' for state in JobState]
+    lines += ["# HELP finetune_job_step The step of each running job.", "# TYPE finetune_job_step gauge"]
+    lines += [f'finetune_job_step{{job_id="{job.id}",recipe="{job.recipe}"}} {job.step or 0}' for job in running]
+    lag = "finetune_stream_lag"
+    lines += [f"# HELP {lag} Stream entries not yet delivered to a consumer group.", f"# TYPE {lag} gauge"]
+    lines += [f'{lag}{{stream="{b.stream}",group="{b.group}"}} {b.lag}' for b in backlog if b.lag is not None]
+    pending = "finetune_stream_pending"
+    lines += [f"# HELP {pending} Stream entries delivered but not acknowledged.", f"# TYPE {pending} gauge"]
+    lines += [f'{pending}{{stream="{b.stream}",group="{b.group}"}} {b.pending}' for b in backlog]
+    return lines
+
+
+def _gauge(name: str, help_text: str, value: float) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
 
 
 def _counter(name: str, help_text: str, value: float) -> list[str]:

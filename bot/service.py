@@ -39,6 +39,8 @@ from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider, RenewsStorageCredentials
 from bot.cloud.local import LocalCloud
 from bot.core import Bot
+from bot.costs_http import MIN_TOKEN_LENGTH as COSTS_TOKEN_LENGTH
+from bot.costs_http import costs_routes
 from bot.effects import CloudEffects
 from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
@@ -152,6 +154,7 @@ class BotService:
         self._bot: Bot | None = None
         self._reconciler: Reconciler | None = None
         self._slack: SlackAdapter | None = None
+        self._costs_token: str | None = None  # GET /costs, when FINETUNE_COSTS_TOKEN is set
         self._outbox: ChatOutbox | None = None
         self.dingtalk: DingTalk | None = None  # DingTalk (bot/chat/dingtalk), when DINGTALK_CLIENT_ID is set
         self.port = 0
@@ -210,6 +213,7 @@ class BotService:
             if not config.policy.admins:
                 log.warning("no policy.admins: only a job's owner and team act on it, and nobody sees every channel")
             aliyun_intake = self._check_aliyun(config)  # before anything starts
+            self._costs_token = self._check_costs_token()
             # Chat platforms are checked before anything starts: a refused token is one error, and nothing to undo.
             self._slack = await self._connect_slack(config)
             if self._slack is not None:
@@ -278,6 +282,8 @@ class BotService:
             token, networks = aliyun_intake
             insecure = self.settings.finetune_aliyun_webhook_allow_insecure
             app.add_routes(aliyun_routes(bus.publish, token, networks, allow_insecure=insecure))
+        if self._costs_token is not None:
+            app.add_routes(costs_routes(store, self._costs_token, config.policy.teams, self.clock))
         if self._slack is not None:
             self._slack.mount(app)
         pager = await self._pager(config)
@@ -352,6 +358,13 @@ class BotService:
                 "set it to the EventBridge topic so that nothing else can speak for the cloud"
             )
         return AwsIntake(reports, report_topics=report_topics, events_topics=events_topics)
+
+    def _check_costs_token(self) -> str | None:
+        """GET /costs's bearer token, or None (no route); ConfigError for one too short to stand alone."""
+        token = self.settings.secret("finetune_costs_token")
+        if token is not None and len(token) < COSTS_TOKEN_LENGTH:
+            raise ConfigError(f"FINETUNE_COSTS_TOKEN must be at least {COSTS_TOKEN_LENGTH} characters")
+        return token
 
     # -- Alibaba Cloud: FINETUNE_CLOUD=aliyun and the CloudMonitor / EventBridge routes -------------------------
 

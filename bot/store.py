@@ -428,6 +428,38 @@ class JobStore:
         raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
         return [Job.model_validate_json(raw) for raw in raws if raw is not None]
 
+    async def active_since(self, start: datetime) -> list[Job]:
+        """Every job that may have been active since ``start`` (what ``costs`` reads): the jobs not in a final state
+        (their state sets) and those that reached one at ``start`` or later (the ended index from ``start`` on).
+        A job that ended before ``start`` is not read, so the cost of a report is the jobs of its window, not
+        every job retention keeps. The caller filters exactly (a job may have moved in between)."""
+        open_states = [state for state in JobState if state not in TERMINAL_STATES]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for state in open_states:
+                pipe.smembers(self.keys.state(state))
+            pipe.zrangebyscore(self.keys.ended, start.timestamp(), "+inf")
+            *members, ended = await pipe.execute()
+        ids = sorted(set().union(*members, ended))
+        if not ids:
+            return []
+        raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
+        return [Job.model_validate_json(raw) for raw in raws if raw is not None]
+
+    async def stream_backlog(self) -> list[StreamBacklog]:
+        """Each consumer group of the three work streams (events, chat, cloud): the entries not yet delivered to it
+        (``lag``; None when the server cannot tell, e.g. after a trim) and those delivered but not acknowledged
+        (``pending``), for ``/metrics``. A stream not created yet has no group and is left out."""
+        backlog: list[StreamBacklog] = []
+        for name, stream in (("events", self.keys.events), ("chat", self.keys.chat), ("cloud", self.keys.cloud)):
+            if not await self.redis.exists(stream):
+                continue
+            for group in await self.redis.xinfo_groups(stream):
+                lag = group.get("lag")
+                backlog.append(
+                    StreamBacklog(name, str(group["name"]), None if lag is None else int(lag), int(group["pending"]))
+                )
+        return backlog
+
     async def counts_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, zeros included), for ``/metrics``."""
         states = list(JobState)
@@ -574,6 +606,16 @@ class JobStore:
     async def _read_log(self, stream: str, count: int) -> list[dict[str, Any]]:
         entries = await self.redis.xrevrange(stream, count=count)
         return [pydantic_core.from_json(fields[HISTORY_FIELD]) for _id, fields in reversed(entries or []) if fields]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBacklog:
+    """One consumer group's backlog on one work stream."""
+
+    stream: str  # events, chat or cloud
+    group: str
+    lag: int | None  # entries not yet delivered to the group
+    pending: int  # delivered, not yet acknowledged
 
 
 def _routed(messages: Iterable[Message], platform: str) -> tuple[dict[str, list[Any]], list[str]]:

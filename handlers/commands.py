@@ -11,11 +11,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from handlers.cost_report import DEFAULT_WINDOW, WINDOWS
 from handlers.ids import JOB_ID_PATTERN
 from handlers.reasons import ReasonError, Wording
 
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 _RECIPE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,40}$")
+_TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _OVERRIDE = re.compile(r"^([a-z_][a-z0-9_]{0,40})=(\S{1,200})$")
 MAX_COMMAND_LENGTH = 2000
 
@@ -34,6 +36,7 @@ USAGE = {
     "logs": "logs <job>",
     "ack": "ack <job>",
     "resume": "resume <job> [on-demand]",
+    "costs": "costs [7d|30d] [team=name]",
     "help": "help",
 }
 
@@ -47,6 +50,7 @@ DOES = {
     "logs": "the job's history, with times",
     "ack": "acknowledge the job's on-call page",
     "resume": "continue a failed or stopped job from its checkpoint (optionally on on-demand)",
+    "costs": "spend, on-demand cost, savings, steps lost and restart hours by team, user and recipe",
     "help": "this help",
 }
 
@@ -67,12 +71,13 @@ WORDING = Wording(
         "usage.not-job-id": "{word} is not a job id (they look like ft-7k2q)",
         "usage.no-arguments": "takes no arguments",
         "usage.one-job": "takes exactly one job id",
+        "usage.costs-args": "takes a window (7d or 30d) and a team=name, each at most once",
     }
 )
 HELP_REASON = WORDING("help", **{_slot(verb): WORDING(f"usage.line.{verb}") for verb in USAGE})
 HELP = HELP_REASON.english
 
-Action = Literal["start", "stop", "interrupt-test", "status", "list", "logs", "ack", "resume", "help"]
+Action = Literal["start", "stop", "interrupt-test", "status", "list", "logs", "ack", "resume", "costs", "help"]
 
 
 class UsageError(ReasonError):
@@ -86,6 +91,8 @@ class Command:
     recipe: str | None = None
     overrides: dict[str, str] = field(default_factory=dict)
     on_demand: bool = False
+    window: str = DEFAULT_WINDOW  # costs: how far back
+    team: str | None = None  # costs: one team's only
 
 
 def parse(text: str) -> Command:
@@ -113,6 +120,8 @@ def parse(text: str) -> Command:
         if len(args) not in (1, 2) or (len(args) == 2 and args[1].lower() != "on-demand"):
             raise _usage(verb, "usage.resume-args")
         return Command("resume", job_id=_job(verb, args[0]), on_demand=len(args) == 2)
+    if verb == "costs":
+        return _costs(args)
     if verb in ("stop", "interrupt-test", "logs", "ack"):
         _expect(verb, args, 1)
         return Command(verb, job_id=_job(verb, args[0]))  # type: ignore[arg-type]
@@ -135,6 +144,20 @@ def _start(args: list[str]) -> Command:
             raise _usage("start", "usage.given-twice", key=key)
         overrides[key] = value
     return Command("start", recipe=recipe, overrides=overrides)
+
+
+def _costs(args: list[str]) -> Command:
+    window: str | None = None
+    team: str | None = None
+    for arg in args:
+        word = arg.lower()
+        if word in WINDOWS and window is None:
+            window = word
+        elif word.startswith("team=") and team is None and _TEAM.fullmatch(arg[5:]):
+            team = arg[5:]
+        else:
+            raise _usage("costs", "usage.costs-args")
+    return Command("costs", window=window or DEFAULT_WINDOW, team=team)
 
 
 def _job(verb: str, word: str) -> str:

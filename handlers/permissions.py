@@ -7,6 +7,7 @@ The model (README "Permissions"):
 - ``stop``, ``interrupt-test``, ``resume`` and ``logs`` of a job belong to its owner (who started it), the members
   of its team and the admins; ``ack`` and ``resume`` of a job with an open page also to the on-call the page
   named (or who is on shift now);
+- ``costs`` shows a team's spend to its members, every team's (and the jobs of no team) to the admins;
 - ``policy.allow`` rules narrow who may use an action at all (an action no rule names is not narrowed).
 
 Each refusal is one sentence (a :class:`~handlers.reasons.Reason`, put in the channel's language by the bot).
@@ -35,6 +36,9 @@ WORDING = Wording(
             "{job} is not yours to {action}: only its owner, its team, the admins and the on-call it paged may"
         ),
         "refused.other-channel": "{job} is not a job of this channel; ask in the channel it was started in",
+        "refused.no-such-team": "there is no team {team}",
+        "refused.costs-not-member": "the costs of {team} are shown to its members and the admins only",
+        "refused.costs-no-team": "costs are shown to a team's members and the admins; you are on no team",
     }
 )
 
@@ -124,3 +128,27 @@ def describe(policy: PolicyConfig) -> str:
         f"rate per user: {policy.rate.commands_per_minute} commands and {policy.rate.starts_per_minute} starts "
         f"a minute; ended jobs kept {policy.retention_days:g} days"
     )
+
+
+def teams_of(policy: PolicyConfig, user: str) -> tuple[str, ...]:
+    """The teams ``user`` is a member of, by name."""
+    return tuple(name for name, team in sorted(policy.teams.items()) if user in team.members)
+
+
+def cost_refusal(policy: PolicyConfig, user: str, team: str | None) -> Reason | None:
+    """Why ``user`` may not see the costs of ``team`` (of their own teams when None), or None when they may."""
+    if team is not None and team not in policy.teams:
+        return WORDING("refused.no-such-team", team=team)
+    if is_admin(policy, user):
+        return None
+    if team is not None:
+        return None if team in teams_of(policy, user) else WORDING("refused.costs-not-member", team=team)
+    return None if teams_of(policy, user) else WORDING("refused.costs-no-team")
+
+
+def cost_teams(policy: PolicyConfig, user: str, team: str | None) -> tuple[str, ...] | None:
+    """The teams whose costs ``user`` asked for and may see (call :func:`cost_refusal` first): the one named, else
+    an admin's every job (None), a member's their own teams."""
+    if team is not None:
+        return (team,)
+    return None if is_admin(policy, user) else teams_of(policy, user)

@@ -54,8 +54,8 @@ from handlers.notes import (
     StopRequested,
 )
 from handlers.oncall import OnCall
-from handlers.permissions import job_refusal, narrowed
-from handlers.policy_config import PolicyConfig, guard_start
+from handlers.permissions import cost_refusal, job_refusal, narrowed
+from handlers.policy_config import PolicyConfig, Team, guard_start
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
@@ -404,12 +404,13 @@ def handler_reasons() -> list[Reason]:
     ]
     policy = PolicyConfig(allow={"start": []}, max_concurrent_jobs=2, max_hourly_price=1.0)
     elsewhere = ChatRef(platform="dingtalk", channel="cidELSEWHERE==")
+    teamed = PolicyConfig(teams={"ml": Team(members=["dingtalk:alice"])})
     asked: list[tuple[Action, Job]] = [("logs", job()), ("stop", job()), ("ack", acked)]  # channel, owner, page
     reasons = [
         HELP_REASON,
         *(_parse_error(text) for text in ("x" * 2001, "deploy prod", "status a b", "resume ft-7k2q now", "start")),
         *(_parse_error(text) for text in ("start BAD/x", "start tiny lr", "start tiny a=1 a=2", "stop job;rm")),
-        *(_parse_error(text) for text in ("list all", "logs")),
+        *(_parse_error(text) for text in ("list all", "logs", "costs 90d")),
         _recipe_error(lambda: find_recipe("llama-70b", dict(BUILT_IN))),
         _recipe_error(lambda: TINY.resolve({"batch": "1"})),
         _recipe_error(lambda: bare.resolve({"batch": "1"})),
@@ -422,6 +423,7 @@ def handler_reasons() -> list[Reason]:
         _recipe_error(lambda: BUILT_IN["deepseek-7b"].resolve({"model": "someone/evil"})),
         recipes.WORDING("recipe.not-str", name="mode", raw="x"),  # a str parameter takes any text: never raised
         narrowed(policy, "dingtalk:bob", "start"),
+        *(cost_refusal(teamed, "dingtalk:bob", team) for team in ("nope", "ml", None)),
         *(job_refusal(policy, OnCall(), "dingtalk:bob", elsewhere, action, item, NOW) for action, item in asked),
         guard_start(policy, active_jobs=2, hourly_price=None),
         guard_start(policy, active_jobs=0, hourly_price=1.5),
@@ -552,13 +554,15 @@ def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_b
 def test_every_reason_renders_in_both_languages_english_exactly_as_str() -> None:
     reasons = handler_reasons()
     assert set().union(*(keys_in(reason) for reason in reasons)) == set(en.HANDLERS)  # every key is exercised
-    kept = {*USAGE, *job_options.JOB_OPTIONS, "finetune", "demand"}  # the words a person types stay as they are
+    # The words a person types stay as they are (and an English word inside one of them, "cost" in "costs").
+    kept = {*USAGE, *job_options.JOB_OPTIONS, "finetune", "demand", "team"}
     for reason in reasons:
         english, chinese = say("en", reason), say("zh-CN", reason)
         assert english == str(reason) == reason.english
         assert CJK.search(chinese) and not CJK.search(english), reason.key
         literal = "".join(part for part, *_ in string.Formatter().parse(messages("en")[reason.key]))
-        leftover = {w for w in re.findall(r"[A-Za-z]{3,}", literal) if w not in kept and w in chinese}
+        typed = {w for w in re.findall(r"[A-Za-z]{3,}", literal) if any(w in word for word in kept)}
+        leftover = {w for w in re.findall(r"[A-Za-z]{3,}", literal) if w not in typed and w in chinese}
         assert not leftover, (reason.key, chinese, leftover)
 
 
@@ -569,7 +573,7 @@ def test_help_and_usage_in_chinese_keep_the_words_to_type() -> None:
         assert line == f"/finetune {usage} — {commands.DOES[verb]}"
     lines = say("zh-CN", HELP_REASON).splitlines()
     assert [line.split(" —— ")[0].split()[1] for line in lines] == list(USAGE)
-    assert lines[-2] == "/finetune resume <任务> [on-demand] —— 从检查点继续失败或已停止的任务（可改用按量付费）"
+    assert lines[-3] == "/finetune resume <任务> [on-demand] —— 从检查点继续失败或已停止的任务（可改用按量付费）"
     assert say("zh-CN", _parse_error("stop a b")) == "stop：需要且只能带一个任务编号。用法：/finetune stop <任务>"
     state = say("zh-CN", stop_command(job().model_copy(update={"state": JobState.STOPPED}), "u", NOW).reason)
     assert state == "任务当前状态为 已停止"  # a job state inside a reason is said in the channel's language

@@ -97,6 +97,7 @@ async def test_while_redis_is_down_every_route_answers_503_and_the_retries_run_o
 ) -> None:
     config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
     settings: dict[str, Any] = {"finetune_aliyun_webhook_token": TOKEN, **slack_settings(slack.api_url)}
+    settings["finetune_costs_token"] = TOKEN
     async with running_bot(tmp_path / "state", config, redis_url=valkey.url, **settings) as (service, _console):
         caplog.set_level(logging.INFO)
         start = form_body(slash_command("start sleepy"))
@@ -107,7 +108,7 @@ async def test_while_redis_is_down_every_route_answers_503_and_the_retries_run_o
         answers = {
             "report": await send(service, "POST", "/runner/reports", report, report_headers),
             "healthz": await send(service, "GET", "/healthz"),
-            "metrics": await send(service, "GET", "/metrics"),
+            "costs": await send(service, "GET", "/costs", headers={"Authorization": f"Bearer {TOKEN}"}),
             "command": await send(service, "POST", "/slack/events", start, signed_headers(start)),
             "click": await send(service, "POST", "/slack/events", click, signed_headers(click)),
         }
@@ -115,6 +116,10 @@ async def test_while_redis_is_down_every_route_answers_503_and_the_retries_run_o
             json_headers = {"Content-Type": "application/json", "X-Finetune-Token": TOKEN, "X-Forwarded-Proto": "https"}
             answers[path] = await send(service, "POST", path, push, json_headers)
         assert {what: status for what, (status, _text) in answers.items()} == dict.fromkeys(answers, 503), answers
+        # /metrics alone still answers: the bot's own counters, and that Redis is unavailable (the alert's input).
+        status, metrics = await send(service, "GET", "/metrics")
+        assert status == 200 and "\nfinetune_redis_up 0\n" in metrics and "finetune_jobs{" not in metrics
+        assert "finetune_events_handled_total" in metrics
         assert edge_tracebacks(caplog) == []
         outage_lines = [r for r in caplog.records if r.name.startswith(EDGE_LOGGERS) and "503" in r.getMessage()]
         assert outage_lines and all(len(r.getMessage()) < 300 for r in outage_lines)
@@ -129,6 +134,7 @@ async def test_while_redis_is_down_every_route_answers_503_and_the_retries_run_o
         report, report_headers = signed_report()
         assert (await send(service, "POST", "/runner/reports", report, report_headers))[0] == 202
         assert (await send(service, "GET", "/healthz"))[0] == 200
+        assert "\nfinetune_redis_up 1\n" in (await send(service, "GET", "/metrics"))[1]
         assert len(await service.bot.store.list_jobs()) == 1
         assert edge_tracebacks(caplog) == []
 

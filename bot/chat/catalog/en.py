@@ -183,6 +183,24 @@ BOT: dict[str, str] = {
     "reply.list-line": "{job}  {state:<13} {recipe:<12} step {step}/{total}",
     "reply.slow-down.commands": "⛔ slow down: at most {limit} commands a minute; try again in {wait} s",
     "reply.slow-down.starts": "⛔ slow down: at most {limit} starts a minute; try again in {wait} s",
+    # /finetune costs (bot/chat/costs_text.py).
+    "costs.title": (
+        "💰 Costs of the last {days} days ({start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} UTC), {scope}: {jobs} jobs"
+    ),
+    "costs.scope.all": "every team",
+    "costs.scope.teams": "team {teams}",
+    "costs.none": "no job was active in this window",
+    "costs.total": "Total",
+    "costs.by-team": "By team:",
+    "costs.by-user": "By user:",
+    "costs.by-recipe": "By recipe:",
+    "costs.no-team": "(no team)",
+    "costs.line": (
+        "{name}: ${paid:.2f} paid · ${on_demand:.2f} on-demand · saved {saved} · {jobs} jobs · "
+        "{steps_lost} steps lost · {restart_hours:.1f} h restarts"
+    ),
+    "costs.saved": "${saved:.2f} ({savings:.0%})",
+    "costs.saved-unknown": "n/a",
     # Slack's own labels (buttons, confirmation dialogs, the card's footer, an acknowledged page).
     "slack.interrupt-test": "Interrupt-test",
     "slack.resume": "Resume",

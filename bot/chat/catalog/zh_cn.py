@@ -155,6 +155,24 @@ MESSAGES: dict[str, str] = {
     "reply.list-line": "{job}  {state}  {recipe}  第 {step}/{total} 步",
     "reply.slow-down.commands": "⛔ 请慢一点：每分钟最多 {limit} 条命令；请 {wait} 秒后再试",
     "reply.slow-down.starts": "⛔ 请慢一点：每分钟最多启动 {limit} 个任务；请 {wait} 秒后再试",
+    # /finetune costs（bot/chat/costs_text.py）
+    "costs.title": (
+        "💰 最近 {days} 天的费用（{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} UTC），{scope}：{jobs} 个任务"
+    ),
+    "costs.scope.all": "全部团队",
+    "costs.scope.teams": "团队 {teams}",
+    "costs.none": "这段时间内没有活动的任务",
+    "costs.total": "合计",
+    "costs.by-team": "按团队：",
+    "costs.by-user": "按用户：",
+    "costs.by-recipe": "按配方：",
+    "costs.no-team": "（无团队）",
+    "costs.line": (
+        "{name}：实付 ${paid:.2f} · 按量付费需 ${on_demand:.2f} · 节省 {saved} · {jobs} 个任务 · "
+        "丢失 {steps_lost} 步 · 重启耗时 {restart_hours:.1f} 小时"
+    ),
+    "costs.saved": "${saved:.2f}（{savings:.0%}）",
+    "costs.saved-unknown": "无法计算",
     # Slack 自己的文字（按钮、确认框、卡片页脚、已确认的告警）
     "slack.interrupt-test": "中断测试",
     "slack.resume": "恢复",
@@ -184,6 +202,7 @@ MESSAGES: dict[str, str] = {
     "usage.line.logs": "logs <任务>",
     "usage.line.ack": "ack <任务>",
     "usage.line.resume": "resume <任务> [on-demand]",
+    "usage.line.costs": "costs [7d|30d] [team=团队名]",
     "usage.line.help": "help",
     "help": (
         "/finetune {start} —— 按配方启动微调任务（配方见下），可设截止时间与预算\n"
@@ -194,6 +213,7 @@ MESSAGES: dict[str, str] = {
         "/finetune {logs} —— 查看任务记录（带时间）\n"
         "/finetune {ack} —— 认领值班告警\n"
         "/finetune {resume} —— 从检查点继续失败或已停止的任务（可改用按量付费）\n"
+        "/finetune {costs} —— 按团队、用户和配方统计花费、按量付费成本、节省、丢失步数与重启耗时\n"
         "/finetune {help} —— 显示本帮助"
     ),
     "usage.error": "{verb}：{problem}。用法：/finetune {usage}",
@@ -208,11 +228,15 @@ MESSAGES: dict[str, str] = {
     "usage.not-job-id": "{word} 不是任务编号（任务编号形如 ft-7k2q）",
     "usage.no-arguments": "不带参数",
     "usage.one-job": "需要且只能带一个任务编号",
+    "usage.costs-args": "可带一个时间窗口（7d 或 30d）和一个 team=团队名，各至多一次",
     # 权限与限额（handlers/permissions.py、handlers/policy_config.py）
     "refused.not-allowed": "你没有 {action} 任务的权限；请管理员把 {user} 加入 {action} 规则",
     "refused.not-yours": "你不能 {action} {job}：只有它的发起人、所属团队和管理员可以",
     "refused.not-yours-paged": "你不能 {action} {job}：只有它的发起人、所属团队、管理员和被呼叫的值班人员可以",
     "refused.other-channel": "{job} 不是本群的任务；请到启动它的群里操作",
+    "refused.no-such-team": "没有名为 {team} 的团队",
+    "refused.costs-not-member": "{team} 的费用只对其成员和管理员开放",
+    "refused.costs-no-team": "费用只对团队成员和管理员开放；你不在任何团队中",
     "guard.concurrency": "已有 {active} 个任务在运行（上限 {limit} 个）；请先停止一个",
     "guard.price": "${price:.2f}/小时 超过了配置的上限 ${cap:.2f}/小时",
     # 配方与参数（handlers/recipes.py）
