@@ -14,7 +14,7 @@ from alibabacloud_ecs20140526 import models as ecs_models
 from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_pricing import AliyunPricing
 from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
-from bot.cloud.base import CloudError, Instance, LaunchError
+from bot.cloud.base import CloudError, GangPlacement, Instance, LaunchError
 from bot.cloud.launching import (
     ATTEMPT_TAG,
     JOB_TAG,
@@ -117,7 +117,9 @@ class AliyunInstances:
             return await priced(self.pricing, str(found["InstanceId"]), instance_type, zone, market)
         return None
 
-    async def run_instance(self, spec: JobSpec, script: str, candidate: Candidate) -> str:
+    async def run_instance(
+        self, spec: JobSpec, script: str, candidate: Candidate, gang: GangPlacement | None = None
+    ) -> str:
         settings = self.settings
         spot = candidate.market == "spot"
         request = ecs_models.RunInstancesRequest(
