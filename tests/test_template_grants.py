@@ -447,6 +447,10 @@ def test_the_alibaba_bot_launches_deletes_and_scales_only_what_is_ours() -> None
     ours = f"acs:ess:cn-hangzhou:1234567890:scalinggroup/{ref('ScalingGroup')}"
     assert allowed(bot, "ess:ModifyScalingGroup", ours)
     assert not allowed(bot, "ess:ModifyScalingGroup", "acs:ess:cn-hangzhou:1234567890:scalinggroup/asg-other")
+    deployment_set = "acs:ecs:cn-hangzhou:1234567890:deploymentset/ds-bp1abc"
+    assert allowed(bot, "ecs:CreateDeploymentSet", deployment_set)  # a gang's (ECS tags no deployment set)
+    assert allowed(bot, "ecs:DeleteDeploymentSet", deployment_set)
+    assert not allowed(bot, "ecs:DeleteDeploymentSet", instance)
 
 
 def test_every_alibaba_statement_names_its_actions() -> None:
