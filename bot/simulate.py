@@ -11,6 +11,12 @@ from a zone; prices are per hour of everything the job holds; ``start_hour`` def
 ``restart_minutes`` to 0; an optional ``budget`` stops a job whose spend would exceed it. For each scenario and
 each policy, one JSON line goes to stdout (see :func:`result`). The tick model is in :mod:`handlers.spot.simulator`.
 
+A gang (``nodes`` ≥ 2) with ``replace_minutes`` (one node's restart overhead: its launch, restore and the regroup)
+is priced both ways, two lines per policy: ``"gang": "whole-gang"`` (any loss restarts every node, paying
+``restart_minutes``) and ``"gang": "replace-one"`` (the survivors hold, billing, for the lost nodes' replacements;
+after each ``hold_minutes``, default 10 as the bot's, :func:`handlers.spot.gang.wait_or_move` chooses between
+waiting on and moving the gang), each with the survivors' idle hours and their cost.
+
 All input is read and checked before anything runs: a bad line or trace is one line on stderr, exit 2, and
 no output at all.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -47,6 +54,8 @@ class Scenario(BaseModel):
     on_demand_price: Decimal = Field(ge=0, le=1_000_000)
     start_hour: Decimal = Field(default=Decimal(0), ge=0, le=1_000_000)
     budget: Decimal | None = Field(default=None, gt=0, le=1_000_000_000)
+    replace_minutes: Decimal | None = Field(default=None, ge=0, le=100_000)
+    hold_minutes: Decimal = Field(default=Decimal(10), gt=0, le=100_000)
 
 
 class Trace(BaseModel):
@@ -106,6 +115,8 @@ def build_run(scenario: Scenario, traces: dict[str, Trace], number: int) -> Run:
         Fraction(scenario.deadline_hours),
         Fraction(scenario.restart_minutes),
     )
+    replace = _ceil_ticks(Fraction(scenario.replace_minutes), gap) if scenario.replace_minutes is not None else None
+    hold = max(1, _ceil_ticks(Fraction(scenario.hold_minutes), gap))
     zones = tuple(Zone(_zone_name(path, i), traces[path].data) for i, path in enumerate(scenario.traces))
     length = min(len(zone.counts) for zone in zones)
     if start >= length:
@@ -122,14 +133,32 @@ def build_run(scenario: Scenario, traces: dict[str, Trace], number: int) -> Run:
         on_demand_price=float(scenario.on_demand_price),
         nodes=scenario.nodes,
         budget=float(scenario.budget) if scenario.budget is not None else None,
+        replace_overhead=replace,
+        hold=hold,
     )
 
 
-def result(number: int, policy: str, run: Run, outcome: Outcome) -> dict[str, Any]:
-    """One output line: the policy's cost and timing, and what always-on-demand would have cost."""
+def _ceil_ticks(minutes: Fraction, gap: int) -> int:
+    return int(-(-(minutes * 60) // gap))
+
+
+def results(number: int, policy: str, run: Run) -> list[dict[str, Any]]:
+    """The scenario's line for ``policy``; a gang that can replace one node gets two, whole-gang and replace-one."""
+    if not run.replaces_one:
+        return [result(number, policy, run, simulate(run, POLICIES[policy]))]
+    whole = replace(run, replace_overhead=None)
+    return [
+        result(number, policy, whole, simulate(whole, POLICIES[policy]), gang="whole-gang"),
+        result(number, policy, run, simulate(run, POLICIES[policy]), gang="replace-one"),
+    ]
+
+
+def result(number: int, policy: str, run: Run, outcome: Outcome, gang: str | None = None) -> dict[str, Any]:
+    """One output line: the policy's cost and timing, and what always-on-demand would have cost; for a gang, which
+    way it recovers (``gang``) and what its survivors paid waiting."""
     h = run.hours_per_tick
     always = (run.overhead + run.work) * h * Fraction(str(run.on_demand_price))
-    return {
+    line = {
         "scenario": number,
         "policy": policy,
         "cost": outcome.cost(run),
@@ -139,6 +168,17 @@ def result(number: int, policy: str, run: Run, outcome: Outcome) -> dict[str, An
         "preemptions": outcome.preemptions,
         "spot_hours": float(outcome.spot_ticks * h),
         "on_demand_hours": float(outcome.on_demand_ticks * h),
+    }
+    if gang is None:
+        return line
+    return {
+        **line,
+        "gang": gang,
+        "holds": outcome.holds,
+        "replaced": outcome.replaced,
+        "moves": outcome.moves,
+        "survivor_idle_hours": float(outcome.survivor_node_ticks * h),  # node-hours
+        "survivor_cost": outcome.survivor_cost(run),
     }
 
 
@@ -156,7 +196,8 @@ def run_scenarios(lines: Iterable[str], policies: Sequence[str], out: TextIO) ->
     runs = [(number, build_run(scenario, traces, number)) for number, scenario in scenarios]
     for number, run in runs:
         for name in policies:
-            out.write(json.dumps(result(number, name, run, simulate(run, POLICIES[name]))) + "\n")
+            for line in results(number, name, run):
+                out.write(json.dumps(line) + "\n")
     out.flush()
 
 

@@ -8,6 +8,9 @@ does (so the provider's credentials really travel), records every call, and keep
   DescribePrice, ModifyInstanceMetadataOptions (kept in the instance's ``metadata_options``); ``no_stock`` zones
   answer ``OperationDenied.NoStock`` as ECS does, ``unsupported`` (zone, type) pairs
   ``InvalidResourceType.NotSupported``;
+- ECS deployment sets: CreateDeploymentSet (ClientToken idempotency), DescribeDeploymentSets (by name or ids),
+  DeleteDeploymentSet (refused while a live instance is in it); RunInstances with a DeploymentSetId that does not
+  exist is refused, one that does records the instance in it;
 - KMS Secrets Manager: GetSecretValue over ``secrets``;
 - STS: AssumeRole of any role in ``roles`` (each token it issues kept in ``assumed``, with the inline ``Policy`` it
   received, parsed), or ``NoPermission`` for another role;
@@ -98,6 +101,15 @@ class FakeGroup:
     state: str = "Active"
 
 
+@dataclass
+class FakeDeploymentSet:
+    set_id: str
+    name: str
+    strategy: str
+    description: str
+    instances: list[str] = field(default_factory=list)
+
+
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(code)
@@ -162,6 +174,8 @@ class FakeAliyun:
         self.vswitch_zones: dict[str, str] = {}
         self.groups: dict[str, FakeGroup] = {}
         self.configurations: dict[str, FakeConfiguration] = {}
+        self.deployment_sets: dict[str, FakeDeploymentSet] = {}
+        self.deployment_sets_refused = False  # CreateDeploymentSet answers Forbidden.RAM, as for a bot without it
         self.secrets: dict[str, str] = {}  # KMS Secrets Manager: name -> the current version's value
         self.roles: set[str] = set()  # STS: the role ARNs the caller may assume
         self.assumed: list[FakeToken] = []
@@ -303,6 +317,7 @@ class FakeAliyun:
         if fault is not None:
             raise ApiError(403, fault, f"{fault} for {instance_type} in {zone}")
         self._check_capacity(zone, instance_type)
+        deployment_set = self._deployment_set_of(params.get("DeploymentSetId", ""))
         tags = {tag["Key"]: tag.get("Value", "") for tag in indexed_objects(params, "Tag")}
         instance = self._create(
             zone,
@@ -316,7 +331,60 @@ class FakeAliyun:
         )
         if token:
             self._tokens[token] = instance.instance_id
+        if deployment_set is not None:
+            deployment_set.instances.append(instance.instance_id)
         return {"InstanceIdSets": {"InstanceIdSet": [instance.instance_id]}, "TradePrice": 0.0}
+
+    def _deployment_set_of(self, set_id: str) -> FakeDeploymentSet | None:
+        if not set_id:
+            return None
+        if set_id not in self.deployment_sets:
+            raise ApiError(404, "InvalidDeploymentSetId.NotFound", f"The DeploymentSetId {set_id} does not exist.")
+        return self.deployment_sets[set_id]
+
+    def _ecs_CreateDeploymentSet(self, params: dict[str, str]) -> dict[str, Any]:
+        if self.deployment_sets_refused:
+            raise ApiError(403, "Forbidden.RAM", "User not authorized to operate on the specified resource.")
+        token = params.get("ClientToken")
+        if token and token in self._tokens:
+            return {"DeploymentSetId": self._tokens[token]}
+        strategy = params.get("Strategy") or "Availability"
+        if strategy not in ("Availability", "AvailabilityGroup", "LowLatency"):
+            raise ApiError(400, "InvalidStrategy.Malformed", f"The strategy {strategy} is not valid.")
+        name, description = params.get("DeploymentSetName", ""), params.get("Description", "")
+        made = FakeDeploymentSet(f"ds-bp{uuid.uuid4().hex[:18]}", name, strategy, description)
+        self.deployment_sets[made.set_id] = made
+        if token:
+            self._tokens[token] = made.set_id
+        return {"DeploymentSetId": made.set_id}
+
+    def _ecs_DescribeDeploymentSets(self, params: dict[str, str]) -> dict[str, Any]:
+        name = params.get("DeploymentSetName")
+        ids = json.loads(params["DeploymentSetIds"]) if params.get("DeploymentSetIds") else None
+        items = [
+            {
+                "DeploymentSetId": found.set_id,
+                "DeploymentSetName": found.name,
+                "DeploymentStrategy": found.strategy,
+                "DeploymentSetDescription": found.description,
+                "InstanceAmount": len(self._live_in(found)),
+                "InstanceIds": {"InstanceId": self._live_in(found)},
+            }
+            for found in self.deployment_sets.values()
+            if (name is None or found.name == name) and (ids is None or found.set_id in ids)
+        ]
+        return {"DeploymentSets": {"DeploymentSet": items}, "TotalCount": len(items), "PageNumber": 1, "PageSize": 10}
+
+    def _live_in(self, deployment_set: FakeDeploymentSet) -> list[str]:
+        return [i for i in deployment_set.instances if self.instances[i].status != "Deleted"]
+
+    def _ecs_DeleteDeploymentSet(self, params: dict[str, str]) -> dict[str, Any]:
+        found = self._deployment_set_of(params.get("DeploymentSetId", ""))
+        assert found is not None
+        if self._live_in(found):
+            raise ApiError(403, "DependencyViolation.Instance", "The deployment set still has instances.")
+        del self.deployment_sets[found.set_id]
+        return {}
 
     def _check_capacity(self, zone: str, instance_type: str) -> None:
         if (zone, instance_type) in self.unsupported:

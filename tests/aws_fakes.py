@@ -7,7 +7,9 @@
   since moto never runs out of capacity;
 - GetSpotPlacementScores answered with chosen scores (moto does not implement it: it answers HTTP 500);
 - DescribeSpotPriceHistory answered with chosen prices (moto's are one constant);
-- FIS answered with AccessDeniedException, as for a bot without the FIS permissions.
+- FIS answered with AccessDeniedException, as for a bot without the FIS permissions;
+- placement groups (moto 5.2.5 has none): CreatePlacementGroup / DeletePlacementGroup / DescribePlacementGroups
+  on the proxy's own record, with EC2's error codes, and RunInstances naming an unknown group refused as EC2 does.
 
 ``deliver_fis_interruption`` plays EC2's part of a started FIS experiment (moto only records experiments):
 it resolves the template's tag target against the instances and reclaims the matching spot instances.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -64,6 +67,33 @@ def spot_prices_xml(prices: dict[tuple[str, str], float]) -> str:
     )
 
 
+def placement_group_xml(name: str, group: PlacementGroup) -> str:
+    tags = "".join(f"<item><key>{key}</key><value>{value}</value></item>" for key, value in group.tags.items())
+    return (
+        f"<groupName>{name}</groupName><strategy>{group.strategy}</strategy><state>available</state>"
+        f"<groupId>pg-{abs(hash(name)) % 10**12:012d}</groupId><tagSet>{tags}</tagSet>"
+    )
+
+
+@dataclass
+class PlacementGroup:
+    strategy: str
+    tags: dict[str, str]
+
+
+def _tags_of_form(form: dict[str, str], resource_type: str) -> dict[str, str]:
+    """The tags a query request's ``TagSpecification.N`` of ``resource_type`` carries."""
+    tags: dict[str, str] = {}
+    for key, value in form.items():
+        if key.startswith("TagSpecification.") and key.endswith(".ResourceType") and value == resource_type:
+            spec = key.removesuffix(".ResourceType")
+            index = 1
+            while f"{spec}.Tag.{index}.Key" in form:
+                tags[form[f"{spec}.Tag.{index}.Key"]] = form.get(f"{spec}.Tag.{index}.Value", "")
+                index += 1
+    return tags
+
+
 class Ec2Proxy:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
@@ -73,6 +103,7 @@ class Ec2Proxy:
         self.deny_fis = False
         self.denied_actions: set[str] = set()  # EC2 actions refused with UnauthorizedOperation
         self.calls: list[tuple[str, dict[str, str]]] = []  # (EC2 Action, form) of every EC2 query request
+        self.placement_groups: dict[str, PlacementGroup] = {}  # name -> group, as EC2 would hold them
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self.port = 0
@@ -121,11 +152,43 @@ class Ec2Proxy:
         if action in self.denied_actions:
             message = f"You are not authorized to perform this operation ({action})."
             return web.Response(status=403, text=ec2_error("UnauthorizedOperation", message), content_type="text/xml")
+        if action in ("CreatePlacementGroup", "DeletePlacementGroup", "DescribePlacementGroups"):
+            return self._placement_group(action, form)
+        group = form.get("Placement.GroupName")
+        if action == "RunInstances" and group and group not in self.placement_groups:
+            message = f"The Placement Group '{group}' is unknown."
+            return web.Response(
+                status=400, text=ec2_error("InvalidPlacementGroup.Unknown", message), content_type="text/xml"
+            )
         if action == "GetSpotPlacementScores" and self.placement_scores is not None:
             return web.Response(text=placement_scores_xml(self.placement_scores), content_type="text/xml")
         if action == "DescribeSpotPriceHistory" and self.spot_prices is not None:
             return web.Response(text=spot_prices_xml(self.spot_prices), content_type="text/xml")
         return await self._forward(request, body)
+
+    def _placement_group(self, action: str, form: dict[str, str]) -> web.Response:
+        """EC2's placement groups, which moto lacks: the record, EC2's answers and its error codes."""
+        name = form.get("GroupName", "")
+        head = f'<?xml version="1.0" encoding="UTF-8"?>\n<{action}Response xmlns="{EC2_XMLNS}">'
+        head += f"<requestId>{uuid.uuid4()}</requestId>"
+        tail = f"</{action}Response>"
+        if action == "CreatePlacementGroup":
+            if name in self.placement_groups:
+                message = f"The Placement Group '{name}' already exists."
+                error = ec2_error("InvalidPlacementGroup.Duplicate", message)
+                return web.Response(status=400, text=error, content_type="text/xml")
+            group = PlacementGroup(form.get("Strategy", ""), _tags_of_form(form, "placement-group"))
+            self.placement_groups[name] = group
+            body = f"<placementGroup>{placement_group_xml(name, group)}</placementGroup>"
+            return web.Response(text=head + body + tail, content_type="text/xml")
+        if action == "DeletePlacementGroup":
+            if self.placement_groups.pop(name, None) is None:
+                error = ec2_error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
+                return web.Response(status=400, text=error, content_type="text/xml")
+            return web.Response(text=head + "<return>true</return>" + tail, content_type="text/xml")
+        items = "".join(f"<item>{placement_group_xml(n, g)}</item>" for n, g in self.placement_groups.items())
+        body = f"<placementGroupSet>{items}</placementGroupSet>"
+        return web.Response(text=head + body + tail, content_type="text/xml")
 
     async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
         assert self._client is not None

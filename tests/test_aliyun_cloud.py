@@ -22,9 +22,9 @@ import bot.cloud.base as cloud_base
 from bot.cloud.aliyun import AliyunCloud
 from bot.cloud.aliyun_instances import AliyunError
 from bot.cloud.aliyun_settings import AliyunSettings
-from bot.cloud.base import ForeignInstance, LaunchError
+from bot.cloud.base import ForeignInstance, GangPlacement, LaunchError
 from handlers.report_keys import ReportKeys
-from handlers.spec import JobSpec, parse_spec
+from handlers.spec import Gang, JobSpec, parse_spec
 from runner.notices.control import ControlObjectSource
 from runner.storage.s3 import S3Store
 from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
@@ -686,3 +686,82 @@ async def test_without_stock_information_there_is_no_signal(
     assert await cloud.zone_availability([GPU]) == {}
     instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
     assert instance.zone == "cn-hangzhou-k"  # the cheapest, as before
+
+
+# -- gangs: one zone and the job's deployment set -------------------------------------------------------------
+
+
+def node_spec(cloud: AliyunCloud, attempt: int, node_rank: int, job_id: str = "ft-gang1") -> JobSpec:
+    """One node of a two-node gang: its own attempt (as the bot launches them), its rank in the world."""
+    gang = Gang(nodes=2, node_rank=node_rank, generation=1, master_addr="192.168.0.10", master_port=29500)
+    return job_spec(cloud, job_id, attempt).model_copy(update={"gang": gang})
+
+
+async def test_two_gang_nodes_launch_into_one_low_latency_deployment_set_and_zone(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    gang = GangPlacement("ft-gang1")
+    first = await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=gang)
+    # The bot pins every node after the first to node 0's zone.
+    second = await cloud.launch(node_spec(cloud, 2, 1), [GPU], "spot", zone=first.zone, gang=gang)
+    (made,) = fake.deployment_sets.values()
+    assert (made.name, made.strategy) == ("finetune-ft-gang1", "LowLatency")
+    assert made.instances == [first.instance_id, second.instance_id]
+    assert len(fake.actions("CreateDeploymentSet")) == 1  # the second node found the first's set by name
+    runs = fake.actions("RunInstances")
+    assert [run["DeploymentSetId"] for run in runs] == [made.set_id, made.set_id]
+    assert {run["ZoneId"] for run in runs} == {first.zone} == {second.zone}
+    # A single-node launch is unchanged: no deployment set.
+    await cloud.launch(job_spec(cloud), [GPU], "spot")
+    assert "DeploymentSetId" not in fake.actions("RunInstances")[-1]
+    assert len(fake.deployment_sets) == 1
+
+
+async def test_a_deployment_set_made_after_no_answer_is_not_made_twice(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    gang = GangPlacement("ft-gang1")
+    await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=gang)
+    # The same launch carried out again (a crash after CreateDeploymentSet): the set is found, the instance too.
+    fake.deployment_sets[next(iter(fake.deployment_sets))].name = "renamed-so-the-lookup-misses"
+    await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=gang)
+    assert len(fake.deployment_sets) == 1  # the client token of the attempt returned the set it made
+    assert len(fake.live()) == 1
+
+
+async def test_release_deletes_the_set_once_its_nodes_are_gone(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    node = await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=GangPlacement("ft-gang1"))
+    with pytest.raises(AliyunError, match="could not delete the deployment set finetune-ft-gang1"):
+        await cloud.release_gang_placement("ft-gang1")  # a node still in it: the caller tries again
+    assert len(fake.deployment_sets) == 1
+    await cloud.terminate(node.instance_id, "ft-gang1")
+    await cloud.release_gang_placement("ft-gang1")
+    assert fake.deployment_sets == {}
+    await cloud.release_gang_placement("ft-gang1")  # gone already
+    await cloud.release_gang_placement("ft-never")  # never made
+    assert len(fake.actions("DeleteDeploymentSet")) == 2
+
+
+async def test_a_set_ecs_will_not_make_fails_the_launch_before_any_instance(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    fake.deployment_sets_refused = True
+    with pytest.raises(LaunchError, match="could not find or make the deployment set finetune-ft-gang1"):
+        await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=GangPlacement("ft-gang1"))
+    assert fake.actions("RunInstances") == []
+
+
+async def test_the_scaling_group_mode_refuses_a_gang_and_changes_nothing(
+    fake: FakeAliyun, bucket: Any, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(**group_settings(fake))
+    with pytest.raises(LaunchError, match=r"gangs need aliyun\.mode instances"):
+        await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=GangPlacement("ft-gang1"))
+    assert bucket.list_objects_v2(Bucket=BUCKET, Prefix="jobs/ft-gang1/").get("KeyCount", 0) == 0
+    assert fake.actions("ModifyScalingGroup") == [] and fake.deployment_sets == {}

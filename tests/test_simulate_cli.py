@@ -111,6 +111,65 @@ def test_the_default_policy_is_deadline_aware_and_it_meets_deadlines_on_the_samp
     assert results[1]["cost"] < results[1]["on_demand_cost"]
 
 
+GANG = Path(__file__).resolve().parents[1] / "bench" / "data" / "spot-traces" / "preemption" / "4-node"
+
+
+def test_a_four_node_gang_is_priced_whole_gang_and_replace_one(tmp_path: Path) -> None:
+    # Four nodes, $2/h on spot for all of them ($0.50 a node); zone a has three from t3 to t4.
+    a = trace(tmp_path / "a.json", [4, 4, 4, 3, 3, 4, 4, 4, 4, 4, 4, 4])
+    gang = {"nodes": 4, "restart_minutes": 120, "replace_minutes": 60, "hold_minutes": 120, "spot_price": 2.0}
+    real = sorted(str(path) for path in (GANG / "aws-08-03-2023").glob("*.json"))
+    lines = [
+        scenario([a], on_demand_price=8.0, **gang),
+        scenario(real, work_hours=24, deadline_hours=36, restart_minutes=30, replace_minutes=10, nodes=4,
+                 spot_price=3.672, on_demand_price=12.24, start_hour=24),
+    ]
+    done = simulate("\n".join(lines) + "\n", "spot-only")
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["scenario"], r["gang"]) for r in results] == [
+        (0, "whole-gang"),
+        (0, "replace-one"),
+        (1, "whole-gang"),
+        (1, "replace-one"),
+    ]
+    extra = ["gang", "holds", "replaced", "moves", "survivor_idle_hours", "survivor_cost"]
+    assert all(list(r) == KEYS + extra for r in results)
+    # Whole gang: start-up t0-t1, work t2, lost at t3, waits t3-t4, start-up again t5-t6, work t7-t8: 7 h at $2.
+    assert results[0] | {"gang": ""} == {
+        "scenario": 0,
+        "policy": "spot-only",
+        "cost": 14.0,
+        "on_demand_cost": 40.0,  # (2 h start-up + 3 h of work) at $8
+        "finish_hours": 9.0,
+        "met_deadline": True,
+        "preemptions": 1,
+        "spot_hours": 7.0,
+        "on_demand_hours": 0.0,
+        "gang": "",
+        "holds": 0,
+        "replaced": 0,
+        "moves": 0,
+        "survivor_idle_hours": 0.0,
+        "survivor_cost": 0.0,
+    }
+    # Replace-one: the three survivors hold t3-t4 (6 node-hours at $0.50), the fourth is back at t5 with one node's
+    # hour of start-up, work t6-t7: 6 h at $2 + $3, done an hour sooner.
+    assert {k: results[1][k] for k in ("cost", "finish_hours", "preemptions", "spot_hours")} == {
+        "cost": 15.0,
+        "finish_hours": 8.0,
+        "preemptions": 0,
+        "spot_hours": 6.0,
+    }
+    assert (results[1]["holds"], results[1]["replaced"], results[1]["moves"]) == (1, 1, 0)
+    assert (results[1]["survivor_idle_hours"], results[1]["survivor_cost"]) == (6.0, 3.0)
+    # The real 4-node traces: both ways finish; what the survivors paid is part of the replace-one cost.
+    whole, one = results[2], results[3]
+    assert whole["met_deadline"] and one["met_deadline"]
+    assert one["holds"] >= 1 and one["survivor_cost"] > 0
+    assert one["survivor_cost"] < one["cost"] < one["on_demand_cost"]
+
+
 @pytest.mark.parametrize(
     ("line", "policies", "message"),
     [

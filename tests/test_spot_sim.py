@@ -202,3 +202,50 @@ def test_the_bench_runs_each_split_it_names(tmp_path: Path, capsys: pytest.Captu
         shown = capsys.readouterr().out
         assert f"\n{title} split: 10 scenarios" in shown, shown
         assert f"-{year}, one zone: 10 scenarios" in shown and shown.count("one zone") == 1, shown
+
+
+def gang_run(traces: list[list[int]], hold: int, replace: int | None = 1) -> Run:
+    """Two nodes in one-hour ticks, $2/h for both on spot (a survivor pays $1/h), a 2 h whole-gang restart."""
+    zones = tuple(Zone(f"zone-{'ab'[i]}", counts) for i, counts in enumerate(traces))
+    return Run(zones, 3600, 0, 3, 20, 2, 2.0, 6.0, nodes=2, replace_overhead=replace, hold=hold)
+
+
+def test_a_gang_holds_for_its_lost_node_and_pays_one_nodes_restart() -> None:
+    # t0-t1 start-up; t2-t3 zone-a has one of the two: the survivor holds ($1 a tick); t4 the node is back: one
+    # tick of replacement overhead, then t5-t7 work. 6 spot ticks at $2 + 2 survivor ticks at $1.
+    run = gang_run([[2, 2, 1, 1, 2, 2, 2, 2, 2, 2]], hold=5)
+    outcome = simulate(run, spot_only)
+    assert (outcome.holds, outcome.replaced, outcome.moves, outcome.preemptions) == (1, 1, 0, 0)
+    assert (outcome.spot_ticks, outcome.survivor_node_ticks, outcome.finish) == (6, 2, 8)
+    assert outcome.cost(run) == 14.0 and outcome.survivor_cost(run) == 2.0
+    assert [choice.action for choice in outcome.choices] == ["spot"] * 6  # the hold's ticks are the gang's own
+    # The whole gang restarting instead: preempted at t2, waits, starts again at t4 (2 ticks), works t6-t8.
+    whole = simulate(gang_run([[2, 2, 1, 1, 2, 2, 2, 2, 2, 2]], hold=5, replace=None), spot_only)
+    assert (whole.holds, whole.preemptions, whole.spot_ticks, whole.finish) == (0, 1, 7, 9)
+
+
+def test_a_gang_moves_when_wait_or_move_says_so_and_loses_its_survivors_at_zero() -> None:
+    # Zone-a keeps one node from t2; after the 2-tick hold (t4) wait_or_move weighs 1·2 + 0.4·2·1 + 0.6·2·(2 + 2)
+    # = 7.6 node-hours of waiting (availability 2 of the last 5 ticks) against 2·2 = 4 of moving: the gang moves to
+    # zone-b (a whole-gang start-up t4-t5, work t6-t8). Survivors billed t2-t3.
+    run = gang_run([[2, 2, 1, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 2, 2, 2, 2, 2, 2]], hold=2)
+    outcome = simulate(run, spot_only)
+    assert (outcome.holds, outcome.replaced, outcome.moves, outcome.preemptions) == (1, 0, 1, 0)
+    assert (outcome.spot_ticks, outcome.survivor_node_ticks, outcome.finish) == (7, 2, 9)
+    assert outcome.cost(run) == 16.0
+    assert [choice.zone for choice in outcome.choices] == ["zone-a", "zone-a", *["zone-b"] * 5]
+    # The survivor lost too (zone-a at 0 at t3): an ordinary preemption after one held tick.
+    run = gang_run([[2, 2, 1, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 2, 2, 2, 2, 2, 2, 2]], hold=5)
+    outcome = simulate(run, spot_only)
+    assert (outcome.holds, outcome.moves, outcome.preemptions, outcome.survivor_node_ticks) == (1, 0, 1, 1)
+    assert outcome.finish == 8  # zone-b from t3: start-up t3-t4, work t5-t7
+
+
+def test_a_hold_never_spends_the_slack_a_move_needs() -> None:
+    # Deadline 7 ticks for 3 of work: at t2 the slack is 7 - 2 - 3 = 2 ticks, short of a hold (5) and a move (2):
+    # the gang moves at once (no survivor tick billed), where spot-only takes zone-b.
+    zones = (Zone("zone-a", [2, 2, 1, 1, 2, 2, 2, 2]), Zone("zone-b", [2] * 8))
+    run = Run(zones, 3600, 0, 3, 7, 2, 2.0, 6.0, nodes=2, replace_overhead=1, hold=5)
+    outcome = simulate(run, spot_only)
+    assert (outcome.holds, outcome.moves, outcome.survivor_node_ticks) == (1, 1, 0)
+    assert outcome.choices[2].zone == "zone-b"

@@ -155,6 +155,25 @@ def test_the_bot_terminates_scales_and_interrupt_tests_only_what_is_ours(bot: li
     assert not allowed(bot, "fis:StartExperiment", template)
 
 
+def test_the_bot_makes_and_deletes_only_its_own_placement_groups(bot: list[Statement]) -> None:
+    group = "arn:aws:ec2:us-east-1:123456789012:placement-group/finetune-ft-1"
+    other = group.replace("finetune-ft-1", "hpc-team")
+    managed = {"aws:RequestTag/finetune:managed": "true"}
+    assert allowed(bot, "ec2:CreatePlacementGroup", group, managed)
+    assert not allowed(bot, "ec2:CreatePlacementGroup", group)  # untagged
+    assert not allowed(bot, "ec2:CreatePlacementGroup", other, managed)
+    assert allowed(bot, "ec2:CreateTags", group, {**managed, "ec2:CreateAction": "CreatePlacementGroup"})
+    assert not allowed(bot, "ec2:CreateTags", other, {**managed, "ec2:CreateAction": "CreatePlacementGroup"})
+    assert not allowed(bot, "ec2:CreateTags", group, {**managed, "ec2:CreateAction": "CreateTags"})
+    ours = {"ec2:ResourceTag/finetune:managed": "true"}
+    assert allowed(bot, "ec2:DeletePlacementGroup", group, ours)
+    assert not allowed(bot, "ec2:DeletePlacementGroup", group)
+    assert not allowed(bot, "ec2:DeletePlacementGroup", other, ours)
+    assert allowed(bot, "ec2:RunInstances", group)  # a gang node launches into it
+    assert not allowed(bot, "ec2:RunInstances", other)
+    assert allowed(bot, "ec2:DescribeInstanceTypes", "*")
+
+
 def test_the_bot_passes_each_role_only_to_its_service(bot: list[Statement]) -> None:
     runner, fis = att("RunnerRole"), att("FisRole")
     assert allowed(bot, "iam:PassRole", runner, {"iam:PassedToService": "ec2.amazonaws.com"})
@@ -428,6 +447,10 @@ def test_the_alibaba_bot_launches_deletes_and_scales_only_what_is_ours() -> None
     ours = f"acs:ess:cn-hangzhou:1234567890:scalinggroup/{ref('ScalingGroup')}"
     assert allowed(bot, "ess:ModifyScalingGroup", ours)
     assert not allowed(bot, "ess:ModifyScalingGroup", "acs:ess:cn-hangzhou:1234567890:scalinggroup/asg-other")
+    deployment_set = "acs:ecs:cn-hangzhou:1234567890:deploymentset/ds-bp1abc"
+    assert allowed(bot, "ecs:CreateDeploymentSet", deployment_set)  # a gang's (ECS tags no deployment set)
+    assert allowed(bot, "ecs:DeleteDeploymentSet", deployment_set)
+    assert not allowed(bot, "ecs:DeleteDeploymentSet", instance)
 
 
 def test_every_alibaba_statement_names_its_actions() -> None:

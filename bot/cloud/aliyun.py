@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Literal
 
 from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_instances import LIVE_STATUSES, AliyunError, AliyunInstances, tags_of
+from bot.cloud.aliyun_placement import AliyunPlacement
 from bot.cloud.aliyun_pricing import AliyunPricing
 from bot.cloud.aliyun_scaling import AliyunGroups
 from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
@@ -101,6 +102,7 @@ class AliyunCloud:
         )
         self.pricing = AliyunPricing(settings, self.api)
         self.instances = AliyunInstances(settings, self.api, self.pricing)
+        self.gangs = AliyunPlacement(settings.region, self.api)
         self.groups = AliyunGroups(settings, self.api, self.pricing, self.instances)
         self._interrupt_tests: set[asyncio.Task[None]] = set()
 
@@ -117,7 +119,10 @@ class AliyunCloud:
         return f"{self.settings.prefix}{job_id}/{control_key(attempt)}"
 
     async def release_gang_placement(self, job_id: str) -> None:
-        """Gang placement is not built for this cloud yet: nothing was made, nothing to remove."""
+        """Delete the job's deployment set (none, or gone: fine; AliyunError while ECS still counts a node in it,
+        so the caller tries again)."""
+        await self.gangs.release(job_id)
+        self.instances.deployment_sets.pop(job_id, None)
 
     # -- launch ---------------------------------------------------------------------------------------------
 
@@ -135,12 +140,26 @@ class AliyunCloud:
         start (``capacity`` True when the market had no room: the spot authority chooses again).
 
         ``avoid_zones``: zones where this job was just reclaimed or failed; they are tried last. ``zone``: there only.
+        ``gang``: a gang node, launched into the job's deployment set (found or made here:
+        :mod:`bot.cloud.aliyun_placement`); the bot pins every node after the first to the first one's zone.
+
+        The scaling-group mode refuses gangs (LaunchError): each group of its pool runs one instance and ESS replaces
+        it by itself, while a gang is N attempts whose lost node only the bot replaces (into the same deployment set
+        and zone, then a regroup of the survivors); a group replacing on its own would race that.
         """
         if not instance_types:
             raise LaunchError("the recipe lists no instance types for aliyun")
+        if gang is not None and self.settings.mode == "scaling-group":
+            raise LaunchError(
+                f"{spec.job_id} is a multi-node job: aliyun.mode scaling-group runs one instance per group, so gangs "
+                "need aliyun.mode instances"
+            )
         spec = self._complete_spec(spec)
         spec_uri = await self._upload_spec(spec)
         script = self.user_data(spec_uri, spec.job_id, spec.attempt)
+        if gang is not None:
+            found = await self.gangs.ensure_set(gang.job_id, spec.attempt)
+            self.instances.deployment_sets[gang.job_id] = found
         if self.settings.mode == "scaling-group":
             instance = await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
         else:
@@ -153,6 +172,7 @@ class AliyunCloud:
                 avoid_zones=avoid_zones,
                 zone=zone,
                 max_failures=self.settings.max_launch_failures,
+                gang=gang,
             )
         if not self.renews_storage:
             return instance

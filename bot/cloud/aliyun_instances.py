@@ -14,7 +14,7 @@ from alibabacloud_ecs20140526 import models as ecs_models
 from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.cloud.aliyun_pricing import AliyunPricing
 from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
-from bot.cloud.base import CloudError, Instance, LaunchError
+from bot.cloud.base import CloudError, GangPlacement, Instance, LaunchError
 from bot.cloud.launching import (
     ATTEMPT_TAG,
     JOB_TAG,
@@ -75,6 +75,7 @@ class AliyunInstances:
         self.settings = settings
         self.api = api
         self.pricing = pricing
+        self.deployment_sets: dict[str, str] = {}  # job id -> its deployment set's id (a gang's, once found or made)
 
     def classify(self, code: str) -> ErrorKind:
         return classify_aliyun_launch_error(code)
@@ -117,7 +118,11 @@ class AliyunInstances:
             return await priced(self.pricing, str(found["InstanceId"]), instance_type, zone, market)
         return None
 
-    async def run_instance(self, spec: JobSpec, script: str, candidate: Candidate) -> str:
+    async def run_instance(
+        self, spec: JobSpec, script: str, candidate: Candidate, gang: GangPlacement | None = None
+    ) -> str:
+        """RunInstances for one candidate; a gang node joins its job's deployment set (found or made before the
+        launch loop: ``deployment_sets`` holds its id)."""
         settings = self.settings
         spot = candidate.market == "spot"
         request = ecs_models.RunInstancesRequest(
@@ -143,6 +148,7 @@ class AliyunInstances:
             tag=[ecs_models.RunInstancesRequestTag(key=key, value=value) for key, value in tags_of_spec(spec).items()],
             amount=1,
             client_token=candidate_token(spec, candidate),
+            deployment_set_id=self.deployment_sets.get(gang.job_id) if gang is not None else None,
         )
         if settings.system_disk_category or settings.system_disk_size:
             request.system_disk = ecs_models.RunInstancesRequestSystemDisk(

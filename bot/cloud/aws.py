@@ -28,6 +28,7 @@ from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, tags_of
 from bot.cloud.aws_fis import AwsFis
 from bot.cloud.aws_instances import AwsInstances, user_data_script
 from bot.cloud.aws_objects import KEY_FAILURES, AwsObjects
+from bot.cloud.aws_placement import AwsPlacement
 from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.aws_zones import AwsZones
@@ -65,7 +66,8 @@ class AwsCloud:
         self.region = self.clients.region
         self.zones = AwsZones(settings, self.clients)
         self.pricing = AwsPricing(settings, self.clients, self.zones)
-        self.instances = AwsInstances(settings, self.clients, self.zones, self.pricing)
+        self.gangs = AwsPlacement(self.clients)
+        self.instances = AwsInstances(settings, self.clients, self.zones, self.pricing, self.gangs)
         self.groups = AwsGroups(settings, self.clients, self.zones, self.pricing, self.instances)
         self.fis_interrupt_tests = AwsFis(settings, self.clients)
         self.objects = AwsObjects(settings, self.clients, report_keys)
@@ -87,7 +89,9 @@ class AwsCloud:
         return self.objects.key_prefix_uri()
 
     async def release_gang_placement(self, job_id: str) -> None:
-        """Gang placement is not built for this cloud yet: nothing was made, nothing to remove."""
+        """Delete the job's cluster placement group (gone, or never made: fine; AwsError while a node of it is
+        still shutting down, so the caller tries again)."""
+        await self.gangs.release(job_id)
 
     # -- launch ---------------------------------------------------------------------------------------------
 
@@ -105,16 +109,30 @@ class AwsCloud:
         start (``capacity`` True when the market had no room: the spot authority chooses again).
 
         ``avoid_zones``: zones where this job was just reclaimed or failed (the bot passes the zones of the
-        job's previous attempts); they are tried last. ``zone``: there only.
+        job's previous attempts); they are tried last. ``zone``: there only. ``gang``: a gang node, launched into
+        the job's cluster placement group (made here on the gang's first launch), with an EFA interface where asked
+        for and the type has one (:mod:`bot.cloud.aws_placement`).
+
+        Auto Scaling mode refuses gangs (LaunchError): its group per job holds at most one instance and replaces
+        it by itself, while a gang is N attempts whose lost node only the bot replaces (in the same group and
+        zone, then a regroup of the survivors); a group doing its own replacing would race that. Gangs launch in
+        instance mode.
         """
         if not instance_types:
             raise LaunchError("the recipe lists no instance types for aws")
+        if gang is not None and self.settings.mode == "autoscaling":
+            raise LaunchError(
+                f"{spec.job_id} is a multi-node job: aws.mode autoscaling launches one instance per job, so gangs "
+                "need aws.mode instance"
+            )
         spec = self._complete_spec(spec)
         try:
             spec_uri = await self.objects.upload_spec(spec)
         except ObjectStoreError as exc:
             raise LaunchError(f"could not upload the spec of {spec.job_id} attempt {spec.attempt}: {exc}") from exc
         script = user_data_script(spec_uri, self.settings, self.region, self.key_prefix_uri())
+        if gang is not None:
+            await self.gangs.ensure_group(gang.job_id)
         if self.settings.mode == "autoscaling":
             instance = await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
         else:
@@ -127,6 +145,7 @@ class AwsCloud:
                 avoid_zones=avoid_zones,
                 zone=zone,
                 max_failures=self.settings.max_launch_failures,
+                gang=gang,
             )
         # The key object is written as soon as the instance id is known, before its runner can have booted; a
         # replacement an Auto Scaling group starts by itself later gets none (its runner cannot report, and the bot

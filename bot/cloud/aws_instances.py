@@ -10,10 +10,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done, reason, tags_of
+from bot.cloud.aws_placement import AwsPlacement, efa_interface, placement_group_name
 from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import REGION, AwsSettings
 from bot.cloud.aws_zones import AwsZones
-from bot.cloud.base import Instance, LaunchError
+from bot.cloud.base import GangPlacement, Instance, LaunchError
 from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import (
     ATTEMPT_TAG,
@@ -72,11 +73,19 @@ class AwsInstances:
 
     refusals: tuple[type[Exception], ...] = (ClientError,)
 
-    def __init__(self, settings: AwsSettings, clients: AwsClients, zones: AwsZones, pricing: AwsPricing) -> None:
+    def __init__(
+        self,
+        settings: AwsSettings,
+        clients: AwsClients,
+        zones: AwsZones,
+        pricing: AwsPricing,
+        gangs: AwsPlacement | None = None,
+    ) -> None:
         self.settings = settings
         self.clients = clients
         self.placement = zones
         self.pricing = pricing
+        self.gangs = gangs or AwsPlacement(clients)
 
     def classify(self, code: str) -> ErrorKind:
         return classify_launch_error(code)
@@ -135,7 +144,11 @@ class AwsInstances:
             params["KeyName"] = self.settings.key_name
         return params
 
-    async def run_instance(self, spec: JobSpec, script: str, candidate: Candidate) -> str:
+    async def run_instance(
+        self, spec: JobSpec, script: str, candidate: Candidate, gang: GangPlacement | None = None
+    ) -> str:
+        """RunInstances for one candidate; a gang node goes into its job's cluster placement group (made before the
+        launch loop), with an EFA primary interface where asked for and the type has one."""
         tags = self.tag_list(spec)
         params: dict[str, Any] = {
             **self.instance_settings(),
@@ -150,6 +163,12 @@ class AwsInstances:
         subnet = (await self.placement.subnet_map()).get(candidate.zone)
         if subnet:
             params["SubnetId"] = subnet
+        if gang is not None:
+            params["Placement"]["GroupName"] = placement_group_name(gang.job_id)
+            if gang.efa and await self.gangs.has_efa(candidate.instance_type):
+                groups = list(params.pop("SecurityGroupIds", []))
+                params.pop("SubnetId", None)
+                params["NetworkInterfaces"] = [efa_interface(subnet, groups)]
         if self.settings.launch_template:
             params["LaunchTemplate"] = {"LaunchTemplateName": self.settings.launch_template, "Version": "$Default"}
         if candidate.market == "spot":

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from bot.cloud.base import CloudError, ForeignInstance, Instance, LaunchError
+from bot.cloud.base import CloudError, ForeignInstance, GangPlacement, Instance, LaunchError
 from handlers.jobs import Market
 from handlers.spec import JobSpec
 from handlers.spot.zones import (
@@ -111,9 +111,12 @@ class InstanceCalls(Protocol):
         candidates; empty when the cloud will not say."""
         ...
 
-    async def run_instance(self, spec: JobSpec, script: str, candidate: Candidate) -> str:
+    async def run_instance(
+        self, spec: JobSpec, script: str, candidate: Candidate, gang: GangPlacement | None = None
+    ) -> str:
         """Start one instance of ``candidate`` (with :func:`candidate_token`); its id. LaunchError when the cloud
-        did not answer; one of ``refusals`` when it said no."""
+        did not answer; one of ``refusals`` when it said no. ``gang``: a gang node, placed with its job's other
+        nodes (the cloud's placement object, made before the loop)."""
         ...
 
     async def on_demand_price(self, instance_type: str) -> float | None: ...
@@ -144,9 +147,11 @@ async def launch_instance(
     avoid_zones: Collection[str],
     zone: str | None,
     max_failures: int | None,
+    gang: GangPlacement | None = None,
 ) -> Instance:
     """The attempt's instance on ``market``: the one a first try started, else the first candidate that starts;
-    LaunchError naming every failed candidate when none would (``capacity`` True when the market had no room)."""
+    LaunchError naming every failed candidate when none would (``capacity`` True when the market had no room).
+    ``gang``: every try places the instance with its job's other nodes."""
     existing = await calls.attempt_instance(spec)
     if existing is not None:  # a launch retried after a crash: the instance the first try started
         log.info("%s attempt %d: %s is up already", spec.job_id, spec.attempt, existing.instance_id)
@@ -163,7 +168,7 @@ async def launch_instance(
     while (candidate := plan.next()) is not None:
         where = f"{candidate.market} {candidate.instance_type} in {candidate.zone}"
         try:
-            instance_id = await calls.run_instance(spec, script, candidate)
+            instance_id = await calls.run_instance(spec, script, candidate, gang)
         except calls.refusals as exc:
             code, message = calls.refusal(exc)
             kind = plan.failed(candidate, code, message)

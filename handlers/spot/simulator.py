@@ -11,6 +11,16 @@ Exactly the model of the issue that asked for it (issue 15), so results can be c
   never lost at a preemption (the notice-driven checkpoint), only the overhead is paid again;
 - a held tick costs its price × h; the job is done at the tick its progress is complete (that tick paid whole).
 
+A gang (``nodes`` ≥ 2) with a ``replace_overhead`` (ticks; issue 23) loses only the nodes its zone no longer has:
+while the zone still has at least one of them, the survivors hold (each billing its share, ``spot_price / nodes``,
+and no progress) until the zone has ``nodes`` again, when the lost nodes' replacements come and the gang pays
+``replace_overhead`` ticks (all nodes billed) before it trains again; after every ``hold`` ticks of holding
+:func:`~handlers.spot.gang.wait_or_move` chooses between one more hold and moving the whole gang (the survivors
+are released and the policy chooses as after a preemption: the whole gang's ``overhead`` again), and at any tick
+once the deadline's slack would not cover a hold and a move. Hold ticks are the
+gang's own, not the policy's (no choice is recorded for them). Without ``replace_overhead`` every loss is the whole
+gang's, as before gangs.
+
 Past the end of its traces no zone has spot (a policy may still finish on on-demand); a policy that holds
 nothing there once the deadline has passed would wait forever, so the run ends unfinished. The policy is
 called every tick with the same :class:`~handlers.spot.rules.Situation` the bot builds, so it is the bot's own
@@ -26,6 +36,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from handlers.jobs import Market
+from handlers.spot.gang import GangHold, wait_or_move
 from handlers.spot.outlook import Outlook, history_of
 from handlers.spot.rules import NOTHING, Choice, Event, Holding, Situation, SpotPolicy, ZoneView
 
@@ -59,6 +70,13 @@ class Run:
     on_demand_price: float
     nodes: int = 1
     budget: float | None = None
+    replace_overhead: int | None = None  # ticks of one node's replacement (a gang's replace-one); None: none
+    hold: int = 1  # ticks of one hold: wait_or_move chooses again after each
+
+    @property
+    def replaces_one(self) -> bool:
+        """Whether a gang that lost some of its nodes holds for their replacements (else it restarts whole)."""
+        return self.nodes >= 2 and self.replace_overhead is not None
 
     @property
     def hours_per_tick(self) -> Fraction:
@@ -80,12 +98,25 @@ class Outcome:
     finish: int | None = None  # ticks from the start to the end of the tick that completed the work
     stopped: bool = False
     choices: list[Choice] = field(default_factory=list)
+    holds: int = 0  # losses the gang held for (replace-one), each until its replacements came or it moved
+    replaced: int = 0  # holds that ended with the replacements
+    moves: int = 0  # holds that ended with wait_or_move's "move"
+    survivor_node_ticks: int = 0  # node-ticks the survivors billed while they held, training nothing
 
     def cost(self, run: Run) -> float:
         h = run.hours_per_tick
         return float(
-            self.spot_ticks * h * _exact(run.spot_price) + self.on_demand_ticks * h * _exact(run.on_demand_price)
+            self.spot_ticks * h * _exact(run.spot_price)
+            + self.on_demand_ticks * h * _exact(run.on_demand_price)
+            + self.survivor_cost_exact(run)
         )
+
+    def survivor_cost(self, run: Run) -> float:
+        """What the survivors paid while they held (part of :meth:`cost`)."""
+        return float(self.survivor_cost_exact(run))
+
+    def survivor_cost_exact(self, run: Run) -> Fraction:
+        return self.survivor_node_ticks * run.hours_per_tick * _exact(run.spot_price) / run.nodes
 
     def met(self, run: Run) -> bool:
         return self.finish is not None and self.finish <= run.deadline
@@ -120,6 +151,8 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     h = run.hours_per_tick
     t = run.start
     end = run.end
+    hold_since: int | None = None  # the tick a gang's hold began (replace-one), None while it is whole
+    survivors = 0
     while progress < run.work:
         available = [t < len(zone.counts) and zone.counts[t] >= run.nodes for zone in run.zones]
         holding = NOTHING
@@ -127,9 +160,33 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
         if previous is not None:
             market, zone_name = previous
             if market == "spot" and not available[_index(run, zone_name)]:
-                out.preemptions += 1
+                z = _index(run, zone_name)
+                left = min(_count(run.zones[z], t), run.nodes - 1, survivors if hold_since is not None else run.nodes)
+                if run.replaces_one and left >= 1:
+                    if hold_since is None:
+                        hold_since, out.holds = t, out.holds + 1
+                    survivors = left
+                    waited = t - hold_since
+                    slack = (run.deadline - (t - run.start) - (run.work - progress)) * gap
+                    # At each hold's end, and at any tick once the deadline's slack is short: a hold never spends
+                    # the slack a move would need (the bot's hold timer should be cut short the same way).
+                    pressed = slack < (run.hold + run.overhead) * gap
+                    decide = pressed or (waited > 0 and waited % run.hold == 0)
+                    share = _share(prefix[z], t, window)
+                    if not decide or _gang_choice(run, survivors, waited, share, slack) == "wait":
+                        out.survivor_node_ticks += survivors
+                        cost += survivors * h * _exact(run.spot_price) / run.nodes
+                        t += 1
+                        continue
+                    out.moves += 1  # the survivors are released; the policy chooses as after a preemption
+                else:
+                    out.preemptions += 1
+                hold_since = None
                 event = "interrupted"
             else:
+                if hold_since is not None:  # the lost nodes' replacements came: one node's restart overhead
+                    hold_since, out.replaced = None, out.replaced + 1
+                    starting = run.replace_overhead or 0
                 holding = Holding(market, zone_name, starting * gap)
         if (t - run.start) % every == 0:
             outlook = history_of(up, t - round(OUTLOOK_HOURS * 3600 / gap), t, gap)
@@ -181,6 +238,29 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
         t += 1
     out.finish = t - run.start
     return out
+
+
+def _count(zone: Zone, t: int) -> int:
+    """The zone's count at ``t``; none past the end of its trace."""
+    return zone.counts[t] if t < len(zone.counts) else 0
+
+
+def _gang_choice(run: Run, survivors: int, waited: int, share: float, slack: int) -> str:
+    """wait_or_move for a gang that has held ``waited`` ticks, its zone's recent availability as the chance."""
+    gap = run.gap_seconds
+    return wait_or_move(
+        GangHold(
+            nodes=run.nodes,
+            survivors=survivors,
+            node_price_per_hour=run.spot_price / run.nodes,
+            waited_seconds=waited * gap,
+            hold_seconds=run.hold * gap,
+            replace_seconds=(run.replace_overhead or 0) * gap,
+            move_seconds=run.overhead * gap,
+            availability=share,
+            slack_seconds=slack,
+        )
+    )
 
 
 def _held(run: Run, choice: Choice, available: list[bool]) -> tuple[Market, str | None] | None:
