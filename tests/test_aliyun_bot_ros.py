@@ -118,6 +118,7 @@ VALUES = {
     "WebhookToken": "t" * 16,
     "DingTalkClientId": "ding123",
     "DingTalkClientSecret": "dingSecret0123",
+    "CostsToken": "c" * 32,
     "PagerDutyRoutingKey": "R0123456789abcdef0123456789abcdef",
     "PagerDutyWebhookSecret": "w" * 32,
     "OpsgenieApiKey": "g" * 32,
