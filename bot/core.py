@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bot.charts.series import ChartSeries, Point
 from bot.chat import catalog
 from bot.chat.catalog import Lang, say
 from bot.chat.render import card_text, recipes_text
@@ -83,6 +84,7 @@ class Bot:
         self.oncall = oncall or OnCall()
         self._views: dict[str, tuple[float, SpotView]] = {}
         self.rate = RateLimiter(store.redis, store.keys, clock)  # per user, shared by every replica
+        self.series = ChartSeries(store.redis, store.keys)  # the chart's points, from the progress accepted
         self._quiet = LimitedLog(log)  # a flood of refusals or of one user's commands: bounded lines
 
     # -- chat commands ------------------------------------------------------------------------------------
@@ -339,11 +341,14 @@ class Bot:
         return lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle, spot)
 
     async def _applied(self, job_id: str, message: BusMessage, applied: Applied) -> None:
-        """What follows an input once it is written: a refused runner claim is logged, a first step measured."""
+        """What follows an input once it is written: a refused runner claim is logged, a first step measured, a
+        progress report that moved the job kept for its chart."""
         noted = applied.change.history if applied.change is not None else {}
         if noted.get("event") == "ignored" and noted.get("what") == "report:started":  # a runner's claim refused
             log.warning("%s: %s ignored: %s", job_id, noted["what"], noted.get("why"))
         report = getattr(message, "report", None)
+        if isinstance(report, Progress) and noted.get("event") == "progress":  # fenced or ignored ones are not
+            await self.series.add(job_id, Point(report.step, report.loss, report.time, report.attempt))
         if isinstance(report, Progress) and applied.job is not None and first_step_was(applied.job, report.time):
             await self.store.record_restart(applied.job)  # the attempt's restart overhead, for the next jobs
 
