@@ -27,6 +27,13 @@ HANDLERS: dict[str, str] = {
 
 BOT: dict[str, str] = {
     # The job card.
+    # The job's chart (bot/charts/render.py): drawn words, and the message posted with it.
+    "chart.title": "{job} · {recipe}: loss and cost",
+    "chart.step": "step",
+    "chart.loss": "loss",
+    "chart.cost": "cost so far ($)",
+    "chart.interrupted": "interrupted",
+    "chart.resumed": "resumed",
     "card.title": "{job} · {recipe}",
     "label.state": "State",
     "label.instance": "Instance",

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 MESSAGES: dict[str, str] = {
+    # 任务图表（bot/charts/render.py）：图中文字，以及随图发送的消息。
+    "chart.title": "{job} · {recipe}：损失与费用",
+    "chart.step": "步数",
+    "chart.loss": "损失",
+    "chart.cost": "累计费用（$）",
+    "chart.interrupted": "中断",
+    "chart.resumed": "恢复",
     # 任务卡片
     "card.title": "{job} · {recipe}",
     "label.state": "状态",
