@@ -51,6 +51,7 @@ from handlers.messages import (
     StartDeadline,
     parse_message,
 )
+from handlers.notes import ChartNote
 from handlers.oncall import OnCall
 from handlers.permissions import channel_id, home_team, is_admin, job_refusal, narrowed
 from handlers.policy_config import PolicyConfig, guard_start
@@ -109,7 +110,7 @@ class Bot:
             return await self._list(user, chat, lang)
         if command.action == "start":
             return await self._start(user, chat, command, lang)
-        if command.action in ("status", "logs"):
+        if command.action in ("status", "logs", "chart"):
             return await self._read(user, chat, command, lang)
         return await self._job_command(user, chat, command, lang)
 
@@ -243,6 +244,10 @@ class Bot:
             return await self._refuse(user, chat, command, refused, lang)
         if command.action == "status":
             return card_text(job, self.clock(), lang)
+        if command.action == "chart":  # drawn and posted in the job's thread by the chat outbox, as any note
+            chart = Notify(job_id=job.id, channel="thread", note=ChartNote(occasion="asked", by=user))
+            await self.store.send([chart], job.chat.platform if job.chat is not None else "")
+            return catalog.text(lang, "reply.chart", job=job.id)
         # The history is the operators' record: its lines stay as written (English), whatever the channel reads.
         entries = await self.store.history(job.id, count=30, with_times=True)
         return "\n".join(

@@ -22,6 +22,7 @@ from handlers.messages import Notify
 from handlers.notes import (
     Acked,
     CardRefresh,
+    ChartNote,
     CompletedNote,
     FailedNote,
     GroupReleased,
@@ -216,6 +217,13 @@ def _resumed(job: Job, note: Resumed, now: datetime, lang: Lang) -> str:
     )
 
 
+def chart_caption(job: Job, now: datetime, lang: Lang) -> str:
+    """What is posted with the job's chart (and, where no image can go, instead of it)."""
+    progress = f"{job.step or 0}/{job.total_steps}" if job.total_steps else str(job.step or 0)
+    paid = job_cost(job, now).paid
+    return text(lang, "note.chart", job=job.id, progress=progress, interruptions=job.interruptions, paid=paid)
+
+
 def _completed(job: Job, note: CompletedNote, now: datetime, lang: Lang) -> str:
     cost = job_cost(job, now)
     saving = text(lang, "note.completed.saving", savings=cost.savings) if cost.savings is not None else ""
@@ -302,6 +310,7 @@ _WORDS: dict[type[BaseModel], _Words] = {
     ),
     CompletedNote: _completed,
     FailedNote: _failed,
+    ChartNote: lambda job, note, now, lang: chart_caption(job, now, lang),
     Stopped: _stopped,
     ResumeFailedPage: _page,
     Acked: lambda job, note, now, lang: text(

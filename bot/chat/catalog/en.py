@@ -134,6 +134,7 @@ BOT: dict[str, str] = {
     "note.resume-failed.again": " (escalation {number} of {steps}, not acknowledged yet)",
     "note.interrupt-test-started": "🧪 Interrupt test on {instance} started by {by}.",
     "note.stop-requested": "⏹️ Stop requested by {by}: checkpointing, then releasing the instance.",
+    "note.chart": "📈 {job}: loss and cost, step {progress}, {interruptions} interruption(s), ${paid:.2f} so far",
     "note.stopped": "⏹️ {job} stopped.",
     "note.stopped.kept": "⏹️ {job} stopped; checkpoint at step {step} kept.",
     "note.acked": "👀 {by} acknowledged the page for {job} at {at}; the escalation stops.",
@@ -178,6 +179,7 @@ BOT: dict[str, str] = {
     # Answers to commands (the reasons inside them come from the handlers, below).
     "reply.starting": "Starting {job}: {recipe} ({params})",
     "reply.ok": "OK: {action} {job} ({state})",
+    "reply.chart": "📈 The chart of {job} is on its way to the job's thread.",
     "reply.no-job": "no job {job}",
     "reply.refused": "⛔ {why}",
     "reply.ignored": "⛔ {action} {job}: {why}",

@@ -110,6 +110,7 @@ MESSAGES: dict[str, str] = {
     "note.resume-failed.again": "（第 {number} 级升级，共 {steps} 级，尚无人确认）",
     "note.interrupt-test-started": "🧪 {by} 在实例 {instance} 上发起了中断测试。",
     "note.stop-requested": "⏹️ {by} 请求停止：先保存检查点，再释放实例。",
+    "note.chart": "📈 任务 {job}：损失与费用，第 {progress} 步，中断 {interruptions} 次，累计 ${paid:.2f}",
     "note.stopped": "⏹️ 任务 {job} 已停止。",
     "note.stopped.kept": "⏹️ 任务 {job} 已停止；保留第 {step} 步的检查点。",
     "note.acked": "👀 {by} 已于 {at} 确认任务 {job} 的值班通知，升级停止。",
@@ -151,6 +152,7 @@ MESSAGES: dict[str, str] = {
     "help.no-parameters": "      （没有参数）",
     "reply.starting": "正在启动 {job}：{recipe}（{params}）",
     "reply.ok": "已受理：{action} {job}（{state}）",
+    "reply.chart": "📈 任务 {job} 的图表即将发到它的消息串里。",
     "reply.no-job": "找不到任务 {job}",
     "reply.refused": "⛔ {why}",
     "reply.ignored": "⛔ {action} {job}：{why}",
@@ -185,6 +187,7 @@ MESSAGES: dict[str, str] = {
     "usage.line.status": "status [任务]",
     "usage.line.list": "list",
     "usage.line.logs": "logs <任务>",
+    "usage.line.chart": "chart <任务>",
     "usage.line.ack": "ack <任务>",
     "usage.line.resume": "resume <任务> [on-demand]",
     "usage.line.help": "help",
@@ -195,6 +198,7 @@ MESSAGES: dict[str, str] = {
         "/finetune {status} —— 查看任务状态\n"
         "/finetune {list} —— 列出最近的任务及其步数\n"
         "/finetune {logs} —— 查看任务记录（带时间）\n"
+        "/finetune {chart} —— 在任务的消息串里发出损失与费用图\n"
         "/finetune {ack} —— 认领值班告警\n"
         "/finetune {resume} —— 从检查点继续失败或已停止的任务（可改用按量付费）\n"
         "/finetune {help} —— 显示本帮助"
