@@ -72,6 +72,7 @@ class Settings(BaseSettings):
     dingtalk_client_id: str | None = None
     dingtalk_client_secret: str | None = None
     dingtalk_openapi_endpoint: str = "https://api.dingtalk.com"  # also the Stream gateway's; tests use a fake
+    dingtalk_oapi_endpoint: str = "https://oapi.dingtalk.com"  # the older API: media uploads (a job's chart)
 
     @field_validator("redis_url")
     @classmethod
