@@ -329,7 +329,7 @@ def test_english_stays_the_default_and_word_for_word() -> None:
         "  State: 🟢 RUNNING",
         "  Instance: i-2 · cn-hangzhou-i (spot, attempt 2)",
         "  Price: $0.40/h",
-        "  Step: 40/100 · loss 0.8123",
+        "  Step: ▰▰▰▰▱▱▱▱▱▱ 40% · 40/100 · loss 0.8123",
         "  ETA: 43 min",
         "  Cost: $0.4067 · saving 75% vs on-demand",
         "  Checkpoint: step 35 · oss://bucket/jobs/ft-ab12/checkpoints/checkpoint-35",

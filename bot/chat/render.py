@@ -47,6 +47,8 @@ from handlers.notes import (
 from handlers.recipes import Recipe
 from handlers.reports import Late
 
+BAR_CELLS, BAR_FILLED, BAR_EMPTY = 10, "▰", "▱"  # the card's progress bar: the same in every language
+
 STATE_ICON = {
     JobState.PENDING: "⏳",
     JobState.PROVISIONING: "🚀",
@@ -84,6 +86,9 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
             fields.append((text(lang, "label.price"), text(lang, "card.price", price=current.price_per_hour)))
     if job.step is not None:
         progress = f"{job.step}/{job.total_steps}" if job.total_steps else str(job.step)
+        if job.total_steps:
+            done = min(max(job.step / job.total_steps, 0.0), 1.0)
+            progress = text(lang, "card.progress", bar=progress_bar(done), percent=done, steps=progress)
         loss = text(lang, "card.loss", loss=job.loss) if job.loss is not None else ""
         fields.append((text(lang, "label.step"), progress + loss))
         eta = _eta(job, now, lang) if job.state is JobState.RUNNING else None
@@ -367,6 +372,12 @@ def mentions(page: ResumeFailedPage) -> str:
     return " ".join(names) + " " if names else ""
 
 
+def progress_bar(done: float, cells: int = BAR_CELLS) -> str:
+    """``done`` (0 to 1) as a bar of ``cells`` characters, filled to the cell it has reached (never full early)."""
+    filled = min(int(done * cells), cells)
+    return BAR_FILLED * filled + BAR_EMPTY * (cells - filled)
+
+
 def _eta(job: Job, now: datetime, lang: Lang) -> str | None:
     current = job.current
     if current is None or current.started_at is None or not job.total_steps or job.step is None:
@@ -376,6 +387,8 @@ def _eta(job: Job, now: datetime, lang: Lang) -> str | None:
     if done <= 0 or elapsed <= 0:
         return None
     remaining = (job.total_steps - job.step) * elapsed / done
+    if remaining >= 2 * 3600:
+        return text(lang, "card.eta.hours", hours=remaining / 3600)
     if remaining >= 90:
         return text(lang, "card.eta.minutes", minutes=remaining / 60)
     return text(lang, "card.eta.seconds", seconds=remaining)

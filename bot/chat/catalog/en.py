@@ -64,6 +64,8 @@ BOT: dict[str, str] = {
     "card.launching": "launching…",
     "card.price": "${price:.2f}/h",
     "card.loss": " · loss {loss:.4f}",
+    "card.progress": "{bar} {percent:.0%} · {steps}",
+    "card.eta.hours": "{hours:.1f} h",
     "card.eta.minutes": "{minutes:.0f} min",
     "card.eta.seconds": "{seconds:.0f}s",
     "card.cost": "${paid:.4f}{saving}",

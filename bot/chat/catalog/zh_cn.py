@@ -41,6 +41,8 @@ MESSAGES: dict[str, str] = {
     "card.launching": "启动中…",
     "card.price": "${price:.2f}/小时",
     "card.loss": " · 损失 {loss:.4f}",
+    "card.progress": "{bar} {percent:.0%} · {steps}",
+    "card.eta.hours": "{hours:.1f} 小时",
     "card.eta.minutes": "{minutes:.0f} 分钟",
     "card.eta.seconds": "{seconds:.0f} 秒",
     "card.cost": "${paid:.4f}{saving}",
