@@ -213,9 +213,13 @@ class ChatOutbox:
         points = await self.series.points(job.id)
 
         async def draw(lang: Lang, now: datetime) -> bytes:
-            from bot.charts.render import render_chart  # matplotlib loads with the first chart, not with the bot
+            try:
+                from bot.charts.render import render_chart  # matplotlib loads with the first chart, not the bot
 
-            return await asyncio.to_thread(render_chart, job, points, now, lang)
+                return await asyncio.to_thread(render_chart, job, points, now, lang)
+            except Exception as exc:  # no matplotlib, or data it cannot draw: the same next time; the lane goes on
+                log.exception("the chart of %s could not be drawn", job.id)
+                raise PermanentDeliveryError(f"the chart of {job.id} could not be drawn: {exc!r}") from exc
 
         return draw
 
