@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,7 @@ RESUME_COLOUR = "#2ca02c"
 LOSS_COLOUR = "#1f4e9c"
 COST_COLOUR = "#7f7f7f"
 MARKET_SHADE = {"spot": "#cfe3f7", "on-demand": "#fde2c4"}
+_DRAWING = threading.Lock()
 CJK_FAMILIES = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "Microsoft YaHei")
 
 
@@ -48,7 +50,13 @@ def x_pixel(step: float, steps: tuple[float, float], width_px: int) -> float:
 
 
 def render_chart(job: Job, points: Sequence[Point], now: datetime, lang: Lang = "en") -> bytes:
-    """The PNG of ``job``'s chart from its ``points`` (:class:`bot.charts.series.ChartSeries`), as at ``now``."""
+    """The PNG of ``job``'s chart from its ``points`` (:class:`bot.charts.series.ChartSeries`), as at ``now``.
+    Safe from any thread: one chart is drawn at a time (matplotlib is not thread-safe)."""
+    with _DRAWING:
+        return _render(job, points, now, lang)
+
+
+def _render(job: Job, points: Sequence[Point], now: datetime, lang: Lang) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg", force=True)  # before pyplot is imported anywhere in this process: no display, ever

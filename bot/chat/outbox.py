@@ -177,12 +177,12 @@ class ChatOutbox:
         if job is None:
             log.warning("note %s is for job %s, which does not exist: dropped", note.id, note.job_id)
             return False
-        chart = isinstance(note.note, ChartNote) and platform.images is not None
+        images = platform.images if isinstance(note.note, ChartNote) else None  # a chart, where images can go
         deliverer = platform.cards
         if deliverer is None:
             plain = cast(Deliverer, platform.deliverer)
-            if chart and platform.images is not None:
-                await platform.images.post_image(job, note, await self._draw(job), None)
+            if images is not None:
+                await images.post_image(job, note, await self._draw(job), None)
             elif note.channel != "card" or not platform.coalesce_cards:
                 await plain.deliver(job, note)
             elif await self.refs.shown_version(job.id) is None:  # the first card goes in order, before the rest
@@ -201,8 +201,8 @@ class ChatOutbox:
         if in_doubt and platform.checks_posted and await cast(PostedCheck, deliverer).posted(job, note, card):
             log.info("the %s note %s of %s was posted already", note.note_type, note.id, job.id)
             return False
-        if chart and platform.images is not None:
-            await platform.images.post_image(job, note, await self._draw(job), card)
+        if images is not None:
+            await images.post_image(job, note, await self._draw(job), card)
             return True
         await deliverer.post_note(job, note, card)
         return True
