@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bot.charts.series import ChartSeries, Point
 from bot.chat import catalog
 from bot.chat.catalog import Lang, say
 from bot.chat.costs_text import costs_text
@@ -53,6 +54,7 @@ from handlers.messages import (
     StartDeadline,
     parse_message,
 )
+from handlers.notes import ChartNote
 from handlers.oncall import OnCall
 from handlers.pagers import Tool, parse_page_key
 from handlers.permissions import (
@@ -95,6 +97,7 @@ class Bot:
         self.oncall = oncall or OnCall()
         self._views: dict[str, tuple[float, SpotView]] = {}
         self.rate = RateLimiter(store.redis, store.keys, clock)  # per user, shared by every replica
+        self.series = ChartSeries(store.redis, store.keys)  # the chart's points, from the progress accepted
         self._quiet = LimitedLog(log)  # a flood of refusals or of one user's commands: bounded lines
         # The chart of a costs report (bot/chat/costs_chart.py), posted where it was asked for: set by the chat
         # upload path once it exists; until then ``costs`` answers in words only.
@@ -124,7 +127,7 @@ class Bot:
             return await self._start(user, chat, command, lang)
         if command.action == "costs":
             return await self._costs(user, chat, command, lang)
-        if command.action in ("status", "logs"):
+        if command.action in ("status", "logs", "chart"):
             return await self._read(user, chat, command, lang)
         return await self._job_command(user, chat, command, lang)
 
@@ -293,6 +296,10 @@ class Bot:
             return await self._refuse(user, chat, command, refused, lang)
         if command.action == "status":
             return card_text(job, self.clock(), lang)
+        if command.action == "chart":  # drawn and posted in the job's thread by the chat outbox, as any note
+            chart = Notify(job_id=job.id, channel="thread", note=ChartNote(occasion="asked", by=user))
+            await self.store.send([chart], job.chat.platform if job.chat is not None else "")
+            return catalog.text(lang, "reply.chart", job=job.id)
         # The history is the operators' record: its lines stay as written (English), whatever the channel reads.
         entries = await self.store.history(job.id, count=30, with_times=True)
         return "\n".join(
@@ -391,11 +398,14 @@ class Bot:
         return lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle, spot)
 
     async def _applied(self, job_id: str, message: BusMessage, applied: Applied) -> None:
-        """What follows an input once it is written: a refused runner claim is logged, a first step measured."""
+        """What follows an input once it is written: a refused runner claim is logged, a first step measured, a
+        progress report that moved the job kept for its chart."""
         noted = applied.change.history if applied.change is not None else {}
         if noted.get("event") == "ignored" and noted.get("what") == "report:started":  # a runner's claim refused
             log.warning("%s: %s ignored: %s", job_id, noted["what"], noted.get("why"))
         report = getattr(message, "report", None)
+        if isinstance(report, Progress) and noted.get("event") == "progress":  # fenced or ignored ones are not
+            await self.series.add(job_id, Point(report.step, report.loss, report.time, report.attempt))
         if isinstance(report, Progress) and applied.job is not None and first_step_was(applied.job, report.time):
             await self.store.record_restart(applied.job)  # the attempt's restart overhead, for the next jobs
 

@@ -71,6 +71,15 @@ class Keys:
     def history(self, job_id: str) -> str:
         return f"{self.prefix}history:{job_id}"
 
+    def chart(self, job_id: str) -> str:
+        """Sorted set: the job's (step, loss, time, attempt) points for its chart, scored by step, bounded
+        (bot/charts/series.py); deleted with the job."""
+        return f"{self.prefix}chart:{job_id}"
+
+    def chart_stride(self, job_id: str) -> str:
+        """The step stride of :meth:`chart` (one point per stride of steps; doubled whenever the points overflow)."""
+        return f"{self.prefix}chart-stride:{job_id}"
+
     @property
     def created(self) -> str:
         """Sorted set: every stored job's id, scored by when it was created (``list`` for admins reads its tail)."""

@@ -450,6 +450,7 @@ class BotService:
             self.settings.dingtalk_openapi_endpoint,
             config.dingtalk or DingTalkConfig(),
             store,
+            oapi_endpoint=self.settings.dingtalk_oapi_endpoint,
         )
         self._stack.push_async_callback(dingtalk.close)  # closed even when the check below refuses it
         await dingtalk.check()

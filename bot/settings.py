@@ -74,6 +74,7 @@ class Settings(BaseSettings):
     dingtalk_client_id: str | None = None
     dingtalk_client_secret: str | None = None
     dingtalk_openapi_endpoint: str = "https://api.dingtalk.com"  # also the Stream gateway's; tests use a fake
+    dingtalk_oapi_endpoint: str = "https://oapi.dingtalk.com"  # the older API: media uploads (a job's chart)
     # -- Paging tools (bot/pagers), named on the on-call ladder: the keys are secrets (never logged, never in a URL)
     pagerduty_routing_key: SecretStr | None = None  # an Events API v2 integration's key: opens pages there
     pagerduty_events_url: str = Field(default="https://events.pagerduty.com", pattern=r"^https?://[^\s]+$")

@@ -155,13 +155,14 @@ return 1
 
 # An ended job past its retention, and everything that names it, deleted at once; nothing when it is no longer
 # the job read (resumed meanwhile) or no longer ended before the cutoff. Returns 1 when deleted, else 0.
-# KEYS: 1 job, 2 history, 3 its state set, 4 instances, 5 the creation index, 6 its channel index, 7 the ended index.
+# KEYS: 1 job, 2 history, 3 its state set, 4 instances, 5 the creation index, 6 its channel index, 7 the ended index,
+# 8 and 9 its chart's points and stride.
 # ARGV: 1 the job as read, 2 its id, 3 the cutoff (POSIX seconds), 4… its instance ids.
 _SWEEP = """
 local score = redis.call('ZSCORE', KEYS[7], ARGV[2])
 if not score or tonumber(score) > tonumber(ARGV[3]) then return 0 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[8], KEYS[9])
 redis.call('SREM', KEYS[3], ARGV[2])
 for i = 4, #ARGV do
   if redis.call('HGET', KEYS[4], ARGV[i]) == ARGV[2] then redis.call('HDEL', KEYS[4], ARGV[i]) end
@@ -518,6 +519,8 @@ class JobStore:
                 self.keys.created,
                 self._channel_index(job),
                 self.keys.ended,
+                self.keys.chart(job_id),
+                self.keys.chart_stride(job_id),
             ]
             deleted += int(await self._sweep(keys=keys, args=[raw, job_id, cutoff.timestamp(), *job.instance_ids]))
         return deleted

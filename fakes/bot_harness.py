@@ -167,6 +167,7 @@ async def running_dingtalk_bot(
         dingtalk_client_id=dingtalk.client_id,
         dingtalk_client_secret=dingtalk.client_secret,
         dingtalk_openapi_endpoint=dingtalk.url,
+        dingtalk_oapi_endpoint=dingtalk.url,
         **extra,
     ) as running:
         await dingtalk.wait_connected()

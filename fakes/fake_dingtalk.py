@@ -8,6 +8,8 @@ recording them:
   (``SYSTEM`` ping / disconnect, ``CALLBACK`` robot messages and card clicks) and records the SDK's acks;
 - the OpenAPI: the access token, interactive card create-and-deliver and update, app robot group messages;
   every call must carry a token this server issued (else HTTP 400 ``InvalidAuthentication``, as DingTalk answers);
+- the oapi's ``/media/upload``: a multipart ``media`` file of ``type=image`` (a PNG or JPEG, 20 MB at most), the
+  token in the query (else errcode 40014, as the oapi answers), kept by the ``media_id`` it answers;
 - session webhooks (replies to a message) and a group's custom robot webhook, whose signature is checked with
   this module's own HMAC code and whose timestamp must be within an hour, so a wrong secret is caught.
 
@@ -30,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import BodyPartReader, WSMsgType, web
 
 MESSAGE_TOPIC = "/v1.0/im/bot/messages/get"
 CARD_TOPIC = "/v1.0/card/instances/callback"
@@ -65,6 +67,7 @@ class FakeDingTalk:
         self.card_spaces: dict[str, str] = {}  # outTrackId -> the openSpaceId it was delivered to
         self.group_messages: list[dict[str, Any]] = []  # {"conversation", "title", "text"}
         self.session_replies: list[dict[str, Any]] = []  # {"session", "body"}
+        self.media: dict[str, bytes] = {}  # media_id -> the uploaded image
         self.robot_messages: list[dict[str, Any]] = []  # bodies of correctly signed robot webhook calls
         self.refused_robot_calls: list[str] = []  # why each refused robot call was refused
         self.token_requests = 0
@@ -89,6 +92,7 @@ class FakeDingTalk:
         app.router.add_post("/v1.0/robot/groupMessages/send", self._group_message)
         app.router.add_post("/session/{session}", self._session_reply)
         app.router.add_post("/robot/send", self._robot)
+        app.router.add_post("/media/upload", self._media_upload)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -291,6 +295,27 @@ class FakeDingTalk:
 
         await self._record(record)
         return web.json_response({"processQueryKey": uuid.uuid4().hex})
+
+    async def _media_upload(self, request: web.Request) -> web.Response:
+        failure = self._failure(request.path)
+        if failure is not None:
+            return failure
+        if request.query.get("access_token") not in self._tokens:
+            return web.json_response({"errcode": 40014, "errmsg": "不合法的access_token"})
+        if request.query.get("type") != "image" or request.content_type != "multipart/form-data":
+            return web.json_response({"errcode": 40004, "errmsg": "不合法的媒体文件类型"})
+        reader = await request.multipart()
+        content: bytes | None = None
+        async for part in reader:
+            if isinstance(part, BodyPartReader) and part.name == "media" and part.filename:
+                content = bytes(await part.read())
+        if not content or not content.startswith((b"\x89PNG\r\n\x1a\n", b"\xff\xd8")):
+            return web.json_response({"errcode": 40005, "errmsg": "不合法的文件类型"})
+        if len(content) > 20 * 1024 * 1024:
+            return web.json_response({"errcode": 40006, "errmsg": "不合法的文件大小"})
+        media_id = "@lAD" + uuid.uuid4().hex[:20]
+        await self._record(lambda: self.media.__setitem__(media_id, content))
+        return web.json_response({"errcode": 0, "errmsg": "ok", "type": "image", "media_id": media_id, "created_at": 0})
 
     # -- webhooks ----------------------------------------------------------------------------------------------
 

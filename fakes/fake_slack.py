@@ -3,6 +3,9 @@
 :class:`FakeSlack` answers ``auth.test``, ``apps.connections.open``, ``chat.postMessage``, ``chat.update``,
 ``chat.postEphemeral``, ``views.open``, ``conversations.replies`` and ``conversations.history`` (with message
 metadata when asked for it; ``oldest`` is not applied) over real HTTP, checks the bearer token like Slack does,
+plays the file upload flow (``files.getUploadURLExternal``; the bytes POSTed once to the URL it gave, their length
+the one announced; ``files.completeUploadExternal`` naming an uploaded file id, a channel and, when in a thread,
+a message of that channel; the shared file becomes a message with its ``files``),
 keeps every message as it stands after edits, and records every call (failed ones too) with its arguments. It
 can be told to answer the next N calls with 429 (and a ``Retry-After``) or 500, or to be down until told otherwise. Its
 ``/socket`` endpoint speaks the Socket Mode protocol: ``hello`` on connect, envelopes from the test, acks back.
@@ -59,6 +62,22 @@ class Message:
     thread_ts: str | None = None
     edits: int = 0
     metadata: dict[str, Any] | None = None
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Upload:
+    """A file of the upload flow: announced (name, length), its bytes received, then shared where completed."""
+
+    file_id: str
+    filename: str
+    length: int
+    alt_text: str | None
+    content: bytes | None = None
+    title: str | None = None
+    channel: str | None = None
+    thread_ts: str | None = None
+    refused: list[str] = field(default_factory=list)  # why each refused POST of its bytes was refused
 
 
 class FakeSlack:
@@ -69,6 +88,7 @@ class FakeSlack:
         self.messages: dict[tuple[str, str], Message] = {}
         self.ephemeral: list[dict[str, Any]] = []
         self.unknown_channels: set[str] = set()
+        self.uploads: dict[str, Upload] = {}  # file id -> the file, from its upload URL on
         self.socket_received: list[dict[str, Any]] = []
         self._failures: list[tuple[int, float | None]] = []
         self._down = False
@@ -85,6 +105,7 @@ class FakeSlack:
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/api/{method}", self._api)  # the conversations.* readers are GETs
         app.router.add_get("/socket", self._socket)
+        app.router.add_post("/upload/{file_id}", self._upload)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -132,6 +153,14 @@ class FakeSlack:
             message
             for message in self.messages.values()
             if message.channel == channel and (message.thread_ts is None) == top_level
+        ]
+
+    def shared_files(self, channel: str, thread_ts: str | None = None) -> list[Upload]:
+        """The files completed into ``channel`` (under ``thread_ts``, when given), in the order they were shared."""
+        return [
+            upload
+            for upload in self.uploads.values()
+            if upload.channel == channel and (thread_ts is None or upload.thread_ts == thread_ts)
         ]
 
     def replies(self, channel: str, thread_ts: str) -> list[Message]:
@@ -188,6 +217,10 @@ class FakeSlack:
             }
         if method == "views.open":
             return {"ok": True, "view": {"id": "V" + uuid.uuid4().hex[:8].upper()}}
+        if method == "files.getUploadURLExternal":
+            return self._upload_url(args)
+        if method == "files.completeUploadExternal":
+            return self._complete_upload(args)
         channel = str(args.get("channel", ""))
         if channel in self.unknown_channels or not channel:
             return {"ok": False, "error": "channel_not_found"}
@@ -214,7 +247,12 @@ class FakeSlack:
             found.sort(key=lambda m: float(m.ts), reverse=method == "conversations.history")
             with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
             listed = [
-                {"ts": m.ts, "text": m.text, **({"metadata": m.metadata} if with_metadata and m.metadata else {})}
+                {
+                    "ts": m.ts,
+                    "text": m.text,
+                    **({"metadata": m.metadata} if with_metadata and m.metadata else {}),
+                    **({"files": m.files} if m.files else {}),
+                }
                 for m in found[: int(args.get("limit") or 100)]
             ]
             return {"ok": True, "messages": listed, "has_more": False}
@@ -222,6 +260,59 @@ class FakeSlack:
             self.ephemeral.append({"channel": channel, "user": args.get("user"), "text": args.get("text")})
             return {"ok": True, "message_ts": f"{time.time():.6f}"}
         return {"ok": False, "error": "unknown_method"}
+
+    # -- the file upload flow ------------------------------------------------------------------------------
+
+    def _upload_url(self, args: dict[str, Any]) -> dict[str, Any]:
+        filename = str(args.get("filename") or "")
+        try:
+            length = int(args.get("length") or 0)
+        except ValueError:
+            length = 0
+        if not filename or length <= 0:
+            return {"ok": False, "error": "invalid_arguments"}
+        file_id = "F" + uuid.uuid4().hex[:10].upper()
+        self.uploads[file_id] = Upload(file_id, filename, length, args.get("alt_txt"))
+        return {"ok": True, "upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}", "file_id": file_id}
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """The upload URL: the bytes, once, exactly as many as announced (no token: the URL is the credential)."""
+        upload = self.uploads.get(request.match_info["file_id"])
+        body = await request.read()
+        if upload is None:
+            return web.Response(status=404, text="no such upload")
+        why = "used already" if upload.content is not None else "wrong length" if len(body) != upload.length else ""
+        if why:
+            upload.refused.append(why)
+            return web.Response(status=400, text=why)
+        upload.content = body
+        return web.Response(text=f"OK - {len(body)}")
+
+    def _complete_upload(self, args: dict[str, Any]) -> dict[str, Any]:
+        try:
+            files = _json(args.get("files")) or []
+        except ValueError:
+            return {"ok": False, "error": "invalid_arguments"}
+        channel = str(args.get("channel_id") or "")
+        thread = args.get("thread_ts")
+        if not files or not channel or channel in self.unknown_channels:
+            return {"ok": False, "error": "invalid_arguments" if not files else "channel_not_found"}
+        if thread and (channel, str(thread)) not in self.messages:
+            return {"ok": False, "error": "invalid_thread_ts"}
+        uploads = [self.uploads.get(str(item.get("id"))) for item in files]
+        if any(upload is None or upload.content is None or upload.channel is not None for upload in uploads):
+            return {"ok": False, "error": "file_not_found"}
+        thread_ts = str(thread) if thread else None
+        shared: list[dict[str, Any]] = []
+        for upload, item in zip(uploads, files, strict=True):
+            assert upload is not None
+            upload.title = str(item.get("title") or upload.filename)
+            upload.channel, upload.thread_ts = channel, thread_ts
+            shared.append({"id": upload.file_id, "name": upload.filename, "title": upload.title})
+        ts = f"{1_700_000_000 + next(self._ts)}.000100"
+        comment = str(args.get("initial_comment") or "")
+        self.messages[(channel, ts)] = Message(channel, ts, comment, [], thread_ts, files=shared)
+        return {"ok": True, "files": shared}
 
     # -- Socket Mode ---------------------------------------------------------------------------------------
 

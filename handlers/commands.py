@@ -34,6 +34,7 @@ USAGE = {
     "status": "status [job]",
     "list": "list",
     "logs": "logs <job>",
+    "chart": "chart <job>",
     "ack": "ack <job>",
     "resume": "resume <job> [on-demand]",
     "costs": "costs [7d|30d] [team=name]",
@@ -48,6 +49,7 @@ DOES = {
     "status": "the job's card (without a job: the list)",
     "list": "the latest jobs, with their step",
     "logs": "the job's history, with times",
+    "chart": "the job's loss curve with its cost, posted in its thread",
     "ack": "acknowledge the job's on-call page",
     "resume": "continue a failed or stopped job from its checkpoint (optionally on on-demand)",
     "costs": "spend, on-demand cost, savings, steps lost and restart hours by team, user and recipe",
@@ -77,7 +79,9 @@ WORDING = Wording(
 HELP_REASON = WORDING("help", **{_slot(verb): WORDING(f"usage.line.{verb}") for verb in USAGE})
 HELP = HELP_REASON.english
 
-Action = Literal["start", "stop", "interrupt-test", "status", "list", "logs", "ack", "resume", "costs", "help"]
+Action = Literal[
+    "start", "stop", "interrupt-test", "status", "list", "logs", "chart", "ack", "resume", "costs", "help"
+]
 
 
 class UsageError(ReasonError):
@@ -122,7 +126,7 @@ def parse(text: str) -> Command:
         return Command("resume", job_id=_job(verb, args[0]), on_demand=len(args) == 2)
     if verb == "costs":
         return _costs(args)
-    if verb in ("stop", "interrupt-test", "logs", "ack"):
+    if verb in ("stop", "interrupt-test", "logs", "chart", "ack"):
         _expect(verb, args, 1)
         return Command(verb, job_id=_job(verb, args[0]))  # type: ignore[arg-type]
     raise UsageError(WORDING("usage.unknown", word=_shown(verb), help=HELP_REASON))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from handlers.failures import Failure, english
 from handlers.instance_claims import foreign_instance
@@ -54,6 +54,7 @@ from handlers.messages import (
 from handlers.notes import (
     Acked,
     CardRefresh,
+    ChartNote,
     CompletedNote,
     FailedNote,
     InstanceGone,
@@ -594,7 +595,10 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
         }
     )
     instance = job.current.instance_id if job.current else None
-    outbox: list[Notify | Terminate] = [_note(done, "thread", CompletedNote(output_uri=report.output_uri))]
+    outbox: list[Notify | Terminate] = [
+        _note(done, "thread", CompletedNote(output_uri=report.output_uri)),
+        _chart(done, "completed"),
+    ]
     if instance:
         outbox.insert(0, Terminate(job_id=job.id, instance_id=instance))
     return _change(done, state, now, {"event": "completed", "output_uri": report.output_uri}, outbox)
@@ -677,7 +681,8 @@ def _failure(
         told = Stopped(step=job.checkpoint.step if job.checkpoint is not None else None)
     else:
         told = FailedNote(reason=reason, log_tail=detail.get("log_tail") or [], exit_code=detail.get("exit_code"))
-    return _change(ended, state, now, history, [*release, *outbox, _note(ended, "thread", told)])
+    chart = [_chart(ended, "failed")] if state is JobState.FAILED else []
+    return _change(ended, state, now, history, [*release, *outbox, _note(ended, "thread", told), *chart])
 
 
 def _relaunch_due(job: Job, message: RelaunchDue, now: datetime) -> Change:
@@ -953,3 +958,9 @@ def _ignored(job: Job, what: str, why: str | Reason, **extra: Any) -> Change:
 
 def _note(job: Job, channel: NotifyChannel, note: Note) -> Notify:
     return Notify(job_id=job.id, channel=channel, note=note)
+
+
+def _chart(job: Job, occasion: Literal["completed", "failed"]) -> Notify:
+    """The chart posted when the job ends: one id per attempt that ended it, so it is posted once."""
+    chart = ChartNote(occasion=occasion)
+    return Notify(id=f"{job.id}.{job.attempt}.chart", job_id=job.id, channel="thread", note=chart)

@@ -174,6 +174,15 @@ class FailedNote(_Note):
     exit_code: int | None = None
 
 
+class ChartNote(_Note):
+    """The job's chart, as an image in its thread: drawn when it is delivered, from the points the bot kept and the
+    job as stored then. ``occasion``: the job ended (``completed``, ``failed``) or someone asked (``asked``, ``by``)."""
+
+    type: Literal["chart"] = "chart"
+    occasion: Literal["completed", "failed", "asked"]
+    by: str | None = None
+
+
 class Stopped(_Note):
     """The job stopped; ``step``: the checkpoint it keeps (None: none committed)."""
 
@@ -292,6 +301,7 @@ Note = Annotated[
     | RelaunchPaused
     | CompletedNote
     | FailedNote
+    | ChartNote
     | Stopped
     | ResumeFailedPage
     | Acked

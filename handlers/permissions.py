@@ -3,7 +3,8 @@
 The model (README "Permissions"):
 
 - anyone may ``start`` (within the caps and the rate) and read ``help``;
-- ``status``, ``list`` and ``logs`` show only the jobs of the channel asked in; admins see every channel's;
+- ``status``, ``list``, ``logs`` and ``chart`` show only the jobs of the channel asked in; admins see every
+  channel's;
 - ``stop``, ``interrupt-test``, ``resume`` and ``logs`` of a job belong to its owner (who started it), the members
   of its team and the admins; ``ack`` and ``resume`` of a job with an open page also to the on-call the page
   named (or who is on shift now);
@@ -26,7 +27,8 @@ from handlers.reasons import Reason, Wording
 
 JOB_ACTIONS: frozenset[Action] = frozenset({"stop", "interrupt-test", "resume", "logs", "ack"})  # owner's, team's
 PAGE_ACTIONS: frozenset[Action] = frozenset({"ack", "resume"})  # also the paged on-call's
-CHANNEL_BOUND: frozenset[Action] = frozenset({"status", "logs"})  # only in the job's channel (admins: anywhere)
+# Only in the job's channel (admins: anywhere). A chart shows what the status shows: whoever may see one sees both.
+CHANNEL_BOUND: frozenset[Action] = frozenset({"status", "logs", "chart"})
 
 WORDING = Wording(
     {

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from bot.charts.series import Point
 from bot.cloud.local import LocalCloud
 from bot.core import Bot
 from bot.keys import Keys
@@ -117,10 +118,14 @@ async def test_ended_jobs_leave_the_store_after_the_retention_with_every_index_e
     await end(store, resumed, T0)
     await end(store, resumed, T0 + timedelta(days=1), JobState.RECOVERING)  # a resume: no longer ended
     await store.redis.hset(store.keys.instances, "i-old", old)
+    for job_id in (old, recent):
+        await bot.series.add(job_id, Point(1, 2.0, T0, 1))
 
     clock.now = T0 + timedelta(days=31)
     assert await Retention(store, days=30, clock=clock).sweep() == 1
     assert await store.get(old) is None and await store.history(old) == []
+    assert await bot.series.points(old) == [] and not await store.redis.exists(store.keys.chart_stride(old))
+    assert await bot.series.points(recent) == [Point(1, 2.0, T0, 1)]
     assert {job.id for job in await store.list_jobs()} == {recent, resumed}
     assert not await store.redis.sismember(store.keys.state(JobState.STOPPED), old)
     assert {job.id for job in await store.recent(A)} == {recent, resumed}

@@ -28,6 +28,7 @@ from handlers.notes import (
     POLICY_REASONS,
     Acked,
     CardRefresh,
+    ChartNote,
     CompletedNote,
     FailedNote,
     GroupReleased,
@@ -105,6 +106,8 @@ SAMPLES: list[Note] = [
     InstanceGone(instance="i-1"),
     RelaunchPaused(attempt=2, count=2, limit=3, seconds=60.0),
     CompletedNote(output_uri="oss://bucket/jobs/ft-ab12/output/"),
+    ChartNote(occasion="completed"),
+    ChartNote(occasion="asked", by="slack:U0ANA"),
     FailedNote(reason="exit code 3", log_tail=["Traceback", "CUDA error"]),  # an older runner's sentence
     FailedNote(reason=Failure.of("trainer-exited", exit_code=3, restarts=2, line="CUDA error"), log_tail=["x"]),
     FailedNote(reason=Failure.of("trainer-not-on-path", program="sft", path="/usr/bin"), exit_code=None),
@@ -333,7 +336,7 @@ def test_english_stays_the_default_and_word_for_word() -> None:
         "  State: 🟢 RUNNING",
         "  Instance: i-2 · cn-hangzhou-i (spot, attempt 2)",
         "  Price: $0.40/h",
-        "  Step: 40/100 · loss 0.8123",
+        "  Step: ▰▰▰▰▱▱▱▱▱▱ 40% · 40/100 · loss 0.8123",
         "  ETA: 43 min",
         "  Cost: $0.4067 · saving 75% vs on-demand",
         "  Checkpoint: step 35 · oss://bucket/jobs/ft-ab12/checkpoints/checkpoint-35",
@@ -594,6 +597,12 @@ REPLIES: list[tuple[str, dict[str, Any], str, str]] = [
         "已受理：stop ft-ab12（STOPPING）",
     ),
     ("reply.no-job", {"job": "ft-ab12"}, "no job ft-ab12", "找不到任务 ft-ab12"),
+    (
+        "reply.chart",
+        {"job": "ft-ab12"},
+        "📈 The chart of ft-ab12 is on its way to the job's thread.",
+        "📈 任务 ft-ab12 的图表即将发到它的消息串里。",
+    ),
     ("reply.refused", {"why": "x"}, "⛔ x", "⛔ x"),  # only a frame: the reason inside is in the language
     ("reply.ignored", {"action": "ack", "job": "ft-ab12", "why": "y"}, "⛔ ack ft-ab12: y", "⛔ ack ft-ab12：y"),
     ("reply.no-jobs", {}, "no jobs yet: /finetune start tiny", "还没有任务：/finetune start tiny"),

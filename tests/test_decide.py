@@ -107,7 +107,8 @@ def test_interruption_and_recovery_with_fencing() -> None:
 
     done = decide(job, report(job, Completed, step=30, total_steps=30, output_uri="s3://b/ft-ab12/output/"), at(60))
     assert done.job.state is JobState.SUCCEEDED and done.job.output_uri == "s3://b/ft-ab12/output/"
-    assert kinds(done) == ["terminate", "notify:threadcompleted"]
+    assert kinds(done) == ["terminate", "notify:threadcompleted", "notify:threadchart"]
+    assert dumped(done)[2]["id"] == f"{job.id}.{job.attempt}.chart"  # one chart per ending, however often told
 
 
 def test_a_reclaim_without_notice_loses_at_most_the_checkpoint_interval() -> None:
@@ -157,7 +158,8 @@ def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
         job, report(job, Failed, reason="trainer exited with code 1", log_tail=["OOM"], exit_code=1), at(30)
     )
     assert failed.job.state is JobState.FAILED
-    assert dumped(failed)[-1]["note"]["log_tail"] == ["OOM"]
+    assert dumped(failed)[-2]["note"]["log_tail"] == ["OOM"]
+    assert dumped(failed)[-1]["note"] == {"type": "chart", "occasion": "failed", "by": None}
 
 
 def test_stop_and_interrupt_test_commands() -> None:

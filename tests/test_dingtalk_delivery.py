@@ -106,7 +106,7 @@ async def test_cards_are_in_the_group_language_and_updated_in_place(parts: Parts
     methods = [(method, body["outTrackId"]) for method, _, body in parts.dingtalk.calls]
     track = out_track_id(zh)
     assert methods.count(("POST", track)) == 1 and methods.count(("PUT", track)) == 1  # the repeat changed nothing
-    assert "**步数**: 40/100" in parts.dingtalk.cards[track]["content"]
+    assert "**步数**: ▰▰▰▰▱▱▱▱▱▱ 40% · 40/100" in parts.dingtalk.cards[track]["content"]
 
     # Another replica whose ledger has not heard of the card (or a crash before the mark): it updates, too.
     other = DingTalkDeliverer(
@@ -118,7 +118,7 @@ async def test_cards_are_in_the_group_language_and_updated_in_place(parts: Parts
     )
     await other.deliver(running_job(GROUP, version=3, step=50, job_id="ft-zh01"), note("card", "progress"))
     assert [m for m, _, body in parts.dingtalk.calls if body["outTrackId"] == track] == ["POST", "PUT", "PUT"]
-    assert "**步数**: 50/100" in parts.dingtalk.cards[track]["content"]
+    assert "**步数**: ▰▰▰▰▰▱▱▱▱▱ 50% · 50/100" in parts.dingtalk.cards[track]["content"]
 
     with pytest.raises(PermanentDeliveryError, match="not started from DingTalk"):
         await parts.deliverer.deliver(

@@ -100,3 +100,12 @@ def test_alibabas_sdks_load_only_with_the_alibaba_provider() -> None:
     sdks = {"alibabacloud_ecs20140526", "alibabacloud_ess20220222", "alibabacloud_tea_openapi"}
     assert not loaded_after("bot.service") & sdks
     assert loaded_after("bot.cloud.aliyun") >= sdks
+
+
+@pytest.mark.scenario
+def test_matplotlib_loads_with_the_first_chart_not_with_the_bot() -> None:
+    """Drawing a chart imports it (a second or so, and memory): a bot that never draws one never pays for it."""
+    assert "matplotlib" not in loaded_after("bot.service")
+    assert "matplotlib" not in loaded_after("bot.chat.slack.deliverer")
+    assert "matplotlib" not in loaded_after("bot.chat.dingtalk.deliverer")
+    assert "matplotlib" not in loaded_after("bot.charts.render")  # the module itself imports it when it draws

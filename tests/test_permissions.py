@@ -50,6 +50,7 @@ TABLE: list[tuple[str, Action, str | None]] = [
     ("slack:U0TINA", "interrupt-test", None),
     ("slack:U0TINA", "logs", None),
     ("slack:U0MAL", "status", None),  # anyone in the job's channel sees its card
+    ("slack:U0MAL", "chart", None),  # and its chart: who may see the one may see the other
 ]
 
 
@@ -61,7 +62,7 @@ def test_the_owner_the_team_and_the_admins_act_on_a_job_and_nobody_else(
 
 
 def test_another_channel_sees_neither_the_card_nor_the_log_except_for_admins() -> None:
-    for action in ("status", "logs"):
+    for action in ("status", "logs", "chart"):
         assert refusal("slack:U0MAL", action, job(), where=B) == "refused.other-channel"
         assert refusal("slack:U0ALICE", action, job(), where=B) == "refused.other-channel"  # the owner asks at home
         assert refusal("slack:U0ADMIN", action, job(), where=B) is None

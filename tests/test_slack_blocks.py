@@ -49,7 +49,7 @@ def test_the_card_lays_out_the_shared_fields_and_offers_what_applies_now() -> No
     assert text == "ft-abcd · tiny: 🟢 RUNNING"
     assert blocks[0] == {"type": "header", "text": {"type": "plain_text", "text": "ft-abcd · tiny", "emoji": True}}
     fields = [f["text"] for f in blocks[1]["fields"]]
-    assert fields[0] == "*State*\n🟢 RUNNING" and "*Step*\n40/100" in fields
+    assert fields[0] == "*State*\n🟢 RUNNING" and "*Step*\n▰▰▰▰▱▱▱▱▱▱ 40% · 40/100" in fields
     assert "Started by <@U0ANA> · updated 03:04:05 UTC" in str(blocks)
     assert action_ids(blocks) == ["finetune_stop", "finetune_interrupt_test"]
     assert action_ids(card_layout(job(JobState.RESUME_FAILED), NOW)[1]) == ["finetune_stop"]

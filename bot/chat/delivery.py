@@ -19,10 +19,12 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from bot.chat.catalog import Lang
 from bot.errors import ChatError
 from handlers.jobs import Job
 from handlers.messages import Notify
@@ -92,6 +94,19 @@ class PostedCheck(Protocol):
     async def posted(self, job: Job, note: Notify, card: MessageRef | None) -> bool: ...
 
 
+# Draws the job's chart as a PNG, with its words in a language, as at a moment (the outbox hands one to the
+# platform, which knows the channel's language and its clock).
+Draw = Callable[[Lang, datetime], Awaitable[bytes]]
+
+
+@runtime_checkable
+class ImagePoster(Protocol):
+    """A platform that can post an image where the job's notes go: the job's chart (a ``chart`` note). Without it
+    the note is posted as its words only. One non-repeatable post, as the last step, like every other call here."""
+
+    async def post_image(self, job: Job, note: Notify, draw: Draw, card: MessageRef | None) -> None: ...
+
+
 class Gate:
     """One pause shared by every sender of a platform: after a rate limit or a failure all of them wait.
 
@@ -131,7 +146,9 @@ class Platform:
     # What the deliverer can do, asked once here rather than for every note (a Protocol check is slow).
     cards: CardDeliverer | None = field(init=False, default=None)
     checks_posted: bool = field(init=False, default=False)
+    images: ImagePoster | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.cards = self.deliverer if isinstance(self.deliverer, CardDeliverer) else None
         self.checks_posted = isinstance(self.deliverer, PostedCheck)
+        self.images = self.deliverer if isinstance(self.deliverer, ImagePoster) else None

@@ -15,6 +15,8 @@ loses no note. A consumer group (one consumer per replica, lanes per job, see :m
 - card edits coalesced by :class:`bot.chat.cards.CardRefresher` (except on a platform that asks for every card);
 - ``pager`` notes (a page opened, acknowledged or resolved in PagerDuty / Opsgenie) to the ``pager`` platform
   (:mod:`bot.pagers.calls`), whatever the job's chat platform, with the same retries and the same once-only record.
+- a ``chart`` note drawn when it is delivered (:mod:`bot.charts`), from the points kept then, and posted as an
+  image where the platform can (:class:`ImagePoster`), else as its words.
 
 A job of a platform with no deliverer configured (or with no chat at all) is told about on the ``fallback``
 platform (the console), as before.
@@ -26,16 +28,20 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from bot.bus import EventBus, HandBack, default_consumer_name
+from bot.charts.series import ChartSeries
 from bot.chat.cards import CardRefresher
+from bot.chat.catalog import Lang
 from bot.chat.delivery import (
     CardDeliverer,
     Deliverer,
+    Draw,
     MessageRef,
     PermanentDeliveryError,
     Platform,
@@ -49,6 +55,7 @@ from bot.store import JobStore
 from handlers.backoff import backoff
 from handlers.jobs import Job
 from handlers.messages import Notify, parse_message
+from handlers.notes import ChartNote
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +87,7 @@ class ChatOutbox:
         self.pager = pager  # PagerDuty / Opsgenie, when a key of either is configured
         self.backoff_cap = backoff_cap
         self.refs = refs or ChatRefs(redis, self.keys)
+        self.series = ChartSeries(redis, self.keys)
         coalesced = {name: platform for name, platform in self.platforms.items() if platform.coalesce_cards}
         self.cards = CardRefresher(redis, store, self.refs, coalesced, interval=card_interval, keys=self.keys)
         # Deliveries retry in the handler (the lane waits), so a failure reaching the bus is a bug: parked after 5.
@@ -172,10 +180,13 @@ class ChatOutbox:
         if job is None:
             log.warning("note %s is for job %s, which does not exist: dropped", note.id, note.job_id)
             return False
+        images = platform.images if isinstance(note.note, ChartNote) else None  # a chart, where images can go
         deliverer = platform.cards
         if deliverer is None:
             plain = cast(Deliverer, platform.deliverer)
-            if note.channel != "card" or not platform.coalesce_cards:
+            if images is not None:
+                await images.post_image(job, note, await self._draw(job), None)
+            elif note.channel != "card" or not platform.coalesce_cards:
                 await plain.deliver(job, note)
             elif await self.refs.shown_version(job.id) is None:  # the first card goes in order, before the rest
                 await plain.deliver(job, note)
@@ -193,8 +204,27 @@ class ChatOutbox:
         if in_doubt and platform.checks_posted and await cast(PostedCheck, deliverer).posted(job, note, card):
             log.info("the %s note %s of %s was posted already", note.note_type, note.id, job.id)
             return False
+        if images is not None:
+            await images.post_image(job, note, await self._draw(job), card)
+            return True
         await deliverer.post_note(job, note, card)
         return True
+
+    async def _draw(self, job: Job) -> Draw:
+        """The job's chart, drawn on demand (off the event loop: matplotlib takes a CPU for a moment) from the
+        points kept now."""
+        points = await self.series.points(job.id)
+
+        async def draw(lang: Lang, now: datetime) -> bytes:
+            try:
+                from bot.charts.render import render_chart  # matplotlib loads with the first chart, not the bot
+
+                return await asyncio.to_thread(render_chart, job, points, now, lang)
+            except Exception as exc:  # no matplotlib, or data it cannot draw: the same next time; the lane goes on
+                log.exception("the chart of %s could not be drawn", job.id)
+                raise PermanentDeliveryError(f"the chart of {job.id} could not be drawn: {exc!r}") from exc
+
+        return draw
 
     async def _card(self, deliverer: CardDeliverer, job: Job) -> MessageRef:
         existing = await self.refs.card(job.id)

@@ -22,6 +22,7 @@ from handlers.messages import Notify
 from handlers.notes import (
     Acked,
     CardRefresh,
+    ChartNote,
     CompletedNote,
     FailedNote,
     GroupReleased,
@@ -47,6 +48,8 @@ from handlers.notes import (
 from handlers.pagers import TOOL_NAMES
 from handlers.recipes import Recipe
 from handlers.reports import Late
+
+BAR_CELLS, BAR_FILLED, BAR_EMPTY = 10, "▰", "▱"  # the card's progress bar: the same in every language
 
 STATE_ICON = {
     JobState.PENDING: "⏳",
@@ -85,6 +88,9 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
             fields.append((text(lang, "label.price"), text(lang, "card.price", price=current.price_per_hour)))
     if job.step is not None:
         progress = f"{job.step}/{job.total_steps}" if job.total_steps else str(job.step)
+        if job.total_steps:
+            done = min(max(job.step / job.total_steps, 0.0), 1.0)
+            progress = text(lang, "card.progress", bar=progress_bar(done), percent=done, steps=progress)
         loss = text(lang, "card.loss", loss=job.loss) if job.loss is not None else ""
         fields.append((text(lang, "label.step"), progress + loss))
         eta = _eta(job, now, lang) if job.state is JobState.RUNNING else None
@@ -218,6 +224,13 @@ def _resumed(job: Job, note: Resumed, now: datetime, lang: Lang) -> str:
     )
 
 
+def chart_caption(job: Job, now: datetime, lang: Lang) -> str:
+    """What is posted with the job's chart (and, where no image can go, instead of it)."""
+    progress = f"{job.step or 0}/{job.total_steps}" if job.total_steps else str(job.step or 0)
+    paid = job_cost(job, now).paid
+    return text(lang, "note.chart", job=job.id, progress=progress, interruptions=job.interruptions, paid=paid)
+
+
 def _completed(job: Job, note: CompletedNote, now: datetime, lang: Lang) -> str:
     cost = job_cost(job, now)
     saving = text(lang, "note.completed.saving", savings=cost.savings) if cost.savings is not None else ""
@@ -317,6 +330,7 @@ _WORDS: dict[type[BaseModel], _Words] = {
     ),
     CompletedNote: _completed,
     FailedNote: _failed,
+    ChartNote: lambda job, note, now, lang: chart_caption(job, now, lang),
     Stopped: _stopped,
     ResumeFailedPage: _page,
     Acked: _acked,
@@ -372,6 +386,12 @@ def mentions(page: ResumeFailedPage) -> str:
     return " ".join(names) + " " if names else ""
 
 
+def progress_bar(done: float, cells: int = BAR_CELLS) -> str:
+    """``done`` (0 to 1) as a bar of ``cells`` characters, filled to the cell it has reached (never full early)."""
+    filled = min(int(done * cells), cells)
+    return BAR_FILLED * filled + BAR_EMPTY * (cells - filled)
+
+
 def _eta(job: Job, now: datetime, lang: Lang) -> str | None:
     current = job.current
     if current is None or current.started_at is None or not job.total_steps or job.step is None:
@@ -381,6 +401,8 @@ def _eta(job: Job, now: datetime, lang: Lang) -> str | None:
     if done <= 0 or elapsed <= 0:
         return None
     remaining = (job.total_steps - job.step) * elapsed / done
+    if remaining >= 2 * 3600:
+        return text(lang, "card.eta.hours", hours=remaining / 3600)
     if remaining >= 90:
         return text(lang, "card.eta.minutes", minutes=remaining / 60)
     return text(lang, "card.eta.seconds", seconds=remaining)

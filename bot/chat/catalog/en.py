@@ -27,6 +27,13 @@ HANDLERS: dict[str, str] = {
 
 BOT: dict[str, str] = {
     # The job card.
+    # The job's chart (bot/charts/render.py): drawn words, and the message posted with it.
+    "chart.title": "{job} · {recipe}: loss and cost",
+    "chart.step": "step",
+    "chart.loss": "loss",
+    "chart.cost": "cost so far ($)",
+    "chart.interrupted": "interrupted",
+    "chart.resumed": "resumed",
     "card.title": "{job} · {recipe}",
     "label.state": "State",
     "label.instance": "Instance",
@@ -57,6 +64,8 @@ BOT: dict[str, str] = {
     "card.launching": "launching…",
     "card.price": "${price:.2f}/h",
     "card.loss": " · loss {loss:.4f}",
+    "card.progress": "{bar} {percent:.0%} · {steps}",
+    "card.eta.hours": "{hours:.1f} h",
     "card.eta.minutes": "{minutes:.0f} min",
     "card.eta.seconds": "{seconds:.0f}s",
     "card.cost": "${paid:.4f}{saving}",
@@ -127,6 +136,7 @@ BOT: dict[str, str] = {
     "note.resume-failed.again": " (escalation {number} of {steps}, not acknowledged yet)",
     "note.interrupt-test-started": "🧪 Interrupt test on {instance} started by {by}.",
     "note.stop-requested": "⏹️ Stop requested by {by}: checkpointing, then releasing the instance.",
+    "note.chart": "📈 {job}: loss and cost, step {progress}, {interruptions} interruption(s), ${paid:.2f} so far",
     "note.stopped": "⏹️ {job} stopped.",
     "note.stopped.kept": "⏹️ {job} stopped; checkpoint at step {step} kept.",
     "note.acked": "👀 {by} acknowledged the page for {job} at {at}; the escalation stops.",
@@ -176,6 +186,7 @@ BOT: dict[str, str] = {
     # Answers to commands (the reasons inside them come from the handlers, below).
     "reply.starting": "Starting {job}: {recipe} ({params})",
     "reply.ok": "OK: {action} {job} ({state})",
+    "reply.chart": "📈 The chart of {job} is on its way to the job's thread.",
     "reply.no-job": "no job {job}",
     "reply.refused": "⛔ {why}",
     "reply.ignored": "⛔ {action} {job}: {why}",

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 MESSAGES: dict[str, str] = {
+    # 任务图表（bot/charts/render.py）：图中文字，以及随图发送的消息。
+    "chart.title": "{job} · {recipe}：损失与费用",
+    "chart.step": "步数",
+    "chart.loss": "损失",
+    "chart.cost": "累计费用（$）",
+    "chart.interrupted": "中断",
+    "chart.resumed": "恢复",
     # 任务卡片
     "card.title": "{job} · {recipe}",
     "label.state": "状态",
@@ -34,6 +41,8 @@ MESSAGES: dict[str, str] = {
     "card.launching": "启动中…",
     "card.price": "${price:.2f}/小时",
     "card.loss": " · 损失 {loss:.4f}",
+    "card.progress": "{bar} {percent:.0%} · {steps}",
+    "card.eta.hours": "{hours:.1f} 小时",
     "card.eta.minutes": "{minutes:.0f} 分钟",
     "card.eta.seconds": "{seconds:.0f} 秒",
     "card.cost": "${paid:.4f}{saving}",
@@ -103,6 +112,7 @@ MESSAGES: dict[str, str] = {
     "note.resume-failed.again": "（第 {number} 级升级，共 {steps} 级，尚无人确认）",
     "note.interrupt-test-started": "🧪 {by} 在实例 {instance} 上发起了中断测试。",
     "note.stop-requested": "⏹️ {by} 请求停止：先保存检查点，再释放实例。",
+    "note.chart": "📈 任务 {job}：损失与费用，第 {progress} 步，中断 {interruptions} 次，累计 ${paid:.2f}",
     "note.stopped": "⏹️ 任务 {job} 已停止。",
     "note.stopped.kept": "⏹️ 任务 {job} 已停止；保留第 {step} 步的检查点。",
     "note.acked": "👀 {by} 已于 {at} 确认任务 {job} 的值班通知，升级停止。",
@@ -148,6 +158,7 @@ MESSAGES: dict[str, str] = {
     "help.no-parameters": "      （没有参数）",
     "reply.starting": "正在启动 {job}：{recipe}（{params}）",
     "reply.ok": "已受理：{action} {job}（{state}）",
+    "reply.chart": "📈 任务 {job} 的图表即将发到它的消息串里。",
     "reply.no-job": "找不到任务 {job}",
     "reply.refused": "⛔ {why}",
     "reply.ignored": "⛔ {action} {job}：{why}",
@@ -200,6 +211,7 @@ MESSAGES: dict[str, str] = {
     "usage.line.status": "status [任务]",
     "usage.line.list": "list",
     "usage.line.logs": "logs <任务>",
+    "usage.line.chart": "chart <任务>",
     "usage.line.ack": "ack <任务>",
     "usage.line.resume": "resume <任务> [on-demand]",
     "usage.line.costs": "costs [7d|30d] [team=团队名]",
@@ -211,6 +223,7 @@ MESSAGES: dict[str, str] = {
         "/finetune {status} —— 查看任务状态\n"
         "/finetune {list} —— 列出最近的任务及其步数\n"
         "/finetune {logs} —— 查看任务记录（带时间）\n"
+        "/finetune {chart} —— 在任务的消息串里发出损失与费用图\n"
         "/finetune {ack} —— 认领值班告警\n"
         "/finetune {resume} —— 从检查点继续失败或已停止的任务（可改用按量付费）\n"
         "/finetune {costs} —— 按团队、用户和配方统计花费、按量付费成本、节省、丢失步数与重启耗时\n"

@@ -18,7 +18,7 @@ from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.dingtalk.deliverer import DingTalkDeliverer
 from bot.chat.dingtalk.inbound import CommandFn, Inbound
 from bot.chat.dingtalk.ledger import StoreLedger
-from bot.chat.dingtalk.openapi import OpenApi
+from bot.chat.dingtalk.openapi import DEFAULT_OAPI_ENDPOINT, OpenApi
 from bot.chat.dingtalk.stream import DingTalkStream
 from bot.chat.dingtalk.webhooks import Webhooks
 from bot.errors import ConfigError
@@ -30,7 +30,13 @@ log = logging.getLogger(__name__)
 
 class DingTalk:
     def __init__(
-        self, client_id: str, client_secret: str | None, endpoint: str, config: DingTalkConfig, store: JobStore
+        self,
+        client_id: str,
+        client_secret: str | None,
+        endpoint: str,
+        config: DingTalkConfig,
+        store: JobStore,
+        oapi_endpoint: str = DEFAULT_OAPI_ENDPOINT,
     ) -> None:
         if not client_secret:
             raise ConfigError("DINGTALK_CLIENT_ID is set but DINGTALK_CLIENT_SECRET is not")
@@ -41,7 +47,7 @@ class DingTalk:
         self.store = store
         self.robot_code = config.robot_code or client_id
         self.session = aiohttp.ClientSession()
-        self.api = OpenApi(self.session, client_id, client_secret, endpoint)
+        self.api = OpenApi(self.session, client_id, client_secret, endpoint, oapi_endpoint=oapi_endpoint)
         self.webhooks = Webhooks(self.session)
         self.deliverer = DingTalkDeliverer(self.api, self.webhooks, config, StoreLedger(store), self.robot_code)
         self.stream: DingTalkStream | None = None

@@ -10,7 +10,9 @@ is. Where things go:
 - ``thread``: a markdown message from the app robot to the job's group (DingTalk has no threads); the card is
   refreshed too, as these are the moments the job changes.
 - ``alert`` and ``page``: through the group's custom robot webhook (signed), pages with real @mentions; with no
-  robot configured, as an app robot message.
+  robot configured, as an app robot message;
+- a ``chart`` note: the PNG uploaded as media (:meth:`OpenApi.upload_image`), then a markdown message from the app
+  robot to the job's group that shows it under its words.
 
 One alert per group: an interruption warning is told twice by the core, as the alert and in the job's thread
 (on Slack those are two places: the alert channel and the card's thread). DingTalk has no threads, so both would
@@ -27,7 +29,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from bot.chat.catalog import Lang, text
-from bot.chat.delivery import PermanentDeliveryError
+from bot.chat.delivery import Draw, MessageRef, PermanentDeliveryError
 from bot.chat.dingtalk.cards import card_params, out_track_id
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.dingtalk.ledger import Ledger
@@ -87,6 +89,18 @@ class DingTalkDeliverer:
             await self.webhooks.robot(robot, message)
         else:
             await self.api.send_group_markdown(chat.channel, self.robot_code, message.title, message.full_text)
+
+    async def post_image(self, job: Job, note: Notify, draw: Draw, card: MessageRef | None) -> None:
+        """The job's chart in its group: uploaded, then shown in a markdown message (its one post, last)."""
+        chat = job.chat
+        if chat is None or chat.platform != "dingtalk":
+            raise PermanentDeliveryError(f"{job.id} was not started from DingTalk")
+        lang = self.config.language_for(chat.channel)
+        now = self.clock()
+        media_id = await self.api.upload_image(await draw(lang, now), f"{note.id}.png")
+        message = note_message(job, note, now, lang)
+        shown = f"{message.full_text}\n\n![{text(lang, 'chart.title', job=job.id, recipe=job.recipe)}]({media_id})"
+        await self.api.send_group_markdown(chat.channel, self.robot_code, message.title, shown)
 
     async def _card(self, job: Job, conversation: str, lang: Lang, now: datetime) -> None:
         template = self.config.card_template_id

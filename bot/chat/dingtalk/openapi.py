@@ -2,7 +2,9 @@
 
 The SDK has these calls too, but they block on ``requests``, log failures instead of raising them, and read the
 endpoint once at import; the bot needs them on the event loop, classified transient or permanent, and pointed
-at ``DINGTALK_OPENAPI_ENDPOINT`` (a local fake in tests).
+at ``DINGTALK_OPENAPI_ENDPOINT`` (a local fake in tests). One call has no OpenAPI form: a media upload (an image
+to show in a markdown message) goes to the older oapi host (``DINGTALK_OAPI_ENDPOINT``), with the same app token
+in the query, as DingTalk accepts for an internal app.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from bot.chat.delivery import PermanentDeliveryError
-from bot.chat.dingtalk.transport import Rejected, call
+from bot.chat.dingtalk.transport import Rejected, call, post_file
 
 DEFAULT_ENDPOINT = "https://api.dingtalk.com"
+DEFAULT_OAPI_ENDPOINT = "https://oapi.dingtalk.com"
 TOKEN_HEADER = "x-acs-dingtalk-access-token"
 TOKEN_MARGIN_SECONDS = 300  # renew this long before DingTalk says the token expires
 # How DingTalk says "this access token is no good" (expired, revoked, rotated): the OpenAPI answers HTTP 400
@@ -36,11 +40,13 @@ class OpenApi:
         client_secret: str,
         endpoint: str = DEFAULT_ENDPOINT,
         clock: Callable[[], float] = time.monotonic,
+        oapi_endpoint: str = DEFAULT_OAPI_ENDPOINT,
     ) -> None:
         self.session = session
         self.client_id = client_id
         self.client_secret = client_secret
         self.endpoint = endpoint.rstrip("/")
+        self.oapi_endpoint = oapi_endpoint.rstrip("/")
         self.clock = clock
         self._token: str | None = None
         self._expires = 0.0
@@ -113,6 +119,26 @@ class OpenApi:
             "msgParam": json.dumps({"title": title, "text": text}, ensure_ascii=False),
         }
         await self.request("POST", "/v1.0/robot/groupMessages/send", "group message", body)
+
+    async def upload_image(self, content: bytes, filename: str) -> str:
+        """Upload a PNG (``/media/upload``, type image); its ``media_id``, which a markdown message can show."""
+        for renewed in (False, True):
+            token = await self.access_token()
+            url = URL(self.oapi_endpoint + "/media/upload").with_query(access_token=token, type="image")
+            try:
+                answer = await post_file(self.session, url, "media upload", "media", filename, content, "image/png")
+            except Rejected as exc:
+                if renewed or not token_refused(exc):
+                    raise
+                async with self._lock:
+                    if self._token == token:
+                        self._token = None
+                continue
+            media_id = answer.get("media_id")
+            if not isinstance(media_id, str) or not media_id:
+                raise PermanentDeliveryError(f"media upload: no media_id in the answer {answer}")
+            return media_id
+        raise AssertionError("unreachable")
 
     def _url(self, path: str) -> str:
         return self.endpoint + path

@@ -49,6 +49,32 @@ async def call(
             retry_after = response.headers.get("Retry-After")
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise TransientDeliveryError(f"{what}: {exc or type(exc).__name__}") from exc
+    return _answer(what, status, raw, retry_after)
+
+
+async def post_file(
+    session: aiohttp.ClientSession,
+    url: str | URL,
+    what: str,
+    field: str,
+    filename: str,
+    content: bytes,
+    content_type: str,
+) -> dict[str, Any]:
+    """POST one file as ``multipart/form-data`` (the oapi's media upload); answered and classified as :func:`call`."""
+    form = aiohttp.FormData()
+    form.add_field(field, content, filename=filename, content_type=content_type)
+    try:
+        async with session.post(url, data=form, timeout=TIMEOUT) as response:
+            status, raw = response.status, await response.read()
+            retry_after = response.headers.get("Retry-After")
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise TransientDeliveryError(f"{what}: {exc or type(exc).__name__}") from exc
+    return _answer(what, status, raw, retry_after)
+
+
+def _answer(what: str, status: int, raw: bytes, retry_after: str | None) -> dict[str, Any]:
+    """The decoded answer of a call that got one, or the delivery error it means."""
     answer = _decode(raw)
     code = str(answer.get("code") or answer.get("errcode") or "")
     message = str(answer.get("message") or answer.get("errmsg") or raw[:200].decode(errors="replace"))

@@ -8,7 +8,9 @@
   job not acknowledged yet into "Acknowledged by … at …" without buttons.
 
 Every note carries its id in the message's metadata, so when the outbox is in doubt whether a post went through
-(a replica died mid-post, Slack timed out) :meth:`SlackDeliverer.posted` looks for it where it would be.
+(a replica died mid-post, Slack timed out) :meth:`SlackDeliverer.posted` looks for it where it would be. A chart
+goes up through Slack's file upload flow (:mod:`bot.chat.slack.upload`) into the card's thread, named after its
+note's id: a file message carries no metadata, so the name is what ``posted`` looks for.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.chat.catalog import Lang, text
-from bot.chat.delivery import MessageRef, PermanentDeliveryError
+from bot.chat.delivery import Draw, MessageRef, PermanentDeliveryError
 from bot.chat.refs import ChatRefs
 from bot.chat.slack.blocks import acked_page_layout, card_layout, note_text, page_layout
 from bot.chat.slack.errors import call
+from bot.chat.slack.upload import upload_to_thread
 from handlers.jobs import Job
 from handlers.messages import Notify
 from handlers.notes import Acked
@@ -80,6 +83,23 @@ class SlackDeliverer:
         said = note_text(job, note, now, lang)
         await call(self.client.chat_postMessage(channel=channel, text=said, metadata=_metadata(note), **thread))
 
+    async def post_image(self, job: Job, note: Notify, draw: Draw, card: MessageRef | None) -> None:
+        """The job's chart, uploaded into the card's thread (the job's channel when there is no card)."""
+        now = self.clock()
+        lang = self._lang(job)
+        png = await draw(lang, now)
+        title = text(lang, "chart.title", job=job.id, recipe=job.recipe)
+        await upload_to_thread(
+            self.client,
+            channel=card.channel if card is not None else _channel(job),
+            thread_ts=card.ts if card is not None else None,
+            content=png,
+            filename=chart_filename(note),
+            title=title,
+            comment=note_text(job, note, now, lang),
+            alt_text=title,
+        )
+
     async def posted(self, job: Job, note: Notify, card: MessageRef | None) -> bool:
         """Is ``note`` in Slack already? (Its thread, or the channel it goes to, searched for its id.)"""
         if note.channel == "thread" and card is not None:
@@ -101,6 +121,8 @@ class SlackDeliverer:
             metadata = message.get("metadata") or {}
             payload = metadata.get("event_payload") or {}
             if metadata.get("event_type") == NOTE_EVENT and payload.get("note") == note.id:
+                return True
+            if any(file.get("name") == chart_filename(note) for file in message.get("files") or []):
                 return True
         return False
 
@@ -125,6 +147,11 @@ class SlackDeliverer:
             except PermanentDeliveryError as exc:  # e.g. someone deleted that page: the others still get updated
                 log.warning("page %s of %s not marked acknowledged: %s", page.ts, job.id, exc)
         await self.refs.drop_pages(job.id, len(pages))  # done with this incident's pages
+
+
+def chart_filename(note: Notify) -> str:
+    """A chart's file name: its note's id, so the file can be found again."""
+    return f"{note.id}.png"
 
 
 def _metadata(note: Notify) -> dict[str, Any]:
