@@ -72,8 +72,8 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
             "/finetune start ＜配方＞ ［参数=值 …］ ［deadline=36h］ ［budget=120］ "
             "—— 按配方启动微调任务（配方见下），可设截止时间与预算"
         )
-        assert all(CJK.search(line) for line in help_lines[:10])  # each command, one line saying what it does
-        assert help_lines[10].startswith("配方") and any(line.strip().startswith("sleepy") for line in help_lines)
+        assert all(CJK.search(line) for line in help_lines[:11])  # each command, one line saying what it does
+        assert help_lines[11].startswith("配方") and any(line.strip().startswith("sleepy") for line in help_lines)
 
         unknown = await ask(dingtalk, "start llama-70b")
         assert unknown.startswith("⛔ 未知配方 'llama-70b'；可用的配方：") and "sleepy" in unknown
