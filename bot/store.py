@@ -19,7 +19,9 @@ The scripts keep the indexes ``list`` and retention read (creation, per channel,
 a cap, counts the active jobs before it writes, so the cap is checked and taken in one step.
 :meth:`JobStore.sweep` deletes ended jobs past their retention (:mod:`bot.retention`).
 
-Every key is named in :mod:`bot.keys`. Commands of concurrent handlers share round trips (:mod:`bot.batch`).
+Every key is named in :mod:`bot.keys`; each script touches one partition's keys only (one cluster slot), and a
+read across jobs asks every partition (pipelined: one round trip per server). Commands of concurrent handlers
+share round trips (:mod:`bot.batch`).
 """
 
 from __future__ import annotations
@@ -230,8 +232,7 @@ class JobStore:
         self._finish = redis.register_script(_FINISH)
         self._send = redis.register_script(_SEND)
         self._sweep = redis.register_script(_SWEEP)
-        self._queues = [getattr(self.keys, destination) for destination in DESTINATIONS]
-        self._active_sets = [self.keys.state(state) for state in ACTIVE_ORDER]
+        assert [queue.rsplit(":", 1)[-1] for queue in self.keys.queues(0)] == list(DESTINATIONS)
 
     @property
     def prefix(self) -> str:
@@ -246,25 +247,28 @@ class JobStore:
 
         ``cap``: the most jobs that may be active (``ACTIVE_STATES``) with this one; the count and the write are
         one step, so concurrent starts never pass it together. Past it: :class:`JobCapReached`, nothing written."""
+        part = self.keys.partition_of(job.id)
         keys = [
             self.keys.job(job.id),
-            self.keys.state(job.state),
-            self.keys.instances,
+            self.keys.state(job.state, part),
+            self.keys.instances_in(part),
             self.keys.history(job.id),
-            *self._queues,
-            self.keys.created,
+            *self.keys.queues(part),
+            self.keys.created_in(part),
             self._channel_index(job),
-            self.keys.ended,
-            *(self._active_sets if cap is not None else ()),  # counted only by a create with a cap
+            self.keys.ended_in(part),
+            *(self._active_sets(part) if cap is not None else ()),  # counted only by a create with a cap
         ]
         routes, payloads = _routed(outbox, _platform(job))
+        # The script counts its own partition's active jobs; the other partitions' are counted here first.
+        room = cap - await self._active_elsewhere(part) if cap is not None else None
         options = {
             "job_id": job.id,
             "instances": job.instance_ids,
             "created": job.created_at.timestamp(),
             "channel": job.chat is not None,
             "ended": job.updated_at.timestamp() if job.state in TERMINAL_STATES else False,
-            "cap": cap if cap is not None else False,
+            "cap": room if room is not None else False,
             "active": len(ACTIVE_ORDER) if cap is not None else 0,
             **routes,
         }
@@ -274,6 +278,17 @@ class JobStore:
             assert cap is not None
             raise JobCapReached(cap)
         return written == _WRITTEN
+
+    def _active_sets(self, partition: int) -> list[str]:
+        return [self.keys.state(state, partition) for state in ACTIVE_ORDER]
+
+    async def _active_elsewhere(self, partition: int) -> int:
+        """How many jobs are active in every partition but ``partition`` (0 on a store of one partition)."""
+        sets = [key for other in self.keys.all_partitions if other != partition for key in self._active_sets(other)]
+        if not sets:
+            return 0
+        counts = await asyncio.gather(*(self._batch.execute("SCARD", key) for key in sets))
+        return sum(int(count) for count in counts)
 
     async def apply(
         self,
@@ -301,7 +316,7 @@ class JobStore:
         leaves either all of them or none. One :class:`Applied` per step, in order.
         """
         job_key = self.keys.job(job_id)
-        dedups = [self.keys.dedup(key) if key is not None else None for _decide, key in steps]
+        dedups = [self.keys.job_dedup(job_id, key) if key is not None else None for _decide, key in steps]
         wanted = [key for key in dedups if key is not None]
         for attempt in range(self.max_retries):
             *seen_list, raw = await self._batch.execute("MGET", *wanted, job_key)
@@ -342,14 +357,15 @@ class JobStore:
         """Run the apply script: the job as the last change left it, its indexes, one history entry and the outbox
         of each change, and the dedup keys; only the dedup keys when nothing changed."""
         new = changes[-1].job if changes else old
+        part = self.keys.partition_of(new.id)
         keys = [
             self.keys.job(new.id),
-            self.keys.state(old.state),
-            self.keys.state(new.state),
-            self.keys.instances,
+            self.keys.state(old.state, part),
+            self.keys.state(new.state, part),
+            self.keys.instances_in(part),
             self.keys.history(new.id),
-            *self._queues,
-            self.keys.ended,
+            *self.keys.queues(part),
+            self.keys.ended_in(part),
             *dedups,
         ]
         routes, payloads = _routed([message for change in changes for message in change.outbox], _platform(new))
@@ -368,28 +384,41 @@ class JobStore:
         return int(await self._batch.script(self._apply, keys, args))
 
     async def finish_effect(
-        self, effect_id: str, record: str, follow_ups: Iterable[Message] = (), platform: str = ""
+        self,
+        effect_id: str,
+        record: str,
+        follow_ups: Iterable[Message] = (),
+        platform: str = "",
+        job_id: str | None = None,
     ) -> str | None:
-        """Record that effect ``effect_id`` was carried out (``record`` says how) and route its follow-ups, in one
-        step. ``None`` when this call recorded it; the record already there (and nothing written) otherwise."""
+        """Record that effect ``effect_id`` (of job ``job_id``) was carried out (``record`` says how) and route its
+        follow-ups to the job's partition, in one step. ``None`` when this call recorded it; the record already
+        there (and nothing written) otherwise."""
         routes, payloads = _routed(follow_ups, platform)
-        key = self.keys.effect_done(effect_id)
+        key = self.keys.effect_done(effect_id, job_id)
+        part = self.keys.partition_of(job_id) if job_id is not None else 0
         args = [_json({"ttl": EFFECT_TTL, **routes}), record, *payloads]
-        if await self._batch.script(self._finish, [key, *self._queues], args):
+        if await self._batch.script(self._finish, [key, *self.keys.queues(part)], args):
             return None
         existing = await self._batch.execute("GET", key)
         return "" if existing is None else str(existing)
 
-    async def effect_record(self, effect_id: str) -> str | None:
-        """How the effect was carried out, if it was."""
-        value = await self._batch.execute("GET", self.keys.effect_done(effect_id))
+    async def effect_record(self, effect_id: str, job_id: str | None = None) -> str | None:
+        """How the effect (of job ``job_id``) was carried out, if it was."""
+        value = await self._batch.execute("GET", self.keys.effect_done(effect_id, job_id))
         return None if value is None else str(value)
 
     async def send(self, messages: Iterable[Message], platform: str = "") -> None:
-        """Route messages to their queues with no job change (each keeps its ``id``)."""
-        routes, payloads = _routed(messages, platform)
-        if payloads:
-            await self._batch.script(self._send, self._queues, [_json(routes), *payloads])
+        """Route messages to their queues with no job change (each keeps its ``id``), each to its job's partition
+        (partition 0 for a message of no job): one script per partition."""
+        by_partition: dict[int, list[Message]] = {}
+        for message in messages:
+            job_id = getattr(message, "job_id", None)
+            part = self.keys.partition_of(job_id) if isinstance(job_id, str) else 0
+            by_partition.setdefault(part, []).append(message)
+        for part, batch in by_partition.items():
+            routes, payloads = _routed(batch, platform)
+            await self._batch.script(self._send, self.keys.queues(part), [_json(routes), *payloads])
 
     # Reads ----------------------------------------------------------------------------------------------------
 
@@ -406,14 +435,13 @@ class JobStore:
         wanted = list(JobState) if states is None else list(states)
         if not wanted:
             return []
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for state in wanted:
-                pipe.smembers(self.keys.state(state))
-            members: list[set[str]] = await pipe.execute()
+        members = await self._pipelined(
+            [("SMEMBERS", self.keys.state(state, part)) for part in self.keys.all_partitions for state in wanted]
+        )
         ids = sorted(set().union(*members))
         if not ids:
             return []
-        raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
+        raws = await self._get_many([self.keys.job(job_id) for job_id in ids])
         jobs = [Job.model_validate_json(raw) for raw in raws if raw is not None]
         allowed = set(wanted)
         return sorted((job for job in jobs if job.state in allowed), key=lambda job: (job.created_at, job.id))
@@ -421,21 +449,42 @@ class JobStore:
     async def recent(self, chat: ChatRef | None = None, count: int = 20) -> list[Job]:
         """The latest ``count`` jobs started in ``chat`` (every channel's when None), newest first: read from the
         channel's index, so ``list`` loads ``count`` jobs however many there are."""
-        index = self.keys.created if chat is None else self.keys.channel_jobs(chat.platform, chat.channel)
-        ids = [str(job_id) for job_id in await self.redis.zrevrange(index, 0, count - 1)]
+        indexes = [
+            self.keys.created_in(part) if chat is None else self.keys.channel_jobs(chat.platform, chat.channel, part)
+            for part in self.keys.all_partitions
+        ]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for index in indexes:
+                pipe.zrevrange(index, 0, count - 1, withscores=True)
+            tails: list[list[tuple[str, float]]] = await pipe.execute()
+        scored = sorted(((float(score), str(job_id)) for tail in tails for job_id, score in tail), reverse=True)
+        ids = [job_id for _score, job_id in scored[:count]]
         if not ids:
             return []
-        raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
+        raws = await self._get_many([self.keys.job(job_id) for job_id in ids])
         return [Job.model_validate_json(raw) for raw in raws if raw is not None]
 
     async def counts_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, zeros included), for ``/metrics``."""
         states = list(JobState)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for state in states:
-                pipe.scard(self.keys.state(state))
-            counts: list[int] = await pipe.execute()
-        return {state: int(count) for state, count in zip(states, counts, strict=True)}
+        counts = await self._pipelined(
+            [("SCARD", self.keys.state(state, part)) for state in states for part in self.keys.all_partitions]
+        )
+        width = self.keys.partitions
+        return {state: sum(int(n) for n in counts[i * width : (i + 1) * width]) for i, state in enumerate(states)}
+
+    async def _pipelined(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Replies to ``commands`` (reads, each of one key), sent in one pipeline (one per server on a cluster)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute())
+
+    async def _get_many(self, keys: Sequence[str]) -> list[str | None]:
+        """GET of each key: one MGET on a single partition, else a pipeline (MGET cannot cross slots)."""
+        if self.keys.partitions == 1:
+            return [None if raw is None else str(raw) for raw in await self.redis.mget(keys)]
+        return await self._pipelined([("GET", key) for key in keys])
 
     async def history(self, job_id: str, count: int = 200, with_times: bool = False) -> list[dict[str, Any]]:
         """The job's latest ``count`` history entries, oldest first; ``with_times`` adds each one's ``written`` time
@@ -452,75 +501,84 @@ class JobStore:
         return result
 
     async def job_for_instance(self, instance_id: str) -> str | None:
-        job_id = await self._batch.execute("HGET", self.keys.instances, instance_id)
-        return None if job_id is None else str(job_id)
+        return (await self.jobs_for_instances([instance_id])).get(instance_id)
 
     async def jobs_for_instances(self, instance_ids: Sequence[str]) -> dict[str, str]:
-        """The job of each of ``instance_ids`` that one is known for, in one read (the bus's lanes use it)."""
+        """The job of each of ``instance_ids`` that one is known for, in one read of every partition's instance
+        index (the bus's lanes use it)."""
         if not instance_ids:
             return {}
-        found = await self._batch.execute("HMGET", self.keys.instances, *instance_ids)
-        return {instance: str(job) for instance, job in zip(instance_ids, found, strict=True) if job is not None}
+        indexes = [self.keys.instances_in(part) for part in self.keys.all_partitions]
+        found = await asyncio.gather(*(self._batch.execute("HMGET", index, *instance_ids) for index in indexes))
+        jobs: dict[str, str] = {}
+        for replies in found:
+            jobs.update({instance: str(job) for instance, job in zip(instance_ids, replies, strict=True) if job})
+        return jobs
 
     # Retention ----------------------------------------------------------------------------------------------
 
     async def sweep(self, cutoff: datetime, batch: int = 100) -> int:
         """Delete jobs that ended before ``cutoff``, with their history and every index entry (atomically per job;
-        one that was resumed meanwhile is kept). Returns how many were deleted; at most ``batch`` per call."""
-        found = await self.redis.zrangebyscore(self.keys.ended, "-inf", cutoff.timestamp(), start=0, num=batch)
-        ids = [str(job_id) for job_id in found]
+        one that was resumed meanwhile is kept). Returns how many were deleted; at most ``batch`` per call (and
+        partition)."""
         deleted = 0
-        for job_id in ids:
-            raw = await self.redis.get(self.keys.job(job_id))
-            if raw is None:  # gone already: only the index entries are left
-                await self.redis.zrem(self.keys.ended, job_id)
-                await self.redis.zrem(self.keys.created, job_id)
-                deleted += 1
-                continue
-            job = Job.model_validate_json(raw)
-            keys = [
-                self.keys.job(job_id),
-                self.keys.history(job_id),
-                self.keys.state(job.state),
-                self.keys.instances,
-                self.keys.created,
-                self._channel_index(job),
-                self.keys.ended,
-            ]
-            deleted += int(await self._sweep(keys=keys, args=[raw, job_id, cutoff.timestamp(), *job.instance_ids]))
+        for part in self.keys.all_partitions:
+            ended, created = self.keys.ended_in(part), self.keys.created_in(part)
+            found = await self.redis.zrangebyscore(ended, "-inf", cutoff.timestamp(), start=0, num=batch)
+            for job_id in (str(job_id) for job_id in found):
+                raw = await self.redis.get(self.keys.job(job_id))
+                if raw is None:  # gone already: only the index entries are left
+                    await self.redis.zrem(ended, job_id)
+                    await self.redis.zrem(created, job_id)
+                    deleted += 1
+                    continue
+                job = Job.model_validate_json(raw)
+                keys = [
+                    self.keys.job(job_id),
+                    self.keys.history(job_id),
+                    self.keys.state(job.state, part),
+                    self.keys.instances_in(part),
+                    created,
+                    self._channel_index(job),
+                    ended,
+                ]
+                args = [raw, job_id, cutoff.timestamp(), *job.instance_ids]
+                deleted += int(await self._sweep(keys=keys, args=args))
         return deleted
 
     async def index_existing(self) -> int:
         """Put jobs stored before the creation, channel and ended indexes existed into them (idempotent; only
         the jobs missing from the creation index are read). Returns how many were indexed."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for state in JobState:
-                pipe.smembers(self.keys.state(state))
-            members: list[set[str]] = await pipe.execute()
-        ids = sorted(set().union(*members))
-        if not ids:
-            return 0
-        scores = await self.redis.zmscore(self.keys.created, ids)
-        missing = [job_id for job_id, score in zip(ids, scores, strict=True) if score is None]
         indexed = 0
-        for job_id in missing:
-            job = await self.get(job_id)
-            if job is None:
+        for part in self.keys.all_partitions:
+            members = await self._pipelined([("SMEMBERS", self.keys.state(state, part)) for state in JobState])
+            ids = sorted(set().union(*members))
+            if not ids:
                 continue
-            created = job.created_at.timestamp()
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.zadd(self.keys.created, {job_id: created}, nx=True)
-                if job.chat is not None:
-                    pipe.zadd(self._channel_index(job), {job_id: created}, nx=True)
-                if job.state in TERMINAL_STATES:
-                    pipe.zadd(self.keys.ended, {job_id: job.updated_at.timestamp()}, nx=True)
-                await pipe.execute()
-            indexed += 1
+            scores = await self.redis.zmscore(self.keys.created_in(part), ids)
+            missing = [job_id for job_id, score in zip(ids, scores, strict=True) if score is None]
+            for job_id in missing:
+                job = await self.get(job_id)
+                if job is None:
+                    continue
+                created = job.created_at.timestamp()
+                async with self.redis.pipeline(transaction=True) as pipe:  # one partition: one slot
+                    pipe.zadd(self.keys.created_in(part), {job_id: created}, nx=True)
+                    if job.chat is not None:
+                        pipe.zadd(self._channel_index(job), {job_id: created}, nx=True)
+                    if job.state in TERMINAL_STATES:
+                        pipe.zadd(self.keys.ended_in(part), {job_id: job.updated_at.timestamp()}, nx=True)
+                    await pipe.execute()
+                indexed += 1
         return indexed
 
     def _channel_index(self, job: Job) -> str:
-        """The job's channel index (the creation index stands in for a job with no channel: never written)."""
-        return self.keys.channel_jobs(job.chat.platform, job.chat.channel) if job.chat else self.keys.created
+        """The job's channel index in its partition (the creation index stands in for a job with no channel:
+        never written)."""
+        part = self.keys.partition_of(job.id)
+        if job.chat is None:
+            return self.keys.created_in(part)
+        return self.keys.channel_jobs(job.chat.platform, job.chat.channel, part)
 
     # Restart overheads measured per (recipe, instance type) ------------------------------------------------------
 

@@ -29,7 +29,8 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
-from bot.bus import EventBus, HandBack, default_consumer_name
+from bot.bus import HandBack, default_consumer_name
+from bot.bus_set import bus_for
 from bot.chat.cards import CardRefresher
 from bot.chat.delivery import (
     CardDeliverer,
@@ -79,7 +80,7 @@ class ChatOutbox:
         coalesced = {name: platform for name, platform in self.platforms.items() if platform.coalesce_cards}
         self.cards = CardRefresher(redis, store, self.refs, coalesced, interval=card_interval, keys=self.keys)
         # Deliveries retry in the handler (the lane waits), so a failure reaching the bus is a bug: parked after 5.
-        self.bus = EventBus(redis, stream=self.keys.chat, group="chat", consumer=consumer or default_consumer_name())
+        self.bus = bus_for(redis, self.keys, "chat", group="chat", consumer=consumer or default_consumer_name())
         self.delivered = 0
         self.dropped = 0
         self.coalesced = 0  # card notes superseded by the next card note of their job before either was delivered
