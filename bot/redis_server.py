@@ -185,11 +185,20 @@ class MappedRedis(aioredis.Redis):
         return MappedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
 
 
+async def _initialized(client: RedisCluster) -> None:
+    """Learn the cluster's nodes before the first command: redis-py lets the first commands of a new client race
+    its discovery when they start together, and one may then write on a connection discovery just closed (seen
+    with redis-py 8.1: ``'NoneType' object has no attribute 'writelines'``). Its lock makes this wait once."""
+    if client._initialize:
+        await client.initialize()
+
+
 class MappedClusterPipeline(ClusterPipeline):
     """A cluster pipeline (commands grouped per node) whose ``execute`` maps outages once."""
 
     async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
         try:
+            await _initialized(self.cluster_client)
             return await super().execute(raise_on_error, allow_redirections)
         except _UNAVAILABLE as exc:
             _unavailable(exc)
@@ -202,6 +211,7 @@ class MappedRedisCluster(RedisCluster):
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
+            await _initialized(self)
             return await super().execute_command(*args, **kwargs)
         except _UNAVAILABLE as exc:
             _unavailable(exc)

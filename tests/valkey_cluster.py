@@ -155,9 +155,8 @@ class ValkeyCluster:
         """The live nodes that serve slots now (a promoted replica among them)."""
         found = []
         for node in self.nodes:
-            if node.alive() and node.client().info("replication").get("role") == "master":
-                if any(int(s[1]) >= int(s[0]) for s in self._own_slots(node)):
-                    found.append(node)
+            if node.alive() and node.client().info("replication").get("role") == "master" and self._own_slots(node):
+                found.append(node)
         return found
 
     def _own_slots(self, node: Node) -> list[tuple[int, int]]:
