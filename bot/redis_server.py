@@ -185,6 +185,13 @@ class MappedRedis(aioredis.Redis):
         return MappedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
 
 
+def _mapped(exc: Exception) -> StoreUnavailable:
+    """redis-py's outage as the store's, for a pipeline's reply that holds it rather than raises it."""
+    mapped = StoreUnavailable(f"Redis is unavailable: {type(exc).__name__}: {exc}")
+    mapped.__cause__ = exc
+    return mapped
+
+
 async def _initialized(client: RedisCluster) -> None:
     """Learn the cluster's nodes before the first command: redis-py lets the first commands of a new client race
     its discovery when they start together, and one may then write on a connection discovery just closed (seen
@@ -197,11 +204,14 @@ class MappedClusterPipeline(ClusterPipeline):
     """A cluster pipeline (commands grouped per node) whose ``execute`` maps outages once."""
 
     async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        """The replies; a node that could not be reached fails its commands with StoreUnavailable (raised, or in
+        their places with ``raise_on_error=False``: a cluster pipeline's nodes fail one by one)."""
         try:
             await _initialized(self.cluster_client)
-            return await super().execute(raise_on_error, allow_redirections)
+            results = await super().execute(raise_on_error, allow_redirections)
         except _UNAVAILABLE as exc:
             _unavailable(exc)
+        return [_mapped(result) if isinstance(result, _UNAVAILABLE) else result for result in results]
 
 
 class MappedRedisCluster(RedisCluster):

@@ -39,6 +39,7 @@ from bot.cloud.aws import AwsCloud
 from bot.cloud.base import CloudProvider, RenewsStorageCredentials
 from bot.cloud.local import LocalCloud
 from bot.core import Bot
+from bot.durability import DurableWrites
 from bot.effects import CloudEffects
 from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
@@ -247,7 +248,7 @@ class BotService:
             return client
 
         keys = await open_keys(redis.client, DEFAULT_KEYS.prefix)  # the partitions this store was created with
-        store = JobStore(redis.client, keys)
+        store = JobStore(redis.client, keys, durability=DurableWrites.of(config.redis))
         await store.index_existing()  # jobs stored by an older bot join the list and retention indexes
         consumer = default_consumer_name()
         # A cloud's word about an instance runs in its job's lane, with the runner's reports of the same fact.

@@ -36,6 +36,7 @@ import pydantic_core
 import redis.asyncio as aioredis
 
 from bot.batch import Batcher
+from bot.durability import DurableWrites
 from bot.errors import StoreError
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
@@ -221,12 +222,14 @@ class JobStore:
         prefix: str | None = None,
         max_retries: int = 50,
         audit_maxlen: int = AUDIT_MAXLEN,
+        durability: DurableWrites | None = None,
     ) -> None:
         self.redis = redis
         self.audit_maxlen = audit_maxlen
         self.keys = keys or (Keys(prefix) if prefix is not None else DEFAULT_KEYS)
         self.max_retries = max_retries
-        self._batch = Batcher(redis)
+        # Every state change (the create, apply, finish and send scripts) waits as the durability setting asks.
+        self._batch = Batcher(redis, durability=durability)
         self._create = redis.register_script(_CREATE)
         self._apply = redis.register_script(_APPLY)
         self._finish = redis.register_script(_FINISH)
@@ -273,7 +276,7 @@ class JobStore:
             **routes,
         }
         args = [_json(options), job.model_dump_json(), _json(dict(history)), *payloads]
-        written = int(await self._batch.script(self._create, keys, args))
+        written = int(await self._batch.script(self._create, keys, args, durable=True))
         if written == _FULL:
             assert cap is not None
             raise JobCapReached(cap)
@@ -344,12 +347,21 @@ class JobStore:
                 changes.append(replace(change, job=job))
                 results.append(Applied(job=job, change=changes[-1]))
             if not recorded and not changes:
+                await self._confirm(job_id)  # every input seen: written before, perhaps never confirmed
                 return results
             written = await self._write_changes(raw, current, changes, recorded, dedup_ttl)
             if written == _WRITTEN:
                 return results
             await _backoff(attempt)  # another writer changed the job (or saw an input) since it was read: again
         raise StoreConflict(f"could not apply a change to {job_id}: too many concurrent writers")
+
+    async def _confirm(self, job_id: str) -> None:
+        """With a durability setting: wait until what the job's partition holds now is durable, as a write would
+        (a tiny write in its slot, confirmed: replication keeps order, so its confirmation covers every earlier
+        write). So an input whose write reached only the primary (NotDurable, then redelivered) is not taken as
+        done before its write is durable."""
+        if self._batch.durability.wait is not None:
+            await self._batch.execute("SET", self.keys.job_dedup(job_id, "confirmed"), "1", "PX", 60_000, durable=True)
 
     async def _write_changes(
         self, raw: str, old: Job, changes: Sequence[Change], dedups: Sequence[str], dedup_ttl: int
@@ -381,7 +393,7 @@ class JobStore:
         }
         histories = [_json(dict(change.history)) for change in changes]
         args = [_json(options), raw, new.model_dump_json() if changes else "", *histories, *payloads]
-        return int(await self._batch.script(self._apply, keys, args))
+        return int(await self._batch.script(self._apply, keys, args, durable=True))
 
     async def finish_effect(
         self,
@@ -398,7 +410,7 @@ class JobStore:
         key = self.keys.effect_done(effect_id, job_id)
         part = self.keys.partition_of(job_id) if job_id is not None else 0
         args = [_json({"ttl": EFFECT_TTL, **routes}), record, *payloads]
-        if await self._batch.script(self._finish, [key, *self.keys.queues(part)], args):
+        if await self._batch.script(self._finish, [key, *self.keys.queues(part)], args, durable=True):
             return None
         existing = await self._batch.execute("GET", key)
         return "" if existing is None else str(existing)
@@ -418,7 +430,7 @@ class JobStore:
             by_partition.setdefault(part, []).append(message)
         for part, batch in by_partition.items():
             routes, payloads = _routed(batch, platform)
-            await self._batch.script(self._send, self.keys.queues(part), [_json(routes), *payloads])
+            await self._batch.script(self._send, self.keys.queues(part), [_json(routes), *payloads], durable=True)
 
     # Reads ----------------------------------------------------------------------------------------------------
 
@@ -602,6 +614,11 @@ class JobStore:
         return next((float(value) for value in values if value is not None), None)
 
     # Once-only markers and the audit trail ----------------------------------------------------------------------
+
+    async def mark(self, key: str, value: str, ttl: int) -> None:
+        """SET ``key`` (one the chat outbox keeps: a note was sent, or is being sent), as durably as a state change:
+        a mark lost in a failover would post its note again."""
+        await self._batch.execute("SET", key, value, "EX", ttl, durable=True)
 
     async def claim_once(self, key: str, ttl: int = DEDUP_TTL) -> bool:
         """Record ``key`` as done; True only for the first caller (across replicas)."""

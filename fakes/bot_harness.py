@@ -17,6 +17,7 @@ import yaml
 from bot.bus_set import Bus, BusSet
 from bot.chat.console import ConsoleChat
 from bot.cloud.local import LocalCloud
+from bot.errors import StoreUnavailable
 from bot.service import BotService, CloudFactory, open_cloud
 from bot.settings import Settings
 from fakes.fake_dingtalk import FakeDingTalk
@@ -177,7 +178,11 @@ async def wait_job(service: BotService, job_id: str, done: Callable[[Job], bool]
     deadline = time.monotonic() + timeout
     job = None
     while time.monotonic() < deadline:
-        job = await service.bot.store.get(job_id)
+        try:
+            job = await service.bot.store.get(job_id)
+        except StoreUnavailable:  # a failover under way: the wait outlasts it
+            await asyncio.sleep(0.05)
+            continue
         if job is not None and done(job):
             return job
         await asyncio.sleep(0.05)

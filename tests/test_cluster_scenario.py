@@ -15,7 +15,7 @@ from redis.crc import key_slot
 
 from bot.keys import CLUSTER_PARTITIONS
 from bot.redis_server import MappedRedisCluster
-from fakes.bot_harness import CHANNEL, eventually, running_bot, settled, wait_job
+from fakes.bot_harness import CHANNEL, eventually, running_bot, settled, wait_job, write_config
 from handlers.jobs import JobState
 from tests.cluster_fixtures import fixture_valkey_cluster, fixture_valkey_cluster_server  # noqa: F401 - fixtures
 from tests.valkey_cluster import ValkeyCluster
@@ -23,6 +23,7 @@ from tests.valkey_cluster import ValkeyCluster
 STEPS = 16
 AT_STEP = 4  # interrupt-tested once it trained this far (its SIGTERM handler saves a checkpoint)
 USER = "console:ana"
+FINAL = {JobState.SUCCEEDED, JobState.FAILED, JobState.RESUME_FAILED}
 
 
 async def test_jobs_are_started_interrupted_resumed_and_finished_through_chat_on_a_cluster(
@@ -42,7 +43,7 @@ async def test_jobs_are_started_interrupted_resumed_and_finished_through_chat_on
             said = await service.bot.command(USER, CHANNEL, f"interrupt-test {job_id}")
             assert said.startswith("OK"), said
         for job_id in job_ids:
-            final = await wait_job(service, job_id, lambda job: job.state in {JobState.SUCCEEDED, JobState.FAILED, JobState.RESUME_FAILED}, timeout=240)  # noqa: E501
+            final = await wait_job(service, job_id, lambda job: job.state in FINAL, timeout=240)
             assert final.state is JobState.SUCCEEDED and final.step == STEPS, final.failure
             assert final.interruptions == 1 and len(final.attempts) == 2
             assert final.attempts[1].resumed_from_step is not None and final.steps_lost == 0
@@ -59,3 +60,30 @@ async def test_jobs_are_started_interrupted_resumed_and_finished_through_chat_on
             assert len({key_slot(name.encode()) for name in names}) == 1
         holders = [node for node in valkey_cluster.primaries() if node.client().dbsize() > 0]
         assert len(holders) == 3
+
+
+async def test_a_primary_killed_mid_run_loses_no_job_and_no_note_with_durability_replica(
+    tmp_path: Path, valkey_cluster: ValkeyCluster
+) -> None:
+    """Jobs train while the primary serving the first one's partition is SIGKILLed and its replica promoted
+    (CLUSTER FAILOVER TAKEOVER), the dead node coming back as a replica: every job still finishes, and every note
+    is posted exactly once. (Until a replica is back, durable writes to those partitions wait: none is acted on.)"""
+    config = write_config(tmp_path / "bot.yaml", redis={"durability": "replica", "durability_timeout_ms": 2000})
+    async with running_bot(tmp_path / "state", config, redis_url=valkey_cluster.url) as (service, chat):
+        replies = [await service.bot.command(USER, CHANNEL, f"start tiny steps={STEPS}") for _ in range(3)]
+        job_ids = [reply.split()[1].rstrip(":") for reply in replies]
+        store = service.bot.store
+        first = job_ids[0]
+        await wait_job(service, first, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 2)
+        primary = valkey_cluster.node_of_slot(key_slot(store.keys.job(first).encode()))
+        valkey_cluster.kill(primary)
+        valkey_cluster.promote(valkey_cluster.replica_of(primary))
+        valkey_cluster.restart(primary)  # its host back: the replica of its partitions' new primary
+        for job_id in job_ids:
+            final = await wait_job(service, job_id, lambda job: job.state in FINAL, timeout=240)
+            assert final.state is JobState.SUCCEEDED and final.step == STEPS, final.failure
+        await eventually(lambda: settled(service), timeout=60)
+        for job_id in job_ids:
+            thread = [text for job, channel, text in chat.transcript if job == job_id and channel == "thread"]
+            assert len(thread) == len(set(thread)), thread  # nothing posted twice
+            assert sum("finished" in text for text in thread) == 1, thread  # nor lost

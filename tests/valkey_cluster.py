@@ -42,12 +42,18 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> No
         time.sleep(0.05)
 
 
+def _launch(args: list[str], directory: Path) -> subprocess.Popen[bytes]:
+    with (directory / "valkey.log").open("ab") as log:
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=directory)
+
+
 @dataclass
 class Node:
     port: int
     bus_port: int
     process: subprocess.Popen[bytes]
     directory: Path
+    args: list[str] = field(default_factory=list)
     node_id: str = ""
 
     def client(self) -> redis.Redis:
@@ -94,9 +100,7 @@ class ValkeyCluster:
                 "--appendfsync", "everysec",
                 "--save", "",
             ]  # fmt: skip
-            log = (directory / "valkey.log").open("ab")
-            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=directory)
-            self.nodes.append(Node(port, bus_port, process, directory))
+            self.nodes.append(Node(port, bus_port, _launch(args, directory), directory, args))
         try:
             self._assemble()
         except BaseException:
@@ -186,6 +190,12 @@ class ValkeyCluster:
         """SIGKILL: no goodbye, no flush (what a crashed host does)."""
         node.process.send_signal(signal.SIGKILL)
         node.process.wait(10)
+
+    def restart(self, node: Node) -> None:
+        """Start a killed node again on its data (its ``nodes.conf`` included): it rejoins the cluster, as the
+        replica of whoever serves its slots now; then wait for the cluster to be whole."""
+        node.process = _launch(node.args, node.directory)
+        self.wait_ok()
 
     def promote(self, replica: Node) -> None:
         """Make ``replica`` the primary of its slots at once (CLUSTER FAILOVER TAKEOVER), then wait for the

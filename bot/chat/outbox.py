@@ -145,8 +145,12 @@ class ChatOutbox:
                 return
             in_doubt = tried is not None  # an earlier delivery started and was not heard back from
             if not in_doubt:
-                mark = (sending, self.bus.consumer)
-                await self._until_done(platform, note, lambda: self.redis.set(*mark, ex=SENT_TTL), gated=False)
+                consumer = self.bus.consumer
+
+                async def mark_sending() -> None:
+                    await self.store.mark(sending, consumer, SENT_TTL)
+
+                await self._until_done(platform, note, mark_sending, gated=False)
 
         async def deliver() -> bool:
             nonlocal in_doubt
@@ -160,7 +164,7 @@ class ChatOutbox:
         if await self._until_done(platform, note, deliver):
             self.delivered += 1
         if sent:  # bookkeeping waits for no gate: stopping now must not hand back what was posted
-            await self._until_done(platform, note, lambda: self.redis.set(sent, "1", ex=SENT_TTL), gated=False)
+            await self._until_done(platform, note, lambda: self.store.mark(sent, "1", SENT_TTL), gated=False)
         # Whatever the note was, the job changed: its card should show that (coalesced, latest state).
         if platform.coalesce_cards:
             await self._until_done(platform, note, lambda: self.cards.mark(note.job_id), gated=False)
