@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
+from bot.errors import ConfigError
 from bot.keys import CLUSTER_PARTITIONS, DEFAULT_PREFIX, Keys
 
 PARTITIONS_FIELD = "partitions"
@@ -22,12 +23,24 @@ def default_partitions(cluster: bool) -> int:
 async def open_keys(redis: aioredis.Redis, prefix: str = DEFAULT_PREFIX, partitions: int | None = None) -> Keys:
     """The keys of the store under ``prefix``: its recorded partition count, or ``partitions`` (else the default
     for this kind of server) recorded now when the store has none yet (HSETNX: the first bot to start decides)."""
-    layout = Keys(prefix).layout
-    if partitions is None:
-        partitions = default_partitions(is_cluster_client(redis))
-    await redis.hsetnx(layout, PARTITIONS_FIELD, str(partitions))
+    unpartitioned = Keys(prefix)
+    layout = unpartitioned.layout
+    cluster = is_cluster_client(redis)
     recorded = await redis.hget(layout, PARTITIONS_FIELD)
-    return Keys(prefix, int(recorded or partitions))
+    if recorded is None:
+        if partitions is None:
+            partitions = default_partitions(cluster)
+        if await redis.exists(unpartitioned.created):  # a store written before partitions: one, as it always was
+            partitions = 1
+        await redis.hsetnx(layout, PARTITIONS_FIELD, str(partitions))
+        recorded = await redis.hget(layout, PARTITIONS_FIELD)
+    keys = Keys(prefix, int(recorded or 1))
+    if cluster and keys.partitions == 1:
+        raise ConfigError(
+            f"the store under {prefix!r} at this Redis cluster has one partition (written by a bot on a single "
+            "server): its scripts cannot run on a cluster; copy it into a partitioned store (README: Redis)"
+        )
+    return keys
 
 
 def is_cluster_client(redis: object) -> bool:

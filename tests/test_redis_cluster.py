@@ -17,6 +17,7 @@ from redis.exceptions import RedisClusterException, ResponseError
 from bot.bus_set import BusSet, bus_for
 from bot.chat.delivery import MessageRef
 from bot.chat.refs import ChatRefs
+from bot.errors import ConfigError
 from bot.keys import CLUSTER_PARTITIONS, Keys
 from bot.layout import open_keys
 from bot.redis_server import MappedRedisCluster, RedisHandle
@@ -82,6 +83,17 @@ async def test_a_cluster_is_found_at_redis_url_and_a_new_store_gets_its_partitio
     keys = await open_keys(client, PREFIX)
     assert keys.partitions == CLUSTER_PARTITIONS
     assert (await open_keys(client, PREFIX, partitions=4)).partitions == CLUSTER_PARTITIONS  # recorded: it stays
+
+
+async def test_a_store_of_one_partition_found_on_a_cluster_is_refused_and_its_data_left_as_it_is(
+    client: aioredis.Redis,
+) -> None:
+    await client.zadd(Keys("old:").created, {"ft-old": 1.0})  # a store written before partitions
+    with pytest.raises(ConfigError, match="one partition"):
+        await open_keys(client, "old:")
+    assert await client.zcard(Keys("old:").created) == 1
+    with pytest.raises(ConfigError):  # and so it stays (recorded: the next start says the same)
+        await open_keys(client, "old:")
 
 
 async def test_every_script_and_pipeline_of_the_store_runs_on_the_cluster(
