@@ -33,14 +33,15 @@ from bot.keys import Keys
 from bot.layout import open_keys
 from bot.redis_server import RedisHandle
 from bot.store import JobStore
+from fakes.valkey_cluster import ValkeyCluster
 from handlers.jobs import Change, Job
 from handlers.messages import Notify
-from tests.valkey_cluster import ValkeyCluster
 
 
 def step(number: int) -> Any:
     def decide(job: Job) -> Change:
-        note = Notify.model_validate({"job_id": job.id, "channel": "card", "note": {"type": "card", "cause": "progress"}})
+        card = {"type": "card", "cause": "progress"}
+        note = Notify.model_validate({"job_id": job.id, "channel": "card", "note": card})
         return Change(job=job.model_copy(update={"step": number}), history={"type": "step"}, outbox=[note])
 
     return decide

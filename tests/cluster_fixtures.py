@@ -1,4 +1,4 @@
-"""The Valkey cluster fixture (:mod:`tests.valkey_cluster`): one per test module, emptied before each test.
+"""The Valkey cluster fixture (:mod:`fakes.valkey_cluster`): one per test module, emptied before each test.
 
 Import it explicitly (``from tests.cluster_fixtures import fixture_valkey_cluster``); it is registered as
 ``valkey_cluster``.
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.valkey_cluster import ValkeyCluster
+from fakes.valkey_cluster import ValkeyCluster
 
 __all__ = ["fixture_valkey_cluster"]
 

@@ -21,6 +21,7 @@ from bot.redis_server import RedisHandle
 from bot.settings import parse_file_config
 from bot.store import JobStore
 from fakes.notes import notify
+from fakes.valkey_cluster import Node, ValkeyCluster
 from handlers.jobs import Change, Job
 from tests.cluster_fixtures import fixture_valkey_cluster, fixture_valkey_cluster_server  # noqa: F401 - fixtures
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
@@ -29,7 +30,6 @@ from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_redis_client_factory,
     fixture_valkey_url,
 )
-from tests.valkey_cluster import Node, ValkeyCluster
 
 PREFIX = "fd:"
 REPLICA = DurableWrites("replica", timeout_ms=2000)

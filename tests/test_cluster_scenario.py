@@ -16,9 +16,9 @@ from redis.crc import key_slot
 from bot.keys import CLUSTER_PARTITIONS
 from bot.redis_server import MappedRedisCluster
 from fakes.bot_harness import CHANNEL, eventually, running_bot, settled, wait_job, write_config
+from fakes.valkey_cluster import ValkeyCluster
 from handlers.jobs import JobState
 from tests.cluster_fixtures import fixture_valkey_cluster, fixture_valkey_cluster_server  # noqa: F401 - fixtures
-from tests.valkey_cluster import ValkeyCluster
 
 STEPS = 16
 AT_STEP = 4  # interrupt-tested once it trained this far (its SIGTERM handler saves a checkpoint)

