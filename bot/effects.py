@@ -47,7 +47,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
-from bot.bus import EventBus, HandBack, default_consumer_name
+from bot.bus import HandBack, default_consumer_name
+from bot.bus_set import bus_for
 from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, LaunchError
 from bot.store import JobStore
 from handlers.backoff import backoff
@@ -94,7 +95,7 @@ class CloudEffects:
         self.recipes = dict(recipes)
         self.report_targets = report_targets
         self.python = python
-        self.bus = EventBus(redis, stream=store.keys.cloud, group="cloud", consumer=consumer or default_consumer_name())
+        self.bus = bus_for(redis, store.keys, "cloud", group="cloud", consumer=consumer or default_consumer_name())
         self.launched = 0
         self._stop = asyncio.Event()
 
@@ -112,12 +113,12 @@ class CloudEffects:
         if not isinstance(effect, CloudEffect):
             log.error("dropped %s %s: not a cloud effect", effect.type, effect.id)
             return
-        if await self.store.effect_record(effect.id) is not None:
+        if await self.store.effect_record(effect.id, effect.job_id) is not None:
             return  # carried out, and its follow-up committed with the record
         job = await self.store.get(effect.job_id)
         record, follow_ups = await self._carry_out(effect, job)
         platform = job.chat.platform if job is not None and job.chat is not None else ""
-        earlier = await self.store.finish_effect(effect.id, record, follow_ups, platform)
+        earlier = await self.store.finish_effect(effect.id, record, follow_ups, platform, job_id=effect.job_id)
         if earlier is not None and record.startswith(INSTANCE) and earlier != record:
             # Another delivery of this launch finished first, with another instance: this one is spare.
             log.warning("launch %s: %s was recorded first; terminating %s", effect.id, earlier, record)

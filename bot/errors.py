@@ -6,6 +6,7 @@ family and never a platform's SDK type.
     │   └── AlreadyOwned       (bot/owner_lock.py) another live process works on that directory
     ├── StoreError             the store (Redis)
     │   ├── StoreUnavailable   no answer: down, restarting, loading, unreachable
+    │   │   └── NotDurable     (bot/durability.py) a write no replica (or AOF) confirmed in time
     │   └── StoreConflict, JobCapReached  (bot/store.py) a change the store would not write
     ├── CloudError             a cloud (AWS, Alibaba, local): launch, terminate, interrupt-test, list
     │   ├── LaunchError, ForeignInstance

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from bot.bus import EventBus
+from bot.bus_set import Bus
 from bot.errors import StoreUnavailable
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportGate, ReportRefused
@@ -38,7 +38,7 @@ RETRY_AFTER_SECONDS = 5
 
 def build_app(
     store: JobStore,
-    bus: EventBus,
+    bus: Bus,
     reports: ReportGate,
     extra_metrics: Callable[[], dict[str, float]] | None = None,
 ) -> web.Application:
@@ -155,7 +155,7 @@ def _counter(name: str, help_text: str, value: float) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
 
 
-def _histogram(name: str, help_text: str, bus: EventBus) -> list[str]:
+def _histogram(name: str, help_text: str, bus: Bus) -> list[str]:
     lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
     for bound, count in bus.latency.cumulative():
         label = "+Inf" if bound == float("inf") else repr(bound)

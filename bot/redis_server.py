@@ -5,8 +5,10 @@ value the bot keeps is JSON text or an id, so callers deal in ``str`` only.
 
 In production ``REDIS_URL`` names a managed server (ElastiCache for Valkey, Alibaba Tair) with TLS and auth:
 ``rediss://user:password@host:port/0`` (``rediss://:token@…`` for an AUTH token), the certificate checked against
-the system's CAs, or ``?ssl_ca_certs=/path/ca.pem`` for a private CA. It must be a single primary (cluster mode
-off): the bot's scripts and transactions touch several keys at once. A server that cannot be reached or refuses
+the system's CAs, or ``?ssl_ca_certs=/path/ca.pem`` for a private CA. A single primary (with replicas or not), or a
+cluster (Redis / Valkey Cluster, ElastiCache Serverless, MemoryDB): :meth:`RedisHandle.start` asks the server
+(``INFO cluster``: ``cluster_enabled:1``) and then uses redis-py's cluster client, with no setting to give; the
+store keeps every script and pipeline within one slot (see :mod:`bot.keys`). A server that cannot be reached or refuses
 the credentials at start is :class:`~bot.errors.StoreUnavailable`, whose message names the server but never the
 password.
 
@@ -44,6 +46,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.connection import parse_url
 from redis.exceptions import RedisError
 
@@ -64,6 +67,10 @@ _UNAVAILABLE: tuple[type[Exception], ...] = (
     redis.exceptions.ReadOnlyError,
     redis.exceptions.MasterDownError,
     redis.exceptions.InvalidResponse,
+    # A cluster failing over: slots without a primary for a moment (CLUSTERDOWN, TRYAGAIN, none known).
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
     OSError,
 )
 # Durable enough to lose at most a second on a power cut, cheap enough for a chat bot's write rate.
@@ -178,10 +185,79 @@ class MappedRedis(aioredis.Redis):
         return MappedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
 
 
-def connect(url: str) -> aioredis.Redis:
-    """A client with its own connection pool; ``decode_responses=True`` everywhere in the bot; outages raised as
-    :class:`~bot.errors.StoreUnavailable`."""
+def _mapped(exc: Exception) -> StoreUnavailable:
+    """redis-py's outage as the store's, for a pipeline's reply that holds it rather than raises it."""
+    mapped = StoreUnavailable(f"Redis is unavailable: {type(exc).__name__}: {exc}")
+    mapped.__cause__ = exc
+    return mapped
+
+
+async def _initialized(client: RedisCluster) -> None:
+    """Learn the cluster's nodes before the first command: redis-py lets the first commands of a new client race
+    its discovery when they start together, and one may then write on a connection discovery just closed (seen
+    with redis-py 8.1: ``'NoneType' object has no attribute 'writelines'``). Its lock makes this wait once."""
+    if client._initialize:
+        await client.initialize()
+
+
+class MappedClusterPipeline(ClusterPipeline):
+    """A cluster pipeline (commands grouped per node) whose ``execute`` maps outages once."""
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        """The replies; a node that could not be reached fails its commands with StoreUnavailable (raised, or in
+        their places with ``raise_on_error=False``: a cluster pipeline's nodes fail one by one)."""
+        try:
+            await _initialized(self.cluster_client)
+            results = await super().execute(raise_on_error, allow_redirections)
+        except _UNAVAILABLE as exc:
+            _unavailable(exc)
+        return [_mapped(result) if isinstance(result, _UNAVAILABLE) else result for result in results]
+
+
+class MappedRedisCluster(RedisCluster):
+    """redis-py's asyncio cluster client, its outages raised as :class:`~bot.errors.StoreUnavailable` as
+    :class:`MappedRedis` does. Its pipelines never run MULTI: every one the bot sends to a cluster is a batch of
+    commands each atomic on its own (transactions are scripts, each in one slot)."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            await _initialized(self)
+            return await super().execute_command(*args, **kwargs)
+        except _UNAVAILABLE as exc:
+            _unavailable(exc)
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> MappedClusterPipeline:
+        return MappedClusterPipeline(self)  # type: ignore[abstract]  # as redis-py itself makes one
+
+
+def connect(url: str, cluster: bool = False) -> aioredis.Redis:
+    """A client with its own connection pool (a cluster client when ``cluster``: see :func:`is_cluster`);
+    ``decode_responses=True`` everywhere in the bot; outages raised as :class:`~bot.errors.StoreUnavailable`."""
+    if cluster:
+        client = MappedRedisCluster.from_url(url, decode_responses=True, **CONNECT_OPTIONS)
+        return client  # type: ignore[return-value]  # the commands the bot uses, with the same signatures
     return packed_by_hiredis(MappedRedis.from_url(url, decode_responses=True, **CONNECT_OPTIONS))
+
+
+async def is_cluster(client: aioredis.Redis) -> bool:
+    """Is the server behind ``client`` (a plain client) a node of a cluster (``INFO cluster``)? A server that
+    refuses INFO (a managed one may) is taken as a single primary."""
+    try:
+        info = await client.info("cluster")
+    except redis.exceptions.ResponseError:
+        return False
+    return str(info.get("cluster_enabled", "0")) == "1"
+
+
+async def open_client(url: str) -> aioredis.Redis:
+    """A client for ``url``, of the kind the server asks for (plain, or cluster): for processes that only
+    connect (the local cloud's instances); the bot's own go through :class:`RedisHandle`."""
+    probe = connect(url)
+    try:
+        cluster = await is_cluster(probe)
+    finally:
+        await probe.aclose()
+    return connect(url, cluster=cluster)
 
 
 def _free_port() -> int:
@@ -253,6 +329,7 @@ class RedisHandle:
         self._url = url
         self.server = EmbeddedValkey(data_dir) if data_dir is not None else None
         self._client: aioredis.Redis | None = None
+        self.cluster = False  # found at start: the server is a cluster node (its clients are cluster clients)
 
     @property
     def embedded(self) -> bool:
@@ -270,7 +347,7 @@ class RedisHandle:
 
     def new_client(self) -> aioredis.Redis:
         """Another client on its own pool (e.g. per consumer, so a blocking read holds up no one else)."""
-        return connect(self.url)
+        return connect(self.url, cluster=self.cluster)
 
     async def start(self) -> None:
         if self._client is not None:
@@ -280,6 +357,11 @@ class RedisHandle:
         client = connect(self.url)
         try:
             await client.ping()
+            if await is_cluster(client):
+                self.cluster = True
+                await client.aclose()
+                client = connect(self.url, cluster=True)
+                await client.ping()
         except BaseException as exc:
             await client.aclose()
             await self._stop_server()

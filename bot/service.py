@@ -27,7 +27,8 @@ import aiohttp
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from bot.bus import EventBus, default_consumer_name
+from bot.bus import default_consumer_name
+from bot.bus_set import Bus, bus_for
 from bot.chat.base import ChatPort, PortDeliverer
 from bot.chat.console import ConsoleChat
 from bot.chat.delivery import Platform
@@ -41,10 +42,12 @@ from bot.cloud.local import LocalCloud
 from bot.core import Bot
 from bot.costs_http import MIN_TOKEN_LENGTH as COSTS_TOKEN_LENGTH
 from bot.costs_http import costs_routes
+from bot.durability import DurableWrites
 from bot.effects import CloudEffects
 from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
-from bot.keys import DEFAULT_KEYS
+from bot.keys import DEFAULT_KEYS, Keys
+from bot.layout import open_keys
 from bot.owner_lock import AlreadyOwned, OwnerLock
 from bot.pagers.calls import PagerDeliverer
 from bot.pagers.setup import pager_tools, webhook_secrets
@@ -84,6 +87,7 @@ class CloudWiring:
     config: FileConfig
     redis: RedisHandle
     report_keys: ReportKeys
+    keys: Keys = DEFAULT_KEYS  # the store's keys (its partitions): the local cloud writes its events to them
 
 
 CloudFactory = Callable[[CloudWiring], CloudProvider]
@@ -118,6 +122,7 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
         settings.finetune_state_dir,
         redis.client,
         redis.url,
+        keys=wiring.keys,
         grace_seconds=settings.finetune_local_grace_seconds,
         report_keys=wiring.report_keys,
         dialect=settings.finetune_local_dialect,
@@ -148,7 +153,7 @@ class BotService:
         self._redis: RedisHandle | None = None
         self._http: web.AppRunner | None = None
         self._cloud: CloudProvider | None = None
-        self._bus: EventBus | None = None
+        self._bus: Bus | None = None
         self._timers: Timers | None = None
         self._effects: CloudEffects | None = None
         self._bot: Bot | None = None
@@ -172,7 +177,7 @@ class BotService:
         return self._redis.url
 
     @property
-    def bus(self) -> EventBus:
+    def bus(self) -> Bus:
         assert self._bus is not None, "BotService is not started"
         return self._bus
 
@@ -251,12 +256,12 @@ class BotService:
             stack.push_async_callback(client.aclose)
             return client
 
-        keys = DEFAULT_KEYS
-        store = JobStore(redis.client, keys)
+        keys = await open_keys(redis.client, DEFAULT_KEYS.prefix)  # the partitions this store was created with
+        store = JobStore(redis.client, keys, durability=DurableWrites.of(config.redis))
         await store.index_existing()  # jobs stored by an older bot join the list and retention indexes
         consumer = default_consumer_name()
         # A cloud's word about an instance runs in its job's lane, with the runner's reports of the same fact.
-        bus = EventBus(own_client(), stream=keys.events, consumer=consumer, jobs_of_instances=store.jobs_for_instances)
+        bus = bus_for(own_client(), keys, "events", consumer=consumer, jobs_of_instances=store.jobs_for_instances)
         self._bus = bus
         await bus.ensure_group()
         self._timers = timers = Timers(redis.client, keys, clock=self.clock)
@@ -302,7 +307,7 @@ class BotService:
             ) from None
         self.port = int(self._http.addresses[0][1])
 
-        self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, ReportKeys(secret)))
+        self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, ReportKeys(secret), keys))
         stack.push_async_callback(cloud.close)
         self._outbox = outbox = self._chat_outbox(own_client(), store, consumer, pager)
         recipes = all_recipes(config)

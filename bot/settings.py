@@ -19,6 +19,7 @@ from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.slack.config import SlackConfig
 from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.aws_settings import AwsSettings
+from bot.durability import RedisOptions
 from bot.errors import ConfigError
 from bot.redis_server import check_redis_url, redacted
 from handlers import old_spellings
@@ -129,6 +130,7 @@ class FileConfig(BaseModel):
     slack: SlackConfig = Field(default_factory=SlackConfig)  # alert channel, command name
     aliyun: AliyunSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aliyun
     dingtalk: DingTalkConfig | None = None  # alert robot, card template and languages of the DingTalk groups
+    redis: RedisOptions = Field(default_factory=RedisOptions)  # durability: what a state change waits for
 
     @model_validator(mode="before")
     @classmethod

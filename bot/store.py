@@ -19,7 +19,9 @@ The scripts keep the indexes ``list`` and retention read (creation, per channel,
 a cap, counts the active jobs before it writes, so the cap is checked and taken in one step.
 :meth:`JobStore.sweep` deletes ended jobs past their retention (:mod:`bot.retention`).
 
-Every key is named in :mod:`bot.keys`. Commands of concurrent handlers share round trips (:mod:`bot.batch`).
+Every key is named in :mod:`bot.keys`; each script touches one partition's keys only (one cluster slot), and a
+read across jobs asks every partition (pipelined: one round trip per server). Commands of concurrent handlers
+share round trips (:mod:`bot.batch`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pydantic_core
 import redis.asyncio as aioredis
 
 from bot.batch import Batcher
+from bot.durability import DurableWrites
 from bot.errors import StoreError
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
@@ -220,19 +223,20 @@ class JobStore:
         prefix: str | None = None,
         max_retries: int = 50,
         audit_maxlen: int = AUDIT_MAXLEN,
+        durability: DurableWrites | None = None,
     ) -> None:
         self.redis = redis
         self.audit_maxlen = audit_maxlen
         self.keys = keys or (Keys(prefix) if prefix is not None else DEFAULT_KEYS)
         self.max_retries = max_retries
-        self._batch = Batcher(redis)
+        # Every state change (the create, apply, finish and send scripts) waits as the durability setting asks.
+        self._batch = Batcher(redis, durability=durability)
         self._create = redis.register_script(_CREATE)
         self._apply = redis.register_script(_APPLY)
         self._finish = redis.register_script(_FINISH)
         self._send = redis.register_script(_SEND)
         self._sweep = redis.register_script(_SWEEP)
-        self._queues = [getattr(self.keys, destination) for destination in DESTINATIONS]
-        self._active_sets = [self.keys.state(state) for state in ACTIVE_ORDER]
+        assert [queue.rsplit(":", 1)[-1] for queue in self.keys.queues(0)] == list(DESTINATIONS)
 
     @property
     def prefix(self) -> str:
@@ -247,34 +251,48 @@ class JobStore:
 
         ``cap``: the most jobs that may be active (``ACTIVE_STATES``) with this one; the count and the write are
         one step, so concurrent starts never pass it together. Past it: :class:`JobCapReached`, nothing written."""
+        part = self.keys.partition_of(job.id)
         keys = [
             self.keys.job(job.id),
-            self.keys.state(job.state),
-            self.keys.instances,
+            self.keys.state(job.state, part),
+            self.keys.instances_in(part),
             self.keys.history(job.id),
-            *self._queues,
-            self.keys.created,
+            *self.keys.queues(part),
+            self.keys.created_in(part),
             self._channel_index(job),
-            self.keys.ended,
-            *(self._active_sets if cap is not None else ()),  # counted only by a create with a cap
+            self.keys.ended_in(part),
+            *(self._active_sets(part) if cap is not None else ()),  # counted only by a create with a cap
         ]
         routes, payloads = _routed(outbox, _platform(job))
+        # The script counts its own partition's active jobs; the other partitions' are counted here first.
+        room = cap - await self._active_elsewhere(part) if cap is not None else None
         options = {
             "job_id": job.id,
             "instances": job.instance_ids,
             "created": job.created_at.timestamp(),
             "channel": job.chat is not None,
             "ended": job.updated_at.timestamp() if job.state in TERMINAL_STATES else False,
-            "cap": cap if cap is not None else False,
+            "cap": room if room is not None else False,
             "active": len(ACTIVE_ORDER) if cap is not None else 0,
             **routes,
         }
         args = [_json(options), job.model_dump_json(), _json(dict(history)), *payloads]
-        written = int(await self._batch.script(self._create, keys, args))
+        written = int(await self._batch.script(self._create, keys, args, durable=True))
         if written == _FULL:
             assert cap is not None
             raise JobCapReached(cap)
         return written == _WRITTEN
+
+    def _active_sets(self, partition: int) -> list[str]:
+        return [self.keys.state(state, partition) for state in ACTIVE_ORDER]
+
+    async def _active_elsewhere(self, partition: int) -> int:
+        """How many jobs are active in every partition but ``partition`` (0 on a store of one partition)."""
+        sets = [key for other in self.keys.all_partitions if other != partition for key in self._active_sets(other)]
+        if not sets:
+            return 0
+        counts = await asyncio.gather(*(self._batch.execute("SCARD", key) for key in sets))
+        return sum(int(count) for count in counts)
 
     async def apply(
         self,
@@ -302,7 +320,7 @@ class JobStore:
         leaves either all of them or none. One :class:`Applied` per step, in order.
         """
         job_key = self.keys.job(job_id)
-        dedups = [self.keys.dedup(key) if key is not None else None for _decide, key in steps]
+        dedups = [self.keys.job_dedup(job_id, key) if key is not None else None for _decide, key in steps]
         wanted = [key for key in dedups if key is not None]
         for attempt in range(self.max_retries):
             *seen_list, raw = await self._batch.execute("MGET", *wanted, job_key)
@@ -330,6 +348,7 @@ class JobStore:
                 changes.append(replace(change, job=job))
                 results.append(Applied(job=job, change=changes[-1]))
             if not recorded and not changes:
+                await self._confirm(job_id)  # every input seen: written before, perhaps never confirmed
                 return results
             written = await self._write_changes(raw, current, changes, recorded, dedup_ttl)
             if written == _WRITTEN:
@@ -337,20 +356,29 @@ class JobStore:
             await _backoff(attempt)  # another writer changed the job (or saw an input) since it was read: again
         raise StoreConflict(f"could not apply a change to {job_id}: too many concurrent writers")
 
+    async def _confirm(self, job_id: str) -> None:
+        """With a durability setting: wait until what the job's partition holds now is durable, as a write would
+        (a tiny write in its slot, confirmed: replication keeps order, so its confirmation covers every earlier
+        write). So an input whose write reached only the primary (NotDurable, then redelivered) is not taken as
+        done before its write is durable."""
+        if self._batch.durability.wait is not None:
+            await self._batch.execute("SET", self.keys.job_dedup(job_id, "confirmed"), "1", "PX", 60_000, durable=True)
+
     async def _write_changes(
         self, raw: str, old: Job, changes: Sequence[Change], dedups: Sequence[str], dedup_ttl: int
     ) -> int:
         """Run the apply script: the job as the last change left it, its indexes, one history entry and the outbox
         of each change, and the dedup keys; only the dedup keys when nothing changed."""
         new = changes[-1].job if changes else old
+        part = self.keys.partition_of(new.id)
         keys = [
             self.keys.job(new.id),
-            self.keys.state(old.state),
-            self.keys.state(new.state),
-            self.keys.instances,
+            self.keys.state(old.state, part),
+            self.keys.state(new.state, part),
+            self.keys.instances_in(part),
             self.keys.history(new.id),
-            *self._queues,
-            self.keys.ended,
+            *self.keys.queues(part),
+            self.keys.ended_in(part),
             *dedups,
         ]
         routes, payloads = _routed([message for change in changes for message in change.outbox], _platform(new))
@@ -366,31 +394,44 @@ class JobStore:
         }
         histories = [_json(dict(change.history)) for change in changes]
         args = [_json(options), raw, new.model_dump_json() if changes else "", *histories, *payloads]
-        return int(await self._batch.script(self._apply, keys, args))
+        return int(await self._batch.script(self._apply, keys, args, durable=True))
 
     async def finish_effect(
-        self, effect_id: str, record: str, follow_ups: Iterable[Message] = (), platform: str = ""
+        self,
+        effect_id: str,
+        record: str,
+        follow_ups: Iterable[Message] = (),
+        platform: str = "",
+        job_id: str | None = None,
     ) -> str | None:
-        """Record that effect ``effect_id`` was carried out (``record`` says how) and route its follow-ups, in one
-        step. ``None`` when this call recorded it; the record already there (and nothing written) otherwise."""
+        """Record that effect ``effect_id`` (of job ``job_id``) was carried out (``record`` says how) and route its
+        follow-ups to the job's partition, in one step. ``None`` when this call recorded it; the record already
+        there (and nothing written) otherwise."""
         routes, payloads = _routed(follow_ups, platform)
-        key = self.keys.effect_done(effect_id)
+        key = self.keys.effect_done(effect_id, job_id)
+        part = self.keys.partition_of(job_id) if job_id is not None else 0
         args = [_json({"ttl": EFFECT_TTL, **routes}), record, *payloads]
-        if await self._batch.script(self._finish, [key, *self._queues], args):
+        if await self._batch.script(self._finish, [key, *self.keys.queues(part)], args, durable=True):
             return None
         existing = await self._batch.execute("GET", key)
         return "" if existing is None else str(existing)
 
-    async def effect_record(self, effect_id: str) -> str | None:
-        """How the effect was carried out, if it was."""
-        value = await self._batch.execute("GET", self.keys.effect_done(effect_id))
+    async def effect_record(self, effect_id: str, job_id: str | None = None) -> str | None:
+        """How the effect (of job ``job_id``) was carried out, if it was."""
+        value = await self._batch.execute("GET", self.keys.effect_done(effect_id, job_id))
         return None if value is None else str(value)
 
     async def send(self, messages: Iterable[Message], platform: str = "") -> None:
-        """Route messages to their queues with no job change (each keeps its ``id``)."""
-        routes, payloads = _routed(messages, platform)
-        if payloads:
-            await self._batch.script(self._send, self._queues, [_json(routes), *payloads])
+        """Route messages to their queues with no job change (each keeps its ``id``), each to its job's partition
+        (partition 0 for a message of no job): one script per partition."""
+        by_partition: dict[int, list[Message]] = {}
+        for message in messages:
+            job_id = getattr(message, "job_id", None)
+            part = self.keys.partition_of(job_id) if isinstance(job_id, str) else 0
+            by_partition.setdefault(part, []).append(message)
+        for part, batch in by_partition.items():
+            routes, payloads = _routed(batch, platform)
+            await self._batch.script(self._send, self.keys.queues(part), [_json(routes), *payloads], durable=True)
 
     # Reads ----------------------------------------------------------------------------------------------------
 
@@ -407,14 +448,13 @@ class JobStore:
         wanted = list(JobState) if states is None else list(states)
         if not wanted:
             return []
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for state in wanted:
-                pipe.smembers(self.keys.state(state))
-            members: list[set[str]] = await pipe.execute()
+        members = await self._pipelined(
+            [("SMEMBERS", self.keys.state(state, part)) for part in self.keys.all_partitions for state in wanted]
+        )
         ids = sorted(set().union(*members))
         if not ids:
             return []
-        raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
+        raws = await self._get_many([self.keys.job(job_id) for job_id in ids])
         jobs = [Job.model_validate_json(raw) for raw in raws if raw is not None]
         allowed = set(wanted)
         return sorted((job for job in jobs if job.state in allowed), key=lambda job: (job.created_at, job.id))
@@ -422,53 +462,77 @@ class JobStore:
     async def recent(self, chat: ChatRef | None = None, count: int = 20) -> list[Job]:
         """The latest ``count`` jobs started in ``chat`` (every channel's when None), newest first: read from the
         channel's index, so ``list`` loads ``count`` jobs however many there are."""
-        index = self.keys.created if chat is None else self.keys.channel_jobs(chat.platform, chat.channel)
-        ids = [str(job_id) for job_id in await self.redis.zrevrange(index, 0, count - 1)]
+        indexes = [
+            self.keys.created_in(part) if chat is None else self.keys.channel_jobs(chat.platform, chat.channel, part)
+            for part in self.keys.all_partitions
+        ]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for index in indexes:
+                pipe.zrevrange(index, 0, count - 1, withscores=True)
+            tails: list[list[tuple[str, float]]] = await pipe.execute()
+        scored = sorted(((float(score), str(job_id)) for tail in tails for job_id, score in tail), reverse=True)
+        ids = [job_id for _score, job_id in scored[:count]]
         if not ids:
             return []
-        raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
+        raws = await self._get_many([self.keys.job(job_id) for job_id in ids])
         return [Job.model_validate_json(raw) for raw in raws if raw is not None]
 
     async def active_since(self, start: datetime) -> list[Job]:
         """Every job that may have been active since ``start`` (what ``costs`` reads): the jobs not in a final state
-        (their state sets) and those that reached one at ``start`` or later (the ended index from ``start`` on).
-        A job that ended before ``start`` is not read, so the cost of a report is the jobs of its window, not
-        every job retention keeps. The caller filters exactly (a job may have moved in between)."""
+        (their state sets) and those that reached one at ``start`` or later (the ended index from ``start`` on), in
+        every partition. A job that ended before ``start`` is not read, so the cost of a report is the jobs of its
+        window, not every job retention keeps. The caller filters exactly (a job may have moved in between)."""
         open_states = [state for state in JobState if state not in TERMINAL_STATES]
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for state in open_states:
-                pipe.smembers(self.keys.state(state))
-            pipe.zrangebyscore(self.keys.ended, start.timestamp(), "+inf")
-            *members, ended = await pipe.execute()
-        ids = sorted(set().union(*members, ended))
+        commands: list[tuple[Any, ...]] = []
+        for part in self.keys.all_partitions:
+            commands += [("SMEMBERS", self.keys.state(state, part)) for state in open_states]
+            commands.append(("ZRANGEBYSCORE", self.keys.ended_in(part), start.timestamp(), "+inf"))
+        found = await self._pipelined(commands)
+        ids = sorted({str(job_id) for members in found for job_id in members})
         if not ids:
             return []
-        raws = await self.redis.mget([self.keys.job(job_id) for job_id in ids])
+        raws = await self._get_many([self.keys.job(job_id) for job_id in ids])
         return [Job.model_validate_json(raw) for raw in raws if raw is not None]
 
     async def stream_backlog(self) -> list[StreamBacklog]:
-        """Each consumer group of the three work streams (events, chat, cloud): the entries not yet delivered to it
-        (``lag``; None when the server cannot tell, e.g. after a trim) and those delivered but not acknowledged
-        (``pending``), for ``/metrics``. A stream not created yet has no group and is left out."""
-        backlog: list[StreamBacklog] = []
-        for name, stream in (("events", self.keys.events), ("chat", self.keys.chat), ("cloud", self.keys.cloud)):
-            if not await self.redis.exists(stream):
-                continue
-            for group in await self.redis.xinfo_groups(stream):
-                lag = group.get("lag")
-                backlog.append(
-                    StreamBacklog(name, str(group["name"]), None if lag is None else int(lag), int(group["pending"]))
-                )
-        return backlog
+        """Each consumer group of the three work streams (events, chat, cloud; every partition's, summed per
+        group): the entries not yet delivered to it (``lag``; None when the server cannot tell, e.g. after a trim)
+        and those delivered but not acknowledged (``pending``), for ``/metrics``. A stream not created yet has no
+        group and is left out."""
+        totals: dict[tuple[str, str], tuple[int | None, int]] = {}
+        for name in ("events", "chat", "cloud"):
+            for stream in self.keys.streams(name):
+                if not await self.redis.exists(stream):
+                    continue
+                for group in await self.redis.xinfo_groups(stream):
+                    raw_lag = group.get("lag")
+                    key = (name, str(group["name"]))
+                    lag, pending = totals.get(key, (0, 0))
+                    lag = None if lag is None or raw_lag is None else lag + int(raw_lag)
+                    totals[key] = (lag, pending + int(group["pending"]))
+        return [StreamBacklog(name, group, lag, pending) for (name, group), (lag, pending) in totals.items()]
 
     async def counts_by_state(self) -> dict[JobState, int]:
         """How many jobs are in each state (every state present, zeros included), for ``/metrics``."""
         states = list(JobState)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for state in states:
-                pipe.scard(self.keys.state(state))
-            counts: list[int] = await pipe.execute()
-        return {state: int(count) for state, count in zip(states, counts, strict=True)}
+        counts = await self._pipelined(
+            [("SCARD", self.keys.state(state, part)) for state in states for part in self.keys.all_partitions]
+        )
+        width = self.keys.partitions
+        return {state: sum(int(n) for n in counts[i * width : (i + 1) * width]) for i, state in enumerate(states)}
+
+    async def _pipelined(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Replies to ``commands`` (reads, each of one key), sent in one pipeline (one per server on a cluster)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute())
+
+    async def _get_many(self, keys: Sequence[str]) -> list[str | None]:
+        """GET of each key: one MGET on a single partition, else a pipeline (MGET cannot cross slots)."""
+        if self.keys.partitions == 1:
+            return [None if raw is None else str(raw) for raw in await self.redis.mget(keys)]
+        return await self._pipelined([("GET", key) for key in keys])
 
     async def history(self, job_id: str, count: int = 200, with_times: bool = False) -> list[dict[str, Any]]:
         """The job's latest ``count`` history entries, oldest first; ``with_times`` adds each one's ``written`` time
@@ -485,77 +549,86 @@ class JobStore:
         return result
 
     async def job_for_instance(self, instance_id: str) -> str | None:
-        job_id = await self._batch.execute("HGET", self.keys.instances, instance_id)
-        return None if job_id is None else str(job_id)
+        return (await self.jobs_for_instances([instance_id])).get(instance_id)
 
     async def jobs_for_instances(self, instance_ids: Sequence[str]) -> dict[str, str]:
-        """The job of each of ``instance_ids`` that one is known for, in one read (the bus's lanes use it)."""
+        """The job of each of ``instance_ids`` that one is known for, in one read of every partition's instance
+        index (the bus's lanes use it)."""
         if not instance_ids:
             return {}
-        found = await self._batch.execute("HMGET", self.keys.instances, *instance_ids)
-        return {instance: str(job) for instance, job in zip(instance_ids, found, strict=True) if job is not None}
+        indexes = [self.keys.instances_in(part) for part in self.keys.all_partitions]
+        found = await asyncio.gather(*(self._batch.execute("HMGET", index, *instance_ids) for index in indexes))
+        jobs: dict[str, str] = {}
+        for replies in found:
+            jobs.update({instance: str(job) for instance, job in zip(instance_ids, replies, strict=True) if job})
+        return jobs
 
     # Retention ----------------------------------------------------------------------------------------------
 
     async def sweep(self, cutoff: datetime, batch: int = 100) -> int:
         """Delete jobs that ended before ``cutoff``, with their history and every index entry (atomically per job;
-        one that was resumed meanwhile is kept). Returns how many were deleted; at most ``batch`` per call."""
-        found = await self.redis.zrangebyscore(self.keys.ended, "-inf", cutoff.timestamp(), start=0, num=batch)
-        ids = [str(job_id) for job_id in found]
+        one that was resumed meanwhile is kept). Returns how many were deleted; at most ``batch`` per call (and
+        partition)."""
         deleted = 0
-        for job_id in ids:
-            raw = await self.redis.get(self.keys.job(job_id))
-            if raw is None:  # gone already: only the index entries are left
-                await self.redis.zrem(self.keys.ended, job_id)
-                await self.redis.zrem(self.keys.created, job_id)
-                deleted += 1
-                continue
-            job = Job.model_validate_json(raw)
-            keys = [
-                self.keys.job(job_id),
-                self.keys.history(job_id),
-                self.keys.state(job.state),
-                self.keys.instances,
-                self.keys.created,
-                self._channel_index(job),
-                self.keys.ended,
-                self.keys.chart(job_id),
-                self.keys.chart_stride(job_id),
-            ]
-            deleted += int(await self._sweep(keys=keys, args=[raw, job_id, cutoff.timestamp(), *job.instance_ids]))
+        for part in self.keys.all_partitions:
+            ended, created = self.keys.ended_in(part), self.keys.created_in(part)
+            found = await self.redis.zrangebyscore(ended, "-inf", cutoff.timestamp(), start=0, num=batch)
+            for job_id in (str(job_id) for job_id in found):
+                raw = await self.redis.get(self.keys.job(job_id))
+                if raw is None:  # gone already: only the index entries are left
+                    await self.redis.zrem(ended, job_id)
+                    await self.redis.zrem(created, job_id)
+                    deleted += 1
+                    continue
+                job = Job.model_validate_json(raw)
+                keys = [
+                    self.keys.job(job_id),
+                    self.keys.history(job_id),
+                    self.keys.state(job.state, part),
+                    self.keys.instances_in(part),
+                    created,
+                    self._channel_index(job),
+                    ended,
+                    self.keys.chart(job_id),
+                    self.keys.chart_stride(job_id),
+                ]
+                args = [raw, job_id, cutoff.timestamp(), *job.instance_ids]
+                deleted += int(await self._sweep(keys=keys, args=args))
         return deleted
 
     async def index_existing(self) -> int:
         """Put jobs stored before the creation, channel and ended indexes existed into them (idempotent; only
         the jobs missing from the creation index are read). Returns how many were indexed."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for state in JobState:
-                pipe.smembers(self.keys.state(state))
-            members: list[set[str]] = await pipe.execute()
-        ids = sorted(set().union(*members))
-        if not ids:
-            return 0
-        scores = await self.redis.zmscore(self.keys.created, ids)
-        missing = [job_id for job_id, score in zip(ids, scores, strict=True) if score is None]
         indexed = 0
-        for job_id in missing:
-            job = await self.get(job_id)
-            if job is None:
+        for part in self.keys.all_partitions:
+            members = await self._pipelined([("SMEMBERS", self.keys.state(state, part)) for state in JobState])
+            ids = sorted(set().union(*members))
+            if not ids:
                 continue
-            created = job.created_at.timestamp()
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.zadd(self.keys.created, {job_id: created}, nx=True)
-                if job.chat is not None:
-                    pipe.zadd(self._channel_index(job), {job_id: created}, nx=True)
-                if job.state in TERMINAL_STATES:
-                    pipe.zadd(self.keys.ended, {job_id: job.updated_at.timestamp()}, nx=True)
-                await pipe.execute()
-            indexed += 1
+            scores = await self.redis.zmscore(self.keys.created_in(part), ids)
+            missing = [job_id for job_id, score in zip(ids, scores, strict=True) if score is None]
+            for job_id in missing:
+                job = await self.get(job_id)
+                if job is None:
+                    continue
+                created = job.created_at.timestamp()
+                async with self.redis.pipeline(transaction=True) as pipe:  # one partition: one slot
+                    pipe.zadd(self.keys.created_in(part), {job_id: created}, nx=True)
+                    if job.chat is not None:
+                        pipe.zadd(self._channel_index(job), {job_id: created}, nx=True)
+                    if job.state in TERMINAL_STATES:
+                        pipe.zadd(self.keys.ended_in(part), {job_id: job.updated_at.timestamp()}, nx=True)
+                    await pipe.execute()
+                indexed += 1
         return indexed
 
     def _channel_index(self, job: Job) -> str:
-        """The job's channel index (the creation index stands in for a job with no channel: never written)."""
-        return self.keys.channel_jobs(job.chat.platform, job.chat.channel) if job.chat else self.keys.created
+        """The job's channel index in its partition (the creation index stands in for a job with no channel:
+        never written)."""
+        part = self.keys.partition_of(job.id)
+        if job.chat is None:
+            return self.keys.created_in(part)
+        return self.keys.channel_jobs(job.chat.platform, job.chat.channel, part)
 
     # Restart overheads measured per (recipe, instance type) ------------------------------------------------------
 
@@ -579,6 +652,11 @@ class JobStore:
         return next((float(value) for value in values if value is not None), None)
 
     # Once-only markers and the audit trail ----------------------------------------------------------------------
+
+    async def mark(self, key: str, value: str, ttl: int) -> None:
+        """SET ``key`` (one the chat outbox keeps: a note was sent, or is being sent), as durably as a state change:
+        a mark lost in a failover would post its note again."""
+        await self._batch.execute("SET", key, value, "EX", ttl, durable=True)
 
     async def claim_once(self, key: str, ttl: int = DEDUP_TTL) -> bool:
         """Record ``key`` as done; True only for the first caller (across replicas)."""

@@ -3,7 +3,8 @@
 A timer is a sorted-set member scored by its due time, written there by the job store in the same step as the
 change that set it (see :mod:`bot.queues`). The loop moves due members onto the events stream with one script
 call (ZREM and XADD together), so with several replicas each timer fires exactly once, and a restart of the bot
-neither loses nor repeats one.
+neither loses nor repeats one. Each partition (see :mod:`bot.keys`) has its own set, firing onto its own events
+stream in one slot: a timer stays with its job.
 
 Timers are typed messages (:data:`handlers.messages.TIMERS`) both ways: :meth:`Timers.schedule` encodes one as the
 store does (:func:`bot.queues.route`), and :meth:`Timers.pending` reads each member through
@@ -18,6 +19,7 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from typing import cast
 
 import redis.asyncio as aioredis
 
@@ -45,6 +47,7 @@ class Timers:
     ) -> None:
         self.redis = redis
         self.clock = clock
+        self.keys = keys
         self.stream = keys.events
         self.key = keys.timers
         self._fire = redis.register_script(_FIRE)
@@ -56,17 +59,25 @@ class Timers:
         if not isinstance(timer, TIMERS):
             raise ValueError(f"a {timer.type} message is not a timer (timers: {', '.join(t.__name__ for t in TIMERS)})")
         routed = route(timer, platform="")
-        await self.redis.zadd(self.key, {routed.payload: routed.due})
+        partition = self.keys.partition_of(timer.job_id)
+        await self.redis.zadd(self.keys.timers_in(partition), {routed.payload: routed.due})
 
     async def fire_due(self, now: datetime | None = None) -> int:
+        """Move the timers due by ``now`` onto the events streams (at most 100 per partition); how many moved."""
         moment = (now or self.clock()).timestamp()
-        fired = await self._fire(keys=[self.key, self.stream], args=[moment, 100, STREAM_MAXLEN, EVENT_FIELD])
-        return int(fired)
+        fired = 0
+        for partition in self.keys.all_partitions:
+            keys = [self.keys.timers_in(partition), self.keys.events_in(partition)]
+            fired += int(await self._fire(keys=keys, args=[moment, 100, STREAM_MAXLEN, EVENT_FIELD]))
+        return fired
 
     async def pending(self) -> list[BusMessage]:
         """Every timer not yet fired, earliest first, as typed messages (an older entry's shape read as today's)."""
-        members = await self.redis.zrange(self.key, 0, -1)
-        return [parse_message(json.loads(str(member))) for member in members]
+        scored: list[tuple[float, str]] = []
+        for partition in self.keys.all_partitions:
+            members = await self.redis.zrange(self.keys.timers_in(partition), 0, -1, withscores=True)
+            scored.extend((float(score), str(member)) for member, score in cast(list[tuple[str, float]], members))
+        return [parse_message(json.loads(member)) for _score, member in sorted(scored)]
 
     async def run(self, stop: asyncio.Event, interval: float = 0.5) -> None:
         while not stop.is_set():

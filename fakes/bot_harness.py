@@ -14,9 +14,10 @@ from typing import Any
 
 import yaml
 
-from bot.bus import EventBus
+from bot.bus_set import Bus, BusSet
 from bot.chat.console import ConsoleChat
 from bot.cloud.local import LocalCloud
+from bot.errors import StoreUnavailable
 from bot.service import BotService, CloudFactory, open_cloud
 from bot.settings import Settings
 from fakes.fake_dingtalk import FakeDingTalk
@@ -178,7 +179,11 @@ async def wait_job(service: BotService, job_id: str, done: Callable[[Job], bool]
     deadline = time.monotonic() + timeout
     job = None
     while time.monotonic() < deadline:
-        job = await service.bot.store.get(job_id)
+        try:
+            job = await service.bot.store.get(job_id)
+        except StoreUnavailable:  # a failover under way: the wait outlasts it
+            await asyncio.sleep(0.05)
+            continue
         if job is not None and done(job):
             return job
         await asyncio.sleep(0.05)
@@ -196,11 +201,14 @@ def python() -> str:
     return sys.executable
 
 
-async def drained(bus: EventBus) -> bool:
-    """Every entry of ``bus``'s stream so far was read by its group and acknowledged (handled or dropped).
+async def drained(bus: Bus) -> bool:
+    """Every entry of ``bus``'s stream so far (every partition's) was read by its group and acknowledged (handled
+    or dropped).
 
     A handler acknowledges an entry once it is done with it, retries included, so after this nothing more
     comes of those entries: the condition to wait on instead of "a while with nothing new"."""
+    if isinstance(bus, BusSet):
+        return all([await drained(one) for one in bus.buses])
     last = await bus.redis.xrevrange(bus.stream, count=1)
     groups = {str(group["name"]): group for group in await bus.redis.xinfo_groups(bus.stream)}
     group = groups.get(bus.group)
@@ -212,8 +220,11 @@ async def drained(bus: EventBus) -> bool:
 async def chat_drained(service: BotService) -> bool:
     """Every note on the chat stream was read and acknowledged by the chat outbox (posted, or given up on)."""
     store = service.bot.store
-    groups = await store.redis.xinfo_groups(store.keys.chat)
-    return any(group["name"] == "chat" and group["pending"] == 0 and group["lag"] == 0 for group in groups)
+    for stream in store.keys.streams("chat"):
+        groups = await store.redis.xinfo_groups(stream)
+        if not any(group["name"] == "chat" and group["pending"] == 0 and group["lag"] == 0 for group in groups):
+            return False
+    return True
 
 
 async def settled(service: BotService) -> bool:

@@ -32,6 +32,7 @@ KINDS = (UNIT, SCENARIO)
 SERVER_FIXTURES = frozenset(
     {
         "valkey_url",  # tests/redis_fixtures.py: the session's Valkey
+        "valkey_cluster_server",  # tests/cluster_fixtures.py: three primaries, three replicas
         "moto_endpoint",  # tests/conftest.py: moto in server mode
         "valkey",
         "slack",

@@ -34,7 +34,8 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
-from bot.bus import EventBus, HandBack, default_consumer_name
+from bot.bus import HandBack, default_consumer_name
+from bot.bus_set import bus_for
 from bot.charts.series import ChartSeries
 from bot.chat.cards import CardRefresher
 from bot.chat.catalog import Lang
@@ -91,7 +92,7 @@ class ChatOutbox:
         coalesced = {name: platform for name, platform in self.platforms.items() if platform.coalesce_cards}
         self.cards = CardRefresher(redis, store, self.refs, coalesced, interval=card_interval, keys=self.keys)
         # Deliveries retry in the handler (the lane waits), so a failure reaching the bus is a bug: parked after 5.
-        self.bus = EventBus(redis, stream=self.keys.chat, group="chat", consumer=consumer or default_consumer_name())
+        self.bus = bus_for(redis, self.keys, "chat", group="chat", consumer=consumer or default_consumer_name())
         self.delivered = 0
         self.dropped = 0
         self.coalesced = 0  # card notes superseded by the next card note of their job before either was delivered
@@ -155,8 +156,12 @@ class ChatOutbox:
                 return
             in_doubt = tried is not None  # an earlier delivery started and was not heard back from
             if not in_doubt:
-                mark = (sending, self.bus.consumer)
-                await self._until_done(platform, note, lambda: self.redis.set(*mark, ex=SENT_TTL), gated=False)
+                consumer = self.bus.consumer
+
+                async def mark_sending() -> None:
+                    await self.store.mark(sending, consumer, SENT_TTL)
+
+                await self._until_done(platform, note, mark_sending, gated=False)
 
         async def deliver() -> bool:
             nonlocal in_doubt
@@ -170,7 +175,7 @@ class ChatOutbox:
         if await self._until_done(platform, note, deliver):
             self.delivered += 1
         if sent:  # bookkeeping waits for no gate: stopping now must not hand back what was posted
-            await self._until_done(platform, note, lambda: self.redis.set(sent, "1", ex=SENT_TTL), gated=False)
+            await self._until_done(platform, note, lambda: self.store.mark(sent, "1", SENT_TTL), gated=False)
         # Whatever the note was, the job changed: its card should show that (coalesced, latest state).
         if platform.coalesce_cards:
             await self._until_done(platform, note, lambda: self.cards.mark(note.job_id), gated=False)

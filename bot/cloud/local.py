@@ -46,6 +46,7 @@ from bot.cloud.local_env import instance_environment
 from bot.cloud.local_instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
 from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry, local_instance_id
 from bot.keys import DEFAULT_KEYS, Keys
+from bot.layout import is_cluster_client
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
@@ -199,6 +200,8 @@ class LocalCloud:
             attempt=spec.attempt,
             redis_url=self.redis_url,
             prefix=self.keys.prefix,
+            partitions=self.keys.partitions,
+            cluster=is_cluster_client(self.registry.redis),
             dialect=self.dialect,
             grace_seconds=self.grace_seconds,
             orphan_seconds=self.orphan_seconds,

@@ -74,6 +74,8 @@ class InstanceConfig(BaseModel):
     attempt: int
     redis_url: str
     prefix: str
+    partitions: int = Field(default=1, ge=1)  # the store's (bot/keys.py): its events go to its job's partition
+    cluster: bool = False  # the Redis at redis_url is a cluster (the bot found out; the instance need not ask)
     dialect: Literal["aws", "aliyun"] = "aws"
     grace_seconds: float = Field(default=30.0, gt=0)
     orphan_seconds: float = Field(default=60.0, gt=0)
@@ -90,8 +92,8 @@ class LocalInstance:
     def __init__(self, config: InstanceConfig, home: Path) -> None:
         self.config = config
         self.home = home
-        self.keys = Keys(config.prefix)
-        self.redis: aioredis.Redis = connect(config.redis_url)
+        self.keys = Keys(config.prefix, config.partitions)
+        self.redis: aioredis.Redis = connect(config.redis_url, cluster=config.cluster)
         self.replicas = Replicas(self.redis, self.keys)
         self.metadata = LocalMetadataServer(dialect=config.dialect, instance_id=config.instance_id)
         self.token = secrets.token_urlsafe(24)
@@ -237,13 +239,15 @@ class LocalInstance:
         )
 
         async def write() -> None:
+            # One transaction on a single server; on a cluster (two slots) the two writes of one pipeline, which a
+            # retry repeats whole (the event's id is fixed).
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hset(
                     self.keys.local_instance(instance_id),
                     mapping={"state": "gone", "ended_at": datetime.now(UTC).isoformat(), "exit_code": str(code)},
                 )
                 pipe.xadd(
-                    self.keys.events,
+                    self.keys.events_in(self.keys.partition_of(self.config.job_id)),
                     {EVENT_FIELD: encode_event(event)[EVENT_FIELD]},
                     maxlen=STREAM_MAXLEN,
                     approximate=True,
