@@ -17,6 +17,7 @@ from handlers.reasons import ReasonError, Wording
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 _RECIPE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,40}$")
 _OVERRIDE = re.compile(r"^([a-z_][a-z0-9_]{0,40})=(\S{1,200})$")
+_NODE = re.compile(r"^node=(\d{1,2})$")
 MAX_COMMAND_LENGTH = 2000
 
 
@@ -26,9 +27,9 @@ def _slot(verb: str) -> str:
 
 
 USAGE = {
-    "start": "start <recipe> [key=value …] [deadline=36h] [budget=120]",
+    "start": "start <recipe> [key=value …] [deadline=36h] [budget=120] [nodes=2]",
     "stop": "stop <job>",
-    "interrupt-test": "interrupt-test <job>",
+    "interrupt-test": "interrupt-test <job> [node=K]",
     "status": "status [job]",
     "list": "list",
     "logs": "logs <job>",
@@ -41,7 +42,7 @@ USAGE = {
 DOES = {
     "start": "start a training job from a recipe (below), optionally with a deadline or a budget",
     "stop": "checkpoint, then release the instance",
-    "interrupt-test": "a real spot interruption of the job's instance, to check recovery",
+    "interrupt-test": "a real spot interruption of the job's instance (a multi-node job's node K), to check recovery",
     "status": "the job's card (without a job: the list)",
     "list": "the latest jobs, with their step",
     "logs": "the job's history, with times",
@@ -67,6 +68,7 @@ WORDING = Wording(
         "usage.not-job-id": "{word} is not a job id (they look like ft-7k2q)",
         "usage.no-arguments": "takes no arguments",
         "usage.one-job": "takes exactly one job id",
+        "usage.node": "takes a job id and optionally node=K (a node's number, 0 to 63), not {word}",
     }
 )
 HELP_REASON = WORDING("help", **{_slot(verb): WORDING(f"usage.line.{verb}") for verb in USAGE})
@@ -86,6 +88,7 @@ class Command:
     recipe: str | None = None
     overrides: dict[str, str] = field(default_factory=dict)
     on_demand: bool = False
+    node: int | None = None  # interrupt-test of one node of a multi-node job
 
 
 def parse(text: str) -> Command:
@@ -113,6 +116,11 @@ def parse(text: str) -> Command:
         if len(args) not in (1, 2) or (len(args) == 2 and args[1].lower() != "on-demand"):
             raise _usage(verb, "usage.resume-args")
         return Command("resume", job_id=_job(verb, args[0]), on_demand=len(args) == 2)
+    if verb == "interrupt-test" and len(args) == 2:
+        node = _NODE.fullmatch(args[1].lower())
+        if node is None or int(node.group(1)) > 63:
+            raise _usage(verb, "usage.node", word=_shown(args[1]))
+        return Command("interrupt-test", job_id=_job(verb, args[0]), node=int(node.group(1)))
     if verb in ("stop", "interrupt-test", "logs", "ack"):
         _expect(verb, args, 1)
         return Command(verb, job_id=_job(verb, args[0]))  # type: ignore[arg-type]

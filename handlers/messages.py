@@ -26,6 +26,7 @@ from handlers.ids import new_event_id
 from handlers.jobs import Market
 from handlers.notes import Note
 from handlers.reports import RunnerReport, utcnow
+from handlers.spec import Gang
 
 
 class _Message(BaseModel):
@@ -79,6 +80,7 @@ class Launched(_Message):
     market: Market = "spot"
     price_per_hour: float | None = None
     on_demand_price_per_hour: float | None = None
+    private_ip: str | None = None  # where a gang's other nodes reach this one (None: the cloud did not say)
 
 
 class LaunchFailed(_Message):
@@ -184,6 +186,26 @@ class StopRunner(_Message):
     instance_id: str
 
 
+class Regroup(_Message):
+    """Write a gang node's regroup: the runner of ``attempt`` stands by in world ``generation`` as ``node_rank``
+    and reads its next place (``gang``) from its own control object."""
+
+    type: Literal["regroup"] = "regroup"
+    job_id: str
+    instance_id: str
+    attempt: int
+    generation: int
+    node_rank: int
+    gang: Gang
+
+
+class ReleaseGang(_Message):
+    """The gang job ended: remove what the cloud made to place its nodes together."""
+
+    type: Literal["release-gang"] = "release-gang"
+    job_id: str
+
+
 NotifyChannel = Literal["card", "thread", "alert", "page"]
 
 
@@ -217,13 +239,15 @@ Message = (
     | Terminate
     | InterruptTest
     | StopRunner
+    | Regroup
+    | ReleaseGang
     | Notify
 )
 """Any message, as the core makes and reads it (a :class:`~handlers.jobs.Change`'s outbox holds these)."""
 BusMessage = Annotated[Message, Field(discriminator="type")]
 MESSAGE_TYPES: frozenset[str] = frozenset(model.model_fields["type"].default for model in get_args(Message))
 # The effects the cloud executor carries out (each goes to its queue, see bot/queues.py).
-CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner)
+CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner, Regroup, ReleaseGang)
 
 
 def upgraded(raw: Any) -> Any:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from handlers.job_options import JobOptionError, parse_budget, parse_deadline, reserved_parameter
+from handlers.job_options import JobOptionError, parse_budget, parse_deadline, parse_job_options, reserved_parameter
 from handlers.jobs import Job
 from handlers.reasons import Reason
 from handlers.spot import SpotView, choose, spot_first
@@ -125,13 +125,17 @@ def policy_reasons() -> list[Reason]:
         lambda: parse_deadline("91d", NOW),
         lambda: parse_budget("lots"),
         lambda: parse_budget("0"),
+        lambda: parse_job_options({"nodes": "65"}, NOW),
+        lambda: parse_job_options({"nodes": "2", "efa": "maybe"}, NOW),
+        lambda: parse_job_options({"efa": "true"}, NOW),
+        lambda: parse_job_options({"nodes": "2", "deadline": "36h"}, NOW),
     ):
         try:
             call()
         except JobOptionError as exc:
             errors.append(exc)
     reserved = reserved_parameter("mine", {"deadline": 1})
-    assert reserved is not None and len(errors) == 4
+    assert reserved is not None and len(errors) == 8
     return [*reasons, *(error.reason for error in errors), reserved.reason]
 
 

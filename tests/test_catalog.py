@@ -390,6 +390,7 @@ def handler_reasons() -> list[Reason]:
     ignored = [
         stop_command(stopped, "slack:U1", NOW),
         interrupt_test_command(pending, "slack:U1", NOW),
+        interrupt_test_command(running, "slack:U1", NOW, node=1),  # node= of a one-node job
         ack_command(running, "slack:U1", NOW),
         ack_command(failed, "slack:U1", NOW),
         ack_command(acked, "slack:U2", NOW),
@@ -402,7 +403,7 @@ def handler_reasons() -> list[Reason]:
         HELP_REASON,
         *(_parse_error(text) for text in ("x" * 2001, "deploy prod", "status a b", "resume ft-7k2q now", "start")),
         *(_parse_error(text) for text in ("start BAD/x", "start tiny lr", "start tiny a=1 a=2", "stop job;rm")),
-        *(_parse_error(text) for text in ("list all", "logs")),
+        *(_parse_error(text) for text in ("list all", "logs", "interrupt-test ft-7k2q node=99")),
         _recipe_error(lambda: find_recipe("llama-70b", dict(BUILT_IN))),
         _recipe_error(lambda: TINY.resolve({"batch": "1"})),
         _recipe_error(lambda: bare.resolve({"batch": "1"})),
@@ -545,7 +546,7 @@ def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_b
 def test_every_reason_renders_in_both_languages_english_exactly_as_str() -> None:
     reasons = handler_reasons()
     assert set().union(*(keys_in(reason) for reason in reasons)) == set(en.HANDLERS)  # every key is exercised
-    kept = {*USAGE, *job_options.JOB_OPTIONS, "finetune", "demand"}  # the words a person types stay as they are
+    kept = {*USAGE, *job_options.JOB_OPTIONS, "finetune", "demand", "node", "true", "false"}  # words one types
     for reason in reasons:
         english, chinese = say("en", reason), say("zh-CN", reason)
         assert english == str(reason) == reason.english
