@@ -35,6 +35,7 @@ from handlers.lifecycle import Lifecycle, best_step, gives_up, relaunch_pause, w
 from handlers.messages import (
     BusMessage,
     CloudEvent,
+    GangHoldDue,
     InterruptTest,
     Launch,
     Launched,
@@ -199,6 +200,8 @@ def decide(
         return _relaunch_due(job, message, now)
     if isinstance(message, PolicyTick):
         return _tick(job, message, now, spot, limits)
+    if isinstance(message, GangHoldDue):
+        return gang.hold_due(job, message, now, limits)
     if isinstance(message, StopDeadline):
         if message.attempt != job.attempt:
             return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")

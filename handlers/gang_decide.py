@@ -22,6 +22,7 @@ from handlers.jobs import TERMINAL_STATES, Attempt, Change, CheckpointRef, Job, 
 from handlers.lifecycle import Lifecycle, best_step
 from handlers.messages import (
     CloudEvent,
+    GangHoldDue,
     Launch,
     Launched,
     LaunchFailed,
@@ -33,10 +34,24 @@ from handlers.messages import (
     StopRunner,
     Terminate,
 )
-from handlers.notes import CardRefresh, CompletedNote, InstanceGone, Note, Resumed, Stopped
-from handlers.reports import CheckpointSaved, Completed, Interrupted, Notice, Progress, RunnerReport, Started
+from handlers.notes import CardRefresh, CompletedNote, InstanceGone, Note, Resumed, SpotPolicyNote, Stopped
+from handlers.reports import (
+    CheckpointSaved,
+    Completed,
+    Interrupted,
+    Notice,
+    Progress,
+    RunnerReport,
+    Standby,
+    Started,
+)
 from handlers.spot import SpotView
+from handlers.spot.gang import GangHold, wait_or_move
+from handlers.spot.gang_reasons import WORDING
+from handlers.spot.steer import refused
 from handlers.transitions import next_state
+
+DEFAULT_RESTART_SECONDS = 300.0  # a node's launch-to-training overhead, until the job has measured its own
 
 
 def with_attempt(job: Job, attempt: Attempt) -> Job:
@@ -119,7 +134,7 @@ def launched(job: Job, message: Launched, now: datetime) -> Change:
             "launched_at": message.at,
         }
     )
-    moved = with_attempt(job, updated)
+    moved = with_attempt(job, updated).model_copy(update={"held_since": None})
     outbox: list[Message] = [d._note(moved, "card", CardRefresh(cause="launched"))]
     if job.state is JobState.STOPPING:
         outbox.append(Terminate(job_id=job.id, instance_id=message.instance_id))
@@ -139,10 +154,23 @@ def launched(job: Job, message: Launched, now: datetime) -> Change:
 
 
 def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecycle) -> Change:
-    """A node could not be launched: the gang fails as one (its other nodes released)."""
+    """A node could not be launched. A replacement refused for capacity holds the survivors (they stand by,
+    billing) until :func:`hold_due`; any other refusal fails the gang as one (its other nodes released)."""
     attempt = job.attempt_numbered(message.attempt)
     if attempt is None or attempt.ended_at is not None:
         return d._ignored(job, message.type, f"attempt {message.attempt} is not a live node")
+    survivors = [a for a in live(job) if a.next_rank is not None and a.instance_id]
+    if message.capacity and survivors and job.state not in TERMINAL_STATES:
+        zone = message.zone or attempt.zone or ""
+        held = refused(job, zone, now)
+        history = {"event": "gang-hold", "attempt": attempt.number, "zone": zone, "reason": message.reason}
+        if job.held_since is not None:  # still refused after a wait: the pending hold timer decides again
+            return d._make(held, history, [])
+        held = held.model_copy(update={"held_since": now, "updated_at": now})
+        told = _why("gang.hold", attempt, zone, limits.gang_hold_seconds)
+        timer = GangHoldDue(job_id=job.id, attempt=attempt.number, due=now + limits.gang_hold)
+        card = d._note(held, "card", CardRefresh(cause="policy"))
+        return d._make(held, history, [timer, d._note(held, "thread", told), card])
     reason = Failure.of("launch-failed", error=message.reason)
     return d._failure(job, "launch-failed", reason, now, [], limits)
 
@@ -174,7 +202,40 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
         return _node_lost(job, attempt, now, limits, message)
     if isinstance(message, Completed):
         return _completed(job, attempt, message, now)
+    if isinstance(message, Standby):
+        return _standby(job, attempt, message, now)
     return d._report_rest(job, message, now, limits, spot)
+
+
+def _standby(job: Job, attempt: Attempt, message: Standby, now: datetime) -> Change:
+    """A survivor stands by with the newest complete checkpoint; once every survivor does, the lost node's
+    replacement launches (so it restores the very checkpoint they will: the marker of a checkpoint a lost node 0
+    was still completing may come after its ``interrupted`` report)."""
+    history = d._standby_history(message)
+    moved = with_attempt(job, attempt.model_copy(update={"standby_step": message.step if message.step else 0}))
+    moved = moved.model_copy(update={"updated_at": now})
+    return d._make(moved, history, _replacement_launch(job, moved, now))
+
+
+def _replacement_launch(before: Job, job: Job, now: datetime) -> list[Message]:
+    """The launch of the pending replacement, once (in ``job``, not yet in ``before``) every survivor stands by."""
+
+    def ready(gang: Job) -> Attempt | None:
+        nodes = live(gang)
+        pending = [a for a in nodes if a.instance_id is None and a.generation == gang.generation]
+        survivors = [a for a in nodes if a.next_rank is not None]
+        if len(pending) != 1 or not survivors or any(a.standby_step is None for a in survivors):
+            return None
+        return pending[0]
+
+    replacement = ready(job)
+    if replacement is None or ready(before) is not None:
+        return []
+    zone = next((a.zone for a in live(job) if a.zone), None)
+    return [
+        Launch(job_id=job.id, attempt=replacement.number, market=replacement.market, zone=zone),
+        StartDeadline(job_id=job.id, attempt=replacement.number, due=now + d.START_TIMEOUT),
+    ]
 
 
 def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Change:
@@ -214,7 +275,12 @@ def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Chan
                 )
             )
         for survivor in pending:
-            told = {"node_rank": survivor.next_rank, "generation": job.generation, "next_rank": None}
+            told = {
+                "node_rank": survivor.next_rank,
+                "generation": job.generation,
+                "next_rank": None,
+                "standby_step": None,
+            }
             moved = with_attempt(moved, survivor.model_copy(update=told))
     history: dict[str, Any] = {
         "event": "started",
@@ -321,7 +387,10 @@ def _node_lost(
         updates["step"] = max(job.step or 0, reached)
         updates["steps_lost"] = job.steps_lost + lost_steps
     ranks, free = regrouped(job, attempt)
-    release: list[Message] = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if attempt.instance_id else []
+    # A node that reported its interruption still completes its part (node 0: the marker) until its deadline, when
+    # its cloud takes it: it is not terminated here (reconciliation releases an instance that outlives it).
+    gone_now = told is None and attempt.instance_id is not None
+    release: list[Message] = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if gone_now else []
     note: Note = InstanceGone(instance=gone) if gone else d._interrupted_note(told, reached, lost_steps)  # type: ignore[arg-type]
     moved = with_attempt(job, ended).model_copy(update={**updates, "state": state, "updated_at": now})
     history: dict[str, Any] = {"event": "node-lost", "attempt": attempt.number, "node_rank": rank_of(attempt)}
@@ -348,8 +417,7 @@ def _node_lost(
     outbox: list[Message] = [
         *release,
         d._note(moved, "thread", note),
-        Launch(job_id=job.id, attempt=replacement.number, market=replacement.market, zone=zone),
-        StartDeadline(job_id=job.id, attempt=replacement.number, due=now + d.START_TIMEOUT),
+        *_replacement_launch(job, moved, now),  # now if every survivor stands by already, else at the last one's
         d._note(moved, "card", CardRefresh(cause="launch")),
     ]
     return d._make(moved, {**history, "state": state.value}, outbox)
@@ -377,6 +445,52 @@ def _newer_checkpoint(job: Job, told: Interrupted | None) -> CheckpointRef | Non
     if job.checkpoint is not None and told.step <= job.checkpoint.step:
         return None
     return CheckpointRef(step=told.step, uri=told.uri, at=told.time)
+
+
+# -- a replacement that cannot be had ------------------------------------------------------------------------
+
+
+def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle) -> Change:
+    """The survivors waited the hold time for replacement ``message.attempt``: the spot policy's choice
+    (:func:`handlers.spot.gang.wait_or_move`) tries that node again and waits another hold, or moves the whole gang
+    elsewhere (the survivors released; the thread hears why)."""
+    attempt = job.attempt_numbered(message.attempt)
+    if attempt is None or attempt.ended_at is not None or attempt.instance_id or job.held_since is None:
+        return d._ignored(job, message.type, f"replacement {message.attempt} came, or the gang moved on")
+    survivors = [a for a in live(job) if a.instance_id]
+    zone = next((a.zone for a in survivors if a.zone), None) or attempt.zone or ""
+    restart = job.restart_seconds or DEFAULT_RESTART_SECONDS
+    hold = GangHold(
+        nodes=job.nodes,
+        survivors=len(survivors),
+        node_price_per_hour=next((a.price_per_hour for a in survivors if a.price_per_hour), 0.0) or 0.0,
+        waited_seconds=(now - job.held_since).total_seconds(),
+        hold_seconds=limits.gang_hold_seconds,
+        replace_seconds=restart,
+        move_seconds=restart,
+        availability=0.0 if zone in job.refused_zones else 0.5,
+    )
+    choice = wait_or_move(hold)
+    history: dict[str, Any] = {"event": "gang-hold-due", "choice": choice, "waited": round(hold.waited_seconds, 1)}
+    if choice == "wait":
+        again: list[Message] = [
+            Launch(job_id=job.id, attempt=attempt.number, market=attempt.market, zone=zone or None),
+            GangHoldDue(job_id=job.id, attempt=attempt.number, due=now + limits.gang_hold),
+        ]
+        return d._make(job.model_copy(update={"updated_at": now}), history, again)
+    why = _why("gang.move", attempt, zone, hold.waited_seconds)
+    release = releases(job)
+    ended = end_all(job, now, "moved: the gang's lost node could not be replaced in its zone")
+    moved = ended.model_copy(update={"held_since": None, "state": JobState.RECOVERING})
+    moved = refused(moved, zone, now) if zone else moved
+    notes: list[Message] = [*release, ReleaseGang(job_id=job.id), d._note(moved, "thread", why)]
+    return relaunch(job, moved, attempt.market, now, {**history, "from_zone": zone}, notes, timedelta(), None, True)
+
+
+def _why(key: str, attempt: Attempt, zone: str, seconds: float) -> SpotPolicyNote:
+    """The thread's word on a hold or a move: which node, where, for how long (the catalogue words it)."""
+    values: dict[str, str | float] = {"node": attempt.node_rank or 0, "zone": zone, "minutes": round(seconds / 60, 1)}
+    return SpotPolicyNote(reason=str(WORDING(key, **values).key), values=values)
 
 
 # -- commands ---------------------------------------------------------------------------------------------

@@ -94,6 +94,7 @@ class Attempt(BaseModel):
     generation: int | None = None
     started_generation: int | None = None
     next_rank: int | None = None
+    standby_step: int | None = None  # a gang survivor stands by with this checkpoint (until its regroup)
     private_ip: str | None = None  # where the other nodes reach it (the launch's word)
 
 
@@ -175,6 +176,7 @@ class Job(BaseModel):
     nodes: int = 1
     generation: int = 1
     efa: bool = False
+    held_since: datetime | None = None  # a gang's survivors wait for a replacement the cloud refused, since then
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0

@@ -143,6 +143,15 @@ class StopDeadline(_Message):
     due: datetime
 
 
+class GangHoldDue(_Message):
+    """Timer: the survivors of a gang have waited the hold time for replacement ``attempt``: wait longer, or move."""
+
+    type: Literal["gang-hold-due"] = "gang-hold-due"
+    job_id: str
+    attempt: int
+    due: datetime
+
+
 class StopFailed(_Message):
     """The runner could not be asked to stop (its instance is gone, the control object cannot be written)."""
 
@@ -235,6 +244,7 @@ Message = (
     | PolicyTick
     | StopDeadline
     | StopFailed
+    | GangHoldDue
     | Launch
     | Terminate
     | InterruptTest
@@ -277,7 +287,7 @@ def upgraded(raw: Any) -> Any:
 
 
 # Inputs that are timers: the bot puts one back on the timer queue until its ``due`` time has come.
-TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline, PolicyTick)
+TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline, PolicyTick, GangHoldDue)
 
 _ADAPTER: TypeAdapter[BusMessage] = TypeAdapter(BusMessage)
 

@@ -59,6 +59,7 @@ from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
 from handlers.reports import Late
+from handlers.spot import gang_reasons
 from handlers.spot import policies as spot_policies
 from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
@@ -535,6 +536,7 @@ def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_b
         spot_situation.WORDING,
         reconcile_module.WORDING,
         failures.WORDING,
+        gang_reasons.WORDING,
     ]
     assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
     assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice

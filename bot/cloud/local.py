@@ -187,10 +187,13 @@ class LocalCloud:
     async def zones_without_spot(self) -> set[str]:
         return {str(zone) for zone in await self.registry.redis.smembers(self.keys.local_no_spot)}
 
-    async def take_spot_capacity(self, zone: str) -> list[str]:
+    async def take_spot_capacity(self, zone: str, reclaim: bool = True) -> list[str]:
         """No spot in ``zone`` from now on: launches there are refused, and each spot instance held there is
-        reclaimed (its notice, then the end of the grace period). Returns the instances being reclaimed."""
+        reclaimed (its notice, then the end of the grace period). Returns the instances being reclaimed.
+        ``reclaim`` False: only new launches are refused (a zone that has run out, its instances kept)."""
         await self.registry.redis.sadd(self.keys.local_no_spot, zone)
+        if not reclaim:
+            return []
         held = [
             record
             for record in await self.instances()

@@ -6,7 +6,17 @@ own English, taken from the tables next to the code that says it, so the two can
 
 from __future__ import annotations
 
-from handlers import commands, decide, failures, job_options, permissions, policy_config, recipes, reconcile
+from handlers import (
+    commands,
+    decide,
+    failures,
+    job_options,
+    permissions,
+    policy_config,
+    recipes,
+    reconcile,
+)
+from handlers.spot import gang_reasons
 from handlers.spot import policies as spot_policies
 from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
@@ -23,6 +33,7 @@ HANDLERS: dict[str, str] = {
     **spot_situation.WORDING.sentences,
     **reconcile.WORDING.sentences,
     **failures.WORDING.sentences,
+    **gang_reasons.WORDING.sentences,
 }
 
 BOT: dict[str, str] = {

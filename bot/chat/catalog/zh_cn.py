@@ -278,6 +278,13 @@ MESSAGES: dict[str, str] = {
     ),
     "spot-policy.unmeasured": "在 {zone} 使用抢占式实例：尚未测得训练步时，暂无可依据的计划",
     "spot-policy.unmeasured.on-demand": "按量付费：没有可用区有抢占式容量，且尚未测得训练步时",
+    "gang.hold": (
+        "节点 {node} 的替换实例在 {zone} 没有容量：其余节点等待（计费）最多 {minutes} 分钟，"
+        "之后由策略决定继续等待还是整组迁移"
+    ),
+    "gang.move": (
+        "节点 {node} 的替换实例在 {zone} 等待 {minutes} 分钟后仍没有容量：整组迁往别处，从最新的完整检查点继续"
+    ),
     "spot-policy.spot.first": "抢占式实例（{zone}）：优先使用抢占式实例，各处都没有容量时才改用按量付费",
     "spot-policy.on-demand.first": "现在使用按量付费：没有可用区有抢占式容量",
     "spot-policy.unmeasured.wait": "等待抢占式容量：没有可用区有容量，且尚未测得训练步时",
