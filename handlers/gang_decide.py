@@ -357,11 +357,16 @@ def cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Chan
         return d._spot_interruption(job, event.source, event.deadline, now)
     if event.kind == "rebalance":
         return d._rebalance(job, event.source, now)
-    return _node_lost(job, attempt, now, limits, None, gone=event.instance_id)
+    return _node_lost(job, attempt, now, limits, None, gone=event)
 
 
 def _node_lost(
-    job: Job, attempt: Attempt, now: datetime, limits: Lifecycle, told: Interrupted | None, gone: str | None = None
+    job: Job,
+    attempt: Attempt,
+    now: datetime,
+    limits: Lifecycle,
+    told: Interrupted | None,
+    gone: CloudEvent | None = None,
 ) -> Change:
     """One node is lost (with its notice's checkpoint, or without a word): only it is replaced."""
     if job.state is JobState.STOPPING:
@@ -379,7 +384,10 @@ def _node_lost(
     if checkpoint is not None:
         updates["checkpoint"] = checkpoint
     ended_at = told.time if told is not None else now
-    why = Failure.of("interrupted", notice=told.reason) if told is not None else Failure.of("instance-gone")
+    if told is not None:
+        why = Failure.of("interrupted", notice=told.reason)
+    else:
+        why = Failure.of("instance-gone", detail=(gone.detail or gone.source) if gone is not None else "lost")
     ended = attempt.model_copy(
         update={"ended_at": ended_at, "end_reason": why.english, "reached_step": reached, "lost_steps": lost_steps}
     )
@@ -391,7 +399,11 @@ def _node_lost(
     # its cloud takes it: it is not terminated here (reconciliation releases an instance that outlives it).
     gone_now = told is None and attempt.instance_id is not None
     release: list[Message] = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if gone_now else []
-    note: Note = InstanceGone(instance=gone) if gone else d._interrupted_note(told, reached, lost_steps)  # type: ignore[arg-type]
+    note: Note
+    if told is not None:
+        note = d._interrupted_note(told, reached, lost_steps)
+    else:
+        note = InstanceGone(instance=attempt.instance_id or "")
     moved = with_attempt(job, ended).model_copy(update={**updates, "state": state, "updated_at": now})
     history: dict[str, Any] = {"event": "node-lost", "attempt": attempt.number, "node_rank": rank_of(attempt)}
     if told is not None:

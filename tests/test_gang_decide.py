@@ -7,10 +7,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from handlers.cost import job_cost
 from handlers.decide import decide, new_job
 from handlers.gang import master_port, place_in
 from handlers.jobs import ChatRef, Job, JobState
 from handlers.messages import (
+    CloudEvent,
     GangHoldDue,
     Launch,
     Launched,
@@ -91,7 +93,9 @@ def test_losing_node_0_replaces_it_alone_and_node_1_takes_rank_0() -> None:
 def test_a_replacement_refused_for_capacity_holds_then_the_gang_moves_whole() -> None:
     job = running_gang()
     job, _ = step(job, report(job, 1, Standby, node_rank=0, generation=1, step=5, cause="trainer-exited"))
-    job, outbox = step(job, ReportReceived(report=Interrupted(job_id=job.id, attempt=2, reason="spot-interruption")))
+    gone = CloudEvent(kind="instance-gone", instance_id="i-1", source="local", detail='{"exit_code": -9}')
+    job, outbox = step(job, gone)  # no notice: the instance is gone
+    assert [t.instance_id for t in of(outbox, Terminate)] == ["i-1"]
     [replace] = of(outbox, Launch)  # the survivor stood by first: the replacement launches at once
     assert (replace.attempt, replace.zone) == (3, "za")
     job, outbox = step(job, LaunchFailed(job_id=job.id, attempt=3, reason="no room", capacity=True, zone="za"))
@@ -112,3 +116,14 @@ def test_reconciliation_keeps_every_live_node_and_releases_an_ended_ones() -> No
     lost, _ = step(job, told)
     [release] = reconcile([lost], listed, NOW + timedelta(minutes=1))
     assert (release.action, release.instance_id) == ("release", "i-1")
+
+
+def test_a_gang_pays_every_node_and_its_counterfactual_is_as_many_on_demand_instances() -> None:
+    job = running_gang()
+    prices = {"price_per_hour": 0.3, "on_demand_price_per_hour": 1.0, "launched_at": NOW, "started_at": NOW}
+    priced = [a.model_copy(update=prices) for a in job.attempts]
+    job = job.model_copy(update={"attempts": priced, "step": 100})
+    cost = job_cost(job, NOW + timedelta(hours=1))
+    assert cost.paid == 0.6 and cost.hours == 2.0 and cost.restarts == 0  # two nodes, an hour each
+    assert cost.seconds_per_step == 36.0  # 100 steps in the hour both nodes trained
+    assert cost.on_demand == 2.0 and cost.savings is not None and round(cost.savings, 2) == 0.7
