@@ -24,7 +24,9 @@ from handlers.jobs import Attempt, Job, Market
 from handlers.spec import Gang
 
 LOOPBACK = "127.0.0.1"
-PORT_BASE = 20_000  # below Linux's ephemeral range (32768-60999): no outgoing connection holds one of these
+# 10000-19999: below Linux's ephemeral range (32768-60999), so no outgoing connection holds one, and below the ports
+# the test fakes hand out per xdist worker (fakes/ports.py, from 20000), so a local gang never takes a fake's port.
+PORT_BASE = 10_000
 PORT_SPAN = 10_000
 
 

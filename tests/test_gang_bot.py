@@ -172,3 +172,22 @@ async def test_a_replacement_refused_for_capacity_holds_then_the_whole_gang_move
         assert "replacement has no capacity in local-a" in thread and "the whole gang moves" in thread
         assert done.output_uri is not None
         assert (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes() == reference
+
+
+async def test_two_nodes_of_two_ranks_each_make_one_world_of_four(tmp_path: Path) -> None:
+    """``nodes=2 nproc=2``: torchrun on each node, ranks 0-1 on node 0 and 2-3 on node 1 (each rank's RNG state
+    in its own node's part), one world: the run completes with every rank's part committed."""
+    async with running_bot(tmp_path / "state") as (service, _chat):
+        command = "start tiny nodes=2 nproc=2 steps=6 save_steps=3 step_seconds=0"
+        job_id = await start_job(service, "console:ana", command)
+        done = await wait_job(service, job_id, lambda job: job.state in (JobState.SUCCEEDED, JobState.FAILED), 500)
+        assert done.state is JobState.SUCCEEDED, done.failure
+        assert done.checkpoint is not None and done.step == 6
+        checkpoint = Path(done.checkpoint.uri.removeprefix("file://"))
+        parts = [manifest.parent for manifest in checkpoint.glob("node-*/MANIFEST.json")]
+        ranks = {part.name: sorted(state.name for state in part.glob("rng_state_*.pth")) for part in parts}
+        assert ranks == {
+            "node-0": ["rng_state_0.pth", "rng_state_1.pth"],
+            "node-1": ["rng_state_2.pth", "rng_state_3.pth"],
+        }
+        assert (checkpoint / "GANG.json").exists()
