@@ -222,9 +222,11 @@ class CloudEffects:
             types = recipe.instance_types.get(self.cloud.name, [])
             if rank is None:
                 instance = await self.cloud.launch(spec, types, effect.market, avoid_zones=tried, zone=effect.zone)
-            else:  # a gang node: where its node 0 is (the zone pinned), placed with the others
+            else:  # a gang node: where its node 0 is (the zone pinned), placed with the others; a node 0 anywhere
                 placement = GangPlacement(job.id, job.efa)
-                instance = await self.cloud.launch(spec, types, effect.market, zone=effect.zone, gang=placement)
+                instance = await self.cloud.launch(
+                    spec, types, effect.market, avoid_zones=tried, zone=effect.zone, gang=placement
+                )
         except (CloudError, ValueError) as exc:  # the cloud said no, or the recipe / spec cannot be launched
             log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
             reason = str(exc) or type(exc).__name__
