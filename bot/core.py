@@ -181,6 +181,8 @@ class Bot:
                 spot_policy=self.policy.spot.name,
                 spot=spot,
                 team=team,
+                nodes=options.nodes,
+                efa=options.efa,
             )
             try:  # the cap is checked again in the write itself: concurrent starts never pass it together
                 created = await self.store.create(
@@ -214,7 +216,7 @@ class Bot:
             if command.action == "stop":
                 return stop_command(job, user, now, self.policy.lifecycle)
             if command.action == "interrupt-test":
-                return interrupt_test_command(job, user, now)
+                return interrupt_test_command(job, user, now, command.node)
             if command.action == "ack":
                 return ack_command(job, user, now)
             return resume_command(job, user, command.on_demand, now, spot)

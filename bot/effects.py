@@ -49,9 +49,10 @@ from pydantic import ValidationError
 
 from bot.bus import HandBack, default_consumer_name
 from bot.bus_set import bus_for
-from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, LaunchError
+from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, GangPlacement, LaunchError, RegroupsGangs
 from bot.store import JobStore
 from handlers.backoff import backoff
+from handlers.gang import place_in, rank_of
 from handlers.jobs import TERMINAL_STATES, Job, JobState
 from handlers.messages import (
     InterruptTest,
@@ -59,6 +60,8 @@ from handlers.messages import (
     Launched,
     LaunchFailed,
     Notify,
+    Regroup,
+    ReleaseGang,
     StopFailed,
     StopRunner,
     Terminate,
@@ -66,11 +69,12 @@ from handlers.messages import (
 )
 from handlers.notes import InterruptTestDone, InterruptTestFailed, Note
 from handlers.recipes import Recipe, find_recipe
+from handlers.spec import RegroupControl
 from handlers.spec_build import build_spec
 
 log = logging.getLogger(__name__)
 
-CloudEffect = Launch | Terminate | InterruptTest | StopRunner
+CloudEffect = Launch | Terminate | InterruptTest | StopRunner | Regroup | ReleaseGang
 FollowUp = Launched | LaunchFailed | StopFailed | Notify
 # A failing terminate is tried again in place (the instance bills meanwhile) for about this long before the bus
 # counts it as a failed delivery.
@@ -135,8 +139,17 @@ class CloudEffects:
                 log.warning("terminate of %s for %s refused: %s", effect.instance_id, effect.job_id, exc)
                 return "refused: not this job's instance", []
             return "terminated", []
+        if isinstance(effect, ReleaseGang):
+            try:
+                await self.cloud.release_gang_placement(effect.job_id)
+            except CloudError as exc:  # nothing bills for a placement: logged, reconciliation has no say
+                log.warning("could not release the placement of %s: %s", effect.job_id, exc)
+                return f"failed: {exc}", []
+            return "released", []
         if job is None:
             return "no job", []
+        if isinstance(effect, Regroup):
+            return await self._regroup(effect)
         if isinstance(effect, StopRunner):
             return await self._stop_runner(effect, job)
         try:
@@ -165,8 +178,25 @@ class CloudEffects:
             return f"failed: {reason}", [StopFailed(job_id=job.id, instance_id=effect.instance_id, reason=reason)]
         return "done", []
 
+    async def _regroup(self, effect: Regroup) -> tuple[str, list[FollowUp]]:
+        """Tell a gang node standing by its place in the next world; a store that will not take it is raised to
+        the bus (tried again, then parked), as the survivor would otherwise wait for nothing."""
+        if not isinstance(self.cloud, RegroupsGangs):
+            log.error("%s cannot regroup gang nodes; %s waits for its stop deadline", self.cloud.name, effect.job_id)
+            return "unsupported", []
+        control = RegroupControl(gang=effect.gang)
+        await self.cloud.write_node_control(
+            effect.job_id, effect.attempt, effect.generation, effect.node_rank, control
+        )
+        return "written", []
+
     async def _launch(self, effect: Launch, job: Job | None) -> tuple[str, list[FollowUp]]:
-        if job is None or job.attempt != effect.attempt or job.state in TERMINAL_STATES:
+        planned = job.attempt_numbered(effect.attempt) if job is not None else None
+        if job is None or job.nodes <= 1:
+            wanted = job is not None and job.attempt == effect.attempt
+        else:  # a gang: any of its live nodes' attempts
+            wanted = planned is not None and planned.ended_at is None
+        if job is None or not wanted or job.state in TERMINAL_STATES:
             log.info(
                 "launch %s of %s attempt %d: the job moved on; nothing started",
                 effect.id,
@@ -176,6 +206,7 @@ class CloudEffects:
             return "skipped", []
         try:
             recipe = find_recipe(job.recipe, self.recipes)
+            rank = rank_of(planned) if planned is not None and job.nodes > 1 else None
             spec = build_spec(
                 job,
                 effect.attempt,
@@ -184,13 +215,19 @@ class CloudEffects:
                 self.report_targets,
                 self.cloud.notice,
                 self.python,
+                place_in(job, rank) if rank is not None else None,
             )
             # Zones that just failed or reclaimed this job go last (the provider still uses them if nothing else).
             tried = [attempt.zone for attempt in job.attempts if attempt.zone and attempt.number < effect.attempt]
             # The market and zone the spot authority chose (handlers/spot/), and nothing else.
-            instance = await self.cloud.launch(
-                spec, recipe.instance_types.get(self.cloud.name, []), effect.market, avoid_zones=tried, zone=effect.zone
-            )
+            types = recipe.instance_types.get(self.cloud.name, [])
+            if rank is None:
+                instance = await self.cloud.launch(spec, types, effect.market, avoid_zones=tried, zone=effect.zone)
+            else:  # a gang node: where its node 0 is (the zone pinned), placed with the others; a node 0 anywhere
+                placement = GangPlacement(job.id, job.efa)
+                instance = await self.cloud.launch(
+                    spec, types, effect.market, avoid_zones=tried, zone=effect.zone, gang=placement
+                )
         except (CloudError, ValueError) as exc:  # the cloud said no, or the recipe / spec cannot be launched
             log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
             reason = str(exc) or type(exc).__name__
@@ -209,6 +246,7 @@ class CloudEffects:
             market=instance.market,
             price_per_hour=instance.price_per_hour,
             on_demand_price_per_hour=instance.on_demand_price_per_hour,
+            private_ip=instance.private_ip,
         )
         return INSTANCE + instance.instance_id, [launched]
 

@@ -19,6 +19,7 @@ _JOB_ID = re.compile(JOB_ID_PATTERN)
 _RECIPE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,40}$")
 _TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _OVERRIDE = re.compile(r"^([a-z_][a-z0-9_]{0,40})=(\S{1,200})$")
+_NODE = re.compile(r"^node=(\d{1,2})$")
 MAX_COMMAND_LENGTH = 2000
 
 
@@ -28,9 +29,9 @@ def _slot(verb: str) -> str:
 
 
 USAGE = {
-    "start": "start <recipe> [key=value …] [deadline=36h] [budget=120]",
+    "start": "start <recipe> [key=value …] [deadline=36h] [budget=120] [nodes=2]",
     "stop": "stop <job>",
-    "interrupt-test": "interrupt-test <job>",
+    "interrupt-test": "interrupt-test <job> [node=K]",
     "status": "status [job]",
     "list": "list",
     "logs": "logs <job>",
@@ -45,7 +46,7 @@ USAGE = {
 DOES = {
     "start": "start a training job from a recipe (below), optionally with a deadline or a budget",
     "stop": "checkpoint, then release the instance",
-    "interrupt-test": "a real spot interruption of the job's instance, to check recovery",
+    "interrupt-test": "a real spot interruption of the job's instance (a multi-node job's node K), to check recovery",
     "status": "the job's card (without a job: the list)",
     "list": "the latest jobs, with their step",
     "logs": "the job's history, with times",
@@ -74,6 +75,7 @@ WORDING = Wording(
         "usage.no-arguments": "takes no arguments",
         "usage.one-job": "takes exactly one job id",
         "usage.costs-args": "takes a window (7d or 30d) and a team=name, each at most once",
+        "usage.node": "takes a job id and optionally node=K (a node's number, 0 to 63), not {word}",
     }
 )
 HELP_REASON = WORDING("help", **{_slot(verb): WORDING(f"usage.line.{verb}") for verb in USAGE})
@@ -97,6 +99,7 @@ class Command:
     on_demand: bool = False
     window: str = DEFAULT_WINDOW  # costs: how far back
     team: str | None = None  # costs: one team's only
+    node: int | None = None  # interrupt-test of one node of a multi-node job
 
 
 def parse(text: str) -> Command:
@@ -126,6 +129,11 @@ def parse(text: str) -> Command:
         return Command("resume", job_id=_job(verb, args[0]), on_demand=len(args) == 2)
     if verb == "costs":
         return _costs(args)
+    if verb == "interrupt-test" and len(args) == 2:
+        node = _NODE.fullmatch(args[1].lower())
+        if node is None or int(node.group(1)) > 63:
+            raise _usage(verb, "usage.node", word=_shown(args[1]))
+        return Command("interrupt-test", job_id=_job(verb, args[0]), node=int(node.group(1)))
     if verb in ("stop", "interrupt-test", "logs", "chart", "ack"):
         _expect(verb, args, 1)
         return Command(verb, job_id=_job(verb, args[0]))  # type: ignore[arg-type]

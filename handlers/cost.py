@@ -6,6 +6,8 @@
   start-up, at the on-demand price: what a single on-demand instance would have billed for the same result;
 - savings = 1 − paid / counterfactual. Interrupted time, redone steps and extra start-ups are what spot cost on
   top, so they shrink the saving instead of inflating it; lost work, restarts and downtime are reported beside.
+- a gang (``nodes`` N) pays every node's attempts, survivors' waiting included; its nodes train the same steps side
+  by side, so a step's time is their training hours over N, and the counterfactual is N on-demand instances.
 
 ``finetune-bot simulate`` reports the same counterfactual (``on_demand_cost``: the work plus one restart).
 """
@@ -57,18 +59,19 @@ def job_cost(job: Job, now: datetime, price_changes: Mapping[int, Sequence[Price
     begun_at = (first.resumed_from_step or 0) if first else 0
     steps_done = max((job.step or 0) - begun_at, 0)
     steps_trained = steps_done + job.steps_lost
-    per_step = training / steps_trained if steps_trained > 0 and training > 0 else None
+    width = max(job.nodes, 1)  # a gang's nodes train the same steps side by side: their hours are one step's
+    per_step = training / width / steps_trained if steps_trained > 0 and training > 0 else None
     startup = _span(first.launched_at, first.started_at) if first and first.started_at else 0.0
     useful = steps_done * per_step if per_step is not None else 0.0
     price = _on_demand_price(launched)
     return Cost(
         paid=paid,
-        on_demand=(useful + startup) / 3600 * price if price is not None else 0.0,
+        on_demand=(useful + startup) / 3600 * price * width if price is not None else 0.0,
         hours=hours,
         useful_hours=useful / 3600,
         startup_hours=startup / 3600,
         lost_hours=job.steps_lost * per_step / 3600 if per_step is not None else 0.0,
-        restarts=max(len(launched) - 1, 0),
+        restarts=max(len(launched) - width, 0),  # a gang launches its nodes at once: none of them is a restart
         downtime_hours=job.downtime_seconds / 3600,
         seconds_per_step=per_step,
     )

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from handlers import gang_decide as gang  # a cycle: the gang's decisions call back into this module's helpers
 from handlers.failures import Failure, english
 from handlers.instance_claims import foreign_instance
 from handlers.jobs import (
@@ -34,6 +35,7 @@ from handlers.lifecycle import Lifecycle, best_step, gives_up, relaunch_pause, w
 from handlers.messages import (
     BusMessage,
     CloudEvent,
+    GangHoldDue,
     InterruptTest,
     Launch,
     Launched,
@@ -82,6 +84,7 @@ from handlers.reports import (
     Notice,
     Progress,
     RunnerReport,
+    RunnerWarning,
     Standby,
     Started,
 )
@@ -104,6 +107,7 @@ WORDING = Wording(
         "ignored.no-page": "no page is open",
         "ignored.already-acked": "already acknowledged by {by}",
         "ignored.resume": "the job is {state}; only failed or stopped jobs can be resumed",
+        "ignored.not-a-gang": "node={node} is for a job of several nodes; this one runs on one",
     }
 )
 
@@ -122,6 +126,8 @@ def new_job(
     spot_policy: str | None = None,
     spot: SpotView | None = None,
     team: str | None = None,
+    nodes: int = 1,
+    efa: bool = False,
 ) -> Change:
     """A job is created PENDING with its first attempt planned; the launch follows through the outbox. A job the
     spot policy steers (a deadline, a budget: :func:`handlers.spot.managed`) launches where the policy says, and
@@ -138,12 +144,16 @@ def new_job(
         budget=budget,
         spot_policy=spot_policy,
         restart_seconds=spot.restart_s if spot is not None else None,  # the recipe's, until the job measures its own
+        nodes=nodes,  # more than one: a gang (handlers/gang_decide.py)
+        efa=efa,
         created_at=now,
         updated_at=now,
     )
     history: dict[str, Any] = {"event": "created", "by": user, "recipe": recipe, "params": params}
     if team is not None:
         history["team"] = team
+    if nodes > 1:
+        history.update(nodes=nodes, efa=efa)
     if spot is not None and managed(job):
         history.update(deadline=deadline.isoformat() if deadline else None, budget=budget, policy=spot_policy)
         ticking, tick = _next_tick(job, now, spot.period)
@@ -173,7 +183,9 @@ def decide(
     if isinstance(message, CloudEvent):
         return _cloud(job, message, now, limits, spot)
     if isinstance(message, Launched):
-        return _launched(job, message, now)
+        return gang.launched(job, message, now) if job.nodes > 1 else _launched(job, message, now)
+    if isinstance(message, LaunchFailed) and job.nodes > 1:
+        return gang.launch_failed(job, message, now, limits)
     if isinstance(message, LaunchFailed):
         if message.attempt != job.attempt:
             return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
@@ -190,6 +202,8 @@ def decide(
         return _relaunch_due(job, message, now)
     if isinstance(message, PolicyTick):
         return _tick(job, message, now, spot, limits)
+    if isinstance(message, GangHoldDue):
+        return gang.hold_due(job, message, now, limits)
     if isinstance(message, StopDeadline):
         if message.attempt != job.attempt:
             return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
@@ -220,14 +234,19 @@ def stop_command(job: Job, user: str, now: datetime, lifecycle: Lifecycle | None
     instance = current.instance_id if current is not None and current.ended_at is None else None
     outbox: list[Message] = [_note(job, "thread", StopRequested(by=user)), *resolutions(job, job.page)]
     job = job.model_copy(update={"page": None})  # a stop closes the page: nobody needs waking for it
+    if job.nodes > 1:
+        instance = next((a.instance_id for a in job.gang_attempts.values() if a.instance_id), None)
     if state is JobState.STOPPING and instance is None:  # nothing runs that could save a checkpoint
         state = next_state(job.state, "stop-no-instance") or JobState.STOPPED
     if state is JobState.STOPPING and instance:
         due = now + (lifecycle or DEFAULT_LIFECYCLE).stop_timeout
-        outbox.append(StopRunner(job_id=job.id, instance_id=instance))
+        runners = gang.stop_runners(job) if job.nodes > 1 else [StopRunner(job_id=job.id, instance_id=instance)]
+        outbox.extend(runners)
         outbox.append(StopDeadline(job_id=job.id, attempt=job.attempt, due=due))
         return _change(job, state, now, {"event": "stop", "by": user}, outbox)
-    if instance:
+    if job.nodes > 1:
+        outbox.extend(_releases(job))
+    elif instance:
         outbox.append(Terminate(job_id=job.id, instance_id=instance))
     ended = _end_attempt(job, now, f"stopped by {user}")
     kept = job.checkpoint.step if job.checkpoint is not None else None
@@ -235,8 +254,14 @@ def stop_command(job: Job, user: str, now: datetime, lifecycle: Lifecycle | None
     return _change(ended, state, now, {"event": "stop", "by": user, "kept_step": kept}, outbox)
 
 
-def interrupt_test_command(job: Job, user: str, now: datetime) -> Change:
+def interrupt_test_command(job: Job, user: str, now: datetime, node: int | None = None) -> Change:
+    """A real spot interruption of the job's instance (a gang's: of node ``node``, by default its last)."""
     instance = job.current.instance_id if job.current else None
+    if job.nodes > 1:
+        drilled = gang.drilled(job, node)
+        instance = drilled.instance_id if drilled is not None else None
+    elif node is not None:
+        return _ignored(job, "interrupt-test", WORDING("ignored.not-a-gang", node=node), by=user)
     state = next_state(job.state, "interrupt-test")
     if state is None or instance is None:
         return _ignored(job, "interrupt-test", WORDING("ignored.interrupt-test", state=job.state), by=user)
@@ -297,6 +322,8 @@ def resume_command(job: Job, user: str, on_demand: bool, now: datetime, spot: Sp
 def _report(
     job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None
 ) -> Change | None:
+    if job.nodes > 1:
+        return gang.report(job, report, now, limits, spot)
     if report.attempt != job.attempt:
         return _fenced(job, report, now)
     if isinstance(report, Started):
@@ -340,6 +367,11 @@ def _report(
         return _interrupted(job, report, now, limits, spot)
     if isinstance(report, Completed):
         return _completed(job, report, now)
+    return _report_rest(job, report, now, limits, spot)
+
+
+def _report_rest(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
+    """A failure, a gang node standing by, or a warning: the same for one node and for a gang."""
     if isinstance(report, Failed):
         detail = {"log_tail": report.log_tail[-10:], "exit_code": report.exit_code}
         trigger: Trigger = "failed" if job.attempt == 1 else "resume-failed"
@@ -347,7 +379,9 @@ def _report(
         return _failure(job, trigger, report.failure or report.reason, now, [], limits, spot, **detail)
     if isinstance(report, Standby):
         return Change(job, _standby_history(report))
-    return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
+    if isinstance(report, RunnerWarning):
+        return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
+    return _ignored(job, f"report:{report.type}", "not for this job's state")
 
 
 def _standby_history(report: Standby) -> dict[str, Any]:
@@ -377,6 +411,8 @@ def _fenced(job: Job, report: RunnerReport, now: datetime) -> Change:
 
 
 def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change | None:
+    if job.nodes > 1:
+        return gang.cloud(job, event, now, limits)
     current = job.current
     if current is None or current.instance_id != event.instance_id:
         ignored = _ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not the current instance")
@@ -662,8 +698,7 @@ def _failure(
     state = next_state(job.state, trigger)
     if state is None:
         return _ignored(job, trigger, f"the job is {job.state}")
-    instance = job.current.instance_id if job.current else None
-    release = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
+    release = _releases(job)
     ended = _end_attempt(job, now, english(reason)).model_copy(update={"failure": reason})
     history = {"event": trigger, "reason": english(reason), **detail}
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
@@ -694,6 +729,8 @@ def _relaunch_due(job: Job, message: RelaunchDue, now: datetime) -> Change:
     if state is None:
         return _ignored(job, message.type, f"the job is {job.state}")
     history = {"event": "relaunch-due", "attempt": current.number}
+    if job.nodes > 1:
+        return _change(job, state, now, history, gang.launch_first(job, message.market, now, message.zone))
     launch = _launch_now(job, current.number, message.market, now, message.zone)
     return _change(job, state, now, history, launch)
 
@@ -703,10 +740,9 @@ def _stopped_anyway(job: Job, trigger: Trigger, why: str, now: datetime) -> Chan
     state = next_state(job.state, trigger)
     if state is None:
         return _ignored(job, trigger, f"the job is {job.state}")
-    instance = job.current.instance_id if job.current is not None else None
     kept = job.checkpoint.step if job.checkpoint is not None else None
+    outbox: list[Message] = list(_releases(job))
     ended = _end_attempt(job, now, why)
-    outbox: list[Message] = [Terminate(job_id=job.id, instance_id=instance)] if instance else []
     if job.switch_to is not None:  # the policy's switch of market: relaunch from what was committed
         return _switched(job, ended, now, {"event": trigger, "reason": why, "kept_step": kept}, outbox)
     outbox.append(_note(ended, "thread", Stopped(step=kept)))
@@ -893,6 +929,8 @@ def _relaunch(
     """Plan the next attempt now (so reports of the old one are fenced off at once) and ask for its launch,
     at once or, after attempts without progress, once ``delay`` is over (a timer on the bus). ``launch_now``
     False: the attempt waits for the spot policy's next tick to launch it."""
+    if job.nodes > 1:
+        return gang.relaunch(before, job, market, now, history, outbox or [], delay, zone, launch_now)
     number = before.attempt + 1
     attempt = Attempt(number=number, market=market, launched_at=now, from_step=best_step(job))
     planned = job.model_copy(update={"attempts": [*job.attempts, attempt], "updated_at": now})
@@ -915,7 +953,17 @@ def _launch_now(job: Job, number: int, market: Market, now: datetime, zone: str 
     ]
 
 
+def _releases(job: Job) -> list[Terminate]:
+    """Terminate the job's live instance (a gang's: every live node's)."""
+    if job.nodes > 1:
+        return gang.releases(job)
+    instance = job.current.instance_id if job.current else None
+    return [Terminate(job_id=job.id, instance_id=instance)] if instance else []
+
+
 def _end_attempt(job: Job, at: datetime, reason: str) -> Job:
+    if job.nodes > 1:
+        return gang.end_all(job, at, reason)
     current = job.current
     if current is None or current.ended_at is not None:
         return job

@@ -1,10 +1,13 @@
-"""Options of the job itself, given with ``start`` beside the recipe's overrides: ``deadline=36h budget=120``.
+"""Options of the job itself, given with ``start`` beside the recipe's overrides: ``deadline=36h budget=120``,
+``nodes=2 efa=true``.
 
 They steer where the job runs (the spot policy, :mod:`handlers.spot.rules`), not what it trains, so they are
 not recipe parameters: :func:`split_overrides` takes them out of a ``start`` command's ``key=value`` words
 before the recipe checks the rest, and a recipe may not declare a parameter by these names. A deadline is a
 duration from the start (``36h``, ``90m``, ``2d``, ``1d12h``, ``1.5h``) or a moment with its time zone
-(``2026-03-05T09:00Z``); a budget is an amount in the cloud account's currency (``120``, ``99.50``).
+(``2026-03-05T09:00Z``); a budget is an amount in the cloud account's currency (``120``, ``99.50``). ``nodes``
+(2 to 64) makes the job a gang of that many instances training as one world (:mod:`handlers.gang`), on any
+recipe; ``efa=true`` asks for EFA interfaces on a gang's nodes where the instance type has them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pydantic import BaseModel, ConfigDict
 
 from handlers.reasons import ReasonError, Wording
 
-JOB_OPTIONS = ("deadline", "budget")
+JOB_OPTIONS = ("deadline", "budget", "nodes", "efa")
+MAX_NODES = 64
 MIN_DEADLINE = timedelta(minutes=10)
 MAX_DEADLINE = timedelta(days=90)
 MAX_BUDGET = 10_000_000.0
@@ -34,7 +38,11 @@ WORDING = Wording(
         "option.deadline-range": "deadline must be between 10 minutes and 90 days from now, not {raw!r}",
         "option.bad-budget": "budget must be an amount in the account's currency like 120 or 99.50, not {raw!r}",
         "option.budget-range": "budget must be more than 0 and at most {maximum:.0f}",
-        "option.reserved": "{recipe} declares the parameter {name!r}, but deadline and budget are job options",
+        "option.reserved": "{recipe} declares the parameter {name!r}, but {name} is a job option",
+        "option.bad-nodes": "nodes must be a whole number from 1 to {maximum}, not {raw!r}",
+        "option.bad-efa": "efa must be true or false, not {raw!r}",
+        "option.efa-one-node": "efa=true is for a job of several nodes: give nodes=2 or more with it",
+        "option.gang-steered": "a job of several nodes runs spot-first: deadline and budget are for one-node jobs",
     }
 )
 
@@ -49,6 +57,8 @@ class JobOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     deadline: datetime | None = None
     budget: float | None = None
+    nodes: int = 1  # more than 1: a gang of that many instances, one torch.distributed world
+    efa: bool = False
 
 
 def split_overrides(overrides: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -62,7 +72,26 @@ def parse_job_options(raw: Mapping[str, str], now: datetime) -> JobOptions:
     """Typed options from their raw words (keys from :func:`split_overrides`); JobOptionError says what is wrong."""
     deadline = parse_deadline(raw["deadline"], now) if "deadline" in raw else None
     budget = parse_budget(raw["budget"]) if "budget" in raw else None
-    return JobOptions(deadline=deadline, budget=budget)
+    nodes = parse_nodes(raw["nodes"]) if "nodes" in raw else 1
+    efa = parse_efa(raw["efa"]) if "efa" in raw else False
+    if efa and nodes < 2:
+        raise JobOptionError(WORDING("option.efa-one-node"))
+    if nodes > 1 and (deadline is not None or budget is not None):
+        raise JobOptionError(WORDING("option.gang-steered"))
+    return JobOptions(deadline=deadline, budget=budget, nodes=nodes, efa=efa)
+
+
+def parse_nodes(raw: str) -> int:
+    """How many nodes train as one world: 1 (the default, no gang) to :data:`MAX_NODES`."""
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_NODES:
+        raise JobOptionError(WORDING("option.bad-nodes", raw=raw, maximum=MAX_NODES))
+    return int(raw)
+
+
+def parse_efa(raw: str) -> bool:
+    if raw.lower() not in ("true", "false"):
+        raise JobOptionError(WORDING("option.bad-efa", raw=raw))
+    return raw.lower() == "true"
 
 
 def parse_deadline(raw: str, now: datetime) -> datetime:

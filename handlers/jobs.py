@@ -87,6 +87,15 @@ class Attempt(BaseModel):
     # The runner's restore (its Started report) and the first step's report: the restart overhead (restart.py).
     restore_seconds: float | None = None
     first_step_at: datetime | None = None
+    # A gang node (handlers/gang.py): its rank in the world its runner is in now, and that world's generation (None:
+    # a single-node job). ``started_generation``: the newest generation it reported ``started`` in;
+    # ``next_rank``: its rank in the job's next generation, until its regroup is written.
+    node_rank: int | None = None
+    generation: int | None = None
+    started_generation: int | None = None
+    next_rank: int | None = None
+    standby_step: int | None = None  # a gang survivor stands by with this checkpoint (until its regroup)
+    private_ip: str | None = None  # where the other nodes reach it (the launch's word)
 
 
 class CheckpointRef(BaseModel):
@@ -164,6 +173,12 @@ class Job(BaseModel):
     tick: int = 0  # the number of the job's live policy-tick chain (a tick of another number is stale)
     # Launch-to-first-step overhead: the median of the job's attempts; until one is measured, its recipe's.
     restart_seconds: float | None = None
+    # A gang (multi-node job, handlers/gang.py): how many nodes train as one world, its current generation (the
+    # world changes when a node is replaced), and whether its nodes ask for EFA interfaces.
+    nodes: int = 1
+    generation: int = 1
+    efa: bool = False
+    held_since: datetime | None = None  # a gang's survivors wait for a replacement the cloud refused, since then
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0
@@ -181,6 +196,22 @@ class Job(BaseModel):
     @property
     def current(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
+
+    @property
+    def gang_attempts(self) -> dict[int, Attempt]:
+        """A gang's live attempt per node rank (the rank in the job's current generation), empty for one node."""
+        if self.nodes <= 1:
+            return {}
+        live: dict[int, Attempt] = {}
+        for attempt in self.attempts:
+            rank = attempt.next_rank if attempt.next_rank is not None else attempt.node_rank
+            if attempt.ended_at is None and rank is not None:
+                live[rank] = attempt
+        return dict(sorted(live.items()))
+
+    def attempt_numbered(self, number: int) -> Attempt | None:
+        """The attempt of that number, if the job has one."""
+        return next((attempt for attempt in self.attempts if attempt.number == number), None)
 
     @property
     def instance_ids(self) -> list[str]:

@@ -36,10 +36,17 @@ class Lifecycle(BaseModel):
     reconcile_seconds: float = Field(default=300.0, ge=0, le=86_400)
     reconcile_launch_grace_seconds: float = Field(default=300.0, ge=0, le=86_400)
     silent_after_seconds: float = Field(default=1800.0, gt=0, le=7 * 86_400)
+    # A gang that lost a node whose replacement the cloud refused: how long the survivors wait (billing) before
+    # the spot policy chooses between waiting another such stretch and moving the whole gang (handlers/spot/gang.py).
+    gang_hold_seconds: float = Field(default=600.0, gt=0, le=86_400)
 
     @property
     def stop_timeout(self) -> timedelta:
         return timedelta(seconds=self.stop_timeout_seconds)
+
+    @property
+    def gang_hold(self) -> timedelta:
+        return timedelta(seconds=self.gang_hold_seconds)
 
 
 def best_step(job: Job) -> int:

@@ -26,6 +26,7 @@ from handlers.ids import new_event_id
 from handlers.jobs import Market
 from handlers.notes import Note
 from handlers.reports import RunnerReport, utcnow
+from handlers.spec import Gang
 
 
 class _Message(BaseModel):
@@ -79,6 +80,7 @@ class Launched(_Message):
     market: Market = "spot"
     price_per_hour: float | None = None
     on_demand_price_per_hour: float | None = None
+    private_ip: str | None = None  # where a gang's other nodes reach this one (None: the cloud did not say)
 
 
 class LaunchFailed(_Message):
@@ -141,6 +143,15 @@ class StopDeadline(_Message):
     due: datetime
 
 
+class GangHoldDue(_Message):
+    """Timer: the survivors of a gang have waited the hold time for replacement ``attempt``: wait longer, or move."""
+
+    type: Literal["gang-hold-due"] = "gang-hold-due"
+    job_id: str
+    attempt: int
+    due: datetime
+
+
 class StopFailed(_Message):
     """The runner could not be asked to stop (its instance is gone, the control object cannot be written)."""
 
@@ -184,6 +195,26 @@ class StopRunner(_Message):
     instance_id: str
 
 
+class Regroup(_Message):
+    """Write a gang node's regroup: the runner of ``attempt`` stands by in world ``generation`` as ``node_rank``
+    and reads its next place (``gang``) from its own control object."""
+
+    type: Literal["regroup"] = "regroup"
+    job_id: str
+    instance_id: str
+    attempt: int
+    generation: int
+    node_rank: int
+    gang: Gang
+
+
+class ReleaseGang(_Message):
+    """The gang job ended: remove what the cloud made to place its nodes together."""
+
+    type: Literal["release-gang"] = "release-gang"
+    job_id: str
+
+
 NotifyChannel = Literal["card", "thread", "alert", "page", "pager"]
 
 
@@ -214,17 +245,20 @@ Message = (
     | PolicyTick
     | StopDeadline
     | StopFailed
+    | GangHoldDue
     | Launch
     | Terminate
     | InterruptTest
     | StopRunner
+    | Regroup
+    | ReleaseGang
     | Notify
 )
 """Any message, as the core makes and reads it (a :class:`~handlers.jobs.Change`'s outbox holds these)."""
 BusMessage = Annotated[Message, Field(discriminator="type")]
 MESSAGE_TYPES: frozenset[str] = frozenset(model.model_fields["type"].default for model in get_args(Message))
 # The effects the cloud executor carries out (each goes to its queue, see bot/queues.py).
-CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner)
+CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner, Regroup, ReleaseGang)
 
 
 def upgraded(raw: Any) -> Any:
@@ -254,7 +288,7 @@ def upgraded(raw: Any) -> Any:
 
 
 # Inputs that are timers: the bot puts one back on the timer queue until its ``due`` time has come.
-TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline, PolicyTick)
+TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline, PolicyTick, GangHoldDue)
 
 _ADAPTER: TypeAdapter[BusMessage] = TypeAdapter(BusMessage)
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from handlers.failures import Failure
 from handlers.jobs import Market
 from handlers.reports import Late
+from handlers.spot import gang_reasons
 from handlers.spot import policies as spot_policies
 from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
@@ -111,7 +112,12 @@ class RelaunchPaused(_Note):
 
 # Every reason the live spot policy can give: the keys of its English tables (the catalogue words each).
 POLICY_REASONS = frozenset(
-    {*spot_rules.WORDING.sentences, *spot_policies.WORDING.sentences, *spot_situation.WORDING.sentences}
+    {
+        *spot_rules.WORDING.sentences,
+        *spot_policies.WORDING.sentences,
+        *spot_situation.WORDING.sentences,
+        *gang_reasons.WORDING.sentences,
+    }
 )
 
 

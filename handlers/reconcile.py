@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from handlers.jobs import Change, Job, JobState
+from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.lifecycle import Lifecycle
 from handlers.messages import CloudEvent, Notify, Terminate
 from handlers.notes import GroupReleased, InstanceReleased, NoReports, ReconcileCode
@@ -128,28 +128,8 @@ def reconcile(
     actions: list[Reconciliation] = []
 
     for job in sorted(by_id.values(), key=lambda job: job.id):
-        current = job.current
-        if job.state not in HOLDING or current is None or current.ended_at is not None:
-            continue
-        instance_id = current.instance_id
-        if instance_id is None:
-            continue  # between attempts, or its launch not yet reported: nothing to compare
-        seen = listed.get(instance_id)
-        if seen is not None and seen.live:
-            if job.state is JobState.RUNNING and now - job.updated_at > limits.silent_after:
-                minutes = int((now - job.updated_at).total_seconds() // 60)
-                actions.append(
-                    Reconciliation("probe", job.id, instance_id, "silent", {"minutes": minutes}, current.number)
-                )
-            continue
-        if seen is None:
-            if now - current.launched_at < limits.launch_grace:
-                continue  # the listing may not show a fresh launch yet
-            gone = Reconciliation("instance-gone", job.id, instance_id, "not-listed", {"instance": instance_id})
-        else:  # listed, and stopped or terminated: that is definite, however fresh the launch
-            values = {"instance": instance_id, "state": seen.state}
-            gone = Reconciliation("instance-gone", job.id, instance_id, "listed-as", values)
-        actions.append(_with_attempt(gone, current.number))
+        for current in _held(job):
+            actions.extend(_compare(job, current, listed, now, limits))
 
     for instance in sorted(listed.values(), key=lambda instance: instance.instance_id):
         if not instance.live or instance.job_id is None:
@@ -161,6 +141,39 @@ def reconcile(
                 Reconciliation("release", instance.job_id, instance.instance_id, code, values, instance.attempt)
             )
     return actions
+
+
+def _held(job: Job) -> list[Attempt]:
+    """The attempts of ``job`` meant to have a live instance now: its current one (a gang's: every live node's)."""
+    if job.state not in HOLDING:
+        return []
+    if job.nodes > 1:
+        return list(job.gang_attempts.values())
+    current = job.current
+    return [current] if current is not None and current.ended_at is None else []
+
+
+def _compare(
+    job: Job, current: Attempt, listed: dict[str, CloudInstance], now: datetime, limits: ReconcileLimits
+) -> list[Reconciliation]:
+    """What to do about one attempt the job holds, by what the cloud lists."""
+    instance_id = current.instance_id
+    if instance_id is None:
+        return []  # between attempts, or its launch not yet reported: nothing to compare
+    seen = listed.get(instance_id)
+    if seen is not None and seen.live:
+        if job.state is JobState.RUNNING and now - job.updated_at > limits.silent_after:
+            minutes = int((now - job.updated_at).total_seconds() // 60)
+            return [Reconciliation("probe", job.id, instance_id, "silent", {"minutes": minutes}, current.number)]
+        return []
+    if seen is None:
+        if now - current.launched_at < limits.launch_grace:
+            return []  # the listing may not show a fresh launch yet
+        gone = Reconciliation("instance-gone", job.id, instance_id, "not-listed", {"instance": instance_id})
+    else:  # listed, and stopped or terminated: that is definite, however fresh the launch
+        values = {"instance": instance_id, "state": seen.state}
+        gone = Reconciliation("instance-gone", job.id, instance_id, "listed-as", values)
+    return [_with_attempt(gone, current.number)]
 
 
 def orphan_groups(jobs: Iterable[Job], groups: Iterable[CloudGroup]) -> list[Reconciliation]:
@@ -199,6 +212,9 @@ def _orphaned(
     current = job.current
     if current is not None and current.instance_id == instance.instance_id and current.ended_at is None:
         return None
+    for node in job.gang_attempts.values():  # a gang: any live node's, or a node's launch not yet reported
+        if node.instance_id == instance.instance_id or (node.instance_id is None and instance.attempt == node.number):
+            return None
     young = instance.launched_at is not None and now - instance.launched_at < limits.launch_grace
     if current is not None and current.instance_id is None and instance.attempt == current.number:
         return None  # the current attempt's launch, not yet reported back

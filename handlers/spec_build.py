@@ -6,7 +6,7 @@ from typing import Literal
 
 from handlers.jobs import Job
 from handlers.recipes import Recipe
-from handlers.spec import SPEC_VERSION, JobSpec
+from handlers.spec import SPEC_VERSION, Gang, JobSpec
 
 
 def build_spec(
@@ -17,7 +17,9 @@ def build_spec(
     report: list[str],
     notice: Literal["aws", "aliyun", "none"],
     python: str,
+    gang: Gang | None = None,
 ) -> JobSpec:
+    """``gang``: a gang node's place in its world (:func:`handlers.gang.place_in`); None for one node."""
     return JobSpec(
         version=SPEC_VERSION,
         job_id=job.id,
@@ -27,4 +29,5 @@ def build_spec(
         checkpoint_uri=checkpoint_uri,
         report=report,
         notice=notice,
+        gang=gang,
     )

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from handlers.job_options import JobOptionError, parse_budget, parse_deadline, reserved_parameter
+from handlers.job_options import JobOptionError, parse_budget, parse_deadline, parse_job_options, reserved_parameter
 from handlers.jobs import Job
 from handlers.reasons import Reason
-from handlers.spot import SpotView, choose, spot_first
+from handlers.spot import SpotView, choose, gang_reasons, spot_first
 from handlers.spot.outlook import Outlook
 from handlers.spot.rules import (
     NOTHING,
@@ -118,6 +118,8 @@ def policy_reasons() -> list[Reason]:
         spot_first(situation(zones=up)).reason,  # spot first
         spot_first(situation(zones=down)).reason,  # on-demand: no zone has spot
         *unmeasured_reasons(),
+        gang_reasons.WORDING("gang.hold", node=1, zone="us-east-1a", minutes=10.0),  # a gang's lost node waits
+        gang_reasons.WORDING("gang.move", node=1, zone="us-east-1a", minutes=10.0),  # then the gang moves
     ]
     errors: list[JobOptionError] = []
     for call in (
@@ -125,13 +127,17 @@ def policy_reasons() -> list[Reason]:
         lambda: parse_deadline("91d", NOW),
         lambda: parse_budget("lots"),
         lambda: parse_budget("0"),
+        lambda: parse_job_options({"nodes": "65"}, NOW),
+        lambda: parse_job_options({"nodes": "2", "efa": "maybe"}, NOW),
+        lambda: parse_job_options({"efa": "true"}, NOW),
+        lambda: parse_job_options({"nodes": "2", "deadline": "36h"}, NOW),
     ):
         try:
             call()
         except JobOptionError as exc:
             errors.append(exc)
     reserved = reserved_parameter("mine", {"deadline": 1})
-    assert reserved is not None and len(errors) == 4
+    assert reserved is not None and len(errors) == 8
     return [*reasons, *(error.reason for error in errors), reserved.reason]
 
 

@@ -61,6 +61,7 @@ from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
 from handlers.reports import Late
+from handlers.spot import gang_reasons
 from handlers.spot import policies as spot_policies
 from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
@@ -400,6 +401,7 @@ def handler_reasons() -> list[Reason]:
     ignored = [
         stop_command(stopped, "slack:U1", NOW),
         interrupt_test_command(pending, "slack:U1", NOW),
+        interrupt_test_command(running, "slack:U1", NOW, node=1),  # node= of a one-node job
         ack_command(running, "slack:U1", NOW),
         ack_command(failed, "slack:U1", NOW),
         ack_command(acked, "slack:U2", NOW),
@@ -413,7 +415,7 @@ def handler_reasons() -> list[Reason]:
         HELP_REASON,
         *(_parse_error(text) for text in ("x" * 2001, "deploy prod", "status a b", "resume ft-7k2q now", "start")),
         *(_parse_error(text) for text in ("start BAD/x", "start tiny lr", "start tiny a=1 a=2", "stop job;rm")),
-        *(_parse_error(text) for text in ("list all", "logs", "costs 90d")),
+        *(_parse_error(text) for text in ("list all", "logs", "costs 90d", "interrupt-test ft-7k2q node=99")),
         _recipe_error(lambda: find_recipe("llama-70b", dict(BUILT_IN))),
         _recipe_error(lambda: TINY.resolve({"batch": "1"})),
         _recipe_error(lambda: bare.resolve({"batch": "1"})),
@@ -546,6 +548,7 @@ def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_b
         spot_situation.WORDING,
         reconcile_module.WORDING,
         failures.WORDING,
+        gang_reasons.WORDING,
     ]
     assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
     assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice
@@ -558,7 +561,7 @@ def test_every_reason_renders_in_both_languages_english_exactly_as_str() -> None
     reasons = handler_reasons()
     assert set().union(*(keys_in(reason) for reason in reasons)) == set(en.HANDLERS)  # every key is exercised
     # The words a person types stay as they are (and an English word inside one of them, "cost" in "costs").
-    kept = {*USAGE, *job_options.JOB_OPTIONS, "finetune", "demand", "team"}
+    kept = {*USAGE, *job_options.JOB_OPTIONS, "finetune", "demand", "team", "node", "true", "false"}
     for reason in reasons:
         english, chinese = say("en", reason), say("zh-CN", reason)
         assert english == str(reason) == reason.english

@@ -77,3 +77,23 @@ def test_a_recipe_may_not_declare_a_parameter_named_like_a_job_option() -> None:
     error = reserved_parameter("mine", {"budget": 1, "lr": 2})
     assert error is not None and error.reason.values == {"recipe": "mine", "name": "budget"}
     assert reserved_parameter("tiny", TINY.parameters) is None
+
+
+def test_nodes_and_efa_are_job_options_on_any_recipe_with_their_bounds() -> None:
+    command = parse("start tiny nodes=2 nproc=2 efa=true steps=4")
+    options, overrides = split_overrides(command.overrides)
+    assert overrides == {"nproc": "2", "steps": "4"}  # nproc stays the recipe's: ranks per node
+    assert parse_job_options(options, NOW) == JobOptions(nodes=2, efa=True)
+    assert parse_job_options({"nodes": "64"}, NOW).nodes == 64
+    for raw, key in (
+        ({"nodes": "65"}, "option.bad-nodes"),
+        ({"nodes": "0"}, "option.bad-nodes"),
+        ({"nodes": "two"}, "option.bad-nodes"),
+        ({"nodes": "-2"}, "option.bad-nodes"),
+        ({"efa": "yes", "nodes": "2"}, "option.bad-efa"),
+        ({"efa": "true"}, "option.efa-one-node"),
+        ({"nodes": "2", "budget": "10"}, "option.gang-steered"),
+    ):
+        with pytest.raises(JobOptionError) as caught:
+            parse_job_options(raw, NOW)
+        assert caught.value.reason.key == key, raw

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 from bot.chat.catalog import Lang, person, say, text, word
 from handlers.cost import job_cost
 from handlers.failures import Failure
-from handlers.jobs import Job, JobState
+from handlers.gang import rank_of
+from handlers.jobs import Attempt, Job, JobState
 from handlers.messages import Notify
 from handlers.notes import (
     Acked,
@@ -74,7 +75,9 @@ class Card:
 def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
     current = job.current
     fields: list[tuple[str, str]] = [(text(lang, "label.state"), state_text(job.state, lang))]
-    if current is not None:
+    if job.nodes > 1:
+        fields.extend(_gang_fields(job, lang))
+    elif current is not None:
         where = " · ".join(part for part in (current.instance_id, current.instance_type, current.zone) if part)
         instance = text(
             lang,
@@ -121,6 +124,35 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
     elif job.page is not None:
         fields.append((text(lang, "label.on-call"), text(lang, "card.paged", sent=job.page.sent)))
     return Card(title=text(lang, "card.title", job=job.id, recipe=job.recipe), fields=fields)
+
+
+def _gang_fields(job: Job, lang: Lang) -> list[tuple[str, str]]:
+    """A gang's card: its size, zone and generation, each live node's instance, and what they all pay per hour."""
+    nodes = job.gang_attempts
+    if not nodes:  # the gang ended: its last node of each rank
+        last: dict[int, Attempt] = {}
+        for attempt in job.attempts:
+            rank = rank_of(attempt)
+            if rank is not None:
+                last[rank] = attempt
+        nodes = dict(sorted(last.items()))
+    zone = next((attempt.zone for attempt in nodes.values() if attempt.zone), None)
+    gang = text(lang, "card.gang", nodes=job.nodes, zone=zone or "?", generation=job.generation)
+    fields: list[tuple[str, str]] = [(text(lang, "label.nodes"), gang)]
+    for rank, attempt in nodes.items():
+        where = " · ".join(part for part in (attempt.instance_id, attempt.instance_type) if part)
+        node = text(
+            lang,
+            "card.instance",
+            where=where or text(lang, "card.launching"),
+            market=text(lang, f"market.{attempt.market}"),
+            attempt=attempt.number,
+        )
+        fields.append((text(lang, "label.node", rank=rank), node))
+    prices = [attempt.price_per_hour for attempt in nodes.values() if attempt.price_per_hour is not None]
+    if prices:
+        fields.append((text(lang, "label.price"), text(lang, "card.price", price=sum(prices))))
+    return fields
 
 
 def _plan_fields(job: Job, lang: Lang) -> list[tuple[str, str]]:

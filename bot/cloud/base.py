@@ -13,7 +13,7 @@ from bot.errors import LaunchError as LaunchError
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
-from handlers.spec import JobSpec
+from handlers.spec import JobSpec, RegroupControl
 
 _logged_once: set[str] = set()
 
@@ -33,6 +33,7 @@ class Instance:
     market: Market
     price_per_hour: float | None
     on_demand_price_per_hour: float | None
+    private_ip: str | None = None  # a gang's other nodes meet this one there (handlers/gang.py); None: unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,18 @@ class CloudProvider(ListsInstances, Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class RegroupsGangs(Protocol):
+    """A cloud that tells a gang node standing by its place in the next world (:mod:`handlers.gang`): the regroup
+    goes in that node's own control object (:func:`handlers.spec.node_control_key`), where its runner polls."""
+
+    async def write_node_control(
+        self, job_id: str, attempt: int, generation: int, node_rank: int, control: RegroupControl
+    ) -> None:
+        """Write it (writing it again changes nothing); CloudError when the store would not."""
+        ...
 
 
 @runtime_checkable

@@ -36,7 +36,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import aiohttp
 import redis.asyncio as aioredis
@@ -47,11 +47,12 @@ from bot.cloud.local_instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
 from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry, local_instance_id
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.layout import is_cluster_client
+from handlers.gang import LOOPBACK
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.report_keys import ReportKeys
-from handlers.spec import JobSpec
+from handlers.spec import JobSpec, RegroupControl, dump_control, node_control_key
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,23 @@ class LocalCloud:
     async def release_gang_placement(self, job_id: str) -> None:
         """Nothing to remove: local instances of a gang share the loopback, no placement object."""
 
+    async def write_node_control(
+        self, job_id: str, attempt: int, generation: int, node_rank: int, control: RegroupControl
+    ) -> None:
+        """A gang node's regroup, into its control object in the job's checkpoint store (a ``file://`` one: the
+        local cloud's own; an object store is written by the AWS and Alibaba providers)."""
+        parsed = urlsplit(self.checkpoint_uri(job_id))
+        if parsed.scheme != "file":
+            raise CloudError(f"the local cloud writes control objects to a file:// store only, not {parsed.scheme}://")
+        target = Path(unquote(parsed.path)) / node_control_key(attempt, generation, node_rank)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".partial")
+            partial.write_bytes(dump_control(control))
+            partial.replace(target)  # the runner reads a whole object or none
+        except OSError as exc:
+            raise CloudError(f"could not write {target}: {exc}") from exc
+
     # -- launch -------------------------------------------------------------------------------------------
 
     async def launch(
@@ -143,6 +161,7 @@ class LocalCloud:
             found.market,
             found.price_per_hour,
             found.on_demand_price_per_hour,
+            private_ip=LOOPBACK,  # every local instance is this machine: a gang's nodes meet on loopback
         )
 
     async def _placement(self, market: Market, zone: str | None, avoid_zones: Collection[str]) -> str:
@@ -169,10 +188,13 @@ class LocalCloud:
     async def zones_without_spot(self) -> set[str]:
         return {str(zone) for zone in await self.registry.redis.smembers(self.keys.local_no_spot)}
 
-    async def take_spot_capacity(self, zone: str) -> list[str]:
+    async def take_spot_capacity(self, zone: str, reclaim: bool = True) -> list[str]:
         """No spot in ``zone`` from now on: launches there are refused, and each spot instance held there is
-        reclaimed (its notice, then the end of the grace period). Returns the instances being reclaimed."""
+        reclaimed (its notice, then the end of the grace period). Returns the instances being reclaimed.
+        ``reclaim`` False: only new launches are refused (a zone that has run out, its instances kept)."""
         await self.registry.redis.sadd(self.keys.local_no_spot, zone)
+        if not reclaim:
+            return []
         held = [
             record
             for record in await self.instances()

@@ -6,7 +6,17 @@ own English, taken from the tables next to the code that says it, so the two can
 
 from __future__ import annotations
 
-from handlers import commands, decide, failures, job_options, permissions, policy_config, recipes, reconcile
+from handlers import (
+    commands,
+    decide,
+    failures,
+    job_options,
+    permissions,
+    policy_config,
+    recipes,
+    reconcile,
+)
+from handlers.spot import gang_reasons
 from handlers.spot import policies as spot_policies
 from handlers.spot import rules as spot_rules
 from handlers.spot import situation as spot_situation
@@ -23,6 +33,7 @@ HANDLERS: dict[str, str] = {
     **spot_situation.WORDING.sentences,
     **reconcile.WORDING.sentences,
     **failures.WORDING.sentences,
+    **gang_reasons.WORDING.sentences,
 }
 
 BOT: dict[str, str] = {
@@ -38,6 +49,8 @@ BOT: dict[str, str] = {
     "label.state": "State",
     "label.instance": "Instance",
     "label.price": "Price",
+    "label.nodes": "Nodes",
+    "label.node": "Node {rank}",
     "label.step": "Step",
     "label.eta": "ETA",
     "label.cost": "Cost",
@@ -62,6 +75,7 @@ BOT: dict[str, str] = {
     "market.on-demand": "on-demand",
     "card.instance": "{where} ({market}, attempt {attempt})",
     "card.launching": "launching…",
+    "card.gang": "{nodes} instances in {zone} (generation {generation})",
     "card.price": "${price:.2f}/h",
     "card.loss": " · loss {loss:.4f}",
     "card.progress": "{bar} {percent:.0%} · {steps}",

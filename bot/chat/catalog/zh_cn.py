@@ -15,6 +15,8 @@ MESSAGES: dict[str, str] = {
     "label.state": "状态",
     "label.instance": "实例",
     "label.price": "价格",
+    "label.nodes": "节点",
+    "label.node": "节点 {rank}",
     "label.step": "步数",
     "label.eta": "预计剩余",
     "label.cost": "费用",
@@ -39,6 +41,7 @@ MESSAGES: dict[str, str] = {
     "market.on-demand": "按量付费",
     "card.instance": "{where}（{market}，第 {attempt} 次尝试）",
     "card.launching": "启动中…",
+    "card.gang": "{zone} 中的 {nodes} 个实例（第 {generation} 代）",
     "card.price": "${price:.2f}/小时",
     "card.loss": " · 损失 {loss:.4f}",
     "card.progress": "{bar} {percent:.0%} · {steps}",
@@ -205,9 +208,9 @@ MESSAGES: dict[str, str] = {
     "slack.failed": "⚠️ 操作未成功：机器人内部出错（已记录日志）。请稍后再试。",
     "slack.bad-button": "⛔ 这个按钮没有指明任务（{value!r}）",
     # 命令用法（handlers/commands.py）；命令词与 on-demand 保持英文，因为要照原样输入
-    "usage.line.start": "start <配方> [参数=值 …] [deadline=36h] [budget=120]",
+    "usage.line.start": "start <配方> [参数=值 …] [deadline=36h] [budget=120] [nodes=2]",
     "usage.line.stop": "stop <任务>",
-    "usage.line.interrupt-test": "interrupt-test <任务>",
+    "usage.line.interrupt-test": "interrupt-test <任务> [node=K]",
     "usage.line.status": "status [任务]",
     "usage.line.list": "list",
     "usage.line.logs": "logs <任务>",
@@ -242,6 +245,7 @@ MESSAGES: dict[str, str] = {
     "usage.no-arguments": "不带参数",
     "usage.one-job": "需要且只能带一个任务编号",
     "usage.costs-args": "可带一个时间窗口（7d 或 30d）和一个 team=团队名，各至多一次",
+    "usage.node": "需要一个任务编号，可选 node=K（节点编号 0 到 63），而不是 {word}",
     # 权限与限额（handlers/permissions.py、handlers/policy_config.py）
     "refused.not-allowed": "你没有 {action} 任务的权限；请管理员把 {user} 加入 {action} 规则",
     "refused.not-yours": "你不能 {action} {job}：只有它的发起人、所属团队和管理员可以",
@@ -274,6 +278,7 @@ MESSAGES: dict[str, str] = {
     "ignored.no-page": "没有未处理的值班告警",
     "ignored.already-acked": "已由 {by} 确认",
     "ignored.resume": "任务当前状态为 {state}；只有失败或已停止的任务才能恢复",
+    "ignored.not-a-gang": "node={node} 用于多节点任务；这个任务只在一个节点上运行",
     # 任务选项 deadline 与 budget（handlers/job_options.py）；选项名保持英文，因为要照原样输入
     "option.bad-deadline": (
         "deadline 必须是时长（如 36h、90m 或 1d12h），或带时区的时间（如 2026-03-05T09:00Z），而不是 {raw!r}"
@@ -281,7 +286,11 @@ MESSAGES: dict[str, str] = {
     "option.deadline-range": "deadline 必须在从现在起 10 分钟到 90 天之间，而不是 {raw!r}",
     "option.bad-budget": "budget 必须是账户币种的金额（如 120 或 99.50），而不是 {raw!r}",
     "option.budget-range": "budget 必须大于 0 且不超过 {maximum:.0f}",
-    "option.reserved": "{recipe} 声明了参数 {name!r}，但 deadline 和 budget 是任务选项",
+    "option.reserved": "{recipe} 声明了参数 {name!r}，但 {name} 是任务选项",
+    "option.bad-nodes": "nodes 必须是 1 到 {maximum} 之间的整数，而不是 {raw!r}",
+    "option.bad-efa": "efa 必须是 true 或 false，而不是 {raw!r}",
+    "option.efa-one-node": "efa=true 用于多节点任务：请同时给出 nodes=2 或更多",
+    "option.gang-steered": "多节点任务使用默认的抢占式实例优先策略：deadline 和 budget 仅用于单节点任务",
     # 实例选择策略的当前决定及原因（handlers/spot/rules.py）
     "spot-policy.on-demand.deadline": "现在使用按量付费：还剩 {work_h:g} 小时的训练，距截止时间还有 {left_h:g} 小时",
     "spot-policy.on-demand.pace": (
@@ -310,6 +319,13 @@ MESSAGES: dict[str, str] = {
     ),
     "spot-policy.unmeasured": "在 {zone} 使用抢占式实例：尚未测得训练步时，暂无可依据的计划",
     "spot-policy.unmeasured.on-demand": "按量付费：没有可用区有抢占式容量，且尚未测得训练步时",
+    "gang.hold": (
+        "节点 {node} 的替换实例在 {zone} 没有容量：其余节点等待（计费）最多 {minutes} 分钟，"
+        "之后由策略决定继续等待还是整组迁移"
+    ),
+    "gang.move": (
+        "节点 {node} 的替换实例在 {zone} 等待 {minutes} 分钟后仍没有容量：整组迁往别处，从最新的完整检查点继续"
+    ),
     "spot-policy.spot.first": "抢占式实例（{zone}）：优先使用抢占式实例，各处都没有容量时才改用按量付费",
     "spot-policy.on-demand.first": "现在使用按量付费：没有可用区有抢占式容量",
     "spot-policy.unmeasured.wait": "等待抢占式容量：没有可用区有容量，且尚未测得训练步时",

@@ -1,0 +1,522 @@
+"""The decisions of a gang job (``nodes`` > 1; the world's arithmetic is :mod:`handlers.gang`).
+
+:mod:`handlers.decide` hands a gang job's launch results, reports, cloud events and launches here; everything
+else (the state table, the notes, a failure's page) is decide's own, called back. A gang is RUNNING once every
+live node's runner has started in the job's current generation. Losing one node (its ``interrupted`` report, or
+its instance gone without one) ends only that node's attempt: the survivors keep their instances and stand by
+(their runners say ``standby``), one replacement is launched into the gang's zone for the next generation, and
+once its runner has restored, each survivor's regroup is written to its own control object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from handlers import decide as d  # a cycle: decide hands gangs here, this calls decide's helpers at run time
+from handlers.failures import Failure
+from handlers.gang import new_gang, place_in, rank_of, regrouped
+from handlers.instance_claims import foreign_instance
+from handlers.jobs import TERMINAL_STATES, Attempt, Change, CheckpointRef, Job, JobState, Market
+from handlers.lifecycle import Lifecycle, best_step
+from handlers.messages import (
+    CloudEvent,
+    GangHoldDue,
+    Launch,
+    Launched,
+    LaunchFailed,
+    Message,
+    Regroup,
+    RelaunchDue,
+    ReleaseGang,
+    StartDeadline,
+    StopRunner,
+    Terminate,
+)
+from handlers.notes import CardRefresh, CompletedNote, InstanceGone, Note, Resumed, SpotPolicyNote, Stopped
+from handlers.reports import (
+    CheckpointSaved,
+    Completed,
+    Interrupted,
+    Notice,
+    Progress,
+    RunnerReport,
+    Standby,
+    Started,
+)
+from handlers.spot import SpotView
+from handlers.spot.gang import GangHold, wait_or_move
+from handlers.spot.gang_reasons import WORDING
+from handlers.spot.steer import refused
+from handlers.transitions import next_state
+
+DEFAULT_RESTART_SECONDS = 300.0  # a node's launch-to-training overhead, until the job has measured its own
+
+
+def with_attempt(job: Job, attempt: Attempt) -> Job:
+    """``job`` with ``attempt`` (by number) as given."""
+    return job.model_copy(update={"attempts": [attempt if a.number == attempt.number else a for a in job.attempts]})
+
+
+def live(job: Job) -> list[Attempt]:
+    return list(job.gang_attempts.values())
+
+
+def releases(job: Job) -> list[Terminate]:
+    """Terminate every live node's instance (a gang ends, or fails, as one)."""
+    return [Terminate(job_id=job.id, instance_id=a.instance_id) for a in live(job) if a.instance_id]
+
+
+def end_all(job: Job, at: datetime, reason: str) -> Job:
+    """Every live node's attempt ended at ``at``."""
+    for attempt in live(job):
+        job = with_attempt(job, attempt.model_copy(update={"ended_at": at, "end_reason": reason}))
+    return job
+
+
+# -- launching ------------------------------------------------------------------------------------------------
+
+
+def relaunch(
+    before: Job,
+    job: Job,
+    market: Market,
+    now: datetime,
+    history: dict[str, Any],
+    outbox: Sequence[Message],
+    delay: timedelta,
+    zone: str | None,
+    launch_now: bool,
+) -> Change:
+    """Plan a whole gang (the first launch, or a move elsewhere): one attempt per node in a new generation; node 0
+    launches first, the others into its zone once its launch result comes (:func:`launched`)."""
+    generation = job.generation + 1 if any(a.node_rank is not None for a in job.attempts) else job.generation
+    moved = job.model_copy(update={"generation": generation})
+    attempts = new_gang(moved, before.attempt + 1, market, best_step(job))
+    planned = moved.model_copy(update={"attempts": [*job.attempts, *attempts], "updated_at": now})
+    launch: list[Message] = []
+    if launch_now and delay > timedelta():
+        launch = [RelaunchDue(job_id=job.id, attempt=planned.attempt, market=market, zone=zone, due=now + delay)]
+    elif launch_now:
+        launch = list(launch_first(planned, market, now, zone))
+    effects = [*outbox, *launch, d._note(planned, "card", CardRefresh(cause="launch"))]
+    fields = {"state": planned.state.value, "next_attempt": attempts[0].number, "nodes": job.nodes}
+    return d._make(planned, {**history, **fields, "generation": generation}, effects)
+
+
+def launch_first(job: Job, market: Market, now: datetime, zone: str | None) -> list[Message]:
+    """Launch the gang's node 0 (the others follow it into its zone); the start deadline is the last node's."""
+    leader = job.gang_attempts[0]
+    return [
+        Launch(job_id=job.id, attempt=leader.number, market=market, zone=zone or None),
+        StartDeadline(job_id=job.id, attempt=job.attempt, due=now + d.START_TIMEOUT),
+    ]
+
+
+def launched(job: Job, message: Launched, now: datetime) -> Change:
+    """A node's instance is up: noted on its attempt; node 0's first brings the others' launches, in its zone."""
+    attempt = job.attempt_numbered(message.attempt)
+    if attempt is None or attempt.ended_at is not None or job.state in TERMINAL_STATES:
+        return d._unwanted(job, message, f"attempt {message.attempt} of {job.id} is not a live node")
+    if attempt.instance_id not in (None, message.instance_id):
+        return d._unwanted(job, message, f"attempt {attempt.number} runs on {attempt.instance_id}")
+    state = next_state(job.state, "launched") or job.state
+    updated = attempt.model_copy(
+        update={
+            "instance_id": message.instance_id,
+            "instance_type": message.instance_type,
+            "zone": message.zone,
+            "market": message.market,
+            "price_per_hour": message.price_per_hour,
+            "on_demand_price_per_hour": message.on_demand_price_per_hour,
+            "private_ip": message.private_ip,
+            "launched_at": message.at,
+        }
+    )
+    moved = with_attempt(job, updated).model_copy(update={"held_since": None})
+    outbox: list[Message] = [d._note(moved, "card", CardRefresh(cause="launched"))]
+    if job.state is JobState.STOPPING:
+        outbox.append(Terminate(job_id=job.id, instance_id=message.instance_id))
+    elif attempt.instance_id is None and rank_of(attempt) == 0:
+        for other in live(moved):
+            if other.instance_id is None and other.number != attempt.number and other.generation == job.generation:
+                outbox.append(Launch(job_id=job.id, attempt=other.number, market=other.market, zone=message.zone))
+    history = {
+        "event": "launched",
+        "attempt": attempt.number,
+        "node_rank": rank_of(attempt),
+        "instance": message.instance_id,
+        "zone": message.zone,
+        "market": message.market,
+    }
+    return d._change(moved, state, now, history, outbox)
+
+
+def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecycle) -> Change:
+    """A node could not be launched. A replacement refused for capacity holds the survivors (they stand by,
+    billing) until :func:`hold_due`; any other refusal fails the gang as one (its other nodes released)."""
+    attempt = job.attempt_numbered(message.attempt)
+    if attempt is None or attempt.ended_at is not None:
+        return d._ignored(job, message.type, f"attempt {message.attempt} is not a live node")
+    survivors = [a for a in live(job) if a.next_rank is not None and a.instance_id]
+    if message.capacity and survivors and job.state not in TERMINAL_STATES:
+        zone = message.zone or attempt.zone or ""
+        held = refused(job, zone, now)
+        history = {"event": "gang-hold", "attempt": attempt.number, "zone": zone, "reason": message.reason}
+        if job.held_since is not None:  # still refused after a wait: the pending hold timer decides again
+            return d._make(held, history, [])
+        held = held.model_copy(update={"held_since": now, "updated_at": now})
+        told = _why("gang.hold", attempt, zone, limits.gang_hold_seconds)
+        timer = GangHoldDue(job_id=job.id, attempt=attempt.number, due=now + limits.gang_hold)
+        card = d._note(held, "card", CardRefresh(cause="policy"))
+        return d._make(held, history, [timer, d._note(held, "thread", told), card])
+    reason = Failure.of("launch-failed", error=message.reason)
+    return d._failure(job, "launch-failed", reason, now, [], limits)
+
+
+# -- reports ------------------------------------------------------------------------------------------------
+
+
+def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change | None:
+    attempt = job.attempt_numbered(message.attempt)
+    if attempt is None or attempt.ended_at is not None:
+        return d._fenced(job, message, now)
+    if isinstance(message, Started):
+        return started(job, attempt, message, now)
+    if isinstance(message, Progress):
+        if rank_of(attempt) != 0:
+            return None  # every node reports the same steps: node 0's stand for the gang
+        updates = {"step": max(message.step, job.step or 0), "total_steps": message.total_steps or job.total_steps}
+        card = d._note(job, "card", CardRefresh(cause="progress"))
+        return d._update(job, "progress", now, {**updates, "loss": message.loss}, None, [card])
+    if isinstance(message, CheckpointSaved):
+        return _checkpoint(job, message, now)
+    if isinstance(message, Notice):
+        if message.kind == "rebalance":
+            return d._rebalance(job, message.source, now)
+        if message.kind == "stop":
+            return d._ignored(job, "notice:stop", "the runner acknowledges a stop")
+        return d._spot_interruption(job, message.source, message.deadline, now)
+    if isinstance(message, Interrupted):
+        return _node_lost(job, attempt, now, limits, message)
+    if isinstance(message, Completed):
+        return _completed(job, attempt, message, now)
+    if isinstance(message, Standby):
+        return _standby(job, attempt, message, now)
+    return d._report_rest(job, message, now, limits, spot)
+
+
+def _standby(job: Job, attempt: Attempt, message: Standby, now: datetime) -> Change:
+    """A survivor stands by with the newest complete checkpoint; once every survivor does, the lost node's
+    replacement launches (so it restores the very checkpoint they will: the marker of a checkpoint a lost node 0
+    was still completing may come after its ``interrupted`` report)."""
+    history = d._standby_history(message)
+    moved = with_attempt(job, attempt.model_copy(update={"standby_step": message.step if message.step else 0}))
+    moved = moved.model_copy(update={"updated_at": now})
+    return d._make(moved, history, _replacement_launch(job, moved, now))
+
+
+def _replacement_launch(before: Job, job: Job, now: datetime) -> list[Message]:
+    """The launch of the pending replacement, once (in ``job``, not yet in ``before``) every survivor stands by."""
+
+    def ready(gang: Job) -> Attempt | None:
+        nodes = live(gang)
+        pending = [a for a in nodes if a.instance_id is None and a.generation == gang.generation]
+        survivors = [a for a in nodes if a.next_rank is not None]
+        if len(pending) != 1 or not survivors or any(a.standby_step is None for a in survivors):
+            return None
+        return pending[0]
+
+    replacement = ready(job)
+    if replacement is None or ready(before) is not None:
+        return []
+    zone = next((a.zone for a in live(job) if a.zone), None)
+    return [
+        Launch(job_id=job.id, attempt=replacement.number, market=replacement.market, zone=zone),
+        StartDeadline(job_id=job.id, attempt=replacement.number, due=now + d.START_TIMEOUT),
+    ]
+
+
+def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Change:
+    """A node's runner started in the job's current world; once every fresh node of it has, the survivors
+    standing by are regrouped into it; once every node has, the gang is RUNNING."""
+    foreign = foreign_instance(attempt, message.instance_id)
+    if foreign is not None:
+        return d._ignored(job, "report:started", foreign, instance=message.instance_id)
+    generation = message.generation or attempt.generation or job.generation
+    if generation != job.generation:
+        return d._ignored(job, "report:started", f"generation {generation}, the gang is in {job.generation}")
+    moved = with_attempt(
+        job,
+        attempt.model_copy(
+            update={
+                "started_at": attempt.started_at or message.time,
+                "started_generation": generation,
+                "restore_seconds": message.restore_seconds,
+                "resumed_from_step": message.resumed_from_step,
+            }
+        ),
+    )
+    outbox: list[Message] = []
+    pending = [a for a in live(moved) if a.next_rank is not None]
+    fresh = [a for a in live(moved) if a.next_rank is None]
+    if pending and all(a.started_generation == job.generation for a in fresh):
+        for survivor in pending:
+            assert survivor.next_rank is not None and survivor.instance_id is not None
+            outbox.append(
+                Regroup(
+                    job_id=job.id,
+                    instance_id=survivor.instance_id,
+                    attempt=survivor.number,
+                    generation=survivor.generation or 1,
+                    node_rank=survivor.node_rank or 0,
+                    gang=place_in(moved, survivor.next_rank),
+                )
+            )
+        for survivor in pending:
+            told = {
+                "node_rank": survivor.next_rank,
+                "generation": job.generation,
+                "next_rank": None,
+                "standby_step": None,
+            }
+            moved = with_attempt(moved, survivor.model_copy(update=told))
+    history: dict[str, Any] = {
+        "event": "started",
+        "attempt": attempt.number,
+        "node_rank": rank_of(attempt),
+        "generation": generation,
+        "resumed_from_step": message.resumed_from_step,
+        "regrouped": [a.number for a in pending] if outbox else [],
+    }
+    waiting = [a.number for a in live(moved) if a.started_generation != job.generation]
+    state = next_state(job.state, "started")
+    if waiting or state is None:
+        moved = moved.model_copy(update={"updated_at": now})
+        card = d._note(moved, "card", CardRefresh(cause="started"))
+        return d._make(moved, {**history, "waiting_for": waiting}, [*outbox, card])
+    updates: dict[str, Any] = {}
+    notes: list[Message] = []
+    if job.generation > 1:  # the gang trains again after a loss: what it cost
+        lost_attempt = max((a for a in moved.attempts if a.ended_at is not None), key=lambda a: a.ended_at or now)
+        resumed = message.resumed_from_step or 0
+        lost = max((job.step or 0) - resumed, 0)
+        downtime = max((message.time - (lost_attempt.ended_at or message.time)).total_seconds(), 0.0)
+        updates["steps_lost"] = max(job.steps_lost + lost - (lost_attempt.lost_steps or 0), 0)
+        updates["downtime_seconds"] = job.downtime_seconds + downtime
+        history.update(lost=lost, downtime=round(downtime, 1))
+        note = Resumed(attempt=attempt.number, step=message.resumed_from_step, lost=lost, downtime=round(downtime, 1))
+        notes.append(d._note(moved, "thread", note.model_copy(update={"zone": attempt.zone})))
+    moved = moved.model_copy(update=updates)
+    card = d._note(moved, "card", CardRefresh(cause="started"))
+    return d._change(moved, state, now, history, [*outbox, card, *notes])
+
+
+def _checkpoint(job: Job, message: CheckpointSaved, now: datetime) -> Change:
+    """Node 0's word that a checkpoint counts (every node's part and the marker): the job's, whatever its state."""
+    if job.checkpoint is not None and message.step <= job.checkpoint.step:
+        return d._ignored(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
+    checkpoint = CheckpointRef(step=message.step, uri=message.uri, at=message.time)
+    moved = job.model_copy(update={"checkpoint": checkpoint, "updated_at": now})
+    history = {"event": "checkpoint", "step": message.step, "reason": message.reason}
+    return d._make(moved, history, [d._note(moved, "card", CardRefresh(cause="checkpoint"))])
+
+
+def _completed(job: Job, attempt: Attempt, message: Completed, now: datetime) -> Change:
+    """Node 0's completion completes the gang (every node released, the placement removed); another node's only
+    ends that node (node 0 stores the output)."""
+    if rank_of(attempt) != 0:
+        ended = with_attempt(job, attempt.model_copy(update={"ended_at": message.time, "end_reason": "completed"}))
+        release = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if attempt.instance_id else []
+        return d._make(ended, {"event": "node-completed", "attempt": attempt.number}, release)
+    state = next_state(job.state, "completed")
+    if state is None:
+        return d._ignored(job, "report:completed", f"the job is {job.state}")
+    done = end_all(job, message.time, "completed").model_copy(
+        update={
+            "output_uri": message.output_uri,
+            "step": message.step or job.step,
+            "total_steps": message.total_steps or job.total_steps,
+        }
+    )
+    outbox: list[Message] = [*releases(job), ReleaseGang(job_id=job.id)]
+    outbox.append(d._note(done, "thread", CompletedNote(output_uri=message.output_uri)))
+    return d._change(done, state, now, {"event": "completed", "output_uri": message.output_uri}, outbox)
+
+
+# -- losing a node ------------------------------------------------------------------------------------------
+
+
+def cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Change | None:
+    """The cloud's word about one node's instance."""
+    attempt = next((a for a in live(job) if a.instance_id == event.instance_id), None)
+    if attempt is None:
+        return d._ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not a live node of {job.id}")
+    if event.kind == "spot-interruption":
+        return d._spot_interruption(job, event.source, event.deadline, now)
+    if event.kind == "rebalance":
+        return d._rebalance(job, event.source, now)
+    return _node_lost(job, attempt, now, limits, None, gone=event)
+
+
+def _node_lost(
+    job: Job,
+    attempt: Attempt,
+    now: datetime,
+    limits: Lifecycle,
+    told: Interrupted | None,
+    gone: CloudEvent | None = None,
+) -> Change:
+    """One node is lost (with its notice's checkpoint, or without a word): only it is replaced."""
+    if job.state is JobState.STOPPING:
+        return _stopping_node_ended(job, attempt, now, told)
+    state = next_state(job.state, "interrupted") or next_state(job.state, "instance-gone")
+    if job.state is JobState.RECOVERING:
+        state = JobState.RECOVERING
+    if state is None or state is not JobState.RECOVERING:
+        return d._ignored(job, "node-lost", f"the job is {job.state}")
+    updates: dict[str, Any] = {}
+    if job.state in (JobState.RUNNING, JobState.PROVISIONING):  # no warning came first: count it here
+        updates["interruptions"] = job.interruptions + 1
+    reached, lost_steps = d._steps_lost(job, told) if told is not None else (None, 0)
+    checkpoint = _newer_checkpoint(job, told)
+    if checkpoint is not None:
+        updates["checkpoint"] = checkpoint
+    ended_at = told.time if told is not None else now
+    if told is not None:
+        why = Failure.of("interrupted", notice=told.reason)
+    else:
+        why = Failure.of("instance-gone", detail=(gone.detail or gone.source) if gone is not None else "lost")
+    ended = attempt.model_copy(
+        update={"ended_at": ended_at, "end_reason": why.english, "reached_step": reached, "lost_steps": lost_steps}
+    )
+    if reached is not None:
+        updates["step"] = max(job.step or 0, reached)
+        updates["steps_lost"] = job.steps_lost + lost_steps
+    ranks, free = regrouped(job, attempt)
+    # A node that reported its interruption still completes its part (node 0: the marker) until its deadline, when
+    # its cloud takes it: it is not terminated here (reconciliation releases an instance that outlives it).
+    gone_now = told is None and attempt.instance_id is not None
+    release: list[Message] = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if gone_now else []
+    note: Note
+    if told is not None:
+        note = d._interrupted_note(told, reached, lost_steps)
+    else:
+        note = InstanceGone(instance=attempt.instance_id or "")
+    moved = with_attempt(job, ended).model_copy(update={**updates, "state": state, "updated_at": now})
+    history: dict[str, Any] = {"event": "node-lost", "attempt": attempt.number, "node_rank": rank_of(attempt)}
+    if told is not None:
+        history.update(d._interrupted_fields(told), reached_step=reached, lost=lost_steps)
+    if not ranks:  # no node left: the whole gang again
+        told_all = [*release, d._note(moved, "thread", note)]
+        return relaunch(job, moved, attempt.market, now, history, told_all, timedelta(), None, True)
+    generation = job.generation + 1
+    survivors = {number: rank for number, rank in ranks.items()}
+    for survivor in live(moved):
+        moved = with_attempt(moved, survivor.model_copy(update={"next_rank": survivors[survivor.number]}))
+    zone = next((a.zone for a in live(moved) if a.zone), None) or attempt.zone
+    replacement = Attempt(
+        number=job.attempt + 1,
+        market=attempt.market,
+        node_rank=free[0],
+        generation=generation,
+        launched_at=now,
+        from_step=best_step(job),
+    )
+    moved = moved.model_copy(update={"attempts": [*moved.attempts, replacement], "generation": generation})
+    history.update(generation=generation, replacement=replacement.number, zone=zone, ranks=survivors)
+    outbox: list[Message] = [
+        *release,
+        d._note(moved, "thread", note),
+        *_replacement_launch(job, moved, now),  # now if every survivor stands by already, else at the last one's
+        d._note(moved, "card", CardRefresh(cause="launch")),
+    ]
+    return d._make(moved, {**history, "state": state.value}, outbox)
+
+
+def _stopping_node_ended(job: Job, attempt: Attempt, now: datetime, told: Interrupted | None) -> Change:
+    """A node of a gang being stopped has saved and ended; the last one ends the job STOPPED."""
+    ended = with_attempt(job, attempt.model_copy(update={"ended_at": now, "end_reason": "stopped"}))
+    checkpoint = _newer_checkpoint(job, told)
+    if checkpoint is not None:
+        ended = ended.model_copy(update={"checkpoint": checkpoint})
+    release: list[Message] = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if attempt.instance_id else []
+    history = {"event": "node-stopped", "attempt": attempt.number, "step": told.step if told else None}
+    if live(ended):
+        return d._make(ended.model_copy(update={"updated_at": now}), history, release)
+    kept = ended.checkpoint.step if ended.checkpoint is not None else None
+    outbox = [*release, ReleaseGang(job_id=job.id), d._note(ended, "thread", Stopped(step=kept))]
+    return d._change(ended, JobState.STOPPED, now, {**history, "kept_step": kept}, outbox)
+
+
+def _newer_checkpoint(job: Job, told: Interrupted | None) -> CheckpointRef | None:
+    """The checkpoint an ``interrupted`` report committed, when it is newer than the job's."""
+    if told is None or told.step is None or not told.uri:
+        return None
+    if job.checkpoint is not None and told.step <= job.checkpoint.step:
+        return None
+    return CheckpointRef(step=told.step, uri=told.uri, at=told.time)
+
+
+# -- a replacement that cannot be had ------------------------------------------------------------------------
+
+
+def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle) -> Change:
+    """The survivors waited the hold time for replacement ``message.attempt``: the spot policy's choice
+    (:func:`handlers.spot.gang.wait_or_move`) tries that node again and waits another hold, or moves the whole gang
+    elsewhere (the survivors released; the thread hears why)."""
+    attempt = job.attempt_numbered(message.attempt)
+    if attempt is None or attempt.ended_at is not None or attempt.instance_id or job.held_since is None:
+        return d._ignored(job, message.type, f"replacement {message.attempt} came, or the gang moved on")
+    survivors = [a for a in live(job) if a.instance_id]
+    zone = next((a.zone for a in survivors if a.zone), None) or attempt.zone or ""
+    restart = job.restart_seconds or DEFAULT_RESTART_SECONDS
+    hold = GangHold(
+        nodes=job.nodes,
+        survivors=len(survivors),
+        node_price_per_hour=next((a.price_per_hour for a in survivors if a.price_per_hour), 0.0) or 0.0,
+        waited_seconds=(now - job.held_since).total_seconds(),
+        hold_seconds=limits.gang_hold_seconds,
+        replace_seconds=restart,
+        move_seconds=restart,
+        availability=0.0 if zone in job.refused_zones else 0.5,
+    )
+    choice = wait_or_move(hold)
+    history: dict[str, Any] = {"event": "gang-hold-due", "choice": choice, "waited": round(hold.waited_seconds, 1)}
+    if choice == "wait":
+        again: list[Message] = [
+            Launch(job_id=job.id, attempt=attempt.number, market=attempt.market, zone=zone or None),
+            GangHoldDue(job_id=job.id, attempt=attempt.number, due=now + limits.gang_hold),
+        ]
+        return d._make(job.model_copy(update={"updated_at": now}), history, again)
+    why = _why("gang.move", attempt, zone, hold.waited_seconds)
+    release = releases(job)
+    ended = end_all(job, now, "moved: the gang's lost node could not be replaced in its zone")
+    moved = ended.model_copy(update={"held_since": None, "state": JobState.RECOVERING})
+    moved = refused(moved, zone, now) if zone else moved
+    notes: list[Message] = [*release, ReleaseGang(job_id=job.id), d._note(moved, "thread", why)]
+    return relaunch(job, moved, attempt.market, now, {**history, "from_zone": zone}, notes, timedelta(), None, True)
+
+
+def _why(key: str, attempt: Attempt, zone: str, seconds: float) -> SpotPolicyNote:
+    """The thread's word on a hold or a move: which node, where, for how long (the catalogue words it)."""
+    values: dict[str, str | float] = {"node": attempt.node_rank or 0, "zone": zone, "minutes": round(seconds / 60, 1)}
+    return SpotPolicyNote(reason=str(WORDING(key, **values).key), values=values)
+
+
+# -- commands ---------------------------------------------------------------------------------------------
+
+
+def stop_runners(job: Job) -> list[Message]:
+    """Ask every live node's runner to save and stop (they stop at one step, as on a notice)."""
+    return [StopRunner(job_id=job.id, instance_id=a.instance_id) for a in live(job) if a.instance_id]
+
+
+def drilled(job: Job, node: int | None) -> Attempt | None:
+    """The live node an interrupt-test means: rank ``node`` (None: the last), if it has an instance."""
+    nodes = job.gang_attempts
+    if not nodes:
+        return None
+    attempt = nodes.get(max(nodes) if node is None else node)
+    return attempt if attempt is not None and attempt.instance_id else None

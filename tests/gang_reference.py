@@ -1,0 +1,42 @@
+"""An uninterrupted two-node run of ``runner.hf.tiny`` without runner or bot: the adapter a gang's run must equal."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ADAPTER = "adapter_model.safetensors"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def two_node_adapter(root: Path, arguments: list[str]) -> bytes:
+    """Two trainers (one rank each) as one world over loopback; the final adapter global rank 0 writes."""
+    port = str(free_port())
+    runs = []
+    for rank in (0, 1):
+        env = dict(
+            os.environ,
+            FINETUNE_OUTPUT_DIR=str(root / f"node-{rank}"),
+            FINETUNE_RESUME_FROM="",
+            HF_HUB_OFFLINE="1",
+            NNODES="2",
+            NODE_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            FINETUNE_COLLECTIVE_TIMEOUT_SECONDS="120",
+        )
+        env.pop("FINETUNE_STOP_FILE", None)
+        command = [sys.executable, "-m", "runner.hf.tiny", *arguments]
+        runs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    for run in runs:
+        output = run.communicate(timeout=400)[0]
+        assert run.returncode == 0, output[-3000:]
+    return (root / "node-0" / ADAPTER).read_bytes()

@@ -1,0 +1,193 @@
+"""Gangs through chat on the local cloud: ``tiny nodes=2``, each node a local instance of its own (its own runner,
+metadata endpoint and report key), gloo over loopback between the two trainers, the job's file:// store shared.
+
+Each drill ends in the final adapter of an uninterrupted two-node run, bit for bit, with only the lost node
+replaced (or, when its replacement cannot be had, the whole gang moved after the hold time).
+
+Cost: one two-node run to completion per test (two tiny trainers of one rank each at a time), and one
+uninterrupted two-node run without the bot for the module (the adapter every drilled run must equal).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from bot.chat.render import card_text
+from bot.cloud.local import LocalCloud
+from fakes.bot_harness import CHANNEL, SteppedClock, eventually, running_bot, settled, start_job, wait_job
+from handlers.jobs import JobState
+from tests.gang_reference import ADAPTER, two_node_adapter
+
+pytestmark = pytest.mark.timeout(600)
+
+TINY = "start tiny nodes=2 steps=6 save_steps=3 step_seconds=0"
+
+
+async def test_tiny_nodes_2_runs_to_completion_on_two_instances_and_the_card_shows_the_gang(tmp_path: Path) -> None:
+    async with running_bot(tmp_path / "state") as (service, _chat):
+        job_id = await start_job(service, "console:ana", TINY)
+        running = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING, timeout=300)
+        assert running.nodes == 2 and sorted(running.gang_attempts) == [0, 1]
+        # RUNNING only once both runners started: each node's attempt has its instance and its start.
+        assert all(a.instance_id and a.started_generation == 1 for a in running.gang_attempts.values())
+        status = await service.bot.command("console:ana", CHANNEL, f"status {job_id}")
+        assert "2 instances in local-a" in status and "Node 0" in status and "Node 1" in status
+
+        done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED, timeout=400)
+        assert done.step == 6 and done.output_uri and done.output_uri.endswith("/output/")
+        assert [(a.number, a.node_rank, a.generation) for a in done.attempts] == [(1, 0, 1), (2, 1, 1)]
+        assert all(a.ended_at is not None for a in done.attempts)
+        card = card_text(done, done.updated_at)
+        assert "2 instances in local-a" in card
+        output = Path(done.output_uri.removeprefix("file://")) / "adapter_model.safetensors"
+        assert output.stat().st_size > 0
+
+        cloud = service.bot.cloud
+        assert isinstance(cloud, LocalCloud)
+
+        async def both_gone() -> bool:
+            records = [r for r in await cloud.instances() if r.job_id == job_id]
+            return len(records) == 2 and all(r.state == "gone" for r in records)
+
+        await eventually(both_gone, timeout=120)
+        await eventually(lambda: settled(service))
+        history = await service.bot.store.history(job_id)
+        assert [e["node_rank"] for e in history if e.get("event") == "launched"] == [0, 1]
+
+
+DRILLED = "start tiny nodes=2 steps=16 save_steps=5 step_seconds=0.25"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The final adapter of an uninterrupted two-node run of DRILLED's training (one for the module)."""
+    return two_node_adapter(tmp_path_factory.mktemp("gang-reference"), ["--max-steps", "16", "--save-steps", "5"])
+
+
+@pytest.mark.parametrize("drilled", [1, 0])
+async def test_a_drilled_node_alone_is_replaced_and_the_gang_resumes_bitwise_equal_with_no_step_lost(
+    tmp_path: Path, reference: bytes, drilled: int
+) -> None:
+    async with running_bot(tmp_path / "state") as (service, _chat):
+        job_id = await start_job(service, "console:ana", DRILLED)
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 7, 300)
+        before = await service.bot.store.get(job_id)
+        assert before is not None
+        lost, kept = before.gang_attempts[drilled], before.gang_attempts[1 - drilled]
+        reply = await service.bot.command("console:ana", CHANNEL, f"interrupt-test {job_id} node={drilled}")
+        assert reply.startswith(f"OK: interrupt-test {job_id}"), reply
+
+        done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED, timeout=500)
+        history = await service.bot.store.history(job_id)
+        [lost_event] = [e for e in history if e.get("event") == "node-lost"]
+        saved = lost_event["step"]
+        assert lost_event["attempt"] == lost.number and lost_event["node_rank"] == drilled and saved >= 7
+        standby = [e for e in history if e.get("event") == "standby"]
+        assert [(e["node_rank"], e["step"], e["cause"]) for e in standby] == [(1 - drilled, saved, "stopped")]
+        # Three instances in the job's life: the survivor kept its own to the end, one replacement.
+        assert len(done.instance_ids) == 3 and done.generation == 2
+        survivor = done.attempt_numbered(kept.number)
+        assert survivor is not None and survivor.instance_id == kept.instance_id
+        assert survivor.end_reason == "completed" and survivor.generation == 2 and survivor.node_rank == 0
+        replacement = done.attempts[-1]
+        assert (replacement.node_rank, replacement.generation, replacement.zone) == (1, 2, lost.zone)
+        assert replacement.resumed_from_step == saved and survivor.resumed_from_step == saved
+        assert done.steps_lost == 0 and done.step == 16
+        assert done.output_uri is not None
+        final = (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes()
+        assert final == reference
+
+
+async def test_a_node_killed_without_notice_is_replaced_alone_from_the_last_complete_checkpoint(
+    tmp_path: Path, reference: bytes
+) -> None:
+    async with running_bot(tmp_path / "state") as (service, _chat):
+        cloud = service.bot.cloud
+        assert isinstance(cloud, LocalCloud)
+        job_id = await start_job(service, "console:ana", DRILLED)
+        running = await wait_job(
+            service, job_id, lambda job: job.state is JobState.RUNNING and job.checkpoint is not None, 300
+        )
+        lost, kept = running.gang_attempts[1], running.gang_attempts[0]
+        assert lost.instance_id is not None
+        record = await cloud.registry.get(lost.instance_id)
+        assert record is not None
+        os.killpg(record.runner_pid, signal.SIGKILL)  # the machine is gone: no notice, nothing runs after
+
+        done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED, timeout=500)
+        history = await service.bot.store.history(job_id)
+        [lost_event] = [e for e in history if e.get("event") == "node-lost"]
+        assert (lost_event["attempt"], lost_event["node_rank"]) == (lost.number, 1)
+        [standby] = [e for e in history if e.get("event") == "standby"]
+        assert standby["node_rank"] == 0 and standby["cause"] == "trainer-exited" and standby["step"] >= 5
+        assert len(done.instance_ids) == 3  # only the lost node replaced
+        survivor = done.attempt_numbered(kept.number)
+        assert survivor is not None and survivor.instance_id == kept.instance_id
+        assert done.attempts[-1].resumed_from_step == survivor.resumed_from_step == standby["step"]
+        assert done.output_uri is not None
+        assert (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes() == reference
+
+
+async def test_a_replacement_refused_for_capacity_holds_then_the_whole_gang_moves_and_says_why(
+    tmp_path: Path, reference: bytes
+) -> None:
+    clock = SteppedClock()
+    zones = {"finetune_local_zones": "local-a,local-b"}
+    async with running_bot(tmp_path / "state", clock=clock, **zones) as (service, chat):
+        cloud = service.bot.cloud
+        assert isinstance(cloud, LocalCloud)
+        job_id = await start_job(service, "console:ana", DRILLED)
+        running = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 7)
+        assert {a.zone for a in running.gang_attempts.values()} == {"local-a"}
+        await cloud.take_spot_capacity("local-a", reclaim=False)  # no room for a replacement; the gang keeps its own
+        await service.bot.command("console:ana", CHANNEL, f"interrupt-test {job_id} node=1")
+
+        async def held() -> bool:
+            job = await service.bot.store.get(job_id)
+            return job is not None and job.held_since is not None
+
+        await eventually(held, timeout=300)
+        holding = await service.bot.store.get(job_id)
+        assert holding is not None and holding.state is JobState.RECOVERING
+        survivor = holding.gang_attempts[0]
+        assert survivor.ended_at is None and survivor.instance_id is not None  # standing by, billing
+
+        clock.advance(11)  # past the hold (10 minutes): the policy chooses, and moving beats waiting
+        done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED, timeout=500)
+        history = await service.bot.store.history(job_id)
+        [due] = [e for e in history if e.get("event") == "gang-hold-due"]
+        assert due["choice"] == "move" and due["from_zone"] == "local-a"
+        moved = [a for a in done.attempts if a.generation == done.generation]
+        assert [(a.node_rank, a.zone) for a in moved] == [(0, "local-b"), (1, "local-b")]
+        assert len(done.instance_ids) == 4  # the first gang, then the whole gang elsewhere; no replacement started
+        waited = done.attempt_numbered(survivor.number)
+        assert waited is not None and waited.ended_at is not None
+        assert (waited.ended_at - waited.launched_at).total_seconds() >= 600  # the survivor's wait is billed
+        await eventually(lambda: settled(service))
+        thread = "\n".join(text for _, said, text in chat.transcript if said == "thread")
+        assert "replacement has no capacity in local-a" in thread and "the whole gang moves" in thread
+        assert done.output_uri is not None
+        assert (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes() == reference
+
+
+async def test_two_nodes_of_two_ranks_each_make_one_world_of_four(tmp_path: Path) -> None:
+    """``nodes=2 nproc=2``: torchrun on each node, ranks 0-1 on node 0 and 2-3 on node 1 (each rank's RNG state
+    in its own node's part), one world: the run completes with every rank's part committed."""
+    async with running_bot(tmp_path / "state") as (service, _chat):
+        command = "start tiny nodes=2 nproc=2 steps=6 save_steps=3 step_seconds=0"
+        job_id = await start_job(service, "console:ana", command)
+        done = await wait_job(service, job_id, lambda job: job.state in (JobState.SUCCEEDED, JobState.FAILED), 500)
+        assert done.state is JobState.SUCCEEDED, done.failure
+        assert done.checkpoint is not None and done.step == 6
+        checkpoint = Path(done.checkpoint.uri.removeprefix("file://"))
+        parts = [manifest.parent for manifest in checkpoint.glob("node-*/MANIFEST.json")]
+        ranks = {part.name: sorted(state.name for state in part.glob("rng_state_*.pth")) for part in parts}
+        assert ranks == {
+            "node-0": ["rng_state_0.pth", "rng_state_1.pth"],
+            "node-1": ["rng_state_2.pth", "rng_state_3.pth"],
+        }
+        assert (checkpoint / "GANG.json").exists()

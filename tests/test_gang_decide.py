@@ -1,0 +1,129 @@
+"""A gang's decisions as pure functions: the launch order, RUNNING once every node started, losing one node (the
+replacement waits for the survivors' standby, the survivors' regroup for the replacement's start), the hold and the
+move, and reconciliation keeping every live node."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from handlers.cost import job_cost
+from handlers.decide import decide, new_job
+from handlers.gang import master_port, place_in
+from handlers.jobs import ChatRef, Job, JobState
+from handlers.messages import (
+    CloudEvent,
+    GangHoldDue,
+    Launch,
+    Launched,
+    LaunchFailed,
+    Message,
+    Regroup,
+    ReleaseGang,
+    ReportReceived,
+    Terminate,
+)
+from handlers.reconcile import CloudInstance, reconcile
+from handlers.reports import Interrupted, Standby, Started
+
+NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
+
+
+def of(outbox: list[Message], kind: type) -> list[Any]:
+    return [message for message in outbox if isinstance(message, kind)]
+
+
+def step(job: Job, message: Any, minutes: float = 0) -> tuple[Job, list[Message]]:
+    change = decide(job, message, NOW + timedelta(minutes=minutes))
+    assert change is not None
+    return change.job, change.outbox
+
+
+def report(job: Job, attempt: int, kind: type, **fields: Any) -> ReportReceived:
+    return ReportReceived(report=kind(job_id=job.id, attempt=attempt, time=NOW, **fields))
+
+
+def running_gang() -> Job:
+    """A two-node gang: node 0 launched first, node 1 into its zone, both started."""
+    created = new_job("ft-gang1", "tiny", {}, "console:ana", ChatRef(platform="console", channel="c"), NOW, nodes=2)
+    job = created.job
+    [first] = of(created.outbox, Launch)
+    assert (first.attempt, first.zone) == (1, None) and len(job.attempts) == 2  # one Launch: node 0's
+    job, outbox = step(job, Launched(job_id=job.id, attempt=1, instance_id="i-0", zone="za", private_ip="10.0.0.7"))
+    [second] = of(outbox, Launch)
+    assert (second.attempt, second.zone) == (2, "za")  # the others into node 0's zone
+    job, _ = step(job, Launched(job_id=job.id, attempt=2, instance_id="i-1", zone="za", private_ip="10.0.0.8"))
+    job, _ = step(job, report(job, 1, Started, node_rank=0, generation=1, instance_id="i-0"))
+    assert job.state is JobState.PROVISIONING  # one node started is not the gang
+    job, _ = step(job, report(job, 2, Started, node_rank=1, generation=1, instance_id="i-1"))
+    assert job.state is JobState.RUNNING
+    return job
+
+
+def test_the_world_meets_at_node_0_on_a_port_of_its_generation() -> None:
+    job = running_gang()
+    assert place_in(job, 0).master_addr == "127.0.0.1"  # node 0 is the world's meeting point itself
+    assert place_in(job, 1).master_addr == "10.0.0.7"
+    ports = {master_port(job.id, generation) for generation in range(1, 50)}
+    assert len(ports) > 40 and all(10_000 <= port < 20_000 for port in ports)
+    assert master_port(job.id, 3) == master_port(job.id, 3)
+
+
+def test_losing_node_0_replaces_it_alone_and_node_1_takes_rank_0() -> None:
+    job = running_gang()
+    told = report(job, 1, Interrupted, node_rank=0, generation=1, reason="spot-interruption", step=9, uri="f:/9/")
+    job, outbox = step(job, told)
+    assert job.state is JobState.RECOVERING and job.generation == 2
+    assert not of(outbox, Launch) and not of(outbox, Terminate)  # node 0 still completes its marker; no standby yet
+    job, outbox = step(job, report(job, 2, Standby, node_rank=1, generation=1, step=9, cause="stopped"))
+    [replace] = of(outbox, Launch)
+    assert (replace.attempt, replace.zone) == (3, "za")
+    assert place_in(job, job.attempts[-1].node_rank or 0).master_addr == "10.0.0.8"  # the survivor's address
+    job, _ = step(job, Launched(job_id=job.id, attempt=3, instance_id="i-2", zone="za", private_ip="10.0.0.9"))
+    job, outbox = step(job, report(job, 3, Started, node_rank=1, generation=2, resumed_from_step=9))
+    [regroup] = of(outbox, Regroup)
+    assert (regroup.attempt, regroup.generation, regroup.node_rank) == (2, 1, 1)  # where node 1 polls now
+    assert (regroup.gang.node_rank, regroup.gang.generation, regroup.gang.master_addr) == (0, 2, "127.0.0.1")
+    assert job.state is JobState.RECOVERING  # the survivor has not started in generation 2 yet
+    job, _ = step(job, report(job, 2, Started, node_rank=0, generation=2, resumed_from_step=9))
+    assert job.state is JobState.RUNNING and sorted(job.gang_attempts) == [0, 1]
+    assert [a.number for a in job.gang_attempts.values()] == [2, 3] and job.steps_lost == 0
+
+
+def test_a_replacement_refused_for_capacity_holds_then_the_gang_moves_whole() -> None:
+    job = running_gang()
+    job, _ = step(job, report(job, 1, Standby, node_rank=0, generation=1, step=5, cause="trainer-exited"))
+    gone = CloudEvent(kind="instance-gone", instance_id="i-1", source="local", detail='{"exit_code": -9}')
+    job, outbox = step(job, gone)  # no notice: the instance is gone
+    assert [t.instance_id for t in of(outbox, Terminate)] == ["i-1"]
+    [replace] = of(outbox, Launch)  # the survivor stood by first: the replacement launches at once
+    assert (replace.attempt, replace.zone) == (3, "za")
+    job, outbox = step(job, LaunchFailed(job_id=job.id, attempt=3, reason="no room", capacity=True, zone="za"))
+    [hold] = of(outbox, GangHoldDue)
+    assert job.held_since == NOW and job.gang_attempts[0].ended_at is None and hold.due == NOW + timedelta(minutes=10)
+    job, outbox = step(job, hold, minutes=10)
+    assert [t.instance_id for t in of(outbox, Terminate)] == ["i-0"] and of(outbox, ReleaseGang)
+    [again] = of(outbox, Launch)
+    assert again.attempt == 4 and again.zone is None and "za" in job.refused_zones
+    assert job.generation == 3 and sorted(job.gang_attempts) == [0, 1] and job.state is JobState.RECOVERING
+
+
+def test_reconciliation_keeps_every_live_node_and_releases_an_ended_ones() -> None:
+    job = running_gang()
+    listed = [CloudInstance(f"i-{n}", "running", job.id, n + 1, NOW) for n in (0, 1)]
+    assert reconcile([job], listed, NOW + timedelta(minutes=1)) == []
+    told = report(job, 2, Interrupted, node_rank=1, generation=1, reason="spot-interruption", step=9, uri="f:/9/")
+    lost, _ = step(job, told)
+    [release] = reconcile([lost], listed, NOW + timedelta(minutes=1))
+    assert (release.action, release.instance_id) == ("release", "i-1")
+
+
+def test_a_gang_pays_every_node_and_its_counterfactual_is_as_many_on_demand_instances() -> None:
+    job = running_gang()
+    prices = {"price_per_hour": 0.3, "on_demand_price_per_hour": 1.0, "launched_at": NOW, "started_at": NOW}
+    priced = [a.model_copy(update=prices) for a in job.attempts]
+    job = job.model_copy(update={"attempts": priced, "step": 100})
+    cost = job_cost(job, NOW + timedelta(hours=1))
+    assert cost.paid == 0.6 and cost.hours == 2.0 and cost.restarts == 0  # two nodes, an hour each
+    assert cost.seconds_per_step == 36.0  # 100 steps in the hour both nodes trained
+    assert cost.on_demand == 2.0 and cost.savings is not None and round(cost.savings, 2) == 0.7
