@@ -8,6 +8,11 @@ policies, FIS experiment templates, Secrets Manager secrets) or through a local 
 ElastiCache replication group becomes a TLS Valkey on loopback), and writes their Ref and GetAtt values where the
 rest of the template refers to them. Stand-ins that need nothing from the stack are made before it, the others
 after it, from the stack's own resources.
+
+Conditions are CloudFormation's own: :func:`conditioned` evaluates the template's ``Conditions`` for the stack's
+parameters (``Fn::Equals``, ``Fn::Not``, ``Fn::And``, ``Fn::Or``, ``Condition``), leaves out the resources and
+outputs whose condition is false, and replaces each ``Fn::If`` by its chosen branch (``AWS::NoValue`` removes the
+property or list item). A resource that still refers to one left out fails as CloudFormation fails the template.
 """
 
 from __future__ import annotations
@@ -137,6 +142,94 @@ class Context:
         return str(json.loads(value)[key.split(":")[0]]) if key else value
 
 
+class TemplateError(ValueError):
+    """What CloudFormation would refuse before creating anything."""
+
+
+def evaluate_conditions(template: dict[str, Any], ctx: Context) -> dict[str, bool]:
+    """Each of the template's conditions, true or false for ``ctx``'s parameters."""
+    specs: dict[str, Any] = template.get("Conditions", {})
+    known: dict[str, bool] = {}
+    evaluating: list[str] = []
+
+    def condition(name: str) -> bool:
+        if name not in specs:
+            raise TemplateError(f"no condition named {name!r}")
+        if name in evaluating:
+            raise TemplateError(f"condition {name!r} refers to itself: {' -> '.join([*evaluating, name])}")
+        if name not in known:
+            evaluating.append(name)
+            known[name] = truth(specs[name])
+            evaluating.pop()
+        return known[name]
+
+    def truth(node: Any) -> bool:
+        if not (isinstance(node, dict) and len(node) == 1):
+            raise TemplateError(f"not a condition: {node!r}")
+        ((key, value),) = node.items()
+        if key == "Condition":
+            return condition(value)
+        if key == "Fn::Equals":
+            left, right = (ctx.resolve(item) for item in value)
+            return str(left) == str(right)  # parameters are text; CloudFormation compares them so
+        if key == "Fn::Not":
+            (inner,) = value
+            return not truth(inner)
+        if key == "Fn::And":
+            return all([truth(item) for item in value])  # every one evaluated: a bad one fails, as in CloudFormation
+        if key == "Fn::Or":
+            return any([truth(item) for item in value])
+        raise TemplateError(f"{key} is not a condition function")
+
+    return {name: condition(name) for name in specs}
+
+
+_NO_VALUE = object()
+
+
+def conditioned(template: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """``template`` as CloudFormation creates it for ``ctx``'s parameters (see the module docstring)."""
+    truths = evaluate_conditions(template, ctx)
+
+    def kept(section: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, body in section.items():
+            if "Condition" in body and not truths[_named(truths, body["Condition"])]:
+                continue
+            out[name] = {key: value for key, value in body.items() if key != "Condition"}
+        return out
+
+    def chosen(node: Any) -> Any:
+        if isinstance(node, list):
+            return [item for item in (chosen(item) for item in node) if item is not _NO_VALUE]
+        if not isinstance(node, dict):
+            return node
+        if node == {"Ref": "AWS::NoValue"}:
+            return _NO_VALUE
+        if len(node) == 1 and "Fn::If" in node:
+            name, then, otherwise = node["Fn::If"]
+            return chosen(then if truths[_named(truths, name)] else otherwise)
+        out = {key: chosen(value) for key, value in node.items()}
+        return {key: value for key, value in out.items() if value is not _NO_VALUE}
+
+    result = {key: value for key, value in template.items() if key not in ("Conditions", "Resources", "Outputs")}
+    result["Resources"] = chosen(kept(template["Resources"]))
+    result["Outputs"] = chosen(kept(template.get("Outputs", {})))
+    gone = set(template["Resources"]) - set(result["Resources"])
+    for name, body in [*result["Resources"].items(), *result["Outputs"].items()]:
+        depends = body.get("DependsOn", [])
+        missing = (refs(body) | set([depends] if isinstance(depends, str) else depends)) & gone
+        if missing:
+            raise TemplateError(f"{name} refers to {sorted(missing)}, which its condition leaves out")
+    return result
+
+
+def _named(truths: dict[str, bool], name: str) -> str:
+    if name not in truths:
+        raise TemplateError(f"no condition named {name!r}")
+    return name
+
+
 def refs(node: Any) -> set[str]:
     """Logical names ``node`` refers to (Ref, GetAtt, ${…} of Fn::Sub)."""
     found: set[str] = set()
@@ -254,11 +347,54 @@ def _parameter_group(ctx: Context, props: dict[str, Any]) -> Values:
     return {"Ref": f"{ctx.stack_name}-redis-parameters", "Properties": props["Properties"]}
 
 
+def _cache_user(ctx: Context, props: dict[str, Any]) -> Values:
+    """An ElastiCache RBAC user (Ref: its id) or a MemoryDB ACL user (Ref: its name), as the server will apply it."""
+    name = props["UserName"]
+    mode = props.get("AuthenticationMode", {})
+    return {
+        "Ref": props.get("UserId", name),
+        "UserName": name,
+        "AccessString": props["AccessString"],
+        "Passwords": list(mode.get("Passwords", [])),
+        "NoPassword": mode.get("Type") == "no-password-required",
+        "Arn": f"arn:aws:elasticache:{ctx.region}:{ctx.account}:user:{props.get('UserId', name)}",
+    }
+
+
+def _users(ctx: Context, ids: list[str]) -> list[Values]:
+    by_ref = {values["Ref"]: values for values in ctx.values.values() if "AccessString" in values}
+    return [by_ref[user] for user in ids]
+
+
+def _user_group(ctx: Context, props: dict[str, Any]) -> Values:
+    """An ElastiCache user group; like ElastiCache, one that holds no user named default is refused."""
+    users = _users(ctx, props["UserIds"])
+    if "default" not in {user["UserName"] for user in users}:
+        raise TemplateError(f"user group {props['UserGroupId']} holds no user named default")
+    return {"Ref": props["UserGroupId"], "Users": users}
+
+
+def _acl(ctx: Context, props: dict[str, Any]) -> Values:
+    """A MemoryDB ACL: its users, by name."""
+    return {"Ref": props["ACLName"], "Users": _users(ctx, props["UserNames"])}
+
+
+def _memorydb_subnet_group(ctx: Context, props: dict[str, Any]) -> Values:
+    return {"Ref": props["SubnetGroupName"]}
+
+
+def _memorydb_parameter_group(ctx: Context, props: dict[str, Any]) -> Values:
+    return {"Ref": props["ParameterGroupName"], "Properties": props.get("Parameters", {})}
+
+
 # Properties a local stand-in has no use for: where in the VPC a managed server sits (the stand-in listens on
 # loopback). They are left out of the stand-in's dependencies, so it can be made before the stack.
 UNUSED_PROPERTIES: dict[str, set[str]] = {
     "AWS::ElastiCache::ReplicationGroup": {"SecurityGroupIds", "CacheSubnetGroupName"},
     "AWS::ElastiCache::SubnetGroup": {"SubnetIds"},
+    "AWS::ElastiCache::ServerlessCache": {"SecurityGroupIds", "SubnetIds"},
+    "AWS::MemoryDB::SubnetGroup": {"SubnetIds"},
+    "AWS::MemoryDB::Cluster": {"SecurityGroupIds", "SubnetGroupName"},
 }
 
 MAKERS: dict[str, Maker] = {
@@ -269,6 +405,12 @@ MAKERS: dict[str, Maker] = {
     "AWS::SecretsManager::Secret": _secret,
     "AWS::ElastiCache::SubnetGroup": _subnet_group,
     "AWS::ElastiCache::ParameterGroup": _parameter_group,
+    "AWS::ElastiCache::User": _cache_user,
+    "AWS::ElastiCache::UserGroup": _user_group,
+    "AWS::MemoryDB::SubnetGroup": _memorydb_subnet_group,
+    "AWS::MemoryDB::ParameterGroup": _memorydb_parameter_group,
+    "AWS::MemoryDB::User": _cache_user,
+    "AWS::MemoryDB::ACL": _acl,
 }
 
 # GetAtt of a resource moto's CloudFormation did create, for stand-ins made after the stack.
@@ -298,14 +440,15 @@ def deploy(
 ) -> Deployed:
     """Create the stack on moto with the stand-ins described in the module docstring; raise if it did not create."""
     makers = {**MAKERS, **(extra_makers or {})}
-    supported = moto_types()
-    lacking = {name: body for name, body in template["Resources"].items() if body["Type"] not in supported}
-    missing = {body["Type"] for body in lacking.values()} - set(makers)
-    assert not missing, f"no stand-in for {missing}"
     cf = clients("cloudformation")
     imports = {item["Name"]: item["Value"] for item in cf.list_exports().get("Exports", []) if "Value" in item}
     defaults = {name: spec.get("Default") for name, spec in template.get("Parameters", {}).items()}
     ctx = Context(clients, {**defaults, **parameters}, stack_name, imports=imports)
+    template = conditioned(template, ctx)
+    supported = moto_types()
+    lacking = {name: body for name, body in template["Resources"].items() if body["Type"] not in supported}
+    missing = {body["Type"] for body in lacking.values()} - set(makers)
+    assert not missing, f"no stand-in for {missing}"
 
     # Before the stack: the stand-ins that refer to nothing of it.
     pending = dict(lacking)

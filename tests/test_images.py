@@ -259,7 +259,10 @@ class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]
     """YAML with CloudFormation's short forms (!Ref, !Sub, …) read as their long forms."""
 
 
-for _tag in ("Ref", "Sub", "GetAtt", "Join", "If", "Equals", "Not", "Select", "ImportValue", "Split", "FindInMap"):
+_FUNCTIONS = ("Ref", "Sub", "GetAtt", "Join", "Select", "ImportValue", "Split", "FindInMap")
+_CONDITIONS = ("If", "Equals", "Not", "And", "Or", "Condition")
+
+for _tag in _FUNCTIONS + _CONDITIONS:
 
     def _construct(loader: yaml.SafeLoader, node: yaml.Node, tag: str = _tag) -> dict[str, Any]:
         if isinstance(node, yaml.ScalarNode):
@@ -270,7 +273,7 @@ for _tag in ("Ref", "Sub", "GetAtt", "Join", "If", "Equals", "Not", "Select", "I
             value = loader.construct_sequence(node, deep=True)
         else:
             value = loader.construct_mapping(node, deep=True)
-        return {"Ref" if tag == "Ref" else f"Fn::{tag}": value}
+        return {tag if tag in ("Ref", "Condition") else f"Fn::{tag}": value}
 
     _CfnLoader.add_constructor(f"!{_tag}", _construct)
 
