@@ -1,9 +1,9 @@
 """The bar chart of a costs report: per team, what was paid beside what on-demand would have cost (PNG bytes).
 
-The hook for the chat upload: the text of ``/finetune costs`` is posted now; once the charts work's upload path
-(Slack's ``files.getUploadURLExternal`` flow, DingTalk's media upload) exists, the bot posts these bytes with it
-(:meth:`bot.core.Bot.costs_chart`). matplotlib is imported here, lazily, with the Agg backend (no display), so
-nothing else in the bot pays for it.
+Drawn by the chat outbox when it delivers a :class:`~handlers.messages.CostsChart` (``/finetune costs`` asked in a
+channel), and posted there with the report's words through the platform's image path (Slack's
+``files.getUploadURLExternal`` flow, DingTalk's media upload). matplotlib is imported here, lazily, with the Agg
+backend (no display), so nothing else in the bot pays for it.
 """
 
 from __future__ import annotations
