@@ -59,6 +59,7 @@ from handlers.oncall import OnCall
 from handlers.pagers import Tool, parse_page_key
 from handlers.permissions import (
     channel_id,
+    channel_sees_costs,
     cost_refusal,
     cost_teams,
     home_team,
@@ -273,15 +274,16 @@ class Bot:
 
     async def _costs(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
         """The spend report a person may see (:func:`handlers.permissions.cost_refusal`), in words, to them; and,
-        when it has jobs, its bar chart for the channel: a :class:`CostsChart` on the chat outbox (durable, retried,
-        posted once, where the platform posts images), which reads the same report again and draws it."""
+        when it has jobs and the channel may see it (:func:`handlers.permissions.channel_sees_costs`), its bar chart
+        for the channel: a :class:`CostsChart` on the chat outbox (durable, retried, posted once, where the
+        platform posts images), which reads the same report again and draws it."""
         refused = cost_refusal(self.policy, user, command.team)
         if refused is not None:
             return await self._refuse(user, chat, command, refused, lang)
         teams = cost_teams(self.policy, user, command.team)
         end = self.clock()
         report = await read_costs(self.store, command.window, end, teams)
-        if report.jobs:
+        if report.jobs and channel_sees_costs(self.policy, chat, report.teams):
             chart = CostsChart(chat=chat, window=command.window, end=end, teams=report.teams, by=user)
             await self.store.send([chart], chat.platform)
         return costs_text(report, lang)

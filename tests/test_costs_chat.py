@@ -22,6 +22,7 @@ from fakes.bot_harness import (
 from fakes.fake_dingtalk import FakeDingTalk
 from fakes.fake_slack import FakeSlack
 from handlers.cost_report import cost_report
+from handlers.jobs import ChatRef
 from tests.chart_pixels import bars, decoded, lowest_row
 from tests.cost_jobs import ADMIN, ALICE, DINGTALK_GROUP, NOW, SLACK_CHANNEL, TINA, week_of_jobs
 from tests.test_permissions_chat import ask
@@ -148,6 +149,9 @@ async def test_in_slack_costs_puts_one_bar_chart_in_the_channel_under_its_words_
         await seed(service)
         assert (await slack_says(service, "costs", "slack:U0STRANGER")).startswith("⛔")
         assert (await slack_says(service, "costs team=vision", ALICE)).startswith("⛔")
+        # An admin's report of every team, or of a team whose home is elsewhere: words to the admin, no chart here.
+        assert "every team: 4 jobs" in await slack_says(service, "costs", ADMIN)
+        assert "team vision: 2 jobs" in await slack_says(service, "costs 30d team=vision", ADMIN)
         assert await settled(service) and slack.shared_files(SLACK_CHANNEL) == [] and slack.uploads == {}
 
         words = await slack_says(service, "costs", ALICE)
@@ -197,6 +201,17 @@ async def test_in_dingtalk_costs_puts_one_bar_chart_in_the_group_under_its_words
         pixels = decoded(png)
         base = lowest_row(pixels, PAID_COLOUR)
         assert (bars(pixels, PAID_COLOUR, base), bars(pixels, ON_DEMAND_COLOUR, base)) == (1, 1)  # team vision only
+
+
+async def test_on_the_console_costs_is_words_only(tmp_path: Path) -> None:
+    console_home = {"teams": {"ml": {"members": [ALICE], "channels": ["console:console"]}}}
+    async with running_bot(
+        tmp_path / "state", write_config(tmp_path / "bot.yaml", policy=console_home), clock=Clock()
+    ) as (service, console):
+        await seed(service)
+        words = await service.bot.command(ALICE, ChatRef(platform="console", channel="console"), "costs")
+        assert words.splitlines()[0].endswith("team ml: 2 jobs")
+        assert await settled(service) and console.transcript == []  # the chart's entry was taken; nothing printed
 
 
 def lines(markdown: str) -> list[str]:
