@@ -9,7 +9,14 @@ import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from redis.asyncio import Redis
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.chat.catalog import Lang
 from bot.chat.costs_chart import ON_DEMAND_COLOUR, PAID_COLOUR, costs_png
+from bot.chat.delivery import Picture
+from bot.chat.refs import ChatRefs
+from bot.chat.slack.deliverer import SlackDeliverer
 from bot.service import BotService
 from fakes.bot_harness import (
     eventually,
@@ -20,7 +27,7 @@ from fakes.bot_harness import (
     write_config,
 )
 from fakes.fake_dingtalk import FakeDingTalk
-from fakes.fake_slack import FakeSlack
+from fakes.fake_slack import BOT_TOKEN, FakeSlack
 from handlers.cost_report import cost_report
 from handlers.jobs import ChatRef
 from tests.chart_pixels import bars, decoded, lowest_row
@@ -173,6 +180,47 @@ async def test_in_slack_costs_puts_one_bar_chart_in_the_channel_under_its_words_
         pixels = decoded(chart.content)
         base = lowest_row(pixels, PAID_COLOUR)
         assert (bars(pixels, PAID_COLOUR, base), bars(pixels, ON_DEMAND_COLOUR, base)) == (1, 1)  # team ml only
+
+
+async def test_a_costs_chart_asked_while_slack_is_down_arrives_once_it_is_back(tmp_path: Path) -> None:
+    async with (
+        FakeSlack() as slack,
+        running_bot(tmp_path / "state", config(tmp_path), clock=Clock(), **slack_settings(slack.api_url)) as (
+            service,
+            _console,
+        ),
+    ):
+        await seed(service)
+        slack.go_down()
+        assert await slack_says(service, "costs", TINA) == ML_WEEK  # the words do not wait for Slack's Web API
+        await slack.wait_for(lambda: slack.called("files.getUploadURLExternal", ok=False))
+        slack.come_back()
+
+        async def shared() -> bool:
+            return await settled(service) and bool(slack.shared_files(SLACK_CHANNEL))
+
+        await eventually(shared)
+        assert len(slack.shared_files(SLACK_CHANNEL)) == 1
+        # A 500 may have posted it all the same: the channel was searched for it before it was uploaded again.
+        assert slack.called("conversations.history")
+
+
+async def test_a_costs_chart_in_doubt_that_is_in_the_channel_already_is_not_posted_again() -> None:
+    async with FakeSlack() as slack:
+        client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url)
+        deliverer = SlackDeliverer(client, ChatRefs(Redis()))  # (a chart is no job's: the refs are not read)
+        chat = ChatRef(platform="slack", channel=SLACK_CHANNEL)
+        drawn: list[str] = []
+
+        async def draw(lang: Lang) -> Picture:
+            drawn.append(lang)
+            return Picture(b"\x89PNG-costs", "title", "the words")
+
+        await deliverer.post_channel_image(chat, "c1.png", NOW, draw, in_doubt=False)
+        await deliverer.post_channel_image(chat, "c1.png", NOW, draw, in_doubt=True)  # its first try was heard
+        assert [upload.filename for upload in slack.shared_files(SLACK_CHANNEL)] == ["c1.png"] and drawn == ["en"]
+        await deliverer.post_channel_image(chat, "c2.png", NOW, draw, in_doubt=True)  # in doubt, and not there
+        assert [upload.filename for upload in slack.shared_files(SLACK_CHANNEL)] == ["c1.png", "c2.png"]
 
 
 async def test_in_dingtalk_costs_puts_one_bar_chart_in_the_group_under_its_words_and_a_refusal_none(
