@@ -282,7 +282,7 @@ class ChatOutbox:
         async def draw(lang: Lang) -> Picture:
             report = await read_costs(self.store, chart.window, chart.end, chart.teams)
             try:
-                png = await asyncio.to_thread(costs_png, report)  # matplotlib loads with the first chart drawn
+                png = await asyncio.to_thread(costs_png, report, lang)  # matplotlib loads with the first chart drawn
             except Exception as exc:  # no matplotlib, or data it cannot draw: the same next time; the lane goes on
                 log.exception("the costs chart %s could not be drawn", chart.id)
                 raise PermanentDeliveryError(f"the costs chart {chart.id} could not be drawn: {exc!r}") from exc
