@@ -89,7 +89,8 @@ def default_consumer_name() -> str:
 
 
 def partition_key(event: Mapping[str, Any]) -> str | None:
-    """The lane of a bus message: its job (a runner report's, or the message's own ``job_id``), else its instance.
+    """The lane of a bus message: its job (a runner report's, or the message's own ``job_id``), else its instance,
+    else the ``lane`` it names.
 
     A cloud event names only its instance; a bus given ``jobs_of_instances`` adds the instance's job (read once,
     as the message is taken) so it runs in the job's lane, one after the other with the runner's reports of the same
@@ -102,6 +103,8 @@ def partition_key(event: Mapping[str, Any]) -> str | None:
         return f"job:{event['job_id']}"
     if isinstance(event.get("instance_id"), str):
         return f"instance:{event['instance_id']}"
+    if isinstance(event.get("lane"), str):  # an entry that names its own lane (a costs chart: its channel's)
+        return f"lane:{event['lane']}"
     return None
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,7 +37,6 @@ from bot.log_limit import LimitedLog
 from bot.rate_limit import Bucket, RateLimiter
 from bot.store import Applied, JobCapReached, JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
-from handlers.cost_report import CostReport
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.ids import new_job_id
 from handlers.job_options import JobOptionError, parse_job_options, reserved_parameter, split_overrides
@@ -47,6 +46,7 @@ from handlers.messages import (
     TIMERS,
     BusMessage,
     CloudEvent,
+    CostsChart,
     LaunchFailed,
     Notify,
     PolicyTick,
@@ -59,6 +59,7 @@ from handlers.oncall import OnCall
 from handlers.pagers import Tool, parse_page_key
 from handlers.permissions import (
     channel_id,
+    channel_sees_costs,
     cost_refusal,
     cost_teams,
     home_team,
@@ -99,9 +100,6 @@ class Bot:
         self.rate = RateLimiter(store.redis, store.keys, clock)  # per user, shared by every replica
         self.series = ChartSeries(store.redis, store.keys)  # the chart's points, from the progress accepted
         self._quiet = LimitedLog(log)  # a flood of refusals or of one user's commands: bounded lines
-        # The chart of a costs report (bot/chat/costs_chart.py), posted where it was asked for: set by the chat
-        # upload path once it exists; until then ``costs`` answers in words only.
-        self.on_costs: Callable[[ChatRef, CostReport], Awaitable[None]] | None = None
 
     # -- chat commands ------------------------------------------------------------------------------------
 
@@ -277,15 +275,19 @@ class Bot:
         )
 
     async def _costs(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:
-        """The spend report a person may see (:func:`handlers.permissions.cost_refusal`), in words; with the
-        ``on_costs`` hook set, the report goes to it too (the bar chart's upload, once chat uploads exist)."""
+        """The spend report a person may see (:func:`handlers.permissions.cost_refusal`), in words, to them; and,
+        when it has jobs and the channel may see it (:func:`handlers.permissions.channel_sees_costs`), its bar chart
+        for the channel: a :class:`CostsChart` on the chat outbox (durable, retried, posted once, where the
+        platform posts images), which reads the same report again and draws it."""
         refused = cost_refusal(self.policy, user, command.team)
         if refused is not None:
             return await self._refuse(user, chat, command, refused, lang)
         teams = cost_teams(self.policy, user, command.team)
-        report = await read_costs(self.store, command.window, self.clock(), teams)
-        if self.on_costs is not None:
-            await self.on_costs(chat, report)
+        end = self.clock()
+        report = await read_costs(self.store, command.window, end, teams)
+        if report.jobs and channel_sees_costs(self.policy, chat, report.teams):
+            chart = CostsChart(chat=chat, window=command.window, end=end, teams=report.teams, by=user)
+            await self.store.send([chart], chat.platform)
         return costs_text(report, lang)
 
     async def _read(self, user: str, chat: ChatRef, command: Command, lang: Lang) -> str:

@@ -3,7 +3,8 @@
 A job change's outbox holds typed messages (effects, timers, inputs); each is encoded once, here, and written in the
 same atomic step as the change to:
 
-- ``chat``: a :class:`~handlers.messages.Notify`, as the chat outbox's entry (the note and the job's platform);
+- ``chat``: a :class:`~handlers.messages.Notify`, as the chat outbox's entry (the note and the job's platform), and
+  a :class:`~handlers.messages.CostsChart` (the platform it was asked on, in its channel's own lane);
 - ``cloud``: ``launch``, ``terminate``, ``interrupt-test``, ``stop-runner``
   (:data:`handlers.messages.CLOUD_EFFECTS`), for the cloud executor;
 - ``timers``: ``start-deadline``, ``page-step``, ``relaunch-due``, ``stop-deadline`` and ``policy-tick``
@@ -19,7 +20,7 @@ from typing import Literal
 import pydantic_core
 from pydantic import BaseModel, ConfigDict
 
-from handlers.messages import CLOUD_EFFECTS, TIMERS, Message, Notify
+from handlers.messages import CLOUD_EFFECTS, TIMERS, CostsChart, Message, Notify
 
 Destination = Literal["events", "chat", "cloud", "timers"]
 DESTINATIONS: tuple[Destination, ...] = ("events", "chat", "cloud", "timers")
@@ -30,13 +31,15 @@ STREAM_MAXLEN = 100_000
 
 
 class ChatEntry(BaseModel):
-    """What the chat outbox reads: the note, and the platform of the job it is about (its id is the note's)."""
+    """What the chat outbox reads: the note, and the platform of the job it is about (its id is the note's); a
+    costs chart names no job and runs in its channel's ``lane`` (:func:`bot.bus.partition_key`)."""
 
     model_config = ConfigDict(frozen=True)
     id: str
     job_id: str | None = None
+    lane: str | None = None
     platform: str = ""
-    note: Notify
+    note: Notify | CostsChart
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +49,17 @@ class Routed:
     due: float = 0.0  # timers: when it falls due (a POSIX timestamp)
 
 
-def chat_entry(note: Notify, platform: str) -> str:
+def chat_entry(note: Notify | CostsChart, platform: str) -> str:
     """A :class:`ChatEntry`'s JSON, put together around the note's own: the note is a model already (nothing to
     check again) and its JSON is made once, without building the entry model only to encode it."""
-    head = pydantic_core.to_json({"id": note.id, "job_id": note.job_id, "platform": platform})
+    job_id, lane = (note.job_id, None) if isinstance(note, Notify) else (None, note.lane)
+    head = pydantic_core.to_json({"id": note.id, "job_id": job_id, "lane": lane, "platform": platform})
     return f'{head[:-1].decode()},"note":{note.model_dump_json()}}}'
 
 
 def route(message: Message, platform: str) -> Routed:
     """Where ``message`` goes, encoded once; ``platform`` is the chat platform of the job it concerns."""
-    if isinstance(message, Notify):
+    if isinstance(message, Notify | CostsChart):
         return Routed("chat", chat_entry(message, platform))
     if isinstance(message, CLOUD_EFFECTS):
         return Routed("cloud", message.model_dump_json())

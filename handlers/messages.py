@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from handlers import old_spellings
 from handlers.ids import new_event_id
-from handlers.jobs import Market
+from handlers.jobs import ChatRef, Market
 from handlers.notes import Note
 from handlers.reports import RunnerReport, utcnow
 from handlers.spec import Gang
@@ -234,6 +234,25 @@ class Notify(_Message):
         return self.note.type
 
 
+class CostsChart(_Message):
+    """The bar chart of a ``/finetune costs`` report, posted once in the channel where it was asked, with the
+    report's words as its caption. It carries the report's terms, not its numbers: the chat outbox reads the same
+    report again (the window ending at ``end``, over ``teams``; None: every team) and draws it when it delivers, as a
+    job's chart is drawn, so the queue holds a few fields however many jobs the report covers."""
+
+    type: Literal["costs-chart"] = "costs-chart"
+    chat: ChatRef
+    window: str
+    end: datetime
+    teams: tuple[str, ...] | None = None
+    by: str
+
+    @property
+    def lane(self) -> str:
+        """Its lane in the chat outbox: the channel's own, so neither a job's notes nor another channel wait on it."""
+        return f"costs:{self.chat.platform}:{self.chat.channel}"
+
+
 Message = (
     ReportReceived
     | CloudEvent
@@ -253,6 +272,7 @@ Message = (
     | Regroup
     | ReleaseGang
     | Notify
+    | CostsChart
 )
 """Any message, as the core makes and reads it (a :class:`~handlers.jobs.Change`'s outbox holds these)."""
 BusMessage = Annotated[Message, Field(discriminator="type")]

@@ -154,3 +154,11 @@ def cost_teams(policy: PolicyConfig, user: str, team: str | None) -> tuple[str, 
     if team is not None:
         return (team,)
     return None if is_admin(policy, user) else teams_of(policy, user)
+
+
+def channel_sees_costs(policy: PolicyConfig, chat: ChatRef, teams: tuple[str, ...] | None) -> bool:
+    """Whether the costs of ``teams`` may be shown to everyone in ``chat`` (the report's chart is posted there, while
+    its words go to who asked only): when each team calls that channel home. A report of every team (None), or of
+    a team whose home is elsewhere, stays with who asked: the channel's other people may not be allowed to see it."""
+    channel = channel_id(chat)
+    return bool(teams) and all(team in policy.teams and channel in policy.teams[team].channels for team in teams or ())

@@ -6,17 +6,31 @@ fakes/fake_dingtalk.py), in Chinese, over jobs of two teams written across a wee
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from redis.asyncio import Redis
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.chat.catalog import Lang
 from bot.chat.costs_chart import ON_DEMAND_COLOUR, PAID_COLOUR, costs_png
+from bot.chat.delivery import Picture
+from bot.chat.refs import ChatRefs
+from bot.chat.slack.deliverer import SlackDeliverer
 from bot.service import BotService
-from fakes.bot_harness import running_bot, running_dingtalk_bot, slack_settings, write_config
+from fakes.bot_harness import (
+    eventually,
+    running_bot,
+    running_dingtalk_bot,
+    settled,
+    slack_settings,
+    write_config,
+)
 from fakes.fake_dingtalk import FakeDingTalk
-from fakes.fake_slack import FakeSlack
+from fakes.fake_slack import BOT_TOKEN, FakeSlack
 from handlers.cost_report import cost_report
+from handlers.jobs import ChatRef
+from tests.chart_pixels import bars, decoded, lowest_row
 from tests.cost_jobs import ADMIN, ALICE, DINGTALK_GROUP, NOW, SLACK_CHANNEL, TINA, week_of_jobs
 from tests.test_permissions_chat import ask
 from tests.test_slack_http import command
@@ -129,66 +143,133 @@ async def test_in_dingtalk_a_member_gets_their_teams_week_in_chinese_and_another
         assert await ask(dingtalk, "costs team=ml", "bob", DINGTALK_GROUP) == "⛔ ml 的费用只对其成员和管理员开放"
 
 
+async def test_in_slack_costs_puts_one_bar_chart_in_the_channel_under_its_words_and_a_refusal_none(
+    tmp_path: Path,
+) -> None:
+    async with (
+        FakeSlack() as slack,
+        running_bot(tmp_path / "state", config(tmp_path), clock=Clock(), **slack_settings(slack.api_url)) as (
+            service,
+            _console,
+        ),
+    ):
+        await seed(service)
+        assert (await slack_says(service, "costs", "slack:U0STRANGER")).startswith("⛔")
+        assert (await slack_says(service, "costs team=vision", ALICE)).startswith("⛔")
+        # An admin's report of every team, or of a team whose home is elsewhere: words to the admin, no chart here.
+        assert "every team: 4 jobs" in await slack_says(service, "costs", ADMIN)
+        assert "team vision: 2 jobs" in await slack_says(service, "costs 30d team=vision", ADMIN)
+        assert await settled(service) and slack.shared_files(SLACK_CHANNEL) == [] and slack.uploads == {}
+
+        words = await slack_says(service, "costs", ALICE)
+        assert words == ML_WEEK
+
+        async def shared() -> bool:
+            return await settled(service) and bool(slack.shared_files(SLACK_CHANNEL))
+
+        await eventually(shared)
+        [chart] = slack.shared_files(SLACK_CHANNEL)  # one image, in the channel (a slash command has no thread)
+        assert chart.thread_ts is None and chart.content is not None and chart.filename.endswith(".png")
+        assert chart.title == chart.alt_text == "Costs of the last 7 days by team: paid and on-demand"
+        [asked] = slack.called("files.getUploadURLExternal")  # the upload flow's three steps, each checked
+        assert int(asked.args["length"]) == len(chart.content) and chart.refused == []
+        [completed] = slack.called("files.completeUploadExternal")
+        assert completed.args["channel_id"] == SLACK_CHANNEL and not completed.args.get("thread_ts")
+        [message] = [m for m in slack.channel_messages(SLACK_CHANNEL) if m.files]
+        assert message.text == words  # the report's words are its caption
+        pixels = decoded(chart.content)
+        base = lowest_row(pixels, PAID_COLOUR)
+        assert (bars(pixels, PAID_COLOUR, base), bars(pixels, ON_DEMAND_COLOUR, base)) == (1, 1)  # team ml only
+
+
+async def test_a_costs_chart_asked_while_slack_is_down_arrives_once_it_is_back(tmp_path: Path) -> None:
+    async with (
+        FakeSlack() as slack,
+        running_bot(tmp_path / "state", config(tmp_path), clock=Clock(), **slack_settings(slack.api_url)) as (
+            service,
+            _console,
+        ),
+    ):
+        await seed(service)
+        slack.go_down()
+        assert await slack_says(service, "costs", TINA) == ML_WEEK  # the words do not wait for Slack's Web API
+        await slack.wait_for(lambda: slack.called("files.getUploadURLExternal", ok=False))
+        slack.come_back()
+
+        async def shared() -> bool:
+            return await settled(service) and bool(slack.shared_files(SLACK_CHANNEL))
+
+        await eventually(shared)
+        assert len(slack.shared_files(SLACK_CHANNEL)) == 1
+        # A 500 may have posted it all the same: the channel was searched for it before it was uploaded again.
+        assert slack.called("conversations.history")
+
+
+async def test_a_costs_chart_in_doubt_that_is_in_the_channel_already_is_not_posted_again() -> None:
+    async with FakeSlack() as slack:
+        client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url)
+        deliverer = SlackDeliverer(client, ChatRefs(Redis()))  # (a chart is no job's: the refs are not read)
+        chat = ChatRef(platform="slack", channel=SLACK_CHANNEL)
+        drawn: list[str] = []
+
+        async def draw(lang: Lang) -> Picture:
+            drawn.append(lang)
+            return Picture(b"\x89PNG-costs", "title", "the words")
+
+        await deliverer.post_channel_image(chat, "c1.png", NOW, draw, in_doubt=False)
+        await deliverer.post_channel_image(chat, "c1.png", NOW, draw, in_doubt=True)  # its first try was heard
+        assert [upload.filename for upload in slack.shared_files(SLACK_CHANNEL)] == ["c1.png"] and drawn == ["en"]
+        await deliverer.post_channel_image(chat, "c2.png", NOW, draw, in_doubt=True)  # in doubt, and not there
+        assert [upload.filename for upload in slack.shared_files(SLACK_CHANNEL)] == ["c1.png", "c2.png"]
+
+
+async def test_in_dingtalk_costs_puts_one_bar_chart_in_the_group_under_its_words_and_a_refusal_none(
+    tmp_path: Path,
+) -> None:
+    async with (
+        FakeDingTalk() as dingtalk,
+        running_dingtalk_bot(tmp_path / "state", dingtalk, config(tmp_path), clock=Clock()) as (service, _console),
+    ):
+        await seed(service)
+        assert (await ask(dingtalk, "costs team=ml", "bob", DINGTALK_GROUP)).startswith("⛔")
+        assert (await ask(dingtalk, "costs", "eve", DINGTALK_GROUP)).startswith("⛔")
+        assert await settled(service) and dingtalk.media == {}
+
+        words = await ask(dingtalk, "costs", "bob", DINGTALK_GROUP)
+
+        async def shown() -> bool:
+            return await settled(service) and bool(dingtalk.media)
+
+        await eventually(shown)
+        [(media_id, png)] = dingtalk.media.items()  # one image, uploaded through the media API
+        [message] = [m for m in dingtalk.group_messages if media_id in m["text"]]
+        title = "最近 7 天各团队的费用：实付与按量付费"
+        assert message["conversation"] == DINGTALK_GROUP and message["title"] == title
+        assert message["text"] == f"{words}\n\n![{title}]({media_id})"  # under the report's words
+        pixels = decoded(png)
+        base = lowest_row(pixels, PAID_COLOUR)
+        assert (bars(pixels, PAID_COLOUR, base), bars(pixels, ON_DEMAND_COLOUR, base)) == (1, 1)  # team vision only
+
+
+async def test_on_the_console_costs_is_words_only(tmp_path: Path) -> None:
+    console_home = {"teams": {"ml": {"members": [ALICE], "channels": ["console:console"]}}}
+    async with running_bot(
+        tmp_path / "state", write_config(tmp_path / "bot.yaml", policy=console_home), clock=Clock()
+    ) as (service, console):
+        await seed(service)
+        words = await service.bot.command(ALICE, ChatRef(platform="console", channel="console"), "costs")
+        assert words.splitlines()[0].endswith("team ml: 2 jobs")
+        assert await settled(service) and console.transcript == []  # the chart's entry was taken; nothing printed
+
+
 def lines(markdown: str) -> list[str]:
     """The lines of a DingTalk markdown answer (each line its own paragraph there, without its indent)."""
     return [line for line in markdown.splitlines() if line]
 
 
-def png_pixels(png: bytes) -> tuple[int, int, list[bytes]]:
-    """Width, height and the rows (RGBA, unfiltered) of an 8-bit RGBA PNG as matplotlib's Agg writes it."""
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    at, chunks = 8, {}
-    data = b""
-    while at < len(png):
-        (length,) = struct.unpack(">I", png[at : at + 4])
-        kind = png[at + 4 : at + 8]
-        body = png[at + 8 : at + 8 + length]
-        if kind == b"IDAT":
-            data += body
-        else:
-            chunks[kind] = body
-        at += 12 + length
-    width, height, depth, colour = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    assert (depth, colour) == (8, 6)
-    raw = zlib.decompress(data)
-    stride = width * 4
-    rows: list[bytes] = []
-    previous = bytes(stride)
-    for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
-        for x in range(stride):
-            left = line[x - 4] if x >= 4 else 0
-            up, corner = previous[x], previous[x - 4] if x >= 4 else 0
-            if kind == 1:
-                line[x] = (line[x] + left) & 0xFF
-            elif kind == 2:
-                line[x] = (line[x] + up) & 0xFF
-            elif kind == 3:
-                line[x] = (line[x] + (left + up) // 2) & 0xFF
-            elif kind == 4:
-                p = left + up - corner
-                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
-                line[x] = (line[x] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 0xFF
-        rows.append(bytes(line))
-        previous = bytes(line)
-    return width, height, rows
-
-
 def test_the_chart_has_a_paid_and_an_on_demand_bar_for_each_team() -> None:
-    report = cost_report(week_of_jobs(), "7d", NOW)
-    width, height, rows = png_pixels(costs_png(report))
-    assert (width, height) == (800, 400)
-
-    def rgb(colour: str) -> bytes:
-        return bytes.fromhex(colour[1:]) + b"\xff"
-
-    paid, on_demand = rgb(PAID_COLOUR), rgb(ON_DEMAND_COLOUR)
-    # Every bar stands on the axis: the lowest row with a paid bar in it crosses every bar (the legend is higher).
-    base = max(y for y, row in enumerate(rows) if _runs(row, paid))
-    assert _runs(rows[base], paid) == 3  # ml, vision, and the jobs of no team
-    assert _runs(rows[base], on_demand) == 2  # the jobs of no team have no on-demand counterfactual
-
-
-def _runs(row: bytes, colour: bytes) -> int:
-    pixels = [row[x : x + 4] == colour for x in range(0, len(row), 4)]
-    return sum(1 for x, on in enumerate(pixels) if on and (x == 0 or not pixels[x - 1]))
+    pixels = decoded(costs_png(cost_report(week_of_jobs(), "7d", NOW)))
+    assert pixels.shape[:2] == (400, 800)
+    base = lowest_row(pixels, PAID_COLOUR)  # every team paid something: each paid bar crosses the row above the axis
+    assert bars(pixels, PAID_COLOUR, base) == 3  # ml, vision, and the jobs of no team
+    assert bars(pixels, ON_DEMAND_COLOUR, base) == 2  # the jobs of no team have no on-demand counterfactual

@@ -10,12 +10,15 @@ from typing import Any, get_args
 
 import pytest
 
+from bot.bus import partition_key
 from bot.queues import ChatEntry, route
+from handlers.jobs import ChatRef
 from handlers.messages import (
     MESSAGE_TYPES,
     BusMessage,
     CloudEvent,
     CloudEventKind,
+    CostsChart,
     InterruptTest,
     Launch,
     Launched,
@@ -59,6 +62,7 @@ SAMPLES: list[BusMessage] = [
     InterruptTest(**JOB, instance_id="i-1", requested_by="slack:U1"),
     StopRunner(**JOB, instance_id="i-1"),
     Notify(**JOB, channel="thread", note=Rebalance()),
+    CostsChart(chat=ChatRef(platform="slack", channel="C0ML"), window="7d", end=DUE, teams=("ml",), by="slack:U1"),
 ]
 
 
@@ -137,3 +141,19 @@ def test_a_note_is_routed_to_the_chat_stream_as_a_chat_entry(platform: str) -> N
     assert json.loads(routed.payload) == ChatEntry(
         id=note.id, job_id="ft-ab12", platform=platform, note=note
     ).model_dump(mode="json")
+
+
+def test_a_costs_chart_is_routed_to_the_chat_stream_in_its_channels_lane() -> None:
+    """No job's: its entry names no job, and its lane is the channel's (a retried upload holds up no job's notes)."""
+    chart = CostsChart(chat=ChatRef(platform="dingtalk", channel="cid1=="), window="30d", end=DUE, by="dingtalk:bob")
+    routed = route(chart, "dingtalk")
+    assert routed.destination == "chat"
+    entry = json.loads(routed.payload)
+    assert entry == ChatEntry(id=chart.id, lane="costs:dingtalk:cid1==", platform="dingtalk", note=chart).model_dump(
+        mode="json"
+    )
+    assert partition_key(entry) == "lane:costs:dingtalk:cid1=="
+    assert partition_key(json.loads(route(Notify(**JOB, channel="alert", note=Rebalance()), "").payload)) == (
+        "job:ft-ab12"
+    )
+    assert parse_message(entry["note"]) == chart

@@ -9,7 +9,7 @@ import pytest
 from handlers.commands import USAGE, Action
 from handlers.jobs import ChatRef, Job, JobState, Page
 from handlers.oncall import OnCall
-from handlers.permissions import describe, home_team, job_refusal, narrowed, sees
+from handlers.permissions import channel_sees_costs, describe, home_team, job_refusal, narrowed, sees
 from handlers.policy_config import PolicyConfig
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -99,6 +99,15 @@ def test_a_jobs_team_is_its_channels_team_else_its_owners_only_team() -> None:
     old = Job(id="ft-ef56", recipe="tiny", requested_by="slack:U0ALICE", chat=A)  # stored before teams: no team
     assert refusal("slack:U0TINA", "stop", old) == "refused.not-yours"
     assert refusal("slack:U0ALICE", "stop", old) is None
+
+
+def test_a_costs_chart_goes_to_a_channel_only_when_every_team_it_shows_calls_it_home() -> None:
+    """Its words go to who asked; the chart is for the channel's people, who may not be allowed more."""
+    assert channel_sees_costs(POLICY, A, ("ml",))
+    assert not channel_sees_costs(POLICY, A, None)  # an admin's report of every team
+    assert not channel_sees_costs(POLICY, A, ("ml", "ops"))  # a member of both, asking in ml's home
+    assert not channel_sees_costs(POLICY, B, ("ml",))  # ml's costs, asked elsewhere
+    assert not channel_sees_costs(POLICY, A, ("nope",)) and not channel_sees_costs(POLICY, A, ())
 
 
 def test_allow_rules_narrow_an_action_for_everyone_and_leave_the_others_alone() -> None:

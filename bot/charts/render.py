@@ -32,7 +32,7 @@ RESUME_COLOUR = "#2ca02c"
 LOSS_COLOUR = "#1f4e9c"
 COST_COLOUR = "#7f7f7f"
 MARKET_SHADE = {"spot": "#cfe3f7", "on-demand": "#fde2c4"}
-_DRAWING = threading.Lock()
+DRAWING = threading.Lock()  # one chart at a time, of any kind (matplotlib is not thread-safe)
 CJK_FAMILIES = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "Microsoft YaHei")
 
 
@@ -52,7 +52,7 @@ def x_pixel(step: float, steps: tuple[float, float], width_px: int) -> float:
 def render_chart(job: Job, points: Sequence[Point], now: datetime, lang: Lang = "en") -> bytes:
     """The PNG of ``job``'s chart from its ``points`` (:class:`bot.charts.series.ChartSeries`), as at ``now``.
     Safe from any thread: one chart is drawn at a time (matplotlib is not thread-safe)."""
-    with _DRAWING:
+    with DRAWING:
         return _render(job, points, now, lang)
 
 
@@ -65,7 +65,7 @@ def _render(job: Job, points: Sequence[Point], now: datetime, lang: Lang) -> byt
     from matplotlib.patches import Patch
 
     marks = chart_marks(job, points, now)
-    words = _drawn_language(lang)
+    words = drawn_language(lang)
     figure = Figure(figsize=(WIDTH_INCHES, HEIGHT_INCHES), dpi=DPI)
     loss_axes = figure.add_axes(AXES_BOX)
     cost_axes = loss_axes.twinx()
@@ -106,7 +106,7 @@ def _render(job: Job, points: Sequence[Point], now: datetime, lang: Lang) -> byt
     return out.getvalue()
 
 
-def _drawn_language(lang: Lang) -> Lang:
+def drawn_language(lang: Lang) -> Lang:
     """``lang`` when a font that has its characters is installed, else English."""
     if lang == "en":
         return lang

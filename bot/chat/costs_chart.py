@@ -1,45 +1,57 @@
 """The bar chart of a costs report: per team, what was paid beside what on-demand would have cost (PNG bytes).
 
-The hook for the chat upload: the text of ``/finetune costs`` is posted now; once the charts work's upload path
-(Slack's ``files.getUploadURLExternal`` flow, DingTalk's media upload) exists, the bot posts these bytes with it
-(:meth:`bot.core.Bot.costs_chart`). matplotlib is imported here, lazily, with the Agg backend (no display), so
-nothing else in the bot pays for it.
+Drawn by the chat outbox when it delivers a :class:`~handlers.messages.CostsChart` (``/finetune costs`` asked in a
+channel), and posted there with the report's words through the platform's image path (Slack's
+``files.getUploadURLExternal`` flow, DingTalk's media upload). matplotlib is imported here, lazily, with the Agg
+backend (no display), so nothing else in the bot pays for it.
 """
 
 from __future__ import annotations
 
 import io
+from typing import Any
 
-from handlers.cost_report import CostReport
+from bot.chat.catalog import Lang, text
+from handlers.cost_report import NO_TEAM, WINDOWS, CostReport
 
 PAID_COLOUR = "#d62728"
 ON_DEMAND_COLOUR = "#7f7f7f"
 
 
-def costs_png(report: CostReport) -> bytes:
-    """Two bars per team (paid, on-demand), the biggest spender first; a PNG of 800×400 pixels."""
+def costs_png(report: CostReport, lang: Lang = "en") -> bytes:
+    """Two bars per team (paid, on-demand), the biggest spender first; a PNG of 800×400 pixels. Its words are in
+    ``lang`` when a font for it is installed, else in English (as a job's chart). Safe from any thread: drawn under
+    the lock every chart takes."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
+    from bot.charts.render import CJK_FAMILIES, DRAWING, drawn_language
+
+    words = drawn_language(lang)
+    font: dict[str, Any] = {"family": [*CJK_FAMILIES, "DejaVu Sans"]} if words != "en" else {}
     teams = list(report.by_team)
-    figure = Figure(figsize=(8, 4), dpi=100)
-    axes = figure.add_subplot()
-    positions = range(len(teams))
-    paid = [report.by_team[team].paid for team in teams]
-    axes.bar([p - 0.2 for p in positions], paid, 0.4, color=PAID_COLOUR, label="paid")
-    axes.bar(
-        [p + 0.2 for p in positions],
-        [report.by_team[t].on_demand for t in teams],
-        0.4,
-        color=ON_DEMAND_COLOUR,
-        label="on-demand",
-    )
-    axes.set_xticks(list(positions), teams)
-    axes.set_ylabel("USD")
-    axes.set_title(f"{report.window}: {report.start:%Y-%m-%d} → {report.end:%Y-%m-%d}")
-    axes.legend()
-    out = io.BytesIO()
-    figure.savefig(out, format="png")
-    return out.getvalue()
+    names = [text(words, "costs.no-team") if team == NO_TEAM else team for team in teams]
+    with DRAWING:
+        figure = Figure(figsize=(8, 4), dpi=100)
+        axes = figure.add_subplot()
+        positions = range(len(teams))
+        paid = [report.by_team[team].paid for team in teams]
+        on_demand = [report.by_team[team].on_demand for team in teams]
+        axes.bar([p - 0.2 for p in positions], paid, 0.4, color=PAID_COLOUR, label=text(words, "costs.chart.paid"))
+        axes.bar(
+            [p + 0.2 for p in positions],
+            on_demand,
+            0.4,
+            color=ON_DEMAND_COLOUR,
+            label=text(words, "costs.chart.on-demand"),
+        )
+        axes.set_xticks(list(positions), names, **font)
+        axes.set_ylabel("USD")
+        title = text(words, "costs.chart-title", days=WINDOWS[report.window].days)
+        axes.set_title(f"{title}\n{report.start:%Y-%m-%d %H:%M} → {report.end:%Y-%m-%d %H:%M} UTC", **font)
+        axes.legend(prop=font)
+        out = io.BytesIO()
+        figure.savefig(out, format="png")
+        return out.getvalue()

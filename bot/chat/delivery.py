@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 
 from bot.chat.catalog import Lang
 from bot.errors import ChatError
-from handlers.jobs import Job
+from handlers.jobs import ChatRef, Job
 from handlers.messages import Notify
 
 
@@ -107,6 +107,33 @@ class ImagePoster(Protocol):
     async def post_image(self, job: Job, note: Notify, draw: Draw, card: MessageRef | None) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """An image with its words, in a channel's language: the PNG, its title (alt text) and the caption posted with
+    it."""
+
+    png: bytes
+    title: str
+    caption: str
+
+
+# Draws a picture that belongs to no job (a costs report's chart) in a language: the platform knows the channel's.
+DrawPicture = Callable[[Lang], Awaitable[Picture]]
+
+
+@runtime_checkable
+class ChannelImagePoster(Protocol):
+    """A platform that can post an image into a channel, outside any job's thread: a costs report's chart, where
+    the report was asked. ``name`` is the outbox entry's and the file's (``<id>.png``), so a post that may have gone
+    through unheard can be looked for (``in_doubt``: look first, from ``at``, when it was asked; found, post
+    nothing). Without it the chart is not posted (the command's words were the answer). One non-repeatable post, as
+    the last step."""
+
+    async def post_channel_image(
+        self, chat: ChatRef, name: str, at: datetime, draw: DrawPicture, in_doubt: bool
+    ) -> None: ...
+
+
 class Gate:
     """One pause shared by every sender of a platform: after a rate limit or a failure all of them wait.
 
@@ -147,8 +174,10 @@ class Platform:
     cards: CardDeliverer | None = field(init=False, default=None)
     checks_posted: bool = field(init=False, default=False)
     images: ImagePoster | None = field(init=False, default=None)
+    channel_images: ChannelImagePoster | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.cards = self.deliverer if isinstance(self.deliverer, CardDeliverer) else None
         self.checks_posted = isinstance(self.deliverer, PostedCheck)
         self.images = self.deliverer if isinstance(self.deliverer, ImagePoster) else None
+        self.channel_images = self.deliverer if isinstance(self.deliverer, ChannelImagePoster) else None

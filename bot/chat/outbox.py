@@ -17,6 +17,10 @@ loses no note. A consumer group (one consumer per replica, lanes per job, see :m
   (:mod:`bot.pagers.calls`), whatever the job's chat platform, with the same retries and the same once-only record.
 - a ``chart`` note drawn when it is delivered (:mod:`bot.charts`), from the points kept then, and posted as an
   image where the platform can (:class:`ImagePoster`), else as its words.
+- a ``costs-chart`` entry (:class:`~handlers.messages.CostsChart`, no job's: ``/finetune costs`` asked in a
+  channel) drawn when it is delivered, from the report read again, and posted in that channel with the report's
+  words (:class:`ChannelImagePoster`), with the same retries and once-only record; where images cannot go (the
+  console), not at all: the command's answer had the words.
 
 A job of a platform with no deliverer configured (or with no chat at all) is told about on the ``fallback``
 platform (the console), as before.
@@ -38,24 +42,30 @@ from bot.bus import HandBack, default_consumer_name
 from bot.bus_set import bus_for
 from bot.charts.series import ChartSeries
 from bot.chat.cards import CardRefresher
-from bot.chat.catalog import Lang
+from bot.chat.catalog import Lang, text
+from bot.chat.costs_chart import costs_png
+from bot.chat.costs_text import costs_text
 from bot.chat.delivery import (
     CardDeliverer,
     Deliverer,
     Draw,
+    DrawPicture,
     MessageRef,
     PermanentDeliveryError,
+    Picture,
     Platform,
     PostedCheck,
     TransientDeliveryError,
 )
 from bot.chat.refs import ChatRefs
+from bot.costs import read_costs
 from bot.errors import StoreUnavailable
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.store import JobStore
 from handlers.backoff import backoff
+from handlers.cost_report import WINDOWS
 from handlers.jobs import Job
-from handlers.messages import Notify, parse_message
+from handlers.messages import CostsChart, Notify, parse_message
 from handlers.notes import ChartNote
 
 log = logging.getLogger(__name__)
@@ -138,6 +148,9 @@ class ChatOutbox:
         except ValidationError as exc:
             log.error("dropped a malformed chat outbox entry %s: %s", item.get("id"), exc.errors()[:3])
             return
+        if isinstance(note, CostsChart):
+            await self._costs_chart(item, note)
+            return
         if not isinstance(note, Notify):
             log.error("dropped chat outbox entry %s: a %s, not a note", item.get("id"), note.type)
             return
@@ -146,14 +159,47 @@ class ChatOutbox:
         if platform is None:
             log.warning("no deliverer for platform %r: note %s of %s dropped", name, note.id, note.job_id)
             return
+        what = f"{note.channel} note {note.note_type} of {note.job_id}"
+
+        async def deliver(in_doubt: bool) -> bool:
+            return await self._deliver(platform, note, in_doubt=in_doubt)
+
         # Card notes need no record: posting the card is guarded by its ref, and an edit only marks the job.
-        sent = self.keys.sent(note.id) if note.channel != "card" else None
+        if not await self._once(platform, note.id if note.channel != "card" else None, what, deliver):
+            return
+        # Whatever the note was, the job changed: its card should show that (coalesced, latest state).
+        if platform.coalesce_cards:
+            await self._until_done(platform, what, lambda: self.cards.mark(note.job_id), gated=False)
+
+    async def _costs_chart(self, item: Mapping[str, Any], chart: CostsChart) -> None:
+        """A costs report's chart, into the channel where it was asked, once, as a job's chart is (same retries,
+        same record); a platform that posts no images (the console) had the words only."""
+        name = str(item.get("platform"))
+        platform = self.platforms.get(name, self.fallback)
+        poster = platform.channel_images if platform is not None else None
+        if platform is None or poster is None:
+            log.info("costs chart %s not posted: %r posts no images (its words were the answer)", chart.id, name)
+            return
+        draw = self._draw_costs(chart)
+
+        async def deliver(in_doubt: bool) -> bool:
+            await poster.post_channel_image(chart.chat, f"{chart.id}.png", chart.at, draw, in_doubt)
+            return True
+
+        await self._once(platform, chart.id, f"costs chart {chart.id} for {chart.chat.channel}", deliver)
+
+    async def _once(
+        self, platform: Platform, note_id: str | None, what: str, attempt: Callable[[bool], Awaitable[bool]]
+    ) -> bool:
+        """Deliver with ``attempt(in_doubt)`` until it goes or is refused for good, once per ``note_id`` (None: no
+        record kept): marked *sending* before the first try, *sent* after. False when it was sent already."""
+        sent = self.keys.sent(note_id) if note_id else None
         in_doubt = False
         if sent:
-            sending = self.keys.sending(note.id)
-            done, tried = await self._until_done(platform, note, lambda: self.redis.mget(sent, sending), gated=False)
+            sending = self.keys.sending(cast(str, note_id))
+            done, tried = await self._until_done(platform, what, lambda: self.redis.mget(sent, sending), gated=False)
             if done is not None:
-                return
+                return False
             in_doubt = tried is not None  # an earlier delivery started and was not heard back from
             if not in_doubt:
                 consumer = self.bus.consumer
@@ -161,24 +207,22 @@ class ChatOutbox:
                 async def mark_sending() -> None:
                     await self.store.mark(sending, consumer, SENT_TTL)
 
-                await self._until_done(platform, note, mark_sending, gated=False)
+                await self._until_done(platform, what, mark_sending, gated=False)
 
         async def deliver() -> bool:
             nonlocal in_doubt
             try:
-                return await self._deliver(platform, note, in_doubt=in_doubt)
+                return await attempt(in_doubt)
             except TransientDeliveryError as exc:
                 # A timeout or a 5xx may have posted it all the same; a rate limit (it says when) posted nothing.
                 in_doubt = in_doubt or exc.retry_after is None
                 raise
 
-        if await self._until_done(platform, note, deliver):
+        if await self._until_done(platform, what, deliver):
             self.delivered += 1
         if sent:  # bookkeeping waits for no gate: stopping now must not hand back what was posted
-            await self._until_done(platform, note, lambda: self.store.mark(sent, "1", SENT_TTL), gated=False)
-        # Whatever the note was, the job changed: its card should show that (coalesced, latest state).
-        if platform.coalesce_cards:
-            await self._until_done(platform, note, lambda: self.cards.mark(note.job_id), gated=False)
+            await self._until_done(platform, what, lambda: self.store.mark(sent, "1", SENT_TTL), gated=False)
+        return True
 
     async def _deliver(self, platform: Platform, note: Notify, in_doubt: bool = False) -> bool:
         job = await self.store.get(note.job_id)
@@ -231,6 +275,22 @@ class ChatOutbox:
 
         return draw
 
+    def _draw_costs(self, chart: CostsChart) -> DrawPicture:
+        """The costs chart, drawn on demand from the report read again (the same window, end and teams as the words
+        the person got), with those words as its caption."""
+
+        async def draw(lang: Lang) -> Picture:
+            report = await read_costs(self.store, chart.window, chart.end, chart.teams)
+            try:
+                png = await asyncio.to_thread(costs_png, report, lang)  # matplotlib loads with the first chart drawn
+            except Exception as exc:  # no matplotlib, or data it cannot draw: the same next time; the lane goes on
+                log.exception("the costs chart %s could not be drawn", chart.id)
+                raise PermanentDeliveryError(f"the costs chart {chart.id} could not be drawn: {exc!r}") from exc
+            title = text(lang, "costs.chart-title", days=WINDOWS[report.window].days)
+            return Picture(png, title, costs_text(report, lang))
+
+        return draw
+
     async def _card(self, deliverer: CardDeliverer, job: Job) -> MessageRef:
         existing = await self.refs.card(job.id)
         return existing.message if existing is not None else await self._post_card(deliverer, job)
@@ -259,7 +319,7 @@ class ChatOutbox:
                 await self.redis.delete(lock)
 
     async def _until_done(
-        self, platform: Platform, note: Notify, work: Callable[[], Awaitable[Any]], gated: bool = True
+        self, platform: Platform, what: str, work: Callable[[], Awaitable[Any]], gated: bool = True
     ) -> Any:
         """Run ``work`` until it succeeds or is refused for good (then None); hand the note back on stop.
 
@@ -276,10 +336,10 @@ class ChatOutbox:
                 delay = exc.retry_after if exc.retry_after is not None else backoff(attempt, cap=self.backoff_cap)
                 platform.gate.close_for(delay)
                 level = logging.WARNING if attempt == 1 or attempt % 20 == 0 else logging.DEBUG
-                log.log(level, "%s note of %s waits %.1fs (#%d): %s", note.note_type, note.job_id, delay, attempt, exc)
+                log.log(level, "%s waits %.1fs (#%d): %s", what, delay, attempt, exc)
             except PermanentDeliveryError as exc:
                 self.dropped += 1
-                log.warning("dropped the %s note %s of %s: %s", note.channel, note.note_type, note.job_id, exc)
+                log.warning("dropped the %s: %s", what, exc)
                 return None
             except StoreUnavailable as exc:
                 attempt += 1

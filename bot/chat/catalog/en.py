@@ -226,6 +226,9 @@ BOT: dict[str, str] = {
     ),
     "costs.saved": "${saved:.2f} ({savings:.0%})",
     "costs.saved-unknown": "n/a",
+    "costs.chart-title": "Costs of the last {days} days by team: paid and on-demand",
+    "costs.chart.paid": "paid",
+    "costs.chart.on-demand": "on-demand",
     # Slack's own labels (buttons, confirmation dialogs, the card's footer, an acknowledged page).
     "slack.interrupt-test": "Interrupt-test",
     "slack.resume": "Resume",

@@ -187,6 +187,9 @@ MESSAGES: dict[str, str] = {
     ),
     "costs.saved": "${saved:.2f}（{savings:.0%}）",
     "costs.saved-unknown": "无法计算",
+    "costs.chart-title": "最近 {days} 天各团队的费用：实付与按量付费",
+    "costs.chart.paid": "实付",
+    "costs.chart.on-demand": "按量付费",
     # Slack 自己的文字（按钮、确认框、卡片页脚、已确认的告警）
     "slack.interrupt-test": "中断测试",
     "slack.resume": "恢复",

@@ -12,7 +12,9 @@ is. Where things go:
 - ``alert`` and ``page``: through the group's custom robot webhook (signed), pages with real @mentions; with no
   robot configured, as an app robot message;
 - a ``chart`` note: the PNG uploaded as media (:meth:`OpenApi.upload_image`), then a markdown message from the app
-  robot to the job's group that shows it under its words.
+  robot to the job's group that shows it under its words;
+- a costs report's chart (no job's): the same, into the group where ``/finetune costs`` was asked, under the
+  report's words.
 
 One alert per group: an interruption warning is told twice by the core, as the alert and in the job's thread
 (on Slack those are two places: the alert channel and the card's thread). DingTalk has no threads, so both would
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from bot.chat.catalog import Lang, text
-from bot.chat.delivery import Draw, MessageRef, PermanentDeliveryError
+from bot.chat.delivery import Draw, DrawPicture, MessageRef, PermanentDeliveryError
 from bot.chat.dingtalk.cards import card_params, out_track_id
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.dingtalk.ledger import Ledger
@@ -38,7 +40,7 @@ from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.transport import Rejected
 from bot.chat.dingtalk.webhooks import Markdown, Webhooks
 from bot.chat.render import card_text
-from handlers.jobs import Job
+from handlers.jobs import ChatRef, Job
 from handlers.messages import Notify
 from handlers.notes import InterruptionWarning
 from handlers.reports import utcnow
@@ -101,6 +103,19 @@ class DingTalkDeliverer:
         message = note_message(job, note, now, lang)
         shown = f"{message.full_text}\n\n![{text(lang, 'chart.title', job=job.id, recipe=job.recipe)}]({media_id})"
         await self.api.send_group_markdown(chat.channel, self.robot_code, message.title, shown)
+
+    async def post_channel_image(
+        self, chat: ChatRef, name: str, at: datetime, draw: DrawPicture, in_doubt: bool
+    ) -> None:
+        """A picture that is no job's (a costs report's chart) in ``chat``'s group: uploaded as ``name``, then shown
+        under its caption in a markdown message (its one post, last). A message DingTalk may have taken unheard
+        is sent again (at least once), as a job's chart is: the app robot's messages cannot be looked up."""
+        if chat.platform != "dingtalk":
+            raise PermanentDeliveryError(f"{chat.channel} is not a DingTalk group")
+        picture = await draw(self.config.language_for(chat.channel))
+        media_id = await self.api.upload_image(picture.png, name)
+        shown = f"{to_markdown(picture.caption)}\n\n![{picture.title}]({media_id})"
+        await self.api.send_group_markdown(chat.channel, self.robot_code, picture.title, shown)
 
     async def _card(self, job: Job, conversation: str, lang: Lang, now: datetime) -> None:
         template = self.config.card_template_id

@@ -10,7 +10,9 @@
 Every note carries its id in the message's metadata, so when the outbox is in doubt whether a post went through
 (a replica died mid-post, Slack timed out) :meth:`SlackDeliverer.posted` looks for it where it would be. A chart
 goes up through Slack's file upload flow (:mod:`bot.chat.slack.upload`) into the card's thread, named after its
-note's id: a file message carries no metadata, so the name is what ``posted`` looks for.
+note's id: a file message carries no metadata, so the name is what ``posted`` looks for. A costs report's chart
+goes up the same way, into the channel where ``/finetune costs`` was typed (a slash command has no thread), with
+the report's words as its comment.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.chat.catalog import Lang, text
-from bot.chat.delivery import Draw, MessageRef, PermanentDeliveryError
+from bot.chat.delivery import Draw, DrawPicture, MessageRef, PermanentDeliveryError
 from bot.chat.refs import ChatRefs
-from bot.chat.slack.blocks import acked_page_layout, card_layout, note_text, page_layout
+from bot.chat.slack.blocks import acked_page_layout, card_layout, mrkdwn, note_text, page_layout
 from bot.chat.slack.errors import call
 from bot.chat.slack.upload import upload_to_thread
-from handlers.jobs import Job
+from handlers.jobs import ChatRef, Job
 from handlers.messages import Notify
 from handlers.notes import Acked
 from handlers.reports import utcnow
@@ -99,6 +101,36 @@ class SlackDeliverer:
             comment=note_text(job, note, now, lang),
             alt_text=title,
         )
+
+    async def post_channel_image(
+        self, chat: ChatRef, name: str, at: datetime, draw: DrawPicture, in_doubt: bool
+    ) -> None:
+        """A picture that is no job's (a costs report's chart), uploaded into ``chat``'s channel as ``name``;
+        in doubt, looked for there first (a file message carries no metadata: by its name)."""
+        if in_doubt and await self._file_in_channel(chat.channel, name, at):
+            log.info("the image %s was posted in %s already", name, chat.channel)
+            return
+        picture = await draw(self.language_for(chat.channel))
+        await upload_to_thread(
+            self.client,
+            channel=chat.channel,
+            thread_ts=None,
+            content=picture.png,
+            filename=name,
+            title=picture.title,
+            comment=mrkdwn(picture.caption),
+            alt_text=picture.title,
+        )
+
+    async def _file_in_channel(self, channel: str, name: str, at: datetime) -> bool:
+        oldest = f"{at.timestamp() - LOOK_BACK_SECONDS:.6f}"
+        try:
+            reply = await call(self.client.conversations_history(channel=channel, oldest=oldest, limit=200))
+        except PermanentDeliveryError as exc:  # e.g. no channels:history scope: post it (at least once) rather than not
+            log.warning("cannot look for %s in Slack (%s): posting it", name, exc)
+            return False
+        messages = reply.get("messages") or []
+        return any(file.get("name") == name for message in messages for file in message.get("files") or [])
 
     async def posted(self, job: Job, note: Notify, card: MessageRef | None) -> bool:
         """Is ``note`` in Slack already? (Its thread, or the channel it goes to, searched for its id.)"""
