@@ -640,6 +640,20 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
     return _change(done, state, now, {"event": "completed", "output_uri": report.output_uri}, outbox)
 
 
+def launch_details(message: Launched) -> dict[str, object]:
+    """What an attempt records of its instance once the launch says where it runs (a gang node's too)."""
+    return {
+        "instance_id": message.instance_id,
+        "instance_type": message.instance_type,
+        "zone": message.zone,
+        "market": message.market,
+        "price_per_hour": message.price_per_hour,
+        "on_demand_price_per_hour": message.on_demand_price_per_hour,
+        "private_ip": message.private_ip,
+        "launched_at": message.at,
+    }
+
+
 def _launched(job: Job, message: Launched, now: datetime) -> Change:
     current = job.current
     state = next_state(job.state, "launched")
@@ -651,17 +665,7 @@ def _launched(job: Job, message: Launched, now: datetime) -> Change:
         return _unwanted(job, message, f"the job is {job.state}")
     if state is None:  # the runner reported before the launch result arrived: keep the state, note the details
         state = job.state
-    attempt = current.model_copy(
-        update={
-            "instance_id": message.instance_id,
-            "instance_type": message.instance_type,
-            "zone": message.zone,
-            "market": message.market,
-            "price_per_hour": message.price_per_hour,
-            "on_demand_price_per_hour": message.on_demand_price_per_hour,
-            "launched_at": message.at,
-        }
-    )
+    attempt = current.model_copy(update=launch_details(message))
     moved = job.model_copy(update={"attempts": [*job.attempts[:-1], attempt]})
     history = {
         "event": "launched",

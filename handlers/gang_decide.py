@@ -122,18 +122,7 @@ def launched(job: Job, message: Launched, now: datetime) -> Change:
     if attempt.instance_id not in (None, message.instance_id):
         return d._unwanted(job, message, f"attempt {attempt.number} runs on {attempt.instance_id}")
     state = next_state(job.state, "launched") or job.state
-    updated = attempt.model_copy(
-        update={
-            "instance_id": message.instance_id,
-            "instance_type": message.instance_type,
-            "zone": message.zone,
-            "market": message.market,
-            "price_per_hour": message.price_per_hour,
-            "on_demand_price_per_hour": message.on_demand_price_per_hour,
-            "private_ip": message.private_ip,
-            "launched_at": message.at,
-        }
-    )
+    updated = attempt.model_copy(update=d.launch_details(message))
     moved = with_attempt(job, updated).model_copy(update={"held_since": None})
     outbox: list[Message] = [d._note(moved, "card", CardRefresh(cause="launched"))]
     if job.state is JobState.STOPPING:

@@ -14,8 +14,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,6 +24,7 @@ import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.spec import Gang, RegroupControl, dump_control, node_control_key
+from tests.gang_reference import ADAPTER, free_port, two_node_adapter
 from tests.runner_harness import (
     of_type,
     progress_steps,
@@ -41,15 +40,7 @@ BUCKET = "gang-bucket"
 PREFIX = "jobs/ft-gang/"
 URI = f"s3://{BUCKET}/{PREFIX}"
 STEPS = ["--max-steps", "16", "--save-steps", "5"]
-ADAPTER = "adapter_model.safetensors"
-
 pytestmark = pytest.mark.timeout(900)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def gang(node_rank: int, generation: int, port: int) -> Gang:
@@ -87,28 +78,9 @@ def keys(s3: Any) -> list[str]:
 def two_node_reference(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """An uninterrupted two-node run of the same command, without the runner: two trainers, one world."""
     root = tmp_path_factory.mktemp("gang-reference")
-    port = str(free_port())
-    runs = []
-    for rank in (0, 1):
-        env = dict(
-            os.environ,
-            FINETUNE_OUTPUT_DIR=str(root / f"node-{rank}"),
-            FINETUNE_RESUME_FROM="",
-            HF_HUB_OFFLINE="1",
-            NNODES="2",
-            NODE_RANK=str(rank),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=port,
-            FINETUNE_COLLECTIVE_TIMEOUT_SECONDS="120",
-        )
-        env.pop("FINETUNE_STOP_FILE", None)
-        command = [sys.executable, "-m", "runner.hf.tiny", *STEPS]
-        runs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    for run in runs:
-        output = run.communicate(timeout=400)[0]
-        assert run.returncode == 0, output[-3000:]
+    adapter = two_node_adapter(root, STEPS)
     assert not (root / "node-1" / ADAPTER).exists()  # the final adapter is global rank 0's to write
-    return (root / "node-0" / ADAPTER).read_bytes()
+    return adapter
 
 
 def node_spec(path: Path, reports: Path, member: Gang, step_seconds: str = "0.25") -> Path:
