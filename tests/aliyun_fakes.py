@@ -74,6 +74,8 @@ class FakeInstance:
     group_id: str | None = None
     status: str = "Running"
     metadata_options: dict[str, str] = field(default_factory=dict)
+    private_ip: str = ""
+    address_hidden_for: int = 0  # DescribeInstances answers naming no address yet (ECS assigns it while Pending)
 
 
 @dataclass
@@ -170,6 +172,7 @@ class FakeAliyun:
             str, str
         ] = {}  # zone -> DescribeAvailableResource's StatusCategory (none listed: empty answer)
         self.instances: dict[str, FakeInstance] = {}
+        self.address_delay = 0  # each new instance's private address is named from its n+1-th description on
         self.deleted: list[str] = []
         self.vswitch_zones: dict[str, str] = {}
         self.groups: dict[str, FakeGroup] = {}
@@ -418,6 +421,8 @@ class FakeAliyun:
         instance = FakeInstance(
             instance_id, zone, instance_type, vswitch, spot_strategy, tags, decoded, name, dict(params), group_id
         )
+        instance.private_ip = f"172.16.{len(self.instances) // 250}.{len(self.instances) % 250 + 2}"
+        instance.address_hidden_for = self.address_delay
         self.instances[instance_id] = instance
         return instance
 
@@ -462,12 +467,22 @@ class FakeAliyun:
                 "Status": instance.status,
                 "SpotStrategy": instance.spot_strategy,
                 "InstanceName": instance.name,
-                "VpcAttributes": {"VSwitchId": instance.vswitch},
+                "VpcAttributes": {
+                    "VSwitchId": instance.vswitch,
+                    "PrivateIpAddress": {"IpAddress": self._address_of(instance)},
+                },
                 "Tags": {"Tag": [{"TagKey": k, "TagValue": v} for k, v in instance.tags.items()]},
             }
             for instance in found
         ]
         return {"Instances": {"Instance": items}, "TotalCount": total, "PageNumber": number, "PageSize": size}
+
+    def _address_of(self, instance: FakeInstance) -> list[str]:
+        """The instance's private address as DescribeInstances lists it: none while it is still being assigned."""
+        if instance.address_hidden_for > 0:
+            instance.address_hidden_for -= 1
+            return []
+        return [instance.private_ip]
 
     def _ecs_DeleteInstance(self, params: dict[str, str]) -> dict[str, Any]:
         instance = self.instances.get(params.get("InstanceId", ""))

@@ -22,12 +22,14 @@ import bot.cloud.base as cloud_base
 from bot.cloud.aliyun import AliyunCloud
 from bot.cloud.aliyun_instances import AliyunError
 from bot.cloud.aliyun_settings import AliyunSettings
-from bot.cloud.base import ForeignInstance, GangPlacement, LaunchError
+from bot.cloud.base import ForeignInstance, GangPlacement, Instance, LaunchError
+from handlers.messages import Launch
 from handlers.report_keys import ReportKeys
-from handlers.spec import Gang, JobSpec, parse_spec
-from runner.notices.control import ControlObjectSource
+from handlers.spec import Gang, JobSpec, RegroupControl, node_control_key, parse_spec
+from runner.notices.control import ControlObjectSource, read_regroup
 from runner.storage.s3 import S3Store
 from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
+from tests.gang_launches import launch_two_nodes
 
 REGION = "cn-hangzhou"
 BUCKET = "ft-oss"
@@ -765,3 +767,80 @@ async def test_the_scaling_group_mode_refuses_a_gang_and_changes_nothing(
         await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=GangPlacement("ft-gang1"))
     assert bucket.list_objects_v2(Bucket=BUCKET, Prefix="jobs/ft-gang1/").get("KeyCount", 0) == 0
     assert fake.actions("ModifyScalingGroup") == [] and fake.deployment_sets == {}
+
+
+# -- gangs: where the world meets, and regroups -----------------------------------------------------------------
+
+
+async def test_node_1_meets_node_0_at_the_private_address_ecs_names_once_assigned(
+    fake: FakeAliyun, bucket: Any, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    fake.address_delay = 2  # RunInstances names only the id; the address comes in a later DescribeInstances
+
+    async def launch(spec: JobSpec, order: Launch) -> Instance:
+        return await cloud.launch(spec, [GPU], "spot", zone=order.zone, gang=GangPlacement("ft-gang1"))
+
+    def spec_of(attempt: int) -> JobSpec:
+        return job_spec(cloud, "ft-gang1", attempt)
+
+    job, (node0, node1) = await launch_two_nodes("ft-gang1", spec_of, launch)
+    for instance in (node0, node1):
+        assert instance.private_ip == fake.instances[instance.instance_id].private_ip
+    assert node0.private_ip != node1.private_ip
+    assert job.gang_attempts[0].private_ip == node0.private_ip
+    raw = bucket.get_object(Bucket=BUCKET, Key="jobs/ft-gang1/spec-attempt-2.json")["Body"].read()
+    gang = parse_spec(raw).gang  # what node 1's runner reads
+    assert gang is not None and (gang.node_rank, gang.nodes, gang.master_addr) == (1, 2, node0.private_ip)
+    # A launch carried out again finds node 0 by its tags, address and all, and starts nothing.
+    again = await launch(job_spec(cloud, "ft-gang1", 1), Launch(job_id="ft-gang1", attempt=1))
+    assert (again.instance_id, again.private_ip) == (node0.instance_id, node0.private_ip)
+    assert len(fake.actions("RunInstances")) == 2
+
+
+async def test_a_gang_node_whose_address_never_comes_is_launched_without_one(
+    fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud(group_wait_seconds=0.2)
+    fake.address_delay = 1_000_000
+    node = await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=GangPlacement("ft-gang1"))
+    assert node.private_ip is None  # handlers/gang.py then refuses node 1's place, saying so (GangError)
+    assert fake.instances[node.instance_id].status == "Running"
+    assert len(fake.actions("DescribeInstances")) >= 2  # asked again before giving up
+
+
+def regroup(generation: int, node_rank: int) -> RegroupControl:
+    gang = Gang(nodes=2, node_rank=node_rank, generation=generation, master_addr="192.168.0.10", master_port=29500)
+    return RegroupControl(gang=gang)
+
+
+async def test_a_regroup_goes_to_oss_where_the_nodes_runner_reads_it(
+    fake: FakeAliyun, aws: str, bucket: Any, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    await cloud.launch(node_spec(cloud, 2, 1), [GPU], "spot", gang=GangPlacement("ft-gang1"))
+    control = regroup(generation=2, node_rank=0)
+    await cloud.write_node_control("ft-gang1", 2, 2, 1, control)
+    listed = bucket.list_objects_v2(Bucket=BUCKET, Prefix="jobs/ft-gang1/control/").get("Contents", [])
+    assert [item["Key"] for item in listed] == ["jobs/ft-gang1/control/attempt-2/generation-2/node-1.json"]
+    store = oss_store(aws, "jobs/ft-gang1/")  # the runner's store, at its spec's checkpoint_uri
+    try:
+        assert await read_regroup(store, node_control_key(2, 2, 1)) == control
+    finally:
+        await store.close()
+
+
+async def test_a_regroup_for_an_attempt_without_a_live_instance_is_refused_and_writes_nothing(
+    fake: FakeAliyun, bucket: Any, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    node = await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=GangPlacement("ft-gang1"))
+    with pytest.raises(AliyunError, match="no live instance is tagged for ft-other attempt 1"):
+        await cloud.write_node_control("ft-other", 1, 1, 0, regroup(2, 0))  # another job's attempt 1: none
+    with pytest.raises(AliyunError, match="no live instance is tagged for ft-gang1 attempt 7"):
+        await cloud.write_node_control("ft-gang1", 7, 1, 0, regroup(2, 0))  # an attempt this job never had
+    await cloud.terminate(node.instance_id, "ft-gang1")
+    with pytest.raises(AliyunError, match="no live instance is tagged for ft-gang1 attempt 1"):
+        await cloud.write_node_control("ft-gang1", 1, 1, 0, regroup(2, 0))  # its instance is released
+    for prefix in ("jobs/ft-other/", "jobs/ft-gang1/control/"):
+        assert bucket.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("KeyCount", 0) == 0

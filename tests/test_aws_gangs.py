@@ -1,5 +1,6 @@
 """A gang's nodes on AWS (moto in server mode behind tests/aws_fakes.py's proxy, which plays the placement groups
-moto lacks): one cluster placement group per job, every node in it and in one zone, EFA where the type has it."""
+moto lacks): one cluster placement group per job, every node in it and in one zone, EFA where the type has it; node 1
+told to meet node 0 at the private address EC2 gave it; a regroup written where the node's runner reads it."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ import pytest
 
 import bot.cloud.base as cloud_base
 from bot.cloud.aws import AwsCloud
+from bot.cloud.aws_clients import AwsError
 from bot.cloud.aws_placement import placement_group_name
-from bot.cloud.base import GangPlacement, LaunchError
-from handlers.spec import Gang, JobSpec
+from bot.cloud.base import GangPlacement, Instance, LaunchError
+from handlers.messages import Launch
+from handlers.spec import Gang, JobSpec, RegroupControl, node_control_key, parse_spec
+from runner.notices.control import read_regroup
+from runner.storage.s3 import S3Store
 from tests.aws_fakes import Ec2Proxy
+from tests.gang_launches import launch_two_nodes
 from tests.test_aws_cloud import World, build_world, job_spec
 
 JOB = "ft-gang1"
@@ -157,3 +163,62 @@ async def test_auto_scaling_mode_refuses_a_gang_and_changes_nothing(
     assert world.keys_under(f"jobs/{JOB}/") == []
     assert proxy.placement_groups == {}
     assert world.asg.describe_auto_scaling_groups()["AutoScalingGroups"] == []
+
+
+# -- where the gang meets, and its regroups -------------------------------------------------------------------
+
+
+async def test_node_1_meets_node_0_at_the_private_address_ec2_gave_it(
+    world: World, proxy: Ec2Proxy, make_cloud: Any
+) -> None:
+    cloud: AwsCloud = make_cloud()
+
+    async def launch(spec: JobSpec, order: Launch) -> Instance:
+        return await cloud.launch(spec, ["g5.xlarge"], "spot", zone=order.zone, gang=GangPlacement(JOB))
+
+    job, (node0, node1) = await launch_two_nodes(JOB, lambda attempt: job_spec(cloud, JOB, attempt), launch)
+    for instance in (node0, node1):  # from RunInstances' own reply
+        assert instance.private_ip == world.instance(instance.instance_id)["PrivateIpAddress"]
+    assert node0.private_ip != node1.private_ip
+    assert job.gang_attempts[0].private_ip == node0.private_ip  # the job keeps where its world meets
+    spec = parse_spec(world.object(f"jobs/{JOB}/spec-attempt-2.json"))  # what node 1's runner reads
+    assert spec.gang is not None
+    assert (spec.gang.node_rank, spec.gang.nodes, spec.gang.master_addr) == (1, 2, node0.private_ip)
+    # A launch carried out again finds node 0 by its tags, address and all, and starts nothing.
+    again = await launch(job_spec(cloud, JOB, 1), Launch(job_id=JOB, attempt=1))
+    assert (again.instance_id, again.private_ip) == (node0.instance_id, node0.private_ip)
+    assert len(run_forms(proxy)) == 2
+
+
+def regroup(generation: int, node_rank: int) -> RegroupControl:
+    gang = Gang(nodes=2, node_rank=node_rank, generation=generation, master_addr="10.0.0.10", master_port=29500)
+    return RegroupControl(gang=gang)
+
+
+async def test_a_regroup_goes_where_the_nodes_runner_reads_it(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud()
+    await cloud.launch(node_spec(cloud, 2, 1), ["g5.xlarge"], "spot", gang=GangPlacement(JOB))
+    control = regroup(generation=2, node_rank=0)  # node 1 of generation 2 becomes rank 0 of generation 3
+    await cloud.write_node_control(JOB, 2, 2, 1, control)
+    assert world.keys_under(f"jobs/{JOB}/control/") == [f"jobs/{JOB}/control/attempt-2/generation-2/node-1.json"]
+    store = S3Store(cloud.checkpoint_uri(JOB))  # the runner's store, at its spec's checkpoint_uri
+    try:
+        assert await read_regroup(store, node_control_key(2, 2, 1)) == control
+    finally:
+        await store.close()
+
+
+async def test_a_regroup_for_an_attempt_without_a_live_instance_is_refused_and_writes_nothing(
+    world: World, proxy: Ec2Proxy, make_cloud: Any
+) -> None:
+    cloud: AwsCloud = make_cloud()
+    node = await cloud.launch(node_spec(cloud, 1, 0), ["g5.xlarge"], "spot", gang=GangPlacement(JOB))
+    with pytest.raises(AwsError, match="no live instance is tagged for ft-other attempt 1"):
+        await cloud.write_node_control("ft-other", 1, 1, 0, regroup(2, 0))  # another job's attempt 1: none
+    with pytest.raises(AwsError, match=f"no live instance is tagged for {JOB} attempt 7"):
+        await cloud.write_node_control(JOB, 7, 1, 0, regroup(2, 0))  # an attempt this job never had
+    await cloud.terminate(node.instance_id, JOB)
+    with pytest.raises(AwsError, match=f"no live instance is tagged for {JOB} attempt 1"):
+        await cloud.write_node_control(JOB, 1, 1, 0, regroup(2, 0))  # its instance is gone
+    assert world.keys_under("jobs/ft-other/") == []
+    assert world.keys_under(f"jobs/{JOB}/control/") == []

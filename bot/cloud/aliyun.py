@@ -52,7 +52,7 @@ from bot.cloud.aliyun_placement import AliyunPlacement
 from bot.cloud.aliyun_pricing import AliyunPricing
 from bot.cloud.aliyun_scaling import AliyunGroups
 from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
-from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError
+from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
 from bot.cloud.oss_objects import OssObjects
 from bot.cloud.user_data import runner_boot_script
@@ -63,7 +63,16 @@ from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.report_keys import ReportKeys
 from handlers.sealed_keys import seal, sealed_key_object
-from handlers.spec import ATTEMPT_KEYS_PREFIX, InterruptTestControl, JobSpec, StopControl, control_key, dump_control
+from handlers.spec import (
+    ATTEMPT_KEYS_PREFIX,
+    InterruptTestControl,
+    JobSpec,
+    RegroupControl,
+    StopControl,
+    control_key,
+    dump_control,
+    node_control_key,
+)
 from handlers.storage_sessions import SESSION_SECONDS, aliyun_session_policy, dump_session_policy, session_name
 
 log = logging.getLogger(__name__)
@@ -357,8 +366,30 @@ class AliyunCloud:
             instance_id=instance_id, way="notice", reference=f"oss://{self.settings.bucket}/{key}", reclaim_at=deadline
         )
 
-    async def _write_control(self, job_id: str, attempt: int, request: StopControl | InterruptTestControl) -> str:
-        key = self.control_key(job_id, attempt)
+    async def write_node_control(
+        self, job_id: str, attempt: int, generation: int, node_rank: int, control: RegroupControl
+    ) -> None:
+        """A gang node's regroup, in its own control object on OSS (``<prefix><job>/control/attempt-<n>/generation-<g>/
+        node-<k>.json``, under the bot's grant for ``jobs/*/control/*``), where its runner polls. Only for an attempt
+        with a live instance tagged for it, as a stop goes only to an instance tagged for its job: AliyunError
+        (nothing written) otherwise."""
+        try:
+            found = await self.instances.live_instance(job_id, attempt)
+        except (AliyunApiError, AliyunUnavailable) as exc:
+            raise AliyunError(f"could not look up the instance of {job_id} attempt {attempt}: {exc}") from exc
+        if found is None:
+            raise AliyunError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
+        key = f"{self.settings.prefix}{job_id}/{node_control_key(attempt, generation, node_rank)}"
+        await self._write_control(job_id, attempt, control, key)
+
+    async def _write_control(
+        self,
+        job_id: str,
+        attempt: int,
+        request: StopControl | InterruptTestControl | RegroupControl,
+        key: str | None = None,
+    ) -> str:
+        key = key or self.control_key(job_id, attempt)
         try:
             await self.oss.put(key, dump_control(request))
         except (AliyunApiError, AliyunUnavailable, ObjectStoreError) as exc:
@@ -386,4 +417,7 @@ class AliyunCloud:
 if TYPE_CHECKING:  # AliyunCloud must stay a CloudProvider (mypy checks this line)
 
     def _is_provider(cloud: AliyunCloud) -> CloudProvider:
+        return cloud
+
+    def _regroups(cloud: AliyunCloud) -> RegroupsGangs:
         return cloud

@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import logging
+import time
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +21,7 @@ from bot.cloud.base import CloudError, GangPlacement, Instance, LaunchError
 from bot.cloud.launching import (
     ATTEMPT_TAG,
     JOB_TAG,
+    Started,
     attempt_of,
     candidate_token,
     instance_name,
@@ -28,6 +32,8 @@ from handlers.jobs import Market
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
 from handlers.spot.zones import Candidate, ErrorKind, as_scores, classify_aliyun_launch_error
+
+log = logging.getLogger(__name__)
 
 LIST_PAGE_SIZE = 100  # DescribeInstances' largest page
 LIVE_STATUSES = frozenset({"Pending", "Starting", "Running"})
@@ -47,6 +53,12 @@ def spot_strategy(settings: AliyunSettings, market: Market) -> str:
 
 def tags_of(instance: dict[str, Any]) -> dict[str, str]:
     return {str(tag.get("TagKey")): str(tag.get("TagValue")) for tag in instance.get("Tags", {}).get("Tag", [])}
+
+
+def private_ip_of(instance: dict[str, Any]) -> str | None:
+    """The instance's first private address in its VPC (DescribeInstances' ``VpcAttributes``); None: not yet."""
+    addresses = ((instance.get("VpcAttributes") or {}).get("PrivateIpAddress") or {}).get("IpAddress") or []
+    return str(addresses[0]) if addresses and addresses[0] else None
 
 
 def _listed(instance: dict[str, Any]) -> CloudInstance:
@@ -99,30 +111,38 @@ class AliyunInstances:
     async def attempt_instance(self, spec: JobSpec) -> Instance | None:
         """The live instance already tagged with this (job, attempt), if any (a retry may try another zone first,
         where the client token of the first try would not help)."""
+        try:
+            found = await self.live_instance(spec.job_id, spec.attempt)
+        except (AliyunApiError, AliyunUnavailable) as exc:
+            raise LaunchError(f"ECS did not answer DescribeInstances: {exc}") from exc
+        if found is None:
+            return None
+        instance_type, zone = str(found.get("InstanceType", "")), str(found.get("ZoneId", ""))
+        market: Market = "spot" if found.get("SpotStrategy", "NoSpot") != "NoSpot" else "on-demand"
+        instance_id = str(found["InstanceId"])
+        return await priced(self.pricing, instance_id, instance_type, zone, market, private_ip_of(found))
+
+    async def live_instance(self, job_id: str, attempt: int) -> dict[str, Any] | None:
+        """The live instance tagged with this (job, attempt), if any; the API's errors raised."""
         request = ecs_models.DescribeInstancesRequest(
             region_id=self.settings.region,
             tag=[
-                ecs_models.DescribeInstancesRequestTag(key=JOB_TAG, value=spec.job_id),
-                ecs_models.DescribeInstancesRequestTag(key=ATTEMPT_TAG, value=str(spec.attempt)),
+                ecs_models.DescribeInstancesRequestTag(key=JOB_TAG, value=job_id),
+                ecs_models.DescribeInstancesRequestTag(key=ATTEMPT_TAG, value=str(attempt)),
             ],
         )
-        try:
-            reply = await self.api.ecs("describe_instances", request)
-        except (AliyunApiError, AliyunUnavailable) as exc:
-            raise LaunchError(f"ECS did not answer DescribeInstances: {exc}") from exc
+        reply = await self.api.ecs("describe_instances", request)
         for found in reply.get("Instances", {}).get("Instance", []):
-            if str(found.get("Status", "")) not in LIVE_STATUSES:
-                continue
-            instance_type, zone = str(found.get("InstanceType", "")), str(found.get("ZoneId", ""))
-            market: Market = "spot" if found.get("SpotStrategy", "NoSpot") != "NoSpot" else "on-demand"
-            return await priced(self.pricing, str(found["InstanceId"]), instance_type, zone, market)
+            if str(found.get("Status", "")) in LIVE_STATUSES:
+                return dict(found)
         return None
 
     async def run_instance(
         self, spec: JobSpec, script: str, candidate: Candidate, gang: GangPlacement | None = None
-    ) -> str:
+    ) -> Started:
         """RunInstances for one candidate; a gang node joins its job's deployment set (found or made before the
-        launch loop: ``deployment_sets`` holds its id)."""
+        launch loop: ``deployment_sets`` holds its id), and its private address is waited for (RunInstances names
+        only the id; the gang's other nodes meet node 0 at that address)."""
         settings = self.settings
         spot = candidate.market == "spot"
         request = ecs_models.RunInstancesRequest(
@@ -166,7 +186,28 @@ class AliyunInstances:
         ids = reply.get("InstanceIdSets", {}).get("InstanceIdSet", [])
         if not ids:
             raise AliyunApiError("RunInstances", "NoInstance", "ECS answered without an instance id")
-        return str(ids[0])
+        instance_id = str(ids[0])
+        return Started(instance_id, await self.wait_for_address(instance_id) if gang is not None else None)
+
+    async def wait_for_address(self, instance_id: str) -> str | None:
+        """The new instance's private address, polled as a scaling group's new instance is (``group_poll_seconds``
+        until ``group_wait_seconds``); None when ECS names none by then (the launch stands: the instance runs, and
+        a node that needs to meet it is refused with that reason, handlers/gang.py)."""
+        deadline = time.monotonic() + self.settings.group_wait_seconds
+        while True:
+            try:
+                found = await self.describe(instance_id)
+            except (AliyunApiError, AliyunUnavailable) as exc:
+                log.warning("describing %s for its address failed: %s", instance_id, exc)
+                found = None
+            address = private_ip_of(found) if found is not None else None
+            if address is not None:
+                return address
+            if time.monotonic() >= deadline:
+                waited = self.settings.group_wait_seconds
+                log.warning("ECS named no private address of %s within %g s", instance_id, waited)
+                return None
+            await asyncio.sleep(self.settings.group_poll_seconds)
 
     async def list_instances(self) -> list[CloudInstance]:
         """Every instance of the region tagged ``finetune:job`` (ECS lists no released ones), for reconciliation."""

@@ -24,7 +24,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Literal
 
 from bot.cloud.aws_autoscaling import GROUP_TAG, AwsGroups
-from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, tags_of
+from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done, tags_of
 from bot.cloud.aws_fis import AwsFis
 from bot.cloud.aws_instances import AwsInstances, user_data_script
 from bot.cloud.aws_objects import KEY_FAILURES, AwsObjects
@@ -32,14 +32,15 @@ from bot.cloud.aws_placement import AwsPlacement
 from bot.cloud.aws_pricing import AwsPricing
 from bot.cloud.aws_settings import AwsSettings
 from bot.cloud.aws_zones import AwsZones
-from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError
+from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
+from bot.cloud.botocore_errors import FAILED
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
 from bot.errors import ConfigError, ObjectStoreError, ObjectStoreUnavailable
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
 from handlers.report_keys import ReportKeys
-from handlers.spec import JobSpec
+from handlers.spec import JobSpec, RegroupControl
 
 
 class AwsCloud:
@@ -261,6 +262,25 @@ class AwsCloud:
             failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
             raise failed(f"could not write the stop request of {instance_id}: {exc}") from exc
 
+    async def write_node_control(
+        self, job_id: str, attempt: int, generation: int, node_rank: int, control: RegroupControl
+    ) -> None:
+        """A gang node's regroup, in its own control object on S3 (``<prefix><job>/control/attempt-<n>/generation-<g>/
+        node-<k>.json``, under the bot role's grant for ``jobs/*/control/*``), where its runner polls. Only for an
+        attempt with a live instance tagged for it, as a stop goes only to an instance tagged for its job: AwsError
+        (nothing written) otherwise."""
+        try:
+            found = await self.instances.live_instance(job_id, attempt)
+        except FAILED as exc:
+            raise not_done(exc, f"could not look up the instance of {job_id} attempt {attempt}: {exc}") from exc
+        if found is None:
+            raise AwsError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
+        try:
+            await self.objects.put_node_control(job_id, attempt, generation, node_rank, control)
+        except ObjectStoreError as exc:
+            failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
+            raise failed(f"could not write the regroup of {job_id} attempt {attempt}: {exc}") from exc
+
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         """A real spot interruption through AWS FIS (:mod:`bot.cloud.aws_fis`); the interruption comes from EC2."""
         self.fis_interrupt_tests.role()  # not set up: say so before looking anything up
@@ -274,4 +294,7 @@ class AwsCloud:
 if TYPE_CHECKING:  # AwsCloud must stay a CloudProvider (mypy checks this line)
 
     def _is_provider(cloud: AwsCloud) -> CloudProvider:
+        return cloud
+
+    def _regroups(cloud: AwsCloud) -> RegroupsGangs:
         return cloud

@@ -19,6 +19,7 @@ from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import (
     ATTEMPT_TAG,
     JOB_TAG,
+    Started,
     attempt_of,
     candidate_token,
     instance_name,
@@ -106,23 +107,31 @@ class AwsInstances:
 
     async def attempt_instance(self, spec: JobSpec) -> Instance | None:
         """The live instance already tagged with this (job, attempt), if any."""
-        ec2 = await self.clients.get("ec2")
         try:
-            reply = await ec2.describe_instances(
-                Filters=[
-                    {"Name": f"tag:{JOB_TAG}", "Values": [spec.job_id]},
-                    {"Name": f"tag:{ATTEMPT_TAG}", "Values": [str(spec.attempt)]},
-                    {"Name": "instance-state-name", "Values": ["pending", "running"]},
-                ]
-            )
+            found = await self.live_instance(spec.job_id, spec.attempt)
         except FAILED as exc:
             raise LaunchError(f"EC2 did not answer DescribeInstances: {exc}") from exc
+        if found is None:
+            return None
+        instance_type = str(found.get("InstanceType", ""))
+        zone = str(found.get("Placement", {}).get("AvailabilityZone", ""))
+        market: Market = "spot" if found.get("InstanceLifecycle") == "spot" else "on-demand"
+        address = str(found.get("PrivateIpAddress") or "") or None
+        return await priced(self.pricing, str(found["InstanceId"]), instance_type, zone, market, address)
+
+    async def live_instance(self, job_id: str, attempt: int) -> dict[str, Any] | None:
+        """The pending or running instance tagged with this (job, attempt), if any; botocore's errors raised."""
+        ec2 = await self.clients.get("ec2")
+        reply = await ec2.describe_instances(
+            Filters=[
+                {"Name": f"tag:{JOB_TAG}", "Values": [job_id]},
+                {"Name": f"tag:{ATTEMPT_TAG}", "Values": [str(attempt)]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
+        )
         for reservation in reply.get("Reservations", []):
             for found in reservation.get("Instances", []):
-                instance_type = str(found.get("InstanceType", ""))
-                zone = str(found.get("Placement", {}).get("AvailabilityZone", ""))
-                market: Market = "spot" if found.get("InstanceLifecycle") == "spot" else "on-demand"
-                return await priced(self.pricing, str(found["InstanceId"]), instance_type, zone, market)
+                return dict(found)
         return None
 
     def tag_list(self, spec: JobSpec) -> list[dict[str, str]]:
@@ -146,8 +155,9 @@ class AwsInstances:
 
     async def run_instance(
         self, spec: JobSpec, script: str, candidate: Candidate, gang: GangPlacement | None = None
-    ) -> str:
-        """RunInstances for one candidate; a gang node goes into its job's cluster placement group (made before the
+    ) -> Started:
+        """RunInstances for one candidate (its reply names the instance's private address: a gang's node 0 is met
+        there); a gang node goes into its job's cluster placement group (made before the
         launch loop), with an EFA primary interface where asked for and the type has one."""
         tags = self.tag_list(spec)
         params: dict[str, Any] = {
@@ -183,7 +193,8 @@ class AwsInstances:
             reply = await ec2.run_instances(**params)
         except NO_ANSWER as exc:
             raise LaunchError(f"EC2 did not answer RunInstances: {exc}") from exc
-        return str(reply["Instances"][0]["InstanceId"])
+        started = reply["Instances"][0]
+        return Started(str(started["InstanceId"]), str(started.get("PrivateIpAddress") or "") or None)
 
     async def describe(self, instance_id: str) -> dict[str, Any] | None:
         ec2 = await self.clients.get("ec2")

@@ -23,7 +23,15 @@ from bot.cloud.botocore_errors import FAILED, object_errors
 from bot.errors import ObjectStoreError
 from handlers.attempt_keys import READER_TAG, StorageCredentials, dump_attempt_key, key_object, reader
 from handlers.report_keys import ReportKeys
-from handlers.spec import ATTEMPT_KEYS_PREFIX, JobSpec, StopControl, control_key, dump_control
+from handlers.spec import (
+    ATTEMPT_KEYS_PREFIX,
+    JobSpec,
+    RegroupControl,
+    StopControl,
+    control_key,
+    dump_control,
+    node_control_key,
+)
 from handlers.storage_sessions import SESSION_SECONDS, dump_session_policy, partition_of, session_name, session_policy
 
 log = logging.getLogger(__name__)
@@ -46,6 +54,10 @@ class AwsObjects:
     def control_key(self, job_id: str, attempt: int) -> str:
         """The runner's control object, relative to the bucket (the runner reads it relative to its checkpoints)."""
         return f"{self.settings.prefix}{job_id}/{control_key(attempt)}"
+
+    def node_control_key(self, job_id: str, attempt: int, generation: int, node_rank: int) -> str:
+        """A gang node's own control object of one generation, relative to the bucket (beside the attempt's)."""
+        return f"{self.settings.prefix}{job_id}/{node_control_key(attempt, generation, node_rank)}"
 
     def key_prefix_uri(self) -> str | None:
         """Where the runners find their keys (the spec's ``report_key_from``): the runner appends its instance id."""
@@ -127,6 +139,15 @@ class AwsObjects:
         """:class:`~handlers.spec.StopControl` in the attempt's control object, which its runner polls;
         ObjectStoreError when S3 would not take it."""
         await self._put(self.control_key(job_id, attempt), dump_control(StopControl()))
+
+    async def put_node_control(
+        self, job_id: str, attempt: int, generation: int, node_rank: int, control: RegroupControl
+    ) -> str:
+        """A gang node's regroup in its own control object, which its runner polls; the key written.
+        ObjectStoreError when S3 would not take it."""
+        key = self.node_control_key(job_id, attempt, generation, node_rank)
+        await self._put(key, dump_control(control))
+        return key
 
     async def _put(self, key: str, body: bytes, *, tagging: str | None = None) -> None:
         """One JSON object written whole; S3's failures as the object store's errors naming it."""

@@ -19,6 +19,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from bot.cloud.base import CloudError, ForeignInstance, GangPlacement, Instance, LaunchError
@@ -39,6 +40,15 @@ T = TypeVar("T")
 MANAGED_TAG = "finetune:managed"  # the bot's policy launches, terminates and interrupts only instances tagged so
 JOB_TAG = "finetune:job"
 ATTEMPT_TAG = "finetune:attempt"
+
+
+@dataclass(frozen=True)
+class Started:
+    """What a started instance's launch call says: its id and, where the cloud gives it, the private address a
+    gang's other nodes reach it at (:attr:`bot.cloud.base.Instance.private_ip`; None: not known)."""
+
+    instance_id: str
+    private_ip: str | None = None
 
 
 def client_token(*parts: object) -> str:
@@ -113,10 +123,10 @@ class InstanceCalls(Protocol):
 
     async def run_instance(
         self, spec: JobSpec, script: str, candidate: Candidate, gang: GangPlacement | None = None
-    ) -> str:
-        """Start one instance of ``candidate`` (with :func:`candidate_token`); its id. LaunchError when the cloud
-        did not answer; one of ``refusals`` when it said no. ``gang``: a gang node, placed with its job's other
-        nodes (the cloud's placement object, made before the loop)."""
+    ) -> Started:
+        """Start one instance of ``candidate`` (with :func:`candidate_token`); its id and private address.
+        LaunchError when the cloud did not answer; one of ``refusals`` when it said no. ``gang``: a gang node, placed
+        with its job's other nodes (the cloud's placement object, made before the loop)."""
         ...
 
     async def on_demand_price(self, instance_type: str) -> float | None: ...
@@ -130,11 +140,18 @@ class Prices(Protocol):
     async def spot_price(self, zone: str, instance_type: str) -> float | None: ...
 
 
-async def priced(prices: Prices, instance_id: str, instance_type: str, zone: str, market: Market) -> Instance:
+async def priced(
+    prices: Prices,
+    instance_id: str,
+    instance_type: str,
+    zone: str,
+    market: Market,
+    private_ip: str | None = None,
+) -> Instance:
     """An instance found (a first try's, or a scaling group's), with the prices it pays now."""
     on_demand = await prices.on_demand_price(instance_type)
     price = await prices.spot_price(zone, instance_type) if market == "spot" else on_demand
-    return Instance(instance_id, instance_type, zone, market, price, on_demand)
+    return Instance(instance_id, instance_type, zone, market, price, on_demand, private_ip=private_ip)
 
 
 async def launch_instance(
@@ -168,16 +185,25 @@ async def launch_instance(
     while (candidate := plan.next()) is not None:
         where = f"{candidate.market} {candidate.instance_type} in {candidate.zone}"
         try:
-            instance_id = await calls.run_instance(spec, script, candidate, gang)
+            started = await calls.run_instance(spec, script, candidate, gang)
         except calls.refusals as exc:
             code, message = calls.refusal(exc)
             kind = plan.failed(candidate, code, message)
             log.info("%s attempt %d: %s failed: %s (%s)", spec.job_id, spec.attempt, where, code, kind)
             continue
+        instance_id = started.instance_id
         log.info("%s attempt %d: launched %s (%s)", spec.job_id, spec.attempt, instance_id, where)
         on_demand = await calls.on_demand_price(candidate.instance_type)
         price = candidate.spot_price if candidate.market == "spot" else on_demand
-        return Instance(instance_id, candidate.instance_type, candidate.zone, candidate.market, price, on_demand)
+        return Instance(
+            instance_id,
+            candidate.instance_type,
+            candidate.zone,
+            candidate.market,
+            price,
+            on_demand,
+            private_ip=started.private_ip,
+        )
     raise LaunchError(plan.summary(), capacity=plan.refused, zone=zone)
 
 
