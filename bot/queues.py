@@ -52,8 +52,10 @@ class Routed:
 def chat_entry(note: Notify | CostsChart, platform: str) -> str:
     """A :class:`ChatEntry`'s JSON, put together around the note's own: the note is a model already (nothing to
     check again) and its JSON is made once, without building the entry model only to encode it."""
-    job_id, lane = (note.job_id, None) if isinstance(note, Notify) else (None, note.lane)
-    head = pydantic_core.to_json({"id": note.id, "job_id": job_id, "lane": lane, "platform": platform})
+    if isinstance(note, Notify):  # a job's note: the shape every release has read (a replica not yet upgraded too)
+        head = pydantic_core.to_json({"id": note.id, "job_id": note.job_id, "platform": platform})
+    else:
+        head = pydantic_core.to_json({"id": note.id, "job_id": None, "lane": note.lane, "platform": platform})
     return f'{head[:-1].decode()},"note":{note.model_dump_json()}}}'
 
 

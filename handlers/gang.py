@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 
 from handlers.jobs import Attempt, Job, Market
-from handlers.spec import Gang
+from handlers.spec import Gang, SpecError
 
 LOOPBACK = "127.0.0.1"
 # 10000-19999: below Linux's ephemeral range (32768-60999), so no outgoing connection holds one, and below the ports
@@ -30,7 +30,7 @@ PORT_BASE = 10_000
 PORT_SPAN = 10_000
 
 
-class GangError(ValueError):
+class GangError(SpecError):
     """A gang node that cannot be placed yet (its world's rank 0 has no address): the launch fails, saying why."""
 
 

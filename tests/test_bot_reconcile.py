@@ -71,11 +71,24 @@ async def poll(what: str, check: object, timeout: float = 120.0) -> None:
 
 
 def kill_instance(record: LocalInstanceRecord) -> None:
-    """The instance's machine goes, without a word: its process and its runner, no instance-gone on the bus."""
+    """The instance's machine goes, without a word: its process and its runner, no instance-gone on the bus.
+
+    Returns once the process is dead (gone, or a zombie with no command line): a SIGKILL is delivered when the
+    process is next scheduled, which on a busy machine is after the reconciliation the test runs next."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(record.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(record.runner_pid, signal.SIGKILL)
+    guard = time.monotonic() + 60  # a hang guard only: SIGKILL cannot be caught
+    while _command_line(record.pid) and time.monotonic() < guard:
+        time.sleep(0.01)
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 async def history_events(store: JobStore, job_id: str, event: str) -> list[dict[str, object]]:

@@ -63,13 +63,13 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
         # brackets in their full-width forms: DingTalk markdown would take <配方> for HTML and […](…) for a link).
         usage = await ask(dingtalk, "start")
         assert usage == (
-            "start：需要指定配方。用法：/finetune start ＜配方＞ ［参数=值 …］ ［deadline=36h］ ［budget=120］"
+            "start：需要指定配方。用法：/finetune start ＜配方＞ ［参数=值 …］ ［deadline=36h］ ［budget=120］ ［nodes=2］"
         )
         not_a_job = await ask(dingtalk, "stop job;rm")
         assert not_a_job == "stop：'job;rm' 不是任务编号（任务编号形如 ft-7k2q）。用法：/finetune stop ＜任务＞"
         help_lines = (await ask(dingtalk, "help")).split("\n\n")  # a markdown paragraph per line
         assert help_lines[0] == (
-            "/finetune start ＜配方＞ ［参数=值 …］ ［deadline=36h］ ［budget=120］ "
+            "/finetune start ＜配方＞ ［参数=值 …］ ［deadline=36h］ ［budget=120］ ［nodes=2］ "
             "—— 按配方启动微调任务（配方见下），可设截止时间与预算"
         )
         assert all(CJK.search(line) for line in help_lines[:11])  # each command, one line saying what it does
@@ -114,7 +114,7 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
 
         # The same commands in a group configured to read English are answered word for word as before.
         english = await ask(dingtalk, "start", group=ENGLISH_GROUP)
-        usage = "/finetune start ＜recipe＞ ［key=value …］ ［deadline=36h］ ［budget=120］"
+        usage = "/finetune start ＜recipe＞ ［key=value …］ ［deadline=36h］ ［budget=120］ ［nodes=2］"
         assert english == f"start needs a recipe. Usage: {usage}"
         assert await ask(dingtalk, f"stop {job.id}", sender="bob", group=ENGLISH_GROUP) == (
             "⛔ you are not allowed to stop jobs; ask an admin to add dingtalk:bob to the stop rule"

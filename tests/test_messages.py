@@ -19,6 +19,7 @@ from handlers.messages import (
     CloudEvent,
     CloudEventKind,
     CostsChart,
+    GangHoldDue,
     InterruptTest,
     Launch,
     Launched,
@@ -26,7 +27,9 @@ from handlers.messages import (
     Notify,
     PageStep,
     PolicyTick,
+    Regroup,
     RelaunchDue,
+    ReleaseGang,
     ReportReceived,
     StartDeadline,
     StopDeadline,
@@ -38,6 +41,7 @@ from handlers.messages import (
 )
 from handlers.notes import Rebalance
 from handlers.reports import Failed, Notice, parse_report
+from handlers.spec import Gang
 
 DUE = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 JOB = {"job_id": "ft-ab12"}
@@ -62,6 +66,16 @@ SAMPLES: list[BusMessage] = [
     InterruptTest(**JOB, instance_id="i-1", requested_by="slack:U1"),
     StopRunner(**JOB, instance_id="i-1"),
     Notify(**JOB, channel="thread", note=Rebalance()),
+    GangHoldDue(**JOB, attempt=3, due=DUE),
+    Regroup(
+        **JOB,
+        instance_id="i-1",
+        attempt=1,
+        generation=2,
+        node_rank=0,
+        gang=Gang(nodes=2, node_rank=0, generation=2, master_addr="10.0.0.5", master_port=12345),
+    ),
+    ReleaseGang(**JOB),
     CostsChart(chat=ChatRef(platform="slack", channel="C0ML"), window="7d", end=DUE, teams=("ml",), by="slack:U1"),
 ]
 
@@ -138,9 +152,10 @@ def test_a_note_is_routed_to_the_chat_stream_as_a_chat_entry(platform: str) -> N
     assert ChatEntry.model_validate_json(routed.payload) == ChatEntry(
         id=note.id, job_id="ft-ab12", platform=platform, note=note
     )
+    # A job's note keeps the entry shape every release has read: no ``lane`` (that is a costs chart's).
     assert json.loads(routed.payload) == ChatEntry(
         id=note.id, job_id="ft-ab12", platform=platform, note=note
-    ).model_dump(mode="json")
+    ).model_dump(mode="json", exclude={"lane"})
 
 
 def test_a_costs_chart_is_routed_to_the_chat_stream_in_its_channels_lane() -> None:

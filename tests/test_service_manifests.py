@@ -114,5 +114,7 @@ def test_the_ecs_task_sets_only_what_the_bot_reads_and_checks_health_as_the_imag
     redis = resources["Redis"]["Properties"]
     assert redis["TransitEncryptionEnabled"] is True and redis["ClusterMode"] == "disabled"
     assert redis["AutomaticFailoverEnabled"] is True and redis["NumCacheClusters"] >= 2
-    url = resources["RedisUrl"]["Properties"]["SecretString"]["Fn::Sub"]
+    condition, replication_group_url, _other_stores = resources["RedisUrl"]["Properties"]["SecretString"]["Fn::If"]
+    assert condition == "UseReplicationGroup"  # the default StateStore (test_aws_stacks deploys each choice)
+    url = replication_group_url["Fn::Sub"]
     assert url.startswith("rediss://:{{resolve:secretsmanager:${RedisAuthToken}}}@${Redis.PrimaryEndPoint.Address}")
