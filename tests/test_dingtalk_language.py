@@ -63,7 +63,8 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
         # brackets in their full-width forms: DingTalk markdown would take <配方> for HTML and […](…) for a link).
         usage = await ask(dingtalk, "start")
         assert usage == (
-            "start：需要指定配方。用法：/finetune start ＜配方＞ ［参数=值 …］ ［deadline=36h］ ［budget=120］ ［nodes=2］"
+            "start：需要指定配方。用法：/finetune start ＜配方＞ ［参数=值 …］ "
+            "［deadline=36h］ ［budget=120］ ［nodes=2］"
         )
         not_a_job = await ask(dingtalk, "stop job;rm")
         assert not_a_job == "stop：'job;rm' 不是任务编号（任务编号形如 ft-7k2q）。用法：/finetune stop ＜任务＞"

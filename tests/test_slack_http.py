@@ -218,7 +218,8 @@ async def test_a_channel_configured_in_chinese_is_answered_in_chinese_and_the_ot
         # A usage error is answered in the ack itself, in the channel's language.
         status, reply = await command(service, "start", channel=CHINESE_CHANNEL)
         assert status == 200 and json.loads(reply) == {
-            "text": "start：需要指定配方。用法：/finetune start &lt;配方&gt; [参数=值 …] [deadline=36h] [budget=120] [nodes=2]",
+            "text": "start：需要指定配方。用法：/finetune start &lt;配方&gt; [参数=值 …] "
+            "[deadline=36h] [budget=120] [nodes=2]",
             "response_type": "ephemeral",
         }
         status, reply = await command(service, "start sleepy", user="U0EVE", channel=CHINESE_CHANNEL)
