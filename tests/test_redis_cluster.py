@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException, ResponseError
 
 from bot.bus_set import BusSet, bus_for
 from bot.chat.delivery import MessageRef
 from bot.chat.refs import ChatRefs
-from bot.errors import ConfigError
+from bot.errors import ConfigError, StoreUnavailable
 from bot.keys import CLUSTER_PARTITIONS, Keys
 from bot.layout import open_keys
 from bot.redis_server import MappedRedisCluster, RedisHandle
@@ -195,3 +196,28 @@ async def test_a_script_that_would_touch_two_slots_is_refused(client: aioredis.R
     options = json.dumps({"write": False, "job_id": job_id, "dedup_ttl": 60, "instances": [], "routes": []})
     with pytest.raises((RedisClusterException, ResponseError), match=r"(?i)slot"):
         await store._apply(keys=crossing, args=[options, raw, ""])
+
+
+async def test_a_connection_closed_under_a_command_is_an_outage_and_any_other_attribute_error_stays_a_bug(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py 8.1's cluster client, failing over, can write on a connection its rediscovery just closed: an
+    AttributeError that ended a partition's consumer until it was an outage like the rest (bench/cluster_path.py)."""
+    await client.set(f"{PREFIX}probe", "1")
+    message = "'NoneType' object has no attribute 'writelines'"
+
+    async def closed_under_it(self: AbstractConnection, *args: Any, **kwargs: Any) -> None:
+        raise AttributeError(message)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", closed_under_it)
+    with pytest.raises(StoreUnavailable, match="writelines"):
+        await client.get(f"{PREFIX}probe")
+    with pytest.raises(StoreUnavailable, match="writelines"):
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.get(f"{PREFIX}probe")
+            await pipe.execute()
+    message = "'Job' object has no attribute 'nodes'"
+    with pytest.raises(AttributeError, match="nodes"):
+        await client.get(f"{PREFIX}probe")
+    monkeypatch.undo()
+    assert await client.get(f"{PREFIX}probe") == "1"
