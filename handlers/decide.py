@@ -46,6 +46,7 @@ from handlers.messages import (
     PageStep,
     PolicyTick,
     RelaunchDue,
+    ReleaseGang,
     ReportReceived,
     StartDeadline,
     StopDeadline,
@@ -185,7 +186,7 @@ def decide(
     if isinstance(message, Launched):
         return gang.launched(job, message, now) if job.nodes > 1 else _launched(job, message, now)
     if isinstance(message, LaunchFailed) and job.nodes > 1:
-        return gang.launch_failed(job, message, now, limits)
+        return gang.launch_failed(job, message, now, limits, spot if spot is not None and managed(job) else SpotView())
     if isinstance(message, LaunchFailed):
         if message.attempt != job.attempt:
             return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
@@ -702,7 +703,9 @@ def _failure(
     state = next_state(job.state, trigger)
     if state is None:
         return _ignored(job, trigger, f"the job is {job.state}")
-    release = _releases(job)
+    release: list[Message] = [*_releases(job)]
+    if job.nodes > 1 and state in TERMINAL_STATES:  # a gang that ends gives up its placement group too
+        release.append(ReleaseGang(job_id=job.id))
     ended = _end_attempt(job, now, english(reason)).model_copy(update={"failure": reason})
     history = {"event": trigger, "reason": english(reason), **detail}
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch

@@ -48,6 +48,7 @@ from handlers.reports import (
 from handlers.spot import SpotView
 from handlers.spot.gang import GangHold, wait_or_move
 from handlers.spot.gang_reasons import WORDING
+from handlers.spot.situation import lost_zones
 from handlers.spot.steer import refused
 from handlers.transitions import next_state
 
@@ -142,13 +143,17 @@ def launched(job: Job, message: Launched, now: datetime) -> Change:
     return d._change(moved, state, now, history, outbox)
 
 
-def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecycle) -> Change:
+def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecycle, spot: SpotView) -> Change:
     """A node could not be launched. A replacement refused for capacity holds the survivors (they stand by,
-    billing) until :func:`hold_due`; any other refusal fails the gang as one (its other nodes released)."""
+    billing) until :func:`hold_due`; a spot node refused for capacity while no node stands by (the gang's first
+    launch, or a move) places the whole gang again (:func:`_placed_again`); any other refusal fails the gang as
+    one (its other nodes released)."""
     attempt = job.attempt_numbered(message.attempt)
     if attempt is None or attempt.ended_at is not None:
         return d._ignored(job, message.type, f"attempt {message.attempt} is not a live node")
     survivors = [a for a in live(job) if a.next_rank is not None and a.instance_id]
+    if message.capacity and not survivors and attempt.market == "spot" and job.state not in TERMINAL_STATES:
+        return _placed_again(job, attempt, message, now, spot)
     if message.capacity and survivors and job.state not in TERMINAL_STATES:
         zone = message.zone or attempt.zone or ""
         held = refused(job, zone, now)
@@ -162,6 +167,30 @@ def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecy
         return d._make(held, history, [timer, d._note(held, "thread", told), card])
     reason = Failure.of("launch-failed", error=message.reason)
     return d._failure(job, "launch-failed", reason, now, [], limits)
+
+
+def _placed_again(job: Job, attempt: Attempt, message: LaunchFailed, now: datetime, spot: SpotView) -> Change:
+    """A gang that cannot form in its zone: the nodes launched so far are released (one without the others trains
+    nothing, and would bill until the start deadline), the zone counts as without spot for the cool-down, and the
+    policy places the whole gang again, as a one-node job's capacity refusal does. A refusal that names no zone
+    (the cloud tried each of its own), or a zone refused again within its cool-down, places the gang on
+    on-demand: spot would only be asked again where it was just refused, in a loop."""
+    zone = message.zone or attempt.zone or ""
+    ended = end_all(job, now, Failure.of("capacity", error=message.reason).english)
+    moved = refused(ended, zone, now) if zone else ended
+    again = not zone or zone in lost_zones(job, now, job.refused_zones)
+    history = {
+        "event": "launch-failed",
+        "capacity": True,
+        "node_rank": rank_of(attempt),
+        "zone": zone,
+        "reason": message.reason,
+    }
+    release: list[Message] = [*releases(job), ReleaseGang(job_id=job.id)]
+    if again:
+        history["policy"] = "on-demand"
+        return relaunch(job, moved, "on-demand", now, history, release, timedelta(), None, True)
+    return d._steer(job, moved, now, history, release, spot, "capacity")
 
 
 # -- reports ------------------------------------------------------------------------------------------------

@@ -46,6 +46,8 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.PENDING, "failed"): S.FAILED,
     (S.PENDING, "start-timeout"): S.FAILED,
     (S.PENDING, "stop"): S.STOPPED,
+    # A gang's later node refused (not for capacity) after node 0 launched: the gang cannot form.
+    (S.PROVISIONING, "launch-failed"): S.FAILED,
     (S.PROVISIONING, "started"): S.RUNNING,
     (S.PROVISIONING, "failed"): S.FAILED,
     (S.PROVISIONING, "start-timeout"): S.FAILED,

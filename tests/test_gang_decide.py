@@ -127,3 +127,38 @@ def test_a_gang_pays_every_node_and_its_counterfactual_is_as_many_on_demand_inst
     assert cost.paid == 0.6 and cost.hours == 2.0 and cost.restarts == 0  # two nodes, an hour each
     assert cost.seconds_per_step == 36.0  # 100 steps in the hour both nodes trained
     assert cost.on_demand == 2.0 and cost.savings is not None and round(cost.savings, 2) == 0.7
+
+
+def new_gang_job() -> Job:
+    return new_job("ft-gang2", "tiny", {}, "console:ana", ChatRef(platform="console", channel="c"), NOW, nodes=2).job
+
+
+def test_node_0_refused_for_capacity_places_the_whole_gang_again_and_a_zone_refused_twice_goes_on_demand() -> None:
+    job = new_gang_job()
+    job, outbox = step(job, LaunchFailed(job_id=job.id, attempt=1, reason="no room", capacity=True, zone="za"))
+    assert job.state is JobState.PENDING and job.generation == 2 and "za" in job.refused_zones
+    assert not of(outbox, Terminate) and of(outbox, ReleaseGang)  # nothing was launched; the placement goes
+    [again] = of(outbox, Launch)
+    assert (again.attempt, again.market) == (3, "spot") and sorted(job.gang_attempts) == [0, 1]
+    job, outbox = step(job, LaunchFailed(job_id=job.id, attempt=3, reason="no room", capacity=True, zone="za"), 1)
+    [third] = of(outbox, Launch)  # refused there again within its cool-down: spot is not asked there in a loop
+    assert (third.attempt, third.market) == (5, "on-demand")
+    assert {a.market for a in job.gang_attempts.values()} == {"on-demand"} and job.generation == 3
+
+
+def test_a_later_node_refused_for_capacity_releases_the_nodes_up_and_places_the_gang_again() -> None:
+    job = new_gang_job()
+    job, _ = step(job, Launched(job_id=job.id, attempt=1, instance_id="i-0", zone="za", private_ip="10.0.0.7"))
+    job, outbox = step(job, LaunchFailed(job_id=job.id, attempt=2, reason="no room", capacity=True, zone="za"))
+    assert [t.instance_id for t in of(outbox, Terminate)] == ["i-0"] and of(outbox, ReleaseGang)
+    [again] = of(outbox, Launch)
+    assert again.attempt == 3 and "za" in job.refused_zones
+    assert all(a.ended_at is not None for a in job.attempts[:2])
+
+
+def test_a_node_refused_for_any_other_reason_fails_the_gang_and_releases_its_nodes_and_placement() -> None:
+    job = new_gang_job()
+    job, _ = step(job, Launched(job_id=job.id, attempt=1, instance_id="i-0", zone="za", private_ip="10.0.0.7"))
+    job, outbox = step(job, LaunchFailed(job_id=job.id, attempt=2, reason="InvalidAMIID.NotFound", capacity=False))
+    assert job.state is JobState.FAILED and not of(outbox, Launch)
+    assert [t.instance_id for t in of(outbox, Terminate)] == ["i-0"] and of(outbox, ReleaseGang)
