@@ -45,6 +45,7 @@ from handlers.reports import (
     Standby,
     Started,
 )
+from handlers.restart import job_restart_s
 from handlers.spot import SpotView
 from handlers.spot.gang import GangHold, wait_or_move
 from handlers.spot.gang_reasons import WORDING
@@ -205,7 +206,11 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
     if isinstance(message, Progress):
         if rank_of(attempt) != 0:
             return None  # every node reports the same steps: node 0's stand for the gang
-        updates = {"step": max(message.step, job.step or 0), "total_steps": message.total_steps or job.total_steps}
+        updates = {
+            "step": max(message.step, job.step or 0),
+            "total_steps": message.total_steps or job.total_steps,
+            **_first_steps(job, message.time),
+        }
         card = d._note(job, "card", CardRefresh(cause="progress"))
         return d._update(job, "progress", now, {**updates, "loss": message.loss}, None, [card])
     if isinstance(message, CheckpointSaved):
@@ -223,6 +228,19 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
     if isinstance(message, Standby):
         return _standby(job, attempt, message, now)
     return d._report_rest(job, message, now, limits, spot)
+
+
+def _first_steps(job: Job, at: datetime) -> dict[str, Any]:
+    """Node 0's step stands for the gang's: each node started in this generation without a first step has it now,
+    once, and the job's measured restart (launch to training, the median over nodes; what :func:`hold_due` weighs)
+    with them. A survivor keeps its first generation's: its instance did not restart."""
+    fresh = {a.number for a in live(job) if a.first_step_at is None and a.started_generation == job.generation}
+    if not fresh:
+        return {}
+    attempts = [
+        a.model_copy(update={"first_step_at": max(at, a.launched_at)}) if a.number in fresh else a for a in job.attempts
+    ]
+    return {"attempts": attempts, "restart_seconds": job_restart_s(attempts)}
 
 
 def _standby(job: Job, attempt: Attempt, message: Standby, now: datetime) -> Change:

@@ -52,7 +52,13 @@ from runner.notice_commit import NoticeCommit, NoticeOutcome
 from runner.notices.aliyun import AliyunMetadataSource
 from runner.notices.aws import AwsImdsSource
 from runner.notices.base import NoticeSource
-from runner.notices.control import CONTROL_POLL_SECONDS, ControlObjectSource, gang_control_keys, read_regroup
+from runner.notices.control import (
+    CONTROL_POLL_SECONDS,
+    STANDBY_POLL_SECONDS,
+    ControlObjectSource,
+    gang_control_keys,
+    read_regroup,
+)
 from runner.notices.watch import watch_notices
 from runner.progress import ProgressTail
 from runner.release import release_capacity
@@ -290,7 +296,8 @@ class Runner:
                 if regroup is not None and regroup.gang.generation > self._gang.generation:
                     return await self._regroup(regroup.gang)
                 with contextlib.suppress(TimeoutError):
-                    notice = await asyncio.wait_for(self.notices.get(), self.options.control_seconds)
+                    poll = min(self.options.control_seconds, STANDBY_POLL_SECONDS)
+                    notice = await asyncio.wait_for(self.notices.get(), poll)
                     self.reporter.emit(
                         NoticeReport(**self.ids, kind=notice.kind, source=notice.source, deadline=notice.deadline)
                     )

@@ -24,7 +24,7 @@ from handlers.messages import (
     Terminate,
 )
 from handlers.reconcile import CloudInstance, reconcile
-from handlers.reports import Interrupted, Standby, Started
+from handlers.reports import Interrupted, Progress, Standby, Started
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 
@@ -162,3 +162,17 @@ def test_a_node_refused_for_any_other_reason_fails_the_gang_and_releases_its_nod
     job, outbox = step(job, LaunchFailed(job_id=job.id, attempt=2, reason="InvalidAMIID.NotFound", capacity=False))
     assert job.state is JobState.FAILED and not of(outbox, Launch)
     assert [t.instance_id for t in of(outbox, Terminate)] == ["i-0"] and of(outbox, ReleaseGang)
+
+
+def test_node_0s_step_gives_each_node_of_its_generation_its_first_step_once_and_the_job_its_restart() -> None:
+    job = running_gang()
+    job = job.model_copy(update={"attempts": [a.model_copy(update={"launched_at": NOW}) for a in job.attempts]})
+    assert all(a.first_step_at is None for a in job.attempts) and job.restart_seconds is None
+    assert decide(job, report(job, 2, Progress, step=1), NOW + timedelta(minutes=3)) is None  # node 0's stand
+    first = ReportReceived(report=Progress(job_id=job.id, attempt=1, time=NOW + timedelta(minutes=4), step=1))
+    job, _ = step(job, first, minutes=4)
+    assert [a.first_step_at for a in job.attempts] == [NOW + timedelta(minutes=4)] * 2
+    assert job.restart_seconds == 240.0  # launch to node 0's first step, each node
+    later = ReportReceived(report=Progress(job_id=job.id, attempt=1, time=NOW + timedelta(minutes=9), step=2))
+    again, _ = step(job, later, minutes=9)
+    assert again.attempts == job.attempts and again.restart_seconds == job.restart_seconds  # once

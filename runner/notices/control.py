@@ -26,6 +26,9 @@ from runner.errors import ControlUnreadable
 from runner.storage.base import ObjectStore, StorageError
 
 CONTROL_POLL_SECONDS = 5.0
+# A gang survivor standing by polls its regroup faster: every second it waits, its whole node waits, billing, and
+# the replacement's trainer waits for it at the rendezvous. A GET a second for the minutes of a hold costs nothing.
+STANDBY_POLL_SECONDS = 1.0
 
 
 def gang_control_keys(attempt: int, generation: int, node_rank: int) -> list[str]:

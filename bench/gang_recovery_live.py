@@ -1,0 +1,158 @@
+"""A gang losing one node on the local cloud, through chat, timed: replace only the lost node, against restarting
+the whole gang, on this machine.
+
+Each run starts ``tiny nodes=N`` through the bot (every node a local instance with its own runner and metadata
+endpoint, gloo over loopback, the job's file:// store shared) and, once it trains, drills it one of two ways:
+
+- *replace-one*: ``interrupt-test <job> node=N-1``. Timed: the drill → every node's part committed (the gang's
+  marker, ``GANG.json``, written by node 0's runner once it saw every part); committed → the gang training again
+  (node 0's first step past the saved one, in the next generation: one replacement launched, restored, every
+  node regrouped); the survivors' idle node-seconds (each from its ``standby`` to training again) and their share
+  of the node-seconds the job paid for.
+- *whole-gang*: ``stop <job>`` at the same step, then ``resume <job>``: every node launched again. Timed: the
+  resume → the gang training again (N launches, N restores, one new world), which is what a tool that tears the
+  whole gang down pays after its commit.
+
+Both runs end bitwise in the same adapter (tests/test_gang_bot.py proves that); this only times them. On one
+machine a local instance launches in well under a second and restores from a local disk, so the replace-one
+advantage a cloud gives (one instance to get instead of N, one restore instead of N) mostly does not show here:
+what shows is the handshake's own cost.
+
+    python bench/gang_recovery_live.py [--nodes 2,4] [--repeat 2] [--steps 40] [--step-seconds 0.25]
+
+Run as root from a virtualenv other users cannot reach, the trainers run as root (``FINETUNE_TRAINER_USER``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bot.demo import trainer_stays_with_you
+from bot.service import BotService
+from fakes.bot_harness import CHANNEL, running_bot, start_job, wait_job
+from handlers.cost import job_cost
+from handlers.jobs import Job, JobState
+
+USER = "console:ana"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceOne:
+    committed: float  # the drill → every part committed (s)
+    training_again: float  # committed → node 0's first step of the next generation (s)
+    idle_node_seconds: float  # the survivors' standby → training again, summed
+    idle_share: float  # of every node-second the job paid for
+    steps_lost: int
+
+
+@dataclass(frozen=True, slots=True)
+class WholeGang:
+    training_again: float  # the resume → node 0's first step of the next generation (s)
+    steps_lost: int
+
+
+def command(nodes: int, steps: int, step_seconds: float) -> str:
+    return f"start tiny nodes={nodes} steps={steps} save_steps=5 step_seconds={step_seconds}"
+
+
+async def training(service: BotService, job_id: str, past: int) -> Job:
+    """The job once node 0 reports a step past ``past`` (the card's step is node 0's)."""
+    return await wait_job(service, job_id, lambda j: j.state is JobState.RUNNING and (j.step or 0) > past, 600)
+
+
+async def training_again(service: BotService, job_id: str, generation: int, saved: int) -> float:
+    """When (wall clock) node 0 first reports a step past ``saved`` in a generation after ``generation``."""
+    await wait_job(service, job_id, lambda j: j.generation > generation and (j.step or 0) > saved, 600)
+    return time.time()
+
+
+def marker_time(job: Job) -> float:
+    """When node 0's runner wrote the gang marker of ``job``'s checkpoint (every part committed)."""
+    assert job.checkpoint is not None and job.checkpoint.uri.startswith("file://"), job.checkpoint
+    return (Path(job.checkpoint.uri.removeprefix("file://")) / "GANG.json").stat().st_mtime
+
+
+async def replace_one(root: Path, nodes: int, steps: int, step_seconds: float) -> ReplaceOne:
+    async with running_bot(root / "state") as (service, _chat):
+        job_id = await start_job(service, USER, command(nodes, steps, step_seconds))
+        before = await training(service, job_id, steps // 4)
+        drilled = time.time()
+        reply = await service.bot.command(USER, CHANNEL, f"interrupt-test {job_id} node={nodes - 1}")
+        assert reply.startswith("OK"), reply
+        lost = await wait_job(service, job_id, lambda j: j.state is JobState.RECOVERING and j.checkpoint is not None)
+        assert lost.checkpoint is not None
+        marker = Path(lost.checkpoint.uri.removeprefix("file://")) / "GANG.json"
+        again = await training_again(service, job_id, before.generation, lost.checkpoint.step)
+        committed = marker.stat().st_mtime  # written before any node could train on
+        done = await wait_job(service, job_id, lambda j: j.state in (JobState.SUCCEEDED, JobState.FAILED), 900)
+        assert done.state is JobState.SUCCEEDED, done.failure
+        history = await service.bot.store.history(job_id, with_times=True)
+        standby = [e["written"].timestamp() for e in history if e.get("event") == "standby"]
+        assert len(standby) == nodes - 1, standby
+        idle = sum(max(again - at, 0.0) for at in standby)
+        paid = job_cost(done, done.updated_at).hours * 3600
+        return ReplaceOne(committed - drilled, again - committed, idle, idle / paid, done.steps_lost)
+
+
+async def whole_gang(root: Path, nodes: int, steps: int, step_seconds: float) -> WholeGang:
+    async with running_bot(root / "state") as (service, _chat):
+        job_id = await start_job(service, USER, command(nodes, steps, step_seconds))
+        before = await training(service, job_id, steps // 4)
+        reply = await service.bot.command(USER, CHANNEL, f"stop {job_id}")
+        assert reply.startswith("OK"), reply
+        stopped = await wait_job(service, job_id, lambda j: j.state is JobState.STOPPED, 600)
+        assert stopped.checkpoint is not None, "stopped without a checkpoint"
+        resumed = time.time()
+        reply = await service.bot.command(USER, CHANNEL, f"resume {job_id}")
+        assert reply.startswith("OK"), reply
+        again = await training_again(service, job_id, before.generation, stopped.checkpoint.step)
+        done = await wait_job(service, job_id, lambda j: j.state in (JobState.SUCCEEDED, JobState.FAILED), 900)
+        assert done.state is JobState.SUCCEEDED, done.failure
+        return WholeGang(again - resumed, done.steps_lost)
+
+
+def figures(values: list[float]) -> str:
+    return " / ".join(f"{value:.1f}" for value in values) + f"  (median {statistics.median(values):.1f})"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", default="2,4", help="gang sizes, comma-separated")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each way per gang size")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--step-seconds", type=float, default=0.25)
+    options = parser.parse_args()
+    said = trainer_stays_with_you()
+    if said:
+        print(said)
+    print(f"{len(os.sched_getaffinity(0))} cores; load average {os.getloadavg()[0]:.2f} at the start")
+    for nodes in (int(n) for n in options.nodes.split(",")):
+        ones: list[ReplaceOne] = []
+        wholes: list[WholeGang] = []
+        for _ in range(options.repeat):
+            with tempfile.TemporaryDirectory(prefix="gang-live-") as tmp:
+                ones.append(await replace_one(Path(tmp), nodes, options.steps, options.step_seconds))
+            with tempfile.TemporaryDirectory(prefix="gang-live-") as tmp:
+                wholes.append(await whole_gang(Path(tmp), nodes, options.steps, options.step_seconds))
+        print(f"nodes={nodes}, {options.repeat} runs each:")
+        print(f"  notice → every part committed:            {figures([r.committed for r in ones])} s")
+        print(f"  committed → training again, replace-one:  {figures([r.training_again for r in ones])} s")
+        print(f"  resume → training again, whole gang:      {figures([w.training_again for w in wholes])} s")
+        print(f"  survivors' idle node-seconds per recovery: {figures([r.idle_node_seconds for r in ones])}")
+        print(f"  their share of the node-seconds paid:      {figures([100 * r.idle_share for r in ones])} %")
+        print(f"  steps lost: replace-one {[r.steps_lost for r in ones]}, whole gang {[w.steps_lost for w in wholes]}")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
