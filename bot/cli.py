@@ -34,7 +34,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 async def serve(settings: Settings) -> int:
-    """Run until SIGTERM or SIGINT, then stop cleanly (the handler in flight finishes or is left pending)."""
+    """Run until SIGTERM or SIGINT, then stop cleanly (the handler in flight finishes or is left pending); 1 when
+    one of the service's loops ended by itself (bot/supervision.py)."""
     from bot.service import BotService
 
     stop = asyncio.Event()
@@ -43,7 +44,13 @@ async def serve(settings: Settings) -> int:
         loop.add_signal_handler(signum, stop.set)
     async with BotService(settings) as service:
         print(f"finetune-bot serving on port {service.port}", flush=True)
-        await stop.wait()
+        stopped, failed = asyncio.create_task(stop.wait()), asyncio.create_task(service.loops.failed.wait())
+        await asyncio.wait([stopped, failed], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        failed.cancel()
+        if service.loops.failed.is_set():  # a dead part of a live replica: exit so that the platform replaces it
+            log.critical("stopping: a service loop ended (%s)", service.loops.cause)
+            return 1
         log.info("stopping")
     return 0
 

@@ -104,8 +104,7 @@ class CloudEffects:
         self._stop = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
-        self._stop = stop
-        await self.bus.ensure_group()
+        self._stop = stop  # the bus makes its group itself, retrying through an outage
         await self.bus.run(self.handle, stop)
 
     async def handle(self, raw: dict[str, Any]) -> None:

@@ -99,6 +99,7 @@ class Reconciler:
         """One round at once, then one per period (shared by the replicas) until ``stop``; off when the period is 0."""
         if self.interval <= 0:
             log.info("reconciliation is off (policy.lifecycle.reconcile_seconds = 0)")
+            await stop.wait()  # a loop of the service: it ends with the bot (bot/supervision.py)
             return
         due_now = True
         while not stop.is_set():

@@ -65,6 +65,7 @@ from bot.sources.sns_signature import SHA1_REFUSED_METRIC, SnsVerifier
 from bot.sources.sqs import SqsSource
 from bot.storage_renewal import StorageRenewal
 from bot.store import JobStore
+from bot.supervision import Supervisor
 from bot.timers import Timers
 from handlers.pagers import Tool
 from handlers.permissions import describe
@@ -149,7 +150,7 @@ class BotService:
         self.cloud_factory = cloud
         self.stopping = asyncio.Event()
         self._stack = AsyncExitStack()
-        self._tasks: list[asyncio.Task[None]] = []
+        self.loops = Supervisor(self.stopping)
         self._redis: RedisHandle | None = None
         self._http: web.AppRunner | None = None
         self._cloud: CloudProvider | None = None
@@ -320,25 +321,23 @@ class BotService:
         retention = Retention(store, config.policy.retention_days, self.clock)
         host = self.settings.finetune_http_host
         report_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self.port}{REPORTS_PATH}"
-        self._tasks = [
-            asyncio.create_task(bus.run(bot.handle, self.stopping, bot.handle_many), name="bus"),
-            asyncio.create_task(timers.run(self.stopping), name="timers"),
-            asyncio.create_task(outbox.run(self.stopping), name="chat-outbox"),
-            asyncio.create_task(effects.run(self.stopping), name="cloud-effects"),
-            asyncio.create_task(Replicas(redis.client, keys).run(report_url, self.stopping), name="replica"),
-            asyncio.create_task(reconciler.run(self.stopping), name="reconcile"),
-            asyncio.create_task(retention.run(self.stopping), name="retention"),
-        ]
+        self.loops.start(bus.run(bot.handle, self.stopping, bot.handle_many), "bus")
+        self.loops.start(timers.run(self.stopping), "timers")
+        self.loops.start(outbox.run(self.stopping), "chat-outbox")
+        self.loops.start(effects.run(self.stopping), "cloud-effects")
+        self.loops.start(Replicas(redis.client, keys).run(report_url, self.stopping), "replica")
+        self.loops.start(reconciler.run(self.stopping), "reconcile")
+        self.loops.start(retention.run(self.stopping), "retention")
         if isinstance(cloud, RenewsStorageCredentials) and cloud.renews_storage:
             renewal = StorageRenewal(redis.client, store, cloud, self.clock, owner=consumer)
-            self._tasks.append(asyncio.create_task(renewal.run(self.stopping), name="storage-renewal"))
+            self.loops.start(renewal.run(self.stopping), "storage-renewal")
         if self._slack is not None:
             await self._slack.start(bot.command, store.claim_once)
         if self.dingtalk is not None:
             self.dingtalk.listen(bot.command)
         if self.settings.finetune_sqs_queue_url:
             sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish, parse=intake.parse)
-            self._tasks.append(asyncio.create_task(sqs.run(self.stopping), name="sqs"))
+            self.loops.start(sqs.run(self.stopping), "sqs")
         # What exists now (modules, settings, adapters) lives as long as the bot: keep it out of the collector's
         # full passes, which otherwise stall the event loop for a second when the machine is busy.
         gc.freeze()
@@ -391,7 +390,7 @@ class BotService:
         """Stop consuming, then close everything; ``before_close`` runs in between (every consumer has stopped,
         Redis and the cloud are still open: a test reclaims the local cloud's instances there)."""
         self.stopping.set()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.loops.wait()
         if before_close is not None and self._redis is not None:
             try:
                 await before_close()

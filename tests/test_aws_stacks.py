@@ -442,7 +442,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         chat = ConsoleChat(write=lambda line: None)  # keeps a transcript
         async with BotService(settings, chat, lambda _: cloud) as service:
             assert service.settings.finetune_sqs_queue_url == queue_url
-            assert "storage-renewal" in {task.get_name() for task in service._tasks}  # the stack's storage role
+            assert "storage-renewal" in {task.get_name() for task in service.loops.tasks}  # the stack's storage role
             reply = await service.bot.command("console:ana", CHANNEL, "start tiny steps=20 step_seconds=0.25")
             assert reply.startswith("Starting ft-"), reply
             job_id = reply.split()[1].rstrip(":")

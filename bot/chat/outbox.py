@@ -128,8 +128,7 @@ class ChatOutbox:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Deliver until ``stop`` is set; what is not delivered by then stays in the stream."""
-        self._stop = stop
-        await self.bus.ensure_group()
+        self._stop = stop  # the bus makes its group itself, retrying through an outage
         await asyncio.gather(self.bus.run(self.handle, stop, self.handle_many), self.cards.run(stop))
 
     async def handle_many(self, items: Sequence[dict[str, Any]]) -> None:
