@@ -528,6 +528,7 @@ class Runner:
             trainer_step=self._trainer_step,
         )
         outcome = await commit.run()
+        await self._marked_before_told(outcome, cutoff)
         self._report_progress(force=True)
         self.reporter.emit(self._interrupted_report(notice, deadline, noticed, outcome))
         # The report leaves while what is still committing goes on: the machine is there until the deadline.
@@ -547,6 +548,16 @@ class Runner:
             trainer.kill()  # nothing it does now can be committed any more
             await trainer.wait()
         return EXIT_INTERRUPTED
+
+    async def _marked_before_told(self, outcome: NoticeOutcome, cutoff: float) -> None:
+        """Gang node 0: its ``interrupted`` report names the checkpoint every node resumes from, and on it the bot
+        may release every node (a stop, the whole gang lost), so the report waits, until the cutoff at most, for the
+        marker: every node's part of that step committed (the others commit theirs side by side). Told before, a
+        bot that released node 0 at once left the step without a marker, and the resume took an older one."""
+        marking = self._marking.get(outcome.committed.step) if outcome.committed is not None else None
+        if marking is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(marking), max(cutoff - time.monotonic(), 0.1))
 
     def _trainer_step(self) -> int | None:
         """The step the trainer has reached, from its progress file as it is now."""

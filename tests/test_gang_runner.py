@@ -211,3 +211,40 @@ async def test_a_node_lost_without_a_notice_leaves_the_other_standing_by_at_the_
     assert replacement["resumed_from_step"] == standby["step"]
     final = s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}output/{ADAPTER}")["Body"].read()
     assert final == two_node_reference
+
+
+async def test_node_0_tells_its_interruption_only_once_every_nodes_part_of_the_step_is_marked(
+    tmp_path: Path, aws: str, s3: Any, imds_for: Any
+) -> None:
+    """Node 0's ``interrupted`` report names the step every node resumes from; the bot may release every node on
+    it (a stop, the whole gang lost), so the marker of that step comes first, as node 0's ``checkpoint_saved``."""
+    node0, node1 = [await imds_for(name) for name in ("i-0node0", "i-0node1")]
+    reports0 = tmp_path / "reports-n0.jsonl"
+    port = free_port()
+    env = {"AWS_ENDPOINT_URL": aws, "FINETUNE_COLLECTIVE_TIMEOUT_SECONDS": "120"}
+    runner0 = await start_runner(
+        node_spec(tmp_path / "n0.json", reports0, gang(0, 1, port)),
+        tmp_path / "n0",
+        runner_env(**env, AWS_EC2_METADATA_SERVICE_ENDPOINT=node0.endpoint),
+    )
+    runner1 = await start_runner(
+        node_spec(tmp_path / "n1.json", tmp_path / "reports-n1.jsonl", gang(1, 1, port)),
+        tmp_path / "n1",
+        runner_env(**env, AWS_EC2_METADATA_SERVICE_ENDPOINT=node1.endpoint),
+        new_session=True,
+    )
+    try:
+        await wait_for_report(reports0, lambda r: r["type"] == "progress" and r["step"] >= 7, timeout=400)
+        node0.interrupt(seconds=120)
+        assert await asyncio.wait_for(runner0.wait(), 300) == 75
+        told = read_reports(reports0)
+        [interrupted] = of_type(told, "interrupted")
+        stopped = interrupted["step"]
+        assert interrupted["saved_in_time"] is True and stopped >= 7
+        saved = [n for n, r in enumerate(told) if r["type"] == "checkpoint_saved" and r["step"] == stopped]
+        assert saved and saved[0] < told.index(interrupted)  # marked, then told
+        assert f"checkpoint-{stopped}/GANG.json" in keys(s3)
+    finally:
+        if runner1.returncode is None:
+            os.killpg(runner1.pid, signal.SIGKILL)  # node 1 stands by for a regroup that this test never sends
+            await runner1.wait()
