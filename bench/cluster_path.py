@@ -124,9 +124,16 @@ class Replicas:
                         text=True,
                     )
                 )
-        for process in processes:
-            assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-        return cls(processes)
+        started = cls(processes)
+        try:
+            for number, process in enumerate(processes):
+                assert process.stdout is not None
+                if process.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"replica r{number} did not start: see {logs / f'r{number}.log'}")
+        except BaseException:
+            started.kill()
+            raise
+        return started
 
     def go(self) -> None:
         for process in self.processes:
@@ -141,11 +148,15 @@ class Replicas:
     def stop(self) -> list[list[str]]:
         """SIGTERM each; their counters: handled, failed, parked, card notes drawn, a loop that died (or -)."""
         for process in self.processes:
-            process.send_signal(signal.SIGTERM)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
         counters = []
         for process in self.processes:
-            output = process.stdout.read() if process.stdout is not None else ""
-            process.wait(60)
+            try:
+                output, _ = process.communicate(timeout=60)  # closing stdin also frees one still waiting for "go"
+            except subprocess.TimeoutExpired:
+                process.kill()  # a replica that does not stop is a finding: no counters line, said below
+                output, _ = process.communicate()
             lines = [line.split()[1:] for line in output.splitlines() if line.startswith("counters ")]
             counters.append(lines[-1] if lines else ["?"] * 4 + ["no counters: the replica died"])
         return counters
@@ -170,13 +181,16 @@ async def valkey_cpu(nodes: list[aioredis.Redis]) -> float:
     return total
 
 
-async def backlog(client: aioredis.Redis, keys: Keys, jobs: list[str], count: int) -> None:
-    """``count`` progress reports on the events streams, each on its job's partition."""
+async def backlog(client: aioredis.Redis, keys: Keys, jobs: list[str], count: int) -> dict[str, int]:
+    """``count`` progress reports on the events streams, each on its job's partition; each job's last step."""
+    last: dict[str, int] = {}
     async with client.pipeline(transaction=False) as pipe:
-        for job_id, _step, message in reports(jobs, count):
+        for job_id, step, message in reports(jobs, count):
             stream = keys.events_in(keys.partition_of(job_id))
             pipe.xadd(stream, {EVENT_FIELD: encode_event(message)[EVENT_FIELD]})
+            last[job_id] = step
         await pipe.execute()
+    return last
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +207,7 @@ async def throughput_run(
     events, chat = bus_for(client, keys, "events"), bus_for(client, keys, "chat", group="chat")
     await events.ensure_group()
     await chat.ensure_group()
-    await backlog(client, keys, jobs, o.events)
+    last = await backlog(client, keys, jobs, o.events)
     replicas = Replicas.start(url, o.replicas, o.logs)
     try:
         cpu, valkey = replicas.cpu(), await valkey_cpu(nodes)
@@ -205,6 +219,9 @@ async def throughput_run(
     finally:
         counters = replicas.stop()
     _say_trouble(counters)
+    behind = [job_id for job_id in jobs if await _step(store, job_id) != last[job_id]]
+    if behind:
+        print(f"    !! {len(behind)} of {len(jobs)} jobs not at their last published step (e.g. {behind[0]})")
     return Run(o.events / elapsed, cpu / o.events, valkey / o.events)
 
 
@@ -261,17 +278,18 @@ async def failover(cluster: ValkeyCluster, options: Options) -> None:
     handle = RedisHandle(url=cluster.url)
     await handle.start()
     client = handle.client
-    keys = await open_keys(client, PREFIX)
-    store = JobStore(client, keys)
-    jobs = await make_jobs(store, "fo", options.jobs)
-    doomed = cluster.node_of_slot(key_slot(keys.job(jobs[0]).encode()))
-    on_doomed = [j for j in jobs if cluster.node_of_slot(key_slot(keys.job(j).encode())).port == doomed.port]
-    replicas = Replicas.start(cluster.url, 1, options.logs)
-    replicas.go()
-    per_job = max(int(options.rate * 12 / options.jobs), 4)  # about twelve seconds of reports
-    sent: dict[str, int] = dict.fromkeys(jobs, 0)
-    killed_at: float | None = None
+    replicas = Replicas([])
     try:
+        keys = await open_keys(client, PREFIX)
+        store = JobStore(client, keys)
+        jobs = await make_jobs(store, "fo", options.jobs)
+        doomed = cluster.node_of_slot(key_slot(keys.job(jobs[0]).encode()))
+        on_doomed = [j for j in jobs if cluster.node_of_slot(key_slot(keys.job(j).encode())).port == doomed.port]
+        replicas = Replicas.start(cluster.url, 1, options.logs)
+        replicas.go()
+        per_job = max(int(options.rate * 12 / options.jobs), 4)  # about twelve seconds of reports
+        sent: dict[str, int] = dict.fromkeys(jobs, 0)
+        killed_at: float | None = None
 
         async def runner(job_id: str) -> None:
             """One job's reports, one after the other; one refused during the outage is sent again."""
@@ -330,7 +348,7 @@ async def _step(store: JobStore, job_id: str) -> int:
 
 
 async def main(options: argparse.Namespace) -> None:
-    print(f"{len(os.sched_getaffinity(0))} cores; load average {os.getloadavg()[0]:.2f} at the start")
+    print(f"{len(os.sched_getaffinity(0))} cores; load average {_load(os.getloadavg())} at the start")
     print(f"{options.events} progress reports over {options.jobs} jobs, whole path to a rendered card:")
     with tempfile.TemporaryDirectory(prefix="cluster-path-") as tmp:
         base = Options(options.jobs, options.events, options.repeat, 1, options.rate, Path(tmp))
@@ -354,7 +372,11 @@ async def main(options: argparse.Namespace) -> None:
             for node in nodes:
                 await node.aclose()
             cluster.stop()
-    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+    print(f"load average {_load(os.getloadavg())} at the end")
+
+
+def _load(averages: tuple[float, float, float]) -> str:
+    return ", ".join(f"{value:.2f}" for value in averages)
 
 
 def with_replicas(options: Options, replicas: int) -> Options:
