@@ -73,6 +73,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/slack_latency.py
 	$(BIN)/python bench/policy_traces.py
 	$(BIN)/python bench/chaos.py
+	$(BIN)/python bench/gang_recovery.py
+	$(BIN)/python bench/gang_recovery_live.py
+	$(BIN)/python bench/cluster_store.py
+	$(BIN)/python bench/cluster_path.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build
