@@ -167,7 +167,10 @@ async def test_deepseek_recipe_under_swift_saves_on_notice_resumes_and_matches_a
     assert (store / f"checkpoint-{reached}" / "MANIFEST.json").exists()
     assert (work / "stop-request.watched").exists()  # the plugin's callback watched the file: no signal was sent
     log = (work / "trainer.log").read_text(errors="replace")
-    assert "stop requested: saving checkpoint at step" in log and "DataLoader worker" not in log
+    # Seen at a step's end it saves that step; seen while the periodic save of step 10 is written (reached may be
+    # 10), it stops after that save: either way the callback said so, and no worker died with the trainer.
+    said = ("stop requested: saving checkpoint at step", "stop requested during the save of step")
+    assert any(line in log for line in said) and "DataLoader worker" not in log
     assert not of_type(attempt1, "completed")
 
     imds.interruption = None
