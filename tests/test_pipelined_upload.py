@@ -237,7 +237,9 @@ async def test_a_file_written_by_another_thread_goes_up_part_by_part_while_it_gr
     writing = loop.run_in_executor(None, trainer)
     try:
         await wait_until(lambda: upload.bytes_uploaded >= 2 * PART)
-        assert written[-1] == 3 * PART  # parts went up while the file was a half-written checkpoint
+        # Parts went up while the file was a half-written checkpoint: the writer waits at 3 parts until they are
+        # (a busy writer may still be short of 3 parts when 2 are up).
+        assert written[-1] <= 3 * PART < len(data)
     finally:
         parts_up.set()  # never leave the thread waiting, whatever failed
     await writing
