@@ -93,9 +93,8 @@ async def replace_one(root: Path, nodes: int, steps: int, step_seconds: float) -
         assert reply.startswith("OK"), reply
         lost = await wait_job(service, job_id, lambda j: j.state is JobState.RECOVERING and j.checkpoint is not None)
         assert lost.checkpoint is not None
-        marker = Path(lost.checkpoint.uri.removeprefix("file://")) / "GANG.json"
         again = await training_again(service, job_id, before.generation, lost.checkpoint.step)
-        committed = marker.stat().st_mtime  # written before any node could train on
+        committed = marker_time(lost)  # written before any node could train on
         done = await wait_job(service, job_id, lambda j: j.state in (JobState.SUCCEEDED, JobState.FAILED), 900)
         assert done.state is JobState.SUCCEEDED, done.failure
         history = await service.bot.store.history(job_id, with_times=True)

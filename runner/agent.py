@@ -528,7 +528,7 @@ class Runner:
             trainer_step=self._trainer_step,
         )
         outcome = await commit.run()
-        await self._marked_before_told(outcome, cutoff)
+        await self._await_marker(outcome, cutoff)
         self._report_progress(force=True)
         self.reporter.emit(self._interrupted_report(notice, deadline, noticed, outcome))
         # The report leaves while what is still committing goes on: the machine is there until the deadline.
@@ -537,10 +537,7 @@ class Runner:
         if not delivered:
             log.error("the interrupted report may not have left before the deadline")
         await finishing
-        marking = self._marking.get(outcome.committed.step) if outcome.committed is not None else None
-        if marking is not None:  # gang node 0: the marker needs every node's part, which the others still commit
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(marking), max(ends_at - time.monotonic() - 0.5, 0.1))
+        await self._await_marker(outcome, ends_at - 0.5)  # not in by the cutoff: the others still commit theirs
         await self.reporter.drain(timeout=max(ends_at - time.monotonic() - 0.1, 0.1))  # a late checkpoint_saved
         if outcome.fresh == "committed" and not trainer.frozen:
             await self._reap(trainer, deadline)  # it is shutting down after its save: let it, until the deadline
@@ -549,15 +546,15 @@ class Runner:
             await trainer.wait()
         return EXIT_INTERRUPTED
 
-    async def _marked_before_told(self, outcome: NoticeOutcome, cutoff: float) -> None:
-        """Gang node 0: its ``interrupted`` report names the checkpoint every node resumes from, and on it the bot
-        may release every node (a stop, the whole gang lost), so the report waits, until the cutoff at most, for the
-        marker: every node's part of that step committed (the others commit theirs side by side). Told before, a
-        bot that released node 0 at once left the step without a marker, and the resume took an older one."""
+    async def _await_marker(self, outcome: NoticeOutcome, until: float) -> None:
+        """Gang node 0: wait, until ``until`` (monotonic) at most, for the marker of the step just committed (every
+        node's part of it; the others commit theirs side by side). Its ``interrupted`` report waits for it: the bot
+        may release every node on that report (a stop, the whole gang lost), and told before, a bot that released
+        node 0 at once left the step without a marker, and the resume took an older one. The marking task is
+        neither cancelled at the timeout nor lets its own error end the notice path (``asyncio.wait``)."""
         marking = self._marking.get(outcome.committed.step) if outcome.committed is not None else None
         if marking is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(marking), max(cutoff - time.monotonic(), 0.1))
+            await asyncio.wait([marking], timeout=max(until - time.monotonic(), 0.1))
 
     def _trainer_step(self) -> int | None:
         """The step the trainer has reached, from its progress file as it is now."""
