@@ -386,32 +386,45 @@ class Bot:
             job = await self.store.get(job_id)
             spot = await self._spot_view_of(job) if job is not None else None
         applied = await self.store.apply(job_id, self._decider(message, spot), dedup_key=Keys.input_seen(message.id))
-        await self._applied(job_id, message, applied)
+        await self._charted(job_id, [await self._applied(job_id, message, applied)])
 
     async def _inputs(self, job_id: str | None, messages: Sequence[BusMessage]) -> None:
-        """A run of plain inputs of one job: decided one after the other, written at once."""
+        """A run of plain inputs of one job: decided one after the other, written at once (the job, then the
+        chart points of the run's progress)."""
         assert job_id is not None
         if len(messages) == 1:
             await self._input(messages[0])
             return
         steps = [(self._decider(message, None), Keys.input_seen(message.id)) for message in messages]
-        for message, applied in zip(messages, await self.store.apply_many(job_id, steps), strict=True):
+        points = [
             await self._applied(job_id, message, applied)
+            for message, applied in zip(messages, await self.store.apply_many(job_id, steps), strict=True)
+        ]
+        await self._charted(job_id, points)
 
     def _decider(self, message: BusMessage, spot: SpotView | None) -> Callable[[Job], Change | None]:
         return lambda job: decide(job, message, self.clock(), self.oncall, self.policy.lifecycle, spot)
 
-    async def _applied(self, job_id: str, message: BusMessage, applied: Applied) -> None:
-        """What follows an input once it is written: a refused runner claim is logged, a first step measured, a
-        progress report that moved the job kept for its chart."""
+    async def _applied(self, job_id: str, message: BusMessage, applied: Applied) -> Point | None:
+        """What follows an input once it is written: a refused runner claim is logged, a first step measured; a
+        progress report that moved the job gives its chart point (fenced or ignored ones do not)."""
         noted = applied.change.history if applied.change is not None else {}
         if noted.get("event") == "ignored" and noted.get("what") == "report:started":  # a runner's claim refused
             log.warning("%s: %s ignored: %s", job_id, noted["what"], noted.get("why"))
         report = getattr(message, "report", None)
-        if isinstance(report, Progress) and noted.get("event") == "progress":  # fenced or ignored ones are not
-            await self.series.add(job_id, Point(report.step, report.loss, report.time, report.attempt))
-        if isinstance(report, Progress) and applied.job is not None and first_step_was(applied.job, report.time):
+        if not isinstance(report, Progress):
+            return None
+        if applied.job is not None and first_step_was(applied.job, report.time):
             await self.store.record_restart(applied.job)  # the attempt's restart overhead, for the next jobs
+        if noted.get("event") != "progress":
+            return None
+        return Point(report.step, report.loss, report.time, report.attempt)
+
+    async def _charted(self, job_id: str, points: Sequence[Point | None]) -> None:
+        """Keep the chart points of inputs just written, in one round trip (a script call per event was most of
+        the bus's Redis commands). A crash between the job's write and this one leaves those points off the
+        chart, as it did when each was written alone: the job record has their steps."""
+        await self.series.add_many(job_id, [point for point in points if point is not None])
 
     # -- the spot policy's view of the cloud ----------------------------------------------------------------
 

@@ -66,6 +66,27 @@ async def test_a_long_job_keeps_at_most_cap_points_spread_evenly_over_its_steps(
     assert len({s // stride for s in kept}) == len(kept)  # one point per stride
 
 
+async def test_a_run_of_points_in_one_call_keeps_what_the_same_points_one_by_one_keep(
+    redis_client: aioredis.Redis, key_prefix: str
+) -> None:
+    """The bus writes a run of one job's progress in one call; thinning and redelivery inside it behave as alone."""
+    steps = [*range(1, 400), 150, 7]  # past the cap (the stride doubles mid-call), and two steps again
+    alone, together = ChartSeries(redis_client, Keys(key_prefix + "a:"), cap=30), ChartSeries(
+        redis_client, Keys(key_prefix + "b:"), cap=30
+    )
+    kept_alone = [await alone.add("ft-run", point(step)) for step in steps]
+    kept_together = 0
+    for start in range(0, len(steps), 32):  # the bus's lane batch
+        kept_together += await together.add_many("ft-run", [point(step) for step in steps[start : start + 32]])
+    assert kept_together == sum(kept_alone) > 30
+    assert await together.points("ft-run") == await alone.points("ft-run")
+    assert await together.stride("ft-run") == await alone.stride("ft-run") > 1
+    assert await together.add_many("ft-run", []) == 0
+    with pytest.raises(ValueError, match="negative"):
+        await together.add_many("ft-run", [point(500), point(-2)])
+    assert [p.step for p in await together.points("ft-run")] == [p.step for p in await alone.points("ft-run")]
+
+
 async def test_sparse_reports_past_the_cap_still_thin_down_to_it(redis_client: aioredis.Redis, key_prefix: str) -> None:
     series = ChartSeries(redis_client, Keys(key_prefix), cap=10)
     for step in range(0, 100_000, 997):  # a report every 997 steps: no two share a small stride

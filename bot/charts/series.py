@@ -14,6 +14,7 @@ The interruptions, resumes, markets and cost are not kept here: the job record's
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -23,24 +24,31 @@ from bot.keys import Keys
 
 DEFAULT_CAP = 1000  # points per job: ~60 KB of Redis at most, and more than a chart's width shows
 
-# KEYS: 1 the points, 2 the stride. ARGV: 1 step, 2 the point (JSON), 3 cap. Returns 1 when the point was kept.
+# KEYS: 1 the points, 2 the stride. ARGV: 1 cap, then a step and its point (JSON) for each point, in the order
+# given. Returns how many of them were kept.
 _ADD = """
 local stride = tonumber(redis.call('GET', KEYS[2]) or '1')
-local step = tonumber(ARGV[1])
-local low = step - step % stride
-if redis.call('ZCOUNT', KEYS[1], low, low + stride - 1) > 0 then return 0 end
-redis.call('ZADD', KEYS[1], step, ARGV[2])
-while redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[3]) do
-  stride = stride * 2
-  local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-  local last = nil
-  for i = 1, #all, 2 do
-    local bucket = math.floor(tonumber(all[i + 1]) / stride)
-    if bucket == last then redis.call('ZREM', KEYS[1], all[i]) else last = bucket end
+local cap = tonumber(ARGV[1])
+local kept = 0
+for p = 2, #ARGV, 2 do
+  local step = tonumber(ARGV[p])
+  local low = step - step % stride
+  if redis.call('ZCOUNT', KEYS[1], low, low + stride - 1) == 0 then
+    redis.call('ZADD', KEYS[1], step, ARGV[p + 1])
+    kept = kept + 1
+    while redis.call('ZCARD', KEYS[1]) > cap do
+      stride = stride * 2
+      local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+      local last = nil
+      for i = 1, #all, 2 do
+        local bucket = math.floor(tonumber(all[i + 1]) / stride)
+        if bucket == last then redis.call('ZREM', KEYS[1], all[i]) else last = bucket end
+      end
+    end
   end
 end
-redis.call('SET', KEYS[2], stride)
-return 1
+if kept > 0 then redis.call('SET', KEYS[2], stride) end
+return kept
 """
 
 
@@ -73,10 +81,20 @@ class ChartSeries:
 
     async def add(self, job_id: str, point: Point) -> bool:
         """Keep ``point`` unless its stride has one already (then False: nothing changed)."""
-        if point.step < 0:
-            raise ValueError(f"a step is never negative: {point.step}")
+        return await self.add_many(job_id, [point]) == 1
+
+    async def add_many(self, job_id: str, points: Sequence[Point]) -> int:
+        """Keep each of ``points`` in turn, as :meth:`add` would, in one script call (one round trip for a
+        run of a job's reports); how many were kept."""
+        if not points:
+            return 0
+        if any(point.step < 0 for point in points):
+            raise ValueError(f"a step is never negative: {min(point.step for point in points)}")
         keys = [self.keys.chart(job_id), self.keys.chart_stride(job_id)]
-        return bool(await self._add(keys=keys, args=[point.step, point.dump(), self.cap]))
+        args: list[str | int] = [self.cap]
+        for point in points:
+            args += [point.step, point.dump()]
+        return int(await self._add(keys=keys, args=args))
 
     async def points(self, job_id: str) -> list[Point]:
         """The job's points, by step."""
