@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import cpu_log
+from tests.gang_reference import ADAPTER, GANG_STEPS, two_node_adapter
 from tests.markers import assign_kinds, guard_unit_tests
 from tests.runner_harness import run_tiny_directly
 from tests.s3_proxy import S3FaultProxy
@@ -83,23 +84,38 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture(scope="session")
-def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted tiny run (its checkpoints every 5 steps, and its final adapter): what every recovered run
-    must reproduce exactly. The tests only read it, so it is made once for the whole run: under xdist the first
-    worker to need it makes it in the run's shared temporary directory while the others wait on a file lock
-    (a tiny run is a trainer process, ~10 s on a quiet machine, much more under load)."""
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
+    """The folder ``name`` that ``make`` fills, made once for the whole run: under xdist the first worker to need it
+    makes it in the run's shared temporary directory while the others wait on a file lock. For what the tests only
+    read (a reference run is trainer processes: ~10 s of CPU each, much more wall time under load)."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the run's directory, above every worker's own
-    output = shared / "tiny-reference"
-    with (shared / "tiny-reference.lock").open("w") as lock:
+    output = shared / name
+    with (shared / f"{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not output.is_dir():
-            making = shared / f"tiny-reference.{os.getpid()}"
-            run_tiny_directly(making)
+            making = shared / f"{name}.{os.getpid()}"
+            making.mkdir()
+            make(making)
             making.rename(output)  # whole or absent: a worker that dies mid-run leaves no half reference
     return output
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted tiny run (its checkpoints every 5 steps, and its final adapter): what every recovered run
+    must reproduce exactly."""
+    return made_once(tmp_path_factory, "tiny-reference", run_tiny_directly)
+
+
+@pytest.fixture(scope="session")
+def two_node_reference(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The final adapter of an uninterrupted two-node run (two trainers, one world, no runner) of
+    :data:`~tests.gang_reference.GANG_STEPS`: what the gang runner's and the gang bot's recovered runs reproduce."""
+    root = made_once(tmp_path_factory, "gang-reference", lambda root: two_node_adapter(root, GANG_STEPS))
+    assert not (root / "node-1" / ADAPTER).exists()  # the final adapter is global rank 0's to write
+    return (root / "node-0" / ADAPTER).read_bytes()
 
 
 @pytest.fixture(scope="session")

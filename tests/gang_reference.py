@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 ADAPTER = "adapter_model.safetensors"
+# The training of every gang test that is compared with the reference (conftest's ``two_node_reference``).
+GANG_STEPS = ["--max-steps", "16", "--save-steps", "5"]
 
 
 def free_port() -> int:

@@ -53,6 +53,7 @@ SERVER_FIXTURES = frozenset(
         "refused_port",
         "trainer_account",
         "reference_run",
+        "two_node_reference",
     }
 )
 

@@ -20,7 +20,7 @@ from bot.chat.render import card_text
 from bot.cloud.local import LocalCloud
 from fakes.bot_harness import CHANNEL, SteppedClock, eventually, running_bot, settled, start_job, wait_job
 from handlers.jobs import JobState
-from tests.gang_reference import ADAPTER, two_node_adapter
+from tests.gang_reference import ADAPTER
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -59,18 +59,12 @@ async def test_tiny_nodes_2_runs_to_completion_on_two_instances_and_the_card_sho
         assert [e["node_rank"] for e in history if e.get("event") == "launched"] == [0, 1]
 
 
-DRILLED = "start tiny nodes=2 steps=16 save_steps=5 step_seconds=0.25"
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """The final adapter of an uninterrupted two-node run of DRILLED's training (one for the module)."""
-    return two_node_adapter(tmp_path_factory.mktemp("gang-reference"), ["--max-steps", "16", "--save-steps", "5"])
+DRILLED = "start tiny nodes=2 steps=16 save_steps=5 step_seconds=0.25"  # GANG_STEPS: two_node_reference
 
 
 @pytest.mark.parametrize("drilled", [1, 0])
 async def test_a_drilled_node_alone_is_replaced_and_the_gang_resumes_bitwise_equal_with_no_step_lost(
-    tmp_path: Path, reference: bytes, drilled: int
+    tmp_path: Path, two_node_reference: bytes, drilled: int
 ) -> None:
     async with running_bot(tmp_path / "state") as (service, _chat):
         job_id = await start_job(service, "console:ana", DRILLED)
@@ -99,11 +93,11 @@ async def test_a_drilled_node_alone_is_replaced_and_the_gang_resumes_bitwise_equ
         assert done.steps_lost == 0 and done.step == 16
         assert done.output_uri is not None
         final = (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes()
-        assert final == reference
+        assert final == two_node_reference
 
 
 async def test_a_node_killed_without_notice_is_replaced_alone_from_the_last_complete_checkpoint(
-    tmp_path: Path, reference: bytes
+    tmp_path: Path, two_node_reference: bytes
 ) -> None:
     async with running_bot(tmp_path / "state") as (service, _chat):
         cloud = service.bot.cloud
@@ -129,11 +123,11 @@ async def test_a_node_killed_without_notice_is_replaced_alone_from_the_last_comp
         assert survivor is not None and survivor.instance_id == kept.instance_id
         assert done.attempts[-1].resumed_from_step == survivor.resumed_from_step == standby["step"]
         assert done.output_uri is not None
-        assert (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes() == reference
+        assert (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes() == two_node_reference
 
 
 async def test_a_replacement_refused_for_capacity_holds_then_the_whole_gang_moves_and_says_why(
-    tmp_path: Path, reference: bytes
+    tmp_path: Path, two_node_reference: bytes
 ) -> None:
     clock = SteppedClock()
     zones = {"finetune_local_zones": "local-a,local-b"}
@@ -171,7 +165,7 @@ async def test_a_replacement_refused_for_capacity_holds_then_the_whole_gang_move
         thread = "\n".join(text for _, said, text in chat.transcript if said == "thread")
         assert "replacement has no capacity in local-a" in thread and "the whole gang moves" in thread
         assert done.output_uri is not None
-        assert (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes() == reference
+        assert (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes() == two_node_reference
 
 
 async def test_two_nodes_of_two_ranks_each_make_one_world_of_four(tmp_path: Path) -> None:

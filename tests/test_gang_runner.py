@@ -24,7 +24,7 @@ import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.spec import Gang, RegroupControl, dump_control, node_control_key
-from tests.gang_reference import ADAPTER, free_port, two_node_adapter
+from tests.gang_reference import ADAPTER, GANG_STEPS, free_port
 from tests.runner_harness import (
     of_type,
     progress_steps,
@@ -39,7 +39,7 @@ from tests.runner_harness import (
 BUCKET = "gang-bucket"
 PREFIX = "jobs/ft-gang/"
 URI = f"s3://{BUCKET}/{PREFIX}"
-STEPS = ["--max-steps", "16", "--save-steps", "5"]
+STEPS = GANG_STEPS  # compared with conftest's two_node_reference
 pytestmark = pytest.mark.timeout(900)
 
 
@@ -72,15 +72,6 @@ async def imds_for() -> AsyncIterator[Any]:
 def keys(s3: Any) -> list[str]:
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=PREFIX)
     return [item["Key"][len(PREFIX) :] for page in pages for item in page.get("Contents", [])]
-
-
-@pytest.fixture(scope="module")
-def two_node_reference(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """An uninterrupted two-node run of the same command, without the runner: two trainers, one world."""
-    root = tmp_path_factory.mktemp("gang-reference")
-    adapter = two_node_adapter(root, STEPS)
-    assert not (root / "node-1" / ADAPTER).exists()  # the final adapter is global rank 0's to write
-    return adapter
 
 
 def node_spec(path: Path, reports: Path, member: Gang, step_seconds: str = "0.25") -> Path:
