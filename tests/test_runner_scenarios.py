@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ from tests.runner_harness import (
     write_spec,
 )
 from tests.s3_proxy import S3FaultProxy
+
+MANIFEST_PATH = re.compile(r"/checkpoint-(\d+)/MANIFEST\.json(?:\?|$)")
 
 BUCKET = "ckpt-bucket"
 URI = f"s3://{BUCKET}/jobs/ft-test/"
@@ -107,8 +110,22 @@ async def test_notice_mid_training_loses_no_step_and_resumes_bitwise_equal(
 async def test_sigkill_mid_upload_skips_the_partial_checkpoint(tmp_path: Path, s3: Any, proxy: S3FaultProxy) -> None:
     reports = tmp_path / "reports.jsonl"
     env = runner_env(AWS_ENDPOINT_URL=proxy.endpoint)
-    # Freeze the commit of checkpoint-10 after its files went up, just before its manifest: then pull the plug.
-    proxy.hold = lambda method, path: method == "PUT" and "checkpoint-10/MANIFEST.json" in path
+    # Freeze the commit of the second checkpoint to go up after its files, just before its manifest: then pull the
+    # plug. Which steps those are is the runner's (it sends the newest complete one, so on a busy machine it may
+    # pass over checkpoint-5 or -10); the first manifest it sends is let through.
+    manifests: list[int] = []
+
+    def second_manifest(method: str, path: str) -> bool:
+        found = MANIFEST_PATH.search(path)
+        if method != "PUT" or found is None:
+            return False
+        if not manifests or int(found[1]) == manifests[0]:
+            manifests[:1] = [int(found[1])]
+            return False
+        manifests.append(int(found[1]))
+        return True
+
+    proxy.hold = second_manifest
     spec = write_spec(
         tmp_path / "a1.json",
         checkpoint_uri=URI,
@@ -119,19 +136,23 @@ async def test_sigkill_mid_upload_skips_the_partial_checkpoint(tmp_path: Path, s
     await asyncio.wait_for(proxy.held.wait(), 120)
     first.send_signal(signal.SIGKILL)
     await first.wait()
+    committed, held = manifests[0], manifests[1]
+    assert committed < held
 
     stored = keys(s3)
-    assert "checkpoint-5/MANIFEST.json" in stored
-    assert "checkpoint-10/adapter_model.safetensors" in stored
-    assert "checkpoint-10/MANIFEST.json" not in stored
+    assert f"checkpoint-{committed}/MANIFEST.json" in stored
+    assert f"checkpoint-{held}/adapter_model.safetensors" in stored
+    assert f"checkpoint-{held}/MANIFEST.json" not in stored
 
     proxy.hold = None
     spec2 = write_spec(tmp_path / "a2.json", checkpoint_uri=URI, report=[f"file://{reports}"], attempt=2)
     second = await start_runner(spec2, tmp_path / "a2", env)
     assert await asyncio.wait_for(second.wait(), 180) == 0
     [started] = of_type([r for r in read_reports(reports) if r["attempt"] == 2], "started")
-    assert started["resumed_from_step"] == 5
-    assert [(s["step"], s["reason"]) for s in started["skipped"]] == [(10, "no manifest: its upload never committed")]
+    assert started["resumed_from_step"] == committed
+    skipped = [(s["step"], s["reason"]) for s in started["skipped"]]
+    assert (held, "no manifest: its upload never committed") in skipped
+    assert all(step > committed and why == "no manifest: its upload never committed" for step, why in skipped)
 
 
 async def test_a_flipped_byte_is_caught_and_the_previous_checkpoint_used(
