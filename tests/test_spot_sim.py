@@ -136,6 +136,46 @@ def test_the_offline_optimum_is_the_least_cost_of_every_plan() -> None:
                 assert outcome.cost(run) >= expected - 1e-9, name
 
 
+def keeps_the_deadline_whatever_comes(run: Run, plan: tuple[object, ...]) -> bool:
+    """Whether on-demand alone could still finish after every tick of ``plan``: the plan's first ticks, then
+    on-demand to the end, meet the deadline on the traces with no spot after those ticks."""
+    for t in range(len(plan)):
+        cut = tuple(Zone(z.name, [*z.counts[: run.start + t + 1], *[0] * len(z.counts)]) for z in run.zones)
+        rest = Run(cut, run.gap_seconds, run.start, run.work, run.deadline, run.overhead, 1.0, 3.0)
+        if not simulate(rest, scripted(rest, (*plan[: t + 1], *["od"] * (len(plan) - t - 1)))).met(rest):
+            return False
+    return True
+
+
+def test_the_safe_optimum_is_the_least_cost_of_every_plan_that_keeps_the_deadline_whatever_comes() -> None:
+    optimum = bench_module().offline_optimum
+    rng = random.Random(23)
+    tighter = 0
+    for _ in range(30):
+        zones = rng.randint(1, 2)
+        deadline = rng.randint(3, 5)
+        traces = [[rng.choice([0, 1, 1]) for _ in range(deadline + 2)] for _ in range(zones)]
+        named = tuple(Zone(f"z{i}", trace) for i, trace in enumerate(traces))
+        run = Run(named, 3600, rng.randint(0, 2), rng.randint(1, deadline), deadline, rng.randint(0, 2), 1.0, 3.0)
+        best = float("inf")
+        options: list[object] = [None, "od", *range(len(run.zones))]
+        for plan in itertools.product(options, repeat=run.deadline):
+            if any(isinstance(move, int) and named[move].counts[run.start + t] < 1 for t, move in enumerate(plan)):
+                continue
+            outcome = simulate(run, scripted(run, plan))
+            if outcome.met(run) and outcome.cost(run) < best and keeps_the_deadline_whatever_comes(run, plan):
+                best = outcome.cost(run)
+        safe = optimum(run, safe=True)
+        assert safe == pytest.approx(best), run
+        assert safe >= optimum(run) - 1e-9
+        tighter += safe > optimum(run) + 1e-9
+        for name in ("deadline-aware", "greedy"):  # both keep the deadline whatever comes: never below it
+            outcome = simulate(run, POLICIES[name])
+            if outcome.met(run):
+                assert outcome.cost(run) >= safe - 1e-9, name
+    assert tighter  # some runs' optimum gambles on spot that a safe plan may not
+
+
 # -- the deadline-aware policy on traces it was not tuned on -------------------------------------------------
 
 # Restart minutes -> how far above greedy's mean cost / optimum the policy may be on the held-out dates.
@@ -202,6 +242,24 @@ def test_the_bench_runs_each_split_it_names(tmp_path: Path, capsys: pytest.Captu
         shown = capsys.readouterr().out
         assert f"\n{title} split: 10 scenarios" in shown, shown
         assert f"-{year}, one zone: 10 scenarios" in shown and shown.count("one zone") == 1, shown
+
+
+def test_the_overheads_table_puts_the_safe_optimum_between_the_optimum_and_the_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One other date, hourly, spot in runs of 1 to 3 hours: short enough that a 1 h restart gambles.
+    bench = bench_module()
+    folder = tmp_path / "availability" / "1-node" / "aws-10-26-2022"
+    folder.mkdir(parents=True)
+    rng = random.Random(5)
+    trace = {"metadata": {"gap_seconds": 3600}, "data": [rng.choice([0, 1, 1]) for _ in range(100)]}
+    (folder / "us-east-1a_v100_1.json").write_text(json.dumps(trace))
+    assert bench.main(["--traces", str(tmp_path), "--split", "other-dates", "--starts", "2", "--overheads", "60"]) == 0
+    [row] = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("60 m")]
+    assert row[2:5] == ["other", "dates", "20"] and len(row) == 13, row
+    policy, safe_over_optimum, policy_over_safe = float(row[5]), float(row[-2]), float(row[-1])
+    assert 1.0 < safe_over_optimum <= policy and policy_over_safe >= 1.0, row  # this trace's optimum gambles
+    assert safe_over_optimum * policy_over_safe == pytest.approx(policy, abs=0.2), row  # means of ratios, roughly
 
 
 def gang_run(traces: list[list[int]], hold: int, replace: int | None = 1) -> Run:
