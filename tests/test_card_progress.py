@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from bot.chat.catalog import text
-from bot.chat.render import card, progress_bar
+from bot.chat.render import card, chart_caption, progress_bar
 from handlers.jobs import Attempt, Job, JobState
 
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
@@ -50,3 +50,29 @@ def test_the_step_field_shows_the_bar_and_the_eta_comes_from_the_measured_rate_i
 def test_without_a_total_there_is_no_bar_and_no_eta() -> None:
     job = running(step=40, total=None, minutes=18)
     assert field(job, "en", "label.step") == "40" and field(job, "en", "label.eta") is None
+
+
+def test_the_chart_caption_of_an_ended_job_states_what_the_card_states_in_both_languages() -> None:
+    # A tiny job's 30 s at $0.30/h: $0.0025, which two decimals would show as "$0.00".
+    attempt = Attempt(
+        number=1,
+        instance_id="i-1",
+        price_per_hour=0.30,
+        launched_at=NOW - timedelta(seconds=30),
+        started_at=NOW - timedelta(seconds=25),
+        ended_at=NOW,
+    )
+    job = Job(
+        id="ft-cap1",
+        recipe="tiny",
+        requested_by="slack:U0ANA",
+        state=JobState.SUCCEEDED,
+        attempts=[attempt],
+        step=30,
+        total_steps=30,
+    )
+    for lang in ("en", "zh-CN"):
+        paid = field(job, lang, "label.cost")
+        assert paid is not None and paid.startswith("$0.0025"), paid
+        assert "$0.0025" in chart_caption(job, NOW + timedelta(hours=1), lang)  # ended: later is the same
+    assert chart_caption(job, NOW, "en") == "📈 ft-cap1: loss and cost, step 30/30, 0 interruption(s), $0.0025 in all"

@@ -150,7 +150,7 @@ BOT: dict[str, str] = {
     "note.resume-failed.again": " (escalation {number} of {steps}, not acknowledged yet)",
     "note.interrupt-test-started": "🧪 Interrupt test on {instance} started by {by}.",
     "note.stop-requested": "⏹️ Stop requested by {by}: checkpointing, then releasing the instance.",
-    "note.chart": "📈 {job}: loss and cost, step {progress}, {interruptions} interruption(s), ${paid:.2f} so far",
+    "note.chart": "📈 {job}: loss and cost, step {progress}, {interruptions} interruption(s), ${paid:.4f} in all",
     "note.stopped": "⏹️ {job} stopped.",
     "note.stopped.kept": "⏹️ {job} stopped; checkpoint at step {step} kept.",
     "note.acked": "👀 {by} acknowledged the page for {job} at {at}; the escalation stops.",

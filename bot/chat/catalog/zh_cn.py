@@ -115,7 +115,7 @@ MESSAGES: dict[str, str] = {
     "note.resume-failed.again": "（第 {number} 级升级，共 {steps} 级，尚无人确认）",
     "note.interrupt-test-started": "🧪 {by} 在实例 {instance} 上发起了中断测试。",
     "note.stop-requested": "⏹️ {by} 请求停止：先保存检查点，再释放实例。",
-    "note.chart": "📈 任务 {job}：损失与费用，第 {progress} 步，中断 {interruptions} 次，累计 ${paid:.2f}",
+    "note.chart": "📈 任务 {job}：损失与费用，第 {progress} 步，中断 {interruptions} 次，累计 ${paid:.4f}",
     "note.stopped": "⏹️ 任务 {job} 已停止。",
     "note.stopped.kept": "⏹️ 任务 {job} 已停止；保留第 {step} 步的检查点。",
     "note.acked": "👀 {by} 已于 {at} 确认任务 {job} 的值班通知，升级停止。",
