@@ -203,12 +203,16 @@ async def test_an_orphan_of_an_ended_or_unknown_job_is_released_and_said_so(tmp_
         sleepy = find_recipe("sleepy", service.bot.recipes)
         stranger = Job(id="ft-zz99", recipe="sleepy", requested_by="console:bob")
 
-        async def stray(job: Job, attempt: int) -> str:
-            spec = build_spec(job, attempt, sleepy, cloud.checkpoint_uri(job.id), [], cloud.notice, sys.executable)
+        async def stray(job: Job, attempt: int, checkpoints: str) -> str:
+            spec = build_spec(job, attempt, sleepy, checkpoints, [], cloud.notice, sys.executable)
             return (await cloud.launch(spec, [], "spot")).instance_id
 
         # Instances the bot never asked for (a launch retried by hand, a bot that lost its record): they bill.
-        of_ended, of_unknown = await stray(ended, 5), await stray(stranger, 1)
+        # The ended job's stray reads another prefix: a runner that sees its job's completion record exits by
+        # itself (nothing to release, and on a busy machine it may be gone before the round), one that does not
+        # (hung, an old image, a prefix typed by hand) bills until it is released.
+        of_ended = await stray(ended, 5, cloud.checkpoint_uri(f"{job_id}-by-hand"))
+        of_unknown = await stray(stranger, 1, cloud.checkpoint_uri(stranger.id))
         done = await service.reconciler.round()
         assert done is not None
         released = {(d.action.instance_id, d.action.code, d.acted) for d in done if d.action.action == "release"}
