@@ -629,16 +629,24 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
             "output_uri": report.output_uri,
             "step": report.step or job.step,
             "total_steps": report.total_steps or job.total_steps,
+            # A resume judged failed that finished after all: no failure to show, and nobody left to wake.
+            "failure": None if job.state is JobState.RESUME_FAILED else job.failure,
+            "page": None if job.state is JobState.RESUME_FAILED else job.page,
         }
     )
     instance = job.current.instance_id if job.current else None
-    outbox: list[Notify | Terminate] = [
+    outbox: list[Message] = [
         _note(done, "thread", CompletedNote(output_uri=report.output_uri)),
         _chart(done, "completed"),
     ]
+    if job.state is JobState.RESUME_FAILED:
+        outbox.extend(resolutions(job, job.page))
     if instance:
         outbox.insert(0, Terminate(job_id=job.id, instance_id=instance))
-    return _change(done, state, now, {"event": "completed", "output_uri": report.output_uri}, outbox)
+    history = {"event": "completed", "output_uri": report.output_uri}
+    if job.state is JobState.RESUME_FAILED:
+        history["after"] = "resume-failed"
+    return _change(done, state, now, history, outbox)
 
 
 def launch_details(message: Launched) -> dict[str, object]:

@@ -92,6 +92,9 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.RESUME_FAILED, "ack"): S.RESUME_FAILED,
     (S.RESUME_FAILED, "resume"): S.RECOVERING,
     (S.RESUME_FAILED, "stop"): S.STOPPED,
+    # The attempt finished after all: its runner's reports came after the cloud's word that the instance was gone
+    # (a replica died with them in flight, and the runner exits once its output is committed).
+    (S.RESUME_FAILED, "completed"): S.SUCCEEDED,
     (S.FAILED, "resume"): S.RECOVERING,
     (S.STOPPED, "resume"): S.RECOVERING,
     # Bounded relaunches (handlers/lifecycle.py): the held-back launch, and the end of attempts without progress,

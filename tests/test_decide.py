@@ -10,7 +10,7 @@ from fakes.notes import note_type
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.failures import Failure
 from handlers.jobs import Change, ChatRef, Job, JobState
-from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StartDeadline, parse_message
+from handlers.messages import CloudEvent, Launched, LaunchFailed, PageStep, ReportReceived, StartDeadline, parse_message
 from handlers.reports import CheckpointSaved, Completed, Failed, Interrupted, Notice, Progress, Started
 from handlers.transitions import TRANSITIONS
 from tests.outboxes import dumped
@@ -150,6 +150,32 @@ def test_a_replacement_that_never_starts_times_out_into_resume_failed() -> None:
     assert late_timer.history["event"] == "ignored"
     timeout = decide(job, StartDeadline(job_id=job.id, attempt=2, due=at(931)), at(931))
     assert timeout.job.state is JobState.RESUME_FAILED and timeout.job.failure == Failure.of("start-timeout")
+
+
+def test_a_replacement_judged_gone_whose_completion_comes_after_succeeds_and_stands_the_page_down() -> None:
+    # A replica died with the replacement's reports in flight; the runner finished and exited, so the cloud's
+    # instance-gone was decided first (RESUME_FAILED, on-call paged), and its reports come after.
+    job = running_job()
+    job = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="local"), at(30)).job
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
+    failed = decide(job, CloudEvent(kind="instance-gone", instance_id="i-2", source="local"), at(40))
+    assert failed.job.state is JobState.RESUME_FAILED and "page-step" in kinds(failed)
+    job = failed.job.model_copy(update={"page": failed.job.page.model_copy(update={"tools": ["pagerduty"]})})  # type: ignore[union-attr]
+    late = decide(job, report(job, Started, resumed_from_step=10, time=at(35)), at(41))
+    assert late.history["event"] == "ignored" and late.job.state is JobState.RESUME_FAILED
+    done = decide(job, report(job, Completed, step=30, total_steps=30, output_uri="s3://b/out/", time=at(39)), at(42))
+    assert done.job.state is JobState.SUCCEEDED and done.job.output_uri == "s3://b/out/" and done.job.step == 30
+    assert done.job.failure is None and done.job.page is None  # nothing to show as failed, nobody to wake
+    assert done.history["after"] == "resume-failed"
+    assert {"notify:threadcompleted", "notify:threadchart"} <= set(kinds(done))
+    [resolve] = [item for item in dumped(done) if item.get("note", {}).get("action") == "resolve"]
+    assert resolve["note"]["tool"] == "pagerduty"
+    # A page step due after that finds the job no longer RESUME_FAILED: the ladder stops.
+    [step] = [message for message in failed.outbox if isinstance(message, PageStep)]
+    assert decide(done.job, step.model_copy(update={"step": 1}), at(600)).history["event"] == "ignored"
+    # An older attempt's completion still moves nothing.
+    old = decide(job, report(job, Completed, attempt=1, step=30, output_uri="s3://b/old/", time=at(39)), at(42))
+    assert old.job.state is JobState.RESUME_FAILED
 
 
 def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
