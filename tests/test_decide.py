@@ -162,7 +162,12 @@ def test_a_replacement_judged_gone_whose_completion_comes_after_succeeds_and_sta
     assert failed.job.state is JobState.RESUME_FAILED and "page-step" in kinds(failed)
     job = failed.job.model_copy(update={"page": failed.job.page.model_copy(update={"tools": ["pagerduty"]})})  # type: ignore[union-attr]
     late = decide(job, report(job, Started, resumed_from_step=10, time=at(35)), at(41))
-    assert late.history["event"] == "ignored" and late.job.state is JobState.RESUME_FAILED
+    assert late.job.state is JobState.RESUME_FAILED and late.history["event"] == "started"  # it did resume: told
+    assert "notify:threadresumed" in kinds(late) and late.job.steps_lost == 2  # reached 12, resumed from 10
+    assert late.job.current is not None and late.job.current.started_at == at(35)
+    again = decide(late.job, report(job, Started, resumed_from_step=10, time=at(35)), at(41))
+    assert again.history["event"] == "ignored"  # once
+    job = late.job
     done = decide(job, report(job, Completed, step=30, total_steps=30, output_uri="s3://b/out/", time=at(39)), at(42))
     assert done.job.state is JobState.SUCCEEDED and done.job.output_uri == "s3://b/out/" and done.job.step == 30
     assert done.job.failure is None and done.job.page is None  # nothing to show as failed, nobody to wake
