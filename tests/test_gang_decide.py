@@ -9,8 +9,9 @@ from typing import Any
 
 from handlers.cost import job_cost
 from handlers.decide import decide, new_job
+from handlers.failures import Failure
 from handlers.gang import master_port, place_in
-from handlers.jobs import ChatRef, Job, JobState
+from handlers.jobs import ChatRef, Job, JobState, Page
 from handlers.messages import (
     CloudEvent,
     GangHoldDue,
@@ -18,13 +19,14 @@ from handlers.messages import (
     Launched,
     LaunchFailed,
     Message,
+    Notify,
     Regroup,
     ReleaseGang,
     ReportReceived,
     Terminate,
 )
 from handlers.reconcile import CloudInstance, reconcile
-from handlers.reports import Interrupted, Progress, Standby, Started
+from handlers.reports import Completed, Interrupted, Progress, Standby, Started
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 
@@ -176,3 +178,17 @@ def test_node_0s_step_gives_each_node_of_its_generation_its_first_step_once_and_
     later = ReportReceived(report=Progress(job_id=job.id, attempt=1, time=NOW + timedelta(minutes=9), step=2))
     again, _ = step(job, later, minutes=9)
     assert again.attempts == job.attempts and again.restart_seconds == job.restart_seconds  # once
+
+
+def test_node_0s_completion_after_the_gang_was_judged_failed_succeeds_and_resolves_the_page() -> None:
+    # Node 0's completion delayed past the bot's verdict (a replica died with it in flight): the output is committed.
+    job = running_gang()
+    page = Page(attempt=1, opened_at=NOW, reason=Failure.of("start-timeout"), tools=["opsgenie"])
+    failure = Failure.of("start-timeout")
+    judged = job.model_copy(update={"state": JobState.RESUME_FAILED, "failure": failure, "page": page})
+    done, outbox = step(judged, report(judged, 1, Completed, step=16, output_uri="s3://b/out/"))
+    assert done.state is JobState.SUCCEEDED and done.output_uri == "s3://b/out/"
+    assert done.failure is None and done.page is None
+    [resolve] = [m for m in outbox if isinstance(m, Notify) and getattr(m.note, "action", None) == "resolve"]
+    assert resolve.note.tool == "opsgenie"  # type: ignore[union-attr]
+    assert of(outbox, ReleaseGang)  # and the gang is released as after any completion
