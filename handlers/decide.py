@@ -628,14 +628,14 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
     state = next_state(job.state, "completed")
     if state is None:
         return _ignored(job, "report:completed", f"the job is {job.state}")
+    failed = job.state is JobState.RESUME_FAILED  # judged failed, finished after all: nothing to show, nobody to wake
     done = _end_attempt(job, report.time, "completed").model_copy(
         update={
             "output_uri": report.output_uri,
             "step": report.step or job.step,
             "total_steps": report.total_steps or job.total_steps,
-            # A resume judged failed that finished after all: no failure to show, and nobody left to wake.
-            "failure": None if job.state is JobState.RESUME_FAILED else job.failure,
-            "page": None if job.state is JobState.RESUME_FAILED else job.page,
+            "failure": None if failed else job.failure,
+            "page": None if failed else job.page,
         }
     )
     instance = job.current.instance_id if job.current else None
@@ -643,13 +643,11 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
         _note(done, "thread", CompletedNote(output_uri=report.output_uri)),
         _chart(done, "completed"),
     ]
-    if job.state is JobState.RESUME_FAILED:
+    if failed:
         outbox.extend(resolutions(job, job.page))
     if instance:
         outbox.insert(0, Terminate(job_id=job.id, instance_id=instance))
-    history = {"event": "completed", "output_uri": report.output_uri}
-    if job.state is JobState.RESUME_FAILED:
-        history["after"] = "resume-failed"
+    history = {"event": "completed", "output_uri": report.output_uri, **({"after": "resume-failed"} if failed else {})}
     return _change(done, state, now, history, outbox)
 
 
