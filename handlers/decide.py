@@ -458,12 +458,10 @@ def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: 
 def _started(job: Job, report: Started, now: datetime) -> Change:
     state = next_state(job.state, "started")
     current = job.current
-    if state is None and job.state is JobState.RESUME_FAILED and current is not None and current.started_at is None:
-        # Judged failed before its start was heard (its instance gone, its reports delayed): it did resume, so the
-        # attempt's record and the thread say so; the job waits for on-call (or its own late completion) as it was.
-        state = job.state
     if state is None or current is None:
         return _ignored(job, "report:started", f"the job is {job.state}")
+    if job.state is JobState.RESUME_FAILED and current.started_at is not None:  # its start is told once
+        return _ignored(job, "report:started", "the attempt's start is recorded already")
     foreign = foreign_instance(current, report.instance_id)
     if foreign is not None:
         return _ignored(job, "report:started", foreign, instance=report.instance_id)

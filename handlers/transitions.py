@@ -92,8 +92,10 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.RESUME_FAILED, "ack"): S.RESUME_FAILED,
     (S.RESUME_FAILED, "resume"): S.RECOVERING,
     (S.RESUME_FAILED, "stop"): S.STOPPED,
-    # The attempt finished after all: its runner's reports came after the cloud's word that the instance was gone
-    # (a replica died with them in flight, and the runner exits once its output is committed).
+    # The attempt resumed, or finished, after all: its runner's reports came after the cloud's word that the
+    # instance was gone (a replica died with them in flight, and the runner exits once its output is committed).
+    # Its start is told and recorded; the job waits for on-call, or for its completion.
+    (S.RESUME_FAILED, "started"): S.RESUME_FAILED,
     (S.RESUME_FAILED, "completed"): S.SUCCEEDED,
     (S.FAILED, "resume"): S.RECOVERING,
     (S.STOPPED, "resume"): S.RECOVERING,

@@ -104,8 +104,8 @@ def scripted(run: Run, plan: tuple[object, ...]) -> Callable[[Situation], Choice
     return policy
 
 
-def brute_force(run: Run) -> float:
-    """The least cost over every sequence of choices that meets the deadline."""
+def brute_force(run: Run, allowed: Callable[[Run, tuple[object, ...]], bool] = lambda run, plan: True) -> float:
+    """The least cost over every sequence of choices that meets the deadline (and that ``allowed`` lets through)."""
     best = float("inf")
     options: list[object] = [None, "od", *range(len(run.zones))]
     for plan in itertools.product(options, repeat=run.deadline):
@@ -114,20 +114,25 @@ def brute_force(run: Run) -> float:
         ):
             continue
         outcome = simulate(run, scripted(run, plan))
-        if outcome.met(run):
-            best = min(best, outcome.cost(run))
+        if outcome.met(run) and outcome.cost(run) < best and allowed(run, plan):
+            best = outcome.cost(run)
     return best
+
+
+def random_run(rng: random.Random, longest: int) -> Run:
+    """A small run of one or two hourly zones, spot two hours in three, a deadline of 3 to ``longest`` hours."""
+    zones = rng.randint(1, 2)
+    deadline = rng.randint(3, longest)
+    traces = [[rng.choice([0, 1, 1]) for _ in range(deadline + 2)] for _ in range(zones)]
+    named = tuple(Zone(f"z{i}", trace) for i, trace in enumerate(traces))
+    return Run(named, 3600, rng.randint(0, 2), rng.randint(1, deadline), deadline, rng.randint(0, 2), 1.0, 3.0)
 
 
 def test_the_offline_optimum_is_the_least_cost_of_every_plan() -> None:
     optimum = bench_module().offline_optimum
     rng = random.Random(15)
     for _ in range(60):
-        zones = rng.randint(1, 2)
-        deadline = rng.randint(3, 6)
-        traces = [[rng.choice([0, 1, 1]) for _ in range(deadline + 2)] for _ in range(zones)]
-        named = tuple(Zone(f"z{i}", trace) for i, trace in enumerate(traces))
-        run = Run(named, 3600, rng.randint(0, 2), rng.randint(1, deadline), deadline, rng.randint(0, 2), 1.0, 3.0)
+        run = random_run(rng, 6)
         expected = brute_force(run)
         assert optimum(run) == pytest.approx(expected), run
         for name, policy in POLICIES.items():  # no policy beats perfect knowledge
@@ -152,19 +157,8 @@ def test_the_safe_optimum_is_the_least_cost_of_every_plan_that_keeps_the_deadlin
     rng = random.Random(23)
     tighter = 0
     for _ in range(30):
-        zones = rng.randint(1, 2)
-        deadline = rng.randint(3, 5)
-        traces = [[rng.choice([0, 1, 1]) for _ in range(deadline + 2)] for _ in range(zones)]
-        named = tuple(Zone(f"z{i}", trace) for i, trace in enumerate(traces))
-        run = Run(named, 3600, rng.randint(0, 2), rng.randint(1, deadline), deadline, rng.randint(0, 2), 1.0, 3.0)
-        best = float("inf")
-        options: list[object] = [None, "od", *range(len(run.zones))]
-        for plan in itertools.product(options, repeat=run.deadline):
-            if any(isinstance(move, int) and named[move].counts[run.start + t] < 1 for t, move in enumerate(plan)):
-                continue
-            outcome = simulate(run, scripted(run, plan))
-            if outcome.met(run) and outcome.cost(run) < best and keeps_the_deadline_whatever_comes(run, plan):
-                best = outcome.cost(run)
+        run = random_run(rng, 5)
+        best = brute_force(run, keeps_the_deadline_whatever_comes)
         safe = optimum(run, safe=True)
         assert safe == pytest.approx(best), run
         assert safe >= optimum(run) - 1e-9
