@@ -326,6 +326,8 @@ def _report(
     if job.nodes > 1:
         return gang.report(job, report, now, limits, spot)
     if report.attempt != job.attempt:
+        if isinstance(report, Completed) and job.attempt_numbered(report.attempt) is not None:
+            return _completed(job, report, now)  # an attempt judged gone finished the job after all
         return _fenced(job, report, now)
     if isinstance(report, Started):
         return _started(job, report, now)
@@ -623,11 +625,16 @@ def _interrupted_fields(report: Interrupted) -> dict[str, Any]:
 
 
 def _completed(job: Job, report: Completed, now: datetime) -> Change:
+    """The job's output is committed: it succeeded, whichever of its attempts says so. An older attempt's word
+    counts too (the cloud's instance-gone came first, while a dead replica held its report: a newer attempt was
+    launched for nothing and is terminated)."""
     state = next_state(job.state, "completed")
     if state is None:
         return _ignored(job, "report:completed", f"the job is {job.state}")
     failed = job.state is JobState.RESUME_FAILED  # judged failed, finished after all: nothing to show, nobody to wake
-    done = _end_attempt(job, report.time, "completed").model_copy(
+    older = report.attempt != job.attempt
+    ending = (now, f"attempt {report.attempt} completed the job") if older else (report.time, "completed")
+    done = _end_attempt(job, *ending).model_copy(
         update={
             "output_uri": report.output_uri,
             "step": report.step or job.step,
@@ -645,7 +652,11 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
         outbox.extend(resolutions(job, job.page))
     if instance:
         outbox.insert(0, Terminate(job_id=job.id, instance_id=instance))
-    history = {"event": "completed", "output_uri": report.output_uri, **({"after": "resume-failed"} if failed else {})}
+    history: dict[str, Any] = {"event": "completed", "output_uri": report.output_uri}
+    if older:
+        history["attempt"] = report.attempt
+    if failed:
+        history["after"] = "resume-failed"
     return _change(done, state, now, history, outbox)
 
 

@@ -201,6 +201,8 @@ def _placed_again(job: Job, attempt: Attempt, message: LaunchFailed, now: dateti
 def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change | None:
     attempt = job.attempt_numbered(message.attempt)
     if attempt is None or attempt.ended_at is not None:
+        if attempt is not None and isinstance(message, Completed) and _output_committed(attempt, message):
+            return _completed(job, attempt, message, now)  # node 0, judged gone, finished the job after all
         return d._fenced(job, message, now)
     if isinstance(message, Started):
         return started(job, attempt, message, now)
@@ -360,10 +362,18 @@ def _checkpoint(job: Job, message: CheckpointSaved, now: datetime) -> Change:
     return d._make(moved, history, [d._note(moved, "card", CardRefresh(cause="checkpoint"))])
 
 
+def _output_committed(attempt: Attempt, message: Completed) -> bool:
+    """Whether this node's completion means the job's output is stored: node 0 stores it, and any node that found
+    it stored says so. The rank is the one the node finished as, from its report: a survivor due to take rank 0
+    may finish as rank 1 of the old world."""
+    rank = message.node_rank if message.node_rank is not None else rank_of(attempt)
+    return message.already_complete or rank == 0
+
+
 def _completed(job: Job, attempt: Attempt, message: Completed, now: datetime) -> Change:
-    """Node 0's completion completes the gang (every node released, the placement removed); another node's only
-    ends that node (node 0 stores the output)."""
-    if rank_of(attempt) != 0:
+    """Node 0's completion completes the gang (every node released, the placement removed), as does any node's that
+    found the output stored; another node's only ends that node (node 0 stores the output)."""
+    if not _output_committed(attempt, message):
         ended = with_attempt(job, attempt.model_copy(update={"ended_at": message.time, "end_reason": "completed"}))
         release = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if attempt.instance_id else []
         return d._make(ended, {"event": "node-completed", "attempt": attempt.number}, release)

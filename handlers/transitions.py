@@ -45,6 +45,9 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.PENDING, "started"): S.RUNNING,
     (S.PENDING, "failed"): S.FAILED,
     (S.PENDING, "start-timeout"): S.FAILED,
+    # A runner that finds the job's output committed reports ``completed`` at once, and a replica's death can hold
+    # its ``started`` back: the job is done, whatever the bot had heard of that attempt so far.
+    (S.PENDING, "completed"): S.SUCCEEDED,
     (S.PENDING, "stop"): S.STOPPED,
     # A gang's later node refused (not for capacity) after node 0 launched: the gang cannot form.
     (S.PROVISIONING, "launch-failed"): S.FAILED,
@@ -53,6 +56,7 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.PROVISIONING, "start-timeout"): S.FAILED,
     (S.PROVISIONING, "instance-gone"): S.RECOVERING,
     (S.PROVISIONING, "stop"): S.STOPPING,
+    (S.PROVISIONING, "completed"): S.SUCCEEDED,
     (S.RUNNING, "progress"): S.RUNNING,
     (S.RUNNING, "checkpoint"): S.RUNNING,
     (S.RUNNING, "rebalance"): S.RUNNING,
@@ -81,6 +85,7 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.RECOVERING, "start-timeout"): S.RESUME_FAILED,
     (S.RECOVERING, "instance-gone"): S.RESUME_FAILED,
     (S.RECOVERING, "stop"): S.STOPPING,
+    (S.RECOVERING, "completed"): S.SUCCEEDED,
     (S.STOPPING, "launched"): S.STOPPING,
     (S.STOPPING, "progress"): S.STOPPING,
     (S.STOPPING, "checkpoint"): S.STOPPING,

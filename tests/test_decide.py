@@ -178,9 +178,33 @@ def test_a_replacement_judged_gone_whose_completion_comes_after_succeeds_and_sta
     # A page step due after that finds the job no longer RESUME_FAILED: the ladder stops.
     [step] = [message for message in failed.outbox if isinstance(message, PageStep)]
     assert decide(done.job, step.model_copy(update={"step": 1}), at(600)).history["event"] == "ignored"
-    # An older attempt's completion still moves nothing.
-    old = decide(job, report(job, Completed, attempt=1, step=30, output_uri="s3://b/old/", time=at(39)), at(42))
-    assert old.job.state is JobState.RESUME_FAILED
+    # A report of an attempt the job never had moves nothing.
+    unknown = decide(job, report(job, Completed, attempt=7, step=30, output_uri="s3://b/x/", time=at(39)), at(42))
+    assert unknown.job.state is JobState.RESUME_FAILED and unknown.history["event"] == "ignored"
+
+
+def test_an_attempt_judged_gone_whose_completion_comes_after_the_relaunch_succeeds_and_ends_the_new_one() -> None:
+    # The runner finished and exited; the cloud's instance-gone was decided while a dead replica held its
+    # ``completed``, so attempt 2 was launched for nothing. Either word of the finish ends the job as SUCCEEDED.
+    job = running_job()
+    relaunched = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="local"), at(30))
+    assert relaunched.job.state is JobState.RECOVERING and relaunched.job.attempt == 2
+    job = decide(relaunched.job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
+
+    late = decide(job, report(job, Completed, attempt=1, step=30, output_uri="s3://b/out/", time=at(29)), at(35))
+    assert late.job.state is JobState.SUCCEEDED and late.job.output_uri == "s3://b/out/" and late.job.step == 30
+    assert late.history["event"] == "completed" and late.history["attempt"] == 1
+    assert kinds(late) == ["terminate", "notify:threadcompleted", "notify:threadchart"]
+    assert dumped(late)[0]["instance_id"] == "i-2"  # the replacement launched for nothing is released
+    assert late.job.attempts[0].end_reason == "instance gone: local"  # what the cloud said of it stays
+    assert late.job.attempts[1].end_reason == "attempt 1 completed the job" and late.job.attempts[1].ended_at == at(35)
+    again = decide(late.job, report(job, Completed, step=30, output_uri="s3://b/out/"), at(36))
+    assert again.history["event"] == "ignored"  # the replacement's own word after that: told once is enough
+
+    # The replacement's runner finds the output committed and says so before its start was heard: done as well.
+    found = decide(job, report(job, Completed, step=30, output_uri="s3://b/out/", time=at(33)), at(34))
+    assert found.job.state is JobState.SUCCEEDED and found.job.attempts[1].end_reason == "completed"
+    assert kinds(found) == ["terminate", "notify:threadcompleted", "notify:threadchart"]
 
 
 def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:

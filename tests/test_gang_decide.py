@@ -192,3 +192,27 @@ def test_node_0s_completion_after_the_gang_was_judged_failed_succeeds_and_resolv
     [resolve] = [m for m in outbox if isinstance(m, Notify) and getattr(m.note, "action", None) == "resolve"]
     assert resolve.note.tool == "opsgenie"  # type: ignore[union-attr]
     assert of(outbox, ReleaseGang)  # and the gang is released as after any completion
+
+
+def test_node_0s_completion_after_its_instance_was_judged_gone_succeeds_and_releases_the_gang() -> None:
+    # Node 0 finished and exited; the cloud's word came first (a replica died holding the report): node 0 was
+    # replaced for nothing. Its completion still ends the job, and every node up is released.
+    job = running_gang()
+    job, outbox = step(job, CloudEvent(kind="instance-gone", instance_id="i-0", source="local"))
+    assert job.state is JobState.RECOVERING and job.attempts[0].ended_at is not None
+    done, outbox = step(job, report(job, 1, Completed, node_rank=0, generation=1, step=16, output_uri="s3://b/out/"))
+    assert done.state is JobState.SUCCEEDED and done.output_uri == "s3://b/out/"
+    assert {m.instance_id for m in of(outbox, Terminate)} == {"i-1"} and of(outbox, ReleaseGang)
+    # Node 1, due to take rank 0 in the next world, finishing as rank 1 of the old one completes only itself.
+    assert job.attempts[1].next_rank == 0
+    node_1, _ = step(job, report(job, 2, Completed, node_rank=1, generation=1, step=16, output_uri="s3://b/out/"))
+    assert node_1.state is JobState.RECOVERING and node_1.attempts[1].end_reason == "completed"
+
+
+def test_a_node_that_finds_the_output_stored_completes_the_gang_whatever_its_rank() -> None:
+    job = running_gang()
+    only_itself, _ = step(job, report(job, 2, Completed, node_rank=1, generation=1, step=16, output_uri="s3://b/o/"))
+    assert only_itself.state is JobState.RUNNING  # rank 1 finishing: node 0 stores the output
+    found = report(job, 2, Completed, node_rank=1, generation=1, step=16, output_uri="s3://b/o/", already_complete=True)
+    done, outbox = step(job, found)
+    assert done.state is JobState.SUCCEEDED and done.output_uri == "s3://b/o/" and of(outbox, ReleaseGang)
