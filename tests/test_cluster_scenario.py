@@ -3,7 +3,8 @@ interrupted, resumed from their checkpoints and finished, with the store's keys 
 
 The bot is given the cluster's URL and nothing else: it finds the cluster (``INFO cluster``), creates its store
 with sixteen partitions, and runs every script within one slot. The local cloud's instances run the real runner
-with the built-in ``tiny`` trainer (the cheapest end to end that goes through chat and an interruption).
+with the synthetic trainer (``tests/trainers/synthetic.py``: the trainer contract without torch, the cheapest end
+to end that goes through chat and an interruption; what is trained does not matter to the store).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from fakes.bot_harness import CHANNEL, eventually, running_bot, settled, wait_jo
 from fakes.valkey_cluster import ValkeyCluster
 from handlers.jobs import JobState
 from tests.cluster_fixtures import fixture_valkey_cluster, fixture_valkey_cluster_server  # noqa: F401 - fixtures
+from tests.trainers import synthetic
 
+RECIPES = [synthetic.recipe()]
 STEPS = 16
 AT_STEP = 4  # interrupt-tested once it trained this far (its SIGTERM handler saves a checkpoint)
 USER = "console:ana"
@@ -29,11 +32,12 @@ FINAL = {JobState.SUCCEEDED, JobState.FAILED, JobState.RESUME_FAILED}
 async def test_jobs_are_started_interrupted_resumed_and_finished_through_chat_on_a_cluster(
     tmp_path: Path, valkey_cluster: ValkeyCluster
 ) -> None:
-    async with running_bot(tmp_path / "state", redis_url=valkey_cluster.url) as (service, chat):
+    config = write_config(tmp_path / "bot.yaml", recipes=RECIPES)
+    async with running_bot(tmp_path / "state", config, redis_url=valkey_cluster.url) as (service, chat):
         store = service.bot.store
         assert isinstance(store.redis, MappedRedisCluster) and store.keys.partitions == CLUSTER_PARTITIONS
         replies = await asyncio.gather(
-            *(service.bot.command(USER, CHANNEL, f"start tiny steps={STEPS}") for _ in range(3))
+            *(service.bot.command(USER, CHANNEL, f"start synthetic steps={STEPS}") for _ in range(3))
         )
         job_ids = [reply.split()[1].rstrip(":") for reply in replies]
         assert all(reply.startswith("Starting ft-") for reply in replies), replies
@@ -68,9 +72,10 @@ async def test_a_primary_killed_mid_run_loses_no_job_and_no_note_with_durability
     """Jobs train while the primary serving the first one's partition is SIGKILLed and its replica promoted
     (CLUSTER FAILOVER TAKEOVER), the dead node coming back as a replica: every job still finishes, and every note
     is posted exactly once. (Until a replica is back, durable writes to those partitions wait: none is acted on.)"""
-    config = write_config(tmp_path / "bot.yaml", redis={"durability": "replica", "durability_timeout_ms": 2000})
+    durable = {"durability": "replica", "durability_timeout_ms": 2000}
+    config = write_config(tmp_path / "bot.yaml", redis=durable, recipes=RECIPES)
     async with running_bot(tmp_path / "state", config, redis_url=valkey_cluster.url) as (service, chat):
-        replies = [await service.bot.command(USER, CHANNEL, f"start tiny steps={STEPS}") for _ in range(3)]
+        replies = [await service.bot.command(USER, CHANNEL, f"start synthetic steps={STEPS}") for _ in range(3)]
         job_ids = [reply.split()[1].rstrip(":") for reply in replies]
         store = service.bot.store
         first = job_ids[0]

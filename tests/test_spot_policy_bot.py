@@ -1,6 +1,7 @@
 """The spot policy live, through the console chat on the real bot (embedded Valkey, the local cloud's instances,
-the tiny trainer): a deadline job moved to on-demand when spot capacity goes, a budget that stops a job with a
-checkpoint, bad options refused with nothing changed, and a plain job launched as it always was."""
+the synthetic trainer: what it trains does not matter here, only that it keeps the trainer contract): a deadline
+job moved to on-demand when spot capacity goes, a budget that stops a job with a checkpoint, bad options refused
+with nothing changed, and a plain job launched as it always was."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from fakes.bot_harness import CHANNEL, SteppedClock, running_bot, start_job, wai
 from handlers.jobs import JobState
 from handlers.messages import PolicyTick
 from tests.test_bot_scenarios import wait_for_text
+from tests.trainers import synthetic
 
 # The policy is asked again every 10 minutes: a job 10 minutes from its deadline cannot wait for spot.
 TICK = {"spot": {"tick_seconds": 600}}
+RECIPES = [synthetic.recipe()]
 # Long enough (0.2 s a step: 10 s or more after the step the test acts at) that the job is still training when the
 # capacity goes or the policy moves it; every step after the last move is only waited for, so no more than that.
 STEPS = 60
@@ -29,10 +32,10 @@ def local_cloud(cloud: object) -> LocalCloud:
 
 async def test_capacity_loss_moves_a_deadline_job_to_on_demand_and_it_finishes_in_time(tmp_path: Path) -> None:
     clock = SteppedClock()
-    config = write_config(tmp_path / "bot.yaml", policy=TICK)
+    config = write_config(tmp_path / "bot.yaml", policy=TICK, recipes=RECIPES)
     async with running_bot(tmp_path / "state", config, clock=clock) as (service, chat):
         cloud = local_cloud(service.bot.cloud)
-        job_id = await start_job(service, "console:ana", f"start tiny steps={STEPS} step_seconds=0.2 deadline=15m")
+        job_id = await start_job(service, "console:ana", f"start synthetic steps={STEPS} step_seconds=0.2 deadline=15m")
         job = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 10)
         first = job.attempts[0]
         assert (first.market, first.zone, first.price_per_hour) == ("spot", "local-a", cloud.spot_price)
@@ -65,7 +68,7 @@ async def test_capacity_loss_moves_a_deadline_job_to_on_demand_and_it_finishes_i
 
 
 async def test_bad_options_change_nothing_and_a_plain_job_is_launched_as_always(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "bot.yaml", policy=TICK)
+    config = write_config(tmp_path / "bot.yaml", policy=TICK, recipes=RECIPES)
     async with running_bot(tmp_path / "state", config) as (service, _chat):
         for words, said in (
             ("deadline=soon", "deadline must be a duration like 36h"),
@@ -73,12 +76,12 @@ async def test_bad_options_change_nothing_and_a_plain_job_is_launched_as_always(
             ("budget=lots", "budget must be an amount"),
             ("budget=0", "budget must be more than 0"),
         ):
-            reply = await service.bot.command("console:ana", CHANNEL, f"start tiny {words}")
+            reply = await service.bot.command("console:ana", CHANNEL, f"start synthetic {words}")
             assert reply.startswith("⛔ ") and said in reply, reply
         assert await service.bot.store.list_jobs() == []
         assert await Timers(service.bot.store.redis).pending() == []
 
-        job_id = await start_job(service, "console:ana", "start tiny steps=5 step_seconds=0")
+        job_id = await start_job(service, "console:ana", "start synthetic steps=5 step_seconds=0")
         done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED)
         assert done.deadline is None and done.budget is None and done.plan is None and done.tick == 0
         launch = [entry for entry in await service.bot.store.history(job_id) if entry.get("event") == "created"]
@@ -91,9 +94,9 @@ async def test_bad_options_change_nothing_and_a_plain_job_is_launched_as_always(
 
 async def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint(tmp_path: Path) -> None:
     clock = SteppedClock()
-    config = write_config(tmp_path / "bot.yaml", policy=TICK)
+    config = write_config(tmp_path / "bot.yaml", policy=TICK, recipes=RECIPES)
     async with running_bot(tmp_path / "state", config, clock=clock) as (service, chat):
-        job_id = await start_job(service, "console:ana", "start tiny steps=5000 step_seconds=0.2 budget=0.05")
+        job_id = await start_job(service, "console:ana", "start synthetic steps=5000 step_seconds=0.2 budget=0.05")
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 5)
         clock.advance(11)  # eleven minutes billed at $0.30/h: $0.055, over the budget; the policy's tick is due
         stopped = await wait_job(service, job_id, lambda job: job.state in (JobState.STOPPED, JobState.FAILED))
@@ -107,11 +110,11 @@ async def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint(t
 
 
 async def test_a_zone_without_spot_refuses_the_launch_and_the_policy_moves_to_the_next(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "bot.yaml", policy=TICK)
+    config = write_config(tmp_path / "bot.yaml", policy=TICK, recipes=RECIPES)
     async with running_bot(tmp_path / "state", config, finetune_local_zones="local-a,local-b") as (service, _chat):
         cloud = local_cloud(service.bot.cloud)
         assert await cloud.take_spot_capacity("local-a") == []  # nothing held there yet
-        job_id = await start_job(service, "console:ana", "start tiny steps=5 step_seconds=0 deadline=1h")
+        job_id = await start_job(service, "console:ana", "start synthetic steps=5 step_seconds=0 deadline=1h")
         done = await wait_job(service, job_id, lambda job: job.state in (JobState.SUCCEEDED, JobState.FAILED))
         assert done.state is JobState.SUCCEEDED, done.failure
         refused, ran = done.attempts
@@ -126,9 +129,9 @@ async def test_a_zone_without_spot_refuses_the_launch_and_the_policy_moves_to_th
 
 
 async def test_a_job_on_on_demand_goes_back_to_spot_through_a_checkpoint_when_that_is_safe(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "bot.yaml", policy={"spot": {"tick_seconds": 2}})
+    config = write_config(tmp_path / "bot.yaml", policy={"spot": {"tick_seconds": 2}}, recipes=RECIPES)
     async with running_bot(tmp_path / "state", config) as (service, chat):
-        job_id = await start_job(service, "console:ana", f"start tiny steps={STEPS} step_seconds=0.2 deadline=30m")
+        job_id = await start_job(service, "console:ana", f"start synthetic steps={STEPS} step_seconds=0.2 deadline=30m")
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 5)
         assert (await service.bot.command("console:ana", CHANNEL, f"stop {job_id}")).startswith("OK: stop")
         await wait_job(service, job_id, lambda job: job.state is JobState.STOPPED)

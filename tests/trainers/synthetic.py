@@ -5,6 +5,10 @@ next step's end after SIGTERM, it writes ``checkpoint-<step>/``: ``model.bin`` o
 from ``FINETUNE_RESUME_FROM`` (the step in its ``trainer_state.json``) and writes a small final output at the end.
 
     python -m tests.trainers.synthetic --checkpoint-mib 20 --save-every 25 --step-seconds 0.2 --max-steps 100
+
+:func:`recipe` makes it a recipe with the ``tiny`` recipe's knobs, for the bot's scenario tests where the trainer only
+has to follow the contract (the spot policy, the store on a cluster): it starts in a twentieth of a second where
+the HF trainer spends five seconds of CPU importing torch, transformers and peft.
 """
 
 from __future__ import annotations
@@ -16,8 +20,37 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 MiB = 1024 * 1024
+
+
+def recipe(name: str = "synthetic") -> dict[str, Any]:
+    """A recipe (the config file's form) that runs this trainer with ``steps``, ``step_seconds`` and ``save_steps``."""
+    return {
+        "name": name,
+        "description": "steps that are sleeps, checkpoints of a few KiB (the trainer contract, without torch)",
+        "model": "none",
+        "command": [
+            "{python}",
+            "-m",
+            "tests.trainers.synthetic",
+            "--max-steps",
+            "{steps}",
+            "--step-seconds",
+            "{step_seconds}",
+            "--save-every",
+            "{save_steps}",
+            "--checkpoint-mib",
+            "0.01",
+        ],
+        "parameters": {
+            "steps": {"type": "int", "default": 30, "min": 1, "max": 10_000},
+            "step_seconds": {"type": "float", "default": 0.2, "min": 0.0, "max": 10.0},
+            "save_steps": {"type": "int", "default": 5, "min": 1, "max": 10_000},
+        },
+        "total_steps_param": "steps",
+    }
 
 
 def save(output: Path, step: int, mib: float, rate_mib: float) -> None:
