@@ -10,6 +10,9 @@ object moved to another instance's name, or relabelled with another job, fails t
 
 Inside is the same body AWS's key object carries (:func:`handlers.attempt_keys.dump_attempt_key`), so the runner's
 refreshable credentials (runner/storage/attempt_credentials.py) read both once this module has opened it.
+
+The cipher (``cryptography``, a fifth of a second to import) is loaded by the first seal or open: every runner
+imports this module for its key-prefix pattern, and only an Alibaba runner with a storage role opens anything.
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ import os
 import re
 from typing import Literal
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from handlers.attempt_keys import AttemptKey, StorageCredentials, dump_attempt_key, parse_attempt_key
@@ -69,6 +70,8 @@ def _associated(job_id: str, attempt: int, instance_id: str) -> bytes:
 
 def seal(report_key: str, instance_id: str, job_id: str, attempt: int, storage: StorageCredentials) -> bytes:
     """The sealed object for ``instance_id`` running ``job_id`` attempt ``attempt`` (a fresh nonce every time)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     sealed_key_object(instance_id)  # the name check
     plain = dump_attempt_key(job_id, attempt, report_key, storage)
     nonce = os.urandom(NONCE_BYTES)
@@ -87,6 +90,9 @@ def unseal(raw: bytes | str, report_key: str, instance_id: str) -> bytes:
     """The object's plaintext (an attempt key body, :func:`handlers.attempt_keys.parse_attempt_key` reads it), when
     ``report_key`` and ``instance_id`` are the ones it was sealed for; ValueError (with no secret in it) when it is
     malformed, another instance's, or sealed with another attempt's key."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     try:
         body = SealedKey.model_validate_json(raw)
     except ValidationError as exc:

@@ -1,14 +1,13 @@
 """Give the capacity back when the job is done, so nobody pays for an idle GPU.
 
 ``aws-instance`` terminates this instance (id from IMDS); ``aws-autoscaling`` sets the job's group to zero,
-which also stops a scaling group from replacing the instance, as the Alibaba guide recommends for ESS.
+which also stops a scaling group from replacing the instance, as the Alibaba guide recommends for ESS. The AWS
+SDK is loaded here, when a release is asked, not when the runner starts.
 """
 
 from __future__ import annotations
 
 import logging
-
-from aiobotocore.session import get_session
 
 from handlers.spec import ReleaseAwsAutoScaling, ReleaseAwsInstance
 
@@ -19,6 +18,10 @@ async def release_capacity(
     release: ReleaseAwsInstance | ReleaseAwsAutoScaling | None, instance_id: str | None
 ) -> str | None:
     """Release as the spec asks; returns what was done (for the log), or None when nothing was asked."""
+    if release is None:
+        return None
+    from aiobotocore.session import get_session
+
     session = get_session()
     if isinstance(release, ReleaseAwsAutoScaling):
         async with session.create_client("autoscaling") as client:

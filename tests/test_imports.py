@@ -81,6 +81,16 @@ def test_the_runner_agent_stays_light() -> None:
 
 
 @pytest.mark.scenario
+def test_the_aws_sdk_and_the_cipher_load_only_for_a_runner_that_uses_them() -> None:
+    """Half the runner's start-up: a runner on a directory store with HTTP reports (the local cloud's) never imports
+    botocore or cryptography; an S3 store or an SNS target loads the SDK (a sealed key, the cipher: its tests)."""
+    sdk = {"aiobotocore", "botocore", "cryptography"}
+    assert not loaded_after("runner.cli") & sdk
+    assert loaded_after("runner.storage.s3") >= {"aiobotocore", "botocore"}
+    assert loaded_after("runner.reports.sns") >= {"aiobotocore", "botocore"}
+
+
+@pytest.mark.scenario
 def test_handlers_need_no_io_library() -> None:
     loaded = loaded_after(
         "handlers.decide, handlers.commands, handlers.aws_events, handlers.spot, handlers.spot.zones, "

@@ -10,6 +10,9 @@ again (at most every ``reread_seconds``) with the instance's own credentials, wh
 If the object holds nothing newer (the bot is down, or STS refuses it), this says so loudly in the journal; the
 runner itself watches :meth:`AttemptCredentials.running_out` and commits what it has while the credentials last
 (runner/agent.py). After the end every storage request is refused until a bot writes fresh credentials again.
+
+botocore is loaded by :meth:`AttemptCredentials.load` (an S3 store's first request), not with this module: a runner
+whose store is a directory never pays the third of a second it takes to import.
 """
 
 from __future__ import annotations
@@ -18,13 +21,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
-
-from aiobotocore.credentials import AioRefreshableCredentials
-from botocore.exceptions import CredentialRetrievalError
+from typing import TYPE_CHECKING, Any
 
 from handlers.attempt_keys import AttemptKey, StorageCredentials, parse_attempt_key
 from runner.storage.base import StorageError
+
+if TYPE_CHECKING:
+    from aiobotocore.credentials import AioRefreshableCredentials
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +166,8 @@ class AttemptCredentials:
 
     async def load(self) -> AioRefreshableCredentials:
         """The refreshable credentials every store of this attempt signs with (one object, one refresh for all)."""
+        from aiobotocore.credentials import AioRefreshableCredentials
+
         if self._credentials is None:
             first = self.current
             self._credentials = AioRefreshableCredentials(
@@ -181,6 +186,8 @@ class AttemptCredentials:
     async def _metadata(self) -> dict[str, Any]:
         """What botocore refreshes from; near the end with nothing newer, a BotoCoreError, so each request fails as
         a storage error (retried and reported as such) rather than with a RuntimeError from botocore."""
+        from botocore.exceptions import CredentialRetrievalError
+
         await self.renew_if_due()
         held = self.current
         if held.seconds_left(self.clock()) <= MANDATORY_SECONDS:

@@ -1,16 +1,20 @@
 """Pick the store for a checkpoint URI: ``file://`` locally, the S3 API for ``s3://`` and ``oss://``.
 
 ``FINETUNE_S3_PART_MIB`` (default 16) and ``FINETUNE_S3_CONCURRENCY`` (default 8) tune the S3 transfers: parts
-of that size, that many requests (and part buffers) in flight.
+of that size, that many requests (and part buffers) in flight. The S3 store (and with it the AWS SDK) is loaded
+only for an ``s3://`` or ``oss://`` URI: a runner on a directory starts without it.
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from runner.storage.base import ObjectStore, StorageError
 from runner.storage.file import FileStore
-from runner.storage.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MIN_PART_SIZE, CredentialProvider, MiB, S3Store
+
+if TYPE_CHECKING:
+    from runner.storage.s3 import CredentialProvider
 
 
 def open_store(base_uri: str, credentials: CredentialProvider | None = None) -> ObjectStore:
@@ -19,6 +23,8 @@ def open_store(base_uri: str, credentials: CredentialProvider | None = None) -> 
     if base_uri.startswith("file://"):
         return FileStore(base_uri)
     if base_uri.startswith(("s3://", "oss://")):
+        from runner.storage.s3 import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MIN_PART_SIZE, MiB, S3Store
+
         part_size = _number("FINETUNE_S3_PART_MIB", DEFAULT_PART_SIZE / MiB) * MiB
         if part_size < MIN_PART_SIZE:
             raise StorageError(f"FINETUNE_S3_PART_MIB must be at least {MIN_PART_SIZE // MiB} (the S3 minimum)")
