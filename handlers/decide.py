@@ -631,33 +631,39 @@ def _completed(job: Job, report: Completed, now: datetime) -> Change:
     state = next_state(job.state, "completed")
     if state is None:
         return _ignored(job, "report:completed", f"the job is {job.state}")
-    failed = job.state is JobState.RESUME_FAILED  # judged failed, finished after all: nothing to show, nobody to wake
     older = report.attempt != job.attempt
     ending = (now, f"attempt {report.attempt} completed the job") if older else (report.time, "completed")
+    cleared, resolved = stand_down(job)
     done = _end_attempt(job, *ending).model_copy(
         update={
             "output_uri": report.output_uri,
             "step": report.step or job.step,
             "total_steps": report.total_steps or job.total_steps,
-            "failure": None if failed else job.failure,
-            "page": None if failed else job.page,
+            **cleared,
         }
     )
     instance = job.current.instance_id if job.current else None
     outbox: list[Message] = [
         _note(done, "thread", CompletedNote(output_uri=report.output_uri)),
         _chart(done, "completed"),
+        *resolved,
     ]
-    if failed:
-        outbox.extend(resolutions(job, job.page))
     if instance:
         outbox.insert(0, Terminate(job_id=job.id, instance_id=instance))
     history: dict[str, Any] = {"event": "completed", "output_uri": report.output_uri}
     if older:
         history["attempt"] = report.attempt
-    if failed:
+    if cleared:
         history["after"] = "resume-failed"
     return _change(done, state, now, history, outbox)
+
+
+def stand_down(job: Job) -> tuple[dict[str, Any], list[Message]]:
+    """What a completion clears when the job had been judged failed (RESUME_FAILED) and finished after all: its
+    failure and its page (nothing to show, nobody to wake), with the page resolved in its tools. Nothing otherwise."""
+    if job.state is not JobState.RESUME_FAILED:
+        return {}, []
+    return {"failure": None, "page": None}, list(resolutions(job, job.page))
 
 
 def launch_details(message: Launched) -> dict[str, object]:

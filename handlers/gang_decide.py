@@ -35,7 +35,6 @@ from handlers.messages import (
     Terminate,
 )
 from handlers.notes import CardRefresh, CompletedNote, InstanceGone, Note, Resumed, SpotPolicyNote, Stopped
-from handlers.pagers import resolutions
 from handlers.reports import (
     CheckpointSaved,
     Completed,
@@ -380,20 +379,18 @@ def _completed(job: Job, attempt: Attempt, message: Completed, now: datetime) ->
     state = next_state(job.state, "completed")
     if state is None:
         return d._ignored(job, "report:completed", f"the job is {job.state}")
-    failed = job.state is JobState.RESUME_FAILED  # judged failed before node 0's completion came: it finished
+    cleared, resolved = d.stand_down(job)
     done = end_all(job, message.time, "completed").model_copy(
         update={
             "output_uri": message.output_uri,
             "step": message.step or job.step,
             "total_steps": message.total_steps or job.total_steps,
-            "failure": None if failed else job.failure,
-            "page": None if failed else job.page,
+            **cleared,
         }
     )
     outbox: list[Message] = [*releases(job), ReleaseGang(job_id=job.id)]
     outbox.append(d._note(done, "thread", CompletedNote(output_uri=message.output_uri)))
-    if failed:
-        outbox.extend(resolutions(job, job.page))
+    outbox.extend(resolved)
     return d._change(done, state, now, {"event": "completed", "output_uri": message.output_uri}, outbox)
 
 

@@ -166,9 +166,9 @@ class AttemptCredentials:
 
     async def load(self) -> AioRefreshableCredentials:
         """The refreshable credentials every store of this attempt signs with (one object, one refresh for all)."""
-        from aiobotocore.credentials import AioRefreshableCredentials
-
         if self._credentials is None:
+            from aiobotocore.credentials import AioRefreshableCredentials
+
             first = self.current
             self._credentials = AioRefreshableCredentials(
                 access_key=first.access_key_id,
