@@ -9,7 +9,8 @@ Scenarios come as JSON Lines on stdin, one object per line (blank lines are skip
 one zone each, in the zones' order of preference; ``nodes`` (default 1) is how many instances the job needs
 from a zone; prices are per hour of everything the job holds; ``start_hour`` defaults to 0 and
 ``restart_minutes`` to 0; an optional ``budget`` stops a job whose spend would exceed it. For each scenario and
-each policy, one JSON line goes to stdout (see :func:`result`). The tick model is in :mod:`handlers.spot.simulator`.
+each policy, one JSON line goes to stdout (see :func:`result`), its ``scenario`` the line it came from (counted
+from 1, as in an error). The tick model is in :mod:`handlers.spot.simulator`.
 
 A gang (``nodes`` ≥ 2) with ``replace_minutes`` (one node's restart overhead: its launch, restore and the regroup)
 is priced both ways, two lines per policy: ``"gang": "whole-gang"`` (any loss restarts every node, paying
@@ -65,9 +66,10 @@ class Trace(BaseModel):
 
 
 def read_scenarios(lines: Iterable[str]) -> list[tuple[int, Scenario]]:
-    """(line number from 0, scenario) for each non-blank line; InputError for the first bad one."""
+    """(line number from 1, as an editor counts, scenario) for each non-blank line; InputError for the first bad
+    one."""
     scenarios = []
-    for number, line in enumerate(lines):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:

@@ -67,14 +67,14 @@ def test_each_scenario_and_policy_gives_one_line_with_the_hand_computed_figures(
     results = [json.loads(line) for line in done.stdout.splitlines()]
     assert all(list(result) == KEYS for result in results)
     assert [(r["scenario"], r["policy"]) for r in results] == [
-        (0, "spot-only"),
-        (0, "on-demand"),
-        (2, "spot-only"),  # the blank line keeps its number
-        (2, "on-demand"),
+        (1, "spot-only"),  # scenarios are numbered by their line, from 1, as an editor counts
+        (1, "on-demand"),
+        (3, "spot-only"),  # the blank line keeps its number
+        (3, "on-demand"),
     ]
     # One zone: start-up, 1 h of work, preempted, start-up, 2 h of work: 5 spot hours at $0.50, done after 6 h.
     assert results[0] == {
-        "scenario": 0,
+        "scenario": 1,
         "policy": "spot-only",
         "cost": 2.5,
         "on_demand_cost": 8.0,  # (1 h start-up + 3 h of work) at $2
@@ -128,16 +128,16 @@ def test_a_four_node_gang_is_priced_whole_gang_and_replace_one(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     results = [json.loads(line) for line in done.stdout.splitlines()]
     assert [(r["scenario"], r["gang"]) for r in results] == [
-        (0, "whole-gang"),
-        (0, "replace-one"),
         (1, "whole-gang"),
         (1, "replace-one"),
+        (2, "whole-gang"),
+        (2, "replace-one"),
     ]
     extra = ["gang", "holds", "replaced", "moves", "survivor_idle_hours", "survivor_cost"]
     assert all(list(r) == KEYS + extra for r in results)
     # Whole gang: start-up t0-t1, work t2, lost at t3, waits t3-t4, start-up again t5-t6, work t7-t8: 7 h at $2.
     assert results[0] | {"gang": ""} == {
-        "scenario": 0,
+        "scenario": 1,
         "policy": "spot-only",
         "cost": 14.0,
         "on_demand_cost": 40.0,  # (2 h start-up + 3 h of work) at $8
@@ -173,15 +173,15 @@ def test_a_four_node_gang_is_priced_whole_gang_and_replace_one(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("line", "policies", "message"),
     [
-        ("{not json", (), "line 0: not JSON"),
-        ('{"traces": []}', (), "line 0: traces:"),
-        ("[1, 2]", (), "line 0: a scenario is a JSON object"),
-        ("SCENARIO colour=1", (), "line 0: colour: Extra inputs are not permitted"),
-        ("SCENARIO work_hours=-1", (), "line 0: work_hours:"),
-        ("SCENARIO spot_price=NaN", (), "line 0: not JSON (NaN is not a number)"),
-        ("SCENARIO start_hour=99", (), "line 0: start_hour 99 is past the end of the traces (11 h)"),
+        ("{not json", (), "line 1: not JSON"),
+        ('{"traces": []}', (), "line 1: traces:"),
+        ("[1, 2]", (), "line 1: a scenario is a JSON object"),
+        ("SCENARIO colour=1", (), "line 1: colour: Extra inputs are not permitted"),
+        ("SCENARIO work_hours=-1", (), "line 1: work_hours:"),
+        ("SCENARIO spot_price=NaN", (), "line 1: not JSON (NaN is not a number)"),
+        ("SCENARIO start_hour=99", (), "line 1: start_hour 99 is past the end of the traces (11 h)"),
         ("MISSING", (), "gone.json: cannot be read (No such file or directory)"),
-        ("MIXED", (), "line 0: traces with different gap_seconds (60, 3600)"),
+        ("MIXED", (), "line 1: traces with different gap_seconds (60, 3600)"),
         ("SCENARIO", ("fastest",), "unknown policy 'fastest'"),
     ],
 )
@@ -209,4 +209,4 @@ def test_bad_input_after_good_lines_still_writes_nothing(tmp_path: Path) -> None
     a = trace(tmp_path / "a.json", [1] * 11)
     done = simulate(f"{scenario([a])}\n{scenario([a], nodes=0)}\n")
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.startswith("finetune-bot simulate: line 1: nodes:")
+    assert done.stderr.startswith("finetune-bot simulate: line 2: nodes:")
