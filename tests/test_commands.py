@@ -140,8 +140,8 @@ def test_fuzzed_string_overrides_never_become_an_option(dataset: str) -> None:
     entries = dataset.split(",")  # the dataset takes many values: one argv item each, right after the flag
     assert len(argv) == len(recipe.command) + len(entries) - 1
     start = argv.index("--dataset") + 1
-    given = argv[start : start + len(entries)]
-    assert given == entries and all(item[0] not in "-@+" for item in given)
+    passed = argv[start : start + len(entries)]
+    assert passed == entries and all(item[0] not in "-@+" for item in passed)
 
 
 def test_recipes_refuse_unknown_and_out_of_range_overrides() -> None:
