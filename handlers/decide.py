@@ -348,18 +348,7 @@ def _report(
     if isinstance(report, CheckpointSaved) and job.current is not None and job.current.ended_at is not None:
         return _late_commit(job, report, now)  # after its interrupted report
     if isinstance(report, CheckpointSaved):
-        checkpoint = CheckpointRef(step=report.step, uri=report.uri, at=report.time)
-        outbox = [_note(job, "card", CardRefresh(cause="checkpoint"))]
-        if report.reason == "rebalance":
-            outbox.append(_note(job, "thread", RebalanceCheckpoint(step=report.step, seconds=report.seconds)))
-        return _update(
-            job,
-            "checkpoint",
-            now,
-            {"checkpoint": checkpoint},
-            {"event": "checkpoint", "step": report.step, "reason": report.reason},
-            outbox,
-        )
+        return _checkpoint_saved(job, report, now)
     if isinstance(report, Notice):
         if report.kind == "rebalance":
             return _rebalance(job, report.source, now)
@@ -580,6 +569,29 @@ def _steps_lost(job: Job, report: Interrupted) -> tuple[int | None, int]:
         return None, 0
     committed = report.step if report.step is not None else (job.checkpoint.step if job.checkpoint else 0)
     return reached, max(reached - committed, 0)
+
+
+def _checkpoint_saved(job: Job, report: CheckpointSaved, now: datetime) -> Change:
+    """The current attempt committed a checkpoint: the job's newest, and word that the trainer got that far (the
+    card's step is never behind its checkpoint). One this attempt committed before the job's checkpoint changes
+    nothing: SNS to a standard SQS queue does not keep order. One of a lower step than an earlier attempt's counts:
+    this attempt may have resumed from an older checkpoint than the newest it was told of."""
+    held = job.checkpoint
+    started = job.current.started_at if job.current is not None else None
+    if held is not None and started is not None and held.at >= started and report.step <= held.step:
+        return _ignored(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
+    checkpoint = CheckpointRef(step=report.step, uri=report.uri, at=report.time)
+    outbox = [_note(job, "card", CardRefresh(cause="checkpoint"))]
+    if report.reason == "rebalance":
+        outbox.append(_note(job, "thread", RebalanceCheckpoint(step=report.step, seconds=report.seconds)))
+    return _update(
+        job,
+        "checkpoint",
+        now,
+        {"checkpoint": checkpoint, "step": max(report.step, job.step or 0)},
+        {"event": "checkpoint", "step": report.step, "reason": report.reason},
+        outbox,
+    )
 
 
 def _late_commit(job: Job, report: CheckpointSaved, now: datetime) -> Change:

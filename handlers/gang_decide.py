@@ -352,11 +352,13 @@ def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Chan
 
 
 def _checkpoint(job: Job, message: CheckpointSaved, now: datetime) -> Change:
-    """Node 0's word that a checkpoint counts (every node's part and the marker): the job's, whatever its state."""
+    """Node 0's word that a checkpoint counts (every node's part and the marker): the job's, whatever its state, and
+    word that the gang got that far (the card's step is never behind its checkpoint)."""
     if job.checkpoint is not None and message.step <= job.checkpoint.step:
         return d._ignored(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
     checkpoint = CheckpointRef(step=message.step, uri=message.uri, at=message.time)
-    moved = job.model_copy(update={"checkpoint": checkpoint, "updated_at": now})
+    reached = max(message.step, job.step or 0)
+    moved = job.model_copy(update={"checkpoint": checkpoint, "step": reached, "updated_at": now})
     history = {"event": "checkpoint", "step": message.step, "reason": message.reason}
     return d._make(moved, history, [d._note(moved, "card", CardRefresh(cause="checkpoint"))])
 

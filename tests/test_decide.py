@@ -420,3 +420,30 @@ def test_the_steps_lost_are_the_runners_word_counted_at_the_interruption_and_cor
     resumed = decide(job, report(job, Started, resumed_from_step=15, time=at(40)), at(40))
     assert resumed.job.steps_lost == 2  # corrected, not counted twice
     assert dumped(resumed)[1]["note"]["lost"] == 2
+
+
+def took(seconds: float) -> dict[str, Any]:
+    """A checkpoint report's commit: when (the runner's clock), its size and how long it took."""
+    return {"time": at(seconds), "bytes": 1, "seconds": 1.0}
+
+
+def test_a_checkpoint_raises_the_cards_step_and_one_committed_before_the_jobs_changes_nothing() -> None:
+    job = running_job()  # progress heard up to step 12
+    saved = decide(
+        job, report(job, CheckpointSaved, step=15, uri="s3://b/ft-ab12/checkpoint-15/", **took(30)), at(30)
+    ).job
+    assert saved.checkpoint is not None and saved.checkpoint.step == 15 and saved.step == 15
+    assert "15/30" in render.card_text(saved, at(30))
+
+    # checkpoint-10's report, committed before checkpoint-15, comes after it (SNS to SQS keeps no order).
+    late = decide(
+        saved, report(saved, CheckpointSaved, step=10, uri="s3://b/ft-ab12/checkpoint-10/", **took(25)), at(31)
+    )
+    assert late.job == saved and late.history["event"] == "ignored" and "not newer" in late.history["why"]
+
+    # The next attempt resumed from checkpoint-10 (15 would not load): its own checkpoint-12 is the job's newest.
+    saved = saved.model_copy(update={"state": JobState.RECOVERING})
+    job = decide(saved, Launched(job_id=saved.id, attempt=2, instance_id="i-2"), at(40)).job
+    job = decide(job, report(job, Started, resumed_from_step=10, time=at(45)), at(45)).job
+    newer = decide(job, report(job, CheckpointSaved, step=12, uri="s3://b/ft-ab12/checkpoint-12/", **took(50)), at(50))
+    assert newer.job.checkpoint is not None and newer.job.checkpoint.step == 12
