@@ -442,8 +442,10 @@ def test_a_checkpoint_raises_the_cards_step_and_one_committed_before_the_jobs_ch
     assert late.job == saved and late.history["event"] == "ignored" and "not newer" in late.history["why"]
 
     # The next attempt resumed from checkpoint-10 (15 would not load): its own checkpoint-12 is the job's newest.
-    saved = saved.model_copy(update={"state": JobState.RECOVERING})
-    job = decide(saved, Launched(job_id=saved.id, attempt=2, instance_id="i-2"), at(40)).job
+    interrupted = dict(reason="spot-interruption", step=15, uri="s3://b/ft-ab12/checkpoint-15/", saved_in_time=True)
+    job = decide(saved, report(saved, Interrupted, **interrupted, time=at(35)), at(35)).job
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(40)).job
     job = decide(job, report(job, Started, resumed_from_step=10, time=at(45)), at(45)).job
+    assert job.attempt == 2 and job.state is JobState.RUNNING
     newer = decide(job, report(job, CheckpointSaved, step=12, uri="s3://b/ft-ab12/checkpoint-12/", **took(50)), at(50))
-    assert newer.job.checkpoint is not None and newer.job.checkpoint.step == 12
+    assert newer.job.checkpoint is not None and newer.job.checkpoint.step == 12 and newer.job.step == 15
