@@ -336,12 +336,7 @@ def _report(
             job,
             "progress",
             now,
-            {
-                "step": max(report.step, job.step or 0),
-                "total_steps": report.total_steps or job.total_steps,
-                "loss": report.loss,
-                **first_step(job, report.time),
-            },
+            {**progress_updates(job, report), **first_step(job, report.time)},
             history=None,
             outbox=[_note(job, "card", CardRefresh(cause="progress"))],
         )
@@ -360,6 +355,17 @@ def _report(
     if isinstance(report, Completed):
         return _completed(job, report, now)
     return _report_rest(job, report, now, limits, spot)
+
+
+def progress_updates(job: Job, report: Progress) -> dict[str, Any]:
+    """A progress report's word on the job: its step never goes back, and the loss shown is the furthest step's, so
+    a report that comes after a newer one (SNS to a standard SQS queue keeps no order) moves neither."""
+    newest = report.step >= (job.step or 0)
+    return {
+        "step": max(report.step, job.step or 0),
+        "total_steps": report.total_steps or job.total_steps,
+        "loss": report.loss if newest else job.loss,
+    }
 
 
 def _report_rest(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:

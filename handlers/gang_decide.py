@@ -208,13 +208,9 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
     if isinstance(message, Progress):
         if rank_of(attempt) != 0:
             return None  # every node reports the same steps: node 0's stand for the gang
-        updates = {
-            "step": max(message.step, job.step or 0),
-            "total_steps": message.total_steps or job.total_steps,
-            **_first_steps(job, message.time),
-        }
+        updates = {**d.progress_updates(job, message), **_first_steps(job, message.time)}
         card = d._note(job, "card", CardRefresh(cause="progress"))
-        return d._update(job, "progress", now, {**updates, "loss": message.loss}, None, [card])
+        return d._update(job, "progress", now, updates, None, [card])
     if isinstance(message, CheckpointSaved):
         return _checkpoint(job, message, now)
     if isinstance(message, Notice):

@@ -449,3 +449,11 @@ def test_a_checkpoint_raises_the_cards_step_and_one_committed_before_the_jobs_ch
     assert job.attempt == 2 and job.state is JobState.RUNNING
     newer = decide(job, report(job, CheckpointSaved, step=12, uri="s3://b/ft-ab12/checkpoint-12/", **took(50)), at(50))
     assert newer.job.checkpoint is not None and newer.job.checkpoint.step == 12 and newer.job.step == 15
+
+
+def test_a_progress_report_older_than_the_last_moves_neither_the_step_nor_the_loss() -> None:
+    job = running_job()  # step 12, loss 1.2
+    newer = decide(job, report(job, Progress, step=14, total_steps=30, loss=0.9), at(30)).job
+    older = decide(newer, report(newer, Progress, step=13, total_steps=30, loss=1.0), at(31)).job
+    assert (older.step, older.loss) == (14, 0.9)
+    assert "14/30 · loss 0.9" in render.card_text(older, at(31))
