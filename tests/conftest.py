@@ -87,7 +87,7 @@ def work(tmp_path: Path) -> Path:
 def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
     """The folder ``name`` that ``make`` fills, made once for the whole run: under xdist the first worker to need it
     makes it in the run's shared temporary directory while the others wait on a file lock. For what the tests only
-    read (a reference run is trainer processes: ~10 s of CPU each, much more wall time under load)."""
+    read (a reference run is trainer processes: seconds of CPU each, much more wall time under load)."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the run's directory, above every worker's own

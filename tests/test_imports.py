@@ -93,7 +93,7 @@ def test_the_aws_sdk_and_the_cipher_load_only_for_a_runner_that_uses_them() -> N
 @pytest.mark.scenario
 def test_the_torchrun_launcher_of_the_tiny_run_loads_no_transformers() -> None:
     """``runner.hf.tiny --processes N`` only supervises its ranks: it imports the command line, not the training
-    (torch, transformers and peft, 5 s of CPU), which the ranks import."""
+    (torch, transformers and peft, 3 s of CPU), which the ranks import."""
     heavy = {"torch", "transformers", "peft"}
     assert not loaded_after("runner.hf.tiny") & heavy
     assert loaded_after("runner.hf.tiny_training") >= heavy

@@ -1,8 +1,9 @@
 """The tiny run's training: the model, the data and the ``Trainer`` of ``python -m runner.hf.tiny``.
 
 Kept apart from :mod:`runner.hf.tiny` (the command line and the torchrun launcher) because it imports torch,
-transformers and peft (about 5 s of CPU), which the launcher of ``--processes N`` does not need: it only supervises
-its ranks. Why a resumed run is bitwise equal to an uninterrupted one is told in :mod:`runner.hf.tiny`.
+transformers and peft (about 3 s of CPU; 5 s with the garbage collector on, see ``runner.hf.tiny.collector_paused``),
+which the launcher of ``--processes N`` does not need: it only supervises its ranks. Why a resumed run is bitwise
+equal to an uninterrupted one is told in :mod:`runner.hf.tiny`.
 """
 
 from __future__ import annotations

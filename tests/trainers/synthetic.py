@@ -8,7 +8,7 @@ from ``FINETUNE_RESUME_FROM`` (the step in its ``trainer_state.json``) and write
 
 :func:`recipe` makes it a recipe with the ``tiny`` recipe's knobs, for the bot's scenario tests where the trainer only
 has to follow the contract (the spot policy, the store on a cluster): it starts in a twentieth of a second where
-the HF trainer spends five seconds of CPU importing torch, transformers and peft.
+the HF trainer spends three seconds of CPU importing torch, transformers and peft.
 """
 
 from __future__ import annotations
