@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import getpass
 import logging
 import os
@@ -43,6 +44,7 @@ async def serve(settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with BotService(settings) as service:
+        gc.freeze()  # what starting made lives as long as the process: kept out of every collection, the last included
         print(f"finetune-bot serving on port {service.port}", flush=True)
         stopped, failed = asyncio.create_task(stop.wait()), asyncio.create_task(service.loops.failed.wait())
         await asyncio.wait([stopped, failed], return_when=asyncio.FIRST_COMPLETED)
@@ -67,6 +69,7 @@ async def chat(settings: Settings, log_file: Path) -> int:
     user = f"console:{getpass.getuser()}"
     channel = ChatRef(platform="console", channel="terminal")
     async with BotService(settings, ConsoleChat()) as service:
+        gc.freeze()
         print(f"finetune-bot chat as {user} — type 'help', Ctrl-D to quit (bot log: {log_file})", flush=True)
         session = asyncio.create_task(_converse(service, user, channel))
         loop = asyncio.get_running_loop()

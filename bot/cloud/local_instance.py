@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -387,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     path = Path(args[0])
     config = InstanceConfig.model_validate_json(path.read_text())
+    gc.freeze()  # the modules live as long as the process: kept out of every collection, the last at exit included
     return asyncio.run(LocalInstance(config, path.parent).run())
 
 
