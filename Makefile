@@ -77,6 +77,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/gang_recovery_live.py
 	$(BIN)/python bench/cluster_store.py
 	$(BIN)/python bench/cluster_path.py
+	$(BIN)/python bench/trainer_start.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build
