@@ -31,7 +31,7 @@ from handlers.jobs import (
     Market,
     Page,
 )
-from handlers.lifecycle import Lifecycle, best_step, gives_up, relaunch_pause, without_progress
+from handlers.lifecycle import Lifecycle, best_step, furthest_step, gives_up, relaunch_pause, without_progress
 from handlers.messages import (
     BusMessage,
     CloudEvent,
@@ -362,7 +362,7 @@ def progress_updates(job: Job, report: Progress) -> dict[str, Any]:
     a report that comes after a newer one (SNS to a standard SQS queue keeps no order) moves neither."""
     newest = report.step >= (job.step or 0)
     return {
-        "step": max(report.step, job.step or 0),
+        "step": furthest_step(job, report.step),
         "total_steps": report.total_steps or job.total_steps,
         "loss": report.loss if newest else job.loss,
     }
@@ -537,7 +537,7 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
         updates["interruptions"] = job.interruptions + 1
     reached, lost = _steps_lost(job, report)
     if reached is not None and job.current is not None:
-        updates["step"] = max(job.step or 0, reached)
+        updates["step"] = furthest_step(job, reached)
         updates["steps_lost"] = job.steps_lost + lost
         counted = job.current.model_copy(update={"reached_step": reached, "lost_steps": lost})
         updates["attempts"] = [*job.attempts[:-1], counted]
@@ -594,7 +594,7 @@ def _checkpoint_saved(job: Job, report: CheckpointSaved, now: datetime) -> Chang
         job,
         "checkpoint",
         now,
-        {"checkpoint": checkpoint, "step": max(report.step, job.step or 0)},
+        {"checkpoint": checkpoint, "step": furthest_step(job, report.step)},
         {"event": "checkpoint", "step": report.step, "reason": report.reason},
         outbox,
     )

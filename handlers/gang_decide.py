@@ -19,7 +19,7 @@ from handlers.failures import Failure
 from handlers.gang import new_gang, place_in, rank_of, regrouped
 from handlers.instance_claims import foreign_instance
 from handlers.jobs import TERMINAL_STATES, Attempt, Change, CheckpointRef, Job, JobState, Market
-from handlers.lifecycle import Lifecycle, best_step
+from handlers.lifecycle import Lifecycle, best_step, furthest_step
 from handlers.messages import (
     CloudEvent,
     GangHoldDue,
@@ -353,7 +353,7 @@ def _checkpoint(job: Job, message: CheckpointSaved, now: datetime) -> Change:
     if job.checkpoint is not None and message.step <= job.checkpoint.step:
         return d._ignored(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
     checkpoint = CheckpointRef(step=message.step, uri=message.uri, at=message.time)
-    reached = max(message.step, job.step or 0)
+    reached = furthest_step(job, message.step)
     moved = job.model_copy(update={"checkpoint": checkpoint, "step": reached, "updated_at": now})
     history = {"event": "checkpoint", "step": message.step, "reason": message.reason}
     return d._make(moved, history, [d._note(moved, "card", CardRefresh(cause="checkpoint"))])
@@ -439,7 +439,7 @@ def _node_lost(
         update={"ended_at": ended_at, "end_reason": why.english, "reached_step": reached, "lost_steps": lost_steps}
     )
     if reached is not None:
-        updates["step"] = max(job.step or 0, reached)
+        updates["step"] = furthest_step(job, reached)
         updates["steps_lost"] = job.steps_lost + lost_steps
     ranks, free = regrouped(job, attempt)
     # A node that reported its interruption still completes its part (node 0: the marker) until its deadline, when

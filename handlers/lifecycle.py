@@ -49,10 +49,15 @@ class Lifecycle(BaseModel):
         return timedelta(seconds=self.gang_hold_seconds)
 
 
+def furthest_step(job: Job, step: int) -> int:
+    """The job's step once word comes that it got to ``step``: it never goes back (reports come out of order)."""
+    return max(job.step or 0, step)
+
+
 def best_step(job: Job) -> int:
     """The furthest the job has got: the highest step reported or committed (0 before any)."""
     committed = job.checkpoint.step if job.checkpoint is not None else 0
-    return max(job.step or 0, committed)
+    return furthest_step(job, committed)
 
 
 def made_progress(job: Job) -> bool:
