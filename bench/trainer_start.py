@@ -58,13 +58,13 @@ def main() -> int:
     imports: dict[str, list[float]] = {"collector on": [], "paused": []}
     runs: dict[str, list[float]] = {"collector on": [], "paused": []}
     with tempfile.TemporaryDirectory() as scratch:
-        run = [python, "-m", "runner.hf.tiny", "--max-steps", str(args.steps), "--save-steps", "5"]
+        flags = ["--max-steps", str(args.steps), "--save-steps", "5"]
         for trial in range(args.trials):
             imports["collector on"].append(cpu_of([python, "-c", PLAIN_IMPORT], env))
             imports["paused"].append(cpu_of([python, "-c", PAUSED_IMPORT], env))
-            out = {**env, "FINETUNE_OUTPUT_DIR": f"{scratch}/on-{trial}"}
-            runs["collector on"].append(cpu_of([python, "-c", UNPAUSED_RUN, *run[3:]], out))
-            runs["paused"].append(cpu_of(run, {**env, "FINETUNE_OUTPUT_DIR": f"{scratch}/paused-{trial}"}))
+            on, paused = ({**env, "FINETUNE_OUTPUT_DIR": f"{scratch}/{way}-{trial}"} for way in ("on", "paused"))
+            runs["collector on"].append(cpu_of([python, "-c", UNPAUSED_RUN, *flags], on))
+            runs["paused"].append(cpu_of([python, "-m", "runner.hf.tiny", *flags], paused))
     for what, table in (("import the training", imports), (f"a {args.steps}-step tiny run", runs)):
         for way, values in table.items():
             print(f"{what}, {way}: {summary(values)}")
