@@ -202,6 +202,8 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
     if attempt is None or attempt.ended_at is not None:
         if attempt is not None and isinstance(message, Completed) and _output_committed(attempt, message):
             return _completed(job, attempt, message, now)  # node 0, judged gone, finished the job after all
+        if attempt is not None and isinstance(message, CheckpointSaved) and attempt.generation == job.generation:
+            return _checkpoint(job, message, now)  # committed before its node went, told after it ended (no order)
         return d._fenced(job, message, now)
     if isinstance(message, Started):
         return started(job, attempt, message, now)

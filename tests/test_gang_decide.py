@@ -26,7 +26,7 @@ from handlers.messages import (
     Terminate,
 )
 from handlers.reconcile import CloudInstance, reconcile
-from handlers.reports import Completed, Interrupted, Progress, Standby, Started
+from handlers.reports import CheckpointSaved, Completed, Interrupted, Progress, Standby, Started
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 
@@ -216,3 +216,17 @@ def test_a_node_that_finds_the_output_stored_completes_the_gang_whatever_its_ran
     found = report(job, 2, Completed, node_rank=1, generation=1, step=16, output_uri="s3://b/o/", already_complete=True)
     done, outbox = step(job, found)
     assert done.state is JobState.SUCCEEDED and done.output_uri == "s3://b/o/" and of(outbox, ReleaseGang)
+
+
+def test_node_0s_checkpoint_told_after_its_completion_is_the_jobs_and_an_older_worlds_is_not() -> None:
+    # The runner reports in the background (SNS to SQS keeps no order): checkpoint-6's word after the completion.
+    job = running_gang()
+    done, _ = step(job, report(job, 1, Completed, node_rank=0, generation=1, step=6, output_uri="s3://b/out/"))
+    assert done.state is JobState.SUCCEEDED and done.checkpoint is None
+    saved = report(done, 1, CheckpointSaved, step=6, uri="s3://b/ckpt-6/", bytes=1, seconds=1.0)
+    late, _ = step(done, saved)
+    assert late.checkpoint is not None and (late.checkpoint.step, late.checkpoint.uri) == (6, "s3://b/ckpt-6/")
+    # A world the gang has left (it regrouped since): its node's late word is fenced.
+    moved = done.model_copy(update={"generation": 2})
+    fenced, _ = step(moved, saved)
+    assert fenced.checkpoint is None
