@@ -169,14 +169,20 @@ async def test_a_replacement_refused_for_capacity_holds_then_the_whole_gang_move
 
 
 async def test_two_nodes_of_two_ranks_each_make_one_world_of_four(tmp_path: Path) -> None:
-    """``nodes=2 nproc=2``: torchrun on each node, ranks 0-1 on node 0 and 2-3 on node 1 (each rank's RNG state
-    in its own node's part), one world: the run completes with every rank's part committed."""
+    """``nodes=2 nproc=2``: torchrun on each node, ranks 0-1 on node 0 and 2-3 on node 1, one world. A stop saves
+    every rank's state, each in its own node's part, under one marker. (A stop, not a run to completion: a
+    finished run's last periodic commit is cancelled for its output, so whether one is reported raced the
+    training.)"""
     async with running_bot(tmp_path / "state") as (service, _chat):
-        command = "start tiny nodes=2 nproc=2 steps=6 save_steps=3 step_seconds=0"
+        command = "start tiny nodes=2 nproc=2 steps=10000 save_steps=10000 step_seconds=0.2"
         job_id = await start_job(service, "console:ana", command)
-        done = await wait_job(service, job_id, lambda job: job.state in (JobState.SUCCEEDED, JobState.FAILED), 500)
-        assert done.state is JobState.SUCCEEDED, done.failure
-        assert done.checkpoint is not None and done.step == 6
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 1, 300)
+        reply = await service.bot.command("console:ana", CHANNEL, f"stop {job_id}")
+        assert reply.startswith("OK"), reply
+        done = await wait_job(service, job_id, lambda job: job.state in (JobState.STOPPED, JobState.FAILED), 300)
+        assert done.state is JobState.STOPPED, done.failure
+        assert done.checkpoint is not None and done.checkpoint.step >= 1  # the stop's save: no periodic one is due
+        assert all(attempt.ended_at is not None for attempt in done.attempts)
         checkpoint = Path(done.checkpoint.uri.removeprefix("file://"))
         parts = [manifest.parent for manifest in checkpoint.glob("node-*/MANIFEST.json")]
         ranks = {part.name: sorted(state.name for state in part.glob("rng_state_*.pth")) for part in parts}
