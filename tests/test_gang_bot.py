@@ -4,8 +4,9 @@ metadata endpoint and report key), gloo over loopback between the two trainers, 
 Each drill ends in the final adapter of an uninterrupted two-node run, bit for bit, with only the lost node
 replaced (or, when its replacement cannot be had, the whole gang moved after the hold time).
 
-Cost: one two-node run to completion per test (two tiny trainers of one rank each at a time), and one
-uninterrupted two-node run without the bot for the module (the adapter every drilled run must equal).
+Cost: one two-node run to completion per test (two tiny trainers of one rank each at a time; the world of four is
+two trainers of two ranks, stopped after its first step), and one uninterrupted two-node run without the bot for
+the module (the adapter every drilled run must equal).
 """
 
 from __future__ import annotations
