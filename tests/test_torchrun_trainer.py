@@ -15,7 +15,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +44,27 @@ def tiny_spec(path: Path, store: Path, reports: Path, attempt: int) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class Reference:
+    adapter: bytes
+    left_in_tmp: list[str]  # what the launch left in its TMPDIR
+
+
 @pytest.fixture(scope="module")
-def reference_adapter(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """An uninterrupted two-rank run of the same command, without the runner."""
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
+    """An uninterrupted two-rank run of the same command, without the runner (in a TMPDIR of its own)."""
     output = tmp_path_factory.mktemp("ranks-reference")
     job = Job(id="ft-ranks", recipe=TINY.name, params=TINY.resolve(OVERRIDES), requested_by="console:test")
     command = build_spec(job, 1, TINY, "file:///unused/", [], "none", sys.executable).command
-    env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(output), FINETUNE_RESUME_FROM="", HF_HUB_OFFLINE="1")
-    env.pop("FINETUNE_STOP_FILE", None)
-    command[command.index("--step-seconds") + 1] = "0"  # same arithmetic, no waiting
-    command = [sys.executable if item == "${FINETUNE_PYTHON}" else item for item in command]  # as the runner does
-    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return (output / ADAPTER).read_bytes()
+    with tempfile.TemporaryDirectory(prefix="ranks-") as scratch:  # short: Unix socket paths stay in 108 bytes
+        env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(output), FINETUNE_RESUME_FROM="", HF_HUB_OFFLINE="1")
+        env.update(TMPDIR=scratch)
+        env.pop("FINETUNE_STOP_FILE", None)
+        command[command.index("--step-seconds") + 1] = "0"  # same arithmetic, no waiting
+        command = [sys.executable if item == "${FINETUNE_PYTHON}" else item for item in command]  # as the runner
+        run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        yield Reference((output / ADAPTER).read_bytes(), sorted(os.listdir(scratch)))
 
 
 async def until(condition: Any, timeout: float = 120.0) -> None:
@@ -83,7 +93,7 @@ async def imds() -> AsyncIterator[LocalMetadataServer]:
 
 
 async def test_two_ranks_save_the_same_step_on_notice_and_resume_bitwise_equal(
-    tmp_path: Path, imds: LocalMetadataServer, reference_adapter: bytes
+    tmp_path: Path, imds: LocalMetadataServer, reference: Reference
 ) -> None:
     store, reports, work = tmp_path / "store", tmp_path / "reports.jsonl", tmp_path / "a1"
     env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_SYNC_SECONDS="600")
@@ -117,4 +127,10 @@ async def test_two_ranks_save_the_same_step_on_notice_and_resume_bitwise_equal(
     attempt2 = [r for r in read_reports(reports) if r["attempt"] == 2]
     assert of_type(attempt2, "started")[0]["resumed_from_step"] == reached
     assert of_type(attempt2, "completed")[0]["step"] == STEPS
-    assert (store / "output" / ADAPTER).read_bytes() == reference_adapter
+    assert (store / "output" / ADAPTER).read_bytes() == reference.adapter
+
+
+def test_the_launcher_leaves_no_torchelastic_folder_behind(reference: Reference) -> None:
+    """torchrun's log folder (its ranks' error files) goes with the launch, not one more ``torchelastic_*`` in /tmp
+    per run."""
+    assert [name for name in reference.left_in_tmp if name.startswith("torchelastic_")] == []

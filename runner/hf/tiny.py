@@ -65,6 +65,7 @@ import argparse
 import gc
 import os
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -144,11 +145,15 @@ def launch_ranks(nproc: int, argv: Sequence[str]) -> int:
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.run import main as torchrun
 
-    try:
-        torchrun([*rendezvous_args(os.environ), "--nproc_per_node", str(nproc), "-m", "runner.hf.tiny", *argv])
-    except ChildFailedError as exc:
-        print(f"runner.hf.tiny: a rank failed: {exc}", file=sys.stderr)
-        return 1
+    # torchrun's per-rank error files go to a folder of its own that it never removes (one per launch, in /tmp):
+    # this launch's is removed when it ends, its ranks' failures already told.
+    with tempfile.TemporaryDirectory(prefix="torchelastic_") as logs:
+        launch = [*rendezvous_args(os.environ), "--nproc_per_node", str(nproc), "--log-dir", logs]
+        try:
+            torchrun([*launch, "-m", "runner.hf.tiny", *argv])
+        except ChildFailedError as exc:
+            print(f"runner.hf.tiny: a rank failed: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 
