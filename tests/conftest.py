@@ -3,9 +3,8 @@ test."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from tests import cpu_log
 from tests.gang_reference import ADAPTER, GANG_STEPS, two_node_adapter
 from tests.markers import assign_kinds, guard_unit_tests
-from tests.runner_harness import run_tiny_directly
+from tests.runner_harness import made_once, run_tiny_directly
 from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
 
@@ -82,24 +81,6 @@ async def proxy(aws: str) -> AsyncIterator[S3FaultProxy]:
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     return tmp_path
-
-
-def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
-    """The folder ``name`` that ``make`` fills, made once for the whole run: under xdist the first worker to need it
-    makes it in the run's shared temporary directory while the others wait on a file lock. For what the tests only
-    read (a reference run is trainer processes: seconds of CPU each, much more wall time under load)."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the run's directory, above every worker's own
-    output = shared / name
-    with (shared / f"{name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not output.is_dir():
-            making = shared / f"{name}.{os.getpid()}"
-            making.mkdir()
-            make(making)
-            making.rename(output)  # whole or absent: a worker that dies mid-run leaves no half reference
-    return output
 
 
 @pytest.fixture(scope="session")

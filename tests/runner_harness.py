@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.servers import AWS_TEST_ENV
 
@@ -160,3 +163,21 @@ def progress_steps(path: Path) -> list[int]:
     if not path.exists():
         return []
     return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
+    """The folder ``name`` that ``make`` fills, made once for the whole run: under xdist the first worker to need it
+    makes it in the run's shared temporary directory while the others wait on a file lock. For what the tests only
+    read (a reference run is trainer processes: seconds of CPU each, much more wall time under load)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above every worker's own
+    output = shared / name
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not output.is_dir():
+            making = shared / f"{name}.{os.getpid()}"
+            making.mkdir()
+            make(making)
+            making.rename(output)  # whole or absent: a worker that dies mid-run leaves no half reference
+    return output

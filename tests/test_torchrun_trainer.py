@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.jobs import Job
 from handlers.recipes import TINY
 from handlers.spec_build import build_spec
-from tests.runner_harness import child_pids, of_type, progress_steps, read_reports, runner_env, start_runner
+from tests.runner_harness import child_pids, made_once, of_type, progress_steps, read_reports, runner_env, start_runner
 
 STEPS = 24  # 8 steps per epoch (64 sequences, 4 per rank, 2 ranks): three epochs
 OVERRIDES = {"steps": str(STEPS), "save_steps": "5", "nproc": "2", "step_seconds": "0.25"}
@@ -50,21 +50,27 @@ class Reference:
     left_in_tmp: list[str]  # what the launch left in its TMPDIR
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
-    """An uninterrupted two-rank run of the same command, without the runner (in a TMPDIR of its own)."""
-    output = tmp_path_factory.mktemp("ranks-reference")
+def run_two_ranks_alone(root: Path) -> None:
+    """An uninterrupted two-rank run of the same command, without the runner, in a TMPDIR of its own: its final
+    adapter in ``root/output``, and what it left in the TMPDIR in ``root/left-in-tmp.json``."""
     job = Job(id="ft-ranks", recipe=TINY.name, params=TINY.resolve(OVERRIDES), requested_by="console:test")
     command = build_spec(job, 1, TINY, "file:///unused/", [], "none", sys.executable).command
+    command[command.index("--step-seconds") + 1] = "0"  # same arithmetic, no waiting
+    command = [sys.executable if item == "${FINETUNE_PYTHON}" else item for item in command]  # as the runner does
     with tempfile.TemporaryDirectory(prefix="ranks-") as scratch:  # short: Unix socket paths stay in 108 bytes
-        env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(output), FINETUNE_RESUME_FROM="", HF_HUB_OFFLINE="1")
+        env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(root / "output"), FINETUNE_RESUME_FROM="", HF_HUB_OFFLINE="1")
         env.update(TMPDIR=scratch)
         env.pop("FINETUNE_STOP_FILE", None)
-        command[command.index("--step-seconds") + 1] = "0"  # same arithmetic, no waiting
-        command = [sys.executable if item == "${FINETUNE_PYTHON}" else item for item in command]  # as the runner
         run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        yield Reference((output / ADAPTER).read_bytes(), sorted(os.listdir(scratch)))
+        (root / "left-in-tmp.json").write_text(json.dumps(sorted(os.listdir(scratch))))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """The two-rank run without the runner, made once for the whole run (the workers share it)."""
+    root = made_once(tmp_path_factory, "ranks-reference", run_two_ranks_alone)
+    return Reference((root / "output" / ADAPTER).read_bytes(), json.loads((root / "left-in-tmp.json").read_text()))
 
 
 async def until(condition: Any, timeout: float = 120.0) -> None:
@@ -130,6 +136,7 @@ async def test_two_ranks_save_the_same_step_on_notice_and_resume_bitwise_equal(
     assert (store / "output" / ADAPTER).read_bytes() == reference.adapter
 
 
+@pytest.mark.scenario  # its fixture runs the trainer
 def test_the_launcher_leaves_no_torchelastic_folder_behind(reference: Reference) -> None:
     """torchrun's log folder (its ranks' error files) goes with the launch, not one more ``torchelastic_*`` in /tmp
     per run."""
