@@ -60,7 +60,7 @@ async def test_tiny_nodes_2_runs_to_completion_on_two_instances_and_the_card_sho
         assert [e["node_rank"] for e in history if e.get("event") == "launched"] == [0, 1]
 
 
-DRILLED = "start tiny nodes=2 steps=16 save_steps=5 step_seconds=0.25"  # GANG_STEPS: two_node_reference
+DRILLED = "start tiny nodes=2 steps=16 save_steps=5 step_seconds=0.5"  # GANG_STEPS: two_node_reference
 
 
 @pytest.mark.parametrize("drilled", [1, 0])
