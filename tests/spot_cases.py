@@ -10,7 +10,6 @@ from handlers.job_options import JobOptionError, parse_budget, parse_deadline, p
 from handlers.jobs import Job
 from handlers.reasons import Reason
 from handlers.spot import SpotView, choose, gang_reasons, spot_first
-from handlers.spot.outlook import Outlook
 from handlers.spot.rules import (
     NOTHING,
     POLICIES,
@@ -71,24 +70,20 @@ def hourly_run(
     return Run(named, 3600, start, work, deadline, overhead, 1.0, 3.0, budget=budget)
 
 
-# Spot stretches of ten minutes with outages as short: a 30 min restart never pays back on them.
-SHORT_STRETCHES = Outlook(up=tuple((600.0, True) for _ in range(40)), down=tuple((600.0, True) for _ in range(40)))
-
-
-def plan_case(outlook: Outlook | None) -> Situation:
+def plan_case(age_s: float | None = 600.0, **changes: Any) -> Situation:
     """On on-demand, 6 h of work, 12 h to the deadline, a 30 min restart, 10 min periods; zone-a has had spot
-    for 10 minutes; the stretches seen before: ``outlook``."""
-    return situation(
-        holding=Holding("on-demand"),
-        work_left_s=6 * HOUR,
-        time_left_s=12 * HOUR,
-        restart_s=1800.0,
-        period_s=600.0,
-        zones=(ZoneView("zone-a", True, 0.5, 600.0),),
-        spot_price=1.0,
-        on_demand_price=3.0,
-        outlook=outlook,
-    )
+    for ``age_s`` (None: unknown, as in the live bot); then ``changes``."""
+    values: dict[str, Any] = {
+        "holding": Holding("on-demand"),
+        "work_left_s": 6 * HOUR,
+        "time_left_s": 12 * HOUR,
+        "restart_s": 1800.0,
+        "period_s": 600.0,
+        "zones": (ZoneView("zone-a", True, 0.5, age_s),),
+        "spot_price": 1.0,
+        "on_demand_price": 3.0,
+    }
+    return situation(**{**values, **changes})
 
 
 def policy_reasons() -> list[Reason]:
@@ -114,7 +109,7 @@ def policy_reasons() -> list[Reason]:
         deadline_aware(situation(zones=up, budget=8.0)).reason,  # spot: on-demand over budget
         deadline_aware(situation(zones=down, budget=8.0)).reason,  # wait: on-demand over budget
         deadline_aware(situation(zones=up, budget=8.0, spent=4.0)).reason,  # stop
-        POLICIES["deadline-aware-plan"](plan_case(SHORT_STRETCHES)).reason,  # stays: a return would not pay
+        POLICIES["deadline-aware-plan"](plan_case(time_left_s=8 * HOUR)).reason,  # stays: a return would not pay
         spot_first(situation(zones=up)).reason,  # spot first
         spot_first(situation(zones=down)).reason,  # on-demand: no zone has spot
         *unmeasured_reasons(),

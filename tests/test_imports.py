@@ -81,6 +81,16 @@ def test_the_runner_agent_stays_light() -> None:
 
 
 @pytest.mark.scenario
+def test_the_core_loads_numpy_only_to_solve_a_plan() -> None:
+    """numpy is the bot's (``deadline-aware-plan``'s table), not the runner's install: importing the core, the
+    spot authority included, does not load it; solving a plan does."""
+    assert "numpy" not in loaded_after("handlers.spot, handlers.decide, handlers.spot.program")
+    assert "numpy" not in loaded_after("runner.cli")
+    solved = "handlers.spot.program as p, handlers.spot.learned as m; p.table_for(p.Key(m.ONE_ZONE, 60, 1, 1, 3), 2, 1)"
+    assert "numpy" in loaded_after(solved)
+
+
+@pytest.mark.scenario
 def test_the_aws_sdk_and_the_cipher_load_only_for_a_runner_that_uses_them() -> None:
     """Half the runner's start-up: a runner on a directory store with HTTP reports (the local cloud's) never imports
     botocore or cryptography; an S3 store or an SNS target loads the SDK (a sealed key, the cipher: its tests)."""

@@ -1,18 +1,21 @@
-"""The availability model and the plan the deadline-aware policy weighs a return to spot with (pure)."""
+"""The availability model and the plan ``deadline-aware-plan`` reads its actions from (pure)."""
 
 from __future__ import annotations
 
-import math
+import importlib.util
+import random
+import sys
+from pathlib import Path
 
-from handlers.spot.outlook import PRIOR, Outlook, fit, history_of
-from handlers.spot.plan import NONE, ON_DEMAND, SPOT, Plan, plan_for
-from handlers.spot.rules import POLICIES, Choice, Situation, deadline_aware
+from handlers.spot import learned
+from handlers.spot.outlook import EDGES_S, Model, Outlook, fit, history_of
+from handlers.spot.program import Key, table_for
+from handlers.spot.rules import POLICIES, Choice, Situation, ZoneView, deadline_aware
 from handlers.spot.simulator import Run, Zone, simulate
-from tests.spot_cases import SHORT_STRETCHES, plan_case
+from tests.spot_cases import HOUR, plan_case, situation
 
 PLANNED = POLICIES["deadline-aware-plan"]
-
-TICK = 600.0
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_history_is_the_stretches_of_a_job_that_stays_in_its_zone_and_moves_to_the_oldest() -> None:
@@ -26,60 +29,102 @@ def test_the_history_is_the_stretches_of_a_job_that_stays_in_its_zone_and_moves_
     assert history_of([[1, 0, 1]], -5, 2, 1.0) == Outlook(up=((1.0, True),), down=((1.0, False),))
 
 
-def test_a_heavy_tail_shows_as_a_hazard_that_falls_with_age() -> None:
-    # Many stretches of one step, a few of sixty: a young stretch likely ends within a step, an old one does not.
-    stretches = tuple((TICK, True) for _ in range(30)) + tuple((60 * TICK, True) for _ in range(5))
-    hazards = fit(Outlook(up=stretches), TICK)
-    assert hazards.up_end[0] > 0.4 > 0.1 > hazards.up_end[hazards.bucket(40)]
-    # With nothing seen, the prior alone: decreasing too, outages shorter than spot stretches.
-    prior = fit(None, TICK)
-    assert list(prior.up_end) == sorted(prior.up_end, reverse=True)
-    assert all(down > up for down, up in zip(prior.down_end, prior.up_end, strict=True))
-    assert prior.move_share == PRIOR.move_share
+def test_a_heavy_tail_shows_as_a_rate_that_falls_with_age() -> None:
+    # Many stretches of seven minutes, a few of ten hours: a young stretch ends soon, an old one rarely.
+    stretches = tuple((420.0, True) for _ in range(30)) + tuple((36000.0, True) for _ in range(5))
+    model = fit(Outlook(up=stretches, moves=7))
+    assert model.up_end_per_h[model.bucket(400.0)] > 10 * model.up_end_per_h[model.bucket(20000.0)]
+    assert model.move_share == round(8 / 37, 6)  # (moves + 1) / (ended + 2)
+    # With nothing seen, the prior alone: up stretches of ten hours, outages of one.
+    empty = fit(Outlook())
+    assert empty.edges_s == EDGES_S and set(empty.up_end_per_h) == {0.1} and set(empty.down_end_per_h) == {1.0}
 
 
-def _plan(outlook: Outlook | None, slack_ticks: float = 36) -> Plan:
-    return plan_for(
-        outlook,
-        tick_s=TICK,
-        deadline_ticks=72,
-        restart_ticks=3,
-        spot_price=1.0,
-        on_demand_price=3.0,
-        time_left_ticks=72,
-        slack_ticks=slack_ticks,
-    )
+def test_the_shipped_models_are_the_fit_on_the_tuning_split_and_nothing_else() -> None:
+    path = ROOT / "bench" / "spot_model.py"
+    spec = importlib.util.spec_from_file_location("spot_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("spot_model", module)
+    spec.loader.exec_module(module)
+    traces = ROOT / "bench" / "data" / "spot-traces"
+    assert module.fitted(traces) == (learned.ONE_ZONE, learned.ANY_ZONE)
+    # Spot stretches in one zone are heavy-tailed: once past its first minutes, the older, the less likely to end.
+    rates = learned.ONE_ZONE.up_end_per_h
+    assert rates[1] > rates[3] > rates[5] > rates[-1]
 
 
-def test_the_plan_keeps_the_deadline_structural_and_is_solved_once_per_model() -> None:
-    plan = _plan(Outlook(up=((3600.0, True),)))
-    assert plan.key.step_ticks == 3 and plan.key.restart_steps == 1.0  # the step resolves the restart
-    # On-demand running finishes with no slack at all; anything else needs a restart's worth of it.
-    assert math.isfinite(plan.value(10, 0, ON_DEMAND, 0))
-    assert plan.value(10, 0.5, NONE, 0) == math.inf and plan.value(10, 0.5, SPOT, 0) == math.inf
-    # Done is free; 6 steps of work cost between all of it on spot (0.5 a step) and all on on-demand (1.5 a step).
-    assert plan.value(10, 10, NONE, 0) == 0.0
-    assert 6 * 0.5 < plan.value(10, 4, ON_DEMAND, 0) <= 6 * 1.5 + 1e-9
-    # The same model again, for a state inside the table: the same plan; a larger state: solved again.
-    assert _plan(Outlook(up=((3600.0, True),)), slack_ticks=20) is plan
-    assert _plan(Outlook(up=((3600.0, True),)), slack_ticks=60) is not plan
+def _key(model: Model = learned.ONE_ZONE, restart: int = 3) -> Key:
+    """A key no other test asks for (a 7-minute tick), so the tables kept between tests are this test's own."""
+    return Key(model, 420.0, restart, 1.0 / 6, 3.0 / 6)
 
 
-def test_a_return_to_spot_must_pay_in_the_plan_over_the_stretches_seen() -> None:
-    # Stretches of ten minutes (shorter than the restart) with short outages: the restart never pays back.
-    short = SHORT_STRETCHES
-    choice = PLANNED(plan_case(short))
-    assert choice.action == "on-demand" and choice.reason.key == "spot-policy.on-demand.plan"
-    # Stretches of a day: back to spot.
-    long = Outlook(up=tuple((86400.0, True) for _ in range(4)), down=tuple((TICK, True) for _ in range(4)))
-    choice = PLANNED(plan_case(long))
-    assert (choice.action, choice.zone, choice.reason.key) == ("spot", "zone-a", "spot-policy.spot.back")
-    # No outlook (the live bot), or the default policy: the rule alone, as before.
-    assert PLANNED(plan_case(None)).action == "spot"
-    assert deadline_aware(plan_case(short)).action == "spot"
+def test_a_table_is_solved_once_per_key_and_grown_only_when_asked_beyond_it() -> None:
+    table = table_for(_key(), 40, 20)
+    assert table.phases == 3 and table_for(_key(), 30, 10) is table
+    bigger = table_for(_key(), 60, 20)
+    assert bigger is not table and (bigger.ticks, bigger.work) == (60, 20)
+    assert table_for(_key(restart=0), 30, 10).phases == 1  # no restart: one phase, running
 
 
-def test_the_simulator_gives_the_policy_each_zones_age_and_the_stretches_before_the_start() -> None:
+def test_the_plan_reads_the_restart_and_the_age_of_the_stretch() -> None:
+    # On on-demand with 6 h of work in 8 h and a 30 min restart: spot that came 10 minutes ago (likely to go
+    # again soon) does not repay a restart; spot that has lasted a day does; with 3 h of slack, one of 40 min does.
+    young = PLANNED(plan_case(age_s=600.0, time_left_s=8 * HOUR))
+    assert (young.action, young.reason.key) == ("on-demand", "spot-policy.on-demand.plan")
+    assert PLANNED(plan_case(age_s=2400.0, time_left_s=9 * HOUR)).action == "spot"
+    old = PLANNED(plan_case(age_s=86400.0, time_left_s=8 * HOUR))
+    assert (old.action, old.zone, old.reason.key) == ("spot", "zone-a", "spot-policy.spot")
+    # With no slack for a restart, on-demand whatever the age; with a budget, no deadline, or a zone of unknown age
+    # (the live bot, for now): deadline-aware's rules.
+    assert PLANNED(plan_case(age_s=86400.0, time_left_s=6 * HOUR + 900.0)).action == "on-demand"
+    for changes in ({"budget": 100.0}, {"time_left_s": None}, {"age_s": None}):
+        case = plan_case(**changes)
+        assert PLANNED(case) == deadline_aware(case)
+
+
+def test_without_spot_the_plan_waits_while_the_slack_allows_then_takes_on_demand() -> None:
+    down = (ZoneView("zone-a", False, 0.5, 600.0),)
+    roomy = situation(zones=down, work_left_s=4 * HOUR, time_left_s=12 * HOUR, restart_s=1800.0, period_s=600.0)
+    assert PLANNED(roomy).action == "wait"
+    tight = situation(zones=down, work_left_s=4 * HOUR, time_left_s=4.6 * HOUR, restart_s=1800.0, period_s=600.0)
+    assert PLANNED(tight).action == "on-demand"
+
+
+def test_the_plan_keeps_every_deadline_on_demand_could_keep() -> None:
+    """Whatever spot does (random hourly traces, one or two zones, restarts of 0 to 2 ticks), the plan never takes
+    a risk the deadline cannot absorb: where on-demand from the start finishes in time, so does the plan."""
+    rng = random.Random(19)
+    kept = 0
+    for _ in range(80):
+        deadline = rng.randint(3, 12)
+        traces = [[rng.choice([0, 1, 1]) for _ in range(deadline + 2)] for _ in range(rng.randint(1, 2))]
+        zones = tuple(Zone(f"z{i}", trace) for i, trace in enumerate(traces))
+        run = Run(zones, 3600, 0, rng.randint(1, deadline), deadline, rng.randint(0, 2), 1.0, 3.0)
+        if not simulate(run, POLICIES["on-demand"]).met(run):
+            continue
+        outcome = simulate(run, PLANNED)
+        assert outcome.met(run), run
+        kept += 1
+    assert kept > 40
+
+
+def test_every_choice_the_plan_makes_is_one_the_simulator_accepts() -> None:
+    seen: list[Choice] = []
+
+    def recording(s: Situation) -> Choice:
+        choice = PLANNED(s)
+        seen.append(choice)
+        return choice
+
+    trace = [1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    run = Run((Zone("a", trace), Zone("b", trace[::-1])), 1800, 0, 6, 14, 1, 1.0, 3.0)
+    outcome = simulate(run, recording)
+    assert outcome.met(run) and {choice.action for choice in seen} <= {"spot", "on-demand", "wait"}
+    assert outcome.spot_ticks > 0
+
+
+def test_the_simulator_gives_the_policy_each_zones_age() -> None:
     seen: list[Situation] = []
 
     def recording(s: Situation) -> Choice:
@@ -89,7 +134,4 @@ def test_the_simulator_gives_the_policy_each_zones_age_and_the_stretches_before_
     trace = [1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1]
     run = Run((Zone("a", trace),), 3600, 5, 2, 6, 0, 1.0, 3.0)
     simulate(run, recording)
-    first = seen[0]
-    assert first.zones[0].age_s == 0.0 and seen[1].zones[0].age_s == 3600.0  # up since t5
-    # The trace before t5: two hours of spot, then an outage still going at t5 (its end is not seen yet).
-    assert first.outlook == Outlook(up=((7200.0, True),), down=((10800.0, False),))
+    assert seen[0].zones[0].age_s == 0.0 and seen[1].zones[0].age_s == 3600.0  # up since t5

@@ -163,39 +163,49 @@ def test_the_safe_optimum_is_the_least_cost_of_every_plan_that_keeps_the_deadlin
         assert safe == pytest.approx(best), run
         assert safe >= optimum(run) - 1e-9
         tighter += safe > optimum(run) + 1e-9
-        for name in ("deadline-aware", "greedy"):  # both keep the deadline whatever comes: never below it
+        for name in ("deadline-aware", "deadline-aware-plan", "greedy"):  # each keeps the deadline whatever comes
             outcome = simulate(run, POLICIES[name])
             if outcome.met(run):
                 assert outcome.cost(run) >= safe - 1e-9, name
     assert tighter  # some runs' optimum gambles on spot that a safe plan may not
 
 
-# -- the deadline-aware policy on traces it was not tuned on -------------------------------------------------
+# -- the deadline-aware policies on traces they were not tuned on ----------------------------------------------
 
-# Restart minutes -> how far above greedy's mean cost / optimum the policy may be on the held-out dates.
-# At 3 to 12 minutes it must be below greedy; at 30 it is within 2% of it (the known gap: issue 19 item 5).
-OVER_GREEDY = {3.0: 0.0, 6.0: 0.0, 12.0: 0.0, 30.0: 0.02}
-# Restart minutes -> the most its mean cost / optimum may be there: what it achieves (1.050, 1.083, 1.127, 1.190
-# in this sample), rounded up, so a regression of a few thousandths fails.
-AT_MOST = {3.0: 1.05, 6.0: 1.085, 12.0: 1.13, 30.0: 1.195}
+# Restart minutes -> how far above greedy's mean cost / optimum each policy may be on the held-out dates.
+# deadline-aware: below greedy at 3 to 12 minutes, within 2% of it at 30 (the known gap: issue 19 item 5);
+# deadline-aware-plan: below greedy at 3 to 12 minutes, within 1% at 30 (0.008 above it in this sample of two
+# starts, 0.002 below in the bench's three).
+OVER_GREEDY = {
+    "deadline-aware": {3.0: 0.0, 6.0: 0.0, 12.0: 0.0, 30.0: 0.02},
+    "deadline-aware-plan": {3.0: 0.0, 6.0: 0.0, 12.0: 0.0, 30.0: 0.01},
+}
+# Restart minutes -> the most its mean cost / optimum may be there: what it achieves in this sample, rounded up, so a
+# regression of a few thousandths fails (deadline-aware 1.050, 1.083, 1.127, 1.190; the plan 1.035, 1.053, 1.110,
+# 1.183).
+AT_MOST = {
+    "deadline-aware": {3.0: 1.05, 6.0: 1.085, 12.0: 1.13, 30.0: 1.195},
+    "deadline-aware-plan": {3.0: 1.04, 6.0: 1.055, 12.0: 1.115, 30.0: 1.185},
+}
 
 
-@pytest.mark.parametrize("restart_minutes", sorted(OVER_GREEDY))
-def test_on_dates_it_was_not_tuned_on_the_policy_meets_every_deadline_and_beats_greedy(
+@pytest.mark.parametrize("restart_minutes", [3.0, 6.0, 12.0, 30.0])
+def test_on_dates_they_were_not_tuned_on_the_policies_meet_every_deadline_and_beat_greedy(
     restart_minutes: float,
 ) -> None:
     bench = bench_module()
     dates = [date for date in bench.load_dates(bench.DEFAULT_TRACES) if not date.tuned_on]
     assert {date.gap_seconds for date in dates} == {300, 600}  # coarse ticks: the DP takes seconds
-    names = ("deadline-aware", "greedy")
+    names = ("deadline-aware", "deadline-aware-plan", "greedy")
     results = bench.evaluate(dates, "other dates", 2, restart_minutes, {name: POLICIES[name] for name in names})
     mean = {}
     for name in names:
         mine = [r for r in results if r.policy == name]
         assert len(mine) == 110 and all(r.met for r in mine), name
         mean[name] = sum(r.cost / r.optimum for r in mine) / len(mine)
-    assert mean["deadline-aware"] <= mean["greedy"] + OVER_GREEDY[restart_minutes], mean
-    assert mean["deadline-aware"] <= AT_MOST[restart_minutes], mean
+    for name in OVER_GREEDY:
+        assert mean[name] <= mean["greedy"] + OVER_GREEDY[name][restart_minutes], mean
+        assert mean[name] <= AT_MOST[name][restart_minutes], mean
 
 
 def test_the_bench_keeps_the_optima_it_computed_and_uses_them_on_the_next_run(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """What the past says of spot to come: the stretches with and without usable spot, and the hazards fitted to them.
 
-A planning policy (:mod:`handlers.spot.plan`) needs a model of availability, not just "is there spot now". The
+A planning policy (:mod:`handlers.spot.program`) needs a model of availability, not just "is there spot now". The
 model is semi-Markov: the lengths of *up* stretches (the job could hold spot in one zone without a break) and of
 *down* stretches (no zone had spot) are drawn from distributions fitted here, and the age of the current stretch
 is part of the state. Spot stretches are heavy-tailed (a stretch that just began is likely short, one that has
@@ -9,7 +9,8 @@ without any hand-set gate.
 
 The up stretches are those of a job that stays in its zone while it has spot and, when it loses it, takes the zone
 whose spot has lasted longest (a move: a new up stretch at once, and a restart for the job); :func:`history_of`
-replays that over the past the policy may see. With no history, or little, the fit leans on :data:`PRIOR`.
+replays that over a trace; :func:`fit` turns the stretches into a :class:`Model` (``bench/spot_model.py`` fits the
+models :mod:`handlers.spot.learned` ships). Where a bucket saw little, the fit leans on a prior.
 """
 
 from __future__ import annotations
@@ -32,70 +33,52 @@ class Outlook:
 
 
 @dataclass(frozen=True, slots=True)
-class Prior:
-    """Pseudo-observations the fit starts from: a hazard of ``shape / (age + scale)`` per second (heavy-tailed,
-    a decreasing hazard), weighed as ``weight_s`` seconds of exposure in every age bucket."""
+class Model:
+    """Spot availability as stretches: per age bucket (lower edges ``edges_s``, seconds), the rate per hour at which
+    an up stretch (spot held in one zone without a break) or a down stretch (no zone has spot) of that age ends; and
+    the share of up stretches that end in a move to another zone rather than an outage."""
 
-    up_shape: float = 1.0
-    up_scale_s: float = 2 * 3600.0
-    down_shape: float = 1.0
-    down_scale_s: float = 1800.0
-    move_share: float = 0.5
-    weight_s: float = 2 * 3600.0
-
-
-# Chosen before any measurement, not tuned: up stretches of a few hours, down stretches of under an hour.
-PRIOR = Prior()
-
-
-@dataclass(frozen=True, slots=True)
-class Hazards:
-    """The fitted model in steps of ``step_s`` seconds: per age bucket (edges in steps), the chance a stretch
-    ends within one step; and the share of up stretches that end in a move rather than an outage."""
-
-    edges: tuple[float, ...]
-    up_end: tuple[float, ...]
-    down_end: tuple[float, ...]
+    edges_s: tuple[float, ...]
+    up_end_per_h: tuple[float, ...]
+    down_end_per_h: tuple[float, ...]
     move_share: float
 
-    def bucket(self, age_steps: float) -> int:
-        """The age bucket of a stretch ``age_steps`` old."""
-        for index in range(len(self.edges) - 1, -1, -1):
-            if age_steps >= self.edges[index]:
+    def bucket(self, age_s: float) -> int:
+        """The age bucket of a stretch ``age_s`` old."""
+        for index in range(len(self.edges_s) - 1, -1, -1):
+            if age_s >= self.edges_s[index]:
                 return index
         return 0
 
 
-# Age bucket edges in planning steps: log-spaced, so old stretches share a bucket and young ones do not.
-EDGES = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+# Age bucket edges: doubling from five minutes to about a day, so young stretches (likely short) and old ones (likely
+# to go on) do not share a rate.
+EDGES_S = (0.0, 300.0, 600.0, 1200.0, 2400.0, 4800.0, 9600.0, 19200.0, 38400.0, 76800.0)
+# What the fit starts from in every bucket, chosen before any measurement: an hour of exposure at the rate of up
+# stretches of ten hours and down stretches of one (so a bucket with little seen stays near them).
+PRIOR_HOURS, UP_MEAN_H, DOWN_MEAN_H = 1.0, 10.0, 1.0
 
 
-def fit(outlook: Outlook | None, step_s: float, prior: Prior = PRIOR) -> Hazards:
-    """Per-bucket hazards from the stretches (exposure and ends per bucket, plus the prior's pseudo-counts)."""
-    outlook = outlook or Outlook()
-    up = _bucket_hazards(outlook.up, step_s, prior.up_shape, prior.up_scale_s, prior.weight_s)
-    down = _bucket_hazards(outlook.down, step_s, prior.down_shape, prior.down_scale_s, prior.weight_s)
+def fit(outlook: Outlook) -> Model:
+    """Per bucket: (stretches that ended in it + the prior's) / (hours spent in it + the prior's)."""
     ended = sum(1 for _, end in outlook.up if end)
-    moves = (outlook.moves + 2 * prior.move_share) / (ended + 2)
-    return Hazards(EDGES, up, down, min(max(moves, 0.0), 1.0))
+    return Model(
+        EDGES_S,
+        _rates(outlook.up, UP_MEAN_H),
+        _rates(outlook.down, DOWN_MEAN_H),
+        round((outlook.moves + 1) / (ended + 2), 6),
+    )
 
 
-def _bucket_hazards(
-    stretches: Sequence[tuple[float, bool]], step_s: float, shape: float, scale_s: float, weight_s: float
-) -> tuple[float, ...]:
+def _rates(stretches: Sequence[tuple[float, bool]], mean_h: float) -> tuple[float, ...]:
     out = []
-    for index, low in enumerate(EDGES):
-        high = EDGES[index + 1] if index + 1 < len(EDGES) else math.inf
-        lo_s, hi_s = low * step_s, high * step_s
-        exposure = weight_s
-        middle = lo_s + (min(hi_s, lo_s + 4 * step_s) - lo_s) / 2
-        events = weight_s * shape / (middle + scale_s)
+    for index, low in enumerate(EDGES_S):
+        high = EDGES_S[index + 1] if index + 1 < len(EDGES_S) else math.inf
+        hours, ends = PRIOR_HOURS, PRIOR_HOURS / mean_h
         for length, ended in stretches:
-            exposure += max(0.0, min(length, hi_s) - lo_s)
-            if ended and lo_s < length <= hi_s:
-                events += 1
-        rate = events / exposure  # per second
-        out.append(1 - math.exp(-rate * step_s))
+            hours += max(0.0, min(length, high) - low) / 3600
+            ends += ended and low < length <= high
+        out.append(round(ends / hours, 6))
     return tuple(out)
 
 

@@ -15,14 +15,15 @@ were lost at the worst moment? A policy takes a risk only while the answer stays
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from handlers.jobs import Market
 from handlers.reasons import Reason, Wording
-from handlers.spot.outlook import Outlook
-from handlers.spot.plan import ON_DEMAND, plan_for
+from handlers.spot.learned import ANY_ZONE, ONE_ZONE
+from handlers.spot.program import Key, table_for
 
 Action = Literal["spot", "on-demand", "wait", "stop"]
 # Why the policy is asked: the first launch, an instance lost to spot, a launch refused for capacity, the timer.
@@ -100,9 +101,7 @@ class Situation:
     instance spends before it trains (boot, restore); ``period_s`` is how long until the policy is asked again
     (one tick of a trace; the bot's timer). ``checkpoint_interval_s`` is the work an instance lost *without*
     a notice takes with it (0 where notices are honoured, as the simulator models). ``time_left_s`` None: no
-    deadline. ``budget`` None: no budget; ``spent`` counts what the job has been billed so far. ``outlook``:
-    the spot stretches seen in the past (:mod:`handlers.spot.outlook`), which ``deadline-aware`` plans against;
-    None where nobody kept them (the live bot, for now): then it follows its rules.
+    deadline. ``budget`` None: no budget; ``spent`` counts what the job has been billed so far.
     """
 
     event: Event
@@ -119,7 +118,6 @@ class Situation:
     on_demand_price: float
     spent: float = 0.0
     budget: float | None = None
-    outlook: Outlook | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,10 +278,6 @@ class DeadlineAware:
     - On on-demand: go back to spot (a new instance) as soon as a zone has it, the slack still covers two
       more start-ups (this one, and a fallback to on-demand right after it) so a return to spot can never
       cost the deadline, and the rest on spot, start-up included, costs less than on on-demand; else stay.
-      With ``plan`` (the ``deadline-aware-plan`` variant) and an *outlook* in the situation (the spot
-      stretches seen before: the simulator's trace, not yet the live bot), the return must also pay in the plan
-      over a model fitted to it (:func:`return_pays`): a young stretch where stretches are short does not repay
-      a long restart. Not the default: measured across restarts it is not better everywhere (see the bench).
     - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
       (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
     - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
@@ -297,7 +291,6 @@ class DeadlineAware:
     kappa: float = 0.2
     reserve: float = 1.0
     gate: float = 4.0
-    plan: bool = False
 
     def __call__(self, s: Situation) -> Choice:
         zone = _pick_zone(s, prefer_availability=True)
@@ -318,8 +311,6 @@ class DeadlineAware:
             spare = s.time_left_s - s.period_s - (2 * s.restart_s + s.work_left_s + s.checkpoint_interval_s)
             cheaper = (s.restart_s + s.work_left_s) * s.spot_price < s.work_left_s * s.on_demand_price
             if zone is not None and spare >= 0 and cheaper:
-                if self.plan and s.outlook is not None and not return_pays(s, s.outlook, zone):
-                    return Choice("on-demand", None, WORDING("spot-policy.on-demand.plan", **_values(s)))
                 return Choice(
                     "spot", zone.name, WORDING("spot-policy.spot.back", zone=zone.name, slack_h=_hours(spare))
                 )
@@ -349,34 +340,58 @@ class DeadlineAware:
         return s.work_left_s > self.pace * total_work * max(s.time_left_s - s.restart_s, 0.0) / usable
 
 
-def return_pays(s: Situation, outlook: Outlook, zone: ZoneView) -> bool:
-    """Whether the plan over the fitted availability model (:mod:`handlers.spot.plan`) expects a return from
-    on-demand to spot now to cost less than staying on on-demand.
+deadline_aware = DeadlineAware()
 
-    Asked only where the plan's step resolves the restart (a step of at most two restarts): with a step much
-    longer than the restart, the plan's own rounding is larger than the restart it would weigh, and the rule
-    (spot cheaper for the rest, two restarts of slack) decides alone.
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """``deadline-aware-plan``: each tick, the action of least expected cost to finish by the deadline, read from
+    the plan over a model of spot availability (:mod:`handlers.spot.program`).
+
+    The model is :mod:`handlers.spot.learned`'s (fitted on the tuning split of the bundled traces): a job in one
+    zone plans with the stretches of one zone, a job with several with those of a job free to take any. Spot goes
+    to the held zone while it has spot, else to the zone whose spot has lasted longest. It needs each zone's age
+    (how long it has had spot, or not): the simulator knows it; where a zone's age is unknown (the live bot, for
+    now), with a budget, or without a deadline, ``deadline-aware`` decides.
     """
-    assert s.time_left_s is not None
-    tick = s.period_s
-    time_left, work_left = s.time_left_s / tick, s.work_left_s / tick
-    plan = plan_for(
-        outlook,
-        tick_s=tick,
-        deadline_ticks=(s.elapsed_s + s.time_left_s) / tick,
-        restart_ticks=s.restart_s / tick,
-        spot_price=s.spot_price,
-        on_demand_price=s.on_demand_price,
-        time_left_ticks=time_left,
-        slack_ticks=max(time_left - work_left, 0.0),
-    )
-    if plan.key.restart_steps < 0.5:
-        return True
-    step = plan.key.step_ticks * tick
-    state = plan.hazards.bucket((zone.age_s or 0.0) / step)
-    slack = (s.time_left_s - s.work_left_s) / step
-    _, stay, back = plan.now(s.time_left_s / step, slack, ON_DEMAND, state, s.holding.starting_s / step, tick / step)
-    return back <= stay
+
+    fallback: SpotPolicy = deadline_aware
+
+    def __call__(self, s: Situation) -> Choice:
+        ages = [zone.age_s for zone in s.zones]
+        if s.time_left_s is None or s.budget is not None or not ages or None in ages:
+            return self.fallback(s)
+        if on_demand_need_s(s) > s.time_left_s:
+            return _last_resort(s)
+        tick = s.period_s  # whole ticks, each rounded the safe way: the time left down, what it must hold up
+        ticks_left, work_left = math.floor(s.time_left_s / tick + 1e-9), math.ceil(s.work_left_s / tick - 1e-9)
+        held = _held_zone(s)
+        open_zones = [zone for zone in s.zones if zone.available]
+        zone = held or max(open_zones, key=lambda z: z.age_s or 0.0, default=None)
+        age = zone.age_s if zone is not None else min(z.age_s or 0.0 for z in s.zones)
+        key = Key(
+            ONE_ZONE if len(s.zones) == 1 else ANY_ZONE,
+            tick,
+            math.ceil(s.restart_s / tick - 1e-9),
+            s.spot_price * tick / 3600,
+            s.on_demand_price * tick / 3600,
+        )
+        table = table_for(key, ticks_left, work_left)
+        phases, phase = table.phases, min(math.ceil(s.holding.starting_s / tick - 1e-9), table.phases - 1)
+        holding = 0
+        if s.holding.market == "on-demand":
+            holding = 1 + phase
+        elif held is not None:
+            holding = 1 + phases + phase
+        action = table.action(ticks_left, work_left, holding, zone is not None, age or 0.0)
+        if action == "spot" and zone is not None:
+            slack = _hours(fallback_slack(s, "spot"))
+            return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=slack))
+        if action == "wait":
+            return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(fallback_slack(s, None))))
+        if s.holding.market == "on-demand":
+            return Choice("on-demand", None, WORDING("spot-policy.on-demand.plan", **_values(s)))
+        return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
 
 
 def any_availability(s: Situation) -> float:
@@ -387,12 +402,10 @@ def any_availability(s: Situation) -> float:
     return 1 - none
 
 
-deadline_aware = DeadlineAware()
-
 DEFAULT_POLICY = "deadline-aware"
 POLICIES: dict[str, SpotPolicy] = {
     "deadline-aware": deadline_aware,
-    "deadline-aware-plan": DeadlineAware(plan=True),
+    "deadline-aware-plan": Planned(),
     "greedy": greedy,
     "on-demand": on_demand,
     "spot-only": spot_only,

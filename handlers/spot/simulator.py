@@ -24,9 +24,8 @@ gang's, as before gangs.
 Past the end of its traces no zone has spot (a policy may still finish on on-demand); a policy that holds
 nothing there once the deadline has passed would wait forever, so the run ends unfinished. The policy is
 called every tick with the same :class:`~handlers.spot.rules.Situation` the bot builds, so it is the bot's own
-code that is measured. Beyond what the bot gives, each zone's age (ticks since its spot came or went) and the
-*outlook* (:mod:`handlers.spot.outlook`: the stretches of the :data:`OUTLOOK_HOURS` before the start, taken again
-every :data:`OUTLOOK_EVERY_HOURS`), which only ``deadline-aware-plan`` reads.
+code that is measured. Beyond what the bot gives, each zone's age (ticks since its spot came or went), which only
+``deadline-aware-plan`` reads.
 """
 
 from __future__ import annotations
@@ -37,15 +36,10 @@ from fractions import Fraction
 
 from handlers.jobs import Market
 from handlers.spot.gang import GangHold, wait_or_move
-from handlers.spot.outlook import Outlook, history_of
 from handlers.spot.rules import NOTHING, Choice, Event, Holding, Situation, SpotPolicy, ZoneView
 
 # How far back a zone's availability share looks (the policy's "recent availability"), in hours.
 AVAILABILITY_WINDOW_HOURS = 24
-# The outlook (the spot stretches the policy plans against) covers this many hours before the moment it is taken,
-# and is taken again this often (each new outlook is a new plan to solve).
-OUTLOOK_HOURS = 48
-OUTLOOK_EVERY_HOURS = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +135,6 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     prefix = [_prefix_available(zone.counts, run.nodes) for zone in run.zones]
     up = [[count >= run.nodes for count in zone.counts] for zone in run.zones]
     ages = [_ages(zone) for zone in up]
-    every = max(1, round(OUTLOOK_EVERY_HOURS * 3600 / gap))
-    outlook: Outlook | None = None
     out = Outcome()
     previous: tuple[Market, str | None] | None = None
     starting = 0  # overhead ticks the held instance still has to spend
@@ -188,8 +180,6 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                     hold_since, out.replaced = None, out.replaced + 1
                     starting = run.replace_overhead or 0
                 holding = Holding(market, zone_name, starting * gap)
-        if (t - run.start) % every == 0:
-            outlook = history_of(up, t - round(OUTLOOK_HOURS * 3600 / gap), t, gap)
         views = tuple(
             ZoneView(zone.name, available[i], _share(prefix[i], t, window), _age(ages[i], t, gap))
             for i, zone in enumerate(run.zones)
@@ -208,7 +198,6 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
             on_demand_price=run.on_demand_price,
             spent=float(cost),
             budget=run.budget,
-            outlook=outlook,
         )
         choice = policy(situation)
         out.choices.append(choice)

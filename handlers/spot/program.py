@@ -1,0 +1,159 @@
+"""The plan of ``deadline-aware-plan``: the least *expected* cost of finishing by the deadline, tick by tick.
+
+The bench's offline optimum knows the traces; a policy does not. This is the same dynamic program, over the same tick
+model as the simulator (a new instance spends the restart's ticks, progress survives a preemption, a held tick costs
+its price), with the traces replaced by an availability model (:class:`~handlers.spot.outlook.Model`: the hazard of
+an up or a down stretch per age bucket, and the share of up stretches that end in a move to another zone). It is
+solved backwards over the ticks left, for every (ticks left, work left, what is held and its restart phase,
+availability and the age bucket of its stretch), and the policy reads its action from the table:
+
+- a state from which on-demand could no longer finish is priced out (:data:`LATE`), and every stretch may end at
+  the next tick, so the plan never takes a risk the deadline cannot absorb;
+- nothing in it is tuned: when to leave an outage for on-demand, when to go back to spot and which spot stretch is
+  worth a restart all come out of the restart, the slack, the prices and the model.
+
+The table is arrays (numpy, imported only when a plan is solved: the core stays importable without it, as the
+runner's install is). One table serves every job of the same model, tick, restart and prices, up to its extent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from handlers.spot.outlook import Model
+
+if TYPE_CHECKING:
+    import numpy as np
+
+PlanAction = Literal["wait", "on-demand", "spot"]
+ACTIONS: tuple[PlanAction, ...] = ("wait", "on-demand", "spot")
+# The price of a state from which the deadline can no longer be kept: finite, so that a chance of zero times it is
+# zero, and far above any job's cost.
+LATE = 1e12
+# Tables kept (each up to a few hundred MB at the bench's finest ticks, a few MB at the bot's 5 minutes).
+KEPT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """What a table depends on besides its extent: the model, the tick, the restart in ticks, the tick's prices."""
+
+    model: Model
+    tick_s: float
+    restart_ticks: int
+    spot_cost: float
+    on_demand_cost: float
+
+
+class Table:
+    """The actions of one plan: ``actions[ticks left, holding, availability, work left]`` (0 wait, 1 on-demand,
+    2 spot). ``holding``: 0 nothing, 1 + phase on-demand, 1 + phases + phase spot, the phase being the restart ticks
+    the instance still has to spend; ``availability``: the up age buckets, then the down ones."""
+
+    def __init__(self, key: Key, ticks: int, work: int) -> None:
+        self.key, self.ticks, self.work = key, ticks, work
+        self.phases = max(key.restart_ticks, 1)
+        self.buckets = len(key.model.edges_s)
+        self.actions = _solve(key, ticks, work, self.phases)
+
+    def action(self, ticks_left: int, work_left: int, holding: int, up: bool, age_s: float) -> PlanAction:
+        state = self.key.model.bucket(age_s) + (0 if up else self.buckets)
+        return ACTIONS[int(self.actions[ticks_left, holding, state, work_left])]
+
+
+def _transitions(model: Model, tick_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over one tick, per availability state: the chances of going on (``[state, next]``: the same stretch, one
+    bucket older or not; an outage ending in spot), of an up stretch ending in a move, and in an outage."""
+    import numpy as np
+
+    buckets = len(model.edges_s)
+    going = np.zeros((2 * buckets, 2 * buckets))
+    move, down = np.zeros(2 * buckets), np.zeros(2 * buckets)
+    for index, low in enumerate(model.edges_s):
+        width = model.edges_s[index + 1] - low if index + 1 < buckets else math.inf
+        older = min(tick_s / width, 1.0)
+        following = min(index + 1, buckets - 1)
+        for up, rates in ((True, model.up_end_per_h), (False, model.down_end_per_h)):
+            state, base = (index, 0) if up else (buckets + index, buckets)
+            end = min(max(1 - math.exp(-rates[index] * tick_s / 3600), 1e-6), 1 - 1e-6)
+            going[state, base + following] += (1 - end) * older
+            going[state, base + index] += (1 - end) * (1 - older)
+            if up:
+                move[state], down[state] = end * model.move_share, end * (1 - model.move_share)
+            else:
+                going[state, 0] += end  # the outage ends: spot somewhere, a fresh stretch
+    return going, move, down
+
+
+def _solve(key: Key, ticks: int, work: int, phases: int) -> np.ndarray:
+    import numpy as np
+
+    going, move, down = _transitions(key.model, key.tick_s)
+    buckets = len(key.model.edges_s)
+    anyway = going.copy()  # for what is not spot: a move is spot again, a fresh stretch; an outage is an outage
+    anyway[:, 0] += move
+    anyway[:, buckets] += down
+    restart = key.restart_ticks
+    on_demand = [1 + phase for phase in range(phases)]
+    spot = [1 + phases + phase for phase in range(phases)]
+    up = np.zeros(2 * buckets, bool)
+    up[:buckets] = True
+    value = np.full((1 + 2 * phases, 2 * buckets, work + 1), LATE)  # no ticks left: only a finished job is free
+    value[:, :, 0] = 0.0
+    actions = np.zeros((ticks + 1, 1 + 2 * phases, 2 * buckets, work + 1), np.int8)
+    for left in range(1, ticks + 1):
+        after = np.einsum("st,htw->hsw", anyway, value)  # the expected value at the next tick, holding stays
+        # Spot held on: the stretch goes on, or the instance is lost (holding nothing, at a move or an outage).
+        after_spot = np.einsum("st,htw->hsw", going, value[spot])
+        after_spot += move[None, :, None] * value[0, 0][None, None, :] + down[None, :, None] * value[0, buckets]
+        held = np.concatenate([after[: 1 + phases], after_spot])
+
+        new_on_demand = _running(held, on_demand, restart, key.on_demand_cost)
+        new_spot = np.where(up[:, None], _running(held, spot, restart, key.spot_cost), LATE)
+        wait = after[0]
+        nxt = np.empty_like(value)
+        for holding in range(1 + 2 * phases):
+            od = new_on_demand
+            if holding in on_demand:
+                od = _running(held, on_demand, holding - 1, key.on_demand_cost)
+            sp = new_spot
+            if holding in spot:
+                sp = np.where(up[:, None], _running(held, spot, holding - 1 - phases, key.spot_cost), LATE)
+            options = np.stack([wait, od, sp])
+            best = options.argmin(axis=0)
+            actions[left, holding] = best
+            nxt[holding] = np.take_along_axis(options, best[None], 0)[0]
+        nxt[:, :, 0] = 0.0
+        value = nxt
+    return actions
+
+
+def _running(held: np.ndarray, instance: list[int], phase: int, price: float) -> np.ndarray:
+    """The value of this tick on an instance in ``phase`` (restart ticks still to spend; a new one: the whole
+    restart), then the plan: ``held`` is the next tick's expected value per holding."""
+    import numpy as np
+
+    out = np.full(held.shape[1:], LATE)
+    if phase > 0:
+        out[:] = held[instance[phase - 1]]
+    else:
+        out[:, 1:] = held[instance[0]][:, :-1]  # a tick of progress
+    return np.minimum(out + price, LATE)
+
+
+_TABLES: OrderedDict[Key, Table] = OrderedDict()
+
+
+def table_for(key: Key, ticks: int, work: int) -> Table:
+    """The table of ``key`` with room for ``ticks`` left and ``work`` ticks of work (solved once and kept)."""
+    table = _TABLES.get(key)
+    if table is None or table.ticks < ticks or table.work < work:
+        table = Table(key, max(ticks, table.ticks if table else 0), max(work, table.work if table else 0))
+        _TABLES[key] = table
+        while len(_TABLES) > KEPT:
+            _TABLES.popitem(last=False)
+    _TABLES.move_to_end(key)
+    return table
