@@ -9,7 +9,7 @@ from pathlib import Path
 
 from handlers.spot import learned
 from handlers.spot.outlook import EDGES_S, Model, Outlook, fit, history_of
-from handlers.spot.program import Key, table_for
+from handlers.spot.program import Key, table_for, too_large
 from handlers.spot.rules import POLICIES, Choice, Situation, ZoneView, deadline_aware
 from handlers.spot.simulator import Run, Zone, simulate
 from tests.spot_cases import HOUR, plan_case, situation
@@ -65,6 +65,9 @@ def test_a_table_is_solved_once_per_key_and_grown_only_when_asked_beyond_it() ->
     bigger = table_for(_key(), 60, 20)
     assert bigger is not table and (bigger.ticks, bigger.work) == (60, 20)
     assert table_for(_key(restart=0), 30, 10).phases == 1  # no restart: one phase, running
+    # The bench's largest (36 h in 195 s ticks, 24 h of work, a 30 min restart) is solved; ten times finer is not.
+    assert not too_large(Key(learned.ANY_ZONE, 195.0, 10, 0.05, 0.17), 664, 443)
+    assert too_large(Key(learned.ANY_ZONE, 19.5, 93, 0.005, 0.017), 6646, 4431)
 
 
 def test_the_plan_reads_the_restart_and_the_age_of_the_stretch() -> None:
@@ -75,10 +78,11 @@ def test_the_plan_reads_the_restart_and_the_age_of_the_stretch() -> None:
     assert PLANNED(plan_case(age_s=2400.0, time_left_s=9 * HOUR)).action == "spot"
     old = PLANNED(plan_case(age_s=86400.0, time_left_s=8 * HOUR))
     assert (old.action, old.zone, old.reason.key) == ("spot", "zone-a", "spot-policy.spot")
-    # With no slack for a restart, on-demand whatever the age; with a budget, no deadline, or a zone of unknown age
-    # (the live bot, for now): deadline-aware's rules.
+    # With no slack for a restart, on-demand whatever the age; with a budget, no deadline, a zone of unknown age
+    # (the live bot, for now), or ticks so fine that the table would not fit (30 s: 2.5 billion entries):
+    # deadline-aware's rules.
     assert PLANNED(plan_case(age_s=86400.0, time_left_s=6 * HOUR + 900.0)).action == "on-demand"
-    for changes in ({"budget": 100.0}, {"time_left_s": None}, {"age_s": None}):
+    for changes in ({"budget": 100.0}, {"time_left_s": None}, {"age_s": None}, {"period_s": 30.0}):
         case = plan_case(**changes)
         assert PLANNED(case) == deadline_aware(case)
 

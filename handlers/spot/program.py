@@ -33,8 +33,11 @@ ACTIONS: tuple[PlanAction, ...] = ("wait", "on-demand", "spot")
 # The price of a state from which the deadline can no longer be kept: finite, so that a chance of zero times it is
 # zero, and far above any job's cost.
 LATE = 1e12
-# Tables kept (each up to a few hundred MB at the bench's finest ticks, a few MB at the bot's 5 minutes).
-KEPT = 4
+# The largest table solved, in entries (a byte each): the bench's 36 h deadline in 195 s ticks with a 30 min restart
+# is 124 million. A finer trace or a longer job would take minutes and gigabytes: the policy decides by its rules.
+MOST_ENTRIES = 160_000_000
+# Tables kept: a job in one zone and one in several, each as large as the largest job asked about.
+KEPT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,12 @@ def _running(held: np.ndarray, instance: list[int], phase: int, price: float) ->
 
 
 _TABLES: OrderedDict[Key, Table] = OrderedDict()
+
+
+def too_large(key: Key, ticks: int, work: int) -> bool:
+    """Whether the table of ``key`` for ``ticks`` left and ``work`` ticks of work would pass :data:`MOST_ENTRIES`."""
+    holdings = 1 + 2 * max(key.restart_ticks, 1)
+    return (ticks + 1) * holdings * 2 * len(key.model.edges_s) * (work + 1) > MOST_ENTRIES
 
 
 def table_for(key: Key, ticks: int, work: int) -> Table:

@@ -23,7 +23,7 @@ from typing import Literal
 from handlers.jobs import Market
 from handlers.reasons import Reason, Wording
 from handlers.spot.learned import ANY_ZONE, ONE_ZONE
-from handlers.spot.program import Key, table_for
+from handlers.spot.program import Key, table_for, too_large
 
 Action = Literal["spot", "on-demand", "wait", "stop"]
 # Why the policy is asked: the first launch, an instance lost to spot, a launch refused for capacity, the timer.
@@ -352,7 +352,8 @@ class Planned:
     zone plans with the stretches of one zone, a job with several with those of a job free to take any. Spot goes
     to the held zone while it has spot, else to the zone whose spot has lasted longest. It needs each zone's age
     (how long it has had spot, or not): the simulator knows it; where a zone's age is unknown (the live bot, for
-    now), with a budget, or without a deadline, ``deadline-aware`` decides.
+    now), with a budget, without a deadline, or where the table would be too large to solve (ticks much finer than
+    the job: :func:`~handlers.spot.program.too_large`), ``deadline-aware`` decides.
     """
 
     fallback: SpotPolicy = deadline_aware
@@ -376,6 +377,8 @@ class Planned:
             s.spot_price * tick / 3600,
             s.on_demand_price * tick / 3600,
         )
+        if too_large(key, ticks_left, work_left):
+            return self.fallback(s)
         table = table_for(key, ticks_left, work_left)
         phases, phase = table.phases, min(math.ceil(s.holding.starting_s / tick - 1e-9), table.phases - 1)
         holding = 0
