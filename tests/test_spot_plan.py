@@ -61,10 +61,12 @@ def _key(model: Model = learned.ONE_ZONE, restart: int = 3) -> Key:
 
 def test_a_table_is_solved_once_per_key_and_grown_only_when_asked_beyond_it() -> None:
     table = table_for(_key(), 40, 20)
+    assert table is not None
     assert table.phases == 3 and table_for(_key(), 30, 10) is table
     bigger = table_for(_key(), 60, 20)
-    assert bigger is not table and (bigger.ticks, bigger.work) == (60, 20)
-    assert table_for(_key(restart=0), 30, 10).phases == 1  # no restart: one phase, running
+    assert bigger is not None and bigger is not table and (bigger.ticks, bigger.work) == (60, 20)
+    running = table_for(_key(restart=0), 30, 10)
+    assert running is not None and running.phases == 1  # no restart: one phase, running
     # The bench's largest (36 h in 195 s ticks, 24 h of work, a 30 min restart) is solved; ten times finer is not.
     assert not too_large(Key(learned.ANY_ZONE, 195.0, 10, 0.05, 0.17), 664, 443)
     assert too_large(Key(learned.ANY_ZONE, 19.5, 93, 0.005, 0.017), 6646, 4431)

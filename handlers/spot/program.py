@@ -58,7 +58,7 @@ class Table:
 
     def __init__(self, key: Key, ticks: int, work: int) -> None:
         self.key, self.ticks, self.work = key, ticks, work
-        self.phases = max(key.restart_ticks, 1)
+        self.phases = _phases(key)
         self.buckets = len(key.model.edges_s)
         self.actions = _solve(key, ticks, work, self.phases)
 
@@ -150,17 +150,27 @@ def _running(held: np.ndarray, instance: list[int], phase: int, price: float) ->
 _TABLES: OrderedDict[Key, Table] = OrderedDict()
 
 
+def _phases(key: Key) -> int:
+    """The restart phases an instance goes through (one, running, where a new instance starts at once)."""
+    return max(key.restart_ticks, 1)
+
+
 def too_large(key: Key, ticks: int, work: int) -> bool:
     """Whether the table of ``key`` for ``ticks`` left and ``work`` ticks of work would pass :data:`MOST_ENTRIES`."""
-    holdings = 1 + 2 * max(key.restart_ticks, 1)
+    holdings = 1 + 2 * _phases(key)
     return (ticks + 1) * holdings * 2 * len(key.model.edges_s) * (work + 1) > MOST_ENTRIES
 
 
-def table_for(key: Key, ticks: int, work: int) -> Table:
-    """The table of ``key`` with room for ``ticks`` left and ``work`` ticks of work (solved once and kept)."""
+def table_for(key: Key, ticks: int, work: int) -> Table | None:
+    """The table of ``key`` with room for ``ticks`` left and ``work`` ticks of work (solved once and kept, grown to
+    cover every job asked about where that fits); None where even this job's would be :func:`too_large`."""
     table = _TABLES.get(key)
     if table is None or table.ticks < ticks or table.work < work:
-        table = Table(key, max(ticks, table.ticks if table else 0), max(work, table.work if table else 0))
+        grown = (max(ticks, table.ticks if table else 0), max(work, table.work if table else 0))
+        extent = grown if not too_large(key, *grown) else (ticks, work)
+        if too_large(key, *extent):
+            return None
+        table = Table(key, *extent)
         _TABLES[key] = table
         while len(_TABLES) > KEPT:
             _TABLES.popitem(last=False)

@@ -23,7 +23,7 @@ from typing import Literal
 from handlers.jobs import Market
 from handlers.reasons import Reason, Wording
 from handlers.spot.learned import ANY_ZONE, ONE_ZONE
-from handlers.spot.program import Key, table_for, too_large
+from handlers.spot.program import Key, table_for
 
 Action = Literal["spot", "on-demand", "wait", "stop"]
 # Why the policy is asked: the first launch, an instance lost to spot, a launch refused for capacity, the timer.
@@ -377,9 +377,9 @@ class Planned:
             s.spot_price * tick / 3600,
             s.on_demand_price * tick / 3600,
         )
-        if too_large(key, ticks_left, work_left):
-            return self.fallback(s)
         table = table_for(key, ticks_left, work_left)
+        if table is None:  # ticks far finer than the job: a table of billions of entries
+            return self.fallback(s)
         phases, phase = table.phases, min(math.ceil(s.holding.starting_s / tick - 1e-9), table.phases - 1)
         holding = 0
         if s.holding.market == "on-demand":
