@@ -67,9 +67,11 @@ class Table:
         return ACTIONS[int(self.actions[ticks_left, holding, state, work_left])]
 
 
-def _transitions(model: Model, tick_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def transitions(model: Model, tick_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Over one tick, per availability state: the chances of going on (``[state, next]``: the same stretch, one
-    bucket older or not; an outage ending in spot), of an up stretch ending in a move, and in an outage."""
+    bucket older or not; an outage ending in spot), of an up stretch ending in a move, and in an outage.
+
+    This chain is the model the plan is optimal on; ``bench/policy_bound.py`` draws availability from it."""
     import numpy as np
 
     buckets = len(model.edges_s)
@@ -94,7 +96,7 @@ def _transitions(model: Model, tick_s: float) -> tuple[np.ndarray, np.ndarray, n
 def _solve(key: Key, ticks: int, work: int, phases: int) -> np.ndarray:
     import numpy as np
 
-    going, move, down = _transitions(key.model, key.tick_s)
+    going, move, down = transitions(key.model, key.tick_s)
     buckets = len(key.model.edges_s)
     anyway = going.copy()  # for what is not spot: a move is spot again, a fresh stretch; an outage is an outage
     anyway[:, 0] += move

@@ -23,7 +23,8 @@ from typing import Literal
 from handlers.jobs import Market
 from handlers.reasons import Reason, Wording
 from handlers.spot.learned import ANY_ZONE, ONE_ZONE
-from handlers.spot.program import Key, table_for
+from handlers.spot.outlook import Model
+from handlers.spot.program import Key, PlanAction, table_for
 
 Action = Literal["spot", "on-demand", "wait", "stop"]
 # Why the policy is asked: the first launch, an instance lost to spot, a launch refused for capacity, the timer.
@@ -364,29 +365,13 @@ class Planned:
             return self.fallback(s)
         if on_demand_need_s(s) > s.time_left_s:
             return _last_resort(s)
-        tick = s.period_s  # whole ticks, each rounded the safe way: the time left down, what it must hold up
-        ticks_left, work_left = math.floor(s.time_left_s / tick + 1e-9), math.ceil(s.work_left_s / tick - 1e-9)
-        held = _held_zone(s)
         open_zones = [zone for zone in s.zones if zone.available]
-        zone = held or max(open_zones, key=lambda z: z.age_s or 0.0, default=None)
+        zone = _held_zone(s) or max(open_zones, key=lambda z: z.age_s or 0.0, default=None)
         age = zone.age_s if zone is not None else min(z.age_s or 0.0 for z in s.zones)
-        key = Key(
-            ONE_ZONE if len(s.zones) == 1 else ANY_ZONE,
-            tick,
-            math.ceil(s.restart_s / tick - 1e-9),
-            s.spot_price * tick / 3600,
-            s.on_demand_price * tick / 3600,
-        )
-        table = table_for(key, ticks_left, work_left)
-        if table is None:  # ticks far finer than the job: a table of billions of entries
+        model = ONE_ZONE if len(s.zones) == 1 else ANY_ZONE
+        action = plan_action(s, model, zone is not None, age or 0.0)
+        if action is None:  # ticks far finer than the job: a table of billions of entries
             return self.fallback(s)
-        phases, phase = table.phases, min(math.ceil(s.holding.starting_s / tick - 1e-9), table.phases - 1)
-        holding = 0
-        if s.holding.market == "on-demand":
-            holding = 1 + phase
-        elif held is not None:
-            holding = 1 + phases + phase
-        action = table.action(ticks_left, work_left, holding, zone is not None, age or 0.0)
         if action == "spot" and zone is not None:
             slack = _hours(fallback_slack(s, "spot"))
             return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=slack))
@@ -395,6 +380,31 @@ class Planned:
         if s.holding.market == "on-demand":
             return Choice("on-demand", None, WORDING("spot-policy.on-demand.plan", **_values(s)))
         return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
+
+
+def plan_action(s: Situation, model: Model, up: bool, age_s: float) -> PlanAction | None:
+    """The plan's action for ``s`` over ``model``, with spot at hand (``up``) or not, in a stretch ``age_s`` old;
+    None where its table would be too large. ``s`` has a deadline the work can still meet on on-demand."""
+    assert s.time_left_s is not None
+    tick = s.period_s  # whole ticks, each rounded the safe way: the time left down, what it must hold up
+    ticks_left, work_left = math.floor(s.time_left_s / tick + 1e-9), math.ceil(s.work_left_s / tick - 1e-9)
+    key = Key(
+        model,
+        tick,
+        math.ceil(s.restart_s / tick - 1e-9),
+        s.spot_price * tick / 3600,
+        s.on_demand_price * tick / 3600,
+    )
+    table = table_for(key, ticks_left, work_left)
+    if table is None:
+        return None
+    phases, phase = table.phases, min(math.ceil(s.holding.starting_s / tick - 1e-9), table.phases - 1)
+    holding = 0
+    if s.holding.market == "on-demand":
+        holding = 1 + phase
+    elif _held_zone(s) is not None:
+        holding = 1 + phases + phase
+    return table.action(ticks_left, work_left, holding, up, age_s)
 
 
 def any_availability(s: Situation) -> float:

@@ -1,0 +1,251 @@
+"""How near the offline optimum any policy without foresight can come, on availability drawn from the plan's model.
+
+    python bench/policy_bound.py [--runs N] [--tick SECONDS] [--overheads 3,6,12,30] [--seed S] [--dates]
+
+``policy_traces.py`` measures policies against the offline optimum, which knows every trace in advance. Part of
+what a policy pays over it no policy can save: which spot stretch will outlast a restart is not known when it
+begins. This bench measures that part. Availability is drawn from the model ``deadline-aware-plan`` plans with
+(``handlers/spot/learned.py``, fitted on the tuning split): the chain over (spot or not, the age bucket of its
+stretch) of :func:`handlers.spot.program.transitions`, for a job in one zone (``ONE_ZONE``, without moves: one
+zone has nowhere to move) and for a job free to take any zone (``ANY_ZONE``: a move hands spot to a second zone
+at once). On that chain the plan's table, told the chain's state at each tick, is the least expected cost of any
+policy that sees only the past and meets every deadline (``tests/test_spot_bound.py`` checks the table against a
+brute force). So its cost over the optimum's, on the same draws, is a *floor*: where availability behaves like
+the model, no such policy pays less on average. With ``--dates``, also one chain per date not tuned on (of ticks of
+100 s or more, as in ``policy_traces.py``): one zone's stretches fitted on that whole date, at its own tick, so the
+floor of availability like that date's, had its statistics been known in advance.
+
+For each model and restart: ``--runs`` draws of each (work, deadline) pair of the trace bench, each from the
+chain's long-run state (after a burn-in), in ``--tick`` ticks (195 s: the tuning date's). Columns: mean cost over
+mean optimum (the floor's claim) and, after the slash, the mean of the per-run ratios (what ``policy_traces.py``
+reports), for the informed plan (the floor), ``deadline-aware-plan`` (the plan by each zone's age, as the
+simulator gives it), ``deadline-aware`` and ``greedy``. Every policy meets every deadline (checked).
+
+Recorded (``--dates``; 100 runs a pair, 195 s ticks for the shipped models, seed 7; about 8 minutes on 2 cores)::
+
+    model            restart  runs  floor          plan           deadline-aware  greedy
+    one zone           3 min   500  1.018 / 1.017  1.017 / 1.017  1.040 / 1.044   1.162 / 1.152
+    one zone           6 min   500  1.032 / 1.031  1.031 / 1.031  1.047 / 1.050   1.157 / 1.150
+    one zone          12 min   500  1.053 / 1.054  1.053 / 1.053  1.067 / 1.071   1.152 / 1.146
+    one zone          30 min   500  1.084 / 1.088  1.082 / 1.085  1.107 / 1.112   1.139 / 1.145
+    any zone           3 min   500  1.003 / 1.004  1.003 / 1.004  1.006 / 1.006   1.008 / 1.009
+    any zone           6 min   500  1.007 / 1.007  1.007 / 1.007  1.010 / 1.010   1.012 / 1.013
+    any zone          12 min   500  1.015 / 1.015  1.016 / 1.015  1.020 / 1.019   1.025 / 1.025
+    any zone          30 min   500  1.060 / 1.065  1.062 / 1.066  1.064 / 1.067   1.067 / 1.071
+    aws-10-26-2022     3 min   500  1.062 / 1.053  1.063 / 1.054  1.083 / 1.076   1.196 / 1.157
+    aws-10-26-2022     6 min   500  1.062 / 1.053  1.063 / 1.054  1.083 / 1.076   1.196 / 1.157
+    aws-10-26-2022    12 min   500  1.127 / 1.111  1.141 / 1.124  1.197 / 1.170   1.237 / 1.204
+    aws-10-26-2022    30 min   500  1.169 / 1.163  1.173 / 1.165  1.234 / 1.218   1.256 / 1.236
+    aws-08-27-2023     3 min   500  1.023 / 1.024  1.025 / 1.026  1.034 / 1.037   1.125 / 1.118
+    aws-08-27-2023     6 min   500  1.043 / 1.044  1.046 / 1.045  1.052 / 1.056   1.115 / 1.108
+    aws-08-27-2023    12 min   500  1.056 / 1.055  1.059 / 1.058  1.071 / 1.075   1.108 / 1.102
+    aws-08-27-2023    30 min   500  1.069 / 1.070  1.073 / 1.072  1.101 / 1.096   1.109 / 1.106
+    aws-08-03-2023     3 min   500  1.018 / 1.017  1.018 / 1.018  1.043 / 1.044   1.143 / 1.127
+    aws-08-03-2023     6 min   500  1.033 / 1.034  1.034 / 1.035  1.050 / 1.054   1.150 / 1.134
+    aws-08-03-2023    12 min   500  1.049 / 1.052  1.052 / 1.059  1.068 / 1.077   1.151 / 1.144
+    aws-08-03-2023    30 min   500  1.091 / 1.098  1.098 / 1.105  1.110 / 1.119   1.150 / 1.150
+
+(The plan by ages may come out a hair under the floor on a sample: the floor is the least in expectation.)
+
+What it says: where a zone's spot behaves like the tuning split's, no policy that keeps every deadline comes within
+5 % of the offline optimum at a 30-minute restart (1.084 at best), nor where it behaves like any other date's (1.069
+to 1.169); at 12 minutes the floor is 1.053, and 1.049 to 1.127 on the other dates' chains. ``deadline-aware-plan``
+is within 0.014 of the floor everywhere. The any-zone chain is the kinder one: it has spot in one zone at a time, so
+the optimum gains nothing from choosing between zones, which real traces of several zones give it. What it does not
+say: the traces are not the chain; a scenario's own stretch of trace can be calmer than its date as a whole, and
+on some the plan does better than its date's floor (``README.md``, Spot policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from policy_traces import DEFAULT_TRACES, ON_DEMAND_PRICE, PAIRS, SPOT_PRICE, load_dates, offline_optimum
+
+from handlers.reasons import Reason
+from handlers.spot.learned import ANY_ZONE, ONE_ZONE
+from handlers.spot.outlook import Model, Outlook, fit, history_of
+from handlers.spot.program import transitions
+from handlers.spot.rules import POLICIES, Choice, Situation, SpotPolicy, on_demand_need_s, plan_action
+from handlers.spot.simulator import Run, Zone, simulate, to_ticks
+
+# Ticks drawn before a run begins, so that its first state is the chain's long-run one, not a chosen one.
+BURN_IN = 3000
+# Dates of ticks finer than this are left out, as in policy_traces.py's --min-gap-seconds 100.
+MIN_GAP_S = 100
+COMPARED = ("deadline-aware-plan", "deadline-aware", "greedy")
+# The informed plan's choices are the bench's, not a job's: no card shows them.
+NO_REASON = Reason("bench.policy-bound", "the plan, told the chain's state")
+
+# A drawn tick: the chain's state (the up age buckets, then the down ones) and the zone that has spot in it.
+Tick = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A chain to draw availability from: its model, whether an up stretch may end in a move to another zone, and
+    its tick in seconds."""
+
+    name: str
+    model: Model
+    moves: bool
+    tick_s: int
+
+
+def chains(tick_s: int, traces: Path | None = None) -> list[Chain]:
+    """The shipped models' chains at ``tick_s``; with ``traces``, also one per date not tuned on: one zone's
+    stretches fitted on all of that date's zones, at its own tick (a model no policy could have had in advance)."""
+    out = [
+        Chain("one zone", replace(ONE_ZONE, move_share=0.0), False, tick_s),
+        Chain("any zone", ANY_ZONE, True, tick_s),
+    ]
+    for date in load_dates(traces) if traces is not None else []:
+        if date.tuned_on or date.gap_seconds < MIN_GAP_S:
+            continue
+        stretches = Outlook()
+        for zone in date.zones:
+            up = [count >= date.nodes for count in zone.counts]
+            seen = history_of([up], 0, len(up), date.gap_seconds)
+            stretches = Outlook(stretches.up + seen.up, stretches.down + seen.down)
+        out.append(
+            Chain(date.name.rsplit("/", 1)[-1], replace(fit(stretches), move_share=0.0), False, date.gap_seconds)
+        )
+    return out
+
+
+def draw(model: Model, tick_s: float, ticks: int, rng: random.Random) -> list[Tick]:
+    """``ticks`` ticks of the model's chain, after :data:`BURN_IN` ticks from an outage."""
+    going, move, down = transitions(model, tick_s)
+    buckets = len(model.edges_s)
+    states = 2 * buckets
+    # Per state, the cumulative chances of each next state, then of a move, then of an outage.
+    rows = [np.cumsum(np.concatenate([going[state], [move[state], down[state]]])) for state in range(states)]
+    state, zone = buckets, 0
+    out: list[Tick] = []
+    for index in range(BURN_IN + ticks):
+        if index >= BURN_IN:
+            out.append((state, zone))
+        row = rows[state]
+        following = int(np.searchsorted(row, rng.random() * row[-1], side="right"))
+        if following < states:
+            state = following
+        elif following == states:  # a move: spot at once in the other zone, a stretch just begun
+            state, zone = 0, 1 - zone
+        else:
+            state = buckets
+    return out
+
+
+def run_of(path: Sequence[Tick], model: Model, zones: int, tick_s: int, work: int, deadline: int, overhead: int) -> Run:
+    """The run over ``path``: ``zones`` traces (two where the chain moves: spot passes from one to the other)."""
+    buckets = len(model.edges_s)
+    counts = [[int(state < buckets and zone == index) for state, zone in path] for index in range(zones)]
+    return Run(
+        tuple(Zone(f"z{index}", trace) for index, trace in enumerate(counts)),
+        tick_s,
+        0,
+        work,
+        deadline,
+        overhead,
+        SPOT_PRICE,
+        ON_DEMAND_PRICE,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Informed:
+    """The plan told the chain's state at each tick (what no live policy has: the floor's policy)."""
+
+    path: Sequence[Tick]
+    model: Model
+
+    def __call__(self, s: Situation) -> Choice:
+        state, zone = self.path[round(s.elapsed_s / s.period_s)]
+        buckets = len(self.model.edges_s)
+        up = state < buckets
+        if s.time_left_s is None or on_demand_need_s(s) > s.time_left_s:
+            raise ValueError("the informed plan runs only where on-demand can still keep the deadline")
+        action = plan_action(s, self.model, up, self.model.edges_s[state % buckets])
+        if action is None:
+            raise ValueError("the plan's table would be too large at this tick")
+        if action == "spot":
+            return Choice("spot", f"z{zone}", NO_REASON)
+        return Choice(action, None, NO_REASON)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    model: str
+    restart_minutes: float
+    costs: dict[str, list[float]]  # "optimum", "floor" and each compared policy, run by run
+
+
+def measure(chain: Chain, restart_minutes: float, runs: int, seed: int) -> Row:
+    """``runs`` draws of each (work, deadline) pair: the optimum, the floor and each compared policy's cost."""
+    rng = random.Random(seed)
+    costs: dict[str, list[float]] = {key: [] for key in ("optimum", "floor", *COMPARED)}
+    tick = chain.tick_s
+    for work_h, deadline_h in PAIRS:
+        _, work, deadline, overhead = to_ticks(
+            tick, Fraction(0), Fraction(str(work_h)), Fraction(str(deadline_h)), Fraction(str(restart_minutes))
+        )
+        for _ in range(runs):
+            path = draw(chain.model, tick, deadline + 1, rng)
+            run = run_of(path, chain.model, 2 if chain.moves else 1, tick, work, deadline, overhead)
+            policies: dict[str, SpotPolicy] = {"floor": Informed(path, chain.model)}
+            policies.update({policy: POLICIES[policy] for policy in COMPARED})
+            costs["optimum"].append(offline_optimum(run))
+            for policy, decide in policies.items():
+                outcome = simulate(run, decide)
+                if not outcome.met(run):
+                    raise SystemExit(f"{policy} missed a deadline ({chain.name}, {restart_minutes:g} min): a bug")
+                costs[policy].append(outcome.cost(run))
+    return Row(chain.name, restart_minutes, costs)
+
+
+def ratios(row: Row, policy: str) -> tuple[float, float]:
+    """(mean cost / mean optimum, mean of the per-run cost / optimum)."""
+    optima, costs = row.costs["optimum"], row.costs[policy]
+    per_run = [cost / optimum for cost, optimum in zip(costs, optima, strict=True)]
+    return sum(costs) / sum(optima), statistics.fmean(per_run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100, help="draws per (work, deadline) pair")
+    parser.add_argument("--tick", type=int, default=195, help="seconds per tick")
+    parser.add_argument("--overheads", default="3,6,12,30", help="restart overheads in minutes")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--dates", action="store_true", help="also a chain fitted on each date not tuned on")
+    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.tick < 1:
+        parser.error("--runs and --tick must be at least 1")
+    overheads = [float(value) for value in args.overheads.split(",")]
+    print(f"{'model':<14} {'restart':>9} {'runs':>5}  {'floor':<13}  {'plan':<13}  {'deadline-aware':<14}  greedy")
+    for chain in chains(args.tick, args.traces if args.dates else None):
+        for minutes in overheads:
+            row = measure(chain, minutes, args.runs, args.seed)
+            cells = ["{:.3f} / {:.3f}".format(*ratios(row, policy)) for policy in ("floor", *COMPARED)]
+            print(
+                f"{chain.name:<14} {minutes:>5g} min {len(row.costs['optimum']):>5}  "
+                f"{cells[0]:<13}  {cells[1]:<13}  {cells[2]:<14}  {cells[3]}",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
