@@ -45,7 +45,7 @@ from handlers.reports import (
     Standby,
     Started,
 )
-from handlers.restart import job_restart_s
+from handlers.restart import earlier_first_step, job_restart_s
 from handlers.spot import SpotView
 from handlers.spot.gang import GangHold, wait_or_move
 from handlers.spot.gang_reasons import WORDING
@@ -233,13 +233,13 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
 def _first_steps(job: Job, at: datetime) -> dict[str, Any]:
     """Node 0's step stands for the gang's: each node started in this generation without a first step has it now,
     once, and the job's measured restart (launch to training, the median over nodes; what :func:`hold_due` weighs)
-    with them. A survivor keeps its first generation's: its instance did not restart."""
-    fresh = {a.number for a in live(job) if a.first_step_at is None and a.started_generation == job.generation}
-    if not fresh:
+    with them (an earlier report that comes later moves it back). A survivor keeps its first generation's: its
+    instance did not restart."""
+    fresh = {a.number: earlier_first_step(a, at) for a in live(job) if a.started_generation == job.generation}
+    changed = {number: attempt for number, attempt in fresh.items() if attempt is not None}
+    if not changed:
         return {}
-    attempts = [
-        a.model_copy(update={"first_step_at": max(at, a.launched_at)}) if a.number in fresh else a for a in job.attempts
-    ]
+    attempts = [changed.get(a.number, a) for a in job.attempts]
     return {"attempts": attempts, "restart_seconds": job_restart_s(attempts)}
 
 

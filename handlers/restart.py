@@ -33,13 +33,22 @@ def job_restart_s(attempts: list[Attempt]) -> float | None:
     return statistics.median(measured) if measured else None
 
 
+def earlier_first_step(attempt: Attempt, at: datetime) -> Attempt | None:
+    """``attempt`` with a step report of time ``at`` taken in: its first step is the earliest report's (reports may
+    come out of order, a retried one after a later one), never before its launch; None where nothing changes."""
+    first = max(at, attempt.launched_at)
+    if attempt.first_step_at is not None and attempt.first_step_at <= first:
+        return None
+    return attempt.model_copy(update={"first_step_at": first})
+
+
 def first_step(job: Job, at: datetime) -> dict[str, Any]:
-    """The job's updates when a step report comes at ``at``: the current attempt's first step, once, and the
-    job's measured overhead with it; nothing when the first step is already known."""
+    """The job's updates when a step report comes at ``at``: the current attempt's first step and the job's
+    measured overhead with it; nothing when a report at least as early has come already."""
     current = job.current
-    if current is None or current.first_step_at is not None:
+    attempt = earlier_first_step(current, at) if current is not None else None
+    if attempt is None:
         return {}
-    attempt = current.model_copy(update={"first_step_at": max(at, current.launched_at)})
     attempts = [*job.attempts[:-1], attempt]
     return {"attempts": attempts, "restart_seconds": job_restart_s(attempts)}
 

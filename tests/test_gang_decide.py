@@ -178,6 +178,11 @@ def test_node_0s_step_gives_each_node_of_its_generation_its_first_step_once_and_
     later = ReportReceived(report=Progress(job_id=job.id, attempt=1, time=NOW + timedelta(minutes=9), step=2))
     again, _ = step(job, later, minutes=9)
     assert again.attempts == job.attempts and again.restart_seconds == job.restart_seconds  # once
+    # Node 0's step at minute 3 delivered after its minute-4 one: every node's first step moves back to it.
+    retried = ReportReceived(report=Progress(job_id=job.id, attempt=1, time=NOW + timedelta(minutes=3), step=1))
+    earlier, _ = step(job, retried, minutes=10)
+    assert [a.first_step_at for a in earlier.attempts] == [NOW + timedelta(minutes=3)] * 2
+    assert earlier.restart_seconds == 180.0 and earlier.step == job.step  # the step never goes back
 
 
 def test_node_0s_completion_after_the_gang_was_judged_failed_succeeds_and_resolves_the_page() -> None:

@@ -40,6 +40,20 @@ def test_the_first_step_report_measures_the_attempt_once() -> None:
     assert not first_step_was(measured, at + timedelta(minutes=1))
 
 
+def test_a_step_report_that_comes_after_a_later_one_still_sets_the_first_step() -> None:
+    # Step 2's report is delivered first (step 1's was retried): the overhead is to step 1, not to step 2.
+    job = Job(id="ft-ab12", recipe="tiny", requested_by="console:ana", attempts=[attempt(1, None)])
+    step_1, step_2 = NOW + timedelta(hours=1, minutes=9), NOW + timedelta(hours=1, minutes=10)
+    job = job.model_copy(update=first_step(job, step_2))
+    assert job.restart_seconds == 10 * 60
+    job = job.model_copy(update=first_step(job, step_1))
+    assert job.current is not None and job.current.first_step_at == step_1 and job.restart_seconds == 9 * 60
+    assert first_step_was(job, step_1) and first_step(job, step_2) == {}
+    # Never before the launch, whatever a report's clock says.
+    early = first_step(job, NOW)
+    assert early["attempts"][-1].first_step_at == job.current.launched_at and early["restart_seconds"] == 0.0
+
+
 def test_the_reports_of_a_run_put_the_restore_and_the_overhead_in_the_job_record() -> None:
     job = Job(
         id="ft-ab12",
