@@ -37,17 +37,22 @@ def _bench() -> ModuleType:
     return sys.modules["policy_bound"]
 
 
-def _successors(model: Model, state: int, zone: int) -> Iterator[tuple[float, int, int]]:
-    """(chance, next state, next zone) of one tick of the chain, the zero chances left out."""
+@functools.cache
+def _steps(model: Model, state: int) -> tuple[tuple[float, int, bool], ...]:
+    """(chance, next state, moved) of one tick of the chain from ``state``, the zero chances left out."""
     going, move, down = transitions(model, TICK)
-    buckets = len(model.edges_s)
-    for following, chance in enumerate(going[state]):
-        if chance > 0:
-            yield float(chance), following, zone
+    steps = [(float(chance), following, False) for following, chance in enumerate(going[state]) if chance > 0]
     if move[state] > 0:
-        yield float(move[state]), 0, 1 - zone
+        steps.append((float(move[state]), 0, True))
     if down[state] > 0:
-        yield float(down[state]), buckets, zone
+        steps.append((float(down[state]), len(model.edges_s), False))
+    return tuple(steps)
+
+
+def _successors(model: Model, state: int, zone: int) -> Iterator[tuple[float, int, int]]:
+    """(chance, next state, next zone) of one tick of the chain: a move hands spot to the other zone."""
+    for chance, following, moved in _steps(model, state):
+        yield chance, following, 1 - zone if moved else zone
 
 
 def _paths(model: Model, start: int, ticks: int) -> Iterator[tuple[float, list[tuple[int, int]]]]:
