@@ -235,10 +235,11 @@ def evaluate(
     policies: dict[str, SpotPolicy],
     optima: dict[str, float] | None = None,
     safe: bool = False,
+    live: bool = False,
 ) -> list[Result]:
     """Every policy on every scenario of the split; ``optima`` (see :func:`optimum_key`) saves the DP's answers
     between runs, since they do not depend on the policies; ``safe``: each result carries the safe optimum too
-    (:func:`offline_optimum`)."""
+    (:func:`offline_optimum`); ``live``: the policies know only what the bot knows of the zones (``Run.live``)."""
     results = []
     for date in dates:
         for zones, start_hour, work, deadline in scenarios(date, split, starts):
@@ -250,7 +251,8 @@ def evaluate(
                 Fraction(str(restart_minutes)),
             )
             spot, on_demand = SPOT_PRICE * date.nodes, ON_DEMAND_PRICE * date.nodes
-            run = Run(zones, date.gap_seconds, start, work_ticks, deadline_ticks, overhead, spot, on_demand, date.nodes)
+            ticks = (start, work_ticks, deadline_ticks, overhead)
+            run = Run(zones, date.gap_seconds, *ticks, spot, on_demand, date.nodes, live=live)
             optimum = solved(run, optimum_key(date, run), optima, safe=False)
             if not math.isfinite(optimum):
                 continue
@@ -297,6 +299,7 @@ def overheads_table(
     overheads: Sequence[float],
     optima: dict[str, float] | None = None,
     policy: str = "deadline-aware",
+    live: bool = False,
 ) -> None:
     """Policy cost / optimum per restart overhead, each split, ``policy`` (deadline-aware) next to greedy; then
     the safe optimum / optimum (what keeping every deadline whatever comes costs at best) and the policy / the safe
@@ -309,7 +312,9 @@ def overheads_table(
     )
     for minutes in overheads:
         for split in splits:
-            results = evaluate(dates, split, starts, minutes, {name: POLICIES[name] for name in names}, optima, True)
+            results = evaluate(
+                dates, split, starts, minutes, {name: POLICIES[name] for name in names}, optima, True, live
+            )
             cells = []
             for name in names:
                 mine = [r for r in results if r.policy == name]
@@ -355,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overheads", help="restart minutes, comma-separated: one table across them")
     parser.add_argument("--min-gap-seconds", type=int, default=0, help="leave out dates with finer ticks")
     parser.add_argument("--cache", type=Path, help="a JSON file that keeps the offline optima between runs")
+    parser.add_argument("--live", action="store_true", help="policies know only what the bot knows of the zones")
     args = parser.parse_args(argv)
     optima = load_optima(args.cache) if args.cache else None
     dates = [date for date in load_dates(args.traces) if date.gap_seconds >= args.min_gap_seconds]
@@ -373,13 +379,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.overheads:
         try:
             minutes = [float(m) for m in args.overheads.split(",")]
-            overheads_table(dates, splits, args.starts, minutes, optima, (args.policy or ["deadline-aware"])[0])
+            policy = (args.policy or ["deadline-aware"])[0]
+            overheads_table(dates, splits, args.starts, minutes, optima, policy, args.live)
         finally:
             save_optima(args.cache, optima)
         return 0
     for split in splits:
         began = time.perf_counter()
-        results = evaluate(dates, split, args.starts, args.restart_minutes, policies, optima)
+        results = evaluate(dates, split, args.starts, args.restart_minutes, policies, optima, live=args.live)
         save_optima(args.cache, optima)
         took = time.perf_counter() - began
         count = len(results) // len(policies)

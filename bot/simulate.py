@@ -33,7 +33,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, TextIO
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from bot.errors import InputRefused
 from handlers.spot.rules import DEFAULT_POLICY, POLICIES
@@ -57,6 +57,7 @@ class Scenario(BaseModel):
     budget: Decimal | None = Field(default=None, gt=0, le=1_000_000_000)
     replace_minutes: Decimal | None = Field(default=None, ge=0, le=100_000)
     hold_minutes: Decimal = Field(default=Decimal(10), gt=0, le=100_000)
+    live: StrictBool = False  # the policy knows only what the bot knows of the zones (handlers/spot/simulator.py)
 
 
 class Trace(BaseModel):
@@ -137,6 +138,7 @@ def build_run(scenario: Scenario, traces: dict[str, Trace], number: int) -> Run:
         budget=float(scenario.budget) if scenario.budget is not None else None,
         replace_overhead=replace,
         hold=hold,
+        live=scenario.live,
     )
 
 
@@ -171,6 +173,8 @@ def result(number: int, policy: str, run: Run, outcome: Outcome, gang: str | Non
         "spot_hours": float(outcome.spot_ticks * h),
         "on_demand_hours": float(outcome.on_demand_ticks * h),
     }
+    if run.live:
+        line["refusals"] = outcome.refusals
     if gang is None:
         return line
     return {

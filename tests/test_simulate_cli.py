@@ -95,6 +95,20 @@ def test_each_scenario_and_policy_gives_one_line_with_the_hand_computed_figures(
     assert (results[2]["cost"], results[2]["finish_hours"], results[2]["preemptions"]) == (2.5, 5.0, 1)
 
 
+def test_live_the_policy_knows_only_what_the_bot_knows_and_each_line_counts_the_refused_launches(
+    tmp_path: Path,
+) -> None:
+    # zone a has spot for two hours, zone b from the fourth: told everything, spot-only waits one hour and takes b;
+    # knowing only what the bot knows, it tries b while b has none, then a again once a's cool-down is over.
+    a = trace(tmp_path / "a.json", [1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1])
+    b = trace(tmp_path / "b.json", [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1])
+    done = simulate(scenario([a, b]) + "\n" + scenario([a, b], live=True) + "\n", "spot-only")
+    assert done.returncode == 0, done.stderr
+    told, live = [json.loads(line) for line in done.stdout.splitlines()]
+    assert list(told) == KEYS and list(live) == [*KEYS, "refusals"]
+    assert live["refusals"] == 2 and live["met_deadline"] and told["met_deadline"]
+
+
 def test_the_default_policy_is_deadline_aware_and_it_meets_deadlines_on_the_sample_traces() -> None:
     zones = sorted(str(path) for path in (SAMPLE / "aws-02-15-2023").glob("*.json"))
     lines = [
@@ -183,6 +197,7 @@ def test_a_four_node_gang_is_priced_whole_gang_and_replace_one(tmp_path: Path) -
         ("MISSING", (), "gone.json: cannot be read (No such file or directory)"),
         ("MIXED", (), "line 1: traces with different gap_seconds (60, 3600)"),
         ("SCENARIO", ("fastest",), "unknown policy 'fastest'"),
+        ('SCENARIO live="yes"', (), "line 1: live:"),
     ],
 )
 def test_bad_input_is_one_clear_line_exit_2_and_no_output(

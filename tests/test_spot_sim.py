@@ -9,6 +9,7 @@ import json
 import random
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
@@ -311,3 +312,50 @@ def test_a_hold_never_spends_the_slack_a_move_needs() -> None:
     outcome = simulate(run, spot_only)
     assert (outcome.holds, outcome.moves, outcome.survivor_node_ticks) == (1, 1, 0)
     assert outcome.choices[2].zone == "zone-b"
+
+
+# -- live: only what the bot knows of the zones --------------------------------------------------------------
+
+
+def test_live_the_policy_knows_its_own_zone_and_what_was_refused_or_reclaimed_and_nothing_else() -> None:
+    # One-hour ticks, so the 30 min cool-down is one tick. zone-a has spot for two ticks, zone-b from t3.
+    run = replace(hourly_run([[1, 1, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1]], work=3, deadline=10), live=True)
+    seen: list[tuple[str, tuple[bool | None, ...]]] = []
+
+    def recording(s: Situation) -> Choice:
+        seen.append((s.event, tuple(zone.available for zone in s.zones)))
+        assert all(zone.age_s is None and zone.availability is not None for zone in s.zones)
+        return spot_only(s)
+
+    outcome = simulate(run, recording)
+    assert seen == [
+        ("launch", (None, None)),  # nothing known: zone-a first
+        ("tick", (True, None)),  # its own instance's zone
+        ("interrupted", (False, None)),  # reclaimed: zone-a without spot for the cool-down; zone-b tried...
+        ("capacity", (False, False)),  # ...and refused: wait
+        ("tick", (None, None)),  # the cool-down over: zone-a tried (refused), then zone-b
+        ("capacity", (False, None)),
+        ("tick", (None, True)),
+        ("tick", (None, True)),
+    ]
+    assert (outcome.refusals, outcome.preemptions, outcome.spot_ticks, outcome.finish) == (2, 1, 5, 6)
+    # Told everything, it goes to zone-b only when zone-b has spot, and never hears a refusal.
+    full = simulate(replace(run, live=False), spot_only)
+    assert full.refusals == 0 and [c.zone for c in full.choices] == ["zone-a", "zone-a", None] + ["zone-b"] * 3
+
+
+def test_live_a_refused_return_to_spot_pays_for_a_new_on_demand_instance() -> None:
+    # On on-demand from t0; at t2 the policy goes back to spot in zone-a, which has none. As the bot switches, the
+    # on-demand instance is stopped first: the refusal leaves nothing held, and on-demand again is a new instance.
+    run = replace(hourly_run([[0] * 10], work=3, deadline=9), live=True)
+
+    def back_at_two(s: Situation) -> Choice:
+        if s.elapsed_s == 2 * 3600 and s.zones[0].available is not False:
+            return Choice("spot", "zone-a", SCRIPTED)
+        return Choice("on-demand", None, SCRIPTED)
+
+    outcome = simulate(run, back_at_two)
+    assert outcome.refusals == 1 and [c.action for c in outcome.choices][:3] == ["on-demand"] * 3
+    # t0 start-up, t1 work, t2 a new instance's start-up (the refused switch), t3 and t4 work.
+    assert (outcome.on_demand_ticks, outcome.finish) == (5, 5) and outcome.cost(run) == 15.0
+    assert simulate(run, on_demand).cost(run) == 12.0  # the restart the refusal cost

@@ -26,10 +26,21 @@ nothing there once the deadline has passed would wait forever, so the run ends u
 called every tick with the same :class:`~handlers.spot.rules.Situation` the bot builds, so it is the bot's own
 code that is measured. Beyond what the bot gives, each zone's age (ticks since its spot came or went), which only
 ``deadline-aware-plan`` reads.
+
+By default the policy is told every zone's availability at every tick, which the bot never is. With ``live`` it
+is told only what the bot knows (:func:`handlers.spot.situation.live_situation`): the zone of its spot instance
+has spot while it lasts; a zone where spot was refused or reclaimed has none for the cool-down
+(:data:`~handlers.spot.situation.LOST_ZONE_COOLDOWN`); of every other zone, nothing (its recent share of spot
+stands in for the placement score, and no zone has an age). A spot choice in a zone without spot is refused at
+no cost, as a launch is: the zone counts as without spot for the cool-down and the policy is asked again at the
+same tick (``capacity``). A job on on-demand loses that instance when it goes for spot, as the bot switches
+(the runner stops with a checkpoint, then the spot launch goes out), so a refused return to spot pays for a new
+on-demand instance.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -37,6 +48,7 @@ from fractions import Fraction
 from handlers.jobs import Market
 from handlers.spot.gang import GangHold, wait_or_move
 from handlers.spot.rules import NOTHING, Choice, Event, Holding, Situation, SpotPolicy, ZoneView
+from handlers.spot.situation import LOST_ZONE_COOLDOWN
 
 # How far back a zone's availability share looks (the policy's "recent availability"), in hours.
 AVAILABILITY_WINDOW_HOURS = 24
@@ -66,6 +78,7 @@ class Run:
     budget: float | None = None
     replace_overhead: int | None = None  # ticks of one node's replacement (a gang's replace-one); None: none
     hold: int = 1  # ticks of one hold: wait_or_move chooses again after each
+    live: bool = False  # tell the policy only what the bot knows of the zones (the module's docstring)
 
     @property
     def replaces_one(self) -> bool:
@@ -96,6 +109,7 @@ class Outcome:
     replaced: int = 0  # holds that ended with the replacements
     moves: int = 0  # holds that ended with wait_or_move's "move"
     survivor_node_ticks: int = 0  # node-ticks the survivors billed while they held, training nothing
+    refusals: int = 0  # spot launches refused for capacity (``live`` only: otherwise the policy knows)
 
     def cost(self, run: Run) -> float:
         h = run.hours_per_tick
@@ -145,6 +159,8 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     end = run.end
     hold_since: int | None = None  # the tick a gang's hold began (replace-one), None while it is whole
     survivors = 0
+    cooldown = math.ceil(LOST_ZONE_COOLDOWN.total_seconds() / gap)
+    lost_until = [run.start] * len(run.zones)  # live: the tick from which a refused or reclaimed zone is unknown again
     while progress < run.work:
         available = [t < len(zone.counts) and zone.counts[t] >= run.nodes for zone in run.zones]
         holding = NOTHING
@@ -173,6 +189,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                     out.moves += 1  # the survivors are released; the policy chooses as after a preemption
                 else:
                     out.preemptions += 1
+                    lost_until[z] = t + cooldown
                 hold_since = None
                 event = "interrupted"
             else:
@@ -180,26 +197,41 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                     hold_since, out.replaced = None, out.replaced + 1
                     starting = run.replace_overhead or 0
                 holding = Holding(market, zone_name, starting * gap)
-        views = tuple(
-            ZoneView(zone.name, available[i], _share(prefix[i], t, window), _age(ages[i], t, gap))
-            for i, zone in enumerate(run.zones)
-        )
-        situation = Situation(
-            event=event,
-            work_left_s=(run.work - progress) * gap,
-            work_done_s=progress * gap,
-            time_left_s=(run.deadline - (t - run.start)) * gap,
-            elapsed_s=(t - run.start) * gap,
-            restart_s=run.overhead * gap,
-            period_s=gap,
-            holding=holding,
-            zones=views,
-            spot_price=run.spot_price,
-            on_demand_price=run.on_demand_price,
-            spent=float(cost),
-            budget=run.budget,
-        )
-        choice = policy(situation)
+        refused: set[int] = set()
+        while True:
+            views = tuple(
+                _live_view(zone.name, holding, t < lost_until[i], _share(prefix[i], t, window))
+                if run.live
+                else ZoneView(zone.name, available[i], _share(prefix[i], t, window), _age(ages[i], t, gap))
+                for i, zone in enumerate(run.zones)
+            )
+            situation = Situation(
+                event=event,
+                work_left_s=(run.work - progress) * gap,
+                work_done_s=progress * gap,
+                time_left_s=(run.deadline - (t - run.start)) * gap,
+                elapsed_s=(t - run.start) * gap,
+                restart_s=run.overhead * gap,
+                period_s=gap,
+                holding=holding,
+                zones=views,
+                spot_price=run.spot_price,
+                on_demand_price=run.on_demand_price,
+                spent=float(cost),
+                budget=run.budget,
+            )
+            choice = policy(situation)
+            z = _index(run, choice.zone) if choice.action == "spot" else -1
+            if not run.live or z < 0 or available[z] or z in refused:
+                break
+            # Live: the launch is refused for capacity (free), the zone is without spot for the cool-down, and
+            # an on-demand instance the job was leaving is already stopped. The policy is asked again.
+            out.refusals += 1
+            refused.add(z)
+            lost_until[z] = t + cooldown
+            if holding.market == "on-demand":
+                holding, previous = NOTHING, None
+            event = "capacity"
         out.choices.append(choice)
         if choice.action == "stop":
             out.stopped = True
@@ -227,6 +259,14 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
         t += 1
     out.finish = t - run.start
     return out
+
+
+def _live_view(name: str, holding: Holding, lost: bool, share: float) -> ZoneView:
+    """A zone as the bot knows it: with spot where its spot instance runs, without it for the cool-down after a
+    refusal or a reclaim, else unknown; the share of recent spot as its placement score; no age."""
+    if holding.market == "spot" and holding.zone == name:
+        return ZoneView(name, True, share)
+    return ZoneView(name, False if lost else None, share)
 
 
 def _count(zone: Zone, t: int) -> int:
