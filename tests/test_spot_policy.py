@@ -14,6 +14,7 @@ from handlers.spot.rules import (
     POLICIES,
     WORDING,
     Holding,
+    ZoneView,
     deadline_aware,
     fallback_slack,
     greedy,
@@ -147,6 +148,22 @@ def test_it_goes_back_from_on_demand_to_spot_when_that_is_safe() -> None:
     # Without the slack for two more start-ups it stays on on-demand.
     tight = situation(zones=zones(True), holding=Holding("on-demand"), work_left_s=4 * HOUR, time_left_s=6 * HOUR)
     assert deadline_aware(tight).action == "on-demand"
+
+
+def test_live_it_leaves_on_demand_for_a_zone_not_known_to_have_spot_only_when_that_pays_on_average() -> None:
+    # The live bot does not know whether a zone has spot, and stops on-demand before the spot launch: a refusal
+    # costs a new on-demand start-up (1 h at $3). The rest on spot saves 4 h × $3 − 5 h × $1 = $7. At a 25 %
+    # chance of spot: 0.25 × 7 = 1.75 < 0.75 × 3 = 2.25, it stays; at 40 %: 2.8 ≥ 1.8, it goes.
+    on_demand_now = {"holding": Holding("on-demand"), "time_left_s": 12 * HOUR}
+    unknown = (ZoneView("zone-a", None, 0.25),)
+    assert deadline_aware(situation(zones=unknown, **on_demand_now)).action == "on-demand"
+    likelier = (ZoneView("zone-a", None, 0.4),)
+    assert deadline_aware(situation(zones=likelier, **on_demand_now)).action == "spot"
+    # Known to have spot (the simulator's view, or the bot's own instance there): back, whatever its share.
+    known = (ZoneView("zone-a", True, 0.25),)
+    assert deadline_aware(situation(zones=known, **on_demand_now)).reason.key == "spot-policy.spot.back"
+    # No signal at all: an even chance (0.5 × 7 ≥ 0.5 × 3).
+    assert deadline_aware(situation(zones=(ZoneView("zone-a"),), **on_demand_now)).action == "spot"
 
 
 def test_a_budget_that_would_be_exceeded_stops_the_job() -> None:

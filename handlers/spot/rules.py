@@ -279,6 +279,8 @@ class DeadlineAware:
     - On on-demand: go back to spot (a new instance) as soon as a zone has it, the slack still covers two
       more start-ups (this one, and a fallback to on-demand right after it) so a return to spot can never
       cost the deadline, and the rest on spot, start-up included, costs less than on on-demand; else stay.
+      Where nobody knows whether the zone has spot (the live bot), only when the return pays on average
+      (:func:`return_pays`).
     - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
       (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
     - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
@@ -311,7 +313,7 @@ class DeadlineAware:
         if s.holding.market == "on-demand":
             spare = s.time_left_s - s.period_s - (2 * s.restart_s + s.work_left_s + s.checkpoint_interval_s)
             cheaper = (s.restart_s + s.work_left_s) * s.spot_price < s.work_left_s * s.on_demand_price
-            if zone is not None and spare >= 0 and cheaper:
+            if zone is not None and spare >= 0 and cheaper and return_pays(s, zone):
                 return Choice(
                     "spot", zone.name, WORDING("spot-policy.spot.back", zone=zone.name, slack_h=_hours(spare))
                 )
@@ -339,6 +341,19 @@ class DeadlineAware:
         total_work = s.work_done_s + s.work_left_s
         usable = max(s.elapsed_s + s.time_left_s - s.restart_s, s.period_s)
         return s.work_left_s > self.pace * total_work * max(s.time_left_s - s.restart_s, 0.0) / usable
+
+
+def return_pays(s: Situation, zone: ZoneView) -> bool:
+    """Does going back from on-demand to spot in ``zone`` pay on average? The bot stops the on-demand instance
+    (with a checkpoint) before it launches spot, so where the zone is not known to have spot, a refusal costs a new
+    on-demand start-up. It pays when the chance of spot there (the zone's live availability; ½ unknown) times what
+    the rest saves on spot is at least the chance of a refusal times that start-up. Told the zone has spot (the
+    simulator's view), always."""
+    if zone.available:
+        return True
+    chance = zone.availability if zone.availability is not None else 0.5
+    saved = s.work_left_s * s.on_demand_price - (s.restart_s + s.work_left_s) * s.spot_price
+    return chance * saved >= (1 - chance) * s.restart_s * s.on_demand_price
 
 
 deadline_aware = DeadlineAware()
