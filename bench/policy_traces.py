@@ -11,9 +11,12 @@ of one split from running into the other); *other dates* is every other date, wh
 tuning). A date's folder says how many nodes its jobs need (``16-node`` → 16).
 
     python bench/policy_traces.py [--traces DIR] [--split tuning|held-out|other-dates|all] [--starts N]
-                                  [--restart-minutes R] [--policy NAME ...] [--cache FILE]
+                                  [--restart-minutes R] [--policy NAME ...] [--cache FILE] [--live]
     python bench/policy_traces.py --overheads 3,6,12,30 [--starts N] [--min-gap-seconds S] [--cache FILE]
-                                  [--policy NAME]
+                                  [--policy NAME] [--live]
+
+``--live``: the policies are told only what the bot knows of the zones (``Run.live``, ``handlers/spot/simulator.py``):
+see the README's "What the bot knows" for the figures.
 
 ``--overheads`` prints one table, "Policy cost / optimum per restart overhead", every split next to greedy
 (the deadline-aware policy's thresholds are in restarts, so they must hold at every overhead, not the one
