@@ -221,7 +221,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                 budget=run.budget,
             )
             choice = policy(situation)
-            z = _index(run, choice.zone) if choice.action == "spot" else -1
+            z = _index(run, choice.zone) if choice.action == "spot" and choice.zone is not None else -1
             if not run.live or z < 0 or available[z] or z in refused:
                 break
             # Live: the launch is refused for capacity (free), the zone is without spot for the cool-down, and
