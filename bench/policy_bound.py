@@ -73,10 +73,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from policy_traces import DEFAULT_TRACES, ON_DEMAND_PRICE, PAIRS, SPOT_PRICE, load_dates, offline_optimum
+from spot_model import one_zone_stretches
 
 from handlers.reasons import Reason
 from handlers.spot.learned import ANY_ZONE, ONE_ZONE
-from handlers.spot.outlook import Model, Outlook, fit, history_of
+from handlers.spot.outlook import Model, fit
 from handlers.spot.program import transitions
 from handlers.spot.rules import POLICIES, Choice, Situation, SpotPolicy, on_demand_need_s, plan_action
 from handlers.spot.simulator import Run, Zone, simulate, to_ticks
@@ -114,14 +115,8 @@ def chains(tick_s: int, traces: Path | None = None) -> list[Chain]:
     for date in load_dates(traces) if traces is not None else []:
         if date.tuned_on or date.gap_seconds < MIN_GAP_S:
             continue
-        stretches = Outlook()
-        for zone in date.zones:
-            up = [count >= date.nodes for count in zone.counts]
-            seen = history_of([up], 0, len(up), date.gap_seconds)
-            stretches = Outlook(stretches.up + seen.up, stretches.down + seen.down)
-        out.append(
-            Chain(date.name.rsplit("/", 1)[-1], replace(fit(stretches), move_share=0.0), False, date.gap_seconds)
-        )
+        model = replace(fit(one_zone_stretches(date)), move_share=0.0)
+        out.append(Chain(date.name.rsplit("/", 1)[-1], model, False, date.gap_seconds))
     return out
 
 
@@ -185,15 +180,9 @@ class Informed:
         return Choice(action, None, NO_REASON)
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    model: str
-    restart_minutes: float
-    costs: dict[str, list[float]]  # "optimum", "floor" and each compared policy, run by run
-
-
-def measure(chain: Chain, restart_minutes: float, runs: int, seed: int) -> Row:
-    """``runs`` draws of each (work, deadline) pair: the optimum, the floor and each compared policy's cost."""
+def measure(chain: Chain, restart_minutes: float, runs: int, seed: int) -> dict[str, list[float]]:
+    """``runs`` draws of each (work, deadline) pair: the costs, run by run, of the optimum (``"optimum"``), the
+    floor (``"floor"``) and each compared policy."""
     rng = random.Random(seed)
     costs: dict[str, list[float]] = {key: [] for key in ("optimum", "floor", *COMPARED)}
     tick = chain.tick_s
@@ -212,12 +201,12 @@ def measure(chain: Chain, restart_minutes: float, runs: int, seed: int) -> Row:
                 if not outcome.met(run):
                     raise SystemExit(f"{policy} missed a deadline ({chain.name}, {restart_minutes:g} min): a bug")
                 costs[policy].append(outcome.cost(run))
-    return Row(chain.name, restart_minutes, costs)
+    return costs
 
 
-def ratios(row: Row, policy: str) -> tuple[float, float]:
-    """(mean cost / mean optimum, mean of the per-run cost / optimum)."""
-    optima, costs = row.costs["optimum"], row.costs[policy]
+def ratios(measured: dict[str, list[float]], policy: str) -> tuple[float, float]:
+    """(mean cost / mean optimum, mean of the per-run cost / optimum) of one of :func:`measure`'s policies."""
+    optima, costs = measured["optimum"], measured[policy]
     per_run = [cost / optimum for cost, optimum in zip(costs, optima, strict=True)]
     return sum(costs) / sum(optima), statistics.fmean(per_run)
 
@@ -237,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'model':<14} {'restart':>9} {'runs':>5}  {'floor':<13}  {'plan':<13}  {'deadline-aware':<14}  greedy")
     for chain in chains(args.tick, args.traces if args.dates else None):
         for minutes in overheads:
-            row = measure(chain, minutes, args.runs, args.seed)
-            cells = ["{:.3f} / {:.3f}".format(*ratios(row, policy)) for policy in ("floor", *COMPARED)]
+            measured = measure(chain, minutes, args.runs, args.seed)
+            cells = ["{:.3f} / {:.3f}".format(*ratios(measured, policy)) for policy in ("floor", *COMPARED)]
             print(
-                f"{chain.name:<14} {minutes:>5g} min {len(row.costs['optimum']):>5}  "
+                f"{chain.name:<14} {minutes:>5g} min {len(measured['optimum']):>5}  "
                 f"{cells[0]:<13}  {cells[1]:<13}  {cells[2]:<14}  {cells[3]}",
                 flush=True,
             )

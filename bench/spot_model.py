@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from policy_traces import DEFAULT_TRACES, SPLITS, load_dates
+from policy_traces import DEFAULT_TRACES, SPLITS, Date, load_dates
 
 from handlers.spot.outlook import Model, Outlook, fit, history_of
 
@@ -30,10 +30,18 @@ def fitted(root: Path) -> tuple[Model, Model]:
             continue
         last = round(SPLITS["tuning"][1] * date.hours * 3600 / date.gap_seconds)
         up = [[count >= date.nodes for count in zone.counts] for zone in date.zones]
-        for zone in up:
-            one = _joined(one, history_of([zone], 0, last, date.gap_seconds))
+        one = _joined(one, one_zone_stretches(date, last))
         every = _joined(every, history_of(up, 0, last, date.gap_seconds))
     return fit(one), fit(every)
+
+
+def one_zone_stretches(date: Date, last: int | None = None) -> Outlook:
+    """The stretches of each zone of ``date`` alone, over its first ``last`` ticks (None: its whole trace)."""
+    out = Outlook()
+    for zone in date.zones:
+        up = [count >= date.nodes for count in zone.counts]
+        out = _joined(out, history_of([up], 0, len(up) if last is None else last, date.gap_seconds))
+    return out
 
 
 def _joined(a: Outlook, b: Outlook) -> Outlook:

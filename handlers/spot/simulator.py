@@ -197,7 +197,6 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                     hold_since, out.replaced = None, out.replaced + 1
                     starting = run.replace_overhead or 0
                 holding = Holding(market, zone_name, starting * gap)
-        refused: set[int] = set()
         while True:
             views = tuple(
                 _live_view(zone.name, holding, t < lost_until[i], _share(prefix[i], t, window))
@@ -222,12 +221,11 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
             )
             choice = policy(situation)
             z = _index(run, choice.zone) if choice.action == "spot" and choice.zone is not None else -1
-            if not run.live or z < 0 or available[z] or z in refused:
-                break
+            if not run.live or z < 0 or available[z] or t < lost_until[z]:
+                break  # (a zone it was told has no spot: the policy's bug, which _held reports)
             # Live: the launch is refused for capacity (free), the zone is without spot for the cool-down, and
             # an on-demand instance the job was leaving is already stopped. The policy is asked again.
             out.refusals += 1
-            refused.add(z)
             lost_until[z] = t + cooldown
             if holding.market == "on-demand":
                 holding, previous = NOTHING, None
