@@ -13,7 +13,7 @@ Each effect is carried out at least once and its follow-up is committed exactly 
      them and look for an instance already tagged with them; the local cloud derives the instance id from them.
      A retry therefore finds the instance the first try started instead of starting a second one;
    - ``terminate``: terminating a terminated instance changes nothing;
-   - ``stop-runner``: the runner's control request is a state ("stop"), written again;
+   - ``stop-runner``, ``hand-over``: the runner's control request is a state ("stop", "go"), written again;
    - ``interrupt-test``: one interruption per instance (FIS's ``clientToken``, the local instance's own notice);
 3. the record and the follow-up (``Launched``, ``LaunchFailed`` or ``StopFailed`` onto the events stream, a note
    onto the chat stream) are written in one atomic step (:meth:`bot.store.JobStore.finish_effect`); only then is
@@ -49,12 +49,21 @@ from pydantic import ValidationError
 
 from bot.bus import HandBack, default_consumer_name
 from bot.bus_set import bus_for
-from bot.cloud.base import CloudError, CloudProvider, ForeignInstance, GangPlacement, LaunchError, RegroupsGangs
+from bot.cloud.base import (
+    CloudError,
+    CloudProvider,
+    ForeignInstance,
+    GangPlacement,
+    HandsOver,
+    LaunchError,
+    RegroupsGangs,
+)
 from bot.store import JobStore
 from handlers.backoff import backoff
 from handlers.gang import place_in, rank_of
 from handlers.jobs import TERMINAL_STATES, Job, JobState
 from handlers.messages import (
+    HandOver,
     InterruptTest,
     Launch,
     Launched,
@@ -74,7 +83,7 @@ from handlers.spec_build import build_spec
 
 log = logging.getLogger(__name__)
 
-CloudEffect = Launch | Terminate | InterruptTest | StopRunner | Regroup | ReleaseGang
+CloudEffect = Launch | Terminate | InterruptTest | StopRunner | HandOver | Regroup | ReleaseGang
 FollowUp = Launched | LaunchFailed | StopFailed | Notify
 # A failing terminate is tried again in place (the instance bills meanwhile) for about this long before the bus
 # counts it as a failed delivery.
@@ -149,6 +158,8 @@ class CloudEffects:
             return "no job", []
         if isinstance(effect, Regroup):
             return await self._regroup(effect)
+        if isinstance(effect, HandOver):
+            return await self._hand_over(effect)
         if isinstance(effect, StopRunner):
             return await self._stop_runner(effect, job)
         try:
@@ -189,10 +200,21 @@ class CloudEffects:
         )
         return "written", []
 
+    async def _hand_over(self, effect: HandOver) -> tuple[str, list[FollowUp]]:
+        """Tell the runner launched ahead of a switch of market to go; a store that will not take it is raised to
+        the bus (tried again, then parked: the attempt's start deadline then ends it, as any start that never
+        came)."""
+        if not isinstance(self.cloud, HandsOver):
+            log.error("%s cannot hand over; %s waits for its start deadline", self.cloud.name, effect.job_id)
+            return "unsupported", []
+        await self.cloud.hand_over(effect.job_id, effect.attempt)
+        return "written", []
+
     async def _launch(self, effect: Launch, job: Job | None) -> tuple[str, list[FollowUp]]:
         planned = job.attempt_numbered(effect.attempt) if job is not None else None
-        if job is None or job.nodes <= 1:
-            wanted = job is not None and job.attempt == effect.attempt
+        if job is None or job.nodes <= 1:  # the current attempt, or the one launched ahead of a switch of market
+            ahead = job is not None and job.standby is not None and job.standby.number == effect.attempt
+            wanted = job is not None and (job.attempt == effect.attempt or ahead)
         else:  # a gang: any of its live nodes' attempts
             wanted = planned is not None and planned.ended_at is None
         if job is None or not wanted or job.state in TERMINAL_STATES:

@@ -48,8 +48,10 @@ def job_cost(job: Job, now: datetime, price_changes: Mapping[int, Sequence[Price
     """The job's cost so far (``now`` ends the attempt still running). ``price_changes`` maps an attempt number
     to the spot prices that took effect during it, when the cloud reported any."""
     launched = [attempt for attempt in job.attempts if attempt.instance_id is not None]
+    # An instance launched ahead of a switch of market bills while it waits for its hand-over.
+    ahead = [job.standby] if job.standby is not None and job.standby.instance_id is not None else []
     paid = hours = training = 0.0
-    for attempt in launched:
+    for attempt in [*launched, *ahead]:
         end = attempt.ended_at or now
         hours += _span(attempt.launched_at, end) / 3600
         paid += billed(attempt, end, (price_changes or {}).get(attempt.number, ()))

@@ -36,6 +36,7 @@ from handlers.messages import (
     BusMessage,
     CloudEvent,
     GangHoldDue,
+    HandOver,
     InterruptTest,
     Launch,
     Launched,
@@ -179,6 +180,10 @@ def decide(
     limits = lifecycle or DEFAULT_LIFECYCLE
     if isinstance(message, PageStep):
         return page_step(job, message, oncall or OnCall(), now)
+    if job.standby is not None:  # a switch of market launched ahead: what its launch and its runner say
+        ahead = _ahead(job, job.standby, message, now, limits)
+        if ahead is not None:
+            return ahead
     if isinstance(message, ReportReceived):
         return _report(job, message.report, now, limits, spot)
     if isinstance(message, CloudEvent):
@@ -198,6 +203,8 @@ def decide(
         current = job.current
         if message.attempt != job.attempt or current is None or current.started_at is not None:
             return _ignored(job, message.type, "the attempt started, or was replaced")
+        if current.handed_over_at is not None and message.due < current.handed_over_at + START_TIMEOUT:
+            return _ignored(job, message.type, "the deadline of its launch ahead: its hand-over set another")
         return _failure(job, "start-timeout", Failure.of("start-timeout"), now, [], limits, spot)
     if isinstance(message, RelaunchDue):
         return _relaunch_due(job, message, now)
@@ -518,7 +525,8 @@ def _spot_interruption(job: Job, source: str, deadline: datetime | None, now: da
 def _warning_notes(job: Job, attempt: int, source: str, deadline: datetime | None) -> list[Notify]:
     """The alert and the thread message of attempt ``attempt``'s interruption warning, with ids of their own: the
     runner and the cloud both warn, late or not, and the chat outbox posts a note id once."""
-    instance = job.attempts[attempt - 1].instance_id if 0 < attempt <= len(job.attempts) else None
+    warned = job.attempt_numbered(attempt)
+    instance = warned.instance_id if warned is not None else None
     warning = InterruptionWarning(instance=instance, source=source, deadline=deadline)
     return [
         Notify(id=f"{job.id}.{attempt}.interruption-warning.{channel}", job_id=job.id, channel=channel, note=warning)
@@ -605,16 +613,15 @@ def _late_commit(job: Job, report: CheckpointSaved, now: datetime) -> Change:
     checkpoint and its steps lost say so (unless a later attempt has started since, from what it found)."""
     newer = job.checkpoint is None or report.step > job.checkpoint.step
     later_started = any(a.number > report.attempt and a.started_at is not None for a in job.attempts)
-    if not newer or later_started or not 0 < report.attempt <= len(job.attempts):
+    attempt = job.attempt_numbered(report.attempt)
+    if not newer or later_started or attempt is None:
         return _ignored(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
-    attempt = job.attempts[report.attempt - 1]
     updates: dict[str, Any] = {"checkpoint": CheckpointRef(step=report.step, uri=report.uri, at=report.time)}
     if attempt.reached_step is not None and attempt.lost_steps is not None:
         lost = max(attempt.reached_step - report.step, 0)
         updates["steps_lost"] = max(job.steps_lost + lost - attempt.lost_steps, 0)
-        attempts = list(job.attempts)
-        attempts[report.attempt - 1] = attempt.model_copy(update={"lost_steps": lost})
-        updates["attempts"] = attempts
+        corrected = attempt.model_copy(update={"lost_steps": lost})
+        updates["attempts"] = [corrected if a.number == report.attempt else a for a in job.attempts]
     moved = job.model_copy(update={**updates, "updated_at": now})
     history = {"event": "late-commit", "attempt": report.attempt, "step": report.step}
     return _make(moved, history, [_note(moved, "card", CardRefresh(cause="checkpoint"))])
@@ -871,8 +878,12 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
         launching = planned.model_copy(update={"attempts": [*planned.attempts[:-1], attempt]})
         launch = _launch_now(launching, attempt.number, target, now, choice.zone)
         return _make(launching, history, [tick, *launch, card])
-    if target is None or target == current.market or current.instance_id is None:
-        return _make(planned, history, [tick, card])
+    if target is None or target == current.market or current.instance_id is None or job.standby is not None:
+        return _make(planned, history, [tick, card])  # (a switch launched ahead is under way: its outcome decides)
+    if job.nodes == 1:  # make-before-break: the other market's instance first, this one trains on meanwhile
+        ahead = _launch_ahead(planned, target, choice.zone or None, now)
+        # The thread hears why once the new instance is up and the move begins (a refusal changes nothing).
+        return _make(ahead.job, {**history, "switch": target, **ahead.history}, [tick, *ahead.outbox, card])
     switching = planned.model_copy(update={"switch_to": target, "switch_zone": choice.zone or None})
     outbox: list[Message] = [
         tick,
@@ -887,12 +898,111 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
 def _switched(
     before: Job, ended: Job, now: datetime, history: dict[str, Any], release: Sequence[Message] = ()
 ) -> Change:
-    """The checkpoint of a switch of market is in (or the instance is gone): relaunch on the other market."""
+    """The checkpoint of a switch of market is in (or the instance is gone): the attempt launched ahead goes on from
+    it, or (none) a relaunch on the other market."""
     target: Market = before.switch_to or "spot"
     moved = ended.model_copy(update={"state": JobState.RECOVERING, "switch_to": None, "switch_zone": None})
+    if before.standby is not None:
+        return _hand_over(moved, before.standby, now, {**history, "switched_to": target}, release)
     return _relaunch(
         before, moved, target, now, {**history, "switched_to": target}, list(release), zone=before.switch_zone
     )
+
+
+# -- a switch of market launched ahead (make-before-break) ------------------------------------------------------
+
+
+def _launch_ahead(job: Job, market: Market, zone: str | None, now: datetime) -> Change:
+    """The next attempt on the other market, launched while the current one trains on: a refusal costs nothing (the
+    job stays where it is, the zone counts as refused), and the current one is asked to checkpoint and stop only
+    once the new instance's runner stands by, so the switch costs the checkpoint and the restore, not the boot."""
+    number = job.next_number
+    standby = Attempt(number=number, market=market, zone=zone, launched_at=now)
+    ahead = job.model_copy(update={"standby": standby, "ahead_number": number})
+    return Change(ahead, {"ahead": number}, list(_launch_now(ahead, number, market, now, zone)))
+
+
+def _keeps_standby(job: Job) -> bool:
+    """Whether the switch a standby was launched for is still on: the job trains until the standby is up, then stops
+    through a checkpoint for it. Anything else (a stop, a completion, a failure, an interruption) gives it up."""
+    if job.state is JobState.RUNNING:
+        return job.switch_to is None
+    return job.state is JobState.STOPPING and job.switch_to is not None
+
+
+def _ahead(job: Job, standby: Attempt, message: BusMessage, now: datetime, limits: Lifecycle) -> Change | None:
+    """What a message for the attempt launched ahead does; None when the message is not for it."""
+    fields: dict[str, Any] = {"attempt": standby.number, "ahead": True}
+    if isinstance(message, Launched) and message.attempt == standby.number:
+        if standby.instance_id not in (None, message.instance_id):
+            return _unwanted(job, message, f"attempt {standby.number} runs on {standby.instance_id}")
+        launched = standby.model_copy(update=launch_details(message))
+        history = {"event": "launched", **fields, "instance": message.instance_id, "zone": message.zone}
+        return _make(job.model_copy(update={"standby": launched, "updated_at": now}), history, [])
+    if isinstance(message, LaunchFailed) and message.attempt == standby.number:
+        zone = message.zone or standby.zone or ""
+        kept = refused(job, zone, now) if message.capacity and standby.market == "spot" and zone else job
+        history = {"event": "launch-failed", **fields, "capacity": message.capacity, "zone": zone}
+        return _give_up_standby(kept, now, {**history, "reason": message.reason})
+    if isinstance(message, StartDeadline) and message.attempt == standby.number:
+        if job.switch_to is not None:
+            return _ignored(job, message.type, f"attempt {standby.number} stood by: the switch is under way")
+        return _give_up_standby(job, now, {"event": "start-timeout", **fields})
+    if isinstance(message, ReportReceived) and message.report.attempt == standby.number:
+        return _ahead_report(job, standby, message.report, now, limits)
+    ours = isinstance(message, CloudEvent) and message.instance_id == standby.instance_id
+    if isinstance(message, CloudEvent) and ours and standby.instance_id is not None:
+        if message.kind == "rebalance":
+            return _ignored(job, "cloud:rebalance", f"attempt {standby.number} only waits for its hand-over")
+        return _give_up_standby(job, now, {"event": f"cloud:{message.kind}", **fields, "instance": message.instance_id})
+    return None
+
+
+def _ahead_report(job: Job, standby: Attempt, report: RunnerReport, now: datetime, limits: Lifecycle) -> Change:
+    """The runner launched ahead is up (``standby``): the current attempt checkpoints and stops, and the thread hears
+    why the job moves. Interrupted or failed before its hand-over: given up, the job trains on where it is."""
+    fields: dict[str, Any] = {"attempt": standby.number, "ahead": True}
+    if isinstance(report, Standby) and report.cause == "handover":
+        current = job.current
+        if job.switch_to is not None or current is None or current.instance_id is None:
+            return _ignored(job, "report:standby", "the switch is under way already", **fields)
+        breaking = job.model_copy(update={"switch_to": standby.market, "switch_zone": standby.zone})
+        outbox: list[Message] = [
+            StopRunner(job_id=job.id, instance_id=current.instance_id),
+            StopDeadline(job_id=job.id, attempt=job.attempt, due=now + limits.stop_timeout),
+        ]
+        if job.plan is not None:  # the policy's reason for the move, told once the move really happens
+            outbox.append(_note(job, "thread", SpotPolicyNote(reason=job.plan.reason, values=dict(job.plan.values))))
+        history = {"event": "standby", **fields, "switch": standby.market}
+        return _change(breaking, JobState.STOPPING, now, history, outbox)
+    if isinstance(report, Interrupted | Failed) or (isinstance(report, Notice) and report.kind == "spot-interruption"):
+        return _give_up_standby(job, now, {"event": f"report:{report.type}", **fields})
+    return _ignored(job, f"report:{report.type}", f"from attempt {standby.number}, which waits for its hand-over")
+
+
+def _give_up_standby(job: Job, now: datetime, history: dict[str, Any]) -> Change:
+    """The attempt launched ahead will not take over: its instance (if any) is released and the job goes on as it
+    was (a switch already under way relaunches on the other market as it always did)."""
+    standby = job.standby
+    released = [Terminate(job_id=job.id, instance_id=standby.instance_id)] if standby and standby.instance_id else []
+    kept = job.model_copy(update={"standby": None, "updated_at": now})
+    return _make(kept, {**history, "standby_released": standby.number if standby else None}, released)
+
+
+def _hand_over(
+    job: Job, standby: Attempt, now: datetime, history: dict[str, Any], release: Sequence[Message]
+) -> Change:
+    """The previous attempt's checkpoint is in (or its instance is gone): the attempt launched ahead becomes the
+    job's current one and is told to go; it restores the newest complete checkpoint and reports ``started``."""
+    attempt = standby.model_copy(update={"handed_over_at": now, "from_step": best_step(job)})
+    moved = job.model_copy(update={"attempts": [*job.attempts, attempt], "standby": None, "updated_at": now})
+    outbox = [
+        *release,
+        HandOver(job_id=job.id, attempt=attempt.number),
+        StartDeadline(job_id=job.id, attempt=attempt.number, due=now + START_TIMEOUT),
+        _note(moved, "card", CardRefresh(cause="launch")),
+    ]
+    return _make(moved, {**history, "state": moved.state.value, "handed_over": attempt.number}, outbox)
 
 
 def _policy_stop(
@@ -981,7 +1091,7 @@ def _relaunch(
     False: the attempt waits for the spot policy's next tick to launch it."""
     if job.nodes > 1:
         return gang.relaunch(before, job, market, now, history, outbox or [], delay, zone, launch_now)
-    number = before.attempt + 1
+    number = job.next_number
     attempt = Attempt(number=number, market=market, launched_at=now, from_step=best_step(job))
     planned = job.model_copy(update={"attempts": [*job.attempts, attempt], "updated_at": now})
     if not launch_now:
@@ -1042,6 +1152,10 @@ def _change(job: Job, state: JobState, now: datetime, history: dict[str, Any], o
 
 
 def _make(job: Job, history: dict[str, Any], outbox: Sequence[Message]) -> Change:
+    if job.standby is not None and not _keeps_standby(job):  # the switch it was launched for will not happen
+        released = [Terminate(job_id=job.id, instance_id=job.standby.instance_id)] if job.standby.instance_id else []
+        history = {**history, "standby_released": job.standby.number}
+        return Change(job.model_copy(update={"standby": None}), history, [*outbox, *released])
     return Change(job, history, list(outbox))
 
 

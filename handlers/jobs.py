@@ -96,6 +96,9 @@ class Attempt(BaseModel):
     next_rank: int | None = None
     standby_step: int | None = None  # a gang survivor stands by with this checkpoint (until its regroup)
     private_ip: str | None = None  # where the other nodes reach it (the launch's word)
+    # Launched ahead of a switch of market (the job's ``standby``): when it was told to go, the previous attempt's
+    # checkpoint being in. Its restart overhead counts from then: before it, the job trained on the other market.
+    handed_over_at: datetime | None = None
 
 
 class CheckpointRef(BaseModel):
@@ -170,6 +173,12 @@ class Job(BaseModel):
     refused_zones: dict[str, datetime] = Field(default_factory=dict)  # a spot launch refused for capacity, when
     switch_to: Market | None = None  # STOPPING to move to this market (a relaunch follows the checkpoint)
     switch_zone: str | None = None
+    # The next attempt, launched ahead of a switch of market while the current one trains on (make-before-break):
+    # the current one stops when this one stands by, and this one becomes current once that checkpoint is in.
+    standby: Attempt | None = None
+    # The highest number a launch ahead took: one given up (refused, never stood by) is never launched again, so
+    # the cloud's one-instance-per-(job, attempt) and the attempt's report key stay one attempt's.
+    ahead_number: int = 0
     tick: int = 0  # the number of the job's live policy-tick chain (a tick of another number is stale)
     # Launch-to-first-step overhead: the median of the job's attempts; until one is measured, its recipe's.
     restart_seconds: float | None = None
@@ -208,6 +217,11 @@ class Job(BaseModel):
             if attempt.ended_at is None and rank is not None:
                 live[rank] = attempt
         return dict(sorted(live.items()))
+
+    @property
+    def next_number(self) -> int:
+        """The number the job's next attempt takes (after any launched ahead, kept or given up)."""
+        return max(self.attempt, self.ahead_number) + 1
 
     def attempt_numbered(self, number: int) -> Attempt | None:
         """The attempt of that number, if the job has one."""

@@ -195,6 +195,15 @@ class StopRunner(_Message):
     instance_id: str
 
 
+class HandOver(_Message):
+    """Tell the runner of ``attempt``, launched ahead of a switch of market, to go: the previous attempt's checkpoint
+    is in (or its instance is gone). A state in its control object, like a stop: writing it again changes nothing."""
+
+    type: Literal["hand-over"] = "hand-over"
+    job_id: str
+    attempt: int
+
+
 class Regroup(_Message):
     """Write a gang node's regroup: the runner of ``attempt`` stands by in world ``generation`` as ``node_rank``
     and reads its next place (``gang``) from its own control object."""
@@ -269,6 +278,7 @@ Message = (
     | Terminate
     | InterruptTest
     | StopRunner
+    | HandOver
     | Regroup
     | ReleaseGang
     | Notify
@@ -278,7 +288,7 @@ Message = (
 BusMessage = Annotated[Message, Field(discriminator="type")]
 MESSAGE_TYPES: frozenset[str] = frozenset(model.model_fields["type"].default for model in get_args(Message))
 # The effects the cloud executor carries out (each goes to its queue, see bot/queues.py).
-CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner, Regroup, ReleaseGang)
+CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner, HandOver, Regroup, ReleaseGang)
 
 
 def upgraded(raw: Any) -> Any:

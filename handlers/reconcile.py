@@ -150,7 +150,8 @@ def _held(job: Job) -> list[Attempt]:
     if job.nodes > 1:
         return list(job.gang_attempts.values())
     current = job.current
-    return [current] if current is not None and current.ended_at is None else []
+    live = [current] if current is not None and current.ended_at is None else []
+    return [*live, job.standby] if job.standby is not None else live  # and one launched ahead of a switch
 
 
 def _compare(
@@ -162,7 +163,8 @@ def _compare(
         return []  # between attempts, or its launch not yet reported: nothing to compare
     seen = listed.get(instance_id)
     if seen is not None and seen.live:
-        if job.state is JobState.RUNNING and now - job.updated_at > limits.silent_after:
+        silent = job.state is JobState.RUNNING and now - job.updated_at > limits.silent_after
+        if silent and current.number == job.attempt:  # (one launched ahead only waits: it says nothing)
             minutes = int((now - job.updated_at).total_seconds() // 60)
             return [Reconciliation("probe", job.id, instance_id, "silent", {"minutes": minutes}, current.number)]
         return []
@@ -212,7 +214,8 @@ def _orphaned(
     current = job.current
     if current is not None and current.instance_id == instance.instance_id and current.ended_at is None:
         return None
-    for node in job.gang_attempts.values():  # a gang: any live node's, or a node's launch not yet reported
+    # A gang's live nodes, or one launched ahead of a switch of market; each also while its launch is not yet reported.
+    for node in [*job.gang_attempts.values(), *([job.standby] if job.standby is not None else [])]:
         if node.instance_id == instance.instance_id or (node.instance_id is None and instance.attempt == node.number):
             return None
     young = instance.launched_at is not None and now - instance.launched_at < limits.launch_grace

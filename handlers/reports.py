@@ -239,14 +239,17 @@ class RunnerWarning(_Report):
     message: Text
 
 
-StandbyCause = Literal["stopped", "trainer-exited"]
+StandbyCause = Literal["stopped", "trainer-exited", "handover"]
 
 
 class Standby(_Report):
     """A gang node whose own instance got no notice and whose trainer ended (the gang stopped at a committed step,
     or a peer was lost: a collective failed or timed out) keeps its instance and waits for the bot's regroup (the
     next generation) or stop. ``step``: the newest checkpoint every node's part of which is committed (None: none
-    yet); ``cause``: why its trainer ended; ``exit_code``: the trainer's, when it failed."""
+    yet); ``cause``: why its trainer ended; ``exit_code``: the trainer's, when it failed.
+
+    ``cause`` "handover": a runner launched ahead of a switch of market (``JobSpec.handover``) is up and waits for
+    the bot's go, before it restores anything; the job's previous attempt commits and stops on that word."""
 
     type: Literal["standby"] = "standby"
     step: int | None = None

@@ -21,10 +21,12 @@ NEW_WEIGHT = 0.3
 
 
 def attempt_restart_s(attempt: Attempt) -> float | None:
-    """Launch to first step of ``attempt`` in seconds; None until its first step is known."""
+    """Launch to first step of ``attempt`` in seconds; None until its first step is known. An attempt launched ahead
+    of a switch of market counts from its hand-over: until then the job trained on the other market."""
     if attempt.first_step_at is None:
         return None
-    return max((attempt.first_step_at - attempt.launched_at).total_seconds(), 0.0)
+    since = attempt.handed_over_at or attempt.launched_at
+    return max((attempt.first_step_at - since).total_seconds(), 0.0)
 
 
 def job_restart_s(attempts: list[Attempt]) -> float | None:

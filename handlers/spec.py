@@ -175,6 +175,9 @@ class JobSpec(BaseModel):
     # comes in FINETUNE_REPORT_SECRET. Never the bot's master secret.
     report_key_from: str | None = Field(default=None, pattern=REPORT_KEY_PREFIX_PATTERN)
     gang: Gang | None = None  # a multi-node job: this node's rank, the world's size and where it meets
+    # A switch of market launched ahead (make-before-break): the job's previous attempt still trains until this
+    # runner stands by, then commits; this one restores only once its control object says go.
+    handover: bool = False
 
     @model_validator(mode="after")
     def _gang_env_is_the_runners(self) -> JobSpec:
@@ -278,13 +281,21 @@ class RegroupControl(BaseModel):
     gang: Gang
 
 
+class GoControl(BaseModel):
+    """To a runner launched ahead of a switch of market (``JobSpec.handover``): the previous attempt's checkpoint is
+    committed (or its instance is gone); restore the newest complete checkpoint and train."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["go"] = "go"
+
+
 def _control_upgraded(raw: object) -> object:
     """A control object an older bot wrote (``{"action": "drill", …}``), in today's shape."""
     raw = old_spellings.renamed_fields(raw, "control object", old_spellings.CONTROL_FIELDS)
     return old_spellings.renamed_value(raw, "control object", "type", old_spellings.CONTROL_TYPES)
 
 
-AnyControl = StopControl | InterruptTestControl | RegroupControl
+AnyControl = StopControl | InterruptTestControl | RegroupControl | GoControl
 ControlRequest = Annotated[AnyControl, Field(discriminator="type"), BeforeValidator(_control_upgraded)]
 _CONTROL: TypeAdapter[AnyControl] = TypeAdapter(ControlRequest)
 

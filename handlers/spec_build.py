@@ -30,4 +30,5 @@ def build_spec(
         report=report,
         notice=notice,
         gang=gang,
+        handover=job.standby is not None and job.standby.number == attempt,  # launched ahead of a switch of market
     )

@@ -42,7 +42,7 @@ from handlers.reports import (
     Started,
 )
 from handlers.reports import Notice as NoticeReport
-from handlers.spec import Gang, JobSpec, node_control_key
+from handlers.spec import Gang, JobSpec, control_key, node_control_key
 from runner.checkpoints import OUTPUT_PREFIX, CheckpointStore, Committed, Restored
 from runner.errors import ControlUnreadable
 from runner.gang_checkpoints import GangCheckpointStore
@@ -57,6 +57,7 @@ from runner.notices.control import (
     STANDBY_POLL_SECONDS,
     ControlObjectSource,
     gang_control_keys,
+    read_go,
     read_regroup,
 )
 from runner.notices.watch import watch_notices
@@ -314,6 +315,32 @@ class Runner:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
 
+    async def _await_handover(self) -> int | None:
+        """Launched ahead of a switch of market: say the instance is up (``standby``, cause handover) and wait for the
+        bot's go before restoring anything, since the previous attempt trains on until then and commits on this
+        word. None to go on; an exit code when a stop or this instance's own interruption comes first (nothing of
+        this attempt to commit)."""
+        self.reporter.emit(Standby(**self.ids, cause="handover"))
+        log.warning("launched ahead of a switch of market: waiting for the previous attempt's checkpoint")
+        key = control_key(self.spec.attempt)
+        while True:
+            try:
+                if await read_go(self.store, key):
+                    log.info("the previous attempt is done: restoring")
+                    return None
+            except ControlUnreadable as exc:
+                log.warning("%s", exc)
+            with contextlib.suppress(TimeoutError):
+                poll = min(self.options.control_seconds, STANDBY_POLL_SECONDS)
+                notice = await asyncio.wait_for(self.notices.get(), poll)
+                self.reporter.emit(
+                    NoticeReport(**self.ids, kind=notice.kind, source=notice.source, deadline=notice.deadline)
+                )
+                if notice.interrupts:
+                    self.reporter.emit(Interrupted(**self.ids, reason=notice.kind, deadline=notice.deadline))
+                    await self.reporter.drain(timeout=10.0)
+                    return EXIT_INTERRUPTED
+
     async def _regroup(self, gang: Gang) -> Regrouped:
         """Into the next generation: this node's new rank, its parts' new place, the newest complete checkpoint
         (the local copy's files reused where they verify), reported as started again."""
@@ -399,6 +426,10 @@ class Runner:
             await self._close_store()
 
     async def _run(self) -> int:
+        if self.spec.handover:
+            waited = await self._await_handover()
+            if waited is not None:
+                return waited
         patience = self.options.storage_patience_seconds
         try:
             record = await with_retries(

@@ -20,6 +20,7 @@ from handlers.messages import (
     CloudEventKind,
     CostsChart,
     GangHoldDue,
+    HandOver,
     InterruptTest,
     Launch,
     Launched,
@@ -65,6 +66,7 @@ SAMPLES: list[BusMessage] = [
     Terminate(**JOB, instance_id="i-1"),
     InterruptTest(**JOB, instance_id="i-1", requested_by="slack:U1"),
     StopRunner(**JOB, instance_id="i-1"),
+    HandOver(**JOB, attempt=2),
     Notify(**JOB, channel="thread", note=Rebalance()),
     GangHoldDue(**JOB, attempt=3, due=DUE),
     Regroup(

@@ -14,8 +14,8 @@ from fakes.notes import note_type
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.failures import Failure
 from handlers.jobs import Attempt, Change, Job, JobState
-from handlers.messages import CloudEvent, LaunchFailed, PolicyTick, ReportReceived
-from handlers.reports import Interrupted
+from handlers.messages import CloudEvent, Launched, LaunchFailed, PolicyTick, ReportReceived, StartDeadline
+from handlers.reports import Completed, Interrupted, Standby, Started
 from handlers.spot import SpotView, choose, estimated_availability, managed
 from tests.outboxes import dumped
 
@@ -171,27 +171,128 @@ def test_with_slack_left_the_job_waits_for_spot_and_a_tick_launches_it_once_a_zo
     assert dumped(again) == [] and again.history["event"] == "ignored"
 
 
-def test_on_demand_with_slack_goes_back_to_spot_through_a_checkpoint() -> None:
+def launched_ahead(job: Job, view: SpotView = ONE_ZONE) -> Change:
+    """The policy's tick sends ``job`` (on on-demand, slack to spare) back to spot: launched ahead, instance i-2."""
+    tick = decide(job, PolicyTick(job_id=job.id, tick=job.tick, due=NOW), NOW, spot=view)
+    standby = tick.job.standby
+    assert standby is not None, tick.history
+    up = Launched(job_id=job.id, attempt=standby.number, instance_id="i-2", zone=standby.zone, market="spot", at=NOW)
+    return decide(tick.job, up, NOW, spot=view)
+
+
+def stood_by(job: Job) -> ReportReceived:
+    assert job.standby is not None
+    return ReportReceived(report=Standby(job_id=job.id, attempt=job.standby.number, cause="handover", time=NOW))
+
+
+def test_on_demand_with_slack_goes_back_to_spot_launching_ahead_and_handing_over_at_the_checkpoint() -> None:
     job = measured(market="on-demand", deadline=timedelta(hours=10))
-    switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=ONE_ZONE)
-    assert switch.job.state is JobState.STOPPING and switch.job.switch_to == "spot"
-    assert effect(switch, "stop-runner")["instance_id"] == "i-1"
-    said = [item for item in dumped(switch) if note_type(item) == "spot-policy"]
-    assert [item["note"]["reason"] for item in said] == ["spot-policy.spot.back"]
-    saved = decide(switch.job, interrupted(switch.job), NOW, spot=ONE_ZONE)
-    assert saved.job.state is JobState.RECOVERING and saved.job.switch_to is None
-    launch = effect(saved, "launch")
+    tick = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=ONE_ZONE)
+    # The spot instance first; the on-demand one trains on, and nobody is told of a move that may be refused.
+    assert tick.job.state is JobState.RUNNING and tick.job.switch_to is None and tick.job.attempt == 1
+    assert tick.job.standby is not None and (tick.job.standby.number, tick.job.standby.market) == (2, "spot")
+    launch = effect(tick, "launch")
     assert (launch["market"], launch["zone"], launch["attempt"]) == ("spot", "zone-a", 2)
+    assert effect(tick, "start-deadline")["attempt"] == 2
+    assert "stop-runner" not in effect_types(tick) and not [e for e in dumped(tick) if note_type(e) == "spot-policy"]
+
+    up = launched_ahead(job)
+    assert up.job.state is JobState.RUNNING and up.job.standby is not None and up.job.standby.instance_id == "i-2"
+    assert dumped(up) == [] and up.job.attempts == job.attempts
+
+    ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)  # its runner is up: now the move
+    assert ready.job.state is JobState.STOPPING and ready.job.switch_to == "spot"
+    assert effect(ready, "stop-runner")["instance_id"] == "i-1"
+    said = [item for item in dumped(ready) if note_type(item) == "spot-policy"]
+    assert [item["note"]["reason"] for item in said] == ["spot-policy.spot.back"]
+
+    saved = decide(ready.job, interrupted(ready.job), NOW + timedelta(minutes=1), spot=ONE_ZONE)
+    assert saved.job.state is JobState.RECOVERING and saved.job.switch_to is None and saved.job.standby is None
+    assert "launch" not in effect_types(saved)  # nothing new: the instance launched ahead goes on
+    assert effect(saved, "hand-over")["attempt"] == 2 and effect(saved, "terminate")["instance_id"] == "i-1"
+    current = saved.job.current
+    assert current is not None and (current.number, current.instance_id) == (2, "i-2")
+    assert current.handed_over_at == NOW + timedelta(minutes=1) and current.from_step == 100
     assert saved.job.checkpoint is not None and saved.job.checkpoint.step == 100
 
+    # The ahead launch's start deadline (15 minutes after it) is not the handed-over attempt's: it has its own.
+    early = StartDeadline(job_id=job.id, attempt=2, due=NOW + timedelta(minutes=15))
+    assert decide(saved.job, early, NOW + timedelta(minutes=15), spot=ONE_ZONE).history["event"] == "ignored"
+    late = StartDeadline(job_id=job.id, attempt=2, due=effect_due(saved, "start-deadline"))
+    assert decide(saved.job, late, NOW + timedelta(minutes=17), spot=ONE_ZONE).job.state is JobState.RESUME_FAILED
 
-def test_a_person_who_stops_during_a_switch_gets_the_stop() -> None:
+    started = Started(job_id=job.id, attempt=2, resumed_from_step=100, time=NOW + timedelta(minutes=2))
+    running = decide(saved.job, ReportReceived(report=started), NOW + timedelta(minutes=2), spot=ONE_ZONE)
+    assert running.job.state is JobState.RUNNING and running.job.steps_lost == 0
+    assert running.history["downtime"] == 120.0  # from the on-demand attempt's checkpoint (its report at NOW)
+
+
+def effect_due(change: Change, type_: str) -> datetime:
+    return datetime.fromisoformat(effect(change, type_)["due"])
+
+
+def test_a_refused_return_to_spot_costs_nothing_the_job_trains_on_and_the_zone_cools_down() -> None:
     job = measured(market="on-demand", deadline=timedelta(hours=10))
-    switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=ONE_ZONE)
-    stopping = stop_command(switch.job, "console:ana", NOW)
-    assert stopping.job.state is JobState.STOPPING and stopping.job.switch_to is None
+    tick = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=VIEW)
+    assert tick.job.standby is not None and tick.job.standby.zone == "zone-a"
+    refused = LaunchFailed(job_id=job.id, attempt=2, reason="no capacity", capacity=True, zone="zone-a")
+    kept = decide(tick.job, refused, NOW, spot=VIEW)
+    assert kept.job.state is JobState.RUNNING and kept.job.standby is None and kept.job.attempts == job.attempts
+    assert dumped(kept) == [] and "zone-a" in kept.job.refused_zones
+    # The next tick tries the other zone, under a number of its own (2 is never launched again).
+    again = decide(kept.job, PolicyTick(job_id=job.id, tick=kept.job.tick, due=NOW), NOW, spot=VIEW)
+    assert again.job.standby is not None and (again.job.standby.number, again.job.standby.zone) == (3, "zone-b")
+    assert effect(again, "launch")["attempt"] == 3
+
+
+def test_a_person_who_stops_during_a_switch_gets_the_stop_and_the_instance_launched_ahead_goes() -> None:
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
+    waiting = stop_command(up.job, "console:ana", NOW)  # before the new instance stood by
+    assert waiting.job.state is JobState.STOPPING and waiting.job.standby is None
+    assert effect(waiting, "stop-runner")["instance_id"] == "i-1"
+    assert effect(waiting, "terminate")["instance_id"] == "i-2"
+
+    ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)
+    stopping = stop_command(ready.job, "console:ana", NOW)  # during the move: the checkpoint ends the job instead
+    assert stopping.job.state is JobState.STOPPING and stopping.job.switch_to is None and stopping.job.standby is None
+    assert effect(stopping, "terminate")["instance_id"] == "i-2"
     stopped = decide(stopping.job, interrupted(stopping.job), NOW, spot=ONE_ZONE)
-    assert stopped.job.state is JobState.STOPPED and "launch" not in effect_types(stopped)
+    assert stopped.job.state is JobState.STOPPED
+    assert "launch" not in effect_types(stopped) and "hand-over" not in effect_types(stopped)
+
+
+def test_an_instance_launched_ahead_that_is_reclaimed_or_never_stands_by_is_given_up_and_the_job_trains_on() -> None:
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
+    gone = CloudEvent(job_id=job.id, kind="spot-interruption", instance_id="i-2", source="eventbridge", at=NOW)
+    reclaimed = decide(up.job, gone, NOW, spot=ONE_ZONE)
+    assert reclaimed.job.state is JobState.RUNNING and reclaimed.job.standby is None
+    assert effect(reclaimed, "terminate")["instance_id"] == "i-2" and reclaimed.job.current == job.current
+
+    silent = decide(up.job, StartDeadline(job_id=job.id, attempt=2, due=NOW), NOW, spot=ONE_ZONE)
+    assert silent.job.standby is None and effect(silent, "terminate")["instance_id"] == "i-2"
+    assert silent.job.state is JobState.RUNNING and silent.history["standby_released"] == 2
+
+    # Its launch result after it was given up: the instance is released, not left billing.
+    late = Launched(job_id=job.id, attempt=2, instance_id="i-2", zone="zone-a", market="spot", at=NOW)
+    assert effect(decide(silent.job, late, NOW, spot=ONE_ZONE), "terminate")["instance_id"] == "i-2"
+
+    # Reclaimed after it stood by: the move goes on as it did before launches ahead (a relaunch after the checkpoint).
+    ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)
+    lost = decide(ready.job, gone, NOW, spot=ONE_ZONE)
+    assert lost.job.state is JobState.STOPPING and lost.job.standby is None and lost.job.switch_to == "spot"
+    saved = decide(lost.job, interrupted(lost.job), NOW, spot=ONE_ZONE)
+    assert saved.job.state is JobState.RECOVERING and effect(saved, "launch")["attempt"] == 3
+
+
+def test_a_job_that_finishes_on_demand_while_its_spot_instance_waits_releases_that_instance() -> None:
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
+    done = Completed(job_id=job.id, attempt=1, step=200, total_steps=200, output_uri="file:///c/out", time=NOW)
+    finished = decide(up.job, ReportReceived(report=done), NOW, spot=ONE_ZONE)
+    assert finished.job.state is JobState.SUCCEEDED and finished.job.standby is None
+    assert sorted(e["instance_id"] for e in dumped(finished) if e["type"] == "terminate") == ["i-1", "i-2"]
 
 
 def test_a_budget_that_would_be_exceeded_stops_the_job_with_a_checkpoint_and_says_so() -> None:

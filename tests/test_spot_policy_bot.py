@@ -144,5 +144,14 @@ async def test_a_job_on_on_demand_goes_back_to_spot_through_a_checkpoint_when_th
         assert (on_demand.end_reason or "").startswith("interrupted")  # it checkpointed before it went
         assert back.resumed_from_step is not None and back.resumed_from_step > 0
         await wait_for_text(chat, "thread", "🧭 back to spot in local-a:")
-        switches = [entry for entry in await service.bot.store.history(job_id) if entry.get("switch")]
-        assert [entry["switch"] for entry in switches] == ["spot"]  # once, not back and forth
+        history = await service.bot.store.history(job_id)
+        switches = [entry for entry in history if entry.get("switch")]
+        # Once, not back and forth: the tick launched spot ahead, and its runner stood by before anything stopped.
+        said = [(entry["event"], entry["switch"]) for entry in switches]
+        assert said == [("policy-tick", "spot"), ("standby", "spot")]
+        order = [entry["event"] for entry in history if entry.get("event") in ("launched", "standby", "interrupted")]
+        assert order[-3:] == ["launched", "standby", "interrupted"]  # the spot instance up, then on-demand's commit
+        assert back.handed_over_at is not None and back.started_at is not None
+        assert back.handed_over_at <= back.started_at
+        committed = [entry["step"] for entry in history if entry.get("event") == "interrupted"][-1]
+        assert back.resumed_from_step == committed  # it waited for that checkpoint, and restored it

@@ -65,6 +65,8 @@ from handlers.report_keys import ReportKeys
 from handlers.sealed_keys import seal, sealed_key_object
 from handlers.spec import (
     ATTEMPT_KEYS_PREFIX,
+    AnyControl,
+    GoControl,
     InterruptTestControl,
     JobSpec,
     RegroupControl,
@@ -382,11 +384,15 @@ class AliyunCloud:
         key = f"{self.settings.prefix}{job_id}/{node_control_key(attempt, generation, node_rank)}"
         await self._write_control(job_id, attempt, control, key)
 
+    async def hand_over(self, job_id: str, attempt: int) -> None:
+        """Go, to the runner of ``attempt`` launched ahead of a switch of market (its control object on OSS)."""
+        await self._write_control(job_id, attempt, GoControl())
+
     async def _write_control(
         self,
         job_id: str,
         attempt: int,
-        request: StopControl | InterruptTestControl | RegroupControl,
+        request: AnyControl,
         key: str | None = None,
     ) -> str:
         key = key or self.control_key(job_id, attempt)

@@ -281,6 +281,15 @@ class AwsCloud:
             failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
             raise failed(f"could not write the regroup of {job_id} attempt {attempt}: {exc}") from exc
 
+    async def hand_over(self, job_id: str, attempt: int) -> None:
+        """Go, to the runner of ``attempt`` launched ahead of a switch of market: ``<prefix><job>/control/
+        attempt-<n>.json``, where it waits (under the bot role's grant for ``jobs/*/control/*``)."""
+        try:
+            await self.objects.put_go(job_id, attempt)
+        except ObjectStoreError as exc:
+            failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
+            raise failed(f"could not write the go of {job_id} attempt {attempt}: {exc}") from exc
+
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         """A real spot interruption through AWS FIS (:mod:`bot.cloud.aws_fis`); the interruption comes from EC2."""
         self.fis_interrupt_tests.role()  # not set up: say so before looking anything up

@@ -25,6 +25,7 @@ from handlers.attempt_keys import READER_TAG, StorageCredentials, dump_attempt_k
 from handlers.report_keys import ReportKeys
 from handlers.spec import (
     ATTEMPT_KEYS_PREFIX,
+    GoControl,
     JobSpec,
     RegroupControl,
     StopControl,
@@ -139,6 +140,11 @@ class AwsObjects:
         """:class:`~handlers.spec.StopControl` in the attempt's control object, which its runner polls;
         ObjectStoreError when S3 would not take it."""
         await self._put(self.control_key(job_id, attempt), dump_control(StopControl()))
+
+    async def put_go(self, job_id: str, attempt: int) -> None:
+        """:class:`~handlers.spec.GoControl` in the attempt's control object, where a runner launched ahead of a
+        switch of market waits; ObjectStoreError when S3 would not take it."""
+        await self._put(self.control_key(job_id, attempt), dump_control(GoControl()))
 
     async def put_node_control(
         self, job_id: str, attempt: int, generation: int, node_rank: int, control: RegroupControl

@@ -143,6 +143,16 @@ class CloudProvider(ListsInstances, Protocol):
 
 
 @runtime_checkable
+class HandsOver(Protocol):
+    """A cloud that tells a runner launched ahead of a switch of market to go (:class:`~handlers.spec.GoControl` in
+    the attempt's control object, where that runner waits)."""
+
+    async def hand_over(self, job_id: str, attempt: int) -> None:
+        """Write it (writing it again changes nothing); CloudError when the store would not."""
+        ...
+
+
+@runtime_checkable
 class RegroupsGangs(Protocol):
     """A cloud that tells a gang node standing by its place in the next world (:mod:`handlers.gang`): the regroup
     goes in that node's own control object (:func:`handlers.spec.node_control_key`), where its runner polls."""

@@ -52,7 +52,7 @@ from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.report_keys import ReportKeys
-from handlers.spec import JobSpec, RegroupControl, dump_control, node_control_key
+from handlers.spec import AnyControl, GoControl, JobSpec, RegroupControl, control_key, dump_control, node_control_key
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +122,17 @@ class LocalCloud:
     ) -> None:
         """A gang node's regroup, into its control object in the job's checkpoint store (a ``file://`` one: the
         local cloud's own; an object store is written by the AWS and Alibaba providers)."""
+        self._write_control(job_id, node_control_key(attempt, generation, node_rank), control)
+
+    async def hand_over(self, job_id: str, attempt: int) -> None:
+        """Go, to the runner of ``attempt`` launched ahead of a switch of market (its control object)."""
+        self._write_control(job_id, control_key(attempt), GoControl())
+
+    def _write_control(self, job_id: str, key: str, control: AnyControl) -> None:
         parsed = urlsplit(self.checkpoint_uri(job_id))
         if parsed.scheme != "file":
             raise CloudError(f"the local cloud writes control objects to a file:// store only, not {parsed.scheme}://")
-        target = Path(unquote(parsed.path)) / node_control_key(attempt, generation, node_rank)
+        target = Path(unquote(parsed.path)) / key
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(target.name + ".partial")

@@ -9,12 +9,17 @@ A node of a gang also polls its own object of its generation, ``control/attempt-
 (:func:`handlers.spec.node_control_key`): a stop or interrupt-test there is for that node alone, and a regroup
 (the next generation's world, this node's rank in it) is what a node standing by waits for (:func:`read_regroup`);
 while training, the watcher passes a regroup over.
+
+A runner launched ahead of a switch of market (``JobSpec.handover``) waits for go in the attempt's object
+(:func:`read_go`) before it restores: the previous attempt trains until this one is up, then commits.
 """
 
 from __future__ import annotations
 
 from handlers.reports import InstanceNotice
 from handlers.spec import (
+    AnyControl,
+    GoControl,
     InterruptTestControl,
     RegroupControl,
     StopControl,
@@ -36,7 +41,7 @@ def gang_control_keys(attempt: int, generation: int, node_rank: int) -> list[str
     return [control_key(attempt), node_control_key(attempt, generation, node_rank)]
 
 
-async def read_control(store: ObjectStore, key: str) -> StopControl | InterruptTestControl | RegroupControl | None:
+async def read_control(store: ObjectStore, key: str) -> AnyControl | None:
     """The control object at ``key``, or None when there is none; :class:`ControlUnreadable` when it cannot be read
     or makes no sense."""
     try:
@@ -55,6 +60,11 @@ async def read_regroup(store: ObjectStore, key: str) -> RegroupControl | None:
     """A regroup in this node's own control object, if the bot wrote one."""
     request = await read_control(store, key)
     return request if isinstance(request, RegroupControl) else None
+
+
+async def read_go(store: ObjectStore, key: str) -> bool:
+    """Whether the bot wrote go to a runner launched ahead of a switch of market (the previous attempt is done)."""
+    return isinstance(await read_control(store, key), GoControl)
 
 
 class ControlObjectSource:
