@@ -287,6 +287,67 @@ async def test_the_bots_control_object_stops_or_interrupt_tests_the_runner(
     assert (store / f"checkpoint-{interrupted['step']}" / "MANIFEST.json").exists()
 
 
+async def test_a_runner_launched_ahead_waits_for_go_and_restores_what_the_previous_attempt_committed(
+    tmp_path: Path,
+) -> None:
+    """Make-before-break on one store: attempt 2 comes up while attempt 1 trains, says so, and touches nothing until
+    the bot's go, which comes once attempt 1's stop has committed; it then starts from that checkpoint."""
+    store = tmp_path / "store"
+    reports = tmp_path / "reports.jsonl"
+    common: dict[str, Any] = {"checkpoint_uri": f"file://{store}/", "report": [f"file://{reports}"]}
+    old = write_spec(tmp_path / "old.json", **common, command=SAVES_ON_SIGTERM, attempt=1)
+    new = write_spec(tmp_path / "new.json", **common, command=SAVES_ON_SIGTERM, attempt=2, handover=True)
+    training = await start_runner(old, tmp_path / "work-1", runner_env())
+    await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 3)
+    ahead = await start_runner(new, tmp_path / "work-2", runner_env())
+    await wait_for_report(reports, lambda r: r["type"] == "standby" and r["attempt"] == 2)
+    # Its control object unreadable for now: the warning it earns proves it looked after standing by, and it has
+    # neither restored nor started a trainer.
+    (store / "control").mkdir(parents=True, exist_ok=True)
+    (store / "control" / "attempt-2.json").write_text("{not json")
+    await wait_for_report(reports, lambda r: r["type"] == "warning" and r["attempt"] == 2 and r["kind"] == "control")
+    said = {r["type"] for r in read_reports(reports) if r["attempt"] == 2}
+    assert ahead.returncode is None and said.isdisjoint({"started", "progress"})
+
+    (store / "control" / "attempt-1.json").write_text(json.dumps({"type": "stop"}))
+    assert await asyncio.wait_for(training.wait(), 60) == 75
+    [interrupted] = of_type(read_reports(reports), "interrupted")
+    assert interrupted["attempt"] == 1 and interrupted["step"] is not None
+    (store / "control" / "attempt-2.json").write_text(json.dumps({"type": "go"}))
+    started = await wait_for_report(reports, lambda r: r["type"] == "started" and r["attempt"] == 2)
+    assert started["resumed_from_step"] == interrupted["step"]
+
+    (store / "control" / "attempt-2.json").write_text(json.dumps({"type": "stop"}))
+    assert await asyncio.wait_for(ahead.wait(), 60) == 75
+
+
+async def test_a_runner_launched_ahead_and_stopped_before_its_go_ends_without_starting_anything(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    reports = tmp_path / "reports.jsonl"
+    marker = tmp_path / "trainer-ran"
+    spec = write_spec(
+        tmp_path / "spec.json",
+        checkpoint_uri=f"file://{store}/",
+        report=[f"file://{reports}"],
+        attempt=4,
+        handover=True,
+        command=quick_trainer(f"open({str(marker)!r}, 'w')"),
+    )
+    runner = await start_runner(spec, tmp_path / "work", runner_env())
+    await wait_for_report(reports, lambda r: r["type"] == "standby")
+    (store / "control").mkdir(parents=True, exist_ok=True)
+    (store / "control" / "attempt-4.json").write_text(json.dumps({"type": "stop"}))
+    assert await asyncio.wait_for(runner.wait(), 60) == 75
+    got = read_reports(reports)
+    [standby] = of_type(got, "standby")
+    assert standby["cause"] == "handover" and standby["attempt"] == 4
+    [interrupted] = of_type(got, "interrupted")
+    assert interrupted["reason"] == "stop" and interrupted["step"] is None
+    assert not of_type(got, "started") and not marker.exists()
+
+
 async def test_the_spec_is_read_from_s3_as_user_data_points_to_it(tmp_path: Path, aws: str) -> None:
     s3 = boto3.client("s3", endpoint_url=aws)
     s3.create_bucket(Bucket="specs-bucket")

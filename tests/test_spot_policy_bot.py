@@ -155,3 +155,28 @@ async def test_a_job_on_on_demand_goes_back_to_spot_through_a_checkpoint_when_th
         assert back.handed_over_at <= back.started_at
         committed = [entry["step"] for entry in history if entry.get("event") == "interrupted"][-1]
         assert back.resumed_from_step == committed  # it waited for that checkpoint, and restored it
+
+
+async def test_a_return_to_spot_that_is_refused_costs_the_on_demand_job_nothing(tmp_path: Path) -> None:
+    """The spot instance is launched ahead of the move: with no spot anywhere, each zone refuses once (then cools
+    down) and the on-demand instance is never stopped: it trains on to the end."""
+    config = write_config(tmp_path / "bot.yaml", policy={"spot": {"tick_seconds": 2}}, recipes=RECIPES)
+    async with running_bot(tmp_path / "state", config) as (service, _chat):
+        cloud = local_cloud(service.bot.cloud)
+        job_id = await start_job(service, "console:ana", f"start synthetic steps={STEPS} step_seconds=0.2 deadline=30m")
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 5)
+        assert (await service.bot.command("console:ana", CHANNEL, f"stop {job_id}")).startswith("OK: stop")
+        await wait_job(service, job_id, lambda job: job.state is JobState.STOPPED)
+        for zone in cloud.zones:
+            await cloud.take_spot_capacity(zone, reclaim=False)
+        assert (await service.bot.command("console:ana", CHANNEL, f"resume {job_id} on-demand")).startswith("OK")
+        done = await wait_job(service, job_id, lambda job: job.state in (JobState.SUCCEEDED, JobState.FAILED))
+        assert done.state is JobState.SUCCEEDED, done.failure
+        assert [attempt.market for attempt in done.attempts] == ["spot", "on-demand"]  # never stopped for spot
+        history = await service.bot.store.history(job_id)
+        refusals = [entry for entry in history if entry.get("event") == "launch-failed" and entry.get("ahead")]
+        assert sorted(entry["zone"] for entry in refusals) == sorted(cloud.zones)  # each zone once, then cooled down
+        assert done.ahead_number == 2 + len(cloud.zones) and done.standby is None
+        assert not [entry for entry in history if entry.get("event") == "standby"]  # nothing stood by, nothing moved
+        for zone in cloud.zones:
+            await cloud.give_spot_capacity(zone)
