@@ -188,3 +188,21 @@ def test_a_scaling_group_that_keeps_capacity_for_an_ended_or_unknown_job_is_set_
     ]
     change = release_group(jobs[0], actions[0])
     assert change.job == jobs[0] and dumped(change)[0]["note"]["type"] == "group-released"
+
+
+def test_an_instance_launched_ahead_of_a_switch_is_the_jobs_and_its_loss_is_an_event_the_decision_takes() -> None:
+    limits = ReconcileLimits(silent_after=timedelta(minutes=10))
+    waiting = job("ft-aa11", JobState.RUNNING, attempt(1, "i-1"), updated=NOW - timedelta(minutes=11))
+    waiting = waiting.model_copy(update={"standby": attempt(2, "i-2"), "ahead_number": 2})
+    in_flight = job("ft-bb22", JobState.RUNNING, attempt(1, "i-3")).model_copy(update={"standby": attempt(2, None)})
+    cloud = [listed("i-1", "ft-aa11", 1), listed("i-2", "ft-aa11", 2), listed("i-3", "ft-bb22", 1)]
+    cloud.append(listed("i-4", "ft-bb22", 2))  # its launch ahead, listed before its Launched was applied
+    actions = reconcile([waiting, in_flight], cloud, NOW, limits)
+    # Neither instance launched ahead is an orphan, and only the current attempt is probed for its silence.
+    assert [(a.action, a.instance_id) for a in actions] == [("probe", "i-1")]
+
+    gone = reconcile([waiting], [listed("i-1", "ft-aa11", 1), listed("i-2", "ft-aa11", 2, "terminated")], NOW)
+    assert [(a.action, a.instance_id, a.attempt) for a in gone] == [("instance-gone", "i-2", 2)]
+    given_up = decide(waiting, gone_event(gone[0], NOW), NOW)
+    assert given_up is not None and given_up.job.standby is None and given_up.job.state is JobState.RUNNING
+    assert [e["instance_id"] for e in dumped(given_up) if e["type"] == "terminate"] == ["i-2"]

@@ -344,9 +344,9 @@ def test_live_the_policy_knows_its_own_zone_and_what_was_refused_or_reclaimed_an
     assert full.refusals == 0 and [c.zone for c in full.choices] == ["zone-a", "zone-a", None] + ["zone-b"] * 3
 
 
-def test_live_a_refused_return_to_spot_pays_for_a_new_on_demand_instance() -> None:
-    # On on-demand from t0; at t2 the policy goes back to spot in zone-a, which has none. As the bot switches, the
-    # on-demand instance is stopped first: the refusal leaves nothing held, and on-demand again is a new instance.
+def test_live_a_refused_return_to_spot_costs_one_node_nothing_and_a_gang_a_new_on_demand_start() -> None:
+    # On on-demand from t0; at t2 the policy goes back to spot in zone-a, which has none. The bot launches one node's
+    # spot instance ahead: refused, the on-demand instance trains on (at the on-demand cost of never leaving).
     run = replace(hourly_run([[0] * 10], work=3, deadline=9), live=True)
 
     def back_at_two(s: Situation) -> Choice:
@@ -356,6 +356,11 @@ def test_live_a_refused_return_to_spot_pays_for_a_new_on_demand_instance() -> No
 
     outcome = simulate(run, back_at_two)
     assert outcome.refusals == 1 and [c.action for c in outcome.choices][:3] == ["on-demand"] * 3
-    # t0 start-up, t1 work, t2 a new instance's start-up (the refused switch), t3 and t4 work.
-    assert (outcome.on_demand_ticks, outcome.finish) == (5, 5) and outcome.cost(run) == 15.0
-    assert simulate(run, on_demand).cost(run) == 12.0  # the restart the refusal cost
+    assert (outcome.on_demand_ticks, outcome.finish) == (4, 4)  # t0 start-up, t1-t3 work, no second start-up
+    assert outcome.cost(run) == simulate(run, on_demand).cost(run) == 12.0
+    # A gang stops its nodes first: the refusal leaves nothing held, and on-demand again is a new start-up.
+    gang = replace(run, zones=(Zone("zone-a", [0] * 10),), nodes=2, replace_overhead=1, hold=5)
+    stopped = simulate(gang, back_at_two)
+    assert stopped.refusals == 1 and (stopped.on_demand_ticks, stopped.finish) == (5, 5)
+
+

@@ -33,9 +33,11 @@ has spot while it lasts; a zone where spot was refused or reclaimed has none for
 (:data:`~handlers.spot.situation.LOST_ZONE_COOLDOWN`); of every other zone, nothing (its recent share of spot
 stands in for the placement score, and no zone has an age). A spot choice in a zone without spot is refused at
 no cost, as a launch is: the zone counts as without spot for the cool-down and the policy is asked again at the
-same tick (``capacity``). A job on on-demand loses that instance when it goes for spot, as the bot switches
-(the runner stops with a checkpoint, then the spot launch goes out), so a refused return to spot pays for a new
-on-demand instance.
+same tick (``capacity``). A job on on-demand that goes for spot keeps training there when the launch is refused,
+as the bot switches (the spot instance is launched ahead, and the on-demand one stops only once that is up), and
+tries again at the next tick; a gang, which the bot still switches by stopping first, loses its on-demand nodes and
+pays for new ones. A switch that succeeds costs a restart as any other: the overlap the launch ahead wins (the
+boot, while the old instance trains on) is not counted, so the figures err on the side of cost.
 """
 
 from __future__ import annotations
@@ -223,10 +225,14 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
             z = _index(run, choice.zone) if choice.action == "spot" and choice.zone is not None else -1
             if not run.live or z < 0 or available[z] or t < lost_until[z]:
                 break  # (a zone it was told has no spot: the policy's bug, which _held reports)
-            # Live: the launch is refused for capacity (free), the zone is without spot for the cool-down, and
-            # an on-demand instance the job was leaving is already stopped. The policy is asked again.
+            # Live: the launch is refused for capacity (free), and the zone is without spot for the cool-down. One
+            # node on on-demand trains on there until the next tick (its spot launch went out ahead); otherwise the
+            # policy is asked again (a gang leaving on-demand had stopped its nodes first).
             out.refusals += 1
             lost_until[z] = t + cooldown
+            if holding.market == "on-demand" and run.nodes == 1:
+                choice = Choice("on-demand", None, choice.reason)
+                break
             if holding.market == "on-demand":
                 holding, previous = NOTHING, None
             event = "capacity"
