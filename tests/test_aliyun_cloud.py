@@ -25,8 +25,8 @@ from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.base import ForeignInstance, GangPlacement, Instance, LaunchError
 from handlers.messages import Launch
 from handlers.report_keys import ReportKeys
-from handlers.spec import Gang, JobSpec, RegroupControl, node_control_key, parse_spec
-from runner.notices.control import ControlObjectSource, read_regroup
+from handlers.spec import Gang, JobSpec, RegroupControl, control_key, node_control_key, parse_spec
+from runner.notices.control import ControlObjectSource, read_go, read_regroup
 from runner.storage.s3 import S3Store
 from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
 from tests.gang_launches import launch_two_nodes
@@ -462,6 +462,20 @@ async def test_stop_runner_writes_a_stop_control_object(
         await store.close()
     assert notice.kind == "stop"
     assert fake.instances[instance.instance_id].status == "Running"  # the runner stops; the bot releases later
+
+
+async def test_hand_over_writes_go_where_the_runner_launched_ahead_waits(
+    fake: FakeAliyun, aws: str, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    cloud = make_cloud()
+    await cloud.launch(job_spec(cloud), [GPU], "spot")
+    await cloud.hand_over("ft-abc1", 1)
+    store = oss_store(aws, "jobs/ft-abc1/")
+    try:
+        assert await read_go(store, control_key(1))
+        assert await ControlObjectSource(store, attempt=1).poll() == []  # go is no notice to a runner that trains
+    finally:
+        await store.close()
 
 
 # -- scaling-group mode ---------------------------------------------------------------------------------------

@@ -421,6 +421,13 @@ async def test_stop_runner_writes_the_control_object(world: World, make_cloud: A
         await cloud.stop_runner("i-0123456789abcdef0")
 
 
+async def test_hand_over_writes_go_to_the_attempt_launched_ahead(world: World, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud()
+    await cloud.launch(job_spec(cloud, attempt=3), ["g5.xlarge"], "spot")
+    await cloud.hand_over("ft-abc1", 3)
+    assert json.loads(world.object("jobs/ft-abc1/control/attempt-3.json")) == {"type": "go"}
+
+
 async def test_terminate_is_idempotent(world: World, make_cloud: Any) -> None:
     cloud: AwsCloud = make_cloud()
     instance = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
