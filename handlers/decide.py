@@ -924,10 +924,13 @@ def _launch_ahead(job: Job, market: Market, zone: str | None, now: datetime) -> 
 
 def _keeps_standby(job: Job) -> bool:
     """Whether the switch a standby was launched for is still on: the job trains until the standby is up, then stops
-    through a checkpoint for it. Anything else (a stop, a completion, a failure, an interruption) gives it up."""
+    through a checkpoint for it; an interruption of the current attempt hands over to it early. Anything else (a
+    stop, a completion, a failure) gives it up."""
     if job.state is JobState.RUNNING:
         return job.switch_to is None
-    return job.state is JobState.STOPPING and job.switch_to is not None
+    if job.state is JobState.STOPPING:
+        return job.switch_to is not None
+    return job.state is JobState.INTERRUPTED
 
 
 def _ahead(job: Job, standby: Attempt, message: BusMessage, now: datetime, limits: Lifecycle) -> Change | None:
@@ -1048,6 +1051,8 @@ def _again(
     an attempt without progress makes the next launch wait, and too many in a row end the job instead. A job the
     spot policy steers relaunches where the policy says (or waits, or stops for its budget); any other job where
     ``spot-first`` says (the zone, or on-demand once no zone has spot; a job on on-demand stays there)."""
+    if before.standby is not None:  # the next attempt was launched ahead already: it goes on from what was committed
+        return _hand_over(moved, before.standby, now, history, [*release, *notes])
     in_a_row = without_progress(before)
     if gives_up(limits, in_a_row):
         reason = Failure.of("no-progress", count=in_a_row, last=why)

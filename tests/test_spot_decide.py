@@ -401,3 +401,28 @@ def test_a_configured_spot_first_steers_with_the_clouds_view_and_goes_on_demand_
         "on-demand",
         "spot-policy.unmeasured.on-demand",
     )
+
+
+def test_an_instance_launched_ahead_takes_over_when_the_current_one_is_lost_before_the_move() -> None:
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
+    gone = CloudEvent(job_id=job.id, kind="instance-gone", instance_id="i-1", source="eventbridge", at=NOW)
+    lost = decide(up.job, gone, NOW, spot=ONE_ZONE)
+    assert lost.job.state is JobState.RECOVERING and lost.job.standby is None
+    assert "launch" not in effect_types(lost) and effect(lost, "hand-over")["attempt"] == 2
+    current = lost.job.current
+    assert current is not None and (current.number, current.instance_id, current.market) == (2, "i-2", "spot")
+
+    # A spot job moving to on-demand ahead of its deadline, reclaimed first: the notice keeps the instance launched
+    # ahead, and the interruption hands over to it instead of launching another.
+    spot = measured(market="spot", deadline=timedelta(hours=1))
+    ahead = Attempt(number=2, market="on-demand", instance_id="i-2", launched_at=NOW)
+    moving = spot.model_copy(update={"standby": ahead, "ahead_number": 2})
+    notice = CloudEvent(job_id=job.id, kind="spot-interruption", instance_id="i-1", source="eventbridge", at=NOW)
+    warned = decide(moving, notice, NOW, spot=ONE_ZONE)
+    assert warned is not None and warned.job.state is JobState.INTERRUPTED and warned.job.standby == ahead
+    assert "terminate" not in effect_types(warned)
+    taken = decide(warned.job, interrupted(warned.job), NOW, spot=ONE_ZONE)
+    assert taken.job.state is JobState.RECOVERING and "launch" not in effect_types(taken)
+    assert effect(taken, "hand-over")["attempt"] == 2 and taken.job.current is not None
+    assert taken.job.current.market == "on-demand" and taken.job.checkpoint is not None
