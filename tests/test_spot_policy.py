@@ -164,6 +164,8 @@ def test_live_it_leaves_on_demand_for_a_zone_not_known_to_have_spot_only_when_th
     assert deadline_aware(situation(zones=known, **on_demand_now)).reason.key == "spot-policy.spot.back"
     # No signal at all: an even chance (0.5 × 7 ≥ 0.5 × 3).
     assert deadline_aware(situation(zones=(ZoneView("zone-a"),), **on_demand_now)).action == "spot"
+    # One node launches spot ahead of the switch, so a refusal costs nothing: back even at a 25 % chance.
+    assert deadline_aware(situation(zones=unknown, switch_ahead=True, **on_demand_now)).action == "spot"
 
 
 def test_a_budget_that_would_be_exceeded_stops_the_job() -> None:

@@ -103,6 +103,8 @@ class Situation:
     (one tick of a trace; the bot's timer). ``checkpoint_interval_s`` is the work an instance lost *without*
     a notice takes with it (0 where notices are honoured, as the simulator models). ``time_left_s`` None: no
     deadline. ``budget`` None: no budget; ``spent`` counts what the job has been billed so far.
+    ``switch_ahead``: a switch of market launches the new instance before the held one stops (one node, in the bot
+    since make-before-break), so a refused return to spot costs nothing; a gang still stops first.
     """
 
     event: Event
@@ -119,6 +121,7 @@ class Situation:
     on_demand_price: float
     spent: float = 0.0
     budget: float | None = None
+    switch_ahead: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,12 +347,12 @@ class DeadlineAware:
 
 
 def return_pays(s: Situation, zone: ZoneView) -> bool:
-    """Does going back from on-demand to spot in ``zone`` pay on average? The bot stops the on-demand instance
-    (with a checkpoint) before it launches spot, so where the zone is not known to have spot, a refusal costs a new
-    on-demand start-up. It pays when the chance of spot there (the zone's live availability; ½ unknown) times what
-    the rest saves on spot is at least the chance of a refusal times that start-up. Told the zone has spot (the
-    simulator's view), always."""
-    if zone.available:
+    """Does going back from on-demand to spot in ``zone`` pay on average? Where the switch stops the on-demand
+    instance (with a checkpoint) before it launches spot (a gang), and the zone is not known to have spot, a refusal
+    costs a new on-demand start-up. It pays when the chance of spot there (the zone's live availability; ½ unknown)
+    times what the rest saves on spot is at least the chance of a refusal times that start-up. Told the zone has
+    spot (the simulator's view), or launching ahead (one node: a refusal costs nothing), always."""
+    if zone.available or s.switch_ahead:
         return True
     chance = zone.availability if zone.availability is not None else 0.5
     saved = s.work_left_s * s.on_demand_price - (s.restart_s + s.work_left_s) * s.spot_price

@@ -220,6 +220,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                 on_demand_price=run.on_demand_price,
                 spent=float(cost),
                 budget=run.budget,
+                switch_ahead=run.nodes == 1,
             )
             choice = policy(situation)
             z = _index(run, choice.zone) if choice.action == "spot" and choice.zone is not None else -1

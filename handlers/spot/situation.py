@@ -87,6 +87,7 @@ def live_situation(
         on_demand_price=on_demand_price,
         spent=cost.paid,
         budget=budget,
+        switch_ahead=job.nodes == 1,  # handlers/decide.py launches one node's next instance ahead of a switch
     )
 
 
