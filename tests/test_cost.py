@@ -92,6 +92,21 @@ def test_no_savings_are_claimed_before_useful_work_or_without_an_on_demand_price
     assert job_cost(unpriced, at(300)).savings is None and job_cost(unpriced, at(300)).on_demand == 0.0
 
 
+def test_an_instance_launched_ahead_of_a_switch_bills_while_it_waits_and_is_no_restart_until_it_takes_over() -> None:
+    # Attempt 2 still training at 2:30; attempt 3 launched ahead at 2:20 at $2.00/h, waiting for its hand-over.
+    running = worked_example(state=JobState.RUNNING)
+    second = running.attempts[1].model_copy(update={"ended_at": None})
+    ahead = Attempt(number=3, instance_id="i-3", price_per_hour=2.00, launched_at=at(140))
+    waiting = running.model_copy(update={"attempts": [running.attempts[0], second], "standby": ahead})
+    without = job_cost(waiting.model_copy(update={"standby": None}), at(150))
+    cost = job_cost(waiting, at(150))
+    assert cost.paid == pytest.approx(without.paid + 2.00 / 6) and cost.hours == pytest.approx(without.hours + 1 / 6)
+    assert cost.restarts == without.restarts == 1 and cost.seconds_per_step == without.seconds_per_step
+    # Not yet launched (no instance): nothing bills.
+    unlaunched = waiting.model_copy(update={"standby": ahead.model_copy(update={"instance_id": None})})
+    assert job_cost(unlaunched, at(150)).paid == pytest.approx(without.paid)
+
+
 def test_the_card_and_the_completion_note_show_the_honest_saving() -> None:
     shown = card_text(worked_example(), at(300))
     assert "Cost: $4.0200 · saving 61% vs on-demand" in shown
