@@ -55,6 +55,10 @@ from handlers.transitions import next_state
 
 DEFAULT_RESTART_SECONDS = 300.0  # a node's launch-to-training overhead, until the job has measured its own
 
+# A gang refused for capacity twice in a zone within this long goes on-demand: each refusal releases the nodes it had
+# launched (they cannot train apart), so a gang, unlike one node, does not try a zone again at every look.
+GANG_REFUSED_AGAIN = timedelta(minutes=30)
+
 
 def with_attempt(job: Job, attempt: Attempt) -> Job:
     """``job`` with ``attempt`` (by number) as given."""
@@ -179,7 +183,7 @@ def _placed_again(job: Job, attempt: Attempt, message: LaunchFailed, now: dateti
     zone = message.zone or attempt.zone or ""
     ended = end_all(job, now, Failure.of("capacity", error=message.reason).english)
     moved = refused(ended, zone, now) if zone else ended
-    again = not zone or zone in lost_zones(job, now, job.refused_zones)
+    again = not zone or zone in lost_zones(job, now, job.refused_zones, GANG_REFUSED_AGAIN)
     history = {
         "event": "launch-failed",
         "capacity": True,

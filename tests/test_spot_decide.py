@@ -243,6 +243,15 @@ def test_a_refused_return_to_spot_costs_nothing_the_job_trains_on_and_the_zone_c
     again = decide(kept.job, PolicyTick(job_id=job.id, tick=kept.job.tick, due=NOW), NOW, spot=VIEW)
     assert again.job.standby is not None and (again.job.standby.number, again.job.standby.zone) == (3, "zone-b")
     assert effect(again, "launch")["attempt"] == 3
+    # zone-b refused too: no zone is tried again before the policy's next look (its period), and at it, zone-a is.
+    both = decide(again.job, refused.model_copy(update={"attempt": 3, "zone": "zone-b"}), NOW, spot=VIEW)
+    assert both.job.standby is None and set(both.job.refused_zones) == {"zone-a", "zone-b"}
+    four = NOW + timedelta(minutes=4)
+    soon = decide(both.job, PolicyTick(job_id=job.id, tick=both.job.tick, due=four), four, spot=VIEW)
+    assert soon.job.standby is None and "launch" not in effect_types(soon)
+    later = NOW + VIEW.period
+    look = decide(soon.job, PolicyTick(job_id=job.id, tick=soon.job.tick, due=later), later, spot=VIEW)
+    assert look.job.standby is not None and (look.job.standby.number, look.job.standby.zone) == (4, "zone-a")
 
 
 def test_a_person_who_stops_during_a_switch_gets_the_stop_and_the_instance_launched_ahead_goes() -> None:

@@ -29,8 +29,8 @@ code that is measured. Beyond what the bot gives, each zone's age (ticks since i
 
 By default the policy is told every zone's availability at every tick, which the bot never is. With ``live`` it
 is told only what the bot knows (:func:`handlers.spot.situation.live_situation`): the zone of its spot instance
-has spot while it lasts; a zone where spot was refused or reclaimed has none for the cool-down
-(:data:`~handlers.spot.situation.LOST_ZONE_COOLDOWN`); of every other zone, nothing (its recent share of spot
+has spot while it lasts; a zone where spot was refused or reclaimed has none for the cool-down (one tick, the
+policy's period, as :func:`~handlers.spot.situation.lost_zones`); of every other zone, nothing (its recent share of spot
 stands in for the placement score, and no zone has an age). A spot choice in a zone without spot is refused at
 no cost, as a launch is: the zone counts as without spot for the cool-down and the policy is asked again at the
 same tick (``capacity``). A job on on-demand that goes for spot keeps training there when the launch is refused,
@@ -42,7 +42,6 @@ boot, while the old instance trains on) is not counted, so the figures err on th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -50,7 +49,6 @@ from fractions import Fraction
 from handlers.jobs import Market
 from handlers.spot.gang import GangHold, wait_or_move
 from handlers.spot.rules import NOTHING, Choice, Event, Holding, Situation, SpotPolicy, ZoneView
-from handlers.spot.situation import LOST_ZONE_COOLDOWN
 
 # How far back a zone's availability share looks (the policy's "recent availability"), in hours.
 AVAILABILITY_WINDOW_HOURS = 24
@@ -161,7 +159,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     end = run.end
     hold_since: int | None = None  # the tick a gang's hold began (replace-one), None while it is whole
     survivors = 0
-    cooldown = math.ceil(LOST_ZONE_COOLDOWN.total_seconds() / gap)
+    cooldown = 1  # a zone refused or reclaimed is without spot until the policy's next look (situation.lost_zones)
     lost_until = [run.start] * len(run.zones)  # live: the tick from which a refused or reclaimed zone is unknown again
     while progress < run.work:
         available = [t < len(zone.counts) and zone.counts[t] >= run.nodes for zone in run.zones]

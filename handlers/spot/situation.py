@@ -29,8 +29,11 @@ from handlers.spot.zones import weigh_availability
 
 # Until the job has measured its own start-up: boot, runner install, checkpoint restore.
 DEFAULT_RESTART = timedelta(minutes=6)
-# A zone the job was just reclaimed in (or refused for capacity) counts as without spot for this long.
-LOST_ZONE_COOLDOWN = timedelta(minutes=30)
+# A zone the job was just reclaimed in (or refused for capacity) counts as without spot until the policy's next look
+# (one period): trying it again then costs nothing, since a refused launch holds nothing and a job on on-demand
+# launches spot ahead of its switch (handlers/decide.py), and each zone is tried at most once a period, never in a
+# loop. A longer cool-down only kept jobs off spot that had come back: on the traces, 30 minutes cost deadline-aware
+# 0.03-0.06 of the optimum at every restart (README, The spot policy).
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +73,7 @@ def live_situation(
     per_step = cost.seconds_per_step
     done = job.step or 0
     restart = _measured_restart(job) or known_restart or DEFAULT_RESTART.total_seconds()
-    lost = lost_zones(job, now, refused or {})
+    lost = lost_zones(job, now, refused or {}, period)
     views = tuple(ZoneView(zone, False if zone in lost else None, (scores or {}).get(zone)) for zone in zones)
     return Situation(
         event=event,
@@ -123,16 +126,17 @@ def _measured_restart(job: Job) -> float | None:
     return None
 
 
-def lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime]) -> set[str]:
-    """Zones where the job's spot instance was reclaimed, or a launch refused for capacity, within the cool-down."""
-    lost = {zone for zone, at in refused.items() if now - at < LOST_ZONE_COOLDOWN}
+def lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime], cooldown: timedelta) -> set[str]:
+    """Zones where the job's spot instance was reclaimed, or a launch refused for capacity, within the cool-down
+    (the policy's period)."""
+    lost = {zone for zone, at in refused.items() if now - at < cooldown}
     for attempt in job.attempts:
         reason = attempt.end_reason or ""
         # A spot instance the cloud took (a notice, or gone without one); not one the bot stopped (a person's stop,
         # the policy's switch of market: the runner's notice kind is "stop"), nor an on-demand one.
         taken = reason.startswith(("interrupted", "instance gone")) and reason != "interrupted: stop"
         reclaimed = taken and attempt.market == "spot"
-        if attempt.zone and attempt.ended_at and reclaimed and now - attempt.ended_at < LOST_ZONE_COOLDOWN:
+        if attempt.zone and attempt.ended_at and reclaimed and now - attempt.ended_at < cooldown:
             lost.add(attempt.zone)
     return lost
 
@@ -242,7 +246,7 @@ def _unmeasured(job: Job, name: str, view: SpotView, scores: Mapping[str, float]
     set); else wait for the next tick."""
     if name == "on-demand":
         return Choice("on-demand", None, POLICY_WORDING("spot-policy.on-demand.only"))
-    lost = lost_zones(job, now, job.refused_zones)  # refused for capacity, or reclaimed, within the cool-down
+    lost = lost_zones(job, now, job.refused_zones, view.period)  # refused or reclaimed within the cool-down
     views = [ZoneView(zone, False if zone in lost else None, scores.get(zone)) for zone in view.zones]
     zone = best_zone(views)
     if zone is not None:
