@@ -967,6 +967,8 @@ def _ahead_report(job: Job, standby: Attempt, report: RunnerReport, now: datetim
     fields: dict[str, Any] = {"attempt": standby.number, "ahead": True}
     if isinstance(report, Standby) and report.cause == "handover":
         current = job.current
+        if job.state is JobState.INTERRUPTED:  # the current attempt is being taken: its end hands over
+            return _ignored(job, "report:standby", "the current attempt is interrupted: it hands over as it ends")
         if job.switch_to is not None or current is None or current.instance_id is None:
             return _ignored(job, "report:standby", "the switch is under way already", **fields)
         breaking = job.model_copy(update={"switch_to": standby.market, "switch_zone": standby.zone})

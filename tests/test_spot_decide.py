@@ -431,6 +431,8 @@ def test_an_instance_launched_ahead_takes_over_when_the_current_one_is_lost_befo
     warned = decide(moving, notice, NOW, spot=ONE_ZONE)
     assert warned is not None and warned.job.state is JobState.INTERRUPTED and warned.job.standby == ahead
     assert "terminate" not in effect_types(warned)
+    up_now = decide(warned.job, stood_by(warned.job), NOW, spot=ONE_ZONE)  # no stop for a runner being taken
+    assert up_now.job.state is JobState.INTERRUPTED and dumped(up_now) == [] and up_now.history["event"] == "ignored"
     taken = decide(warned.job, interrupted(warned.job), NOW, spot=ONE_ZONE)
     assert taken.job.state is JobState.RECOVERING and "launch" not in effect_types(taken)
     assert effect(taken, "hand-over")["attempt"] == 2 and taken.job.current is not None
