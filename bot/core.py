@@ -30,7 +30,7 @@ from bot.chat import catalog
 from bot.chat.catalog import Lang, say
 from bot.chat.costs_text import costs_text
 from bot.chat.render import card_text, recipes_text
-from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability
+from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability, launches_ahead
 from bot.costs import read_costs
 from bot.keys import Keys
 from bot.log_limit import LimitedLog
@@ -460,6 +460,7 @@ class Bot:
             period=timedelta(seconds=self.policy.spot.tick_seconds),
             scores=scores,
             restart_s=await self.store.restart_estimate(recipe.name, types),
+            launches_ahead=launches_ahead(self.cloud),
         )
         self._views[recipe.name] = (time.monotonic(), view)
         return view

@@ -880,7 +880,7 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
         return _make(launching, history, [tick, *launch, card])
     if target is None or target == current.market or current.instance_id is None or job.standby is not None:
         return _make(planned, history, [tick, card])  # (a switch launched ahead is under way: its outcome decides)
-    if job.nodes == 1:  # make-before-break: the other market's instance first, this one trains on meanwhile
+    if job.nodes == 1 and spot.launches_ahead:  # make-before-break: the other market's instance first
         ahead = _launch_ahead(planned, target, choice.zone or None, now)
         # The thread hears why once the new instance is up and the move begins (a refusal changes nothing).
         return _make(ahead.job, {**history, "switch": target, **ahead.history}, [tick, *ahead.outbox, card])

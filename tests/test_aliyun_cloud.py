@@ -22,7 +22,7 @@ import bot.cloud.base as cloud_base
 from bot.cloud.aliyun import AliyunCloud
 from bot.cloud.aliyun_instances import AliyunError
 from bot.cloud.aliyun_settings import AliyunSettings
-from bot.cloud.base import ForeignInstance, GangPlacement, Instance, LaunchError
+from bot.cloud.base import ForeignInstance, GangPlacement, Instance, LaunchError, launches_ahead
 from handlers.messages import Launch
 from handlers.report_keys import ReportKeys
 from handlers.spec import Gang, JobSpec, RegroupControl, control_key, node_control_key, parse_spec
@@ -517,6 +517,8 @@ async def test_scaling_group_launch_sets_desired_one_and_completion_sets_zero(
     await cloud.terminate(instance.instance_id, "ft-abc1")
     assert group.desired == 0
     assert fake.live() == []  # released, and not replaced
+    # A group holds one instance of a job: a switch of market stops first here; instances mode launches ahead.
+    assert not launches_ahead(cloud) and launches_ahead(make_cloud())
 
 
 async def test_a_scaling_group_relaunch_replaces_what_ess_started_from_the_old_attempt(

@@ -29,7 +29,7 @@ from bot.cloud.aws import AwsCloud
 from bot.cloud.aws_autoscaling import group_distribution
 from bot.cloud.aws_clients import AwsError
 from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.base import CloudError, ForeignInstance, LaunchError
+from bot.cloud.base import CloudError, ForeignInstance, LaunchError, launches_ahead
 from bot.effects import CloudEffects
 from bot.errors import ConfigError
 from bot.keys import Keys
@@ -558,6 +558,8 @@ async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[Aw
     assert distribution["SpotAllocationStrategy"] == "price-capacity-optimized"
     assert {t["Key"]: (t["Value"], t["PropagateAtLaunch"]) for t in group["Tags"]}["finetune:job"] == ("ft-abc1", True)
     assert [i["InstanceId"] for i in group["Instances"]] == [first.instance_id]
+    # One group per job holds one instance: a switch of market stops first here; instance mode launches ahead.
+    assert not launches_ahead(cloud) and launches_ahead(AwsCloud(world.settings(), report_keys=keys))
     # moto launches group instances as on-demand (no spot marking); the market is what the group asks for.
     assert first.market == "spot"
     tags = {tag["Key"]: tag["Value"] for tag in world.instance(first.instance_id)["Tags"]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +18,8 @@ from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, PolicyTick, ReportReceived, StartDeadline
 from handlers.reports import Completed, Interrupted, Standby, Started
 from handlers.spot import SpotView, choose, estimated_availability, managed
+from handlers.spot.rules import Situation
+from handlers.spot.situation import live_situation
 from tests.outboxes import dumped
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -225,6 +228,39 @@ def test_on_demand_with_slack_goes_back_to_spot_launching_ahead_and_handing_over
     running = decide(saved.job, ReportReceived(report=started), NOW + timedelta(minutes=2), spot=ONE_ZONE)
     assert running.job.state is JobState.RUNNING and running.job.steps_lost == 0
     assert running.history["downtime"] == 120.0  # from the on-demand attempt's checkpoint (its report at NOW)
+
+
+def test_where_the_cloud_cannot_launch_ahead_on_demand_goes_back_to_spot_through_a_checkpoint_first() -> None:
+    # A group mode (one Auto Scaling or ESS group per job) would end the current instance to start the next.
+    groups = replace(ONE_ZONE, launches_ahead=False)
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=groups)
+    assert switch.job.state is JobState.STOPPING and switch.job.switch_to == "spot" and switch.job.standby is None
+    assert effect(switch, "stop-runner")["instance_id"] == "i-1" and "launch" not in effect_types(switch)
+    said = [item for item in dumped(switch) if note_type(item) == "spot-policy"]
+    assert [item["note"]["reason"] for item in said] == ["spot-policy.spot.back"]
+    saved = decide(switch.job, interrupted(switch.job), NOW, spot=groups)
+    assert saved.job.state is JobState.RECOVERING and saved.job.switch_to is None
+    launch = effect(saved, "launch")
+    assert (launch["market"], launch["zone"], launch["attempt"]) == ("spot", "zone-a", 2)
+    # And the policy bets on the zone as a gang does: a refusal there would cost a new on-demand start-up.
+    grouped, ahead = live_situation_of(job, groups), live_situation_of(job, ONE_ZONE)
+    assert grouped is not None and ahead is not None and not grouped.switch_ahead and ahead.switch_ahead
+
+
+def live_situation_of(job: Job, view: SpotView) -> Situation | None:
+    return live_situation(
+        job,
+        NOW,
+        "tick",
+        deadline=job.deadline,
+        budget=None,
+        zones=view.zones,
+        spot_price=0.3,
+        on_demand_price=1.0,
+        period=view.period,
+        launches_ahead=view.launches_ahead,
+    )
 
 
 def effect_due(change: Change, type_: str) -> datetime:

@@ -384,6 +384,12 @@ class AliyunCloud:
         key = f"{self.settings.prefix}{job_id}/{node_control_key(attempt, generation, node_rank)}"
         await self._write_control(job_id, attempt, control, key)
 
+    @property
+    def launches_ahead(self) -> bool:
+        """Instances mode starts a job's next instance beside its current one; a scaling group holds one per job (its
+        configuration is rewritten for the next attempt): there a switch stops first."""
+        return self.settings.mode != "scaling-group"
+
     async def hand_over(self, job_id: str, attempt: int) -> None:
         """Go, to the runner of ``attempt`` launched ahead of a switch of market (its control object on OSS)."""
         await self._write_control(job_id, attempt, GoControl())

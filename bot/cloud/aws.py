@@ -281,6 +281,12 @@ class AwsCloud:
             failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
             raise failed(f"could not write the regroup of {job_id} attempt {attempt}: {exc}") from exc
 
+    @property
+    def launches_ahead(self) -> bool:
+        """Instance mode starts a job's next instance beside its current one; Auto Scaling mode's group per job holds
+        one, and a launch sets it to 0 first (the current instance would go): there a switch stops first."""
+        return self.settings.mode != "autoscaling"
+
     async def hand_over(self, job_id: str, attempt: int) -> None:
         """Go, to the runner of ``attempt`` launched ahead of a switch of market: ``<prefix><job>/control/
         attempt-<n>.json``, where it waits (under the bot role's grant for ``jobs/*/control/*``)."""

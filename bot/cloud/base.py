@@ -152,6 +152,13 @@ class HandsOver(Protocol):
         ...
 
 
+def launches_ahead(cloud: object) -> bool:
+    """Whether a one-node job on ``cloud`` switches market make-before-break: the cloud tells a runner to go
+    (:class:`HandsOver`) and can start a job's next instance beside its current one (``launches_ahead``: not in a
+    group mode, whose one group per job would end the current instance to start the next)."""
+    return isinstance(cloud, HandsOver) and bool(getattr(cloud, "launches_ahead", False))
+
+
 @runtime_checkable
 class RegroupsGangs(Protocol):
     """A cloud that tells a gang node standing by its place in the next world (:mod:`handlers.gang`): the regroup

@@ -124,6 +124,8 @@ class LocalCloud:
         local cloud's own; an object store is written by the AWS and Alibaba providers)."""
         self._write_control(job_id, node_control_key(attempt, generation, node_rank), control)
 
+    launches_ahead = True  # an instance is a process: a job's next one starts beside its current one
+
     async def hand_over(self, job_id: str, attempt: int) -> None:
         """Go, to the runner of ``attempt`` launched ahead of a switch of market (its control object)."""
         self._write_control(job_id, control_key(attempt), GoControl())

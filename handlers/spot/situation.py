@@ -59,13 +59,15 @@ def live_situation(
     period: timedelta,
     checkpoint_steps: int | None = None,
     known_restart: float | None = None,
+    launches_ahead: bool = True,
 ) -> Situation | None:
     """The job's situation now, or None while nothing is measured (no total steps or no step time yet).
 
     ``scores``: the zones' recent spot availability (0..1: a placement score / 10, a share of successful
     launches); ``refused``: when a launch in a zone last failed for capacity; ``checkpoint_steps``: the
     recipe's checkpoint interval in steps (the work a notice-less loss takes); ``known_restart``: the restart
-    overhead measured by earlier jobs of the recipe on its instance type (the job's own comes first).
+    overhead measured by earlier jobs of the recipe on its instance type (the job's own comes first);
+    ``launches_ahead``: the cloud can launch a job's next instance while its current one runs (not a group mode).
     """
     cost = job_cost(job, now)
     if not job.total_steps or cost.seconds_per_step is None:
@@ -90,7 +92,7 @@ def live_situation(
         on_demand_price=on_demand_price,
         spent=cost.paid,
         budget=budget,
-        switch_ahead=job.nodes == 1,  # handlers/decide.py launches one node's next instance ahead of a switch
+        switch_ahead=job.nodes == 1 and launches_ahead,  # handlers/decide.py: one node's next instance goes first
     )
 
 
@@ -163,6 +165,10 @@ class SpotView:
     checkpoint_steps: int | None = None
     scores: dict[str, float] = field(default_factory=dict)
     restart_s: float | None = None  # measured by earlier jobs of the recipe on its instance type
+    # The cloud can launch a job's next instance while its current one runs, so a one-node job switches market
+    # make-before-break; not in a group mode (AWS Auto Scaling, Alibaba scaling groups), whose one group per job
+    # holds one instance and would end the current one to start the next.
+    launches_ahead: bool = True
 
 
 # How far back the job's own launches count for the estimate of a zone's availability.
@@ -226,6 +232,7 @@ def choose(job: Job, view: SpotView, now: datetime, event: Event) -> tuple[Choic
         period=view.period,
         checkpoint_steps=view.checkpoint_steps,
         known_restart=view.restart_s,
+        launches_ahead=view.launches_ahead,
     )
     current = job.current
     if name == SPOT_FIRST and event == "interrupted" and current is not None and current.market == "on-demand":
