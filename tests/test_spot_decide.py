@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.chat.catalog import text
-from bot.chat.render import card
+from bot.chat.render import card, card_text
 from bot.settings import ConfigError, load_settings, parse_file_config
 from fakes.notes import note_type
 from handlers.decide import decide, new_job, resume_command, stop_command
@@ -473,3 +473,15 @@ def test_an_instance_launched_ahead_takes_over_when_the_current_one_is_lost_befo
     assert taken.job.state is JobState.RECOVERING and "launch" not in effect_types(taken)
     assert effect(taken, "hand-over")["attempt"] == 2 and taken.job.current is not None
     assert taken.job.current.market == "on-demand" and taken.job.checkpoint is not None
+
+
+def test_the_card_shows_the_instance_launched_ahead_while_the_switch_waits_for_it() -> None:
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    tick = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=ONE_ZONE)
+    assert "Next instance: zone-a (spot), launched ahead" in card_text(tick.job, NOW)
+    up = launched_ahead(job)
+    english, chinese = card_text(up.job, NOW), card_text(up.job, NOW, "zh-CN")
+    assert "Next instance: i-2 · zone-a (spot), launched ahead: the job moves there once it is up" in english
+    assert "Instance: i-1 · zone-a (on-demand, attempt 1)" in english
+    assert "下一实例" in chinese and "i-2" in chinese
+    assert "Next instance" not in card_text(job, NOW)

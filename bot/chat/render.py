@@ -89,6 +89,12 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
         fields.append((text(lang, "label.instance"), instance))
         if current.price_per_hour is not None:
             fields.append((text(lang, "label.price"), text(lang, "card.price", price=current.price_per_hour)))
+    if job.standby is not None:  # a switch of market launched ahead: the job moves once it is up
+        ahead = job.standby
+        where = " · ".join(part for part in (ahead.instance_id, ahead.instance_type, ahead.zone) if part)
+        market = text(lang, f"market.{ahead.market}")
+        standby = text(lang, "card.standby", where=where or text(lang, "card.launching"), market=market)
+        fields.append((text(lang, "label.standby"), standby))
     if job.step is not None:
         progress = f"{job.step}/{job.total_steps}" if job.total_steps else str(job.step)
         if job.total_steps:
