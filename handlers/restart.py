@@ -21,12 +21,13 @@ NEW_WEIGHT = 0.3
 
 
 def attempt_restart_s(attempt: Attempt) -> float | None:
-    """Launch to first step of ``attempt`` in seconds; None until its first step is known. An attempt launched ahead
-    of a switch of market counts from its hand-over: until then the job trained on the other market."""
-    if attempt.first_step_at is None:
+    """Launch to first step of ``attempt`` in seconds; None until its first step is known, and for an attempt launched
+    ahead of a switch of market. Its boot overlapped the previous attempt's training, so counted from its launch it
+    would take in the wait, and from its hand-over it would make every restart look cheaper than the relaunch after
+    an interruption, which boots in full: the deadline's fallback would be planned too short."""
+    if attempt.first_step_at is None or attempt.handed_over_at is not None:
         return None
-    since = attempt.handed_over_at or attempt.launched_at
-    return max((attempt.first_step_at - since).total_seconds(), 0.0)
+    return max((attempt.first_step_at - attempt.launched_at).total_seconds(), 0.0)
 
 
 def job_restart_s(attempts: list[Attempt]) -> float | None:

@@ -25,6 +25,11 @@ def test_an_attempt_costs_launch_to_first_step_and_a_job_the_median_of_its_attem
     # One slow boot among three does not move the median.
     assert job_restart_s([attempt(1, 5), attempt(2, 40), attempt(3, 6), attempt(4, None)]) == 6 * 60
     assert job_restart_s([attempt(1, None)]) is None
+    # One launched ahead of a switch of market booted while the job trained on: no restart's measure (a relaunch
+    # after an interruption boots in full), neither from its launch nor from its hand-over.
+    ahead = attempt(3, 20).model_copy(update={"handed_over_at": NOW + timedelta(hours=3, minutes=17)})
+    assert attempt_restart_s(ahead) is None
+    assert job_restart_s([attempt(1, 5), attempt(2, 7), ahead]) == 6 * 60
     # The cross-job estimate follows new measurements, weighted.
     assert blend(None, 300.0) == 300.0
     assert blend(300.0, 600.0) == 300.0 * 0.7 + 600.0 * 0.3
