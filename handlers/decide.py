@@ -878,6 +878,9 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
         launching = planned.model_copy(update={"attempts": [*planned.attempts[:-1], attempt]})
         launch = _launch_now(launching, attempt.number, target, now, choice.zone)
         return _make(launching, history, [tick, *launch, card])
+    if job.standby is not None and job.switch_to is None and target != job.standby.market:
+        # The policy no longer wants the move its launch ahead was for (the deadline came closer while it booted).
+        return _give_up_standby(planned, now, history, [tick, card])
     if target is None or target == current.market or current.instance_id is None or job.standby is not None:
         return _make(planned, history, [tick, card])  # (a switch launched ahead is under way: its outcome decides)
     if job.nodes == 1 and spot.launches_ahead:  # make-before-break: the other market's instance first
@@ -985,13 +988,13 @@ def _ahead_report(job: Job, standby: Attempt, report: RunnerReport, now: datetim
     return _ignored(job, f"report:{report.type}", f"from attempt {standby.number}, which waits for its hand-over")
 
 
-def _give_up_standby(job: Job, now: datetime, history: dict[str, Any]) -> Change:
+def _give_up_standby(job: Job, now: datetime, history: dict[str, Any], outbox: Sequence[Message] = ()) -> Change:
     """The attempt launched ahead will not take over: its instance (if any) is released and the job goes on as it
     was (a switch already under way relaunches on the other market as it always did)."""
     standby = job.standby
     released = [Terminate(job_id=job.id, instance_id=standby.instance_id)] if standby and standby.instance_id else []
     kept = job.model_copy(update={"standby": None, "updated_at": now})
-    return _make(kept, {**history, "standby_released": standby.number if standby else None}, released)
+    return _make(kept, {**history, "standby_released": standby.number if standby else None}, [*outbox, *released])
 
 
 def _hand_over(

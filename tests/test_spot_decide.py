@@ -485,3 +485,16 @@ def test_the_card_shows_the_instance_launched_ahead_while_the_switch_waits_for_i
     assert "Instance: i-1 · zone-a (on-demand, attempt 1)" in english
     assert "下一实例" in chinese and "i-2" in chinese
     assert "Next instance" not in card_text(job, NOW)
+
+
+def test_a_launch_ahead_the_policy_no_longer_wants_is_given_up_at_its_next_look() -> None:
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
+    # While the spot instance booted, the deadline came close (a person moved it): on-demand to the end now.
+    pressed = up.job.model_copy(update={"deadline": NOW + timedelta(minutes=55)})
+    tick = decide(pressed, PolicyTick(job_id=job.id, tick=pressed.tick, due=NOW), NOW, spot=ONE_ZONE)
+    assert tick.job.standby is None and tick.job.state is JobState.RUNNING and tick.history["policy"] == "on-demand"
+    assert effect(tick, "terminate")["instance_id"] == "i-2" and "stop-runner" not in effect_types(tick)
+    # Still wanted: the look changes nothing.
+    again = decide(up.job, PolicyTick(job_id=job.id, tick=up.job.tick, due=NOW), NOW, spot=ONE_ZONE)
+    assert again.job.standby == up.job.standby and "terminate" not in effect_types(again)
