@@ -888,9 +888,10 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
         # The thread hears why once the new instance is up and the move begins (a refusal changes nothing).
         return _make(ahead.job, {**history, "switch": target, **ahead.history}, [tick, *ahead.outbox, card])
     switching = planned.model_copy(update={"switch_to": target, "switch_zone": choice.zone or None})
+    runners = gang.stop_runners(job) if job.nodes > 1 else [StopRunner(job_id=job.id, instance_id=current.instance_id)]
     outbox: list[Message] = [
         tick,
-        StopRunner(job_id=job.id, instance_id=current.instance_id),
+        *runners,  # a gang's every node: they stop at one step and each commits its part
         StopDeadline(job_id=job.id, attempt=job.attempt, due=now + limits.stop_timeout),
         _policy_note(switching, choice),
         card,

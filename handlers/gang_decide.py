@@ -489,7 +489,8 @@ def _node_lost(
 
 
 def _stopping_node_ended(job: Job, attempt: Attempt, now: datetime, told: Interrupted | None) -> Change:
-    """A node of a gang being stopped has saved and ended; the last one ends the job STOPPED."""
+    """A node of a gang being stopped has saved and ended; the last one ends the job STOPPED, or, where the spot
+    policy stopped it to switch market, relaunches the gang on the other market from that checkpoint."""
     ended = with_attempt(job, attempt.model_copy(update={"ended_at": now, "end_reason": "stopped"}))
     checkpoint = _newer_checkpoint(job, told)
     if checkpoint is not None:
@@ -498,6 +499,8 @@ def _stopping_node_ended(job: Job, attempt: Attempt, now: datetime, told: Interr
     history = {"event": "node-stopped", "attempt": attempt.number, "step": told.step if told else None}
     if live(ended):
         return d._make(ended.model_copy(update={"updated_at": now}), history, release)
+    if job.switch_to is not None:
+        return d._switched(job, ended, now, history, release)
     kept = ended.checkpoint.step if ended.checkpoint is not None else None
     outbox = [*release, ReleaseGang(job_id=job.id), d._note(ended, "thread", Stopped(step=kept))]
     return d._change(ended, JobState.STOPPED, now, {**history, "kept_step": kept}, outbox)

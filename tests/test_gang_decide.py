@@ -20,13 +20,16 @@ from handlers.messages import (
     LaunchFailed,
     Message,
     Notify,
+    PolicyTick,
     Regroup,
     ReleaseGang,
     ReportReceived,
+    StopRunner,
     Terminate,
 )
 from handlers.reconcile import CloudInstance, reconcile
 from handlers.reports import CheckpointSaved, Completed, Interrupted, Progress, Standby, Started
+from handlers.spot import SpotView
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 
@@ -235,3 +238,35 @@ def test_node_0s_checkpoint_told_after_its_completion_is_the_jobs_and_an_older_w
     moved = done.model_copy(update={"generation": 2})
     fenced, _ = step(moved, saved)
     assert fenced.checkpoint is None
+
+
+def test_the_policys_switch_of_market_stops_every_node_and_relaunches_the_gang_from_their_checkpoint() -> None:
+    # Before: the tick stopped only the last node, and once every node had stopped the gang ended STOPPED.
+    job = running_gang()
+    attempts = [
+        a.model_copy(update={"market": "on-demand", "launched_at": NOW - timedelta(minutes=50)}) for a in job.attempts
+    ]
+    attempts = [a.model_copy(update={"started_at": NOW - timedelta(minutes=49)}) for a in attempts]
+    job = job.model_copy(
+        update={
+            "attempts": attempts,
+            "spot_policy": "deadline-aware",
+            "deadline": NOW + timedelta(hours=10),
+            "step": 100,
+            "total_steps": 200,
+            "tick": 1,
+        }
+    )
+    view = SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
+    switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=view)
+    assert switch is not None and switch.job.state is JobState.STOPPING and switch.job.switch_to == "spot"
+    assert sorted(m.instance_id for m in of(switch.outbox, StopRunner)) == ["i-0", "i-1"]
+    stopped = report(job, 2, Interrupted, node_rank=1, generation=1, reason="stop", step=100, uri="f:/100/")
+    one = decide(switch.job, stopped, NOW, spot=view)
+    assert one is not None and one.job.state is JobState.STOPPING and not of(one.outbox, Launch)
+    last = report(job, 1, Interrupted, node_rank=0, generation=1, reason="stop", step=100, uri="f:/100/")
+    both = decide(one.job, last, NOW, spot=view)
+    assert both is not None and both.job.state is JobState.RECOVERING and both.job.switch_to is None
+    [launch] = of(both.outbox, Launch)
+    assert (launch.market, launch.attempt) == ("spot", 3) and both.job.checkpoint is not None
+    assert both.job.checkpoint.step == 100
