@@ -756,8 +756,12 @@ def _failure(
     release: list[Message] = [*_releases(job)]
     if job.nodes > 1 and state in TERMINAL_STATES:  # a gang that ends gives up its placement group too
         release.append(ReleaseGang(job_id=job.id))
-    ended = _end_attempt(job, now, english(reason)).model_copy(update={"failure": reason})
     history = {"event": trigger, "reason": english(reason), **detail}
+    if state is JobState.STOPPED and job.switch_to is not None and job.nodes == 1:
+        # The runner failed while the policy's switch was stopping it: the job goes on, on the other market, from
+        # what was committed (an attempt there that fails too is paged as any other).
+        return _switched(job, _end_attempt(job, now, english(reason)), now, history, release)
+    ended = _end_attempt(job, now, english(reason)).model_copy(update={"failure": reason})
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
         market = job.current.market if job.current else "spot"
         moved = ended.model_copy(update={"state": state})

@@ -16,7 +16,7 @@ from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.failures import Failure
 from handlers.jobs import Attempt, Change, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, PolicyTick, ReportReceived, StartDeadline
-from handlers.reports import Completed, Interrupted, Standby, Started
+from handlers.reports import Completed, Failed, Interrupted, Standby, Started
 from handlers.spot import SpotView, choose, estimated_availability, managed
 from handlers.spot.rules import Situation
 from handlers.spot.situation import live_situation
@@ -498,3 +498,21 @@ def test_a_launch_ahead_the_policy_no_longer_wants_is_given_up_at_its_next_look(
     # Still wanted: the look changes nothing.
     again = decide(up.job, PolicyTick(job_id=job.id, tick=up.job.tick, due=NOW), NOW, spot=ONE_ZONE)
     assert again.job.standby == up.job.standby and "terminate" not in effect_types(again)
+
+
+def test_a_runner_that_fails_while_the_switch_stops_it_leaves_the_job_going_on_the_other_market() -> None:
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
+    ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)
+    crashed = Failed(job_id=job.id, attempt=1, reason="the trainer crashed", exit_code=1, time=NOW)
+    handed = decide(ready.job, ReportReceived(report=crashed), NOW, spot=ONE_ZONE)
+    assert handed.job.state is JobState.RECOVERING and handed.job.failure is None
+    assert effect(handed, "hand-over")["attempt"] == 2 and effect(handed, "terminate")["instance_id"] == "i-1"
+    # Where the cloud cannot launch ahead: the relaunch on spot, as after the checkpoint.
+    groups = replace(ONE_ZONE, launches_ahead=False)
+    switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=groups)
+    relaunched = decide(switch.job, ReportReceived(report=crashed), NOW, spot=groups)
+    assert relaunched.job.state is JobState.RECOVERING and effect(relaunched, "launch")["market"] == "spot"
+    # A person's stop that meets a failure still ends the job.
+    stopping = stop_command(job, "console:ana", NOW)
+    assert decide(stopping.job, ReportReceived(report=crashed), NOW, spot=ONE_ZONE).job.state is JobState.STOPPED
