@@ -961,8 +961,7 @@ def _ahead(job: Job, standby: Attempt, message: BusMessage, now: datetime, limit
         return _give_up_standby(job, now, {"event": "start-timeout", **fields})
     if isinstance(message, ReportReceived) and message.report.attempt == standby.number:
         return _ahead_report(job, standby, message.report, now, limits)
-    ours = isinstance(message, CloudEvent) and message.instance_id == standby.instance_id
-    if isinstance(message, CloudEvent) and ours and standby.instance_id is not None:
+    if isinstance(message, CloudEvent) and message.instance_id == standby.instance_id:
         if message.kind == "rebalance":
             return _ignored(job, "cloud:rebalance", f"attempt {standby.number} only waits for its hand-over")
         return _give_up_standby(job, now, {"event": f"cloud:{message.kind}", **fields, "instance": message.instance_id})
@@ -996,10 +995,16 @@ def _ahead_report(job: Job, standby: Attempt, report: RunnerReport, now: datetim
 def _give_up_standby(job: Job, now: datetime, history: dict[str, Any], outbox: Sequence[Message] = ()) -> Change:
     """The attempt launched ahead will not take over: its instance (if any) is released and the job goes on as it
     was (a switch already under way relaunches on the other market as it always did)."""
+    released = _without_standby(job.model_copy(update={"updated_at": now}))
+    return Change(released.job, {**history, **released.history}, [*outbox, *released.outbox])
+
+
+def _without_standby(job: Job) -> Change:
+    """``job`` without its standby: its instance, if it has one, released (the history says which attempt)."""
     standby = job.standby
     released = [Terminate(job_id=job.id, instance_id=standby.instance_id)] if standby and standby.instance_id else []
-    kept = job.model_copy(update={"standby": None, "updated_at": now})
-    return _make(kept, {**history, "standby_released": standby.number if standby else None}, [*outbox, *released])
+    history = {"standby_released": standby.number} if standby else {}
+    return Change(job.model_copy(update={"standby": None}), history, list(released))
 
 
 def _hand_over(
@@ -1168,9 +1173,8 @@ def _change(job: Job, state: JobState, now: datetime, history: dict[str, Any], o
 
 def _make(job: Job, history: dict[str, Any], outbox: Sequence[Message]) -> Change:
     if job.standby is not None and not _keeps_standby(job):  # the switch it was launched for will not happen
-        released = [Terminate(job_id=job.id, instance_id=job.standby.instance_id)] if job.standby.instance_id else []
-        history = {**history, "standby_released": job.standby.number}
-        return Change(job.model_copy(update={"standby": None}), history, [*outbox, *released])
+        released = _without_standby(job)
+        return Change(released.job, {**history, **released.history}, [*outbox, *released.outbox])
     return Change(job, history, list(outbox))
 
 

@@ -296,20 +296,9 @@ class Runner:
                     regroup = None
                 if regroup is not None and regroup.gang.generation > self._gang.generation:
                     return await self._regroup(regroup.gang)
-                with contextlib.suppress(TimeoutError):
-                    poll = min(self.options.control_seconds, STANDBY_POLL_SECONDS)
-                    notice = await asyncio.wait_for(self.notices.get(), poll)
-                    self.reporter.emit(
-                        NoticeReport(**self.ids, kind=notice.kind, source=notice.source, deadline=notice.deadline)
-                    )
-                    if notice.interrupts:  # a stop, or this instance is being taken too: nothing left to commit
-                        self.reporter.emit(
-                            Interrupted(
-                                **self.ids, reason=notice.kind, step=step, deadline=notice.deadline, reached_step=own
-                            )
-                        )
-                        await self.reporter.drain(timeout=10.0)
-                        return EXIT_INTERRUPTED
+                ended = await self._standing_by(step, own)
+                if ended is not None:
+                    return ended
         finally:
             for task in background:
                 task.cancel()
@@ -330,16 +319,25 @@ class Runner:
                     return None
             except ControlUnreadable as exc:
                 log.warning("%s", exc)
-            with contextlib.suppress(TimeoutError):
-                poll = min(self.options.control_seconds, STANDBY_POLL_SECONDS)
-                notice = await asyncio.wait_for(self.notices.get(), poll)
-                self.reporter.emit(
-                    NoticeReport(**self.ids, kind=notice.kind, source=notice.source, deadline=notice.deadline)
-                )
-                if notice.interrupts:
-                    self.reporter.emit(Interrupted(**self.ids, reason=notice.kind, deadline=notice.deadline))
-                    await self.reporter.drain(timeout=10.0)
-                    return EXIT_INTERRUPTED
+            ended = await self._standing_by(None, None)
+            if ended is not None:
+                return ended
+
+    async def _standing_by(self, step: int | None, reached: int | None) -> int | None:
+        """One poll's wait of a runner standing by (a gang survivor, or one launched ahead): a notice that comes is
+        reported, and one that interrupts (a stop, or this instance being taken) ends it, as ``interrupted`` with
+        ``step`` committed and ``reached`` trained; there is nothing left to commit. None: wait on."""
+        with contextlib.suppress(TimeoutError):
+            poll = min(self.options.control_seconds, STANDBY_POLL_SECONDS)
+            notice = await asyncio.wait_for(self.notices.get(), poll)
+            kind, deadline = notice.kind, notice.deadline
+            self.reporter.emit(NoticeReport(**self.ids, kind=kind, source=notice.source, deadline=deadline))
+            if notice.interrupts:
+                said = Interrupted(**self.ids, reason=kind, step=step, deadline=deadline, reached_step=reached)
+                self.reporter.emit(said)
+                await self.reporter.drain(timeout=10.0)
+                return EXIT_INTERRUPTED
+        return None
 
     async def _regroup(self, gang: Gang) -> Regrouped:
         """Into the next generation: this node's new rank, its parts' new place, the newest complete checkpoint
