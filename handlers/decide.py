@@ -754,13 +754,14 @@ def _failure(
     if state is None:
         return _ignored(job, trigger, f"the job is {job.state}")
     release: list[Message] = [*_releases(job)]
+    history = {"event": trigger, "reason": english(reason), **detail}
+    if state is JobState.STOPPED and job.switch_to is not None:
+        # A runner failed while the policy's switch was stopping it: the job goes on, on the other market, from
+        # what was committed (an attempt there that fails too is paged as any other). A gang's every node goes
+        # with it (the failed node's part of the stop's checkpoint never comes, so the others' cannot count).
+        return _switched(job, _end_attempt(job, now, english(reason)), now, history, release)
     if job.nodes > 1 and state in TERMINAL_STATES:  # a gang that ends gives up its placement group too
         release.append(ReleaseGang(job_id=job.id))
-    history = {"event": trigger, "reason": english(reason), **detail}
-    if state is JobState.STOPPED and job.switch_to is not None and job.nodes == 1:
-        # The runner failed while the policy's switch was stopping it: the job goes on, on the other market, from
-        # what was committed (an attempt there that fails too is paged as any other).
-        return _switched(job, _end_attempt(job, now, english(reason)), now, history, release)
     ended = _end_attempt(job, now, english(reason)).model_copy(update={"failure": reason})
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
         market = job.current.market if job.current else "spot"

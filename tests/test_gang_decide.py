@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from handlers.cost import job_cost
-from handlers.decide import decide, new_job
+from handlers.decide import decide, new_job, stop_command
 from handlers.failures import Failure
 from handlers.gang import master_port, place_in
-from handlers.jobs import ChatRef, Job, JobState, Page
+from handlers.jobs import ChatRef, CheckpointRef, Job, JobState, Page
 from handlers.messages import (
     CloudEvent,
     GangHoldDue,
@@ -28,7 +28,7 @@ from handlers.messages import (
     Terminate,
 )
 from handlers.reconcile import CloudInstance, reconcile
-from handlers.reports import CheckpointSaved, Completed, Interrupted, Progress, Standby, Started
+from handlers.reports import CheckpointSaved, Completed, Failed, Interrupted, Progress, Standby, Started
 from handlers.spot import SpotView
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -240,8 +240,9 @@ def test_node_0s_checkpoint_told_after_its_completion_is_the_jobs_and_an_older_w
     assert fenced.checkpoint is None
 
 
-def test_the_policys_switch_of_market_stops_every_node_and_relaunches_the_gang_from_their_checkpoint() -> None:
-    # Before: the tick stopped only the last node, and once every node had stopped the gang ended STOPPED.
+def on_demand_gang_with_a_deadline() -> tuple[Job, SpotView]:
+    """A running two-node gang on on-demand, halfway, with a deadline far enough off that the policy goes back to
+    spot at its next look; the one zone it knows."""
     job = running_gang()
     attempts = [
         a.model_copy(update={"market": "on-demand", "launched_at": NOW - timedelta(minutes=50)}) for a in job.attempts
@@ -257,7 +258,12 @@ def test_the_policys_switch_of_market_stops_every_node_and_relaunches_the_gang_f
             "tick": 1,
         }
     )
-    view = SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
+    return job, SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
+
+
+def test_the_policys_switch_of_market_stops_every_node_and_relaunches_the_gang_from_their_checkpoint() -> None:
+    # Before: the tick stopped only the last node, and once every node had stopped the gang ended STOPPED.
+    job, view = on_demand_gang_with_a_deadline()
     switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=view)
     assert switch is not None and switch.job.state is JobState.STOPPING and switch.job.switch_to == "spot"
     assert sorted(m.instance_id for m in of(switch.outbox, StopRunner)) == ["i-0", "i-1"]
@@ -270,3 +276,23 @@ def test_the_policys_switch_of_market_stops_every_node_and_relaunches_the_gang_f
     [launch] = of(both.outbox, Launch)
     assert (launch.market, launch.attempt) == ("spot", 3) and both.job.checkpoint is not None
     assert both.job.checkpoint.step == 100
+
+
+def test_a_node_that_fails_while_the_switch_stops_the_gang_relaunches_it_on_the_other_market_not_stopped() -> None:
+    # Before: the failure ended the gang STOPPED (and gave up its placement group), so the move never happened.
+    job, view = on_demand_gang_with_a_deadline()
+    job = job.model_copy(update={"checkpoint": CheckpointRef(step=90, uri="f:/90/", at=NOW)})
+    switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=view)
+    assert switch is not None and switch.job.switch_to == "spot"
+    crashed = report(job, 2, Failed, reason="the trainer crashed", exit_code=1)
+    moved = decide(switch.job, crashed, NOW, spot=view)
+    assert moved is not None and moved.job.state is JobState.RECOVERING and moved.job.failure is None
+    assert sorted(m.instance_id for m in of(moved.outbox, Terminate)) == ["i-0", "i-1"]  # node 0's part is moot
+    assert not of(moved.outbox, ReleaseGang)  # the gang goes on
+    [launch] = of(moved.outbox, Launch)
+    assert (launch.market, launch.attempt) == ("spot", 3)
+    assert moved.job.checkpoint is not None and moved.job.checkpoint.step == 90  # restored from what was committed
+    # A person's stop that meets a failure still ends the gang, placement group and all.
+    stopping = stop_command(job, "console:ana", NOW)
+    ended = decide(stopping.job, crashed, NOW, spot=view)
+    assert ended is not None and ended.job.state is JobState.STOPPED and of(ended.outbox, ReleaseGang)
