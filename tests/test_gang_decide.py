@@ -296,3 +296,20 @@ def test_a_node_that_fails_while_the_switch_stops_the_gang_relaunches_it_on_the_
     stopping = stop_command(job, "console:ana", NOW)
     ended = decide(stopping.job, crashed, NOW, spot=view)
     assert ended is not None and ended.job.state is JobState.STOPPED and of(ended.outbox, ReleaseGang)
+
+
+def test_the_policy_prices_a_gang_at_every_node_so_its_budget_stops_it_in_time() -> None:
+    # Before: the policy priced the rest at one instance's price against what every node had spent, so a gang ran
+    # on past its budget (here: 0.6 spent, the rest 0.3 a node on spot: 1.2 in all, over 1.0; one node's 0.9 is not).
+    job = running_gang()
+    prices = {"price_per_hour": 0.3, "on_demand_price_per_hour": 1.0, "launched_at": NOW, "started_at": NOW}
+    attempts = [a.model_copy(update=prices) for a in job.attempts]
+    updates = {"attempts": attempts, "step": 100, "total_steps": 200, "spot_policy": "deadline-aware", "tick": 1}
+    job = job.model_copy(update={**updates, "budget": 1.0})
+    view = SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
+    later = NOW + timedelta(hours=1)
+    tick = decide(job, PolicyTick(job_id=job.id, tick=1, due=later), later, spot=view)
+    assert tick is not None and tick.job.state is JobState.STOPPING
+    assert sorted(m.instance_id for m in of(tick.outbox, StopRunner)) == ["i-0", "i-1"]
+    assert tick.job.plan is not None and tick.job.plan.reason == "spot-policy.stop.budget"
+    assert tick.job.plan.values["need"] == 1.2 and tick.job.plan.values["spent"] == 0.6

@@ -63,6 +63,8 @@ def live_situation(
 ) -> Situation | None:
     """The job's situation now, or None while nothing is measured (no total steps or no step time yet).
 
+    ``spot_price`` and ``on_demand_price`` are one instance's (what the cloud lists): the situation's are the
+    job's, every node of a gang billing (as :func:`~handlers.cost.job_cost` counts what it spent).
     ``scores``: the zones' recent spot availability (0..1: a placement score / 10, a share of successful
     launches); ``refused``: when a launch in a zone last failed for capacity; ``checkpoint_steps``: the
     recipe's checkpoint interval in steps (the work a notice-less loss takes); ``known_restart``: the restart
@@ -88,8 +90,8 @@ def live_situation(
         checkpoint_interval_s=(checkpoint_steps or 0) * per_step,
         holding=_holding(job, now, restart),
         zones=views,
-        spot_price=spot_price,
-        on_demand_price=on_demand_price,
+        spot_price=spot_price * job.nodes,
+        on_demand_price=on_demand_price * job.nodes,
         spent=cost.paid,
         budget=budget,
         switch_ahead=job.nodes == 1 and launches_ahead,  # handlers/decide.py: one node's next instance goes first
