@@ -96,7 +96,7 @@ class Bot:
         self.recipes = dict(recipes)
         self.clock = clock
         self.oncall = oncall or OnCall()
-        self._views: dict[str, tuple[float, SpotView]] = {}
+        self._views: dict[tuple[str, int], tuple[float, SpotView]] = {}
         self.rate = RateLimiter(store.redis, store.keys, clock)  # per user, shared by every replica
         self.series = ChartSeries(store.redis, store.keys)  # the chart's points, from the progress accepted
         self._quiet = LimitedLog(log)  # a flood of refusals or of one user's commands: bounded lines
@@ -162,7 +162,7 @@ class Bot:
         if blocked is not None:
             return catalog.text(lang, "reply.refused", why=say(lang, blocked))
         steered = steers(self.policy.spot.name, options.deadline, options.budget)
-        spot = await self._spot_view(recipe) if steered else None  # the cloud is asked only for a steered job
+        spot = await self._spot_view(recipe, options.nodes) if steered else None  # asked only for a steered job
         team = home_team(self.policy, user, chat)
         for _ in range(20):
             total = recipe.total_steps(params)
@@ -432,12 +432,13 @@ class Bot:
         if not managed(job):
             return None
         recipe = self.recipes.get(job.recipe)
-        return await self._spot_view(recipe) if recipe is not None else None
+        return await self._spot_view(recipe, job.nodes) if recipe is not None else None
 
-    async def _spot_view(self, recipe: Recipe) -> SpotView:
-        """Zones and prices now, for the recipe's instance types (read at most once a minute: a policy tick or an
-        interruption does not cost a price lookup each). A cloud that cannot say leaves the part unknown."""
-        cached = self._views.get(recipe.name)
+    async def _spot_view(self, recipe: Recipe, nodes: int) -> SpotView:
+        """Zones and prices now, for the recipe's instance types and a job of ``nodes`` instances (read at most once
+        a minute: a policy tick or an interruption does not cost a price lookup each). A cloud that cannot say
+        leaves the part unknown."""
+        cached = self._views.get((recipe.name, nodes))
         if cached is not None and time.monotonic() - cached[0] < SPOT_VIEW_SECONDS:
             return cached[1]
         types = recipe.instance_types.get(self.cloud.name, [])
@@ -447,7 +448,7 @@ class Bot:
             if isinstance(self.cloud, ListsZones):
                 zones = tuple(await self.cloud.spot_zones(types)) or ("",)
             if isinstance(self.cloud, ReadsAvailability):  # live availability, where the cloud says it
-                scores = await self.cloud.zone_availability(types)
+                scores = await self.cloud.zone_availability(types, nodes)
             spot_price = await self.cloud.hourly_price(types, "spot")
             on_demand_price = await self.cloud.hourly_price(types, "on-demand")
         except CloudError as exc:  # a cloud API that fails now: the policy plans with what is known
@@ -462,7 +463,7 @@ class Bot:
             restart_s=await self.store.restart_estimate(recipe.name, types),
             launches_ahead=launches_ahead(self.cloud),
         )
-        self._views[recipe.name] = (time.monotonic(), view)
+        self._views[(recipe.name, nodes)] = (time.monotonic(), view)
         return view
 
     async def _job_of(self, message: BusMessage) -> str | None:

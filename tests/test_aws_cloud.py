@@ -841,6 +841,11 @@ async def test_placement_scores_are_cached_per_instance_types_and_weighed_as_ava
     assert len(proxy.actions("GetSpotPlacementScores")) == 1
     await cloud.zone_availability(["g5.xlarge"])  # other types: asked
     assert len(proxy.actions("GetSpotPlacementScores")) == 2
+    # A gang's: scored for all its nodes in one zone, asked apart from (and cached apart from) one instance's.
+    await cloud.zone_availability(TYPES, nodes=4)
+    await cloud.zone_availability(TYPES, nodes=4)
+    asked = proxy.actions("GetSpotPlacementScores")
+    assert [form["TargetCapacity"] for form in asked] == ["1", "1", "4"]
 
 
 async def test_without_placement_scores_there_is_no_signal(proxy: Ec2Proxy, make_cloud: Any) -> None:

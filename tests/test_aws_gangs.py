@@ -21,7 +21,7 @@ from runner.notices.control import read_regroup
 from runner.storage.s3 import S3Store
 from tests.aws_fakes import Ec2Proxy
 from tests.gang_launches import launch_two_nodes
-from tests.test_aws_cloud import World, build_world, job_spec
+from tests.test_aws_cloud import ZONE_IDS, World, build_world, job_spec
 
 JOB = "ft-gang1"
 
@@ -222,3 +222,14 @@ async def test_a_regroup_for_an_attempt_without_a_live_instance_is_refused_and_w
         await cloud.write_node_control(JOB, 1, 1, 0, regroup(2, 0))  # its instance is gone
     assert world.keys_under("jobs/ft-other/") == []
     assert world.keys_under(f"jobs/{JOB}/control/") == []
+
+
+async def test_a_gangs_zones_are_scored_for_every_node_at_once(world: World, proxy: Ec2Proxy, make_cloud: Any) -> None:
+    # Before: every placement score was asked for one instance, which says little of whether a zone has room for
+    # all of a gang's nodes; the zone a gang's node 0 goes to is ordered by the score for the whole gang.
+    proxy.placement_scores = {ZONE_IDS["us-east-1a"]: 2, ZONE_IDS["us-east-1b"]: 8}
+    cloud: AwsCloud = make_cloud()
+    first = await cloud.launch(node_spec(cloud, 1, 0), ["g5.xlarge"], "spot", gang=GangPlacement(JOB))
+    assert first.zone == "us-east-1b"
+    [asked] = proxy.actions("GetSpotPlacementScores")
+    assert asked["TargetCapacity"] == "2" and asked["SingleAvailabilityZone"] == "true"

@@ -310,8 +310,9 @@ class AliyunCloud:
         """Spot: the lowest current price of these types in our zones; on-demand: the lowest pay-as-you-go price."""
         return await self.pricing.hourly_price(instance_types, market)
 
-    async def zone_availability(self, instance_types: list[str]) -> dict[str, float]:
-        """The live signal the spot authority weighs, per zone (0..1); empty (no signal) when ECS will not say."""
+    async def zone_availability(self, instance_types: list[str], nodes: int = 1) -> dict[str, float]:
+        """The live signal the spot authority weighs, per zone (0..1); empty (no signal) when ECS will not say.
+        ``nodes`` is not asked about: ``DescribeAvailableResource`` says a type's stock status, not for how many."""
         return await self.pricing.zone_availability(instance_types)
 
     async def spot_zones(self, instance_types: list[str]) -> list[str]:

@@ -99,8 +99,9 @@ class AliyunInstances:
         return candidate_zones(self.settings)
 
     async def spot_signals(
-        self, instance_types: list[str]
+        self, instance_types: list[str], nodes: int = 1
     ) -> tuple[dict[tuple[str, str], float], dict[str, int] | None]:
+        """Prices and stock per zone (the stock status is a type's, whatever ``nodes``: ECS says no count)."""
         prices, _ = await self.pricing.spot_prices(instance_types)
         stock = await self.pricing.zone_availability(instance_types)
         return prices, as_scores(stock) if stock else None

@@ -209,9 +209,10 @@ class AwsCloud:
         """Spot: the lowest current price of these types in our zones; on-demand: the lowest list price."""
         return await self.pricing.hourly_price(instance_types, market)
 
-    async def zone_availability(self, instance_types: list[str]) -> dict[str, float]:
-        """The live signal the spot authority weighs: each zone's spot placement score / 10 (empty: no signal)."""
-        return await self.pricing.zone_availability(instance_types)
+    async def zone_availability(self, instance_types: list[str], nodes: int = 1) -> dict[str, float]:
+        """The live signal the spot authority weighs: each zone's spot placement score / 10 for ``nodes``
+        instances in one zone (empty: no signal)."""
+        return await self.pricing.zone_availability(instance_types, nodes)
 
     async def spot_zones(self, instance_types: list[str]) -> list[str]:
         """The zones a launch may be pinned to (the spot policy's choice), in preference order."""

@@ -98,9 +98,10 @@ class AwsInstances:
         return await self.placement.zones()
 
     async def spot_signals(
-        self, instance_types: list[str]
+        self, instance_types: list[str], nodes: int = 1
     ) -> tuple[dict[tuple[str, str], float], dict[str, int] | None]:
-        return await self.pricing.spot_prices(instance_types), await self.pricing.placement_scores(instance_types)
+        prices = await self.pricing.spot_prices(instance_types)
+        return prices, await self.pricing.placement_scores(instance_types, nodes)
 
     async def on_demand_price(self, instance_type: str) -> float | None:
         return await self.pricing.on_demand_price(instance_type)

@@ -32,7 +32,7 @@ ON_DEMAND_PRICES: dict[str, float] = {
 }
 
 _SCORES_RETRY_SECONDS = 3600.0  # after a refusal, ask for placement scores again only this much later
-SCORES_TTL_SECONDS = 600.0  # placement scores per (instance types, region) are asked again only this much later
+SCORES_TTL_SECONDS = 600.0  # placement scores per (instance types, region, nodes) are asked again only this much later
 
 
 class AwsPricing:
@@ -43,7 +43,7 @@ class AwsPricing:
         self.clients = clients
         self.zones = zones
         self._scores_retry_at = 0.0
-        self._scores: dict[tuple[tuple[str, ...], str | None], tuple[float, dict[str, int]]] = {}
+        self._scores: dict[tuple[tuple[str, ...], str | None, int], tuple[float, dict[str, int]]] = {}
 
     async def on_demand_price(self, instance_type: str) -> float | None:
         """The configured price of the type, else its us-east-1 list price; None when neither says."""
@@ -89,15 +89,17 @@ class AwsPricing:
             return {}
         return latest_prices(points)
 
-    async def zone_availability(self, instance_types: list[str]) -> dict[str, float]:
+    async def zone_availability(self, instance_types: list[str], nodes: int = 1) -> dict[str, float]:
         """The live signal the spot authority weighs: each zone's spot placement score / 10 (empty: no signal)."""
-        return score_availability(await self.placement_scores(instance_types) or {})
+        return score_availability(await self.placement_scores(instance_types, nodes) or {})
 
-    async def placement_scores(self, instance_types: list[str]) -> dict[str, int] | None:
-        """Spot placement scores per zone name, cached ``SCORES_TTL_SECONDS`` per (instance types, region); None
-        where the API is refused or missing (moto has none: it answers HTTP 500). Then ordering falls back to price
-        and configuration, logged once per process, and the scores are asked again only an hour later."""
-        key = (tuple(sorted(instance_types)), self.clients.region)
+    async def placement_scores(self, instance_types: list[str], nodes: int = 1) -> dict[str, int] | None:
+        """Spot placement scores per zone name for ``nodes`` instances in one zone (a gang's every node: EC2
+        scores the chance of the whole target capacity, and one instance's score says little of sixteen), cached
+        ``SCORES_TTL_SECONDS`` per (instance types, region, nodes); None where the API is refused or missing (moto
+        has none: it answers HTTP 500). Then ordering falls back to price and configuration, logged once per
+        process, and the scores are asked again only an hour later."""
+        key = (tuple(sorted(instance_types)), self.clients.region, max(nodes, 1))
         cached = self._scores.get(key)
         if cached is not None and time.monotonic() - cached[0] < SCORES_TTL_SECONDS:
             return cached[1]
@@ -107,7 +109,7 @@ class AwsPricing:
         try:
             reply = await ec2.get_spot_placement_scores(
                 InstanceTypes=instance_types,
-                TargetCapacity=1,
+                TargetCapacity=max(nodes, 1),
                 TargetCapacityUnitType="units",
                 SingleAvailabilityZone=True,
                 RegionNames=[ec2.meta.region_name],

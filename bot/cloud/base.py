@@ -184,6 +184,7 @@ class ReadsAvailability(Protocol):
     """A cloud that says, live, how likely spot is in each zone (AWS spot placement scores; Alibaba's stock
     status and spot price history): the signal the spot authority weighs (:mod:`handlers.spot.zones`)."""
 
-    async def zone_availability(self, instance_types: list[str]) -> dict[str, float]:
-        """0..1 per zone name, cached by the provider; empty when the cloud gives no signal now."""
+    async def zone_availability(self, instance_types: list[str], nodes: int = 1) -> dict[str, float]:
+        """0..1 per zone name for a job of ``nodes`` instances at once (a gang needs them all in one zone), cached
+        by the provider; empty when the cloud gives no signal now."""
         ...

@@ -115,10 +115,10 @@ class InstanceCalls(Protocol):
         ...
 
     async def spot_signals(
-        self, instance_types: list[str]
+        self, instance_types: list[str], nodes: int = 1
     ) -> tuple[dict[tuple[str, str], float], dict[str, int] | None]:
-        """The current spot price per (zone, type) and a 0..10 score per zone (None: no scores) that order spot
-        candidates; empty when the cloud will not say."""
+        """The current spot price per (zone, type) and a 0..10 score per zone for ``nodes`` instances there (None:
+        no scores) that order spot candidates; empty when the cloud will not say."""
         ...
 
     async def run_instance(
@@ -177,7 +177,7 @@ async def launch_instance(
     if zone:  # pinned by the spot authority: there or nowhere
         zones = [zone]
     if market == "spot":
-        prices, scores = await calls.spot_signals(instance_types)
+        prices, scores = await calls.spot_signals(instance_types, spec.gang.nodes if spec.gang is not None else 1)
         candidates = order_spot_candidates(zones, instance_types, scores, prices, avoid_zones)
     else:
         candidates = order_on_demand_candidates(zones, instance_types, avoid_zones)
