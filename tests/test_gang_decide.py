@@ -298,18 +298,20 @@ def test_a_node_that_fails_while_the_switch_stops_the_gang_relaunches_it_on_the_
     assert ended is not None and ended.job.state is JobState.STOPPED and of(ended.outbox, ReleaseGang)
 
 
-def test_the_policy_prices_a_gang_at_every_node_so_its_budget_stops_it_in_time() -> None:
-    # Before: the policy priced the rest at one instance's price against what every node had spent, so a gang ran
-    # on past its budget (here: 0.6 spent, the rest 0.3 a node on spot: 1.2 in all, over 1.0; one node's 0.9 is not).
+def test_the_policy_prices_a_gang_at_every_node() -> None:
+    # Before: the policy priced the rest at one instance's price against what every node had spent, so the card of a
+    # gang steered by a configured policy projected 0.6 spent + 0.3 for the last hour on spot, where the two nodes
+    # pay 0.6 (and a budget, were a gang given one, would have been overrun as far).
     job = running_gang()
     prices = {"price_per_hour": 0.3, "on_demand_price_per_hour": 1.0, "launched_at": NOW, "started_at": NOW}
     attempts = [a.model_copy(update=prices) for a in job.attempts]
-    updates = {"attempts": attempts, "step": 100, "total_steps": 200, "spot_policy": "deadline-aware", "tick": 1}
-    job = job.model_copy(update={**updates, "budget": 1.0})
+    job = job.model_copy(update={"attempts": attempts, "step": 100, "total_steps": 200, "spot_policy": "greedy"})
     view = SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
     later = NOW + timedelta(hours=1)
-    tick = decide(job, PolicyTick(job_id=job.id, tick=1, due=later), later, spot=view)
-    assert tick is not None and tick.job.state is JobState.STOPPING
-    assert sorted(m.instance_id for m in of(tick.outbox, StopRunner)) == ["i-0", "i-1"]
-    assert tick.job.plan is not None and tick.job.plan.reason == "spot-policy.stop.budget"
-    assert tick.job.plan.values["need"] == 1.2 and tick.job.plan.values["spent"] == 0.6
+    tick = decide(job.model_copy(update={"tick": 1}), PolicyTick(job_id=job.id, tick=1, due=later), later, spot=view)
+    assert tick is not None and tick.job.plan is not None and tick.job.plan.action == "spot"
+    assert tick.job.plan.cost == 1.2 and job_cost(job, later).paid == 0.6
+    budgeted = job.model_copy(update={"budget": 1.0, "spot_policy": "deadline-aware", "tick": 1})
+    stop = decide(budgeted, PolicyTick(job_id=job.id, tick=1, due=later), later, spot=view)
+    assert stop is not None and stop.job.state is JobState.STOPPING
+    assert sorted(m.instance_id for m in of(stop.outbox, StopRunner)) == ["i-0", "i-1"]
