@@ -158,6 +158,7 @@ class Bot:
         price = None
         if self.policy.max_hourly_price is not None:  # only ask the cloud when a cap is configured
             price = await self.cloud.hourly_price(recipe.instance_types.get(self.cloud.name, []), "spot")
+            price = price * options.nodes if price is not None else None  # the job's: every node of a gang bills
         blocked = guard_start(self.policy, active, hourly_price=price)
         if blocked is not None:
             return catalog.text(lang, "reply.refused", why=say(lang, blocked))

@@ -223,6 +223,12 @@ async def test_guards_cap_concurrency_and_price(tmp_path: Path) -> None:
         refused = await service.bot.command("console:ana", CHANNEL, "start tiny")
         assert refused == "⛔ $0.30/h is above the configured cap of $0.10/h"
         assert await service.bot.store.list_jobs() == []
+    # The cap is on what the job pays an hour: a gang's every node (two of $0.30 are over $0.50).
+    gang_cap = write_config(tmp_path / "gang.yaml", policy={"max_hourly_price": 0.50})
+    async with running_bot(tmp_path / "g", gang_cap) as (service, _chat):
+        refused = await service.bot.command("console:ana", CHANNEL, "start tiny nodes=2")
+        assert refused == "⛔ $0.60/h is above the configured cap of $0.50/h"
+        assert await service.bot.store.list_jobs() == []
     one = write_config(
         tmp_path / "one.yaml", policy={"max_concurrent_jobs": 1}, recipes=[quick_recipe("sleepy", SLEEPS)]
     )
