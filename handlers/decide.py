@@ -211,7 +211,7 @@ def decide(
     if isinstance(message, PolicyTick):
         return _tick(job, message, now, spot, limits)
     if isinstance(message, GangHoldDue):
-        return gang.hold_due(job, message, now, limits)
+        return gang.hold_due(job, message, now, limits, spot if spot is not None and managed(job) else None)
     if isinstance(message, StopDeadline):
         if message.attempt != job.attempt:
             return _ignored(job, message.type, f"for attempt {message.attempt}, current is {job.attempt}")
@@ -417,7 +417,7 @@ def _fenced(job: Job, report: RunnerReport, now: datetime) -> Change:
 
 def _cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change | None:
     if job.nodes > 1:
-        return gang.cloud(job, event, now, limits)
+        return gang.cloud(job, event, now, limits, spot)
     current = job.current
     if current is None or current.instance_id != event.instance_id:
         ignored = _ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not the current instance")
@@ -879,6 +879,9 @@ def _tick(job: Job, message: PolicyTick, now: datetime, spot: SpotView | None, l
     if waiting:
         if target is None:
             return _make(planned, history, [tick, card])
+        if job.nodes > 1:  # every planned node on that market; node 0 first, the others into its zone
+            launching = gang.on_market(planned, target, now)
+            return _make(launching, history, [tick, *gang.launch_first(launching, target, now, choice.zone), card])
         attempt = current.model_copy(update={"market": target, "launched_at": now})
         launching = planned.model_copy(update={"attempts": [*planned.attempts[:-1], attempt]})
         launch = _launch_now(launching, attempt.number, target, now, choice.zone)

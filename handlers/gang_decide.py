@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from handlers import decide as d  # a cycle: decide hands gangs here, this calls decide's helpers at run time
+from handlers.cost import job_cost
 from handlers.failures import Failure
 from handlers.gang import new_gang, place_in, rank_of, regrouped
 from handlers.instance_claims import foreign_instance
@@ -46,7 +47,7 @@ from handlers.reports import (
     Started,
 )
 from handlers.restart import earlier_first_step, job_restart_s
-from handlers.spot import SpotView
+from handlers.spot import SpotView, managed
 from handlers.spot.gang import GangHold, wait_or_move
 from handlers.spot.gang_reasons import WORDING
 from handlers.spot.situation import lost_zones
@@ -109,6 +110,15 @@ def relaunch(
     effects = [*outbox, *launch, d._note(planned, "card", CardRefresh(cause="launch"))]
     fields = {"state": planned.state.value, "next_attempt": attempts[0].number, "nodes": job.nodes}
     return d._make(planned, {**history, **fields, "generation": generation}, effects)
+
+
+def on_market(job: Job, market: Market, now: datetime) -> Job:
+    """``job`` with every node planned for its current generation (not launched yet) on ``market``, launched now:
+    a gang that waited for the policy's tick."""
+    for attempt in live(job):
+        if attempt.instance_id is None and attempt.generation == job.generation:
+            job = with_attempt(job, attempt.model_copy(update={"market": market, "launched_at": now}))
+    return job
 
 
 def launch_first(job: Job, market: Market, now: datetime, zone: str | None) -> list[Message]:
@@ -226,7 +236,7 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
             return d._ignored(job, "notice:stop", "the runner acknowledges a stop")
         return d._spot_interruption(job, message.source, message.deadline, now)
     if isinstance(message, Interrupted):
-        return _node_lost(job, attempt, now, limits, message)
+        return _node_lost(job, attempt, now, limits, message, spot=spot)
     if isinstance(message, Completed):
         return _completed(job, attempt, message, now)
     if isinstance(message, Standby):
@@ -401,8 +411,8 @@ def _completed(job: Job, attempt: Attempt, message: Completed, now: datetime) ->
 # -- losing a node ------------------------------------------------------------------------------------------
 
 
-def cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Change | None:
-    """The cloud's word about one node's instance."""
+def cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None = None) -> Change | None:
+    """The cloud's word about one node's instance (``spot``: the view of a gang the policy steers)."""
     attempt = next((a for a in live(job) if a.instance_id == event.instance_id), None)
     if attempt is None:
         return d._ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not a live node of {job.id}")
@@ -410,7 +420,7 @@ def cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle) -> Chan
         return d._spot_interruption(job, event.source, event.deadline, now)
     if event.kind == "rebalance":
         return d._rebalance(job, event.source, now)
-    return _node_lost(job, attempt, now, limits, None, gone=event)
+    return _node_lost(job, attempt, now, limits, None, gone=event, spot=spot)
 
 
 def _node_lost(
@@ -420,8 +430,10 @@ def _node_lost(
     limits: Lifecycle,
     told: Interrupted | None,
     gone: CloudEvent | None = None,
+    spot: SpotView | None = None,
 ) -> Change:
-    """One node is lost (with its notice's checkpoint, or without a word): only it is replaced."""
+    """One node is lost (with its notice's checkpoint, or without a word): only it is replaced; the last one, the
+    whole gang again, where the job's policy says for a gang it steers (``spot``)."""
     if job.state is JobState.STOPPING:
         return _stopping_node_ended(job, attempt, now, told)
     state = next_state(job.state, "interrupted") or next_state(job.state, "instance-gone")
@@ -463,6 +475,8 @@ def _node_lost(
         history.update(d._interrupted_fields(told), reached_step=reached, lost=lost_steps)
     if not ranks:  # no node left: the whole gang again
         told_all = [*release, d._note(moved, "thread", note)]
+        if spot is not None and managed(job):
+            return d._steer(job, moved, now, history, told_all, spot, "interrupted", limits=limits)
         return relaunch(job, moved, attempt.market, now, history, told_all, timedelta(), None, True)
     generation = job.generation + 1
     survivors = {number: rank for number, rank in ranks.items()}
@@ -518,10 +532,11 @@ def _newer_checkpoint(job: Job, told: Interrupted | None) -> CheckpointRef | Non
 # -- a replacement that cannot be had ------------------------------------------------------------------------
 
 
-def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle) -> Change:
+def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle, spot: SpotView | None = None) -> Change:
     """The survivors waited the hold time for replacement ``message.attempt``: the spot policy's choice
-    (:func:`handlers.spot.gang.wait_or_move`) tries that node again and waits another hold, or moves the whole gang
-    elsewhere (the survivors released; the thread hears why)."""
+    (:func:`handlers.spot.gang.wait_or_move`, which a deadline's slack bounds) tries that node again and waits
+    another hold, or moves the whole gang elsewhere (the survivors released; the thread hears why): where the job's
+    policy says, for a gang it steers (``spot``), else on the same market."""
     attempt = job.attempt_numbered(message.attempt)
     if attempt is None or attempt.ended_at is not None or attempt.instance_id or job.held_since is None:
         return d._ignored(job, message.type, f"replacement {message.attempt} came, or the gang moved on")
@@ -537,6 +552,7 @@ def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle) -
         replace_seconds=restart,
         move_seconds=restart,
         availability=0.0 if zone in job.refused_zones else 0.5,
+        slack_seconds=_slack_s(job, now),
     )
     choice = wait_or_move(hold)
     history: dict[str, Any] = {"event": "gang-hold-due", "choice": choice, "waited": round(hold.waited_seconds, 1)}
@@ -552,7 +568,20 @@ def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle) -
     moved = ended.model_copy(update={"held_since": None, "state": JobState.RECOVERING})
     moved = refused(moved, zone, now) if zone else moved
     notes: list[Message] = [*release, ReleaseGang(job_id=job.id), d._note(moved, "thread", why)]
+    if spot is not None:
+        return d._steer(job, moved, now, {**history, "from_zone": zone}, notes, spot, "capacity", limits=limits)
     return relaunch(job, moved, attempt.market, now, {**history, "from_zone": zone}, notes, timedelta(), None, True)
+
+
+def _slack_s(job: Job, now: datetime) -> float | None:
+    """Seconds to the deadline beyond the work left (None: no deadline, or no step measured yet), as the simulator
+    bounds a hold by."""
+    if job.deadline is None or not job.total_steps:
+        return None
+    per_step = job_cost(job, now).seconds_per_step
+    if per_step is None:
+        return None
+    return (job.deadline - now).total_seconds() - max(job.total_steps - (job.step or 0), 0) * per_step
 
 
 def _why(key: str, attempt: Attempt, zone: str, seconds: float) -> SpotPolicyNote:

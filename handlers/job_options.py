@@ -42,7 +42,6 @@ WORDING = Wording(
         "option.bad-nodes": "nodes must be a whole number from 1 to {maximum}, not {raw!r}",
         "option.bad-efa": "efa must be true or false, not {raw!r}",
         "option.efa-one-node": "efa=true is for a job of several nodes: give nodes=2 or more with it",
-        "option.gang-steered": "a job of several nodes runs spot-first: deadline and budget are for one-node jobs",
     }
 )
 
@@ -76,8 +75,6 @@ def parse_job_options(raw: Mapping[str, str], now: datetime) -> JobOptions:
     efa = parse_efa(raw["efa"]) if "efa" in raw else False
     if efa and nodes < 2:
         raise JobOptionError(WORDING("option.efa-one-node"))
-    if nodes > 1 and (deadline is not None or budget is not None):
-        raise JobOptionError(WORDING("option.gang-steered"))
     return JobOptions(deadline=deadline, budget=budget, nodes=nodes, efa=efa)
 
 

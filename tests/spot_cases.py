@@ -125,14 +125,13 @@ def policy_reasons() -> list[Reason]:
         lambda: parse_job_options({"nodes": "65"}, NOW),
         lambda: parse_job_options({"nodes": "2", "efa": "maybe"}, NOW),
         lambda: parse_job_options({"efa": "true"}, NOW),
-        lambda: parse_job_options({"nodes": "2", "deadline": "36h"}, NOW),
     ):
         try:
             call()
         except JobOptionError as exc:
             errors.append(exc)
     reserved = reserved_parameter("mine", {"deadline": 1})
-    assert reserved is not None and len(errors) == 8
+    assert reserved is not None and len(errors) == 7
     return [*reasons, *(error.reason for error in errors), reserved.reason]
 
 

@@ -30,13 +30,17 @@ TINY = "start tiny nodes=2 steps=6 save_steps=3 step_seconds=0"
 
 async def test_tiny_nodes_2_runs_to_completion_on_two_instances_and_the_card_shows_the_gang(tmp_path: Path) -> None:
     async with running_bot(tmp_path / "state") as (service, _chat):
-        job_id = await start_job(service, "console:ana", TINY)
+        # With a deadline: the gang is the spot policy's to place, as one node is (deadline-aware, the default).
+        job_id = await start_job(service, "console:ana", f"{TINY} deadline=2h")
         running = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING, timeout=300)
         assert running.nodes == 2 and sorted(running.gang_attempts) == [0, 1]
+        assert running.deadline is not None and running.plan is not None and running.plan.action == "spot"
+        assert running.plan.zone == "local-a"  # the policy's zone, where node 0 went and node 1 followed
         # RUNNING only once both runners started: each node's attempt has its instance and its start.
         assert all(a.instance_id and a.started_generation == 1 for a in running.gang_attempts.values())
         status = await service.bot.command("console:ana", CHANNEL, f"status {job_id}")
         assert "2 instances in local-a" in status and "Node 0" in status and "Node 1" in status
+        assert "Deadline:" in status and "Plan: " in status
 
         done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED, timeout=400)
         assert done.step == 6 and done.output_uri and done.output_uri.endswith("/output/")

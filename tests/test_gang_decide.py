@@ -315,3 +315,64 @@ def test_the_policy_prices_a_gang_at_every_node() -> None:
     stop = decide(budgeted, PolicyTick(job_id=job.id, tick=1, due=later), later, spot=view)
     assert stop is not None and stop.job.state is JobState.STOPPING
     assert sorted(m.instance_id for m in of(stop.outbox, StopRunner)) == ["i-0", "i-1"]
+
+
+ZA = SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
+
+
+def test_a_gang_that_waited_for_spot_launches_node_0_first_at_the_policys_tick() -> None:
+    # Before: the tick launched the gang's last planned attempt (node 1), which cannot be placed before node 0 has an
+    # address, so the launch failed and the gang with it.
+    chat = ChatRef(platform="console", channel="c")
+    job = new_job("ft-gang3", "tiny", {}, "console:ana", chat, NOW, nodes=2, spot_policy="spot-only", spot=ZA).job
+    refused = LaunchFailed(job_id=job.id, attempt=1, reason="no room", capacity=True, zone="za")
+    waiting = decide(job, refused, NOW, spot=ZA)
+    assert waiting is not None and waiting.job.plan is not None and waiting.job.plan.action == "wait"
+    assert not of(waiting.outbox, Launch) and [a.number for a in waiting.job.gang_attempts.values()] == [3, 4]
+    later = NOW + timedelta(minutes=6)  # past the zone's cool-down: spot-only tries it again
+    tick = decide(waiting.job, PolicyTick(job_id=job.id, tick=waiting.job.tick, due=later), later, spot=ZA)
+    assert tick is not None
+    [launch] = of(tick.outbox, Launch)
+    assert (launch.attempt, launch.market, launch.zone) == (3, "spot", "za")
+    assert all(a.launched_at == later and a.market == "spot" for a in tick.job.gang_attempts.values())
+
+
+def deadline_gang(deadline: timedelta) -> Job:
+    """A running two-node gang on spot in za, halfway (100 of 200 steps in the hour since its 5-minute start-up), with
+    a deadline."""
+    job = running_gang()
+    times = {"launched_at": NOW - timedelta(minutes=65), "started_at": NOW - timedelta(minutes=60), "zone": "za"}
+    attempts = [a.model_copy(update=times) for a in job.attempts]
+    updates = {"attempts": attempts, "step": 100, "total_steps": 200, "spot_policy": "deadline-aware"}
+    return job.model_copy(update={**updates, "deadline": NOW + deadline})
+
+
+def test_a_gang_with_a_deadline_moves_where_its_policy_says_when_a_node_cannot_be_replaced() -> None:
+    job = deadline_gang(timedelta(minutes=78))
+    job, _ = step(job, report(job, 1, Standby, node_rank=0, generation=1, step=100, cause="trainer-exited"))
+    gone = CloudEvent(kind="instance-gone", instance_id="i-1", source="local", detail="spot reclaimed")
+    lost = decide(job, gone, NOW, spot=ZA)
+    assert lost is not None and [m.attempt for m in of(lost.outbox, Launch)] == [3]  # the replacement, in za
+    held = decide(lost.job, LaunchFailed(job_id=job.id, attempt=3, reason="no room", capacity=True, zone="za"), NOW)
+    assert held is not None
+    [hold] = of(held.outbox, GangHoldDue)
+    later = NOW + timedelta(minutes=10)  # 68 minutes left for an hour of work: no spot in za, so on-demand
+    moved = decide(held.job, hold, later, spot=ZA)
+    assert moved is not None and [t.instance_id for t in of(moved.outbox, Terminate)] == ["i-0"]
+    [launch] = of(moved.outbox, Launch)
+    assert (launch.attempt, launch.market) == (4, "on-demand") and moved.job.plan is not None
+    assert moved.job.plan.action == "on-demand" and moved.history["choice"] == "move"
+    # Not steered (no view of the cloud): the gang moves on its market, as it always did.
+    same = decide(held.job, hold, later)
+    assert same is not None and [m.market for m in of(same.outbox, Launch)] == ["spot"]
+
+
+def test_a_gang_with_a_deadline_that_loses_its_last_node_goes_where_its_policy_says() -> None:
+    job = deadline_gang(timedelta(minutes=68))
+    one_left = job.model_copy(
+        update={"attempts": [job.attempts[0], job.attempts[1].model_copy(update={"ended_at": NOW, "end_reason": "x"})]}
+    )
+    gone = CloudEvent(kind="instance-gone", instance_id="i-0", source="local", detail="spot reclaimed")
+    lost = decide(one_left, gone, NOW, spot=ZA)
+    assert lost is not None and lost.job.plan is not None and lost.job.plan.action == "on-demand"
+    assert [(m.attempt, m.market) for m in of(lost.outbox, Launch)] == [(3, "on-demand")]

@@ -85,6 +85,9 @@ def test_nodes_and_efa_are_job_options_on_any_recipe_with_their_bounds() -> None
     assert overrides == {"nproc": "2", "steps": "4"}  # nproc stays the recipe's: ranks per node
     assert parse_job_options(options, NOW) == JobOptions(nodes=2, efa=True)
     assert parse_job_options({"nodes": "64"}, NOW).nodes == 64
+    # A gang plans spot against a deadline and a budget as one node does (the policy prices every node).
+    both = parse_job_options({"nodes": "4", "deadline": "36h", "budget": "500"}, NOW)
+    assert (both.nodes, both.deadline, both.budget) == (4, NOW + timedelta(hours=36), 500.0)
     for raw, key in (
         ({"nodes": "65"}, "option.bad-nodes"),
         ({"nodes": "0"}, "option.bad-nodes"),
@@ -92,7 +95,6 @@ def test_nodes_and_efa_are_job_options_on_any_recipe_with_their_bounds() -> None
         ({"nodes": "-2"}, "option.bad-nodes"),
         ({"efa": "yes", "nodes": "2"}, "option.bad-efa"),
         ({"efa": "true"}, "option.efa-one-node"),
-        ({"nodes": "2", "budget": "10"}, "option.gang-steered"),
     ):
         with pytest.raises(JobOptionError) as caught:
             parse_job_options(raw, NOW)

@@ -295,7 +295,6 @@ MESSAGES: dict[str, str] = {
     "option.bad-nodes": "nodes 必须是 1 到 {maximum} 之间的整数，而不是 {raw!r}",
     "option.bad-efa": "efa 必须是 true 或 false，而不是 {raw!r}",
     "option.efa-one-node": "efa=true 用于多节点任务：请同时给出 nodes=2 或更多",
-    "option.gang-steered": "多节点任务使用默认的抢占式实例优先策略：deadline 和 budget 仅用于单节点任务",
     # 实例选择策略的当前决定及原因（handlers/spot/rules.py）
     "spot-policy.on-demand.deadline": "现在使用按量付费：还剩 {work_h:g} 小时的训练，距截止时间还有 {left_h:g} 小时",
     "spot-policy.on-demand.pace": (
