@@ -175,6 +175,11 @@ def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecy
         history = {"event": "gang-hold", "attempt": attempt.number, "zone": zone, "reason": message.reason}
         if job.held_since is not None:  # still refused after a wait: the pending hold timer decides again
             return d._make(held, history, [])
+        slack = _slack_s(job, now)
+        if slack is not None and slack < limits.gang_hold_seconds + (job.restart_seconds or DEFAULT_RESTART_SECONDS):
+            # A hold would spend the slack a move needs (wait_or_move's bound, applied before the first hold too).
+            moving = {**history, "choice": "move", "slack": round(slack, 1)}
+            return _move(job, attempt, zone, 0.0, now, moving, limits, spot if managed(job) else None)
         held = held.model_copy(update={"held_since": now, "updated_at": now})
         told = _why("gang.hold", attempt, zone, limits.gang_hold_seconds)
         timer = GangHoldDue(job_id=job.id, attempt=attempt.number, due=now + limits.gang_hold)
@@ -562,7 +567,23 @@ def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle, s
             GangHoldDue(job_id=job.id, attempt=attempt.number, due=now + limits.gang_hold),
         ]
         return d._make(job.model_copy(update={"updated_at": now}), history, again)
-    why = _why("gang.move", attempt, zone, hold.waited_seconds)
+    return _move(job, attempt, zone, hold.waited_seconds, now, history, limits, spot)
+
+
+def _move(
+    job: Job,
+    attempt: Attempt,
+    zone: str,
+    waited_s: float,
+    now: datetime,
+    history: dict[str, Any],
+    limits: Lifecycle,
+    spot: SpotView | None,
+) -> Change:
+    """The whole gang elsewhere, its lost node ``attempt`` not to be had in ``zone``: the survivors released, the
+    zone counted as without spot, the thread told why; where the job's policy says for a gang it steers
+    (``spot``), else on the same market."""
+    why = _why("gang.move", attempt, zone, waited_s)
     release = releases(job)
     ended = end_all(job, now, "moved: the gang's lost node could not be replaced in its zone")
     moved = ended.model_copy(update={"held_since": None, "state": JobState.RECOVERING})

@@ -367,6 +367,21 @@ def test_a_gang_with_a_deadline_moves_where_its_policy_says_when_a_node_cannot_b
     assert same is not None and [m.market for m in of(same.outbox, Launch)] == ["spot"]
 
 
+def test_a_gang_whose_slack_would_not_cover_a_hold_and_a_move_moves_at_once() -> None:
+    # 68 minutes left for an hour of work: 8 minutes of slack, under a 10-minute hold and a 5-minute move.
+    job = deadline_gang(timedelta(minutes=68))
+    job, _ = step(job, report(job, 1, Standby, node_rank=0, generation=1, step=100, cause="trainer-exited"))
+    gone = CloudEvent(kind="instance-gone", instance_id="i-1", source="local", detail="spot reclaimed")
+    lost = decide(job, gone, NOW, spot=ZA)
+    assert lost is not None
+    refused = LaunchFailed(job_id=job.id, attempt=3, reason="no room", capacity=True, zone="za")
+    moved = decide(lost.job, refused, NOW, spot=ZA)
+    assert moved is not None and not of(moved.outbox, GangHoldDue) and moved.job.held_since is None
+    assert [t.instance_id for t in of(moved.outbox, Terminate)] == ["i-0"] and of(moved.outbox, ReleaseGang)
+    assert [(m.attempt, m.market) for m in of(moved.outbox, Launch)] == [(4, "on-demand")]
+    assert moved.history["choice"] == "move" and moved.history["slack"] == 480.0
+
+
 def test_a_gang_with_a_deadline_that_loses_its_last_node_goes_where_its_policy_says() -> None:
     job = deadline_gang(timedelta(minutes=68))
     one_left = job.model_copy(
