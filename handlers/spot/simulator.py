@@ -36,10 +36,8 @@ no cost, as a launch is: the zone counts as without spot for the cool-down and t
 same tick (``capacity``). A job on on-demand that goes for spot keeps training there when the launch is refused,
 as the bot switches (the spot instance is launched ahead, and the on-demand one stops only once that is up), and
 tries again at the next tick; a gang, which the bot still switches by stopping first, loses its on-demand nodes and
-pays for new ones. A switch that succeeds costs a restart as any other. Back to spot that is what the bot pays
-(its on-demand instance stops as soon as the spot launch succeeds, the checkpoint overlapping the boot); to
-on-demand the bot pays less (spot trains on through the on-demand boot, and the move costs the checkpoint and the
-restore), so the figures err on the side of cost.
+pays for new ones. A switch that succeeds costs a restart as any other: the overlap the launch ahead wins (the
+boot, while the old instance trains on) is not counted, so the figures err on the side of cost.
 """
 
 from __future__ import annotations
