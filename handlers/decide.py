@@ -953,17 +953,14 @@ def _ahead(job: Job, standby: Attempt, message: BusMessage, now: datetime, limit
             return _unwanted(job, message, f"attempt {standby.number} runs on {standby.instance_id}")
         launched = standby.model_copy(update=launch_details(message))
         history = {"event": "launched", **fields, "instance": message.instance_id, "zone": message.zone}
-        up = job.model_copy(update={"standby": launched, "updated_at": now})
-        if _breaks_at_launch(up, launched):
-            return _break_for(up, launched, now, history, limits)
-        return _make(up, history, [])
+        return _make(job.model_copy(update={"standby": launched, "updated_at": now}), history, [])
     if isinstance(message, LaunchFailed) and message.attempt == standby.number:
         zone = message.zone or standby.zone or ""
         kept = refused(job, zone, now) if message.capacity and standby.market == "spot" and zone else job
         history = {"event": "launch-failed", **fields, "capacity": message.capacity, "zone": zone}
         return _give_up_standby(kept, now, {**history, "reason": message.reason})
     if isinstance(message, StartDeadline) and message.attempt == standby.number:
-        if standby.stood_by_at is not None:
+        if job.switch_to is not None:
             return _ignored(job, message.type, f"attempt {standby.number} stood by: the switch is under way")
         return _give_up_standby(job, now, {"event": "start-timeout", **fields})
     if isinstance(message, ReportReceived) and message.report.attempt == standby.number:
@@ -976,51 +973,27 @@ def _ahead(job: Job, standby: Attempt, message: BusMessage, now: datetime, limit
 
 
 def _ahead_report(job: Job, standby: Attempt, report: RunnerReport, now: datetime, limits: Lifecycle) -> Change:
-    """The runner launched ahead is up (``standby``): the current attempt checkpoints and stops (unless it began to
-    at the launch), and the thread hears why the job moves. Interrupted or failed before its hand-over: given up,
-    the job trains on where it is (or, the move begun, relaunches on the other market)."""
+    """The runner launched ahead is up (``standby``): the current attempt checkpoints and stops, and the thread hears
+    why the job moves. Interrupted or failed before its hand-over: given up, the job trains on where it is."""
     fields: dict[str, Any] = {"attempt": standby.number, "ahead": True}
     if isinstance(report, Standby) and report.cause == "handover":
-        ready = standby.model_copy(update={"stood_by_at": standby.stood_by_at or now})
-        up = job.model_copy(update={"standby": ready, "updated_at": now})
-        history = {"event": "standby", **fields, "cause": report.cause}
-        if job.state is JobState.INTERRUPTED:  # the current attempt is being taken: its end hands over
-            return _make(up, {**history, "waits_for": "the current attempt's interruption"}, [])
         current = job.current
+        if job.state is JobState.INTERRUPTED:  # the current attempt is being taken: its end hands over
+            return _ignored(job, "report:standby", "the current attempt is interrupted: it hands over as it ends")
         if job.switch_to is not None or current is None or current.instance_id is None:
-            return _make(up, {**history, "waits_for": "the current attempt's checkpoint"}, [])
-        return _break_for(up, ready, now, history, limits)
+            return _ignored(job, "report:standby", "the switch is under way already", **fields)
+        breaking = job.model_copy(update={"switch_to": standby.market, "switch_zone": standby.zone})
+        outbox: list[Message] = [
+            StopRunner(job_id=job.id, instance_id=current.instance_id),
+            StopDeadline(job_id=job.id, attempt=job.attempt, due=now + limits.stop_timeout),
+        ]
+        if job.plan is not None:  # the policy's reason for the move, told once the move really happens
+            outbox.append(_note(job, "thread", SpotPolicyNote(reason=job.plan.reason, values=dict(job.plan.values))))
+        history = {"event": "standby", **fields, "switch": standby.market}
+        return _change(breaking, JobState.STOPPING, now, history, outbox)
     if isinstance(report, Interrupted | Failed) or (isinstance(report, Notice) and report.kind == "spot-interruption"):
         return _give_up_standby(job, now, {"event": f"report:{report.type}", **fields})
     return _ignored(job, f"report:{report.type}", f"from attempt {standby.number}, which waits for its hand-over")
-
-
-def _breaks_at_launch(job: Job, standby: Attempt) -> bool:
-    """Whether the current attempt stops as soon as the instance launched ahead is up, rather than once its runner
-    stands by: when the move is to the cheaper market (on-demand back to spot), training on through the boot would
-    buy at the dear price work the new instance makes at the cheap one, while the launch alone already answered the
-    question that launching ahead asks (a refusal comes with the launch). The checkpoint then overlaps the boot. A
-    move to the dearer market (spot to on-demand, for the deadline) keeps training on spot until the new runner is
-    up: cheaper and sooner."""
-    current = job.current
-    if job.state is not JobState.RUNNING or job.switch_to is not None or current is None:
-        return False
-    return current.instance_id is not None and current.market == "on-demand" and standby.market == "spot"
-
-
-def _break_for(job: Job, standby: Attempt, now: datetime, history: dict[str, Any], limits: Lifecycle) -> Change:
-    """The move to ``standby`` begins: the current attempt checkpoints and stops (its end hands over), and the thread
-    hears the policy's reason, told once the move really happens."""
-    current = job.current
-    assert current is not None and current.instance_id is not None
-    breaking = job.model_copy(update={"switch_to": standby.market, "switch_zone": standby.zone})
-    outbox: list[Message] = [
-        StopRunner(job_id=job.id, instance_id=current.instance_id),
-        StopDeadline(job_id=job.id, attempt=job.attempt, due=now + limits.stop_timeout),
-    ]
-    if job.plan is not None:
-        outbox.append(_note(job, "thread", SpotPolicyNote(reason=job.plan.reason, values=dict(job.plan.values))))
-    return _change(breaking, JobState.STOPPING, now, {**history, "switch": standby.market}, outbox)
 
 
 def _give_up_standby(job: Job, now: datetime, history: dict[str, Any], outbox: Sequence[Message] = ()) -> Change:

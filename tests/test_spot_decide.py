@@ -183,22 +183,6 @@ def launched_ahead(job: Job, view: SpotView = ONE_ZONE) -> Change:
     return decide(tick.job, up, NOW, spot=view)
 
 
-# A recipe that checkpoints every 20 steps (~10 min of work at risk on spot): with 55 minutes left the deadline needs
-# on-demand, so a spot job's tick moves it there.
-CHECKPOINTED = replace(ONE_ZONE, checkpoint_steps=20)
-
-
-def moving_to_on_demand() -> Change:
-    """A spot job whose deadline now needs on-demand: the policy's tick launched the on-demand instance ahead and its
-    launch came (instance i-2); the spot one trains on."""
-    job = measured(market="spot", deadline=timedelta(minutes=55))
-    tick = decide(job, PolicyTick(job_id=job.id, tick=job.tick, due=NOW), NOW, spot=CHECKPOINTED)
-    standby = tick.job.standby
-    assert standby is not None and standby.market == "on-demand", tick.history
-    up = Launched(job_id=job.id, attempt=standby.number, instance_id="i-2", market="on-demand", at=NOW)
-    return decide(tick.job, up, NOW, spot=CHECKPOINTED)
-
-
 def stood_by(job: Job) -> ReportReceived:
     assert job.standby is not None
     return ReportReceived(report=Standby(job_id=job.id, attempt=job.standby.number, cause="handover", time=NOW))
@@ -215,17 +199,15 @@ def test_on_demand_with_slack_goes_back_to_spot_launching_ahead_and_handing_over
     assert effect(tick, "start-deadline")["attempt"] == 2
     assert "stop-runner" not in effect_types(tick) and not [e for e in dumped(tick) if note_type(e) == "spot-policy"]
 
-    # Its launch came: spot is had, so the on-demand one checkpoints now, while the spot one boots (training on
-    # through the boot would buy at on-demand's price what spot makes at its own).
     up = launched_ahead(job)
-    assert up.job.state is JobState.STOPPING and up.job.switch_to == "spot" and up.job.attempts == job.attempts
-    assert up.job.standby is not None and up.job.standby.instance_id == "i-2"
-    assert effect(up, "stop-runner")["instance_id"] == "i-1"
-    said = [item for item in dumped(up) if note_type(item) == "spot-policy"]
+    assert up.job.state is JobState.RUNNING and up.job.standby is not None and up.job.standby.instance_id == "i-2"
+    assert dumped(up) == [] and up.job.attempts == job.attempts
+
+    ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)  # its runner is up: now the move
+    assert ready.job.state is JobState.STOPPING and ready.job.switch_to == "spot"
+    assert effect(ready, "stop-runner")["instance_id"] == "i-1"
+    said = [item for item in dumped(ready) if note_type(item) == "spot-policy"]
     assert [item["note"]["reason"] for item in said] == ["spot-policy.spot.back"]
-    ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)  # its runner is up: it waits for the checkpoint
-    assert ready.job.state is JobState.STOPPING and dumped(ready) == []
-    assert ready.job.standby is not None and ready.job.standby.stood_by_at == NOW
 
     saved = decide(ready.job, interrupted(ready.job), NOW + timedelta(minutes=1), spot=ONE_ZONE)
     assert saved.job.state is JobState.RECOVERING and saved.job.switch_to is None and saved.job.standby is None
@@ -235,9 +217,6 @@ def test_on_demand_with_slack_goes_back_to_spot_launching_ahead_and_handing_over
     assert current is not None and (current.number, current.instance_id) == (2, "i-2")
     assert current.handed_over_at == NOW + timedelta(minutes=1) and current.from_step == 100
     assert saved.job.checkpoint is not None and saved.job.checkpoint.step == 100
-    # The checkpoint may come before the new runner is up: the go waits for it in its control object.
-    early_go = decide(up.job, interrupted(up.job), NOW, spot=ONE_ZONE)
-    assert effect(early_go, "hand-over")["attempt"] == 2 and early_go.job.state is JobState.RECOVERING
 
     # The ahead launch's start deadline (15 minutes after it) is not the handed-over attempt's: it has its own.
     early = StartDeadline(job_id=job.id, attempt=2, due=NOW + timedelta(minutes=15))
@@ -249,17 +228,6 @@ def test_on_demand_with_slack_goes_back_to_spot_launching_ahead_and_handing_over
     running = decide(saved.job, ReportReceived(report=started), NOW + timedelta(minutes=2), spot=ONE_ZONE)
     assert running.job.state is JobState.RUNNING and running.job.steps_lost == 0
     assert running.history["downtime"] == 120.0  # from the on-demand attempt's checkpoint (its report at NOW)
-
-
-def test_spot_moving_to_on_demand_for_its_deadline_trains_on_until_the_on_demand_runner_stands_by() -> None:
-    up = moving_to_on_demand()
-    assert up.job.state is JobState.RUNNING and up.job.switch_to is None and dumped(up) == []
-    ready = decide(up.job, stood_by(up.job), NOW, spot=CHECKPOINTED)
-    assert ready.job.state is JobState.STOPPING and ready.job.switch_to == "on-demand"
-    assert effect(ready, "stop-runner")["instance_id"] == "i-1"
-    saved = decide(ready.job, interrupted(ready.job), NOW, spot=CHECKPOINTED)
-    assert effect(saved, "hand-over")["attempt"] == 2 and saved.job.current is not None
-    assert saved.job.current.market == "on-demand"
 
 
 def test_where_the_cloud_cannot_launch_ahead_on_demand_goes_back_to_spot_through_a_checkpoint_first() -> None:
@@ -323,62 +291,49 @@ def test_a_refused_return_to_spot_costs_nothing_the_job_trains_on_and_the_zone_c
 
 
 def test_a_person_who_stops_during_a_switch_gets_the_stop_and_the_instance_launched_ahead_goes() -> None:
-    up = moving_to_on_demand()
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
     waiting = stop_command(up.job, "console:ana", NOW)  # before the new instance stood by
     assert waiting.job.state is JobState.STOPPING and waiting.job.standby is None
     assert effect(waiting, "stop-runner")["instance_id"] == "i-1"
     assert effect(waiting, "terminate")["instance_id"] == "i-2"
 
-    for moving in (decide(up.job, stood_by(up.job), NOW, spot=CHECKPOINTED), back_to_spot()):
-        stopping = stop_command(moving.job, "console:ana", NOW)  # during the move: the checkpoint ends the job
-        assert stopping.job.state is JobState.STOPPING and stopping.job.switch_to is None
-        assert stopping.job.standby is None and effect(stopping, "terminate")["instance_id"] == "i-2"
-        stopped = decide(stopping.job, interrupted(stopping.job), NOW, spot=ONE_ZONE)
-        assert stopped.job.state is JobState.STOPPED
-        assert "launch" not in effect_types(stopped) and "hand-over" not in effect_types(stopped)
-
-
-def back_to_spot() -> Change:
-    """An on-demand job going back to spot: the spot instance launched ahead is up (i-2), the on-demand one stops."""
-    return launched_ahead(measured(market="on-demand", deadline=timedelta(hours=10)))
+    ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)
+    stopping = stop_command(ready.job, "console:ana", NOW)  # during the move: the checkpoint ends the job instead
+    assert stopping.job.state is JobState.STOPPING and stopping.job.switch_to is None and stopping.job.standby is None
+    assert effect(stopping, "terminate")["instance_id"] == "i-2"
+    stopped = decide(stopping.job, interrupted(stopping.job), NOW, spot=ONE_ZONE)
+    assert stopped.job.state is JobState.STOPPED
+    assert "launch" not in effect_types(stopped) and "hand-over" not in effect_types(stopped)
 
 
 def test_an_instance_launched_ahead_that_is_reclaimed_or_never_stands_by_is_given_up_and_the_job_trains_on() -> None:
-    up = moving_to_on_demand()
-    job = up.job
-    gone = CloudEvent(job_id=job.id, kind="instance-gone", instance_id="i-2", source="eventbridge", at=NOW)
-    reclaimed = decide(up.job, gone, NOW, spot=CHECKPOINTED)
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
+    gone = CloudEvent(job_id=job.id, kind="spot-interruption", instance_id="i-2", source="eventbridge", at=NOW)
+    reclaimed = decide(up.job, gone, NOW, spot=ONE_ZONE)
     assert reclaimed.job.state is JobState.RUNNING and reclaimed.job.standby is None
     assert effect(reclaimed, "terminate")["instance_id"] == "i-2" and reclaimed.job.current == job.current
 
-    silent = decide(up.job, StartDeadline(job_id=job.id, attempt=2, due=NOW), NOW, spot=CHECKPOINTED)
+    silent = decide(up.job, StartDeadline(job_id=job.id, attempt=2, due=NOW), NOW, spot=ONE_ZONE)
     assert silent.job.standby is None and effect(silent, "terminate")["instance_id"] == "i-2"
     assert silent.job.state is JobState.RUNNING and silent.history["standby_released"] == 2
 
     # Its launch result after it was given up: the instance is released, not left billing.
-    late = Launched(job_id=job.id, attempt=2, instance_id="i-2", market="on-demand", at=NOW)
-    assert effect(decide(silent.job, late, NOW, spot=CHECKPOINTED), "terminate")["instance_id"] == "i-2"
+    late = Launched(job_id=job.id, attempt=2, instance_id="i-2", zone="zone-a", market="spot", at=NOW)
+    assert effect(decide(silent.job, late, NOW, spot=ONE_ZONE), "terminate")["instance_id"] == "i-2"
 
-    # Lost once the move began (it stood by; or, back to spot, it launched): the move goes on as it did before
-    # launches ahead, a relaunch on the other market after the checkpoint.
-    ready = decide(up.job, stood_by(up.job), NOW, spot=CHECKPOINTED)
-    spot_up = back_to_spot()
-    spot_gone = gone.model_copy(update={"kind": "spot-interruption"})
-    for moving, lost_it, market in ((ready, gone, "on-demand"), (spot_up, spot_gone, "spot")):
-        lost = decide(moving.job, lost_it, NOW, spot=ONE_ZONE)
-        assert lost.job.state is JobState.STOPPING and lost.job.standby is None and lost.job.switch_to == market
-        saved = decide(lost.job, interrupted(lost.job), NOW, spot=ONE_ZONE)
-        assert saved.job.state is JobState.RECOVERING and effect(saved, "launch")["attempt"] == 3
-        assert effect(saved, "launch")["market"] == market
-    # Back to spot, its runner never standing by: given up at its start deadline (the move relaunches), not kept.
-    never = decide(spot_up.job, StartDeadline(job_id=job.id, attempt=2, due=NOW), NOW, spot=ONE_ZONE)
-    assert never.job.standby is None and effect(never, "terminate")["instance_id"] == "i-2"
-    assert never.job.state is JobState.STOPPING and never.job.switch_to == "spot"
+    # Reclaimed after it stood by: the move goes on as it did before launches ahead (a relaunch after the checkpoint).
+    ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)
+    lost = decide(ready.job, gone, NOW, spot=ONE_ZONE)
+    assert lost.job.state is JobState.STOPPING and lost.job.standby is None and lost.job.switch_to == "spot"
+    saved = decide(lost.job, interrupted(lost.job), NOW, spot=ONE_ZONE)
+    assert saved.job.state is JobState.RECOVERING and effect(saved, "launch")["attempt"] == 3
 
 
 def test_a_job_that_finishes_on_demand_while_its_spot_instance_waits_releases_that_instance() -> None:
     job = measured(market="on-demand", deadline=timedelta(hours=10))
-    up = back_to_spot()
+    up = launched_ahead(job)
     done = Completed(job_id=job.id, attempt=1, step=200, total_steps=200, output_uri="file:///c/out", time=NOW)
     finished = decide(up.job, ReportReceived(report=done), NOW, spot=ONE_ZONE)
     assert finished.job.state is JobState.SUCCEEDED and finished.job.standby is None
@@ -494,14 +449,14 @@ def test_a_configured_spot_first_steers_with_the_clouds_view_and_goes_on_demand_
 
 
 def test_an_instance_launched_ahead_takes_over_when_the_current_one_is_lost_before_the_move() -> None:
-    up = moving_to_on_demand()
-    job = up.job
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
     gone = CloudEvent(job_id=job.id, kind="instance-gone", instance_id="i-1", source="eventbridge", at=NOW)
-    lost = decide(up.job, gone, NOW, spot=CHECKPOINTED)
+    lost = decide(up.job, gone, NOW, spot=ONE_ZONE)
     assert lost.job.state is JobState.RECOVERING and lost.job.standby is None
     assert "launch" not in effect_types(lost) and effect(lost, "hand-over")["attempt"] == 2
     current = lost.job.current
-    assert current is not None and (current.number, current.instance_id, current.market) == (2, "i-2", "on-demand")
+    assert current is not None and (current.number, current.instance_id, current.market) == (2, "i-2", "spot")
 
     # A spot job moving to on-demand ahead of its deadline, reclaimed first: the notice keeps the instance launched
     # ahead, and the interruption hands over to it instead of launching another.
@@ -513,7 +468,7 @@ def test_an_instance_launched_ahead_takes_over_when_the_current_one_is_lost_befo
     assert warned is not None and warned.job.state is JobState.INTERRUPTED and warned.job.standby == ahead
     assert "terminate" not in effect_types(warned)
     up_now = decide(warned.job, stood_by(warned.job), NOW, spot=ONE_ZONE)  # no stop for a runner being taken
-    assert up_now.job.state is JobState.INTERRUPTED and dumped(up_now) == [] and "waits_for" in up_now.history
+    assert up_now.job.state is JobState.INTERRUPTED and dumped(up_now) == [] and up_now.history["event"] == "ignored"
     taken = decide(warned.job, interrupted(warned.job), NOW, spot=ONE_ZONE)
     assert taken.job.state is JobState.RECOVERING and "launch" not in effect_types(taken)
     assert effect(taken, "hand-over")["attempt"] == 2 and taken.job.current is not None
@@ -533,20 +488,22 @@ def test_the_card_shows_the_instance_launched_ahead_while_the_switch_waits_for_i
 
 
 def test_a_launch_ahead_the_policy_no_longer_wants_is_given_up_at_its_next_look() -> None:
-    up = moving_to_on_demand()
-    # While the on-demand instance booted, the deadline moved out (a person moved it): spot is enough again.
-    eased = up.job.model_copy(update={"deadline": NOW + timedelta(hours=10)})
-    tick = decide(eased, PolicyTick(job_id=eased.id, tick=eased.tick, due=NOW), NOW, spot=CHECKPOINTED)
-    assert tick.job.standby is None and tick.job.state is JobState.RUNNING and tick.history["policy"] == "spot"
+    job = measured(market="on-demand", deadline=timedelta(hours=10))
+    up = launched_ahead(job)
+    # While the spot instance booted, the deadline came close (a person moved it): on-demand to the end now.
+    pressed = up.job.model_copy(update={"deadline": NOW + timedelta(minutes=55)})
+    tick = decide(pressed, PolicyTick(job_id=job.id, tick=pressed.tick, due=NOW), NOW, spot=ONE_ZONE)
+    assert tick.job.standby is None and tick.job.state is JobState.RUNNING and tick.history["policy"] == "on-demand"
     assert effect(tick, "terminate")["instance_id"] == "i-2" and "stop-runner" not in effect_types(tick)
     # Still wanted: the look changes nothing.
-    again = decide(up.job, PolicyTick(job_id=eased.id, tick=up.job.tick, due=NOW), NOW, spot=CHECKPOINTED)
+    again = decide(up.job, PolicyTick(job_id=job.id, tick=up.job.tick, due=NOW), NOW, spot=ONE_ZONE)
     assert again.job.standby == up.job.standby and "terminate" not in effect_types(again)
 
 
 def test_a_runner_that_fails_while_the_switch_stops_it_leaves_the_job_going_on_the_other_market() -> None:
     job = measured(market="on-demand", deadline=timedelta(hours=10))
-    ready = back_to_spot()
+    up = launched_ahead(job)
+    ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)
     crashed = Failed(job_id=job.id, attempt=1, reason="the trainer crashed", exit_code=1, time=NOW)
     handed = decide(ready.job, ReportReceived(report=crashed), NOW, spot=ONE_ZONE)
     assert handed.job.state is JobState.RECOVERING and handed.job.failure is None
