@@ -364,3 +364,29 @@ def test_live_a_refused_return_to_spot_costs_one_node_nothing_and_a_gang_a_new_o
     assert stopped.refusals == 1 and (stopped.on_demand_ticks, stopped.finish) == (5, 5)
 
 
+
+
+def test_live_a_one_node_switch_trains_on_the_old_instance_through_the_new_ones_start_up_but_its_last_tick() -> None:
+    # On-demand from t0 (a 3-tick start-up), back to spot at t4: the bot launches spot ahead and on-demand trains on
+    # through the spot start-up's first two ticks (both bill); the third pays the checkpoint and the restore.
+    run = replace(hourly_run([[2] * 20], work=5, deadline=20, overhead=3), live=True)  # room for a gang of two
+
+    def back_at_four(s: Situation) -> Choice:
+        return Choice("spot", "zone-a", SCRIPTED) if s.elapsed_s >= 4 * 3600 else Choice("on-demand", None, SCRIPTED)
+
+    ahead = simulate(run, back_at_four)
+    assert (ahead.on_demand_ticks, ahead.spot_ticks, ahead.finish) == (6, 5, 9)
+    assert ahead.cost(run) == 6 * 3.0 + 5 * 1.0
+    # Told everything, or a gang (which stops its nodes first): the restart as the offline optimum counts it.
+    for stop_first in (replace(run, live=False), replace(run, nodes=2)):
+        outcome = simulate(stop_first, back_at_four)
+        assert (outcome.on_demand_ticks, outcome.spot_ticks, outcome.finish) == (4, 7, 11)
+
+    # Spot to on-demand at t4, spot taken at t5: spot trains on at t4 only, then the on-demand start-up goes on alone.
+    taken = replace(hourly_run([[1] * 5 + [0] * 15], work=5, deadline=20, overhead=3), live=True)
+
+    def away_at_four(s: Situation) -> Choice:
+        return Choice("on-demand", None, SCRIPTED) if s.elapsed_s >= 4 * 3600 else Choice("spot", "zone-a", SCRIPTED)
+
+    moved = simulate(taken, away_at_four)
+    assert (moved.spot_ticks, moved.on_demand_ticks, moved.finish, moved.preemptions) == (5, 6, 10, 0)

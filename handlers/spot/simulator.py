@@ -36,8 +36,11 @@ no cost, as a launch is: the zone counts as without spot for the cool-down and t
 same tick (``capacity``). A job on on-demand that goes for spot keeps training there when the launch is refused,
 as the bot switches (the spot instance is launched ahead, and the on-demand one stops only once that is up), and
 tries again at the next tick; a gang, which the bot still switches by stopping first, loses its on-demand nodes and
-pays for new ones. A switch that succeeds costs a restart as any other: the overlap the launch ahead wins (the
-boot, while the old instance trains on) is not counted, so the figures err on the side of cost.
+pays for new ones. A one-node switch that succeeds is the bot's make-before-break too: through every start-up tick
+of the new instance but the last, the old one (on-demand, or spot while its zone has spot) trains on and both
+bill; the last pays the checkpoint and the restore (the new one bills, nothing trains). A start-up of one tick has
+no overlap. The offline optimum is of the model without launches ahead, so a live run can cost less than the same
+policy told everything.
 """
 
 from __future__ import annotations
@@ -161,6 +164,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     survivors = 0
     cooldown = 1  # a zone refused or reclaimed is without spot until the policy's next look (situation.lost_zones)
     lost_until = [run.start] * len(run.zones)  # live: the tick from which a refused or reclaimed zone is unknown again
+    ahead_of: tuple[Market, str | None] | None = None  # live: the instance that trains on while its successor starts
     while progress < run.work:
         available = [t < len(zone.counts) and zone.counts[t] >= run.nodes for zone in run.zones]
         holding = NOTHING
@@ -248,20 +252,41 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
             continue
         if held != previous:  # a new instance (the first launch, a move, a return after a loss or a wait)
             starting = run.overhead
-        if held[0] == "spot":
-            out.spot_ticks += 1
-            cost += h * _exact(run.spot_price)
-        else:
-            out.on_demand_ticks += 1
-            cost += h * _exact(run.on_demand_price)
+            ahead_of = previous if _launches_ahead(run, previous, held, available) else None
+        if ahead_of is not None and (starting <= 1 or not _up(run, ahead_of, available)):
+            ahead_of = None  # the checkpoint and the restore (or the old instance was taken: the new one goes on)
+        for market in (held[0], *([ahead_of[0]] if ahead_of is not None else [])):
+            if market == "spot":
+                out.spot_ticks += 1
+                cost += h * _exact(run.spot_price)
+            else:
+                out.on_demand_ticks += 1
+                cost += h * _exact(run.on_demand_price)
         if starting > 0:
             starting -= 1
+            progress += ahead_of is not None  # the old instance trains on while the new one boots
         else:
             progress += 1
         previous = held
         t += 1
     out.finish = t - run.start
     return out
+
+
+def _launches_ahead(
+    run: Run, previous: tuple[Market, str | None] | None, held: tuple[Market, str | None], available: list[bool]
+) -> bool:
+    """Whether the bot would launch ``held`` ahead of stopping ``previous``: live, one node, a switch of market from
+    an instance that is still up."""
+    if not run.live or run.nodes != 1 or previous is None or previous[0] == held[0]:
+        return False
+    return _up(run, previous, available)
+
+
+def _up(run: Run, instance: tuple[Market, str | None], available: list[bool]) -> bool:
+    """Whether an instance held on (market, zone) is still there this tick: on-demand always, spot while its zone has
+    spot."""
+    return instance[0] == "on-demand" or available[_index(run, instance[1])]
 
 
 def _live_view(name: str, holding: Holding, lost: bool, share: float) -> ZoneView:
