@@ -28,8 +28,10 @@ NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 
 
 def situation(**changes: Any) -> Situation:
-    """One-hour periods, a one-hour restart, 4 h of work left of 4, 12 h to the deadline, no zone: then changes."""
+    """One-hour periods, a one-hour restart, 4 h of work left of 4, 12 h to the deadline, no zone, told where spot
+    is (as the simulator tells it): then changes."""
     values: dict[str, Any] = {
+        "told": True,
         "event": "tick",
         "work_left_s": 4 * HOUR,
         "work_done_s": 0.0,

@@ -4,6 +4,7 @@ move, and reconciliation keeping every live node."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,6 +33,7 @@ from handlers.reports import CheckpointSaved, Completed, Failed, Interrupted, Pr
 from handlers.spot import SpotView
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
+ZA = SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
 
 
 def of(outbox: list[Message], kind: type) -> list[Any]:
@@ -240,32 +242,31 @@ def test_node_0s_checkpoint_told_after_its_completion_is_the_jobs_and_an_older_w
     assert fenced.checkpoint is None
 
 
-def on_demand_gang_with_a_deadline() -> tuple[Job, SpotView]:
-    """A running two-node gang on on-demand, halfway, with a deadline far enough off that the policy goes back to
-    spot at its next look; the one zone it knows."""
+def spot_gang_short_of_time() -> tuple[Job, SpotView]:
+    """A running two-node gang on spot, halfway (49 minutes of work left), whose 55-minute deadline now needs
+    on-demand at the policy's next look (a loss without notice would take 20 steps, ~10 minutes, with it); the one
+    zone it knows."""
     job = running_gang()
-    attempts = [
-        a.model_copy(update={"market": "on-demand", "launched_at": NOW - timedelta(minutes=50)}) for a in job.attempts
-    ]
-    attempts = [a.model_copy(update={"started_at": NOW - timedelta(minutes=49)}) for a in attempts]
+    times = {"launched_at": NOW - timedelta(minutes=50), "started_at": NOW - timedelta(minutes=49)}
+    attempts = [a.model_copy(update=times) for a in job.attempts]
     job = job.model_copy(
         update={
             "attempts": attempts,
             "spot_policy": "deadline-aware",
-            "deadline": NOW + timedelta(hours=10),
+            "deadline": NOW + timedelta(minutes=55),
             "step": 100,
             "total_steps": 200,
             "tick": 1,
         }
     )
-    return job, SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
+    return job, replace(ZA, checkpoint_steps=20)
 
 
 def test_the_policys_switch_of_market_stops_every_node_and_relaunches_the_gang_from_their_checkpoint() -> None:
     # Before: the tick stopped only the last node, and once every node had stopped the gang ended STOPPED.
-    job, view = on_demand_gang_with_a_deadline()
+    job, view = spot_gang_short_of_time()
     switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=view)
-    assert switch is not None and switch.job.state is JobState.STOPPING and switch.job.switch_to == "spot"
+    assert switch is not None and switch.job.state is JobState.STOPPING and switch.job.switch_to == "on-demand"
     assert sorted(m.instance_id for m in of(switch.outbox, StopRunner)) == ["i-0", "i-1"]
     stopped = report(job, 2, Interrupted, node_rank=1, generation=1, reason="stop", step=100, uri="f:/100/")
     one = decide(switch.job, stopped, NOW, spot=view)
@@ -274,23 +275,23 @@ def test_the_policys_switch_of_market_stops_every_node_and_relaunches_the_gang_f
     both = decide(one.job, last, NOW, spot=view)
     assert both is not None and both.job.state is JobState.RECOVERING and both.job.switch_to is None
     [launch] = of(both.outbox, Launch)
-    assert (launch.market, launch.attempt) == ("spot", 3) and both.job.checkpoint is not None
+    assert (launch.market, launch.attempt) == ("on-demand", 3) and both.job.checkpoint is not None
     assert both.job.checkpoint.step == 100
 
 
 def test_a_node_that_fails_while_the_switch_stops_the_gang_relaunches_it_on_the_other_market_not_stopped() -> None:
     # Before: the failure ended the gang STOPPED (and gave up its placement group), so the move never happened.
-    job, view = on_demand_gang_with_a_deadline()
+    job, view = spot_gang_short_of_time()
     job = job.model_copy(update={"checkpoint": CheckpointRef(step=90, uri="f:/90/", at=NOW)})
     switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=view)
-    assert switch is not None and switch.job.switch_to == "spot"
+    assert switch is not None and switch.job.switch_to == "on-demand"
     crashed = report(job, 2, Failed, reason="the trainer crashed", exit_code=1)
     moved = decide(switch.job, crashed, NOW, spot=view)
     assert moved is not None and moved.job.state is JobState.RECOVERING and moved.job.failure is None
     assert sorted(m.instance_id for m in of(moved.outbox, Terminate)) == ["i-0", "i-1"]  # node 0's part is moot
     assert not of(moved.outbox, ReleaseGang)  # the gang goes on
     [launch] = of(moved.outbox, Launch)
-    assert (launch.market, launch.attempt) == ("spot", 3)
+    assert (launch.market, launch.attempt) == ("on-demand", 3)
     assert moved.job.checkpoint is not None and moved.job.checkpoint.step == 90  # restored from what was committed
     # A person's stop that meets a failure still ends the gang, placement group and all.
     stopping = stop_command(job, "console:ana", NOW)
@@ -316,8 +317,6 @@ def test_the_policy_prices_a_gang_at_every_node() -> None:
     assert stop is not None and stop.job.state is JobState.STOPPING
     assert sorted(m.instance_id for m in of(stop.outbox, StopRunner)) == ["i-0", "i-1"]
 
-
-ZA = SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
 
 
 def test_a_gang_that_waited_for_spot_launches_node_0_first_at_the_policys_tick() -> None:

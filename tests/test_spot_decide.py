@@ -230,22 +230,28 @@ def test_on_demand_with_slack_goes_back_to_spot_launching_ahead_and_handing_over
     assert running.history["downtime"] == 120.0  # from the on-demand attempt's checkpoint (its report at NOW)
 
 
-def test_where_the_cloud_cannot_launch_ahead_on_demand_goes_back_to_spot_through_a_checkpoint_first() -> None:
-    # A group mode (one Auto Scaling or ESS group per job) would end the current instance to start the next.
-    groups = replace(ONE_ZONE, launches_ahead=False)
-    job = measured(market="on-demand", deadline=timedelta(hours=10))
+def test_where_the_cloud_cannot_launch_ahead_a_switch_goes_through_a_checkpoint_first_and_never_back_blind() -> None:
+    # A group mode (one Auto Scaling or ESS group per job) would end the current instance to start the next: a switch
+    # stops first, so a return to a zone the bot cannot see into would cost a start-up when refused. On-demand with
+    # slack to spare, the job stays there (greedy's rule); spot short of time moves to on-demand through a checkpoint.
+    groups = replace(ONE_ZONE, launches_ahead=False, checkpoint_steps=20)
+    calm = measured(market="on-demand", deadline=timedelta(hours=10))
+    stays = decide(calm, PolicyTick(job_id=calm.id, tick=1, due=NOW), NOW, spot=groups)
+    assert stays.job.state is JobState.RUNNING and "launch" not in effect_types(stays)
+    assert stays.history["policy"] == "on-demand"
+    job = measured(market="spot", deadline=timedelta(minutes=55))
     switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=groups)
-    assert switch.job.state is JobState.STOPPING and switch.job.switch_to == "spot" and switch.job.standby is None
+    assert switch.job.state is JobState.STOPPING and switch.job.switch_to == "on-demand" and switch.job.standby is None
     assert effect(switch, "stop-runner")["instance_id"] == "i-1" and "launch" not in effect_types(switch)
     said = [item for item in dumped(switch) if note_type(item) == "spot-policy"]
-    assert [item["note"]["reason"] for item in said] == ["spot-policy.spot.back"]
+    assert [item["note"]["reason"] for item in said] == ["spot-policy.on-demand.deadline"]
     saved = decide(switch.job, interrupted(switch.job), NOW, spot=groups)
     assert saved.job.state is JobState.RECOVERING and saved.job.switch_to is None
     launch = effect(saved, "launch")
-    assert (launch["market"], launch["zone"], launch["attempt"]) == ("spot", "zone-a", 2)
-    # And the policy bets on the zone as a gang does: a refusal there would cost a new on-demand start-up.
+    assert (launch["market"], launch["attempt"]) == ("on-demand", 2)
     grouped, ahead = live_situation_of(job, groups), live_situation_of(job, ONE_ZONE)
     assert grouped is not None and ahead is not None and not grouped.switch_ahead and ahead.switch_ahead
+    assert not grouped.told and not ahead.told  # the live bot learns where spot is by launching there
 
 
 def live_situation_of(job: Job, view: SpotView) -> Situation | None:
@@ -508,11 +514,13 @@ def test_a_runner_that_fails_while_the_switch_stops_it_leaves_the_job_going_on_t
     handed = decide(ready.job, ReportReceived(report=crashed), NOW, spot=ONE_ZONE)
     assert handed.job.state is JobState.RECOVERING and handed.job.failure is None
     assert effect(handed, "hand-over")["attempt"] == 2 and effect(handed, "terminate")["instance_id"] == "i-1"
-    # Where the cloud cannot launch ahead: the relaunch on spot, as after the checkpoint.
-    groups = replace(ONE_ZONE, launches_ahead=False)
-    switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=groups)
+    # Where the cloud cannot launch ahead (spot short of time, to on-demand): the relaunch, as after the checkpoint.
+    groups = replace(ONE_ZONE, launches_ahead=False, checkpoint_steps=20)
+    short = measured(market="spot", deadline=timedelta(minutes=55))
+    switch = decide(short, PolicyTick(job_id=short.id, tick=1, due=NOW), NOW, spot=groups)
+    assert switch.job.switch_to == "on-demand"
     relaunched = decide(switch.job, ReportReceived(report=crashed), NOW, spot=groups)
-    assert relaunched.job.state is JobState.RECOVERING and effect(relaunched, "launch")["market"] == "spot"
+    assert relaunched.job.state is JobState.RECOVERING and effect(relaunched, "launch")["market"] == "on-demand"
     # A person's stop that meets a failure still ends the job.
     stopping = stop_command(job, "console:ana", NOW)
     assert decide(stopping.job, ReportReceived(report=crashed), NOW, spot=ONE_ZONE).job.state is JobState.STOPPED

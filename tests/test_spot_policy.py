@@ -150,22 +150,23 @@ def test_it_goes_back_from_on_demand_to_spot_when_that_is_safe() -> None:
     assert deadline_aware(tight).action == "on-demand"
 
 
-def test_live_it_leaves_on_demand_for_a_zone_not_known_to_have_spot_only_when_that_pays_on_average() -> None:
-    # The live bot does not know whether a zone has spot, and stops on-demand before the spot launch: a refusal
-    # costs a new on-demand start-up (1 h at $3). The rest on spot saves 4 h × $3 − 5 h × $1 = $7. At a 25 %
-    # chance of spot: 0.25 × 7 = 1.75 < 0.75 × 3 = 2.25, it stays; at 40 %: 2.8 ≥ 1.8, it goes.
-    on_demand_now = {"holding": Holding("on-demand"), "time_left_s": 12 * HOUR}
-    unknown = (ZoneView("zone-a", None, 0.25),)
-    assert deadline_aware(situation(zones=unknown, **on_demand_now)).action == "on-demand"
-    likelier = (ZoneView("zone-a", None, 0.4),)
-    assert deadline_aware(situation(zones=likelier, **on_demand_now)).action == "spot"
-    # Known to have spot (the simulator's view, or the bot's own instance there): back, whatever its share.
-    known = (ZoneView("zone-a", True, 0.25),)
-    assert deadline_aware(situation(zones=known, **on_demand_now)).reason.key == "spot-policy.spot.back"
-    # No signal at all: an even chance (0.5 × 7 ≥ 0.5 × 3).
-    assert deadline_aware(situation(zones=(ZoneView("zone-a"),), **on_demand_now)).action == "spot"
-    # One node launches spot ahead of the switch, so a refusal costs nothing: back even at a 25 % chance.
+def test_live_a_job_whose_switch_stops_first_keeps_greedys_rules_one_that_launches_ahead_its_own() -> None:
+    # The live bot learns whether a zone has spot only by launching there. Where its switch stops first (a gang, a
+    # group mode), a return that finds no spot costs a start-up: the policy never leaves on-demand for a zone not
+    # known to have spot, nor leaves spot early for on-demand, as greedy. Launching ahead (one node), it keeps its
+    # own rules: back to spot at once.
+    on_demand_now = {"holding": Holding("on-demand"), "time_left_s": 12 * HOUR, "told": False}
+    unknown = (ZoneView("zone-a", None, 0.9),)
+    stays = deadline_aware(situation(zones=unknown, **on_demand_now))
+    assert stays == greedy(situation(zones=unknown, **on_demand_now)) and stays.action == "on-demand"
     assert deadline_aware(situation(zones=unknown, switch_ahead=True, **on_demand_now)).action == "spot"
+    # No spot, slack of many restarts, behind an even pace: its own rules leave spot early, greedy's wait.
+    early = {**RESERVE, "zones": zones(False, share=0.0), "told": False}
+    assert deadline_aware(situation(**early)).action == "wait"
+    assert deadline_aware(situation(**{**early, "switch_ahead": True})).action == "on-demand"
+    # Told where spot is (the simulator's view), a return is never refused: its own rules.
+    told = {**on_demand_now, "told": True}
+    assert deadline_aware(situation(zones=(ZoneView("zone-a", True, 0.25),), **told)).action == "spot"
 
 
 def test_a_budget_that_would_be_exceeded_stops_the_job() -> None:

@@ -223,6 +223,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                 spent=float(cost),
                 budget=run.budget,
                 switch_ahead=run.nodes == 1,
+                told=not run.live,
             )
             choice = policy(situation)
             z = _index(run, choice.zone) if choice.action == "spot" and choice.zone is not None else -1
