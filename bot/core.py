@@ -461,7 +461,7 @@ class Bot:
             on_demand_price=on_demand_price,
             period=timedelta(seconds=self.policy.spot.tick_seconds),
             scores=scores,
-            restart_s=await self.store.restart_estimate(recipe.name, types),
+            restart_s=await self.store.restart_estimate(recipe.name, types, nodes),
             launches_ahead=launches_ahead(self.cloud),
         )
         self._views[(recipe.name, nodes)] = (time.monotonic(), view)

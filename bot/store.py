@@ -633,22 +633,25 @@ class JobStore:
     # Restart overheads measured per (recipe, instance type) ------------------------------------------------------
 
     async def record_restart(self, job: Job) -> None:
-        """Fold the current attempt's measured restart overhead into its (recipe, instance type) estimate, once."""
+        """Fold the current attempt's measured restart overhead into its (recipe, instance type, nodes) estimate,
+        once."""
         current = job.current
         measured = attempt_restart_s(current) if current is not None else None
         if current is None or measured is None or current.instance_type is None:
             return
         if not await self.claim_once(self.keys.restart_measured(job.id, current.number)):
             return
-        field = f"{job.recipe}|{current.instance_type}"
+        field = _restart_field(job.recipe, current.instance_type, job.nodes)
         previous = await self.redis.hget(self.keys.restarts, field)
         await self.redis.hset(self.keys.restarts, field, str(blend(float(previous) if previous else None, measured)))
 
-    async def restart_estimate(self, recipe: str, instance_types: Sequence[str]) -> float | None:
-        """The restart overhead earlier jobs of ``recipe`` measured: on the first of its types that has one."""
+    async def restart_estimate(self, recipe: str, instance_types: Sequence[str], nodes: int = 1) -> float | None:
+        """The restart overhead earlier jobs of ``recipe`` of as many ``nodes`` measured: on the first of its types
+        that has one."""
         if not instance_types:
             return None
-        values = await self.redis.hmget(self.keys.restarts, [f"{recipe}|{kind}" for kind in instance_types])
+        fields = [_restart_field(recipe, kind, nodes) for kind in instance_types]
+        values = await self.redis.hmget(self.keys.restarts, fields)
         return next((float(value) for value in values if value is not None), None)
 
     # Once-only markers and the audit trail ----------------------------------------------------------------------
@@ -720,3 +723,9 @@ def _json(value: Any) -> str:
 async def _backoff(attempt: int) -> None:
     """A short, fully jittered pause so writers racing on one job do not collide again in lockstep."""
     await asyncio.sleep(backoff(attempt + 1, base=0.002, cap=0.02, jitter=1.0))
+
+
+def _restart_field(recipe: str, instance_type: str, nodes: int) -> str:
+    """The restart estimate's field: a gang's nodes start together (node 0 first, then the world's rendezvous), so a
+    gang of N keeps its own; one node's keeps the spelling it always had."""
+    return f"{recipe}|{instance_type}" if nodes <= 1 else f"{recipe}|{instance_type}|{nodes}"

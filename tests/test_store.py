@@ -588,3 +588,21 @@ async def test_a_run_for_a_missing_job_writes_nothing(store: JobStore) -> None:
 
     assert applied == [Applied(missing=True), Applied(missing=True)]
     assert await store.redis.exists(store.keys.dedup("ev-1")) == 0
+
+
+async def test_a_gangs_restart_is_kept_apart_from_one_nodes_of_the_same_recipe_and_type(store: JobStore) -> None:
+    # Before: a gang node's restart (node 0 first, then the world's rendezvous) went into the one-node estimate of
+    # its recipe and type, so one-node jobs planned with a gang's start-up, and a new gang with one node's.
+    def measured(job_id: str, nodes: int, seconds: float) -> Job:
+        launched = utcnow()
+        first = launched + timedelta(seconds=seconds)
+        attempt = Attempt(number=1, instance_type="g5.xlarge", launched_at=launched, first_step_at=first)
+        return new_job(job_id=job_id).model_copy(update={"attempts": [attempt], "nodes": nodes})
+
+    await store.record_restart(measured("ft-gang1", 4, 600.0))
+    assert await store.restart_estimate("tiny", ["g5.xlarge"], nodes=4) == 600.0
+    assert await store.restart_estimate("tiny", ["g5.xlarge"]) is None
+    await store.record_restart(measured("ft-one1", 1, 90.0))
+    assert await store.restart_estimate("tiny", ["g5.xlarge"]) == 90.0
+    assert await store.restart_estimate("tiny", ["g5.xlarge"], nodes=4) == 600.0
+    assert await store.restart_estimate("tiny", ["g5.xlarge"], nodes=2) is None  # a gang of another size: its own
