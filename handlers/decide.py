@@ -968,7 +968,8 @@ def _ahead(job: Job, standby: Attempt, message: BusMessage, now: datetime, limit
     if isinstance(message, CloudEvent) and message.instance_id == standby.instance_id:
         if message.kind == "rebalance":
             return _ignored(job, "cloud:rebalance", f"attempt {standby.number} only waits for its hand-over")
-        return _give_up_standby(job, now, {"event": f"cloud:{message.kind}", **fields, "instance": message.instance_id})
+        gone = {"event": f"cloud:{message.kind}", **fields, "instance": message.instance_id}
+        return _give_up_standby(_spot_lost(job, standby, now), now, gone)
     return None
 
 
@@ -991,9 +992,17 @@ def _ahead_report(job: Job, standby: Attempt, report: RunnerReport, now: datetim
             outbox.append(_note(job, "thread", SpotPolicyNote(reason=job.plan.reason, values=dict(job.plan.values))))
         history = {"event": "standby", **fields, "switch": standby.market}
         return _change(breaking, JobState.STOPPING, now, history, outbox)
-    if isinstance(report, Interrupted | Failed) or (isinstance(report, Notice) and report.kind == "spot-interruption"):
+    if isinstance(report, Interrupted) or (isinstance(report, Notice) and report.kind == "spot-interruption"):
+        return _give_up_standby(_spot_lost(job, standby, now), now, {"event": f"report:{report.type}", **fields})
+    if isinstance(report, Failed):
         return _give_up_standby(job, now, {"event": f"report:{report.type}", **fields})
     return _ignored(job, f"report:{report.type}", f"from attempt {standby.number}, which waits for its hand-over")
+
+
+def _spot_lost(job: Job, standby: Attempt, now: datetime) -> Job:
+    """``job`` with the zone of its spot instance launched ahead, which the cloud just took, out for the cool-down
+    (as a reclaim of the current attempt's is): the next look does not launch there again at once."""
+    return refused(job, standby.zone, now) if standby.market == "spot" and standby.zone else job
 
 
 def _give_up_standby(job: Job, now: datetime, history: dict[str, Any], outbox: Sequence[Message] = ()) -> Change:

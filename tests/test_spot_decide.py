@@ -320,6 +320,14 @@ def test_an_instance_launched_ahead_that_is_reclaimed_or_never_stands_by_is_give
     reclaimed = decide(up.job, gone, NOW, spot=ONE_ZONE)
     assert reclaimed.job.state is JobState.RUNNING and reclaimed.job.standby is None
     assert effect(reclaimed, "terminate")["instance_id"] == "i-2" and reclaimed.job.current == job.current
+    # Its zone is out for the cool-down, as after a reclaim of the current attempt: the next look launches nothing
+    # there at once (before, it launched ahead into the zone that had just taken its instance).
+    assert reclaimed.job.refused_zones == {"zone-a": NOW}
+    look = decide(reclaimed.job, PolicyTick(job_id=job.id, tick=reclaimed.job.tick, due=NOW), NOW, spot=ONE_ZONE)
+    assert "launch" not in effect_types(look) and look.job.standby is None
+    crashed = Failed(job_id=job.id, attempt=2, reason="the runner crashed", exit_code=1, time=NOW)
+    failed = decide(up.job, ReportReceived(report=crashed), NOW, spot=ONE_ZONE)  # not spot's doing: no cool-down
+    assert failed.job.standby is None and failed.job.refused_zones == {}
 
     silent = decide(up.job, StartDeadline(job_id=job.id, attempt=2, due=NOW), NOW, spot=ONE_ZONE)
     assert silent.job.standby is None and effect(silent, "terminate")["instance_id"] == "i-2"

@@ -390,3 +390,19 @@ def test_live_a_one_node_switch_trains_on_the_old_instance_through_the_new_ones_
 
     moved = simulate(taken, away_at_four)
     assert (moved.spot_ticks, moved.on_demand_ticks, moved.finish, moved.preemptions) == (5, 6, 10, 0)
+
+
+def test_live_a_spot_instance_launched_ahead_and_reclaimed_while_it_starts_leaves_the_old_one_training() -> None:
+    # On-demand from t0, back to spot at t4; zone-a loses spot at t5, during the spot start-up. The bot gives up its
+    # launch ahead and the on-demand instance trains on: no new on-demand start-up, zone-a out for the cool-down.
+    run = replace(hourly_run([[1] * 5 + [0] * 15], work=5, deadline=20, overhead=3), live=True)
+
+    def back_at_four(s: Situation) -> Choice:
+        if s.elapsed_s >= 4 * 3600 and s.zones[0].available is not False:
+            return Choice("spot", "zone-a", SCRIPTED)
+        return Choice("on-demand", None, SCRIPTED)
+
+    outcome = simulate(run, back_at_four)
+    assert (outcome.on_demand_ticks, outcome.spot_ticks, outcome.finish) == (8, 1, 8)
+    assert outcome.preemptions == 1 and outcome.refusals == 2  # then refused at t6 and t7, free
+    assert [c.action for c in outcome.choices][4:6] == ["spot", "on-demand"]  # t5: out for the cool-down

@@ -39,8 +39,9 @@ tries again at the next tick; a gang, which the bot still switches by stopping f
 pays for new ones. A one-node switch that succeeds is the bot's make-before-break too: through every start-up tick
 of the new instance but the last, the old one (on-demand, or spot while its zone has spot) trains on and both
 bill; the last pays the checkpoint and the restore (the new one bills, nothing trains). A start-up of one tick has
-no overlap. The offline optimum is of the model without launches ahead, so a live run can cost less than the same
-policy told everything.
+no overlap. A spot instance launched ahead that is reclaimed while it starts is given up: the old one trains on,
+with no start-up of its own, and the zone is out for the cool-down. The offline optimum is of the model without
+launches ahead, so a live run can cost less than the same policy told everything.
 """
 
 from __future__ import annotations
@@ -169,6 +170,12 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
         available = [t < len(zone.counts) and zone.counts[t] >= run.nodes for zone in run.zones]
         holding = NOTHING
         event: Event = "launch" if t == run.start else "tick"
+        if previous is not None and ahead_of is not None and not _up(run, previous, available):
+            # Live: the instance launched ahead was reclaimed while it started; the old one trains on (the bot gives
+            # up its launch ahead), and the zone is without spot for the cool-down.
+            out.preemptions += 1
+            lost_until[_index(run, previous[1])] = t + cooldown
+            previous, ahead_of, starting = ahead_of, None, 0
         if previous is not None:
             market, zone_name = previous
             if market == "spot" and not available[_index(run, zone_name)]:
