@@ -630,7 +630,7 @@ class JobStore:
             return self.keys.created_in(part)
         return self.keys.channel_jobs(job.chat.platform, job.chat.channel, part)
 
-    # Restart overheads measured per (recipe, instance type) ------------------------------------------------------
+    # Restart overheads measured per (recipe, instance type, nodes) -----------------------------------------------
 
     async def record_restart(self, job: Job) -> None:
         """Fold the current attempt's measured restart overhead into its (recipe, instance type, nodes) estimate,
