@@ -48,7 +48,7 @@ from handlers.reports import (
 )
 from handlers.restart import earlier_first_step, job_restart_s
 from handlers.spot import SpotView, managed
-from handlers.spot.gang import GangHold, wait_or_move
+from handlers.spot.gang import GangHold, short_of_slack, wait_or_move
 from handlers.spot.gang_reasons import WORDING
 from handlers.spot.situation import lost_zones
 from handlers.spot.steer import refused
@@ -176,7 +176,8 @@ def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecy
         if job.held_since is not None:  # still refused after a wait: the pending hold timer decides again
             return d._make(held, history, [])
         slack = _slack_s(job, now)
-        if slack is not None and slack < limits.gang_hold_seconds + (job.restart_seconds or DEFAULT_RESTART_SECONDS):
+        restart = job.restart_seconds or DEFAULT_RESTART_SECONDS
+        if slack is not None and short_of_slack(slack, limits.gang_hold_seconds, restart):
             # A hold would spend the slack a move needs (wait_or_move's bound, applied before the first hold too).
             moving = {**history, "choice": "move", "slack": round(slack, 1)}
             return _move(job, attempt, zone, 0.0, now, moving, limits, spot if managed(job) else None)

@@ -29,6 +29,12 @@ class GangHold:
     slack_seconds: float | None = None  # time to the deadline less the work left; None: no deadline
 
 
+def short_of_slack(slack_s: float | None, hold_s: float, move_s: float) -> bool:
+    """Whether the deadline's slack (None: no deadline) would not cover one more hold and then a move: the gang must
+    move now, where the spot authority can still put it on-demand in time."""
+    return slack_s is not None and slack_s < hold_s + move_s
+
+
 def wait_or_move(hold: GangHold) -> GangMove:
     """``move`` when the gang's expected cost of waiting one more hold exceeds that of moving now.
 
@@ -44,7 +50,7 @@ def wait_or_move(hold: GangHold) -> GangMove:
     """
     if hold.survivors <= 0:
         return "move"
-    if hold.slack_seconds is not None and hold.slack_seconds < hold.hold_seconds + hold.move_seconds:
+    if short_of_slack(hold.slack_seconds, hold.hold_seconds, hold.move_seconds):
         return "move"
     hold_h = hold.hold_seconds / 3600
     replace_h = hold.replace_seconds / 3600

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from handlers.jobs import Market
-from handlers.spot.gang import GangHold, wait_or_move
+from handlers.spot.gang import GangHold, short_of_slack, wait_or_move
 from handlers.spot.rules import NOTHING, Choice, Event, Holding, Situation, SpotPolicy, ZoneView
 
 # How far back a zone's availability share looks (the policy's "recent availability"), in hours.
@@ -189,7 +189,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                     slack = (run.deadline - (t - run.start) - (run.work - progress)) * gap
                     # At each hold's end, and at any tick once the deadline's slack is short: a hold never spends
                     # the slack a move would need (the bot's hold timer should be cut short the same way).
-                    pressed = slack < (run.hold + run.overhead) * gap
+                    pressed = short_of_slack(slack, run.hold * gap, run.overhead * gap)
                     decide = pressed or (waited > 0 and waited % run.hold == 0)
                     share = _share(prefix[z], t, window)
                     if not decide or _gang_choice(run, survivors, waited, share, slack) == "wait":
@@ -263,7 +263,8 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
             ahead_of = previous if _launches_ahead(run, previous, held, available) else None
         if ahead_of is not None and (starting <= 1 or not _up(run, ahead_of, available)):
             ahead_of = None  # the checkpoint and the restore (or the old instance was taken: the new one goes on)
-        for market in (held[0], *([ahead_of[0]] if ahead_of is not None else [])):
+        billed = [held[0]] if ahead_of is None else [held[0], ahead_of[0]]  # launched ahead: both bill
+        for market in billed:
             if market == "spot":
                 out.spot_ticks += 1
                 cost += h * _exact(run.spot_price)
