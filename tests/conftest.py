@@ -11,15 +11,18 @@ import pytest
 
 from tests import cpu_log
 from tests.gang_reference import ADAPTER, GANG_STEPS, two_node_adapter
-from tests.markers import assign_kinds, guard_unit_tests
+from tests.markers import assign_kinds, fill_process_caches, guard_unit_tests
 from tests.runner_harness import made_once, run_tiny_directly
 from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """``FINETUNE_TEST_CPU_LOG=<dir>``: log each test's CPU, its subprocesses' included (tests/cpu_log.py)."""
+    """``FINETUNE_TEST_CPU_LOG=<dir>``: log each test's CPU, its subprocesses' included (tests/cpu_log.py); the
+    machine's one-time caches filled before xdist starts its workers (tests/markers.py)."""
     cpu_log.register(config)
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        fill_process_caches()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

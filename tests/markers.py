@@ -159,3 +159,15 @@ def guard_unit_tests(item: pytest.Item) -> Iterator[None]:
             f"{item.nodeid} is classified unit but started something real ({'; '.join(_guard.caught[:3])}): mark it"
             " pytest.mark.scenario, or name what starts it in tests/markers.py"
         )
+
+
+def fill_process_caches() -> None:
+    """Fill, before any test is guarded, the caches a library fills once per machine by running a program, so no
+    ``unit`` test is blamed for it: matplotlib lists the fonts with ``fc-list`` the first time it is imported on a
+    machine (a chart test on a fresh clone did, and failed the guard). Called by the controller alone, so xdist's
+    workers find the cache and pay nothing."""
+    try:
+        from matplotlib import font_manager  # noqa: F401  (its import builds the cache)
+    except ImportError:  # a checkout without the bot's extra draws no chart
+        return
+
