@@ -111,3 +111,32 @@ def test_nothing_to_decide_on_before_a_step_is_measured() -> None:
         fresh, NOW, "launch", deadline=None, budget=None, zones=["a"], spot_price=1, on_demand_price=3, period=NOW - T0
     )
     assert unmeasured is None
+
+
+def test_the_zone_of_the_jobs_own_spot_instance_has_spot_as_the_simulator_says() -> None:
+    """The bot's view of the zones is the simulator's ``live`` one: spot where its spot instance runs (its launch
+    found spot there), none where a launch was just refused, nothing known of the others."""
+    running = Attempt(
+        number=2,
+        instance_id="i-2",
+        zone="zone-b",
+        market="spot",
+        launched_at=T0 + timedelta(hours=2, minutes=6),
+        started_at=T0 + timedelta(hours=2, minutes=7),
+    )
+    job = interrupted_job()
+    job = job.model_copy(update={"attempts": [job.attempts[0], running], "state": JobState.RUNNING})
+    s = live_situation(
+        job,
+        NOW,
+        "tick",
+        deadline=NOW + timedelta(hours=12),
+        budget=None,
+        zones=["zone-a", "zone-b", "zone-c"],
+        refused={"zone-c": NOW - timedelta(minutes=1)},
+        spot_price=1.0,
+        on_demand_price=3.0,
+        period=timedelta(minutes=5),
+    )
+    assert s is not None and s.holding.market == "spot" and s.holding.zone == "zone-b"
+    assert [(z.name, z.available) for z in s.zones] == [("zone-a", False), ("zone-b", True), ("zone-c", False)]

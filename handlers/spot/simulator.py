@@ -53,6 +53,7 @@ from fractions import Fraction
 from handlers.jobs import Market
 from handlers.spot.gang import GangHold, short_of_slack, wait_or_move
 from handlers.spot.rules import NOTHING, Choice, Event, Holding, Situation, SpotPolicy, ZoneView
+from handlers.spot.situation import zone_view
 
 # How far back a zone's availability share looks (the policy's "recent availability"), in hours.
 AVAILABILITY_WINDOW_HOURS = 24
@@ -210,7 +211,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                 holding = Holding(market, zone_name, starting * gap)
         while True:
             views = tuple(
-                _live_view(zone.name, holding, t < lost_until[i], _share(prefix[i], t, window))
+                zone_view(zone.name, holding, t < lost_until[i], _share(prefix[i], t, window))
                 if run.live
                 else ZoneView(zone.name, available[i], _share(prefix[i], t, window), _age(ages[i], t, gap))
                 for i, zone in enumerate(run.zones)
@@ -296,14 +297,6 @@ def _up(run: Run, instance: tuple[Market, str | None], available: list[bool]) ->
     """Whether an instance held on (market, zone) is still there this tick: on-demand always, spot while its zone has
     spot."""
     return instance[0] == "on-demand" or available[_index(run, instance[1])]
-
-
-def _live_view(name: str, holding: Holding, lost: bool, share: float) -> ZoneView:
-    """A zone as the bot knows it: with spot where its spot instance runs, without it for the cool-down after a
-    refusal or a reclaim, else unknown; the share of recent spot as its placement score; no age."""
-    if holding.market == "spot" and holding.zone == name:
-        return ZoneView(name, True, share)
-    return ZoneView(name, False if lost else None, share)
 
 
 def _count(zone: Zone, t: int) -> int:

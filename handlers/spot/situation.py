@@ -78,7 +78,8 @@ def live_situation(
     done = job.step or 0
     restart = _measured_restart(job) or known_restart or DEFAULT_RESTART.total_seconds()
     lost = lost_zones(job, now, refused or {}, period)
-    views = tuple(ZoneView(zone, False if zone in lost else None, (scores or {}).get(zone)) for zone in zones)
+    holding = _holding(job, now, restart)
+    views = tuple(zone_view(zone, holding, zone in lost, (scores or {}).get(zone)) for zone in zones)
     return Situation(
         event=event,
         work_left_s=max(job.total_steps - done, 0) * per_step,
@@ -88,7 +89,7 @@ def live_situation(
         restart_s=restart,
         period_s=period.total_seconds(),
         checkpoint_interval_s=(checkpoint_steps or 0) * per_step,
-        holding=_holding(job, now, restart),
+        holding=holding,
         zones=views,
         spot_price=spot_price * job.nodes,
         on_demand_price=on_demand_price * job.nodes,
@@ -96,6 +97,15 @@ def live_situation(
         budget=budget,
         switch_ahead=job.nodes == 1 and launches_ahead,  # handlers/decide.py: one node's next instance goes first
     )
+
+
+def zone_view(zone: str, holding: Holding, lost: bool, score: float | None) -> ZoneView:
+    """A zone as the bot knows it: with spot where its spot instance runs (or starts: its launch found spot), without
+    for the cool-down after a refusal or a reclaim, else unknown until a launch there tries it. The simulator's
+    ``live`` runs see the zones through this too."""
+    if lost:
+        return ZoneView(zone, False, score)
+    return ZoneView(zone, True if holding.market == "spot" and holding.zone == zone else None, score)
 
 
 def projection(s: Situation, choice: Choice, now: datetime) -> Projection:
