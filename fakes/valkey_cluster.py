@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -22,14 +21,10 @@ from typing import Any
 
 import redis
 
+from fakes.ports import free_port
+
 SLOTS = 16384
 PRIMARIES = 3
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -45,7 +40,11 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> No
 
 
 def _answers(node: Node) -> bool:
-    return bool(node.client().ping())
+    """The node's own process answers on its port (one that died at its start fails at once, with its log's word)."""
+    if not node.alive():
+        lines = (node.directory / "valkey.log").read_text(errors="replace").strip().splitlines()
+        raise RuntimeError(f"Valkey node on port {node.port} exited at its start: {lines[-1] if lines else '?'}")
+    return int(node.client().info("server")["process_id"]) == node.process.pid
 
 
 def _replicates(replica: Node, primary: Node) -> bool:
@@ -99,7 +98,7 @@ class ValkeyCluster:
         for index in range(PRIMARIES * 2):
             directory = self.root / f"node{index}"
             directory.mkdir(parents=True, exist_ok=True)
-            port, bus_port = _free_port(), _free_port()
+            port, bus_port = free_port(), free_port()
             args = [
                 str(binary),
                 "--port", str(port),

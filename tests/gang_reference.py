@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from fakes.ports import free_port
+
 ADAPTER = "adapter_model.safetensors"
 # The training of every gang test that is compared with the reference (conftest's ``two_node_reference``).
 GANG_STEPS = ["--max-steps", "16", "--save-steps", "5"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def two_node_adapter(root: Path, arguments: list[str]) -> bytes:

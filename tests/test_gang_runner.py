@@ -23,8 +23,9 @@ import boto3
 import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
+from fakes.ports import free_port
 from handlers.spec import Gang, RegroupControl, dump_control, node_control_key
-from tests.gang_reference import ADAPTER, GANG_STEPS, free_port
+from tests.gang_reference import ADAPTER, GANG_STEPS
 from tests.runner_harness import (
     of_type,
     progress_steps,
