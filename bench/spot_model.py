@@ -35,12 +35,12 @@ def fitted(root: Path) -> tuple[Model, Model]:
     return fit(one), fit(every)
 
 
-def one_zone_stretches(date: Date, last: int | None = None) -> Outlook:
-    """The stretches of each zone of ``date`` alone, over its first ``last`` ticks (None: its whole trace)."""
+def one_zone_stretches(date: Date, last: int | None = None, first: int = 0) -> Outlook:
+    """The stretches of each zone of ``date`` alone, over its ticks ``first`` to ``last`` (None: its trace's end)."""
     out = Outlook()
     for zone in date.zones:
         up = [count >= date.nodes for count in zone.counts]
-        out = _joined(out, history_of([up], 0, len(up) if last is None else last, date.gap_seconds))
+        out = _joined(out, history_of([up], first, len(up) if last is None else last, date.gap_seconds))
     return out
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from handlers.spot.learned import ANY_ZONE, ONE_ZONE
-from handlers.spot.outlook import Model
+from handlers.spot.outlook import Model, fit
 from handlers.spot.program import LATE, transitions
 from handlers.spot.rules import POLICIES, SpotPolicy
 from handlers.spot.simulator import simulate
@@ -169,18 +169,23 @@ def test_the_draws_spend_the_chains_long_run_share_of_time_with_spot() -> None:
 
 
 @pytest.mark.unit
-def test_with_the_traces_each_date_not_tuned_on_gets_its_own_one_zone_chain_at_its_own_tick() -> None:
+def test_with_the_traces_each_date_not_tuned_on_and_the_held_out_split_get_a_one_zone_chain_at_their_tick() -> None:
     bench = _bench()
     traces = ROOT / "bench" / "data" / "spot-traces"
     chains = bench.chains(195, traces)
     assert [(chain.name, chain.tick_s, chain.moves) for chain in chains] == [
         ("one zone", 195, False),
         ("any zone", 195, True),
+        ("held-out", 195, False),  # the tuning date's last half (its 32 s date is left out, as in the bench)
         ("aws-10-26-2022", 600, False),
         ("aws-08-27-2023", 300, False),
         ("aws-08-03-2023", 300, False),
     ]
     assert chains[0].model == replace(ONE_ZONE, move_share=0.0) and chains[1].model == ANY_ZONE
-    # Fitted on the date itself: not the tuning split's rates, and with no moves (one zone).
+    # Fitted on the date itself (the held-out part of the tuning date): not the tuning split's rates, and with no
+    # moves (one zone).
     assert all(chain.model.move_share == 0.0 and chain.model != chains[0].model for chain in chains[2:])
+    tuning_date = next(date for date in bench.load_dates(traces) if date.tuned_on and date.gap_seconds == 195)
+    whole = replace(fit(bench.one_zone_stretches(tuning_date)), move_share=0.0)
+    assert chains[2].model != whole  # the held-out part alone
     assert bench.chains(195) == chains[:2]
