@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import accumulate, groupby
 
 from handlers.jobs import Market
 from handlers.spot.gang import GangHold, short_of_slack, wait_or_move
@@ -151,8 +152,8 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     """Replay ``policy`` over ``run``, tick by tick, exactly as the module docstring says."""
     gap = run.gap_seconds
     window = max(1, round(AVAILABILITY_WINDOW_HOURS * 3600 / gap))
-    prefix = [_prefix_available(zone.counts, run.nodes) for zone in run.zones]
     up = [[count >= run.nodes for count in zone.counts] for zone in run.zones]
+    prefix = [_prefix_available(zone) for zone in up]
     ages = [_ages(zone) for zone in up]
     out = Outcome()
     previous: tuple[Market, str | None] | None = None
@@ -160,6 +161,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     progress = 0
     cost = Fraction(0)
     h = run.hours_per_tick
+    tick_price = {"spot": h * _exact(run.spot_price), "on-demand": h * _exact(run.on_demand_price)}  # a tick, exactly
     t = run.start
     end = run.end
     hold_since: int | None = None  # the tick a gang's hold began (replace-one), None while it is whole
@@ -195,7 +197,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                     share = _share(prefix[z], t, window)
                     if not decide or _gang_choice(run, survivors, waited, share, slack) == "wait":
                         out.survivor_node_ticks += survivors
-                        cost += survivors * h * _exact(run.spot_price) / run.nodes
+                        cost += survivors * tick_price["spot"] / run.nodes
                         t += 1
                         continue
                     out.moves += 1  # the survivors are released; the policy chooses as after a preemption
@@ -268,10 +270,9 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
         for market in billed:
             if market == "spot":
                 out.spot_ticks += 1
-                cost += h * _exact(run.spot_price)
             else:
                 out.on_demand_ticks += 1
-                cost += h * _exact(run.on_demand_price)
+            cost += tick_price[market]
         if starting > 0:
             starting -= 1
             progress += ahead_of is not None  # the old instance trains on while the new one boots
@@ -339,18 +340,18 @@ def _index(run: Run, zone_name: str | None) -> int:
     raise ValueError(f"the policy chose a zone this run does not have: {zone_name!r}")
 
 
-def _prefix_available(counts: Sequence[int], nodes: int) -> list[int]:
-    prefix = [0]
-    for count in counts:
-        prefix.append(prefix[-1] + (count >= nodes))
-    return prefix
+def _prefix_available(up: Sequence[bool]) -> list[int]:
+    """Per tick t, how many of the ticks before it had spot (``len(up) + 1`` entries). Every run reads its zones'
+    whole traces this way, so it is summed in C (itertools), not tick by tick."""
+    return list(accumulate(up, initial=0))
 
 
 def _ages(up: Sequence[bool]) -> list[int]:
-    """Per tick, the ticks before it that the zone was as it is then (with spot or without), without a break."""
+    """Per tick, the ticks before it that the zone was as it is then (with spot or without), without a break: each
+    stretch of equal ticks counts 0, 1, 2, … (built a stretch at a time, as above)."""
     out: list[int] = []
-    for t, is_up in enumerate(up):
-        out.append(out[-1] + 1 if t and up[t - 1] == is_up else 0)
+    for _, stretch in groupby(up):
+        out.extend(range(len(list(stretch))))
     return out
 
 
