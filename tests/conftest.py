@@ -11,7 +11,7 @@ import pytest
 
 from tests import cpu_log
 from tests.gang_reference import ADAPTER, GANG_STEPS, two_node_adapter
-from tests.markers import assign_kinds, fill_process_caches, guard_unit_tests
+from tests.markers import assign_kinds, fill_machine_caches, guard_unit_tests
 from tests.runner_harness import made_once, run_tiny_directly
 from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, moto_server, reset_moto
@@ -22,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
     machine's one-time caches filled before xdist starts its workers (tests/markers.py)."""
     cpu_log.register(config)
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
-        fill_process_caches()
+        fill_machine_caches()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

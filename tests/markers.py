@@ -161,7 +161,7 @@ def guard_unit_tests(item: pytest.Item) -> Iterator[None]:
         )
 
 
-def fill_process_caches() -> None:
+def fill_machine_caches() -> None:
     """Fill, before any test is guarded, the caches a library fills once per machine by running a program, so no
     ``unit`` test is blamed for it: matplotlib lists the fonts with ``fc-list`` the first time it is imported on a
     machine (a chart test on a fresh clone did, and failed the guard). Called by the controller alone, so xdist's
@@ -170,4 +170,3 @@ def fill_process_caches() -> None:
         from matplotlib import font_manager  # noqa: F401  (its import builds the cache)
     except ImportError:  # a checkout without the bot's extra draws no chart
         return
-
