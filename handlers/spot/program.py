@@ -118,21 +118,19 @@ def _solve(key: Key, ticks: int, work: int, phases: int) -> np.ndarray:
 
         new_on_demand = _running(held, on_demand, restart, key.on_demand_cost)
         new_spot = np.where(up[:, None], _running(held, spot, restart, key.spot_cost), LATE)
-        wait = after[0]
-        nxt = np.empty_like(value)
-        for holding in range(1 + 2 * phases):
-            od = new_on_demand
-            if holding in on_demand:
-                od = _running(held, on_demand, holding - 1, key.on_demand_cost)
-            sp = new_spot
-            if holding in spot:
-                sp = np.where(up[:, None], _running(held, spot, holding - 1 - phases, key.spot_cost), LATE)
-            options = np.stack([wait, od, sp])
-            best = options.argmin(axis=0)
-            actions[left, holding] = best
-            nxt[holding] = np.take_along_axis(options, best[None], 0)[0]
-        nxt[:, :, 0] = 0.0
-        value = nxt
+        # Every holding's three options at once ([action, holding, state, work]): waiting is the same from any
+        # holding; an instance already held goes on in its phase, any other holding starts a new one.
+        options = np.empty((3, *value.shape))
+        options[0] = after[0]
+        options[1] = new_on_demand
+        options[2] = new_spot
+        for phase, holding in enumerate(on_demand):
+            options[1, holding] = _running(held, on_demand, phase, key.on_demand_cost)
+        for phase, holding in enumerate(spot):
+            options[2, holding] = np.where(up[:, None], _running(held, spot, phase, key.spot_cost), LATE)
+        actions[left] = options.argmin(axis=0)  # the first of equals: wait, then on-demand, then spot
+        value = options.min(axis=0)
+        value[:, :, 0] = 0.0
     return actions
 
 
