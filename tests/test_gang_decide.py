@@ -307,16 +307,14 @@ def test_the_policy_prices_a_gang_at_every_node() -> None:
     prices = {"price_per_hour": 0.3, "on_demand_price_per_hour": 1.0, "launched_at": NOW, "started_at": NOW}
     attempts = [a.model_copy(update=prices) for a in job.attempts]
     job = job.model_copy(update={"attempts": attempts, "step": 100, "total_steps": 200, "spot_policy": "greedy"})
-    view = SpotView(zones=("za",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
     later = NOW + timedelta(hours=1)
-    tick = decide(job.model_copy(update={"tick": 1}), PolicyTick(job_id=job.id, tick=1, due=later), later, spot=view)
+    tick = decide(job.model_copy(update={"tick": 1}), PolicyTick(job_id=job.id, tick=1, due=later), later, spot=ZA)
     assert tick is not None and tick.job.plan is not None and tick.job.plan.action == "spot"
     assert tick.job.plan.cost == 1.2 and job_cost(job, later).paid == 0.6
     budgeted = job.model_copy(update={"budget": 1.0, "spot_policy": "deadline-aware", "tick": 1})
-    stop = decide(budgeted, PolicyTick(job_id=job.id, tick=1, due=later), later, spot=view)
+    stop = decide(budgeted, PolicyTick(job_id=job.id, tick=1, due=later), later, spot=ZA)
     assert stop is not None and stop.job.state is JobState.STOPPING
     assert sorted(m.instance_id for m in of(stop.outbox, StopRunner)) == ["i-0", "i-1"]
-
 
 
 def test_a_gang_that_waited_for_spot_launches_node_0_first_at_the_policys_tick() -> None:

@@ -364,8 +364,6 @@ def test_live_a_refused_return_to_spot_costs_one_node_nothing_and_a_gang_a_new_o
     assert stopped.refusals == 1 and (stopped.on_demand_ticks, stopped.finish) == (5, 5)
 
 
-
-
 def test_live_a_one_node_switch_trains_on_the_old_instance_through_the_new_ones_start_up_but_its_last_tick() -> None:
     # On-demand from t0 (a 3-tick start-up), back to spot at t4: the bot launches spot ahead and on-demand trains on
     # through the spot start-up's first two ticks (both bill); the third pays the checkpoint and the restore.

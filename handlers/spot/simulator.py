@@ -170,7 +170,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     lost_until = [run.start] * len(run.zones)  # live: the tick from which a refused or reclaimed zone is unknown again
     ahead_of: tuple[Market, str | None] | None = None  # live: the instance that trains on while its successor starts
     while progress < run.work:
-        available = [t < len(zone.counts) and zone.counts[t] >= run.nodes for zone in run.zones]
+        available = [t < len(zone) and zone[t] for zone in up]
         holding = NOTHING
         event: Event = "launch" if t == run.start else "tick"
         if previous is not None and ahead_of is not None and not _up(run, previous, available):
