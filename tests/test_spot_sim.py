@@ -259,12 +259,22 @@ def test_the_overheads_table_puts_the_safe_optimum_between_the_optimum_and_the_p
     rng = random.Random(5)
     trace = {"metadata": {"gap_seconds": 3600}, "data": [rng.choice([0, 1, 1]) for _ in range(100)]}
     (folder / "us-east-1a_v100_1.json").write_text(json.dumps(trace))
-    assert bench.main(["--traces", str(tmp_path), "--split", "other-dates", "--starts", "2", "--overheads", "60"]) == 0
-    [row] = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("60 m")]
-    assert row[2:5] == ["other", "dates", "20"] and len(row) == 13, row
+    def row_of(*policy: str) -> list[str]:
+        argv = ["--traces", str(tmp_path), "--split", "other-dates", "--starts", "2", "--overheads", "60", *policy]
+        assert bench.main(argv) == 0
+        [row] = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("60 m")]
+        assert row[2:5] == ["other", "dates", "20"] and len(row) == 15, row
+        return row
+
+    row = row_of()
     policy, safe_over_optimum, policy_over_safe = float(row[5]), float(row[-2]), float(row[-1])
     assert 1.0 < safe_over_optimum <= policy and policy_over_safe >= 1.0, row  # this trace's optimum gambles
     assert safe_over_optimum * policy_over_safe == pytest.approx(policy, abs=0.2), row  # means of ratios, roughly
+    # The gap to greedy is taken run by run: its mean is the means' difference, its error the spread of the gaps.
+    for shown in (row, row_of("--policy", "on-demand")):
+        policy, greedy, gap, error = (float(shown[i].lstrip("±")) for i in (5, 8, 11, 12))
+        assert gap == pytest.approx(policy - greedy, abs=1e-3), shown
+    assert gap > 2 * error > 0.0, shown  # on-demand all the way: over greedy by far more than the draw's noise
 
 
 def gang_run(traces: list[list[int]], hold: int, replace: int | None = 1) -> Run:
