@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import random
 import sys
 from collections.abc import Callable, Iterator
@@ -189,3 +190,16 @@ def test_with_the_traces_each_date_not_tuned_on_and_the_held_out_split_get_a_one
     whole = replace(fit(bench.one_zone_stretches(tuning_date)), move_share=0.0)
     assert chains[2].model != whole  # the held-out part alone
     assert bench.chains(195) == chains[:2]
+
+
+@pytest.mark.unit
+def test_the_floor_is_printed_with_the_standard_error_of_its_mean_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    # Ratios 1.0, 1.2, 1.0, 1.2: mean 1.1, sample deviation 0.1155, over √4 → 0.0577.
+    bench = _bench()
+    measured = {"optimum": [10.0, 10.0, 5.0, 5.0], "floor": [10.0, 12.0, 5.0, 6.0]}
+    assert bench.standard_error(measured, "floor") == pytest.approx(0.2 / math.sqrt(3) / 2)
+    # The table: 2 draws of each of the 5 pairs; the ± column is that of those 10 runs' floor.
+    assert bench.main(["--runs", "2", "--overheads", "3", "--chain", "one zone", "--seed", "7"]) == 0
+    [row] = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("one zone")]
+    floor, error = float(row[7]), float(row[8].lstrip("±"))
+    assert row[4] == "10" and floor >= 1.0 and 0.0 < error < 1.0, row
