@@ -62,13 +62,15 @@ async def test_aws_source_honours_the_endpoint_variable(
 
 
 async def test_token_is_renewed_before_expiry_and_after_a_401(imds: LocalMetadataServer) -> None:
-    source = AwsImdsSource(imds.endpoint, token_ttl=1)
+    now = [1000.0]  # the source's clock, moved by the test: no poll races a real TTL
+    source = AwsImdsSource(imds.endpoint, token_ttl=10, clock=lambda: now[0])
     try:
         await source.poll()
         assert imds.token_requests == 1
+        now[0] += 7.9
         await source.poll()
-        assert imds.token_requests == 1  # reused while fresh
-        await asyncio.sleep(0.9)  # past 80% of the 1 s TTL
+        assert imds.token_requests == 1  # reused while fresh (renewed at 80% of the TTL)
+        now[0] += 0.2  # past 80% of the 10 s TTL
         await source.poll()
         assert imds.token_requests == 2
         imds.expire_tokens()  # the service forgot every token: the next poll gets a 401 and retries

@@ -10,6 +10,8 @@ metadata mode (``HttpTokens=required``), so every read carries a session token f
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 from handlers.reports import InstanceNotice
 from runner.notices.aws import parse_time
@@ -26,9 +28,14 @@ class AliyunMetadataSource(TokenMetadataHttp):
     token_header = TOKEN_HEADER
     ttl_header = TTL_HEADER
 
-    def __init__(self, endpoint: str | None = None, token_ttl: int = TOKEN_TTL_SECONDS) -> None:
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        token_ttl: int = TOKEN_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         endpoint = endpoint or os.environ.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_ENDPOINT
-        super().__init__(endpoint, token_ttl)
+        super().__init__(endpoint, token_ttl, clock)
 
     async def poll(self) -> list[InstanceNotice]:
         body = await self.get("/latest/meta-data/instance/spot/termination-time")

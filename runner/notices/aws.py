@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from datetime import datetime
 
 from handlers.reports import InstanceNotice
@@ -28,9 +30,14 @@ class AwsImdsSource(TokenMetadataHttp):
     token_header = "X-aws-ec2-metadata-token"
     ttl_header = "X-aws-ec2-metadata-token-ttl-seconds"
 
-    def __init__(self, endpoint: str | None = None, token_ttl: int = TOKEN_TTL_SECONDS) -> None:
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        token_ttl: int = TOKEN_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         endpoint = endpoint or os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or DEFAULT_ENDPOINT
-        super().__init__(endpoint, token_ttl)
+        super().__init__(endpoint, token_ttl, clock)
 
     async def poll(self) -> list[InstanceNotice]:
         notices = []

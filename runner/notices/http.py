@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import aiohttp
 
@@ -87,9 +88,12 @@ class TokenMetadataHttp(MetadataHttp):
     token_header: str
     ttl_header: str
 
-    def __init__(self, base: str, token_ttl: int = TOKEN_TTL_SECONDS) -> None:
+    def __init__(
+        self, base: str, token_ttl: int = TOKEN_TTL_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__(base)
         self.token_ttl = token_ttl
+        self.clock = clock  # seconds, only ever compared: a test moves it instead of sleeping through a TTL
         self._token: str | None = None
         self._token_expires = 0.0
 
@@ -104,12 +108,12 @@ class TokenMetadataHttp(MetadataHttp):
         raise MetadataUnavailable(f"GET {path} refused a fresh token (401)")
 
     async def _valid_token(self, timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT) -> str:
-        if self._token is not None and time.monotonic() < self._token_expires:
+        if self._token is not None and self.clock() < self._token_expires:
             return self._token
         token = await self.request("PUT", "/latest/api/token", {self.ttl_header: str(self.token_ttl)}, timeout)
         if not token:
             raise MetadataUnavailable("PUT /latest/api/token gave no token")
         self._token = token.strip()
         # Renew at 80% of the TTL so a token never expires between two polls.
-        self._token_expires = time.monotonic() + self.token_ttl * 0.8
+        self._token_expires = self.clock() + self.token_ttl * 0.8
         return self._token
