@@ -36,10 +36,11 @@ standard error of that mean (the table's ``- greedy`` column)::
 
 At 30 minutes it is still above greedy on the tuning split and the other dates (issue 19 item 5, blocked): its
 returns from on-demand to spot pay more restarts than the on-demand time they save there. Both gaps are under two
-standard errors: a scenario's cost over the optimum swings by up to ±0.7 between the two policies, so the 150-165
+standard errors: a scenario's cost over the optimum swings by as much as 1.0 between the two policies, so the 150-165
 scenarios of a split cannot rank them at 30 minutes. With ``--live`` (what the bot knows) the 30 minute gaps are
-+0.001 ± 0.013, -0.032 ± 0.015 and +0.003 ± 0.001 (the last from the one-node date alone, the gangs keeping
-greedy's rules there), and +0.002 ± 0.003 on the other dates at 12 minutes; every other cell is under greedy.
++0.001 ± 0.013, -0.032 ± 0.015 and +0.003 ± 0.001 (the last, the one gap the sample does show, from the one-node
+date alone, the gangs keeping greedy's rules there), and +0.002 ± 0.003 on the other dates at 12 minutes; every
+other cell is under greedy.
 
 The table's last columns: the *safe optimum* (``offline_optimum(run, safe=True)``: the least a policy that keeps
 every deadline whatever spot does next can pay, knowing the traces or not) over the optimum, and deadline-aware
