@@ -69,7 +69,7 @@ class Aws:
         self.events.put_targets(Rule="finetune-ec2", Targets=[{"Id": "queue", "Arn": self.arn(queue_url)}])
 
 
-async def until(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+async def until(condition: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
     """Wait for ``condition`` (polled); fail the test if it does not hold within ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

@@ -125,7 +125,7 @@ def oss_store(oss: str, prefix: str) -> S3Store:
     return S3Store(f"oss://{BUCKET}/{prefix}", env=env)
 
 
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+async def until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"

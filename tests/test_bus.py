@@ -298,7 +298,7 @@ async def test_a_handler_waiting_on_something_outside_hands_its_event_back_on_st
     task = asyncio.create_task(bus.run(handler, stop))
     running.tasks.append((stop, task))
     await bus.publish({"id": "ev-waiting-001"})
-    await asyncio.wait_for(waiting.wait(), 5)
+    await asyncio.wait_for(waiting.wait(), 60)
     stop.set()
     await asyncio.wait_for(task, 60)
 

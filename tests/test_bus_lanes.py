@@ -123,7 +123,7 @@ async def test_messages_waiting_behind_a_slow_one_keep_their_lease(running: Runn
     for n in range(5):
         await slow.publish(report("ft-a1", n))
     running.start(slow, handler_for("slow"))
-    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.wait_for(started.wait(), 60)
     running.start(other, handler_for("other"))
     await wait_for(lambda: len(handled) >= 5)  # a wrongful reclaim was counted before the slow one ended
 
@@ -196,7 +196,7 @@ async def test_stop_hands_back_what_did_not_start_to_the_next_replica(running: R
     for n in range(6):
         await bus.publish(report("ft-a1", n))  # one lane: only the first runs before the stop
     stop, task = running.start(bus, slow)
-    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.wait_for(started.wait(), 60)
     stop.set()
     await asyncio.wait_for(task, 60)
     assert finished == [0] and bus.handled == 1 and bus.released == 5

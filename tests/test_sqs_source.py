@@ -30,7 +30,7 @@ async def consuming(source: SqsSource) -> AsyncIterator[asyncio.Event]:
         yield stop
     finally:
         stop.set()
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, 60)
 
 
 def kinds(bus: RecordingBus) -> list[tuple[str, str]]:
@@ -157,7 +157,7 @@ async def test_stop_finishes_the_batch_in_hand(aws: str) -> None:
         return await bus.publish(event)
 
     source = SqsSource(queue, publish_then_stop, wait_seconds=1)
-    await asyncio.wait_for(source.run(stop), 10)
+    await asyncio.wait_for(source.run(stop), 60)
 
     assert source.stats.received >= 1
     assert len(bus.events) == source.stats.deleted == source.stats.received
