@@ -168,7 +168,7 @@ class FakeDingTalk:
         assert self._ws is not None
         await self._ws.send_str(json.dumps(frame))
 
-    async def wait_until(self, done: Callable[[], bool], timeout: float = 30, what: str = "it") -> None:
+    async def wait_until(self, done: Callable[[], bool], timeout: float = 60, what: str = "it") -> None:
         async def wait() -> None:
             async with self._changed:
                 await self._changed.wait_for(done)

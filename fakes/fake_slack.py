@@ -166,7 +166,7 @@ class FakeSlack:
     def replies(self, channel: str, thread_ts: str) -> list[Message]:
         return [m for m in self.messages.values() if m.channel == channel and m.thread_ts == thread_ts]
 
-    async def wait_for(self, what: Callable[[], Any], timeout: float = 30.0) -> Any:
+    async def wait_for(self, what: Callable[[], Any], timeout: float = 60.0) -> Any:
         """Poll ``what`` until it returns something truthy; fail with the recorded calls otherwise."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -332,7 +332,7 @@ class FakeSlack:
             self._sockets.remove(socket)
         return socket
 
-    async def connected(self, timeout: float = 30.0) -> None:
+    async def connected(self, timeout: float = 60.0) -> None:
         await self.wait_for(lambda: self._sockets, timeout)
 
     async def send_envelope(self, kind: str, payload: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from fakes.ports import free_port
 
 
-def wait_http(url: str, timeout: float = 30.0) -> None:
+def wait_http(url: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -207,7 +207,7 @@ async def test_two_replicas_share_the_bus_and_handle_each_event_once(tmp_path: P
             assert "finetune_handler_latency_seconds_count" in text and "finetune_events_handled_total" in text
 
 
-async def wait_for_text(chat: object, channel: str, words: str, timeout: float = 30) -> None:
+async def wait_for_text(chat: object, channel: str, words: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     transcript = chat.transcript  # type: ignore[attr-defined]
     while time.monotonic() < deadline:

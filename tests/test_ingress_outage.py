@@ -199,7 +199,7 @@ async def test_bad_runner_reports_and_malformed_http_get_a_4xx_and_a_bounded_log
         assert edge_tracebacks(caplog) == []
 
 
-async def eventually(done: Callable[[], bool], timeout: float = 30.0) -> None:
+async def eventually(done: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not done():
         assert time.monotonic() < deadline, "never happened"

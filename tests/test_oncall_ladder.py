@@ -44,7 +44,7 @@ def pages(*chats: ConsoleChat) -> list[str]:
     return [text for chat in chats for _, channel, text in chat.transcript if channel == "page"]
 
 
-async def wait_for(what: str, check: Any, timeout: float = 30) -> None:
+async def wait_for(what: str, check: Any, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if await check():
