@@ -9,14 +9,10 @@ metadata mode (``HttpTokens=required``), so every read carries a session token f
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable
-
 from handlers.reports import InstanceNotice
 from runner.notices.aws import parse_time
 from runner.notices.base import MetadataUnavailable
-from runner.notices.http import TOKEN_TTL_SECONDS, TokenMetadataHttp
+from runner.notices.http import TokenMetadataHttp
 
 DEFAULT_ENDPOINT = "http://100.100.100.200"
 TOKEN_HEADER = "X-aliyun-ecs-metadata-token"
@@ -27,15 +23,8 @@ class AliyunMetadataSource(TokenMetadataHttp):
     name = "aliyun-metadata"
     token_header = TOKEN_HEADER
     ttl_header = TTL_HEADER
-
-    def __init__(
-        self,
-        endpoint: str | None = None,
-        token_ttl: int = TOKEN_TTL_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        endpoint = endpoint or os.environ.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_ENDPOINT
-        super().__init__(endpoint, token_ttl, clock)
+    endpoint_variable = "ALIBABA_CLOUD_METADATA_ENDPOINT"
+    default_endpoint = DEFAULT_ENDPOINT
 
     async def poll(self) -> list[InstanceNotice]:
         body = await self.get("/latest/meta-data/instance/spot/termination-time")

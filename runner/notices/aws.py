@@ -8,14 +8,11 @@ the launches require it, with a hop limit of 1 so a container on the host cannot
 from __future__ import annotations
 
 import json
-import os
-import time
-from collections.abc import Callable
 from datetime import datetime
 
 from handlers.reports import InstanceNotice
 from runner.notices.base import MetadataUnavailable
-from runner.notices.http import TOKEN_TTL_SECONDS, TokenMetadataHttp
+from runner.notices.http import TokenMetadataHttp
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 
@@ -29,15 +26,8 @@ class AwsImdsSource(TokenMetadataHttp):
     name = "aws-imds"
     token_header = "X-aws-ec2-metadata-token"
     ttl_header = "X-aws-ec2-metadata-token-ttl-seconds"
-
-    def __init__(
-        self,
-        endpoint: str | None = None,
-        token_ttl: int = TOKEN_TTL_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        endpoint = endpoint or os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or DEFAULT_ENDPOINT
-        super().__init__(endpoint, token_ttl, clock)
+    endpoint_variable = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
+    default_endpoint = DEFAULT_ENDPOINT
 
     async def poll(self) -> list[InstanceNotice]:
         notices = []

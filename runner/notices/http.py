@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 
@@ -83,15 +84,21 @@ class MetadataHttp:
 
 class TokenMetadataHttp(MetadataHttp):
     """Every GET carries a session token: refreshed well before its TTL runs out, and once more on a 401 (the
-    service restarted or the clock jumped). Subclasses name the cloud's two headers."""
+    service restarted or the clock jumped). Subclasses name the cloud's two headers, and where the service is: the
+    variable that moves it (tests, the local cloud) and the address it answers on in the cloud."""
 
     token_header: str
     ttl_header: str
+    endpoint_variable: str
+    default_endpoint: str
 
     def __init__(
-        self, base: str, token_ttl: int = TOKEN_TTL_SECONDS, clock: Callable[[], float] = time.monotonic
+        self,
+        endpoint: str | None = None,
+        token_ttl: int = TOKEN_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(base)
+        super().__init__(endpoint or os.environ.get(self.endpoint_variable) or self.default_endpoint)
         self.token_ttl = token_ttl
         self.clock = clock  # seconds, only ever compared: a test moves it instead of sleeping through a TTL
         self._token: str | None = None
