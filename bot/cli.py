@@ -11,9 +11,9 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import getpass
 import logging
 import os
+import pwd
 import signal
 import sys
 from pathlib import Path
@@ -66,7 +66,7 @@ async def chat(settings: Settings, log_file: Path) -> int:
     from bot.service import BotService
     from handlers.jobs import ChatRef
 
-    user = f"console:{getpass.getuser()}"
+    user = f"console:{console_user()}"
     channel = ChatRef(platform="console", channel="terminal")
     async with BotService(settings, ConsoleChat()) as service:
         gc.freeze()
@@ -79,6 +79,17 @@ async def chat(settings: Settings, log_file: Path) -> int:
             await session
         print(await _leaving(service), flush=True)
     return 0
+
+
+def console_user() -> str:
+    """Who is at the console: the process's own uid, by its account name (its number where it has none). Not
+    ``$USER`` / ``$LOGNAME``: anyone can set those (``USER=alice finetune-bot chat``), and the console would act
+    with alice's permissions."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no account (a container's arbitrary user)
+        return str(uid)
 
 
 async def _converse(service: BotService, user: str, channel: ChatRef) -> None:

@@ -68,6 +68,7 @@ from handlers.permissions import (
     narrowed,
 )
 from handlers.policy_config import PolicyConfig, guard_start
+from handlers.private_answers import answered_privately
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, RecipeError, find_recipe
 from handlers.reports import Failed, Interrupted, Progress, utcnow
@@ -128,6 +129,11 @@ class Bot:
         if command.action in ("status", "logs", "chart"):
             return await self._read(user, chat, command, lang)
         return await self._job_command(user, chat, command, lang)
+
+    def answers_privately(self, user: str, text: str) -> bool:
+        """Whether the answer to ``user``'s ``text`` is for them alone (:mod:`handlers.private_answers`): a chat
+        that would show it to a whole group sends it to the asker one to one instead, or refuses it there."""
+        return answered_privately(self.policy, user, text)
 
     async def _rate(self, user: str, bucket: Bucket, per_minute: int, lang: Lang) -> str | None:
         """The slow-down answer when ``user``'s bucket is empty (nothing runs), else None (a token was taken)."""

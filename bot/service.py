@@ -334,7 +334,7 @@ class BotService:
         if self._slack is not None:
             await self._slack.start(bot.command, store.claim_once)
         if self.dingtalk is not None:
-            self.dingtalk.listen(bot.command)
+            self.dingtalk.listen(bot.command, bot.answers_privately)
         if self.settings.finetune_sqs_queue_url:
             sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish, parse=intake.parse)
             self.loops.start(sqs.run(self.stopping), "sqs")

@@ -33,7 +33,7 @@ from aiohttp import web
 
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportRefused
-from bot.sources.sns_signature import SignatureError, SnsVerifier, UrlFetcher, fetch_url
+from bot.sources.sns_signature import FetchLimited, SignatureError, SnsVerifier, UrlFetcher, fetch_url
 from handlers import safe_json
 from handlers.aws_events import SNS_TYPES, parse_aws_message
 from handlers.errors import UnrecognisedMessage
@@ -85,6 +85,8 @@ def sns_routes(
             return _refuse(quiet, request, 403, stale)
         try:
             await verifier.verify(message)
+        except FetchLimited as exc:  # a certificate not fetched now: SNS delivers a retryable (5xx) one again
+            return _refuse(quiet, request, 503, f"signature not checked now: {exc}")
         except SignatureError as exc:
             return _refuse(quiet, request, 403, f"signature refused: {exc}")
         kind = message["Type"]

@@ -69,6 +69,7 @@ class _Messages(CallbackHandler):  # type: ignore[misc]  # the SDK has no type h
             conversation_id=str(message.conversation_id or ""),
             conversation_type=str(message.conversation_type or ""),
             sender=str(message.sender_staff_id or message.sender_id or ""),
+            sender_staff_id=str(message.sender_staff_id or ""),
             text=" ".join(part for part in texts if part) if texts else None,
             session_webhook=message.session_webhook,
             session_webhook_expires_ms=message.session_webhook_expired_time,
