@@ -35,6 +35,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from bot import header_form
 from bot.cloud.user_data import runner_boot_script
 from bot.service import BotService
 from fakes.bot_harness import SECRET, running_bot, slack_settings
@@ -377,3 +378,18 @@ def test_json_from_outside_is_read_within_a_size_and_a_depth_and_encodes() -> No
     for document in (*hostile, b'{"\\ud800": 1}', b'["\\ude00\\ud83d"]'):
         with pytest.raises(safe_json.UnsafeJson):
             safe_json.loads(document)
+
+
+def test_a_security_header_is_read_only_in_its_form() -> None:
+    """bot/header_form.py: what a route gets is ASCII of the form's pattern, whole, within the length, or None."""
+    good = "v1=" + "a" * 64
+    assert header_form.REPORT_SIGNATURE.read({"X-Finetune-Signature": good}) == good
+    for bad in ("v1=" + "é" * 64, "v1=" + "\udcff" * 64, good + "\n", " " + good, good.upper(), "v1=" + "a" * 63):
+        assert header_form.REPORT_SIGNATURE.read({"X-Finetune-Signature": bad}) is None, bad
+    assert header_form.REPORT_TIMESTAMP.read({"X-Finetune-Timestamp": "١٧٠٠٠٠٠٠٠٠"}) is None  # Arabic-Indic digits
+    assert header_form.REPORT_TIMESTAMP.read({}) is None
+    pagerduty = {"X-PagerDuty-Signature": f"v1={'a' * 64}, v1={'B' * 64}"}  # two while the secret rotates
+    assert header_form.PAGERDUTY_SIGNATURE.read(pagerduty) == pagerduty["X-PagerDuty-Signature"]
+    assert header_form.header_part(header_form.BEARER, {"Authorization": f"bearer  {TOKEN}"}, "token") == TOKEN
+    assert header_form.header_part(header_form.BEARER, {"Authorization": f"Bearer {TOKEN}\udcff"}, "token") is None
+    assert header_form.FINETUNE_TOKEN.read({"X-Finetune-Token": "x" * (header_form.MAX_HEADER_CHARS + 1)}) is None
