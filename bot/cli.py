@@ -93,11 +93,10 @@ def console_user() -> str:
 
 
 async def _converse(service: BotService, user: str, channel: ChatRef) -> None:
-    from bot.chat.catalog import plain
-    from bot.chat.console import read_commands
+    from bot.chat.console import read_commands, terminal_text
 
     async for line in read_commands():
-        print(plain(await service.bot.command(user, channel, line)), flush=True)
+        print(terminal_text(await service.bot.command(user, channel, line)), flush=True)
 
 
 async def _leaving(service: BotService) -> str:
