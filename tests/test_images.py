@@ -217,9 +217,9 @@ def test_install_refuses_extra_packages_without_a_pin_and_a_hash(tmp_path: Path,
 def hashed(tmp_path: Path, requirement: str) -> str:
     """``requirement`` as FINETUNE_PIP_PACKAGES takes it: pinned, with the sha256 of the wheel the index serves."""
     where = tmp_path / "download"
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(where)]
-        + [requirement],
+        [*download, "-d", str(where), requirement],
         check=True,
         capture_output=True,
     )
@@ -251,7 +251,7 @@ def test_install_puts_a_runner_that_completes_a_job_and_its_unit_in_place(tmp_pa
     assert result.returncode == 0, result.stdout + result.stderr
     prefix = tmp_path / "opt" / "finetune"
     versions = subprocess.run(
-        [f"{prefix}/bin/python", "-c", "import importlib.metadata as m; print(m.version('pip'), m.version('iniconfig'))"],
+        [f"{prefix}/bin/python", "-c", "from importlib.metadata import version as v; print(v('pip'), v('iniconfig'))"],
         capture_output=True,
         text=True,
         check=True,

@@ -128,4 +128,3 @@ def test_the_kubernetes_ingress_forwards_every_public_route_over_https_only() ->
             assert path["pathType"] == "Exact"  # a prefix would publish the bot's next route unasked
             paths.append(path["path"])
     assert sorted(paths) == sorted(routes_of(TEMPLATE_GROUPS["kubernetes/finetune-bot.yaml"]))
-
