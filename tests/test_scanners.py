@@ -62,4 +62,3 @@ def test_every_skip_names_a_check_and_says_why_on_its_line() -> None:
                 assert CHECK_ID.match(check) and len(reason) >= 20 and "=" not in reason, value
                 skips += 1
     assert skips > 0  # the walk sees the skips there are
-
