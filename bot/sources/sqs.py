@@ -45,6 +45,7 @@ from typing import Any
 from aiobotocore.session import get_session
 
 from bot.errors import StoreUnavailable
+from bot.log_limit import LimitedLog
 from bot.report_gate import ReportRefused
 from handlers.aws_events import parse_aws_message
 from handlers.backoff import backoff
@@ -110,6 +111,7 @@ class SqsSource:
         self.stats = SqsStats()
         self.redrive_policy: str | None = None
         self.dead_letter_url: str | None = None  # from the redrive policy, at start
+        self._quiet = LimitedLog(log)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set; returns once the batch in hand is done."""
@@ -221,9 +223,9 @@ class SqsSource:
         """Send a refused message to the dead-letter queue with ``reason``, then delete it here; on any failure
         leave it (it comes back, and is refused again)."""
         message_id = message.get("MessageId")
-        if self.dead_letter_url is None:
-            log.warning(
-                "refused SQS message %s stays in %s: no dead-letter queue to move it to", message_id, self.queue_url
+        if self.dead_letter_url is None:  # it comes back each visibility timeout: said at a bounded rate
+            self._quiet.warning(
+                "refused-kept", "refused SQS message %s stays in %s: no dead-letter queue", message_id, self.queue_url
             )
             return
         attributes = _forwarded_attributes(message)
