@@ -11,6 +11,7 @@ import pytest
 from bot.report_gate import ReportGate, ReportRefused
 from bot.sources.aws_intake import AwsIntake
 from handlers.aws_events import SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, unwrap
+from handlers.ids import new_job_id
 from handlers.messages import ReportReceived
 from handlers.report_freshness import DAY, MAX_QUEUED_SECONDS, REPORT_SEEN_SECONDS, signed_at, why_stale
 from handlers.report_keys import derive_report_key, verify_report
@@ -19,6 +20,7 @@ from handlers.signing import TOLERANCE_SECONDS, sign
 
 MASTER = "master-report-secret"
 REPORTS = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
+JOB = new_job_id()
 SIGNED = 1_790_000_000  # when the runner signed
 TEN_MINUTES = 600
 
@@ -72,11 +74,11 @@ def test_only_a_timestamp_of_the_signatures_form_has_a_time(timestamp: str) -> N
 
 
 def completed() -> bytes:
-    return dump_report(Completed(job_id="ft-7k2q", attempt=1, step=30, output_uri="s3://bucket/jobs/ft-7k2q/")).encode()
+    return dump_report(Completed(job_id=JOB, attempt=1, step=30, output_uri=f"s3://bucket/jobs/{JOB}/")).encode()
 
 
 def signed(body: bytes, at: int = SIGNED, key: str | None = None) -> tuple[str, str]:
-    key = key or derive_report_key(MASTER, "ft-7k2q", 1)
+    key = key or derive_report_key(MASTER, JOB, 1)
     return str(at), sign(key, at, body)
 
 
@@ -85,7 +87,7 @@ def test_the_gate_takes_a_report_ten_minutes_after_signing_when_its_queue_receiv
     gate = ReportGate(MASTER, clock=lambda: SIGNED + TEN_MINUTES)
     timestamp, signature = signed(body)
     message = gate.admit(body, timestamp, signature, route="sqs", queued_at=SIGNED + 1)
-    assert isinstance(message.report, Completed) and message.report.job_id == "ft-7k2q"
+    assert isinstance(message.report, Completed) and message.report.job_id == JOB
     with pytest.raises(ReportRefused, match="signed 600 s before it arrived"):  # the same, straight over HTTP
         gate.admit(body, timestamp, signature, route="http")
     with pytest.raises(ReportRefused, match="before the queue received it"):  # published again, ten minutes on
@@ -97,7 +99,7 @@ def test_a_fresh_timestamp_does_not_excuse_a_wrong_key() -> None:
     body = completed()
     timestamp, signature = signed(body, key=derive_report_key(MASTER, "ft-other", 1))
     why = verify_report(MASTER, body, timestamp, signature, SIGNED + TEN_MINUTES, queued_at=SIGNED)
-    assert why == "not signed with the key of ft-7k2q attempt 1"
+    assert why == f"not signed with the key of {JOB} attempt 1"
     assert verify_report(MASTER, body, *signed(body), SIGNED + TEN_MINUTES, queued_at=SIGNED) is None
 
 
