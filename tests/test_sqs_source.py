@@ -18,8 +18,11 @@ from bot.sources.sqs import REASON_ATTRIBUTE, SqsSource
 from handlers.aws_events import REPORT_ATTRIBUTE, SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, event_message_id
 from handlers.ids import new_job_id
 from handlers.messages import CloudEvent, ReportReceived, parse_message
+from handlers.report_keys import derive_report_key
 from handlers.reports import Progress, dump_report
 from handlers.signing import sign
+from runner.reports.reporter import Reporter
+from runner.reports.sns import SnsTarget
 from tests.sns_payloads import progress_report, rebalance, spot_warning
 from tests.sns_queues import Aws, RecordingBus, until
 
@@ -283,6 +286,31 @@ async def test_a_refused_report_moves_to_the_dead_letter_queue_at_once_with_its_
     assert json.loads(enveloped["Body"])["Message"] == line and json.loads(enveloped["Body"])["TopicArn"] == topic
     kept = {name: value["StringValue"] for name, value in raw["MessageAttributes"].items() if name != REASON_ATTRIBUTE}
     assert raw["Body"] == line and kept == attributes
+
+
+async def test_a_raw_delivered_report_read_ten_minutes_late_is_judged_by_its_sent_time(aws: str) -> None:
+    """Raw delivery has no envelope: the SQS message's SentTimestamp, asked for on every receive, is the queue's
+    time. Read ten minutes after it was signed (the gate's clock says so), the report is taken."""
+    cloud = Aws(aws)
+    queue = cloud.queue("finetune-events-raw", visibility=30)
+    topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
+    cloud.subscribe(topic, queue, raw=True)
+    master = "the-master-report-secret"
+    report = Progress(job_id=new_job_id(), attempt=1, step=3)
+    reporter = Reporter([SnsTarget("sns:" + topic, derive_report_key(master, report.job_id, 1))])
+    reporter.start()
+    reporter.emit(report)
+    assert await reporter.drain(30)
+    await reporter.aclose()
+
+    gate = ReportGate(master, clock=lambda: time.time() + 600)
+    bus = RecordingBus()
+    source = SqsSource(queue, bus.publish, wait_seconds=1, parse=AwsIntake(gate, report_topics=[topic]).parse)
+    async with consuming(source):
+        await until(lambda: source.stats.deleted == 1, what="the report handled")
+    [taken] = (parse_message(event) for event in bus.events)
+    assert isinstance(taken, ReportReceived) and taken.report == report
+    assert gate.refused == {}
 
 
 async def test_a_refused_message_stays_when_the_dead_letter_queue_cannot_take_it(aws: str) -> None:
