@@ -1,7 +1,9 @@
 """The one door every runner report comes through, whatever the route (HTTP, SNS over HTTPS, SQS).
 
-A report is believed only when it is signed, within the tolerance window, with the key of the (job, attempt) it
-names (:mod:`handlers.report_keys`), and its fields are within their caps (:func:`handlers.reports.parse_report`).
+A report is believed only when it is signed with the key of the (job, attempt) it names
+(:mod:`handlers.report_keys`), within the tolerance window of when it reached the bot's side (a queue's receive
+time on SNS and SQS, the bot's clock on HTTP: :mod:`handlers.report_freshness`), and its fields are within their
+caps (:func:`handlers.reports.parse_report`).
 Anything else is refused, counted (``finetune_reports_refused_total`` on ``/metrics``), logged at a bounded rate,
 and changes nothing. An accepted report becomes its bus message, under the reports' own id namespace.
 """
@@ -46,9 +48,18 @@ class ReportGate:
         self.refused: Counter[str] = Counter()  # by route
         self._quiet = LimitedLog(log)
 
-    def admit(self, body: bytes, timestamp: str | None, signature: str | None, *, route: str) -> ReportReceived:
-        """The bus message of a report that passes; :class:`ReportRefused` (counted) for any other."""
-        why = verify_report(self._master, body, timestamp, signature, self.clock())
+    def admit(
+        self,
+        body: bytes,
+        timestamp: str | None,
+        signature: str | None,
+        *,
+        route: str,
+        queued_at: float | None = None,
+    ) -> ReportReceived:
+        """The bus message of a report that passes; :class:`ReportRefused` (counted) for any other. ``queued_at``:
+        when a queue received it (its freshness is judged against that, :mod:`handlers.report_freshness`)."""
+        why = verify_report(self._master, body, timestamp, signature, self.clock(), queued_at)
         if why is not None:
             raise self.refuse(f"refused a runner report ({route}): {why}", route=route, signed=False)
         try:

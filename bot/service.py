@@ -162,6 +162,7 @@ class BotService:
         self._slack: SlackAdapter | None = None
         self._costs_token: str | None = None  # GET /costs, when FINETUNE_COSTS_TOKEN is set
         self._outbox: ChatOutbox | None = None
+        self._reports: ReportGate | None = None
         self.dingtalk: DingTalk | None = None  # DingTalk (bot/chat/dingtalk), when DINGTALK_CLIENT_ID is set
         self.port = 0
         # One bot per state dir (its Redis data, local instances, checkpoints): held from start to stop.
@@ -181,6 +182,12 @@ class BotService:
     def bus(self) -> Bus:
         assert self._bus is not None, "BotService is not started"
         return self._bus
+
+    @property
+    def reports(self) -> ReportGate:
+        """The one door of runner reports: its ``clock`` (the wall clock) judges a report's freshness."""
+        assert self._reports is not None, "BotService is not started"
+        return self._reports
 
     @property
     def timers(self) -> Timers:
@@ -268,7 +275,7 @@ class BotService:
         self._timers = timers = Timers(redis.client, keys, clock=self.clock)
         self.dingtalk = await self._start_dingtalk(config, store)
 
-        reports = ReportGate(secret)
+        self._reports = reports = ReportGate(secret)
         intake = self._aws_intake(reports, config)
         sns_verifier = SnsVerifier(allow_sha1=self.settings.finetune_sns_allow_sha1)
         app = build_app(

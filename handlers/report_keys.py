@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from handlers import safe_json
 from handlers.ids import JOB_ID_PATTERN
+from handlers.report_freshness import reference_time, signed_at, why_stale
 from handlers.signing import verify
 
 KEY_LABEL = b"finetune-report-key/v1"
@@ -59,16 +60,24 @@ def claimed_sender(body: bytes | str) -> Sender | None:
     return Sender(job_id, attempt)
 
 
-def verify_report(master: str, body: bytes, timestamp: str | None, signature: str | None, now: float) -> str | None:
-    """None when ``body`` is signed, within the tolerance window, with the key of the attempt it names; else why not
+def verify_report(
+    master: str, body: bytes, timestamp: str | None, signature: str | None, now: float, queued_at: float | None = None
+) -> str | None:
+    """None when ``body`` is signed, fresh (:mod:`handlers.report_freshness`: within the tolerance window of when
+    a queue received it, ``queued_at``, or else of ``now``), with the key of the attempt it names; else why not
     (a short reason for the log: the report is refused and changes nothing)."""
     if not timestamp or not signature:
         return "unsigned"
     sender = claimed_sender(body)
     if sender is None:
         return "names no job and attempt"
-    if not verify(derive_report_key(master, sender.job_id, sender.attempt), timestamp, body, signature, now):
-        return f"not signed with the key of {sender.job_id} attempt {sender.attempt} (or too old)"
+    signed = signed_at(timestamp)
+    stale = why_stale(signed, now=now, queued_at=queued_at) if signed is not None else None
+    if stale is not None:
+        return stale
+    key = derive_report_key(master, sender.job_id, sender.attempt)
+    if not verify(key, timestamp, body, signature, reference_time(now, queued_at)):
+        return f"not signed with the key of {sender.job_id} attempt {sender.attempt}"
     return None
 
 

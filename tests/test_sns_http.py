@@ -582,3 +582,34 @@ async def test_a_report_counts_only_from_the_report_topic_and_signed_by_its_atte
     first, second = (parse_message(event) for event in bus.events)
     assert isinstance(first, ReportReceived) and first.report == report
     assert isinstance(second, CloudEvent) and second.instance_id == "i-0real"
+
+
+async def test_a_report_sns_delivers_late_is_judged_by_when_sns_took_it(serve: Serve, cert_host: CertHost) -> None:
+    """SNS retries an HTTPS delivery for up to an hour: a report it took, signed, ten minutes ago and delivers only
+    now is taken (by the envelope's Timestamp, which SNS signed); the same report published again now is not."""
+    report_topic = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
+    gate = ReportGate("master-report-secret")
+    intake = AwsIntake(gate, report_topics=[report_topic], events_topics=[TOPIC], route="sns")
+    bus, verifier = RecordingBus(), SnsVerifier(host_pattern=LOCAL_HOST, schemes=("http",))
+    app = web.Application()
+    app.add_routes(sns_routes(bus.publish, [report_topic], verifier, parse=intake.parse))
+    endpoint = Endpoint(await serve(app) + SNS_PATH, bus, verifier, Confirmations())
+    report, line = progress_report()
+    key = ReportKeys("master-report-secret").of(report.job_id, report.attempt)
+    then = datetime.now(UTC) - timedelta(minutes=10)
+    signed_then = int(then.timestamp())
+
+    def published(at: datetime) -> dict[str, Any]:
+        body = notification(report_topic, line, at=at)
+        body["MessageAttributes"] = {
+            "finetune_timestamp": {"Type": "String", "Value": str(signed_then)},
+            "finetune_signature": {"Type": "String", "Value": sign(key, signed_then, line.encode())},
+        }
+        return cert_host.signer.sign(body, cert_host.url)
+
+    assert (await endpoint.post(published(then)))[0] == 200
+    [taken] = (parse_message(event) for event in bus.events)
+    assert isinstance(taken, ReportReceived) and taken.report == report
+    status, answer = await endpoint.post(published(datetime.now(UTC)))
+    assert status == 403 and answer["error"] == "refused"
+    assert gate.refused == {"sns": 1} and len(bus.events) == 1
