@@ -63,12 +63,15 @@ def team_of_channel(policy: PolicyConfig, chat: ChatRef | None) -> str | None:
 
 
 def home_team(policy: PolicyConfig, user: str, chat: ChatRef | None) -> str | None:
-    """The team of a job ``user`` starts in ``chat``: the channel's team, else the owner's when they are on exactly
-    one, else none."""
+    """The team a job ``user`` starts in ``chat`` is billed to and counted against: the channel's team when they
+    are one of its members (or an admin), else their own team when they are on exactly one, else none (a team of
+    one under the default caps, :mod:`handlers.caps`). A stranger's start in a team's channel is not billed to the
+    team: it would spend the team's money and take its room under the caps. It is not refused either: the start
+    goes on, billed and counted where its starter belongs."""
     team = team_of_channel(policy, chat)
-    if team is not None:
+    if team is not None and (user in policy.teams[team].members or is_admin(policy, user)):
         return team
-    mine = [name for name, team in sorted(policy.teams.items()) if user in team.members]
+    mine = teams_of(policy, user)
     return mine[0] if len(mine) == 1 else None
 
 

@@ -80,20 +80,44 @@ async def test_a_burst_from_one_user_across_two_replicas_is_cut_at_the_limit_and
     assert len(await first.store.list_jobs()) == 2
 
 
-async def test_twenty_concurrent_starts_with_a_cap_of_three_leave_exactly_three_jobs(
+async def test_twenty_concurrent_starts_with_a_cap_of_three_nodes_in_all_leave_exactly_three_jobs(
     redis_client_factory: RedisClientFactory, key_prefix: str, tmp_path: Path
 ) -> None:
-    policy = PolicyConfig(max_concurrent_jobs=3)
+    policy = PolicyConfig(max_total_nodes=3)  # twenty people on no team: each a team of one, all under the total
     first, second = await replicas(redis_client_factory, key_prefix, tmp_path, policy, Clock())
     starts = [(first, second)[n % 2].command(f"slack:U{n:04d}", A, "start tiny") for n in range(20)]
     replies = await asyncio.gather(*starts)
     assert sum(reply.startswith("Starting ft-") for reply in replies) == 3
     refused = [reply for reply in replies if not reply.startswith("Starting")]
-    assert len(refused) == 17 and all("(the limit is 3)" in reply for reply in refused)
+    assert len(refused) == 17 and all("run 3 of the 3 nodes allowed at once" in reply for reply in refused)
+    assert all("policy.max_total_nodes" in reply for reply in refused)  # which limit, and who changes it
     jobs = await first.store.list_jobs()
     assert len(jobs) == 3 and all(job.state is JobState.PENDING for job in jobs)
     counts = await first.store.counts_by_state()
     assert counts[JobState.PENDING] == 3
+
+
+async def test_a_teams_concurrent_starts_of_gangs_are_cut_at_its_five_nodes_counted_as_nodes(
+    redis_client_factory: RedisClientFactory, key_prefix: str, tmp_path: Path
+) -> None:
+    """No cap configured: a team runs at most 5 nodes at once, counted as nodes (two-node gangs: two fit, a third
+    would make six), whoever of its members starts them and on whichever replica."""
+    members = [f"slack:U{n:04d}" for n in range(10)]
+    policy = PolicyConfig(teams={"ml": {"members": members, "channels": ["slack:C0AAA"]}})
+    first, second = await replicas(redis_client_factory, key_prefix, tmp_path, policy, Clock())
+    starts = [(first, second)[n % 2].command(user, A, "start tiny nodes=2") for n, user in enumerate(members)]
+    replies = await asyncio.gather(*starts)
+    assert sum(reply.startswith("Starting ft-") for reply in replies) == 2
+    refused = [reply for reply in replies if not reply.startswith("Starting")]
+    assert len(refused) == 8 and all("team ml runs 4 of its 5 concurrent nodes" in reply for reply in refused)
+    assert all("policy.teams.ml.max_concurrent_nodes" in reply for reply in refused)
+    jobs = await first.store.list_jobs()
+    assert sorted(job.nodes for job in jobs) == [2, 2] and {job.team for job in jobs} == {"ml"}
+    # Another team's room is its own: a person on no team still starts in ml's channel, billed to nobody's team.
+    outsider = await first.command("slack:U0OUT", A, "start tiny nodes=4")
+    assert outsider.startswith("Starting ft-"), outsider
+    job = await first.store.get(outsider.split()[1].rstrip(":"))
+    assert job is not None and job.team is None
 
 
 async def end(store: JobStore, job_id: str, at: datetime, state: JobState = JobState.STOPPED) -> Job:
@@ -143,7 +167,9 @@ async def test_list_reads_the_channels_latest_jobs_from_an_index_and_admins_see_
 ) -> None:
     clock = Clock()
     store = JobStore(redis_client, Keys(key_prefix))
-    policy = PolicyConfig(admins=["slack:U0ADMIN"], rate={"starts_per_minute": 100, "commands_per_minute": 100})
+    rate = {"starts_per_minute": 100, "commands_per_minute": 100}
+    # Twenty-five jobs running at once for one person: the subject is the list, so the node cap is lifted.
+    policy = PolicyConfig(admins=["slack:U0ADMIN"], rate=rate, max_concurrent_nodes=100)
     bot = Bot(store, LocalCloud(tmp_path), policy, BUILT_IN, clock=clock)
     in_a = []
     for _ in range(25):

@@ -87,8 +87,11 @@ def test_a_paged_job_may_be_acked_and_resumed_by_the_on_call_it_named_or_who_is_
     assert refusal("slack:U0OLGA", "resume", stopped) == "refused.not-yours"
 
 
-def test_a_jobs_team_is_its_channels_team_else_its_owners_only_team() -> None:
-    assert home_team(POLICY, "slack:U0MAL", A) == "ml"  # started in ml's home: ml's job, whoever started it
+def test_a_jobs_team_is_its_channels_team_for_a_member_else_its_owners_only_team() -> None:
+    assert home_team(POLICY, "slack:U0ALICE", A) == "ml"  # a member in ml's home: ml's job
+    assert home_team(POLICY, "slack:U0ADMIN", A) == "ml"  # an admin there too
+    assert home_team(POLICY, "slack:U0MAL", A) is None  # a stranger in ml's home: not billed to ml (on no team)
+    assert home_team(POLICY, "slack:U0BOB", A) == "ops"  # bob in ml's home: billed to his own team, not to ml
     assert home_team(POLICY, "slack:U0BOB", B) == "ops"  # bob is on one team
     assert home_team(POLICY, "slack:U0MAL", B) is None
     two = PolicyConfig(teams={"x": {"members": ["slack:U1"]}, "y": {"members": ["slack:U1"]}})
