@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.cloud.base import GangPlacement, Instance
 from bot.cloud.local import LocalCloud
+from bot.effects import launching
 from bot.service import CloudWiring
 from fakes.bot_harness import CHANNEL, SLEEPS, eventually, quick_recipe, running_bot, wait_job, write_config
+from handlers.decide import decide, new_job, stop_command
 from handlers.jobs import JobState, Market
+from handlers.messages import Launch, Launched, StopRunner, Terminate
 from handlers.spec import JobSpec
+
+NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 
 
 class HeldGangLaunches(LocalCloud):
@@ -88,3 +94,22 @@ async def test_a_stop_while_a_gangs_nodes_are_launching_ends_the_launches_not_ye
         released = [entry["instance"] for entry in history if entry.get("released")]
         instances = {record.instance_id for record in await cloud_now.instances() if record.job_id == job_id}
         assert instances == {*job.instance_ids, *released} and len(released) == 1
+
+
+def test_a_gangs_stop_ends_its_unlaunched_nodes_and_a_late_launch_result_is_released() -> None:
+    """The decisions alone: node 0 is up and nodes 1-3 are ordered; the stop asks node 0's runner to save, ends
+    nodes 1-3 at once, and node 1's launch result after it terminates its instance; node 0's end stops the job."""
+    created = new_job("ft-ab12", "sleepy", {}, "console:ana", CHANNEL, NOW, nodes=4)
+    [first] = [message for message in created.outbox if isinstance(message, Launch)]
+    up = decide(created.job, Launched(job_id="ft-ab12", attempt=first.attempt, instance_id="i-0", zone="z"), NOW)
+    assert up is not None and len([m for m in up.outbox if isinstance(m, Launch)]) == 3  # nodes 1-3 ordered
+
+    stopping = stop_command(up.job, "console:boss", NOW)
+    assert stopping.job.state is JobState.STOPPING
+    assert [m.instance_id for m in stopping.outbox if isinstance(m, StopRunner)] == ["i-0"]
+    assert sorted(stopping.job.gang_attempts) == [0]  # only the node that runs is waited for
+    assert not launching(stopping.job)  # the cloud executor starts nothing more for it
+
+    late = decide(stopping.job, Launched(job_id="ft-ab12", attempt=2, instance_id="i-1", zone="z"), NOW)
+    assert late is not None and [m.instance_id for m in late.outbox if isinstance(m, Terminate)] == ["i-1"]
+    assert late.job.instance_ids == ["i-0"]
