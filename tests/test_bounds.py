@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 
 from bot.charts.series import Point
@@ -16,7 +17,8 @@ from bot.cloud.local import LocalCloud
 from bot.core import Bot
 from bot.keys import Keys
 from bot.retention import Retention
-from bot.store import JobStore
+from bot.store import JobCapReached, JobStore
+from handlers.caps import Caps
 from handlers.jobs import Change, ChatRef, Job, JobState
 from handlers.policy_config import PolicyConfig
 from handlers.recipes import BUILT_IN
@@ -219,3 +221,34 @@ async def test_a_flood_of_refusals_cannot_roll_what_was_done_out_of_the_audit_lo
     job = await store.get(job_id)
     assert job is not None and job.state is JobState.PENDING and job.version == 0
     assert [entry["event"] for entry in await store.history(job_id)] == ["created"]
+
+
+async def test_the_node_count_follows_the_jobs_state_and_a_jobs_own_relaunch_is_never_refused_for_its_own_nodes(
+    redis_client: aioredis.Redis, key_prefix: str
+) -> None:
+    """The store's node count: a job's nodes count while it is active, its own write (a relaunch on the other
+    market, a recovery) does not count them twice, and they stop counting when it leaves the active states."""
+    store = JobStore(redis_client, Keys(key_prefix))
+    caps = Caps("team:ml", "ml", 4, 2, None, None)
+    gang = Job(id="ft-gg01", recipe="tiny", requested_by="slack:U1", team="ml", nodes=2, created_at=T0)
+    assert await store.create(gang, {"event": "created"}, caps=caps)
+    assert await store.active_nodes("team:ml") == (2, 2)
+
+    def to(state: JobState) -> Callable[[Job], Change]:
+        return lambda job: Change(job.model_copy(update={"state": state}), {"event": "test", "to": state})
+
+    relaunched = await store.apply(gang.id, to(JobState.RECOVERING), caps=lambda job: caps)  # the team is full
+    assert relaunched.job is not None and relaunched.job.state is JobState.RECOVERING
+    one = Job(id="ft-gg02", recipe="tiny", requested_by="slack:U2", team="ml", created_at=T0)
+    with pytest.raises(JobCapReached) as full:
+        await store.create(one, {"event": "created"}, caps=caps)
+    assert full.value.full == "group" and await store.get(one.id) is None
+    assert await store.active_nodes("team:ml", except_job=gang.id) == (0, 0)
+
+    await store.apply(gang.id, to(JobState.STOPPED))
+    assert await store.active_nodes("team:ml") == (0, 0)
+    assert await store.create(one, {"event": "created"}, caps=caps)
+    with pytest.raises(JobCapReached):  # back from STOPPED, its two nodes do not fit beside the one running
+        await store.apply(gang.id, to(JobState.RECOVERING), caps=lambda job: caps)
+    stopped = await store.get(gang.id)
+    assert stopped is not None and stopped.state is JobState.STOPPED

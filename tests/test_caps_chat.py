@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bot.chat.slack.blocks import ACTION_ON_DEMAND
 from bot.cloud.local import LocalCloud
 from bot.service import BotService
 from fakes.bot_harness import (
@@ -31,7 +32,7 @@ from fakes.fake_dingtalk import FakeDingTalk
 from fakes.fake_slack import FakeSlack
 from handlers.jobs import ACTIVE_STATES, JobState
 from tests.test_dingtalk_language import ask
-from tests.test_slack_http import command, started
+from tests.test_slack_http import click, command, started
 
 A, B = "C0TEAMA", "C0OTHERB"
 ALICE, TINA, MALLORY, ADMIN = "U0ALICE", "U0TINA", "U0MALLORY", "U0ADMIN"
@@ -85,10 +86,15 @@ async def test_in_slack_nodes_64_a_sixth_node_and_resumes_past_the_caps_are_refu
         await wait_job(service, first, lambda job: job.state is JobState.RUNNING)
         assert (await say(service, f"stop {first}", ALICE)).startswith(f"OK: stop {first}")
         await wait_job(service, first, lambda job: job.state is JobState.STOPPED)
-        assert await say(service, f"resume {first} on-demand", ALICE) == (
+        dear = (
             "⛔ $1.00/h for 1 node(s) is above team ml's cap of $0.50/h; "
             "an admin can raise policy.teams.ml.max_hourly_price"
         )
+        assert await say(service, f"resume {first} on-demand", ALICE) == dear
+        # The card's "relaunch on on-demand" button is the same command, with the same checks.
+        assert await click(service, ACTION_ON_DEMAND, first, user=ALICE, channel=A) == 200
+        answers = await slack.wait_for(lambda: [entry for entry in slack.ephemeral if entry["user"] == ALICE])
+        assert [entry["text"] for entry in answers] == [dear]
 
         # Five nodes running for the team: the sixth is refused, a start and a resume alike.
         five = [started(await say(service, "start sleepy", user)) for user in (ALICE, ALICE, TINA, TINA, TINA)]
@@ -103,7 +109,7 @@ async def test_in_slack_nodes_64_a_sixth_node_and_resumes_past_the_caps_are_refu
         assert "resume" not in await events(service, first)
         assert sorted(job.id for job in await store.list_jobs(list(ACTIVE_STATES))) == sorted(five)
         refused = [entry["action"] for entry in await store.refusal_log()]
-        assert refused == ["start", "resume", "start", "resume"]  # each kept apart from the actions
+        assert refused == ["start", "resume", "resume", "start", "resume"]  # each kept apart from the actions
 
         # Mallory, on no team, starts in ml's channel: not billed to ml, and not counted in ml's five.
         outsider = started(await say(service, "start sleepy", MALLORY))
