@@ -147,3 +147,6 @@ def test_the_model_in_force_is_said_in_one_line() -> None:
     assert "\n" not in line and "admins: 1" in line and "ml (2 members)" in line
     assert "30 commands and 5 starts a minute" in line and "kept 30 days" in line
     assert "admins: none" in describe(PolicyConfig())
+    assert "caps: 5 nodes at once a team, no total, no price cap, no team overrides" in describe(PolicyConfig())
+    lifted = PolicyConfig(teams={"ml": {"max_nodes": 8}}, max_total_nodes=20, max_hourly_price=40)
+    assert "caps: 5 nodes at once a team, 20 nodes in all, $40/h a job, overridden for ml" in describe(lifted)
