@@ -225,8 +225,11 @@ class Bot:
                 return ack_command(job, user, now)
             return resume_command(job, user, command.on_demand, now, spot)
 
-        try:  # a resume's nodes are counted in the write itself, as a start's are
-            applied = await self.store.apply(command.job_id, change, caps=self._caps_of)
+        # A resume's nodes are counted in the write itself, as a start's are; nothing else is ever refused for the
+        # caps (a stop, an ack or a drill of a job over a cap an admin lowered since must still go through).
+        counted = self._caps_of if command.action == "resume" else None
+        try:
+            applied = await self.store.apply(command.job_id, change, caps=counted)
         except JobCapReached as exc:
             job = await self.store.get(command.job_id)
             assert job is not None

@@ -19,7 +19,7 @@ from bot.keys import Keys
 from bot.retention import Retention
 from bot.store import JobCapReached, JobStore
 from handlers.caps import Caps
-from handlers.jobs import Change, ChatRef, Job, JobState
+from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
 from handlers.policy_config import PolicyConfig
 from handlers.recipes import BUILT_IN
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
@@ -252,3 +252,24 @@ async def test_the_node_count_follows_the_jobs_state_and_a_jobs_own_relaunch_is_
         await store.apply(gang.id, to(JobState.RECOVERING), caps=lambda job: caps)
     stopped = await store.get(gang.id)
     assert stopped is not None and stopped.state is JobState.STOPPED
+
+
+async def test_a_stop_of_a_running_job_goes_through_when_its_team_is_over_a_cap_lowered_since(
+    redis_client: aioredis.Redis, key_prefix: str, tmp_path: Path
+) -> None:
+    """Only a start and a resume are held to the caps: a stop keeps the job active (STOPPING) and must never be
+    refused because an admin lowered the team's cap below what it runs."""
+    store = JobStore(redis_client, Keys(key_prefix))
+    before = Bot(store, LocalCloud(tmp_path), PolicyConfig(), BUILT_IN, clock=Clock())
+    ids = [(await before.command("slack:U0ANA", A, "start tiny")).split()[1].rstrip(":") for _ in range(2)]
+
+    def running(job: Job) -> Change:
+        attempt = Attempt(number=1, instance_id=f"i-{job.id}", started_at=T0)
+        return Change(job.model_copy(update={"state": JobState.RUNNING, "attempts": [attempt]}), {"event": "test"})
+
+    for job_id in ids:
+        await store.apply(job_id, running)
+    lowered = Bot(store, LocalCloud(tmp_path), PolicyConfig(max_concurrent_nodes=1), BUILT_IN, clock=Clock())
+    assert (await lowered.command("slack:U0ANA", A, f"stop {ids[0]}")).startswith(f"OK: stop {ids[0]}")
+    stopping = await store.get(ids[0])
+    assert stopping is not None and stopping.state is JobState.STOPPING
