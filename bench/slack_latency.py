@@ -218,7 +218,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         unthrottled = {"commands_per_minute": 10_000, "starts_per_minute": 10_000}  # latency, not the per-user rate
-        policy = {"max_concurrent_jobs": starts + 5, "rate": unthrottled}
+        policy = {"max_concurrent_nodes": starts + 5, "rate": unthrottled}  # one person starts them all
         config = write_config(root / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)], policy=policy)
         async with (
             FakeSlack() as slack,

@@ -36,11 +36,12 @@ from bot.keys import Keys
 from bot.log_limit import LimitedLog
 from bot.rate_limit import Bucket, RateLimiter
 from bot.store import DEDUP_TTL, Applied, JobCapReached, JobStore
+from handlers.caps import Caps, Full, caps_for, concurrency_refusal, nodes_refusal, price_refusal
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.ids import new_job_id
 from handlers.job_options import JobOptionError, parse_job_options, reserved_parameter, split_overrides
-from handlers.jobs import ACTIVE_STATES, Change, ChatRef, Job
+from handlers.jobs import Change, ChatRef, Job, Market
 from handlers.messages import (
     CLOUD_EFFECTS,
     TIMERS,
@@ -67,7 +68,7 @@ from handlers.permissions import (
     job_refusal,
     narrowed,
 )
-from handlers.policy_config import PolicyConfig, guard_start
+from handlers.policy_config import PolicyConfig
 from handlers.private_answers import answered_privately
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, RecipeError, find_recipe
@@ -75,6 +76,7 @@ from handlers.report_freshness import REPORT_SEEN_SECONDS
 from handlers.reports import Failed, Interrupted, Progress, utcnow
 from handlers.restart import first_step_was
 from handlers.spot import SpotView, managed, steers
+from handlers.transitions import next_state
 
 log = logging.getLogger(__name__)
 
@@ -160,18 +162,16 @@ class Bot:
         slow = await self._rate(user, "starts", self.policy.rate.starts_per_minute, lang)  # a start that could run
         if slow is not None:
             return slow
-        counts = await self.store.counts_by_state()  # the state indexes: no job is read to count them
-        active = sum(counts[state] for state in ACTIVE_STATES)
-        price = None
-        if self.policy.max_hourly_price is not None:  # only ask the cloud when a cap is configured
-            price = await self.cloud.hourly_price(recipe.instance_types.get(self.cloud.name, []), "spot")
-            price = price * options.nodes if price is not None else None  # the job's: every node of a gang bills
-        blocked = guard_start(self.policy, active, hourly_price=price)
+        team = home_team(self.policy, user, chat)
+        caps = caps_for(self.policy, recipe.max_nodes, team, user)
+        blocked = nodes_refusal(caps, recipe.name, options.nodes)
+        if blocked is None:  # the cloud is asked for a price only for a job of a size allowed
+            price = await self._hourly_price(caps, recipe, "spot", options.nodes)
+            blocked = price_refusal(caps, price, options.nodes)
         if blocked is not None:
-            return catalog.text(lang, "reply.refused", why=say(lang, blocked))
+            return await self._refuse(user, chat, command, blocked, lang)
         steered = steers(self.policy.spot.name, options.deadline, options.budget)
         spot = await self._spot_view(recipe, options.nodes) if steered else None  # asked only for a steered job
-        team = home_team(self.policy, user, chat)
         for _ in range(20):
             total = recipe.total_steps(params)
             change = new_job(
@@ -190,13 +190,11 @@ class Bot:
                 nodes=options.nodes,
                 efa=options.efa,
             )
-            try:  # the cap is checked again in the write itself: concurrent starts never pass it together
-                created = await self.store.create(
-                    change.job, change.history, change.outbox, cap=self.policy.max_concurrent_jobs
-                )
+            try:  # the node caps are counted in the write itself: concurrent starts never pass one together
+                created = await self.store.create(change.job, change.history, change.outbox, caps=caps)
             except JobCapReached as exc:
-                full = guard_start(self.policy, exc.cap, hourly_price=None)
-                return catalog.text(lang, "reply.refused", why=say(lang, full) if full else str(exc))
+                full = await self._full(caps, exc.full, change.job)
+                return await self._refuse(user, chat, command, full, lang)
             if created:
                 await self._audit(user, chat, "start", change.job.id)
                 words = {**{key: str(value) for key, value in params.items()}, **raw_options}
@@ -208,14 +206,21 @@ class Bot:
         assert command.job_id is not None
         now = self.clock()
         spot = None
+        price = None
         if command.action == "resume":  # the spot policy chooses where a steered job resumes
             found = await self.store.get(command.job_id)
             spot = await self._spot_view_of(found) if found is not None else None
+            if found is not None:  # a resume passes the caps a start passes, on the market it asks for
+                market: Market = "on-demand" if command.on_demand else "spot"
+                recipe = self.recipes.get(found.recipe)
+                price = await self._hourly_price(self._caps_of(found), recipe, market, found.nodes)
         refusals: list[Reason] = []
 
         def change(job: Job) -> Change | None:
             # Checked on the job as it is written (a page opened or closed meanwhile counts), in the same step.
             refused = job_refusal(self.policy, self.oncall, user, chat, command.action, job, now)
+            if refused is None and command.action == "resume" and next_state(job.state, "resume") is not None:
+                refused = self._resume_refusal(job, price)
             refusals[:] = [refused] if refused is not None else []
             if refused is not None:
                 return None
@@ -227,7 +232,16 @@ class Bot:
                 return ack_command(job, user, now)
             return resume_command(job, user, command.on_demand, now, spot)
 
-        applied = await self.store.apply(command.job_id, change)
+        # A resume's nodes are counted in the write itself, as a start's are; nothing else is ever refused for the
+        # caps (a stop, an ack or a drill of a job over a cap an admin lowered since must still go through).
+        counted = self._caps_of if command.action == "resume" else None
+        try:
+            applied = await self.store.apply(command.job_id, change, caps=counted)
+        except JobCapReached as exc:
+            job = await self.store.get(command.job_id)
+            assert job is not None
+            full = await self._full(self._caps_of(job), exc.full, job)
+            return await self._refuse(user, chat, command, full, lang)
         if applied.missing:
             return catalog.text(lang, "reply.no-job", job=command.job_id)
         if refusals:
@@ -240,6 +254,30 @@ class Bot:
         await self._audit(user, chat, command.action, command.job_id)
         state = catalog.text(lang, f"state.{done.job.state.value}")
         return catalog.text(lang, "reply.ok", action=command.action, job=command.job_id, state=state)
+
+    def _caps_of(self, job: Job) -> Caps:
+        """The caps in force for ``job`` now (its recipe's max_nodes, its team's overrides)."""
+        recipe = self.recipes.get(job.recipe)
+        return caps_for(self.policy, recipe.max_nodes if recipe is not None else 1, job.team, job.requested_by)
+
+    def _resume_refusal(self, job: Job, price: float | None) -> Reason | None:
+        """Why ``job`` may not resume under the caps of a start (its nodes, its price on the market asked), or None;
+        the concurrency caps are counted by the write."""
+        caps = self._caps_of(job)
+        return nodes_refusal(caps, job.recipe, job.nodes) or price_refusal(caps, price, job.nodes)
+
+    async def _hourly_price(self, caps: Caps, recipe: Recipe | None, market: Market, nodes: int) -> float | None:
+        """What a job of ``nodes`` nodes of ``recipe`` costs an hour on ``market`` (every node of a gang bills);
+        asked of the cloud only when a price cap is in force. None: not known."""
+        if caps.max_hourly_price is None or recipe is None:
+            return None
+        price = await self.cloud.hourly_price(recipe.instance_types.get(self.cloud.name, []), market)
+        return price * nodes if price is not None else None
+
+    async def _full(self, caps: Caps, full: Full, job: Job) -> Reason:
+        """The words for a node cap ``job`` would pass, with the nodes running now (its own not counted)."""
+        group, total = await self.store.active_nodes(caps.group, except_job=job.id)
+        return concurrency_refusal(caps, full, group if full == "group" else total, job.nodes)
 
     async def tool_ack(self, key: str, tool: Tool, who: str, event_id: str) -> str:
         """An acknowledgement made in a paging tool (its webhook, authenticated): the page ``key`` names is

@@ -61,7 +61,7 @@ from bot.cloud.base import (
 from bot.store import JobStore
 from handlers.backoff import backoff
 from handlers.gang import place_in, rank_of
-from handlers.jobs import TERMINAL_STATES, Job, JobState
+from handlers.jobs import ACTIVE_STATES, Job, JobState
 from handlers.messages import (
     HandOver,
     InterruptTest,
@@ -217,7 +217,7 @@ class CloudEffects:
             wanted = job is not None and (job.attempt == effect.attempt or ahead)
         else:  # a gang: any of its live nodes' attempts
             wanted = planned is not None and planned.ended_at is None
-        if job is None or not wanted or job.state in TERMINAL_STATES:
+        if job is None or not wanted or not launching(job):
             log.info(
                 "launch %s of %s attempt %d: the job moved on; nothing started",
                 effect.id,
@@ -290,6 +290,13 @@ class CloudEffects:
                 if self._stop.is_set():
                     raise HandBack() from exc  # the next replica tries again
                 waited += delay
+
+
+def launching(job: Job) -> bool:
+    """Whether ``job`` still wants instances: active and not being stopped. A stop ends a gang's launches still
+    queued (node 0's result had ordered the others'): each is skipped here, and one already at the cloud when the
+    stop came is terminated by its result (handlers/gang_decide.py ``launched``)."""
+    return job.state in ACTIVE_STATES and job.state is not JobState.STOPPING
 
 
 def _moved_past(job: Job, instance_id: str, asked_in: JobState) -> bool:

@@ -174,6 +174,11 @@ class Keys:
         """Sorted set: the partition's jobs started in one channel, scored by creation (``list`` reads the tails)."""
         return f"{self.tag(partition)}jobs:channel:{platform}:{channel}"
 
+    def active_nodes_in(self, partition: int) -> str:
+        """Hash: job id -> "nodes|group" for the partition's active jobs (the concurrency caps count it,
+        :mod:`handlers.caps`)."""
+        return f"{self.tag(partition)}jobs:active-nodes"
+
     def ended_in(self, partition: int) -> str:
         """Sorted set: the partition's jobs in a final state, scored by when they reached it (retention reads it)."""
         return f"{self.tag(partition)}jobs:ended"

@@ -16,7 +16,8 @@ executor finishes an effect the same way (:meth:`JobStore.finish_effect`): the r
 follow-up (``Launched``, a note) in one step.
 
 The scripts keep the indexes ``list`` and retention read (creation, per channel, ended); the create script, given
-a cap, counts the active jobs before it writes, so the cap is checked and taken in one step.
+the node caps (:mod:`handlers.caps`), counts the active jobs' nodes before it writes (a hash of each partition's active
+jobs and their nodes, kept by the same scripts), so a cap is checked and taken in one step.
 :meth:`JobStore.sweep` deletes ended jobs past their retention (:mod:`bot.retention`).
 
 Every key is named in :mod:`bot.keys`; each script touches one partition's keys only (one cluster slot), and a
@@ -41,6 +42,7 @@ from bot.errors import StoreError
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
+from handlers.caps import Caps, Full, cap_group
 from handlers.jobs import ACTIVE_STATES, TERMINAL_STATES, Change, ChatRef, Job, JobState
 from handlers.messages import Message
 from handlers.restart import attempt_restart_s, blend
@@ -52,7 +54,6 @@ DEDUP_TTL = 7 * 86400
 EFFECT_TTL = 7 * 86400
 
 Decider = Callable[[Job], Change | None]
-ACTIVE_ORDER = sorted(ACTIVE_STATES)  # the active states' sets, in the order the write script counts them
 
 # Puts ARGV[first…] where opts.routes says; KEYS[base + 1…4] are the events, chat and cloud streams and the timers.
 _ROUTE = f"""
@@ -70,24 +71,46 @@ local function route(opts, base, first)
 end
 """
 
+# The node caps (handlers/caps.py), checked in the write that makes a job active: KEYS[index] is the partition's
+# active-nodes hash (job id -> "nodes|group"); opts.caps: false, or the group, the job's nodes, and the room left
+# in this partition for the group's nodes and for all (false: no cap), the other partitions counted by the caller.
+# The job's own entry is left out (a relaunch of a job already counted). Returns 0 when the job fits, else -2 (its
+# group's cap) or -3 (all groups' cap).
+_NODE_CAPS = """
+local function over_caps(opts, index)
+  if not opts.caps then return 0 end
+  local group, total = 0, 0
+  local entries = redis.call('HGETALL', KEYS[index])
+  for i = 1, #entries, 2 do
+    if entries[i] ~= opts.job_id then
+      local nodes, owner = string.match(entries[i + 1], '^(%d+)|(.*)$')
+      total = total + tonumber(nodes)
+      if owner == opts.caps.group then group = group + tonumber(nodes) end
+    end
+  end
+  if group + opts.caps.nodes > opts.caps.group_room then return -2 end
+  if opts.caps.total_room and total + opts.caps.nodes > opts.caps.total_room then return -3 end
+  return 0
+end
+"""
+
 # The atomic write of a new job. It checks before it writes anything, so it either writes all or nothing. Returns 1
-# when written, 0 when the job is present already, -2 when the active jobs are at the cap.
+# when written, 0 when the job is present already, -2 or -3 when its nodes do not fit a cap (see _NODE_CAPS).
 # KEYS: 1 job, 2 its state set, 3 instances, 4 history, 5-8 the queues (see _ROUTE), 9 the creation index, 10 the
-#   job's channel index, 11 the ended index, 12… the active states' sets (counted against the cap).
+#   job's channel index, 11 the ended index, 12 the active-nodes hash.
 # ARGV: 1 the options, JSON: job_id, instances (ids to map to the job), routes and dues (see _ROUTE), created (its
 #   score in the indexes), channel (whether KEYS[10] is the job's), ended (the score of a job in a final state,
-#   else false), cap (the most active jobs a create may join, or false), active (how many active sets follow);
+#   else false), counted (the job's "nodes|group" entry when it is active, else false), caps (see _NODE_CAPS);
 #   2 the new job, 3 the history entry, 4… the outbox payloads.
 _CREATE = (
     _ROUTE
+    + _NODE_CAPS
     + f"""
 local opts = cjson.decode(ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if opts.cap then
-  local active = 0
-  for i = 12, 11 + opts.active do active = active + redis.call('SCARD', KEYS[i]) end
-  if active >= opts.cap then return -2 end
-end
+local full = over_caps(opts, 12)
+if full ~= 0 then return full end
+if opts.counted then redis.call('HSET', KEYS[12], opts.job_id, opts.counted) end
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], opts.job_id)
 for _, instance in ipairs(opts.instances) do redis.call('HSET', KEYS[3], instance, opts.job_id) end
@@ -103,27 +126,38 @@ end
 return 1
 """
 )
-_WRITTEN, _FULL = 1, -2  # the scripts' answers (0: the job is not as read; -1: an input was seen meanwhile)
+_WRITTEN = 1  # the scripts' answer when written (0: the job is not as read; -1: an input was seen meanwhile)
+_FULL: dict[int, Full] = {-2: "group", -3: "total"}  # a node cap the write would pass (see _NODE_CAPS)
 
 # The atomic write of a run of transitions of one job (one or more inputs decided one after the other on the job
 # as read): each input's dedup key, history entry and outbox, and the job as the last one left it. Checked before
 # anything is written, so it writes all or nothing: 1 when written, 0 when the job is not as the caller read it
-# (changed or deleted), -1 when one of the dedup keys was seen meanwhile.
+# (changed or deleted), -1 when one of the dedup keys was seen meanwhile, -2 or -3 when the job, made active, does
+# not fit a node cap (see _NODE_CAPS).
 # KEYS: 1 job, 2 old state set, 3 new state set, 4 instances, 5 history, 6-9 the queues (see _ROUTE), 10 the ended
-#   index, 11… the dedup keys (one per input that has one).
+#   index, 11 the active-nodes hash, 12… the dedup keys (one per input that has one).
 # ARGV: 1 the options, JSON: write (the job, its history and outbox; else only the dedup keys), job_id, dedup_ttl,
 #   instances (ids to map to the job), routes and dues (see _ROUTE), ended (the score of a job in a final state,
-#   else false), histories (how many history entries follow); 2 the job as read, 3 the new job,
-#   4… the history entries, then the outbox payloads.
+#   else false), counted (the job's "nodes|group" entry when it is active, else false), caps (see _NODE_CAPS),
+#   histories (how many history entries follow); 2 the job as read, 3 the new job, 4… the history entries, then
+#   the outbox payloads.
 _APPLY = (
     _ROUTE
+    + _NODE_CAPS
     + f"""
 local opts = cjson.decode(ARGV[1])
-for i = 11, #KEYS do
+for i = 12, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then return -1 end
 end
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
 if opts.write then
+  local full = over_caps(opts, 11)
+  if full ~= 0 then return full end
+  if opts.counted then
+    redis.call('HSET', KEYS[11], opts.job_id, opts.counted)
+  else
+    redis.call('HDEL', KEYS[11], opts.job_id)
+  end
   redis.call('SET', KEYS[1], ARGV[3])
   redis.call('SREM', KEYS[2], opts.job_id)
   redis.call('SADD', KEYS[3], opts.job_id)
@@ -138,7 +172,7 @@ if opts.write then
     redis.call('ZREM', KEYS[10], opts.job_id)
   end
 end
-for i = 11, #KEYS do redis.call('SET', KEYS[i], opts.job_id, 'EX', opts.dedup_ttl) end
+for i = 12, #KEYS do redis.call('SET', KEYS[i], opts.job_id, 'EX', opts.dedup_ttl) end
 return 1
 """
 )
@@ -186,11 +220,12 @@ class StoreConflict(StoreError):
 
 
 class JobCapReached(StoreError):
-    """A create found as many active jobs as the cap allows (checked and taken in one step): nothing written."""
+    """A write that makes a job active found its nodes past a node cap (checked and taken in one step): nothing
+    written. ``full``: which cap, its group's or all groups'."""
 
-    def __init__(self, cap: int) -> None:
-        super().__init__(f"{cap} jobs are active already")
-        self.cap = cap
+    def __init__(self, full: Full) -> None:
+        super().__init__(f"the job's nodes do not fit the {full} cap")
+        self.full = full
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,12 +280,12 @@ class JobStore:
     # Writes ---------------------------------------------------------------------------------------------------
 
     async def create(
-        self, job: Job, history: Mapping[str, Any], outbox: Iterable[Message] = (), cap: int | None = None
+        self, job: Job, history: Mapping[str, Any], outbox: Iterable[Message] = (), caps: Caps | None = None
     ) -> bool:
         """Store a new job with its first history entry (and outbox); ``False`` if the id is taken.
 
-        ``cap``: the most jobs that may be active (``ACTIVE_STATES``) with this one; the count and the write are
-        one step, so concurrent starts never pass it together. Past it: :class:`JobCapReached`, nothing written."""
+        ``caps``: the node caps the job must fit, with every active job's nodes; the count and the write are one
+        step, so concurrent starts never pass a cap together. Past one: :class:`JobCapReached`, nothing written."""
         part = self.keys.partition_of(job.id)
         keys = [
             self.keys.job(job.id),
@@ -261,38 +296,50 @@ class JobStore:
             self.keys.created_in(part),
             self._channel_index(job),
             self.keys.ended_in(part),
-            *(self._active_sets(part) if cap is not None else ()),  # counted only by a create with a cap
+            self.keys.active_nodes_in(part),
         ]
         routes, payloads = _routed(outbox, _platform(job))
-        # The script counts its own partition's active jobs; the other partitions' are counted here first.
-        room = cap - await self._active_elsewhere(part) if cap is not None else None
         options = {
             "job_id": job.id,
             "instances": job.instance_ids,
             "created": job.created_at.timestamp(),
             "channel": job.chat is not None,
             "ended": job.updated_at.timestamp() if job.state in TERMINAL_STATES else False,
-            "cap": room if room is not None else False,
-            "active": len(ACTIVE_ORDER) if cap is not None else 0,
+            "counted": _counted(job),
+            "caps": await self._room(job, caps, part) if caps is not None else False,
             **routes,
         }
         args = [_json(options), job.model_dump_json(), _json(dict(history)), *payloads]
         written = int(await self._batch.script(self._create, keys, args, durable=True))
-        if written == _FULL:
-            assert cap is not None
-            raise JobCapReached(cap)
+        if written in _FULL:
+            raise JobCapReached(_FULL[written])
         return written == _WRITTEN
 
-    def _active_sets(self, partition: int) -> list[str]:
-        return [self.keys.state(state, partition) for state in ACTIVE_ORDER]
+    async def _room(self, job: Job, caps: Caps, partition: int) -> dict[str, Any]:
+        """The caps as the write script checks them (see ``_NODE_CAPS``): the room left in ``partition`` once every
+        other partition's active nodes are counted (a store of one partition: the caps themselves)."""
+        group, total = await self.active_nodes(caps.group, job.id, skip=partition)
+        return {
+            "group": caps.group,
+            "nodes": job.nodes,
+            "group_room": caps.max_concurrent_nodes - group,
+            "total_room": caps.max_total_nodes - total if caps.max_total_nodes is not None else False,
+        }
 
-    async def _active_elsewhere(self, partition: int) -> int:
-        """How many jobs are active in every partition but ``partition`` (0 on a store of one partition)."""
-        sets = [key for other in self.keys.all_partitions if other != partition for key in self._active_sets(other)]
-        if not sets:
-            return 0
-        counts = await asyncio.gather(*(self._batch.execute("SCARD", key) for key in sets))
-        return sum(int(count) for count in counts)
+    async def active_nodes(self, group: str, except_job: str | None = None, skip: int | None = None) -> tuple[int, int]:
+        """The nodes active jobs run: ``group``'s and all groups' (a job's own left out with ``except_job``; the
+        partition ``skip`` not read)."""
+        keys = [self.keys.active_nodes_in(part) for part in self.keys.all_partitions if part != skip]
+        hashes = await asyncio.gather(*(self._batch.execute("HGETALL", key) for key in keys))
+        in_group = in_all = 0
+        for entries in hashes:
+            for job_id, entry in _pairs(entries):
+                if job_id == except_job:
+                    continue
+                nodes, owner = entry.split("|", 1)
+                in_all += int(nodes)
+                in_group += int(nodes) if owner == group else 0
+        return in_group, in_all
 
     async def apply(
         self,
@@ -300,17 +347,24 @@ class JobStore:
         decide: Decider,
         dedup_key: str | None = None,
         dedup_ttl: int = DEDUP_TTL,
+        caps: Callable[[Job], Caps] | None = None,
     ) -> Applied:
         """Atomically: skip if ``dedup_key`` was seen, else write ``decide(job)`` with history, dedup and outbox.
 
         ``decide`` must be pure: it runs again when another writer changed the job in between. It returns
         ``None`` for "nothing to change"; the dedup key is still recorded so a redelivery costs one read.
+        ``caps``: the node caps of the job (as decided), checked in the write when it leaves the job active (its own
+        nodes not counted twice); past one: :class:`JobCapReached`, nothing written.
         """
-        (applied,) = await self.apply_many(job_id, [(decide, dedup_key)], dedup_ttl)
+        (applied,) = await self.apply_many(job_id, [(decide, dedup_key)], dedup_ttl, caps)
         return applied
 
     async def apply_many(
-        self, job_id: str, steps: Sequence[tuple[Decider, str | None]], dedup_ttl: int = DEDUP_TTL
+        self,
+        job_id: str,
+        steps: Sequence[tuple[Decider, str | None]],
+        dedup_ttl: int = DEDUP_TTL,
+        caps: Callable[[Job], Caps] | None = None,
     ) -> list[Applied]:
         """:meth:`apply` for several inputs of one job in one read and one write: each decider in turn, on the job
         as the one before left it; each input skipped when its dedup key was seen (or came earlier in ``steps``).
@@ -350,9 +404,12 @@ class JobStore:
             if not recorded and not changes:
                 await self._confirm(job_id)  # every input seen: written before, perhaps never confirmed
                 return results
-            written = await self._write_changes(raw, current, changes, recorded, dedup_ttl)
+            checked = caps(job) if caps is not None and changes and job.state in ACTIVE_STATES else None
+            written = await self._write_changes(raw, current, changes, recorded, dedup_ttl, checked)
             if written == _WRITTEN:
                 return results
+            if written in _FULL:
+                raise JobCapReached(_FULL[written])
             await _backoff(attempt)  # another writer changed the job (or saw an input) since it was read: again
         raise StoreConflict(f"could not apply a change to {job_id}: too many concurrent writers")
 
@@ -365,7 +422,13 @@ class JobStore:
             await self._batch.execute("SET", self.keys.job_dedup(job_id, "confirmed"), "1", "PX", 60_000, durable=True)
 
     async def _write_changes(
-        self, raw: str, old: Job, changes: Sequence[Change], dedups: Sequence[str], dedup_ttl: int
+        self,
+        raw: str,
+        old: Job,
+        changes: Sequence[Change],
+        dedups: Sequence[str],
+        dedup_ttl: int,
+        caps: Caps | None = None,
     ) -> int:
         """Run the apply script: the job as the last change left it, its indexes, one history entry and the outbox
         of each change, and the dedup keys; only the dedup keys when nothing changed."""
@@ -379,6 +442,7 @@ class JobStore:
             self.keys.history(new.id),
             *self.keys.queues(part),
             self.keys.ended_in(part),
+            self.keys.active_nodes_in(part),
             *dedups,
         ]
         routes, payloads = _routed([message for change in changes for message in change.outbox], _platform(new))
@@ -389,6 +453,8 @@ class JobStore:
             "dedup_ttl": dedup_ttl,
             "instances": instances,
             "ended": new.updated_at.timestamp() if new.state in TERMINAL_STATES else False,
+            "counted": _counted(new),
+            "caps": await self._room(new, caps, part) if caps is not None else False,
             "histories": len(changes),
             **routes,
         }
@@ -710,6 +776,19 @@ def _routed(messages: Iterable[Message], platform: str) -> tuple[dict[str, list[
         "dues": [repr(item.due) for item in routed],
     }
     return options, [item.payload for item in routed]
+
+
+def _counted(job: Job) -> str | bool:
+    """The job's entry in its partition's active-nodes hash ("nodes|group"), or False when it is not active."""
+    return f"{job.nodes}|{cap_group(job.team, job.requested_by)}" if job.state in ACTIVE_STATES else False
+
+
+def _pairs(entries: Any) -> list[tuple[str, str]]:
+    """A hash read back (a mapping, or the flat field-value list of a raw reply) as (field, value) pairs."""
+    if isinstance(entries, Mapping):
+        return [(str(key), str(value)) for key, value in entries.items()]
+    flat = list(entries or [])
+    return [(str(flat[i]), str(flat[i + 1])) for i in range(0, len(flat), 2)]
 
 
 def _platform(job: Job) -> str:

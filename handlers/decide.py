@@ -249,6 +249,8 @@ def stop_command(job: Job, user: str, now: datetime, lifecycle: Lifecycle | None
     if state is JobState.STOPPING and instance:
         due = now + (lifecycle or DEFAULT_LIFECYCLE).stop_timeout
         runners = gang.stop_runners(job) if job.nodes > 1 else [StopRunner(job_id=job.id, instance_id=instance)]
+        if job.nodes > 1:  # the nodes not launched yet end now: their launches in flight start nothing that stays
+            job = gang.end_unlaunched(job, now, f"stopped by {user} before its launch")
         outbox.extend(runners)
         outbox.append(StopDeadline(job_id=job.id, attempt=job.attempt, due=due))
         return _change(job, state, now, {"event": "stop", "by": user}, outbox)

@@ -615,6 +615,16 @@ def _why(key: str, attempt: Attempt, zone: str, seconds: float) -> SpotPolicyNot
 # -- commands ---------------------------------------------------------------------------------------------
 
 
+def end_unlaunched(job: Job, at: datetime, reason: str) -> Job:
+    """A gang being stopped: every live node without an instance yet ends ``at``, so the stop waits only for the
+    nodes that run, and the launches still in flight start nothing that stays (a queued one is skipped by the cloud
+    executor, one already at the cloud is terminated by its result, as any launch of an ended attempt)."""
+    for attempt in live(job):
+        if attempt.instance_id is None:
+            job = with_attempt(job, attempt.model_copy(update={"ended_at": at, "end_reason": reason}))
+    return job
+
+
 def stop_runners(job: Job) -> list[Message]:
     """Ask every live node's runner to save and stop (they stop at one step, as on a notice)."""
     return [StopRunner(job_id=job.id, instance_id=a.instance_id) for a in live(job) if a.instance_id]

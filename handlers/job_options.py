@@ -6,8 +6,9 @@ not recipe parameters: :func:`split_overrides` takes them out of a ``start`` com
 before the recipe checks the rest, and a recipe may not declare a parameter by these names. A deadline is a
 duration from the start (``36h``, ``90m``, ``2d``, ``1d12h``, ``1.5h``) or a moment with its time zone
 (``2026-03-05T09:00Z``); a budget is an amount in the cloud account's currency (``120``, ``99.50``). ``nodes``
-(2 to 64) makes the job a gang of that many instances training as one world (:mod:`handlers.gang`), on any
-recipe; ``efa=true`` asks for EFA interfaces on a gang's nodes where the instance type has them.
+(2 to 64) makes the job a gang of that many instances training as one world (:mod:`handlers.gang`), up to
+the recipe's ``max_nodes`` (a cap an admin lifts per team: :mod:`handlers.caps`); ``efa=true`` asks for EFA
+interfaces on a gang's nodes where the instance type has them.
 """
 
 from __future__ import annotations

@@ -63,12 +63,15 @@ def team_of_channel(policy: PolicyConfig, chat: ChatRef | None) -> str | None:
 
 
 def home_team(policy: PolicyConfig, user: str, chat: ChatRef | None) -> str | None:
-    """The team of a job ``user`` starts in ``chat``: the channel's team, else the owner's when they are on exactly
-    one, else none."""
+    """The team a job ``user`` starts in ``chat`` is billed to and counted against: the channel's team when they
+    are one of its members (or an admin), else their own team when they are on exactly one, else none (a team of
+    one under the default caps, :mod:`handlers.caps`). A stranger's start in a team's channel is not billed to the
+    team: it would spend the team's money and take its room under the caps. It is not refused either: the start
+    goes on, billed and counted where its starter belongs."""
     team = team_of_channel(policy, chat)
-    if team is not None:
+    if team is not None and (user in policy.teams[team].members or is_admin(policy, user)):
         return team
-    mine = [name for name, team in sorted(policy.teams.items()) if user in team.members]
+    mine = teams_of(policy, user)
     return mine[0] if len(mine) == 1 else None
 
 
@@ -128,8 +131,21 @@ def describe(policy: PolicyConfig) -> str:
         "permissions: a job's owner, team and admins act on it; channels see their own jobs; "
         f"admins: {len(policy.admins) or 'none'}; teams: {teams or 'none'}; allow rules narrow: {narrowing}; "
         f"rate per user: {policy.rate.commands_per_minute} commands and {policy.rate.starts_per_minute} starts "
-        f"a minute; ended jobs kept {policy.retention_days:g} days"
+        f"a minute; caps: {caps_in_force(policy)}; ended jobs kept {policy.retention_days:g} days"
     )
+
+
+def caps_in_force(policy: PolicyConfig) -> str:
+    """The caps in force, in a few words (the log at start): each team's nodes, all teams', the price, overrides."""
+    total = f"{policy.max_total_nodes} nodes in all" if policy.max_total_nodes is not None else "no total"
+    price = f"${policy.max_hourly_price:g}/h a job" if policy.max_hourly_price is not None else "no price cap"
+    lifted = sorted(
+        name
+        for name, team in policy.teams.items()
+        if (team.max_nodes, team.max_concurrent_nodes, team.max_hourly_price) != (None, None, None)
+    )
+    overrides = f"overridden for {', '.join(lifted)}" if lifted else "no team overrides"
+    return f"{policy.max_concurrent_nodes} nodes at once a team, {total}, {price}, {overrides}"
 
 
 def teams_of(policy: PolicyConfig, user: str) -> tuple[str, ...]:

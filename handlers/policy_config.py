@@ -13,8 +13,8 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from handlers.commands import USAGE
+from handlers.job_options import MAX_NODES
 from handlers.lifecycle import Lifecycle
-from handlers.reasons import Reason, Wording
 from handlers.spot.policies import POLICIES
 from handlers.spot.rules import DEFAULT_POLICY
 
@@ -22,12 +22,8 @@ from handlers.spot.rules import DEFAULT_POLICY
 PLATFORM_ID = r"^[a-z]{2,16}:[^\s:][^\s]{0,127}$"
 RULE_ENTRY = r"^(\*|[a-z]{2,16}:\*|[a-z]{2,16}:[^\s:][^\s]{0,127})$"
 
-WORDING = Wording(
-    {
-        "guard.concurrency": "{active} jobs are already running (the limit is {limit}); stop one first",
-        "guard.price": "${price:.2f}/h is above the configured cap of ${cap:.2f}/h",
-    }
-)
+# Each team's concurrent nodes when the config says nothing (handlers/caps.py); a person on no team is a team of one.
+DEFAULT_TEAM_NODES = 5
 
 
 class SpotSettings(BaseModel):
@@ -48,11 +44,15 @@ class SpotSettings(BaseModel):
 
 
 class Team(BaseModel):
-    """A team: its ``members`` may act on its jobs; a job started in one of its ``channels`` is the team's."""
+    """A team: its ``members`` may act on its jobs; a job a member starts in one of its ``channels`` is the team's.
+    The caps, when set, lift (or lower) the policy's for this team alone (:mod:`handlers.caps`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     members: list[str] = Field(default_factory=list)
     channels: list[str] = Field(default_factory=list)
+    max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)  # a job's nodes, instead of its recipe's
+    max_concurrent_nodes: int | None = Field(default=None, ge=1)  # instead of policy.max_concurrent_nodes
+    max_hourly_price: float | None = Field(default=None, gt=0)  # instead of policy.max_hourly_price
 
     @field_validator("members", "channels")
     @classmethod
@@ -76,8 +76,9 @@ class PolicyConfig(BaseModel):
     teams: dict[str, Team] = Field(default_factory=dict)
     allow: dict[str, list[str]] | None = None  # narrows who may use an action at all (an action not named: anyone)
     rate: RateLimits = Field(default_factory=RateLimits)
-    max_concurrent_jobs: int | None = Field(default=None, ge=1)
-    max_hourly_price: float | None = Field(default=None, gt=0)
+    max_concurrent_nodes: int = Field(default=DEFAULT_TEAM_NODES, ge=1)  # each team's nodes at once
+    max_total_nodes: int | None = Field(default=None, ge=1)  # all teams' (and teamless people's) nodes at once
+    max_hourly_price: float | None = Field(default=None, gt=0)  # a job's, all its nodes together
     retention_days: float = Field(default=30, gt=0, le=3650)  # an ended job is deleted this long after it ended
     lifecycle: Lifecycle = Field(default_factory=Lifecycle)  # bounded relaunches, the stop deadline
     spot: SpotSettings = Field(default_factory=SpotSettings)  # the spot policy (handlers/spot/)
@@ -120,12 +121,3 @@ def _platform_id(value: str) -> str:
     if not _matches(PLATFORM_ID, value):
         raise ValueError(f"{value!r} is not platform:id (slack:U0123ABCD, dingtalk:manager4220, console:alice)")
     return value
-
-
-def guard_start(policy: PolicyConfig, active_jobs: int, hourly_price: float | None) -> Reason | None:
-    """Why a new job may not start now (concurrency or price cap), or None."""
-    if policy.max_concurrent_jobs is not None and active_jobs >= policy.max_concurrent_jobs:
-        return WORDING("guard.concurrency", active=active_jobs, limit=policy.max_concurrent_jobs)
-    if policy.max_hourly_price is not None and hourly_price is not None and hourly_price > policy.max_hourly_price:
-        return WORDING("guard.price", price=hourly_price, cap=policy.max_hourly_price)
-    return None

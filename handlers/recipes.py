@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from handlers.job_options import MAX_NODES
 from handlers.reasons import ReasonError, Wording
 
 ParamValue = str | int | float | bool
@@ -151,6 +152,8 @@ class Recipe(BaseModel):
     parameters: dict[str, Parameter] = Field(default_factory=dict)
     total_steps_param: str | None = None
     instance_types: dict[str, list[str]] = Field(default_factory=dict)
+    # The most nodes a member's job of this recipe may have (``nodes=``); an admin lifts it per team (handlers/caps).
+    max_nodes: int = Field(default=1, ge=1, le=MAX_NODES)
     env: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -252,6 +255,7 @@ TINY = Recipe(
     },
     total_steps_param="steps",
     instance_types={"local": ["local.cpu"], "aws": ["g5.xlarge", "g6.xlarge"], "aliyun": ["ecs.gn7i-c8g1.2xlarge"]},
+    max_nodes=4,  # a small gang (the gang tests' two nodes, a stop's four), never a team's whole room
     env={"HF_HUB_OFFLINE": "1"},
 )
 

@@ -136,7 +136,7 @@ VALUES = {
     "RunnerStorageRoleArn": "acs:ram::1234567890:role/finetune-runner-storage",
     "RunnerImageId": "m-bp1",
     "BotDomain": "bot.example.com",
-    "ExtraConfig": "policy:\n  max_concurrent_jobs: 2\n# a team's secret, say: hunter2-team",
+    "ExtraConfig": "policy:\n  max_concurrent_nodes: 2\n# a team's secret, say: hunter2-team",
 }
 
 
@@ -204,7 +204,7 @@ async def test_the_boot_script_writes_settings_and_a_config_the_bot_accepts(temp
     check_redis_url(env["REDIS_URL"])
     assert env["REDIS_URL"].startswith("rediss://") and "ssl_ca_certs=/etc/finetune/redis-ca.pem" in env["REDIS_URL"]
     config = parse_file_config(files["/etc/finetune/config.yaml"], "the boot script's config")
-    assert config.aliyun is not None and config.policy.max_concurrent_jobs == 2
+    assert config.aliyun is not None and config.policy.max_concurrent_nodes == 2
     assert config.aliyun.report_url == f"https://bot.example.com{REPORTS_PATH}"
     assert config.aliyun.vswitches == {"cn-hangzhou-j": "vsw-bp1", "cn-hangzhou-k": "vsw-bp2"}
     assert len(env["FINETUNE_REPORT_SECRET"]) >= 32  # the stack's MinLength; aliyun.report_url needs it set

@@ -40,13 +40,13 @@ async def run(kms: FakeAliyun, *args: str) -> tuple[int, str, str]:
 
 async def test_an_env_file_secret_and_a_plain_one_come_out_as_stored(kms: FakeAliyun) -> None:
     kms.secrets["finetune-bot/env"] = "REDIS_URL=rediss://:pw@r-1:6379/0?ssl_ca_certs=/etc/ca.pem\nEMPTY=\n"
-    kms.secrets["finetune-bot/config"] = "policy:\n  max_concurrent_jobs: 2\n"
+    kms.secrets["finetune-bot/config"] = "policy:\n  max_concurrent_nodes: 2\n"
     assert await run(kms, "env-file", "finetune-bot/env") == (
         0,
         "REDIS_URL=rediss://:pw@r-1:6379/0?ssl_ca_certs=/etc/ca.pem\nEMPTY=\n",
         "",
     )
-    assert await run(kms, "value", "finetune-bot/config") == (0, "policy:\n  max_concurrent_jobs: 2\n", "")
+    assert await run(kms, "value", "finetune-bot/config") == (0, "policy:\n  max_concurrent_nodes: 2\n", "")
     assert kms.rejected == []  # signed with the key it was given
 
 

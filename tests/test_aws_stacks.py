@@ -397,7 +397,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
     # -- the bot stack (StateStore replication-group, the default): its Valkey is a TLS Valkey whose AUTH token is the
     # stack's generated secret
     stores = StoreStandIns(tmp_path)
-    parameters = {**_bot_parameters(client, network), "ExtraConfig": "policy:\n  max_concurrent_jobs: 2"}
+    parameters = {**_bot_parameters(client, network), "ExtraConfig": "policy:\n  max_concurrent_nodes: 2"}
     with stores.servers:
         stack = deploy(client, "finetune-bot", load_template("bot.yaml"), parameters, stores.makers)
         ((kind, valkey, _),) = stores.made
@@ -426,7 +426,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         # Only the listening address differs from the task's: a test binds loopback and a free port.
         settings = Settings(finetune_http_host="127.0.0.1", finetune_http_port=0, finetune_state_dir=tmp_path / "state")
         config = load_config(settings)
-        assert config.aws is not None and config.policy.max_concurrent_jobs == 2
+        assert config.aws is not None and config.policy.max_concurrent_nodes == 2
         assert config.redis.durability == "replica"  # the replication group's replica confirms each state change
         assert config.aws.launch_template == "finetune-runner" and config.aws.report_topic_arn == reports_topic
         role_id = client("iam").get_role(RoleName=runner.resources["RunnerRole"])["Role"]["RoleId"]

@@ -100,7 +100,7 @@ def test_the_console_is_who_the_process_runs_as_whatever_user_the_environment_na
 
 def test_a_bad_config_file_is_one_clear_error(tmp_path: Path) -> None:
     config = tmp_path / "bot.yaml"
-    config.write_text("policy:\n  max_concurrent_jobs: 0\n")
+    config.write_text("policy:\n  max_concurrent_nodes: 0\n")
     result = subprocess.run(
         [sys.executable, "-m", "bot.cli", "serve"],
         env=bot_env(tmp_path, FINETUNE_CONFIG=str(config), FINETUNE_HTTP_PORT="0"),
@@ -109,7 +109,7 @@ def test_a_bad_config_file_is_one_clear_error(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 2
-    assert "policy.max_concurrent_jobs" in result.stderr and "Traceback" not in result.stderr
+    assert "policy.max_concurrent_nodes" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_the_aws_cloud_without_its_settings_is_one_clear_error(tmp_path: Path) -> None:

@@ -217,23 +217,26 @@ async def wait_for_text(chat: object, channel: str, words: str, timeout: float =
     raise AssertionError(f"no {channel} message with {words!r}: {transcript[-5:]}")
 
 
+RAISE_PRICE = "an admin can raise policy.max_hourly_price"
+
+
 async def test_guards_cap_concurrency_and_price(tmp_path: Path) -> None:
     cheap = write_config(tmp_path / "cheap.yaml", policy={"max_hourly_price": 0.10})
     async with running_bot(tmp_path / "a", cheap) as (service, _chat):
         refused = await service.bot.command("console:ana", CHANNEL, "start tiny")
-        assert refused == "⛔ $0.30/h is above the configured cap of $0.10/h"
+        assert refused == f"⛔ $0.30/h for 1 node(s) is above the cap of $0.10/h; {RAISE_PRICE}"
         assert await service.bot.store.list_jobs() == []
     # The cap is on what the job pays an hour: a gang's every node (two of $0.30 are over $0.50).
     gang_cap = write_config(tmp_path / "gang.yaml", policy={"max_hourly_price": 0.50})
     async with running_bot(tmp_path / "g", gang_cap) as (service, _chat):
         refused = await service.bot.command("console:ana", CHANNEL, "start tiny nodes=2")
-        assert refused == "⛔ $0.60/h is above the configured cap of $0.50/h"
+        assert refused == f"⛔ $0.60/h for 2 node(s) is above the cap of $0.50/h; {RAISE_PRICE}"
         assert await service.bot.store.list_jobs() == []
     one = write_config(
-        tmp_path / "one.yaml", policy={"max_concurrent_jobs": 1}, recipes=[quick_recipe("sleepy", SLEEPS)]
+        tmp_path / "one.yaml", policy={"max_concurrent_nodes": 1}, recipes=[quick_recipe("sleepy", SLEEPS)]
     )
     async with running_bot(tmp_path / "b", one) as (service, _chat):
         await start_job(service, "console:ana", "start sleepy")
         second = await service.bot.command("console:ana", CHANNEL, "start sleepy")
-        assert second.startswith("⛔ 1 jobs are already running (the limit is 1)")
+        assert second.startswith("⛔ you run 1 of the 1 concurrent nodes of a person on no team, so 1 more do not fit")
         assert len(await service.bot.store.list_jobs()) == 1

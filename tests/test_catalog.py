@@ -15,9 +15,9 @@ from pydantic import BaseModel, ValidationError
 from bot.chat import catalog as catalog_module
 from bot.chat.catalog import LANGUAGES, en, messages, plain, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
-from handlers import commands, decide, failures, job_options, permissions, recipes
-from handlers import policy_config as policy_module
+from handlers import caps, commands, decide, failures, job_options, permissions, recipes
 from handlers import reconcile as reconcile_module
+from handlers.caps import Caps, caps_for, concurrency_refusal, nodes_refusal, price_refusal
 from handlers.commands import HELP, HELP_REASON, USAGE, Action, UsageError, parse
 from handlers.decide import ack_command, interrupt_test_command, resume_command, stop_command
 from handlers.decide import decide as decide_message
@@ -56,7 +56,7 @@ from handlers.notes import (
 )
 from handlers.oncall import OnCall
 from handlers.permissions import cost_refusal, job_refusal, narrowed
-from handlers.policy_config import PolicyConfig, Team, guard_start
+from handlers.policy_config import PolicyConfig, Team
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
@@ -407,7 +407,7 @@ def handler_reasons() -> list[Reason]:
         ack_command(acked, "slack:U2", NOW),
         resume_command(running, "slack:U1", False, NOW),
     ]
-    policy = PolicyConfig(allow={"start": []}, max_concurrent_jobs=2, max_hourly_price=1.0)
+    policy = PolicyConfig(allow={"start": []}, max_total_nodes=8, max_hourly_price=1.0)
     elsewhere = ChatRef(platform="dingtalk", channel="cidELSEWHERE==")
     teamed = PolicyConfig(teams={"ml": Team(members=["dingtalk:alice"])})
     asked: list[tuple[Action, Job]] = [("logs", job()), ("stop", job()), ("ack", acked)]  # channel, owner, page
@@ -430,8 +430,7 @@ def handler_reasons() -> list[Reason]:
         narrowed(policy, "dingtalk:bob", "start"),
         *(cost_refusal(teamed, "dingtalk:bob", team) for team in ("nope", "ml", None)),
         *(job_refusal(policy, OnCall(), "dingtalk:bob", elsewhere, action, item, NOW) for action, item in asked),
-        guard_start(policy, active_jobs=2, hourly_price=None),
-        guard_start(policy, active_jobs=0, hourly_price=1.5),
+        *(reason for team in (None, "ml") for reason in caps_reasons(caps_for(policy, 1, team, "dingtalk:bob"))),
         *(change.reason for change in ignored),
         *policy_reasons(),
         *reconcile_reasons(),
@@ -439,6 +438,16 @@ def handler_reasons() -> list[Reason]:
     ]
     assert all(reason is not None for reason in reasons)
     return [reason for reason in reasons if reason is not None]
+
+
+def caps_reasons(caps: Caps) -> list[Reason | None]:
+    """Every refusal of the caps (handlers/caps.py) for a job of ``caps``: its nodes, its price, each node cap."""
+    return [
+        nodes_refusal(caps, "tiny", 64),
+        price_refusal(caps, 1.5, 2),
+        concurrency_refusal(caps, "group", 5, 1),
+        concurrency_refusal(caps, "total", 8, 1),
+    ]
 
 
 def failure_samples() -> list[Failure]:
@@ -540,7 +549,7 @@ def keys_in(reason: Reason) -> set[str]:
 
 
 def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_both_tables() -> None:
-    tables = [commands.WORDING, policy_module.WORDING, permissions.WORDING, recipes.WORDING, decide.WORDING]
+    tables = [commands.WORDING, caps.WORDING, permissions.WORDING, recipes.WORDING, decide.WORDING]
     tables += [job_options.WORDING]
     tables += [
         spot_rules.WORDING,
@@ -561,7 +570,7 @@ def test_every_reason_renders_in_both_languages_english_exactly_as_str() -> None
     reasons = handler_reasons()
     assert set().union(*(keys_in(reason) for reason in reasons)) == set(en.HANDLERS)  # every key is exercised
     # The words a person types stay as they are (and an English word inside one of them, "cost" in "costs").
-    kept = {*USAGE, *job_options.JOB_OPTIONS, "finetune", "demand", "team", "node", "true", "false"}
+    kept = {*USAGE, *job_options.JOB_OPTIONS, "finetune", "demand", "team", "node", "true", "false", *caps.SETTINGS}
     for reason in reasons:
         english, chinese = say("en", reason), say("zh-CN", reason)
         assert english == str(reason) == reason.english

@@ -9,7 +9,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from handlers.commands import Command, UsageError, parse
-from handlers.policy_config import PolicyConfig, guard_start
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 
 
@@ -162,10 +161,3 @@ def test_recipes_refuse_unknown_and_out_of_range_overrides() -> None:
     argv = TINY.argv(values, python="/usr/bin/python3")
     assert argv[:3] == ["${FINETUNE_PYTHON}", "-m", "runner.hf.tiny"]
     assert argv[argv.index("--max-steps") + 1] == "12"
-
-
-def test_guards() -> None:
-    policy = PolicyConfig(max_concurrent_jobs=2, max_hourly_price=3.0)
-    assert guard_start(policy, active_jobs=2, hourly_price=1.0) is not None
-    assert guard_start(policy, active_jobs=1, hourly_price=4.0) is not None
-    assert guard_start(policy, active_jobs=1, hourly_price=1.0) is None

@@ -160,7 +160,8 @@ async def test_a_redis_restart_while_starts_are_in_flight_leaves_no_job_stuck(
     config = write_config(
         tmp_path / "bot.yaml",
         recipes=[quick_recipe("sleepy", SLEEPS)],
-        policy={"rate": {"starts_per_minute": 60}},  # one person's burst of six: the restart is the subject here
+        # One person's burst of six: the restart is the subject here (so the rate and the node cap are lifted).
+        policy={"rate": {"starts_per_minute": 60}, "max_concurrent_nodes": 6},
     )
     async with running_bot(tmp_path / "state", config, redis_url=valkey.url) as (service, _chat):
         jobs = [await start_job(service, "console:ana", "start sleepy") for _ in range(6)]

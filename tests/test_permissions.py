@@ -87,8 +87,11 @@ def test_a_paged_job_may_be_acked_and_resumed_by_the_on_call_it_named_or_who_is_
     assert refusal("slack:U0OLGA", "resume", stopped) == "refused.not-yours"
 
 
-def test_a_jobs_team_is_its_channels_team_else_its_owners_only_team() -> None:
-    assert home_team(POLICY, "slack:U0MAL", A) == "ml"  # started in ml's home: ml's job, whoever started it
+def test_a_jobs_team_is_its_channels_team_for_a_member_else_its_owners_only_team() -> None:
+    assert home_team(POLICY, "slack:U0ALICE", A) == "ml"  # a member in ml's home: ml's job
+    assert home_team(POLICY, "slack:U0ADMIN", A) == "ml"  # an admin there too
+    assert home_team(POLICY, "slack:U0MAL", A) is None  # a stranger in ml's home: not billed to ml (on no team)
+    assert home_team(POLICY, "slack:U0BOB", A) == "ops"  # bob in ml's home: billed to his own team, not to ml
     assert home_team(POLICY, "slack:U0BOB", B) == "ops"  # bob is on one team
     assert home_team(POLICY, "slack:U0MAL", B) is None
     two = PolicyConfig(teams={"x": {"members": ["slack:U1"]}, "y": {"members": ["slack:U1"]}})
@@ -144,3 +147,6 @@ def test_the_model_in_force_is_said_in_one_line() -> None:
     assert "\n" not in line and "admins: 1" in line and "ml (2 members)" in line
     assert "30 commands and 5 starts a minute" in line and "kept 30 days" in line
     assert "admins: none" in describe(PolicyConfig())
+    assert "caps: 5 nodes at once a team, no total, no price cap, no team overrides" in describe(PolicyConfig())
+    lifted = PolicyConfig(teams={"ml": {"max_nodes": 8}}, max_total_nodes=20, max_hourly_price=40)
+    assert "caps: 5 nodes at once a team, 20 nodes in all, $40/h a job, overridden for ml" in describe(lifted)

@@ -26,6 +26,7 @@ from bot.store import JobCapReached, JobStore
 from bot.timers import Timers
 from fakes.notes import notify
 from fakes.valkey_cluster import ValkeyCluster
+from handlers.caps import Caps
 from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
 from handlers.messages import Launch, Launched, StartDeadline
 from handlers.reports import utcnow
@@ -106,10 +107,16 @@ async def test_every_script_and_pipeline_of_the_store_runs_on_the_cluster(
     due = utcnow() - timedelta(seconds=1)
     for number, job_id in enumerate(ids):
         outbox = [Launch(job_id=job_id, attempt=1), StartDeadline(job_id=job_id, attempt=1, due=due)]
-        assert await store.create(new_job(job_id), {"type": "created"}, outbox, cap=len(ids) + 5)
+        roomy = Caps("user:U1", None, 1, len(ids) + 5, len(ids) + 5, None)
+        assert await store.create(new_job(job_id), {"type": "created"}, outbox, caps=roomy)
         assert await store.apply(job_id, launched(f"i-{number}"), dedup_key=f"in:{job_id}")
-    with pytest.raises(JobCapReached):  # the cap counts every partition's active jobs
-        await store.create(new_job("ft-over"), {"type": "created"}, cap=len(ids))
+    with pytest.raises(JobCapReached) as full:  # the node caps count every partition's active jobs
+        await store.create(new_job("ft-over", requested_by="U2"), {"type": "created"}, caps=Caps("user:U2", None, 1, 5, len(ids), None))  # noqa: E501
+    assert full.value.full == "total"
+    with pytest.raises(JobCapReached) as full:
+        await store.create(new_job("ft-over"), {"type": "created"}, caps=Caps("user:U1", None, 1, len(ids), None, None))
+    assert full.value.full == "group"
+    assert await store.active_nodes("user:U1") == (len(ids), len(ids))
     assert (await store.apply(ids[0], launched("i-x"), dedup_key=f"in:{ids[0]}")).duplicate
     many = await store.apply_many(ids[1], [(launched("i-y"), "a"), (launched("i-z"), "b"), (launched("i-z"), "a")])
     assert [applied.duplicate for applied in many] == [False, False, True]

@@ -7,12 +7,12 @@ own English, taken from the tables next to the code that says it, so the two can
 from __future__ import annotations
 
 from handlers import (
+    caps,
     commands,
     decide,
     failures,
     job_options,
     permissions,
-    policy_config,
     recipes,
     reconcile,
 )
@@ -23,7 +23,7 @@ from handlers.spot import situation as spot_situation
 
 HANDLERS: dict[str, str] = {
     **commands.WORDING.sentences,
-    **policy_config.WORDING.sentences,
+    **caps.WORDING.sentences,
     **permissions.WORDING.sentences,
     **recipes.WORDING.sentences,
     **decide.WORDING.sentences,

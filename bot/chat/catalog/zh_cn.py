@@ -255,7 +255,7 @@ MESSAGES: dict[str, str] = {
     "usage.one-job": "需要且只能带一个任务编号",
     "usage.costs-args": "可带一个时间窗口（7d 或 30d）和一个 team=团队名，各至多一次",
     "usage.node": "需要一个任务编号，可选 node=K（节点编号 0 到 63），而不是 {word}",
-    # 权限与限额（handlers/permissions.py、handlers/policy_config.py）
+    # 权限（handlers/permissions.py）
     "refused.not-allowed": "你没有 {action} 任务的权限；请管理员把 {user} 加入 {action} 规则",
     "refused.not-yours": "你不能 {action} {job}：只有它的发起人、所属团队和管理员可以",
     "refused.not-yours-paged": "你不能 {action} {job}：只有它的发起人、所属团队、管理员和被呼叫的值班人员可以",
@@ -263,8 +263,34 @@ MESSAGES: dict[str, str] = {
     "refused.no-such-team": "没有名为 {team} 的团队",
     "refused.costs-not-member": "{team} 的费用只对其成员和管理员开放",
     "refused.costs-no-team": "费用只对团队成员和管理员开放；你不在任何团队中",
-    "guard.concurrency": "已有 {active} 个任务在运行（上限 {limit} 个）；请先停止一个",
-    "guard.price": "${price:.2f}/小时 超过了配置的上限 ${cap:.2f}/小时",
+    # 限额（handlers/caps.py）：每条都说明是哪个上限、谁能调整；配置项名保持英文，因为要照原样写入配置
+    "cap.nodes": (
+        "{nodes} 个节点超过了团队 {team} 中 {recipe} 任务的上限 {limit} 个；"
+        "管理员可以调高 policy.teams.{team}.max_nodes"
+    ),
+    "cap.nodes-no-team": (
+        "{nodes} 个节点超过了 {recipe} 任务的上限 {limit} 个；管理员可以调高配方的 max_nodes，"
+        "或把你加入一个 max_nodes 更高的团队"
+    ),
+    "cap.team-nodes": (
+        "团队 {team} 正在运行 {active} 个节点（同时运行上限 {limit} 个），放不下再加的 {nodes} 个；"
+        "请先停止一个任务，或请管理员调高 policy.teams.{team}.max_concurrent_nodes"
+    ),
+    "cap.own-nodes": (
+        "你正在运行 {active} 个节点（不在任何团队中的人同时运行上限 {limit} 个），放不下再加的 {nodes} 个；"
+        "请先停止一个任务，或请管理员调高 policy.max_concurrent_nodes 或把你加入一个团队"
+    ),
+    "cap.total-nodes": (
+        "所有团队合计正在运行 {active} 个节点（同时运行上限 {limit} 个），放不下再加的 {nodes} 个；"
+        "管理员可以调高 policy.max_total_nodes"
+    ),
+    "cap.price": (
+        "{nodes} 个节点每小时 ${price:.2f}，超过了团队 {team} 的上限 ${cap:.2f}/小时；"
+        "管理员可以调高 policy.teams.{team}.max_hourly_price"
+    ),
+    "cap.price-no-team": (
+        "{nodes} 个节点每小时 ${price:.2f}，超过了上限 ${cap:.2f}/小时；管理员可以调高 policy.max_hourly_price"
+    ),
     # 配方与参数（handlers/recipes.py）
     "recipe.unknown": "未知配方 {name!r}；可用的配方：{known}",
     "recipe.no-parameter": "{recipe} 没有参数 {name!r}（可用参数：{allowed}）",
