@@ -87,7 +87,8 @@ def build_app(
         body = await request.read()
         headers = request.headers
         try:
-            message = reports.admit(body, headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER), route="http")
+            timestamp, signature = headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER)
+            message = await reports.admit(body, timestamp, signature, route="http")
         except ReportRefused as refused:
             if not refused.signed:
                 return web.json_response({"error": "bad or missing signature"}, status=401)

@@ -1,7 +1,9 @@
 """The one door every runner report comes through, whatever the route (HTTP, SNS over HTTPS, SQS).
 
 A report is believed only when it is signed, within the tolerance window, with the key of the (job, attempt) it
-names (:mod:`handlers.report_keys`), and its fields are within their caps (:func:`handlers.reports.parse_report`).
+names (:mod:`handlers.report_keys`: derived from the salt stored with that attempt, looked up here), its fields are
+within their caps (:func:`handlers.reports.parse_report`), and every URI it names lies under its job's prefix
+(:mod:`handlers.report_scope`).
 Anything else is refused, counted (``finetune_reports_refused_total`` on ``/metrics``), logged at a bounded rate,
 and changes nothing. An accepted report becomes its bus message, under the reports' own id namespace.
 """
@@ -11,19 +13,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
 from bot.errors import InputRefused
 from bot.log_limit import LimitedLog
 from handlers.messages import ReportReceived, report_received
-from handlers.report_keys import verify_report
+from handlers.report_keys import claimed_sender, verify_report
+from handlers.report_scope import outside_prefix
 from handlers.reports import parse_report
 
 log = logging.getLogger(__name__)
 
 REFUSED_METRIC = "finetune_reports_refused_total"
+# (job id, attempt) -> the key salt stored with that attempt, None when the store holds no such attempt
+# (bot.store.JobStore.key_salt); StoreUnavailable when the store cannot say (the route answers 503, the runner retries).
+SaltLookup = Callable[[str, int], Awaitable[str | None]]
 
 
 class ReportRefused(InputRefused):
@@ -38,17 +44,38 @@ class ReportRefused(InputRefused):
 
 
 class ReportGate:
-    def __init__(self, master: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        master: str,
+        salts: SaltLookup,
+        prefix_of: Callable[[str], str],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``prefix_of``: a job's storage prefix (the cloud's ``checkpoint_uri``)."""
         if not master:
             raise ValueError("the report gate needs the master report secret")
         self._master = master
+        self._salts = salts
+        self._prefix_of = prefix_of
         self.clock = clock
         self.refused: Counter[str] = Counter()  # by route
         self._quiet = LimitedLog(log)
 
-    def admit(self, body: bytes, timestamp: str | None, signature: str | None, *, route: str) -> ReportReceived:
+    async def admit(
+        self, body: bytes, timestamp: str | None, signature: str | None, *, route: str
+    ) -> ReportReceived:
         """The bus message of a report that passes; :class:`ReportRefused` (counted) for any other."""
-        why = verify_report(self._master, body, timestamp, signature, self.clock())
+        sender = claimed_sender(body)
+        if not timestamp or not signature:
+            why: str | None = "unsigned"
+        elif sender is None:
+            why = "names no job and attempt"
+        else:  # looked up only for a report that names an attempt and carries a signature
+            salt = await self._salts(sender.job_id, sender.attempt)
+            if salt is None:
+                why = f"{sender.job_id} has no attempt {sender.attempt}"
+            else:
+                why = verify_report(self._master, sender, salt, body, timestamp, signature, self.clock())
         if why is not None:
             raise self.refuse(f"refused a runner report ({route}): {why}", route=route, signed=False)
         try:
@@ -60,6 +87,10 @@ class ReportGate:
             raise self.refuse(
                 f"refused a malformed runner report ({route}): {detail[0]}", route=route, signed=True, detail=detail
             ) from None
+        outside = outside_prefix(report, self._prefix_of(report.job_id))
+        if outside is not None:
+            detail = [{"loc": ["uri"], "msg": "outside the job's prefix"}]
+            raise self.refuse(f"refused a runner report ({route}): {outside}", route=route, signed=True, detail=detail)
         return report_received(report)
 
     def refuse(
