@@ -93,8 +93,8 @@ class Ec2Bodies:
     def renews_storage(self) -> bool:
         return self.cloud.renews_storage
 
-    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
-        await self.cloud.renew_storage_credentials(job_id, attempt, instance_id)
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str, *, key_salt: str) -> None:
+        await self.cloud.renew_storage_credentials(job_id, attempt, instance_id, key_salt=key_salt)
 
     async def drop_storage_credentials(self, instance_id: str) -> None:
         await self.cloud.drop_storage_credentials(instance_id)

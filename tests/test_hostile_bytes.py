@@ -114,7 +114,8 @@ async def test_ids_with_a_trailing_newline_are_refused(bot: BotService, caplog: 
     report["job_id"] = "ft-abcd\n"
     body = json.dumps(report).encode()
     now = int(time.time())
-    signed = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(derive_report_key(SECRET, "ft-abcd\n", 1), now, body)}
+    key = derive_report_key(SECRET, "ft-abcd\n", 1, "0" * 32)
+    signed = {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(key, now, body)}
     assert await send(bot, "/runner/reports", body, signed) == 401  # names no attempt a key was ever made for
     # A command naming a job with a newline after it is a usage error, not that job.
     command = form_body(slash_command("stop ft-abcd\n"))
