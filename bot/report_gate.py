@@ -14,6 +14,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 from pydantic import ValidationError
 
@@ -22,7 +23,7 @@ from bot.log_limit import LimitedLog
 from handlers.messages import ReportReceived, report_received
 from handlers.report_keys import claimed_sender, verify_report
 from handlers.report_scope import outside_prefix
-from handlers.reports import parse_report
+from handlers.reports import parse_report, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +51,17 @@ class ReportGate:
         salts: SaltLookup,
         prefix_of: Callable[[str], str],
         clock: Callable[[], float] = time.time,
+        stamp: Callable[[], datetime] = utcnow,
     ) -> None:
-        """``prefix_of``: a job's storage prefix (the cloud's ``checkpoint_uri``)."""
+        """``prefix_of``: a job's storage prefix (the cloud's ``checkpoint_uri``); ``stamp``: the bot's clock, which
+        dates the admission of a report (its bus message's ``at``: what an ended attempt's grace is judged by,
+        handlers/report_fence.py)."""
         if not master:
             raise ValueError("the report gate needs the master report secret")
         self._master = master
         self._salts = salts
         self._prefix_of = prefix_of
+        self._stamp = stamp
         self.clock = clock
         self.refused: Counter[str] = Counter()  # by route
         self._quiet = LimitedLog(log)
@@ -91,7 +96,7 @@ class ReportGate:
         if outside is not None:
             detail = [{"loc": ["uri"], "msg": "outside the job's prefix"}]
             raise self.refuse(f"refused a runner report ({route}): {outside}", route=route, signed=True, detail=detail)
-        return report_received(report)
+        return report_received(report).model_copy(update={"at": self._stamp()})
 
     def refuse(
         self, reason: str, *, route: str, signed: bool = False, detail: list[dict[str, object]] | None = None

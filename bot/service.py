@@ -271,7 +271,7 @@ class BotService:
         self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, ReportKeys(secret), keys))
         stack.push_async_callback(cloud.close)
         # A report's key is its attempt's (the salt stored with it); its URIs lie under its job's own prefix.
-        reports = ReportGate(secret, store.key_salt, cloud.checkpoint_uri)
+        reports = ReportGate(secret, store.key_salt, cloud.checkpoint_uri, stamp=self.clock)
         intake = self._aws_intake(reports, config)
         sns_verifier = SnsVerifier(allow_sha1=self.settings.finetune_sns_allow_sha1)
         app = build_app(
