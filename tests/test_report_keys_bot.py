@@ -204,8 +204,10 @@ def ignored(service: BotService, job_id: str, why: str) -> Callable[[], Awaitabl
 
 
 def unchanged(before: Job, after: Job | None) -> bool:
-    """The job as it was: its state, its attempts and instances, its output (its history may say more)."""
-    return after is not None and after.model_dump(exclude={"updated_at"}) == before.model_dump(exclude={"updated_at"})
+    """The job as it was: its state, its attempts and instances, its output (its history may say more, and the
+    record's version counts the write of that history)."""
+    same = {"updated_at", "version"}
+    return after is not None and after.model_dump(exclude=same) == before.model_dump(exclude=same)
 
 
 async def instances_running(service: BotService, job: Job) -> list[str]:
