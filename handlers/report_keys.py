@@ -10,8 +10,8 @@ written again, gets keys of its own). The label fixes the purpose and the versio
 ``("ft-ab", 12)`` and ``("ft-ab1", 2)`` apart. Signing itself is unchanged (:mod:`handlers.signing`).
 
 A gang node's attempt is its own (:mod:`handlers.gang`), so its key binds its node: the rank a report claims is
-checked against the attempt's record (:func:`handlers.decide.claims_another_rank`). How long an ended attempt's
-key still counts: :data:`handlers.decide.ENDED_ATTEMPT_GRACE`.
+checked against the attempt's record (:func:`handlers.report_fence.claims_another_rank`). How long an ended attempt's
+key still counts: :data:`handlers.report_fence.ENDED_ATTEMPT_GRACE`.
 
 :func:`verify_report` is the one check every route runs (HTTP, SNS, SQS): the claimed sender is read from the
 body (its ``job_id`` and ``attempt``) before anything else (:func:`claimed_sender`), the bot looks up that
