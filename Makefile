@@ -4,8 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROMTOOL := $(VENV)/bin/promtool
+# checkov, the infrastructure-as-code scanner, in an environment of its own: its many pinned dependencies would
+# fight the project's. One exact version, so a new release's checks arrive by a change here, not by surprise.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := $(VENV)/checkov
+CHECKOV := $(CHECKOV_VENV)/bin/checkov
 
-.PHONY: demo test unit lint bench clean dist lock
+.PHONY: demo test unit lint bench clean dist lock checkov
 
 # pytest-xdist workers: twice the cores this process may use (most scenario tests wait on servers and subprocesses,
 # so two per core keeps the cores busy), at least 2, at most 8 (each worker runs its own Valkey, moto and trainers).
@@ -30,16 +35,34 @@ $(PROMTOOL): | $(STAMP)
 	dpkg-deb --fsys-tarfile $(VENV)/prometheus-deb/prometheus_*.deb | tar -x -C $(VENV)/prometheus-deb ./usr/bin/promtool
 	mv $(VENV)/prometheus-deb/usr/bin/promtool $@ && rm -rf $(VENV)/prometheus-deb
 
+$(CHECKOV): | $(STAMP)
+	rm -rf $(CHECKOV_VENV)
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet checkov==$(CHECKOV_VERSION)
+	$(CHECKOV) --version
+
+# checkov over deploy/ (its CloudFormation and Kubernetes checks; checkov has none for Alibaba's ROS, the systemd
+# units, install.sh, Prometheus or Grafana, which its secrets scan reads like every file there) and the bot's
+# Dockerfile. Offline: no download of Bridgecrew's policy metadata or guidelines (--skip-download, BC_SKIP_MAPPING).
+# Every check passes or is skipped in the template itself, with its reason on the line that skips it; checkov exits
+# non-zero on any failed check (no --soft-fail), which fails make test.
+CHECKOV_RUN := BC_SKIP_MAPPING=TRUE $(CHECKOV) --quiet --compact --skip-download --enable-secret-scan-all-files \
+	--framework cloudformation kubernetes dockerfile secrets
+checkov: $(CHECKOV)
+	$(CHECKOV_RUN) --directory deploy
+	$(CHECKOV_RUN) --file Dockerfile
+
 demo: $(STAMP)
 	$(BIN)/finetune-bot demo
 
-test: $(STAMP) $(PROMTOOL)
+test: $(STAMP) $(PROMTOOL) $(CHECKOV)
 	$(BIN)/ruff check handlers bot runner fakes tests bench
 	$(BIN)/mypy
 	$(BIN)/cfn-lint deploy/aws/*.yaml
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/shellcheck deploy/image/*.sh
 	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
+	$(MAKE) --no-print-directory checkov
 	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/alerts.test.yaml
 	PROMTOOL=$(abspath $(PROMTOOL)) PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal
@@ -56,8 +79,9 @@ dist: $(STAMP)
 	cp requirements/base.txt requirements/bot.txt requirements/runner.txt dist/
 
 # The locks, after a change to the dependencies in pyproject.toml (tests/test_lock.py says when they disagree):
-# base (the runner agent alone), bot (the bot's image), runner (the GPU image: the trainer and ms-swift).
-LOCK := $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --quiet \
+# base (the runner agent alone), bot (the bot's image), runner (the GPU image: the trainer and ms-swift); each holds
+# pip itself too (requirements/pip.in), which install.sh takes from the lock instead of upgrading it from the index.
+LOCK := $(BIN)/uv pip compile pyproject.toml requirements/pip.in --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command "make lock"
 lock: $(STAMP)
 	$(LOCK) -o requirements/base.txt

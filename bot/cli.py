@@ -11,9 +11,9 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import getpass
 import logging
 import os
+import pwd
 import signal
 import sys
 from pathlib import Path
@@ -66,7 +66,7 @@ async def chat(settings: Settings, log_file: Path) -> int:
     from bot.service import BotService
     from handlers.jobs import ChatRef
 
-    user = f"console:{getpass.getuser()}"
+    user = f"console:{console_user()}"
     channel = ChatRef(platform="console", channel="terminal")
     async with BotService(settings, ConsoleChat()) as service:
         gc.freeze()
@@ -81,12 +81,22 @@ async def chat(settings: Settings, log_file: Path) -> int:
     return 0
 
 
+def console_user() -> str:
+    """Who is at the console: the process's own uid, by its account name (its number where it has none). Not
+    ``$USER`` / ``$LOGNAME``: anyone can set those (``USER=alice finetune-bot chat``), and the console would act
+    with alice's permissions."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no account (a container's arbitrary user)
+        return str(uid)
+
+
 async def _converse(service: BotService, user: str, channel: ChatRef) -> None:
-    from bot.chat.catalog import plain
-    from bot.chat.console import read_commands
+    from bot.chat.console import read_commands, terminal_text
 
     async for line in read_commands():
-        print(plain(await service.bot.command(user, channel, line)), flush=True)
+        print(terminal_text(await service.bot.command(user, channel, line)), flush=True)
 
 
 async def _leaving(service: BotService) -> str:

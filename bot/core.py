@@ -35,7 +35,7 @@ from bot.costs import read_costs
 from bot.keys import Keys
 from bot.log_limit import LimitedLog
 from bot.rate_limit import Bucket, RateLimiter
-from bot.store import Applied, JobCapReached, JobStore
+from bot.store import DEDUP_TTL, Applied, JobCapReached, JobStore
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.ids import new_job_id
@@ -68,8 +68,10 @@ from handlers.permissions import (
     narrowed,
 )
 from handlers.policy_config import PolicyConfig, guard_start
+from handlers.private_answers import answered_privately
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, RecipeError, find_recipe
+from handlers.report_freshness import REPORT_SEEN_SECONDS
 from handlers.reports import Failed, Interrupted, Progress, utcnow
 from handlers.restart import first_step_was
 from handlers.spot import SpotView, managed, steers
@@ -128,6 +130,11 @@ class Bot:
         if command.action in ("status", "logs", "chart"):
             return await self._read(user, chat, command, lang)
         return await self._job_command(user, chat, command, lang)
+
+    def answers_privately(self, user: str, text: str) -> bool:
+        """Whether the answer to ``user``'s ``text`` is for them alone (:mod:`handlers.private_answers`): a chat
+        that would show it to a whole group sends it to the asker one to one instead, or refuses it there."""
+        return answered_privately(self.policy, user, text)
 
     async def _rate(self, user: str, bucket: Bucket, per_minute: int, lang: Lang) -> str | None:
         """The slow-down answer when ``user``'s bucket is empty (nothing runs), else None (a token was taken)."""
@@ -386,7 +393,9 @@ class Bot:
         if _asks_policy(message):
             job = await self.store.get(job_id)
             spot = await self._spot_view_of(job) if job is not None else None
-        applied = await self.store.apply(job_id, self._decider(message, spot), dedup_key=Keys.input_seen(message.id))
+        applied = await self.store.apply(
+            job_id, self._decider(message, spot), Keys.input_seen(message.id), _remembered_for([message])
+        )
         await self._charted(job_id, [await self._applied(job_id, message, applied)])
 
     async def _inputs(self, job_id: str | None, messages: Sequence[BusMessage]) -> None:
@@ -399,7 +408,9 @@ class Bot:
         steps = [(self._decider(message, None), Keys.input_seen(message.id)) for message in messages]
         points = [
             await self._applied(job_id, message, applied)
-            for message, applied in zip(messages, await self.store.apply_many(job_id, steps), strict=True)
+            for message, applied in zip(
+                messages, await self.store.apply_many(job_id, steps, _remembered_for(messages)), strict=True
+            )
         ]
         await self._charted(job_id, points)
 
@@ -484,6 +495,13 @@ def _parsed(raw: dict[str, Any]) -> BusMessage | None:
     except ValidationError as exc:
         log.error("dropped a malformed bus message %s: %s", raw.get("id"), exc.errors()[:3])
         return None
+
+
+def _remembered_for(messages: Sequence[BusMessage]) -> int:
+    """How long the inputs' seen-marks live: a runner report's outlives every delivery of it that a queue can
+    still make and the bot would take (:data:`handlers.report_freshness.REPORT_SEEN_SECONDS`), so a report
+    delivered again, however late, is applied once; any other input's, the store's default."""
+    return REPORT_SEEN_SECONDS if any(isinstance(message, ReportReceived) for message in messages) else DEDUP_TTL
 
 
 def _asks_policy(message: BusMessage) -> bool:

@@ -17,6 +17,7 @@ from datetime import datetime
 from aiohttp import web
 
 from bot.costs import read_costs
+from bot.header_form import BEARER, header_part
 from bot.log_limit import LimitedLog
 from bot.store import JobStore
 from handlers.cost_report import DEFAULT_WINDOW, WINDOWS, report_json
@@ -44,9 +45,8 @@ def costs_routes(
     async def costs(request: web.Request) -> web.Response:
         if "token" in request.query:
             return refuse(request, 400, "a token in the URL is refused: send it as Authorization: Bearer")
-        given = request.headers.get("Authorization", "")
-        bearer = given[len("Bearer ") :] if given.startswith("Bearer ") else ""
-        if not hmac.compare_digest(bearer.encode(), expected):
+        bearer = header_part(BEARER, request.headers, "token") or ""  # ASCII, or nothing (bot.header_form)
+        if not hmac.compare_digest(bearer.encode("ascii"), expected):
             return refuse(request, 401, "missing or wrong token")
         window = request.query.get("window", DEFAULT_WINDOW)
         if window not in WINDOWS:

@@ -21,11 +21,11 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from bot.bus_set import Bus
 from bot.errors import StoreUnavailable
+from bot.header_form import REPORT_SIGNATURE, REPORT_TIMESTAMP
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportGate, ReportRefused
 from bot.store import JobStore
 from handlers.jobs import JobState
-from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def build_app(
         body = await request.read()
         headers = request.headers
         try:
-            timestamp, signature = headers.get(TIMESTAMP_HEADER), headers.get(SIGNATURE_HEADER)
+            timestamp, signature = REPORT_TIMESTAMP.read(headers), REPORT_SIGNATURE.read(headers)
             message = await reports.admit(body, timestamp, signature, route="http")
         except ReportRefused as refused:
             if not refused.signed:

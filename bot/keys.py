@@ -193,7 +193,8 @@ class Keys:
 
     @staticmethod
     def input_seen(message_id: str) -> str:
-        """Under :meth:`dedup`: an events-stream message applied to its job; a redelivery changes nothing."""
+        """Under :meth:`dedup`: an events-stream message applied to its job; a redelivery changes nothing. A runner
+        report's (``report:<job>:<attempt>:<report id>``) outlives the longest a queue keeps it (bot/core.py)."""
         return f"in:{message_id}"
 
     @staticmethod

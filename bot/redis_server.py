@@ -31,6 +31,7 @@ stopped by its owner, or, once the lock shows the owner died without stopping it
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
@@ -136,6 +137,22 @@ def check_redis_url(url: str) -> None:
         parse_url(url)
     except ValueError as exc:
         raise ValueError(str(exc)) from None
+
+
+def plaintext_remote(url: str) -> bool:
+    """Whether ``url`` speaks the Redis protocol in the clear to another host: ``redis://`` to anything but the
+    loopback (``localhost``, 127.0.0.0/8, ``::1``). The password and every job's state would cross the network
+    readable; ``rediss://`` (TLS) and ``unix://`` do not, nor does a server on the same host."""
+    parts = urlsplit(url)
+    if parts.scheme != "redis":
+        return False
+    host = parts.hostname or "localhost"  # redis-py's default host
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: another host, as far as the URL says
+        return True
 
 
 def redacted(url: str) -> str:

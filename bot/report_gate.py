@@ -1,9 +1,10 @@
 """The one door every runner report comes through, whatever the route (HTTP, SNS over HTTPS, SQS).
 
-A report is believed only when it is signed, within the tolerance window, with the key of the (job, attempt) it
-names (:mod:`handlers.report_keys`: derived from the salt stored with that attempt, looked up here), its fields are
-within their caps (:func:`handlers.reports.parse_report`), and every URI it names lies under its job's prefix
-(:mod:`handlers.report_scope`).
+A report is believed only when it is signed with the key of the (job, attempt) it names (:mod:`handlers.report_keys`:
+derived from the salt stored with that attempt, looked up here), within the tolerance window of when it reached the
+bot's side (a queue's receive time on SNS and SQS, the bot's clock on HTTP: :mod:`handlers.report_freshness`), its
+fields are within their caps (:func:`handlers.reports.parse_report`), and every URI it names lies under its job's
+prefix (:mod:`handlers.report_scope`).
 Anything else is refused, counted (``finetune_reports_refused_total`` on ``/metrics``), logged at a bounded rate,
 and changes nothing. An accepted report becomes its bus message, under the reports' own id namespace.
 """
@@ -14,7 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
@@ -67,9 +68,17 @@ class ReportGate:
         self._quiet = LimitedLog(log)
 
     async def admit(
-        self, body: bytes, timestamp: str | None, signature: str | None, *, route: str
+        self,
+        body: bytes,
+        timestamp: str | None,
+        signature: str | None,
+        *,
+        route: str,
+        queued_at: float | None = None,
     ) -> ReportReceived:
-        """The bus message of a report that passes; :class:`ReportRefused` (counted) for any other."""
+        """The bus message of a report that passes; :class:`ReportRefused` (counted) for any other. ``queued_at``:
+        when a queue received it (its freshness is judged against that, :mod:`handlers.report_freshness`, and so is
+        an ended attempt's grace)."""
         sender = claimed_sender(body)
         if not timestamp or not signature:
             why: str | None = "unsigned"
@@ -80,7 +89,7 @@ class ReportGate:
             if salt is None:
                 why = f"{sender.job_id} has no attempt {sender.attempt}"
             else:
-                why = verify_report(self._master, sender, salt, body, timestamp, signature, self.clock())
+                why = verify_report(self._master, sender, salt, body, timestamp, signature, self.clock(), queued_at)
         if why is not None:
             raise self.refuse(f"refused a runner report ({route}): {why}", route=route, signed=False)
         try:
@@ -96,7 +105,8 @@ class ReportGate:
         if outside is not None:
             detail = [{"loc": ["uri"], "msg": "outside the job's prefix"}]
             raise self.refuse(f"refused a runner report ({route}): {outside}", route=route, signed=True, detail=detail)
-        return report_received(report).model_copy(update={"at": self._stamp()})
+        admitted = datetime.fromtimestamp(queued_at, UTC) if queued_at is not None else self._stamp()
+        return report_received(report).model_copy(update={"at": admitted})
 
     def refuse(
         self, reason: str, *, route: str, signed: bool = False, detail: list[dict[str, object]] | None = None

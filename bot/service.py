@@ -162,6 +162,7 @@ class BotService:
         self._slack: SlackAdapter | None = None
         self._costs_token: str | None = None  # GET /costs, when FINETUNE_COSTS_TOKEN is set
         self._outbox: ChatOutbox | None = None
+        self._reports: ReportGate | None = None
         self.dingtalk: DingTalk | None = None  # DingTalk (bot/chat/dingtalk), when DINGTALK_CLIENT_ID is set
         self.port = 0
         # One bot per state dir (its Redis data, local instances, checkpoints): held from start to stop.
@@ -181,6 +182,12 @@ class BotService:
     def bus(self) -> Bus:
         assert self._bus is not None, "BotService is not started"
         return self._bus
+
+    @property
+    def reports(self) -> ReportGate:
+        """The one door of runner reports: its ``clock`` (the wall clock) judges a report's freshness."""
+        assert self._reports is not None, "BotService is not started"
+        return self._reports
 
     @property
     def timers(self) -> Timers:
@@ -271,7 +278,7 @@ class BotService:
         self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, ReportKeys(secret), keys))
         stack.push_async_callback(cloud.close)
         # A report's key is its attempt's (the salt stored with it); its URIs lie under its job's own prefix.
-        reports = ReportGate(secret, store.key_salt, cloud.checkpoint_uri, stamp=self.clock)
+        self._reports = reports = ReportGate(secret, store.key_salt, cloud.checkpoint_uri, stamp=self.clock)
         intake = self._aws_intake(reports, config)
         sns_verifier = SnsVerifier(allow_sha1=self.settings.finetune_sns_allow_sha1)
         app = build_app(
@@ -335,7 +342,7 @@ class BotService:
         if self._slack is not None:
             await self._slack.start(bot.command, store.claim_once)
         if self.dingtalk is not None:
-            self.dingtalk.listen(bot.command)
+            self.dingtalk.listen(bot.command, bot.answers_privately)
         if self.settings.finetune_sqs_queue_url:
             sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish, parse=intake.parse)
             self.loops.start(sqs.run(self.stopping), "sqs")

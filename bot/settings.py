@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.chat.dingtalk.config import DingTalkConfig
@@ -21,7 +30,7 @@ from bot.cloud.aliyun_settings import AliyunSettings
 from bot.cloud.aws_settings import AwsSettings
 from bot.durability import RedisOptions
 from bot.errors import ConfigError
-from bot.redis_server import check_redis_url, redacted
+from bot.redis_server import check_redis_url, plaintext_remote, redacted
 from handlers import old_spellings
 from handlers.oncall import OnCall
 from handlers.policy_config import PolicyConfig
@@ -33,6 +42,9 @@ class Settings(BaseSettings):
 
     finetune_cloud: Literal["local", "aws", "aliyun"] = "local"
     finetune_report_secret: str | None = None
+    # A plain redis:// to another host (the password and the state in the clear) is refused unless this is set:
+    # e.g. a server reached only over a private link the operator trusts. rediss://, unix:// and loopback are fine.
+    finetune_redis_allow_plaintext: bool = False
     redis_url: str | None = None
     finetune_state_dir: Path = Path(".finetune-state")
     finetune_http_port: int = Field(default=8080, ge=0, le=65535)
@@ -87,10 +99,15 @@ class Settings(BaseSettings):
 
     @field_validator("redis_url")
     @classmethod
-    def _redis_url(cls, value: str | None) -> str | None:
+    def _redis_url(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None or not value.strip():
             return None
         check_redis_url(value.strip())
+        if plaintext_remote(value.strip()) and not info.data.get("finetune_redis_allow_plaintext"):
+            raise ValueError(
+                "redis:// to another host sends the password and the state in the clear; use rediss:// (TLS), "
+                "or set FINETUNE_REDIS_ALLOW_PLAINTEXT=1 to accept that"
+            )
         return value.strip()
 
     def secret(self, name: str) -> str | None:

@@ -6,7 +6,9 @@ recording them:
 - the Stream gateway: ``POST /v1.0/gateway/connections/open`` (client id and secret, subscriptions) answers an
   endpoint and a one-time ticket; the websocket at that endpoint sends frames exactly as the SDK expects them
   (``SYSTEM`` ping / disconnect, ``CALLBACK`` robot messages and card clicks) and records the SDK's acks;
-- the OpenAPI: the access token, interactive card create-and-deliver and update, app robot group messages;
+- the OpenAPI: the access token, interactive card create-and-deliver and update, app robot group messages and
+  one-to-one messages (``/v1.0/robot/oToMessages/batchSend``: 1 to 20 staff ids of the organisation; one it does
+  not know comes back in ``invalidStaffIdList`` and gets nothing, as DingTalk answers);
   every call must carry a token this server issued (else HTTP 400 ``InvalidAuthentication``, as DingTalk answers);
 - the oapi's ``/media/upload``: a multipart ``media`` file of ``type=image`` (a PNG or JPEG, 20 MB at most), the
   token in the query (else errcode 40014, as the oapi answers), kept by the ``media_id`` it answers;
@@ -66,6 +68,8 @@ class FakeDingTalk:
         self.cards: dict[str, dict[str, str]] = {}  # outTrackId -> the card's current public data
         self.card_spaces: dict[str, str] = {}  # outTrackId -> the openSpaceId it was delivered to
         self.group_messages: list[dict[str, Any]] = []  # {"conversation", "title", "text"}
+        self.direct_messages: list[dict[str, Any]] = []  # {"user", "title", "text"}: one-to-one robot messages
+        self.unknown_staff: set[str] = set()  # staff ids DingTalk does not know (answered in invalidStaffIdList)
         self.session_replies: list[dict[str, Any]] = []  # {"session", "body"}
         self.media: dict[str, bytes] = {}  # media_id -> the uploaded image
         self.robot_messages: list[dict[str, Any]] = []  # bodies of correctly signed robot webhook calls
@@ -90,6 +94,7 @@ class FakeDingTalk:
         app.router.add_post("/v1.0/card/instances/createAndDeliver", self._create_card)
         app.router.add_put("/v1.0/card/instances", self._update_card)
         app.router.add_post("/v1.0/robot/groupMessages/send", self._group_message)
+        app.router.add_post("/v1.0/robot/oToMessages/batchSend", self._one_to_one)
         app.router.add_post("/session/{session}", self._session_reply)
         app.router.add_post("/robot/send", self._robot)
         app.router.add_post("/media/upload", self._media_upload)
@@ -296,6 +301,30 @@ class FakeDingTalk:
         await self._record(record)
         return web.json_response({"processQueryKey": uuid.uuid4().hex})
 
+    async def _one_to_one(self, request: web.Request) -> web.Response:
+        body, refused = await self._api(request)
+        if refused is not None:
+            return refused
+        users = body.get("userIds")
+        if body.get("robotCode") != self.client_id or body.get("msgKey") != "sampleMarkdown":
+            return web.json_response({"code": "param.invalid", "message": "robotCode / msgKey"}, status=400)
+        if not isinstance(users, list) or not 1 <= len(users) <= 20 or not all(isinstance(u, str) for u in users):
+            return web.json_response({"code": "param.invalid", "message": "userIds: 1 to 20 staff ids"}, status=400)
+        param = json.loads(body.get("msgParam") or "{}")
+        if not param.get("title") or not param.get("text"):
+            return web.json_response({"code": "param.invalid", "message": "msgParam title and text"}, status=400)
+        invalid = [user for user in users if user in self.unknown_staff]
+
+        def record() -> None:
+            self.calls.append(("POST", request.path, body))
+            for user in users:
+                if user not in invalid:
+                    self.direct_messages.append({"user": user, "title": param["title"], "text": param["text"]})
+
+        await self._record(record)
+        answer = {"processQueryKey": uuid.uuid4().hex, "invalidStaffIdList": invalid, "flowControlledStaffIdList": []}
+        return web.json_response(answer)
+
     async def _media_upload(self, request: web.Request) -> web.Response:
         failure = self._failure(request.path)
         if failure is not None:
@@ -433,8 +462,10 @@ def group_message(
     msg_id: str | None = None,
     expires_in: float = 3600,
     msgtype: str = "text",
+    staff: bool = True,
 ) -> dict[str, Any]:
-    """A group member's ``@bot …`` as the robot receives it."""
+    """A group member's ``@bot …`` as the robot receives it; ``staff=False``: someone outside the organisation
+    (DingTalk sends no ``senderStaffId`` then)."""
     now_ms = int(time.time() * 1000)
     data: dict[str, Any] = {
         "conversationId": conversation,
@@ -456,6 +487,8 @@ def group_message(
         "robotCode": "dingapp-test",
         "msgtype": msgtype,
     }
+    if not staff:
+        del data["senderStaffId"]
     if msgtype == "text":
         data["text"] = {"content": text}
     else:

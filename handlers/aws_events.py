@@ -93,6 +93,7 @@ class _SnsNotification(BaseModel):
     MessageId: str
     TopicArn: str
     Message: str
+    Timestamp: datetime | None = None  # when SNS received the publish
     MessageAttributes: dict[str, _SnsAttribute] = Field(default_factory=dict)
 
 
@@ -100,12 +101,15 @@ class _SnsNotification(BaseModel):
 class Delivery:
     """One message as it arrived: ``topic`` is the SNS envelope's ``TopicArn`` (None: no envelope, an EventBridge
     target or raw delivery), ``message`` the inner message exactly as sent (what a runner signed), ``document``
-    its JSON, ``attributes`` the string attributes that came with it (the envelope's, or the SQS message's)."""
+    its JSON, ``attributes`` the string attributes that came with it (the envelope's, or the SQS message's),
+    ``queued_at`` when the first queue received it (seconds since the epoch: the envelope's ``Timestamp``, when
+    SNS took the publish, else the SQS message's sent time; None when neither is known)."""
 
     topic: str | None
     message: str
     document: Mapping[str, Any]
     attributes: Mapping[str, str]
+    queued_at: float | None = None
 
     @property
     def is_report(self) -> bool:
@@ -114,21 +118,28 @@ class Delivery:
         return looks_like_report or REPORT_ATTRIBUTE in self.attributes
 
 
-def parse_aws_message(body: str | bytes, attributes: Mapping[str, str] | None = None) -> list[AwsMessage]:
+def parse_aws_message(
+    body: str | bytes, attributes: Mapping[str, str] | None = None, sent_at: float | None = None
+) -> list[AwsMessage]:
     """The bus messages in one delivery (see the module docstring); raises :class:`UnrecognisedMessage`.
 
     ``attributes`` are the string message attributes that came with it (SQS message attributes, which carry the
     SNS ones under raw delivery); only ``finetune_report`` is looked at, to say clearly when a report is malformed.
+    ``sent_at``: the SQS message's sent time (not needed to parse; the bot judges a report's freshness by it).
     """
-    return parse_delivery(unwrap(body, attributes))
+    return parse_delivery(unwrap(body, attributes, sent_at))
 
 
-def unwrap(body: str | bytes, attributes: Mapping[str, str] | None = None) -> Delivery:
-    """The message inside one delivery (an SNS envelope's, or the body itself); raises :class:`UnrecognisedMessage`."""
+def unwrap(body: str | bytes, attributes: Mapping[str, str] | None = None, sent_at: float | None = None) -> Delivery:
+    """The message inside one delivery (an SNS envelope's, or the body itself); raises :class:`UnrecognisedMessage`.
+
+    ``sent_at`` is when SQS received the message (its ``SentTimestamp``, in seconds), None off SQS. The delivery's
+    ``queued_at`` is the envelope's ``Timestamp`` where there is one (SNS took the publish then; SQS may have
+    received it later, if SNS had to retry), else ``sent_at``."""
     document = _json_object(body, "the message body")
     if not is_sns_envelope(document):
         text = body.decode(errors="replace") if isinstance(body, bytes) else body
-        return Delivery(None, text, document, dict(attributes or {}))
+        return Delivery(None, text, document, dict(attributes or {}), sent_at)
     kind = document["Type"]
     if kind != "Notification":
         raise UnrecognisedMessage(
@@ -141,7 +152,11 @@ def unwrap(body: str | bytes, attributes: Mapping[str, str] | None = None) -> De
         raise UnrecognisedMessage(f"malformed SNS notification: {_summary(exc)}") from exc
     inner = _json_object(envelope.Message, f"the Message of SNS notification {envelope.MessageId}")
     attributes = {name: attribute.Value for name, attribute in envelope.MessageAttributes.items()}
-    return Delivery(envelope.TopicArn, envelope.Message, inner, attributes)
+    published = envelope.Timestamp
+    if published is not None and published.tzinfo is None:
+        published = published.replace(tzinfo=UTC)
+    queued_at = published.timestamp() if published is not None else sent_at
+    return Delivery(envelope.TopicArn, envelope.Message, inner, attributes, queued_at)
 
 
 def parse_delivery(delivery: Delivery) -> list[AwsMessage]:

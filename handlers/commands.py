@@ -13,6 +13,7 @@ from typing import Literal
 
 from handlers.cost_report import DEFAULT_WINDOW, WINDOWS
 from handlers.ids import JOB_ID_PATTERN
+from handlers.outside_text import clean_line
 from handlers.reasons import ReasonError, Wording
 
 _JOB_ID = re.compile(JOB_ID_PATTERN)
@@ -103,10 +104,14 @@ class Command:
 
 
 def parse(text: str) -> Command:
-    """Parse the text after ``/finetune`` (a leading ``/finetune`` is accepted too)."""
+    """Parse the text after ``/finetune`` (a leading ``/finetune`` is accepted too).
+
+    Every chat (Slack, DingTalk, the console, a card's button) sends what a person typed here, so this is where it
+    is cleaned (:func:`handlers.outside_text.clean_line`): nothing of it that is echoed back holds an escape
+    sequence, a control character or a mention marker."""
     if len(text) > MAX_COMMAND_LENGTH:
         raise UsageError(WORDING("usage.too-long", limit=MAX_COMMAND_LENGTH, help=HELP_REASON))
-    words = text.split()
+    words = clean_line(text).split()
     if words and words[0].lower() == "/finetune":
         words = words[1:]
     if not words:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from handlers import safe_json
 from handlers.ids import JOB_ID_PATTERN
+from handlers.report_freshness import reference_time, signed_at, why_stale
 from handlers.signing import verify
 
 KEY_LABEL = b"finetune-report-key/v2"
@@ -72,14 +73,27 @@ def claimed_sender(body: bytes | str) -> Sender | None:
 
 
 def verify_report(
-    master: str, sender: Sender, salt: str, body: bytes, timestamp: str | None, signature: str | None, now: float
+    master: str,
+    sender: Sender,
+    salt: str,
+    body: bytes,
+    timestamp: str | None,
+    signature: str | None,
+    now: float,
+    queued_at: float | None = None,
 ) -> str | None:
-    """None when ``body`` (which names ``sender``, whose salt is ``salt``) is signed, within the tolerance window,
-    with that attempt's key; else why not (a short reason for the log: the report is refused and changes nothing)."""
+    """None when ``body`` (which names ``sender``, whose salt is ``salt``) is signed with that attempt's key and fresh
+    (:mod:`handlers.report_freshness`: within the tolerance window of when a queue received it, ``queued_at``, or
+    else of ``now``); else why not (a short reason for the log: the report is refused and changes nothing)."""
     if not timestamp or not signature:
         return "unsigned"
-    if not verify(derive_report_key(master, sender.job_id, sender.attempt, salt), timestamp, body, signature, now):
-        return f"not signed with the key of {sender.job_id} attempt {sender.attempt} (or too old)"
+    signed = signed_at(timestamp)
+    stale = why_stale(signed, now=now, queued_at=queued_at) if signed is not None else None
+    if stale is not None:
+        return stale
+    key = derive_report_key(master, sender.job_id, sender.attempt, salt)
+    if not verify(key, timestamp, body, signature, reference_time(now, queued_at)):
+        return f"not signed with the key of {sender.job_id} attempt {sender.attempt}"
     return None
 
 

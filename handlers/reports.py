@@ -11,6 +11,11 @@ Every string and list a runner sends has a cap (:data:`URI_CHARS`, :data:`TEXT_C
 wire (:func:`parse_report`) beyond one is refused, so no runner can fill the bot's Redis; a report made in the
 runner's own code is clipped to the caps instead (an exception's text can be long), so the runner never fails to
 report because of one.
+
+Every string a report carries is outside text (a trainer's log line, an exception's message): each is cleaned where
+it is read (:mod:`handlers.outside_text`: escape sequences, control characters and the chat's mention markers out;
+a log line is one line, free text keeps its line breaks), so nothing past this parser holds one. A URI is not
+cleaned but refused when it holds one: changed, it would name another object.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -33,6 +39,7 @@ from pydantic import (
 from handlers import old_spellings
 from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN, new_event_id
+from handlers.outside_text import clean_line, clean_text
 
 
 def utcnow() -> datetime:
@@ -56,13 +63,20 @@ def _clipper(limit: int) -> Callable[[Any, ValidationInfo], Any]:
     return clip
 
 
-# A cap: refused beyond its limit on the wire, clipped to it when the runner builds the report.
-ShortText = Annotated[str, BeforeValidator(_clipper(ID_CHARS)), Field(max_length=ID_CHARS)]
-Uri = Annotated[str, BeforeValidator(_clipper(URI_CHARS)), Field(max_length=URI_CHARS)]
-Text = Annotated[str, BeforeValidator(_clipper(TEXT_CHARS)), Field(max_length=TEXT_CHARS)]
+def _plain_uri(value: str) -> str:
+    if clean_line(value) != value:
+        raise ValueError("a URI holding a control character, an escape sequence or a private-use character")
+    return value
+
+
+# A cap: refused beyond its limit on the wire, clipped to it when the runner builds the report; then cleaned.
+ShortText = Annotated[str, BeforeValidator(_clipper(ID_CHARS)), Field(max_length=ID_CHARS), AfterValidator(clean_line)]
+Uri = Annotated[str, BeforeValidator(_clipper(URI_CHARS)), Field(max_length=URI_CHARS), AfterValidator(_plain_uri)]
+Text = Annotated[str, BeforeValidator(_clipper(TEXT_CHARS)), Field(max_length=TEXT_CHARS), AfterValidator(clean_text)]
+LogLine = Annotated[Text, AfterValidator(clean_line)]  # one line of a trainer's output
 _T = TypeVar("_T")
 Few = Annotated[list[_T], BeforeValidator(_clipper(LIST_ITEMS)), Field(max_length=LIST_ITEMS)]
-LogTail = Annotated[list[Text], BeforeValidator(_clipper(LOG_TAIL_LINES)), Field(max_length=LOG_TAIL_LINES)]
+LogTail = Annotated[list[LogLine], BeforeValidator(_clipper(LOG_TAIL_LINES)), Field(max_length=LOG_TAIL_LINES)]
 
 
 class _Report(BaseModel):
@@ -227,8 +241,9 @@ class Failed(_Report):
     @field_validator("failure", mode="before")
     @classmethod
     def _failure_capped(cls, value: Any, info: ValidationInfo) -> Any:
-        """A failure's values are text too: each within :data:`TEXT_CHARS` (refused on the wire, else clipped)."""
-        return _cap_failure(value, bool((info.context or {}).get(WIRE)))
+        """A failure's values are text too: each within :data:`TEXT_CHARS` (refused on the wire, else clipped), then
+        cleaned as :data:`Text` is."""
+        return _clean_failure(_cap_failure(value, bool((info.context or {}).get(WIRE))))
 
 
 class RunnerWarning(_Report):
@@ -276,6 +291,15 @@ def _cap_failure(value: Any, wire: bool) -> Any:
         if not wire:
             return {**value, "values": {name: _clip(item) for name, item in value["values"].items()}}
     return value
+
+
+def _clean_failure(value: Any) -> Any:
+    """``value`` (a Failure, its dict from the wire, or one of its values) with every string in it cleaned."""
+    if isinstance(value, Failure):
+        return value.model_copy(update={"values": {name: _clean_failure(v) for name, v in value.values.items()}})
+    if isinstance(value, dict) and isinstance(value.get("values"), dict):
+        return {**value, "values": {name: _clean_failure(item) for name, item in value["values"].items()}}
+    return clean_text(value) if isinstance(value, str) else value
 
 
 def _clip(item: Any) -> Any:

@@ -2,8 +2,10 @@
 
 ``json.loads`` of ``[`` repeated 200,000 times raises ``RecursionError`` (not a ``ValueError``), which a handler
 that catches ``ValueError`` lets through as a 500 with a traceback; a document nested a few thousand deep is legal
-JSON that nothing here needs. :func:`loads` turns both, and a body larger than the caller allows, into one
-:class:`UnsafeJson` (a ``ValueError``, so ``except ValueError`` keeps working). Every document the bot receives
+JSON that nothing here needs. A string escape of half a surrogate pair (``"\\udcff"``) is legal JSON too, but
+the ``str`` it makes cannot be encoded (``UnicodeEncodeError`` wherever it is signed, hashed or sent on). :func:`loads`
+turns all three, and a body larger than the caller allows, into one :class:`UnsafeJson` (a ``ValueError``, so
+``except ValueError`` keeps working). Every document the bot receives
 (runner reports, SNS envelopes and their messages, EventBridge and CloudMonitor events, Slack interactions) is a
 few levels deep.
 """
@@ -11,10 +13,12 @@ few levels deep.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 MAX_DEPTH = 32
 MAX_BYTES = 1024 * 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")  # once decoded, a pair is one character: any surrogate left is lone
 
 
 class UnsafeJson(ValueError):
@@ -32,23 +36,29 @@ def loads(data: str | bytes, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX
         raise UnsafeJson(f"a JSON document nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise UnsafeJson(f"not JSON: {str(exc)[:120]}") from None
-    if _depth_over(document, max_depth):
-        raise UnsafeJson(f"a JSON document nested deeper than {max_depth} levels")
+    problem = _problem(document, max_depth)
+    if problem:
+        raise UnsafeJson(problem)
     return document
 
 
-def _depth_over(document: Any, limit: int) -> bool:
-    """Whether ``document`` nests arrays and objects more than ``limit`` deep (walked without recursion)."""
+def _problem(document: Any, limit: int) -> str | None:
+    """Why ``document`` is refused (arrays and objects more than ``limit`` deep, a string holding a lone surrogate),
+    or None; walked without recursion."""
     pending: list[tuple[Any, int]] = [(document, 1)]
     while pending:
         value, depth = pending.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return "a JSON string holding half a surrogate pair"
+            continue
         if isinstance(value, dict):
-            children: Any = value.values()
+            children: Any = [*value.keys(), *value.values()]
         elif isinstance(value, list):
             children = value
         else:
             continue
         if depth > limit:
-            return True
+            return f"a JSON document nested deeper than {limit} levels"
         pending.extend((child, depth + 1) for child in children)
-    return False
+    return None

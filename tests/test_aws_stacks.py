@@ -502,7 +502,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
 async def _check_bot_stack(
     client: Any, outputs: dict[str, str], resources: dict[str, str], runner_outputs: dict[str, str]
 ) -> None:
-    """What the bot stack created around the bot: two tasks behind HTTPS on its three public routes, its role."""
+    """What the bot stack created around the bot: two tasks behind HTTPS on its public routes, its role."""
     ecs, elb, iam = client("ecs"), client("elbv2"), client("iam")
     (service,) = ecs.describe_services(cluster=outputs["ClusterName"], services=[outputs["ServiceName"]])["services"]
     assert service["desiredCount"] == 2  # (moto's CloudFormation leaves out LaunchType; cfn-lint checks it)
@@ -515,7 +515,7 @@ async def _check_bot_stack(
         for condition in rule.get("Conditions", [])
         for value in condition.get("PathPatternConfig", {}).get("Values", condition.get("Values", []))
     }
-    assert paths == {"/slack/events", "/aws/sns", "/runner/reports"}
+    assert paths == {"/slack/events", "/aws/sns", "/runner/reports", "/pagerduty/webhook", "/opsgenie/webhook"}
     (target_group,) = elb.describe_target_groups(TargetGroupArns=[resources["TargetGroup"]])["TargetGroups"]
     assert (target_group["HealthCheckPath"], target_group["Port"]) == ("/healthz", 8080)
     role = iam.get_role(RoleName=outputs["BotRoleArn"].rsplit("/", 1)[1])["Role"]

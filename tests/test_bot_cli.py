@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -77,6 +78,24 @@ def test_console_chat_reads_commands_from_stdin(tmp_path: Path) -> None:
     assert "unknown recipe 'llama-70b'; known recipes: deepseek-7b, tiny" in result.stdout
     assert "no job ft-zzzz" in result.stdout
     assert "no jobs yet" in result.stdout
+
+
+def test_the_console_is_who_the_process_runs_as_whatever_user_the_environment_names(tmp_path: Path) -> None:
+    real = pwd.getpwuid(os.getuid()).pw_name
+    assert real != "alice"
+    config = tmp_path / "bot.yaml"
+    config.write_text("policy:\n  admins: ['console:alice']\n")  # alice sees every team's costs; others none
+    result = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "chat"],
+        input="costs\n",
+        env=bot_env(tmp_path, FINETUNE_CONFIG=str(config), FINETUNE_HTTP_PORT="0", USER="alice", LOGNAME="alice"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"finetune-bot chat as console:{real} " in result.stdout and "console:alice" not in result.stdout
+    assert "costs are shown to a team's members and the admins; you are on no team" in result.stdout
 
 
 def test_a_bad_config_file_is_one_clear_error(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ Ctrl-C and Ctrl-D leave cleanly and say what becomes of the local jobs; log line
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
@@ -20,6 +21,7 @@ from fakes.bot_harness import SECRET, SLEEPS, quick_recipe, report_headers, writ
 from fakes.ports import free_port
 from handlers.reports import Notice
 from tests.test_bot_cli import bot_env
+from tests.test_outside_text import LOUD
 
 TIMEOUT = 90
 REDRAWN_LOG = re.compile(r"/finetune ?(?:\x1b\[[0-9;?]*[A-Za-z])*log")
@@ -99,6 +101,27 @@ def test_updates_go_above_a_half_typed_command_and_ctrl_c_leaves_cleanly(tmp_pat
     assert "Traceback" not in screen and " INFO " not in screen
     log_text = (tmp_path / "state" / "bot.log").read_text()
     assert "bot up" in log_text  # the bot's log lines went to the file
+
+
+def test_a_trainers_log_line_with_markers_and_escapes_reaches_the_terminal_as_text(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "bot.yaml", recipes=[LOUD])
+    child = spawn(tmp_path, FINETUNE_HTTP_PORT="0", FINETUNE_CONFIG=str(config))
+    screen = io.StringIO()
+    child.logfile_read = screen  # every byte the terminal got from here on
+    try:
+        child.sendline("start loud")
+        child.expect(r"Starting (ft-[a-z0-9]+)")
+        child.expect("gave up after 2 restart")
+        child.expect_exact("slack:U0EVE <!here> <@U0EVE> RED @all done")  # the line, shown as text
+        at_prompt(child)
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    printed = screen.getvalue()
+    # The trainer's colour, its window title and the person markers never reached the terminal as themselves.
+    assert "\x1b[31mRED" not in printed and "\x1b]0;pwned" not in printed and "\x07" not in printed
+    assert "\ue000" not in printed and "\ue001" not in printed
 
 
 def test_help_and_ctrl_d(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from handlers.cost_report import cost_report
 from handlers.jobs import ChatRef
 from tests.chart_pixels import bars, decoded, lowest_row
 from tests.cost_jobs import ADMIN, ALICE, DINGTALK_GROUP, NOW, SLACK_CHANNEL, TINA, week_of_jobs
-from tests.test_permissions_chat import ask
+from tests.test_permissions_chat import ask_privately
 from tests.test_slack_http import command
 
 
@@ -130,17 +130,18 @@ async def test_in_dingtalk_a_member_gets_their_teams_week_in_chinese_and_another
         running_dingtalk_bot(tmp_path / "state", dingtalk, config(tmp_path), clock=clock) as (service, _console),
     ):
         await seed(service)
-        week = lines(await ask(dingtalk, "costs", "bob", DINGTALK_GROUP))
+        week = lines(await ask_privately(dingtalk, "costs", "bob", DINGTALK_GROUP))
         assert week[:4] == [
             "💰 最近 7 天的费用（2026-11-23 12:00 → 2026-11-30 12:00 UTC），团队 vision：1 个任务",
             "合计：实付 $1.53 · 按量付费需 $5.10 · 节省 $3.57（70%） · 1 个任务 · 丢失 0 步 · 重启耗时 0.0 小时",
             "按团队：",
             "vision：实付 $1.53 · 按量付费需 $5.10 · 节省 $3.57（70%） · 1 个任务 · 丢失 0 步 · 重启耗时 0.0 小时",
         ]
-        month = lines(await ask(dingtalk, "costs 30d", "bob", DINGTALK_GROUP))
+        month = lines(await ask_privately(dingtalk, "costs 30d", "bob", DINGTALK_GROUP))
         assert month[0].endswith("团队 vision：2 个任务")
-        assert lines(await ask(dingtalk, "costs", "boss", DINGTALK_GROUP))[0].endswith("全部团队：4 个任务")
-        assert await ask(dingtalk, "costs team=ml", "bob", DINGTALK_GROUP) == "⛔ ml 的费用只对其成员和管理员开放"
+        assert lines(await ask_privately(dingtalk, "costs", "boss", DINGTALK_GROUP))[0].endswith("全部团队：4 个任务")
+        refused = await ask_privately(dingtalk, "costs team=ml", "bob", DINGTALK_GROUP)
+        assert refused == "⛔ ml 的费用只对其成员和管理员开放"
 
 
 async def test_in_slack_costs_puts_one_bar_chart_in_the_channel_under_its_words_and_a_refusal_none(
@@ -231,11 +232,11 @@ async def test_in_dingtalk_costs_puts_one_bar_chart_in_the_group_under_its_words
         running_dingtalk_bot(tmp_path / "state", dingtalk, config(tmp_path), clock=Clock()) as (service, _console),
     ):
         await seed(service)
-        assert (await ask(dingtalk, "costs team=ml", "bob", DINGTALK_GROUP)).startswith("⛔")
-        assert (await ask(dingtalk, "costs", "eve", DINGTALK_GROUP)).startswith("⛔")
+        assert (await ask_privately(dingtalk, "costs team=ml", "bob", DINGTALK_GROUP)).startswith("⛔")
+        assert (await ask_privately(dingtalk, "costs", "eve", DINGTALK_GROUP)).startswith("⛔")
         assert await settled(service) and dingtalk.media == {}
 
-        words = await ask(dingtalk, "costs", "bob", DINGTALK_GROUP)
+        words = await ask_privately(dingtalk, "costs", "bob", DINGTALK_GROUP)
 
         async def shown() -> bool:
             return await settled(service) and bool(dingtalk.media)

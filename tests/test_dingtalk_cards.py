@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bot.chat.dingtalk.cards import out_track_id
+from bot.chat.dingtalk.cards import clicked, out_track_id
 from fakes.bot_harness import SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
 from fakes.fake_dingtalk import FakeDingTalk, card_click, click_frame, group_message, message_frame
 from handlers.jobs import JobState
@@ -97,3 +97,10 @@ async def test_the_card_is_created_once_updated_in_place_and_its_buttons_obey_th
         stranger = await click(dingtalk, "someone-elses-card", OWNER, "stop")
         assert stranger == "这张卡片不属于本机器人的任务。"
         assert len([c for c in dingtalk.calls if c[1].endswith("/createAndDeliver")]) == 1
+
+
+def test_a_clicks_action_is_cleaned_where_it_enters() -> None:
+    """A click's action is echoed when it names no button: the mention markers and escapes it carried are gone."""
+    hostile = "stop\ue000U0EVE\ue001\x1b[31m\nnow"
+    assert clicked({"cardPrivateData": {"params": {"action": hostile}}}) == "stopU0EVE now"
+    assert clicked({"cardPrivateData": {"actionIds": [hostile]}}) == "stopU0EVE now"

@@ -18,6 +18,7 @@ import pytest
 from fakes.bot_harness import SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
 from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
 from handlers.jobs import JobState
+from tests.test_permissions_chat import ask_privately
 
 GROUP = "cidMLteam0001=="
 ENGLISH_GROUP = "cidEnglish=="
@@ -57,7 +58,7 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
         dingtalk={"channels": {ENGLISH_GROUP: {"language": "en"}}},
     )
     async with running_dingtalk_bot(tmp_path / "state", dingtalk, config) as (service, _console):
-        assert await ask(dingtalk, "list") == "还没有任务：/finetune start tiny"
+        assert await ask(dingtalk, "list", sender="bob") == "还没有任务：/finetune start tiny"  # a member's: here
 
         # A usage error: what was wrong and the usage line, both in Chinese; the words to type stay as they are (the
         # brackets in their full-width forms: DingTalk markdown would take <配方> for HTML and […](…) for a link).
@@ -94,7 +95,7 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
         still = await service.bot.store.get(job.id)
         assert still is not None and still.state is JobState.RUNNING
 
-        listed = await ask(dingtalk, "list")
+        listed = await ask_privately(dingtalk, "list", OWNER, GROUP)  # an admin's (every group's): to them alone
         assert listed == f"{job.id}  运行中  sleepy  第 {still.step or 0}/{still.total_steps or '?'} 步"
         assert await ask(dingtalk, "status ft-zz99") == "找不到任务 ft-zz99"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import configparser
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -196,10 +197,66 @@ def test_install_refuses_what_it_cannot_install(tmp_path: Path, wheel: Path) -> 
     assert not (tmp_path / "opt").exists()
 
 
+def test_install_refuses_extra_packages_without_a_pin_and_a_hash(tmp_path: Path, wheel: Path) -> None:
+    digest = "--hash=sha256:" + "0" * 64
+    for packages, says in [
+        ("flash-attn", "'flash-attn' is neither name==version nor --hash"),
+        ("flash-attn==2.8.3", "'flash-attn==2.8.3' has no --hash"),
+        (f"einops==0.8.1 {digest} flash-attn==2.8.3", "'flash-attn==2.8.3' has no --hash"),
+        (f"{digest} einops==0.8.1", "comes before any name==version"),
+        ("flash-attn>=2 " + digest, "'flash-attn>=2' is neither"),
+        ("einops==0.8.1 --hash=md5:00", "'--hash=md5:00' is neither"),
+        ("--index-url=https://example.com/simple", "is neither"),  # no pip option rides along
+        ("einops==0.8.1;rm", "is neither"),
+    ]:
+        result = install(tmp_path, "runner", str(wheel), FINETUNE_PIP_PACKAGES=packages)
+        assert result.returncode == 2 and says in result.stderr, (packages, result.stderr)
+    assert not (tmp_path / "opt").exists()  # refused before anything was installed
+
+
+def hashed(tmp_path: Path, requirement: str) -> str:
+    """``requirement`` as FINETUNE_PIP_PACKAGES takes it: pinned, with the sha256 of the wheel the index serves."""
+    where = tmp_path / "download"
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+    subprocess.run(
+        [*download, "-d", str(where), requirement],
+        check=True,
+        capture_output=True,
+    )
+    (file,) = where.iterdir()
+    return f"{requirement} --hash=sha256:{hashlib.sha256(file.read_bytes()).hexdigest()}"
+
+
+def locked_version(lock: str, package: str) -> str:
+    match = re.search(rf"^{package}==(\S+) \\$", (ROOT / "requirements" / lock).read_text(), re.MULTILINE)
+    assert match is not None, f"{lock} does not pin {package}"
+    return match.group(1)
+
+
+def test_every_lock_pins_the_installer_by_hash() -> None:
+    """install.sh upgrades nothing from the index: pip itself comes from the lock, like every other file."""
+    (wanted,) = [line for line in (ROOT / "requirements" / "pip.in").read_text().splitlines() if line[:1].isalpha()]
+    for lock in ("base.txt", "bot.txt", "runner.txt"):
+        text = (ROOT / "requirements" / lock).read_text()
+        assert re.search(rf"^{re.escape(wanted)} \\\n    --hash=sha256:[0-9a-f]{{64}}", text, re.MULTILINE), lock
+    script = (ROOT / "deploy" / "image" / "install.sh").read_text()
+    assert "--upgrade" not in script and "-U " not in script
+    installs = [line for line in script.splitlines() if "pip install" in line and not line.lstrip().startswith("#")]
+    assert installs and all("--require-hashes" in line or '"$wheel"' in line for line in installs), installs
+
+
 def test_install_puts_a_runner_that_completes_a_job_and_its_unit_in_place(tmp_path: Path, wheel: Path) -> None:
-    result = install(tmp_path, "runner", str(wheel))
+    extra = hashed(tmp_path, "iniconfig==2.3.0")  # not in the lock: an extra package, pinned and hashed
+    result = install(tmp_path, "runner", str(wheel), FINETUNE_PIP_PACKAGES=extra)
     assert result.returncode == 0, result.stdout + result.stderr
     prefix = tmp_path / "opt" / "finetune"
+    versions = subprocess.run(
+        [f"{prefix}/bin/python", "-c", "from importlib.metadata import version as v; print(v('pip'), v('iniconfig'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert versions.stdout.split() == [locked_version("base.txt", "pip"), "2.3.0"]
     installed = unit(RUNNER_UNIT)
     written = configparser.ConfigParser(strict=False, interpolation=None)
     written.read_string((tmp_path / "systemd" / RUNNER_UNIT).read_text())

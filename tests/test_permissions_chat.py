@@ -146,6 +146,18 @@ async def ask(dingtalk: FakeDingTalk, text: str, sender: str, group: str) -> str
     return str(reply["markdown"]["text"])
 
 
+async def ask_privately(dingtalk: FakeDingTalk, text: str, sender: str, group: str) -> str:
+    """Send ``@bot /finetune …`` in ``group``; the bot's answer for ``sender`` alone, in the robot's one-to-one chat
+    with them (``costs``, ``logs``, an admin's ``list``)."""
+    before = len(dingtalk.direct_messages)
+    webhook = dingtalk.session_webhook(group)
+    await dingtalk.push(message_frame(group_message(f"/finetune {text}", sender, group, webhook)))
+    await dingtalk.wait_until(lambda: len(dingtalk.direct_messages) > before, what=f"private answer to {text}")
+    message = dingtalk.direct_messages[before]
+    assert message["user"] == sender
+    return str(message["text"])
+
+
 async def press(dingtalk: FakeDingTalk, track: str, user: str, action: str, group: str) -> str:
     frame = click_frame(card_click(track, user, action, group))
     await dingtalk.push(frame)
@@ -180,7 +192,8 @@ async def test_in_dingtalk_another_group_and_another_member_are_refused_and_the_
         assert await ask(dingtalk, f"stop {job.id}", "mallory", GROUP_B) == refusal
         assert await press(dingtalk, track, "mallory", "stop", GROUP_B) == refusal
         assert await ask(dingtalk, f"stop {job.id}", "bob", GROUP_A) == refusal
-        assert (await ask(dingtalk, f"logs {job.id}", "mallory", GROUP_B)).startswith(f"⛔ {job.id} is not a job of")
+        logs = await ask_privately(dingtalk, f"logs {job.id}", "mallory", GROUP_B)
+        assert logs.startswith(f"⛔ {job.id} is not a job of")
         assert await ask(dingtalk, "list", "mallory", GROUP_B) == "no jobs yet: /finetune start tiny"
         still = await service.bot.store.get(job.id)
         assert still is not None and still.state is JobState.RUNNING

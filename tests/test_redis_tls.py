@@ -14,8 +14,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.errors import StoreUnavailable
-from bot.redis_server import RedisConfig, open_redis, redacted
+from bot.errors import ConfigError, StoreUnavailable
+from bot.redis_server import RedisConfig, open_redis, plaintext_remote, redacted
+from bot.settings import load_settings
 from fakes.bot_harness import CHANNEL, running_bot
 from tests.tls_valkey import TlsValkey, tls_valkey
 
@@ -114,3 +115,55 @@ def test_the_command_line_refuses_a_bad_url_and_a_wrong_password_in_one_line(tmp
     assert last.startswith("finetune-bot: cannot use Redis at rediss://finetune:***@localhost:")
     assert "Traceback" not in wrong.stderr and "not-the-password" not in wrong.stderr
     assert not (tmp_path / "state" / "redis").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "remote"),
+    [
+        ("redis://:pw@cache.example.com:6379/0", True),
+        ("redis://10.0.3.7:6379", True),
+        ("redis://[2001:db8::7]:6379", True),
+        ("redis://0.0.0.0:6379", True),
+        ("redis://localhost:6379/0", False),
+        ("redis://127.0.0.1:6379", False),
+        ("redis://127.0.1.1:6379", False),
+        ("redis://[::1]:6379", False),
+        ("redis:///0", False),  # redis-py's default host: localhost
+        ("rediss://:pw@cache.example.com:6379/0", False),
+        ("unix:///run/valkey/valkey.sock", False),
+    ],
+)
+def test_only_a_plain_redis_url_to_another_host_is_plaintext_remote(url: str, remote: bool) -> None:
+    assert plaintext_remote(url) is remote
+
+
+def test_a_remote_plain_redis_url_is_refused_unless_the_setting_says_so() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(redis_url="redis://:s3cret@cache.example.com:6379/0")
+    assert str(caught.value) == (
+        "REDIS_URL='redis://:***@cache.example.com:6379/0': Value error, redis:// to another host sends the password "
+        "and the state in the clear; use rediss:// (TLS), or set FINETUNE_REDIS_ALLOW_PLAINTEXT=1 to accept that"
+    )
+    allowed = load_settings(redis_url="redis://:s3cret@cache.example.com:6379/0", finetune_redis_allow_plaintext=True)
+    assert allowed.redis_url == "redis://:s3cret@cache.example.com:6379/0"
+    assert load_settings(redis_url="rediss://:s3cret@cache.example.com:6379/0").redis_url is not None
+    assert load_settings(redis_url="redis://127.0.0.1:6379/0").redis_url == "redis://127.0.0.1:6379/0"
+
+
+@pytest.mark.scenario  # runs the bot's command line
+def test_the_command_line_refuses_a_remote_plain_url_in_one_line_and_goes_on_when_told(tmp_path: Path) -> None:
+    # 192.0.2.1 is TEST-NET-1 (RFC 5737): no server answers there, so "went on" shows as the connection failing.
+    url = "redis://:s3cret@192.0.2.1:6379/0?socket_connect_timeout=5"
+    refused = _serve(tmp_path, REDIS_URL=url)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip() == (
+        "finetune-bot: REDIS_URL='redis://:***@192.0.2.1:6379/0?socket_connect_timeout=5': Value error, redis:// to "
+        "another host sends the password and the state in the clear; use rediss:// (TLS), or set "
+        "FINETUNE_REDIS_ALLOW_PLAINTEXT=1 to accept that"
+    )
+    told = _serve(tmp_path, REDIS_URL=url, FINETUNE_REDIS_ALLOW_PLAINTEXT="1")
+    assert told.returncode == 1, told.stderr  # past the settings: it tried the server, which is not there
+    last = told.stderr.strip().splitlines()[-1]
+    assert last.startswith("finetune-bot: cannot use Redis at redis://:***@192.0.2.1:6379/0")
+    for result in (refused, told):
+        assert "Traceback" not in result.stderr and "s3cret" not in result.stderr

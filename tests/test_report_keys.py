@@ -247,7 +247,8 @@ def test_the_runner_clips_its_own_reports_to_the_caps_so_it_can_always_report() 
 
 async def test_on_sqs_reports_count_only_from_the_report_topic_signed_by_their_attempt(aws: str) -> None:
     cloud = Aws(aws)
-    queue = cloud.queue("finetune-intake")
+    dead_letters = cloud.queue("finetune-intake-dlq")
+    queue = cloud.queue("finetune-intake", dlq_arn=cloud.arn(dead_letters))
     events_topic = cloud.sns.create_topic(Name="finetune-events")["TopicArn"]
     report_topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
     cloud.subscribe(events_topic, queue)
@@ -287,7 +288,8 @@ async def test_on_sqs_reports_count_only_from_the_report_topic_signed_by_their_a
     assert (source.stats.refused, source.stats.published, source.stats.unrecognised) == (4, 2, 0)
     assert gate.refused == {"sqs": 3} and intake.events_refused == {"sqs": 1}
     assert {**gate.metrics(), **intake.metrics()} == {REFUSED_METRIC: 3.0, EVENTS_REFUSED_METRIC: 1.0}
-    assert cloud.depth(queue) == 0  # refused messages are dropped, not left to come back
+    assert cloud.depth(queue) == 0  # refused messages moved to the dead-letter queue, not left to come back
+    assert source.stats.dead_lettered == cloud.depth(dead_letters) == 4
 
 
 async def test_without_an_events_topic_configured_a_report_topic_still_carries_no_cloud_event() -> None:

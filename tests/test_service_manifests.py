@@ -12,6 +12,7 @@ import yaml
 
 from bot.chat.slack.app import EVENTS_PATH
 from bot.http import REPORTS_PATH
+from bot.public_routes import PUBLIC_ROUTES
 from bot.settings import Settings, parse_file_config
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH
 from bot.sources.sns_http import SNS_PATH
@@ -72,15 +73,72 @@ def test_kubernetes_publishes_exactly_the_routes_the_outside_posts_to() -> None:
     found = manifests()
     (rule,) = found["Ingress/finetune-bot"]["spec"]["rules"]
     paths = {(p["path"], p["pathType"]) for p in rule["http"]["paths"]}
-    assert paths == {
-        (EVENTS_PATH, "Exact"),
-        (SNS_PATH, "Exact"),
-        (REPORTS_PATH, "Exact"),
-        ("/aliyun", "Prefix"),
-    }
-    assert {CLOUDMONITOR_PATH, EVENTBRIDGE_PATH} == {"/aliyun/cloudmonitor", "/aliyun/eventbridge"}
+    assert paths == {(path, "Exact") for routes in PUBLIC_ROUTES.values() for path in routes}
+    assert {EVENTS_PATH, SNS_PATH, REPORTS_PATH, CLOUDMONITOR_PATH, EVENTBRIDGE_PATH} < {path for path, _ in paths}
     assert found["Service/finetune-bot"]["spec"]["ports"][0]["targetPort"] == "http"
     assert found["PodDisruptionBudget/finetune-bot"]["spec"]["minAvailable"] == 1
+
+
+def test_kubernetes_objects_live_in_their_own_namespace_without_an_api_token() -> None:
+    found = manifests()
+    namespace = found["Namespace/finetune-bot"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    for name, document in found.items():
+        if name != "Namespace/finetune-bot":
+            assert document["metadata"]["namespace"] == "finetune-bot", name
+    pod = found["Deployment/finetune-bot"]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert found["ServiceAccount/finetune-bot"]["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+
+
+def network_policies() -> dict[str, dict[str, Any]]:
+    return {name.split("/", 1)[1]: doc["spec"] for name, doc in manifests().items() if doc["kind"] == "NetworkPolicy"}
+
+
+def test_kubernetes_denies_every_connection_the_bot_does_not_need() -> None:
+    policies = network_policies()
+    found = manifests()
+    # Default deny: every pod of the namespace, both directions, nothing allowed.
+    deny = policies["default-deny"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+
+    # The bot's own: selects the Deployment's pods, and allows only these.
+    bot = policies["finetune-bot"]
+    deployment = found["Deployment/finetune-bot"]["spec"]
+    assert bot["podSelector"]["matchLabels"] == deployment["template"]["metadata"]["labels"]
+    assert bot["policyTypes"] == ["Ingress", "Egress"]
+    (container,) = deployment["template"]["spec"]["containers"]
+    (port,) = container["ports"]
+    sources = []
+    for rule in bot["ingress"]:
+        assert rule["ports"] == [{"protocol": "TCP", "port": port["name"]}]  # the HTTP port, nothing else
+        (peer,) = rule["from"]
+        assert "ipBlock" not in peer  # a namespace (and pods) named, never an address range
+        sources.append(peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"])
+    assert sources == ["ingress-nginx", "monitoring"]
+
+    allowed = set()
+    for rule in bot["egress"]:
+        for item in rule["ports"]:
+            allowed.add((item["protocol"], item["port"], bool(rule.get("to"))))
+    assert allowed == {
+        ("UDP", 53, True),  # DNS, to the cluster's resolver only
+        ("TCP", 53, True),
+        ("TCP", 6379, False),  # Redis
+        ("TCP", 443, False),  # HTTPS out
+        ("TCP", 80, True),  # EKS Pod Identity's agent, one link-local address
+    }
+    (dns,) = [rule for rule in bot["egress"] if {"protocol": "UDP", "port": 53} in rule["ports"]]
+    assert dns["to"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ]
+    (plain_http,) = [rule for rule in bot["egress"] if {"protocol": "TCP", "port": 80} in rule["ports"]]
+    assert plain_http["to"] == [{"ipBlock": {"cidr": "169.254.170.23/32"}}]
 
 
 def bot_stack() -> dict[str, Any]:

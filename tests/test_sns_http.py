@@ -20,7 +20,14 @@ from bot.redis_server import connect
 from bot.report_gate import ReportGate
 from bot.sources.aws_intake import AwsIntake
 from bot.sources.sns_http import SNS_PATH, sns_routes
-from bot.sources.sns_signature import SnsVerifier, UrlFetcher, fetch_url, is_allowed_url, string_to_sign
+from bot.sources.sns_signature import (
+    SignatureError,
+    SnsVerifier,
+    UrlFetcher,
+    fetch_url,
+    is_allowed_url,
+    string_to_sign,
+)
 from fakes.restartable_valkey import RestartableValkey
 from handlers.aws_events import event_message_id
 from handlers.messages import CloudEvent, ReportReceived, parse_message
@@ -33,7 +40,8 @@ from tests.sns_signing import SnsSigner, confirmation, notification
 TOPIC = "arn:aws:sns:us-east-1:123456789012:finetune-events"
 OTHER_TOPIC = "arn:aws:sns:us-east-1:999999999999:someone-else"
 LOCAL_HOST = re.compile(r"127\.0\.0\.1")
-SNS_CERT_URL = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0123456789abcdef.pem"
+CERT_NAME = "SimpleNotificationService-0123456789abcdef0123456789abcdef.pem"  # as SNS names them: 32 hex digits
+SNS_CERT_URL = f"https://sns.us-east-1.amazonaws.com/{CERT_NAME}"
 EVENT_ID = "5a1e0000-0000-4000-8000-00000000abcd"
 
 Serve = Callable[[web.Application], Awaitable[str]]
@@ -78,8 +86,8 @@ def signer() -> SnsSigner:
 async def cert_host(serve: Serve, signer: SnsSigner) -> CertHost:
     host = CertHost(signer)
     app = web.Application()
-    app.router.add_get("/SimpleNotificationService-test.pem", host.handle)
-    host.url = await serve(app) + "/SimpleNotificationService-test.pem"
+    app.router.add_get(f"/{CERT_NAME}", host.handle)
+    host.url = await serve(app) + f"/{CERT_NAME}"
     return host
 
 
@@ -332,6 +340,108 @@ async def test_malformed_bodies_are_bad_requests(local: Endpoint, cert_host: Cer
     assert local.bus.events == []
 
 
+class CountingFetcher:
+    """Answers for SNS with the test certificate, as slowly as the test says; counts fetches and overlaps."""
+
+    def __init__(self, signer: SnsSigner) -> None:
+        self.signer = signer
+        self.urls: list[str] = []
+        self.running = 0
+        self.most_at_once = 0
+        self.release = asyncio.Event()
+        self.release.set()
+        self.started = asyncio.Event()  # a fetch is under way
+
+    async def __call__(self, url: str) -> bytes:
+        self.urls.append(url)
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        self.started.set()
+        try:
+            await self.release.wait()
+        finally:
+            self.running -= 1
+        return self.signer.pem
+
+
+def cert_url(hex_digits: str, host: str = "sns.us-east-1.amazonaws.com") -> str:
+    return f"https://{host}/SimpleNotificationService-{hex_digits}.pem"
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://sns.us-east-1.amazonaws.com/cert.pem", "SimpleNotificationService-<hex>.pem"),
+        (cert_url("0123456789ABCDEF0123456789ABCDEF"), "SimpleNotificationService-<hex>.pem"),
+        (cert_url("0123456789abcdef"), "SimpleNotificationService-<hex>.pem"),
+        (cert_url("0123456789abcdef0123456789abcdef") + "?v=1", "SimpleNotificationService-<hex>.pem"),
+        (cert_url("0123456789abcdef0123456789abcdef") + "#x", "SimpleNotificationService-<hex>.pem"),
+        (f"https://sns.us-east-1.amazonaws.com/x/{CERT_NAME}", "SimpleNotificationService-<hex>.pem"),
+        (f"https://sns.us-east-1.amazonaws.com:8443/{CERT_NAME}", "names a port"),
+        (cert_url("0123456789abcdef0123456789abcdef", "sns.eu-west-1.amazonaws.com"), "the topic's region"),
+        (cert_url("0123456789abcdef0123456789abcdef", "sns.us-east-1.amazonaws.com.cn"), "the topic's region"),
+        (f"http://sns.us-east-1.amazonaws.com/{CERT_NAME}", "is not an SNS certificate URL"),
+    ],
+)
+async def test_a_certificate_anywhere_but_snss_path_on_the_topics_region_host_is_never_fetched(
+    serve: Serve, signer: SnsSigner, url: str, why: str
+) -> None:
+    fetcher = CountingFetcher(signer)
+    endpoint = await start_endpoint(serve, SnsVerifier(fetcher))
+    status, answer = await endpoint.post(signer.sign(notification(TOPIC, rebalance("i-0abc")), url))
+    assert status == 403 and why in answer["error"]
+    assert fetcher.urls == [] and endpoint.bus.events == []
+
+
+def test_the_certificate_host_is_pinned_to_the_topics_region_and_partition() -> None:
+    verifier = SnsVerifier()
+    china_topic = "arn:aws-cn:sns:cn-north-1:123456789012:finetune-events"
+    china_url = cert_url("0123456789abcdef0123456789abcdef", "sns.cn-north-1.amazonaws.com.cn")
+    message = {"TopicArn": china_topic, "SigningCertURL": china_url}
+    assert verifier.certificate_url(message) == china_url
+    with pytest.raises(SignatureError, match="the topic's region"):
+        verifier.certificate_url({**message, "TopicArn": TOPIC})
+    with pytest.raises(SignatureError, match="the topic's region"):
+        verifier.certificate_url({**message, "TopicArn": "not-an-arn"})
+
+
+async def test_the_cache_is_keyed_by_the_checked_url_and_a_flood_of_new_names_fetches_within_the_budget(
+    serve: Serve, signer: SnsSigner
+) -> None:
+    now = [datetime.now(UTC).timestamp()]  # the verifier's clock, which the test moves past the fetch window
+    fetcher = CountingFetcher(signer)
+    verifier = SnsVerifier(fetcher, clock=lambda: now[0], max_fetches=3, fetch_window=600)
+    endpoint = await start_endpoint(serve, verifier)
+
+    def signed(url: str) -> dict[str, Any]:
+        return signer.sign(notification(TOPIC, rebalance("i-0abc")), url)
+
+    # The same certificate however its host is spelled: one fetch, of the URL as checked.
+    assert (await endpoint.post(signed(SNS_CERT_URL)))[0] == 200
+    assert (await endpoint.post(signed(SNS_CERT_URL.replace("sns.us-east-1", "SNS.US-EAST-1"))))[0] == 200
+    assert fetcher.urls == [SNS_CERT_URL]
+
+    # Twenty messages at once, each naming a certificate of its own: fetched one at a time, and only while the
+    # budget lasts (2 more in this window); the others are told to come back (503: SNS delivers again later).
+    fetcher.release.clear()
+    fetcher.started.clear()
+    names = [f"{n:032x}" for n in range(1, 21)]
+    posts = [asyncio.create_task(endpoint.post(signed(cert_url(name)))) for name in names]
+    await asyncio.wait_for(fetcher.started.wait(), 60)  # the first of them is being fetched, the others wait
+    fetcher.release.set()
+    answers = await asyncio.gather(*posts)
+    assert sorted(status for status, _ in answers) == [200] * 2 + [503] * 18
+    assert all("signing certificates fetched in the last 600 s" in a["error"] for st, a in answers if st == 503)
+    assert len(fetcher.urls) == verifier.fetches == 3 and fetcher.most_at_once == 1
+
+    # A cached certificate still serves; once the window has passed, a new one is fetched again.
+    assert (await endpoint.post(signed(SNS_CERT_URL)))[0] == 200
+    assert (await endpoint.post(signed(cert_url(names[-1]))))[0] == 503
+    now[0] += 601
+    assert (await endpoint.post(signed(cert_url(names[-1]))))[0] == 200
+    assert len(fetcher.urls) == 4
+
+
 def test_the_endpoint_needs_an_allowlist() -> None:
     with pytest.raises(ValueError, match="at least one allowed topic"):
         sns_routes(RecordingBus().publish, [], SnsVerifier())
@@ -477,3 +587,39 @@ async def test_a_report_counts_only_from_the_report_topic_and_signed_by_its_atte
     first, second = (parse_message(event) for event in bus.events)
     assert isinstance(first, ReportReceived) and first.report == report
     assert isinstance(second, CloudEvent) and second.instance_id == "i-0real"
+
+
+async def test_a_report_sns_delivers_late_is_judged_by_when_sns_took_it(serve: Serve, cert_host: CertHost) -> None:
+    """SNS retries an HTTPS delivery for up to an hour: a report it took, signed, ten minutes ago and delivers only
+    now is taken (by the envelope's Timestamp, which SNS signed); the same report published again now is not."""
+    report_topic = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
+    report, line = progress_report()
+    salt = "5a" * 16  # what the store holds for the report's attempt
+
+    async def salts(job_id: str, attempt: int) -> str | None:
+        return salt if (job_id, attempt) == (report.job_id, report.attempt) else None
+
+    gate = ReportGate("master-report-secret", salts, lambda job_id: f"s3://ft-bucket/jobs/{job_id}/")
+    intake = AwsIntake(gate, report_topics=[report_topic], events_topics=[TOPIC], route="sns")
+    bus, verifier = RecordingBus(), SnsVerifier(host_pattern=LOCAL_HOST, schemes=("http",))
+    app = web.Application()
+    app.add_routes(sns_routes(bus.publish, [report_topic], verifier, parse=intake.parse))
+    endpoint = Endpoint(await serve(app) + SNS_PATH, bus, verifier, Confirmations())
+    key = ReportKeys("master-report-secret").of(report.job_id, report.attempt, salt)
+    then = datetime.now(UTC) - timedelta(minutes=10)
+    signed_then = int(then.timestamp())
+
+    def published(at: datetime) -> dict[str, Any]:
+        body = notification(report_topic, line, at=at)
+        body["MessageAttributes"] = {
+            "finetune_timestamp": {"Type": "String", "Value": str(signed_then)},
+            "finetune_signature": {"Type": "String", "Value": sign(key, signed_then, line.encode())},
+        }
+        return cert_host.signer.sign(body, cert_host.url)
+
+    assert (await endpoint.post(published(then)))[0] == 200
+    [taken] = (parse_message(event) for event in bus.events)
+    assert isinstance(taken, ReportReceived) and taken.report == report
+    status, answer = await endpoint.post(published(datetime.now(UTC)))
+    assert status == 403 and answer["error"] == "refused"
+    assert gate.refused == {"sns": 1} and len(bus.events) == 1

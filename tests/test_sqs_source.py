@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,9 +12,17 @@ from typing import Any
 import pytest
 from aiobotocore.session import get_session
 
-from bot.sources.sqs import SqsSource
-from handlers.aws_events import event_message_id
+from bot.report_gate import ReportGate
+from bot.sources.aws_intake import AwsIntake
+from bot.sources.sqs import REASON_ATTRIBUTE, SqsSource
+from handlers.aws_events import REPORT_ATTRIBUTE, SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, event_message_id
+from handlers.ids import new_job_id
 from handlers.messages import CloudEvent, ReportReceived, parse_message
+from handlers.report_keys import derive_report_key
+from handlers.reports import Progress, dump_report
+from handlers.signing import sign
+from runner.reports.reporter import Reporter
+from runner.reports.sns import SnsTarget
 from tests.sns_payloads import progress_report, rebalance, spot_warning
 from tests.sns_queues import Aws, RecordingBus, until
 
@@ -218,6 +227,133 @@ async def test_errors_back_off_and_never_stop_the_consumer(aws: str) -> None:
         cloud.sqs.send_message(QueueUrl=queue_url, MessageBody=rebalance("i-0late"))
         await until(lambda: len(bus.events) == 1, what="the message once the queue exists")
     assert kinds(bus) == [("rebalance", "i-0late")]
+
+
+SALT = "5a" * 16  # the key salt of every attempt the gates below look up
+
+
+def any_attempts_gate(master: str, clock: Callable[[], float] = time.time) -> ReportGate:
+    """A gate whose store holds every attempt, each with :data:`SALT`, every job's prefix under one bucket."""
+
+    async def salts(job_id: str, attempt: int) -> str | None:
+        return SALT
+
+    return ReportGate(master, salts, lambda job_id: f"s3://bucket/jobs/{job_id}/", clock=clock)
+
+
+def forged_report(cloud: Aws, topic: str) -> tuple[str, dict[str, str]]:
+    """A runner report published as the runner does, but signed with a key that is no attempt's; its line and the
+    attributes it went with."""
+    job_id = new_job_id()
+    line = dump_report(Progress(job_id=job_id, attempt=1, step=3))
+    now = int(time.time())
+    attributes = {
+        REPORT_ATTRIBUTE: "progress",
+        TIMESTAMP_ATTRIBUTE: str(now),
+        SIGNATURE_ATTRIBUTE: sign("a key that is no attempt's", now, line.encode()),
+    }
+    cloud.sns.publish(
+        TopicArn=topic,
+        Message=line,
+        MessageAttributes={name: {"DataType": "String", "StringValue": value} for name, value in attributes.items()},
+    )
+    return line, attributes
+
+
+def dead_letters(cloud: Aws, dlq: str, count: int) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    while len(found) < count:
+        reply = cloud.sqs.receive_message(QueueUrl=dlq, MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+        found += reply.get("Messages", [])
+    return found
+
+
+async def test_a_refused_report_moves_to_the_dead_letter_queue_at_once_with_its_reason(aws: str) -> None:
+    cloud = Aws(aws)
+    dlq = cloud.queue("finetune-events-dlq")
+    # The redrive policy alone would move a message only after five receives, thirty seconds apart.
+    queue = cloud.queue("finetune-events", dlq_arn=cloud.arn(dlq), max_receives=5, visibility=30)
+    raw_queue = cloud.queue("finetune-events-raw", dlq_arn=cloud.arn(dlq), max_receives=5, visibility=30)
+    topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
+    cloud.subscribe(topic, queue)
+    cloud.subscribe(topic, raw_queue, raw=True)
+    line, attributes = forged_report(cloud, topic)
+
+    intake = AwsIntake(any_attempts_gate("the-master-report-secret"), report_topics=[topic])
+    bus = RecordingBus()
+    source = SqsSource(queue, bus.publish, wait_seconds=1, parse=intake.parse)
+    raw_source = SqsSource(raw_queue, bus.publish, wait_seconds=1, parse=intake.parse)
+    async with consuming(source), consuming(raw_source):
+        await until(lambda: source.stats.dead_lettered == raw_source.stats.dead_lettered == 1, what="both moved")
+
+    assert bus.events == [] and cloud.depth(queue) == cloud.depth(raw_queue) == 0
+    assert source.stats.received == raw_source.stats.received == 1  # moved on the first receive
+    assert source.dead_letter_url == dlq
+    enveloped, raw = sorted(dead_letters(cloud, dlq, 2), key=lambda dead: dead["Body"] == line)
+    job_id = json.loads(line)["job_id"]
+    for dead in (enveloped, raw):
+        reason = dead["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"]
+        assert reason == f"refused a runner report (sqs): not signed with the key of {job_id} attempt 1"
+    # Kept as it came: the envelope as SNS delivered it; under raw delivery, the line and the runner's attributes.
+    assert json.loads(enveloped["Body"])["Message"] == line and json.loads(enveloped["Body"])["TopicArn"] == topic
+    kept = {name: value["StringValue"] for name, value in raw["MessageAttributes"].items() if name != REASON_ATTRIBUTE}
+    assert raw["Body"] == line and kept == attributes
+
+
+async def test_a_raw_delivered_report_read_ten_minutes_late_is_judged_by_its_sent_time(aws: str) -> None:
+    """Raw delivery has no envelope: the SQS message's SentTimestamp, asked for on every receive, is the queue's
+    time. Read ten minutes after it was signed (the gate's clock says so), the report is taken."""
+    cloud = Aws(aws)
+    queue = cloud.queue("finetune-events-raw", visibility=30)
+    topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
+    cloud.subscribe(topic, queue, raw=True)
+    master = "the-master-report-secret"
+    report = Progress(job_id=new_job_id(), attempt=1, step=3)
+    reporter = Reporter([SnsTarget("sns:" + topic, derive_report_key(master, report.job_id, 1, SALT))])
+    reporter.start()
+    reporter.emit(report)
+    assert await reporter.drain(30)
+    await reporter.aclose()
+
+    gate = any_attempts_gate(master, clock=lambda: time.time() + 600)
+    bus = RecordingBus()
+    source = SqsSource(queue, bus.publish, wait_seconds=1, parse=AwsIntake(gate, report_topics=[topic]).parse)
+    async with consuming(source):
+        await until(lambda: source.stats.deleted == 1, what="the report handled")
+    [taken] = (parse_message(event) for event in bus.events)
+    assert isinstance(taken, ReportReceived) and taken.report == report
+    assert gate.refused == {}
+
+
+async def test_a_refused_message_stays_when_the_dead_letter_queue_cannot_take_it(aws: str) -> None:
+    cloud = Aws(aws)
+    dlq = cloud.queue("finetune-events-dlq")
+    queue = cloud.queue("finetune-events", dlq_arn=cloud.arn(dlq), max_receives=5, visibility=30)
+    topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
+    cloud.subscribe(topic, queue)
+    intake = AwsIntake(any_attempts_gate("the-master-report-secret"), report_topics=[topic])
+    source = SqsSource(queue, RecordingBus().publish, wait_seconds=1, parse=intake.parse)
+    async with consuming(source):
+        await until(lambda: source.dead_letter_url == dlq, what="the dead-letter queue found")
+        cloud.sqs.delete_queue(QueueUrl=dlq)
+        forged_report(cloud, topic)
+        await until(lambda: source.stats.refused == 1 and source.stats.errors == 1, what="the failed move")
+    assert (source.stats.dead_lettered, source.stats.deleted) == (0, 0)
+    assert cloud.depth(queue) == 1  # still there: it comes back after the visibility timeout
+
+
+async def test_without_a_redrive_policy_a_refused_message_stays(aws: str) -> None:
+    cloud = Aws(aws)
+    queue = cloud.queue("finetune-events", visibility=30)
+    topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
+    cloud.subscribe(topic, queue)
+    forged_report(cloud, topic)
+    intake = AwsIntake(any_attempts_gate("the-master-report-secret"), report_topics=[topic])
+    source = SqsSource(queue, RecordingBus().publish, wait_seconds=1, parse=intake.parse)
+    async with consuming(source):
+        await until(lambda: source.stats.refused == 1, what="the refusal")
+    assert source.dead_letter_url is None and (source.stats.dead_lettered, source.stats.deleted) == (0, 0)
+    assert cloud.depth(queue) == 1
 
 
 def test_argument_checks() -> None:

@@ -155,6 +155,21 @@ def test_the_bot_terminates_scales_and_interrupt_tests_only_what_is_ours(bot: li
     assert not allowed(bot, "fis:StartExperiment", template)
 
 
+def test_the_bot_sends_refused_messages_to_its_dead_letter_queue_and_nowhere_else(bot: list[Statement]) -> None:
+    """bot/sources/sqs.py finds the dead-letter queue from the redrive policy and sends a refused message there."""
+    queue, dead_letters = att("EventsQueue"), att("EventsDeadLetterQueue")
+    redrive = templates()["aws/finetune.yaml"]["Resources"]["EventsQueue"]["Properties"]["RedrivePolicy"]
+    assert resolve(redrive["deadLetterTargetArn"]) == dead_letters
+    for action in ("sqs:GetQueueUrl", "sqs:SendMessage"):
+        assert allowed(bot, action, dead_letters)
+        assert not allowed(bot, action, "arn:aws:sqs:us-east-1:123456789012:someone-elses")
+    assert not allowed(bot, "sqs:SendMessage", queue)  # nothing the bot sends can pass for SNS's delivery
+    for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:PurgeQueue"):  # the evidence stays
+        assert not allowed(bot, action, dead_letters)
+    for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"):
+        assert allowed(bot, action, queue)
+
+
 def test_the_bot_makes_and_deletes_only_its_own_placement_groups(bot: list[Statement]) -> None:
     group = "arn:aws:ec2:us-east-1:123456789012:placement-group/finetune-ft-1"
     other = group.replace("finetune-ft-1", "hpc-team")

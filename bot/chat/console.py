@@ -6,11 +6,16 @@ changes, not on every step.
 :func:`read_commands` is the input side. On a terminal it is a prompt_toolkit prompt, and everything printed
 while it waits (the bot's updates, answers) goes above the line being typed, which stays intact; Ctrl-D and
 Ctrl-C end it cleanly. Piped input (scripts, tests) is read line by line without a prompt.
+
+Everything printed goes through :func:`terminal_text`: text from outside was cleaned where it entered
+(:mod:`handlers.outside_text`), and what reaches the terminal is escaped for it once more, as Slack's and DingTalk's
+markup is for them, so no byte anywhere can move the cursor, recolour, retitle or clear the operator's terminal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +27,14 @@ from handlers.jobs import Job, JobState
 from handlers.messages import Notify
 from handlers.notes import ResumeFailedPage
 from handlers.reports import utcnow
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # a newline and a tab are the controls a terminal gets
+
+
+def terminal_text(sentence: str) -> str:
+    """A sentence for the terminal: persons as their names, every control character but a newline or a tab
+    shown as its escape (``\\x1b``), never sent as itself."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", plain(sentence))
 
 
 class ConsoleChat:
@@ -37,9 +50,9 @@ class ConsoleChat:
             if self._shown_state.get(job.id) == job.state:
                 return
             self._shown_state[job.id] = job.state
-            text = plain(card_text(job, self.clock()))
+            text = terminal_text(card_text(job, self.clock()))
         else:
-            text = plain(message_text(job, note, self.clock()))
+            text = terminal_text(message_text(job, note, self.clock()))
             if isinstance(note.note, ResumeFailedPage):
                 text = "[PAGE] " + mentions(note.note) + text
             elif note.channel == "alert":

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bot.chat.catalog import Lang, person, say, text, word
+from bot.chat.catalog import Lang, person, plain, say, text, word
 from handlers.cost import job_cost
 from handlers.failures import Failure
 from handlers.gang import rank_of
@@ -287,7 +287,9 @@ def _completed(job: Job, note: CompletedNote, now: datetime, lang: Lang) -> str:
 
 
 def _failed(job: Job, note: FailedNote, now: datetime, lang: Lang) -> str:
-    tail = "\n".join(f"    {line}" for line in note.log_tail[-5:])
+    # Outside the catalogue's filling: the lines were cleaned where the report entered (handlers/reports.py), and
+    # lose any person marker here all the same, so a trainer's output can never become a mention.
+    tail = "\n".join(f"    {plain(line)}" for line in note.log_tail[-5:])
     reason = failure_text(note.reason, lang)
     return text(lang, "note.failed", job=job.id, reason=reason) + (f"\n{tail}" if tail else "")
 

@@ -45,6 +45,7 @@ from bot.cloud.local_env import instance_environment
 from bot.cloud.local_metadata import LocalMetadataServer
 from bot.cloud.local_registry import LocalInstanceRecord
 from bot.errors import StoreUnavailable
+from bot.header_form import LOCAL_INSTANCE_TOKEN
 from bot.keys import Keys
 from bot.queues import EVENT_FIELD, STREAM_MAXLEN
 from bot.redis_server import connect
@@ -59,7 +60,7 @@ from handlers.spec import JobSpec
 log = logging.getLogger("bot.cloud.local_instance")
 
 EXIT_TAKEN = 3  # another process is this instance already
-TOKEN_HEADER = "X-Local-Instance-Token"
+TOKEN_HEADER = LOCAL_INSTANCE_TOKEN.name
 REPORTS_PATH = "/runner/reports"
 OWNER_SECONDS = 60  # how long a starting instance holds its id before its record shows it is up
 _RELAY_TIMEOUT = aiohttp.ClientTimeout(total=10)
@@ -294,7 +295,8 @@ class LocalInstance:
     # -- control --------------------------------------------------------------------------------------------
 
     def _allowed(self, request: web.Request) -> bool:
-        return secrets.compare_digest(request.headers.get(TOKEN_HEADER, ""), self.token)
+        given = LOCAL_INSTANCE_TOKEN.read(request.headers)  # ASCII or None: compare_digest raises on other text
+        return given is not None and secrets.compare_digest(given, self.token)
 
     async def _interrupt_test(self, request: web.Request) -> web.Response:
         """A spot notice now and a reclaim when the grace period is over; asked again, it repeats the first."""

@@ -18,9 +18,9 @@ refused request changes nothing. Nothing here logs a secret, a signature or a bo
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -28,15 +28,18 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.header_form import BASIC, FINETUNE_TOKEN, PAGERDUTY_SIGNATURE, header_part
 from bot.log_limit import LimitedLog
+from handlers import safe_json
+from handlers.outside_text import clean_line
 from handlers.pagers import Tool
 
 log = logging.getLogger(__name__)
 
 PAGERDUTY_PATH = "/pagerduty/webhook"
 OPSGENIE_PATH = "/opsgenie/webhook"
-SIGNATURE_HEADER = "X-PagerDuty-Signature"
-TOKEN_HEADER = "X-Finetune-Token"
+SIGNATURE_HEADER = PAGERDUTY_SIGNATURE.name
+TOKEN_HEADER = FINETUNE_TOKEN.name
 MAX_AGE = timedelta(minutes=30)  # PagerDuty retries a delivery for a few minutes; older is a replay
 MAX_BODY = 256 * 1024
 
@@ -45,27 +48,32 @@ ToolAck = Callable[[str, Tool, str, str], Awaitable[str]]
 
 
 def pagerduty_signed(body: bytes, header: str | None, secret: str) -> bool:
-    """Whether one of the header's ``v1=<hex>`` signatures is the body's HMAC-SHA256 under ``secret``."""
+    """Whether one of the header's ``v1=<hex>`` signatures is the body's HMAC-SHA256 under ``secret``.
+
+    ``header`` is the value :data:`bot.header_form.PAGERDUTY_SIGNATURE` let through (None: missing or malformed),
+    so every value compared is ASCII hex."""
     if not header:
         return False
-    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest().encode()
     found = False
-    for part in header.split(","):
-        version, _, value = part.strip().partition("=")
-        found |= version == "v1" and hmac.compare_digest(value.strip().lower(), expected)
+    for signature in header.split(","):
+        version, _, value = signature.strip().partition("=")
+        found |= version.lower() == "v1" and hmac.compare_digest(value.lower().encode("ascii"), expected)
     return found
 
 
 def opsgenie_authentic(request: web.Request, token: str) -> bool:
     """The integration's custom header, or its basic auth's password, is ``token`` (compared in constant time)."""
-    given = request.headers.get(TOKEN_HEADER, "")
-    auth = request.headers.get("Authorization", "")
-    if not given and auth.lower().startswith("basic "):
+    given = FINETUNE_TOKEN.read(request.headers)
+    if given is not None:
+        offered = given.encode("ascii")
+    else:
+        credentials = header_part(BASIC, request.headers, "credentials")
         try:
-            given = base64.b64decode(auth[6:].strip(), validate=True).decode().partition(":")[2]
-        except (ValueError, UnicodeDecodeError):
-            given = ""
-    return bool(given) and hmac.compare_digest(given.encode(), token.encode())
+            offered = base64.b64decode(credentials or "", validate=True).partition(b":")[2]
+        except binascii.Error:
+            offered = b""
+    return bool(offered) and hmac.compare_digest(offered, token.encode())
 
 
 def pager_routes(
@@ -80,10 +88,12 @@ def pager_routes(
     async def pagerduty(request: web.Request) -> web.Response:
         assert pagerduty_secret is not None
         body = await request.read()
-        if len(body) > MAX_BODY or not pagerduty_signed(body, request.headers.get(SIGNATURE_HEADER), pagerduty_secret):
+        signature = PAGERDUTY_SIGNATURE.read(request.headers)
+        if len(body) > MAX_BODY or not pagerduty_signed(body, signature, pagerduty_secret):
             refusals.warning("pagerduty-unsigned", "refused a PagerDuty webhook: bad or missing signature")
             return web.json_response({"error": "bad or missing signature"}, status=401)
-        event = _json(body).get("event")
+        document = _json(body)
+        event = document.get("event") if document is not None else None
         if not isinstance(event, dict):
             return web.json_response({"error": "no event"}, status=400)
         occurred = _time(event.get("occurred_at"))
@@ -94,7 +104,7 @@ def pager_routes(
             return web.json_response({"ignored": str(event.get("event_type"))[:60]})
         data, agent = _object(event, "data"), _object(event, "agent")
         key = str(data.get("incident_key") or "")
-        who = str(agent.get("summary") or agent.get("id") or "someone")[:80]
+        who = clean_line(str(agent.get("summary") or agent.get("id") or "someone")[:80])
         outcome = await ack(key, "pagerduty", who, f"pagerduty:{str(event.get('id'))[:80]}")
         return web.json_response({"outcome": outcome})
 
@@ -104,13 +114,15 @@ def pager_routes(
             refusals.warning("opsgenie-unauthenticated", "refused an Opsgenie webhook: bad or missing token")
             return web.json_response({"error": "bad or missing token"}, status=401)
         body = await request.read()
-        payload = _json(body) if len(body) <= MAX_BODY else {}
+        payload = _json(body) if len(body) <= MAX_BODY else None
+        if payload is None:
+            return web.json_response({"error": "the body is not a JSON object"}, status=400)
         alert = _object(payload, "alert")
         if payload.get("action") != "Acknowledge":
             return web.json_response({"ignored": str(payload.get("action"))[:60]})
         key = str(alert.get("alias") or "")
         source = _object(payload, "source")
-        who = str(alert.get("username") or source.get("name") or "someone")[:80]
+        who = clean_line(str(alert.get("username") or source.get("name") or "someone")[:80])
         event_id = f"opsgenie:{str(alert.get('alertId'))[:80]}:acknowledge"
         outcome = await ack(key, "opsgenie", who, event_id)
         return web.json_response({"outcome": outcome})
@@ -123,12 +135,13 @@ def pager_routes(
     return routes
 
 
-def _json(body: bytes) -> dict[str, Any]:
+def _json(body: bytes) -> dict[str, Any] | None:
+    """The body's JSON object (read within a size and a depth: :mod:`handlers.safe_json`), None if it is not one."""
     try:
-        value = json.loads(body)
+        value = safe_json.loads(body, max_bytes=MAX_BODY)
     except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _object(parent: dict[str, Any], name: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
+from bot.header_form import BEARER, FINETUNE_TOKEN, header_part
 from bot.log_limit import LimitedLog
 from handlers.aliyun_events import parse_cloudmonitor, parse_eventbridge, staleness
 from handlers.errors import UnrecognisedMessage
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 CLOUDMONITOR_PATH = "/aliyun/cloudmonitor"
 EVENTBRIDGE_PATH = "/aliyun/eventbridge"
-TOKEN_HEADER = "X-Finetune-Token"
+TOKEN_HEADER = FINETUNE_TOKEN.name
 MIN_TOKEN_LENGTH = 16
 
 Publish = Callable[[BusMessage], Awaitable[str]]  # the bus encodes the message once, from the model
@@ -93,7 +94,7 @@ def aliyun_routes(
                 return refuse(request, 403, "plain http refused: the token travels over https only")
             if "token" in request.query:
                 return refuse(request, 400, "a token in the URL is refused: send it in the X-Finetune-Token header")
-            if not hmac.compare_digest(_token_of(request).encode(), expected):
+            if not hmac.compare_digest(_token_of(request).encode("ascii"), expected):
                 return refuse(request, 401, "missing or wrong token")
             raw = await request.read()
             now = clock()
@@ -130,10 +131,8 @@ def aliyun_routes(
 
 
 def _token_of(request: web.Request) -> str:
-    authorization = request.headers.get("Authorization", "")
-    if authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return request.headers.get(TOKEN_HEADER) or ""
+    """The token the request carries, as Bearer or in ``X-Finetune-Token``: ASCII, or "" (:mod:`bot.header_form`)."""
+    return header_part(BEARER, request.headers, "token") or FINETUNE_TOKEN.read(request.headers) or ""
 
 
 def _over_https(request: web.Request) -> bool:

@@ -4,14 +4,15 @@ EventBridge publishes to the events topic, runners to the report topic (``deploy
 an SNS envelope is taken only for what its topic carries:
 
 - a runner report only from a report topic, and only signed with the key of the attempt it names (the signature
-  and its timestamp are message attributes; :class:`bot.report_gate.ReportGate`);
+  and its timestamp are message attributes; :class:`bot.report_gate.ReportGate`), when SNS (the envelope's
+  ``Timestamp``) or SQS (the message's sent time) received it, however long it waited since;
 - a cloud event only from an events topic (when none is configured: from any topic but a report topic), never
   from a report topic, which every runner may publish to.
 
 A message without an envelope (an EventBridge rule targeting the queue directly, or raw delivery) has no topic to
 check: the queue's policy decides who may send it, and a report still needs its signature. Refusals raise
-:class:`~bot.report_gate.ReportRefused` and are counted: the SQS consumer deletes such a message, the HTTPS endpoint
-answers 403; neither publishes anything.
+:class:`~bot.report_gate.ReportRefused` and are counted: the SQS consumer moves such a message to the dead-letter
+queue with the reason, the HTTPS endpoint answers 403; neither publishes anything.
 """
 
 from __future__ import annotations
@@ -66,9 +67,12 @@ class AwsIntake:
         """Cloud events refused for their topic, every route together (refused reports: the gate's metrics)."""
         return {EVENTS_REFUSED_METRIC: float(sum(self.events_refused.values()))}
 
-    async def parse(self, body: str | bytes, attributes: Mapping[str, str] | None = None) -> Sequence[BusMessage]:
-        """The bus messages of one delivery; ReportRefused (counted) or UnrecognisedMessage (not counted)."""
-        delivery = unwrap(body, attributes)
+    async def parse(
+        self, body: str | bytes, attributes: Mapping[str, str] | None = None, sent_at: float | None = None
+    ) -> Sequence[BusMessage]:
+        """The bus messages of one delivery; ReportRefused (counted) or UnrecognisedMessage (not counted).
+        ``sent_at``: when SQS received it (a report's freshness is judged by when its queue took it)."""
+        delivery = unwrap(body, attributes, sent_at)
         topic = delivery.topic
         if delivery.is_report:
             if topic is not None and topic not in self.report_topics:
@@ -81,6 +85,7 @@ class AwsIntake:
                 signed.get(TIMESTAMP_ATTRIBUTE),
                 signed.get(SIGNATURE_ATTRIBUTE),
                 route=self.route,
+                queued_at=delivery.queued_at,
             )
             return [message]
         if topic is not None and not self._carries_events(topic):
@@ -96,10 +101,12 @@ class AwsIntake:
         return topic not in self.report_topics
 
 
-async def parse_plain(body: str | bytes, attributes: Mapping[str, str] | None = None) -> Sequence[BusMessage]:
+async def parse_plain(
+    body: str | bytes, attributes: Mapping[str, str] | None = None, sent_at: float | None = None
+) -> Sequence[BusMessage]:
     """:func:`handlers.aws_events.parse_aws_message` with the intake's signature (the sources' default, for tests
     that need no report gate)."""
-    return parse_aws_message(body, attributes)
+    return parse_aws_message(body, attributes, sent_at)
 
 
 __all__ = ["AwsIntake", "ReportRefused", "parse_plain"]

@@ -31,10 +31,11 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.header_form import SNS_MESSAGE_TYPE
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportRefused
 from bot.sources.aws_intake import parse_plain
-from bot.sources.sns_signature import SignatureError, SnsVerifier, UrlFetcher, fetch_url
+from bot.sources.sns_signature import FetchLimited, SignatureError, SnsVerifier, UrlFetcher, fetch_url
 from handlers import safe_json
 from handlers.aws_events import SNS_TYPES
 from handlers.errors import UnrecognisedMessage
@@ -43,7 +44,7 @@ from handlers.messages import BusMessage
 log = logging.getLogger(__name__)
 
 SNS_PATH = "/aws/sns"
-MESSAGE_TYPE_HEADER = "x-amz-sns-message-type"
+MESSAGE_TYPE_HEADER = SNS_MESSAGE_TYPE.name
 MAX_AGE = timedelta(hours=1)
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 
@@ -75,7 +76,7 @@ def sns_routes(
     async def receive(request: web.Request) -> web.Response:
         raw = await request.read()
         try:
-            message = _envelope(raw, request.headers.get(MESSAGE_TYPE_HEADER))
+            message = _envelope(raw, _message_type(request))
         except ValueError as exc:
             return _refuse(quiet, request, 400, str(exc))
         topic = message["TopicArn"]
@@ -86,6 +87,8 @@ def sns_routes(
             return _refuse(quiet, request, 403, stale)
         try:
             await verifier.verify(message)
+        except FetchLimited as exc:  # a certificate not fetched now: SNS delivers a retryable (5xx) one again
+            return _refuse(quiet, request, 503, f"signature not checked now: {exc}")
         except SignatureError as exc:
             return _refuse(quiet, request, 403, f"signature refused: {exc}")
         kind = message["Type"]
@@ -97,6 +100,16 @@ def sns_routes(
         return await _publish(raw, message, publish, parse, quiet)
 
     return [web.post(path, receive)]
+
+
+def _message_type(request: web.Request) -> str | None:
+    """The type SNS names beside the body; a header of another form is refused (ValueError), never compared."""
+    if MESSAGE_TYPE_HEADER not in request.headers:
+        return None
+    kind = SNS_MESSAGE_TYPE.read(request.headers)
+    if kind is None:
+        raise ValueError(f"{MESSAGE_TYPE_HEADER} is not a message type")
+    return kind
 
 
 def _envelope(raw: bytes, header_type: str | None) -> dict[str, Any]:

@@ -5,23 +5,31 @@ The string to sign is fixed by AWS: ``<Key>\\n<value>\\n`` for a fixed list of k
 ``SubscriptionConfirmation`` or ``UnsubscribeConfirmation`` signs Message, MessageId, SubscribeURL, Timestamp,
 Token, TopicArn, Type. ``SignatureVersion`` 1 is SHA1withRSA, 2 is SHA256withRSA (PKCS #1 v1.5), base64-encoded.
 
-Anyone can put the URL of their own certificate in a forged message, so the certificate is fetched only from an
-https URL on an SNS host (``sns.<region>.amazonaws.com``, ``.com.cn`` in China) and never through a redirect:
-that host check is what ties the key to AWS. Version 1 (SHA1) is refused unless the verifier is told to accept it
-(``allow_sha1``, ``FINETUNE_SNS_ALLOW_SHA1=1``): the stacks create their topics with ``SignatureVersion: 2``, so
-a version 1 message is either from a topic someone else made or a downgrade, and each refusal is counted.
-Certificates are cached by URL: SNS rotates them rarely, and a
-fetch per message would make the endpoint a request amplifier. The scheme, the host pattern and the fetcher
+Anyone can put the URL of their own certificate in a forged message, so the certificate is fetched only from the
+one place SNS keeps its certificates: ``https://sns.<region>.amazonaws.com/SimpleNotificationService-<32 hex>.pem``
+(``.com.cn`` in China), the region being the message's topic's (the host is pinned by the TopicArn), with no
+port, query or fragment, and never through a redirect: that check is what ties the key to AWS.
+
+Version 1 (SHA1) is refused unless the verifier is told to accept it (``allow_sha1``,
+``FINETUNE_SNS_ALLOW_SHA1=1``): the stacks create their topics with ``SignatureVersion: 2``, so a version 1
+message is either from a topic someone else made or a downgrade, and each refusal is counted.
+
+Certificates are cached by that validated URL: SNS rotates them rarely, and a fetch per message would make the
+endpoint a request amplifier. A stranger who knows an allowed topic can still name a new ``<hex>`` in every
+message, so fetches are limited too: one at a time (a message waiting for it finds the certificate cached when its
+turn comes) and at most ``max_fetches`` per ``fetch_window`` seconds; past that, :class:`FetchLimited` (the
+endpoint answers 503, so SNS delivers a genuine message again later). The scheme, the host pattern and the fetcher
 are injectable so tests can serve their own certificate; production keeps the strict defaults.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import re
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
@@ -35,7 +43,11 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from bot.errors import InputRefused
 
-SNS_HOST_PATTERN = re.compile(r"^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$")
+# The region group pins a certificate's host to the topic's region (a pattern without one, the tests', pins none).
+SNS_HOST_PATTERN = re.compile(r"^sns\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?P<china>\.cn)?$")
+CERT_PATH = re.compile(r"^/SimpleNotificationService-[0-9a-f]{32}\.pem$")  # as SNS names every certificate
+MAX_FETCHES = 10  # certificate fetches per window (SNS uses one certificate per region for months)
+FETCH_WINDOW_SECONDS = 600.0
 SECURE_SCHEMES: tuple[str, ...] = ("https",)
 NOTIFICATION_KEYS: tuple[str, ...] = ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type")
 CONFIRMATION_KEYS: tuple[str, ...] = ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type")
@@ -48,6 +60,10 @@ UrlFetcher = Callable[[str], Awaitable[bytes]]
 
 class SignatureError(InputRefused):
     """The message is unsigned, forged, or its certificate cannot be trusted; the text says which."""
+
+
+class FetchLimited(SignatureError):
+    """A certificate not cached, and the fetch budget spent: the sender should try again later."""
 
 
 class FetchError(InputRefused):
@@ -119,6 +135,8 @@ class SnsVerifier:
         cache_size: int = 32,
         clock: Callable[[], float] = time.time,
         allow_sha1: bool = False,
+        max_fetches: int = MAX_FETCHES,
+        fetch_window: float = FETCH_WINDOW_SECONDS,
     ) -> None:
         self._fetch = fetch
         self.allow_sha1 = allow_sha1
@@ -129,6 +147,10 @@ class SnsVerifier:
         self._clock = clock
         self._certs: OrderedDict[str, x509.Certificate] = OrderedDict()
         self.fetches = 0
+        self.max_fetches = max_fetches
+        self.fetch_window = fetch_window
+        self._fetched_at: deque[float] = deque()  # when each fetch of the current window started
+        self._fetching = asyncio.Lock()  # one fetch at a time
 
     def allows_url(self, url: object) -> TypeGuard[str]:
         """Whether ``url`` is on SNS (the same rule guards SigningCertURL and SubscribeURL)."""
@@ -157,10 +179,7 @@ class SnsVerifier:
         except (binascii.Error, ValueError) as exc:
             raise SignatureError("Signature is not base64") from exc
         signed = string_to_sign(message)
-        cert_url = message.get("SigningCertURL")
-        if not self.allows_url(cert_url):
-            raise SignatureError(f"SigningCertURL {cert_url!r} is not an SNS certificate URL")
-        key = (await self._certificate(cert_url)).public_key()
+        key = (await self._certificate(self.certificate_url(message))).public_key()
         if not isinstance(key, rsa.RSAPublicKey):
             raise SignatureError("the signing certificate does not hold an RSA key")
         try:
@@ -168,24 +187,69 @@ class SnsVerifier:
         except InvalidSignature as exc:
             raise SignatureError("the signature does not match the message") from exc
 
+    def certificate_url(self, message: Mapping[str, Any]) -> str:
+        """The message's SigningCertURL in its one accepted form (see the module docstring), rebuilt from its
+        checked parts: the URL fetched and the certificate cache's key; else :class:`SignatureError` saying why."""
+        url = message.get("SigningCertURL")
+        if not self.allows_url(url):
+            raise SignatureError(f"SigningCertURL {url!r} is not an SNS certificate URL")
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.query or parts.fragment or CERT_PATH.fullmatch(parts.path) is None:
+            raise SignatureError(f"SigningCertURL {url!r} is not SNS's SimpleNotificationService-<hex>.pem")
+        if parts.port is not None and parts.scheme == "https":
+            raise SignatureError(f"SigningCertURL {url!r} names a port")
+        pinned = self.host_pattern.fullmatch(host)
+        if pinned is not None and "region" in pinned.groupdict():
+            partition, region = _topic_region(message.get("TopicArn"))
+            if pinned["region"] != region or bool(pinned["china"]) != (partition == "aws-cn"):
+                raise SignatureError(f"SigningCertURL {url!r} is not the SNS host of the topic's region")
+        port = f":{parts.port}" if parts.port is not None else ""
+        return f"{parts.scheme}://{host}{port}{parts.path}"
+
     async def _certificate(self, url: str) -> x509.Certificate:
         cert = self._certs.get(url)
         if cert is None:
-            self.fetches += 1
-            try:
-                pem = await self._fetch(url)
-            except Exception as exc:
-                raise SignatureError(f"cannot fetch the signing certificate {url}: {exc}") from exc
-            try:
-                cert = x509.load_pem_x509_certificate(pem)
-            except ValueError as exc:
-                raise SignatureError(f"{url} is not a PEM certificate") from exc
-            self._certs[url] = cert
-            while len(self._certs) > self._cache_size:
-                self._certs.popitem(last=False)
+            async with self._fetching:
+                cert = self._certs.get(url)  # fetched while this message waited its turn
+                if cert is None:
+                    cert = await self._fetch_certificate(url)
         else:
             self._certs.move_to_end(url)
         now = datetime.fromtimestamp(self._clock(), UTC)
         if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
             raise SignatureError(f"the signing certificate {url} is not valid now")
         return cert
+
+    async def _fetch_certificate(self, url: str) -> x509.Certificate:
+        """Fetch, parse and cache ``url``'s certificate, within the fetch budget (held under ``_fetching``)."""
+        now = self._clock()
+        while self._fetched_at and self._fetched_at[0] <= now - self.fetch_window:
+            self._fetched_at.popleft()
+        if len(self._fetched_at) >= self.max_fetches:
+            raise FetchLimited(
+                f"{self.max_fetches} signing certificates fetched in the last {self.fetch_window:.0f} s: "
+                f"not fetching {url} now"
+            )
+        self._fetched_at.append(now)
+        self.fetches += 1
+        try:
+            pem = await self._fetch(url)
+        except Exception as exc:
+            raise SignatureError(f"cannot fetch the signing certificate {url}: {exc}") from exc
+        try:
+            cert = x509.load_pem_x509_certificate(pem)
+        except ValueError as exc:
+            raise SignatureError(f"{url} is not a PEM certificate") from exc
+        self._certs[url] = cert
+        while len(self._certs) > self._cache_size:
+            self._certs.popitem(last=False)
+        return cert
+
+
+def _topic_region(topic_arn: object) -> tuple[str, str]:
+    """The partition and region of ``arn:<partition>:sns:<region>:<account>:<name>`` (empty when not one)."""
+    parts = topic_arn.split(":") if isinstance(topic_arn, str) else []
+    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sns":
+        return "", ""
+    return parts[1], parts[3]

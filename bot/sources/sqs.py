@@ -16,8 +16,17 @@ Delivery rules (at least once; nothing lost; poison kept as evidence):
 - SNS envelopes arriving here are not signature-checked: IAM authenticates whoever sends to the queue and the
   queue policy decides who may (the HTTPS endpoint, open to anyone, is where signatures are verified). What each
   topic may carry is checked, and every runner report's own signature (:mod:`bot.sources.aws_intake`, the bot's
-  ``parse``): a message refused there (a report unsigned, signed with another attempt's key, or on the events
-  topic; a cloud event on the report topic) is deleted and counted (``refused``), never published.
+  ``parse``), judged against when the queue received the report (the envelope's ``Timestamp``, else the
+  message's ``SentTimestamp``, which every receive asks for), not against when it is read: a report that waited
+  in the queue while every bot was down is as good as new (:mod:`handlers.report_freshness`).
+- A message refused there (a report unsigned, signed with another attempt's key, signed long before it was
+  queued, or on the events topic; a cloud event on the report topic) is never published and never deleted
+  unseen: it is sent to the dead-letter queue with the reason as its ``reason`` message attribute (its body and
+  attributes unchanged), and only then deleted here (``dead_lettered``). Sent explicitly, not left for the
+  redrive policy, because a refusal is a verdict on the message itself: another receive cannot change it, and
+  waiting ``maxReceiveCount`` visibility timeouts would only refuse it again, each time, and lose the reason.
+  The dead-letter queue is the one the queue's redrive policy names (read at start). Without one, or when the
+  send fails, the message stays in the queue: it comes back, and SQS's redrive moves it when there is a policy.
 - On ``stop``, a batch in hand is finished (published and deleted) and the long poll in flight is abandoned. A
   message SQS handed out in that very instant returns after the visibility timeout, one receive count older.
 """
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -35,6 +45,7 @@ from typing import Any
 from aiobotocore.session import get_session
 
 from bot.errors import StoreUnavailable
+from bot.log_limit import LimitedLog
 from bot.report_gate import ReportRefused
 from bot.sources.aws_intake import parse_plain
 from handlers.backoff import backoff
@@ -46,8 +57,13 @@ log = logging.getLogger(__name__)
 MAX_WAIT_SECONDS = 20  # the longest long poll SQS allows
 MAX_MESSAGES = 10  # the largest batch SQS returns
 
+REASON_ATTRIBUTE = "reason"  # a refused message's reason, on its copy in the dead-letter queue
+MAX_ATTRIBUTES = 10  # SQS's limit of message attributes per message
+MAX_REASON_CHARS = 1000
+
 Publish = Callable[[BusMessage], Awaitable[str]]  # the bus encodes the message once, from the model
-Parse = Callable[[str, Mapping[str, str]], Awaitable[Sequence[BusMessage]]]
+# (body, string attributes, when SQS received it in seconds) -> bus messages
+Parse = Callable[[str, Mapping[str, str], float | None], Awaitable[Sequence[BusMessage]]]
 ClientFactory = Callable[[], AbstractAsyncContextManager[Any]]
 
 
@@ -60,7 +76,8 @@ class SqsStats:
     deleted: int = 0
     ignored: int = 0  # understood, nothing to do: deleted
     unrecognised: int = 0  # left for the dead-letter queue
-    refused: int = 0  # not believed (a report without its attempt's signature, a message on the wrong topic): deleted
+    refused: int = 0  # not believed (a report without its attempt's signature, a message on the wrong topic)
+    dead_lettered: int = 0  # refused, sent to the dead-letter queue with the reason, then deleted here
     publish_failures: int = 0  # left for redelivery
     errors: int = 0
 
@@ -93,6 +110,8 @@ class SqsSource:
         self._parse = parse
         self.stats = SqsStats()
         self.redrive_policy: str | None = None
+        self.dead_letter_url: str | None = None  # from the redrive policy, at start
+        self._quiet = LimitedLog(log)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set; returns once the batch in hand is done."""
@@ -122,7 +141,7 @@ class SqsSource:
                 MaxNumberOfMessages=self.max_messages,
                 WaitTimeSeconds=self.wait_seconds,
                 MessageAttributeNames=["All"],
-                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+                MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
             )
         )
         stopped = asyncio.ensure_future(stop.wait())
@@ -144,10 +163,10 @@ class SqsSource:
         message_id = message.get("MessageId")
         receives = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
         try:
-            bus_messages = await self._parse(message.get("Body", ""), _string_attributes(message))
-        except ReportRefused:  # counted and logged where refused; kept, it would only come back
+            bus_messages = await self._parse(message.get("Body", ""), _string_attributes(message), _sent_at(message))
+        except ReportRefused as refused:  # counted and logged where refused
             self.stats.refused += 1
-            await self._delete(client, message)
+            await self._dead_letter(client, message, refused.reason)
             return
         except UnrecognisedMessage as exc:
             self.stats.unrecognised += 1
@@ -204,6 +223,33 @@ class SqsSource:
             return
         self.stats.deleted += 1
 
+    async def _dead_letter(self, client: Any, message: Mapping[str, Any], reason: str) -> None:
+        """Send a refused message to the dead-letter queue with ``reason``, then delete it here; on any failure
+        leave it (it comes back, and is refused again)."""
+        message_id = message.get("MessageId")
+        if self.dead_letter_url is None:  # it comes back each visibility timeout: said at a bounded rate
+            self._quiet.warning(
+                "refused-kept", "refused SQS message %s stays in %s: no dead-letter queue", message_id, self.queue_url
+            )
+            return
+        attributes = _forwarded_attributes(message)
+        attributes[REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": _attribute_text(reason)}
+        try:
+            await client.send_message(
+                QueueUrl=self.dead_letter_url, MessageBody=message.get("Body", ""), MessageAttributes=attributes
+            )
+        except Exception as exc:
+            self.stats.errors += 1
+            log.warning(
+                "could not move refused SQS message %s to %s (%s): it stays, and comes back",
+                message_id,
+                self.dead_letter_url,
+                exc,
+            )
+            return
+        self.stats.dead_lettered += 1
+        await self._delete(client, message)
+
     async def _check_redrive(self, client: Any) -> None:
         try:
             reply = await client.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["RedrivePolicy"])
@@ -213,10 +259,61 @@ class SqsSource:
         self.redrive_policy = reply.get("Attributes", {}).get("RedrivePolicy")
         if not self.redrive_policy:
             log.warning(
-                "%s has no redrive policy: a message the bot cannot handle will come back until the retention "
-                "period ends instead of moving to a dead-letter queue",
+                "%s has no redrive policy: a message the bot cannot handle or refuses will come back until the "
+                "retention period ends instead of moving to a dead-letter queue",
                 self.queue_url,
             )
+            return
+        await self._find_dead_letter_queue(client, self.redrive_policy)
+
+    async def _find_dead_letter_queue(self, client: Any, redrive_policy: str) -> None:
+        """The URL of the queue ``redrive_policy`` names (same region; its ARN ends in ``<account>:<name>``)."""
+        try:
+            arn = str(json.loads(redrive_policy)["deadLetterTargetArn"])
+            account, name = arn.split(":")[4:6]
+            reply = await client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)
+        except Exception as exc:
+            log.warning(
+                "cannot find the dead-letter queue of %s (%s): a refused message stays until the redrive policy "
+                "moves it, without its reason",
+                self.queue_url,
+                exc,
+            )
+            return
+        self.dead_letter_url = str(reply["QueueUrl"])
+
+
+def _sent_at(message: Mapping[str, Any]) -> float | None:
+    """When SQS received ``message`` (its ``SentTimestamp``, milliseconds), in seconds; None if it does not say."""
+    sent = message.get("Attributes", {}).get("SentTimestamp")
+    return int(sent) / 1000 if isinstance(sent, str) and sent.isdigit() else None
+
+
+def _forwarded_attributes(message: Mapping[str, Any]) -> dict[str, dict[str, str | bytes]]:
+    """The message's own attributes as SendMessage takes them (raw SNS delivery carries a report's signature
+    there), leaving room for the reason."""
+    attributes: Mapping[str, Any] = message.get("MessageAttributes", {})
+    forwarded: dict[str, dict[str, str | bytes]] = {}
+    for name in sorted(attributes):
+        if name == REASON_ATTRIBUTE:
+            continue
+        if len(forwarded) == MAX_ATTRIBUTES - 1:
+            break
+        value = attributes[name]
+        for field in ("StringValue", "BinaryValue"):
+            if field in value:
+                forwarded[name] = {"DataType": value["DataType"], field: value[field]}
+                break
+    return forwarded
+
+
+def _attribute_text(text: str) -> str:
+    """``text`` as an SQS attribute value may hold it: bounded, and only the characters SQS allows."""
+    allowed = (
+        char if char in "\t\n\r" or " " <= char <= "\ud7ff" or "\ue000" <= char <= "\ufffd" or char > "\uffff" else "?"
+        for char in text[:MAX_REASON_CHARS]
+    )
+    return "".join(allowed)
 
 
 def _string_attributes(message: Mapping[str, Any]) -> dict[str, str]:

@@ -8,14 +8,16 @@
 # It makes a Python 3.11+ virtualenv at FINETUNE_PREFIX (/opt/finetune) holding the wheel `make dist` builds
 # (the runner with the wheel's "trainer" and "swift" extras: torch, transformers, peft, accelerate, ms-swift, whose
 # plugin ships inside the runner package; the bot with "bot"), every dependency from the hashed lock make dist puts
-# beside the wheel (runner.txt, bot.txt; base.txt for no extras), and puts the systemd unit in FINETUNE_SYSTEMD_DIR
-# (/etc/systemd/system). It enables nothing: each instance's boot script
+# beside the wheel (runner.txt, bot.txt; base.txt for no extras; each pins pip itself too), and puts the systemd
+# unit in FINETUNE_SYSTEMD_DIR (/etc/systemd/system). It enables nothing: each instance's boot script
 # (bot/cloud/user_data.py) writes /etc/finetune-runner.env and starts finetune-runner.service; the bot's unit is
 # started once /etc/finetune/bot.env is written (README). Running it again upgrades in place.
 #
 # The unit files are looked up next to this script, then in ../systemd/ (the repository's layout).
 # Variables: FINETUNE_PREFIX; FINETUNE_EXTRAS (the wheel's extras, comma-separated; "" for none);
-# FINETUNE_PIP_PACKAGES (more requirements, space-separated, e.g. "flash-attn"); PIP_INDEX_URL (a mirror,
+# FINETUNE_PIP_PACKAGES (more packages, each pinned and hashed like a lock's entries, space-separated:
+# "flash-attn==2.8.3 --hash=sha256:<64 hex> einops==0.8.1 --hash=sha256:<64 hex>"; `uv pip compile --generate-hashes`
+# or `pip hash` gives them; every dependency they add must be listed too); PIP_INDEX_URL (a mirror,
 # e.g. https://mirrors.cloud.aliyuncs.com/pypi/simple/ inside Alibaba Cloud); PYTHON (an interpreter >= 3.11;
 # default: the newest python3.x on PATH, else apt-get installs python3.11); FINETUNE_SYSTEMD_DIR;
 # FINETUNE_NO_SYSTEMCTL=1 to skip `systemctl daemon-reload` (an image build without a running systemd).
@@ -44,6 +46,30 @@ case $extras in
 esac
 lock=$(dirname "$wheel")/$lock
 [[ -f $lock ]] || die "no lock at '${lock}': make dist puts it beside the wheel; copy it along"
+
+# FINETUNE_PIP_PACKAGES, checked before anything is installed: name==version entries, each followed by at least one
+# --hash=sha256:<64 hex> (pip's hashed requirements format, one requirement a line once written out). They go into
+# the same environment as the runner, because the trainer runs there too (a recipe's {python} is this prefix's
+# interpreter): what a trainer imports must be beside torch and ms-swift. So they are held to the lock's standard:
+# a pinned version, and every file pip takes checked against a hash named here (--require-hashes; a dependency
+# they pull in that is neither installed already nor listed is refused, not fetched).
+extra_requirements=()
+if [[ -n ${FINETUNE_PIP_PACKAGES:-} ]]; then
+    read -r -a words <<< "$FINETUNE_PIP_PACKAGES"
+    for word in "${words[@]}"; do
+        if [[ $word =~ ^--hash=sha256:[0-9a-f]{64}$ ]]; then
+            (( ${#extra_requirements[@]} )) || die "FINETUNE_PIP_PACKAGES: '${word}' comes before any name==version"
+            extra_requirements[-1]+=" $word"
+        elif [[ $word =~ ^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]*$ ]]; then
+            extra_requirements+=("$word")
+        else
+            die "FINETUNE_PIP_PACKAGES: '${word}' is neither name==version nor --hash=sha256:<64 hex digits>"
+        fi
+    done
+    for requirement in "${extra_requirements[@]}"; do
+        [[ $requirement == *" --hash="* ]] || die "FINETUNE_PIP_PACKAGES: '${requirement}' has no --hash=sha256:..."
+    done
+fi
 
 find_unit() {
     local name=$1
@@ -76,12 +102,15 @@ echo "install.sh: $role into $prefix with $($python --version)"
 if [[ ! -x $prefix/bin/python ]]; then
     "$python" -m venv "$prefix"
 fi
-"$prefix/bin/python" -m pip install --quiet --upgrade pip
+# The lock pins pip too (requirements/pip.in): the virtualenv's own pip installs it, by hash, with the rest, and
+# every install after this one runs that pip. Nothing is upgraded to whatever the index has today.
 "$prefix/bin/python" -m pip install --quiet --require-hashes --no-deps -r "$lock"
 "$prefix/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel"  # a rebuilt wheel of the same version too
-if [[ -n ${FINETUNE_PIP_PACKAGES:-} ]]; then
-    # shellcheck disable=SC2086 # FINETUNE_PIP_PACKAGES is a list of requirements, outside the lock by choice
-    "$prefix/bin/python" -m pip install --quiet ${FINETUNE_PIP_PACKAGES}
+if (( ${#extra_requirements[@]} )); then
+    extra_lock=$(mktemp)
+    trap 'rm -f "$extra_lock"' EXIT
+    printf '%s\n' "${extra_requirements[@]}" > "$extra_lock"
+    "$prefix/bin/python" -m pip install --quiet --require-hashes -r "$extra_lock"
 fi
 
 mkdir -p "$systemd_dir"

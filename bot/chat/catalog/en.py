@@ -190,6 +190,14 @@ BOT: dict[str, str] = {
     "chat.failed": "Something went wrong on the bot's side; check `/finetune status` before trying again.",
     "chat.unknown-card": "This card does not belong to a job of the bot.",
     "chat.starting": "The bot is still starting; try again in a moment.",
+    "dingtalk.private-no-staff-id": (
+        "Not answered here: that answer is for you alone, and DingTalk gave no staff id to send it to you privately; "
+        "ask the robot in a one-to-one chat."
+    ),
+    "dingtalk.private-not-sent": (
+        "That answer is for you alone, and DingTalk did not take it as a one-to-one message; ask the robot in a "
+        "one-to-one chat."
+    ),
     # The recipes part of `help`.
     "help.recipes": "Recipes (start <recipe> [key=value …]):",
     "help.recipe": "  {name} — {description}",

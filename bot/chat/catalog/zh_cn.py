@@ -152,6 +152,10 @@ MESSAGES: dict[str, str] = {
     "chat.failed": "机器人内部出错；请先用 `/finetune status` 查看，再决定是否重试。",
     "chat.unknown-card": "这张卡片不属于本机器人的任务。",
     "chat.starting": "机器人还在启动中，请稍后再试。",
+    "dingtalk.private-no-staff-id": (
+        "这条回答只给你本人看，但钉钉没有给出你的 staffId，无法私聊发给你；请在与机器人的单聊中再问。"
+    ),
+    "dingtalk.private-not-sent": "这条回答只给你本人看，但钉钉没有接受这条单聊消息；请在与机器人的单聊中再问。",
     # 命令的回答（其中的原因来自 handlers，见下）
     "help.recipes": "配方（start <配方> [参数=值 …]）：",
     "help.recipe": "  {name} —— {description}",

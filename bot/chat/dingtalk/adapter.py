@@ -16,7 +16,7 @@ import aiohttp
 from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.dingtalk.deliverer import DingTalkDeliverer
-from bot.chat.dingtalk.inbound import CommandFn, Inbound
+from bot.chat.dingtalk.inbound import CommandFn, Inbound, PrivateFn
 from bot.chat.dingtalk.ledger import StoreLedger
 from bot.chat.dingtalk.openapi import DEFAULT_OAPI_ENDPOINT, OpenApi
 from bot.chat.dingtalk.stream import DingTalkStream
@@ -64,9 +64,12 @@ class DingTalk:
         except TransientDeliveryError as exc:
             log.warning("DingTalk unreachable at start (%s); the bot keeps trying", exc)
 
-    def listen(self, command: CommandFn) -> None:
-        """Start the stream; messages and clicks run ``command`` (``Bot.command``)."""
-        self._inbound = Inbound(command, self._first_time, self.api, self.webhooks, self.config, self.robot_code)
+    def listen(self, command: CommandFn, private: PrivateFn) -> None:
+        """Start the stream; messages and clicks run ``command`` (``Bot.command``); a group's command whose answer
+        is for the asker alone (``private``: ``Bot.answers_privately``) is answered to them one to one."""
+        self._inbound = Inbound(
+            command, private, self._first_time, self.api, self.webhooks, self.config, self.robot_code
+        )
         self.stream = DingTalkStream(self.client_id, self.client_secret, self.endpoint, self.session, self._inbound)
         self._task = asyncio.create_task(self.stream.run(), name="dingtalk-stream")
 

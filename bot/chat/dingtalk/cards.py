@@ -21,6 +21,7 @@ from bot.chat.catalog import Lang, text
 from bot.chat.dingtalk.markdown import escape_markdown
 from bot.chat.render import card, state_text
 from handlers.jobs import Job
+from handlers.outside_text import clean_line
 from handlers.transitions import next_state
 
 TRACK_PREFIX = "finetune"
@@ -72,14 +73,15 @@ def card_params(job: Job, now: datetime, lang: Lang) -> dict[str, str]:
 
 
 def clicked(content: dict[str, Any]) -> str | None:
-    """The button's action from a callback's content: its ``action`` parameter, else the component's id."""
+    """The button's action from a callback's content: its ``action`` parameter, else the component's id (outside
+    text, cleaned where it enters: it is echoed when it names no button)."""
     private = content.get("cardPrivateData") or {}
     params = private.get("params") or {}
     action = params.get("action")
     if isinstance(action, str):
-        return action
+        return clean_line(action)
     ids = private.get("actionIds") or []
-    return str(ids[0]) if ids else None
+    return clean_line(str(ids[0])) if ids else None
 
 
 def _clip(value: str) -> str:

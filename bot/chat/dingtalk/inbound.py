@@ -2,9 +2,13 @@
 
 Both end in ``Bot.command(user, chat, text, lang)``, the one entry every chat uses, so permissions, refusals and
 their record in the job's history are the same as anywhere; the answer is in the group's language (zh-CN unless
-the config says otherwise). DingTalk redelivers what it thinks was not acknowledged; a message or click is run
-once (its id is claimed in Redis first) and a redelivery only acknowledged. A message or click of another
-organisation than the one served (``dingtalk.corp_id``, else the robot's own) runs nothing and is not answered.
+the config says otherwise). An answer for the asker alone (``costs``, ``logs``, an admin's ``list``: see
+:mod:`handlers.private_answers`) asked in a group goes to them through the robot's one-to-one message, and
+nothing of it to the group; where that cannot be (DingTalk gave no staff id: someone outside the organisation)
+the command does not run and the group is told why in one line, as it is when the one-to-one message fails.
+DingTalk redelivers what it thinks was not acknowledged; a message or click is run once (its id is claimed in
+Redis first) and a redelivery only acknowledged. A message or click of another organisation than the one served
+(``dingtalk.corp_id``, else the robot's own) runs nothing and is not answered.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ log = logging.getLogger(__name__)
 
 CommandFn = Callable[[str, ChatRef, str, Lang], Awaitable[str]]
 OnceFn = Callable[[str], Awaitable[bool]]
+PrivateFn = Callable[[str, str], bool]  # (user, command) -> whether the answer is for the user alone
 GROUP = "2"  # DingTalk's conversationType of a group chat ("1" is one to one)
 WEBHOOK_MARGIN_MS = 60_000  # do not answer through a sessionWebhook about to expire
 NAME_WORDS = 4  # a command word this early follows the robot's @name
@@ -49,6 +54,7 @@ class Incoming:
     session_webhook_expires_ms: int | None = None
     sender_corp_id: str = ""  # the sender's organisation (senderCorpId)
     robot_corp_id: str = ""  # the robot's own organisation (chatbotCorpId)
+    sender_staff_id: str = ""  # senderStaffId: absent for someone outside the organisation (no one-to-one message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,7 @@ class Inbound:
     def __init__(
         self,
         command: CommandFn,
+        private: PrivateFn,
         once: OnceFn,
         api: OpenApi,
         webhooks: Webhooks,
@@ -89,6 +96,7 @@ class Inbound:
         clock_ms: Callable[[], float] = lambda: time.time() * 1000,
     ) -> None:
         self.command = command
+        self.private = private
         self.once = once
         self.api = api
         self.webhooks = webhooks
@@ -121,8 +129,17 @@ class Inbound:
         if message.text is None:
             answer = text(lang, "chat.not-text")
         else:
+            user, command = f"dingtalk:{message.sender}", command_text(message.text)
             chat = ChatRef(platform="dingtalk", channel=message.conversation_id)
-            answer = await self._run(f"dingtalk:{message.sender}", chat, command_text(message.text), lang)
+            if message.conversation_type == GROUP and self.private(user, command):
+                if not message.sender_staff_id:
+                    answer = text(lang, "dingtalk.private-no-staff-id")
+                else:
+                    answer = await self._run(user, chat, command, lang)
+                    self._spawn(self._answer_privately(message, message.sender_staff_id, reply(answer, lang), lang))
+                    return
+            else:
+                answer = await self._run(user, chat, command, lang)
         self._spawn(self._answer(message, reply(answer, lang)))
 
     async def click(self, frame_id: str, click: Click) -> dict[str, Any]:
@@ -183,6 +200,16 @@ class Inbound:
                 log.warning("DingTalk: no way left to answer %s (session webhook expired)", message.message_id)
         except ChatError as exc:
             log.warning("DingTalk answer to %s not sent: %s", message.message_id, exc)
+
+    async def _answer_privately(self, message: Incoming, staff_id: str, answer: Markdown, lang: Lang) -> None:
+        """``answer`` to its asker alone; when DingTalk does not take it, one line in the group says so (never the
+        answer itself)."""
+        try:
+            await self.api.send_user_markdown(staff_id, self.robot_code, answer.title, answer.text)
+            return
+        except ChatError as exc:
+            log.warning("DingTalk one-to-one answer to %s not sent: %s", message.message_id, exc)
+        await self._answer(message, reply(text(lang, "dingtalk.private-not-sent"), lang))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)

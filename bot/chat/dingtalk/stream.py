@@ -11,7 +11,6 @@ backoff, and stops when cancelled.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 from urllib.parse import quote_plus
@@ -33,6 +32,7 @@ from bot.chat.dingtalk.inbound import Click, Inbound, Incoming
 from bot.chat.dingtalk.transport import call
 from bot.errors import ChatError, StoreUnavailable
 from bot.log_limit import LimitedLog
+from handlers import safe_json
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ class _Messages(CallbackHandler):  # type: ignore[misc]  # the SDK has no type h
             conversation_id=str(message.conversation_id or ""),
             conversation_type=str(message.conversation_type or ""),
             sender=str(message.sender_staff_id or message.sender_id or ""),
+            sender_staff_id=str(message.sender_staff_id or ""),
             text=" ".join(part for part in texts if part) if texts else None,
             session_webhook=message.session_webhook,
             session_webhook_expires_ms=message.session_webhook_expired_time,
@@ -168,7 +169,11 @@ class DingTalkStream:
     async def _route(self, ws: Any, raw: str | bytes) -> None:
         """One frame through the SDK's router (which sends the ack); ``disconnect`` closes for a reconnect."""
         try:
-            frame = json.loads(raw)
+            frame = safe_json.loads(raw)
+        except safe_json.UnsafeJson as exc:  # said once, without a traceback: the frame is not one to retry
+            self.quiet.warning("dingtalk-frame", "DingTalk stream frame refused: %s", exc)
+            return
+        try:
             result = await self.sdk.route_message(frame)
         except StoreUnavailable as exc:  # the claim that makes a message run once needs Redis: wait for it
             self.quiet.warning(

@@ -8,7 +8,6 @@ becomes :class:`TransientDeliveryError` (network, timeouts, 5xx, 429, throttling
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +15,7 @@ import aiohttp
 from yarl import URL
 
 from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
+from handlers import safe_json
 
 TIMEOUT = aiohttp.ClientTimeout(total=15)
 THROTTLED_RETRY_SECONDS = 2.0
@@ -96,7 +96,7 @@ def _answer(what: str, status: int, raw: bytes, retry_after: str | None) -> dict
 
 def _decode(raw: bytes) -> dict[str, Any]:
     try:
-        answer = json.loads(raw) if raw else {}
+        answer = safe_json.loads(raw) if raw else {}
     except ValueError:
         return {}
     return answer if isinstance(answer, dict) else {}

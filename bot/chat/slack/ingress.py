@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,14 +26,13 @@ from urllib.parse import parse_qsl
 
 from bot.chat.slack.actions import ACTION_IDS
 from bot.errors import InputRefused
+from bot.header_form import SLACK_SIGNATURE, SLACK_TIMESTAMP
 from handlers import safe_json
 
-TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
-SIGNATURE_HEADER = "X-Slack-Signature"
+TIMESTAMP_HEADER = SLACK_TIMESTAMP.name
+SIGNATURE_HEADER = SLACK_SIGNATURE.name
 FORM = "application/x-www-form-urlencoded"
 WINDOW_SECONDS = 300  # Slack: refuse a request whose timestamp is more than five minutes from now
-_TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
-_SIGNATURE = re.compile(r"^v0=[0-9a-f]{64}$")
 MAX_TEXT = 4000  # far above what a person types after /finetune
 COMMAND_FIELDS = ("command", "user_id", "channel_id", "trigger_id")
 
@@ -80,11 +78,11 @@ class Gate:
         return self._command(fields)
 
     def _verify(self, raw: bytes, headers: Mapping[str, str]) -> None:
-        timestamp = headers.get(TIMESTAMP_HEADER, "")
-        signature = headers.get(SIGNATURE_HEADER, "")
-        if not _TIMESTAMP.fullmatch(timestamp):
+        timestamp = SLACK_TIMESTAMP.read(headers)
+        signature = SLACK_SIGNATURE.read(headers)
+        if timestamp is None:
             raise Refused(401, "no readable X-Slack-Request-Timestamp")
-        if not _SIGNATURE.fullmatch(signature):
+        if signature is None:
             raise Refused(401, "no readable X-Slack-Signature")
         if abs(self.clock() - int(timestamp)) > WINDOW_SECONDS:
             raise Refused(401, "the timestamp is more than five minutes away")
