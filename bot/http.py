@@ -87,7 +87,8 @@ def build_app(
         body = await request.read()
         headers = request.headers
         try:
-            message = reports.admit(body, REPORT_TIMESTAMP.read(headers), REPORT_SIGNATURE.read(headers), route="http")
+            timestamp, signature = REPORT_TIMESTAMP.read(headers), REPORT_SIGNATURE.read(headers)
+            message = await reports.admit(body, timestamp, signature, route="http")
         except ReportRefused as refused:
             if not refused.signed:
                 return web.json_response({"error": "bad or missing signature"}, status=401)

@@ -275,7 +275,10 @@ class BotService:
         self._timers = timers = Timers(redis.client, keys, clock=self.clock)
         self.dingtalk = await self._start_dingtalk(config, store)
 
-        self._reports = reports = ReportGate(secret)
+        self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, ReportKeys(secret), keys))
+        stack.push_async_callback(cloud.close)
+        # A report's key is its attempt's (the salt stored with it); its URIs lie under its job's own prefix.
+        self._reports = reports = ReportGate(secret, store.key_salt, cloud.checkpoint_uri, stamp=self.clock)
         intake = self._aws_intake(reports, config)
         sns_verifier = SnsVerifier(allow_sha1=self.settings.finetune_sns_allow_sha1)
         app = build_app(
@@ -315,8 +318,6 @@ class BotService:
             ) from None
         self.port = int(self._http.addresses[0][1])
 
-        self._cloud = cloud = self.cloud_factory(CloudWiring(self.settings, config, redis, ReportKeys(secret), keys))
-        stack.push_async_callback(cloud.close)
         self._outbox = outbox = self._chat_outbox(own_client(), store, consumer, pager)
         recipes = all_recipes(config)
         # Every report target is the cloud's own (SNS, the report URL, the local instance): none extra here.

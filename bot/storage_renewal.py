@@ -117,7 +117,9 @@ class StorageRenewal:
                 continue
             one = Renewed(job.id, attempt.number, attempt.instance_id)
             try:
-                await self.cloud.renew_storage_credentials(one.job_id, one.attempt, one.instance_id)
+                await self.cloud.renew_storage_credentials(
+                    one.job_id, one.attempt, one.instance_id, key_salt=attempt.key_salt
+                )
             except CloudError as exc:
                 failed += 1
                 log.warning("%s", exc)

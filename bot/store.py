@@ -505,6 +505,17 @@ class JobStore:
         raw = await self._batch.execute("GET", self.keys.job(job_id))
         return None if raw is None else Job.model_validate_json(raw)
 
+    async def key_salt(self, job_id: str, attempt: int) -> str | None:
+        """The key salt of the job's attempt numbered ``attempt`` (one of its attempts, or the one launched ahead of a
+        switch of market), as stored with it; None when the store holds no such attempt. What the report gate
+        derives the attempt's key from (handlers/report_keys.py)."""
+        job = await self.get(job_id)
+        if job is None:
+            return None
+        planned = job.standby if job.standby is not None and job.standby.number == attempt else None
+        planned = planned or job.attempt_numbered(attempt)
+        return planned.key_salt if planned is not None else None
+
     async def list_jobs(self, states: Collection[JobState] | None = None) -> list[Job]:
         """Jobs in ``states`` (all if ``None``), oldest first.
 

@@ -30,13 +30,21 @@ CHANNEL = ChatRef(platform="console", channel="test")
 SECRET = "test-report-secret"  # the bot's master report secret: no runner ever holds it
 
 
-def report_headers(body: bytes, now: int | None = None, master: str = SECRET) -> dict[str, str]:
-    """The headers a runner sends with ``body``: signed with the key of the (job, attempt) the report names."""
+def report_headers(body: bytes, now: int | None = None, *, salt: str, master: str = SECRET) -> dict[str, str]:
+    """The headers a runner sends with ``body``: signed with the key of the (job, attempt) the report names, whose
+    key salt is ``salt`` (:func:`attempt_salt`)."""
     sender = claimed_sender(body)
     assert sender is not None, "a report body names its job and attempt"
     at = int(time.time()) if now is None else now
-    key = derive_report_key(master, sender.job_id, sender.attempt)
+    key = derive_report_key(master, sender.job_id, sender.attempt, salt)
     return {TIMESTAMP_HEADER: str(at), SIGNATURE_HEADER: sign(key, at, body)}
+
+
+async def attempt_salt(service: BotService, job_id: str, attempt: int) -> str:
+    """The key salt the bot's store holds for the job's attempt (what its report key is derived from)."""
+    salt = await service.bot.store.key_salt(job_id, attempt)
+    assert salt is not None, f"the store holds no attempt {attempt} of {job_id}"
+    return salt
 
 
 def quick_recipe(name: str, code: str) -> dict[str, Any]:

@@ -78,6 +78,7 @@ from handlers.notes import (
 from handlers.oncall import OnCall, open_page, page_step
 from handlers.pagers import Tool, acknowledgements, resolutions
 from handlers.reasons import Reason, Wording
+from handlers.report_fence import claims_another_rank, spoke_too_late
 from handlers.reports import (
     CheckpointSaved,
     Completed,
@@ -185,6 +186,11 @@ def decide(
         if ahead is not None:
             return ahead
     if isinstance(message, ReportReceived):
+        # An ended attempt's key, past its grace, or a gang node's naming another's rank: recorded, nothing more.
+        # Judged by when the report was admitted (not after now: a test's clock may be behind the wall's).
+        fenced = spoke_too_late(job, message.report, min(message.at, now)) or claims_another_rank(job, message.report)
+        if fenced is not None:
+            return _ignored(job, f"report:{message.report.type}", fenced, attempt=message.report.attempt)
         return _report(job, message.report, now, limits, spot)
     if isinstance(message, CloudEvent):
         return _cloud(job, message, now, limits, spot)

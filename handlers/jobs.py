@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.failures import Failure
-from handlers.ids import JOB_ID_PATTERN
+from handlers.ids import JOB_ID_PATTERN, new_key_salt
 from handlers.reasons import Reason
 from handlers.reports import utcnow
 
@@ -67,6 +67,9 @@ class Attempt(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     number: int = Field(ge=1)
+    # Drawn when the attempt is planned and kept with it: its report key is derived from it (handlers/report_keys.py),
+    # so the key of attempt N of this job is no other record's attempt N's.
+    key_salt: str = Field(default_factory=new_key_salt, pattern=r"^[0-9a-f]{32}$")
     market: Market = "spot"
     instance_id: str | None = None
     instance_type: str | None = None

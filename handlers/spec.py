@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from handlers import old_spellings
-from handlers.ids import JOB_ID_PATTERN
+from handlers.ids import JOB_ID_PATTERN, new_key_salt
 
 SPEC_VERSION = 1
 
@@ -174,6 +174,9 @@ class JobSpec(BaseModel):
     # object, which the runner role lets only that instance read (runner/reports/key_object.py). Elsewhere the key
     # comes in FINETUNE_REPORT_SECRET. Never the bot's master secret.
     report_key_from: str | None = Field(default=None, pattern=REPORT_KEY_PREFIX_PATTERN)
+    # The attempt's key salt (its record's, handlers/jobs.py): what the cloud derives the attempt's key from. No secret
+    # (the key needs the bot's master too); the runner has no use for it.
+    key_salt: str = Field(default_factory=new_key_salt, pattern=r"^[0-9a-f]{32}$")
     gang: Gang | None = None  # a multi-node job: this node's rank, the world's size and where it meets
     # A switch of market launched ahead (make-before-break): the job's previous attempt still trains until this
     # runner stands by, then commits; this one restores only once its control object says go.

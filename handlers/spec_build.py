@@ -19,7 +19,12 @@ def build_spec(
     python: str,
     gang: Gang | None = None,
 ) -> JobSpec:
-    """``gang``: a gang node's place in its world (:func:`handlers.gang.place_in`); None for one node."""
+    """``gang``: a gang node's place in its world (:func:`handlers.gang.place_in`); None for one node. The spec
+    carries the attempt's key salt, from its record (the standby launched ahead's, or one of ``attempts``); a spec
+    of an attempt the job never planned (a benchmark's argv) draws one of its own, which no bot knows."""
+    ahead = job.standby is not None and job.standby.number == attempt
+    planned = job.standby if ahead else job.attempt_numbered(attempt)
+    salt = {"key_salt": planned.key_salt} if planned is not None else {}
     return JobSpec(
         version=SPEC_VERSION,
         job_id=job.id,
@@ -30,5 +35,6 @@ def build_spec(
         report=report,
         notice=notice,
         gang=gang,
+        **salt,
         handover=job.standby is not None and job.standby.number == attempt,  # launched ahead of a switch of market
     )

@@ -34,6 +34,7 @@ from tests.gang_launches import launch_two_nodes
 REGION = "cn-hangzhou"
 BUCKET = "ft-oss"
 MASTER = "the-bots-master-report-secret"
+SALT = "5a" * 16  # the key salt of every attempt job_spec makes (the job record's, in the bot)
 GPU = "ecs.gn7i-c8g1.2xlarge"
 GPU_BIG = "ecs.gn7i-c16g1.4xlarge"
 VSWITCHES = {"cn-hangzhou-j": "vsw-j", "cn-hangzhou-k": "vsw-k", "cn-hangzhou-h": "vsw-h"}
@@ -110,6 +111,7 @@ def job_spec(cloud: AliyunCloud, job_id: str = "ft-abc1", attempt: int = 1) -> J
         command=["python", "-m", "runner.hf.tiny"],
         checkpoint_uri=cloud.checkpoint_uri(job_id),
         notice="aliyun",
+        key_salt=SALT,
     )
 
 
@@ -198,7 +200,7 @@ async def test_spot_launch_goes_to_the_cheapest_zone_with_tags_user_data_and_the
     assert not any(word in script for word in ("pip ", "apt", "curl", "wget"))  # installs nothing at boot
     # Hardened metadata, and no secret where the metadata service (or DescribeUserData, or the tags) shows it.
     assert (run["HttpTokens"], run["HttpEndpoint"]) == ("required", "enabled")
-    attempt_key = ReportKeys(MASTER).of("ft-abc1", 1)
+    attempt_key = ReportKeys(MASTER).of("ft-abc1", 1, SALT)
     for secret in (MASTER, attempt_key, ACCESS_KEY_SECRET):
         assert secret not in repr(created.tags) and secret not in run["InstanceName"]
     # None of the bot's own secrets in user data; the attempt's own key only there (its instance's metadata serves it
@@ -576,9 +578,9 @@ async def test_a_sold_out_region_fails_the_group_launch_with_the_scaling_activit
 
 def test_the_boot_script_never_carries_what_could_break_out_of_it(fake: FakeAliyun, aws: str) -> None:
     with_reports = AliyunCloud(settings(fake, aws, report_url="https://bot.example.com/runner/reports"))
-    assert "FINETUNE_REPORT_SECRET" not in with_reports.user_data("oss://ft-oss/x.json", "ft-abc1", 1)  # no keys
+    assert "FINETUNE_REPORT_SECRET" not in with_reports.user_data("oss://ft-oss/x.json", "ft-abc1", 1, SALT)  # no keys
     with pytest.raises(ValueError, match="FINETUNE_SPEC"):
-        with_reports.user_data("oss://ft-oss/x.json\nENV\nrm -rf /", "ft-abc1", 1)
+        with_reports.user_data("oss://ft-oss/x.json\nENV\nrm -rf /", "ft-abc1", 1, SALT)
 
 
 # -- reconciliation: what the cloud lists -------------------------------------------------------------------

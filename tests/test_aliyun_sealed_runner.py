@@ -30,7 +30,7 @@ from runner.storage.open import open_store
 from tests.aliyun_fakes import FakeAliyun
 from tests.runner_harness import read_reports, runner_env
 from tests.s3_proxy import S3FaultProxy
-from tests.test_aliyun_cloud import BUCKET, GPU, MASTER, job_spec
+from tests.test_aliyun_cloud import BUCKET, GPU, MASTER, SALT, job_spec
 from tests.test_aliyun_cloud import bucket as bucket
 from tests.test_aliyun_cloud import fake as fake
 from tests.test_aliyun_cloud import make_cloud as make_cloud
@@ -94,7 +94,7 @@ async def test_the_runner_opens_its_token_and_signs_job_requests_with_it(
 ) -> None:
     cloud, instance = await launched(fake, make_cloud, "ft-aaa1")
     on_the_instance.instance_id = instance.instance_id
-    report_key = ReportKeys(MASTER).of("ft-aaa1", 1)
+    report_key = ReportKeys(MASTER).of("ft-aaa1", 1, SALT)
 
     fetched = await fetch_sealed_key(KEY_FROM, report_key, patience=5, poll=0.05)
     (token,) = fake.assumed
@@ -124,10 +124,10 @@ async def test_another_attempts_key_or_instance_gets_no_token(
     _, instance = await launched(fake, make_cloud, "ft-aaa1")
     on_the_instance.instance_id = instance.instance_id
     with pytest.raises(NoReportKey, match="does not open with this attempt's report key"):
-        await fetch_sealed_key(KEY_FROM, ReportKeys(MASTER).of("ft-bbb1", 1), patience=5, poll=0.05)
+        await fetch_sealed_key(KEY_FROM, ReportKeys(MASTER).of("ft-bbb1", 1, SALT), patience=5, poll=0.05)
     on_the_instance.instance_id = "i-bpother000000000"  # an instance whose object the bot never wrote
     with pytest.raises(NoReportKey, match=r"no report key at .*i-bpother000000000 within"):
-        await fetch_sealed_key(KEY_FROM, ReportKeys(MASTER).of("ft-aaa1", 1), patience=0.2, poll=0.05)
+        await fetch_sealed_key(KEY_FROM, ReportKeys(MASTER).of("ft-aaa1", 1, SALT), patience=0.2, poll=0.05)
 
 
 class Clock:
@@ -145,7 +145,7 @@ async def test_a_renewed_token_is_read_and_opened_again(
 ) -> None:
     cloud, instance = await launched(fake, make_cloud, "ft-aaa1")
     on_the_instance.instance_id = instance.instance_id
-    fetched = await fetch_sealed_key(KEY_FROM, ReportKeys(MASTER).of("ft-aaa1", 1), patience=5, poll=0.05)
+    fetched = await fetch_sealed_key(KEY_FROM, ReportKeys(MASTER).of("ft-aaa1", 1, SALT), patience=5, poll=0.05)
     first = fetched.found.storage
     assert first is not None
     clock = Clock(first.expiration - timedelta(seconds=ADVISORY_SECONDS + 60))
@@ -153,7 +153,7 @@ async def test_a_renewed_token_is_read_and_opened_again(
     assert credentials is not None
     try:
         fake.now = lambda: datetime.now(UTC) + timedelta(minutes=5)  # a later token ends later
-        await cloud.renew_storage_credentials("ft-aaa1", 1, instance.instance_id)
+        await cloud.renew_storage_credentials("ft-aaa1", 1, instance.instance_id, key_salt=SALT)
         assert await credentials.renew_if_due()  # not due yet: the object is not read
         assert credentials.renewals == 0
         clock.now += timedelta(minutes=2)  # inside the advisory window now
@@ -170,7 +170,7 @@ async def test_the_real_runner_opens_its_token_first_and_signs_every_job_request
     the instance role for the key object only; the spec, checkpoints and completion record go with the token."""
     instance_id = "i-bpsealed00000001"
     metadata.instance_id = instance_id
-    report_key = ReportKeys(MASTER).of("ft-seal1", 1)
+    report_key = ReportKeys(MASTER).of("ft-seal1", 1, SALT)
     spec = {
         "version": 1,
         "job_id": "ft-seal1",

@@ -23,7 +23,7 @@ from handlers.sealed_keys import open_sealed
 from handlers.storage_sessions import aliyun_session_policy
 from tests.aliyun_fakes import FakeAliyun, FakeToken
 from tests.policy_eval import Statement, allowed, policy_of
-from tests.test_aliyun_cloud import BUCKET, GPU, MASTER, job_spec, settings
+from tests.test_aliyun_cloud import BUCKET, GPU, MASTER, SALT, job_spec, settings
 from tests.test_aliyun_cloud import bucket as bucket
 from tests.test_aliyun_cloud import fake as fake
 from tests.test_aliyun_cloud import make_cloud as make_cloud
@@ -77,20 +77,20 @@ async def test_a_launch_mints_a_token_of_the_jobs_prefix_and_hands_it_over_seale
     for secret in (token.access_key_id, token.access_key_secret, token.security_token):
         assert secret.encode() not in raw
     keys = ReportKeys(MASTER)
-    found = open_sealed(raw, keys.of("ft-aaa1", 2), instance.instance_id)
+    found = open_sealed(raw, keys.of("ft-aaa1", 2, SALT), instance.instance_id)
     assert (found.job_id, found.attempt) == ("ft-aaa1", 2)
     assert found.storage is not None
     assert (found.storage.access_key_id, found.storage.session_token) == (token.access_key_id, token.security_token)
     assert found.storage.expiration == token.expiration
     # ... and nothing else does: another attempt's key, or the object under another instance's name.
-    for other in (keys.of("ft-aaa1", 1), keys.of("ft-bbb1", 2)):
+    for other in (keys.of("ft-aaa1", 1, SALT), keys.of("ft-bbb1", 2, SALT)):
         with pytest.raises(ValueError, match="does not open"):
             open_sealed(raw, other, instance.instance_id)
     with pytest.raises(ValueError, match="not i-bp0000000000"):
-        open_sealed(raw, keys.of("ft-aaa1", 2), "i-bp0000000000")
+        open_sealed(raw, keys.of("ft-aaa1", 2, SALT), "i-bp0000000000")
     relabelled = json.loads(raw) | {"job_id": "ft-bbb1"}
     with pytest.raises(ValueError, match="does not open"):
-        open_sealed(json.dumps(relabelled), keys.of("ft-aaa1", 2), instance.instance_id)
+        open_sealed(json.dumps(relabelled), keys.of("ft-aaa1", 2, SALT), instance.instance_id)
 
     # The user data says where the object lies and holds no part of the token.
     script = fake.instances[instance.instance_id].user_data
@@ -106,10 +106,10 @@ async def test_renewal_rewrites_the_sealed_token_and_a_dropped_one_goes(
     cloud = storage_cloud
     assert isinstance(cloud, RenewsStorageCredentials) and cloud.renews_storage  # bot/service.py starts the loop
     instance = await cloud.launch(job_spec(cloud, "ft-aaa1", 1), [GPU], "spot")
-    report_key = ReportKeys(MASTER).of("ft-aaa1", 1)
+    report_key = ReportKeys(MASTER).of("ft-aaa1", 1, SALT)
     first = open_sealed(sealed(bucket, instance.instance_id), report_key, instance.instance_id).storage
 
-    await cloud.renew_storage_credentials("ft-aaa1", 1, instance.instance_id)
+    await cloud.renew_storage_credentials("ft-aaa1", 1, instance.instance_id, key_salt=SALT)
     assert len(fake.assumed) == 2 and fake.assumed[1].session_name == "ft-aaa1.attempt-1"
     renewed = open_sealed(sealed(bucket, instance.instance_id), report_key, instance.instance_id).storage
     assert renewed is not None and first is not None
@@ -127,7 +127,7 @@ async def test_a_refused_renewal_is_a_cloud_error_and_the_object_stays(
     before = sealed(bucket, instance.instance_id)
     fake.roles.clear()
     with pytest.raises(AliyunError, match=r"could not renew the storage token.*NoPermission"):
-        await cloud.renew_storage_credentials("ft-abc1", 1, instance.instance_id)
+        await cloud.renew_storage_credentials("ft-abc1", 1, instance.instance_id, key_salt=SALT)
     assert sealed(bucket, instance.instance_id) == before
 
 
@@ -162,4 +162,5 @@ def test_a_storage_role_needs_report_keys_a_report_url_and_an_instance_role(fake
         settings(fake, aws, runner_storage_role_arn="arn:aws:iam::123456789012:role/x", report_url=REPORT_URL)
     without = AliyunCloud(settings(fake, aws), report_keys=ReportKeys(MASTER))
     assert not without.renews_storage
-    assert "FINETUNE_KEY_FROM" not in without.user_data("oss://ft-oss/jobs/ft-abc1/spec-attempt-1.json", "ft-abc1", 1)
+    script = without.user_data("oss://ft-oss/jobs/ft-abc1/spec-attempt-1.json", "ft-abc1", 1, SALT)
+    assert "FINETUNE_KEY_FROM" not in script

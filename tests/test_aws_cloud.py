@@ -57,6 +57,7 @@ from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, reset_moto
 
 BUCKET = "ft-ckpt"
+SALT = "5a" * 16  # the key salt of every attempt job_spec makes (the job record's, in the bot)
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 ZONE_IDS = {"us-east-1a": "use1-az6", "us-east-1b": "use1-az1", "us-east-1c": "use1-az2"}  # moto's mapping
 FIS_ROLE = "arn:aws:iam::123456789012:role/finetune-fis"
@@ -178,6 +179,7 @@ def job_spec(cloud: AwsCloud, job_id: str = "ft-abc1", attempt: int = 1) -> JobS
         command=["python", "-m", "runner.hf.tiny"],
         checkpoint_uri=cloud.checkpoint_uri(job_id),
         notice="aws",
+        key_salt=SALT,
     )
 
 
@@ -546,7 +548,7 @@ async def test_autoscaling_group_per_job(patched_moto: str, open_clouds: list[Aw
     open_clouds.append(cloud)
     first = await cloud.launch(job_spec(cloud), TYPES, "spot")
     # The group named its instance before the launch returned: its key object is there before its runner can ask.
-    assert json.loads(world.object(world.key_object_of(first.instance_id)))["key"] == keys.of("ft-abc1", 1)
+    assert json.loads(world.object(world.key_object_of(first.instance_id)))["key"] == keys.of("ft-abc1", 1, SALT)
 
     (group,) = world.asg.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]
     assert (group["MinSize"], group["MaxSize"], group["DesiredCapacity"]) == (0, 1, 1)
@@ -863,7 +865,7 @@ async def test_the_attempts_report_key_lies_in_an_object_only_its_instance_may_r
     cloud = AwsCloud(world.settings(report_topic_arn=topic), report_keys=keys)
     open_clouds.append(cloud)
     instance = await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot")
-    key = keys.of("ft-abc1", 2)
+    key = keys.of("ft-abc1", 2, SALT)
     raw_spec = world.object("jobs/ft-abc1/spec-attempt-2.json")
     spec = parse_spec(raw_spec)
     assert key.encode() not in raw_spec and spec.report == [f"sns:{topic}"]

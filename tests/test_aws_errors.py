@@ -50,7 +50,7 @@ CALLS: dict[str, Call] = {
 WRITES: dict[str, Call] = {
     "upload_spec": lambda cloud: cloud.objects.upload_spec(SPEC),
     "put_stop": lambda cloud: cloud.objects.put_stop("ft-abc1", 1),
-    "write_key": lambda cloud: cloud.objects.write_key("ft-abc1", 1, INSTANCE),
+    "write_key": lambda cloud: cloud.objects.write_key("ft-abc1", 1, "5a" * 16, INSTANCE),
 }
 
 

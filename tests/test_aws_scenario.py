@@ -93,8 +93,8 @@ class Ec2Bodies:
     def renews_storage(self) -> bool:
         return self.cloud.renews_storage
 
-    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
-        await self.cloud.renew_storage_credentials(job_id, attempt, instance_id)
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str, *, key_salt: str) -> None:
+        await self.cloud.renew_storage_credentials(job_id, attempt, instance_id, key_salt=key_salt)
 
     async def drop_storage_credentials(self, instance_id: str) -> None:
         await self.cloud.drop_storage_credentials(instance_id)
@@ -209,5 +209,6 @@ async def test_spot_warning_relaunch_in_another_zone_resume_and_cost_report(tmp_
     assert world.s3.get_object(Bucket=BUCKET, Key=f"jobs/{job_id}/COMPLETED.json")["Body"].read()
     for attempt in done.attempts:  # signed reports came from both runners, yet no spec ever held a key
         spec = world.object(f"jobs/{job_id}/spec-attempt-{attempt.number}.json")
-        assert b'"report_key_from"' in spec and ReportKeys(SECRET).of(job_id, attempt.number).encode() not in spec
+        key = ReportKeys(SECRET).of(job_id, attempt.number, attempt.key_salt)
+        assert b'"report_key_from"' in spec and key.encode() not in spec
     assert world.keys_under("attempt-keys/") == []  # deleted as each instance was released

@@ -17,6 +17,7 @@ from fakes.bot_harness import (
     FAILS_ON_RESUME,
     SECRET,
     SLEEPS,
+    attempt_salt,
     drained,
     eventually,
     quick_recipe,
@@ -70,26 +71,28 @@ async def test_runner_reports_must_be_signed_and_duplicates_change_nothing(tmp_p
         url = f"http://127.0.0.1:{service.port}/runner/reports"
         body = Progress(job_id=job_id, attempt=1, step=99, total_steps=100).model_dump_json().encode()
         now = int(time.time())
+        salt = await attempt_salt(service, job_id, 1)
         forged = [
             {},
             {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign("wrong-secret", now, body)},
             {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, body)},  # the master is no runner's key
-            report_headers(body, now - 600),
-            {**report_headers(body + b" ", now)},
+            report_headers(body, now - 600, salt=salt),
+            {**report_headers(body + b" ", now, salt=salt)},
+            report_headers(body, now, salt="0" * 32),  # its job and number, but not its attempt's salt
         ]
         async with aiohttp.ClientSession() as http:
             for headers in forged:
                 async with http.post(url, data=body, headers=headers) as response:
                     assert response.status == 401
-            malformed = b'{"type": "progress", "job_id": "ft-nope", "attempt": 1}'
-            async with http.post(url, data=malformed, headers=report_headers(malformed, now)) as response:
+            malformed = b'{"type": "progress", "job_id": "%s", "attempt": 1}' % job_id.encode()
+            async with http.post(url, data=malformed, headers=report_headers(malformed, now, salt=salt)) as response:
                 assert response.status == 400
             await eventually(lambda: drained(service.bus))  # whatever reached the bus was handled
             unchanged = await service.bot.store.get(job_id)
             assert unchanged is not None and unchanged.version == running.version and unchanged.step is None
 
             for _ in range(3):  # the runner retrying one report: accepted each time, applied once
-                async with http.post(url, data=body, headers=report_headers(body, now)) as response:
+                async with http.post(url, data=body, headers=report_headers(body, now, salt=salt)) as response:
                     assert response.status == 202
         moved = await wait_job(service, job_id, lambda job: job.step == 99)
         await eventually(lambda: drained(service.bus))  # all three handled: none is still to be applied

@@ -52,9 +52,18 @@ def at_prompt(child: pexpect.spawn) -> None:
     child.expect_exact("/finetune")
 
 
-def post_report(port: int, body: bytes) -> None:
+def launched_salt(tmp_path: Path, job_id: str, attempt: int) -> str:
+    """The key salt the bot launched the attempt with: in the spec the local cloud wrote for its instance."""
+    for written in tmp_path.rglob("launch-spec.json"):
+        spec = json.loads(written.read_text())
+        if (spec["job_id"], spec["attempt"]) == (job_id, attempt):
+            return str(spec["key_salt"])
+    raise AssertionError(f"no instance launched for {job_id} attempt {attempt}")
+
+
+def post_report(port: int, body: bytes, salt: str) -> None:
     now = int(time.time())
-    headers = report_headers(body, now)
+    headers = report_headers(body, now, salt=salt)
     request = urllib.request.Request(f"http://127.0.0.1:{port}/runner/reports", data=body, headers=headers)
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 202
@@ -74,7 +83,7 @@ def test_updates_go_above_a_half_typed_command_and_ctrl_c_leaves_cleanly(tmp_pat
         child.expect_exact("log")
         deadline = datetime.now(UTC) + timedelta(minutes=10)
         notice = Notice(job_id=job, attempt=1, kind="spot-interruption", source="test", deadline=deadline)
-        post_report(port, notice.model_dump_json().encode())
+        post_report(port, notice.model_dump_json().encode(), launched_salt(tmp_path, job, 1))
         child.expect("Spot interruption warning")
         child.expect(REDRAWN_LOG)  # the prompt is drawn again below the update, with the half-typed "log" on it
         child.sendline(f"s {job}")  # the rest of it: the line typed before the update is intact

@@ -27,6 +27,7 @@ from fakes.bot_harness import (
     INTERRUPTIBLE,
     SECRET,
     SLEEPS,
+    attempt_salt,
     chat_drained,
     quick_recipe,
     report_headers,
@@ -203,8 +204,9 @@ async def test_an_old_attempts_late_warning_is_still_posted_once(tmp_path: Path,
         relaunched = await wait_job(service, job_id, lambda job: job.attempt == 2 and job.state is JobState.RUNNING)
 
         notice = Notice(job_id=job_id, attempt=1, kind="spot-interruption", source="aws-imds")
+        salt = await attempt_salt(service, job_id, 1)
         for _ in range(2):  # the reclaimed message, then a redelivery of it
-            assert await post_report(service.port, notice.model_dump_json().encode()) == 202
+            assert await post_report(service.port, notice.model_dump_json().encode(), salt) == 202
 
         def alerts() -> list[str]:
             return [text for job, channel, text in chat.transcript if job == job_id and channel == "alert"]
@@ -234,9 +236,9 @@ async def unreachable_since(service: BotService, before: tuple[int, int], times:
     return service.bus.unreachable >= before[0] + times and service.effects.bus.unreachable >= before[1] + times
 
 
-async def post_report(port: int, body: bytes) -> int:
+async def post_report(port: int, body: bytes, salt: str) -> int:
     now = int(time.time())
-    headers = report_headers(body, now)
+    headers = report_headers(body, now, salt=salt)
     url = f"http://127.0.0.1:{port}/runner/reports"
     async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=headers) as response:
         await response.read()

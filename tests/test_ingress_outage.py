@@ -24,6 +24,7 @@ from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH
 from fakes.bot_harness import (
     SECRET,
     SLEEPS,
+    attempt_salt,
     quick_recipe,
     report_headers,
     running_bot,
@@ -34,6 +35,7 @@ from fakes.bot_harness import (
 from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
 from fakes.fake_slack import FakeSlack, action_body, block_action, form_body, signed_headers, slash_command
 from fakes.restartable_valkey import RestartableValkey
+from handlers.jobs import Attempt, Job
 from handlers.reports import Progress, dump_report
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from tests.aliyun_payloads import INTERRUPTION, cloudevent, interruption_content, notification
@@ -69,10 +71,18 @@ async def send(
         return response.status, await response.text()
 
 
-def signed_report(job_id: str = "ft-abcd") -> tuple[bytes, dict[str, str]]:
+def signed_report(job_id: str = "ft-abcd", salt: str = "0" * 32) -> tuple[bytes, dict[str, str]]:
+    """A progress report of the job's attempt 1, signed with the key of that attempt whose salt is ``salt``."""
     body = dump_report(Progress(job_id=job_id, attempt=1, step=3, total_steps=10, loss=1.0)).encode()
     now = int(time.time())
-    return body, report_headers(body, now)
+    return body, report_headers(body, now, salt=salt)
+
+
+async def seeded_job(service: BotService, job_id: str = "ft-abcd") -> str:
+    """A job with one planned attempt in the bot's store; the salt its report key is derived from."""
+    job = Job(id=job_id, recipe="tiny", requested_by="console:ana", attempts=[Attempt(number=1)])
+    assert await service.bot.store.create(job, {"event": "seeded"})
+    return job.attempts[0].key_salt
 
 
 def aliyun_pushes() -> list[tuple[str, bytes]]:
@@ -102,7 +112,7 @@ async def test_while_redis_is_down_every_route_answers_503_and_the_retries_run_o
         caplog.set_level(logging.INFO)
         start = form_body(slash_command("start sleepy"))
         click = action_body(block_action("finetune_stop", "ft-abcd"))
-        report, report_headers = signed_report()
+        report, report_headers = signed_report()  # its salt cannot be looked up while Redis is down: 503 too
 
         await valkey.stop()
         answers = {
@@ -131,7 +141,8 @@ async def test_while_redis_is_down_every_route_answers_503_and_the_retries_run_o
         assert status == 200 and "Starting ft-" in reply, reply
         again = {**signed_headers(start), "X-Slack-Retry-Num": "2", "X-Slack-Retry-Reason": "http_error"}
         assert await send(service, "POST", "/slack/events", start, again) == (200, "")
-        report, report_headers = signed_report()
+        [job] = await service.bot.store.list_jobs()
+        report, report_headers = signed_report(job.id, await attempt_salt(service, job.id, 1))
         assert (await send(service, "POST", "/runner/reports", report, report_headers))[0] == 202
         assert (await send(service, "GET", "/healthz"))[0] == 200
         assert "\nfinetune_redis_up 1\n" in (await send(service, "GET", "/metrics"))[1]
@@ -162,7 +173,7 @@ async def test_bad_runner_reports_and_malformed_http_get_a_4xx_and_a_bounded_log
 ) -> None:
     async with running_bot(tmp_path / "state", redis_url=valkey.url) as (service, _console):
         caplog.set_level(logging.INFO)
-        report, headers = signed_report()
+        report, headers = signed_report(salt=await seeded_job(service))
         now = int(time.time())
         garbage = b'{"type": "progress", "job_id": "nope"}'
         signed_garbage = b'{"type": "progress", "job_id": "ft-abcd", "attempt": 1}'
@@ -177,7 +188,8 @@ async def test_bad_runner_reports_and_malformed_http_get_a_4xx_and_a_bounded_log
                 401,
             ),
             (garbage, {TIMESTAMP_HEADER: str(now), SIGNATURE_HEADER: sign(SECRET, now, garbage)}, 401),
-            (signed_garbage, report_headers(signed_garbage, now), 400),  # its attempt's key, but no report
+            # its attempt's key, but no report
+            (signed_garbage, report_headers(signed_garbage, now, salt=await attempt_salt(service, "ft-abcd", 1)), 400),
         ]
         for body, sent, expected in bad:
             assert (await send(service, "POST", "/runner/reports", body, sent))[0] == expected

@@ -147,7 +147,7 @@ async def scrape(redis_client: aioredis.Redis, key_prefix: str) -> str:
     for n in range(3):
         await bus.publish({"type": "probe", "n": n})
     await redis_client.xreadgroup("bot", "probe", {keys.events: ">"}, count=1)
-    app = build_app(store, bus, ReportGate("metrics-test-secret"))
+    app = build_app(store, bus, ReportGate("metrics-test-secret", store.key_salt, lambda job_id: f"file:///j/{job_id}/"))
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -14,7 +14,7 @@ from handlers.aws_events import SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, unwrap
 from handlers.ids import new_job_id
 from handlers.messages import ReportReceived
 from handlers.report_freshness import DAY, MAX_QUEUED_SECONDS, REPORT_SEEN_SECONDS, signed_at, why_stale
-from handlers.report_keys import derive_report_key, verify_report
+from handlers.report_keys import Sender, derive_report_key, verify_report
 from handlers.reports import Completed, dump_report
 from handlers.signing import TOLERANCE_SECONDS, sign
 
@@ -23,6 +23,16 @@ REPORTS = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
 JOB = new_job_id()
 SIGNED = 1_790_000_000  # when the runner signed
 TEN_MINUTES = 600
+SALT = "5a" * 16  # the key salt the store holds for the attempt
+
+
+async def salts(job_id: str, attempt: int) -> str | None:
+    """The store's side of the gate: every attempt here has :data:`SALT`."""
+    return SALT
+
+
+def gate_at(now: float) -> ReportGate:
+    return ReportGate(MASTER, salts, lambda job_id: f"s3://bucket/jobs/{job_id}/", clock=lambda: now)
 
 
 def test_a_report_sent_straight_to_the_bot_keeps_the_tight_window() -> None:
@@ -78,29 +88,30 @@ def completed() -> bytes:
 
 
 def signed(body: bytes, at: int = SIGNED, key: str | None = None) -> tuple[str, str]:
-    key = key or derive_report_key(MASTER, JOB, 1)
+    key = key or derive_report_key(MASTER, JOB, 1, SALT)
     return str(at), sign(key, at, body)
 
 
-def test_the_gate_takes_a_report_ten_minutes_after_signing_when_its_queue_received_it_in_time() -> None:
+async def test_the_gate_takes_a_report_ten_minutes_after_signing_when_its_queue_received_it_in_time() -> None:
     body = completed()
-    gate = ReportGate(MASTER, clock=lambda: SIGNED + TEN_MINUTES)
+    gate = gate_at(SIGNED + TEN_MINUTES)
     timestamp, signature = signed(body)
-    message = gate.admit(body, timestamp, signature, route="sqs", queued_at=SIGNED + 1)
+    message = await gate.admit(body, timestamp, signature, route="sqs", queued_at=SIGNED + 1)
     assert isinstance(message.report, Completed) and message.report.job_id == JOB
     with pytest.raises(ReportRefused, match="signed 600 s before it arrived"):  # the same, straight over HTTP
-        gate.admit(body, timestamp, signature, route="http")
+        await gate.admit(body, timestamp, signature, route="http")
     with pytest.raises(ReportRefused, match="before the queue received it"):  # published again, ten minutes on
-        gate.admit(body, timestamp, signature, route="sqs", queued_at=SIGNED + TEN_MINUTES)
+        await gate.admit(body, timestamp, signature, route="sqs", queued_at=SIGNED + TEN_MINUTES)
     assert gate.refused == {"http": 1, "sqs": 1}
 
 
 def test_a_fresh_timestamp_does_not_excuse_a_wrong_key() -> None:
     body = completed()
-    timestamp, signature = signed(body, key=derive_report_key(MASTER, "ft-other", 1))
-    why = verify_report(MASTER, body, timestamp, signature, SIGNED + TEN_MINUTES, queued_at=SIGNED)
+    timestamp, signature = signed(body, key=derive_report_key(MASTER, "ft-other", 1, SALT))
+    sender, later = Sender(JOB, 1), SIGNED + TEN_MINUTES
+    why = verify_report(MASTER, sender, SALT, body, timestamp, signature, later, queued_at=SIGNED)
     assert why == f"not signed with the key of {JOB} attempt 1"
-    assert verify_report(MASTER, body, *signed(body), SIGNED + TEN_MINUTES, queued_at=SIGNED) is None
+    assert verify_report(MASTER, sender, SALT, body, *signed(body), later, queued_at=SIGNED) is None
 
 
 # -- which time is the queue's ---------------------------------------------------------------------------------
@@ -129,19 +140,19 @@ def test_the_queue_time_is_the_envelopes_timestamp_else_the_sqs_sent_time() -> N
     assert unwrap(body, {}).queued_at is None
 
 
-def test_the_aws_intake_judges_a_report_by_its_queue_time() -> None:
+async def test_the_aws_intake_judges_a_report_by_its_queue_time() -> None:
     body = completed()
     timestamp, signature = signed(body)
     attributes = {TIMESTAMP_ATTRIBUTE: timestamp, SIGNATURE_ATTRIBUTE: signature, "finetune_report": "completed"}
-    gate = ReportGate(MASTER, clock=lambda: SIGNED + TEN_MINUTES)
+    gate = gate_at(SIGNED + TEN_MINUTES)
     intake = AwsIntake(gate, report_topics=[REPORTS])
     published = datetime.fromtimestamp(SIGNED, UTC).isoformat()
-    [taken] = intake.parse(envelope(body, published, attributes))
+    [taken] = await intake.parse(envelope(body, published, attributes))
     assert isinstance(taken, ReportReceived) and taken.report.type == "completed"
-    [raw] = intake.parse(body, attributes, float(SIGNED + 3))  # raw delivery: SQS's sent time
+    [raw] = await intake.parse(body, attributes, float(SIGNED + 3))  # raw delivery: SQS's sent time
     assert raw.id == taken.id
     again = datetime.fromtimestamp(SIGNED + TEN_MINUTES, UTC).isoformat()
     with pytest.raises(ReportRefused, match="before the queue received it"):
-        intake.parse(envelope(body, again, attributes))
+        await intake.parse(envelope(body, again, attributes))
     with pytest.raises(ReportRefused, match="before it arrived"):  # raw, no sent time known: the bot's clock
-        intake.parse(body, attributes)
+        await intake.parse(body, attributes)

@@ -14,9 +14,21 @@ from bot.report_gate import REFUSED_METRIC, ReportGate, ReportRefused
 from bot.sources.aws_intake import EVENTS_REFUSED_METRIC, AwsIntake
 from bot.sources.sqs import SqsSource
 from handlers.failures import Failure
+from handlers.jobs import Attempt
 from handlers.messages import CloudEvent, ReportReceived, parse_message
-from handlers.report_keys import ReportKeys, claimed_sender, derive_report_key, verify_report
-from handlers.reports import TEXT_CHARS, Failed, Interrupted, Progress, dump_report, parse_report
+from handlers.report_keys import ReportKeys, Sender, claimed_sender, derive_report_key, verify_report
+from handlers.reports import (
+    TEXT_CHARS,
+    CheckpointSaved,
+    Completed,
+    Failed,
+    Interrupted,
+    Progress,
+    RunnerReport,
+    dump_report,
+    parse_report,
+    utcnow,
+)
 from handlers.signing import sign
 from runner.reports.reporter import Reporter
 from runner.reports.sns import SnsTarget
@@ -25,6 +37,28 @@ from tests.sns_queues import Aws, RecordingBus, until
 from tests.test_sqs_source import consuming
 
 MASTER = "the-bots-master-report-secret"
+PREFIX = "s3://ft-bucket/jobs/"  # the jobs' prefix: each job's own is PREFIX + <job id> + "/"
+SALTS = {("ft-aaaa", 1): "a1" * 16, ("ft-aaaa", 2): "a2" * 16, ("ft-bbbb", 1): "b1" * 16, ("ft-bbbb", 2): "b2" * 16}
+
+
+def key_of(job_id: str, attempt: int) -> str:
+    """What the cloud hands that attempt's runner: its key, from the salt stored with the attempt."""
+    return derive_report_key(MASTER, job_id, attempt, SALTS[job_id, attempt])
+
+
+class Salts:
+    """The store's side of the gate (bot.store.JobStore.key_salt) over :data:`SALTS`, counting the look-ups."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int]] = []
+
+    async def __call__(self, job_id: str, attempt: int) -> str | None:
+        self.asked.append((job_id, attempt))
+        return SALTS.get((job_id, attempt))
+
+
+def gate_of(salts: Salts | None = None) -> ReportGate:
+    return ReportGate(MASTER, salts or Salts(), lambda job_id: f"{PREFIX}{job_id}/")
 
 
 def signed(key: str, line: str, now: int | None = None) -> tuple[bytes, str, str]:
@@ -36,34 +70,51 @@ def signed(key: str, line: str, now: int | None = None) -> tuple[bytes, str, str
 
 
 def test_each_attempt_has_a_key_of_its_own_and_none_is_the_master() -> None:
-    keys = {derive_report_key(MASTER, job, attempt) for job in ("ft-aaaa", "ft-bbbb") for attempt in (1, 2, 12)}
+    salt = "5a" * 16
+    keys = {derive_report_key(MASTER, job, n, salt) for job in ("ft-aaaa", "ft-bbbb") for n in (1, 2, 12)}
     assert len(keys) == 6 and MASTER not in keys
     # The separators keep a job id and an attempt from running into each other.
-    assert derive_report_key(MASTER, "ft-abc", 12) != derive_report_key(MASTER, "ft-abc1", 2)
-    assert derive_report_key(MASTER, "ft-aaaa", 1) != derive_report_key("another-master", "ft-aaaa", 1)
-    assert ReportKeys(MASTER).of("ft-aaaa", 1) == derive_report_key(MASTER, "ft-aaaa", 1)
+    assert derive_report_key(MASTER, "ft-abc", 12, salt) != derive_report_key(MASTER, "ft-abc1", 2, salt)
+    assert derive_report_key(MASTER, "ft-aaaa", 1, salt) != derive_report_key("another-master", "ft-aaaa", 1, salt)
+    assert ReportKeys(MASTER).of("ft-aaaa", 1, salt) == derive_report_key(MASTER, "ft-aaaa", 1, salt)
     assert MASTER not in repr(ReportKeys(MASTER))
     with pytest.raises(ValueError):
         ReportKeys("")
 
 
+def test_a_key_follows_from_its_attempts_salt_not_from_the_job_id_and_number_alone() -> None:
+    # The same job id and number with another salt (a record written again, an id used again): another key.
+    assert derive_report_key(MASTER, "ft-aaaa", 1, "a1" * 16) != derive_report_key(MASTER, "ft-aaaa", 1, "a2" * 16)
+    # Every attempt draws its own salt when it is planned, and keeps it in the job's record.
+    first, second = Attempt(number=1), Attempt(number=1)
+    assert first.key_salt != second.key_salt and len(first.key_salt) == 32
+    assert Attempt.model_validate_json(first.model_dump_json()).key_salt == first.key_salt
+    assert first.model_copy(update={"ended_at": utcnow()}).key_salt == first.key_salt
+    for bad in ("", "A1" * 16, "a1" * 15, "a1" * 16 + "\n"):
+        with pytest.raises(ValueError):
+            derive_report_key(MASTER, "ft-aaaa", 1, bad)
+
+
 def test_a_report_counts_only_with_the_key_of_the_attempt_it_names() -> None:
     line = dump_report(Progress(job_id="ft-bbbb", attempt=2, step=5))
     now = time.time()
-    own = signed(derive_report_key(MASTER, "ft-bbbb", 2), line)
-    assert verify_report(MASTER, *own, now) is None
+    sender, salt = Sender("ft-bbbb", 2), SALTS["ft-bbbb", 2]
+    own = signed(key_of("ft-bbbb", 2), line)
+    assert verify_report(MASTER, sender, salt, *own, now) is None
     for key in (
-        derive_report_key(MASTER, "ft-aaaa", 2),  # another job's runner
-        derive_report_key(MASTER, "ft-bbbb", 1),  # the same job's older attempt
+        key_of("ft-aaaa", 2),  # another job's runner
+        key_of("ft-bbbb", 1),  # the same job's older attempt
+        derive_report_key(MASTER, "ft-bbbb", 2, "0f" * 16),  # this attempt number under another salt
         MASTER,  # the bot's own secret is no runner's key
     ):
-        why = verify_report(MASTER, *signed(key, line), now)
+        why = verify_report(MASTER, sender, salt, *signed(key, line), now)
         assert why is not None and "ft-bbbb attempt 2" in why
     body, stamp, signature = own
-    assert verify_report(MASTER, body, None, signature, now) == "unsigned"
-    assert verify_report(MASTER, body, stamp, None, now) == "unsigned"
-    assert verify_report(MASTER, body, stamp, signature, now + 3600) is not None  # a replay, too late
-    assert verify_report(MASTER, body.replace(b'"step":5', b'"step":6'), stamp, signature, now) is not None
+    assert verify_report(MASTER, sender, salt, body, None, signature, now) == "unsigned"
+    assert verify_report(MASTER, sender, salt, body, stamp, None, now) == "unsigned"
+    assert verify_report(MASTER, sender, salt, body, stamp, signature, now + 3600) is not None  # a replay, too late
+    changed = body.replace(b'"step":5', b'"step":6')
+    assert verify_report(MASTER, sender, salt, changed, stamp, signature, now) is not None
 
 
 @pytest.mark.parametrize(
@@ -78,24 +129,66 @@ def test_a_report_counts_only_with_the_key_of_the_attempt_it_names() -> None:
         b'{"job_id": "ft-aaaa", "attempt": 0}',
     ],
 )
-def test_a_body_naming_no_attempt_has_no_key_to_check(body: bytes) -> None:
+async def test_a_body_naming_no_attempt_has_no_key_to_check(body: bytes) -> None:
     assert claimed_sender(body) is None
-    assert verify_report(MASTER, body, "1", "v1=00", time.time()) == "names no job and attempt"
+    salts = Salts()
+    with pytest.raises(ReportRefused) as refused:
+        await gate_of(salts).admit(body, "1", "v1=00", route="http")
+    assert "names no job and attempt" in refused.value.reason and salts.asked == []  # nothing to look up
 
 
-def test_the_gate_counts_what_it_refuses_and_names_the_attempt_in_the_bus_id() -> None:
-    gate = ReportGate(MASTER)
+async def test_the_gate_counts_what_it_refuses_and_names_the_attempt_in_the_bus_id() -> None:
+    salts = Salts()
+    gate = gate_of(salts)
     report = Progress(job_id="ft-bbbb", attempt=1, step=5)
-    message = gate.admit(*signed(derive_report_key(MASTER, "ft-bbbb", 1), dump_report(report)), route="http")
+    message = await gate.admit(*signed(key_of("ft-bbbb", 1), dump_report(report)), route="http")
     assert message.report == report and message.id == f"report:ft-bbbb:1:{report.id}"
+    assert salts.asked == [("ft-bbbb", 1)]  # the key comes from the salt stored with the attempt
     with pytest.raises(ReportRefused) as unsigned:
-        gate.admit(dump_report(report).encode(), None, None, route="sqs")
-    assert not unsigned.value.signed
+        await gate.admit(dump_report(report).encode(), None, None, route="sqs")
+    assert not unsigned.value.signed and salts.asked == [("ft-bbbb", 1)]  # unsigned: no look-up
     malformed = dump_report(report).replace('"step":5', '"step":"five"')
     with pytest.raises(ReportRefused) as bad:
-        gate.admit(*signed(derive_report_key(MASTER, "ft-bbbb", 1), malformed), route="http")
+        await gate.admit(*signed(key_of("ft-bbbb", 1), malformed), route="http")
     assert bad.value.signed and bad.value.detail  # signed by its attempt, but not a report: 400, not 401
     assert gate.refused == {"sqs": 1, "http": 1} and gate.metrics() == {REFUSED_METRIC: 2.0}
+
+
+async def test_the_gate_refuses_an_attempt_the_store_does_not_hold_whatever_key_signed_it() -> None:
+    gate = gate_of()
+    stranger = Progress(job_id="ft-cccc", attempt=1, step=5)  # no such attempt: no salt, so no key
+    for salt in ("a1" * 16, "00" * 16):
+        with pytest.raises(ReportRefused) as refused:
+            key = derive_report_key(MASTER, "ft-cccc", 1, salt)
+            await gate.admit(*signed(key, dump_report(stranger)), route="http")
+        assert not refused.value.signed and "ft-cccc has no attempt 1" in refused.value.reason
+    unplanned = Progress(job_id="ft-bbbb", attempt=3, step=5)
+    with pytest.raises(ReportRefused):
+        key = derive_report_key(MASTER, "ft-bbbb", 3, "b1" * 16)
+        await gate.admit(*signed(key, dump_report(unplanned)), route="sqs")
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        Completed(job_id="ft-bbbb", attempt=1, output_uri="s3://ft-bucket/jobs/ft-aaaa/output/"),  # another job's
+        Completed(job_id="ft-bbbb", attempt=1, output_uri="https://example.com/ft-bbbb/output/"),
+        Completed(job_id="ft-bbbb", attempt=1, output_uri="s3://ft-bucket/jobs/ft-bbbb/../ft-aaaa/output/"),
+        Completed(job_id="ft-bbbb", attempt=1, output_uri="s3://ft-bucket/jobs/ft-bbbb/%2e%2e/ft-aaaa/"),
+        Completed(job_id="ft-bbbb", attempt=1, output_uri="s3://ft-bucket/jobs/ft-bbbb"),  # the prefix's sibling
+        Completed(job_id="ft-bbbb", attempt=1, output_uri="s3://ft-bucket/jobs/ft-bbbbx/output/"),
+        CheckpointSaved(job_id="ft-bbbb", attempt=1, step=4, uri="s3://elsewhere/ckpt/", bytes=1, seconds=1.0),
+        Interrupted(job_id="ft-bbbb", attempt=1, reason="r", step=4, uri="file:///etc/"),
+    ],
+)
+async def test_a_report_naming_storage_outside_its_jobs_prefix_is_refused(report: RunnerReport) -> None:
+    gate = gate_of()
+    with pytest.raises(ReportRefused) as refused:
+        await gate.admit(*signed(key_of("ft-bbbb", 1), dump_report(report)), route="http")
+    assert refused.value.signed and refused.value.detail == [{"loc": ["uri"], "msg": "outside the job's prefix"}]
+    assert "outside the job's prefix s3://ft-bucket/jobs/ft-bbbb/" in refused.value.reason
+    own = Completed(job_id="ft-bbbb", attempt=1, output_uri="s3://ft-bucket/jobs/ft-bbbb/output/")
+    assert (await gate.admit(*signed(key_of("ft-bbbb", 1), dump_report(own)), route="http")).report == own
 
 
 # -- the caps ------------------------------------------------------------------------------------------------
@@ -160,8 +253,6 @@ async def test_on_sqs_reports_count_only_from_the_report_topic_signed_by_their_a
     report_topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
     cloud.subscribe(events_topic, queue)
     cloud.subscribe(report_topic, queue)
-    keys = ReportKeys(MASTER)
-
     async def publish(topic: str, report: Progress, key: str | None) -> None:
         """As the runner publishes (runner/reports/sns.py), with ``key``; None: unsigned."""
         if key is None:
@@ -174,16 +265,16 @@ async def test_on_sqs_reports_count_only_from_the_report_topic_signed_by_their_a
         await reporter.aclose()
 
     good = Progress(job_id="ft-bbbb", attempt=1, step=4)
-    await publish(report_topic, good, keys.of("ft-bbbb", 1))
+    await publish(report_topic, good, key_of("ft-bbbb", 1))
     await publish(report_topic, Progress(job_id="ft-bbbb", attempt=1, step=5), None)
-    await publish(report_topic, Progress(job_id="ft-bbbb", attempt=1, step=6), keys.of("ft-aaaa", 1))
+    await publish(report_topic, Progress(job_id="ft-bbbb", attempt=1, step=6), key_of("ft-aaaa", 1))
     # Signed correctly, but on the events topic: not where reports come from.
-    await publish(events_topic, Progress(job_id="ft-bbbb", attempt=1, step=7), keys.of("ft-bbbb", 1))
+    await publish(events_topic, Progress(job_id="ft-bbbb", attempt=1, step=7), key_of("ft-bbbb", 1))
     # A cloud event on the report topic (every runner may publish there): not believed either.
     cloud.sns.publish(TopicArn=report_topic, Message=spot_warning("i-0forged"))
     cloud.sns.publish(TopicArn=events_topic, Message=spot_warning("i-0real"))
 
-    gate = ReportGate(MASTER)
+    gate = gate_of()
     intake = AwsIntake(gate, report_topics=[report_topic], events_topics=[events_topic])
     bus = RecordingBus()
     source = SqsSource(queue, bus.publish, wait_seconds=1, parse=intake.parse)
@@ -201,8 +292,8 @@ async def test_on_sqs_reports_count_only_from_the_report_topic_signed_by_their_a
     assert source.stats.dead_lettered == cloud.depth(dead_letters) == 4
 
 
-def test_without_an_events_topic_configured_a_report_topic_still_carries_no_cloud_event() -> None:
-    intake = AwsIntake(ReportGate(MASTER), report_topics=["arn:aws:sns:us-east-1:1:reports"])
+async def test_without_an_events_topic_configured_a_report_topic_still_carries_no_cloud_event() -> None:
+    intake = AwsIntake(gate_of(), report_topics=["arn:aws:sns:us-east-1:1:reports"])
     envelope = {
         "Type": "Notification",
         "MessageId": "m-1",
@@ -210,9 +301,9 @@ def test_without_an_events_topic_configured_a_report_topic_still_carries_no_clou
         "Message": spot_warning("i-0forged"),
     }
     with pytest.raises(ReportRefused):
-        intake.parse(json.dumps(envelope))
-    [event] = intake.parse(json.dumps({**envelope, "TopicArn": "arn:aws:sns:us-east-1:1:events"}))
+        await intake.parse(json.dumps(envelope))
+    [event] = await intake.parse(json.dumps({**envelope, "TopicArn": "arn:aws:sns:us-east-1:1:events"}))
     assert isinstance(event, CloudEvent) and event.instance_id == "i-0forged"
     # No envelope (EventBridge straight to the queue, whose policy decides who may send): an event is taken.
-    [direct] = intake.parse(spot_warning("i-0direct"))
+    [direct] = await intake.parse(spot_warning("i-0direct"))
     assert isinstance(direct, CloudEvent)

@@ -546,13 +546,18 @@ async def test_a_report_counts_only_from_the_report_topic_and_signed_by_its_atte
     """IAM lets every runner publish to the report topic, and EventBridge's topic carries the cloud's word: a
     report is believed only on the first, with its attempt's signature; a cloud event only on the second."""
     report_topic = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
-    gate = ReportGate("master-report-secret")
+    report, line = progress_report()
+    salt = "5a" * 16  # what the store holds for the report's attempt
+
+    async def salts(job_id: str, attempt: int) -> str | None:
+        return salt if (job_id, attempt) == (report.job_id, report.attempt) else None
+
+    gate = ReportGate("master-report-secret", salts, lambda job_id: f"s3://ft-bucket/jobs/{job_id}/")
     intake = AwsIntake(gate, report_topics=[report_topic], events_topics=[TOPIC], route="sns")
     bus, verifier = RecordingBus(), SnsVerifier(host_pattern=LOCAL_HOST, schemes=("http",))
     app = web.Application()
     app.add_routes(sns_routes(bus.publish, [TOPIC, report_topic], verifier, parse=intake.parse))
     endpoint = Endpoint(await serve(app) + SNS_PATH, bus, verifier, Confirmations())
-    report, line = progress_report()
 
     def published(topic: str, message: str, key: str | None = None) -> dict[str, Any]:
         body = notification(topic, message)
@@ -564,11 +569,11 @@ async def test_a_report_counts_only_from_the_report_topic_and_signed_by_its_atte
             }
         return cert_host.signer.sign(body, cert_host.url)
 
-    own_key = ReportKeys("master-report-secret").of(report.job_id, report.attempt)
+    own_key = ReportKeys("master-report-secret").of(report.job_id, report.attempt, salt)
     refused = [
         published(TOPIC, line, own_key),  # signed, but on the events topic
         published(report_topic, line),  # unsigned
-        published(report_topic, line, ReportKeys("master-report-secret").of("ft-other", 1)),  # another job's key
+        published(report_topic, line, ReportKeys("master-report-secret").of("ft-other", 1, salt)),  # another job's key
         published(report_topic, spot_warning("i-0forged", event_id=EVENT_ID)),  # the cloud's word from a runner
     ]
     for message in refused:
@@ -588,14 +593,19 @@ async def test_a_report_sns_delivers_late_is_judged_by_when_sns_took_it(serve: S
     """SNS retries an HTTPS delivery for up to an hour: a report it took, signed, ten minutes ago and delivers only
     now is taken (by the envelope's Timestamp, which SNS signed); the same report published again now is not."""
     report_topic = "arn:aws:sns:us-east-1:123456789012:finetune-reports"
-    gate = ReportGate("master-report-secret")
+    report, line = progress_report()
+    salt = "5a" * 16  # what the store holds for the report's attempt
+
+    async def salts(job_id: str, attempt: int) -> str | None:
+        return salt if (job_id, attempt) == (report.job_id, report.attempt) else None
+
+    gate = ReportGate("master-report-secret", salts, lambda job_id: f"s3://ft-bucket/jobs/{job_id}/")
     intake = AwsIntake(gate, report_topics=[report_topic], events_topics=[TOPIC], route="sns")
     bus, verifier = RecordingBus(), SnsVerifier(host_pattern=LOCAL_HOST, schemes=("http",))
     app = web.Application()
     app.add_routes(sns_routes(bus.publish, [report_topic], verifier, parse=intake.parse))
     endpoint = Endpoint(await serve(app) + SNS_PATH, bus, verifier, Confirmations())
-    report, line = progress_report()
-    key = ReportKeys("master-report-secret").of(report.job_id, report.attempt)
+    key = ReportKeys("master-report-secret").of(report.job_id, report.attempt, salt)
     then = datetime.now(UTC) - timedelta(minutes=10)
     signed_then = int(then.timestamp())
 

@@ -229,6 +229,18 @@ async def test_errors_back_off_and_never_stop_the_consumer(aws: str) -> None:
     assert kinds(bus) == [("rebalance", "i-0late")]
 
 
+SALT = "5a" * 16  # the key salt of every attempt the gates below look up
+
+
+def any_attempts_gate(master: str, clock: Callable[[], float] = time.time) -> ReportGate:
+    """A gate whose store holds every attempt, each with :data:`SALT`, every job's prefix under one bucket."""
+
+    async def salts(job_id: str, attempt: int) -> str | None:
+        return SALT
+
+    return ReportGate(master, salts, lambda job_id: f"s3://bucket/jobs/{job_id}/", clock=clock)
+
+
 def forged_report(cloud: Aws, topic: str) -> tuple[str, dict[str, str]]:
     """A runner report published as the runner does, but signed with a key that is no attempt's; its line and the
     attributes it went with."""
@@ -267,7 +279,7 @@ async def test_a_refused_report_moves_to_the_dead_letter_queue_at_once_with_its_
     cloud.subscribe(topic, raw_queue, raw=True)
     line, attributes = forged_report(cloud, topic)
 
-    intake = AwsIntake(ReportGate("the-master-report-secret"), report_topics=[topic])
+    intake = AwsIntake(any_attempts_gate("the-master-report-secret"), report_topics=[topic])
     bus = RecordingBus()
     source = SqsSource(queue, bus.publish, wait_seconds=1, parse=intake.parse)
     raw_source = SqsSource(raw_queue, bus.publish, wait_seconds=1, parse=intake.parse)
@@ -297,13 +309,13 @@ async def test_a_raw_delivered_report_read_ten_minutes_late_is_judged_by_its_sen
     cloud.subscribe(topic, queue, raw=True)
     master = "the-master-report-secret"
     report = Progress(job_id=new_job_id(), attempt=1, step=3)
-    reporter = Reporter([SnsTarget("sns:" + topic, derive_report_key(master, report.job_id, 1))])
+    reporter = Reporter([SnsTarget("sns:" + topic, derive_report_key(master, report.job_id, 1, SALT))])
     reporter.start()
     reporter.emit(report)
     assert await reporter.drain(30)
     await reporter.aclose()
 
-    gate = ReportGate(master, clock=lambda: time.time() + 600)
+    gate = any_attempts_gate(master, clock=lambda: time.time() + 600)
     bus = RecordingBus()
     source = SqsSource(queue, bus.publish, wait_seconds=1, parse=AwsIntake(gate, report_topics=[topic]).parse)
     async with consuming(source):
@@ -319,7 +331,7 @@ async def test_a_refused_message_stays_when_the_dead_letter_queue_cannot_take_it
     queue = cloud.queue("finetune-events", dlq_arn=cloud.arn(dlq), max_receives=5, visibility=30)
     topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
     cloud.subscribe(topic, queue)
-    intake = AwsIntake(ReportGate("the-master-report-secret"), report_topics=[topic])
+    intake = AwsIntake(any_attempts_gate("the-master-report-secret"), report_topics=[topic])
     source = SqsSource(queue, RecordingBus().publish, wait_seconds=1, parse=intake.parse)
     async with consuming(source):
         await until(lambda: source.dead_letter_url == dlq, what="the dead-letter queue found")
@@ -336,7 +348,7 @@ async def test_without_a_redrive_policy_a_refused_message_stays(aws: str) -> Non
     topic = cloud.sns.create_topic(Name="finetune-reports")["TopicArn"]
     cloud.subscribe(topic, queue)
     forged_report(cloud, topic)
-    intake = AwsIntake(ReportGate("the-master-report-secret"), report_topics=[topic])
+    intake = AwsIntake(any_attempts_gate("the-master-report-secret"), report_topics=[topic])
     source = SqsSource(queue, RecordingBus().publish, wait_seconds=1, parse=intake.parse)
     async with consuming(source):
         await until(lambda: source.stats.refused == 1, what="the refusal")

@@ -606,3 +606,33 @@ async def test_a_gangs_restart_is_kept_apart_from_one_nodes_of_the_same_recipe_a
     assert await store.restart_estimate("tiny", ["g5.xlarge"]) == 90.0
     assert await store.restart_estimate("tiny", ["g5.xlarge"], nodes=4) == 600.0
     assert await store.restart_estimate("tiny", ["g5.xlarge"], nodes=2) is None  # a gang of another size: its own
+
+
+@pytest.mark.scenario
+async def test_an_attempts_key_salt_is_read_back_after_a_restart_of_the_server(tmp_path: Path) -> None:
+    """The report gate derives an attempt's key from the salt stored with it: a restarted bot (or another replica)
+    finds the same salt, so a runner's key keeps working; an attempt the store does not hold has none."""
+    settings = RedisConfig(redis_url=None, state_dir=tmp_path / "state")
+    handle = await open_redis(settings)
+    try:
+        store = JobStore(handle.client)
+        job = new_job()
+        await store.create(job, {"type": "created"})
+        await store.apply(job.id, launch("i-0abc"), "ev-1")
+        stored = await store.get(job.id)
+        assert stored is not None and stored.current is not None
+        salt = stored.current.key_salt
+        ahead = Attempt(number=2, market="on-demand")
+        await store.apply(job.id, lambda j: Change(j.model_copy(update={"standby": ahead}), {"type": "ahead"}), "ev-2")
+    finally:
+        await handle.close()
+
+    handle = await open_redis(settings)
+    try:
+        store = JobStore(handle.client)
+        assert await store.key_salt(job.id, 1) == salt and len(salt) == 32
+        assert await store.key_salt(job.id, 2) == ahead.key_salt != salt  # the attempt launched ahead has its own
+        assert await store.key_salt(job.id, 3) is None
+        assert await store.key_salt("ft-none", 1) is None
+    finally:
+        await handle.close()

@@ -167,7 +167,7 @@ class AliyunCloud:
             )
         spec = self._complete_spec(spec)
         spec_uri = await self._upload_spec(spec)
-        script = self.user_data(spec_uri, spec.job_id, spec.attempt)
+        script = self.user_data(spec_uri, spec.job_id, spec.attempt, spec.key_salt)
         if gang is not None:
             found = await self.gangs.ensure_set(gang.job_id, spec.attempt)
             self.instances.deployment_sets[gang.job_id] = found
@@ -190,7 +190,7 @@ class AliyunCloud:
         return await hand_over(  # the launch's last step: an instance without its token could read nothing
             spec,
             instance,
-            lambda: self._write_token(spec.job_id, spec.attempt, instance.instance_id),
+            lambda: self._write_token(spec.job_id, spec.attempt, spec.key_salt, instance.instance_id),
             failures=TOKEN_FAILURES,
             release=self.terminate,
             what=(
@@ -207,7 +207,7 @@ class AliyunCloud:
             return spec.model_copy(update={"report": [*spec.report, url]})
         return spec
 
-    def user_data(self, spec_uri: str, job_id: str, attempt: int) -> str:
+    def user_data(self, spec_uri: str, job_id: str, attempt: int, key_salt: str) -> str:
         """The boot script: the spec's OSS URI, the bucket's internal endpoint, the RAM role's name and, when runners
         report to the bot's URL, the attempt's own report key.
 
@@ -226,7 +226,7 @@ class AliyunCloud:
         if self.settings.ram_role:  # the runner reads the role's STS credentials from the instance metadata
             env["ALIBABA_CLOUD_ECS_METADATA"] = self.settings.ram_role
         if self.settings.report_url and self.report_keys is not None:
-            env["FINETUNE_REPORT_SECRET"] = self.report_keys.of(job_id, attempt)
+            env["FINETUNE_REPORT_SECRET"] = self.report_keys.of(job_id, attempt, key_salt)
         if self.renews_storage:  # the runner opens attempt-keys/<its instance id> with that key, then reads the spec
             env["FINETUNE_KEY_FROM"] = f"oss://{self.settings.bucket}/{ATTEMPT_KEYS_PREFIX}"
         return runner_boot_script(env, self.settings.runner_path)
@@ -267,21 +267,21 @@ class AliyunCloud:
             shape = type(exc).__name__
             raise AliyunUnavailable(f"AssumeRole: STS answered credentials of an unexpected shape ({shape})") from None
 
-    async def _write_token(self, job_id: str, attempt: int, instance_id: str) -> None:
+    async def _write_token(self, job_id: str, attempt: int, key_salt: str, instance_id: str) -> None:
         """A fresh token, sealed with the attempt's report key for ``instance_id`` (handlers/sealed_keys.py)."""
         if self.report_keys is None:
             raise ValueError("no report keys to seal the storage token with")
         storage = await self._storage_token(job_id, attempt)
-        body = seal(self.report_keys.of(job_id, attempt), instance_id, job_id, attempt, storage)
+        body = seal(self.report_keys.of(job_id, attempt, key_salt), instance_id, job_id, attempt, storage)
         await self.oss.put(sealed_key_object(instance_id), body)
 
-    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str, *, key_salt: str) -> None:
         """Rewrite the attempt's sealed token with a fresh one (bot/storage_renewal.py, for every live attempt well
         before the last one expires). AliyunError when STS or OSS would not."""
         if not self.renews_storage:
             return
         await renew(
-            lambda: self._write_token(job_id, attempt, instance_id),
+            lambda: self._write_token(job_id, attempt, key_salt, instance_id),
             failures=TOKEN_FAILURES,
             error=AliyunError,
             what=f"the storage token of {job_id} attempt {attempt} on {instance_id}",

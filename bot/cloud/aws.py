@@ -154,7 +154,7 @@ class AwsCloud:
         return await hand_over(
             spec,
             instance,
-            lambda: self.objects.write_key(spec.job_id, spec.attempt, instance.instance_id),
+            lambda: self.objects.write_key(spec.job_id, spec.attempt, spec.key_salt, instance.instance_id),
             failures=KEY_FAILURES,
             release=self.terminate,
             what=(
@@ -184,13 +184,13 @@ class AwsCloud:
         """Whether runners get per-attempt storage sessions (which then need rewriting before they expire)."""
         return self.objects.renews_storage
 
-    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str, *, key_salt: str) -> None:
         """Rewrite the attempt's key object with a fresh storage session (bot/storage_renewal.py calls this for every
         live attempt well before the last one expires). AwsError when STS or S3 would not."""
         if not self.renews_storage:
             return
         await renew(
-            lambda: self.objects.write_key(job_id, attempt, instance_id),
+            lambda: self.objects.write_key(job_id, attempt, key_salt, instance_id),
             failures=KEY_FAILURES,
             error=AwsError,
             what=f"the storage credentials of {job_id} attempt {attempt} on {instance_id}",

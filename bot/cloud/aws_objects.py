@@ -81,16 +81,17 @@ class AwsObjects:
         await self._put(key, spec.model_dump_json().encode())
         return self.uri(key)
 
-    async def write_key(self, job_id: str, attempt: int, instance_id: str) -> None:
-        """Write the attempt's key (and a fresh storage session, with a storage role) where only ``instance_id``'s
-        runner may read it; nothing without report keys. One of :data:`KEY_FAILURES` when it cannot."""
+    async def write_key(self, job_id: str, attempt: int, key_salt: str, instance_id: str) -> None:
+        """Write the attempt's key (derived with its ``key_salt``; with a storage role, a fresh storage session too)
+        where only ``instance_id``'s runner may read it; nothing without report keys. One of :data:`KEY_FAILURES`
+        when it cannot."""
         role_id = self.settings.runner_role_id
         if self.report_keys is None or role_id is None:
             return
         storage = await self._storage_session(job_id, attempt) if self.renews_storage else None
         await self._put(
             key_object(role_id, instance_id),
-            dump_attempt_key(job_id, attempt, self.report_keys.of(job_id, attempt), storage),
+            dump_attempt_key(job_id, attempt, self.report_keys.of(job_id, attempt, key_salt), storage),
             # the runner role's Deny refuses a key object whose tag does not name the session reading it
             tagging=urlencode({READER_TAG: reader(role_id, instance_id)}),
         )

@@ -82,8 +82,9 @@ class RenewsStorageCredentials(Protocol):
         """Whether it does here (configured): False leaves the renewal loop off."""
         ...
 
-    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str) -> None:
-        """Hand the attempt's runner a fresh session; CloudError when the cloud would not."""
+    async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str, *, key_salt: str) -> None:
+        """Hand the attempt's runner a fresh session (``key_salt``: the attempt's, for its key); CloudError when the
+        cloud would not."""
         ...
 
     async def drop_storage_credentials(self, instance_id: str) -> None:

@@ -224,7 +224,7 @@ class LocalCloud:
         (home / "launch-spec.json").write_text(spec.model_dump_json())
         runner_env = dict(self.runner_env)
         if self.report_keys is not None:
-            runner_env[REPORT_KEY_VARIABLE] = self.report_keys.of(spec.job_id, spec.attempt)
+            runner_env[REPORT_KEY_VARIABLE] = self.report_keys.of(spec.job_id, spec.attempt, spec.key_salt)
         config = InstanceConfig(
             instance_id=instance_id,
             job_id=spec.job_id,

@@ -23,7 +23,13 @@ from collections.abc import Collection, Mapping, Sequence
 
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportGate, ReportRefused
-from handlers.aws_events import SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, parse_delivery, unwrap
+from handlers.aws_events import (
+    SIGNATURE_ATTRIBUTE,
+    TIMESTAMP_ATTRIBUTE,
+    parse_aws_message,
+    parse_delivery,
+    unwrap,
+)
 from handlers.messages import BusMessage
 
 log = logging.getLogger(__name__)
@@ -61,7 +67,7 @@ class AwsIntake:
         """Cloud events refused for their topic, every route together (refused reports: the gate's metrics)."""
         return {EVENTS_REFUSED_METRIC: float(sum(self.events_refused.values()))}
 
-    def parse(
+    async def parse(
         self, body: str | bytes, attributes: Mapping[str, str] | None = None, sent_at: float | None = None
     ) -> Sequence[BusMessage]:
         """The bus messages of one delivery; ReportRefused (counted) or UnrecognisedMessage (not counted).
@@ -74,7 +80,7 @@ class AwsIntake:
                     f"refused a runner report ({self.route}) on {topic}, which is not a report topic", route=self.route
                 )
             signed = delivery.attributes
-            message = self.reports.admit(
+            message = await self.reports.admit(
                 delivery.message.encode(),
                 signed.get(TIMESTAMP_ATTRIBUTE),
                 signed.get(SIGNATURE_ATTRIBUTE),
@@ -95,4 +101,12 @@ class AwsIntake:
         return topic not in self.report_topics
 
 
-__all__ = ["AwsIntake", "ReportRefused"]
+async def parse_plain(
+    body: str | bytes, attributes: Mapping[str, str] | None = None, sent_at: float | None = None
+) -> Sequence[BusMessage]:
+    """:func:`handlers.aws_events.parse_aws_message` with the intake's signature (the sources' default, for tests
+    that need no report gate)."""
+    return parse_aws_message(body, attributes, sent_at)
+
+
+__all__ = ["AwsIntake", "ReportRefused", "parse_plain"]

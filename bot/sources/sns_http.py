@@ -34,9 +34,10 @@ from aiohttp import web
 from bot.header_form import SNS_MESSAGE_TYPE
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportRefused
+from bot.sources.aws_intake import parse_plain
 from bot.sources.sns_signature import FetchLimited, SignatureError, SnsVerifier, UrlFetcher, fetch_url
 from handlers import safe_json
-from handlers.aws_events import SNS_TYPES, parse_aws_message
+from handlers.aws_events import SNS_TYPES
 from handlers.errors import UnrecognisedMessage
 from handlers.messages import BusMessage
 
@@ -48,7 +49,7 @@ MAX_AGE = timedelta(hours=1)
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 
 Publish = Callable[[BusMessage], Awaitable[str]]  # the bus encodes the message once, from the model
-Parse = Callable[[bytes], Sequence[BusMessage]]
+Parse = Callable[[bytes], Awaitable[Sequence[BusMessage]]]
 
 
 def sns_routes(
@@ -60,7 +61,7 @@ def sns_routes(
     confirm: UrlFetcher = fetch_url,
     clock: Callable[[], float] = time.time,
     max_age: timedelta = MAX_AGE,
-    parse: Parse = parse_aws_message,
+    parse: Parse = parse_plain,
 ) -> list[web.RouteDef]:
     """The route to mount on the bot's app (``app.add_routes(sns_routes(...))``).
 
@@ -164,7 +165,7 @@ async def _publish(
     raw: bytes, message: dict[str, Any], publish: Publish, parse: Parse, quiet: LimitedLog
 ) -> web.Response:
     try:
-        bus_messages = parse(raw)
+        bus_messages = await parse(raw)
     except ReportRefused as exc:  # counted and logged where refused
         return web.json_response({"error": "refused", "reason": exc.reason}, status=403)
     except UnrecognisedMessage as exc:

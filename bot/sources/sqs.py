@@ -47,7 +47,7 @@ from aiobotocore.session import get_session
 from bot.errors import StoreUnavailable
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportRefused
-from handlers.aws_events import parse_aws_message
+from bot.sources.aws_intake import parse_plain
 from handlers.backoff import backoff
 from handlers.errors import UnrecognisedMessage
 from handlers.messages import BusMessage
@@ -63,7 +63,7 @@ MAX_REASON_CHARS = 1000
 
 Publish = Callable[[BusMessage], Awaitable[str]]  # the bus encodes the message once, from the model
 # (body, string attributes, when SQS received it in seconds) -> bus messages
-Parse = Callable[[str, Mapping[str, str], float | None], Sequence[BusMessage]]
+Parse = Callable[[str, Mapping[str, str], float | None], Awaitable[Sequence[BusMessage]]]
 ClientFactory = Callable[[], AbstractAsyncContextManager[Any]]
 
 
@@ -95,7 +95,7 @@ class SqsSource:
         wait_seconds: int = MAX_WAIT_SECONDS,
         max_messages: int = MAX_MESSAGES,
         max_backoff: float = 30.0,
-        parse: Parse = parse_aws_message,
+        parse: Parse = parse_plain,
     ) -> None:
         if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
             raise ValueError(f"wait_seconds must be within 0..{MAX_WAIT_SECONDS}")
@@ -163,7 +163,7 @@ class SqsSource:
         message_id = message.get("MessageId")
         receives = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
         try:
-            bus_messages = self._parse(message.get("Body", ""), _string_attributes(message), _sent_at(message))
+            bus_messages = await self._parse(message.get("Body", ""), _string_attributes(message), _sent_at(message))
         except ReportRefused as refused:  # counted and logged where refused
             self.stats.refused += 1
             await self._dead_letter(client, message, refused.reason)
@@ -176,6 +176,10 @@ class SqsSource:
                 receives,
                 exc.reason,
             )
+            return
+        except StoreUnavailable as exc:  # a report's key salt could not be read: SQS delivers it again later
+            self.stats.publish_failures += 1
+            log.warning("SQS message %s (receive %s) not checked: Redis is unavailable (%s)", message_id, receives, exc)
             return
         except Exception:
             self.stats.unrecognised += 1
