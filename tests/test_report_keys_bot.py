@@ -285,7 +285,8 @@ async def test_a_report_naming_storage_outside_its_jobs_prefix_is_refused_and_ch
 
 
 async def test_a_gang_nodes_key_cannot_claim_rank_0_and_complete_the_gang(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    gang_recipe = {**quick_recipe("sleepy", SLEEPS), "max_nodes": 2}  # a member may ask for two nodes of it
+    config = write_config(tmp_path / "bot.yaml", recipes=[gang_recipe])
     async with running_bot(tmp_path / "state", config) as (service, chat):
         job_id = await start_job(service, "console:ana", "start sleepy nodes=2")
         gang = await wait_job(service, job_id, lambda j: j.state is JobState.RUNNING and len(j.instance_ids) == 2, 300)
