@@ -71,6 +71,7 @@ from runner.storage.base import ObjectStore, StorageError
 from runner.storage.open import open_store
 from runner.sync import CheckpointSync, SyncReason
 from runner.trainer import TrainerFiles, TrainerProcess, TrainerStartError, cannot_start
+from runner.trainer_box import TrainerBox
 from runner.trainer_env import TrainerSetup
 from runner.trainer_user import TRAINER_USER_ENV, trainer_user
 
@@ -173,6 +174,7 @@ class Runner:
         self.files = TrainerFiles.under(options.work_dir)
         self.output_dir = self.files.output_dir
         self.progress = ProgressTail(self.files.progress_file)
+        self._box: TrainerBox | None = None  # made when the attempt runs: the runner becomes a subreaper then
         self.notices: asyncio.Queue[InstanceNotice] = asyncio.Queue()
         self.sync = self._checkpoint_sync()
         self.control = ControlObjectSource(self.store, spec.attempt, self._control_keys())
@@ -395,6 +397,7 @@ class Runner:
 
     async def run(self) -> int:
         """Run the attempt to its end; returns the process exit code."""
+        self._box = TrainerBox()
         self.reporter.start()
         watchers = [
             asyncio.create_task(
@@ -413,6 +416,7 @@ class Runner:
             self._install_signal_handlers()
             return await self._run()
         finally:
+            await self._end_trainer()
             for watcher in [*watchers, *self._marking.values()]:
                 watcher.cancel()
             await asyncio.gather(*watchers, *self._marking.values(), return_exceptions=True)
@@ -458,6 +462,7 @@ class Runner:
     async def _supervise(self, resume_from: Path | None) -> int:
         restarts = 0
         while True:
+            await self._end_trainer()  # an earlier trainer's leftovers must not race this one's hand-over
             try:
                 trainer = await TrainerProcess.start(
                     self.spec.command,
@@ -472,7 +477,10 @@ class Runner:
                 return EXIT_FAILED
             outcome = await self._watch(trainer)
             if isinstance(outcome, InstanceNotice):
-                return await self._interrupt(trainer, outcome)
+                interrupted = await self._interrupt(trainer, outcome)
+                await self._end_trainer(trainer)
+                return interrupted
+            await self._end_trainer(trainer)  # what it left running races nothing of ours from here on
             if self.spec.gang is not None and (outcome != 0 or trainer.stopped_on_request):
                 # The gang stopped on a peer's notice, or a peer was lost: one node cannot train on alone.
                 cause: StandbyCause = "stopped" if outcome == 0 else "trainer-exited"
@@ -574,6 +582,12 @@ class Runner:
             trainer.kill()  # nothing it does now can be committed any more
             await trainer.wait()
         return EXIT_INTERRUPTED
+
+    async def _end_trainer(self, trainer: TrainerProcess | None = None) -> None:
+        """Every process the trainer started is gone (``runner.trainer_box``); its main process, awaited by
+        asyncio, is spared the reaping only."""
+        if self._box is not None:
+            await asyncio.to_thread(self._box.sweep, trainer.process.pid if trainer is not None else None)
 
     async def _await_marker(self, outcome: NoticeOutcome, until: float) -> None:
         """Gang node 0: wait, until ``until`` (monotonic) at most, for the marker of the step just committed (every

@@ -33,6 +33,7 @@ from typing import Any, BinaryIO, Literal
 from handlers.failures import Failure
 from runner.errors import RunnerError
 from runner.stop_request import STOP_FILE_ENV, stopped_path, watched_path
+from runner.trainer_box import become_subreaper, descendants
 from runner.trainer_env import TrainerSetup, build_environment
 from runner.trainer_user import TrainerUser
 
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 40
 LINE_LIMIT = 2048  # bytes of one output line kept in memory (the log file gets all of it)
 _PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
 _PACKAGE_DIR = Path(__file__).resolve().parent
 SWIFT_PLUGIN = _PACKAGE_DIR / "swift" / "finetune_spot_plugin.py"
 TrainerState = Literal["running", "exited-cleanly", "exited"]
@@ -182,31 +182,6 @@ def _die_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (from ``/proc``; empty where there is none)."""
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            # "pid (comm) state ppid …": comm may hold spaces and parentheses, so split after the last ')'.
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) > 1:
-                children[int(fields[1])].append(int(entry.name))
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 class TrainerProcess:
     def __init__(
         self,
@@ -241,7 +216,6 @@ class TrainerProcess:
         setup = setup or TrainerSetup()
         full_env, ours = trainer_environment(env, files, resume_from, setup)
         argv = expand_argv(command, ours)
-        files.output_dir.mkdir(parents=True, exist_ok=True)
         # A request left by an earlier trainer of this attempt must not stop this one.
         for stale in (files.stop_file, Path(watched_path(files.stop_file)), Path(stopped_path(files.stop_file))):
             stale.unlink(missing_ok=True)
@@ -251,9 +225,11 @@ class TrainerProcess:
         if setup.user is not None:
             setup.user.hand_over(files.work_dir, [files.output_dir, files.home])
             switch = setup.user.popen_args()
+        else:
+            files.output_dir.mkdir(parents=True, exist_ok=True)
         # Orphans of the trainer (a launcher that died before its ranks) come to us, so kill() still finds them.
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-        others = frozenset(_descendants(os.getpid()))
+        become_subreaper()
+        others = frozenset(descendants(os.getpid()))
         who = setup.user.name if setup.user else "the runner's user"
         log.info("starting trainer as %s: %s (resume from %s)", who, argv, resume_from or "scratch")
         try:
@@ -330,17 +306,17 @@ class TrainerProcess:
     def _signal_all(self, signum: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signum)
-        for pid in [self.process.pid, *_descendants(self.process.pid)]:
+        for pid in [self.process.pid, *descendants(self.process.pid)]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
 
     def kill(self) -> None:
         """The deadline passed: kill the trainer and everything it started (ranks in sessions of their own too)."""
         self.killed = True
-        doomed = _descendants(self.process.pid)
+        doomed = descendants(self.process.pid)
         # Orphans re-parented to the runner (we are their subreaper) belong to the trainer as well.
         ours = [self.process.pid, *doomed, *self._others]
-        doomed += [pid for pid in _descendants(os.getpid()) if pid not in ours]
+        doomed += [pid for pid in descendants(os.getpid()) if pid not in ours]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         for pid in [self.process.pid, *doomed]:
