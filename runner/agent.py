@@ -529,7 +529,7 @@ class Runner:
                     if next_notice.done():
                         self.notices.put_nowait(next_notice.result())
                     next_notice.cancel()
-                    self._report_progress(force=True)
+                    await self._report_progress(force=True)
                     if exited.result() == 0 and not (self.spec.gang is not None and trainer.stopped_on_request):
                         await self.sync.aclose()  # the job is done: its final output matters, not checkpoints
                     return exited.result()
@@ -566,7 +566,7 @@ class Runner:
         )
         outcome = await commit.run()
         await self._await_marker(outcome, cutoff)
-        self._report_progress(force=True)
+        await self._report_progress(force=True)
         self.reporter.emit(self._interrupted_report(notice, deadline, noticed, outcome))
         # The report leaves while what is still committing goes on: the machine is there until the deadline.
         finishing = asyncio.create_task(commit.finish(until=ends_at - 0.2))
@@ -599,9 +599,9 @@ class Runner:
         if marking is not None:
             await asyncio.wait([marking], timeout=max(until - time.monotonic(), 0.1))
 
-    def _trainer_step(self) -> int | None:
+    async def _trainer_step(self) -> int | None:
         """The step the trainer has reached, from its progress file as it is now."""
-        self.progress.read_new()
+        await self.progress.refresh()
         return self.progress.state.step
 
     def _interrupted_report(
@@ -808,11 +808,11 @@ class Runner:
     async def _progress_loop(self) -> None:
         while True:
             await asyncio.sleep(min(self.options.progress_seconds, 1.0) or 0.2)
-            self._report_progress()
+            await self._report_progress()
 
-    def _report_progress(self, force: bool = False) -> None:
+    async def _report_progress(self, force: bool = False) -> None:
         """Report a step we have not reported yet, at most once per ``progress_seconds`` unless forced."""
-        self.progress.read_new()
+        await self.progress.refresh()
         state = self.progress.state
         if state.step is None or state.step == self._last_reported_step:
             return
