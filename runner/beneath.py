@@ -12,6 +12,7 @@ again. Walks enter each directory the same way (not :func:`os.fwalk`: it opens a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -101,6 +102,26 @@ def entries(top_fd: int) -> Iterator[tuple[int, str, os.stat_result, PurePosixPa
     finally:
         for fd, _ in stack:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def pinned(top: Path, path: Path) -> Iterator[Path]:
+    """A name for the regular file ``path`` below the directory ``top``, opened without following a link at
+    ``top`` or below (:func:`open_file_beneath`) and held open meanwhile: ``/proc/self/fd/<n>``.
+
+    For code that reads a file by its name, perhaps several times in several threads (a store's parts): opening
+    that name gives the very file opened here, whatever the trainer renames or swaps meanwhile. Linux only, as the
+    runner is."""
+    fd = open_file_beneath(top, path)
+    try:
+        yield fd_name(fd)
+    finally:
+        os.close(fd)
+
+
+def fd_name(fd: int) -> Path:
+    """The name of an open file that opens that very file again (Linux's ``/proc/self/fd``)."""
+    return Path(f"/proc/self/fd/{fd}")
 
 
 def regular_files(top: Path) -> list[str]:
