@@ -471,6 +471,7 @@ class Runner:
                     self.files,
                     echo=self.options.echo_trainer,
                     setup=self.options.trainer,
+                    box=self._box,
                 )
             except TrainerStartError as exc:
                 self._failed(exc.failure, step=self.progress.state.step)

@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, Literal
 from handlers.failures import Failure
 from runner.errors import RunnerError
 from runner.stop_request import STOP_FILE_ENV, stopped_path, watched_path
-from runner.trainer_box import become_subreaper, descendants
+from runner.trainer_box import TrainerBox, become_subreaper, descendants
 from runner.trainer_env import TrainerSetup, build_environment
 from runner.trainer_user import TrainerUser
 
@@ -190,6 +190,7 @@ class TrainerProcess:
         echo: bool,
         others: frozenset[int] = frozenset(),
         sink: BinaryIO | None = None,
+        box: TrainerBox | None = None,
     ) -> None:
         self.process = process
         self._sink = sink
@@ -200,6 +201,7 @@ class TrainerProcess:
         self.killed = False
         self.frozen = False
         self._others = others  # the runner's processes from before the trainer: never the trainer's to kill
+        self._box = box
         self._pump = asyncio.create_task(self._stream_output())
 
     @classmethod
@@ -211,8 +213,10 @@ class TrainerProcess:
         files: TrainerFiles,
         echo: bool = True,
         setup: TrainerSetup | None = None,
+        box: TrainerBox | None = None,
     ) -> TrainerProcess:
-        """Start the trainer; :class:`TrainerStartError` when its program cannot be run at all."""
+        """Start the trainer; :class:`TrainerStartError` when its program cannot be run at all. ``box``: what of
+        the runner's processes is the trainer's, all of it ended once the trainer's own process has exited."""
         setup = setup or TrainerSetup()
         full_env, ours = trainer_environment(env, files, resume_from, setup)
         argv = expand_argv(command, ours)
@@ -247,7 +251,7 @@ class TrainerProcess:
         except OSError as exc:
             sink.close()
             raise TrainerStartError(start_failure(argv[0], full_env, exc)) from exc
-        return cls(process, files, echo, others, sink)
+        return cls(process, files, echo, others, sink, box)
 
     @property
     def running(self) -> bool:
@@ -264,7 +268,11 @@ class TrainerProcess:
         return os.path.exists(watched_path(self.files.stop_file))
 
     async def wait(self) -> int:
+        """The trainer's exit code, once it and everything it started are gone: a daemon it left holding its
+        output pipe open would otherwise hold this wait (and the runner) forever."""
         code = await self.process.wait()
+        if self._box is not None:
+            await asyncio.to_thread(self._box.sweep, self.process.pid)
         await self._pump
         return code
 
