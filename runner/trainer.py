@@ -268,13 +268,37 @@ class TrainerProcess:
         return os.path.exists(watched_path(self.files.stop_file))
 
     async def wait(self) -> int:
-        """The trainer's exit code, once it and everything it started are gone: a daemon it left holding its
-        output pipe open would otherwise hold this wait (and the runner) forever."""
-        code = await self.process.wait()
+        """The trainer's exit code, once it and everything it started are gone. asyncio's own wait also waits
+        for the output pipe to close, which a daemon the trainer left holding it would put off forever: so the
+        exit of the trainer's own process is awaited first, then its box is swept (the pipe closes), then that."""
+        if not await self._exited():  # no pidfd here: asyncio's wait, then the sweep
+            await self.process.wait()
         if self._box is not None:
             await asyncio.to_thread(self._box.sweep, self.process.pid)
+        code = await self.process.wait()
         await self._pump
         return code
+
+    async def _exited(self) -> bool:
+        """Until the trainer's own process has exited (its pidfd turns readable), whoever still holds its output;
+        False at once where there is no pidfd to wait on (not Linux, a kernel before 5.3)."""
+        if self.process.returncode is not None:
+            return True
+        try:
+            pidfd = os.pidfd_open(self.process.pid)
+        except ProcessLookupError:  # exited and reaped already: its code is on its way to asyncio
+            return True
+        except (OSError, AttributeError):
+            return False
+        loop = asyncio.get_running_loop()
+        readable: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(pidfd, lambda: readable.done() or readable.set_result(None))
+        try:
+            await readable
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        return True
 
     def request_stop(self) -> None:
         """Ask the trainer to save and exit: the stop file for every rank, and SIGTERM to a trainer that does not
