@@ -353,6 +353,7 @@ class Runner:
         self.checkpoints = self._checkpoint_store()
         self.sync = self._checkpoint_sync()
         self.control.keys = self._control_keys() or self.control.keys
+        self._reclaim_output_dir()
         checkpoints = self.checkpoints
         assert isinstance(checkpoints, GangCheckpointStore)
         try:
@@ -831,11 +832,20 @@ class Runner:
 
     def _reset_output_dir(self) -> None:
         """The store is the truth: local leftovers of an earlier run on this disk are not resumed from."""
-        if self.output_dir.exists():
+        self._reclaim_output_dir()
+        if any(self.output_dir.iterdir()):
             log.info("clearing leftovers in %s", self.output_dir)
-            shutil.rmtree(self.output_dir)
-        self.output_dir.mkdir(parents=True)
+            shutil.rmtree(self.output_dir)  # by descriptors, never into a link (shutil's own guard)
+            self.output_dir.mkdir()
         self.progress.path.unlink(missing_ok=True)
+
+    def _reclaim_output_dir(self) -> None:
+        """``output/`` is a real directory again before the runner writes into it by name: an earlier trainer
+        (all its processes gone by now) owned it and may have left a link to anywhere in its place."""
+        if self.output_dir.is_symlink() or (self.output_dir.exists() and not self.output_dir.is_dir()):
+            log.warning("%s was not a directory (the trainer left something else there): made anew", self.output_dir)
+            self.output_dir.unlink()
+        self.output_dir.mkdir(parents=True, exist_ok=True)
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

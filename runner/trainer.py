@@ -11,7 +11,9 @@ that holds only this ``runner`` package, so a trainer in another Python environm
 plugin from the very files the runner runs, and nothing else of the runner's environment.
 
 The rest of its environment is its own (``runner.trainer_env``: never the report key, a credential or the bot's
-settings), and a runner that is root starts it as an unprivileged user (``runner.trainer_user``).
+settings), and a runner that is root starts it as an unprivileged user (``runner.trainer_user``). Whatever it
+starts ends with it (``runner.trainer_box``), and what it writes the runner reaches without following a link it may
+have put on the way (``runner.beneath``).
 """
 
 from __future__ import annotations
