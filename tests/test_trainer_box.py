@@ -4,7 +4,8 @@ doing what the issue found a model's code can do.
 Each start, the trainer forks a daemon into a session of its own (it keeps the trainer's output pipe open and
 swaps ``output/swap`` between a directory and a link to a directory of root's outside the work directory, as fast
 as it can) and turns its progress file into a FIFO. The first two starts crash (``max_restarts`` is 2, so the
-runner restarts it twice); the third writes a checkpoint and waits. Then a spot notice comes through the local
+runner restarts it twice; the second leaves a link to root's directory where ``output/`` was); the third
+writes a checkpoint and waits. Then a spot notice comes through the local
 metadata service, as on an instance. The runner must end each daemon before the next start (the trainer looks for
 the last one's pid when it starts), change the owner of nothing outside the work directory, read no FIFO, and
 still commit the checkpoint and report before the deadline.
@@ -57,6 +58,7 @@ until [ -s "$HOME/daemon.pid" ]; do sleep 0.02; done
 rm -f "$FINETUNE_PROGRESS_FILE"
 mkfifo "$FINETUNE_PROGRESS_FILE"
 echo "start $n: daemon $(cat "$HOME/daemon.pid") swapping, progress file a FIFO"
+if [ "$n" -eq 2 ]; then mv "$out" "$out.moved" && ln -s "$ROOT_DIR" "$out"; fi
 if [ "$n" -lt 3 ]; then exit 1; fi
 mkdir -p "$out/checkpoint-3"
 echo weights > "$out/checkpoint-3/model.bin"
@@ -194,6 +196,7 @@ async def test_a_trainer_that_leaves_a_daemon_swaps_links_and_plants_a_fifo_stay
     assert processes_of(trainer_account.pw_uid) == []  # and nothing of the trainer's outlived the attempt
 
     assert owners(root_dir) == before  # nothing outside the work directory changed owner
+    assert (work / "output.moved").is_dir() and not (work / "output").is_symlink()  # the link was replaced
     assert (root_dir / "secret").read_bytes() == SECRET
     stored = [path.read_bytes() for path in store.rglob("*") if path.is_file()]
     assert stored and not any(SECRET in data for data in stored)
