@@ -294,7 +294,12 @@ class TrainerProcess:
             return False
         loop = asyncio.get_running_loop()
         readable: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(pidfd, lambda: readable.done() or readable.set_result(None))
+
+        def exited() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(pidfd, exited)
         try:
             await readable
         finally:
