@@ -57,7 +57,9 @@ class TrainerUser:
         each of ``owned`` is opened relative to it without following a link (the trainer owns it and, the
         directory being sticky, may have replaced it by one: then it is removed and made again), and the tree
         below is walked and changed by descriptors. Called once every process of an earlier trainer is gone
-        (``runner.trainer_box``), so nothing races it; it would not matter if something did.
+        (``runner.trainer_box``), so nothing races it; it would not matter if something did. (Fresh directories
+        instead of a walk would not do: a restarted trainer resumes from, and rotates, the checkpoints root
+        restored into ``output/``, so those must become its own where they are.)
         """
         work_fd = beneath.open_dir(work_dir)
         try:
