@@ -71,6 +71,7 @@ from runner.storage.base import ObjectStore, StorageError
 from runner.storage.open import open_store
 from runner.sync import CheckpointSync, SyncReason
 from runner.trainer import TrainerFiles, TrainerProcess, TrainerStartError, cannot_start
+from runner.trainer_box import TrainerBox
 from runner.trainer_env import TrainerSetup
 from runner.trainer_user import TRAINER_USER_ENV, trainer_user
 
@@ -173,6 +174,7 @@ class Runner:
         self.files = TrainerFiles.under(options.work_dir)
         self.output_dir = self.files.output_dir
         self.progress = ProgressTail(self.files.progress_file)
+        self._box: TrainerBox | None = None  # made when the attempt runs: the runner becomes a subreaper then
         self.notices: asyncio.Queue[InstanceNotice] = asyncio.Queue()
         self.sync = self._checkpoint_sync()
         self.control = ControlObjectSource(self.store, spec.attempt, self._control_keys())
@@ -351,6 +353,7 @@ class Runner:
         self.checkpoints = self._checkpoint_store()
         self.sync = self._checkpoint_sync()
         self.control.keys = self._control_keys() or self.control.keys
+        self._reclaim_output_dir()
         checkpoints = self.checkpoints
         assert isinstance(checkpoints, GangCheckpointStore)
         try:
@@ -395,6 +398,7 @@ class Runner:
 
     async def run(self) -> int:
         """Run the attempt to its end; returns the process exit code."""
+        self._box = TrainerBox()
         self.reporter.start()
         watchers = [
             asyncio.create_task(
@@ -413,6 +417,7 @@ class Runner:
             self._install_signal_handlers()
             return await self._run()
         finally:
+            await self._end_trainer()
             for watcher in [*watchers, *self._marking.values()]:
                 watcher.cancel()
             await asyncio.gather(*watchers, *self._marking.values(), return_exceptions=True)
@@ -458,6 +463,7 @@ class Runner:
     async def _supervise(self, resume_from: Path | None) -> int:
         restarts = 0
         while True:
+            await self._end_trainer()  # an earlier trainer's leftovers must not race this one's hand-over
             try:
                 trainer = await TrainerProcess.start(
                     self.spec.command,
@@ -466,13 +472,17 @@ class Runner:
                     self.files,
                     echo=self.options.echo_trainer,
                     setup=self.options.trainer,
+                    box=self._box,
                 )
             except TrainerStartError as exc:
                 self._failed(exc.failure, step=self.progress.state.step)
                 return EXIT_FAILED
             outcome = await self._watch(trainer)
             if isinstance(outcome, InstanceNotice):
-                return await self._interrupt(trainer, outcome)
+                interrupted = await self._interrupt(trainer, outcome)
+                await self._end_trainer(trainer)
+                return interrupted
+            await self._end_trainer(trainer)  # what it left running races nothing of ours from here on
             if self.spec.gang is not None and (outcome != 0 or trainer.stopped_on_request):
                 # The gang stopped on a peer's notice, or a peer was lost: one node cannot train on alone.
                 cause: StandbyCause = "stopped" if outcome == 0 else "trainer-exited"
@@ -521,7 +531,7 @@ class Runner:
                     if next_notice.done():
                         self.notices.put_nowait(next_notice.result())
                     next_notice.cancel()
-                    self._report_progress(force=True)
+                    await self._report_progress(force=True)
                     if exited.result() == 0 and not (self.spec.gang is not None and trainer.stopped_on_request):
                         await self.sync.aclose()  # the job is done: its final output matters, not checkpoints
                     return exited.result()
@@ -558,7 +568,7 @@ class Runner:
         )
         outcome = await commit.run()
         await self._await_marker(outcome, cutoff)
-        self._report_progress(force=True)
+        await self._report_progress(force=True)
         self.reporter.emit(self._interrupted_report(notice, deadline, noticed, outcome))
         # The report leaves while what is still committing goes on: the machine is there until the deadline.
         finishing = asyncio.create_task(commit.finish(until=ends_at - 0.2))
@@ -575,6 +585,12 @@ class Runner:
             await trainer.wait()
         return EXIT_INTERRUPTED
 
+    async def _end_trainer(self, trainer: TrainerProcess | None = None) -> None:
+        """Every process the trainer started is gone (``runner.trainer_box``); its main process, awaited by
+        asyncio, is spared the reaping only."""
+        if self._box is not None:
+            await asyncio.to_thread(self._box.sweep, trainer.process.pid if trainer is not None else None)
+
     async def _await_marker(self, outcome: NoticeOutcome, until: float) -> None:
         """Gang node 0: wait, until ``until`` (monotonic) at most, for the marker of the step just committed (every
         node's part of it; the others commit theirs side by side). Its ``interrupted`` report waits for it: the bot
@@ -585,9 +601,9 @@ class Runner:
         if marking is not None:
             await asyncio.wait([marking], timeout=max(until - time.monotonic(), 0.1))
 
-    def _trainer_step(self) -> int | None:
+    async def _trainer_step(self) -> int | None:
         """The step the trainer has reached, from its progress file as it is now."""
-        self.progress.read_new()
+        await self.progress.refresh()
         return self.progress.state.step
 
     def _interrupted_report(
@@ -794,11 +810,11 @@ class Runner:
     async def _progress_loop(self) -> None:
         while True:
             await asyncio.sleep(min(self.options.progress_seconds, 1.0) or 0.2)
-            self._report_progress()
+            await self._report_progress()
 
-    def _report_progress(self, force: bool = False) -> None:
+    async def _report_progress(self, force: bool = False) -> None:
         """Report a step we have not reported yet, at most once per ``progress_seconds`` unless forced."""
-        self.progress.read_new()
+        await self.progress.refresh()
         state = self.progress.state
         if state.step is None or state.step == self._last_reported_step:
             return
@@ -816,11 +832,20 @@ class Runner:
 
     def _reset_output_dir(self) -> None:
         """The store is the truth: local leftovers of an earlier run on this disk are not resumed from."""
-        if self.output_dir.exists():
+        self._reclaim_output_dir()
+        if any(self.output_dir.iterdir()):
             log.info("clearing leftovers in %s", self.output_dir)
-            shutil.rmtree(self.output_dir)
-        self.output_dir.mkdir(parents=True)
+            shutil.rmtree(self.output_dir)  # by descriptors, never into a link (shutil's own guard)
+            self.output_dir.mkdir()
         self.progress.path.unlink(missing_ok=True)
+
+    def _reclaim_output_dir(self) -> None:
+        """``output/`` is a real directory again before the runner writes into it by name: an earlier trainer
+        (all its processes gone by now) owned it and may have left a link to anywhere in its place."""
+        if self.output_dir.is_symlink() or (self.output_dir.exists() and not self.output_dir.is_dir()):
+            log.warning("%s was not a directory (the trainer left something else there): made anew", self.output_dir)
+            self.output_dir.unlink()
+        self.output_dir.mkdir(parents=True, exist_ok=True)
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

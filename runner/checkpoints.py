@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -30,6 +31,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from handlers.reports import SkipKind, SkippedCheckpoint
+from runner.beneath import fd_name, open_file_beneath
 from runner.checksums import encode, file_part_crcs
 from runner.errors import RunnerError
 from runner.final_output import output_files
@@ -44,7 +46,7 @@ from runner.manifest import (
     sha256_file,
 )
 from runner.retry import with_retries
-from runner.storage.base import ObjectMissing, ObjectStore
+from runner.storage.base import ObjectMissing, ObjectStore, StorageError
 from runner.upload import FileUpload, RateMeter, UploadedFile
 
 log = logging.getLogger(__name__)
@@ -180,6 +182,7 @@ class CheckpointUpload:
                 self.prefix + path.relative_to(self.local_dir).as_posix(),
                 final=self.complete,
                 priority=self.step,
+                root=self.local_dir.parent,  # the output directory: no link followed below it
                 meter=self.checkpoints.meter,
                 poll_seconds=self.poll_seconds,
                 settle_seconds=self.settle_seconds,
@@ -352,8 +355,19 @@ class CheckpointStore:
     async def upload_output(self, output_dir: Path) -> str:
         """Upload the final output: what the trainer wrote outside its checkpoint dirs (the final adapter, logs,
         metrics), and the last checkpoint's model where that is the trainer's final save (``runner.final_output``)."""
-        files = output_files(output_dir)
-        await asyncio.gather(*(self.store.upload_file(path, OUTPUT_PREFIX + key) for path, key in files))
+        files = await asyncio.to_thread(output_files, output_dir)
+
+        async def upload(path: Path, key: str) -> None:
+            try:  # never through a link the trainer put on the way
+                fd = open_file_beneath(output_dir, path)
+            except OSError as exc:  # a link or a FIFO where a file was listed: never uploaded
+                raise StorageError(f"{path} cannot be uploaded safely: {exc}") from exc
+            try:
+                await self.store.upload_file(fd_name(fd), OUTPUT_PREFIX + key)
+            finally:
+                os.close(fd)
+
+        await asyncio.gather(*(upload(path, key) for path, key in files))
         return self.store.uri(OUTPUT_PREFIX)
 
     async def mark_completed(self, record: bytes) -> None:

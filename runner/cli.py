@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 from handlers.sealed_keys import SEALED_KEY_PREFIX_PATTERN
 from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, SpecError, parse_spec
 from runner.agent import EXIT_BAD_SPEC, EXIT_NO_REPORT_KEY, Runner, RunnerOptions
+from runner.own_paths import UnsafePath, check_own_paths
 from runner.reports.key import report_key
 from runner.reports.key_object import (
     FetchedKey,
@@ -128,6 +129,11 @@ async def _run(args: argparse.Namespace, held: list[AttemptCredentials]) -> int:
             raise _CannotStart(f"{exc}; this runner cannot report, so it starts nothing", EXIT_NO_REPORT_KEY) from None
     work_dir = Path(args.work_dir) if args.work_dir else default_work_dir(spec)
     log.info("job %s attempt %d, work dir %s", spec.job_id, spec.attempt, work_dir)
+    if options.trainer.user is not None:  # a trainer of another user: no name of ours may be its to change
+        try:
+            check_own_paths(work_dir)
+        except (UnsafePath, OSError) as exc:
+            raise _CannotStart(f"{exc}; the runner starts no trainer here", EXIT_BAD_SPEC) from None
     if credentials is not None:
         log.info("storage: the attempt's own session (until %s), not the instance's", credentials.current.expiration)
     try:

@@ -6,15 +6,20 @@ writes no final model of its own: its last save is the last ``checkpoint-<N>/`` 
 goes into the output too, under its own name (``output/checkpoint-<N>/``, swift's layout, which its ``infer`` and
 ``export`` take as they are), without what only a resume needs: optimizer, scheduler and RNG states stay in the
 committed checkpoint.
+
+The output directory is the trainer's, and the runner that uploads it may be root: it is listed without following
+a link (``runner.beneath``), and each file is opened for its upload component by component, again without
+following one (:func:`runner.beneath.pinned`), so no link or swapped directory makes the runner upload a file of
+its own.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from runner.beneath import regular_files
 from runner.local_checkpoints import checkpoint_step, newest_complete
 from runner.manifest import COMPLETE_MARKER
 
@@ -46,16 +51,11 @@ def _is_weights(path: Path) -> bool:
 
 
 def _files(root: Path, top_level: Callable[[str], bool]) -> list[Path]:
-    """Regular files under ``root`` whose first path part passes ``top_level``; symlinks are not followed
-    (swift's ``last-checkpoint`` link points back into a checkpoint) and our marker is left out."""
+    """Regular files under ``root`` whose first path part passes ``top_level``; links are neither followed nor
+    listed (swift's ``last-checkpoint`` link points back into a checkpoint) and our marker is left out."""
     found = []
-    for dirpath, dirs, files in os.walk(root):
-        here = Path(dirpath)
-        if here == root:
-            dirs[:] = [name for name in dirs if top_level(name)]
-            files = [name for name in files if top_level(name)]
-        for name in files:
-            path = here / name
-            if not path.is_symlink() and name != COMPLETE_MARKER:
-                found.append(path)
+    for relative in regular_files(root):
+        first, _, _ = relative.partition("/")
+        if top_level(first) and PurePosixPath(relative).name != COMPLETE_MARKER:
+            found.append(root / relative)
     return sorted(found)

@@ -9,7 +9,6 @@ restore.
 from __future__ import annotations
 
 import hashlib
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -17,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from handlers.reports import utcnow
+from runner.beneath import regular_files
 from runner.checksums import ALGORITHM, part_count
 
 MANIFEST_NAME = "MANIFEST.json"
@@ -78,12 +78,6 @@ def sha256_file(path: Path) -> str:
 
 def checkpoint_files(directory: Path) -> list[Path]:
     """The files of a local checkpoint that belong in the store (our marker is local bookkeeping only); a link is
-    none of them: the trainer writes the checkpoint, and a link would have the runner upload what it points at."""
-    found: list[Path] = []
-    if os.path.islink(directory):
-        return found
-    for dirpath, _dirs, files in os.walk(directory):
-        for name in files:
-            if name != COMPLETE_MARKER and not os.path.islink(os.path.join(dirpath, name)):
-                found.append(Path(dirpath) / name)
-    return sorted(found)
+    none of them, nor is what a link leads to: the trainer writes the checkpoint, and a link would have the runner
+    upload what it points at (``runner.beneath``)."""
+    return [directory / relative for relative in regular_files(directory) if Path(relative).name != COMPLETE_MARKER]

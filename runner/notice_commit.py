@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -74,7 +74,7 @@ class NoticeCommit:
         cutoff: float,
         trainer: NoticeTrainer,
         step_seconds: Callable[[], float | None] = lambda: None,
-        trainer_step: Callable[[], int | None] = lambda: None,
+        trainer_step: Callable[[], Awaitable[int | None]] | None = None,
         tick: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -164,7 +164,7 @@ class NoticeCommit:
         outcome.committing = sorted(sync.flights)
         outcome.given_up = self._given_up_list(outcome, why, gone_without_saving)
         committed_step = outcome.committed.step if outcome.committed else None
-        outcome.reached_step = self.trainer_step()
+        outcome.reached_step = await self.trainer_step() if self.trainer_step is not None else None
         if outcome.reached_step is not None:
             outcome.saved_in_time = committed_step is not None and committed_step >= outcome.reached_step
         else:  # a trainer that writes no progress: only a commit made after the notice counts

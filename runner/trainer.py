@@ -11,7 +11,9 @@ that holds only this ``runner`` package, so a trainer in another Python environm
 plugin from the very files the runner runs, and nothing else of the runner's environment.
 
 The rest of its environment is its own (``runner.trainer_env``: never the report key, a credential or the bot's
-settings), and a runner that is root starts it as an unprivileged user (``runner.trainer_user``).
+settings), and a runner that is root starts it as an unprivileged user (``runner.trainer_user``). Whatever it
+starts ends with it (``runner.trainer_box``), and what it writes the runner reaches without following a link it may
+have put on the way (``runner.beneath``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any, BinaryIO, Literal
 from handlers.failures import Failure
 from runner.errors import RunnerError
 from runner.stop_request import STOP_FILE_ENV, stopped_path, watched_path
+from runner.trainer_box import TrainerBox, become_subreaper, descendants
 from runner.trainer_env import TrainerSetup, build_environment
 from runner.trainer_user import TrainerUser
 
@@ -41,7 +44,6 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 40
 LINE_LIMIT = 2048  # bytes of one output line kept in memory (the log file gets all of it)
 _PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
 _PACKAGE_DIR = Path(__file__).resolve().parent
 SWIFT_PLUGIN = _PACKAGE_DIR / "swift" / "finetune_spot_plugin.py"
 TrainerState = Literal["running", "exited-cleanly", "exited"]
@@ -182,31 +184,6 @@ def _die_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (from ``/proc``; empty where there is none)."""
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            # "pid (comm) state ppid …": comm may hold spaces and parentheses, so split after the last ')'.
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) > 1:
-                children[int(fields[1])].append(int(entry.name))
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 class TrainerProcess:
     def __init__(
         self,
@@ -215,6 +192,7 @@ class TrainerProcess:
         echo: bool,
         others: frozenset[int] = frozenset(),
         sink: BinaryIO | None = None,
+        box: TrainerBox | None = None,
     ) -> None:
         self.process = process
         self._sink = sink
@@ -225,6 +203,7 @@ class TrainerProcess:
         self.killed = False
         self.frozen = False
         self._others = others  # the runner's processes from before the trainer: never the trainer's to kill
+        self._box = box
         self._pump = asyncio.create_task(self._stream_output())
 
     @classmethod
@@ -236,12 +215,13 @@ class TrainerProcess:
         files: TrainerFiles,
         echo: bool = True,
         setup: TrainerSetup | None = None,
+        box: TrainerBox | None = None,
     ) -> TrainerProcess:
-        """Start the trainer; :class:`TrainerStartError` when its program cannot be run at all."""
+        """Start the trainer; :class:`TrainerStartError` when its program cannot be run at all. ``box``: what of
+        the runner's processes is the trainer's, all of it ended once the trainer's own process has exited."""
         setup = setup or TrainerSetup()
         full_env, ours = trainer_environment(env, files, resume_from, setup)
         argv = expand_argv(command, ours)
-        files.output_dir.mkdir(parents=True, exist_ok=True)
         # A request left by an earlier trainer of this attempt must not stop this one.
         for stale in (files.stop_file, Path(watched_path(files.stop_file)), Path(stopped_path(files.stop_file))):
             stale.unlink(missing_ok=True)
@@ -251,9 +231,11 @@ class TrainerProcess:
         if setup.user is not None:
             setup.user.hand_over(files.work_dir, [files.output_dir, files.home])
             switch = setup.user.popen_args()
+        else:
+            files.output_dir.mkdir(parents=True, exist_ok=True)
         # Orphans of the trainer (a launcher that died before its ranks) come to us, so kill() still finds them.
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-        others = frozenset(_descendants(os.getpid()))
+        become_subreaper()
+        others = frozenset(descendants(os.getpid()))
         who = setup.user.name if setup.user else "the runner's user"
         log.info("starting trainer as %s: %s (resume from %s)", who, argv, resume_from or "scratch")
         try:
@@ -271,7 +253,7 @@ class TrainerProcess:
         except OSError as exc:
             sink.close()
             raise TrainerStartError(start_failure(argv[0], full_env, exc)) from exc
-        return cls(process, files, echo, others, sink)
+        return cls(process, files, echo, others, sink, box)
 
     @property
     def running(self) -> bool:
@@ -288,9 +270,42 @@ class TrainerProcess:
         return os.path.exists(watched_path(self.files.stop_file))
 
     async def wait(self) -> int:
+        """The trainer's exit code, once it and everything it started are gone. asyncio's own wait also waits
+        for the output pipe to close, which a daemon the trainer left holding it would put off forever: so the
+        exit of the trainer's own process is awaited first, then its box is swept (the pipe closes), then that."""
+        if not await self._exited():  # no pidfd here: asyncio's wait, then the sweep
+            await self.process.wait()
+        if self._box is not None:
+            await asyncio.to_thread(self._box.sweep, self.process.pid)
         code = await self.process.wait()
         await self._pump
         return code
+
+    async def _exited(self) -> bool:
+        """Until the trainer's own process has exited (its pidfd turns readable), whoever still holds its output;
+        False at once where there is no pidfd to wait on (not Linux, a kernel before 5.3)."""
+        if self.process.returncode is not None:
+            return True
+        try:
+            pidfd = os.pidfd_open(self.process.pid)
+        except ProcessLookupError:  # exited and reaped already: its code is on its way to asyncio
+            return True
+        except (OSError, AttributeError):
+            return False
+        loop = asyncio.get_running_loop()
+        readable: asyncio.Future[None] = loop.create_future()
+
+        def exited() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(pidfd, exited)
+        try:
+            await readable
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        return True
 
     def request_stop(self) -> None:
         """Ask the trainer to save and exit: the stop file for every rank, and SIGTERM to a trainer that does not
@@ -330,17 +345,17 @@ class TrainerProcess:
     def _signal_all(self, signum: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signum)
-        for pid in [self.process.pid, *_descendants(self.process.pid)]:
+        for pid in [self.process.pid, *descendants(self.process.pid)]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
 
     def kill(self) -> None:
         """The deadline passed: kill the trainer and everything it started (ranks in sessions of their own too)."""
         self.killed = True
-        doomed = _descendants(self.process.pid)
+        doomed = descendants(self.process.pid)
         # Orphans re-parented to the runner (we are their subreaper) belong to the trainer as well.
         ours = [self.process.pid, *doomed, *self._others]
-        doomed += [pid for pid in _descendants(os.getpid()) if pid not in ours]
+        doomed += [pid for pid in descendants(os.getpid()) if pid not in ours]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         for pid in [self.process.pid, *doomed]:

@@ -14,6 +14,8 @@ being sticky, cannot touch the runner's own files there.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import pwd
@@ -22,11 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner import beneath
+
 log = logging.getLogger(__name__)
 
 TRAINER_USER_ENV = "FINETUNE_TRAINER_USER"
 DEFAULT_TRAINER_USER = "finetune-train"
 FALLBACK_TRAINER_USER = "nobody"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +49,50 @@ class TrainerUser:
         return {"user": self.uid, "group": self.gid, "extra_groups": list(self.groups)}
 
     def hand_over(self, work_dir: Path, owned: list[Path]) -> None:
-        """Give the trainer what it writes: each of ``owned`` (created if missing, everything below it too), and
-        the right to add files to ``work_dir`` without touching the runner's (group-writable, sticky)."""
-        for top in owned:
-            top.mkdir(parents=True, exist_ok=True)
-            for dirpath, dirs, files in os.walk(top):
-                for name in [*dirs, *files]:
-                    os.lchown(os.path.join(dirpath, name), self.uid, self.gid)
-            os.lchown(top, self.uid, self.gid)
-        os.lchown(work_dir, -1, self.gid)
-        work_dir.chmod(stat.S_IMODE(work_dir.stat().st_mode) | 0o070 | stat.S_ISVTX)
+        """Give the trainer what it writes: each of ``owned`` (names directly in ``work_dir``; created if missing,
+        everything below it too), and the right to add files to ``work_dir`` without touching the runner's
+        (group-writable, sticky).
+
+        Nothing here follows a name the trainer can change (``runner.beneath``): ``work_dir`` is the runner's, so
+        each of ``owned`` is opened relative to it without following a link (the trainer owns it and, the
+        directory being sticky, may have replaced it by one: then it is removed and made again), and the tree
+        below is walked and changed by descriptors. Called once every process of an earlier trainer is gone
+        (``runner.trainer_box``), so nothing races it; it would not matter if something did. (Fresh directories
+        instead of a walk would not do: a restarted trainer resumes from, and rotates, the checkpoints root
+        restored into ``output/``, so those must become its own where they are.)
+        """
+        work_fd = beneath.open_dir(work_dir)
+        try:
+            for top in owned:
+                if top.parent != work_dir:
+                    raise ValueError(f"{top} is not directly in {work_dir}")
+                top_fd = _own_directory(work_fd, top.name)
+                try:
+                    beneath.chown_tree(top_fd, self.uid, self.gid)
+                finally:
+                    os.close(top_fd)
+            os.fchown(work_fd, -1, self.gid)
+            os.fchmod(work_fd, stat.S_IMODE(os.fstat(work_fd).st_mode) | 0o070 | stat.S_ISVTX)
+        finally:
+            os.close(work_fd)
+
+
+def _own_directory(work_fd: int, name: str) -> int:
+    """A descriptor of the real directory ``name`` in the runner's directory ``work_fd``: made if missing, and
+    made again if the trainer put something else there (a link, a FIFO)."""
+    for _ in range(2):
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=work_fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            log.warning("%s in the work directory is not a directory: replaced by an empty one", name)
+            os.unlink(name, dir_fd=work_fd)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=work_fd)
+    return os.open(name, _DIR_FLAGS, dir_fd=work_fd)
 
 
 def _lookup(name: str) -> pwd.struct_passwd | None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.beneath import open_file_beneath, pinned
 from runner.checksums import crc, file_part_crcs
 from runner.errors import RunnerError
 from runner.storage.base import ObjectStore, PartUpload, read_fully
@@ -156,11 +157,12 @@ class _Shrank(Exception):
     """The file is shorter than parts already sent: it was truncated and rewritten, so start over."""
 
 
-def _read(path: Path, offset: int, size: int, buffer: bytearray) -> _Read:
+def _read(root: Path, path: Path, offset: int, size: int, buffer: bytearray) -> _Read:
     started = time.time_ns()
     view = memoryview(buffer if len(buffer) >= size else bytearray(size))[:size]
-    # Never through a link: the runner may be root and the checkpoint the unprivileged trainer's.
-    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb", buffering=0) as file:
+    # Never through a link, at any component below ``root``: the runner may be root and the checkpoint the
+    # unprivileged trainer's, who may swap a directory on the way for a link while this reads.
+    with open(open_file_beneath(root, path), "rb", buffering=0) as file:
         before = FileStamp.of_stat(os.fstat(file.fileno()))
         got = read_fully(file, offset, view)
         after = FileStamp.of_stat(os.fstat(file.fileno()))
@@ -173,7 +175,9 @@ class FileUpload:
     """One file of one checkpoint on its way up; ``run`` returns once ``final`` is set and the object is whole.
 
     ``priority`` orders its requests against other uploads of the store (the runner passes the step), ``meter``
-    measures them. ``uploaded_bytes`` and ``size`` say how far it got, for the commit plan.
+    measures them. ``root``: the directory of the runner's the file lies below (the trainer's output directory,
+    in the runner's work directory; default: the file's own directory); no link is followed from there on.
+    ``uploaded_bytes`` and ``size`` say how far it got, for the commit plan.
     """
 
     def __init__(
@@ -184,12 +188,14 @@ class FileUpload:
         *,
         final: asyncio.Event,
         priority: int = 0,
+        root: Path | None = None,
         meter: RateMeter | None = None,
         poll_seconds: float = 0.2,
         settle_seconds: float = 1.0,
     ) -> None:
         self.store = store
         self.path = path
+        self.root = root or path.parent
         self.key = key
         self.final = final
         self.priority = priority
@@ -319,7 +325,7 @@ class FileUpload:
         if sent is not None and sent.size == length and sent.unchanged_at(final):
             return
         async with self.store.slot(self.priority) as buffer:
-            read = await asyncio.to_thread(_read, self.path, index * self.part_size, length, buffer)
+            read = await asyncio.to_thread(_read, self.root, self.path, index * self.part_size, length, buffer)
             if read.sent.after != final:
                 raise FileChanged(f"{self.path} changed after its checkpoint was complete")
             if sent is not None and sent.size == length and sent.crc == read.sent.crc:
@@ -332,7 +338,7 @@ class FileUpload:
             await self._check_unchanged(final)
             return UploadedFile(final.size, self.part_size, (single.crc,))
         async with self.store.slot(self.priority) as buffer:
-            read = await asyncio.to_thread(_read, self.path, 0, final.size, buffer)
+            read = await asyncio.to_thread(_read, self.root, self.path, 0, final.size, buffer)
             if read.sent.after != final:
                 raise FileChanged(f"{self.path} changed after its checkpoint was complete")
             if single is None or single.size != final.size or single.crc != read.sent.crc:
@@ -347,10 +353,11 @@ class FileUpload:
         self._discard()
         self._reset()
         part_size = max(self.part_size, -(-final.size // MAX_PARTS))
-        crcs, _ = await asyncio.gather(
-            asyncio.to_thread(file_part_crcs, self.path, part_size),
-            self.store.upload_file(self.path, self.key, self.priority),
-        )
+        with pinned(self.root, self.path) as name:  # read by name, twice: the very file, never through a link
+            crcs, _ = await asyncio.gather(
+                asyncio.to_thread(file_part_crcs, name, part_size),
+                self.store.upload_file(name, self.key, self.priority),
+            )
         await self._check_unchanged(final)
         self._counted = {0: final.size}
         return UploadedFile(final.size, part_size, tuple(crcs))
@@ -363,7 +370,7 @@ class FileUpload:
 
     async def _send_part(self, index: int, length: int) -> None:
         async with self.store.slot(self.priority) as buffer:
-            read = await asyncio.to_thread(_read, self.path, index * self.part_size, length, buffer)
+            read = await asyncio.to_thread(_read, self.root, self.path, index * self.part_size, length, buffer)
             await self._put(index, read)
 
     async def _send_single(self) -> None:
@@ -371,7 +378,7 @@ class FileUpload:
             stamp = await asyncio.to_thread(FileStamp.of, self.path)
             if stamp.size > self.part_size:
                 return  # it grew meanwhile: parts will carry it
-            read = await asyncio.to_thread(_read, self.path, 0, stamp.size, buffer)
+            read = await asyncio.to_thread(_read, self.root, self.path, 0, stamp.size, buffer)
             await self._put_single(read)
             self._single = read.sent
 

@@ -4,7 +4,8 @@ It installs nothing: the image carries the runner (``deploy/image/install.sh run
 ``/opt/finetune`` with ``deploy/systemd/finetune-runner.service``, which reads ``/etc/finetune-runner.env``), and an
 image without it fails here, loudly, in the console output. No secret belongs here: user data is readable from the
 instance's metadata service by any process on it, and by whoever may describe the instance (the attempt's report
-key travels in its spec object). The environment file is written with umask 077 all the same.
+key travels in its spec object). The environment file is root's alone all the same (made 0600 before anything is
+written to it, even where the image already had one), and the runner checks that before a trainer starts.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from handlers.runner_files import RUNNER_ENV_FILE
+
 RUNNER_UNIT = "finetune-runner.service"
-RUNNER_ENV_FILE = "/etc/finetune-runner.env"
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _ENV_VALUE = re.compile(r"^[A-Za-z0-9._:/@%+=,~!^&*?()\[\]{}|<>;-]*$")  # no quote, backslash, $, space, #
@@ -43,6 +45,7 @@ def runner_boot_script(env: Mapping[str, str], runner_path: str) -> str:
         "  exit 1",
         "fi",
         "umask 077",
+        f"install -m 0600 -o root -g root /dev/null {RUNNER_ENV_FILE}",
         f"cat > {RUNNER_ENV_FILE} <<'ENV'",
         *(f"{name}={value}" for name, value in env.items()),
         "ENV",
