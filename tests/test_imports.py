@@ -81,7 +81,7 @@ def test_the_runner_agent_stays_light() -> None:
 
 
 def test_numpy_and_the_plan_are_the_benchs() -> None:
-    """``deadline-aware-plan`` and its numpy table are a bench policy (``bench/spot_plan.py``): nothing the wheel ships
+    """``deadline-aware-plan`` and its numpy table are a bench policy (``bench/spot_plan.py``): nothing of the product
     imports numpy by name or anything of the bench (the bot's charts reach numpy only through matplotlib)."""
     for folder in ("handlers", "bot", "runner", "fakes"):
         assert forbidden_imports(folder, {"numpy", "bench"}) == {}, folder
