@@ -6,8 +6,8 @@
 ``policy_traces.py`` measures policies against the offline optimum, which knows every trace in advance. Part of what
 a policy pays over it no policy can save: which spot stretch will outlast a restart is not known when it begins.
 This bench measures that part. Availability is drawn from the model ``deadline-aware-plan`` plans with
-(``handlers/spot/learned.py``, fitted on the tuning split): the chain over (spot or not, the age bucket of its
-stretch) of :func:`handlers.spot.program.transitions`, for a job in one zone (``ONE_ZONE``, without moves: one zone
+(``bench/spot_learned.py``, fitted on the tuning split): the chain over (spot or not, the age bucket of its
+stretch) of :func:`bench.spot_plan.transitions`, for a job in one zone (``ONE_ZONE``, without moves: one zone
 has nowhere to move) and for a job free to take any zone (``ANY_ZONE``: a move hands spot to a second zone at once).
 On that chain the plan's table, told the chain's state at each tick, is the least expected cost of any policy that
 sees only the past and meets every deadline (``tests/test_spot_bound.py`` checks the table against a brute force).
@@ -87,11 +87,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_traces import DEFAULT_TRACES, ON_DEMAND_PRICE, PAIRS, SPLITS, SPOT_PRICE, load_dates, offline_optimum
 from spot_model import one_zone_stretches
 
+from bench.spot_learned import ANY_ZONE, ONE_ZONE
+from bench.spot_outlook import Model, fit
+from bench.spot_plan import POLICIES, plan_action, transitions
 from handlers.reasons import Reason
-from handlers.spot.learned import ANY_ZONE, ONE_ZONE
-from handlers.spot.outlook import Model, fit
-from handlers.spot.program import transitions
-from handlers.spot.rules import POLICIES, Choice, Situation, SpotPolicy, on_demand_need_s, plan_action
+from handlers.spot.rules import Choice, Situation, SpotPolicy, on_demand_need_s
 from handlers.spot.simulator import Run, Zone, simulate, to_ticks
 
 # Ticks drawn before a run begins, so that its first state is the chain's long-run one, not a chosen one.

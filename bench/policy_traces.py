@@ -56,7 +56,8 @@ Keeping the deadline costs a few thousandths to 3 %; the rest of the gap is what
 
 ``deadline-aware-plan`` (``--policy deadline-aware-plan``) reads each tick's action from the offline optimum's
 program solved in expectation over an availability model fitted on the tuning split alone
-(``handlers/spot/program.py``, ``handlers/spot/learned.py``, ``bench/spot_model.py``); same command::
+(``bench/spot_plan.py``, ``bench/spot_learned.py``, ``bench/spot_model.py``: a bench policy, which this script and
+``policy_bound.py`` offer beside the bot's); same command::
 
     restart   tuning          held-out        other dates
      3 min    1.010 / 1.082   1.007 / 1.079   1.033 / 1.077
@@ -66,7 +67,8 @@ program solved in expectation over an availability model fitted on the tuning sp
 
 Under deadline-aware everywhere but held-out at 30 min (1.095 against 1.082), under greedy on every split at every
 restart, within 1.05 of the optimum at 3 and 6 min on every split and at 12 min on two of three. It needs each
-zone's age, which the live bot does not have yet (there it is deadline-aware), so it is not the default.
+zone's age, which the live bot does not have; told the ages the bot could know it lost to deadline-aware at 30 min,
+so the bot does not offer it.
 
 ``--cache FILE`` keeps the optima (which do not depend on the policies) in a JSON file between runs, so trying a
 change to a policy costs only the policies' own replay; delete the file when the traces change.
@@ -91,7 +93,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from handlers.spot.rules import POLICIES, SpotPolicy
+from bench.spot_plan import POLICIES
+from handlers.spot.rules import SpotPolicy
 from handlers.spot.simulator import Run, Zone, simulate, to_ticks
 
 DEFAULT_TRACES = Path(__file__).resolve().parent / "data" / "spot-traces"

@@ -2,7 +2,7 @@
 
     python bench/spot_model.py [--traces DIR]
 
-Prints ``handlers/spot/learned.py``'s two models: the stretches of a job in one zone (each zone of each tuning date
+Prints ``bench/spot_learned.py``'s two models: the stretches of a job in one zone (each zone of each tuning date
 alone) and of a job free to take any zone of its date (all of a date's zones together), over the first 40% of
 each tuning date (``policy_traces.SPLITS``), the part the deadline-aware policy's parameters were chosen on too.
 The held-out split and the other dates stay unseen. ``tests/test_spot_plan.py`` checks the file against this fit.
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from policy_traces import DEFAULT_TRACES, SPLITS, Date, load_dates
 
-from handlers.spot.outlook import Model, Outlook, fit, history_of
+from bench.spot_outlook import Model, Outlook, fit, history_of
 
 
 def fitted(root: Path) -> tuple[Model, Model]:

@@ -12,7 +12,6 @@ from handlers.reasons import Reason
 from handlers.spot import SpotView, choose, gang_reasons, spot_first
 from handlers.spot.rules import (
     NOTHING,
-    POLICIES,
     Holding,
     Situation,
     ZoneView,
@@ -72,22 +71,6 @@ def hourly_run(
     return Run(named, 3600, start, work, deadline, overhead, 1.0, 3.0, budget=budget)
 
 
-def plan_case(age_s: float | None = 600.0, **changes: Any) -> Situation:
-    """On on-demand, 6 h of work, 12 h to the deadline, a 30 min restart, 10 min periods; zone-a has had spot
-    for ``age_s`` (None: unknown, as in the live bot); then ``changes``."""
-    values: dict[str, Any] = {
-        "holding": Holding("on-demand"),
-        "work_left_s": 6 * HOUR,
-        "time_left_s": 12 * HOUR,
-        "restart_s": 1800.0,
-        "period_s": 600.0,
-        "zones": (ZoneView("zone-a", True, 0.5, age_s),),
-        "spot_price": 1.0,
-        "on_demand_price": 3.0,
-    }
-    return situation(**{**values, **changes})
-
-
 def policy_reasons() -> list[Reason]:
     """Every Reason the spot policies and the job options give, each from the real code path that gives it."""
     up, down = zones(True), zones(False, share=0.0)
@@ -111,7 +94,6 @@ def policy_reasons() -> list[Reason]:
         deadline_aware(situation(zones=up, budget=8.0)).reason,  # spot: on-demand over budget
         deadline_aware(situation(zones=down, budget=8.0)).reason,  # wait: on-demand over budget
         deadline_aware(situation(zones=up, budget=8.0, spent=4.0)).reason,  # stop
-        POLICIES["deadline-aware-plan"](plan_case(time_left_s=8 * HOUR)).reason,  # stays: a return would not pay
         spot_first(situation(zones=up)).reason,  # spot first
         spot_first(situation(zones=down)).reason,  # on-demand: no zone has spot
         *unmeasured_reasons(),

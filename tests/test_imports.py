@@ -80,14 +80,20 @@ def test_the_runner_agent_stays_light() -> None:
     assert not loaded & {"torch", "transformers", "peft", "slack_bolt", "slack_sdk", "dingtalk_stream", "redis", "bot"}
 
 
+def test_numpy_and_the_plan_are_the_benchs() -> None:
+    """``deadline-aware-plan`` and its numpy table are a bench policy (``bench/spot_plan.py``): nothing of the product
+    imports numpy by name or anything of the bench (the bot's charts reach numpy only through matplotlib)."""
+    for folder in ("handlers", "bot", "runner", "fakes"):
+        assert forbidden_imports(folder, {"numpy", "bench"}) == {}, folder
+
+
 @pytest.mark.scenario
-def test_the_core_loads_numpy_only_to_solve_a_plan() -> None:
-    """numpy is the bot's (``deadline-aware-plan``'s table), not the runner's install: importing the core, the
-    spot authority included, does not load it; solving a plan does."""
-    assert "numpy" not in loaded_after("handlers.spot, handlers.decide, handlers.spot.program")
+def test_the_spot_authority_and_the_simulator_load_no_numpy() -> None:
+    """What ``finetune-bot simulate`` and the live decision load has no numpy; the bench's plan does (so the check
+    sees it where it is)."""
+    assert "numpy" not in loaded_after("handlers.spot, handlers.decide, bot.simulate")
     assert "numpy" not in loaded_after("runner.cli")
-    solved = "handlers.spot.program as p, handlers.spot.learned as m; p.table_for(p.Key(m.ONE_ZONE, 60, 1, 1, 3), 2, 1)"
-    assert "numpy" in loaded_after(solved)
+    assert "numpy" in loaded_after("bench.spot_plan")
 
 
 @pytest.mark.scenario

@@ -197,6 +197,7 @@ def test_a_four_node_gang_is_priced_whole_gang_and_replace_one(tmp_path: Path) -
         ("MISSING", (), "gone.json: cannot be read (No such file or directory)"),
         ("MIXED", (), "line 1: traces with different gap_seconds (60, 3600)"),
         ("SCENARIO", ("fastest",), "unknown policy 'fastest'"),
+        ("SCENARIO", ("deadline-aware-plan",), "unknown policy 'deadline-aware-plan'"),  # the bench's alone
         ('SCENARIO live="yes"', (), "line 1: live:"),
     ],
 )

@@ -16,10 +16,10 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from handlers.spot.learned import ANY_ZONE, ONE_ZONE
-from handlers.spot.outlook import Model, fit
-from handlers.spot.program import LATE, transitions
-from handlers.spot.rules import POLICIES, SpotPolicy
+from bench.spot_learned import ANY_ZONE, ONE_ZONE
+from bench.spot_outlook import Model, fit
+from bench.spot_plan import LATE, POLICIES, transitions
+from handlers.spot.rules import SpotPolicy
 from handlers.spot.simulator import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def test_the_informed_plan_pays_the_least_any_policy_can_expect_on_its_chain(
     assert least < work * ON_DEMAND * TICK / 3600 + restart * ON_DEMAND * TICK / 3600  # spot is worth something
     # The simulator's replay of the plan, over every path, comes to exactly the brute force's least expectation.
     assert _expected(None, model, restart, work, deadline, start) == pytest.approx(least, rel=1e-9)
-    # Nothing that sees only the past does better: the policies of the product, each in the same simulator.
+    # Nothing that sees only the past does better: the bench's plan and the bot's policies, in the same simulator.
     for name in ("deadline-aware-plan", "deadline-aware", "greedy", "on-demand"):
         assert _expected(POLICIES[name], model, restart, work, deadline, start) >= least * (1 - 1e-9), name
 

@@ -418,6 +418,8 @@ def test_an_unknown_policy_or_bad_local_zones_are_refused_with_one_line() -> Non
     assert str(bad.value).startswith("bot.yaml: policy.spot.name: Value error, unknown spot policy 'cheapest'")
     assert "\n" not in str(bad.value)
     assert parse_file_config("policy:\n  spot:\n    name: greedy\n", "bot.yaml").policy.spot.name == "greedy"
+    with pytest.raises(ConfigError, match="unknown spot policy 'deadline-aware-plan'"):  # a bench policy only
+        parse_file_config("policy:\n  spot:\n    name: deadline-aware-plan\n", "bot.yaml")
     with pytest.raises(ConfigError, match=r"^FINETUNE_LOCAL_ZONES='a,,b': "):
         load_settings(finetune_local_zones="a,,b")
 

@@ -1,4 +1,4 @@
-"""The availability model and the plan ``deadline-aware-plan`` reads its actions from (pure)."""
+"""The bench's ``deadline-aware-plan``: its availability model and the plan it reads its actions from (pure)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,43 @@ import importlib.util
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
-from handlers.spot import learned
-from handlers.spot.outlook import EDGES_S, Model, Outlook, fit, history_of
-from handlers.spot.program import Key, table_for, too_large
-from handlers.spot.rules import POLICIES, Choice, Situation, ZoneView, deadline_aware
+from bench import spot_learned as learned
+from bench.spot_outlook import EDGES_S, Model, Outlook, fit, history_of
+from bench.spot_plan import PLAN, POLICIES, Key, table_for, too_large
+from handlers.spot import POLICIES as BOT_POLICIES
+from handlers.spot.rules import POLICIES as SIMULATED
+from handlers.spot.rules import Choice, Holding, Situation, ZoneView, deadline_aware
 from handlers.spot.simulator import Run, Zone, simulate
-from tests.spot_cases import HOUR, plan_case, situation
+from tests.spot_cases import HOUR, situation
 
-PLANNED = POLICIES["deadline-aware-plan"]
+PLANNED = POLICIES[PLAN]
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def plan_case(age_s: float | None = 600.0, **changes: Any) -> Situation:
+    """On on-demand, 6 h of work, 12 h to the deadline, a 30 min restart, 10 min periods; zone-a has had spot
+    for ``age_s`` (None: unknown, as in a live run); then ``changes``."""
+    values: dict[str, Any] = {
+        "holding": Holding("on-demand"),
+        "work_left_s": 6 * HOUR,
+        "time_left_s": 12 * HOUR,
+        "restart_s": 1800.0,
+        "period_s": 600.0,
+        "zones": (ZoneView("zone-a", True, 0.5, age_s),),
+        "spot_price": 1.0,
+        "on_demand_price": 3.0,
+    }
+    return situation(**{**values, **changes})
+
+
+def test_the_plan_is_a_bench_policy_beside_the_simulators_and_the_bot_does_not_offer_it() -> None:
+    # The bench measures the plan beside the very policies the simulator replays (the same objects), and the bot's
+    # registry (config, ``finetune-bot simulate``) has no such name.
+    assert set(POLICIES) == {*SIMULATED, PLAN}
+    assert all(POLICIES[name] is SIMULATED[name] for name in SIMULATED)
+    assert PLAN not in BOT_POLICIES
 
 
 def test_the_history_is_the_stretches_of_a_job_that_stays_in_its_zone_and_moves_to_the_oldest() -> None:
@@ -76,12 +103,12 @@ def test_the_plan_reads_the_restart_and_the_age_of_the_stretch() -> None:
     # On on-demand with 6 h of work in 8 h and a 30 min restart: spot that came 10 minutes ago (likely to go
     # again soon) does not repay a restart; spot that has lasted a day does; with 3 h of slack, one of 40 min does.
     young = PLANNED(plan_case(age_s=600.0, time_left_s=8 * HOUR))
-    assert (young.action, young.reason.key) == ("on-demand", "spot-policy.on-demand.plan")
+    assert (young.action, young.reason.key) == ("on-demand", "bench.plan.on-demand")
     assert PLANNED(plan_case(age_s=2400.0, time_left_s=9 * HOUR)).action == "spot"
     old = PLANNED(plan_case(age_s=86400.0, time_left_s=8 * HOUR))
     assert (old.action, old.zone, old.reason.key) == ("spot", "zone-a", "spot-policy.spot")
     # With no slack for a restart, on-demand whatever the age; with a budget, no deadline, a zone of unknown age
-    # (the live bot, for now), or ticks so fine that the table would not fit (30 s: 2.5 billion entries):
+    # (a live run), or ticks so fine that the table would not fit (30 s: 2.5 billion entries):
     # deadline-aware's rules.
     assert PLANNED(plan_case(age_s=86400.0, time_left_s=6 * HOUR + 900.0)).action == "on-demand"
     for changes in ({"budget": 100.0}, {"time_left_s": None}, {"age_s": None}, {"period_s": 30.0}):

@@ -16,8 +16,9 @@ from types import ModuleType
 
 import pytest
 
+from bench.spot_plan import POLICIES  # the bot's policies and the bench's plan
 from handlers.reasons import Reason
-from handlers.spot.rules import POLICIES, Choice, Situation, on_demand, spot_only
+from handlers.spot.rules import Choice, Situation, on_demand, spot_only
 from handlers.spot.simulator import Run, Zone, simulate, to_ticks
 from tests.spot_cases import hourly_run
 

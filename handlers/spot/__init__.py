@@ -9,9 +9,7 @@ stop), and nothing else does: no cloud provider changes zone or market by itself
   simulator's ``deadline-aware``, ``greedy``, ``spot-only``, ``on-demand``);
 - :mod:`handlers.spot.zones`: the order of (zone, type) candidates within a launch, each cloud's capacity error
   codes, and live availability (AWS placement scores, Alibaba's stock) as the 0..1 signal the policy weighs;
-- the policies' arithmetic and the simulator's model: :mod:`handlers.spot.rules`, :mod:`handlers.spot.simulator`;
-  ``deadline-aware-plan``'s availability model and its table: :mod:`handlers.spot.outlook`,
-  :mod:`handlers.spot.learned`, :mod:`handlers.spot.program`.
+- the policies' arithmetic and the simulator's model: :mod:`handlers.spot.rules`, :mod:`handlers.spot.simulator`.
 """
 
 from handlers.spot.policies import POLICIES, SPOT_FIRST, policy_for, spot_first

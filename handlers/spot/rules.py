@@ -15,16 +15,12 @@ were lost at the worst moment? A policy takes a risk only while the answer stays
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from handlers.jobs import Market
 from handlers.reasons import Reason, Wording
-from handlers.spot.learned import ANY_ZONE, ONE_ZONE
-from handlers.spot.outlook import Model
-from handlers.spot.program import Key, PlanAction, table_for
 
 Action = Literal["spot", "on-demand", "wait", "stop"]
 # Why the policy is asked: the first launch, an instance lost to spot, a launch refused for capacity, the timer.
@@ -39,10 +35,6 @@ WORDING = Wording(
         ),
         "spot-policy.on-demand.reserve": (
             "on-demand now: no zone has spot, and the slack left ({slack_h:g} h) is kept for later outages"
-        ),
-        "spot-policy.on-demand.plan": (
-            "staying on on-demand: spot as seen so far would cost more in restarts than it saves "
-            "({work_h:g} h of work left, {left_h:g} h to the deadline)"
         ),
         "spot-policy.on-demand.only": "on-demand: this job's policy uses no spot",
         "spot-policy.on-demand.kept": "staying on on-demand: the job has no deadline to plan a return to spot by",
@@ -73,7 +65,8 @@ class ZoneView:
     ``available``: spot can be had there now (True), it cannot (False: a capacity error, an instance just
     reclaimed), or nobody knows (None: the bot finds out by trying). ``availability``: the share of recent time
     spot was there (0..1; a trace's recent past, a placement score), None when unknown. ``age_s``: how long the
-    zone has been as it is now (with spot, or without), None when unknown.
+    zone has been as it is now (with spot, or without), None when unknown: the simulator tells it where it tells
+    everything, the live bot never knows it, and no policy of the bot reads it (the bench's plan does).
     """
 
     name: str
@@ -152,7 +145,7 @@ def _spot_zones(s: Situation) -> list[ZoneView]:
     return [zone for zone in s.zones if zone.available is not False]
 
 
-def _held_zone(s: Situation) -> ZoneView | None:
+def held_zone(s: Situation) -> ZoneView | None:
     """The zone of the spot instance the job holds, if it is still there."""
     if s.holding.market != "spot":
         return None
@@ -161,7 +154,7 @@ def _held_zone(s: Situation) -> ZoneView | None:
 
 def progress_this_period(s: Situation, choice: Market) -> float:
     """Training time the next period adds when holding ``choice`` (a new instance first spends its restart)."""
-    same = s.holding.market == choice and (choice == "on-demand" or _held_zone(s) is not None)
+    same = s.holding.market == choice and (choice == "on-demand" or held_zone(s) is not None)
     starting = s.holding.starting_s if same else s.restart_s
     return max(0.0, s.period_s - starting)
 
@@ -192,7 +185,7 @@ def on_demand_need_s(s: Situation) -> float:
 
 def _min_cost_to_finish(s: Situation) -> float:
     """The least the rest can cost: all of it on spot (a new instance pays its restart too)."""
-    starting = s.holding.starting_s if _held_zone(s) is not None else s.restart_s
+    starting = s.holding.starting_s if held_zone(s) is not None else s.restart_s
     return (starting + s.work_left_s) / 3600 * s.spot_price
 
 
@@ -202,7 +195,7 @@ def _on_demand_cost_to_finish(s: Situation) -> float:
 
 def _pick_zone(s: Situation, prefer_availability: bool) -> ZoneView | None:
     """Stay where the job's spot instance is; else the best other zone (by recent availability, else order)."""
-    held = _held_zone(s)
+    held = held_zone(s)
     if held is not None:
         return held
     zones = _spot_zones(s)
@@ -248,15 +241,15 @@ def greedy(s: Situation) -> Choice:
         return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=_hours(slack)))
     if zone is None and fallback_slack(s, None) >= 0:
         return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(fallback_slack(s, None))))
-    return _last_resort(s)
+    return last_resort(s)
 
 
-def _last_resort(s: Situation) -> Choice:
+def last_resort(s: Situation) -> Choice:
     """On-demand because nothing cheaper keeps the deadline; or, past hope, whatever finishes soonest."""
     if on_demand_need_s(s) <= (s.time_left_s or 0.0):
         return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
     late = WORDING("spot-policy.late", **_values(s))
-    held = _held_zone(s)
+    held = held_zone(s)
     if held is not None and s.holding.starting_s < s.restart_s:
         return Choice("spot", held.name, late)  # already past (part of) its start-up: the soonest finish
     return Choice("on-demand", None, late)
@@ -333,13 +326,13 @@ class DeadlineAware:
                 )
             return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
         spare = slack_s(s)
-        start_up = s.holding.starting_s if _held_zone(s) is not None else s.restart_s
+        start_up = s.holding.starting_s if held_zone(s) is not None else s.restart_s
         if zone is not None and fallback_slack(s, "spot") >= 0 and spare >= start_up:
             slack = fallback_slack(s, "spot")
             return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=_hours(slack)))
         slack = fallback_slack(s, None)
         if zone is not None or slack < 0 or spare < s.restart_s:
-            return _last_resort(s)
+            return last_resort(s)
         if spare >= self.gate * s.restart_s:
             if self.behind(s):
                 return Choice("on-demand", None, WORDING("spot-policy.on-demand.pace", **_values(s)))
@@ -360,69 +353,6 @@ class DeadlineAware:
 deadline_aware = DeadlineAware()
 
 
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """``deadline-aware-plan``: each tick, the action of least expected cost to finish by the deadline, read from
-    the plan over a model of spot availability (:mod:`handlers.spot.program`).
-
-    The model is :mod:`handlers.spot.learned`'s (fitted on the tuning split of the bundled traces): a job in one
-    zone plans with the stretches of one zone, a job with several with those of a job free to take any. Spot goes
-    to the held zone while it has spot, else to the zone whose spot has lasted longest. It needs each zone's age
-    (how long it has had spot, or not): the simulator knows it; where a zone's age is unknown (the live bot, for
-    now), with a budget, without a deadline, or where the table would be too large to solve (ticks much finer than
-    the job: :func:`~handlers.spot.program.too_large`), ``deadline-aware`` decides.
-    """
-
-    fallback: SpotPolicy = deadline_aware
-
-    def __call__(self, s: Situation) -> Choice:
-        ages = [zone.age_s for zone in s.zones]
-        if s.time_left_s is None or s.budget is not None or not ages or None in ages:
-            return self.fallback(s)
-        if on_demand_need_s(s) > s.time_left_s:
-            return _last_resort(s)
-        open_zones = [zone for zone in s.zones if zone.available]
-        zone = _held_zone(s) or max(open_zones, key=lambda z: z.age_s or 0.0, default=None)
-        age = zone.age_s if zone is not None else min(z.age_s or 0.0 for z in s.zones)
-        model = ONE_ZONE if len(s.zones) == 1 else ANY_ZONE
-        action = plan_action(s, model, zone is not None, age or 0.0)
-        if action is None:  # ticks far finer than the job: a table of billions of entries
-            return self.fallback(s)
-        if action == "spot" and zone is not None:
-            slack = _hours(fallback_slack(s, "spot"))
-            return Choice("spot", zone.name, WORDING("spot-policy.spot", zone=zone.name, slack_h=slack))
-        if action == "wait":
-            return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(fallback_slack(s, None))))
-        if s.holding.market == "on-demand":
-            return Choice("on-demand", None, WORDING("spot-policy.on-demand.plan", **_values(s)))
-        return Choice("on-demand", None, WORDING("spot-policy.on-demand.deadline", **_values(s)))
-
-
-def plan_action(s: Situation, model: Model, up: bool, age_s: float) -> PlanAction | None:
-    """The plan's action for ``s`` over ``model``, with spot at hand (``up``) or not, in a stretch ``age_s`` old;
-    None where its table would be too large. ``s`` has a deadline the work can still meet on on-demand."""
-    assert s.time_left_s is not None
-    tick = s.period_s  # whole ticks, each rounded the safe way: the time left down, what it must hold up
-    ticks_left, work_left = math.floor(s.time_left_s / tick + 1e-9), math.ceil(s.work_left_s / tick - 1e-9)
-    key = Key(
-        model,
-        tick,
-        math.ceil(s.restart_s / tick - 1e-9),
-        s.spot_price * tick / 3600,
-        s.on_demand_price * tick / 3600,
-    )
-    table = table_for(key, ticks_left, work_left)
-    if table is None:
-        return None
-    phases, phase = table.phases, min(math.ceil(s.holding.starting_s / tick - 1e-9), table.phases - 1)
-    holding = 0
-    if s.holding.market == "on-demand":
-        holding = 1 + phase
-    elif _held_zone(s) is not None:
-        holding = 1 + phases + phase
-    return table.action(ticks_left, work_left, holding, up, age_s)
-
-
 def any_availability(s: Situation) -> float:
     """The chance that some zone has spot, from the zones' recent shares taken as independent (unknown: ½)."""
     none = 1.0
@@ -434,7 +364,6 @@ def any_availability(s: Situation) -> float:
 DEFAULT_POLICY = "deadline-aware"
 POLICIES: dict[str, SpotPolicy] = {
     "deadline-aware": deadline_aware,
-    "deadline-aware-plan": Planned(),
     "greedy": greedy,
     "on-demand": on_demand,
     "spot-only": spot_only,

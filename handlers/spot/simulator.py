@@ -24,8 +24,8 @@ gang's, as before gangs.
 Past the end of its traces no zone has spot (a policy may still finish on on-demand); a policy that holds
 nothing there once the deadline has passed would wait forever, so the run ends unfinished. The policy is
 called every tick with the same :class:`~handlers.spot.rules.Situation` the bot builds, so it is the bot's own
-code that is measured. Beyond what the bot gives, each zone's age (ticks since its spot came or went), which only
-``deadline-aware-plan`` reads.
+code that is measured. Beyond what the bot gives, each zone's age (ticks since its spot came or went), which no
+policy of the bot reads (the bench's ``deadline-aware-plan``, ``bench/spot_plan.py``, plans with it).
 
 By default the policy is told every zone's availability at every tick, which the bot never is. With ``live`` it
 is told only what the bot knows (:func:`handlers.spot.situation.live_situation`): the zone of its spot instance

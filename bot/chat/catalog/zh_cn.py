@@ -333,10 +333,6 @@ MESSAGES: dict[str, str] = {
     "spot-policy.on-demand.reserve": (
         "现在使用按量付费：没有可用区有抢占式实例，剩下的余量（{slack_h:g} 小时）要留给之后的中断"
     ),
-    "spot-policy.on-demand.plan": (
-        "继续使用按量付费：按目前所见的抢占式实例情况，改回抢占式实例的重启代价会超过节省"
-        "（还剩 {work_h:g} 小时的训练，距截止时间还有 {left_h:g} 小时）"
-    ),
     "spot-policy.on-demand.only": "按量付费：此任务的策略不使用抢占式实例",
     "spot-policy.on-demand.kept": "继续使用按量付费：任务没有截止时间，无从安排改回抢占式实例",
     "spot-policy.spot": "抢占式实例（{zone}）：距截止时间还有 {slack_h:g} 小时余量",

@@ -1,8 +1,8 @@
-"""The plan of ``deadline-aware-plan``: the least *expected* cost of finishing by the deadline, tick by tick.
+"""``deadline-aware-plan``, a bench policy: each tick, the action of least *expected* cost to finish by the deadline.
 
 The bench's offline optimum knows the traces; a policy does not. This is the same dynamic program, over the same tick
 model as the simulator (a new instance spends the restart's ticks, progress survives a preemption, a held tick costs
-its price), with the traces replaced by an availability model (:class:`~handlers.spot.outlook.Model`: the hazard of
+its price), with the traces replaced by an availability model (:class:`~bench.spot_outlook.Model`: the hazard of
 an up or a down stretch per age bucket, and the share of up stretches that end in a move to another zone). It is
 solved backwards over the ticks left, for every (ticks left, work left, what is held and its restart phase,
 availability and the age bucket of its stretch), and the policy reads its action from the table:
@@ -12,8 +12,12 @@ availability and the age bucket of its stretch), and the policy reads its action
 - nothing in it is tuned: when to leave an outage for on-demand, when to go back to spot and which spot stretch is
   worth a restart all come out of the restart, the slack, the prices and the model.
 
-The table is arrays (numpy, imported only when a plan is solved: the core stays importable without it, as the
-runner's install is). One table serves every job of the same model, tick, restart and prices, up to its extent.
+It lives in the bench, not in the bot: it needs each zone's age (how long it has had spot, or not), which the
+simulator gives a policy it tells everything and the live bot does not have. Told the ages the bot could know it was
+worse than ``deadline-aware`` at a 30 minute restart (README, "What the bot knows"), so the bot does not offer it;
+``bench/policy_traces.py`` and ``bench/policy_bound.py`` register it beside the bot's policies (:data:`POLICIES`).
+
+The table is numpy arrays. One table serves every job of the same model, tick, restart and prices, up to its extent.
 """
 
 from __future__ import annotations
@@ -21,13 +25,27 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from handlers.spot.outlook import Model
+import numpy as np
 
-if TYPE_CHECKING:
-    import numpy as np
+from bench.spot_learned import ANY_ZONE, ONE_ZONE
+from bench.spot_outlook import Model
+from handlers.reasons import Wording
+from handlers.spot.rules import POLICIES as BOT_POLICIES
+from handlers.spot.rules import WORDING as POLICY_WORDING
+from handlers.spot.rules import (
+    Choice,
+    Situation,
+    SpotPolicy,
+    deadline_aware,
+    fallback_slack,
+    held_zone,
+    last_resort,
+    on_demand_need_s,
+)
 
+PLAN = "deadline-aware-plan"
 PlanAction = Literal["wait", "on-demand", "spot"]
 ACTIONS: tuple[PlanAction, ...] = ("wait", "on-demand", "spot")
 # The price of a state from which the deadline can no longer be kept: finite, so that a chance of zero times it is
@@ -72,8 +90,6 @@ def transitions(model: Model, tick_s: float) -> tuple[np.ndarray, np.ndarray, np
     bucket older or not; an outage ending in spot), of an up stretch ending in a move, and in an outage.
 
     This chain is the model the plan is optimal on; ``bench/policy_bound.py`` draws availability from it."""
-    import numpy as np
-
     buckets = len(model.edges_s)
     going = np.zeros((2 * buckets, 2 * buckets))
     move, down = np.zeros(2 * buckets), np.zeros(2 * buckets)
@@ -94,8 +110,6 @@ def transitions(model: Model, tick_s: float) -> tuple[np.ndarray, np.ndarray, np
 
 
 def _solve(key: Key, ticks: int, work: int, phases: int) -> np.ndarray:
-    import numpy as np
-
     going, move, down = transitions(key.model, key.tick_s)
     buckets = len(key.model.edges_s)
     anyway = going.copy()  # for what is not spot: a move is spot again, a fresh stretch; an outage is an outage
@@ -137,8 +151,6 @@ def _solve(key: Key, ticks: int, work: int, phases: int) -> np.ndarray:
 def _running(held: np.ndarray, instance: list[int], phase: int, price: float) -> np.ndarray:
     """The value of this tick on an instance in ``phase`` (restart ticks still to spend; a new one: the whole
     restart), then the plan: ``held`` is the next tick's expected value per holding."""
-    import numpy as np
-
     out = np.full(held.shape[1:], LATE)
     if phase > 0:
         out[:] = held[instance[phase - 1]]
@@ -176,3 +188,88 @@ def table_for(key: Key, ticks: int, work: int) -> Table | None:
             _TABLES.popitem(last=False)
     _TABLES.move_to_end(key)
     return table
+
+
+WORDING = Wording(
+    {
+        "bench.plan.on-demand": (
+            "staying on on-demand: spot as seen so far would cost more in restarts than it saves "
+            "({work_h:g} h of work left, {left_h:g} h to the deadline)"
+        ),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """``deadline-aware-plan``: each tick, the action of least expected cost to finish by the deadline, read from
+    the table of the plan over a model of spot availability.
+
+    The model is :mod:`bench.spot_learned`'s (fitted on the tuning split of the bundled traces): a job in one
+    zone plans with the stretches of one zone, a job with several with those of a job free to take any. Spot goes
+    to the held zone while it has spot, else to the zone whose spot has lasted longest. It needs each zone's age
+    (how long it has had spot, or not), which the simulator gives where it tells the policy everything; where a
+    zone's age is unknown (a ``live`` run), with a budget, without a deadline, or where the table would be too large
+    to solve (ticks much finer than the job: :func:`too_large`), ``deadline-aware`` decides.
+    """
+
+    fallback: SpotPolicy = deadline_aware
+
+    def __call__(self, s: Situation) -> Choice:
+        ages = [zone.age_s for zone in s.zones]
+        if s.time_left_s is None or s.budget is not None or not ages or None in ages:
+            return self.fallback(s)
+        if on_demand_need_s(s) > s.time_left_s:
+            return last_resort(s)
+        open_zones = [zone for zone in s.zones if zone.available]
+        zone = held_zone(s) or max(open_zones, key=lambda z: z.age_s or 0.0, default=None)
+        age = zone.age_s if zone is not None else min(z.age_s or 0.0 for z in s.zones)
+        model = ONE_ZONE if len(s.zones) == 1 else ANY_ZONE
+        action = plan_action(s, model, zone is not None, age or 0.0)
+        if action is None:  # ticks far finer than the job: a table of billions of entries
+            return self.fallback(s)
+        if action == "spot" and zone is not None:
+            slack = _hours(fallback_slack(s, "spot"))
+            return Choice("spot", zone.name, POLICY_WORDING("spot-policy.spot", zone=zone.name, slack_h=slack))
+        if action == "wait":
+            return Choice("wait", None, POLICY_WORDING("spot-policy.wait", slack_h=_hours(fallback_slack(s, None))))
+        if s.holding.market == "on-demand":
+            return Choice("on-demand", None, WORDING("bench.plan.on-demand", **_values(s)))
+        return Choice("on-demand", None, POLICY_WORDING("spot-policy.on-demand.deadline", **_values(s)))
+
+
+def plan_action(s: Situation, model: Model, up: bool, age_s: float) -> PlanAction | None:
+    """The plan's action for ``s`` over ``model``, with spot at hand (``up``) or not, in a stretch ``age_s`` old;
+    None where its table would be too large. ``s`` has a deadline the work can still meet on on-demand."""
+    assert s.time_left_s is not None
+    tick = s.period_s  # whole ticks, each rounded the safe way: the time left down, what it must hold up
+    ticks_left, work_left = math.floor(s.time_left_s / tick + 1e-9), math.ceil(s.work_left_s / tick - 1e-9)
+    key = Key(
+        model,
+        tick,
+        math.ceil(s.restart_s / tick - 1e-9),
+        s.spot_price * tick / 3600,
+        s.on_demand_price * tick / 3600,
+    )
+    table = table_for(key, ticks_left, work_left)
+    if table is None:
+        return None
+    phases, phase = table.phases, min(math.ceil(s.holding.starting_s / tick - 1e-9), table.phases - 1)
+    holding = 0
+    if s.holding.market == "on-demand":
+        holding = 1 + phase
+    elif held_zone(s) is not None:
+        holding = 1 + phases + phase
+    return table.action(ticks_left, work_left, holding, up, age_s)
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600, 1)
+
+
+def _values(s: Situation) -> dict[str, float]:
+    return {"work_h": _hours(s.work_left_s), "left_h": _hours(s.time_left_s or 0.0)}
+
+
+# The bot's policies and the plan: what the bench scripts that evaluate the plan offer.
+POLICIES: dict[str, SpotPolicy] = {**BOT_POLICIES, PLAN: Planned()}

@@ -1,4 +1,4 @@
-"""The availability models ``deadline-aware-plan`` plans with (:mod:`handlers.spot.program`).
+"""The availability models ``deadline-aware-plan`` plans with (:mod:`bench.spot_plan`).
 
 Fitted by ``bench/spot_model.py`` on the tuning split of the bundled traces (the first 40% of the two tuning dates)
 and nothing else; ``tests/test_spot_plan.py`` checks this file against that fit. ``ONE_ZONE``: the stretches of a
@@ -6,7 +6,7 @@ job that stays in one zone; ``ANY_ZONE``: of a job that may take any zone of its
 zone whose spot has lasted longest, when one has it).
 """
 
-from handlers.spot.outlook import Model
+from bench.spot_outlook import Model
 
 ONE_ZONE = Model(
     edges_s=(0.0, 300.0, 600.0, 1200.0, 2400.0, 4800.0, 9600.0, 19200.0, 38400.0, 76800.0),

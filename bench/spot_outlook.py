@@ -1,6 +1,6 @@
 """What the past says of spot to come: the stretches with and without usable spot, and the hazards fitted to them.
 
-A planning policy (:mod:`handlers.spot.program`) needs a model of availability, not just "is there spot now". The
+A planning policy (:mod:`bench.spot_plan`) needs a model of availability, not just "is there spot now". The
 model is semi-Markov: the lengths of *up* stretches (the job could hold spot in one zone without a break) and of
 *down* stretches (no zone had spot) are drawn from distributions fitted here, and the age of the current stretch
 is part of the state. Spot stretches are heavy-tailed (a stretch that just began is likely short, one that has
@@ -10,7 +10,7 @@ without any hand-set gate.
 The up stretches are those of a job that stays in its zone while it has spot and, when it loses it, takes the zone
 whose spot has lasted longest (a move: a new up stretch at once, and a restart for the job); :func:`history_of`
 replays that over a trace; :func:`fit` turns the stretches into a :class:`Model` (``bench/spot_model.py`` fits the
-models :mod:`handlers.spot.learned` ships). Where a bucket saw little, the fit leans on a prior.
+models :mod:`bench.spot_learned` holds). Where a bucket saw little, the fit leans on a prior.
 """
 
 from __future__ import annotations
