@@ -272,6 +272,9 @@ def test_install_puts_a_runner_that_completes_a_job_and_its_unit_in_place(tmp_pa
         check=True,
     )
     assert where.stdout.startswith(str(prefix))  # the wheel's copy, not this checkout
+    if os.geteuid() == 0:  # the trainer's user may leave no cron or at job behind to outlive its process tree
+        for deny in ("/etc/cron.deny", "/etc/at.deny"):
+            assert "finetune-train" in Path(deny).read_text().split(), deny
 
     # The installed runner runs an attempt to completion: checkpoint committed, output uploaded, reported.
     trainer = (

@@ -123,6 +123,11 @@ mv "$systemd_dir/$unit_name.tmp" "$systemd_dir/$unit_name"
 if [[ $role == runner && $(id -u) == 0 ]]; then
     id finetune-train >/dev/null 2>&1 || useradd --system --user-group --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin finetune-train
+    # Nothing of the trainer's may outlive its process tree (runner/trainer_box.py sweeps that tree before every
+    # start): no cron or at jobs for its user.
+    for deny in /etc/cron.deny /etc/at.deny; do
+        grep -qx finetune-train "$deny" 2>/dev/null || echo finetune-train >> "$deny"
+    done
     # The runner keeps that user from the metadata service with iptables (runner/metadata_guard.py); without it
     # the runner starts no trainer (exit code 4).
     command -v iptables >/dev/null || echo "install.sh: WARNING: no iptables here: install it, or the runner will" \
