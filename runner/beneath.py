@@ -19,12 +19,15 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
+from runner.errors import RunnerError
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class NotARegularFile(OSError):
-    """A name the runner reads is not a plain file (a FIFO, a device, a socket): reading it could block or lie."""
+class NotARegularFile(RunnerError, OSError):
+    """A name the runner reads is not a plain file (a FIFO, a device, a socket): reading it could block or lie.
+    An OSError too, so every reader that takes a vanished or unreadable file takes this one the same way."""
 
 
 def open_dir(path: Path) -> int:

@@ -11,7 +11,8 @@ RunnerError
 ├── CheckpointInvalid (runner/checkpoints.py)    a stored checkpoint that does not verify: the next older is tried
 ├── FileChanged (runner/upload.py)               a checkpoint file changed while it was uploaded: tried again
 ├── TrainerStartError (runner/trainer.py)        the trainer's program cannot be run at all
-└── GuardError (runner/metadata_guard.py)        the metadata guard's firewall rule could not be put in place
+├── GuardError (runner/metadata_guard.py)        the metadata guard's firewall rule could not be put in place
+└── NotARegularFile (runner/beneath.py)          a FIFO, device or socket where the runner reads a file (an OSError too)
 
 Control-flow signals that never leave their module (``_CannotStart``, ``_Shrank``, ``_Cut``) stay plain exceptions.
 """
