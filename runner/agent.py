@@ -69,21 +69,21 @@ class Runner:
         self.progress = ProgressTail(self.files.progress_file)
         reporter = Reporter([open_target(target, report_key) for target in spec.report])
         self.reports = AttemptReports(spec, reporter, self.progress, options.progress_seconds)
-        self.keeping = PeriodicSync(spec, options, self.store, self.output_dir, self.reports)
+        self.periodic_sync = PeriodicSync(spec, options, self.store, self.output_dir, self.reports)
         source = notice_source if notice_source is not None else notice_source_for(spec)
-        self.notice = NoticePath(spec, options, self.store, source, self.reports, self.keeping, self.progress)
-        watch = None if credentials is None else (lambda: self.keeping.watch_credentials(credentials))
+        self.notice = NoticePath(spec, options, self.store, source, self.reports, self.periodic_sync, self.progress)
+        watch = None if credentials is None else (lambda: self.periodic_sync.watch_credentials(credentials))
         self.supervisor = TrainerSupervisor(
-            spec, options, self.files, self.reports, self.keeping, self.notice.notices, watch
+            spec, options, self.files, self.reports, self.periodic_sync, self.notice.notices, watch
         )
         self.completion = Completion(options, self.store, self.files, self.progress, self.reports, credentials)
-        self.standing_by = StandingBy(options, self.store, self.reports, self.keeping, self.notice, credentials)
+        self.standing_by = StandingBy(options, self.store, self.reports, self.periodic_sync, self.notice, credentials)
         self.instance_id: str | None = None
 
     @property
     def committed(self) -> Committed | None:
         """The newest checkpoint known to be committed in the store (restored, or uploaded by this attempt)."""
-        return self.keeping.committed
+        return self.periodic_sync.committed
 
     async def run(self) -> int:
         """Run the attempt to its end; returns the process exit code."""
@@ -99,14 +99,14 @@ class Runner:
             return await self._run()
         finally:
             await self.supervisor.end_trainer()
-            marking = self.keeping.marking()
+            marking = self.periodic_sync.marking()
             for watcher in [*watchers, *marking]:
                 watcher.cancel()
             await asyncio.gather(*watchers, *marking, return_exceptions=True)
             if source is not None:
                 await source.close()
             self.notice.remove_signal_handlers()
-            await self.keeping.sync.aclose()
+            await self.periodic_sync.sync.aclose()
             await self.reports.reporter.aclose()
             await self._close_store()
 
@@ -116,7 +116,7 @@ class Runner:
             if waited is not None:
                 return waited
         patience = self.options.storage_patience_seconds
-        checkpoints = self.keeping.checkpoints
+        checkpoints = self.periodic_sync.checkpoints
         try:
             record = await with_retries("reading the job's completion record", checkpoints.completed_record, patience)
             if record is not None:
@@ -143,7 +143,7 @@ class Runner:
         return await self.supervisor.supervise(restored.path, exits)
 
     async def _complete(self) -> int:
-        return await self.completion.complete(self.spec, self.keeping.checkpoints, self.instance_id)
+        return await self.completion.complete(self.spec, self.periodic_sync.checkpoints, self.instance_id)
 
     async def _stand_by(self, cause: StandbyCause, exit_code: int | None, trainer: TrainerProcess) -> int | Regrouped:
         return await self.standing_by.gang(self.spec, cause, exit_code, trainer, self._regroup)
@@ -153,18 +153,18 @@ class Runner:
         (the local copy's files reused where they verify), reported as started again."""
         log.info("regrouping: generation %d, node %d of %d", gang.generation, gang.node_rank, gang.nodes)
         self.spec = self.spec.model_copy(update={"gang": gang})
-        await self.keeping.regroup(self.spec)
+        await self.periodic_sync.regroup(self.spec)
         self.reports.spec = self.supervisor.spec = self.spec
         self.notice.regroup(self.spec)
         self.supervisor.reclaim_output_dir()
-        restored = await self.keeping.restore_generation()
+        restored = await self.periodic_sync.restore_generation()
         self.supervisor.keep_only(restored.path)
         self._resumed(restored)
         return Regrouped(restored.path)
 
     def _resumed(self, restored: Restored) -> None:
         """Record what the trainer starts from and say so (``started``)."""
-        self.keeping.resumed(restored)
+        self.periodic_sync.resumed(restored)
         self.reports.started(restored, self.instance_id)
 
     async def _close_store(self) -> None:

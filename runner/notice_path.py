@@ -57,13 +57,13 @@ class NoticePath:
         store: ObjectStore,
         notice_source: NoticeSource | None,
         reports: AttemptReports,
-        keeping: PeriodicSync,
+        periodic_sync: PeriodicSync,
         progress: ProgressTail,
     ) -> None:
         self.options = options
         self.notice_source = notice_source
         self.reports = reports
-        self.keeping = keeping
+        self.periodic_sync = periodic_sync
         self.progress = progress
         self.notices: asyncio.Queue[InstanceNotice] = asyncio.Queue()
         self.control = ControlObjectSource(store, spec.attempt, control_keys(spec))
@@ -129,14 +129,14 @@ class NoticePath:
         self.exit_by = ends_at
         cutoff = ends_at - self.options.report_reserve(window)
         commit = NoticeCommit(
-            self.keeping.sync,
+            self.periodic_sync.sync,
             cutoff=cutoff,
             trainer=trainer,
             step_seconds=lambda: self.progress.step_seconds,
             trainer_step=self._trainer_step,
         )
         outcome = await commit.run()
-        await self.keeping.await_marker(outcome.committed, cutoff)
+        await self.periodic_sync.await_marker(outcome.committed, cutoff)
         await self.reports.report_progress(force=True)
         self.reports.interrupted(notice, deadline, noticed, outcome)
         # The report leaves while what is still committing goes on: the machine is there until the deadline.
@@ -146,7 +146,7 @@ class NoticePath:
             log.error("the interrupted report may not have left before the deadline")
         await finishing
         # Not in by the cutoff: the others still commit theirs.
-        await self.keeping.await_marker(outcome.committed, ends_at - 0.5)
+        await self.periodic_sync.await_marker(outcome.committed, ends_at - 0.5)
         await self.reports.drain(timeout=max(ends_at - time.monotonic() - 0.1, 0.1))  # a late checkpoint_saved
         if outcome.fresh == "committed" and not trainer.frozen:
             await self._reap(trainer, deadline)  # it is shutting down after its save: let it, until the deadline

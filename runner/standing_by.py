@@ -36,14 +36,14 @@ class StandingBy:
         options: RunnerOptions,
         store: ObjectStore,
         reports: AttemptReports,
-        keeping: PeriodicSync,
+        periodic_sync: PeriodicSync,
         notice: NoticePath,
         credentials: AttemptCredentials | None,
     ) -> None:
         self.options = options
         self.store = store
         self.reports = reports
-        self.keeping = keeping
+        self.periodic_sync = periodic_sync
         self.notice = notice
         self.credentials = credentials
 
@@ -61,18 +61,20 @@ class StandingBy:
         gang = spec.gang
         assert gang is not None
         newest = newest_complete(
-            self.keeping.output_dir, trainer_exited_cleanly=cause == "stopped" and not trainer.killed
+            self.periodic_sync.output_dir, trainer_exited_cleanly=cause == "stopped" and not trainer.killed
         )
-        await self.keeping.commit_newest("notice" if cause == "stopped" else "periodic", newest)
-        own = self.keeping.sync.committed_step
+        await self.periodic_sync.commit_newest("notice" if cause == "stopped" else "periodic", newest)
+        own = self.periodic_sync.sync.committed_step
         # After a stop every node saves the same step, so its marker comes; a lost peer's part never will.
         wait = self.options.gang_wait_seconds if cause == "stopped" else 0.0
-        step = await self.keeping.newest_marked(own, wait)
+        step = await self.periodic_sync.newest_marked(own, wait)
         self.reports.standby(cause, step=step, exit_code=exit_code)
         log.warning("standing by for the gang's next generation (checkpoint-%s complete)", step)
         background = []
         if self.credentials is not None:
-            background.append(asyncio.create_task(self.keeping.watch_credentials(self.credentials), name="credentials"))
+            background.append(
+                asyncio.create_task(self.periodic_sync.watch_credentials(self.credentials), name="credentials")
+            )
         key = node_control_key(spec.attempt, gang.generation, gang.node_rank)
         try:
             while True:

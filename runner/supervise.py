@@ -72,7 +72,7 @@ class TrainerSupervisor:
         options: RunnerOptions,
         files: TrainerFiles,
         reports: AttemptReports,
-        keeping: PeriodicSync,
+        periodic_sync: PeriodicSync,
         notices: asyncio.Queue[InstanceNotice],
         credentials_watch: Callable[[], Coroutine[Any, Any, None]] | None,
     ) -> None:
@@ -81,7 +81,7 @@ class TrainerSupervisor:
         self.files = files
         self.output_dir = files.output_dir
         self.reports = reports
-        self.keeping = keeping
+        self.periodic_sync = periodic_sync
         self.notices = notices
         self.credentials_watch = credentials_watch
         self._box: TrainerBox | None = None  # made when the attempt runs: the runner becomes a subreaper then
@@ -129,7 +129,7 @@ class TrainerSupervisor:
             if outcome == 0:
                 return await exits.completed()
             newest = newest_complete(self.output_dir)
-            await self.keeping.commit_newest("periodic", newest)
+            await self.periodic_sync.commit_newest("periodic", newest)
             if restarts >= self.spec.max_restarts:
                 if trainer.tail:
                     why = Failure.of("trainer-exited", exit_code=outcome, restarts=restarts, line=trainer.tail[-1])
@@ -149,7 +149,7 @@ class TrainerSupervisor:
     async def _watch(self, trainer: TrainerProcess) -> int | InstanceNotice:
         """Until the trainer exits (its code) or an interrupting notice arrives (the notice)."""
         background = [
-            asyncio.create_task(self.keeping.loop(), name="sync"),
+            asyncio.create_task(self.periodic_sync.loop(), name="sync"),
             asyncio.create_task(self.reports.progress_loop(), name="progress"),
         ]
         if self.credentials_watch is not None:
@@ -166,13 +166,17 @@ class TrainerSupervisor:
                     next_notice.cancel()
                     await self.reports.report_progress(force=True)
                     if exited.result() == 0 and not (self.spec.gang is not None and trainer.stopped_on_request):
-                        await self.keeping.sync.aclose()  # the job is done: its final output matters, not checkpoints
+                        await (
+                            self.periodic_sync.sync.aclose()
+                        )  # the job is done: its final output matters, not checkpoints
                     return exited.result()
                 notice = next_notice.result()
                 self.reports.notice(notice)
                 if notice.interrupts:
                     return notice
-                background.append(asyncio.create_task(self.keeping.commit_newest("rebalance"), name="rebalance-sync"))
+                background.append(
+                    asyncio.create_task(self.periodic_sync.commit_newest("rebalance"), name="rebalance-sync")
+                )
         finally:
             for task in background:
                 task.cancel()
