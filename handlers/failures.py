@@ -34,7 +34,7 @@ FailureCode = Literal[
     # How an attempt ended, inside "no-progress" (``last``).
     "interrupted",
     "instance-gone",
-    # The runner's ``failed`` report (runner/agent.py, runner/trainer.py).
+    # The runner's ``failed`` report (runner/reports/attempt.py, runner/trainer.py).
     "storage-unreachable",
     "trainer-not-found",
     "trainer-not-on-path",

@@ -24,7 +24,9 @@ from urllib.parse import urlparse
 
 from handlers.sealed_keys import SEALED_KEY_PREFIX_PATTERN
 from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, SpecError, parse_spec
-from runner.agent import EXIT_BAD_SPEC, EXIT_NO_REPORT_KEY, Runner, RunnerOptions
+from runner.agent import Runner
+from runner.exit_codes import EXIT_BAD_SPEC, EXIT_NO_REPORT_KEY
+from runner.options import RunnerOptions
 from runner.own_paths import UnsafePath, check_own_paths
 from runner.reports.key import report_key
 from runner.reports.key_object import (

@@ -25,8 +25,10 @@ from handlers.spec import (
     parse_control,
     parse_spec,
 )
-from runner.agent import Runner, RunnerOptions
+from runner.agent import Runner
+from runner.options import RunnerOptions
 from runner.storage.file import FileStore
+from runner.supervise import trainer_env
 from tests.test_spec import spec
 
 GANG = {"nodes": 2, "node_rank": 1, "generation": 1, "master_addr": "10.0.3.7", "master_port": 29500}
@@ -86,7 +88,7 @@ def test_the_trainer_gets_the_world_and_the_collective_timeout(tmp_path: Path) -
     runner = Runner(member, RunnerOptions(work_dir=tmp_path / "work", collective_timeout_seconds=45), FileStore(
         member.checkpoint_uri
     ))
-    assert runner._trainer_env() == {
+    assert trainer_env(runner.spec, runner.options) == {
         "HF_HUB_OFFLINE": "1",
         "NNODES": "2",
         "NODE_RANK": "1",
@@ -94,11 +96,9 @@ def test_the_trainer_gets_the_world_and_the_collective_timeout(tmp_path: Path) -
         "MASTER_PORT": "29500",
         "FINETUNE_COLLECTIVE_TIMEOUT_SECONDS": "45",
     }
-    assert runner.ids == {"job_id": "ft-7k2q", "attempt": 2, "node_rank": 1, "generation": 1}
+    assert runner.reports.ids == {"job_id": "ft-7k2q", "attempt": 2, "node_rank": 1, "generation": 1}
     alone = parse_spec(json.dumps(spec(report=[], checkpoint_uri=f"file://{tmp_path}/store")))
-    assert Runner(alone, RunnerOptions(work_dir=tmp_path / "one"), FileStore(alone.checkpoint_uri))._trainer_env() == {
-        "HF_HUB_OFFLINE": "1"
-    }
+    assert trainer_env(alone, RunnerOptions(work_dir=tmp_path / "one")) == {"HF_HUB_OFFLINE": "1"}
 
 
 def test_the_bot_accepts_a_standby_report_and_records_it() -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
 from handlers.attempt_keys import StorageCredentials, dump_attempt_key
-from runner.agent import EXIT_NO_REPORT_KEY
+from runner.exit_codes import EXIT_NO_REPORT_KEY
 from tests.runner_harness import read_reports, runner_env, start_runner, wait_until
 from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV

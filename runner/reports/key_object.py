@@ -5,7 +5,7 @@ its instance id from IMDS and polls, since the bot writes the object once it kno
 moment after the instance boots. Until the object is there S3 answers 404, or 403 on AWS (the runner may not list
 ``attempt-keys/``, and the Deny of untagged key objects applies): both mean "not yet". After ``patience`` seconds
 the runner gives up: with no key it cannot sign a report, not even a ``failed``, so it says why on stderr (the
-journal) and exits :data:`runner.agent.EXIT_NO_REPORT_KEY` without starting the trainer.
+journal) and exits :data:`runner.exit_codes.EXIT_NO_REPORT_KEY` without starting the trainer.
 
 With a runner storage role the instance may read no job object, not even its spec, until it holds the storage
 credentials its key object carries: the user data then says where keys lie (``FINETUNE_KEY_FROM``), the runner reads

@@ -9,7 +9,7 @@ again (at most every ``reread_seconds``) with the instance's own credentials, wh
 
 If the object holds nothing newer (the bot is down, or STS refuses it), this says so loudly in the journal; the
 runner itself watches :meth:`AttemptCredentials.running_out` and commits what it has while the credentials last
-(runner/agent.py). After the end every storage request is refused until a bot writes fresh credentials again.
+(runner/periodic_sync.py). After the end every storage request is refused until a bot writes fresh credentials again.
 
 botocore is loaded by :meth:`AttemptCredentials.load` (an S3 store's first request), not with this module: a runner
 whose store is a directory never pays the third of a second it takes to import.

@@ -1,0 +1,213 @@
+"""Supervising the trainer: start it, watch it, restart it from the last checkpoint, and hand each exit on.
+
+The trainer runs in a process box (:mod:`runner.trainer_box`): whatever it started is swept before the next one
+starts and when the attempt ends. While it runs, periodic sync and progress reports go on in the background and
+notices are read: a rebalance commits the newest checkpoint early, an interrupting one ends the watch. How the
+trainer ended decides what follows, each handed to the part it belongs to (:class:`Exits`): exit 0 completes the
+job, an interrupting notice goes to the notice path, a gang's trainer that ended stands by for the next
+generation, and a crash is restarted from the newest complete checkpoint up to ``max_restarts`` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from handlers.failures import Failure
+from handlers.reports import InstanceNotice, StandbyCause
+from handlers.spec import JobSpec
+from runner.exit_codes import EXIT_FAILED
+from runner.local_checkpoints import newest_complete
+from runner.options import RunnerOptions
+from runner.periodic_sync import PeriodicSync
+from runner.reports.attempt import AttemptReports
+from runner.trainer import TrainerFiles, TrainerProcess, TrainerStartError
+from runner.trainer_box import TrainerBox
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Regrouped:
+    """A gang node that stood by was given the next generation: train again from ``resume_from``."""
+
+    resume_from: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class Exits:
+    """Where each end of the trainer goes: all return the attempt's exit code (``stood_by``: or a regroup)."""
+
+    completed: Callable[[], Awaitable[int]]
+    interrupted: Callable[[TrainerProcess, InstanceNotice], Awaitable[int]]
+    stood_by: Callable[[StandbyCause, int | None, TrainerProcess], Awaitable[int | Regrouped]]
+
+
+def trainer_env(spec: JobSpec, options: RunnerOptions) -> dict[str, str]:
+    """The recipe's environment, and a gang's world in torchrun's and ms-swift's names."""
+    gang = spec.gang
+    if gang is None:
+        return dict(spec.env)
+    return {
+        **spec.env,
+        "NNODES": str(gang.nodes),
+        "NODE_RANK": str(gang.node_rank),
+        "MASTER_ADDR": gang.master_addr,
+        "MASTER_PORT": str(gang.master_port),
+        "FINETUNE_COLLECTIVE_TIMEOUT_SECONDS": str(int(options.collective_timeout_seconds)),
+    }
+
+
+class TrainerSupervisor:
+    """``spec`` is the attempt's spec as it is now (a gang's regroup gives it the next generation)."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        options: RunnerOptions,
+        files: TrainerFiles,
+        reports: AttemptReports,
+        periodic_sync: PeriodicSync,
+        notices: asyncio.Queue[InstanceNotice],
+        credentials_watch: Callable[[], Coroutine[Any, Any, None]] | None,
+    ) -> None:
+        self.spec = spec
+        self.options = options
+        self.files = files
+        self.output_dir = files.output_dir
+        self.reports = reports
+        self.periodic_sync = periodic_sync
+        self.notices = notices
+        self.credentials_watch = credentials_watch
+        self._box: TrainerBox | None = None  # made when the attempt runs: the runner becomes a subreaper then
+
+    def open_box(self) -> None:
+        self._box = TrainerBox()
+
+    async def end_trainer(self, trainer: TrainerProcess | None = None) -> None:
+        """Every process the trainer started is gone (``runner.trainer_box``); its main process, awaited by
+        asyncio, is spared the reaping only."""
+        if self._box is not None:
+            await asyncio.to_thread(self._box.sweep, trainer.process.pid if trainer is not None else None)
+
+    async def supervise(self, resume_from: Path | None, exits: Exits) -> int:
+        restarts = 0
+        while True:
+            await self.end_trainer()  # an earlier trainer's leftovers must not race this one's hand-over
+            try:
+                trainer = await TrainerProcess.start(
+                    self.spec.command,
+                    trainer_env(self.spec, self.options),
+                    resume_from,
+                    self.files,
+                    echo=self.options.echo_trainer,
+                    setup=self.options.trainer,
+                    box=self._box,
+                )
+            except TrainerStartError as exc:
+                self.reports.failed(exc.failure, step=self.reports.progress.state.step)
+                return EXIT_FAILED
+            outcome = await self._watch(trainer)
+            if isinstance(outcome, InstanceNotice):
+                interrupted = await exits.interrupted(trainer, outcome)
+                await self.end_trainer(trainer)
+                return interrupted
+            await self.end_trainer(trainer)  # what it left running races nothing of ours from here on
+            if self.spec.gang is not None and (outcome != 0 or trainer.stopped_on_request):
+                # The gang stopped on a peer's notice, or a peer was lost: one node cannot train on alone.
+                cause: StandbyCause = "stopped" if outcome == 0 else "trainer-exited"
+                stood_by = await exits.stood_by(cause, None if outcome == 0 else outcome, trainer)
+                if isinstance(stood_by, int):
+                    return stood_by
+                resume_from, restarts = stood_by.resume_from, 0
+                continue
+            if outcome == 0:
+                return await exits.completed()
+            newest = newest_complete(self.output_dir)
+            await self.periodic_sync.commit_newest("periodic", newest)
+            if restarts >= self.spec.max_restarts:
+                if trainer.tail:
+                    why = Failure.of("trainer-exited", exit_code=outcome, restarts=restarts, line=trainer.tail[-1])
+                else:
+                    why = Failure.of("trainer-exited-silent", exit_code=outcome, restarts=restarts)
+                step = self.reports.progress.state.step
+                self.reports.failed(why, step=step, exit_code=outcome, log_tail=list(trainer.tail))
+                return EXIT_FAILED
+            restarts += 1
+            resume_from = newest.path if newest else resume_from
+            self.reports.warning(
+                "trainer-restart",
+                f"trainer exited with code {outcome}; restart {restarts} of {self.spec.max_restarts} "
+                f"from step {newest.step if newest else 'scratch'}",
+            )
+
+    async def _watch(self, trainer: TrainerProcess) -> int | InstanceNotice:
+        """Until the trainer exits (its code) or an interrupting notice arrives (the notice)."""
+        background = [
+            asyncio.create_task(self.periodic_sync.loop(), name="sync"),
+            asyncio.create_task(self.reports.progress_loop(), name="progress"),
+        ]
+        if self.credentials_watch is not None:
+            background.append(asyncio.create_task(self.credentials_watch(), name="credentials"))
+        exited = asyncio.create_task(trainer.wait(), name="trainer")
+        try:
+            while True:
+                next_notice = asyncio.create_task(self.notices.get())
+                await asyncio.wait({exited, next_notice}, return_when=asyncio.FIRST_COMPLETED)
+                if exited.done():
+                    # A trainer that finished on its own wins over a notice that raced it.
+                    if next_notice.done():
+                        self.notices.put_nowait(next_notice.result())
+                    next_notice.cancel()
+                    await self.reports.report_progress(force=True)
+                    if exited.result() == 0 and not (self.spec.gang is not None and trainer.stopped_on_request):
+                        await (
+                            self.periodic_sync.sync.aclose()
+                        )  # the job is done: its final output matters, not checkpoints
+                    return exited.result()
+                notice = next_notice.result()
+                self.reports.notice(notice)
+                if notice.interrupts:
+                    return notice
+                background.append(
+                    asyncio.create_task(self.periodic_sync.commit_newest("rebalance"), name="rebalance-sync")
+                )
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+
+    # -- the output directory ---------------------------------------------------------------------------------
+
+    def reset_output_dir(self) -> None:
+        """The store is the truth: local leftovers of an earlier run on this disk are not resumed from."""
+        self.reclaim_output_dir()
+        if any(self.output_dir.iterdir()):
+            log.info("clearing leftovers in %s", self.output_dir)
+            shutil.rmtree(self.output_dir)  # by descriptors, never into a link (shutil's own guard)
+            self.output_dir.mkdir()
+        self.files.progress_file.unlink(missing_ok=True)
+
+    def reclaim_output_dir(self) -> None:
+        """``output/`` is a real directory again before the runner writes into it by name: an earlier trainer
+        (all its processes gone by now) owned it and may have left a link to anywhere in its place."""
+        if self.output_dir.is_symlink() or (self.output_dir.exists() and not self.output_dir.is_dir()):
+            log.warning("%s was not a directory (the trainer left something else there): made anew", self.output_dir)
+            self.output_dir.unlink()
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+
+    def keep_only(self, path: Path | None) -> None:
+        """The output directory holds the restored checkpoint and nothing else (a newer half-written save, the
+        previous generation's leftovers: the store is the truth)."""
+        for entry in list(self.output_dir.iterdir()):
+            if path is not None and entry == path:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
