@@ -17,20 +17,10 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from handlers import gang_decide as gang  # a cycle: the gang's decisions call back into this module's helpers
+from handlers.change import Change
 from handlers.failures import Failure, english
 from handlers.instance_claims import foreign_instance
-from handlers.jobs import (
-    ACTIVE_STATES,
-    TERMINAL_STATES,
-    Attempt,
-    Change,
-    ChatRef,
-    CheckpointRef,
-    Job,
-    JobState,
-    Market,
-    Page,
-)
+from handlers.jobs import ACTIVE_STATES, TERMINAL_STATES, Attempt, ChatRef, CheckpointRef, Job, JobState, Market, Page
 from handlers.lifecycle import Lifecycle, best_step, furthest_step, gives_up, relaunch_pause, without_progress
 from handlers.messages import (
     BusMessage,

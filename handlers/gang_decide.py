@@ -15,11 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from handlers import decide as d  # a cycle: decide hands gangs here, this calls decide's helpers at run time
+from handlers.change import Change
 from handlers.cost import job_cost
 from handlers.failures import Failure
 from handlers.gang import new_gang, place_in, rank_of, regrouped
 from handlers.instance_claims import foreign_instance
-from handlers.jobs import TERMINAL_STATES, Attempt, Change, CheckpointRef, Job, JobState, Market
+from handlers.jobs import TERMINAL_STATES, Attempt, CheckpointRef, Job, JobState, Market
 from handlers.lifecycle import Lifecycle, best_step, furthest_step
 from handlers.messages import (
     CloudEvent,

@@ -9,9 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from fakes.notes import note_type
+from handlers.change import Change
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.failures import Failure
-from handlers.jobs import Change, ChatRef, CheckpointRef, Job, JobState
+from handlers.jobs import ChatRef, CheckpointRef, Job, JobState
 from handlers.lifecycle import Lifecycle, relaunch_pause
 from handlers.messages import (
     CloudEvent,
