@@ -37,6 +37,7 @@ from handlers.messages import (
     Terminate,
 )
 from handlers.notes import CardRefresh, CompletedNote, InstanceGone, Note, Resumed, SpotPolicyNote, Stopped
+from handlers.policy_reasons import WORDING
 from handlers.reports import (
     CheckpointSaved,
     Completed,
@@ -50,7 +51,6 @@ from handlers.reports import (
 from handlers.restart import earlier_first_step, job_restart_s
 from handlers.spot import SpotView, managed
 from handlers.spot.gang import GangHold, short_of_slack, wait_or_move
-from handlers.spot.gang_reasons import WORDING
 from handlers.spot.situation import lost_zones
 from handlers.spot.steer import refused
 from handlers.transitions import next_state
