@@ -1,4 +1,4 @@
-"""Bounded relaunches and stops that end, as pure decisions (handlers/lifecycle.py, handlers/decide.py)."""
+"""Bounded relaunches and stops that end, as pure decisions (handlers/lifecycle.py, handlers/decide/)."""
 
 from __future__ import annotations
 

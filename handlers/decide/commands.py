@@ -58,7 +58,7 @@ def new_job(
         budget=budget,
         spot_policy=spot_policy,
         restart_seconds=spot.restart_s if spot is not None else None,  # the recipe's, until the job measures its own
-        nodes=nodes,  # more than one: a gang (handlers/gang_decide.py)
+        nodes=nodes,  # more than one: a gang (handlers/decide/gangs.py)
         efa=efa,
         created_at=now,
         updated_at=now,

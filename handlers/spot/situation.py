@@ -30,7 +30,7 @@ from handlers.spot.zones import weigh_availability
 DEFAULT_RESTART = timedelta(minutes=6)
 # A zone the job was just reclaimed in (or refused for capacity) counts as without spot until the policy's next look
 # (one period): trying it again then costs nothing, since a refused launch holds nothing and a job on on-demand
-# launches spot ahead of its switch (handlers/decide.py), and each zone is tried at most once a period, never in a
+# launches spot ahead of its switch (handlers/decide/), and each zone is tried at most once a period, never in a
 # loop. A longer cool-down only kept jobs off spot that had come back: on the traces, 30 minutes cost deadline-aware
 # 0.02-0.05 of the optimum at every restart (README, The spot policy).
 
@@ -94,7 +94,7 @@ def live_situation(
         on_demand_price=on_demand_price * job.nodes,
         spent=cost.paid,
         budget=budget,
-        switch_ahead=job.nodes == 1 and launches_ahead,  # handlers/decide.py: one node's next instance goes first
+        switch_ahead=job.nodes == 1 and launches_ahead,  # handlers/decide/steering: one node's next goes first
     )
 
 
