@@ -1,4 +1,7 @@
 """The entry: which decision an input message gets (one node's, a gang's, an attempt launched ahead's, a timer's).
+
+The one place that tells a gang from one node for reports and cloud events, so :mod:`handlers.decide.inputs` and
+:mod:`handlers.decide.gangs` need not call each other.
 """
 
 from __future__ import annotations
