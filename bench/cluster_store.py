@@ -34,7 +34,8 @@ from bot.layout import open_keys
 from bot.redis_server import RedisHandle
 from bot.store import JobStore
 from fakes.valkey_cluster import ValkeyCluster
-from handlers.jobs import Change, Job
+from handlers.change import Change
+from handlers.jobs import Job
 from handlers.messages import Notify
 
 

@@ -31,9 +31,9 @@ import numpy as np
 
 from bench.spot_learned import ANY_ZONE, ONE_ZONE
 from bench.spot_outlook import Model
+from handlers.policy_reasons import WORDING as POLICY_WORDING
 from handlers.reasons import Wording
 from handlers.spot.rules import POLICIES as BOT_POLICIES
-from handlers.spot.rules import WORDING as POLICY_WORDING
 from handlers.spot.rules import (
     Choice,
     Situation,

@@ -37,11 +37,12 @@ from bot.log_limit import LimitedLog
 from bot.rate_limit import Bucket, RateLimiter
 from bot.store import DEDUP_TTL, Applied, JobCapReached, JobStore
 from handlers.caps import Caps, Full, caps_for, concurrency_refusal, nodes_refusal, price_refusal
+from handlers.change import Change
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.ids import new_job_id
 from handlers.job_options import JobOptionError, parse_job_options, reserved_parameter, split_overrides
-from handlers.jobs import Change, ChatRef, Job, Market
+from handlers.jobs import ChatRef, Job, Market
 from handlers.messages import (
     CLOUD_EFFECTS,
     TIMERS,

@@ -182,7 +182,7 @@ class CloudEffects:
                 log.info("stop on %s: the job moved past %s already (%s)", job.id, effect.instance_id, exc)
                 return "moved on", []
             # Nobody will save a checkpoint: the decision terminates the instance and stops the job with what was
-            # committed (handlers/decide.py, StopFailed), rather than leaving it STOPPING until its deadline.
+            # committed (handlers/decide/, StopFailed), rather than leaving it STOPPING until its deadline.
             log.warning("stop on %s failed: %s", job.id, exc)
             reason = str(exc) or type(exc).__name__
             return f"failed: {reason}", [StopFailed(job_id=job.id, instance_id=effect.instance_id, reason=reason)]
@@ -295,7 +295,7 @@ class CloudEffects:
 def launching(job: Job) -> bool:
     """Whether ``job`` still wants instances: active and not being stopped. A stop ends a gang's launches still
     queued (node 0's result had ordered the others'): each is skipped here, and one already at the cloud when the
-    stop came is terminated by its result (handlers/gang_decide.py ``launched``)."""
+    stop came is terminated by its result (handlers/decide/gangs.py ``launched``)."""
     return job.state in ACTIVE_STATES and job.state is not JobState.STOPPING
 
 

@@ -33,7 +33,8 @@ import redis.asyncio as aioredis
 from bot.cloud.base import ListsGroups, ListsInstances
 from bot.keys import Keys
 from bot.store import JobStore
-from handlers.jobs import Change, Job
+from handlers.change import Change
+from handlers.jobs import Job
 from handlers.lifecycle import Lifecycle
 from handlers.reconcile import (
     HOLDING,

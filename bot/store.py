@@ -43,7 +43,8 @@ from bot.keys import DEFAULT_KEYS, Keys
 from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
 from handlers.caps import Caps, Full, cap_group
-from handlers.jobs import ACTIVE_STATES, TERMINAL_STATES, Change, ChatRef, Job, JobState
+from handlers.change import Change
+from handlers.jobs import ACTIVE_STATES, TERMINAL_STATES, ChatRef, Job, JobState
 from handlers.messages import Message
 from handlers.restart import attempt_restart_s, blend
 

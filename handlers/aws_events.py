@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from handlers import safe_json
 from handlers.errors import UnrecognisedMessage
 from handlers.messages import CloudEvent, CloudEventKind, ReportReceived, report_received
-from handlers.reports import REPORT_TYPES, parse_report
+from handlers.reports import REPORT_ATTRIBUTE, REPORT_TYPES, parse_report
 
 EC2_SOURCE = "aws.ec2"
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
@@ -57,11 +57,6 @@ STATE_CHANGE = "EC2 Instance State-change Notification"
 SPOT_NOTICE_LEAD = timedelta(minutes=2)
 GONE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 LIVE_STATES = frozenset({"pending", "running"})
-# The SNS message attribute the runner sets on its reports (runner/reports/sns.py).
-REPORT_ATTRIBUTE = "finetune_report"
-# Its signature of the message, and the time it signed (handlers/signing.py's scheme, the attempt's key).
-SIGNATURE_ATTRIBUTE = "finetune_signature"
-TIMESTAMP_ATTRIBUTE = "finetune_timestamp"
 SNS_TYPES = frozenset({"Notification", "SubscriptionConfirmation", "UnsubscribeConfirmation"})
 
 _ID_NAMESPACE = uuid.UUID("6b0c3f43-2f3e-4b8e-9a55-3c1f0e0a7d21")

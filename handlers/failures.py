@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from handlers.reasons import Reason, Wording
 
 FailureCode = Literal[
-    # The bot's own (handlers/decide.py).
+    # The bot's own (handlers/decide/).
     "launch-failed",
     "start-timeout",
     "replacement-gone",

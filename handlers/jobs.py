@@ -1,6 +1,6 @@
 """The job: what the bot knows about one fine-tune, across all of its attempts.
 
-A job is one record (JSON in the store) changed only through :class:`Change` values produced by the pure
+A job is one record (JSON in the store) changed only through :class:`handlers.change.Change` values produced by the pure
 decision code in ``handlers``; the store applies a change atomically together with its history entry, its
 dedup key and its outbox (the follow-up effects and timers, each put on its executor's queue in the same
 transaction).
@@ -8,20 +8,15 @@ transaction).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN, new_key_salt
-from handlers.reasons import Reason
 from handlers.reports import utcnow
-
-if TYPE_CHECKING:  # messages.py imports this module; a Change only names the type
-    from handlers.messages import Message
 
 
 class JobState(StrEnum):
@@ -233,18 +228,3 @@ class Job(BaseModel):
     @property
     def instance_ids(self) -> list[str]:
         return [attempt.instance_id for attempt in self.attempts if attempt.instance_id]
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """A decided change of one job: the new record, what to note in its history, what happens next.
-
-    ``outbox`` holds typed messages (each with its id), written to their executors' queues in the same
-    transaction as the job, so a crash can lose neither the state change nor what must follow from it. The store
-    encodes each one once, on its way into Redis.
-    """
-
-    job: Job
-    history: dict[str, Any]
-    outbox: list[Message] = field(default_factory=list)
-    reason: Reason | None = None  # why a person's command changed nothing (not stored; the history has it)

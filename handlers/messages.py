@@ -284,7 +284,7 @@ Message = (
     | Notify
     | CostsChart
 )
-"""Any message, as the core makes and reads it (a :class:`~handlers.jobs.Change`'s outbox holds these)."""
+"""Any message, as the core makes and reads it (a :class:`~handlers.change.Change`'s outbox holds these)."""
 BusMessage = Annotated[Message, Field(discriminator="type")]
 MESSAGE_TYPES: frozenset[str] = frozenset(model.model_fields["type"].default for model in get_args(Message))
 # The effects the cloud executor carries out (each goes to its queue, see bot/queues.py).

@@ -15,11 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from handlers.failures import Failure
 from handlers.jobs import Market
+from handlers.policy_reasons import POLICY_REASONS
 from handlers.reports import Late
-from handlers.spot import gang_reasons
-from handlers.spot import policies as spot_policies
-from handlers.spot import rules as spot_rules
-from handlers.spot import situation as spot_situation
 
 
 class _Note(BaseModel):
@@ -109,17 +106,6 @@ class RelaunchPaused(_Note):
 
 
 # -- the spot policy (handlers/spot/) ----------------------------------------------------------------
-
-# Every reason the live spot policy can give: the keys of its English tables (the catalogue words each).
-POLICY_REASONS = frozenset(
-    {
-        *spot_rules.WORDING.sentences,
-        *spot_policies.WORDING.sentences,
-        *spot_situation.WORDING.sentences,
-        *gang_reasons.WORDING.sentences,
-    }
-)
-
 
 class SpotPolicyNote(_Note):
     """Why the spot policy moved a job (off spot, to waiting, back to spot, a stop for the budget): its reason as

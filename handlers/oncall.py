@@ -18,7 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from handlers.jobs import Change, Job, JobState
+from handlers.change import Change
+from handlers.jobs import Job, JobState
 from handlers.messages import Notify, PageStep
 from handlers.notes import Paged, PagerCall, ResumeFailedPage
 from handlers.pagers import TOOLS, triggers  # paging tools a step may name: the page opens there too

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from handlers.jobs import Attempt, Change, Job, JobState
+from handlers.change import Change
+from handlers.jobs import Attempt, Job, JobState
 from handlers.lifecycle import Lifecycle
 from handlers.messages import CloudEvent, Notify, Terminate
 from handlers.notes import GroupReleased, InstanceReleased, NoReports, ReconcileCode

@@ -46,6 +46,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# The SNS message attributes a runner sets on a report it publishes (runner/reports/sns.py; the bot reads them in
+# handlers/aws_events.py): which report it is, its signature of the message and the time it signed
+# (handlers/signing.py's scheme, the attempt's key).
+REPORT_ATTRIBUTE = "finetune_report"
+SIGNATURE_ATTRIBUTE = "finetune_signature"
+TIMESTAMP_ATTRIBUTE = "finetune_timestamp"
+
 WIRE = "wire"  # the validation context key of a report read from the wire: caps refuse instead of clipping
 ID_CHARS = 64  # instance ids, kinds, sources
 URI_CHARS = 2048  # checkpoint and output URIs

@@ -28,6 +28,9 @@ from handlers import old_spellings
 from handlers.ids import JOB_ID_PATTERN, new_key_salt
 
 SPEC_VERSION = 1
+# The runner's environment, written by the boot script (bot/cloud/user_data.py), read by its systemd unit: on Alibaba
+# it holds the attempt's report key, so it is root's alone (``runner.own_paths`` checks it before a trainer starts).
+RUNNER_ENV_FILE = "/etc/finetune-runner.env"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SNS_ARN = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")

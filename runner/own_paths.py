@@ -1,6 +1,6 @@
 """The runner's own files are nobody else's: no name the trainer's user can change leads to them.
 
-A root runner keeps the attempt's key in its environment file (``handlers.runner_files.RUNNER_ENV_FILE``: on
+A root runner keeps the attempt's key in its environment file (``handlers.spec.RUNNER_ENV_FILE``: on
 Alibaba it holds ``FINETUNE_REPORT_SECRET``) and works in its work directory, where it writes as root and which it
 opens to the trainer's group. Before a trainer of another user starts, both are checked:
 
@@ -23,7 +23,7 @@ import os
 import stat
 from pathlib import Path
 
-from handlers.runner_files import RUNNER_ENV_FILE
+from handlers.spec import RUNNER_ENV_FILE
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers.jobs import Change
+from handlers.change import Change
 from handlers.messages import dump_message
 
 

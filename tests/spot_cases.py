@@ -8,8 +8,9 @@ from typing import Any
 
 from handlers.job_options import JobOptionError, parse_budget, parse_deadline, parse_job_options, reserved_parameter
 from handlers.jobs import Job
+from handlers.policy_reasons import WORDING
 from handlers.reasons import Reason
-from handlers.spot import SpotView, choose, gang_reasons, spot_first
+from handlers.spot import SpotView, choose, spot_first
 from handlers.spot.rules import (
     NOTHING,
     Holding,
@@ -97,8 +98,8 @@ def policy_reasons() -> list[Reason]:
         spot_first(situation(zones=up)).reason,  # spot first
         spot_first(situation(zones=down)).reason,  # on-demand: no zone has spot
         *unmeasured_reasons(),
-        gang_reasons.WORDING("gang.hold", node=1, zone="us-east-1a", minutes=10.0),  # a gang's lost node waits
-        gang_reasons.WORDING("gang.move", node=1, zone="us-east-1a", minutes=10.0),  # then the gang moves
+        WORDING("gang.hold", node=1, zone="us-east-1a", minutes=10.0),  # a gang's lost node waits
+        WORDING("gang.move", node=1, zone="us-east-1a", minutes=10.0),  # then the gang moves
     ]
     errors: list[JobOptionError] = []
     for call in (

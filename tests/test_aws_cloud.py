@@ -36,8 +36,9 @@ from bot.keys import Keys
 from bot.reconciler import Reconciler
 from bot.store import JobStore
 from fakes.ports import free_port
+from handlers.change import Change
 from handlers.decide import decide, new_job, resume_command, stop_command
-from handlers.jobs import Attempt, Change, Job, JobState
+from handlers.jobs import Attempt, Job, JobState
 from handlers.lifecycle import Lifecycle
 from handlers.messages import CloudEvent, Launched, LaunchFailed, ReportReceived, StopDeadline
 from handlers.recipes import BUILT_IN

@@ -19,7 +19,8 @@ from bot.keys import Keys
 from bot.retention import Retention
 from bot.store import JobCapReached, JobStore
 from handlers.caps import Caps
-from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
+from handlers.change import Change
+from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.policy_config import PolicyConfig
 from handlers.recipes import BUILT_IN
 from tests.redis_fixtures import (  # noqa: F401 - fixtures

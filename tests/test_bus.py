@@ -19,7 +19,8 @@ from bot.redis_server import connect
 from bot.store import JobStore
 from fakes.bot_harness import drained, eventually
 from fakes.restartable_valkey import RestartableValkey
-from handlers.jobs import Change, Job, JobState
+from handlers.change import Change
+from handlers.jobs import Job, JobState
 from handlers.messages import Launched, dump_message
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,

@@ -16,6 +16,7 @@ from bot.chat import catalog as catalog_module
 from bot.chat.catalog import LANGUAGES, en, messages, plain, say, text
 from bot.chat.render import card, card_text, message_text, recipes_text
 from handlers import caps, commands, decide, failures, job_options, permissions, recipes
+from handlers import policy_reasons as policy_wording
 from handlers import reconcile as reconcile_module
 from handlers.caps import Caps, caps_for, concurrency_refusal, nodes_refusal, price_refusal
 from handlers.commands import HELP, HELP_REASON, USAGE, Action, UsageError, parse
@@ -25,7 +26,6 @@ from handlers.failures import CODES, Failure
 from handlers.jobs import Attempt, ChatRef, CheckpointRef, Job, JobState, Page
 from handlers.messages import LaunchFailed, Notify, StartDeadline, dump_message, parse_message
 from handlers.notes import (
-    POLICY_REASONS,
     Acked,
     CardRefresh,
     ChartNote,
@@ -57,14 +57,11 @@ from handlers.notes import (
 from handlers.oncall import OnCall
 from handlers.permissions import cost_refusal, job_refusal, narrowed
 from handlers.policy_config import PolicyConfig, Team
+from handlers.policy_reasons import POLICY_REASONS
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
 from handlers.reports import Late
-from handlers.spot import gang_reasons
-from handlers.spot import policies as spot_policies
-from handlers.spot import rules as spot_rules
-from handlers.spot import situation as spot_situation
 from runner.trainer import start_failure
 from tests.spot_cases import policy_reasons
 
@@ -552,12 +549,9 @@ def test_the_english_of_the_handlers_is_the_catalogue_english_and_no_key_is_in_b
     tables = [commands.WORDING, caps.WORDING, permissions.WORDING, recipes.WORDING, decide.WORDING]
     tables += [job_options.WORDING]
     tables += [
-        spot_rules.WORDING,
-        spot_policies.WORDING,
-        spot_situation.WORDING,
+        policy_wording.WORDING,
         reconcile_module.WORDING,
         failures.WORDING,
-        gang_reasons.WORDING,
     ]
     assert {key: value for table in tables for key, value in table.sentences.items()} == en.HANDLERS
     assert sum(len(table.sentences) for table in tables) == len(en.HANDLERS)  # no handler key twice

@@ -22,7 +22,8 @@ from bot.settings import parse_file_config
 from bot.store import JobStore
 from fakes.notes import notify
 from fakes.valkey_cluster import Node, ValkeyCluster
-from handlers.jobs import Change, Job
+from handlers.change import Change
+from handlers.jobs import Job
 from tests.cluster_fixtures import fixture_valkey_cluster, fixture_valkey_cluster_server  # noqa: F401 - fixtures
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,

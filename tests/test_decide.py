@@ -7,9 +7,10 @@ from typing import Any
 
 from bot.chat import render
 from fakes.notes import note_type
+from handlers.change import Change
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.failures import Failure
-from handlers.jobs import Change, ChatRef, Job, JobState
+from handlers.jobs import ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, PageStep, ReportReceived, StartDeadline, parse_message
 from handlers.reports import CheckpointSaved, Completed, Failed, Interrupted, Notice, Progress, Started
 from handlers.transitions import TRANSITIONS

@@ -73,7 +73,9 @@ def test_the_world_meets_at_node_0_on_a_port_of_its_generation() -> None:
     assert place_in(job, 1).master_addr == "10.0.0.7"
     ports = {master_port(job.id, generation) for generation in range(1, 50)}
     assert len(ports) > 40 and all(10_000 <= port < 20_000 for port in ports)
-    assert master_port(job.id, 3) == master_port(job.id, 3)
+    # Every node's spec names the same meeting port, and the next generation (a regroup) meets on another.
+    assert place_in(job, 0).master_port == place_in(job, 1).master_port == master_port(job.id, job.generation)
+    assert master_port(job.id, job.generation + 1) != master_port(job.id, job.generation)
 
 
 def test_losing_node_0_replaces_it_alone_and_node_1_takes_rank_0() -> None:

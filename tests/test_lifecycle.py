@@ -1,4 +1,4 @@
-"""Bounded relaunches and stops that end, as pure decisions (handlers/lifecycle.py, handlers/decide.py)."""
+"""Bounded relaunches and stops that end, as pure decisions (handlers/lifecycle.py, handlers/decide/)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from fakes.notes import note_type
+from handlers.change import Change
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.failures import Failure
-from handlers.jobs import Change, ChatRef, CheckpointRef, Job, JobState
+from handlers.jobs import ChatRef, CheckpointRef, Job, JobState
 from handlers.lifecycle import Lifecycle, relaunch_pause
 from handlers.messages import (
     CloudEvent,

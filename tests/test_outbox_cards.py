@@ -13,7 +13,8 @@ from bot.chat.outbox import ChatOutbox
 from bot.keys import Keys
 from bot.store import JobStore
 from fakes.notes import notify
-from handlers.jobs import Change, ChatRef, Job
+from handlers.change import Change
+from handlers.jobs import ChatRef, Job
 from handlers.messages import Notify
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,

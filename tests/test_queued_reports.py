@@ -17,11 +17,10 @@ from typing import Any
 from bot.cloud.local import LocalCloud
 from bot.sources.sqs import REASON_ATTRIBUTE
 from fakes.bot_harness import SLEEPS, eventually, quick_recipe, running_bot, settled, start_job, wait_job, write_config
-from handlers.aws_events import REPORT_ATTRIBUTE, SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE
 from handlers.jobs import JobState
 from handlers.messages import report_received
 from handlers.report_freshness import MAX_QUEUED_SECONDS
-from handlers.reports import Completed, dump_report
+from handlers.reports import REPORT_ATTRIBUTE, SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, Completed, dump_report
 from handlers.signing import sign
 from runner.reports.reporter import Reporter
 from runner.reports.sns import SnsTarget

@@ -27,7 +27,8 @@ from bot.timers import Timers
 from fakes.notes import notify
 from fakes.valkey_cluster import ValkeyCluster
 from handlers.caps import Caps
-from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
+from handlers.change import Change
+from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import Launch, Launched, StartDeadline
 from handlers.reports import utcnow
 from tests.cluster_fixtures import fixture_valkey_cluster, fixture_valkey_cluster_server  # noqa: F401 - fixtures

@@ -10,12 +10,12 @@ import pytest
 
 from bot.report_gate import ReportGate, ReportRefused
 from bot.sources.aws_intake import AwsIntake
-from handlers.aws_events import SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, unwrap
+from handlers.aws_events import unwrap
 from handlers.ids import new_job_id
 from handlers.messages import ReportReceived
 from handlers.report_freshness import DAY, MAX_QUEUED_SECONDS, REPORT_SEEN_SECONDS, signed_at, why_stale
 from handlers.report_keys import Sender, derive_report_key, verify_report
-from handlers.reports import Completed, dump_report
+from handlers.reports import SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, Completed, dump_report
 from handlers.signing import TOLERANCE_SECONDS, sign
 
 MASTER = "master-report-secret"

@@ -12,9 +12,10 @@ from bot.chat.catalog import text
 from bot.chat.render import card, card_text
 from bot.settings import ConfigError, load_settings, parse_file_config
 from fakes.notes import note_type
+from handlers.change import Change
 from handlers.decide import decide, new_job, resume_command, stop_command
 from handlers.failures import Failure
-from handlers.jobs import Attempt, Change, Job, JobState
+from handlers.jobs import Attempt, Job, JobState
 from handlers.messages import CloudEvent, Launched, LaunchFailed, PolicyTick, ReportReceived, StartDeadline
 from handlers.reports import Completed, Failed, Interrupted, Standby, Started
 from handlers.spot import SpotView, choose, estimated_availability, managed

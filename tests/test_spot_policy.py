@@ -6,13 +6,10 @@ Traces tick by the hour with spot at $1/h and on-demand at $3/h, so a cost is a 
 from __future__ import annotations
 
 from handlers import job_options
-from handlers.spot import gang_reasons
-from handlers.spot import policies as spot_policies
-from handlers.spot import situation as spot_situation
+from handlers.policy_reasons import WORDING
 from handlers.spot.rules import (
     NOTHING,
     POLICIES,
-    WORDING,
     Holding,
     ZoneView,
     deadline_aware,
@@ -209,8 +206,7 @@ def test_the_zone_with_the_best_recent_availability_is_taken_and_kept() -> None:
 
 def test_every_policy_reason_is_a_catalogue_sentence_with_its_values() -> None:
     reasons = policy_reasons()
-    every = set(WORDING.sentences) | set(job_options.WORDING.sentences) | set(spot_situation.WORDING.sentences)
-    every |= set(spot_policies.WORDING.sentences) | set(gang_reasons.WORDING.sentences)
+    every = set(WORDING.sentences) | set(job_options.WORDING.sentences)
     assert {reason.key for reason in reasons} == every
     for reason in reasons:
         assert str(reason) == reason.template.format(**reason.values)

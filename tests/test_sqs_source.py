@@ -15,11 +15,11 @@ from aiobotocore.session import get_session
 from bot.report_gate import ReportGate
 from bot.sources.aws_intake import AwsIntake
 from bot.sources.sqs import REASON_ATTRIBUTE, SqsSource
-from handlers.aws_events import REPORT_ATTRIBUTE, SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, event_message_id
+from handlers.aws_events import event_message_id
 from handlers.ids import new_job_id
 from handlers.messages import CloudEvent, ReportReceived, parse_message
 from handlers.report_keys import derive_report_key
-from handlers.reports import Progress, dump_report
+from handlers.reports import REPORT_ATTRIBUTE, SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE, Progress, dump_report
 from handlers.signing import sign
 from runner.reports.reporter import Reporter
 from runner.reports.sns import SnsTarget

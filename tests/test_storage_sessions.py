@@ -23,7 +23,8 @@ from bot.keys import Keys
 from bot.storage_renewal import Renewed, StorageRenewal
 from bot.store import JobStore
 from handlers.attempt_keys import AttemptKey, parse_attempt_key
-from handlers.jobs import Attempt, Change, Job, JobState
+from handlers.change import Change
+from handlers.jobs import Attempt, Job, JobState
 from handlers.report_keys import ReportKeys
 from handlers.storage_sessions import SESSION_SECONDS, dump_session_policy, session_policy
 from runner.storage.attempt_credentials import ADVISORY_SECONDS

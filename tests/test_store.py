@@ -20,7 +20,8 @@ from bot.redis_server import RedisConfig, RedisHandle, connect, open_redis
 from bot.store import Applied, Decider, JobStore
 from fakes.notes import notify
 from fakes.restartable_valkey import RestartableValkey
-from handlers.jobs import Attempt, Change, ChatRef, Job, JobState
+from handlers.change import Change
+from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import (
     Launch,
     Launched,

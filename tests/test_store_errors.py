@@ -25,7 +25,8 @@ from bot.redis_server import RedisHandle, connect
 from bot.store import JobStore
 from fakes.ports import free_port
 from fakes.restartable_valkey import RestartableValkey
-from handlers.jobs import Change, Job
+from handlers.change import Change
+from handlers.jobs import Job
 
 Call = Callable[[JobStore, EventBus], Awaitable[Any]]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from handlers.runner_files import RUNNER_ENV_FILE
+from handlers.spec import RUNNER_ENV_FILE
 
 RUNNER_UNIT = "finetune-runner.service"
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")

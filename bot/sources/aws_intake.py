@@ -23,14 +23,9 @@ from collections.abc import Collection, Mapping, Sequence
 
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportGate, ReportRefused
-from handlers.aws_events import (
-    SIGNATURE_ATTRIBUTE,
-    TIMESTAMP_ATTRIBUTE,
-    parse_aws_message,
-    parse_delivery,
-    unwrap,
-)
+from handlers.aws_events import parse_aws_message, parse_delivery, unwrap
 from handlers.messages import BusMessage
+from handlers.reports import SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE
 
 log = logging.getLogger(__name__)
 EVENTS_REFUSED_METRIC = "finetune_cloud_events_refused_total"

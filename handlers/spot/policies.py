@@ -10,26 +10,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from handlers.reasons import Wording
+from handlers.policy_reasons import WORDING
 from handlers.spot.rules import DEFAULT_POLICY, Choice, Situation, SpotPolicy, ZoneView
 from handlers.spot.rules import POLICIES as SIMULATED
-from handlers.spot.rules import WORDING as POLICY_WORDING
 
 SPOT_FIRST = "spot-first"
-
-WORDING = Wording(
-    {
-        "spot-policy.spot.first": "spot in {zone}: spot first, on-demand only once spot has no room anywhere",
-        "spot-policy.on-demand.first": "on-demand now: no zone has spot capacity",
-    }
-)
 
 
 def spot_first(s: Situation) -> Choice:
     """Spot in the held zone, else the zone with the best availability (unknown: ½; ties: configured order);
     on-demand when no zone has spot; a job on on-demand stays there."""
     if s.holding.market == "on-demand":
-        return Choice("on-demand", None, POLICY_WORDING("spot-policy.on-demand.kept"))
+        return Choice("on-demand", None, WORDING("spot-policy.on-demand.kept"))
     zone = best_zone(s.zones, s.holding.zone if s.holding.market == "spot" else None)
     if zone is None:
         return Choice("on-demand", None, WORDING("spot-policy.on-demand.first"))

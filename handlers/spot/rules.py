@@ -20,42 +20,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from handlers.jobs import Market
-from handlers.reasons import Reason, Wording
+from handlers.policy_reasons import WORDING
+from handlers.reasons import Reason
 
 Action = Literal["spot", "on-demand", "wait", "stop"]
 # Why the policy is asked: the first launch, an instance lost to spot, a launch refused for capacity, the timer.
 Event = Literal["launch", "interrupted", "capacity", "tick"]
-
-WORDING = Wording(
-    {
-        "spot-policy.on-demand.deadline": "on-demand now: {work_h:g} h of work left, {left_h:g} h to the deadline",
-        "spot-policy.on-demand.pace": (
-            "on-demand now: no zone has spot and {work_h:g} h of work left is behind an even pace "
-            "to the deadline in {left_h:g} h"
-        ),
-        "spot-policy.on-demand.reserve": (
-            "on-demand now: no zone has spot, and the slack left ({slack_h:g} h) is kept for later outages"
-        ),
-        "spot-policy.on-demand.only": "on-demand: this job's policy uses no spot",
-        "spot-policy.on-demand.kept": "staying on on-demand: the job has no deadline to plan a return to spot by",
-        "spot-policy.spot": "spot in {zone}: {slack_h:g} h of slack before the deadline",
-        "spot-policy.spot.back": "back to spot in {zone}: {slack_h:g} h of slack leaves room for another restart",
-        "spot-policy.spot.only": "spot in {zone}: this job's policy uses spot only",
-        "spot-policy.spot.no-deadline": "spot in {zone}: the job has no deadline",
-        "spot-policy.spot.budget": "spot in {zone}: on-demand would go over the budget of {budget:.2f}",
-        "spot-policy.wait": "waiting for spot: no zone has capacity and {slack_h:g} h of slack remain",
-        "spot-policy.wait.only": "waiting for spot: no zone has capacity (this job's policy uses spot only)",
-        "spot-policy.wait.budget": "waiting for spot: on-demand would go over the budget of {budget:.2f}",
-        "spot-policy.late": (
-            "the deadline can no longer be met ({work_h:g} h of work left, {left_h:g} h to the deadline): "
-            "finishing as soon as possible"
-        ),
-        "spot-policy.stop.budget": (
-            "stopping with a checkpoint: the job would cost at least {need:.2f} in all, "
-            "over the budget of {budget:.2f} ({spent:.2f} spent so far)"
-        ),
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,17 +21,16 @@ from datetime import datetime, timedelta
 
 from handlers.cost import job_cost
 from handlers.jobs import Job, PlanChoice
-from handlers.reasons import Wording
+from handlers.policy_reasons import WORDING
 from handlers.spot.policies import POLICIES, SPOT_FIRST, best_zone, policy_for
 from handlers.spot.rules import DEFAULT_POLICY, NOTHING, Choice, Event, Holding, Situation, ZoneView
-from handlers.spot.rules import WORDING as POLICY_WORDING
 from handlers.spot.zones import weigh_availability
 
 # Until the job has measured its own start-up: boot, runner install, checkpoint restore.
 DEFAULT_RESTART = timedelta(minutes=6)
 # A zone the job was just reclaimed in (or refused for capacity) counts as without spot until the policy's next look
 # (one period): trying it again then costs nothing, since a refused launch holds nothing and a job on on-demand
-# launches spot ahead of its switch (handlers/decide.py), and each zone is tried at most once a period, never in a
+# launches spot ahead of its switch (handlers/decide/), and each zone is tried at most once a period, never in a
 # loop. A longer cool-down only kept jobs off spot that had come back: on the traces, 30 minutes cost deadline-aware
 # 0.02-0.05 of the optimum at every restart (README, The spot policy).
 
@@ -95,7 +94,7 @@ def live_situation(
         on_demand_price=on_demand_price * job.nodes,
         spent=cost.paid,
         budget=budget,
-        switch_ahead=job.nodes == 1 and launches_ahead,  # handlers/decide.py: one node's next instance goes first
+        switch_ahead=job.nodes == 1 and launches_ahead,  # handlers/decide/steering: one node's next goes first
     )
 
 
@@ -154,14 +153,6 @@ def lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime], cooldow
             lost.add(attempt.zone)
     return lost
 
-
-WORDING = Wording(
-    {
-        "spot-policy.unmeasured": "spot in {zone}: no step is measured yet to plan by",
-        "spot-policy.unmeasured.on-demand": "on-demand: no zone has spot, and no step is measured yet to plan by",
-        "spot-policy.unmeasured.wait": "waiting for spot: no zone has capacity, and no step is measured yet",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +240,7 @@ def choose(job: Job, view: SpotView, now: datetime, event: Event) -> tuple[Choic
     current = job.current
     if name == SPOT_FIRST and event == "interrupted" and current is not None and current.market == "on-demand":
         # An on-demand instance lost (its runner failed, it went away): the job stays on on-demand, as ever.
-        choice = Choice("on-demand", None, POLICY_WORDING("spot-policy.on-demand.kept"))
+        choice = Choice("on-demand", None, WORDING("spot-policy.on-demand.kept"))
         return choice, _record(choice, event, now, None, None)
     if s is None:
         choice = _unmeasured(job, name, view, scores, now)
@@ -264,7 +255,7 @@ def _unmeasured(job: Job, name: str, view: SpotView, scores: Mapping[str, float]
     the job's policy is on-demand; also when no zone has spot and the policy is ``spot-first``, or a deadline is
     set); else wait for the next tick."""
     if name == "on-demand":
-        return Choice("on-demand", None, POLICY_WORDING("spot-policy.on-demand.only"))
+        return Choice("on-demand", None, WORDING("spot-policy.on-demand.only"))
     lost = lost_zones(job, now, job.refused_zones, view.period)  # refused or reclaimed within the cool-down
     views = [ZoneView(zone, False if zone in lost else None, scores.get(zone)) for zone in view.zones]
     zone = best_zone(views)

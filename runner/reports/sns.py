@@ -14,7 +14,7 @@ from typing import Any
 from aiobotocore.session import get_session
 from botocore.config import Config
 
-from handlers.aws_events import REPORT_ATTRIBUTE, SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE
+from handlers.reports import REPORT_ATTRIBUTE, SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE
 from handlers.signing import sign
 from runner.reports.key import KEY_VARIABLE, report_key
 

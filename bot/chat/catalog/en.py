@@ -13,13 +13,10 @@ from handlers import (
     failures,
     job_options,
     permissions,
+    policy_reasons,
     recipes,
     reconcile,
 )
-from handlers.spot import gang_reasons
-from handlers.spot import policies as spot_policies
-from handlers.spot import rules as spot_rules
-from handlers.spot import situation as spot_situation
 
 HANDLERS: dict[str, str] = {
     **commands.WORDING.sentences,
@@ -28,12 +25,9 @@ HANDLERS: dict[str, str] = {
     **recipes.WORDING.sentences,
     **decide.WORDING.sentences,
     **job_options.WORDING.sentences,
-    **spot_rules.WORDING.sentences,
-    **spot_policies.WORDING.sentences,
-    **spot_situation.WORDING.sentences,
+    **policy_reasons.WORDING.sentences,
     **reconcile.WORDING.sentences,
     **failures.WORDING.sentences,
-    **gang_reasons.WORDING.sentences,
 }
 
 BOT: dict[str, str] = {

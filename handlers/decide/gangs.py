@@ -1,25 +1,30 @@
 """The decisions of a gang job (``nodes`` > 1; the world's arithmetic is :mod:`handlers.gang`).
 
-:mod:`handlers.decide` hands a gang job's launch results, reports, cloud events and launches here; everything
-else (the state table, the notes, a failure's page) is decide's own, called back. A gang is RUNNING once every
-live node's runner has started in the job's current generation. Losing one node (its ``interrupted`` report, or
-its instance gone without one) ends only that node's attempt: the survivors keep their instances and stand by
-(their runners say ``standby``), one replacement is launched into the gang's zone for the next generation, and
-once its runner has restored, each survivor's regroup is written to its own control object.
+:mod:`handlers.decide.dispatch` hands a gang job's launch results, reports, cloud events and hold timers here;
+what a node says the way one node does (a notice, a rebalance, a fenced report) is decided in
+:mod:`handlers.decide.inputs`, a relaunch of the whole gang in :mod:`handlers.decide.launching`, a failure's page in
+:mod:`handlers.decide.recovery`.
+
+A gang is RUNNING once every live node's runner has started in the job's current generation. Losing one node (its
+``interrupted`` report, or its instance gone without one) ends only that node's attempt: the survivors keep their
+instances and stand by (their runners say ``standby``), one replacement is launched into the gang's zone for the next
+generation, and once its runner has restored, each survivor's regroup is written to its own control object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from handlers import decide as d  # a cycle: decide hands gangs here, this calls decide's helpers at run time
+from handlers.change import Change
 from handlers.cost import job_cost
+from handlers.decide import inputs, launching, recovery, steering
+from handlers.decide.builders import advance, change, ignore, make, notify
+from handlers.decide.launching import live, with_attempt
 from handlers.failures import Failure
-from handlers.gang import new_gang, place_in, rank_of, regrouped
+from handlers.gang import place_in, rank_of, regrouped
 from handlers.instance_claims import foreign_instance
-from handlers.jobs import TERMINAL_STATES, Attempt, Change, CheckpointRef, Job, JobState, Market
+from handlers.jobs import TERMINAL_STATES, Attempt, CheckpointRef, Job, JobState
 from handlers.lifecycle import Lifecycle, best_step, furthest_step
 from handlers.messages import (
     CloudEvent,
@@ -29,13 +34,12 @@ from handlers.messages import (
     LaunchFailed,
     Message,
     Regroup,
-    RelaunchDue,
     ReleaseGang,
     StartDeadline,
-    StopRunner,
     Terminate,
 )
 from handlers.notes import CardRefresh, CompletedNote, InstanceGone, Note, Resumed, SpotPolicyNote, Stopped
+from handlers.policy_reasons import WORDING
 from handlers.reports import (
     CheckpointSaved,
     Completed,
@@ -49,98 +53,29 @@ from handlers.reports import (
 from handlers.restart import earlier_first_step, job_restart_s
 from handlers.spot import SpotView, managed
 from handlers.spot.gang import GangHold, short_of_slack, wait_or_move
-from handlers.spot.gang_reasons import WORDING
 from handlers.spot.situation import lost_zones
 from handlers.spot.steer import refused
 from handlers.transitions import next_state
 
 DEFAULT_RESTART_SECONDS = 300.0  # a node's launch-to-training overhead, until the job has measured its own
 
+
 # A gang refused for capacity twice in a zone within this long goes on-demand: each refusal releases the nodes it had
 # launched (they cannot train apart), so a gang, unlike one node, does not try a zone again at every look.
 GANG_REFUSED_AGAIN = timedelta(minutes=30)
-
-
-def with_attempt(job: Job, attempt: Attempt) -> Job:
-    """``job`` with ``attempt`` (by number) as given."""
-    return job.model_copy(update={"attempts": [attempt if a.number == attempt.number else a for a in job.attempts]})
-
-
-def live(job: Job) -> list[Attempt]:
-    return list(job.gang_attempts.values())
-
-
-def releases(job: Job) -> list[Terminate]:
-    """Terminate every live node's instance (a gang ends, or fails, as one)."""
-    return [Terminate(job_id=job.id, instance_id=a.instance_id) for a in live(job) if a.instance_id]
-
-
-def end_all(job: Job, at: datetime, reason: str) -> Job:
-    """Every live node's attempt ended at ``at``."""
-    for attempt in live(job):
-        job = with_attempt(job, attempt.model_copy(update={"ended_at": at, "end_reason": reason}))
-    return job
-
-
-# -- launching ------------------------------------------------------------------------------------------------
-
-
-def relaunch(
-    before: Job,
-    job: Job,
-    market: Market,
-    now: datetime,
-    history: dict[str, Any],
-    outbox: Sequence[Message],
-    delay: timedelta,
-    zone: str | None,
-    launch_now: bool,
-) -> Change:
-    """Plan a whole gang (the first launch, or a move elsewhere): one attempt per node in a new generation; node 0
-    launches first, the others into its zone once its launch result comes (:func:`launched`)."""
-    generation = job.generation + 1 if any(a.node_rank is not None for a in job.attempts) else job.generation
-    moved = job.model_copy(update={"generation": generation})
-    attempts = new_gang(moved, before.attempt + 1, market, best_step(job))
-    planned = moved.model_copy(update={"attempts": [*job.attempts, *attempts], "updated_at": now})
-    launch: list[Message] = []
-    if launch_now and delay > timedelta():
-        launch = [RelaunchDue(job_id=job.id, attempt=planned.attempt, market=market, zone=zone, due=now + delay)]
-    elif launch_now:
-        launch = list(launch_first(planned, market, now, zone))
-    effects = [*outbox, *launch, d._note(planned, "card", CardRefresh(cause="launch"))]
-    fields = {"state": planned.state.value, "next_attempt": attempts[0].number, "nodes": job.nodes}
-    return d._make(planned, {**history, **fields, "generation": generation}, effects)
-
-
-def on_market(job: Job, market: Market, now: datetime) -> Job:
-    """``job`` with every node planned for its current generation (not launched yet) on ``market``, launched now:
-    a gang that waited for the policy's tick."""
-    for attempt in live(job):
-        if attempt.instance_id is None and attempt.generation == job.generation:
-            job = with_attempt(job, attempt.model_copy(update={"market": market, "launched_at": now}))
-    return job
-
-
-def launch_first(job: Job, market: Market, now: datetime, zone: str | None) -> list[Message]:
-    """Launch the gang's node 0 (the others follow it into its zone); the start deadline is the last node's."""
-    leader = job.gang_attempts[0]
-    return [
-        Launch(job_id=job.id, attempt=leader.number, market=market, zone=zone or None),
-        StartDeadline(job_id=job.id, attempt=job.attempt, due=now + d.START_TIMEOUT),
-    ]
 
 
 def launched(job: Job, message: Launched, now: datetime) -> Change:
     """A node's instance is up: noted on its attempt; node 0's first brings the others' launches, in its zone."""
     attempt = job.attempt_numbered(message.attempt)
     if attempt is None or attempt.ended_at is not None or job.state in TERMINAL_STATES:
-        return d._unwanted(job, message, f"attempt {message.attempt} of {job.id} is not a live node")
+        return launching.unwanted(job, message, f"attempt {message.attempt} of {job.id} is not a live node")
     if attempt.instance_id not in (None, message.instance_id):
-        return d._unwanted(job, message, f"attempt {attempt.number} runs on {attempt.instance_id}")
+        return launching.unwanted(job, message, f"attempt {attempt.number} runs on {attempt.instance_id}")
     state = next_state(job.state, "launched") or job.state
-    updated = attempt.model_copy(update=d.launch_details(message))
+    updated = attempt.model_copy(update=launching.launch_details(message))
     moved = with_attempt(job, updated).model_copy(update={"held_since": None})
-    outbox: list[Message] = [d._note(moved, "card", CardRefresh(cause="launched"))]
+    outbox: list[Message] = [notify(moved, "card", CardRefresh(cause="launched"))]
     if job.state is JobState.STOPPING:
         outbox.append(Terminate(job_id=job.id, instance_id=message.instance_id))
     elif attempt.instance_id is None and rank_of(attempt) == 0:
@@ -155,7 +90,7 @@ def launched(job: Job, message: Launched, now: datetime) -> Change:
         "zone": message.zone,
         "market": message.market,
     }
-    return d._change(moved, state, now, history, outbox)
+    return change(moved, state, now, history, outbox)
 
 
 def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecycle, spot: SpotView) -> Change:
@@ -165,7 +100,7 @@ def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecy
     one (its other nodes released)."""
     attempt = job.attempt_numbered(message.attempt)
     if attempt is None or attempt.ended_at is not None:
-        return d._ignored(job, message.type, f"attempt {message.attempt} is not a live node")
+        return ignore(job, message.type, f"attempt {message.attempt} is not a live node")
     survivors = [a for a in live(job) if a.next_rank is not None and a.instance_id]
     if message.capacity and not survivors and attempt.market == "spot" and job.state not in TERMINAL_STATES:
         return _placed_again(job, attempt, message, now, spot)
@@ -174,7 +109,7 @@ def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecy
         held = refused(job, zone, now)
         history = {"event": "gang-hold", "attempt": attempt.number, "zone": zone, "reason": message.reason}
         if job.held_since is not None:  # still refused after a wait: the pending hold timer decides again
-            return d._make(held, history, [])
+            return make(held, history, [])
         slack = _slack_s(job, now)
         restart = job.restart_seconds or DEFAULT_RESTART_SECONDS
         if slack is not None and short_of_slack(slack, limits.gang_hold_seconds, restart):
@@ -184,10 +119,10 @@ def launch_failed(job: Job, message: LaunchFailed, now: datetime, limits: Lifecy
         held = held.model_copy(update={"held_since": now, "updated_at": now})
         told = _why("gang.hold", attempt, zone, limits.gang_hold_seconds)
         timer = GangHoldDue(job_id=job.id, attempt=attempt.number, due=now + limits.gang_hold)
-        card = d._note(held, "card", CardRefresh(cause="policy"))
-        return d._make(held, history, [timer, d._note(held, "thread", told), card])
+        card = notify(held, "card", CardRefresh(cause="policy"))
+        return make(held, history, [timer, notify(held, "thread", told), card])
     reason = Failure.of("launch-failed", error=message.reason)
-    return d._failure(job, "launch-failed", reason, now, [], limits)
+    return recovery.failure(job, "launch-failed", reason, now, [], limits)
 
 
 def _placed_again(job: Job, attempt: Attempt, message: LaunchFailed, now: datetime, spot: SpotView) -> Change:
@@ -197,7 +132,7 @@ def _placed_again(job: Job, attempt: Attempt, message: LaunchFailed, now: dateti
     (the cloud tried each of its own), or a zone refused again within its cool-down, places the gang on
     on-demand: spot would only be asked again where it was just refused, in a loop."""
     zone = message.zone or attempt.zone or ""
-    ended = end_all(job, now, Failure.of("capacity", error=message.reason).english)
+    ended = launching.end_attempt(job, now, Failure.of("capacity", error=message.reason).english)
     moved = refused(ended, zone, now) if zone else ended
     again = not zone or zone in lost_zones(job, now, job.refused_zones, GANG_REFUSED_AGAIN)
     history = {
@@ -207,14 +142,11 @@ def _placed_again(job: Job, attempt: Attempt, message: LaunchFailed, now: dateti
         "zone": zone,
         "reason": message.reason,
     }
-    release: list[Message] = [*releases(job), ReleaseGang(job_id=job.id)]
+    release: list[Message] = [*launching.releases(job), ReleaseGang(job_id=job.id)]
     if again:
         history["policy"] = "on-demand"
-        return relaunch(job, moved, "on-demand", now, history, release, timedelta(), None, True)
-    return d._steer(job, moved, now, history, release, spot, "capacity")
-
-
-# -- reports ------------------------------------------------------------------------------------------------
+        return launching.relaunch(job, moved, "on-demand", now, history, release, timedelta(), None, True)
+    return steering.steer(job, moved, now, history, release, spot, "capacity")
 
 
 def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change | None:
@@ -224,30 +156,30 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
             return _completed(job, attempt, message, now)  # node 0, judged gone, finished the job after all
         if attempt is not None and isinstance(message, CheckpointSaved) and attempt.generation == job.generation:
             return _checkpoint(job, message, now)  # committed before its node went, told after it ended (no order)
-        return d._fenced(job, message, now)
+        return inputs.fenced(job, message, now)
     if isinstance(message, Started):
         return started(job, attempt, message, now)
     if isinstance(message, Progress):
         if rank_of(attempt) != 0:
             return None  # every node reports the same steps: node 0's stand for the gang
-        updates = {**d.progress_updates(job, message), **_first_steps(job, message.time)}
-        card = d._note(job, "card", CardRefresh(cause="progress"))
-        return d._update(job, "progress", now, updates, None, [card])
+        updates = {**inputs.progress_updates(job, message), **_first_steps(job, message.time)}
+        card = notify(job, "card", CardRefresh(cause="progress"))
+        return advance(job, "progress", now, updates, None, [card])
     if isinstance(message, CheckpointSaved):
         return _checkpoint(job, message, now)
     if isinstance(message, Notice):
         if message.kind == "rebalance":
-            return d._rebalance(job, message.source, now)
+            return inputs.rebalance(job, message.source, now)
         if message.kind == "stop":
-            return d._ignored(job, "notice:stop", "the runner acknowledges a stop")
-        return d._spot_interruption(job, message.source, message.deadline, now)
+            return ignore(job, "notice:stop", "the runner acknowledges a stop")
+        return inputs.spot_interruption(job, message.source, message.deadline, now)
     if isinstance(message, Interrupted):
         return _node_lost(job, attempt, now, limits, message, spot=spot)
     if isinstance(message, Completed):
         return _completed(job, attempt, message, now)
     if isinstance(message, Standby):
         return _standby(job, attempt, message, now)
-    return d._report_rest(job, message, now, limits, spot)
+    return inputs.report_rest(job, message, now, limits, spot)
 
 
 def _first_steps(job: Job, at: datetime) -> dict[str, Any]:
@@ -267,10 +199,10 @@ def _standby(job: Job, attempt: Attempt, message: Standby, now: datetime) -> Cha
     """A survivor stands by with the newest complete checkpoint; once every survivor does, the lost node's
     replacement launches (so it restores the very checkpoint they will: the marker of a checkpoint a lost node 0
     was still completing may come after its ``interrupted`` report)."""
-    history = d._standby_history(message)
+    history = inputs.standby_history(message)
     moved = with_attempt(job, attempt.model_copy(update={"standby_step": message.step if message.step else 0}))
     moved = moved.model_copy(update={"updated_at": now})
-    return d._make(moved, history, _replacement_launch(job, moved, now))
+    return make(moved, history, _replacement_launch(job, moved, now))
 
 
 def _replacement_launch(before: Job, job: Job, now: datetime) -> list[Message]:
@@ -290,7 +222,7 @@ def _replacement_launch(before: Job, job: Job, now: datetime) -> list[Message]:
     zone = next((a.zone for a in live(job) if a.zone), None)
     return [
         Launch(job_id=job.id, attempt=replacement.number, market=replacement.market, zone=zone),
-        StartDeadline(job_id=job.id, attempt=replacement.number, due=now + d.START_TIMEOUT),
+        StartDeadline(job_id=job.id, attempt=replacement.number, due=now + launching.START_TIMEOUT),
     ]
 
 
@@ -299,10 +231,10 @@ def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Chan
     standing by are regrouped into it; once every node has, the gang is RUNNING."""
     foreign = foreign_instance(attempt, message.instance_id)
     if foreign is not None:
-        return d._ignored(job, "report:started", foreign, instance=message.instance_id)
+        return ignore(job, "report:started", foreign, instance=message.instance_id)
     generation = message.generation or attempt.generation or job.generation
     if generation != job.generation:
-        return d._ignored(job, "report:started", f"generation {generation}, the gang is in {job.generation}")
+        return ignore(job, "report:started", f"generation {generation}, the gang is in {job.generation}")
     moved = with_attempt(
         job,
         attempt.model_copy(
@@ -350,8 +282,8 @@ def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Chan
     state = next_state(job.state, "started")
     if waiting or state is None:
         moved = moved.model_copy(update={"updated_at": now})
-        card = d._note(moved, "card", CardRefresh(cause="started"))
-        return d._make(moved, {**history, "waiting_for": waiting}, [*outbox, card])
+        card = notify(moved, "card", CardRefresh(cause="started"))
+        return make(moved, {**history, "waiting_for": waiting}, [*outbox, card])
     updates: dict[str, Any] = {}
     notes: list[Message] = []
     if job.generation > 1:  # the gang trains again after a loss: what it cost
@@ -363,22 +295,22 @@ def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Chan
         updates["downtime_seconds"] = job.downtime_seconds + downtime
         history.update(lost=lost, downtime=round(downtime, 1))
         note = Resumed(attempt=attempt.number, step=message.resumed_from_step, lost=lost, downtime=round(downtime, 1))
-        notes.append(d._note(moved, "thread", note.model_copy(update={"zone": attempt.zone})))
+        notes.append(notify(moved, "thread", note.model_copy(update={"zone": attempt.zone})))
     moved = moved.model_copy(update=updates)
-    card = d._note(moved, "card", CardRefresh(cause="started"))
-    return d._change(moved, state, now, history, [*outbox, card, *notes])
+    card = notify(moved, "card", CardRefresh(cause="started"))
+    return change(moved, state, now, history, [*outbox, card, *notes])
 
 
 def _checkpoint(job: Job, message: CheckpointSaved, now: datetime) -> Change:
     """Node 0's word that a checkpoint counts (every node's part and the marker): the job's, whatever its state, and
     word that the gang got that far (the card's step is never behind its checkpoint)."""
     if job.checkpoint is not None and message.step <= job.checkpoint.step:
-        return d._ignored(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
+        return ignore(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
     checkpoint = CheckpointRef(step=message.step, uri=message.uri, at=message.time)
     reached = furthest_step(job, message.step)
     moved = job.model_copy(update={"checkpoint": checkpoint, "step": reached, "updated_at": now})
     history = {"event": "checkpoint", "step": message.step, "reason": message.reason}
-    return d._make(moved, history, [d._note(moved, "card", CardRefresh(cause="checkpoint"))])
+    return make(moved, history, [notify(moved, "card", CardRefresh(cause="checkpoint"))])
 
 
 def _output_committed(attempt: Attempt, message: Completed) -> bool:
@@ -395,12 +327,12 @@ def _completed(job: Job, attempt: Attempt, message: Completed, now: datetime) ->
     if not _output_committed(attempt, message):
         ended = with_attempt(job, attempt.model_copy(update={"ended_at": message.time, "end_reason": "completed"}))
         release = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if attempt.instance_id else []
-        return d._make(ended, {"event": "node-completed", "attempt": attempt.number}, release)
+        return make(ended, {"event": "node-completed", "attempt": attempt.number}, release)
     state = next_state(job.state, "completed")
     if state is None:
-        return d._ignored(job, "report:completed", f"the job is {job.state}")
-    cleared, resolved = d.stand_down(job)
-    done = end_all(job, message.time, "completed").model_copy(
+        return ignore(job, "report:completed", f"the job is {job.state}")
+    cleared, resolved = inputs.stand_down(job)
+    done = launching.end_attempt(job, message.time, "completed").model_copy(
         update={
             "output_uri": message.output_uri,
             "step": message.step or job.step,
@@ -408,24 +340,21 @@ def _completed(job: Job, attempt: Attempt, message: Completed, now: datetime) ->
             **cleared,
         }
     )
-    outbox: list[Message] = [*releases(job), ReleaseGang(job_id=job.id)]
-    outbox.append(d._note(done, "thread", CompletedNote(output_uri=message.output_uri)))
+    outbox: list[Message] = [*launching.releases(job), ReleaseGang(job_id=job.id)]
+    outbox.append(notify(done, "thread", CompletedNote(output_uri=message.output_uri)))
     outbox.extend(resolved)
-    return d._change(done, state, now, {"event": "completed", "output_uri": message.output_uri}, outbox)
-
-
-# -- losing a node ------------------------------------------------------------------------------------------
+    return change(done, state, now, {"event": "completed", "output_uri": message.output_uri}, outbox)
 
 
 def cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: SpotView | None = None) -> Change | None:
     """The cloud's word about one node's instance (``spot``: the view of a gang the policy steers)."""
     attempt = next((a for a in live(job) if a.instance_id == event.instance_id), None)
     if attempt is None:
-        return d._ignored(job, f"cloud:{event.kind}", f"{event.instance_id} is not a live node of {job.id}")
+        return ignore(job, f"cloud:{event.kind}", f"{event.instance_id} is not a live node of {job.id}")
     if event.kind == "spot-interruption":
-        return d._spot_interruption(job, event.source, event.deadline, now)
+        return inputs.spot_interruption(job, event.source, event.deadline, now)
     if event.kind == "rebalance":
-        return d._rebalance(job, event.source, now)
+        return inputs.rebalance(job, event.source, now)
     return _node_lost(job, attempt, now, limits, None, gone=event, spot=spot)
 
 
@@ -446,11 +375,11 @@ def _node_lost(
     if job.state is JobState.RECOVERING:
         state = JobState.RECOVERING
     if state is None or state is not JobState.RECOVERING:
-        return d._ignored(job, "node-lost", f"the job is {job.state}")
+        return ignore(job, "node-lost", f"the job is {job.state}")
     updates: dict[str, Any] = {}
     if job.state in (JobState.RUNNING, JobState.PROVISIONING):  # no warning came first: count it here
         updates["interruptions"] = job.interruptions + 1
-    reached, lost_steps = d._steps_lost(job, told) if told is not None else (None, 0)
+    reached, lost_steps = inputs.steps_lost(job, told) if told is not None else (None, 0)
     checkpoint = _newer_checkpoint(job, told)
     if checkpoint is not None:
         updates["checkpoint"] = checkpoint
@@ -472,18 +401,18 @@ def _node_lost(
     release: list[Message] = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if gone_now else []
     note: Note
     if told is not None:
-        note = d._interrupted_note(told, reached, lost_steps)
+        note = inputs.interrupted_note(told, reached, lost_steps)
     else:
         note = InstanceGone(instance=attempt.instance_id or "")
     moved = with_attempt(job, ended).model_copy(update={**updates, "state": state, "updated_at": now})
     history: dict[str, Any] = {"event": "node-lost", "attempt": attempt.number, "node_rank": rank_of(attempt)}
     if told is not None:
-        history.update(d._interrupted_fields(told), reached_step=reached, lost=lost_steps)
+        history.update(inputs.interrupted_fields(told), reached_step=reached, lost=lost_steps)
     if not ranks:  # no node left: the whole gang again
-        told_all = [*release, d._note(moved, "thread", note)]
+        told_all = [*release, notify(moved, "thread", note)]
         if spot is not None and managed(job):
-            return d._steer(job, moved, now, history, told_all, spot, "interrupted", limits=limits)
-        return relaunch(job, moved, attempt.market, now, history, told_all, timedelta(), None, True)
+            return steering.steer(job, moved, now, history, told_all, spot, "interrupted", limits=limits)
+        return launching.relaunch(job, moved, attempt.market, now, history, told_all, timedelta(), None, True)
     generation = job.generation + 1
     survivors = {number: rank for number, rank in ranks.items()}
     for survivor in live(moved):
@@ -501,11 +430,11 @@ def _node_lost(
     history.update(generation=generation, replacement=replacement.number, zone=zone, ranks=survivors)
     outbox: list[Message] = [
         *release,
-        d._note(moved, "thread", note),
+        notify(moved, "thread", note),
         *_replacement_launch(job, moved, now),  # now if every survivor stands by already, else at the last one's
-        d._note(moved, "card", CardRefresh(cause="launch")),
+        notify(moved, "card", CardRefresh(cause="launch")),
     ]
-    return d._make(moved, {**history, "state": state.value}, outbox)
+    return make(moved, {**history, "state": state.value}, outbox)
 
 
 def _stopping_node_ended(job: Job, attempt: Attempt, now: datetime, told: Interrupted | None) -> Change:
@@ -518,12 +447,12 @@ def _stopping_node_ended(job: Job, attempt: Attempt, now: datetime, told: Interr
     release: list[Message] = [Terminate(job_id=job.id, instance_id=attempt.instance_id)] if attempt.instance_id else []
     history = {"event": "node-stopped", "attempt": attempt.number, "step": told.step if told else None}
     if live(ended):
-        return d._make(ended.model_copy(update={"updated_at": now}), history, release)
+        return make(ended.model_copy(update={"updated_at": now}), history, release)
     if job.switch_to is not None:
-        return d._switched(job, ended, now, history, release)
+        return steering.switched(job, ended, now, history, release)
     kept = ended.checkpoint.step if ended.checkpoint is not None else None
-    outbox = [*release, ReleaseGang(job_id=job.id), d._note(ended, "thread", Stopped(step=kept))]
-    return d._change(ended, JobState.STOPPED, now, {**history, "kept_step": kept}, outbox)
+    outbox = [*release, ReleaseGang(job_id=job.id), notify(ended, "thread", Stopped(step=kept))]
+    return change(ended, JobState.STOPPED, now, {**history, "kept_step": kept}, outbox)
 
 
 def _newer_checkpoint(job: Job, told: Interrupted | None) -> CheckpointRef | None:
@@ -535,9 +464,6 @@ def _newer_checkpoint(job: Job, told: Interrupted | None) -> CheckpointRef | Non
     return CheckpointRef(step=told.step, uri=told.uri, at=told.time)
 
 
-# -- a replacement that cannot be had ------------------------------------------------------------------------
-
-
 def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle, spot: SpotView | None = None) -> Change:
     """The survivors waited the hold time for replacement ``message.attempt``: the spot policy's choice
     (:func:`handlers.spot.gang.wait_or_move`, which a deadline's slack bounds) tries that node again and waits
@@ -545,7 +471,7 @@ def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle, s
     policy says, for a gang it steers (``spot``), else on the same market."""
     attempt = job.attempt_numbered(message.attempt)
     if attempt is None or attempt.ended_at is not None or attempt.instance_id or job.held_since is None:
-        return d._ignored(job, message.type, f"replacement {message.attempt} came, or the gang moved on")
+        return ignore(job, message.type, f"replacement {message.attempt} came, or the gang moved on")
     survivors = [a for a in live(job) if a.instance_id]
     zone = next((a.zone for a in survivors if a.zone), None) or attempt.zone or ""
     restart = job.restart_seconds or DEFAULT_RESTART_SECONDS
@@ -567,7 +493,7 @@ def hold_due(job: Job, message: GangHoldDue, now: datetime, limits: Lifecycle, s
             Launch(job_id=job.id, attempt=attempt.number, market=attempt.market, zone=zone or None),
             GangHoldDue(job_id=job.id, attempt=attempt.number, due=now + limits.gang_hold),
         ]
-        return d._make(job.model_copy(update={"updated_at": now}), history, again)
+        return make(job.model_copy(update={"updated_at": now}), history, again)
     return _move(job, attempt, zone, hold.waited_seconds, now, history, limits, spot)
 
 
@@ -585,14 +511,15 @@ def _move(
     zone counted as without spot, the thread told why; where the job's policy says for a gang it steers
     (``spot``), else on the same market."""
     why = _why("gang.move", attempt, zone, waited_s)
-    release = releases(job)
-    ended = end_all(job, now, "moved: the gang's lost node could not be replaced in its zone")
+    release = launching.releases(job)
+    ended = launching.end_attempt(job, now, "moved: the gang's lost node could not be replaced in its zone")
     moved = ended.model_copy(update={"held_since": None, "state": JobState.RECOVERING})
     moved = refused(moved, zone, now) if zone else moved
-    notes: list[Message] = [*release, ReleaseGang(job_id=job.id), d._note(moved, "thread", why)]
+    notes: list[Message] = [*release, ReleaseGang(job_id=job.id), notify(moved, "thread", why)]
     if spot is not None:
-        return d._steer(job, moved, now, {**history, "from_zone": zone}, notes, spot, "capacity", limits=limits)
-    return relaunch(job, moved, attempt.market, now, {**history, "from_zone": zone}, notes, timedelta(), None, True)
+        return steering.steer(job, moved, now, {**history, "from_zone": zone}, notes, spot, "capacity", limits=limits)
+    moving = {**history, "from_zone": zone}
+    return launching.relaunch(job, moved, attempt.market, now, moving, notes, timedelta(), None, True)
 
 
 def _slack_s(job: Job, now: datetime) -> float | None:
@@ -610,24 +537,6 @@ def _why(key: str, attempt: Attempt, zone: str, seconds: float) -> SpotPolicyNot
     """The thread's word on a hold or a move: which node, where, for how long (the catalogue words it)."""
     values: dict[str, str | float] = {"node": attempt.node_rank or 0, "zone": zone, "minutes": round(seconds / 60, 1)}
     return SpotPolicyNote(reason=str(WORDING(key, **values).key), values=values)
-
-
-# -- commands ---------------------------------------------------------------------------------------------
-
-
-def end_unlaunched(job: Job, at: datetime, reason: str) -> Job:
-    """A gang being stopped: every live node without an instance yet ends ``at``, so the stop waits only for the
-    nodes that run, and the launches still in flight start nothing that stays (a queued one is skipped by the cloud
-    executor, one already at the cloud is terminated by its result, as any launch of an ended attempt)."""
-    for attempt in live(job):
-        if attempt.instance_id is None:
-            job = with_attempt(job, attempt.model_copy(update={"ended_at": at, "end_reason": reason}))
-    return job
-
-
-def stop_runners(job: Job) -> list[Message]:
-    """Ask every live node's runner to save and stop (they stop at one step, as on a notice)."""
-    return [StopRunner(job_id=job.id, instance_id=a.instance_id) for a in live(job) if a.instance_id]
 
 
 def drilled(job: Job, node: int | None) -> Attempt | None:
