@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from handlers import gang_decide as gang  # a cycle: the gang's decisions call back into this module's helpers
-from handlers.failures import Failure, english
+from handlers.failures import Failure
 from handlers.instance_claims import foreign_instance
 from handlers.jobs import (
     ACTIVE_STATES,
@@ -388,8 +388,7 @@ def _report_rest(job: Job, report: RunnerReport, now: datetime, limits: Lifecycl
     if isinstance(report, Failed):
         detail = {"log_tail": report.log_tail[-10:], "exit_code": report.exit_code}
         trigger: Trigger = "failed" if job.attempt == 1 else "resume-failed"
-        # An older runner sends only the English sentence: it is kept, and shown, as it is.
-        return _failure(job, trigger, report.failure or report.reason, now, [], limits, spot, **detail)
+        return _failure(job, trigger, report.failure, now, [], limits, spot, **detail)
     if isinstance(report, Standby):
         return Change(job, _standby_history(report))
     if isinstance(report, RunnerWarning):
@@ -749,7 +748,7 @@ def _unwanted(job: Job, message: Launched, why: str) -> Change:
 def _failure(
     job: Job,
     trigger: Trigger,
-    reason: Failure | str,
+    reason: Failure,
     now: datetime,
     outbox: Sequence[Message],
     limits: Lifecycle,
@@ -762,15 +761,15 @@ def _failure(
     if state is None:
         return _ignored(job, trigger, f"the job is {job.state}")
     release: list[Message] = [*_releases(job)]
-    history = {"event": trigger, "reason": english(reason), **detail}
+    history = {"event": trigger, "reason": reason.english, **detail}
     if state is JobState.STOPPED and job.switch_to is not None:
         # A runner failed while the policy's switch was stopping it: the job goes on, on the other market, from
         # what was committed (an attempt there that fails too is paged as any other). A gang's every node goes
         # with it (the failed node's part of the stop's checkpoint never comes, so the others' cannot count).
-        return _switched(job, _end_attempt(job, now, english(reason)), now, history, release)
+        return _switched(job, _end_attempt(job, now, reason.english), now, history, release)
     if job.nodes > 1 and state in TERMINAL_STATES:  # a gang that ends gives up its placement group too
         release.append(ReleaseGang(job_id=job.id))
-    ended = _end_attempt(job, now, english(reason)).model_copy(update={"failure": reason})
+    ended = _end_attempt(job, now, reason.english).model_copy(update={"failure": reason})
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
         market = job.current.market if job.current else "spot"
         moved = ended.model_copy(update={"state": state})
@@ -1080,7 +1079,7 @@ def _again(
     release: Sequence[Message],
     notes: Sequence[Message],
     limits: Lifecycle,
-    why: Failure | str,
+    why: Failure,
     spot: SpotView | None = None,
 ) -> Change:
     """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:

@@ -219,12 +219,10 @@ class Completed(_Report):
 
 
 class Failed(_Report):
-    """The runner gave up. ``failure``: why, as a code and values; ``reason``: the same in English, for logs and
-    for bots older than ``failure`` (a report without ``failure``, from an older runner, is shown by ``reason``)."""
+    """The runner gave up. ``failure``: why, as a code and values (the bot words it; ``failure.english`` for logs)."""
 
     type: Literal["failed"] = "failed"
-    reason: Text
-    failure: Failure | None = None
+    failure: Failure
     step: int | None = None
     exit_code: int | None = None
     log_tail: LogTail = Field(default_factory=list)

@@ -15,6 +15,7 @@ import boto3
 import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
+from handlers.failures import Failure
 from tests.runner_harness import (
     TINY_ARGS,
     of_type,
@@ -79,7 +80,7 @@ async def test_a_crash_loop_is_reported_failed_with_the_last_log_lines(tmp_path:
     assert len([r for r in of_type(got, "warning") if r["kind"] == "trainer-restart"]) == 1
     [failed] = of_type(got, "failed")
     assert failed["exit_code"] == 3
-    assert "gave up after 1 restart" in failed["reason"]
+    assert "gave up after 1 restart" in Failure.model_validate(failed["failure"]).english
     assert "RuntimeError: CUDA out of memory" in failed["log_tail"]
     assert (tmp_path / "work" / "trainer.log").read_text().count("CUDA out of memory") == 2
 
