@@ -157,7 +157,7 @@ async def test_completion_terminates_this_instance_when_asked(tmp_path: Path, aw
         report=[f"file://{reports}"],
         notice="aws",
         command=WRITES_OUTPUT,
-        release={"kind": "aws-instance"},
+        release={"type": "aws-instance"},
     )
     env = runner_env(AWS_ENDPOINT_URL=aws, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint)
     runner = await start_runner(spec, tmp_path / "work", env)
@@ -187,7 +187,7 @@ async def test_completion_sets_the_scaling_group_to_zero_when_asked(tmp_path: Pa
         tmp_path / "spec.json",
         checkpoint_uri=f"file://{tmp_path}/store/",
         command=WRITES_OUTPUT,
-        release={"kind": "aws-autoscaling", "group": "ft-test-asg"},
+        release={"type": "aws-autoscaling", "group": "ft-test-asg"},
     )
     runner = await start_runner(spec, tmp_path / "work", runner_env(AWS_ENDPOINT_URL=aws))
     assert await asyncio.wait_for(runner.wait(), 60) == 0
@@ -251,9 +251,6 @@ SAVES_ON_SIGTERM = quick_trainer(
     [
         ({"type": "stop"}, "stop", "control"),
         ({"type": "interrupt-test", "deadline": "DEADLINE"}, "spot-interruption", "interrupt-test"),
-        # As a bot before the rename wrote them: still obeyed.
-        ({"action": "stop"}, "stop", "control"),
-        ({"action": "drill", "deadline": "DEADLINE"}, "spot-interruption", "interrupt-test"),
     ],
 )
 async def test_the_bots_control_object_stops_or_interrupt_tests_the_runner(
