@@ -583,8 +583,8 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
 
 
 def _steps_lost(job: Job, report: Interrupted) -> tuple[int | None, int]:
-    """The step the trainer stopped at (the runner's word; an older runner's: the last progress heard) and the steps
-    trained past the committed checkpoint."""
+    """The step the trainer stopped at (the runner's word; without it, from a trainer that writes no progress, the
+    furthest step heard) and the steps trained past the committed checkpoint."""
     reached = report.reached_step if report.reached_step is not None else job.step
     if reached is None:
         return None, 0

@@ -45,7 +45,7 @@ class ManifestFile(BaseModel):
 
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    version: int = 2  # 2: per-part CRCs; 1: SHA-256 per file
+    version: Literal[2] = 2
     job_id: str
     attempt: int
     step: int

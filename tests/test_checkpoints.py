@@ -188,7 +188,7 @@ async def test_a_manifest_vouching_for_its_files_without_part_checksums_is_refus
     entries = [
         {"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()
     ]
-    other = {"version": 1, "job_id": "ft-abcd", "attempt": 1, "step": 6, "files": entries}
+    other = {"version": 2, "job_id": "ft-abcd", "attempt": 1, "step": 6, "files": entries}
     other["created"] = "2026-01-01T00:00:00Z"
     await store.put_bytes(f"checkpoint-6/{MANIFEST_NAME}", json.dumps(other).encode())
 
