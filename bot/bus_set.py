@@ -4,7 +4,7 @@ stream, run side by side under one name.
 A job's messages all live in its partition's stream, so its lane keeps their order; the partitions' buses share
 nothing else. Each keeps its own consumer group, pending list and leases on its own stream (one slot), so a
 cluster's failover of one primary holds up only its partitions. :func:`bus_for` gives a plain
-:class:`~bot.bus.EventBus` for a store of one partition (as before partitions), a :class:`BusSet` otherwise.
+:class:`~bot.bus.EventBus` for a store of one partition, a :class:`BusSet` otherwise.
 """
 
 from __future__ import annotations

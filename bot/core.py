@@ -402,10 +402,8 @@ class Bot:
             await self._inputs(run_job, run)
 
     async def _message(self, message: BusMessage) -> None:
-        if isinstance(message, (*CLOUD_EFFECTS, Notify)):
-            # An effect on the events stream was put there by an older bot: it goes to its executor's queue.
-            job = await self.store.get(message.job_id)
-            await self.store.send([message], job.chat.platform if job is not None and job.chat is not None else "")
+        if isinstance(message, (*CLOUD_EFFECTS, Notify)):  # every effect goes to its executor's queue, never here
+            log.error("dropped a %s message %s on the events stream: an effect, not an input", message.type, message.id)
             return
         if isinstance(message, TIMERS) and message.due > self.clock():
             await self.store.send([message])  # not due yet (another replica's clock): back into the timer set
@@ -527,8 +525,8 @@ class Bot:
 
 
 def _parsed(raw: dict[str, Any]) -> BusMessage | None:
-    """The message of an events-stream entry (the one edge where a stored message becomes a model, and where an
-    older shape is read); None, logged, for one that is malformed (no retry can fix it)."""
+    """The message of an events-stream entry (the one edge where a stored message becomes a model); None, logged,
+    for one that is malformed (no retry can fix it)."""
     try:
         return parse_message(raw)
     except ValidationError as exc:

@@ -10,8 +10,8 @@ giving its own prefix. The queues, one per executor (each effect goes straight t
 
 **Partitions (one Redis, or a Redis / Valkey cluster).** Everything a job's atomic write touches lives in one
 *partition*, a hash tag ``{p<k>}`` after the prefix (``finetune:{p3}:job:<id>``), so every key of one script or
-pipeline hashes to one cluster slot. A store of one partition (a single server has no slots) keeps the names it
-always had, without tags: a store written before partitions existed *is* a one-partition store. A job's
+pipeline hashes to one cluster slot. A store of one partition (a single server has no slots) names its keys
+without tags. A job's
 partition is fixed by its id (:meth:`Keys.partition_of`, CRC-32 of the id modulo the count); the count is fixed
 when the store is created and recorded in Redis (:attr:`layout`, see :mod:`bot.layout`): one on a single server,
 sixteen on a cluster by default. Per partition there are:
@@ -61,7 +61,7 @@ class Keys:
 
     def tag(self, partition: int) -> str:
         """The prefix of every key in ``partition``: its hash tag puts them all in one cluster slot. A store of one
-        partition (one server: no slots) keeps the untagged names it always had."""
+        partition (one server: no slots) has untagged names."""
         return f"{self.prefix}{{p{partition}}}:" if self.partitions > 1 else self.prefix
 
     def _tagged(self, tag: str) -> str:
@@ -77,7 +77,7 @@ class Keys:
 
     @property
     def layout(self) -> str:
-        """Hash: the key layout of this store (``partitions``; ``migrated`` once older keys were moved)."""
+        """Hash: the key layout of this store (``partitions``)."""
         return f"{self.prefix}layout"
 
     # -- the queues (per partition; the properties name partition 0's, the only one of a single server) -------

@@ -23,15 +23,12 @@ def default_partitions(cluster: bool) -> int:
 async def open_keys(redis: aioredis.Redis, prefix: str = DEFAULT_PREFIX, partitions: int | None = None) -> Keys:
     """The keys of the store under ``prefix``: its recorded partition count, or ``partitions`` (else the default
     for this kind of server) recorded now when the store has none yet (HSETNX: the first bot to start decides)."""
-    unpartitioned = Keys(prefix)
-    layout = unpartitioned.layout
+    layout = Keys(prefix).layout
     cluster = is_cluster_client(redis)
     recorded = await redis.hget(layout, PARTITIONS_FIELD)
     if recorded is None:
         if partitions is None:
             partitions = default_partitions(cluster)
-        if await redis.exists(unpartitioned.created):  # a store written before partitions: one, as it always was
-            partitions = 1
         await redis.hsetnx(layout, PARTITIONS_FIELD, str(partitions))
         recorded = await redis.hget(layout, PARTITIONS_FIELD)
     keys = Keys(prefix, int(recorded or 1))

@@ -52,7 +52,7 @@ class Routed:
 def chat_entry(note: Notify | CostsChart, platform: str) -> str:
     """A :class:`ChatEntry`'s JSON, put together around the note's own: the note is a model already (nothing to
     check again) and its JSON is made once, without building the entry model only to encode it."""
-    if isinstance(note, Notify):  # a job's note: the shape every release has read (a replica not yet upgraded too)
+    if isinstance(note, Notify):  # a job's note: no lane (its job is its lane)
         head = pydantic_core.to_json({"id": note.id, "job_id": note.job_id, "platform": platform})
     else:
         head = pydantic_core.to_json({"id": note.id, "job_id": None, "lane": note.lane, "platform": platform})

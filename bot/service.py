@@ -266,7 +266,6 @@ class BotService:
 
         keys = await open_keys(redis.client, DEFAULT_KEYS.prefix)  # the partitions this store was created with
         store = JobStore(redis.client, keys, durability=DurableWrites.of(config.redis))
-        await store.index_existing()  # jobs stored by an older bot join the list and retention indexes
         consumer = default_consumer_name()
         # A cloud's word about an instance runs in its job's lane, with the runner's reports of the same fact.
         bus = bus_for(own_client(), keys, "events", consumer=consumer, jobs_of_instances=store.jobs_for_instances)

@@ -20,7 +20,6 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -31,7 +30,6 @@ from bot.cloud.aws_settings import AwsSettings
 from bot.durability import RedisOptions
 from bot.errors import ConfigError
 from bot.redis_server import check_redis_url, plaintext_remote, redacted
-from handlers import old_spellings
 from handlers.oncall import OnCall
 from handlers.policy_config import PolicyConfig
 from handlers.recipes import BUILT_IN, Recipe
@@ -148,18 +146,6 @@ class FileConfig(BaseModel):
     aliyun: AliyunSettings | None = None  # where and how to launch when FINETUNE_CLOUD=aliyun
     dingtalk: DingTalkConfig | None = None  # alert robot, card template and languages of the DingTalk groups
     redis: RedisOptions = Field(default_factory=RedisOptions)  # durability: what a state change waits for
-
-    @model_validator(mode="before")
-    @classmethod
-    def _older_keys(cls, raw: Any) -> Any:
-        """A config file of an older version: its renamed keys read as today's (handlers/old_spellings.py)."""
-        if not isinstance(raw, dict):
-            return raw
-        upgraded = dict(raw)
-        for section, renames in old_spellings.CONFIG_FIELDS.items():
-            if section in upgraded:
-                upgraded[section] = old_spellings.renamed_fields(upgraded[section], f"config {section}", renames)
-        return upgraded
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -211,7 +211,7 @@ redis.call('ZREM', KEYS[7], ARGV[2])
 return 1
 """
 
-# Messages routed with no job change (a timer put back until due, an effect read from an older bot's stream).
+# Messages routed with no job change (a timer put back until due).
 # KEYS: 1-4 the queues. ARGV: 1 options JSON (routes, dues), 2… payloads.
 _SEND = _ROUTE + "\nroute(cjson.decode(ARGV[1]), 0, 2)\nreturn 1\n"
 
@@ -673,32 +673,6 @@ class JobStore:
                 args = [raw, job_id, cutoff.timestamp(), *job.instance_ids]
                 deleted += int(await self._sweep(keys=keys, args=args))
         return deleted
-
-    async def index_existing(self) -> int:
-        """Put jobs stored before the creation, channel and ended indexes existed into them (idempotent; only
-        the jobs missing from the creation index are read). Returns how many were indexed."""
-        indexed = 0
-        for part in self.keys.all_partitions:
-            members = await self._pipelined([("SMEMBERS", self.keys.state(state, part)) for state in JobState])
-            ids = sorted(set().union(*members))
-            if not ids:
-                continue
-            scores = await self.redis.zmscore(self.keys.created_in(part), ids)
-            missing = [job_id for job_id, score in zip(ids, scores, strict=True) if score is None]
-            for job_id in missing:
-                job = await self.get(job_id)
-                if job is None:
-                    continue
-                created = job.created_at.timestamp()
-                async with self.redis.pipeline(transaction=True) as pipe:  # one partition: one slot
-                    pipe.zadd(self.keys.created_in(part), {job_id: created}, nx=True)
-                    if job.chat is not None:
-                        pipe.zadd(self._channel_index(job), {job_id: created}, nx=True)
-                    if job.state in TERMINAL_STATES:
-                        pipe.zadd(self.keys.ended_in(part), {job_id: job.updated_at.timestamp()}, nx=True)
-                    await pipe.execute()
-                indexed += 1
-        return indexed
 
     def _channel_index(self, job: Job) -> str:
         """The job's channel index in its partition (the creation index stands in for a job with no channel:

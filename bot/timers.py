@@ -8,7 +8,7 @@ stream in one slot: a timer stays with its job.
 
 Timers are typed messages (:data:`handlers.messages.TIMERS`) both ways: :meth:`Timers.schedule` encodes one as the
 store does (:func:`bot.queues.route`), and :meth:`Timers.pending` reads each member through
-:func:`handlers.messages.parse_message`, the one edge where an entry stored in an older shape is read as today's.
+:func:`handlers.messages.parse_message`, the one edge where a stored entry becomes a message.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Timers:
         return fired
 
     async def pending(self) -> list[BusMessage]:
-        """Every timer not yet fired, earliest first, as typed messages (an older entry's shape read as today's)."""
+        """Every timer not yet fired, earliest first, as typed messages."""
         scored: list[tuple[float, str]] = []
         for partition in self.keys.all_partitions:
             members = await self.redis.zrange(self.keys.timers_in(partition), 0, -1, withscores=True)

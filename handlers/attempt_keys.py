@@ -11,8 +11,8 @@ the object names its own job and attempt before it signs with the key. Both side
 With a runner storage role (``aws.runner_storage_role_arn``) the object also carries the attempt's storage
 credentials: an STS session of that role limited to the job's own prefix (:mod:`handlers.storage_sessions`), which
 the bot rewrites before they expire (bot/storage_renewal.py) and the runner reads again as they near their end
-(runner/storage/attempt_credentials.py). Without them (an older bot, a stack without the role) the runner uses its
-ambient credentials.
+(runner/storage/attempt_credentials.py). Without them (a stack without the role) the runner uses its ambient
+credentials.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def key_object(role_id: str, instance_id: str) -> str:
 
 
 def dump_attempt_key(job_id: str, attempt: int, key: str, storage: StorageCredentials | None = None) -> bytes:
-    """The body; without storage credentials exactly the fields an older runner knows."""
+    """The body (``storage`` only where there are storage credentials)."""
     return (
         AttemptKey(job_id=job_id, attempt=attempt, key=key, storage=storage).model_dump_json(exclude_none=True).encode()
     )

@@ -5,13 +5,11 @@ A :class:`~handlers.reasons.Reason` is said at once (an answer to a command); a 
 the job (``Job.failure``, ``Page.reason``), travels on the bus in a note and comes from the runner in a report.
 So it is a model (a ``code`` and its ``values``), put in words only where it is shown: the chat side renders it
 in the channel's language from the catalogue (``failure.<code>``), and :attr:`Failure.english` gives the English
-sentence, from :data:`WORDING` below (the English catalogue is made of it), for logs, job history and older bots.
+sentence, from :data:`WORDING` below (the English catalogue is made of it), for logs and job history.
 
 What a cloud, a store or a trainer said (an exception's text, a log line) is a value: it passes through quoted,
 as it was given; the sentence around it is the catalogue's. A value may itself be a Failure (how the last
-attempt ended, inside "N attempts in a row…"), said in the same language. Records stored before codes, and
-reports of older runners, hold a plain sentence: the types that keep a failure accept ``Failure | str`` and a
-string is shown as it is.
+attempt ended, inside "N attempts in a row…"), said in the same language.
 """
 
 from __future__ import annotations
@@ -104,11 +102,6 @@ class Failure(BaseModel):
 
     def __str__(self) -> str:
         return self.english
-
-
-def english(failure: Failure | str) -> str:
-    """A failure's English, whether coded or a sentence from before codes."""
-    return failure.english if isinstance(failure, Failure) else failure
 
 
 def placeholders(template: str) -> set[str]:

@@ -116,7 +116,7 @@ class Page(BaseModel):
     model_config = ConfigDict(frozen=True)
     attempt: int
     opened_at: datetime
-    reason: Failure | str  # a str: a page opened before failures had codes (shown as it is)
+    reason: Failure
     detail: dict[str, Any] = Field(default_factory=dict)
     sent: int = 0
     acked_by: str | None = None
@@ -161,7 +161,7 @@ class Job(BaseModel):
     steps_lost: int = 0
     downtime_seconds: float = 0.0
     output_uri: str | None = None
-    failure: Failure | str | None = None  # why it ended; a str: a record from before codes, shown as it is
+    failure: Failure | None = None  # why it ended
     page: Page | None = None
     # The spot policy (handlers/spot/): what the job was started with, and what the policy chose last.
     deadline: datetime | None = None

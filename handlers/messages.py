@@ -9,9 +9,7 @@ redelivered effect is recognised and not carried out twice.
 One word, one meaning, here as in runner reports (:mod:`handlers.reports`) and notes (:mod:`handlers.notes`):
 ``type`` says which model a message is (the union's discriminator: ``{"type": "launch", …}``); ``kind`` says
 what sort of thing it reports inside a model (``CloudEvent.kind``: spot-interruption, rebalance or instance-gone,
-as ``Notice.kind`` in a report). Until this release messages were told apart by ``kind`` and a cloud event's sort
-was its ``type``: :func:`upgraded` maps that older shape, so a message already on a stream, in the timer set or in
-an outbox at upgrade is read as it was meant.
+as ``Notice.kind`` in a report).
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from handlers import old_spellings
 from handlers.ids import new_event_id
 from handlers.jobs import ChatRef, Market
 from handlers.notes import Note
@@ -30,7 +27,7 @@ from handlers.spec import Gang
 
 
 class _Message(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid")
     id: str = Field(default_factory=new_event_id)
     at: datetime = Field(default_factory=utcnow)
 
@@ -167,7 +164,7 @@ class StopFailed(_Message):
 class Launch(_Message):
     """Launch on ``market`` as the spot authority (:mod:`handlers.spot`) chose: in ``zone`` only, or (None) in the
     zones the cloud orders within the launch. The cloud never changes market: a capacity refusal comes back as
-    :class:`LaunchFailed` and the authority chooses again. An older message's ``fallback`` is ignored."""
+    :class:`LaunchFailed` and the authority chooses again."""
 
     type: Literal["launch"] = "launch"
     job_id: str
@@ -291,32 +288,6 @@ MESSAGE_TYPES: frozenset[str] = frozenset(model.model_fields["type"].default for
 CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner, HandOver, Regroup, ReleaseGang)
 
 
-def upgraded(raw: Any) -> Any:
-    """A message in the shape before ``type`` was the discriminator (``{"kind": "launch", …}``; a cloud event
-    ``{"kind": "cloud", "type": "rebalance", …}``) in today's; anything else as it is.
-
-    Told apart safely: an older message's ``kind`` is a message type, and no ``CloudEvent.kind`` is one. Older
-    still: an interrupt test was ``drill``, and a notify carried a ``topic`` and its ``fields`` (now a typed
-    ``note``); those read as today's too (:mod:`handlers.old_spellings`).
-    """
-    raw = old_spellings.renamed_value(raw, "bus message", "kind", old_spellings.MESSAGE_TYPES)
-    if not isinstance(raw, dict) or raw.get("kind") not in MESSAGE_TYPES:
-        return raw
-    old_spellings.deprecated("bus message", "kind", "type")
-    message = dict(raw)
-    discriminator = message.pop("kind")
-    if discriminator == "cloud" and "type" in message:
-        message["kind"] = message.pop("type")
-    message["type"] = discriminator
-    if discriminator == "notify" and "topic" in message and "note" not in message:
-        old_spellings.deprecated("notify", "topic", "note.type")
-        fields = message.pop("fields", None) or {}
-        topic = message.pop("topic")
-        card = message.get("channel") == "card"  # a card is drawn from the job: any refresh is the same
-        message["note"] = {"type": "card", "cause": "refresh"} if card else {"type": topic, **fields}
-    return message
-
-
 # Inputs that are timers: the bot puts one back on the timer queue until its ``due`` time has come.
 TIMERS = (StartDeadline, PageStep, RelaunchDue, StopDeadline, PolicyTick, GangHoldDue)
 
@@ -324,9 +295,8 @@ _ADAPTER: TypeAdapter[BusMessage] = TypeAdapter(BusMessage)
 
 
 def parse_message(raw: Any) -> BusMessage:
-    """The message a stored or received dict holds: the one place where the older shape is read
-    (:func:`upgraded`), so nothing past this edge sees it."""
-    return _ADAPTER.validate_python(upgraded(raw))
+    """The message a stored or received dict holds (a malformed one raises ``pydantic.ValidationError``)."""
+    return _ADAPTER.validate_python(raw)
 
 
 def dump_message(message: BusMessage) -> dict[str, Any]:

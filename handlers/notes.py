@@ -66,7 +66,7 @@ class InterruptedNote(_Note):
     seconds: dict[str, float] = Field(default_factory=dict)
     saved_in_time: bool = True
     late: Late | None = None
-    reached: int | None = None  # the step the trainer had reached (None: an older runner did not say)
+    reached: int | None = None  # the step the trainer had reached (None: its trainer writes no progress)
     lost: int | None = None  # reached - step: trained, not committed
 
 
@@ -161,7 +161,7 @@ class CompletedNote(_Note):
 
 class FailedNote(_Note):
     type: Literal["failed"] = "failed"
-    reason: Failure | str  # a str: an older runner's sentence, shown as it is
+    reason: Failure
     log_tail: list[str] = Field(default_factory=list)
     exit_code: int | None = None
 
@@ -199,7 +199,7 @@ class ResumeFailedPage(_Note):
     """Step ``step`` (0: the first) of ``steps`` of the on-call ladder: who it calls, and why."""
 
     type: Literal["resume-failed"] = "resume-failed"
-    reason: Failure | str  # a str: a page opened before failures had codes, shown as it is
+    reason: Failure
     step: int = Field(default=0, ge=0)
     steps: int = 1
     mention: list[Paged] = Field(default_factory=list)
@@ -226,7 +226,7 @@ class PagerCall(_Note):
     tool: Literal["pagerduty", "opsgenie"]
     action: Literal["trigger", "acknowledge", "resolve"]
     key: str = Field(min_length=1, max_length=200)
-    reason: Failure | str | None = None
+    reason: Failure | None = None
     by: str | None = None
 
 

@@ -2,7 +2,7 @@
 
 Every report is one JSON object with ``id``, ``type``, ``job_id``, ``attempt`` and ``time`` plus the fields of
 its type. ``id`` is unique per event so the bot can drop redeliveries; ``(job_id, attempt)`` fences reports
-from an older attempt. Unknown fields are ignored on read so an older bot accepts a newer runner.
+from an older attempt. A field no report has is refused, as is any other malformed report: one spelling per idea.
 
 ``type`` says which report it is (the union's discriminator, as in bus messages and notes); ``kind`` is the sort
 of thing inside one (a notice's: spot-interruption, rebalance…; a warning's).
@@ -33,10 +33,8 @@ from pydantic import (
     TypeAdapter,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
-from handlers import old_spellings
 from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN, new_event_id
 from handlers.outside_text import clean_line, clean_text
@@ -87,7 +85,7 @@ LogTail = Annotated[list[LogLine], BeforeValidator(_clipper(LOG_TAIL_LINES)), Fi
 
 
 class _Report(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(default_factory=new_event_id, min_length=8, max_length=64)
     job_id: str = Field(pattern=JOB_ID_PATTERN)
@@ -107,11 +105,11 @@ class SkippedCheckpoint(BaseModel):
     Only proof that the stored data is unusable skips a checkpoint (``kind``); a network fault never does.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
     step: int
     uri: Uri
     reason: Text
-    kind: SkipKind | None = None  # None from runners older than the field
+    kind: SkipKind
 
 
 class Started(_Report):
@@ -149,17 +147,10 @@ class InstanceNotice(BaseModel):
     :class:`Notice` report says. ``deadline``: when the machine goes away (``None``: no fixed time, e.g. rebalance).
     """
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     kind: NoticeKind
     source: ShortText
     deadline: datetime | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _older_words(cls, raw: Any) -> Any:
-        """An older runner's words: the Alibaba runner's ``termination``, an interrupt test's ``drill`` source."""
-        raw = old_spellings.renamed_value(raw, "notice", "kind", old_spellings.NOTICE_KINDS)
-        return old_spellings.renamed_value(raw, "notice", "source", old_spellings.NOTICE_SOURCES)
 
     @property
     def interrupts(self) -> bool:
@@ -177,7 +168,7 @@ class Notice(_Report, InstanceNotice):
 class GivenUp(BaseModel):
     """Something the notice path did not commit before the deadline, and why (``step`` None: a save never made)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
     step: int | None = None
     reason: Text
 
@@ -194,7 +185,7 @@ class Late(BaseModel):
     written, or not uploaded), ``error`` the store's last answer, ``need_seconds``/``left_seconds`` the numbers
     of a save that did not fit."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid")
     cause: LateCause
     why: NotAskedWhy | None = None
     step: int | None = None
@@ -235,12 +226,10 @@ class Completed(_Report):
 
 
 class Failed(_Report):
-    """The runner gave up. ``failure``: why, as a code and values; ``reason``: the same in English, for logs and
-    for bots older than ``failure`` (a report without ``failure``, from an older runner, is shown by ``reason``)."""
+    """The runner gave up. ``failure``: why, as a code and values (the bot words it; ``failure.english`` for logs)."""
 
     type: Literal["failed"] = "failed"
-    reason: Text
-    failure: Failure | None = None
+    failure: Failure
     step: int | None = None
     exit_code: int | None = None
     log_tail: LogTail = Field(default_factory=list)

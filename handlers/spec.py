@@ -15,7 +15,6 @@ from urllib.parse import urlparse
 from pydantic import (
     AwareDatetime,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -24,7 +23,6 @@ from pydantic import (
     model_validator,
 )
 
-from handlers import old_spellings
 from handlers.ids import JOB_ID_PATTERN, new_key_salt
 
 SPEC_VERSION = 1
@@ -107,14 +105,7 @@ class ReleaseAwsAutoScaling(BaseModel):
     group: str = Field(min_length=1, max_length=255)
 
 
-def _release_upgraded(raw: object) -> object:
-    """A release an older bot wrote (``{"kind": "aws-instance"}``), in today's shape."""
-    return old_spellings.renamed_fields(raw, "spec.release", old_spellings.RELEASE_FIELDS)
-
-
-Release = Annotated[
-    ReleaseAwsInstance | ReleaseAwsAutoScaling, Field(discriminator="type"), BeforeValidator(_release_upgraded)
-]
+Release = Annotated[ReleaseAwsInstance | ReleaseAwsAutoScaling, Field(discriminator="type")]
 
 
 def check_master_addr(value: str) -> str:
@@ -295,14 +286,8 @@ class GoControl(BaseModel):
     type: Literal["go"] = "go"
 
 
-def _control_upgraded(raw: object) -> object:
-    """A control object an older bot wrote (``{"action": "drill", …}``), in today's shape."""
-    raw = old_spellings.renamed_fields(raw, "control object", old_spellings.CONTROL_FIELDS)
-    return old_spellings.renamed_value(raw, "control object", "type", old_spellings.CONTROL_TYPES)
-
-
 AnyControl = StopControl | InterruptTestControl | RegroupControl | GoControl
-ControlRequest = Annotated[AnyControl, Field(discriminator="type"), BeforeValidator(_control_upgraded)]
+ControlRequest = Annotated[AnyControl, Field(discriminator="type")]
 _CONTROL: TypeAdapter[AnyControl] = TypeAdapter(ControlRequest)
 
 

@@ -43,7 +43,6 @@ from runner.manifest import (
     ManifestFile,
     PartChecksums,
     checkpoint_files,
-    sha256_file,
 )
 from runner.retry import with_retries
 from runner.storage.base import ObjectMissing, ObjectStore, StorageError
@@ -388,9 +387,7 @@ def _reused(local: Path, target: Path, item: ManifestFile) -> bool:
 
 def _matches(path: Path, item: ManifestFile) -> bool:
     """The downloaded file has the checksums its manifest entry vouches for: every part's CRC (computed in
-    C, cheap beside the download), or the whole file's SHA-256 in a manifest from before per-part CRCs."""
-    if item.checksums is not None:
-        algorithm = item.checksums.algorithm
-        crcs = file_part_crcs(path, item.checksums.part_size, algorithm)
-        return [encode(crc, algorithm) for crc in crcs] == item.checksums.parts
-    return sha256_file(path) == item.sha256
+    C, cheap beside the download)."""
+    algorithm = item.checksums.algorithm
+    crcs = file_part_crcs(path, item.checksums.part_size, algorithm)
+    return [encode(crc, algorithm) for crc in crcs] == item.checksums.parts

@@ -129,7 +129,7 @@ async def test_a_key_object_of_another_attempt_never_lends_its_credentials(aws: 
 
 
 def test_a_key_object_without_storage_credentials_leaves_the_ambient_ones() -> None:
-    """An older bot, or a stack without a storage role: the runner signs with its instance profile, as before."""
+    """A stack without a storage role: the runner signs with its instance profile."""
     plain = FetchedKey(URI, parse_attempt_key(dump_attempt_key("ft-rot1", 1, "ab" * 32)))
     assert storage_credentials(plain) is None
 

@@ -98,9 +98,17 @@ def test_the_console_is_who_the_process_runs_as_whatever_user_the_environment_na
     assert "costs are shown to a team's members and the admins; you are on no team" in result.stdout
 
 
-def test_a_bad_config_file_is_one_clear_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("policy:\n  max_concurrent_nodes: 0\n", "policy.max_concurrent_nodes"),
+        # A key under a name it never has (one spelling per key: no old name is read as today's).
+        ("aws:\n  bucket: my-finetune-checkpoints\n  image_id: ami-0abc\n  drill_notice: PT5M\n", "aws.drill_notice"),
+    ],
+)
+def test_a_bad_config_file_is_one_clear_error(tmp_path: Path, text: str, named: str) -> None:
     config = tmp_path / "bot.yaml"
-    config.write_text("policy:\n  max_concurrent_nodes: 0\n")
+    config.write_text(text)
     result = subprocess.run(
         [sys.executable, "-m", "bot.cli", "serve"],
         env=bot_env(tmp_path, FINETUNE_CONFIG=str(config), FINETUNE_HTTP_PORT="0"),
@@ -109,7 +117,7 @@ def test_a_bad_config_file_is_one_clear_error(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 2
-    assert "policy.max_concurrent_nodes" in result.stderr and "Traceback" not in result.stderr
+    assert named in result.stderr and "Traceback" not in result.stderr
 
 
 def test_the_aws_cloud_without_its_settings_is_one_clear_error(tmp_path: Path) -> None:

@@ -188,14 +188,6 @@ async def test_list_reads_the_channels_latest_jobs_from_an_index_and_admins_see_
     everything = [line.split()[0] for line in (await bot.command("slack:U0ADMIN", B, "list")).splitlines()]
     assert everything == [in_b, *in_a[::-1][:19]]
 
-    # Jobs an older bot stored, before the indexes: indexed once at start, then listed like the others.
-    later = clock.now + timedelta(seconds=1)
-    legacy = Job(id="ft-old1", recipe="tiny", requested_by="slack:U0ANA", chat=B, created_at=later)
-    await store.redis.set(store.keys.job(legacy.id), legacy.model_dump_json())
-    await store.redis.sadd(store.keys.state(JobState.PENDING), legacy.id)
-    assert await store.index_existing() == 1 and await store.index_existing() == 0
-    assert [job.id for job in await store.recent(B)] == [legacy.id, in_b]
-
 
 async def test_a_flood_of_refusals_cannot_roll_what_was_done_out_of_the_audit_log(
     redis_client: aioredis.Redis, key_prefix: str, tmp_path: Path

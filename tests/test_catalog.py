@@ -75,6 +75,8 @@ def spot_policy_reasons() -> list[Reason]:
     return [reason for reason in policy_reasons() if reason.key in POLICY_REASONS]
 
 
+NO_ROOM = Failure.of("launch-failed", error="no capacity")
+LATE = Failure.of("start-timeout")
 # A sample of every note type, in each shape its wording has; the union itself says which types exist.
 SAMPLES: list[Note] = [
     CardRefresh(cause="progress"),
@@ -106,13 +108,12 @@ SAMPLES: list[Note] = [
     CompletedNote(output_uri="oss://bucket/jobs/ft-ab12/output/"),
     ChartNote(occasion="completed"),
     ChartNote(occasion="asked", by="slack:U0ANA"),
-    FailedNote(reason="exit code 3", log_tail=["Traceback", "CUDA error"]),  # an older runner's sentence
     FailedNote(reason=Failure.of("trainer-exited", exit_code=3, restarts=2, line="CUDA error"), log_tail=["x"]),
     FailedNote(reason=Failure.of("trainer-not-on-path", program="sft", path="/usr/bin"), exit_code=None),
     Stopped(step=12),
     Stopped(),
-    ResumeFailedPage(reason="no capacity", step=0, steps=3, mention=[Paged(**PAGE_PERSON)]),
-    ResumeFailedPage(reason="no capacity", step=2, steps=3, everyone="channel"),
+    ResumeFailedPage(reason=NO_ROOM, step=0, steps=3, mention=[Paged(**PAGE_PERSON)]),
+    ResumeFailedPage(reason=NO_ROOM, step=2, steps=3, everyone="channel"),
     ResumeFailedPage(
         reason=Failure.of("no-progress", count=3, last=Failure.of("interrupted", notice="spot-interruption")),
         step=1,
@@ -178,8 +179,8 @@ def job() -> Job:
         checkpoint=CheckpointRef(step=35, uri="oss://bucket/jobs/ft-ab12/checkpoints/checkpoint-35"),
         interruptions=1,
         downtime_seconds=41.5,
-        failure="the runner crashed",
-        page=Page(attempt=2, opened_at=NOW, reason="x", sent=1, acked_by="dingtalk:manager4220", acked_at=NOW),
+        failure=LATE,
+        page=Page(attempt=2, opened_at=NOW, reason=LATE, sent=1, acked_by="dingtalk:manager4220", acked_at=NOW),
     )
 
 
@@ -391,7 +392,7 @@ def handler_reasons() -> list[Reason]:
     """Every kind of Reason the handlers give, each made by the real code path that gives it."""
     running = job().model_copy(update={"state": JobState.RUNNING, "page": None})
     failed = running.model_copy(update={"state": JobState.RESUME_FAILED})
-    acked = failed.model_copy(update={"page": Page(attempt=2, opened_at=NOW, reason="x", acked_by="slack:U1")})
+    acked = failed.model_copy(update={"page": Page(attempt=2, opened_at=NOW, reason=LATE, acked_by="slack:U1")})
     pending = running.model_copy(update={"state": JobState.PENDING, "attempts": []})
     stopped = running.model_copy(update={"state": JobState.STOPPED})
     bare = Recipe(name="bare", description="d", model="m", command=["true"])
@@ -479,7 +480,6 @@ def failure_samples() -> list[Failure]:
         Failure.of("capacity", error="InsufficientInstanceCapacity"),  # an attempt's end (tests/test_spot_decide.py)
         Failure.of("no-progress", count=3, last=Failure.of("interrupted", notice="spot-interruption")),
         Failure.of("no-progress", count=2, last=Failure.of("instance-gone", detail="aws-eventbridge")),
-        Failure.of("no-progress", count=1, last="an older runner's sentence"),
         Failure.of("storage-unreachable", error="HTTP 503"),
         Failure.of("trainer-exited", exit_code=1, restarts=2, line="CUDA out of memory"),
         Failure.of("trainer-exited-silent", exit_code=1, restarts=0),
@@ -524,20 +524,12 @@ def test_a_failure_keeps_the_english_it_always_had_and_the_quoted_detail_as_give
     assert Failure.model_validate_json(nested.model_dump_json()) == nested  # a nested failure survives storage
 
 
-def test_a_job_stored_with_a_free_text_failure_loads_and_shows_the_text_as_it_is() -> None:
-    """Records written before failures had codes (``failure``, ``page.reason`` and notes as sentences)."""
-    old = job().model_dump(mode="json") | {"state": "RESUME_FAILED", "failure": "the runner crashed"}
-    old["page"] = {"attempt": 2, "opened_at": NOW.isoformat(), "reason": "no capacity", "sent": 1}
-    loaded = Job.model_validate_json(Job.model_validate(old).model_dump_json())
-    assert loaded.failure == "the runner crashed" and loaded.page is not None and loaded.page.reason == "no capacity"
-    for lang in LANGUAGES:
-        problem = dict(card(loaded, NOW, lang).fields)[text(lang, "label.problem")]
-        assert problem == "the runner crashed"
-    coded = loaded.model_copy(update={"failure": Failure.of("start-timeout")})
+def test_a_jobs_failure_is_shown_from_its_code_in_the_channels_language() -> None:
+    coded = job().model_copy(update={"state": JobState.RESUME_FAILED, "failure": Failure.of("start-timeout")})
     assert dict(card(coded, NOW, "zh-CN").fields)["问题"] == "运行器没有按时报告已启动"
     assert dict(card(coded, NOW, "en").fields)["Problem"] == "the runner did not report started in time"
-    bus = dump_message(_notify(ResumeFailedPage(reason="no capacity")))
-    assert "(no capacity)" in message_text(loaded, parse_message(bus), NOW, "en")  # type: ignore[arg-type]
+    bus = dump_message(_notify(ResumeFailedPage(reason=NO_ROOM)))
+    assert "(launch failed: no capacity)" in message_text(coded, parse_message(bus), NOW, "en")  # type: ignore[arg-type]
 
 
 def keys_in(reason: Reason) -> set[str]:

@@ -27,6 +27,10 @@ def kinds(change: Change) -> list[str]:
     return [f"{item['type']}:{item.get('channel', '')}{note_type(item)}".rstrip(":") for item in dumped(change)]
 
 
+def EXITED(code: int) -> Failure:
+    return Failure.of("trainer-exited-silent", exit_code=code, restarts=0)
+
+
 def report(job: Job, report_type: type[Any], attempt: int | None = None, **fields: Any) -> ReportReceived:
     return ReportReceived(report=report_type(job_id=job.id, attempt=attempt or job.attempt, **fields))
 
@@ -211,7 +215,7 @@ def test_an_attempt_judged_gone_whose_completion_comes_after_the_relaunch_succee
 def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
     job = running_job()
     failed = decide(
-        job, report(job, Failed, reason="trainer exited with code 1", log_tail=["OOM"], exit_code=1), at(30)
+        job, report(job, Failed, failure=EXITED(1), log_tail=["OOM"], exit_code=1), at(30)
     )
     assert failed.job.state is JobState.FAILED
     assert dumped(failed)[-2]["note"]["log_tail"] == ["OOM"]
@@ -266,7 +270,7 @@ def test_a_resumed_attempt_that_cannot_train_pages_on_call() -> None:
     job = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="local"), at(30)).job
     job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
     job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
-    failed = decide(job, report(job, Failed, reason="trainer exited with code 3", exit_code=3), at(50))
+    failed = decide(job, report(job, Failed, failure=EXITED(3), exit_code=3), at(50))
     assert failed.job.state is JobState.RESUME_FAILED
     step = next(item for item in dumped(failed) if item["type"] == "page-step")
     paged = decide(failed.job, parse_message(step), at(50))
@@ -275,29 +279,20 @@ def test_a_resumed_attempt_that_cannot_train_pages_on_call() -> None:
     assert page["note"]["exit_code"] == 3 and page["note"]["everyone"] == "here"  # no rota: @here
 
 
-def test_a_runners_coded_failure_is_kept_coded_and_an_older_runners_sentence_as_it_is() -> None:
-    """The job, the page and its note keep the runner's code and values (the chat side words them); a report of a
-    runner older than ``failure`` has only ``reason``: that sentence is kept and told as it is."""
+def test_a_runners_coded_failure_is_kept_coded() -> None:
+    """The job, the page and its note keep the runner's code and values (the chat side words them)."""
     job = running_job()
     job = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="local"), at(30)).job
     job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
     job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
     coded = Failure.of("trainer-exited", exit_code=3, restarts=0, line="CUDA error")
-    older = {"type": "failed", "job_id": job.id, "attempt": 2, "reason": "trainer exited with code 3", "x": 1}
-    for sent, kept in (
-        (report(job, Failed, reason=coded.english, failure=coded), coded),
-        (
-            ReportReceived.model_validate({"report": older}),
-            "trainer exited with code 3",
-        ),
-    ):
-        failed = decide(job, sent, at(50))
-        assert failed.job.failure == kept and failed.job.page is not None and failed.job.page.reason == kept
-        assert failed.history["reason"] == str(kept) == failed.job.attempts[-1].end_reason  # English, for people
-        step = next(item for item in dumped(failed) if item["type"] == "page-step")
-        stepped = decide(failed.job, parse_message(step), at(50))
-        page = next(item for item in dumped(stepped) if item["type"] == "notify")
-        assert parse_message(page).note.reason == kept  # type: ignore[union-attr]
+    failed = decide(job, report(job, Failed, failure=coded), at(50))
+    assert failed.job.failure == coded and failed.job.page is not None and failed.job.page.reason == coded
+    assert failed.history["reason"] == coded.english == failed.job.attempts[-1].end_reason  # English, for people
+    step = next(item for item in dumped(failed) if item["type"] == "page-step")
+    stepped = decide(failed.job, parse_message(step), at(50))
+    page = next(item for item in dumped(stepped) if item["type"] == "notify")
+    assert parse_message(page).note.reason == coded  # type: ignore[union-attr]
 
 
 def test_a_late_report_of_an_old_attempt_moves_nothing_but_is_still_told() -> None:

@@ -28,6 +28,7 @@ from bot.store import JobStore
 from fakes.fake_dingtalk import FakeDingTalk
 from fakes.notes import notify
 from handlers.decide import decide
+from handlers.failures import Failure
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Notify, parse_message
 from handlers.reports import utcnow
@@ -136,10 +137,11 @@ async def test_alerts_go_through_the_signed_robot_and_pages_mention_on_call(part
         {"name": "bo", "slack": "U024BE7LH", "dingtalk": None, "mobile": "13800000000"},
         {"name": "cy", "slack": "U0CY", "dingtalk": None, "mobile": None},
     ]
-    page = note("page", "resume-failed", reason="no capacity", step=1, steps=3, mention=people, everyone=None)
+    no_room = Failure.of("launch-failed", error="no capacity")
+    page = note("page", "resume-failed", reason=no_room, step=1, steps=3, mention=people, everyone=None)
     await parts.deliverer.deliver(job, page)
     await parts.deliverer.deliver(
-        job, note("page", "resume-failed", reason="x", step=2, steps=3, mention=[], everyone="channel")
+        job, note("page", "resume-failed", reason=no_room, step=2, steps=3, mention=[], everyone="channel")
     )
     assert parts.dingtalk.refused_robot_calls == []
     alert, first, last = parts.dingtalk.robot_messages

@@ -287,7 +287,7 @@ def test_a_node_that_fails_while_the_switch_stops_the_gang_relaunches_it_on_the_
     job = job.model_copy(update={"checkpoint": CheckpointRef(step=90, uri="f:/90/", at=NOW)})
     switch = decide(job, PolicyTick(job_id=job.id, tick=1, due=NOW), NOW, spot=view)
     assert switch is not None and switch.job.switch_to == "on-demand"
-    crashed = report(job, 2, Failed, reason="the trainer crashed", exit_code=1)
+    crashed = report(job, 2, Failed, failure=Failure.of("trainer-exited-silent", exit_code=1, restarts=0), exit_code=1)
     moved = decide(switch.job, crashed, NOW, spot=view)
     assert moved is not None and moved.job.state is JobState.RECOVERING and moved.job.failure is None
     assert sorted(m.instance_id for m in of(moved.outbox, Terminate)) == ["i-0", "i-1"]  # node 0's part is moot

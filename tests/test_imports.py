@@ -291,8 +291,6 @@ def test_no_module_takes_a_private_name_of_another() -> None:
     assert {name: names for name, names in taken.items() if names} == {}
 
 
-# Deleted by issue 48's item 2 (the pre-release compatibility); drop it from here once that lands.
-PENDING_DELETION = {"handlers.old_spellings"}
 RUNNER_HANDLERS_BUDGET = 10
 
 
@@ -314,4 +312,4 @@ def test_the_runner_loads_no_spot_policy_and_few_handlers_modules() -> None:
     handlers = {name for name in loaded if name.startswith("handlers.")}
     assert {name for name in handlers if name.startswith("handlers.spot")} == set()
     assert {"handlers.spec", "handlers.reports"} <= handlers
-    assert len(handlers - PENDING_DELETION) <= RUNNER_HANDLERS_BUDGET, sorted(handlers)
+    assert len(handlers) <= RUNNER_HANDLERS_BUDGET, sorted(handlers)

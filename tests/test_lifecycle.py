@@ -31,6 +31,9 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LIMITS = Lifecycle(max_relaunches_without_progress=2, relaunch_pause_seconds=10, relaunch_pause_max_seconds=25)
 
 
+CUDA = Failure.of("trainer-exited", exit_code=1, restarts=0, line="CUDA error")
+
+
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
@@ -139,7 +142,7 @@ def test_a_committed_checkpoint_past_the_mark_is_progress_and_a_repeated_crash_i
     job = decide(
         job, report(job, Notice, kind="spot-interruption", source="aws-imds", deadline=at(120)), at(10), None, LIMITS
     ).job
-    crashed = decide(job, report(job, Failed, reason="CUDA error"), at(11), None, LIMITS)  # INTERRUPTED → relaunch
+    crashed = decide(job, report(job, Failed, failure=CUDA), at(11), None, LIMITS)  # INTERRUPTED → relaunch
     assert crashed.job.state is JobState.RECOVERING and crashed.job.attempts_without_progress == 1
     assert "relaunch-due" in kinds(crashed)
     job = launched(due(crashed, 30).job, 31)

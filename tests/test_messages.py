@@ -1,14 +1,15 @@
 """Bus messages on the wire: ``type`` tells them apart (as reports and notes), ``kind`` is a cloud event's sort;
-a message in the older shape (``kind`` the discriminator), already queued at an upgrade, is read as it was meant.
+anything else (a field no model has, ``kind`` as the discriminator) is refused.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from bot.bus import partition_key
 from bot.queues import ChatEntry, route
@@ -17,7 +18,6 @@ from handlers.messages import (
     MESSAGE_TYPES,
     BusMessage,
     CloudEvent,
-    CloudEventKind,
     CostsChart,
     GangHoldDue,
     HandOver,
@@ -41,7 +41,7 @@ from handlers.messages import (
     parse_message,
 )
 from handlers.notes import Rebalance
-from handlers.reports import Failed, Notice, parse_report
+from handlers.reports import Notice
 from handlers.spec import Gang
 
 DUE = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
@@ -82,18 +82,8 @@ SAMPLES: list[BusMessage] = [
 ]
 
 
-def older_shape(message: dict[str, Any]) -> dict[str, Any]:
-    """What the previous release wrote for ``message``: ``kind`` the discriminator, a cloud event's sort ``type``."""
-    older = {key: value for key, value in message.items() if key not in ("type", "kind")}
-    older["kind"] = message["type"]
-    if "kind" in message:
-        older["type"] = message["kind"]
-    return older
-
-
-def test_the_samples_cover_every_message_type_and_no_cloud_kind_is_a_message_type() -> None:
+def test_the_samples_cover_every_message_type() -> None:
     assert {sample.type for sample in SAMPLES} == MESSAGE_TYPES
-    assert MESSAGE_TYPES.isdisjoint(get_args(CloudEventKind))  # so the older shape is told apart safely
 
 
 @pytest.mark.parametrize("message", SAMPLES, ids=lambda message: f"{message.type}")
@@ -104,45 +94,18 @@ def test_type_is_the_discriminator_and_kind_only_a_cloud_events_sort(message: Bu
     assert parse_message(json.loads(json.dumps(wire))) == message
 
 
-@pytest.mark.parametrize("message", SAMPLES, ids=lambda message: f"{message.type}")
-def test_a_message_in_the_older_shape_reads_as_it_was_meant(message: BusMessage) -> None:
-    """At the one edge every stored message is read through (``parse_message``: the bus, the cloud executor and
-    the chat outbox's note alike), and routed from there: to the same queue as today's shape, in today's shape."""
-    wire = dump_message(message)
-    older = older_shape(wire)
-    assert "type" not in older or isinstance(message, CloudEvent)
-    assert parse_message(older) == message
-    today, before = route(message, "slack"), route(parse_message(older), "slack")
-    assert (before.destination, before.due) == (today.destination, today.due)
-    assert json.loads(before.payload) == json.loads(today.payload)
-
-
-def test_a_report_of_a_runner_of_the_previous_release_still_parses() -> None:
-    """Reports kept their shape (``type`` the discriminator, ``kind`` a notice's sort); ``failed`` gained
-    ``failure``, and one without it (an older runner) is read by its sentence."""
-    notice = {
-        "type": "notice",
-        **JOB,
-        "attempt": 1,
-        "kind": "spot-interruption",
-        "source": "aws-imds",
-        "id": "e" * 8,
-        "time": DUE.isoformat(),
-    }
-    assert parse_report(notice) == Notice.model_validate(notice)
-    failed = parse_report({"type": "failed", **JOB, "attempt": 2, "reason": "trainer exited with code 3"})
-    assert isinstance(failed, Failed) and failed.failure is None and failed.reason == "trainer exited with code 3"
-    wrapped = parse_message({"kind": "report", "report": notice})  # as an older bot put it on the stream
-    assert isinstance(wrapped, ReportReceived) and wrapped.report == parse_report(notice)
-
-
-def test_a_launch_written_with_the_old_fallback_flag_still_parses_and_the_flag_is_gone() -> None:
-    """Before handlers/spot/ was the one authority, a Launch carried ``fallback`` (the cloud's own move to
-    on-demand); a message still queued from then is read as today's Launch, without it."""
-    old = {"type": "launch", "job_id": "ft-ab12", "attempt": 2, "market": "spot", "zone": None, "fallback": True}
-    message = parse_message(old)
-    assert isinstance(message, Launch) and (message.market, message.zone) == ("spot", None)
-    assert "fallback" not in dump_message(message)
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"kind": "launch", "job_id": "ft-ab12", "attempt": 2},  # ``kind`` as the discriminator
+        {"kind": "cloud", "type": "spot-interruption", "instance_id": "i-1", "source": "aws.ec2"},
+        {"type": "launch", "job_id": "ft-ab12", "attempt": 2, "fallback": True},  # a field no model has
+        {"type": "interrupt-test", "job_id": "ft-ab12", "instance_id": "i-1", "requested_by": "slack:U1", "x": 1},
+    ],
+)
+def test_a_message_in_any_other_shape_is_refused(raw: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        parse_message(raw)
 
 
 @pytest.mark.parametrize("platform", ["slack", "", 'a "quoted" name'])

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from handlers.decide import ack_command, decide, resume_command, stop_command
+from handlers.failures import Failure
 from handlers.jobs import Attempt, Job, JobState, Page
 from handlers.messages import PageStep, parse_message
 from handlers.oncall import OnCall, on_shift, step_due, step_targets
@@ -44,7 +45,7 @@ def paged_job(opened: datetime = T0) -> Job:
         requested_by="slack:U1",
         state=JobState.RESUME_FAILED,
         attempts=[Attempt(number=1), Attempt(number=2)],
-        page=Page(attempt=2, opened_at=opened, reason="no capacity"),
+        page=Page(attempt=2, opened_at=opened, reason=Failure.of("launch-failed", error="no capacity")),
     )
 
 

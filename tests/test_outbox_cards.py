@@ -14,6 +14,7 @@ from bot.keys import Keys
 from bot.store import JobStore
 from fakes.notes import notify
 from handlers.change import Change
+from handlers.failures import Failure
 from handlers.jobs import ChatRef, Job
 from handlers.messages import Notify
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
@@ -44,7 +45,7 @@ async def test_superseded_card_notes_are_skipped_and_every_other_note_is_deliver
         {"id": "ft-card1", "recipe": "tiny", "requested_by": "U1", "chat": ChatRef(platform="term", channel="c")}
     )
     await store.create(job, {"type": "created"})
-    alert = notify(job.id, "alert", "failed", reason="disk full")
+    alert = notify(job.id, "alert", "failed", reason=Failure.of("launch-failed", error="disk full"))
     thread = notify(job.id, "thread", "stop-requested", by="console:ann")
     # What the decisions put on the chat stream, in order: three cards, an alert, two cards, a thread note, a card.
     outboxes = [["card"], ["card"], ["card", alert], ["card"], ["card", thread], ["card"]]

@@ -24,6 +24,7 @@ from fakes.bot_harness import quick_recipe, running_bot, running_dingtalk_bot, s
 from fakes.fake_dingtalk import FakeDingTalk
 from fakes.fake_slack import FakeSlack
 from handlers import commands
+from handlers.failures import Failure
 from handlers.jobs import JobState
 from handlers.outside_text import clean_line, clean_text
 from handlers.reports import Failed, parse_report
@@ -112,12 +113,14 @@ def test_outside_text_loses_markers_controls_and_escapes_once_where_it_enters() 
     assert clean_text("\x1b]8;;https://evil\x1b\\link\x1b]8;;\x1b\\ \x9b2J\u202eevil") == "link evil"
     assert clean_text("中文 and 😀 stay") == "中文 and 😀 stay"
     # The report parser cleans every string of a report read from the wire, and of one the runner builds.
-    wire = Failed(job_id="ft-abcd", attempt=1, reason="x").model_dump(mode="json")
-    wire.update(reason=f"{HOSTILE}\nsecond line", log_tail=[HOSTILE])
+    said = Failure.of("storage-unreachable", error="x")
+    wire = Failed(job_id="ft-abcd", attempt=1, failure=said).model_dump(mode="json")
+    wire.update(failure={"code": "storage-unreachable", "values": {"error": f"{HOSTILE}\nsecond line"}})
+    wire.update(log_tail=[HOSTILE])
     failed = parse_report(wire)
     assert isinstance(failed, Failed)
-    assert failed.log_tail == [SHOWN] and failed.reason == f"{SHOWN}\nsecond line"
-    assert Failed(job_id="ft-abcd", attempt=1, reason=HOSTILE, log_tail=[HOSTILE]).log_tail == [SHOWN]
+    assert failed.log_tail == [SHOWN] and failed.failure.values["error"] == f"{SHOWN}\nsecond line"
+    assert Failed(job_id="ft-abcd", attempt=1, failure=said, log_tail=[HOSTILE]).log_tail == [SHOWN]
     with pytest.raises(ValueError, match="URI"):
         parse_report({**wire, "type": "completed", "output_uri": "s3://bucket/out\x1b[2J"})
     # A person typed it: the command parser cleans it before echoing any of it back.

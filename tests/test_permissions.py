@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from handlers.commands import USAGE, Action
+from handlers.failures import Failure
 from handlers.jobs import ChatRef, Job, JobState, Page
 from handlers.oncall import OnCall
 from handlers.permissions import channel_sees_costs, describe, home_team, job_refusal, narrowed, sees
@@ -74,7 +75,8 @@ def test_another_channel_sees_neither_the_card_nor_the_log_except_for_admins() -
 
 
 def test_a_paged_job_may_be_acked_and_resumed_by_the_on_call_it_named_or_who_is_on_shift() -> None:
-    page = Page(attempt=2, opened_at=NOW, reason="x", sent=2, named=["slack:U0PETE", "console:pete"])
+    late = Failure.of("start-timeout")
+    page = Page(attempt=2, opened_at=NOW, reason=late, sent=2, named=["slack:U0PETE", "console:pete"])
     paged = job(JobState.RESUME_FAILED, page)
     for user in ("slack:U0PETE", "console:pete", "slack:U0OLGA"):  # named by a step; olga: on shift now
         assert refusal(user, "ack", paged) is None

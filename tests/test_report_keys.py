@@ -194,23 +194,24 @@ async def test_a_report_naming_storage_outside_its_jobs_prefix_is_refused(report
 # -- the caps ------------------------------------------------------------------------------------------------
 
 
+CRASHED = {"code": "trainer-exited-silent", "values": {"exit_code": 1, "restarts": 0}}
+
+
 def test_every_report_string_and_list_has_a_cap_refused_on_the_wire() -> None:
     base = {"job_id": "ft-aaaa", "attempt": 1}
     too_much: list[dict[str, Any]] = [
-        {**base, "type": "failed", "reason": "x" * (TEXT_CHARS + 1)},
-        {**base, "type": "failed", "reason": "r", "log_tail": ["line"] * 51},
-        {**base, "type": "failed", "reason": "r", "log_tail": ["x" * (TEXT_CHARS + 1)]},
+        {**base, "type": "failed", "failure": CRASHED, "log_tail": ["line"] * 51},
+        {**base, "type": "failed", "failure": CRASHED, "log_tail": ["x" * (TEXT_CHARS + 1)]},
         {
             **base,
             "type": "failed",
-            "reason": "r",
             "failure": {"code": "storage-unreachable", "values": {"error": "e" * 5000}},
         },
         {**base, "type": "warning", "kind": "k" * 65, "message": "m"},
         {**base, "type": "warning", "kind": "k", "message": "m" * (TEXT_CHARS + 1)},
         {**base, "type": "completed", "output_uri": "s3://b/" + "o" * 2048},
         {**base, "type": "started", "instance_id": "i-" + "0" * 63},
-        {**base, "type": "started", "skipped": [{"step": 1, "uri": "u", "reason": "r"}] * 65},
+        {**base, "type": "started", "skipped": [{"step": 1, "uri": "u", "reason": "r", "kind": "missing"}] * 65},
         {**base, "type": "notice", "kind": "spot-interruption", "source": "s" * 65},
         {**base, "type": "interrupted", "reason": "r", "committing": list(range(65))},
         {**base, "type": "interrupted", "reason": "r", "seconds": {str(n): 1.0 for n in range(65)}},
@@ -226,17 +227,36 @@ def test_every_report_string_and_list_has_a_cap_refused_on_the_wire() -> None:
             parse_report(raw)
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"type": "failed", "reason": "trainer exited with code 3"},  # a sentence without its failure code
+        {"type": "failed", "failure": CRASHED, "reason": "trainer exited with code 1"},  # the same, said twice
+        {"type": "notice", "kind": "termination", "source": "aliyun-metadata"},  # a kind under another name
+        {"type": "started", "skipped": [{"step": 1, "uri": "u", "reason": "r"}]},  # a skip without its kind
+        {"type": "progress", "step": 1, "note": "x"},  # a field no report has
+        {"type": "interrupted", "reason": "r", "late": {"cause": "not-saved", "fallback": True}},
+    ],
+)
+def test_a_report_in_any_spelling_but_the_one_is_refused_on_the_wire(raw: dict[str, Any]) -> None:
+    """Nothing a runner sends is read under another name or silently dropped: it is refused, as malformed."""
+    report = {"job_id": "ft-aaaa", "attempt": 1, **raw}
+    with pytest.raises(ValidationError):
+        parse_report(json.dumps(report))
+    with pytest.raises(ValidationError):
+        parse_report(report)
+
+
 def test_the_runner_clips_its_own_reports_to_the_caps_so_it_can_always_report() -> None:
     failed = Failed(
         job_id="ft-aaaa",
         attempt=1,
-        reason="boom " * 2000,
         log_tail=[f"line {n} " + "x" * 5000 for n in range(80)],
         failure=Failure.of("storage-unreachable", error="e" * 9000),
     )
-    assert len(failed.reason) == TEXT_CHARS and len(failed.log_tail) == 50
+    assert len(failed.log_tail) == 50
     assert failed.log_tail[-1].startswith("line 79 ") and all(len(line) == TEXT_CHARS for line in failed.log_tail)
-    assert failed.failure is not None and len(str(failed.failure.values["error"])) == TEXT_CHARS
+    assert len(str(failed.failure.values["error"])) == TEXT_CHARS
     assert parse_report(dump_report(failed)) == failed  # what the runner sends, the bot takes
     interrupted = Interrupted(job_id="ft-aaaa", attempt=1, reason="r", committing=list(range(100)))
     assert interrupted.committing == list(range(36, 100))  # the newest uploads in flight

@@ -15,6 +15,7 @@ import boto3
 import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
+from handlers.failures import Failure
 from tests.runner_harness import (
     TINY_ARGS,
     of_type,
@@ -79,7 +80,7 @@ async def test_a_crash_loop_is_reported_failed_with_the_last_log_lines(tmp_path:
     assert len([r for r in of_type(got, "warning") if r["kind"] == "trainer-restart"]) == 1
     [failed] = of_type(got, "failed")
     assert failed["exit_code"] == 3
-    assert "gave up after 1 restart" in failed["reason"]
+    assert "gave up after 1 restart" in Failure.model_validate(failed["failure"]).english
     assert "RuntimeError: CUDA out of memory" in failed["log_tail"]
     assert (tmp_path / "work" / "trainer.log").read_text().count("CUDA out of memory") == 2
 
@@ -156,7 +157,7 @@ async def test_completion_terminates_this_instance_when_asked(tmp_path: Path, aw
         report=[f"file://{reports}"],
         notice="aws",
         command=WRITES_OUTPUT,
-        release={"kind": "aws-instance"},
+        release={"type": "aws-instance"},
     )
     env = runner_env(AWS_ENDPOINT_URL=aws, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint)
     runner = await start_runner(spec, tmp_path / "work", env)
@@ -186,7 +187,7 @@ async def test_completion_sets_the_scaling_group_to_zero_when_asked(tmp_path: Pa
         tmp_path / "spec.json",
         checkpoint_uri=f"file://{tmp_path}/store/",
         command=WRITES_OUTPUT,
-        release={"kind": "aws-autoscaling", "group": "ft-test-asg"},
+        release={"type": "aws-autoscaling", "group": "ft-test-asg"},
     )
     runner = await start_runner(spec, tmp_path / "work", runner_env(AWS_ENDPOINT_URL=aws))
     assert await asyncio.wait_for(runner.wait(), 60) == 0
@@ -250,9 +251,6 @@ SAVES_ON_SIGTERM = quick_trainer(
     [
         ({"type": "stop"}, "stop", "control"),
         ({"type": "interrupt-test", "deadline": "DEADLINE"}, "spot-interruption", "interrupt-test"),
-        # As a bot before the rename wrote them: still obeyed.
-        ({"action": "stop"}, "stop", "control"),
-        ({"action": "drill", "deadline": "DEADLINE"}, "spot-interruption", "interrupt-test"),
     ],
 )
 async def test_the_bots_control_object_stops_or_interrupt_tests_the_runner(

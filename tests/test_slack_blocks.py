@@ -17,6 +17,7 @@ from bot.chat.slack.blocks import (
 )
 from bot.chat.slack.config import SlackConfig
 from fakes.notes import notify
+from handlers.failures import Failure
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.notes import ResumeFailedPage
 
@@ -58,10 +59,10 @@ def test_the_card_lays_out_the_shared_fields_and_offers_what_applies_now() -> No
 
 
 def test_text_from_outside_is_escaped_and_cannot_mention_anyone() -> None:
-    failed = job(JobState.FAILED, failure="<!channel> & <@U0EVE> broke <https://evil|here>")
+    failed = job(JobState.FAILED, failure=Failure.of("launch-failed", error="<!channel> & <@U0EVE> broke <https://evil|here>"))
     _text, blocks = card_layout(failed, NOW)
     problem = next(f["text"] for f in blocks[1]["fields"] if f["text"].startswith("*Problem*"))
-    assert problem == "*Problem*\n&lt;!channel&gt; &amp; &lt;@U0EVE&gt; broke &lt;https://evil|here&gt;"
+    assert problem == "*Problem*\nlaunch failed: &lt;!channel&gt; &amp; &lt;@U0EVE&gt; broke &lt;https://evil|here&gt;"
     assert user("console:<!here>") == "console:&lt;!here&gt;" and user("slack:U0ANA") == "<@U0ANA>"
     assert user("slack:U0ANA\n") == "slack:U0ANA\n"  # a trailing newline is not an id ("$" would have let it)
 
@@ -70,11 +71,12 @@ def test_only_the_persons_the_bot_names_become_mentions() -> None:
     stopped = notify("ft-abcd", "thread", "stop-requested", by="slack:U0BOB")
     assert note_text(job(), stopped, NOW) == "⏹️ Stop requested by <@U0BOB>: checkpointing, then releasing the instance."
     # A user id inside text from elsewhere (a log line, a runner's failure message) stays words.
-    failed = notify("ft-abcd", "alert", "failed", reason="trainer said: page slack:U0EVE now")
+    failed = notify("ft-abcd", "alert", "failed", reason=Failure.of("launch-failed", error="said: slack:U0EVE"))
     assert "<@" not in note_text(job(), failed, NOW) and "slack:U0EVE" in note_text(job(), failed, NOW)
     assert mrkdwn("Stop requested by slack:U0BOB.") == "Stop requested by slack:U0BOB."
     # Nor can outside text forge the bot's own person markers: they are dropped from every value filled in.
-    forged = notify("ft-abcd", "alert", "failed", reason=f"{PERSON_OPEN}slack:U0EVE{PERSON_CLOSE}")
+    forged_failure = Failure.of("launch-failed", error=f"{PERSON_OPEN}slack:U0EVE{PERSON_CLOSE}")
+    forged = notify("ft-abcd", "alert", "failed", reason=forged_failure)
     said = note_text(job(), forged, NOW)
     assert "<@U0EVE>" not in said and "slack:U0EVE" in said and PERSON_OPEN not in said
     # A person who is not on Slack is named as escaped text.
@@ -88,6 +90,9 @@ def test_a_reply_to_one_person_is_escaped_too() -> None:
     )
 
 
+X = Failure.of("launch-failed", error="x")
+
+
 def test_page_mentions_come_first_and_only_from_valid_ids() -> None:
     people = [
         {"name": "a", "slack": "U0ANA"},
@@ -96,11 +101,11 @@ def test_page_mentions_come_first_and_only_from_valid_ids() -> None:
         {"name": "bad", "slack": "U0X> <!everyone"},
         {"name": "dingtalk only", "slack": None, "dingtalk": "x"},
     ]
-    assert mentions(ResumeFailedPage(reason="x", mention=people, everyone="channel")) == (
+    assert mentions(ResumeFailedPage(reason=X, mention=people, everyone="channel")) == (
         "<@U0ANA> <!subteam^S0TEAM> <!channel>"
     )
-    assert mentions(ResumeFailedPage(reason="x")) == ""
-    note = notify("ft-abcd", "page", "resume-failed", **{"reason": "x", "mention": people})
+    assert mentions(ResumeFailedPage(reason=X)) == ""
+    note = notify("ft-abcd", "page", "resume-failed", **{"reason": X, "mention": people})
     text, plain, blocks = page_layout(job(JobState.RESUME_FAILED), note, NOW)
     assert text == f"<@U0ANA> <!subteam^S0TEAM> {plain}" and plain.startswith("🚨 On-call: ft-abcd could not resume")
     assert action_ids(blocks) == ["finetune_ack", "finetune_resume", "finetune_ondemand", "finetune_stop"]
@@ -127,7 +132,7 @@ def test_a_channel_configured_for_chinese_gets_its_cards_pages_and_dialogs_in_ch
     assert stop["text"]["text"] == "停止" and stop["confirm"]["deny"]["text"] == "取消"
     assert "由 <@U0ANA> 启动" in str(blocks)
 
-    note = notify("ft-abcd", "page", "resume-failed", **{"reason": "x", "everyone": "here"})
+    note = notify("ft-abcd", "page", "resume-failed", **{"reason": X, "everyone": "here"})
     said, _plain, page = page_layout(job(JobState.RESUME_FAILED), note, NOW, "zh-CN")
     assert said.startswith("<!here> ") and [e["text"]["text"] for e in page[1]["elements"]][:3] == [
         "确认",

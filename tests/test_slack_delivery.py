@@ -29,6 +29,7 @@ from fakes.bot_harness import (
 )
 from fakes.fake_slack import FakeSlack, Message
 from fakes.notes import notify
+from handlers.failures import Failure
 from handlers.jobs import Job, JobState
 from handlers.messages import ReportReceived, dump_message
 from handlers.reports import Progress
@@ -181,6 +182,9 @@ async def test_a_redelivered_note_is_posted_once(tmp_path: Path, slack: FakeSlac
         assert len(rebalance) == 1
 
 
+NO_SPOT = Failure.of("capacity", error="no spot capacity")
+
+
 async def test_pages_mention_on_call_and_an_acknowledgement_updates_every_page(
     tmp_path: Path, slack: FakeSlack
 ) -> None:
@@ -197,8 +201,8 @@ async def test_pages_mention_on_call_and_an_acknowledgement_updates_every_page(
         bob = {"name": "Bob", "slack": "U0BOB", "dingtalk": "bob", "mobile": None}
         nobody = {"name": "Eve", "slack": "U0EVE> <!channel", "dingtalk": None, "mobile": None}
         steps = [
-            {"reason": "no spot capacity", "step": 0, "mention": [ana, team, nobody], "everyone": None},
-            {"reason": "no spot capacity", "step": 1, "mention": [ana, bob], "everyone": "here"},
+            {"reason": NO_SPOT, "step": 0, "mention": [ana, team, nobody], "everyone": None},
+            {"reason": NO_SPOT, "step": 1, "mention": [ana, bob], "everyone": "here"},
         ]
         for fields in steps:
             await outbox.notify(job, notify(job.id, "page", "resume-failed", **fields))

@@ -57,7 +57,8 @@ def test_a_valid_spec_parses_and_normalises_the_checkpoint_uri() -> None:
         ({"attempt": 0}, "attempt", "greater than or equal"),
         ({"notice": "gcp"}, "notice", "aws"),
         ({"keep_checkpoints": 0}, "keep_checkpoints", "greater than or equal"),
-        ({"release": {"kind": "aws-autoscaling"}}, "release", "group"),
+        ({"release": {"type": "aws-autoscaling"}}, "release", "group"),
+        ({"release": {"kind": "aws-instance"}}, "release", "discriminator 'type'"),  # no other spelling
     ],
 )
 def test_bad_specs_name_the_field(changes: dict[str, Any], field: str, words: str) -> None:

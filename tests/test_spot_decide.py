@@ -28,6 +28,9 @@ VIEW = SpotView(zones=("zone-a", "zone-b"), spot_price=0.3, on_demand_price=1.0,
 ONE_ZONE = SpotView(zones=("zone-a",), spot_price=0.3, on_demand_price=1.0, period=timedelta(minutes=5))
 
 
+CRASHED = Failure.of("trainer-exited-silent", exit_code=1, restarts=0)
+
+
 def effect_types(change: Change) -> list[str]:
     return [effect["type"] for effect in dumped(change)]
 
@@ -326,7 +329,7 @@ def test_an_instance_launched_ahead_that_is_reclaimed_or_never_stands_by_is_give
     assert reclaimed.job.refused_zones == {"zone-a": NOW}
     look = decide(reclaimed.job, PolicyTick(job_id=job.id, tick=reclaimed.job.tick, due=NOW), NOW, spot=ONE_ZONE)
     assert "launch" not in effect_types(look) and look.job.standby is None
-    crashed = Failed(job_id=job.id, attempt=2, reason="the runner crashed", exit_code=1, time=NOW)
+    crashed = Failed(job_id=job.id, attempt=2, failure=CRASHED, exit_code=1, time=NOW)
     failed = decide(up.job, ReportReceived(report=crashed), NOW, spot=ONE_ZONE)  # not spot's doing: no cool-down
     assert failed.job.standby is None and failed.job.refused_zones == {}
 
@@ -521,7 +524,7 @@ def test_a_runner_that_fails_while_the_switch_stops_it_leaves_the_job_going_on_t
     job = measured(market="on-demand", deadline=timedelta(hours=10))
     up = launched_ahead(job)
     ready = decide(up.job, stood_by(up.job), NOW, spot=ONE_ZONE)
-    crashed = Failed(job_id=job.id, attempt=1, reason="the trainer crashed", exit_code=1, time=NOW)
+    crashed = Failed(job_id=job.id, attempt=1, failure=CRASHED, exit_code=1, time=NOW)
     handed = decide(ready.job, ReportReceived(report=crashed), NOW, spot=ONE_ZONE)
     assert handed.job.state is JobState.RECOVERING and handed.job.failure is None
     assert effect(handed, "hand-over")["attempt"] == 2 and effect(handed, "terminate")["instance_id"] == "i-1"

@@ -21,6 +21,7 @@ from bot.store import Applied, Decider, JobStore
 from fakes.notes import notify
 from fakes.restartable_valkey import RestartableValkey
 from handlers.change import Change
+from handlers.failures import Failure
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import (
     Launch,
@@ -398,7 +399,7 @@ async def test_state_index_follows_every_transition(store: JobStore) -> None:
     await store.apply(b.id, move(JobState.RUNNING))
     await store.apply(b.id, move(JobState.INTERRUPTED))
     await store.apply(b.id, move(JobState.INTERRUPTED))  # same state: still indexed once
-    await store.apply(c.id, move(JobState.FAILED, failure="no capacity"))
+    await store.apply(c.id, move(JobState.FAILED, failure=Failure.of("launch-failed", error="no capacity")))
 
     assert [j.id for j in await store.list_jobs([JobState.RUNNING])] == ["ft-aaa"]
     assert [j.id for j in await store.list_jobs({JobState.INTERRUPTED, JobState.FAILED})] == ["ft-bbb", "ft-ccc"]

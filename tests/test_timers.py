@@ -1,10 +1,9 @@
 """The timer set (bot/timers.py) on a real Valkey: typed timers in, typed timers out, encoded once as the store
-encodes them; an entry stored in an older shape still reads as today's; a message that is no timer is refused and
-nothing is written; a due timer moves to the events stream as it was stored."""
+encodes them; a message that is no timer is refused and nothing is written; a due timer moves to the events
+stream as it was stored."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,7 +12,7 @@ import redis.asyncio as aioredis
 from bot.keys import Keys
 from bot.queues import EVENT_FIELD, route
 from bot.timers import Timers
-from handlers.messages import PageStep, RelaunchDue, StartDeadline, Terminate
+from handlers.messages import RelaunchDue, StartDeadline, Terminate
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,
     fixture_redis_client,
@@ -41,15 +40,6 @@ async def test_a_scheduled_timer_reads_back_typed_and_stored_as_the_store_stores
         (route(sooner, platform="").payload, sooner.due.timestamp()),
         (route(later, platform="").payload, later.due.timestamp()),
     ]
-
-
-async def test_an_entry_stored_in_the_older_shape_reads_as_todays(timers: Timers) -> None:
-    """Before ``type`` was the discriminator a timer said ``kind``; one left in the set by an older bot still reads."""
-    due = NOW + timedelta(minutes=2)
-    old = {"id": "ev-old-1", "at": NOW.isoformat(), "kind": "page-step", "job_id": "ft-t2", "attempt": 1, "step": 3}
-    await timers.redis.zadd(timers.key, {json.dumps({**old, "due": due.isoformat()}): due.timestamp()})
-
-    assert await timers.pending() == [PageStep(id="ev-old-1", at=NOW, job_id="ft-t2", attempt=1, step=3, due=due)]
 
 
 async def test_a_message_that_is_no_timer_is_refused_and_nothing_is_written(timers: Timers) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bot.cloud.local_metadata import LocalMetadataServer
+from handlers.failures import Failure
 from tests.runner_harness import of_type, progress_steps, read_reports, runner_env, start_runner, write_spec
 
 # Run with -S from a directory without the project: ``runner`` is importable only through the PYTHONPATH the
@@ -104,8 +105,9 @@ async def test_a_missing_trainer_program_is_one_failed_report_and_exit_1(tmp_pat
     assert await asyncio.wait_for(runner.wait(), 60) == 1
     [failed] = read_reports(reports)
     assert failed["type"] == "failed"
-    assert failed["reason"].startswith("cannot start the trainer: 'finetune-no-such-trainer' not found on PATH")
-    assert failed["failure"]["code"] == "trainer-not-on-path"  # the code the bot words, the English beside it
+    said = Failure.model_validate(failed["failure"]).english
+    assert said.startswith("cannot start the trainer: 'finetune-no-such-trainer' not found on PATH")
+    assert failed["failure"]["code"] == "trainer-not-on-path"  # the code the bot words
     assert failed["failure"]["values"]["program"] == "finetune-no-such-trainer"
     assert not (tmp_path / "store").exists()  # nothing restored, nothing written
 
@@ -125,7 +127,8 @@ async def test_a_trainer_program_that_cannot_be_executed_is_reported_failed(tmp_
     assert await asyncio.wait_for(runner.wait(), 60) == 1
     got = read_reports(reports)
     assert [r["type"] for r in got] == ["started", "failed"]
-    assert got[1]["reason"] == f"cannot start the trainer {str(program)!r}: Exec format error"
+    said = Failure.model_validate(got[1]["failure"]).english
+    assert said == f"cannot start the trainer {str(program)!r}: Exec format error"
     assert got[1]["failure"] == {
         "code": "trainer-not-started",
         "values": {"program": str(program), "error": "Exec format error"},  # the system's words, as given
@@ -148,7 +151,8 @@ async def test_a_trainer_that_crashes_at_once_is_reported_failed_with_its_last_w
     failed = got[1]
     assert failed["exit_code"] == 1
     last = "ModuleNotFoundError: No module named 'swift_not_installed_here'"
-    assert failed["reason"] == f"trainer exited with code 1; gave up after 0 restart(s): {last}"
+    said = Failure.model_validate(failed["failure"]).english
+    assert said == f"trainer exited with code 1; gave up after 0 restart(s): {last}"
     assert failed["failure"] == {"code": "trainer-exited", "values": {"exit_code": 1, "restarts": 0, "line": last}}
     assert failed["log_tail"][0] == "Traceback (most recent call last):" and failed["log_tail"][-1] == last
 

@@ -143,7 +143,7 @@ class ChatOutbox:
 
     async def handle(self, item: dict[str, Any]) -> None:
         try:
-            note = parse_message(item.get("note"))  # the edge: an older entry's note is read here
+            note = parse_message(item.get("note"))  # the edge: a stored entry's note becomes a message here
         except ValidationError as exc:
             log.error("dropped a malformed chat outbox entry %s: %s", item.get("id"), exc.errors()[:3])
             return

@@ -242,10 +242,9 @@ def late_text(late: Late | None, lang: Lang) -> str:
     return text(lang, f"late.{late.cause}", step=late.step, error=late.error)
 
 
-def failure_text(failure: Failure | str, lang: Lang) -> str:
-    """Why a job failed, in ``lang``: a coded failure from the catalogue; a sentence (a record stored before
-    codes, an older runner's report) as it is."""
-    return say(lang, failure.reason()) if isinstance(failure, Failure) else failure
+def failure_text(failure: Failure, lang: Lang) -> str:
+    """Why a job failed, in ``lang``, from the catalogue."""
+    return say(lang, failure.reason())
 
 
 def _resumed(job: Job, note: Resumed, now: datetime, lang: Lang) -> str:

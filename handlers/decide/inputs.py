@@ -107,8 +107,7 @@ def report_rest(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle
     if isinstance(report, Failed):
         detail = {"log_tail": report.log_tail[-10:], "exit_code": report.exit_code}
         trigger: Trigger = "failed" if job.attempt == 1 else "resume-failed"
-        # An older runner sends only the English sentence: it is kept, and shown, as it is.
-        return recovery.failure(job, trigger, report.failure or report.reason, now, [], limits, spot, **detail)
+        return recovery.failure(job, trigger, report.failure, now, [], limits, spot, **detail)
     if isinstance(report, Standby):
         return Change(job, standby_history(report))
     if isinstance(report, RunnerWarning):
@@ -301,8 +300,8 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
 
 
 def steps_lost(job: Job, report: Interrupted) -> tuple[int | None, int]:
-    """The step the trainer stopped at (the runner's word; an older runner's: the last progress heard) and the steps
-    trained past the committed checkpoint."""
+    """The step the trainer stopped at (the runner's word; without it, from a trainer that writes no progress, the
+    furthest step heard) and the steps trained past the committed checkpoint."""
     reached = report.reached_step if report.reached_step is not None else job.step
     if reached is None:
         return None, 0

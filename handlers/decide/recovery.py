@@ -11,7 +11,7 @@ from typing import Any
 from handlers.change import Change
 from handlers.decide import launching, steering
 from handlers.decide.builders import change, chart_note, ignore, notify
-from handlers.failures import Failure, english
+from handlers.failures import Failure
 from handlers.jobs import TERMINAL_STATES, Job, JobState, Market, Page
 from handlers.lifecycle import Lifecycle, gives_up, relaunch_pause, without_progress
 from handlers.messages import (
@@ -33,7 +33,7 @@ from handlers.transitions import Trigger, next_state
 def failure(
     job: Job,
     trigger: Trigger,
-    reason: Failure | str,
+    reason: Failure,
     now: datetime,
     outbox: Sequence[Message],
     limits: Lifecycle,
@@ -46,15 +46,15 @@ def failure(
     if state is None:
         return ignore(job, trigger, f"the job is {job.state}")
     release: list[Message] = [*launching.releases(job)]
-    history = {"event": trigger, "reason": english(reason), **detail}
+    history = {"event": trigger, "reason": reason.english, **detail}
     if state is JobState.STOPPED and job.switch_to is not None:
         # A runner failed while the policy's switch was stopping it: the job goes on, on the other market, from
         # what was committed (an attempt there that fails too is paged as any other). A gang's every node goes
         # with it (the failed node's part of the stop's checkpoint never comes, so the others' cannot count).
-        return steering.switched(job, launching.end_attempt(job, now, english(reason)), now, history, release)
+        return steering.switched(job, launching.end_attempt(job, now, reason.english), now, history, release)
     if job.nodes > 1 and state in TERMINAL_STATES:  # a gang that ends gives up its placement group too
         release.append(ReleaseGang(job_id=job.id))
-    ended = launching.end_attempt(job, now, english(reason)).model_copy(update={"failure": reason})
+    ended = launching.end_attempt(job, now, reason.english).model_copy(update={"failure": reason})
     if state is JobState.RECOVERING:  # the runner died during an interruption: relaunch
         market = job.current.market if job.current else "spot"
         moved = ended.model_copy(update={"state": state})
@@ -83,7 +83,7 @@ def again(
     release: Sequence[Message],
     notes: Sequence[Message],
     limits: Lifecycle,
-    why: Failure | str,
+    why: Failure,
     spot: SpotView | None = None,
 ) -> Change:
     """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:

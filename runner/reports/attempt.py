@@ -77,10 +77,9 @@ class AttemptReports:
     def failed(
         self, failure: Failure, step: int | None = None, exit_code: int | None = None, log_tail: list[str] | None = None
     ) -> None:
-        """Report giving up: the code for the bot to word, its English for the log and for older bots."""
+        """Report giving up: the code for the bot to word."""
         report = Failed(
             **self.ids,
-            reason=failure.english,
             failure=failure,
             step=step,
             exit_code=exit_code,

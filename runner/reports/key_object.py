@@ -144,7 +144,7 @@ def own_key(spec: JobSpec, fetched: FetchedKey) -> str:
 
 def storage_credentials(fetched: FetchedKey, clock: Callable[[], datetime] | None = None) -> AttemptCredentials | None:
     """The attempt's storage session from its key object, read again with the instance's own credentials as it nears
-    its end; None when the object carries none (an older bot, a stack without a storage role): ambient credentials."""
+    its end; None when the object carries none (a stack without a storage role): ambient credentials."""
     if fetched.found.storage is None:
         return None
     base, _, name = fetched.uri.rpartition("/")

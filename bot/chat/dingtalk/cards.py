@@ -5,8 +5,7 @@ string variables ``title``, ``status``, ``content`` (markdown), ``state`` (the r
 labels ``ack_label``, ``stop_label``, ``resume_label``, ``on_demand_label`` and their switches ``show_ack``,
 ``show_stop``, ``show_resume``, ``show_on_demand`` (``"true"``/``"false"``), and ``notice`` (per user: the bot's
 answer to that user's click). Each button's event is a callback request with the parameter ``action``:
-``ack``, ``stop``, ``resume`` or ``on-demand``. Templates made before the resume button had its name use
-``retry_label``, ``show_retry`` and ``action`` = ``retry``: those are filled and accepted too.
+``ack``, ``stop``, ``resume`` or ``on-demand``.
 
 A click runs the very command a user could type (``stop ft-7k2q`` …), so the same permission checks apply.
 """
@@ -34,11 +33,7 @@ BUTTONS = {
     "stop": "stop {job}",
     "resume": "resume {job}",
     "on-demand": "resume {job} on-demand",
-    "retry": "resume {job}",  # the older templates' name of the resume button
 }
-
-
-_LABEL = {"retry": "resume"}
 
 
 def out_track_id(job: Job) -> str:
@@ -61,13 +56,12 @@ def card_params(job: Job, now: datetime, lang: Lang) -> dict[str, str]:
         "resume": next_state(job.state, "resume") is not None,
         "on_demand": next_state(job.state, "resume") is not None,
     }
-    switches["retry"] = switches["resume"]  # older templates
     return {
         "title": shown.title,
         "status": state_text(job.state, lang),
         "state": job.state.value,
         "content": _clip(content),
-        **{f"{name}_label": text(lang, f"button.{_LABEL.get(name, name).replace('_', '-')}") for name in switches},
+        **{f"{name}_label": text(lang, f"button.{name.replace('_', '-')}") for name in switches},
         **{f"show_{name}": "true" if on else "false" for name, on in switches.items()},
     }
 

@@ -17,7 +17,6 @@ from bot.chat.catalog import text
 from bot.chat.slack.blocks import ACTION_ACK, ACTION_INTERRUPT_TEST, ACTION_ON_DEMAND, ACTION_RESUME, ACTION_STOP
 from bot.chat.slack.commands import CommandRunner, LanguageFor, Spawn, run_guarded
 from bot.chat.slack.replies import EphemeralReplies
-from handlers import old_spellings
 from handlers.ids import JOB_ID_PATTERN
 from handlers.jobs import ChatRef
 
@@ -28,9 +27,7 @@ COMMANDS = {
     ACTION_RESUME: "resume {job}",
     ACTION_ON_DEMAND: "resume {job} on-demand",
 }
-# The ids of buttons the bot posted before they were renamed: those messages are still in channels.
-OLD_ACTION_IDS = {"finetune_drill": ACTION_INTERRUPT_TEST, "finetune_retry": ACTION_RESUME}
-ACTION_IDS = re.compile("^(" + "|".join([*COMMANDS, *OLD_ACTION_IDS]) + ")$")
+ACTION_IDS = re.compile("^(" + "|".join(COMMANDS) + ")$")
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 
 
@@ -52,15 +49,8 @@ class ButtonActions:
         if not _JOB_ID.fullmatch(job_id):
             await self.replies.send(channel, user, text(lang, "slack.bad-button", value=job_id[:40]))
             return
-        command = COMMANDS[current_action_id(str(action["action_id"]))].format(job=job_id)
+        command = COMMANDS[str(action["action_id"])].format(job=job_id)
         chat = ChatRef(platform="slack", channel=channel)
         reply = await self.spawn(run_guarded(self.run, f"slack:{user}", chat, command, lang))
         await self.replies.send(channel, user, reply)
 
-
-def current_action_id(action_id: str) -> str:
-    """Today's id of a button (an old message's button, clicked now, logs one deprecation line)."""
-    if action_id in OLD_ACTION_IDS:
-        old_spellings.deprecated("slack button", action_id, OLD_ACTION_IDS[action_id])
-        return OLD_ACTION_IDS[action_id]
-    return action_id
