@@ -20,9 +20,9 @@ family and never a platform's SDK type.
                                certificate (FetchError), a simulator scenario (simulate.InputError)
 
 Each adapter maps what its SDK raises once, at its own edge: redis-py in ``bot/redis_server.py`` (the client every
-bot module is handed), botocore in the ``bot/cloud/aws_*.py`` modules' calls and in S3 / OSS object writes (sorted by
-``bot/cloud/botocore_errors.py``: ``NO_ANSWER``, ``FAILED``, ``object_errors``), the Tea / darabonba SDK in
-``bot/cloud/aliyun_api.py`` and the boot helpers (sorted by ``bot/cloud/aliyun_rpc.py``), slack_sdk in
+bot module is handed), botocore in the ``bot/cloud/aws/`` modules' calls and in S3 / OSS object writes (sorted by
+``bot/cloud/aws/errors.py``: ``NO_ANSWER``, ``FAILED``, ``object_errors``), the Tea / darabonba SDK in
+``bot/cloud/aliyun/api.py`` and the boot helpers (sorted by ``bot/cloud/aliyun/rpc.py``), slack_sdk in
 ``bot/chat/slack/errors.py``, DingTalk's HTTP API in ``bot/chat/dingtalk/transport.py``; past that edge only these
 travel. The runner never imports the bot: its errors
 have their own root, ``runner.errors.RunnerError``.

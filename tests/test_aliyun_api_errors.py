@@ -1,4 +1,4 @@
-"""The Alibaba OpenAPI edge's mapping (bot/cloud/aliyun_api.py): whatever the Tea / darabonba SDK raises for an ECS,
+"""The Alibaba OpenAPI edge's mapping (bot/cloud/aliyun/api.py): whatever the Tea / darabonba SDK raises for an ECS,
 ESS or STS call comes out as :class:`AliyunApiError` (an answer with a code) or :class:`AliyunUnavailable` (no
 usable answer), both :class:`bot.errors.CloudError`.
 
@@ -21,7 +21,7 @@ from alibabacloud_ess20220222 import models as ess_models
 from darabonba.exceptions import RequiredArgumentException
 from Tea.exceptions import ValidateException
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
+from bot.cloud.aliyun.api import AliyunApi, AliyunApiError, AliyunUnavailable
 from bot.errors import CloudError, CloudUnavailable
 from fakes.ports import free_port
 from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun

@@ -19,9 +19,9 @@ import pytest
 from pydantic import ValidationError
 
 import bot.cloud.base as cloud_base
-from bot.cloud.aliyun import AliyunCloud
-from bot.cloud.aliyun_instances import AliyunError
-from bot.cloud.aliyun_settings import AliyunSettings
+from bot.cloud.aliyun.provider import AliyunCloud
+from bot.cloud.aliyun.instances import AliyunError
+from bot.cloud.aliyun.settings import AliyunSettings
 from bot.cloud.base import ForeignInstance, GangPlacement, Instance, LaunchError, launches_ahead
 from handlers.messages import Launch
 from handlers.report_keys import ReportKeys

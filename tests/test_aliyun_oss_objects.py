@@ -1,4 +1,4 @@
-"""The bot's own OSS writer (bot/cloud/oss_objects.py) against moto behind the fault proxy, as OSS's S3 API."""
+"""The bot's own OSS writer (bot/cloud/aliyun/objects.py) against moto behind the fault proxy, as OSS's S3 API."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import boto3
 import pytest
 
-from bot.cloud.aliyun_api import AliyunUnavailable, Credentials
-from bot.cloud.oss_objects import OssObjects
+from bot.cloud.aliyun.api import AliyunUnavailable, Credentials
+from bot.cloud.aliyun.objects import OssObjects
 from bot.errors import FinetuneError, ObjectRefused, ObjectStoreError, ObjectStoreUnavailable
 from tests.broken_http import BrokenHttp
 from tests.s3_proxy import S3FaultProxy

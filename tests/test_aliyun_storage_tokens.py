@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from bot.cloud.aliyun import AliyunCloud
-from bot.cloud.aliyun_instances import AliyunError
+from bot.cloud.aliyun.provider import AliyunCloud
+from bot.cloud.aliyun.instances import AliyunError
 from bot.cloud.base import LaunchError, RenewsStorageCredentials
 from bot.errors import ConfigError
 from handlers.report_keys import ReportKeys

@@ -25,10 +25,10 @@ import pytest
 from pydantic import ValidationError
 
 import bot.cloud.base as cloud_base
-from bot.cloud.aws import AwsCloud
-from bot.cloud.aws_autoscaling import group_distribution
-from bot.cloud.aws_clients import AwsError
-from bot.cloud.aws_settings import AwsSettings
+from bot.cloud.aws.provider import AwsCloud
+from bot.cloud.aws.autoscaling import group_distribution
+from bot.cloud.aws.clients import AwsError
+from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import CloudError, ForeignInstance, LaunchError, launches_ahead
 from bot.effects import CloudEffects
 from bot.errors import ConfigError
@@ -274,7 +274,7 @@ async def test_spec_gets_the_sns_report_topic(world: World, make_cloud: Any) -> 
 async def test_without_placement_scores_falls_back_and_logs_once(
     proxy: Ec2Proxy, make_cloud: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="bot.cloud.aws_pricing")
+    caplog.set_level(logging.WARNING, logger="bot.cloud.aws.pricing")
     proxy.spot_prices = {("us-east-1a", "g5.xlarge"): 0.52, ("us-east-1b", "g5.xlarge"): 0.41}
     first: AwsCloud = make_cloud()
     second: AwsCloud = make_cloud()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bot.cloud.aws import AwsCloud, AwsSettings
+from bot.cloud.aws.provider import AwsCloud, AwsSettings
 from bot.errors import (
     CloudError,
     CloudUnavailable,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import bot.cloud.base as cloud_base
-from bot.cloud.aws import AwsCloud
-from bot.cloud.aws_clients import AwsError
-from bot.cloud.aws_placement import placement_group_name
+from bot.cloud.aws.provider import AwsCloud
+from bot.cloud.aws.clients import AwsError
+from bot.cloud.aws.placement import placement_group_name
 from bot.cloud.base import GangPlacement, Instance, LaunchError
 from handlers.messages import Launch
 from handlers.spec import Gang, JobSpec, RegroupControl, node_control_key, parse_spec
@@ -105,7 +105,7 @@ async def test_no_efa_for_a_type_without_it_said_once(
 ) -> None:
     cloud: AwsCloud = make_cloud()
     gang = GangPlacement(JOB, efa=True)
-    with caplog.at_level(logging.WARNING, logger="bot.cloud.aws_placement"):
+    with caplog.at_level(logging.WARNING, logger="bot.cloud.aws.placement"):
         first = await cloud.launch(node_spec(cloud, 1, 0), ["g5.xlarge"], "spot", gang=gang)
         await cloud.launch(node_spec(cloud, 2, 1), ["g5.xlarge"], "spot", zone=first.zone, gang=gang)
     for form in run_forms(proxy):

@@ -1,5 +1,5 @@
 """The AWS provider's clients (one per service and retry policy, opened on first use) and how it reads botocore's
-errors (sorted as every botocore client's are: :mod:`bot.cloud.botocore_errors`). Every call is aioboto3, so nothing
+errors (sorted as every botocore client's are: :mod:`bot.cloud.aws.errors`). Every call is aioboto3, so nothing
 blocks the bot's event loop.
 
 Client config comes from the standard AWS variables: ``AWS_ENDPOINT_URL`` (botocore honours it, and
@@ -18,9 +18,9 @@ import aioboto3  # type: ignore[import-untyped]
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_settings import AwsSettings
+from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import CloudError
-from bot.cloud.botocore_errors import NO_ANSWER, error_of
+from bot.cloud.aws.errors import NO_ANSWER, error_of
 from bot.errors import CloudUnavailable
 
 DENIED = frozenset(

@@ -7,8 +7,8 @@ rewritten before it expires (driven by bot/storage_renewal.py).
 
 S3 refusing or not answering a write or delete comes out as the object store's errors of ``bot/errors.py``
 (:class:`~bot.errors.ObjectRefused`, :class:`~bot.errors.ObjectStoreUnavailable`), mapped by
-:func:`bot.cloud.botocore_errors.object_errors` exactly as OSS's are; STS not issuing a storage session is an
-:class:`AwsError`. The provider (``bot/cloud/aws.py``) turns either into the cloud port's error for what it was doing.
+:func:`bot.cloud.aws.errors.object_errors` exactly as OSS's are; STS not issuing a storage session is an
+:class:`AwsError`. The provider (``bot/cloud/aws/provider.py``) turns either into the cloud port's error for what it was doing.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import logging
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
-from bot.cloud.aws_clients import AwsClients, AwsError
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.botocore_errors import FAILED, object_errors
+from bot.cloud.aws.clients import AwsClients, AwsError
+from bot.cloud.aws.settings import AwsSettings
+from bot.cloud.aws.errors import FAILED, object_errors
 from bot.errors import ObjectStoreError
 from handlers.attempt_keys import READER_TAG, StorageCredentials, dump_attempt_key, key_object, reader
 from handlers.report_keys import ReportKeys

@@ -14,9 +14,9 @@ from typing import Any
 
 from alibabacloud_ecs20140526 import models as ecs_models
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_pricing import AliyunPricing
-from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.api import AliyunApi, AliyunApiError, AliyunUnavailable
+from bot.cloud.aliyun.pricing import AliyunPricing
+from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import CloudError, GangPlacement, Instance, LaunchError
 from bot.cloud.launching import (
     ATTEMPT_TAG,

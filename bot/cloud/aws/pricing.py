@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import AwsClients
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.aws_zones import AwsZones
+from bot.cloud.aws.clients import AwsClients
+from bot.cloud.aws.settings import AwsSettings
+from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import log_once
-from bot.cloud.botocore_errors import FAILED, error_of
+from bot.cloud.aws.errors import FAILED, error_of
 from handlers.jobs import Market
 from handlers.spot.zones import SpotPrice, latest_prices, score_availability, scores_by_zone
 

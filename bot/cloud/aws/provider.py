@@ -23,17 +23,17 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Literal
 
-from bot.cloud.aws_autoscaling import GROUP_TAG, AwsGroups
-from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done, tags_of
-from bot.cloud.aws_fis import AwsFis
-from bot.cloud.aws_instances import AwsInstances, user_data_script
-from bot.cloud.aws_objects import KEY_FAILURES, AwsObjects
-from bot.cloud.aws_placement import AwsPlacement
-from bot.cloud.aws_pricing import AwsPricing
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.aws_zones import AwsZones
+from bot.cloud.aws.autoscaling import GROUP_TAG, AwsGroups
+from bot.cloud.aws.clients import AwsClients, AwsError, AwsUnavailable, not_done, tags_of
+from bot.cloud.aws.fis import AwsFis
+from bot.cloud.aws.instances import AwsInstances, user_data_script
+from bot.cloud.aws.objects import KEY_FAILURES, AwsObjects
+from bot.cloud.aws.placement import AwsPlacement
+from bot.cloud.aws.pricing import AwsPricing
+from bot.cloud.aws.settings import AwsSettings
+from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
-from bot.cloud.botocore_errors import FAILED
+from bot.cloud.aws.errors import FAILED
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
 from bot.errors import ConfigError, ObjectStoreError, ObjectStoreUnavailable
 from handlers.jobs import Market
@@ -112,7 +112,7 @@ class AwsCloud:
         ``avoid_zones``: zones where this job was just reclaimed or failed (the bot passes the zones of the
         job's previous attempts); they are tried last. ``zone``: there only. ``gang``: a gang node, launched into
         the job's cluster placement group (made here on the gang's first launch), with an EFA interface where asked
-        for and the type has one (:mod:`bot.cloud.aws_placement`).
+        for and the type has one (:mod:`bot.cloud.aws.placement`).
 
         Auto Scaling mode refuses gangs (LaunchError): its group per job holds at most one instance and replaces
         it by itself, while a gang is N attempts whose lost node only the bot replaces (in the same group and
@@ -298,7 +298,7 @@ class AwsCloud:
             raise failed(f"could not write the go of {job_id} attempt {attempt}: {exc}") from exc
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
-        """A real spot interruption through AWS FIS (:mod:`bot.cloud.aws_fis`); the interruption comes from EC2."""
+        """A real spot interruption through AWS FIS (:mod:`bot.cloud.aws.fis`); the interruption comes from EC2."""
         self.fis_interrupt_tests.role()  # not set up: say so before looking anything up
         instance, job_id, _ = await self.instances.job_of(instance_id)
         return await self.fis_interrupt_tests.interrupt(instance_id, instance, job_id)

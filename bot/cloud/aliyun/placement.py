@@ -15,8 +15,8 @@ import logging
 
 from alibabacloud_ecs20140526 import models as ecs_models
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_instances import AliyunError
+from bot.cloud.aliyun.api import AliyunApi, AliyunApiError, AliyunUnavailable
+from bot.cloud.aliyun.instances import AliyunError
 from bot.cloud.base import LaunchError
 from bot.cloud.launching import client_token
 

@@ -12,13 +12,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done
-from bot.cloud.aws_instances import AwsInstances
-from bot.cloud.aws_pricing import AwsPricing
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.aws_zones import AwsZones
+from bot.cloud.aws.clients import AwsClients, AwsError, AwsUnavailable, not_done
+from bot.cloud.aws.instances import AwsInstances
+from bot.cloud.aws.pricing import AwsPricing
+from bot.cloud.aws.settings import AwsSettings
+from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import Instance, LaunchError
-from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
+from bot.cloud.aws.errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import JOB_TAG, MANAGED_TAG, avoided_last, priced, wait_for_group_instance
 from handlers.jobs import Market
 from handlers.reconcile import CloudGroup

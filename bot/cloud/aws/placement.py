@@ -15,9 +15,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import AwsClients, AwsError, not_done, reason
+from bot.cloud.aws.clients import AwsClients, AwsError, not_done, reason
 from bot.cloud.base import LaunchError, log_once
-from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
+from bot.cloud.aws.errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import JOB_TAG, MANAGED_TAG
 
 log = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ master report secret, the webhook token, the DingTalk secret) and its config fil
 in two KMS secrets; the instance's user data holds none of them (user data is readable by any process on the
 instance through the metadata service, and by anyone allowed ``DescribeUserData``). Its boot script runs::
 
-    python -m bot.cloud.aliyun_secrets --region cn-hangzhou env-file finetune-bot/env >> bot.env
-    python -m bot.cloud.aliyun_secrets --region cn-hangzhou value finetune-bot/config > config.yaml
+    python -m bot.cloud.aliyun.secrets --region cn-hangzhou env-file finetune-bot/env >> bot.env
+    python -m bot.cloud.aliyun.secrets --region cn-hangzhou value finetune-bot/config > config.yaml
 
 ``env-file`` prints a secret of ``NAME=value`` lines for a systemd environment file, all or nothing: a missing
 secret, or a line that file would read otherwise than as written, prints nothing and exits 1 naming the secret and
@@ -33,8 +33,8 @@ from alibabacloud_tea_openapi.client import Client as OpenApiClient
 from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 
-from bot.cloud.aliyun_rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
-from bot.cloud.aliyun_settings import endpoint_parts
+from bot.cloud.aliyun.rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
+from bot.cloud.aliyun.settings import endpoint_parts
 from bot.errors import CloudError, CloudUnavailable
 
 KMS_VERSION = "2016-01-20"
@@ -126,7 +126,7 @@ def env_file(get: Callable[[str], str], secret: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bot.cloud.aliyun_secrets", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bot.cloud.aliyun.secrets", description=__doc__.splitlines()[0])
     parser.add_argument("--region", required=True)
     parser.add_argument("--endpoint", help="KMS endpoint (default kms.<region>.aliyuncs.com)")
     commands = parser.add_subparsers(dest="command", required=True)

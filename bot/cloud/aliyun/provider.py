@@ -30,7 +30,7 @@ attempt the bot assumes that role with an inline policy naming only the job's pr
 report key (:mod:`handlers.sealed_keys`), rewrites it before it expires (bot/storage_renewal.py) and deletes it with
 the instance.
 
-Every SDK call runs in a worker thread (:mod:`bot.cloud.aliyun_api`). Prices are in the currency of the account's
+Every SDK call runs in a worker thread (:mod:`bot.cloud.aliyun.api`). Prices are in the currency of the account's
 site (CNY on the China site, USD on the international one), per hour.
 
 This module composes the parts: settings (aliyun_settings), prices and stock (aliyun_pricing), ECS instances
@@ -46,15 +46,15 @@ from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_instances import LIVE_STATUSES, AliyunError, AliyunInstances, tags_of
-from bot.cloud.aliyun_placement import AliyunPlacement
-from bot.cloud.aliyun_pricing import AliyunPricing
-from bot.cloud.aliyun_scaling import AliyunGroups
-from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.api import AliyunApi, AliyunApiError, AliyunUnavailable
+from bot.cloud.aliyun.instances import LIVE_STATUSES, AliyunError, AliyunInstances, tags_of
+from bot.cloud.aliyun.placement import AliyunPlacement
+from bot.cloud.aliyun.pricing import AliyunPricing
+from bot.cloud.aliyun.scaling import AliyunGroups
+from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
-from bot.cloud.oss_objects import OssObjects
+from bot.cloud.aliyun.objects import OssObjects
 from bot.cloud.user_data import runner_boot_script
 from bot.errors import ConfigError, ObjectStoreError
 from handlers.attempt_keys import StorageCredentials
@@ -152,7 +152,7 @@ class AliyunCloud:
 
         ``avoid_zones``: zones where this job was just reclaimed or failed; they are tried last. ``zone``: there only.
         ``gang``: a gang node, launched into the job's deployment set (found or made here:
-        :mod:`bot.cloud.aliyun_placement`); the bot pins every node after the first to the first one's zone.
+        :mod:`bot.cloud.aliyun.placement`); the bot pins every node after the first to the first one's zone.
 
         The scaling-group mode refuses gangs (LaunchError): each group of its pool runs one instance and ESS replaces
         it by itself, while a gang is N attempts whose lost node only the bot replaces (into the same deployment set

@@ -12,8 +12,8 @@ from typing import Any
 
 from alibabacloud_ecs20140526 import models as ecs_models
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.api import AliyunApi, AliyunApiError, AliyunUnavailable
+from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import log_once
 from handlers.jobs import Market
 from handlers.spot.zones import SpotPrice, latest_prices, stock_availability

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bot.cloud.aws_clients import AwsClients
-from bot.cloud.aws_settings import AwsSettings
+from bot.cloud.aws.clients import AwsClients
+from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import LaunchError
-from bot.cloud.botocore_errors import FAILED
+from bot.cloud.aws.errors import FAILED
 
 
 class AwsZones:

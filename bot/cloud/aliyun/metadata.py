@@ -5,7 +5,7 @@ modifies), but the bot stack's own scaling configuration cannot ask for it: ROS'
 has no metadata-mode property. So the boot script asks ECS (``ModifyInstanceMetadataOptions``, which the bot's role
 may call on instances tagged ``finetune:role=bot`` only) to switch its own instance, and stops if ECS says no:
 
-    python -m bot.cloud.aliyun_metadata --region cn-hangzhou harden
+    python -m bot.cloud.aliyun.metadata --region cn-hangzhou harden
 
 Why it matters for the bot: in the normal mode one plain GET reads the role's credentials, so a request forged through
 any of the bot's outbound HTTP paths would hand them out; in the hardened mode every read needs a token from a PUT
@@ -13,7 +13,7 @@ with a header first. The instance id is read the hardened way already (a token, 
 credential read (``ALIBABA_CLOUD_IMDSV1_DISABLED=true`` for the SDK). Alibaba Cloud documents no usable hop limit
 (``HttpPutResponseHopLimit`` is listed as "not available" in RunInstances and ModifyInstanceMetadataOptions).
 
-Credentials: as ``bot.cloud.aliyun_secrets`` (the test's key pair, else the instance's RAM role). The metadata service:
+Credentials: as ``bot.cloud.aliyun.secrets`` (the test's key pair, else the instance's RAM role). The metadata service:
 ``ALIBABA_CLOUD_METADATA_ENDPOINT`` (default ``http://100.100.100.200``). Exit 0 when ECS took it, 1 with one line.
 """
 
@@ -30,8 +30,8 @@ from alibabacloud_tea_openapi.client import Client as OpenApiClient
 from alibabacloud_tea_openapi.utils_models import OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 
-from bot.cloud.aliyun_rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
-from bot.cloud.aliyun_secrets import ATTEMPTS, CONNECT_TIMEOUT_MS, READ_TIMEOUT_MS, boot_config
+from bot.cloud.aliyun.rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
+from bot.cloud.aliyun.secrets import ATTEMPTS, CONNECT_TIMEOUT_MS, READ_TIMEOUT_MS, boot_config
 from bot.errors import CloudError
 
 ECS_VERSION = "2014-05-26"
@@ -79,7 +79,7 @@ def harden(region: str, instance_id: str, endpoint: str | None = None, pause: fl
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bot.cloud.aliyun_metadata", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bot.cloud.aliyun.metadata", description=__doc__.splitlines()[0])
     parser.add_argument("--region", required=True)
     parser.add_argument("--endpoint", help="ECS endpoint (default ecs.<region>.aliyuncs.com)")
     commands = parser.add_subparsers(dest="command", required=True)

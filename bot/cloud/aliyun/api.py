@@ -32,8 +32,8 @@ from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
 from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 
-from bot.cloud.aliyun_rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
-from bot.cloud.aliyun_settings import endpoint_parts
+from bot.cloud.aliyun.rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
+from bot.cloud.aliyun.settings import endpoint_parts
 from bot.errors import CloudError, CloudUnavailable
 
 CONNECT_TIMEOUT_MS = 5_000

@@ -9,9 +9,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import DENIED, AwsClients, AwsError, AwsUnavailable
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.botocore_errors import NO_ANSWER, error_of
+from bot.cloud.aws.clients import DENIED, AwsClients, AwsError, AwsUnavailable
+from bot.cloud.aws.settings import AwsSettings
+from bot.cloud.aws.errors import NO_ANSWER, error_of
 from bot.cloud.launching import JOB_TAG, client_token
 from handlers.notes import InterruptTestResult
 

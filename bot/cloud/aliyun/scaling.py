@@ -17,10 +17,10 @@ from typing import Any
 
 from alibabacloud_ess20220222 import models as ess_models
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_instances import AliyunInstances, spot_strategy
-from bot.cloud.aliyun_pricing import AliyunPricing
-from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.api import AliyunApi, AliyunApiError, AliyunUnavailable
+from bot.cloud.aliyun.instances import AliyunInstances, spot_strategy
+from bot.cloud.aliyun.pricing import AliyunPricing
+from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import Instance, LaunchError
 from bot.cloud.launching import (
     JOB_TAG,

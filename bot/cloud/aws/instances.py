@@ -9,13 +9,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done, reason, tags_of
-from bot.cloud.aws_placement import AwsPlacement, efa_interface, placement_group_name
-from bot.cloud.aws_pricing import AwsPricing
-from bot.cloud.aws_settings import REGION, AwsSettings
-from bot.cloud.aws_zones import AwsZones
+from bot.cloud.aws.clients import AwsClients, AwsError, AwsUnavailable, not_done, reason, tags_of
+from bot.cloud.aws.placement import AwsPlacement, efa_interface, placement_group_name
+from bot.cloud.aws.pricing import AwsPricing
+from bot.cloud.aws.settings import REGION, AwsSettings
+from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import GangPlacement, Instance, LaunchError
-from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
+from bot.cloud.aws.errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import (
     ATTEMPT_TAG,
     JOB_TAG,
