@@ -160,7 +160,7 @@ async def boot_files(template: dict[str, Any]) -> dict[str, str]:
     heredocs = re.findall(r"cat > (\S+) <<'(\w+)'\n(.*?)\n\2\n", script, re.DOTALL)
     files = {path: body + "\n" for path, _, body in heredocs}
     assert script.rstrip().endswith("systemctl enable --now finetune-bot.service")
-    command = re.search(r'^kms="/opt/finetune/bin/python (-m bot\.cloud\.aliyun_secrets --region \S+)"$', script, re.M)
+    command = re.search(r'^kms="/opt/finetune/bin/python (-m bot\.cloud\.aliyun\.secrets --region \S+)"$', script, re.M)
     assert command is not None
     fake = await FakeAliyun().start()
     fake.secrets.update(kms_secrets(template))

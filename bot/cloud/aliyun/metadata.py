@@ -30,19 +30,16 @@ from alibabacloud_tea_openapi.client import Client as OpenApiClient
 from alibabacloud_tea_openapi.utils_models import OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 
-from bot.cloud.aliyun.rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
+from bot.cloud.aliyun.errors import cloud_errors
+from bot.cloud.aliyun.rpc import rpc_params
 from bot.cloud.aliyun.secrets import ATTEMPTS, CONNECT_TIMEOUT_MS, READ_TIMEOUT_MS, boot_config
-from bot.errors import CloudError
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
 ECS_VERSION = "2014-05-26"
 DEFAULT_METADATA_ENDPOINT = "http://100.100.100.200"
 TOKEN_TTL_HEADER = "X-aliyun-ecs-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aliyun-ecs-metadata-token"
 HARDENED = {"HttpEndpoint": "enabled", "HttpTokens": "required"}
-
-
-class HardenError(CloudError):
-    """The instance could not be switched (the message says what refused)."""
 
 
 def own_instance_id(endpoint: str) -> str:
@@ -56,25 +53,25 @@ def own_instance_id(endpoint: str) -> str:
         with urllib.request.urlopen(get, timeout=5) as reply:
             return str(reply.read().decode().strip())
     except OSError as exc:
-        raise HardenError(f"the metadata service did not give this instance's id: {exc}") from None
+        raise CloudError(f"the metadata service did not give this instance's id: {exc}") from None
 
 
 def harden(region: str, instance_id: str, endpoint: str | None = None, pause: float = 2.0) -> None:
-    """``ModifyInstanceMetadataOptions`` to the hardened mode; HardenError when ECS refuses or stays silent."""
+    """``ModifyInstanceMetadataOptions`` to the hardened mode; CloudError when ECS refuses or stays silent."""
     client = OpenApiClient(boot_config(region, endpoint or f"ecs.{region}.aliyuncs.com"))
     runtime = RuntimeOptions(autoretry=False, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS)
     params = rpc_params("ModifyInstanceMetadataOptions", ECS_VERSION)
     request = OpenApiRequest(query={"RegionId": region, "InstanceId": instance_id, **HARDENED})
     for attempt in range(ATTEMPTS):
         try:
-            client.call_api(params, request, runtime)
+            with cloud_errors("ModifyInstanceMetadataOptions", "ECS"):
+                client.call_api(params, request, runtime)
             return
-        except (*ANSWERED_ERROR, *NOT_SENT) as exc:
-            code = getattr(exc, "code", None) or type(exc).__name__
-            raise HardenError(f"ECS refused to harden {instance_id}'s metadata: {code}") from None
-        except NO_ANSWER as exc:  # not answered yet while the instance boots: again, a few times
+        except CloudRefused as exc:
+            raise CloudError(f"ECS refused to harden {instance_id}'s metadata: {exc.code}") from None
+        except CloudUnavailable as exc:  # not answered yet while the instance boots: again, a few times
             if attempt == ATTEMPTS - 1:
-                raise HardenError(f"ECS did not answer for {instance_id}: {type(exc).__name__}") from None
+                raise CloudError(f"ECS did not answer for {instance_id}: {type(exc.__cause__).__name__}") from None
             time.sleep(pause * 2**attempt)
 
 
@@ -88,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         instance_id = own_instance_id(os.environ.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_METADATA_ENDPOINT)
         harden(args.region, instance_id, args.endpoint)
-    except (HardenError, ValueError) as exc:
+    except (CloudError, ValueError) as exc:
         print(f"finetune: {exc}", file=sys.stderr)
         return 1
     print(f"finetune: {instance_id} reads its metadata in the hardened mode only (HttpTokens=required)")

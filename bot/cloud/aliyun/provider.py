@@ -46,17 +46,17 @@ from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from bot.cloud.aliyun.api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun.instances import LIVE_STATUSES, AliyunError, AliyunInstances, tags_of
+from bot.cloud.aliyun.api import AliyunApi
+from bot.cloud.aliyun.instances import LIVE_STATUSES, AliyunInstances, tags_of
+from bot.cloud.aliyun.objects import OssObjects
 from bot.cloud.aliyun.placement import AliyunPlacement
 from bot.cloud.aliyun.pricing import AliyunPricing
 from bot.cloud.aliyun.scaling import AliyunGroups
 from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
-from bot.cloud.aliyun.objects import OssObjects
 from bot.cloud.user_data import runner_boot_script
-from bot.errors import ConfigError, ObjectStoreError
+from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError
 from handlers.attempt_keys import StorageCredentials
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
@@ -80,7 +80,7 @@ from handlers.storage_sessions import SESSION_SECONDS, aliyun_session_policy, du
 log = logging.getLogger(__name__)
 
 # a sealed token that could not be written
-TOKEN_FAILURES = (AliyunApiError, AliyunUnavailable, ObjectStoreError, ValueError)
+TOKEN_FAILURES = (CloudRefused, CloudUnavailable, ObjectStoreError, ValueError)
 
 
 class AliyunCloud:
@@ -130,7 +130,7 @@ class AliyunCloud:
         return f"{self.settings.prefix}{job_id}/{control_key(attempt)}"
 
     async def release_gang_placement(self, job_id: str) -> None:
-        """Delete the job's deployment set (none, or gone: fine; AliyunError while ECS still counts a node in it,
+        """Delete the job's deployment set (none, or gone: fine; CloudError while ECS still counts a node in it,
         so the caller tries again)."""
         await self.gangs.release(job_id)
         self.instances.deployment_sets.pop(job_id, None)
@@ -235,7 +235,7 @@ class AliyunCloud:
         key = self.spec_key(spec.job_id, spec.attempt)
         try:
             await self.oss.put(key, spec.model_dump_json().encode())
-        except (AliyunApiError, AliyunUnavailable, ObjectStoreError) as exc:
+        except (CloudRefused, CloudUnavailable, ObjectStoreError) as exc:
             raise LaunchError(f"could not upload the spec to oss://{self.settings.bucket}/{key}: {exc}") from exc
         return f"oss://{self.settings.bucket}/{key}"
 
@@ -265,7 +265,7 @@ class AliyunCloud:
             )
         except (KeyError, ValueError) as exc:  # pydantic's ValidationError is a ValueError; no secret in the text
             shape = type(exc).__name__
-            raise AliyunUnavailable(f"AssumeRole: STS answered credentials of an unexpected shape ({shape})") from None
+            raise CloudUnavailable(f"AssumeRole: STS answered credentials of an unexpected shape ({shape})") from None
 
     async def _write_token(self, job_id: str, attempt: int, key_salt: str, instance_id: str) -> None:
         """A fresh token, sealed with the attempt's report key for ``instance_id`` (handlers/sealed_keys.py)."""
@@ -277,13 +277,13 @@ class AliyunCloud:
 
     async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str, *, key_salt: str) -> None:
         """Rewrite the attempt's sealed token with a fresh one (bot/storage_renewal.py, for every live attempt well
-        before the last one expires). AliyunError when STS or OSS would not."""
+        before the last one expires). CloudError when STS or OSS would not."""
         if not self.renews_storage:
             return
         await renew(
             lambda: self._write_token(job_id, attempt, key_salt, instance_id),
             failures=TOKEN_FAILURES,
-            error=AliyunError,
+            error=CloudError,
             what=f"the storage token of {job_id} attempt {attempt} on {instance_id}",
         )
 
@@ -339,11 +339,11 @@ class AliyunCloud:
                 if group_id is not None:
                     try:
                         await self.groups.set_desired(group_id, 0)
-                    except AliyunApiError as exc:
+                    except CloudRefused as exc:
                         log.warning("could not set group %s to 0: %s", group_id, exc)
             await self.instances.delete(instance_id)
-        except (AliyunApiError, AliyunUnavailable) as exc:
-            raise AliyunError(f"could not release {instance_id}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise CloudError(f"could not release {instance_id}: {exc}") from exc
         await self._delete_token(instance_id)
 
     async def stop_runner(self, instance_id: str) -> None:
@@ -357,7 +357,7 @@ class AliyunCloud:
         instance, job_id, attempt = await self.instances.job_of(instance_id)
         status = str(instance.get("Status", ""))
         if status not in LIVE_STATUSES:
-            raise AliyunError(f"instance {instance_id} is {status or 'gone'}: nothing to interrupt")
+            raise CloudError(f"instance {instance_id} is {status or 'gone'}: nothing to interrupt")
         grace = self.settings.interrupt_test_grace_seconds
         deadline = datetime.now(UTC) + timedelta(seconds=grace)
         key = await self._write_control(job_id, attempt, InterruptTestControl(deadline=deadline))
@@ -374,14 +374,14 @@ class AliyunCloud:
     ) -> None:
         """A gang node's regroup, in its own control object on OSS (``<prefix><job>/control/attempt-<n>/generation-<g>/
         node-<k>.json``, under the bot's grant for ``jobs/*/control/*``), where its runner polls. Only for an attempt
-        with a live instance tagged for it, as a stop goes only to an instance tagged for its job: AliyunError
+        with a live instance tagged for it, as a stop goes only to an instance tagged for its job: CloudError
         (nothing written) otherwise."""
         try:
             found = await self.instances.live_instance(job_id, attempt)
-        except (AliyunApiError, AliyunUnavailable) as exc:
-            raise AliyunError(f"could not look up the instance of {job_id} attempt {attempt}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise CloudError(f"could not look up the instance of {job_id} attempt {attempt}: {exc}") from exc
         if found is None:
-            raise AliyunError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
+            raise CloudError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
         key = f"{self.settings.prefix}{job_id}/{node_control_key(attempt, generation, node_rank)}"
         await self._write_control(job_id, attempt, control, key)
 
@@ -405,8 +405,8 @@ class AliyunCloud:
         key = key or self.control_key(job_id, attempt)
         try:
             await self.oss.put(key, dump_control(request))
-        except (AliyunApiError, AliyunUnavailable, ObjectStoreError) as exc:
-            raise AliyunError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable, ObjectStoreError) as exc:
+            raise CloudError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
         return key
 
     async def _release_after(self, instance_id: str, seconds: float) -> None:
@@ -414,7 +414,7 @@ class AliyunCloud:
         await asyncio.sleep(seconds)
         try:
             await self.instances.delete(instance_id)
-        except (AliyunApiError, AliyunUnavailable) as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             log.warning("interrupt test: could not release %s: %s", instance_id, exc)
             return
         log.info("interrupt test: released %s after %g s", instance_id, seconds)

@@ -24,7 +24,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Literal
 
 from bot.cloud.aws.autoscaling import GROUP_TAG, AwsGroups
-from bot.cloud.aws.clients import AwsClients, AwsError, AwsUnavailable, not_done, tags_of
+from bot.cloud.aws.clients import AwsClients, not_done, tags_of
 from bot.cloud.aws.fis import AwsFis
 from bot.cloud.aws.instances import AwsInstances, user_data_script
 from bot.cloud.aws.objects import KEY_FAILURES, AwsObjects
@@ -33,9 +33,8 @@ from bot.cloud.aws.pricing import AwsPricing
 from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
-from bot.cloud.aws.errors import FAILED
 from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
-from bot.errors import ConfigError, ObjectStoreError, ObjectStoreUnavailable
+from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError, ObjectStoreUnavailable
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
@@ -90,7 +89,7 @@ class AwsCloud:
         return self.objects.key_prefix_uri()
 
     async def release_gang_placement(self, job_id: str) -> None:
-        """Delete the job's cluster placement group (gone, or never made: fine; AwsError while a node of it is
+        """Delete the job's cluster placement group (gone, or never made: fine; CloudError while a node of it is
         still shutting down, so the caller tries again)."""
         await self.gangs.release(job_id)
 
@@ -186,13 +185,13 @@ class AwsCloud:
 
     async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str, *, key_salt: str) -> None:
         """Rewrite the attempt's key object with a fresh storage session (bot/storage_renewal.py calls this for every
-        live attempt well before the last one expires). AwsError when STS or S3 would not."""
+        live attempt well before the last one expires). CloudError when STS or S3 would not."""
         if not self.renews_storage:
             return
         await renew(
             lambda: self.objects.write_key(job_id, attempt, key_salt, instance_id),
             failures=KEY_FAILURES,
-            error=AwsError,
+            error=CloudError,
             what=f"the storage credentials of {job_id} attempt {attempt} on {instance_id}",
         )
 
@@ -260,7 +259,7 @@ class AwsCloud:
         try:
             await self.objects.put_stop(job_id, attempt)
         except ObjectStoreError as exc:
-            failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
+            failed = CloudUnavailable if isinstance(exc, ObjectStoreUnavailable) else CloudError
             raise failed(f"could not write the stop request of {instance_id}: {exc}") from exc
 
     async def write_node_control(
@@ -268,18 +267,18 @@ class AwsCloud:
     ) -> None:
         """A gang node's regroup, in its own control object on S3 (``<prefix><job>/control/attempt-<n>/generation-<g>/
         node-<k>.json``, under the bot role's grant for ``jobs/*/control/*``), where its runner polls. Only for an
-        attempt with a live instance tagged for it, as a stop goes only to an instance tagged for its job: AwsError
+        attempt with a live instance tagged for it, as a stop goes only to an instance tagged for its job: CloudError
         (nothing written) otherwise."""
         try:
             found = await self.instances.live_instance(job_id, attempt)
-        except FAILED as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise not_done(exc, f"could not look up the instance of {job_id} attempt {attempt}: {exc}") from exc
         if found is None:
-            raise AwsError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
+            raise CloudError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
         try:
             await self.objects.put_node_control(job_id, attempt, generation, node_rank, control)
         except ObjectStoreError as exc:
-            failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
+            failed = CloudUnavailable if isinstance(exc, ObjectStoreUnavailable) else CloudError
             raise failed(f"could not write the regroup of {job_id} attempt {attempt}: {exc}") from exc
 
     @property
@@ -294,7 +293,7 @@ class AwsCloud:
         try:
             await self.objects.put_go(job_id, attempt)
         except ObjectStoreError as exc:
-            failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
+            failed = CloudUnavailable if isinstance(exc, ObjectStoreUnavailable) else CloudError
             raise failed(f"could not write the go of {job_id} attempt {attempt}: {exc}") from exc
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
