@@ -54,7 +54,7 @@ from bot.cloud.aliyun.pricing import AliyunPricing
 from bot.cloud.aliyun.scaling import AliyunGroups
 from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
-from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
+from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.cloud.user_data import runner_boot_script
 from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError
 from handlers.attempt_keys import StorageCredentials
@@ -158,45 +158,55 @@ class AliyunCloud:
         it by itself, while a gang is N attempts whose lost node only the bot replaces (into the same deployment set
         and zone, then a regroup of the survivors); a group replacing on its own would race that.
         """
-        if not instance_types:
-            raise LaunchError("the recipe lists no instance types for aliyun")
-        if gang is not None and self.settings.mode == "scaling-group":
-            raise LaunchError(
-                f"{spec.job_id} is a multi-node job: aliyun.mode scaling-group runs one instance per group, so gangs "
-                "need aliyun.mode instances"
-            )
+        return await launch_attempt(
+            self, spec, instance_types, market, avoid_zones=avoid_zones, zone=zone, gang=gang
+        )
+
+    # the steps of the launch (bot.cloud.launching.LaunchSteps)
+
+    @property
+    def launch_calls(self) -> AliyunInstances:
+        return self.instances
+
+    @property
+    def max_launch_failures(self) -> int | None:
+        return self.settings.max_launch_failures
+
+    def group_mode(self) -> str | None:
+        if self.settings.mode != "scaling-group":
+            return None
+        return "aliyun.mode scaling-group runs one instance per group, so gangs need aliyun.mode instances"
+
+    async def prepare_launch(self, spec: JobSpec) -> tuple[JobSpec, str]:
         spec = self._complete_spec(spec)
         spec_uri = await self._upload_spec(spec)
-        script = self.user_data(spec_uri, spec.job_id, spec.attempt, spec.key_salt)
-        if gang is not None:
-            found = await self.gangs.ensure_set(gang.job_id, spec.attempt)
-            self.instances.deployment_sets[gang.job_id] = found
-        if self.settings.mode == "scaling-group":
-            instance = await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
-        else:
-            instance = await launch_instance(
-                self.instances,
-                spec,
-                script,
-                instance_types,
-                market,
-                avoid_zones=avoid_zones,
-                zone=zone,
-                max_failures=self.settings.max_launch_failures,
-                gang=gang,
-            )
+        return spec, self.user_data(spec_uri, spec.job_id, spec.attempt, spec.key_salt)
+
+    async def place_gang(self, gang: GangPlacement, spec: JobSpec) -> None:
+        found = await self.gangs.ensure_set(gang.job_id, spec.attempt)
+        self.instances.deployment_sets[gang.job_id] = found
+
+    async def launch_in_group(
+        self,
+        spec: JobSpec,
+        script: str,
+        instance_types: list[str],
+        market: Market,
+        avoid_zones: Collection[str],
+        zone: str | None,
+    ) -> Instance:
+        return await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
+
+    def handover(self, spec: JobSpec, instance: Instance) -> Handover | None:
+        """With a runner storage role, the attempt's sealed storage token: an instance without it could read
+        nothing. Without one, nothing."""
         if not self.renews_storage:
-            return instance
-        return await hand_over(  # the launch's last step: an instance without its token could read nothing
-            spec,
-            instance,
+            return None
+        return Handover(
             lambda: self._write_token(spec.job_id, spec.attempt, spec.key_salt, instance.instance_id),
-            failures=TOKEN_FAILURES,
-            release=self.terminate,
-            what=(
-                f"hand {spec.job_id} attempt {spec.attempt} its storage token on {instance.instance_id} "
-                f"(oss://{self.settings.bucket}/{ATTEMPT_KEYS_PREFIX}…)"
-            ),
+            TOKEN_FAILURES,
+            f"hand {spec.job_id} attempt {spec.attempt} its storage token on {instance.instance_id} "
+            f"(oss://{self.settings.bucket}/{ATTEMPT_KEYS_PREFIX}…)",
         )
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
@@ -433,4 +443,7 @@ if TYPE_CHECKING:  # AliyunCloud must stay a CloudProvider (mypy checks this lin
         return cloud
 
     def _regroups(cloud: AliyunCloud) -> RegroupsGangs:
+        return cloud
+
+    def _launches(cloud: AliyunCloud) -> LaunchSteps:
         return cloud

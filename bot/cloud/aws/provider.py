@@ -33,7 +33,7 @@ from bot.cloud.aws.pricing import AwsPricing
 from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
-from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
+from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError, ObjectStoreUnavailable
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
@@ -118,48 +118,56 @@ class AwsCloud:
         zone, then a regroup of the survivors); a group doing its own replacing would race that. Gangs launch in
         instance mode.
         """
-        if not instance_types:
-            raise LaunchError("the recipe lists no instance types for aws")
-        if gang is not None and self.settings.mode == "autoscaling":
-            raise LaunchError(
-                f"{spec.job_id} is a multi-node job: aws.mode autoscaling launches one instance per job, so gangs "
-                "need aws.mode instance"
-            )
+        return await launch_attempt(
+            self, spec, instance_types, market, avoid_zones=avoid_zones, zone=zone, gang=gang
+        )
+
+    # the steps of the launch (bot.cloud.launching.LaunchSteps)
+
+    @property
+    def launch_calls(self) -> AwsInstances:
+        return self.instances
+
+    @property
+    def max_launch_failures(self) -> int | None:
+        return self.settings.max_launch_failures
+
+    def group_mode(self) -> str | None:
+        if self.settings.mode != "autoscaling":
+            return None
+        return "aws.mode autoscaling launches one instance per job, so gangs need aws.mode instance"
+
+    async def prepare_launch(self, spec: JobSpec) -> tuple[JobSpec, str]:
         spec = self._complete_spec(spec)
         try:
             spec_uri = await self.objects.upload_spec(spec)
         except ObjectStoreError as exc:
             raise LaunchError(f"could not upload the spec of {spec.job_id} attempt {spec.attempt}: {exc}") from exc
-        script = user_data_script(spec_uri, self.settings, self.region, self.key_prefix_uri())
-        if gang is not None:
-            await self.gangs.ensure_group(gang.job_id)
-        if self.settings.mode == "autoscaling":
-            instance = await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
-        else:
-            instance = await launch_instance(
-                self.instances,
-                spec,
-                script,
-                instance_types,
-                market,
-                avoid_zones=avoid_zones,
-                zone=zone,
-                max_failures=self.settings.max_launch_failures,
-                gang=gang,
-            )
-        # The key object is written as soon as the instance id is known, before its runner can have booted; a
-        # replacement an Auto Scaling group starts by itself later gets none (its runner cannot report, and the bot
-        # relaunches the attempt in any case).
-        return await hand_over(
-            spec,
-            instance,
+        return spec, user_data_script(spec_uri, self.settings, self.region, self.key_prefix_uri())
+
+    async def place_gang(self, gang: GangPlacement, spec: JobSpec) -> None:
+        await self.gangs.ensure_group(gang.job_id)
+
+    async def launch_in_group(
+        self,
+        spec: JobSpec,
+        script: str,
+        instance_types: list[str],
+        market: Market,
+        avoid_zones: Collection[str],
+        zone: str | None,
+    ) -> Instance:
+        return await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
+
+    def handover(self, spec: JobSpec, instance: Instance) -> Handover:
+        """The key object, written as soon as the instance id is known, before its runner can have booted; a
+        replacement an Auto Scaling group starts by itself later gets none (its runner cannot report, and the bot
+        relaunches the attempt in any case)."""
+        return Handover(
             lambda: self.objects.write_key(spec.job_id, spec.attempt, spec.key_salt, instance.instance_id),
-            failures=KEY_FAILURES,
-            release=self.terminate,
-            what=(
-                f"write the report key of {spec.job_id} attempt {spec.attempt} for {instance.instance_id} "
-                f"(s3://{self.settings.bucket}/attempt-keys/…)"
-            ),
+            KEY_FAILURES,
+            f"write the report key of {spec.job_id} attempt {spec.attempt} for {instance.instance_id} "
+            f"(s3://{self.settings.bucket}/attempt-keys/…)",
         )
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
@@ -312,4 +320,7 @@ if TYPE_CHECKING:  # AwsCloud must stay a CloudProvider (mypy checks this line)
         return cloud
 
     def _regroups(cloud: AwsCloud) -> RegroupsGangs:
+        return cloud
+
+    def _launches(cloud: AwsCloud) -> LaunchSteps:
         return cloud
