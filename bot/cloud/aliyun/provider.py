@@ -1,6 +1,6 @@
 """Alibaba Cloud: preemptible ECS instances (or a pool of Auto Scaling groups) running the runner from an image.
 
-A launch uploads the attempt's spec to OSS first (its S3-compatible API, virtual-hosted addressing: oss_objects.py),
+A launch uploads the attempt's spec to OSS first (its S3-compatible API, virtual-hosted addressing: objects.py),
 then starts a preemptible instance whose user-data only points the runner's systemd unit at that object, with the
 bucket's *internal* endpoint and the attempt's own report key (never a secret of the bot's; why there: see
 :meth:`AliyunCloud.user_data`), and the instance runs in the hardened metadata mode (``HttpTokens=required``).
@@ -33,9 +33,10 @@ the instance.
 Every SDK call runs in a worker thread (:mod:`bot.cloud.aliyun.api`). Prices are in the currency of the account's
 site (CNY on the China site, USD on the international one), per hour.
 
-This module composes the parts: settings (aliyun_settings), prices and stock (aliyun_pricing), ECS instances
-(aliyun_instances), the scaling-group mode (aliyun_scaling), OSS objects (oss_objects); the launch loop is
-:mod:`bot.cloud.launching`. What stays here: the spec and user data, the storage token, interrupt tests and stops.
+This module composes the parts of the package: settings, the API client (api; the SDK's errors mapped once: errors),
+prices and stock (pricing), ECS instances (instances), the scaling-group mode (scaling), OSS objects (objects); the
+launch is :mod:`bot.cloud.launching`. What stays here: the launch's steps, the spec and user data, the storage token,
+interrupt tests and stops.
 """
 
 from __future__ import annotations

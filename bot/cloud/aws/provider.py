@@ -13,9 +13,10 @@ refusal and the authority chooses again (another zone, on-demand, or waiting). T
 Interrupt tests are AWS FIS experiments (``aws:ec2:send-spot-instance-interruptions``); a stop is a control object the
 runner polls.
 
-This module only composes the parts, one idea each: settings (aws_settings), clients and errors (aws_clients), zones
-and subnets (aws_zones), prices and placement scores (aws_pricing), EC2 instances (aws_instances), the Auto Scaling
-mode (aws_autoscaling), FIS (aws_fis) and the S3 objects (aws_objects); the launch loop is :mod:`bot.cloud.launching`.
+This module only composes the parts of the package, one idea each: settings, clients (handed out wrapped by the one
+mapping of botocore's errors, errors), zones and subnets (zones), prices and placement scores (pricing), EC2 instances
+(instances), the Auto Scaling mode (autoscaling), FIS (fis) and the S3 objects (objects), and supplies the launch's
+steps; the launch itself is :mod:`bot.cloud.launching`.
 """
 
 from __future__ import annotations
