@@ -589,7 +589,7 @@ def test_the_boot_script_never_carries_what_could_break_out_of_it(fake: FakeAliy
 async def test_list_instances_finds_every_tagged_instance_across_pages_and_feeds_reconciliation(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bot.cloud import aliyun_instances as aliyun_module
+    from bot.cloud.aliyun import instances as aliyun_module
     from handlers.jobs import Attempt, Job, JobState
     from handlers.reconcile import reconcile
 
