@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 import boto3  # noqa: E402
 
 from bench.moto_server import AWS_TEST_ENV, moto_server  # noqa: E402
-from bot.cloud.local_metadata import LocalMetadataServer  # noqa: E402
+from bot.cloud.local.metadata import LocalMetadataServer  # noqa: E402
 
 
 def reports(path: Path) -> list[dict[str, Any]]:

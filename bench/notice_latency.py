@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from runner.notices.aws import AwsImdsSource
 from runner.notices.base import Notice
 from runner.notices.watch import DEFAULT_POLL_SECONDS, watch_notices

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import boto3  # noqa: E402
 
 from bench.moto_server import AWS_TEST_ENV, moto_server  # noqa: E402
-from bot.cloud.local_metadata import LocalMetadataServer  # noqa: E402
+from bot.cloud.local.metadata import LocalMetadataServer  # noqa: E402
 from handlers.jobs import Job  # noqa: E402
 from handlers.recipes import DEEPSEEK_7B, TINY, Recipe  # noqa: E402
 from handlers.spec_build import build_spec  # noqa: E402

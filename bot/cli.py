@@ -101,7 +101,7 @@ async def _converse(service: BotService, user: str, channel: ChatRef) -> None:
 
 async def _leaving(service: BotService) -> str:
     """What happens to the jobs when this bot goes: said once, on the way out."""
-    from bot.cloud.local import LocalCloud
+    from bot.cloud.local.provider import LocalCloud
     from handlers.jobs import ACTIVE_STATES
 
     active = [job.id for job in await service.bot.store.list_jobs(ACTIVE_STATES)]

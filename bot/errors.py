@@ -10,6 +10,7 @@ family and never a platform's SDK type.
     │   └── StoreConflict, JobCapReached  (bot/store.py) a change the store would not write
     ├── CloudError             a cloud (AWS, Alibaba, local): launch, terminate, interrupt-test, list
     │   ├── LaunchError, ForeignInstance
+    │   ├── CloudRefused       the cloud's API answered with an error code
     │   └── CloudUnavailable   no answer from the cloud's API (network, timeout, a broken reply)
     ├── ObjectStoreError       object storage the bot writes itself (AWS S3, Alibaba OSS)
     │   ├── ObjectRefused      an error answer (code and message)
@@ -20,9 +21,9 @@ family and never a platform's SDK type.
                                certificate (FetchError), a simulator scenario (simulate.InputError)
 
 Each adapter maps what its SDK raises once, at its own edge: redis-py in ``bot/redis_server.py`` (the client every
-bot module is handed), botocore in the ``bot/cloud/aws_*.py`` modules' calls and in S3 / OSS object writes (sorted by
-``bot/cloud/botocore_errors.py``: ``NO_ANSWER``, ``FAILED``, ``object_errors``), the Tea / darabonba SDK in
-``bot/cloud/aliyun_api.py`` and the boot helpers (sorted by ``bot/cloud/aliyun_rpc.py``), slack_sdk in
+bot module is handed), botocore in ``bot/cloud/aws/errors.py`` (the wrapper every AWS client and the S3 / OSS object
+clients are opened in), the Tea / darabonba SDK in ``bot/cloud/aliyun/errors.py`` (the API client's calls and the boot
+helpers'), slack_sdk in
 ``bot/chat/slack/errors.py``, DingTalk's HTTP API in ``bot/chat/dingtalk/transport.py``; past that edge only these
 travel. The runner never imports the bot: its errors
 have their own root, ``runner.errors.RunnerError``.
@@ -58,6 +59,18 @@ class CloudError(FinetuneError, RuntimeError):
 
 class CloudUnavailable(CloudError):
     """The cloud's API gave no usable answer (connection refused, timeout, a broken reply): trying later may work."""
+
+
+class CloudRefused(CloudError):
+    """The cloud's API answered ``action`` with an error ``code`` (``InvalidInstanceID.NotFound``,
+    ``OperationDenied.NoStock``, ``AccessDenied``, …): each cloud's SDK errors map to it (or to
+    :class:`CloudUnavailable`) once, at its client (``bot/cloud/aws/errors.py``, ``bot/cloud/aliyun/errors.py``)."""
+
+    def __init__(self, action: str, code: str, message: str) -> None:
+        super().__init__(f"{action}: {code}: {message}")
+        self.action = action
+        self.code = code
+        self.message = message
 
 
 class LaunchError(CloudError):

@@ -65,7 +65,7 @@ BASIC = HeaderForm("Authorization", re.compile(r"[Bb][Aa][Ss][Ii][Cc] +(?P<crede
 # SNS names the message type beside the body (bot/sources/sns_http.py); compared with the body's Type.
 SNS_MESSAGE_TYPE = HeaderForm("x-amz-sns-message-type", re.compile(r"[A-Za-z]{1,40}"), 40)
 
-# The local cloud's control server of each instance (bot/cloud/local_instance.py): a token_urlsafe(24).
+# The local cloud's control server of each instance (bot/cloud/local/instance.py): a token_urlsafe(24).
 LOCAL_INSTANCE_TOKEN = HeaderForm("X-Local-Instance-Token", re.compile(r"[A-Za-z0-9_-]{16,64}"))
 
 

@@ -35,10 +35,10 @@ from bot.chat.delivery import Platform
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.outbox import ChatOutbox
 from bot.chat.refs import ChatRefs
-from bot.cloud.aliyun_settings import static_key_refusal
-from bot.cloud.aws import AwsCloud
+from bot.cloud.aliyun.settings import static_key_refusal
+from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.base import CloudProvider, RenewsStorageCredentials
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.core import Bot
 from bot.costs_http import MIN_TOKEN_LENGTH as COSTS_TOKEN_LENGTH
 from bot.costs_http import costs_routes
@@ -101,7 +101,7 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
     bot's public URL (``aliyun.report_url``) signed with their attempt's key (derived from ``FINETUNE_REPORT_SECRET``,
     :mod:`handlers.report_keys`); local instances are processes
     of their own, registered in Redis, whose reports reach any live replica through the instance
-    (``bot/cloud/local_instance.py``).
+    (``bot/cloud/local/instance.py``).
     """
     settings, config, redis = wiring.settings, wiring.config, wiring.redis
     if settings.finetune_cloud == "aws":
@@ -116,7 +116,7 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
         refusal = static_key_refusal(config.aliyun, os.environ)
         if refusal:
             raise ConfigError(refusal)
-        from bot.cloud.aliyun import AliyunCloud  # only here: Alibaba's SDKs take a second to import
+        from bot.cloud.aliyun.provider import AliyunCloud  # only here: Alibaba's SDKs take a second to import
 
         return AliyunCloud(config.aliyun, report_keys=wiring.report_keys)
     return LocalCloud(

@@ -25,8 +25,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.slack.config import SlackConfig
-from bot.cloud.aliyun_settings import AliyunSettings
-from bot.cloud.aws_settings import AwsSettings
+from bot.cloud.aliyun.settings import AliyunSettings
+from bot.cloud.aws.settings import AwsSettings
 from bot.durability import RedisOptions
 from bot.errors import ConfigError
 from bot.redis_server import check_redis_url, plaintext_remote, redacted

@@ -16,7 +16,7 @@ import yaml
 
 from bot.bus_set import Bus, BusSet
 from bot.chat.console import ConsoleChat
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.errors import StoreUnavailable
 from bot.service import BotService, CloudFactory, open_cloud
 from bot.settings import Settings

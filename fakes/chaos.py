@@ -32,7 +32,7 @@ import aiohttp
 import redis.asyncio as aioredis
 import yaml
 
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.keys import DEFAULT_KEYS
 from bot.redis_server import connect
 from bot.store import JobStore

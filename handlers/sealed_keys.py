@@ -4,7 +4,7 @@ A RAM role cannot be held to one instance's objects the way AWS's ``${aws:userid
 to its key object, so every runner's instance role may read every object under ``attempt-keys/``. What keeps an
 attempt's STS token (:mod:`handlers.storage_sessions`, limited to its job's prefix) from the other instances is
 encryption: the bot writes ``attempt-keys/<instance id>`` as AES-256-GCM ciphertext under a key derived from that
-attempt's report key (which only that instance holds, in its own user data: bot/cloud/aliyun.py), with the job,
+attempt's report key (which only that instance holds, in its own user data: bot/cloud/aliyun/provider.py), with the job,
 the attempt and the instance as associated data. Another attempt's runner reads bytes it cannot open, and a sealed
 object moved to another instance's name, or relabelled with another job, fails to open.
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import boto3
 
-from bot.cloud.aliyun import AliyunCloud
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.aliyun.provider import AliyunCloud
+from bot.cloud.local.metadata import LocalMetadataServer
 from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
 from tests.s3_proxy import S3FaultProxy
 from tests.servers import AWS_TEST_ENV, moto_server

@@ -1,6 +1,6 @@
-"""The Alibaba OpenAPI edge's mapping (bot/cloud/aliyun_api.py): whatever the Tea / darabonba SDK raises for an ECS,
-ESS or STS call comes out as :class:`AliyunApiError` (an answer with a code) or :class:`AliyunUnavailable` (no
-usable answer), both :class:`bot.errors.CloudError`.
+"""The Alibaba SDK's one mapping (bot/cloud/aliyun/errors.py, at the API client bot/cloud/aliyun/api.py): whatever the
+Tea / darabonba SDK raises for an ECS, ESS or STS call comes out as :class:`~bot.errors.CloudRefused` (an answer with a
+code) or :class:`~bot.errors.CloudUnavailable` (no usable answer), both :class:`bot.errors.CloudError`.
 
 The failures come from real servers: the local OpenAPI double answering error codes (the SDK's ClientException,
 ServerException and ThrottlingException by status), a port nothing listens on, and a small HTTP server answering
@@ -21,8 +21,8 @@ from alibabacloud_ess20220222 import models as ess_models
 from darabonba.exceptions import RequiredArgumentException
 from Tea.exceptions import ValidateException
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.errors import CloudError, CloudUnavailable
+from bot.cloud.aliyun.api import AliyunApi
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 from fakes.ports import free_port
 from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
 from tests.broken_http import WAYS, BrokenHttp
@@ -70,7 +70,7 @@ async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeAliyun]:
 )  # fmt: skip
 async def test_an_answer_with_a_code_is_an_api_error(fake: FakeAliyun, call: Call, code: str) -> None:
     fake.fail_price_history = True
-    with pytest.raises(AliyunApiError) as caught:
+    with pytest.raises(CloudRefused) as caught:
         await call(api_at(fake.endpoint))
     assert caught.value.code == code and isinstance(caught.value, CloudError)
 
@@ -80,11 +80,11 @@ async def test_throttling_and_a_wrong_key_are_api_errors_for_every_client(fake: 
     run = ecs_models.RunInstancesRequest(
         region_id=REGION, zone_id="cn-hangzhou-j", instance_type="ecs.g7.large", image_id="img-1"
     )
-    with pytest.raises(AliyunApiError) as throttled:
+    with pytest.raises(CloudRefused) as throttled:
         await api_at(fake.endpoint).ecs("run_instances", run)
     assert throttled.value.code == "Throttling.User"
     for name, call in CALLS.items():
-        with pytest.raises(AliyunApiError) as refused:
+        with pytest.raises(CloudRefused) as refused:
             await call(api_at(fake.endpoint, key_id="LTAI-not-a-key"))
         assert refused.value.code == "InvalidAccessKeyId.NotFound", name
 
@@ -95,7 +95,7 @@ async def test_a_broken_answer_is_unavailable(how: str, monkeypatch: pytest.Monk
     server = await BrokenHttp(how).start()
     try:
         for name, call in CALLS.items():
-            with pytest.raises(AliyunUnavailable) as caught:
+            with pytest.raises(CloudUnavailable) as caught:
                 await call(api_at(server.endpoint))
             assert isinstance(caught.value, CloudUnavailable), name
     finally:
@@ -106,7 +106,7 @@ async def test_nothing_listening_is_unavailable(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")
     api = api_at(f"http://127.0.0.1:{free_port()}")
     for name, call in CALLS.items():
-        with pytest.raises(AliyunUnavailable, match="no answer from Alibaba Cloud"):
+        with pytest.raises(CloudUnavailable, match="no answer from Alibaba Cloud"):
             await call(api)
         assert name
 
@@ -123,7 +123,7 @@ async def test_a_request_the_sdk_will_not_send_is_an_api_error(
         raise refusal
 
     monkeypatch.setattr(EcsClient, "describe_instances_with_options", refuse)
-    with pytest.raises(AliyunApiError) as caught:
+    with pytest.raises(CloudRefused) as caught:
         await CALLS["ecs"](api_at(fake.endpoint))
     assert caught.value.code == "InvalidRequest" and caught.value.__cause__ is refusal
     assert fake.calls == []

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from bot.http import REPORTS_PATH
 from bot.redis_server import check_redis_url
 from bot.settings import Settings, parse_file_config
@@ -160,7 +160,7 @@ async def boot_files(template: dict[str, Any]) -> dict[str, str]:
     heredocs = re.findall(r"cat > (\S+) <<'(\w+)'\n(.*?)\n\2\n", script, re.DOTALL)
     files = {path: body + "\n" for path, _, body in heredocs}
     assert script.rstrip().endswith("systemctl enable --now finetune-bot.service")
-    command = re.search(r'^kms="/opt/finetune/bin/python (-m bot\.cloud\.aliyun_secrets --region \S+)"$', script, re.M)
+    command = re.search(r'^kms="/opt/finetune/bin/python (-m bot\.cloud\.aliyun\.secrets --region \S+)"$', script, re.M)
     assert command is not None
     fake = await FakeAliyun().start()
     fake.secrets.update(kms_secrets(template))
@@ -244,7 +244,7 @@ async def test_the_bot_instance_switches_to_the_hardened_metadata_mode_before_it
     configuration = resource(template, "BotConfiguration", "ALIYUN::ESS::ScalingConfiguration")
     script = filled(configuration["UserData"]["Fn::Sub"])
     lines = script.splitlines()
-    harden = next(i for i, line in enumerate(lines) if "bot.cloud.aliyun_metadata" in line)
+    harden = next(i for i, line in enumerate(lines) if "bot.cloud.aliyun.metadata" in line)
     assert lines[harden - 1] == "export ALIBABA_CLOUD_ECS_METADATA=finetune-bot ALIBABA_CLOUD_IMDSV1_DISABLED=true"
     assert harden < min(i for i, line in enumerate(lines) if line.startswith("$kms "))  # before any secret
     assert lines[0] == "#!/bin/bash" and lines[1] == "set -euo pipefail"  # a refusal stops the boot: no bot
@@ -296,7 +296,7 @@ async def test_a_bot_instance_ecs_will_not_harden_does_not_boot() -> None:
     }
     try:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cloud.aliyun_metadata", "--region", "cn-hangzhou", "--endpoint", fake.endpoint,
+            sys.executable, "-m", "bot.cloud.aliyun.metadata", "--region", "cn-hangzhou", "--endpoint", fake.endpoint,
             "harden", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         _, err = await process.communicate()

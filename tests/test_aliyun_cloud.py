@@ -19,10 +19,10 @@ import pytest
 from pydantic import ValidationError
 
 import bot.cloud.base as cloud_base
-from bot.cloud.aliyun import AliyunCloud
-from bot.cloud.aliyun_instances import AliyunError
-from bot.cloud.aliyun_settings import AliyunSettings
+from bot.cloud.aliyun.provider import AliyunCloud
+from bot.cloud.aliyun.settings import AliyunSettings
 from bot.cloud.base import ForeignInstance, GangPlacement, Instance, LaunchError, launches_ahead
+from bot.errors import CloudError
 from handlers.messages import Launch
 from handlers.report_keys import ReportKeys
 from handlers.spec import Gang, JobSpec, RegroupControl, control_key, node_control_key, parse_spec
@@ -439,15 +439,15 @@ async def test_interrupt_tests_refuse_instances_not_ours_or_gone(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud]
 ) -> None:
     cloud = make_cloud()
-    with pytest.raises(AliyunError, match="does not exist"):
+    with pytest.raises(CloudError, match="does not exist"):
         await cloud.interrupt_test("i-bpnothere0000000")
     instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
     fake.instances[instance.instance_id].tags = {}
-    with pytest.raises(AliyunError, match="not launched by this bot"):
+    with pytest.raises(CloudError, match="not launched by this bot"):
         await cloud.interrupt_test(instance.instance_id)
     fake.instances[instance.instance_id].tags = {"finetune:job": "ft-abc1", "finetune:attempt": "1"}
     fake.instances[instance.instance_id].status = "Stopped"
-    with pytest.raises(AliyunError, match="is Stopped"):
+    with pytest.raises(CloudError, match="is Stopped"):
         await cloud.interrupt_test(instance.instance_id)
 
 
@@ -589,7 +589,7 @@ def test_the_boot_script_never_carries_what_could_break_out_of_it(fake: FakeAliy
 async def test_list_instances_finds_every_tagged_instance_across_pages_and_feeds_reconciliation(
     fake: FakeAliyun, make_cloud: Callable[..., AliyunCloud], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bot.cloud import aliyun_instances as aliyun_module
+    from bot.cloud.aliyun import instances as aliyun_module
     from handlers.jobs import Attempt, Job, JobState
     from handlers.reconcile import reconcile
 
@@ -652,7 +652,7 @@ async def test_list_instances_finds_every_tagged_instance_across_pages_and_feeds
 
 async def test_list_instances_says_when_the_api_refuses(make_cloud: Callable[..., AliyunCloud]) -> None:
     cloud = make_cloud(access_key_secret="not-the-secret")
-    with pytest.raises(AliyunError, match="could not list"):
+    with pytest.raises(CloudError, match="could not list"):
         await cloud.list_instances()
 
 
@@ -756,7 +756,7 @@ async def test_release_deletes_the_set_once_its_nodes_are_gone(
 ) -> None:
     cloud = make_cloud()
     node = await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=GangPlacement("ft-gang1"))
-    with pytest.raises(AliyunError, match="could not delete the deployment set finetune-ft-gang1"):
+    with pytest.raises(CloudError, match="could not delete the deployment set finetune-ft-gang1"):
         await cloud.release_gang_placement("ft-gang1")  # a node still in it: the caller tries again
     assert len(fake.deployment_sets) == 1
     await cloud.terminate(node.instance_id, "ft-gang1")
@@ -853,12 +853,12 @@ async def test_a_regroup_for_an_attempt_without_a_live_instance_is_refused_and_w
 ) -> None:
     cloud = make_cloud()
     node = await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=GangPlacement("ft-gang1"))
-    with pytest.raises(AliyunError, match="no live instance is tagged for ft-other attempt 1"):
+    with pytest.raises(CloudError, match="no live instance is tagged for ft-other attempt 1"):
         await cloud.write_node_control("ft-other", 1, 1, 0, regroup(2, 0))  # another job's attempt 1: none
-    with pytest.raises(AliyunError, match="no live instance is tagged for ft-gang1 attempt 7"):
+    with pytest.raises(CloudError, match="no live instance is tagged for ft-gang1 attempt 7"):
         await cloud.write_node_control("ft-gang1", 7, 1, 0, regroup(2, 0))  # an attempt this job never had
     await cloud.terminate(node.instance_id, "ft-gang1")
-    with pytest.raises(AliyunError, match="no live instance is tagged for ft-gang1 attempt 1"):
+    with pytest.raises(CloudError, match="no live instance is tagged for ft-gang1 attempt 1"):
         await cloud.write_node_control("ft-gang1", 1, 1, 0, regroup(2, 0))  # its instance is released
     for prefix in ("jobs/ft-other/", "jobs/ft-gang1/control/"):
         assert bucket.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("KeyCount", 0) == 0

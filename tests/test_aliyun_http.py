@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from bot.bus import EVENT_FIELD, EventBus
-from bot.cloud.aliyun import AliyunCloud
+from bot.cloud.aliyun.provider import AliyunCloud
 from bot.errors import ConfigError
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH, TOKEN_HEADER, aliyun_routes, parse_networks
 from bot.store import DEDUP_TTL

@@ -1,4 +1,4 @@
-"""The bot's own OSS writer (bot/cloud/oss_objects.py) against moto behind the fault proxy, as OSS's S3 API."""
+"""The bot's own OSS writer (bot/cloud/aliyun/objects.py) against moto behind the fault proxy, as OSS's S3 API."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import boto3
 import pytest
 
-from bot.cloud.aliyun_api import AliyunUnavailable, Credentials
-from bot.cloud.oss_objects import OssObjects
-from bot.errors import FinetuneError, ObjectRefused, ObjectStoreError, ObjectStoreUnavailable
+from bot.cloud.aliyun.api import Credentials
+from bot.cloud.aliyun.objects import OssObjects
+from bot.errors import CloudUnavailable, FinetuneError, ObjectRefused, ObjectStoreError, ObjectStoreUnavailable
 from tests.broken_http import BrokenHttp
 from tests.s3_proxy import S3FaultProxy
 
@@ -99,10 +99,10 @@ async def test_no_answer_is_unavailable(refused_port: int) -> None:
 
 async def test_no_credentials_is_unavailable_before_any_request(proxy: S3FaultProxy) -> None:
     async def none_found() -> Credentials:
-        raise AliyunUnavailable("no Alibaba Cloud credentials: nothing in the chain")
+        raise CloudUnavailable("no Alibaba Cloud credentials: nothing in the chain")
 
     oss = OssObjects(BUCKET, endpoint=proxy.endpoint, region=REGION, addressing="path", credentials=none_found)
-    with pytest.raises(AliyunUnavailable, match="no Alibaba Cloud credentials"):
+    with pytest.raises(CloudUnavailable, match="no Alibaba Cloud credentials"):
         await oss.put("jobs/x", b"x")
     assert proxy.arrived == []
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from bot.cloud.aliyun import AliyunCloud
+from bot.cloud.aliyun.provider import AliyunCloud
 from bot.cloud.base import Instance
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from handlers.attempt_keys import StorageCredentials
 from handlers.report_keys import ReportKeys
 from handlers.sealed_keys import seal

@@ -1,4 +1,4 @@
-"""bot.cloud.aliyun_secrets, run as the bot instance's boot script runs it, against the local Alibaba API (KMS
+"""bot.cloud.aliyun.secrets, run as the bot instance's boot script runs it, against the local Alibaba API (KMS
 GetSecretValue, ACS3-signed): what it prints is what the stack stored, and a secret it cannot use prints nothing."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ async def run(kms: FakeAliyun, *args: str) -> tuple[int, str, str]:
         "PYTHONPATH": str(ROOT),
     }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cloud.aliyun_secrets", "--region", "cn-hangzhou", "--endpoint", kms.endpoint, *args,
+        sys.executable, "-m", "bot.cloud.aliyun.secrets", "--region", "cn-hangzhou", "--endpoint", kms.endpoint, *args,
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await process.communicate()

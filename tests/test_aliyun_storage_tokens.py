@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from bot.cloud.aliyun import AliyunCloud
-from bot.cloud.aliyun_instances import AliyunError
+from bot.cloud.aliyun.provider import AliyunCloud
 from bot.cloud.base import LaunchError, RenewsStorageCredentials
-from bot.errors import ConfigError
+from bot.errors import CloudError, ConfigError
 from handlers.report_keys import ReportKeys
 from handlers.sealed_keys import open_sealed
 from handlers.storage_sessions import aliyun_session_policy
@@ -126,7 +125,7 @@ async def test_a_refused_renewal_is_a_cloud_error_and_the_object_stays(
     instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
     before = sealed(bucket, instance.instance_id)
     fake.roles.clear()
-    with pytest.raises(AliyunError, match=r"could not renew the storage token.*NoPermission"):
+    with pytest.raises(CloudError, match=r"could not renew the storage token.*NoPermission"):
         await cloud.renew_storage_credentials("ft-abc1", 1, instance.instance_id, key_salt=SALT)
     assert sealed(bucket, instance.instance_id) == before
 

@@ -25,10 +25,9 @@ import pytest
 from pydantic import ValidationError
 
 import bot.cloud.base as cloud_base
-from bot.cloud.aws import AwsCloud
-from bot.cloud.aws_autoscaling import group_distribution
-from bot.cloud.aws_clients import AwsError
-from bot.cloud.aws_settings import AwsSettings
+from bot.cloud.aws.autoscaling import group_distribution
+from bot.cloud.aws.provider import AwsCloud
+from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import CloudError, ForeignInstance, LaunchError, launches_ahead
 from bot.effects import CloudEffects
 from bot.errors import ConfigError
@@ -275,7 +274,7 @@ async def test_spec_gets_the_sns_report_topic(world: World, make_cloud: Any) -> 
 async def test_without_placement_scores_falls_back_and_logs_once(
     proxy: Ec2Proxy, make_cloud: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="bot.cloud.aws_pricing")
+    caplog.set_level(logging.WARNING, logger="bot.cloud.aws.pricing")
     proxy.spot_prices = {("us-east-1a", "g5.xlarge"): 0.52, ("us-east-1b", "g5.xlarge"): 0.41}
     first: AwsCloud = make_cloud()
     second: AwsCloud = make_cloud()
@@ -420,7 +419,7 @@ async def test_stop_runner_writes_the_control_object(world: World, make_cloud: A
     instance = await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot")
     await cloud.stop_runner(instance.instance_id)
     assert json.loads(world.object("jobs/ft-abc1/control/attempt-2.json")) == {"type": "stop"}
-    with pytest.raises(AwsError, match="does not exist"):
+    with pytest.raises(CloudError, match="does not exist"):
         await cloud.stop_runner("i-0123456789abcdef0")
 
 
@@ -459,7 +458,7 @@ async def test_every_refusal_is_a_cloud_error_never_a_raw_botocore_one(proxy: Ec
     cloud: AwsCloud = make_cloud()
     instance = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
     proxy.denied_actions = {"TerminateInstances"}
-    with pytest.raises(AwsError, match=r"could not terminate .*UnauthorizedOperation") as refused:
+    with pytest.raises(CloudError, match=r"could not terminate .*UnauthorizedOperation") as refused:
         await cloud.terminate(instance.instance_id, "ft-abc1")
     assert isinstance(refused.value, CloudError)
     proxy.denied_actions = {"DescribeInstances"}
@@ -504,16 +503,16 @@ async def test_interrupt_test_starts_an_fis_experiment_on_the_jobs_spot_instance
 async def test_interrupt_test_refusals_say_what_to_fix(proxy: Ec2Proxy, make_cloud: Any) -> None:
     unset: AwsCloud = make_cloud(fis_role_arn=None)
     spot = await unset.launch(job_spec(unset), ["g5.xlarge"], "spot")
-    with pytest.raises(AwsError, match="FIS is not set up: set fis_role_arn"):
+    with pytest.raises(CloudError, match="FIS is not set up: set fis_role_arn"):
         await unset.interrupt_test(spot.instance_id)
 
     cloud: AwsCloud = make_cloud()
     on_demand = await cloud.launch(job_spec(cloud, "ft-odm1"), ["g5.xlarge"], "on-demand")
-    with pytest.raises(AwsError, match="on-demand: FIS interrupts only spot"):
+    with pytest.raises(CloudError, match="on-demand: FIS interrupts only spot"):
         await cloud.interrupt_test(on_demand.instance_id)
 
     proxy.deny_fis = True
-    with pytest.raises(AwsError, match="not permitted: FIS said AccessDeniedException"):
+    with pytest.raises(CloudError, match="not permitted: FIS said AccessDeniedException"):
         await cloud.interrupt_test(spot.instance_id)
 
 

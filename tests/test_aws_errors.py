@@ -1,8 +1,9 @@
-"""The AWS provider's mapping: whatever botocore / aiobotocore raises for the provider's calls (ClientError,
-EndpointConnectionError, NoCredentialsError, a cut connection, a reply it cannot parse) comes out as
-:class:`bot.errors.CloudError` (``AwsError``, or ``LaunchError`` on the launch path), never as botocore's own; its S3
-writes (spec, stop request, key object) as :class:`bot.errors.ObjectStoreError`, as OSS's are, which the provider
-turns into its port's error naming what it was doing.
+"""The AWS provider's mapping (bot/cloud/aws/errors.py, the wrapper every botocore client is handed out in): whatever
+botocore / aiobotocore raises for the provider's calls (ClientError, EndpointConnectionError, NoCredentialsError, a cut
+connection, a reply it cannot parse) comes out as :class:`bot.errors.CloudError` (``CloudRefused``,
+``CloudUnavailable``, or ``LaunchError`` on the launch path), never as botocore's own; its S3 writes (spec, stop
+request, key object) as :class:`bot.errors.ObjectStoreError`, as OSS's are, which the provider turns into its port's
+error naming what it was doing.
 
 Real servers only: moto answering AWS's error codes, a port nothing listens on, no credentials anywhere, and a
 server answering the broken ways a proxy or a dying endpoint does (``tests.broken_http``).
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bot.cloud.aws import AwsCloud, AwsSettings
+from bot.cloud.aws.provider import AwsCloud, AwsSettings
 from bot.errors import (
     CloudError,
     CloudUnavailable,

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 import bot.cloud.base as cloud_base
-from bot.cloud.aws import AwsCloud
-from bot.cloud.aws_clients import AwsError
-from bot.cloud.aws_placement import placement_group_name
+from bot.cloud.aws.placement import placement_group_name
+from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.base import GangPlacement, Instance, LaunchError
+from bot.errors import CloudError
 from handlers.messages import Launch
 from handlers.spec import Gang, JobSpec, RegroupControl, node_control_key, parse_spec
 from runner.notices.control import read_regroup
@@ -105,7 +105,7 @@ async def test_no_efa_for_a_type_without_it_said_once(
 ) -> None:
     cloud: AwsCloud = make_cloud()
     gang = GangPlacement(JOB, efa=True)
-    with caplog.at_level(logging.WARNING, logger="bot.cloud.aws_placement"):
+    with caplog.at_level(logging.WARNING, logger="bot.cloud.aws.placement"):
         first = await cloud.launch(node_spec(cloud, 1, 0), ["g5.xlarge"], "spot", gang=gang)
         await cloud.launch(node_spec(cloud, 2, 1), ["g5.xlarge"], "spot", zone=first.zone, gang=gang)
     for form in run_forms(proxy):
@@ -213,12 +213,12 @@ async def test_a_regroup_for_an_attempt_without_a_live_instance_is_refused_and_w
 ) -> None:
     cloud: AwsCloud = make_cloud()
     node = await cloud.launch(node_spec(cloud, 1, 0), ["g5.xlarge"], "spot", gang=GangPlacement(JOB))
-    with pytest.raises(AwsError, match="no live instance is tagged for ft-other attempt 1"):
+    with pytest.raises(CloudError, match="no live instance is tagged for ft-other attempt 1"):
         await cloud.write_node_control("ft-other", 1, 1, 0, regroup(2, 0))  # another job's attempt 1: none
-    with pytest.raises(AwsError, match=f"no live instance is tagged for {JOB} attempt 7"):
+    with pytest.raises(CloudError, match=f"no live instance is tagged for {JOB} attempt 7"):
         await cloud.write_node_control(JOB, 7, 1, 0, regroup(2, 0))  # an attempt this job never had
     await cloud.terminate(node.instance_id, JOB)
-    with pytest.raises(AwsError, match=f"no live instance is tagged for {JOB} attempt 1"):
+    with pytest.raises(CloudError, match=f"no live instance is tagged for {JOB} attempt 1"):
         await cloud.write_node_control(JOB, 1, 1, 0, regroup(2, 0))  # its instance is gone
     assert world.keys_under("jobs/ft-other/") == []
     assert world.keys_under(f"jobs/{JOB}/control/") == []

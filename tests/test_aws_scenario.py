@@ -23,9 +23,9 @@ from typing import Any
 
 import boto3
 
-from bot.cloud.aws import AwsCloud
+from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.base import Instance
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from fakes.bot_harness import SECRET, running_bot, start_job, wait_job
 from handlers.jobs import JobState, Market
 from handlers.notes import InterruptTestResult

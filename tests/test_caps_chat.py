@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.chat.slack.blocks import ACTION_ON_DEMAND
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.service import BotService
 from fakes.bot_harness import (
     SLEEPS,

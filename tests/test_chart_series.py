@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bot.charts.series import ChartSeries, Point
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.core import Bot
 from bot.keys import Keys
 from bot.redis_server import connect

@@ -15,7 +15,7 @@ import boto3
 import pytest
 
 from bot.chat.dingtalk.cards import out_track_id
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH
 from fakes.bot_harness import INTERRUPTIBLE, quick_recipe, running_dingtalk_bot, wait_job, write_config
 from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from bot.chat.slack.deliverer import NOTE_EVENT
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.keys import DEFAULT_KEYS
 from bot.redis_server import connect
 from bot.service import BotService

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bot.chat.render import card_text
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from fakes.bot_harness import CHANNEL, SteppedClock, eventually, running_bot, settled, start_job, wait_job
 from handlers.jobs import JobState
 from tests.gang_reference import ADAPTER

@@ -22,7 +22,7 @@ from typing import Any
 import boto3
 import pytest
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from fakes.ports import free_port
 from handlers.spec import Gang, RegroupControl, dump_control, node_control_key
 from tests.gang_reference import ADAPTER, GANG_STEPS

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.cloud.base import GangPlacement, Instance
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.effects import launching
 from bot.service import CloudWiring
 from fakes.bot_harness import CHANNEL, SLEEPS, eventually, quick_recipe, running_bot, wait_job, write_config

@@ -12,8 +12,8 @@ from typing import Any
 import boto3
 import pytest
 
-from bot.cloud.aliyun import AliyunCloud
-from bot.cloud.aws import AwsCloud
+from bot.cloud.aliyun.provider import AliyunCloud
+from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.base import LaunchError
 from handlers.spec import JobSpec
 from tests.aliyun_fakes import FakeAliyun

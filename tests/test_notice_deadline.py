@@ -26,7 +26,7 @@ from typing import Any
 import boto3
 import pytest
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from runner.checkpoints import CheckpointStore
 from runner.storage.s3 import MiB, S3Store
 from tests.runner_harness import (

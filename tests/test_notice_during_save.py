@@ -24,7 +24,7 @@ from typing import Any
 import boto3
 import pytest
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from runner.manifest import COMPLETE_MARKER
 from runner.storage.s3 import MiB
 from tests.runner_harness import (

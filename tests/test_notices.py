@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from fakes.ports import free_port
 from handlers.reports import InstanceNotice
 from runner.notices.aliyun import AliyunMetadataSource

@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bot.bus import partition_key
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.core import Bot
 from bot.keys import Keys
 from bot.store import JobStore

@@ -16,7 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from runner.storage.base import StorageError
 from runner.storage.s3 import S3Store, client_settings
 from tests.s3_proxy import S3FaultProxy

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.sources.sqs import REASON_ATTRIBUTE
 from fakes.bot_harness import SLEEPS, eventually, quick_recipe, running_bot, settled, start_job, wait_job, write_config
 from handlers.jobs import JobState

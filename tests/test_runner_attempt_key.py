@@ -18,7 +18,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from handlers.attempt_keys import StorageCredentials, dump_attempt_key
 from runner.exit_codes import EXIT_NO_REPORT_KEY
 from tests.runner_harness import read_reports, runner_env, start_runner, wait_until

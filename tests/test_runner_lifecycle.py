@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 import pytest
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from handlers.failures import Failure
 from tests.runner_harness import (
     TINY_ARGS,

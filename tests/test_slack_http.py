@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.log_limit import BURST
 from bot.service import BotService, CloudWiring
 from fakes.bot_harness import SLEEPS, quick_recipe, running_bot, slack_settings, wait_job, write_config

@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from bot.chat.render import card_text
-from bot.cloud.local import LocalCloud
+from bot.cloud.local.provider import LocalCloud
 from bot.timers import Timers
 from fakes.bot_harness import CHANNEL, SteppedClock, running_bot, start_job, wait_job, write_config
 from handlers.jobs import JobState

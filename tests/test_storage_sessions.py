@@ -17,7 +17,7 @@ import boto3
 import pytest
 import redis.asyncio as aioredis
 
-from bot.cloud.aws import AwsCloud
+from bot.cloud.aws.provider import AwsCloud
 from bot.errors import ConfigError
 from bot.keys import Keys
 from bot.storage_renewal import Renewed, StorageRenewal

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from handlers.jobs import Job
 from handlers.recipes import TINY
 from handlers.spec_build import build_spec

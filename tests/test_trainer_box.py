@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from runner.manifest import COMPLETE_MARKER
 from tests.runner_harness import of_type, read_reports, runner_env, start_runner, wait_until, write_spec
 

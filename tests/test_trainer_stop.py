@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cloud.local_metadata import LocalMetadataServer
+from bot.cloud.local.metadata import LocalMetadataServer
 from handlers.failures import Failure
 from tests.runner_harness import of_type, progress_steps, read_reports, runner_env, start_runner, write_spec
 

@@ -1,15 +1,17 @@
-"""The one launch loop of the clouds that start instances themselves (AWS EC2, Alibaba ECS).
+"""The one launch of the clouds that start instances themselves (AWS EC2, Alibaba ECS): its body and its loop.
 
-The loop is the same everywhere, so it lives here once: a launch retried after a crash finds the instance its first
-try started; otherwise the (zone, type) candidates come in the order the pure :mod:`handlers.spot.zones` gives (zones
-the spot authority pinned, else the cloud's in preference order, zones to avoid last), a capacity error moves on to
-the next candidate until ``max_failures`` of them (the launch then reports a capacity refusal and the authority
-chooses again), any other refusal ends the launch at once. Each try carries an idempotency token derived from the
-attempt and the candidate, so a request sent again after no answer starts nothing new. After the launch the attempt's
-secret (AWS: its key object; Alibaba: its sealed storage token) is handed over, and an instance that cannot get it is
-released again. Each cloud supplies only its calls (:class:`InstanceCalls`). The scaling-group modes (AWS Auto
-Scaling, Alibaba ESS) share the wait for the group's new instance (:func:`wait_for_group_instance`), and both modes
-the tags, the instance's name and how a found instance is priced.
+The body (:func:`launch_attempt`) is the same on both: the spec completed and uploaded, the boot script, the gang's
+placement, the instance (a scaling group's, or the loop's), then the attempt's secret (AWS: its key object; Alibaba:
+its sealed storage token) handed over, and an instance that cannot get it released again; each cloud supplies only its
+steps (:class:`LaunchSteps`). The loop (:func:`launch_instance`) is the same everywhere too: a launch retried after a
+crash finds the instance its first try started; otherwise the (zone, type) candidates come in the order the pure
+:mod:`handlers.spot.zones` gives (zones the spot authority pinned, else the cloud's in preference order, zones to avoid
+last), a capacity error moves on to the next candidate until ``max_failures`` of them (the launch then reports a
+capacity refusal and the authority chooses again), any other refusal ends the launch at once. Each try carries an
+idempotency token derived from the attempt and the candidate, so a request sent again after no answer starts nothing
+new. Each cloud supplies only its calls (:class:`InstanceCalls`). The scaling-group modes (AWS Auto Scaling, Alibaba
+ESS) share the wait for the group's new instance (:func:`wait_for_group_instance`), and both modes the tags, the
+instance's name and how a found instance is priced.
 """
 
 from __future__ import annotations
@@ -130,6 +132,105 @@ class InstanceCalls(Protocol):
         ...
 
     async def on_demand_price(self, instance_type: str) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class Handover:
+    """The last step of a launch: ``give`` hands the runner its attempt's secret (AWS: its key object; Alibaba: its
+    sealed storage token); one of ``failures`` when it could not (``what`` says what, in the launch's error)."""
+
+    give: Callable[[], Awaitable[None]]
+    failures: tuple[type[Exception], ...]
+    what: str
+
+
+class LaunchSteps(Protocol):
+    """What a cloud supplies to :func:`launch_attempt`: its own steps, nothing of their order."""
+
+    name: str  # the key of the recipe's instance_types
+
+    @property
+    def launch_calls(self) -> InstanceCalls:
+        """The calls of the launch loop (instance mode)."""
+        ...
+
+    @property
+    def max_launch_failures(self) -> int | None: ...
+
+    def group_mode(self) -> str | None:
+        """Why a gang node cannot launch in the configured mode (a scaling-group mode: its group runs one instance
+        and replaces it by itself, while only the bot replaces a gang's lost node); None in instance mode."""
+        ...
+
+    async def prepare_launch(self, spec: JobSpec) -> tuple[JobSpec, str]:
+        """The spec completed with what only this cloud knows and uploaded where its runner reads it, and the boot
+        script that points the runner there; LaunchError when the spec could not be written."""
+        ...
+
+    async def place_gang(self, gang: GangPlacement, spec: JobSpec) -> None:
+        """The cloud's object that keeps a gang's nodes close (found, or made); LaunchError when it cannot."""
+        ...
+
+    async def launch_in_group(
+        self,
+        spec: JobSpec,
+        script: str,
+        instance_types: list[str],
+        market: Market,
+        avoid_zones: Collection[str],
+        zone: str | None,
+    ) -> Instance:
+        """The scaling-group mode's launch (only called where :meth:`group_mode` says one is configured)."""
+        ...
+
+    def handover(self, spec: JobSpec, instance: Instance) -> Handover | None:
+        """What the runner must be handed once the instance id is known; None: nothing."""
+        ...
+
+    async def terminate(self, instance_id: str, job_id: str) -> None: ...
+
+
+async def launch_attempt(
+    cloud: LaunchSteps,
+    spec: JobSpec,
+    instance_types: list[str],
+    market: Market,
+    *,
+    avoid_zones: Collection[str],
+    zone: str | None,
+    gang: GangPlacement | None,
+) -> Instance:
+    """The attempt's instance on ``market`` (see :meth:`bot.cloud.base.CloudProvider.launch`), in the order every
+    cloud launches: refusals first, the spec and boot script, the gang's placement, the instance, then its secret (an
+    instance that cannot get it is released again)."""
+    if not instance_types:
+        raise LaunchError(f"the recipe lists no instance types for {cloud.name}")
+    group_mode = cloud.group_mode()
+    if gang is not None and group_mode is not None:
+        raise LaunchError(f"{spec.job_id} is a multi-node job: {group_mode}")
+    spec, script = await cloud.prepare_launch(spec)
+    if gang is not None:
+        await cloud.place_gang(gang, spec)
+    if group_mode is not None:
+        instance = await cloud.launch_in_group(spec, script, instance_types, market, avoid_zones, zone)
+    else:
+        instance = await launch_instance(
+            cloud.launch_calls,
+            spec,
+            script,
+            instance_types,
+            market,
+            avoid_zones=avoid_zones,
+            zone=zone,
+            max_failures=cloud.max_launch_failures,
+            gang=gang,
+        )
+    step = cloud.handover(spec, instance)
+    if step is None:
+        return instance
+    return await hand_over(
+        spec, instance, step.give, failures=step.failures, release=cloud.terminate, what=step.what
+    )
 
 
 class Prices(Protocol):

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 # No usable answer from the store: botocore's own errors, a reply it cannot parse (ResponseParserError is no
 # BotoCoreError), and what aiohttp or the socket let through. The bot sorts botocore's errors the same way
-# (bot/cloud/botocore_errors.py); the runner never imports the bot, so the tuple is spelled here too.
+# (bot/cloud/aws/errors.py); the runner never imports the bot, so the tuple is spelled here too.
 NO_ANSWER = (BotoCoreError, ResponseParserError, aiohttp.ClientError, OSError)
 
 MiB = 1024 * 1024

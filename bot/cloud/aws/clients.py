@@ -1,6 +1,6 @@
-"""The AWS provider's clients (one per service and retry policy, opened on first use) and how it reads botocore's
-errors (sorted as every botocore client's are: :mod:`bot.cloud.botocore_errors`). Every call is aioboto3, so nothing
-blocks the bot's event loop.
+"""The AWS provider's clients (one per service and retry policy, opened on first use), each handed out wrapped so its
+calls raise the bot's error families, never botocore's (:mod:`bot.cloud.aws.errors`). Every call is aioboto3, so
+nothing blocks the bot's event loop.
 
 Client config comes from the standard AWS variables: ``AWS_ENDPOINT_URL`` (botocore honours it, and
 ``AWS_ENDPOINT_URL_<SERVICE>`` per service), ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, the credential chain.
@@ -16,35 +16,24 @@ from typing import Any
 
 import aioboto3  # type: ignore[import-untyped]
 from botocore.config import Config
-from botocore.exceptions import ClientError
 
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.base import CloudError
-from bot.cloud.botocore_errors import NO_ANSWER, error_of
-from bot.errors import CloudUnavailable
+from bot.cloud.aws.errors import ErrorMapping, MappedClient, api_mapping, object_mapping
+from bot.cloud.aws.settings import AwsSettings
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
 DENIED = frozenset(
     {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException", "OptInRequired"}
 )
 
 
-class AwsError(CloudError):
-    """A terminate, an interrupt test, a stop or a listing AWS did not do; the message says what to fix."""
+def not_done(exc: CloudError, message: str) -> CloudError:
+    """``message`` as the error of a call that failed with ``exc``: no answer stays :class:`CloudUnavailable`."""
+    return CloudUnavailable(message) if isinstance(exc, CloudUnavailable) else CloudError(message)
 
 
-class AwsUnavailable(AwsError, CloudUnavailable):
-    """AWS gave no usable answer (connection refused, a timeout, a reply botocore cannot parse): trying later may
-    work. Alibaba's twin is ``AliyunUnavailable``."""
-
-
-def not_done(exc: BaseException, message: str) -> AwsError:
-    """``message`` as the error of a call that failed with ``exc``: no answer is :class:`AwsUnavailable`."""
-    return AwsUnavailable(message) if isinstance(exc, NO_ANSWER) else AwsError(message)
-
-
-def reason(exc: ClientError) -> str:
-    code, message = error_of(exc)
-    return f"{code}: {message}" if message else code or str(exc)
+def reason(exc: CloudRefused) -> str:
+    """An error answer's code and message, for a message of our own."""
+    return f"{exc.code}: {exc.message}" if exc.message else exc.code
 
 
 def tags_of(resource: Mapping[str, Any]) -> dict[str, str]:
@@ -66,13 +55,18 @@ class AwsClients:
         self._lock = asyncio.Lock()
 
     async def get(self, service: str, *, retries: bool = True) -> Any:
+        """The service's client (a :class:`~bot.cloud.aws.errors.MappedClient`): S3's calls raise the object store's
+        errors, every other service's the cloud port's."""
         key = f"{service}:{'retry' if retries else 'once'}"
         async with self._lock:
             opened = self._clients.get(key)
             if opened is None:
                 attempts = {"mode": "standard", "max_attempts": self._retries} if retries else {"total_max_attempts": 1}
                 config = Config(retries=attempts, connect_timeout=10, read_timeout=60)
-                opened = await self._stack.enter_async_context(self._session.client(service, config=config))
+                mapping = _mapping(service)
+                with mapping("OpenClient", {}):
+                    client = await self._stack.enter_async_context(self._session.client(service, config=config))
+                opened = MappedClient(client, mapping)
                 self._clients[key] = opened
             return opened
 
@@ -81,3 +75,12 @@ class AwsClients:
             self._clients.clear()
             await self._stack.aclose()
             self._stack = AsyncExitStack()
+
+
+_SERVICE_NAMES = {"ec2": "EC2", "autoscaling": "Auto Scaling", "fis": "FIS", "sts": "STS"}
+
+
+def _mapping(service: str) -> ErrorMapping:
+    if service == "s3":
+        return object_mapping("s3", "S3")
+    return api_mapping(_SERVICE_NAMES.get(service, service))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bot.cloud.aws_clients import AwsClients
-from bot.cloud.aws_settings import AwsSettings
+from bot.cloud.aws.clients import AwsClients
+from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import LaunchError
-from bot.cloud.botocore_errors import FAILED
+from bot.errors import CloudRefused, CloudUnavailable
 
 
 class AwsZones:
@@ -37,7 +37,7 @@ class AwsZones:
             ec2 = await self.clients.get("ec2")
             try:
                 reply = await ec2.describe_subnets(SubnetIds=ids)
-            except FAILED as exc:
+            except (CloudRefused, CloudUnavailable) as exc:
                 raise LaunchError(f"could not look up subnets {', '.join(ids)}: {exc}") from exc
             zone_of = {str(item["SubnetId"]): str(item["AvailabilityZone"]) for item in reply.get("Subnets", [])}
             found: dict[str, str] = {}
@@ -61,6 +61,6 @@ class AwsZones:
             return list(settings.zones)
         try:
             _, available = await self.zone_info()
-        except FAILED as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise LaunchError(f"could not list availability zones: {exc}") from exc
         return available

@@ -7,12 +7,10 @@ import logging
 import uuid
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from bot.cloud.aws_clients import DENIED, AwsClients, AwsError, AwsUnavailable
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.botocore_errors import NO_ANSWER, error_of
+from bot.cloud.aws.clients import DENIED, AwsClients
+from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.launching import JOB_TAG, client_token
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 from handlers.notes import InterruptTestResult
 
 log = logging.getLogger(__name__)
@@ -26,10 +24,10 @@ class AwsFis:
         self.clients = clients
 
     def role(self) -> str:
-        """The role FIS assumes; AwsError when none is configured (checked before anything is looked up)."""
+        """The role FIS assumes; CloudError when none is configured (checked before anything is looked up)."""
         role = self.settings.fis_role_arn
         if not role:
-            raise AwsError(
+            raise CloudError(
                 "FIS is not set up: set fis_role_arn to a role FIS may assume (with the "
                 "AWSFaultInjectionSimulatorEC2Access policy) to run interrupt tests"
             )
@@ -41,9 +39,9 @@ class AwsFis:
         role = self.role()
         state = str(instance.get("State", {}).get("Name", ""))
         if state not in ("pending", "running"):
-            raise AwsError(f"instance {instance_id} is {state or 'gone'}: nothing to interrupt")
+            raise CloudError(f"instance {instance_id} is {state or 'gone'}: nothing to interrupt")
         if instance.get("InstanceLifecycle") != "spot":
-            raise AwsError(f"instance {instance_id} is on-demand: FIS interrupts only spot instances")
+            raise CloudError(f"instance {instance_id} is on-demand: FIS interrupts only spot instances")
         fis = await self.clients.get("fis")
         try:
             template_id = await self._interrupt_test_template(fis, job_id, role)
@@ -52,17 +50,17 @@ class AwsFis:
                 clientToken=client_token("interrupt-test", instance_id),  # one per instance, however often asked
                 tags={JOB_TAG: job_id, "finetune:instance": instance_id},
             )
-        except ClientError as exc:
-            code, message = error_of(exc)
+        except CloudRefused as exc:
+            code, message = exc.code, exc.message
             if code in DENIED:
-                raise AwsError(
+                raise CloudError(
                     f"not permitted: FIS said {code} ({message}); the bot needs fis:CreateExperimentTemplate, "
                     f"fis:StartExperiment, fis:ListExperimentTemplates, fis:TagResource and iam:PassRole on {role}"
                 ) from exc
-            raise AwsError(f"FIS could not start the interrupt test: {code}: {message}") from exc
-        except NO_ANSWER as exc:
+            raise CloudError(f"FIS could not start the interrupt test: {code}: {message}") from exc
+        except CloudUnavailable as exc:
             where = self.clients.region or "default region"
-            raise AwsUnavailable(f"FIS is not available here ({where}): {exc}") from exc
+            raise CloudUnavailable(f"FIS is not available here ({where}): {exc}") from exc
         experiment_id = str(reply["experiment"]["id"])
         log.info("FIS experiment %s (template %s) started on %s (%s)", experiment_id, template_id, instance_id, job_id)
         lead = self.settings.interrupt_test_notice  # PT<n>M or PT<n>S

@@ -10,16 +10,14 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done
-from bot.cloud.aws_instances import AwsInstances
-from bot.cloud.aws_pricing import AwsPricing
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.aws_zones import AwsZones
+from bot.cloud.aws.clients import AwsClients, not_done
+from bot.cloud.aws.instances import AwsInstances
+from bot.cloud.aws.pricing import AwsPricing
+from bot.cloud.aws.settings import AwsSettings
+from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import Instance, LaunchError
-from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import JOB_TAG, MANAGED_TAG, avoided_last, priced, wait_for_group_instance
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 from handlers.jobs import Market
 from handlers.reconcile import CloudGroup
 from handlers.spec import JobSpec
@@ -133,7 +131,7 @@ class AwsGroups:
                     await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
                 await asg.create_or_update_tags(Tags=tags)
                 await asg.update_auto_scaling_group(**shape)
-        except FAILED as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise LaunchError(f"could not set up Auto Scaling group {group}: {exc}") from exc
         found = await self._wait_for_group_instance(group, before, zone)
         instance_type = str(found.get("InstanceType") or instance_types[0])
@@ -173,7 +171,7 @@ class AwsGroups:
         return await wait_for_group_instance(
             f"Auto Scaling group {group}",
             new_instance,
-            failures=FAILED,
+            failures=(CloudRefused, CloudUnavailable),
             last_activity=lambda: self._last_activity(group),
             set_to_zero=set_to_zero,
             refused=activity_refused,
@@ -186,7 +184,7 @@ class AwsGroups:
         asg = await self.clients.get("autoscaling")
         try:
             reply = await asg.describe_scaling_activities(AutoScalingGroupName=group, MaxRecords=1)
-        except FAILED:
+        except (CloudRefused, CloudUnavailable):
             return ""
         activities = reply.get("Activities", [])
         if not activities:
@@ -210,8 +208,8 @@ class AwsGroups:
                     VersionDescription=description,
                 )
                 return str(reply["LaunchTemplateVersion"]["VersionNumber"])
-            except ClientError as exc:
-                code, message = error_of(exc)
+            except CloudRefused as exc:
+                code, message = exc.code, exc.message
                 if code not in _NOT_FOUND_TEMPLATE:
                     raise LaunchError(f"could not add a version to launch template {name}: {code}: {message}") from exc
             if "ImageId" not in data:
@@ -227,8 +225,8 @@ class AwsGroups:
                     ],
                 )
                 return str(reply["LaunchTemplate"]["LatestVersionNumber"])
-            except ClientError as exc:
-                code, message = error_of(exc)
+            except CloudRefused as exc:
+                code, message = exc.code, exc.message
                 if code != "InvalidLaunchTemplateName.AlreadyExistsException":  # else: created meanwhile, retry
                     raise LaunchError(f"could not create launch template {name}: {code}: {message}") from exc
         raise LaunchError(f"launch template {name} could not be created or versioned")
@@ -247,7 +245,7 @@ class AwsGroups:
                     tags = {str(tag["Key"]): str(tag["Value"]) for tag in group.get("Tags", [])}
                     name, desired = str(group["AutoScalingGroupName"]), int(group.get("DesiredCapacity") or 0)
                     found.append(CloudGroup(name, tags.get(JOB_TAG), desired))
-        except FAILED as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise not_done(exc, f"could not list the Auto Scaling groups tagged {JOB_TAG}: {exc}") from exc
         return found
 
@@ -256,11 +254,11 @@ class AwsGroups:
         asg = await self.clients.get("autoscaling")
         try:
             await asg.update_auto_scaling_group(AutoScalingGroupName=name, MinSize=0, DesiredCapacity=0)
-        except ClientError as exc:
+        except CloudRefused as exc:
             if "not found" not in str(exc).lower():
-                raise AwsError(f"could not set Auto Scaling group {name} to 0: {error_of(exc)[1]}") from exc
-        except NO_ANSWER as exc:
-            raise AwsUnavailable(f"Auto Scaling did not answer for group {name}: {exc}") from exc
+                raise CloudError(f"could not set Auto Scaling group {name} to 0: {exc.message}") from exc
+        except CloudUnavailable as exc:
+            raise CloudUnavailable(f"Auto Scaling did not answer for group {name}: {exc}") from exc
 
 
     async def set_to_zero(self, group: str) -> None:
@@ -268,5 +266,5 @@ class AwsGroups:
         asg = await self.clients.get("autoscaling")
         try:
             await asg.update_auto_scaling_group(AutoScalingGroupName=group, MinSize=0, DesiredCapacity=0)
-        except FAILED as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             log.warning("could not set group %s to 0: %s", group, exc)

@@ -6,13 +6,11 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from botocore.exceptions import ClientError
-
-from bot.cloud.aws_clients import AwsClients
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.aws_zones import AwsZones
+from bot.cloud.aws.clients import AwsClients
+from bot.cloud.aws.settings import AwsSettings
+from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import log_once
-from bot.cloud.botocore_errors import FAILED, error_of
+from bot.errors import CloudRefused, CloudUnavailable
 from handlers.jobs import Market
 from handlers.spot.zones import SpotPrice, latest_prices, score_availability, scores_by_zone
 
@@ -84,7 +82,7 @@ class AwsPricing:
                             item["Timestamp"],
                         )
                     )
-        except (*FAILED, KeyError, ValueError) as exc:
+        except (CloudRefused, CloudUnavailable, KeyError, ValueError) as exc:
             log.warning("spot price history unavailable (%s); zones ordered without prices", exc)
             return {}
         return latest_prices(points)
@@ -115,8 +113,8 @@ class AwsPricing:
                 RegionNames=[ec2.meta.region_name],
             )
             names, _ = await self.zones.zone_info()
-        except FAILED as exc:  # moto: HTTP 500, not XML
-            reason = error_of(exc)[0] if isinstance(exc, ClientError) else type(exc).__name__
+        except (CloudRefused, CloudUnavailable) as exc:  # moto: HTTP 500, not XML
+            reason = exc.code if isinstance(exc, CloudRefused) else type(exc.__cause__ or exc).__name__
             self._scores_retry_at = time.monotonic() + _SCORES_RETRY_SECONDS
             log_once(
                 log,

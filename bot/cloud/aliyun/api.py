@@ -5,22 +5,16 @@ The SDKs (``alibabacloud_ecs20140526``, ``alibabacloud_ess20220222``) block on e
 worker thread (``asyncio.to_thread``). Their answers come back as the API's own JSON (``body.to_map()``): the
 field names are those of Alibaba's API reference, which keeps the provider readable next to the docs.
 
-Errors are mapped here, once, for every call (ECS, ESS, STS): an answer with an error ``Code`` (the SDK's
-``ClientException`` / ``ServerException`` / ``ThrottlingException``) becomes :class:`AliyunApiError` (code and
-message); a request the SDK refuses to send (its ``ValidateException`` / ``RequiredArgumentException``, Tea's or
-darabonba's) an :class:`AliyunApiError` with code ``InvalidRequest``; no usable answer (connection refused, a
-hang-up, a timeout, a body that is not JSON: darabonba's ``UnretryableException`` and the rest of the
-``TeaException`` family, its ``RetryError``, an ``OSError``) :class:`AliyunUnavailable`. Both are CloudErrors
-(``bot/errors.py``). SDK retries are off: the provider decides what a failure means (RunInstances
-moves on to the next zone rather than retrying the same one).
+Every call (ECS, ESS, STS) runs inside the one mapping of the SDK's errors,
+:func:`bot.cloud.aliyun.errors.cloud_errors`: an answer with an error code comes out as
+:class:`~bot.errors.CloudRefused`, no answer as :class:`~bot.errors.CloudUnavailable`. SDK retries are off: the
+provider decides what a failure means (RunInstances moves on to the next zone rather than retrying the same one).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,31 +22,17 @@ from alibabacloud_credentials.client import Client as CredentialClient
 from alibabacloud_ecs20140526.client import Client as EcsClient
 from alibabacloud_ess20220222.client import Client as EssClient
 from alibabacloud_tea_openapi.client import Client as OpenApiClient
-from alibabacloud_tea_openapi.exceptions import AlibabaCloudException
 from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 
-from bot.cloud.aliyun_rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
-from bot.cloud.aliyun_settings import endpoint_parts
-from bot.errors import CloudError, CloudUnavailable
+from bot.cloud.aliyun.errors import cloud_errors
+from bot.cloud.aliyun.rpc import rpc_params
+from bot.cloud.aliyun.settings import endpoint_parts
+from bot.errors import CloudUnavailable
 
 CONNECT_TIMEOUT_MS = 5_000
 READ_TIMEOUT_MS = 30_000
 STS_VERSION = "2015-04-01"
-
-
-class AliyunApiError(CloudError):
-    """The API answered with an error ``code`` (``OperationDenied.NoStock``, ``Forbidden.RAM``, …)."""
-
-    def __init__(self, action: str, code: str, message: str) -> None:
-        super().__init__(f"{action}: {code}: {message}")
-        self.action = action
-        self.code = code
-        self.message = message
-
-
-class AliyunUnavailable(CloudUnavailable):
-    """The API did not answer (network, timeout, a broken reply)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +108,12 @@ class AliyunApi:
             "Policy": policy,
             "DurationSeconds": str(seconds),
         }
-        with _mapped("AssumeRole", "Alibaba Cloud STS"):
+        with cloud_errors("AssumeRole", "Alibaba Cloud STS"):
             answer = await asyncio.to_thread(self._sts.call_api, params, OpenApiRequest(query=query), self._runtime)
         body = answer.get("body") if isinstance(answer, dict) else None
         found = body.get("Credentials") if isinstance(body, dict) else None
         if not isinstance(found, dict):
-            raise AliyunUnavailable("AssumeRole: STS answered without Credentials")
+            raise CloudUnavailable("AssumeRole: STS answered without Credentials")
         return found
 
     async def credentials(self) -> Credentials:
@@ -143,32 +123,16 @@ class AliyunApi:
         try:
             found = await asyncio.to_thread(self._chain.get_credential)
         except Exception as exc:  # the chain raises plain exceptions of several kinds when it finds nothing
-            raise AliyunUnavailable(f"no Alibaba Cloud credentials: {exc}") from exc
+            raise CloudUnavailable(f"no Alibaba Cloud credentials: {exc}") from exc
         return Credentials(found.access_key_id, found.access_key_secret, found.security_token or None)
 
     async def _call(self, client: Any, action: str, request: Any) -> dict[str, Any]:
         method = getattr(client, f"{action}_with_options")
         name = "".join(part.capitalize() for part in action.split("_"))
-        with _mapped(name, "Alibaba Cloud"):
+        with cloud_errors(name, "Alibaba Cloud"):
             response = await asyncio.to_thread(method, request, self._runtime)
         body: dict[str, Any] = response.body.to_map() if response.body is not None else {}
         return body
-
-
-@contextlib.contextmanager
-def _mapped(action: str, service: str) -> Iterator[None]:
-    """The SDK's exceptions for one call ``action``, as ours (see the module docstring for which is which)."""
-    try:
-        yield
-    except ANSWERED_ERROR as exc:  # an answer with a Code: before NO_ANSWER, whose TeaException it is too
-        assert isinstance(exc, AlibabaCloudException)
-        data = exc.data if isinstance(exc.data, dict) else {}
-        message = str(data.get("Message") or data.get("message") or exc.message or "")
-        raise AliyunApiError(action, str(exc.code or "Unknown"), message) from exc
-    except NOT_SENT as exc:
-        raise AliyunApiError(action, "InvalidRequest", f"the SDK refused to send it: {exc}") from exc
-    except NO_ANSWER as exc:
-        raise AliyunUnavailable(f"{action}: no answer from {service}: {exc}") from exc
 
 
 def _default_chain() -> Any:

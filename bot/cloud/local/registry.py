@@ -1,6 +1,6 @@
 """The local cloud's registry of instances, in the shared Redis: what EC2's DescribeInstances is to AWS.
 
-Each local instance is its own process (:mod:`bot.cloud.local_instance`) and writes its record here when it is up
+Each local instance is its own process (:mod:`bot.cloud.local.instance`) and writes its record here when it is up
 and again when it is gone; every replica reads it to act on any instance (interrupt test, stop, terminate through the
 instance's control endpoint), and a restarted bot finds its instances again (:meth:`LocalRegistry.instances`).
 """

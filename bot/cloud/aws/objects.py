@@ -7,8 +7,9 @@ rewritten before it expires (driven by bot/storage_renewal.py).
 
 S3 refusing or not answering a write or delete comes out as the object store's errors of ``bot/errors.py``
 (:class:`~bot.errors.ObjectRefused`, :class:`~bot.errors.ObjectStoreUnavailable`), mapped by
-:func:`bot.cloud.botocore_errors.object_errors` exactly as OSS's are; STS not issuing a storage session is an
-:class:`AwsError`. The provider (``bot/cloud/aws.py``) turns either into the cloud port's error for what it was doing.
+:func:`bot.cloud.aws.errors.object_errors` exactly as OSS's are; STS not issuing a storage session is a
+:class:`~bot.errors.CloudError`. The provider (``bot/cloud/aws/provider.py``) turns either into the cloud port's error
+for what it was doing.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ import logging
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
-from bot.cloud.aws_clients import AwsClients, AwsError
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.botocore_errors import FAILED, object_errors
-from bot.errors import ObjectStoreError
+from bot.cloud.aws.clients import AwsClients
+from bot.cloud.aws.settings import AwsSettings
+from bot.errors import CloudError, CloudRefused, CloudUnavailable, ObjectStoreError
 from handlers.attempt_keys import READER_TAG, StorageCredentials, dump_attempt_key, key_object, reader
 from handlers.report_keys import ReportKeys
 from handlers.spec import (
@@ -38,7 +38,7 @@ from handlers.storage_sessions import SESSION_SECONDS, dump_session_policy, part
 log = logging.getLogger(__name__)
 
 # A key object (or its session) that could not be written: S3's, STS's, or a session policy that would not build.
-KEY_FAILURES = (ObjectStoreError, AwsError, ValueError)
+KEY_FAILURES = (ObjectStoreError, CloudError, ValueError)
 
 
 class AwsObjects:
@@ -111,8 +111,8 @@ class AwsObjects:
                 Policy=dump_session_policy(policy),
                 DurationSeconds=SESSION_SECONDS,
             )
-        except FAILED as exc:
-            raise AwsError(f"STS did not issue a storage session of {role} for {job_id}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise CloudError(f"STS did not issue a storage session of {role} for {job_id}: {exc}") from exc
         found = reply["Credentials"]
         expiration = found["Expiration"]
         if isinstance(expiration, datetime) and expiration.tzinfo is None:
@@ -131,9 +131,8 @@ class AwsObjects:
             return
         key = key_object(role_id, instance_id)
         try:
-            with object_errors("DeleteObject", self.uri(key), "S3"):
-                s3 = await self.clients.get("s3")
-                await s3.delete_object(Bucket=self.settings.bucket, Key=key)
+            s3 = await self.clients.get("s3")  # its calls raise the object store's errors
+            await s3.delete_object(Bucket=self.settings.bucket, Key=key)
         except ObjectStoreError as exc:
             log.warning("could not delete the key object of %s: %s", instance_id, exc)
 
@@ -159,8 +158,5 @@ class AwsObjects:
     async def _put(self, key: str, body: bytes, *, tagging: str | None = None) -> None:
         """One JSON object written whole; S3's failures as the object store's errors naming it."""
         extra = {"Tagging": tagging} if tagging is not None else {}
-        with object_errors("PutObject", self.uri(key), "S3"):
-            s3 = await self.clients.get("s3")
-            await s3.put_object(
-                Bucket=self.settings.bucket, Key=key, Body=body, ContentType="application/json", **extra
-            )
+        s3 = await self.clients.get("s3")  # its calls raise the object store's errors
+        await s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body, ContentType="application/json", **extra)

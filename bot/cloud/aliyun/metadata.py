@@ -5,7 +5,7 @@ modifies), but the bot stack's own scaling configuration cannot ask for it: ROS'
 has no metadata-mode property. So the boot script asks ECS (``ModifyInstanceMetadataOptions``, which the bot's role
 may call on instances tagged ``finetune:role=bot`` only) to switch its own instance, and stops if ECS says no:
 
-    python -m bot.cloud.aliyun_metadata --region cn-hangzhou harden
+    python -m bot.cloud.aliyun.metadata --region cn-hangzhou harden
 
 Why it matters for the bot: in the normal mode one plain GET reads the role's credentials, so a request forged through
 any of the bot's outbound HTTP paths would hand them out; in the hardened mode every read needs a token from a PUT
@@ -13,7 +13,7 @@ with a header first. The instance id is read the hardened way already (a token, 
 credential read (``ALIBABA_CLOUD_IMDSV1_DISABLED=true`` for the SDK). Alibaba Cloud documents no usable hop limit
 (``HttpPutResponseHopLimit`` is listed as "not available" in RunInstances and ModifyInstanceMetadataOptions).
 
-Credentials: as ``bot.cloud.aliyun_secrets`` (the test's key pair, else the instance's RAM role). The metadata service:
+Credentials: as ``bot.cloud.aliyun.secrets`` (the test's key pair, else the instance's RAM role). The metadata service:
 ``ALIBABA_CLOUD_METADATA_ENDPOINT`` (default ``http://100.100.100.200``). Exit 0 when ECS took it, 1 with one line.
 """
 
@@ -30,19 +30,16 @@ from alibabacloud_tea_openapi.client import Client as OpenApiClient
 from alibabacloud_tea_openapi.utils_models import OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 
-from bot.cloud.aliyun_rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
-from bot.cloud.aliyun_secrets import ATTEMPTS, CONNECT_TIMEOUT_MS, READ_TIMEOUT_MS, boot_config
-from bot.errors import CloudError
+from bot.cloud.aliyun.errors import cloud_errors
+from bot.cloud.aliyun.rpc import rpc_params
+from bot.cloud.aliyun.secrets import ATTEMPTS, CONNECT_TIMEOUT_MS, READ_TIMEOUT_MS, boot_config
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
 ECS_VERSION = "2014-05-26"
 DEFAULT_METADATA_ENDPOINT = "http://100.100.100.200"
 TOKEN_TTL_HEADER = "X-aliyun-ecs-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aliyun-ecs-metadata-token"
 HARDENED = {"HttpEndpoint": "enabled", "HttpTokens": "required"}
-
-
-class HardenError(CloudError):
-    """The instance could not be switched (the message says what refused)."""
 
 
 def own_instance_id(endpoint: str) -> str:
@@ -56,30 +53,30 @@ def own_instance_id(endpoint: str) -> str:
         with urllib.request.urlopen(get, timeout=5) as reply:
             return str(reply.read().decode().strip())
     except OSError as exc:
-        raise HardenError(f"the metadata service did not give this instance's id: {exc}") from None
+        raise CloudError(f"the metadata service did not give this instance's id: {exc}") from None
 
 
 def harden(region: str, instance_id: str, endpoint: str | None = None, pause: float = 2.0) -> None:
-    """``ModifyInstanceMetadataOptions`` to the hardened mode; HardenError when ECS refuses or stays silent."""
+    """``ModifyInstanceMetadataOptions`` to the hardened mode; CloudError when ECS refuses or stays silent."""
     client = OpenApiClient(boot_config(region, endpoint or f"ecs.{region}.aliyuncs.com"))
     runtime = RuntimeOptions(autoretry=False, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS)
     params = rpc_params("ModifyInstanceMetadataOptions", ECS_VERSION)
     request = OpenApiRequest(query={"RegionId": region, "InstanceId": instance_id, **HARDENED})
     for attempt in range(ATTEMPTS):
         try:
-            client.call_api(params, request, runtime)
+            with cloud_errors("ModifyInstanceMetadataOptions", "ECS"):
+                client.call_api(params, request, runtime)
             return
-        except (*ANSWERED_ERROR, *NOT_SENT) as exc:
-            code = getattr(exc, "code", None) or type(exc).__name__
-            raise HardenError(f"ECS refused to harden {instance_id}'s metadata: {code}") from None
-        except NO_ANSWER as exc:  # not answered yet while the instance boots: again, a few times
+        except CloudRefused as exc:
+            raise CloudError(f"ECS refused to harden {instance_id}'s metadata: {exc.code}") from None
+        except CloudUnavailable as exc:  # not answered yet while the instance boots: again, a few times
             if attempt == ATTEMPTS - 1:
-                raise HardenError(f"ECS did not answer for {instance_id}: {type(exc).__name__}") from None
+                raise CloudError(f"ECS did not answer for {instance_id}: {type(exc.__cause__).__name__}") from None
             time.sleep(pause * 2**attempt)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bot.cloud.aliyun_metadata", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bot.cloud.aliyun.metadata", description=__doc__.splitlines()[0])
     parser.add_argument("--region", required=True)
     parser.add_argument("--endpoint", help="ECS endpoint (default ecs.<region>.aliyuncs.com)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -88,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         instance_id = own_instance_id(os.environ.get("ALIBABA_CLOUD_METADATA_ENDPOINT") or DEFAULT_METADATA_ENDPOINT)
         harden(args.region, instance_id, args.endpoint)
-    except (HardenError, ValueError) as exc:
+    except (CloudError, ValueError) as exc:
         print(f"finetune: {exc}", file=sys.stderr)
         return 1
     print(f"finetune: {instance_id} reads its metadata in the hardened mode only (HttpTokens=required)")

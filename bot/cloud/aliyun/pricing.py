@@ -12,9 +12,10 @@ from typing import Any
 
 from alibabacloud_ecs20140526 import models as ecs_models
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.api import AliyunApi
+from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import log_once
+from bot.errors import CloudRefused, CloudUnavailable
 from handlers.jobs import Market
 from handlers.spot.zones import SpotPrice, latest_prices, stock_availability
 
@@ -59,7 +60,7 @@ class AliyunPricing:
                     instance_type not in origin or at > origin[instance_type][0]
                 ):
                     origin[instance_type] = (at, float(item["OriginPrice"]))
-        except (AliyunApiError, AliyunUnavailable, KeyError, TypeError, ValueError) as exc:
+        except (CloudRefused, CloudUnavailable, KeyError, TypeError, ValueError) as exc:
             log_once(log, "spot-prices", "spot price history unavailable (%s); zones ordered without prices", exc)
             return {}, {}
         origins = {instance_type: price for instance_type, (_, price) in origin.items()}
@@ -95,7 +96,7 @@ class AliyunPricing:
             reply = await self.api.ecs("describe_price", request)
             price_info = reply["PriceInfo"]["Price"]
             price = float(price_info.get("TradePrice", price_info.get("OriginalPrice")))
-        except (AliyunApiError, AliyunUnavailable, KeyError, TypeError, ValueError) as exc:
+        except (CloudRefused, CloudUnavailable, KeyError, TypeError, ValueError) as exc:
             log_once(log, f"price:{instance_type}", "no on-demand price for %s (%s)", instance_type, exc)
             return cached[0] if cached is not None else None
         self._on_demand[instance_type] = (price, time.monotonic())
@@ -137,7 +138,7 @@ class AliyunPricing:
                         if supported.get("Value") == instance_type:
                             status = str(supported.get("StatusCategory") or status)
                 found.append((str(zone["ZoneId"]), status))
-        except (AliyunApiError, AliyunUnavailable, KeyError, TypeError, AttributeError) as exc:
+        except (CloudRefused, CloudUnavailable, KeyError, TypeError, AttributeError) as exc:
             log_once(log, "stock", "available resources unavailable (%s); zones ordered without stock", exc)
             return []
         self._stock[instance_type] = (time.monotonic(), found)

@@ -1,6 +1,6 @@
 """Alibaba Cloud: preemptible ECS instances (or a pool of Auto Scaling groups) running the runner from an image.
 
-A launch uploads the attempt's spec to OSS first (its S3-compatible API, virtual-hosted addressing: oss_objects.py),
+A launch uploads the attempt's spec to OSS first (its S3-compatible API, virtual-hosted addressing: objects.py),
 then starts a preemptible instance whose user-data only points the runner's systemd unit at that object, with the
 bucket's *internal* endpoint and the attempt's own report key (never a secret of the bot's; why there: see
 :meth:`AliyunCloud.user_data`), and the instance runs in the hardened metadata mode (``HttpTokens=required``).
@@ -30,12 +30,13 @@ attempt the bot assumes that role with an inline policy naming only the job's pr
 report key (:mod:`handlers.sealed_keys`), rewrites it before it expires (bot/storage_renewal.py) and deletes it with
 the instance.
 
-Every SDK call runs in a worker thread (:mod:`bot.cloud.aliyun_api`). Prices are in the currency of the account's
+Every SDK call runs in a worker thread (:mod:`bot.cloud.aliyun.api`). Prices are in the currency of the account's
 site (CNY on the China site, USD on the international one), per hour.
 
-This module composes the parts: settings (aliyun_settings), prices and stock (aliyun_pricing), ECS instances
-(aliyun_instances), the scaling-group mode (aliyun_scaling), OSS objects (oss_objects); the launch loop is
-:mod:`bot.cloud.launching`. What stays here: the spec and user data, the storage token, interrupt tests and stops.
+This module composes the parts of the package: settings, the API client (api; the SDK's errors mapped once: errors),
+prices and stock (pricing), ECS instances (instances), the scaling-group mode (scaling), OSS objects (objects); the
+launch is :mod:`bot.cloud.launching`. What stays here: the launch's steps, the spec and user data, the storage token,
+interrupt tests and stops.
 """
 
 from __future__ import annotations
@@ -46,17 +47,17 @@ from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_instances import LIVE_STATUSES, AliyunError, AliyunInstances, tags_of
-from bot.cloud.aliyun_placement import AliyunPlacement
-from bot.cloud.aliyun_pricing import AliyunPricing
-from bot.cloud.aliyun_scaling import AliyunGroups
-from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.api import AliyunApi
+from bot.cloud.aliyun.instances import LIVE_STATUSES, AliyunInstances, tags_of
+from bot.cloud.aliyun.objects import OssObjects
+from bot.cloud.aliyun.placement import AliyunPlacement
+from bot.cloud.aliyun.pricing import AliyunPricing
+from bot.cloud.aliyun.scaling import AliyunGroups
+from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
-from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
-from bot.cloud.oss_objects import OssObjects
+from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.cloud.user_data import runner_boot_script
-from bot.errors import ConfigError, ObjectStoreError
+from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError
 from handlers.attempt_keys import StorageCredentials
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
@@ -80,7 +81,7 @@ from handlers.storage_sessions import SESSION_SECONDS, aliyun_session_policy, du
 log = logging.getLogger(__name__)
 
 # a sealed token that could not be written
-TOKEN_FAILURES = (AliyunApiError, AliyunUnavailable, ObjectStoreError, ValueError)
+TOKEN_FAILURES = (CloudRefused, CloudUnavailable, ObjectStoreError, ValueError)
 
 
 class AliyunCloud:
@@ -130,7 +131,7 @@ class AliyunCloud:
         return f"{self.settings.prefix}{job_id}/{control_key(attempt)}"
 
     async def release_gang_placement(self, job_id: str) -> None:
-        """Delete the job's deployment set (none, or gone: fine; AliyunError while ECS still counts a node in it,
+        """Delete the job's deployment set (none, or gone: fine; CloudError while ECS still counts a node in it,
         so the caller tries again)."""
         await self.gangs.release(job_id)
         self.instances.deployment_sets.pop(job_id, None)
@@ -152,51 +153,61 @@ class AliyunCloud:
 
         ``avoid_zones``: zones where this job was just reclaimed or failed; they are tried last. ``zone``: there only.
         ``gang``: a gang node, launched into the job's deployment set (found or made here:
-        :mod:`bot.cloud.aliyun_placement`); the bot pins every node after the first to the first one's zone.
+        :mod:`bot.cloud.aliyun.placement`); the bot pins every node after the first to the first one's zone.
 
         The scaling-group mode refuses gangs (LaunchError): each group of its pool runs one instance and ESS replaces
         it by itself, while a gang is N attempts whose lost node only the bot replaces (into the same deployment set
         and zone, then a regroup of the survivors); a group replacing on its own would race that.
         """
-        if not instance_types:
-            raise LaunchError("the recipe lists no instance types for aliyun")
-        if gang is not None and self.settings.mode == "scaling-group":
-            raise LaunchError(
-                f"{spec.job_id} is a multi-node job: aliyun.mode scaling-group runs one instance per group, so gangs "
-                "need aliyun.mode instances"
-            )
+        return await launch_attempt(
+            self, spec, instance_types, market, avoid_zones=avoid_zones, zone=zone, gang=gang
+        )
+
+    # the steps of the launch (bot.cloud.launching.LaunchSteps)
+
+    @property
+    def launch_calls(self) -> AliyunInstances:
+        return self.instances
+
+    @property
+    def max_launch_failures(self) -> int | None:
+        return self.settings.max_launch_failures
+
+    def group_mode(self) -> str | None:
+        if self.settings.mode != "scaling-group":
+            return None
+        return "aliyun.mode scaling-group runs one instance per group, so gangs need aliyun.mode instances"
+
+    async def prepare_launch(self, spec: JobSpec) -> tuple[JobSpec, str]:
         spec = self._complete_spec(spec)
         spec_uri = await self._upload_spec(spec)
-        script = self.user_data(spec_uri, spec.job_id, spec.attempt, spec.key_salt)
-        if gang is not None:
-            found = await self.gangs.ensure_set(gang.job_id, spec.attempt)
-            self.instances.deployment_sets[gang.job_id] = found
-        if self.settings.mode == "scaling-group":
-            instance = await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
-        else:
-            instance = await launch_instance(
-                self.instances,
-                spec,
-                script,
-                instance_types,
-                market,
-                avoid_zones=avoid_zones,
-                zone=zone,
-                max_failures=self.settings.max_launch_failures,
-                gang=gang,
-            )
+        return spec, self.user_data(spec_uri, spec.job_id, spec.attempt, spec.key_salt)
+
+    async def place_gang(self, gang: GangPlacement, spec: JobSpec) -> None:
+        found = await self.gangs.ensure_set(gang.job_id, spec.attempt)
+        self.instances.deployment_sets[gang.job_id] = found
+
+    async def launch_in_group(
+        self,
+        spec: JobSpec,
+        script: str,
+        instance_types: list[str],
+        market: Market,
+        avoid_zones: Collection[str],
+        zone: str | None,
+    ) -> Instance:
+        return await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
+
+    def handover(self, spec: JobSpec, instance: Instance) -> Handover | None:
+        """With a runner storage role, the attempt's sealed storage token: an instance without it could read
+        nothing. Without one, nothing."""
         if not self.renews_storage:
-            return instance
-        return await hand_over(  # the launch's last step: an instance without its token could read nothing
-            spec,
-            instance,
+            return None
+        return Handover(
             lambda: self._write_token(spec.job_id, spec.attempt, spec.key_salt, instance.instance_id),
-            failures=TOKEN_FAILURES,
-            release=self.terminate,
-            what=(
-                f"hand {spec.job_id} attempt {spec.attempt} its storage token on {instance.instance_id} "
-                f"(oss://{self.settings.bucket}/{ATTEMPT_KEYS_PREFIX}…)"
-            ),
+            TOKEN_FAILURES,
+            f"hand {spec.job_id} attempt {spec.attempt} its storage token on {instance.instance_id} "
+            f"(oss://{self.settings.bucket}/{ATTEMPT_KEYS_PREFIX}…)",
         )
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
@@ -235,7 +246,7 @@ class AliyunCloud:
         key = self.spec_key(spec.job_id, spec.attempt)
         try:
             await self.oss.put(key, spec.model_dump_json().encode())
-        except (AliyunApiError, AliyunUnavailable, ObjectStoreError) as exc:
+        except (CloudRefused, CloudUnavailable, ObjectStoreError) as exc:
             raise LaunchError(f"could not upload the spec to oss://{self.settings.bucket}/{key}: {exc}") from exc
         return f"oss://{self.settings.bucket}/{key}"
 
@@ -265,7 +276,7 @@ class AliyunCloud:
             )
         except (KeyError, ValueError) as exc:  # pydantic's ValidationError is a ValueError; no secret in the text
             shape = type(exc).__name__
-            raise AliyunUnavailable(f"AssumeRole: STS answered credentials of an unexpected shape ({shape})") from None
+            raise CloudUnavailable(f"AssumeRole: STS answered credentials of an unexpected shape ({shape})") from None
 
     async def _write_token(self, job_id: str, attempt: int, key_salt: str, instance_id: str) -> None:
         """A fresh token, sealed with the attempt's report key for ``instance_id`` (handlers/sealed_keys.py)."""
@@ -277,13 +288,13 @@ class AliyunCloud:
 
     async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str, *, key_salt: str) -> None:
         """Rewrite the attempt's sealed token with a fresh one (bot/storage_renewal.py, for every live attempt well
-        before the last one expires). AliyunError when STS or OSS would not."""
+        before the last one expires). CloudError when STS or OSS would not."""
         if not self.renews_storage:
             return
         await renew(
             lambda: self._write_token(job_id, attempt, key_salt, instance_id),
             failures=TOKEN_FAILURES,
-            error=AliyunError,
+            error=CloudError,
             what=f"the storage token of {job_id} attempt {attempt} on {instance_id}",
         )
 
@@ -339,11 +350,11 @@ class AliyunCloud:
                 if group_id is not None:
                     try:
                         await self.groups.set_desired(group_id, 0)
-                    except AliyunApiError as exc:
+                    except CloudRefused as exc:
                         log.warning("could not set group %s to 0: %s", group_id, exc)
             await self.instances.delete(instance_id)
-        except (AliyunApiError, AliyunUnavailable) as exc:
-            raise AliyunError(f"could not release {instance_id}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise CloudError(f"could not release {instance_id}: {exc}") from exc
         await self._delete_token(instance_id)
 
     async def stop_runner(self, instance_id: str) -> None:
@@ -357,7 +368,7 @@ class AliyunCloud:
         instance, job_id, attempt = await self.instances.job_of(instance_id)
         status = str(instance.get("Status", ""))
         if status not in LIVE_STATUSES:
-            raise AliyunError(f"instance {instance_id} is {status or 'gone'}: nothing to interrupt")
+            raise CloudError(f"instance {instance_id} is {status or 'gone'}: nothing to interrupt")
         grace = self.settings.interrupt_test_grace_seconds
         deadline = datetime.now(UTC) + timedelta(seconds=grace)
         key = await self._write_control(job_id, attempt, InterruptTestControl(deadline=deadline))
@@ -374,14 +385,14 @@ class AliyunCloud:
     ) -> None:
         """A gang node's regroup, in its own control object on OSS (``<prefix><job>/control/attempt-<n>/generation-<g>/
         node-<k>.json``, under the bot's grant for ``jobs/*/control/*``), where its runner polls. Only for an attempt
-        with a live instance tagged for it, as a stop goes only to an instance tagged for its job: AliyunError
+        with a live instance tagged for it, as a stop goes only to an instance tagged for its job: CloudError
         (nothing written) otherwise."""
         try:
             found = await self.instances.live_instance(job_id, attempt)
-        except (AliyunApiError, AliyunUnavailable) as exc:
-            raise AliyunError(f"could not look up the instance of {job_id} attempt {attempt}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise CloudError(f"could not look up the instance of {job_id} attempt {attempt}: {exc}") from exc
         if found is None:
-            raise AliyunError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
+            raise CloudError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
         key = f"{self.settings.prefix}{job_id}/{node_control_key(attempt, generation, node_rank)}"
         await self._write_control(job_id, attempt, control, key)
 
@@ -405,8 +416,8 @@ class AliyunCloud:
         key = key or self.control_key(job_id, attempt)
         try:
             await self.oss.put(key, dump_control(request))
-        except (AliyunApiError, AliyunUnavailable, ObjectStoreError) as exc:
-            raise AliyunError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable, ObjectStoreError) as exc:
+            raise CloudError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
         return key
 
     async def _release_after(self, instance_id: str, seconds: float) -> None:
@@ -414,7 +425,7 @@ class AliyunCloud:
         await asyncio.sleep(seconds)
         try:
             await self.instances.delete(instance_id)
-        except (AliyunApiError, AliyunUnavailable) as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             log.warning("interrupt test: could not release %s: %s", instance_id, exc)
             return
         log.info("interrupt test: released %s after %g s", instance_id, seconds)
@@ -433,4 +444,7 @@ if TYPE_CHECKING:  # AliyunCloud must stay a CloudProvider (mypy checks this lin
         return cloud
 
     def _regroups(cloud: AliyunCloud) -> RegroupsGangs:
+        return cloud
+
+    def _launches(cloud: AliyunCloud) -> LaunchSteps:
         return cloud

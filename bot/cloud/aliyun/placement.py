@@ -15,10 +15,10 @@ import logging
 
 from alibabacloud_ecs20140526 import models as ecs_models
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_instances import AliyunError
+from bot.cloud.aliyun.api import AliyunApi
 from bot.cloud.base import LaunchError
 from bot.cloud.launching import client_token
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class AliyunPlacement:
                 client_token=client_token("deployment-set", job_id, attempt),
             )
             reply = await self.api.ecs("create_deployment_set", request)
-        except (AliyunApiError, AliyunUnavailable) as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise LaunchError(f"could not find or make the deployment set {name}: {exc}") from exc
         made = str(reply.get("DeploymentSetId") or "")
         if not made:
@@ -71,8 +71,8 @@ class AliyunPlacement:
         return made
 
     async def release(self, job_id: str) -> None:
-        """Delete the job's deployment set (none, or gone meanwhile: fine). AliyunError when ECS would not (while a
-        node of it is still being released, say), AliyunUnavailable when it did not answer: the caller tries again."""
+        """Delete the job's deployment set (none, or gone meanwhile: fine). CloudError when ECS would not (while a
+        node of it is still being released, say), CloudUnavailable when it did not answer: the caller tries again."""
         name = deployment_set_name(job_id)
         try:
             for found in await self._find(job_id):
@@ -81,9 +81,9 @@ class AliyunPlacement:
                         "delete_deployment_set",
                         ecs_models.DeleteDeploymentSetRequest(region_id=self.region, deployment_set_id=found),
                     )
-                except AliyunApiError as exc:
+                except CloudRefused as exc:
                     if exc.code not in _GONE:
                         raise
                 log.info("%s: deleted the deployment set %s (%s)", job_id, name, found)
-        except AliyunApiError as exc:
-            raise AliyunError(f"could not delete the deployment set {name}: {exc}") from exc
+        except CloudRefused as exc:
+            raise CloudError(f"could not delete the deployment set {name}: {exc}") from exc

@@ -7,15 +7,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done, reason, tags_of
-from bot.cloud.aws_placement import AwsPlacement, efa_interface, placement_group_name
-from bot.cloud.aws_pricing import AwsPricing
-from bot.cloud.aws_settings import REGION, AwsSettings
-from bot.cloud.aws_zones import AwsZones
+from bot.cloud.aws.clients import AwsClients, not_done, reason, tags_of
+from bot.cloud.aws.placement import AwsPlacement, efa_interface, placement_group_name
+from bot.cloud.aws.pricing import AwsPricing
+from bot.cloud.aws.settings import REGION, AwsSettings
+from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import GangPlacement, Instance, LaunchError
-from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import (
     ATTEMPT_TAG,
     JOB_TAG,
@@ -27,6 +24,7 @@ from bot.cloud.launching import (
     tags_of_spec,
 )
 from bot.cloud.user_data import runner_boot_script
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 from handlers.jobs import Market
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
@@ -72,7 +70,7 @@ def _listed(instance: Mapping[str, Any]) -> CloudInstance:
 class AwsInstances:
     """EC2's side of a launch (one :class:`~bot.cloud.launching.InstanceCalls`) and of an instance's life after."""
 
-    refusals: tuple[type[Exception], ...] = (ClientError,)
+    refusals: tuple[type[Exception], ...] = (CloudRefused,)
 
     def __init__(
         self,
@@ -92,7 +90,7 @@ class AwsInstances:
         return classify_launch_error(code)
 
     def refusal(self, exc: Exception) -> tuple[str, str]:
-        return error_of(exc) if isinstance(exc, ClientError) else ("", str(exc))
+        return (exc.code, exc.message) if isinstance(exc, CloudRefused) else ("", str(exc))
 
     async def zones(self) -> list[str]:
         return await self.placement.zones()
@@ -110,7 +108,7 @@ class AwsInstances:
         """The live instance already tagged with this (job, attempt), if any."""
         try:
             found = await self.live_instance(spec.job_id, spec.attempt)
-        except FAILED as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise LaunchError(f"EC2 did not answer DescribeInstances: {exc}") from exc
         if found is None:
             return None
@@ -192,7 +190,7 @@ class AwsInstances:
         ec2 = await self.clients.get("ec2", retries=False)
         try:
             reply = await ec2.run_instances(**params)
-        except NO_ANSWER as exc:
+        except CloudUnavailable as exc:
             raise LaunchError(f"EC2 did not answer RunInstances: {exc}") from exc
         started = reply["Instances"][0]
         return Started(str(started["InstanceId"]), str(started.get("PrivateIpAddress") or "") or None)
@@ -201,12 +199,12 @@ class AwsInstances:
         ec2 = await self.clients.get("ec2")
         try:
             reply = await ec2.describe_instances(InstanceIds=[instance_id])
-        except ClientError as exc:
-            if error_of(exc)[0] in NOT_FOUND_INSTANCE:
+        except CloudRefused as exc:
+            if exc.code in NOT_FOUND_INSTANCE:
                 return None
-            raise AwsError(f"could not look up instance {instance_id}: {reason(exc)}") from exc
-        except NO_ANSWER as exc:
-            raise AwsUnavailable(f"EC2 did not answer DescribeInstances for {instance_id}: {exc}") from exc
+            raise CloudError(f"could not look up instance {instance_id}: {reason(exc)}") from exc
+        except CloudUnavailable as exc:
+            raise CloudUnavailable(f"EC2 did not answer DescribeInstances for {instance_id}: {exc}") from exc
         for reservation in reply.get("Reservations", []):
             for instance in reservation.get("Instances", []):
                 return dict(instance)
@@ -216,8 +214,8 @@ class AwsInstances:
         """The instance, its job id and attempt number, from the tags the launch put on it."""
         instance = await self.describe(instance_id)
         if instance is None:
-            raise AwsError(f"instance {instance_id} does not exist")
-        job_id, attempt = attempt_of(tags_of(instance), instance_id, AwsError)
+            raise CloudError(f"instance {instance_id} does not exist")
+        job_id, attempt = attempt_of(tags_of(instance), instance_id, CloudError)
         return instance, job_id, attempt
 
     async def list_instances(self) -> list[CloudInstance]:
@@ -231,7 +229,7 @@ class AwsInstances:
             async for page in pages:
                 for reservation in page.get("Reservations", []):
                     found.extend(_listed(instance) for instance in reservation.get("Instances", []))
-        except FAILED as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise not_done(exc, f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
         return found
 
@@ -241,8 +239,8 @@ class AwsInstances:
         ec2 = await self.clients.get("ec2")
         try:
             await ec2.terminate_instances(InstanceIds=[instance_id])
-        except ClientError as exc:
-            if error_of(exc)[0] not in NOT_FOUND_INSTANCE:
-                raise AwsError(f"could not terminate {instance_id}: {reason(exc)}") from exc
-        except NO_ANSWER as exc:
-            raise AwsUnavailable(f"EC2 did not answer TerminateInstances for {instance_id}: {exc}") from exc
+        except CloudRefused as exc:
+            if exc.code not in NOT_FOUND_INSTANCE:
+                raise CloudError(f"could not terminate {instance_id}: {reason(exc)}") from exc
+        except CloudUnavailable as exc:
+            raise CloudUnavailable(f"EC2 did not answer TerminateInstances for {instance_id}: {exc}") from exc

@@ -13,12 +13,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from bot.cloud.aws_clients import AwsClients, AwsError, not_done, reason
+from bot.cloud.aws.clients import AwsClients, not_done, reason
 from bot.cloud.base import LaunchError, log_once
-from bot.cloud.botocore_errors import FAILED, NO_ANSWER, error_of
 from bot.cloud.launching import JOB_TAG, MANAGED_TAG
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -61,27 +59,27 @@ class AwsPlacement:
                 Strategy="cluster",
                 TagSpecifications=[{"ResourceType": "placement-group", "Tags": tags}],
             )
-        except ClientError as exc:
-            if error_of(exc)[0] in _EXISTS:  # an earlier node of the gang (or a launch tried again) made it
+        except CloudRefused as exc:
+            if exc.code in _EXISTS:  # an earlier node of the gang (or a launch tried again) made it
                 return name
             raise LaunchError(f"could not make the placement group {name}: {reason(exc)}") from exc
-        except NO_ANSWER as exc:
+        except CloudUnavailable as exc:
             raise LaunchError(f"EC2 did not answer CreatePlacementGroup for {name}: {exc}") from exc
         log.info("%s: made the cluster placement group %s", job_id, name)
         return name
 
     async def release(self, job_id: str) -> None:
-        """DeletePlacementGroup (one already gone, or never made, is fine). AwsError while EC2 still counts an
+        """DeletePlacementGroup (one already gone, or never made, is fine). CloudError while EC2 still counts an
         instance in it (``InvalidPlacementGroup.InUse``: a node still shutting down), so the caller tries again."""
         name = placement_group_name(job_id)
         ec2 = await self.clients.get("ec2")
         try:
             await ec2.delete_placement_group(GroupName=name)
-        except ClientError as exc:
-            if error_of(exc)[0] in _GONE:
+        except CloudRefused as exc:
+            if exc.code in _GONE:
                 return
-            raise AwsError(f"could not delete the placement group {name}: {reason(exc)}") from exc
-        except NO_ANSWER as exc:
+            raise CloudError(f"could not delete the placement group {name}: {reason(exc)}") from exc
+        except CloudUnavailable as exc:
             raise not_done(exc, f"EC2 did not answer DeletePlacementGroup for {name}: {exc}") from exc
         log.info("%s: deleted the placement group %s", job_id, name)
 
@@ -95,7 +93,7 @@ class AwsPlacement:
         ec2 = await self.clients.get("ec2")
         try:
             reply = await ec2.describe_instance_types(InstanceTypes=[instance_type])
-        except FAILED as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise LaunchError(f"EC2 would not say whether {instance_type} has EFA: {exc}") from exc
         found = reply.get("InstanceTypes") or [{}]
         supported = bool(found[0].get("NetworkInfo", {}).get("EfaSupported", False))

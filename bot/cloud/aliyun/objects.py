@@ -8,7 +8,7 @@ botocore's checksum trailers, which OSS rejects; five attempts in botocore's sta
 with the credentials of that moment, because the RAM role's STS key rotates.
 
 Errors are mapped here, at the edge, to the object-storage family of ``bot/errors.py``, as AWS's S3 writes are
-(:func:`bot.cloud.botocore_errors.object_errors`): OSS answering with an error code becomes
+(:func:`bot.cloud.aws.errors.object_errors`): OSS answering with an error code becomes
 :class:`~bot.errors.ObjectRefused`; a 5xx still failing after botocore's retries, no answer at all, or a reply
 botocore cannot parse becomes :class:`~bot.errors.ObjectStoreUnavailable`. The credentials callable raises the
 cloud's own errors.
@@ -23,8 +23,8 @@ from typing import Any, Literal
 import aioboto3  # type: ignore[import-untyped]
 from botocore.config import Config
 
-from bot.cloud.aliyun_api import Credentials
-from bot.cloud.botocore_errors import object_errors
+from bot.cloud.aliyun.api import Credentials
+from bot.cloud.aws.errors import object_errors
 
 MAX_ATTEMPTS = 5  # per request, botocore's own retries included (as the runner's store does for OSS)
 

@@ -1,4 +1,4 @@
-"""The local cloud: an "instance" is a process of its own on this machine (see :mod:`bot.cloud.local_instance`)
+"""The local cloud: an "instance" is a process of its own on this machine (see :mod:`bot.cloud.local.instance`)
 running the runner, with its own metadata endpoint in the cloud's dialect.
 
 It behaves like EC2 Spot (or, with ``dialect="aliyun"``, a preemptible ECS instance) where it matters: an interrupt test
@@ -7,12 +7,12 @@ period is over, so the runner's real notice path runs; an instance whose runner 
 about it as a cloud event on its events stream, as it would from EventBridge.
 
 The instances belong to the cloud, not to a replica: each registers itself in the shared Redis
-(:mod:`bot.cloud.local_registry`), so any replica launches, interrupt-tests, stops or terminates any of them through its
+(:mod:`bot.cloud.local.registry`), so any replica launches, interrupt-tests, stops or terminates any of them through its
 control endpoint, and a restarted bot finds them again (:meth:`LocalCloud.instances`). Their runners' reports go
 through the instance to whichever replica is alive. A launch is idempotent per (job, attempt): the instance id is
 derived from them, and a launch retried after a crash returns the instance the first one started.
 
-An instance gets what a real one would (:mod:`bot.cloud.local_env`): its spec, its attempt's report key, its
+An instance gets what a real one would (:mod:`bot.cloud.local.env`): its spec, its attempt's report key, its
 metadata endpoint and the process basics; never the bot's own environment (chat tokens, the master report secret).
 
 Zones and spot capacity: the cloud has ``zones`` (``local-a`` alone by default), each with spot capacity until
@@ -42,9 +42,9 @@ import aiohttp
 import redis.asyncio as aioredis
 
 from bot.cloud.base import CloudError, ForeignInstance, GangPlacement, Instance, LaunchError
-from bot.cloud.local_env import instance_environment
-from bot.cloud.local_instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
-from bot.cloud.local_registry import LocalInstanceRecord, LocalRegistry, local_instance_id
+from bot.cloud.local.env import instance_environment
+from bot.cloud.local.instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
+from bot.cloud.local.registry import LocalInstanceRecord, LocalRegistry, local_instance_id
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.layout import is_cluster_client
 from handlers.gang import LOOPBACK
@@ -275,7 +275,7 @@ class LocalCloud:
                 process = await asyncio.create_subprocess_exec(
                     sys.executable,
                     "-m",
-                    "bot.cloud.local_instance",
+                    "bot.cloud.local.instance",
                     str(home / "instance.json"),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file,
@@ -448,7 +448,7 @@ def _is_instance_of(pid: int, instance_id: str) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"bot.cloud.local_instance" in cmdline and instance_id.encode() in cmdline
+    return b"bot.cloud.local.instance" in cmdline and instance_id.encode() in cmdline
 
 
 def _is_runner_of(pid: int, instance_id: str) -> bool:

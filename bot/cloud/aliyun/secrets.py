@@ -5,8 +5,8 @@ master report secret, the webhook token, the DingTalk secret) and its config fil
 in two KMS secrets; the instance's user data holds none of them (user data is readable by any process on the
 instance through the metadata service, and by anyone allowed ``DescribeUserData``). Its boot script runs::
 
-    python -m bot.cloud.aliyun_secrets --region cn-hangzhou env-file finetune-bot/env >> bot.env
-    python -m bot.cloud.aliyun_secrets --region cn-hangzhou value finetune-bot/config > config.yaml
+    python -m bot.cloud.aliyun.secrets --region cn-hangzhou env-file finetune-bot/env >> bot.env
+    python -m bot.cloud.aliyun.secrets --region cn-hangzhou value finetune-bot/config > config.yaml
 
 ``env-file`` prints a secret of ``NAME=value`` lines for a systemd environment file, all or nothing: a missing
 secret, or a line that file would read otherwise than as written, prints nothing and exits 1 naming the secret and
@@ -33,9 +33,10 @@ from alibabacloud_tea_openapi.client import Client as OpenApiClient
 from alibabacloud_tea_openapi.utils_models import Config, OpenApiRequest
 from darabonba.runtime import RuntimeOptions
 
-from bot.cloud.aliyun_rpc import ANSWERED_ERROR, NO_ANSWER, NOT_SENT, rpc_params
-from bot.cloud.aliyun_settings import endpoint_parts
-from bot.errors import CloudError, CloudUnavailable
+from bot.cloud.aliyun.errors import cloud_errors
+from bot.cloud.aliyun.rpc import rpc_params
+from bot.cloud.aliyun.settings import endpoint_parts
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
 KMS_VERSION = "2016-01-20"
 CONNECT_TIMEOUT_MS = 5_000
@@ -62,14 +63,6 @@ def boot_config(region: str, endpoint: str) -> Config:
     return config
 
 
-class SecretError(CloudError):
-    """A secret the store would not give (the message names it, never its value)."""
-
-
-class SecretsUnavailable(SecretError, CloudUnavailable):
-    """KMS did not answer (network, timeout): worth another try while the instance boots."""
-
-
 class KmsSecrets:
     """``GetSecretValue`` of KMS Secrets Manager in one region (endpoint default ``kms.<region>.aliyuncs.com``)."""
 
@@ -80,23 +73,22 @@ class KmsSecrets:
         )
 
     def get(self, name: str) -> str:
-        """The current version of secret ``name``; SecretError when KMS refuses, SecretsUnavailable when silent."""
+        """The current version of secret ``name``; CloudError when KMS refuses, CloudUnavailable when silent."""
         if not _SECRET_NAME.fullmatch(name):
-            raise SecretError(f"{name!r} is not a secret name")
+            raise CloudError(f"{name!r} is not a secret name")
         params = rpc_params("GetSecretValue", KMS_VERSION)
         try:
-            request = OpenApiRequest(query={"SecretName": name})
-            answer: dict[str, Any] = self._client.call_api(params, request, self._runtime)
-        except ANSWERED_ERROR as exc:
-            raise SecretError(f"KMS refused secret {name}: {getattr(exc, 'code', None)}") from None
-        except NOT_SENT as exc:
-            raise SecretError(f"the SDK would not ask KMS for secret {name}: {type(exc).__name__}") from None
-        except NO_ANSWER as exc:
-            raise SecretsUnavailable(f"KMS did not answer for secret {name}: {type(exc).__name__}") from None
+            with cloud_errors("GetSecretValue", "KMS"):
+                request = OpenApiRequest(query={"SecretName": name})
+                answer: dict[str, Any] = self._client.call_api(params, request, self._runtime)
+        except CloudRefused as exc:  # one line, naming the secret and the code only
+            raise CloudError(f"KMS refused secret {name}: {exc.code}") from None
+        except CloudUnavailable as exc:
+            raise CloudUnavailable(f"KMS did not answer for secret {name}: {type(exc.__cause__).__name__}") from None
         body = answer.get("body") or {}
         data = body.get("SecretData") if isinstance(body, dict) else None
         if not isinstance(data, str) or body.get("SecretDataType", "text") != "text":
-            raise SecretError(f"secret {name} holds no text value")
+            raise CloudError(f"secret {name} holds no text value")
         return data
 
 
@@ -105,7 +97,7 @@ def fetch(get: Callable[[str], str], name: str, attempts: int = ATTEMPTS, pause:
     for attempt in range(attempts):
         try:
             return get(name)
-        except SecretsUnavailable:
+        except CloudUnavailable:
             if attempt == attempts - 1:
                 raise
             time.sleep(pause * 2**attempt)
@@ -114,19 +106,19 @@ def fetch(get: Callable[[str], str], name: str, attempts: int = ATTEMPTS, pause:
 
 def env_file(get: Callable[[str], str], secret: str) -> str:
     """Secret ``secret`` checked line by line as ``NAME=value`` (a value of printable ASCII without quotes, spaces
-    or backslashes, which systemd reads as written); SecretError naming the first line that is not."""
+    or backslashes, which systemd reads as written); CloudError naming the first line that is not."""
     lines = fetch(get, secret).strip("\n").split("\n")
     for number, line in enumerate(lines, 1):
         variable, equals, value = line.partition("=")
         if not equals or not _ENV_NAME.fullmatch(variable):
-            raise SecretError(f"secret {secret} line {number} is not NAME=value")
+            raise CloudError(f"secret {secret} line {number} is not NAME=value")
         if not _ENV_VALUE.fullmatch(value):
-            raise SecretError(f"secret {secret}: {variable} holds characters an environment file would not keep")
+            raise CloudError(f"secret {secret}: {variable} holds characters an environment file would not keep")
     return "".join(line + "\n" for line in lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bot.cloud.aliyun_secrets", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bot.cloud.aliyun.secrets", description=__doc__.splitlines()[0])
     parser.add_argument("--region", required=True)
     parser.add_argument("--endpoint", help="KMS endpoint (default kms.<region>.aliyuncs.com)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -141,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(env_file(store.get, args.name))
         else:
             sys.stdout.write(fetch(store.get, args.name))
-    except (SecretError, ValueError) as exc:
+    except (CloudError, ValueError) as exc:
         print(f"finetune: {exc}", file=sys.stderr)
         return 1
     return 0

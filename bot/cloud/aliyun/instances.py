@@ -14,10 +14,10 @@ from typing import Any
 
 from alibabacloud_ecs20140526 import models as ecs_models
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_pricing import AliyunPricing
-from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
-from bot.cloud.base import CloudError, GangPlacement, Instance, LaunchError
+from bot.cloud.aliyun.api import AliyunApi
+from bot.cloud.aliyun.pricing import AliyunPricing
+from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
+from bot.cloud.base import GangPlacement, Instance, LaunchError
 from bot.cloud.launching import (
     ATTEMPT_TAG,
     JOB_TAG,
@@ -28,6 +28,7 @@ from bot.cloud.launching import (
     priced,
     tags_of_spec,
 )
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 from handlers.jobs import Market
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
@@ -38,10 +39,6 @@ log = logging.getLogger(__name__)
 LIST_PAGE_SIZE = 100  # DescribeInstances' largest page
 LIVE_STATUSES = frozenset({"Pending", "Starting", "Running"})
 _NOT_FOUND = frozenset({"InvalidInstanceId.NotFound", "InvalidInstanceIds.NotFound", "InvalidInstance.NotFound"})
-
-
-class AliyunError(CloudError):
-    """A terminate, an interrupt test, a stop or a listing Alibaba Cloud did not do; the message says what to fix."""
 
 
 def spot_strategy(settings: AliyunSettings, market: Market) -> str:
@@ -81,7 +78,7 @@ def _listed(instance: dict[str, Any]) -> CloudInstance:
 class AliyunInstances:
     """ECS's side of a launch (one :class:`~bot.cloud.launching.InstanceCalls`) and of an instance's life after."""
 
-    refusals: tuple[type[Exception], ...] = (AliyunApiError,)
+    refusals: tuple[type[Exception], ...] = (CloudRefused,)
 
     def __init__(self, settings: AliyunSettings, api: AliyunApi, pricing: AliyunPricing) -> None:
         self.settings = settings
@@ -93,7 +90,7 @@ class AliyunInstances:
         return classify_aliyun_launch_error(code)
 
     def refusal(self, exc: Exception) -> tuple[str, str]:
-        return (exc.code, exc.message) if isinstance(exc, AliyunApiError) else ("", str(exc))
+        return (exc.code, exc.message) if isinstance(exc, CloudRefused) else ("", str(exc))
 
     async def zones(self) -> list[str]:
         return candidate_zones(self.settings)
@@ -114,7 +111,7 @@ class AliyunInstances:
         where the client token of the first try would not help)."""
         try:
             found = await self.live_instance(spec.job_id, spec.attempt)
-        except (AliyunApiError, AliyunUnavailable) as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise LaunchError(f"ECS did not answer DescribeInstances: {exc}") from exc
         if found is None:
             return None
@@ -177,16 +174,16 @@ class AliyunInstances:
             )
         try:
             reply = await self.api.ecs("run_instances", request)
-        except AliyunUnavailable:
+        except CloudUnavailable:
             # No answer: ECS may have started it all the same. The same client token returns that instance
             # instead of starting a second one.
             try:
                 reply = await self.api.ecs("run_instances", request)
-            except AliyunUnavailable as exc:
+            except CloudUnavailable as exc:
                 raise LaunchError(f"ECS did not answer RunInstances: {exc}") from exc
         ids = reply.get("InstanceIdSets", {}).get("InstanceIdSet", [])
         if not ids:
-            raise AliyunApiError("RunInstances", "NoInstance", "ECS answered without an instance id")
+            raise CloudRefused("RunInstances", "NoInstance", "ECS answered without an instance id")
         instance_id = str(ids[0])
         return Started(instance_id, await self.wait_for_address(instance_id) if gang is not None else None)
 
@@ -198,7 +195,7 @@ class AliyunInstances:
         while True:
             try:
                 found = await self.describe(instance_id)
-            except (AliyunApiError, AliyunUnavailable) as exc:
+            except (CloudRefused, CloudUnavailable) as exc:
                 log.warning("describing %s for its address failed: %s", instance_id, exc)
                 found = None
             address = private_ip_of(found) if found is not None else None
@@ -223,8 +220,8 @@ class AliyunInstances:
             )
             try:
                 reply = await self.api.ecs("describe_instances", request)
-            except (AliyunApiError, AliyunUnavailable) as exc:
-                raise AliyunError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
+            except (CloudRefused, CloudUnavailable) as exc:
+                raise CloudError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
             items = reply.get("Instances", {}).get("Instance", [])
             found.extend(_listed(item) for item in items)
             if not items or page * LIST_PAGE_SIZE >= int(reply.get("TotalCount") or 0):
@@ -245,17 +242,17 @@ class AliyunInstances:
         """The instance, its job id and attempt number, from the tags the launch put on it."""
         try:
             instance = await self.describe(instance_id)
-        except (AliyunApiError, AliyunUnavailable) as exc:
-            raise AliyunError(f"could not look up instance {instance_id}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise CloudError(f"could not look up instance {instance_id}: {exc}") from exc
         if instance is None:
-            raise AliyunError(f"instance {instance_id} does not exist")
-        job_id, attempt = attempt_of(tags_of(instance), instance_id, AliyunError)
+            raise CloudError(f"instance {instance_id} does not exist")
+        job_id, attempt = attempt_of(tags_of(instance), instance_id, CloudError)
         return instance, job_id, attempt
 
     async def delete(self, instance_id: str) -> None:
         try:
             await self.api.ecs("delete_instance", ecs_models.DeleteInstanceRequest(instance_id=instance_id, force=True))
-        except AliyunApiError as exc:
+        except CloudRefused as exc:
             if exc.code not in _NOT_FOUND:
                 raise
 

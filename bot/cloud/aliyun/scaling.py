@@ -17,10 +17,10 @@ from typing import Any
 
 from alibabacloud_ess20220222 import models as ess_models
 
-from bot.cloud.aliyun_api import AliyunApi, AliyunApiError, AliyunUnavailable
-from bot.cloud.aliyun_instances import AliyunInstances, spot_strategy
-from bot.cloud.aliyun_pricing import AliyunPricing
-from bot.cloud.aliyun_settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.api import AliyunApi
+from bot.cloud.aliyun.instances import AliyunInstances, spot_strategy
+from bot.cloud.aliyun.pricing import AliyunPricing
+from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import Instance, LaunchError
 from bot.cloud.launching import (
     JOB_TAG,
@@ -30,6 +30,7 @@ from bot.cloud.launching import (
     tags_of_spec,
     wait_for_group_instance,
 )
+from bot.errors import CloudRefused, CloudUnavailable
 from handlers.jobs import Market
 from handlers.spec import JobSpec
 from handlers.spot.zones import classify_aliyun_launch_error
@@ -102,7 +103,7 @@ class AliyunGroups:
                         v_switch_ids=vswitches,
                     ),
                 )
-            except (AliyunApiError, AliyunUnavailable) as exc:
+            except (CloudRefused, CloudUnavailable) as exc:
                 raise LaunchError(f"could not set up scaling group {group_id}: {exc}") from exc
         instance_id = await self._wait_for_group_instance(group_id, before, zone)
         described = await self.instances.describe(instance_id) or {}
@@ -169,7 +170,7 @@ class AliyunGroups:
                     free.append(dict(group))
                 else:
                     busy.append(f"{group_id} runs {owner or 'something else'}")
-        except (AliyunApiError, AliyunUnavailable) as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise LaunchError(f"could not read the scaling groups: {exc}") from exc
         if free:
             return free[0]
@@ -216,7 +217,7 @@ class AliyunGroups:
         return await wait_for_group_instance(
             f"scaling group {group_id}",
             new_instance,
-            failures=(AliyunApiError, AliyunUnavailable),
+            failures=(CloudRefused, CloudUnavailable),
             last_activity=lambda: self._last_activity(group_id),
             set_to_zero=lambda: self.set_desired(group_id, 0),
             refused=activity_refused,
@@ -233,7 +234,7 @@ class AliyunGroups:
                     region_id=self.settings.region, scaling_group_id=group_id, page_size=10
                 ),
             )
-        except (AliyunApiError, AliyunUnavailable):
+        except (CloudRefused, CloudUnavailable):
             return ""
         activities = reply.get("ScalingActivities", [])
         if not activities:

@@ -1,8 +1,8 @@
 """One local instance, in a process of its own, as an EC2 or ECS instance is a machine of its own.
 
-``python -m bot.cloud.local_instance <home>/instance.json`` is what the local cloud starts for a launch. It
+``python -m bot.cloud.local.instance <home>/instance.json`` is what the local cloud starts for a launch. It
 
-- serves the instance's metadata service (:class:`~bot.cloud.local_metadata.LocalMetadataServer`, in the
+- serves the instance's metadata service (:class:`~bot.cloud.local.metadata.LocalMetadataServer`, in the
   configured cloud's dialect), where the runner hears its spot notice;
 - serves a control endpoint for the cloud's side of things: ``interrupt-test`` (a notice now, the instance
   reclaimed when the grace period is over), ``notice`` (the notice only), ``rebalance``, ``stop`` (the runner's
@@ -12,7 +12,7 @@
 - supervises the runner, and when the runner is gone, marks itself gone in the registry and puts the
   ``instance-gone`` cloud event on the events stream, in one transaction, as EventBridge would tell the bot.
 
-Its record in the shared Redis (:mod:`bot.cloud.local_registry`) is how every replica finds it. It is the one
+Its record in the shared Redis (:mod:`bot.cloud.local.registry`) is how every replica finds it. It is the one
 process of its (job, attempt): a second start of the same instance exits with :data:`EXIT_TAKEN`. It outlives
 any replica; when Redis (the cloud's control plane here) is unreachable for longer than ``orphan_seconds``, it
 takes its runner down and exits, so nothing trains forever for nobody.
@@ -41,9 +41,9 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.bus import encode_event
-from bot.cloud.local_env import instance_environment
-from bot.cloud.local_metadata import LocalMetadataServer
-from bot.cloud.local_registry import LocalInstanceRecord
+from bot.cloud.local.env import instance_environment
+from bot.cloud.local.metadata import LocalMetadataServer
+from bot.cloud.local.registry import LocalInstanceRecord
 from bot.errors import StoreUnavailable
 from bot.header_form import LOCAL_INSTANCE_TOKEN
 from bot.keys import Keys
@@ -57,7 +57,7 @@ from handlers.notes import InterruptTestResult
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from handlers.spec import JobSpec
 
-log = logging.getLogger("bot.cloud.local_instance")
+log = logging.getLogger("bot.cloud.local.instance")
 
 EXIT_TAKEN = 3  # another process is this instance already
 TOKEN_HEADER = LOCAL_INSTANCE_TOKEN.name
@@ -385,7 +385,7 @@ class LocalInstance:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m bot.cloud.local_instance <home>/instance.json", file=sys.stderr)
+        print("usage: python -m bot.cloud.local.instance <home>/instance.json", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     path = Path(args[0])

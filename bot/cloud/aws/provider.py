@@ -13,9 +13,10 @@ refusal and the authority chooses again (another zone, on-demand, or waiting). T
 Interrupt tests are AWS FIS experiments (``aws:ec2:send-spot-instance-interruptions``); a stop is a control object the
 runner polls.
 
-This module only composes the parts, one idea each: settings (aws_settings), clients and errors (aws_clients), zones
-and subnets (aws_zones), prices and placement scores (aws_pricing), EC2 instances (aws_instances), the Auto Scaling
-mode (aws_autoscaling), FIS (aws_fis) and the S3 objects (aws_objects); the launch loop is :mod:`bot.cloud.launching`.
+This module only composes the parts of the package, one idea each: settings, clients (handed out wrapped by the one
+mapping of botocore's errors, errors), zones and subnets (zones), prices and placement scores (pricing), EC2 instances
+(instances), the Auto Scaling mode (autoscaling), FIS (fis) and the S3 objects (objects), and supplies the launch's
+steps; the launch itself is :mod:`bot.cloud.launching`.
 """
 
 from __future__ import annotations
@@ -23,19 +24,18 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Literal
 
-from bot.cloud.aws_autoscaling import GROUP_TAG, AwsGroups
-from bot.cloud.aws_clients import AwsClients, AwsError, AwsUnavailable, not_done, tags_of
-from bot.cloud.aws_fis import AwsFis
-from bot.cloud.aws_instances import AwsInstances, user_data_script
-from bot.cloud.aws_objects import KEY_FAILURES, AwsObjects
-from bot.cloud.aws_placement import AwsPlacement
-from bot.cloud.aws_pricing import AwsPricing
-from bot.cloud.aws_settings import AwsSettings
-from bot.cloud.aws_zones import AwsZones
+from bot.cloud.aws.autoscaling import GROUP_TAG, AwsGroups
+from bot.cloud.aws.clients import AwsClients, not_done, tags_of
+from bot.cloud.aws.fis import AwsFis
+from bot.cloud.aws.instances import AwsInstances, user_data_script
+from bot.cloud.aws.objects import KEY_FAILURES, AwsObjects
+from bot.cloud.aws.placement import AwsPlacement
+from bot.cloud.aws.pricing import AwsPricing
+from bot.cloud.aws.settings import AwsSettings
+from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
-from bot.cloud.botocore_errors import FAILED
-from bot.cloud.launching import check_owner, hand_over, launch_instance, renew
-from bot.errors import ConfigError, ObjectStoreError, ObjectStoreUnavailable
+from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
+from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError, ObjectStoreUnavailable
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
@@ -90,7 +90,7 @@ class AwsCloud:
         return self.objects.key_prefix_uri()
 
     async def release_gang_placement(self, job_id: str) -> None:
-        """Delete the job's cluster placement group (gone, or never made: fine; AwsError while a node of it is
+        """Delete the job's cluster placement group (gone, or never made: fine; CloudError while a node of it is
         still shutting down, so the caller tries again)."""
         await self.gangs.release(job_id)
 
@@ -112,55 +112,63 @@ class AwsCloud:
         ``avoid_zones``: zones where this job was just reclaimed or failed (the bot passes the zones of the
         job's previous attempts); they are tried last. ``zone``: there only. ``gang``: a gang node, launched into
         the job's cluster placement group (made here on the gang's first launch), with an EFA interface where asked
-        for and the type has one (:mod:`bot.cloud.aws_placement`).
+        for and the type has one (:mod:`bot.cloud.aws.placement`).
 
         Auto Scaling mode refuses gangs (LaunchError): its group per job holds at most one instance and replaces
         it by itself, while a gang is N attempts whose lost node only the bot replaces (in the same group and
         zone, then a regroup of the survivors); a group doing its own replacing would race that. Gangs launch in
         instance mode.
         """
-        if not instance_types:
-            raise LaunchError("the recipe lists no instance types for aws")
-        if gang is not None and self.settings.mode == "autoscaling":
-            raise LaunchError(
-                f"{spec.job_id} is a multi-node job: aws.mode autoscaling launches one instance per job, so gangs "
-                "need aws.mode instance"
-            )
+        return await launch_attempt(
+            self, spec, instance_types, market, avoid_zones=avoid_zones, zone=zone, gang=gang
+        )
+
+    # the steps of the launch (bot.cloud.launching.LaunchSteps)
+
+    @property
+    def launch_calls(self) -> AwsInstances:
+        return self.instances
+
+    @property
+    def max_launch_failures(self) -> int | None:
+        return self.settings.max_launch_failures
+
+    def group_mode(self) -> str | None:
+        if self.settings.mode != "autoscaling":
+            return None
+        return "aws.mode autoscaling launches one instance per job, so gangs need aws.mode instance"
+
+    async def prepare_launch(self, spec: JobSpec) -> tuple[JobSpec, str]:
         spec = self._complete_spec(spec)
         try:
             spec_uri = await self.objects.upload_spec(spec)
         except ObjectStoreError as exc:
             raise LaunchError(f"could not upload the spec of {spec.job_id} attempt {spec.attempt}: {exc}") from exc
-        script = user_data_script(spec_uri, self.settings, self.region, self.key_prefix_uri())
-        if gang is not None:
-            await self.gangs.ensure_group(gang.job_id)
-        if self.settings.mode == "autoscaling":
-            instance = await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
-        else:
-            instance = await launch_instance(
-                self.instances,
-                spec,
-                script,
-                instance_types,
-                market,
-                avoid_zones=avoid_zones,
-                zone=zone,
-                max_failures=self.settings.max_launch_failures,
-                gang=gang,
-            )
-        # The key object is written as soon as the instance id is known, before its runner can have booted; a
-        # replacement an Auto Scaling group starts by itself later gets none (its runner cannot report, and the bot
-        # relaunches the attempt in any case).
-        return await hand_over(
-            spec,
-            instance,
+        return spec, user_data_script(spec_uri, self.settings, self.region, self.key_prefix_uri())
+
+    async def place_gang(self, gang: GangPlacement, spec: JobSpec) -> None:
+        await self.gangs.ensure_group(gang.job_id)
+
+    async def launch_in_group(
+        self,
+        spec: JobSpec,
+        script: str,
+        instance_types: list[str],
+        market: Market,
+        avoid_zones: Collection[str],
+        zone: str | None,
+    ) -> Instance:
+        return await self.groups.launch(spec, script, instance_types, market, avoid_zones, zone)
+
+    def handover(self, spec: JobSpec, instance: Instance) -> Handover:
+        """The key object, written as soon as the instance id is known, before its runner can have booted; a
+        replacement an Auto Scaling group starts by itself later gets none (its runner cannot report, and the bot
+        relaunches the attempt in any case)."""
+        return Handover(
             lambda: self.objects.write_key(spec.job_id, spec.attempt, spec.key_salt, instance.instance_id),
-            failures=KEY_FAILURES,
-            release=self.terminate,
-            what=(
-                f"write the report key of {spec.job_id} attempt {spec.attempt} for {instance.instance_id} "
-                f"(s3://{self.settings.bucket}/attempt-keys/…)"
-            ),
+            KEY_FAILURES,
+            f"write the report key of {spec.job_id} attempt {spec.attempt} for {instance.instance_id} "
+            f"(s3://{self.settings.bucket}/attempt-keys/…)",
         )
 
     def _complete_spec(self, spec: JobSpec) -> JobSpec:
@@ -186,13 +194,13 @@ class AwsCloud:
 
     async def renew_storage_credentials(self, job_id: str, attempt: int, instance_id: str, *, key_salt: str) -> None:
         """Rewrite the attempt's key object with a fresh storage session (bot/storage_renewal.py calls this for every
-        live attempt well before the last one expires). AwsError when STS or S3 would not."""
+        live attempt well before the last one expires). CloudError when STS or S3 would not."""
         if not self.renews_storage:
             return
         await renew(
             lambda: self.objects.write_key(job_id, attempt, key_salt, instance_id),
             failures=KEY_FAILURES,
-            error=AwsError,
+            error=CloudError,
             what=f"the storage credentials of {job_id} attempt {attempt} on {instance_id}",
         )
 
@@ -260,7 +268,7 @@ class AwsCloud:
         try:
             await self.objects.put_stop(job_id, attempt)
         except ObjectStoreError as exc:
-            failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
+            failed = CloudUnavailable if isinstance(exc, ObjectStoreUnavailable) else CloudError
             raise failed(f"could not write the stop request of {instance_id}: {exc}") from exc
 
     async def write_node_control(
@@ -268,18 +276,18 @@ class AwsCloud:
     ) -> None:
         """A gang node's regroup, in its own control object on S3 (``<prefix><job>/control/attempt-<n>/generation-<g>/
         node-<k>.json``, under the bot role's grant for ``jobs/*/control/*``), where its runner polls. Only for an
-        attempt with a live instance tagged for it, as a stop goes only to an instance tagged for its job: AwsError
+        attempt with a live instance tagged for it, as a stop goes only to an instance tagged for its job: CloudError
         (nothing written) otherwise."""
         try:
             found = await self.instances.live_instance(job_id, attempt)
-        except FAILED as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise not_done(exc, f"could not look up the instance of {job_id} attempt {attempt}: {exc}") from exc
         if found is None:
-            raise AwsError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
+            raise CloudError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
         try:
             await self.objects.put_node_control(job_id, attempt, generation, node_rank, control)
         except ObjectStoreError as exc:
-            failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
+            failed = CloudUnavailable if isinstance(exc, ObjectStoreUnavailable) else CloudError
             raise failed(f"could not write the regroup of {job_id} attempt {attempt}: {exc}") from exc
 
     @property
@@ -294,11 +302,11 @@ class AwsCloud:
         try:
             await self.objects.put_go(job_id, attempt)
         except ObjectStoreError as exc:
-            failed = AwsUnavailable if isinstance(exc, ObjectStoreUnavailable) else AwsError
+            failed = CloudUnavailable if isinstance(exc, ObjectStoreUnavailable) else CloudError
             raise failed(f"could not write the go of {job_id} attempt {attempt}: {exc}") from exc
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
-        """A real spot interruption through AWS FIS (:mod:`bot.cloud.aws_fis`); the interruption comes from EC2."""
+        """A real spot interruption through AWS FIS (:mod:`bot.cloud.aws.fis`); the interruption comes from EC2."""
         self.fis_interrupt_tests.role()  # not set up: say so before looking anything up
         instance, job_id, _ = await self.instances.job_of(instance_id)
         return await self.fis_interrupt_tests.interrupt(instance_id, instance, job_id)
@@ -313,4 +321,7 @@ if TYPE_CHECKING:  # AwsCloud must stay a CloudProvider (mypy checks this line)
         return cloud
 
     def _regroups(cloud: AwsCloud) -> RegroupsGangs:
+        return cloud
+
+    def _launches(cloud: AwsCloud) -> LaunchSteps:
         return cloud
