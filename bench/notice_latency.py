@@ -17,15 +17,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.cloud.local.metadata import LocalMetadataServer
+from handlers.reports import InstanceNotice
 from runner.notices.aws import AwsImdsSource
-from runner.notices.base import Notice
 from runner.notices.watch import DEFAULT_POLL_SECONDS, watch_notices
 
 
 async def one_trial(imds: LocalMetadataServer, interval: float) -> float:
     imds.interruption = None
     source = AwsImdsSource(imds.endpoint)
-    notices: asyncio.Queue[Notice] = asyncio.Queue()
+    notices: asyncio.Queue[InstanceNotice] = asyncio.Queue()
     watcher = asyncio.create_task(watch_notices(source, notices, lambda _: None, interval=interval))
     try:
         await asyncio.sleep(random.uniform(0.5, 0.5 + interval))  # land anywhere in the polling cycle
