@@ -36,10 +36,10 @@ from typing import Any
 import pydantic_core
 import redis.asyncio as aioredis
 
-from bot.pipelining import Batcher
 from bot.durability import DurableWrites
 from bot.errors import StoreError
 from bot.keys import DEFAULT_KEYS, Keys
+from bot.pipelining import Batcher
 from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
 from handlers.caps import Caps, Full, cap_group
