@@ -55,7 +55,7 @@ from bot.core import Bot
 from bot.durability import DurableWrites
 from bot.errors import StoreUnavailable
 from bot.keys import Keys
-from bot.layout import open_keys
+from bot.partitions import open_keys
 from bot.queues import EVENT_FIELD
 from bot.redis_server import RedisHandle
 from bot.store import JobStore

@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 
 from bot.durability import DurableWrites
 from bot.keys import Keys
-from bot.layout import open_keys
+from bot.partitions import open_keys
 from bot.redis_server import RedisHandle
 from bot.store import JobStore
 from fakes.valkey_cluster import ValkeyCluster

@@ -44,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.policy_traces import ON_DEMAND_PRICE, SPOT_PRICE, Date, load_dates
-from handlers.spot.rules import POLICIES
+from handlers.spot.rules import SIMULATED_POLICIES
 from handlers.spot.simulator import Run, simulate, to_ticks
 
 TRACES = Path(__file__).resolve().parent / "data" / "spot-traces"
@@ -107,13 +107,13 @@ def runs(date: Date, nodes: int, starts: int, restart: float, replace_minutes: f
 
 def compare(run: Run, policy: str) -> Pair:
     whole_run = replace(run, replace_overhead=None)
-    whole, one = simulate(whole_run, POLICIES[policy]), simulate(run, POLICIES[policy])
+    whole, one = simulate(whole_run, SIMULATED_POLICIES[policy]), simulate(run, SIMULATED_POLICIES[policy])
     return Pair(
         whole.cost(whole_run),
         one.cost(run),
         whole.met(whole_run),
         one.met(run),
-        simulate(run, POLICIES["on-demand"]).cost(run),
+        simulate(run, SIMULATED_POLICIES["on-demand"]).cost(run),
         one.holds,
         one.replaced,
         one.moves,
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-minutes", type=float, default=12.0, help="the whole gang's restart overhead")
     parser.add_argument("--replace-minutes", type=float, default=6.0, help="one node's restart overhead")
     parser.add_argument("--hold-minutes", type=float, default=10.0)
-    parser.add_argument("--policy", default="deadline-aware", choices=sorted(POLICIES))
+    parser.add_argument("--policy", default="deadline-aware", choices=sorted(SIMULATED_POLICIES))
     args = parser.parse_args(argv)
     dates = multi_node_dates()
     print(

@@ -89,7 +89,7 @@ from spot_model import one_zone_stretches
 
 from bench.spot_learned import ANY_ZONE, ONE_ZONE
 from bench.spot_outlook import Model, fit
-from bench.spot_plan import POLICIES, plan_action, transitions
+from bench.spot_plan import BENCH_POLICIES, plan_action, transitions
 from handlers.reasons import Reason
 from handlers.spot.rules import Choice, Situation, SpotPolicy, on_demand_need_s
 from handlers.spot.simulator import Run, Zone, simulate, to_ticks
@@ -212,7 +212,7 @@ def measure(chain: Chain, restart_minutes: float, runs: int, seed: int) -> dict[
             path = draw(chain.model, tick, deadline + 1, rng)
             run = run_of(path, chain.model, 2 if chain.moves else 1, tick, work, deadline, overhead)
             policies: dict[str, SpotPolicy] = {"floor": Informed(path, chain.model)}
-            policies.update({policy: POLICIES[policy] for policy in COMPARED})
+            policies.update({policy: BENCH_POLICIES[policy] for policy in COMPARED})
             costs["optimum"].append(offline_optimum(run))
             for policy, decide in policies.items():
                 outcome = simulate(run, decide)

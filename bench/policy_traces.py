@@ -93,7 +93,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.spot_plan import POLICIES
+from bench.spot_plan import BENCH_POLICIES
 from handlers.spot.rules import SpotPolicy
 from handlers.spot.simulator import Run, Zone, simulate, to_ticks
 
@@ -270,7 +270,7 @@ def evaluate(
             if not math.isfinite(optimum):
                 continue
             safe_optimum = solved(run, optimum_key(date, run) + "|safe", optima, safe=True) if safe else None
-            always = simulate(run, POLICIES["on-demand"]).cost(run)
+            always = simulate(run, BENCH_POLICIES["on-demand"]).cost(run)
             for name, policy in policies.items():
                 outcome = simulate(run, policy)
                 kind = "one zone" if len(zones) == 1 else "all zones"
@@ -326,7 +326,7 @@ def overheads_table(
     for minutes in overheads:
         for split in splits:
             results = evaluate(
-                dates, split, starts, minutes, {name: POLICIES[name] for name in names}, optima, True, live
+                dates, split, starts, minutes, {name: BENCH_POLICIES[name] for name in names}, optima, True, live
             )
             cells = []
             for name in names:
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=[*SPLIT_NAMES, "all"], default="all")
     parser.add_argument("--starts", type=int, default=6, help="start hours per (zones, work, deadline)")
     parser.add_argument("--restart-minutes", type=float, default=6.0)
-    parser.add_argument("--policy", action="append", choices=sorted(POLICIES), help="default: all")
+    parser.add_argument("--policy", action="append", choices=sorted(BENCH_POLICIES), help="default: all")
     parser.add_argument("--overheads", help="restart minutes, comma-separated: one table across them")
     parser.add_argument("--min-gap-seconds", type=int, default=0, help="leave out dates with finer ticks")
     parser.add_argument("--cache", type=Path, help="a JSON file that keeps the offline optima between runs")
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"policy_traces: no traces under {args.traces}", file=sys.stderr)
         return 2
     names = args.policy or ["deadline-aware", "greedy", "spot-only", "on-demand"]
-    policies = {name: POLICIES[name] for name in names}
+    policies = {name: BENCH_POLICIES[name] for name in names}
     for d in dates:
         print(f"traces: {d.name}: {len(d.zones)} zones, {d.nodes} node(s), {d.gap_seconds} s ticks, {d.hours:.0f} h")
     print(

@@ -15,7 +15,8 @@ availability and the age bucket of its stretch), and the policy reads its action
 It lives in the bench, not in the bot: it needs each zone's age (how long it has had spot, or not), which the
 simulator gives a policy it tells everything and the live bot does not have. Told the ages the bot could know it was
 worse than ``deadline-aware`` at a 30 minute restart (README, "What the bot knows"), so the bot does not offer it;
-``bench/policy_traces.py`` and ``bench/policy_bound.py`` register it beside the bot's policies (:data:`POLICIES`).
+``bench/policy_traces.py`` and ``bench/policy_bound.py`` register it beside the simulator's policies
+(:data:`BENCH_POLICIES`).
 
 The table is numpy arrays. One table serves every job of the same model, tick, restart and prices, up to its extent.
 """
@@ -33,8 +34,8 @@ from bench.spot_learned import ANY_ZONE, ONE_ZONE
 from bench.spot_outlook import Model
 from handlers.policy_reasons import WORDING as POLICY_WORDING
 from handlers.reasons import Wording
-from handlers.spot.rules import POLICIES as BOT_POLICIES
 from handlers.spot.rules import (
+    SIMULATED_POLICIES,
     Choice,
     Situation,
     SpotPolicy,
@@ -272,4 +273,4 @@ def _values(s: Situation) -> dict[str, float]:
 
 
 # The bot's policies and the plan: what the bench scripts that evaluate the plan offer.
-POLICIES: dict[str, SpotPolicy] = {**BOT_POLICIES, PLAN: Planned()}
+BENCH_POLICIES: dict[str, SpotPolicy] = {**SIMULATED_POLICIES, PLAN: Planned()}

@@ -75,7 +75,7 @@ from handlers.reasons import Reason
 from handlers.recipes import Recipe, RecipeError, find_recipe
 from handlers.report_freshness import REPORT_SEEN_SECONDS
 from handlers.reports import Failed, Interrupted, Progress, utcnow
-from handlers.restart import first_step_was
+from handlers.restart_overhead import first_step_was
 from handlers.spot import SpotView, managed, steers
 from handlers.transitions import next_state
 

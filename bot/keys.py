@@ -13,7 +13,7 @@ giving its own prefix. The queues, one per executor (each effect goes straight t
 pipeline hashes to one cluster slot. A store of one partition (a single server has no slots) names its keys
 without tags. A job's
 partition is fixed by its id (:meth:`Keys.partition_of`, CRC-32 of the id modulo the count); the count is fixed
-when the store is created and recorded in Redis (:attr:`layout`, see :mod:`bot.layout`): one on a single server,
+when the store is created and recorded in Redis (:attr:`layout`, see :mod:`bot.partitions`): one on a single server,
 sixteen on a cluster by default. Per partition there are:
 
 - the job records, their history streams, the dedup keys of the inputs applied to them, the records of the
@@ -142,7 +142,7 @@ class Keys:
 
     @property
     def restarts(self) -> str:
-        """Hash: "recipe|instance type" -> the restart overhead its jobs measured, in seconds (restart.py)."""
+        """Hash: "recipe|instance type" -> the restart overhead its jobs measured, in seconds (restart_overhead.py)."""
         return f"{self.prefix}restarts"
 
     @staticmethod

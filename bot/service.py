@@ -47,7 +47,7 @@ from bot.effects import CloudEffects
 from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.keys import DEFAULT_KEYS, Keys
-from bot.layout import open_keys
+from bot.partitions import open_keys
 from bot.owner_lock import AlreadyOwned, OwnerLock
 from bot.pagers.calls import PagerDeliverer
 from bot.pagers.setup import pager_tools, webhook_secrets

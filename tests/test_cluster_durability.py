@@ -16,7 +16,7 @@ from redis.crc import key_slot
 from bot.durability import DurableWrites, NotDurable
 from bot.errors import ConfigError
 from bot.keys import Keys
-from bot.layout import open_keys
+from bot.partitions import open_keys
 from bot.redis_server import RedisHandle
 from bot.settings import parse_file_config
 from bot.store import JobStore

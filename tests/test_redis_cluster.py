@@ -20,7 +20,7 @@ from bot.chat.delivery import MessageRef
 from bot.chat.refs import ChatRefs
 from bot.errors import ConfigError, StoreUnavailable
 from bot.keys import CLUSTER_PARTITIONS, Keys
-from bot.layout import PARTITIONS_FIELD, open_keys
+from bot.partitions import PARTITIONS_FIELD, open_keys
 from bot.redis_server import MappedRedisCluster, RedisHandle
 from bot.store import JobCapReached, JobStore
 from bot.timers import Timers

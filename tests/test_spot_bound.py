@@ -18,7 +18,7 @@ import pytest
 
 from bench.spot_learned import ANY_ZONE, ONE_ZONE
 from bench.spot_outlook import Model, fit
-from bench.spot_plan import LATE, POLICIES, transitions
+from bench.spot_plan import BENCH_POLICIES, LATE, transitions
 from handlers.spot.rules import SpotPolicy
 from handlers.spot.simulator import simulate
 
@@ -146,7 +146,7 @@ def test_the_informed_plan_pays_the_least_any_policy_can_expect_on_its_chain(
     assert _expected(None, model, restart, work, deadline, start) == pytest.approx(least, rel=1e-9)
     # Nothing that sees only the past does better: the bench's plan and the bot's policies, in the same simulator.
     for name in ("deadline-aware-plan", "deadline-aware", "greedy", "on-demand"):
-        assert _expected(POLICIES[name], model, restart, work, deadline, start) >= least * (1 - 1e-9), name
+        assert _expected(BENCH_POLICIES[name], model, restart, work, deadline, start) >= least * (1 - 1e-9), name
 
 
 @pytest.mark.unit

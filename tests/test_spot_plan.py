@@ -10,14 +10,13 @@ from typing import Any
 
 from bench import spot_learned as learned
 from bench.spot_outlook import EDGES_S, Model, Outlook, fit, history_of
-from bench.spot_plan import PLAN, POLICIES, Key, table_for, too_large
+from bench.spot_plan import BENCH_POLICIES, PLAN, Key, table_for, too_large
 from handlers.spot import POLICIES as BOT_POLICIES
-from handlers.spot.rules import POLICIES as SIMULATED
-from handlers.spot.rules import Choice, Holding, Situation, ZoneView, deadline_aware
+from handlers.spot.rules import SIMULATED_POLICIES, Choice, Holding, Situation, ZoneView, deadline_aware
 from handlers.spot.simulator import Run, Zone, simulate
 from tests.spot_cases import HOUR, situation
 
-PLANNED = POLICIES[PLAN]
+PLANNED = BENCH_POLICIES[PLAN]
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -40,8 +39,8 @@ def plan_case(age_s: float | None = 600.0, **changes: Any) -> Situation:
 def test_the_plan_is_a_bench_policy_beside_the_simulators_and_the_bot_does_not_offer_it() -> None:
     # The bench measures the plan beside the very policies the simulator replays (the same objects), and the bot's
     # registry (config, ``finetune-bot simulate``) has no such name.
-    assert set(POLICIES) == {*SIMULATED, PLAN}
-    assert all(POLICIES[name] is SIMULATED[name] for name in SIMULATED)
+    assert set(BENCH_POLICIES) == {*SIMULATED_POLICIES, PLAN}
+    assert all(BENCH_POLICIES[name] is SIMULATED_POLICIES[name] for name in SIMULATED_POLICIES)
     assert PLAN not in BOT_POLICIES
 
 
@@ -134,7 +133,7 @@ def test_the_plan_keeps_every_deadline_on_demand_could_keep() -> None:
         traces = [[rng.choice([0, 1, 1]) for _ in range(deadline + 2)] for _ in range(rng.randint(1, 2))]
         zones = tuple(Zone(f"z{i}", trace) for i, trace in enumerate(traces))
         run = Run(zones, 3600, 0, rng.randint(1, deadline), deadline, rng.randint(0, 2), 1.0, 3.0)
-        if not simulate(run, POLICIES["on-demand"]).met(run):
+        if not simulate(run, BENCH_POLICIES["on-demand"]).met(run):
             continue
         outcome = simulate(run, PLANNED)
         assert outcome.met(run), run

@@ -9,7 +9,7 @@ from handlers import job_options
 from handlers.policy_reasons import WORDING
 from handlers.spot.rules import (
     NOTHING,
-    POLICIES,
+    SIMULATED_POLICIES,
     Holding,
     ZoneView,
     deadline_aware,
@@ -24,7 +24,7 @@ from tests.spot_cases import HOUR, RESERVE, hourly_run, policy_reasons, situatio
 
 def played(policy_name: str, run: Run) -> tuple[str, Outcome]:
     """The policy's action at each tick (s spot, D on-demand, . nothing, X stop), and the outcome."""
-    outcome = simulate(run, POLICIES[policy_name])
+    outcome = simulate(run, SIMULATED_POLICIES[policy_name])
     shown = "".join({"spot": "s", "on-demand": "D", "wait": ".", "stop": "X"}[c.action] for c in outcome.choices)
     return shown, outcome
 

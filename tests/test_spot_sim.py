@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from bench.spot_plan import POLICIES  # the bot's policies and the bench's plan
+from bench.spot_plan import BENCH_POLICIES  # the bot's policies and the bench's plan
 from handlers.reasons import Reason
 from handlers.spot.rules import Choice, Situation, on_demand, spot_only
 from handlers.spot.simulator import Run, Zone, simulate, to_ticks
@@ -68,7 +68,7 @@ def test_past_the_end_of_the_traces_there_is_no_spot() -> None:
     run = hourly_run([[1, 1]], work=5, deadline=10, overhead=0)
     outcome = simulate(run, spot_only)
     assert outcome.finish is None and not outcome.met(run) and outcome.spot_ticks == 2
-    assert simulate(run, POLICIES["deadline-aware"]).met(run)  # on-demand finishes it
+    assert simulate(run, BENCH_POLICIES["deadline-aware"]).met(run)  # on-demand finishes it
 
 
 def test_a_policy_that_picks_a_zone_without_spot_is_a_bug_the_simulator_reports() -> None:
@@ -137,7 +137,7 @@ def test_the_offline_optimum_is_the_least_cost_of_every_plan() -> None:
         run = random_run(rng, 6)
         expected = brute_force(run)
         assert optimum(run) == pytest.approx(expected), run
-        for name, policy in POLICIES.items():  # no policy beats perfect knowledge
+        for name, policy in BENCH_POLICIES.items():  # no policy beats perfect knowledge
             outcome = simulate(run, policy)
             if outcome.met(run):
                 assert outcome.cost(run) >= expected - 1e-9, name
@@ -166,7 +166,7 @@ def test_the_safe_optimum_is_the_least_cost_of_every_plan_that_keeps_the_deadlin
         assert safe >= optimum(run) - 1e-9
         tighter += safe > optimum(run) + 1e-9
         for name in ("deadline-aware", "deadline-aware-plan", "greedy"):  # each keeps the deadline whatever comes
-            outcome = simulate(run, POLICIES[name])
+            outcome = simulate(run, BENCH_POLICIES[name])
             if outcome.met(run):
                 assert outcome.cost(run) >= safe - 1e-9, name
     assert tighter  # some runs' optimum gambles on spot that a safe plan may not
@@ -199,7 +199,7 @@ def test_on_dates_they_were_not_tuned_on_the_policies_meet_every_deadline_and_be
     dates = [date for date in bench.load_dates(bench.DEFAULT_TRACES) if not date.tuned_on]
     assert {date.gap_seconds for date in dates} == {300, 600}  # coarse ticks: the DP takes seconds
     names = ("deadline-aware", "deadline-aware-plan", "greedy")
-    results = bench.evaluate(dates, "other dates", 2, restart_minutes, {name: POLICIES[name] for name in names})
+    results = bench.evaluate(dates, "other dates", 2, restart_minutes, {name: BENCH_POLICIES[name] for name in names})
     mean = {}
     for name in names:
         mine = [r for r in results if r.policy == name]
@@ -215,7 +215,7 @@ def test_the_bench_keeps_the_optima_it_computed_and_uses_them_on_the_next_run(tm
     rng = random.Random(19)
     zones = tuple(Zone(f"z{i}", [rng.choice([0, 1, 1, 1]) for _ in range(60)]) for i in range(2))
     date = bench.Date("synthetic/1-node/hourly", 3600, zones, 1)
-    policies = {"greedy": POLICIES["greedy"]}
+    policies = {"greedy": BENCH_POLICIES["greedy"]}
     optima: dict[str, float] = {}
     first = bench.evaluate([date], "other dates", 1, 1.0, policies, optima)
     assert first and len(optima) >= len(first)  # one optimum per scenario (an infeasible one is kept too)

@@ -50,7 +50,7 @@ from handlers.reports import (
     Standby,
     Started,
 )
-from handlers.restart import earlier_first_step, job_restart_s
+from handlers.restart_overhead import earlier_first_step, job_restart_s
 from handlers.spot import SpotView, managed
 from handlers.spot.gang import GangHold, short_of_slack, wait_or_move
 from handlers.spot.situation import lost_zones

@@ -51,7 +51,7 @@ from handlers.reports import (
     Standby,
     Started,
 )
-from handlers.restart import first_step
+from handlers.restart_overhead import first_step
 from handlers.spot import SpotView
 from handlers.transitions import Trigger, next_state
 

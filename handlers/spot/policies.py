@@ -11,8 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from handlers.policy_reasons import WORDING
-from handlers.spot.rules import DEFAULT_POLICY, Choice, Situation, SpotPolicy, ZoneView
-from handlers.spot.rules import POLICIES as SIMULATED
+from handlers.spot.rules import DEFAULT_POLICY, SIMULATED_POLICIES, Choice, Situation, SpotPolicy, ZoneView
 
 SPOT_FIRST = "spot-first"
 
@@ -40,7 +39,7 @@ def best_zone(zones: tuple[ZoneView, ...] | list[ZoneView], held: str | None = N
     return next(zone for zone in open_zones if (zone.availability if zone.availability is not None else 0.5) == best)
 
 
-POLICIES: dict[str, SpotPolicy] = {**SIMULATED, SPOT_FIRST: spot_first}
+POLICIES: dict[str, SpotPolicy] = {**SIMULATED_POLICIES, SPOT_FIRST: spot_first}
 
 
 def policy_for(name: str | None, deadline: datetime | None, budget: float | None) -> str:

@@ -7,10 +7,11 @@ is in the Situation (times in seconds, prices per hour of everything the job hol
 its reason as a :class:`~handlers.reasons.Reason`, so a job card can say "on-demand now: 6 h of work left, 7 h
 to the deadline" in the channel's language.
 
-Named policies (:data:`POLICIES`): ``deadline-aware`` (the default), and the baselines ``greedy``,
-``spot-only`` and ``on-demand``. The arithmetic they share is the *fallback test*: after the next period, could
-a fresh on-demand instance (restart overhead included) still finish the work before the deadline, even if spot
-were lost at the worst moment? A policy takes a risk only while the answer stays yes.
+Named policies (:data:`SIMULATED_POLICIES`, those the simulator compares; the bot's registry, with
+``spot-first`` beside them, is :data:`handlers.spot.policies.POLICIES`): ``deadline-aware`` (the default), and the
+baselines ``greedy``, ``spot-only`` and ``on-demand``. The arithmetic they share is the *fallback test*: after
+the next period, could a fresh on-demand instance (restart overhead included) still finish the work before the
+deadline, even if spot were lost at the worst moment? A policy takes a risk only while the answer stays yes.
 """
 
 from __future__ import annotations
@@ -332,7 +333,7 @@ def any_availability(s: Situation) -> float:
 
 
 DEFAULT_POLICY = "deadline-aware"
-POLICIES: dict[str, SpotPolicy] = {
+SIMULATED_POLICIES: dict[str, SpotPolicy] = {
     "deadline-aware": deadline_aware,
     "greedy": greedy,
     "on-demand": on_demand,

@@ -46,7 +46,7 @@ from bot.cloud.local.env import instance_environment
 from bot.cloud.local.instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
 from bot.cloud.local.registry import LocalInstanceRecord, LocalRegistry, local_instance_id
 from bot.keys import DEFAULT_KEYS, Keys
-from bot.layout import is_cluster_client
+from bot.partitions import is_cluster_client
 from handlers.gang import LOOPBACK
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult

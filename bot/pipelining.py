@@ -21,7 +21,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from bot.durability import DurableWrites
-from bot.layout import is_cluster_client
+from bot.partitions import is_cluster_client
 
 _Queued = tuple[tuple[Any, ...], "asyncio.Future[Any]", bool]  # a command, its caller's reply, whether durable
 

@@ -8,7 +8,7 @@ from handlers.decide import decide
 from handlers.jobs import Attempt, Job, JobState
 from handlers.messages import ReportReceived
 from handlers.reports import Progress, Started
-from handlers.restart import attempt_restart_s, blend, first_step, first_step_was, job_restart_s
+from handlers.restart_overhead import attempt_restart_s, blend, first_step, first_step_was, job_restart_s
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 

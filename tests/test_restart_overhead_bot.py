@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fakes.bot_harness import running_bot, start_job, wait_job, write_config
 from handlers.jobs import JobState
-from handlers.restart import job_restart_s
+from handlers.restart_overhead import job_restart_s
 
 TICK = {"spot": {"tick_seconds": 600}}
 
