@@ -47,11 +47,11 @@ from bot.effects import CloudEffects
 from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.keys import DEFAULT_KEYS, Keys
-from bot.partitions import open_keys
 from bot.owner_lock import AlreadyOwned, OwnerLock
 from bot.pagers.calls import PagerDeliverer
 from bot.pagers.setup import pager_tools, webhook_secrets
 from bot.pagers.webhooks import pager_routes
+from bot.partitions import open_keys
 from bot.reconciler import Reconciler
 from bot.redis_server import RedisHandle, open_redis, redacted
 from bot.replicas import Replicas
