@@ -95,7 +95,8 @@ class Attempt(BaseModel):
     standby_step: int | None = None  # a gang survivor stands by with this checkpoint (until its regroup)
     private_ip: str | None = None  # where the other nodes reach it (the launch's word)
     # Launched ahead of a switch of market (the job's ``standby``): when it was told to go, the previous attempt's
-    # checkpoint being in. Such an attempt measures no restart overhead (restart_overhead.py): its boot overlapped training.
+    # checkpoint being in. Such an attempt measures no restart overhead (restart_overhead.py): its boot overlapped
+    # training.
     handed_over_at: datetime | None = None
 
 
