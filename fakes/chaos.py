@@ -325,7 +325,10 @@ class Cluster:
                 config = home / "instance.json"
                 if not config.exists() or json.loads(config.read_text()).get("job_id") != result.job_id:
                     continue
-                for line in (home / "runner.log").read_text(errors="replace").splitlines():
+                log = home / "runner.log"
+                if not log.exists():  # an instance still starting: its runner has sent nothing yet
+                    continue
+                for line in log.read_text(errors="replace").splitlines():
                     if " report {" in line:  # the bus id the bot gives it (its namespace: job, attempt)
                         ids.append(report_received(parse_report(line.split(" report ", 1)[1])).id)
         for report_id in ids:
