@@ -64,7 +64,7 @@ and 1.049 to 1.127 on the other dates' chains. ``deadline-aware-plan`` is within
 any-zone chain is the kinder one: it has spot in one zone at a time, so the optimum gains nothing from choosing
 between zones, which real traces of several zones give it. What it does not say: the traces are not the chain; a
 scenario's own stretch of trace can be calmer than its date as a whole, and on some the plan does better than its
-date's floor (``README.md``, Spot policy).
+date's floor (``docs/spot-policy.md``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ tuning). A date's folder says how many nodes its jobs need (``16-node`` → 16).
                                   [--policy NAME] [--live]
 
 ``--live``: the policies are told only what the bot knows of the zones (``Run.live``, ``handlers/spot/simulator.py``):
-see the README's "What the bot knows" for the figures.
+see docs/spot-policy.md, "What the bot knows" for the figures.
 
 ``--overheads`` prints one table, "Policy cost / optimum per restart overhead", every split next to greedy
 (the deadline-aware policy's thresholds are in restarts, so they must hold at every overhead, not the one

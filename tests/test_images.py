@@ -349,10 +349,10 @@ def test_the_image_builder_component_installs_the_release_with_the_script(wheel:
     assert "FINETUNE_EXTRAS=trainer,swift" in words  # the build instance runs systemd: install.sh reloads it
     checks = " ".join(cmd for step in build["validate"] for cmd in step["inputs"]["commands"])
     assert f"/etc/systemd/system/{RUNNER_UNIT}" in checks and "/opt/finetune/bin/finetune-runner --help" in checks
-    # What the README tells you to upload is what the script needs, flat in one prefix.
-    readme = (ROOT / "README.md").read_text()
+    # What the AWS production guide tells you to upload is what the script needs, flat in one prefix.
+    readme = (ROOT / "docs" / "production-aws.md").read_text()
     upload = re.search(r"aws s3 cp .*?--recursive|aws s3 sync .*", readme)
-    assert upload is not None, "the README must give the upload command"
+    assert upload is not None, "the AWS production guide must give the upload command"
     for name in ("install.sh", RUNNER_UNIT):
         assert name in readme
 

@@ -131,8 +131,8 @@ print(json.dumps(parsed))
 
 
 def readme_recipes() -> list[Recipe]:
-    """The recipes of the README's configuration example, as the bot's config would load them."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """The recipes of the configuration example (docs/bot.md), as the bot's config would load them."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "bot.md").read_text()
     [block] = [part.split("```", 1)[0] for part in text.split("```yaml\n")[1:] if "name: qwen-lora" in part]
     return [Recipe.model_validate(item) for item in yaml.safe_load(block)["recipes"]]
 
