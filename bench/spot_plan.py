@@ -14,7 +14,8 @@ availability and the age bucket of its stretch), and the policy reads its action
 
 It lives in the bench, not in the bot: it needs each zone's age (how long it has had spot, or not), which the
 simulator gives a policy it tells everything and the live bot does not have. Told the ages the bot could know it was
-worse than ``deadline-aware`` at a 30 minute restart (docs/spot-policy.md, "What the bot knows"), so the bot does not offer it;
+worse than ``deadline-aware`` at a 30 minute restart (docs/spot-policy.md, "What the bot knows"), so the bot does
+not offer it;
 ``bench/policy_traces.py`` and ``bench/policy_bound.py`` register it beside the simulator's policies
 (:data:`BENCH_POLICIES`).
 

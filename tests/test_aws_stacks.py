@@ -385,7 +385,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"]
     )
     assert redrive["maxReceiveCount"] == 5
-    assert runner.outputs["RunnerInstanceProfileName"] == "finetune-runner"  # aws.instance_profile in docs/production-aws.md
+    assert runner.outputs["RunnerInstanceProfileName"] == "finetune-runner"  # aws.instance_profile in the AWS guide
     assert runner.outputs["RunnerSubnets"].split(",") == list(private.values())
     assert "InterruptTestTemplateId" in runner.dropped_outputs  # an output of a stand-in made after the stack
     template = ec2.describe_launch_template_versions(LaunchTemplateName="finetune-runner")["LaunchTemplateVersions"][0]
