@@ -38,6 +38,7 @@ from bot.rate_limit import Bucket, RateLimiter
 from bot.store import DEDUP_TTL, Applied, JobCapReached, JobStore
 from handlers.caps import Caps, Full, caps_for, concurrency_refusal, nodes_refusal, price_refusal
 from handlers.change import Change
+from handlers.clock import utcnow
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.ids import new_job_id
@@ -74,7 +75,7 @@ from handlers.private_answers import answered_privately
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, RecipeError, find_recipe
 from handlers.report_freshness import REPORT_SEEN_SECONDS
-from handlers.reports import Failed, Interrupted, Progress, utcnow
+from handlers.reports import Failed, Interrupted, Progress
 from handlers.restart_overhead import first_step_was
 from handlers.spot import SpotView, managed, steers
 from handlers.transitions import next_state

@@ -67,10 +67,10 @@ from bot.storage_renewal import StorageRenewal
 from bot.store import JobStore
 from bot.supervision import Supervisor
 from bot.timers import Timers
+from handlers.clock import utcnow
 from handlers.pagers import Tool
 from handlers.permissions import describe
 from handlers.report_keys import ReportKeys
-from handlers.reports import utcnow
 
 if TYPE_CHECKING:
     from bot.chat.dingtalk.adapter import DingTalk
