@@ -25,7 +25,7 @@ from bot.chat.render import card_text
 from bot.service import BotService
 from bot.settings import Settings
 from handlers.clock import utcnow
-from handlers.cost import job_cost
+from handlers.job_cost import job_cost
 from handlers.jobs import TERMINAL_STATES, ChatRef, Job, JobState
 
 USER = "console:demo"

@@ -8,10 +8,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from handlers.cost import job_cost
 from handlers.decide import decide, new_job, stop_command
 from handlers.failures import Failure
 from handlers.gang import master_port, place_in
+from handlers.job_cost import job_cost
 from handlers.jobs import ChatRef, CheckpointRef, Job, JobState, Page
 from handlers.messages import (
     CloudEvent,
