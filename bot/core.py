@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from bot.charts.series import ChartSeries, Point
 from bot.chat import catalog
 from bot.chat.catalog import Lang, say
-from bot.chat.costs_text import costs_text
+from bot.chat.costs import costs_text
 from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability, launches_ahead
 from bot.costs import read_costs

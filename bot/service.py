@@ -40,8 +40,8 @@ from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.base import CloudProvider, RenewsStorageCredentials
 from bot.cloud.local.provider import LocalCloud
 from bot.core import Bot
-from bot.costs_http import MIN_TOKEN_LENGTH as COSTS_TOKEN_LENGTH
-from bot.costs_http import costs_routes
+from bot.costs import MIN_TOKEN_LENGTH as COSTS_TOKEN_LENGTH
+from bot.costs import costs_routes
 from bot.durability import DurableWrites
 from bot.effects import CloudEffects
 from bot.errors import ConfigError
