@@ -8,7 +8,7 @@ Where things enter:
   due), applied through :func:`handlers.decide.decide` with a dedup key, so a redelivery changes nothing.
 
 Either way the change's outbox goes, in the same atomic write, straight to the queue of its executor (notes to
-the chat outbox, cloud effects to the cloud executor in :mod:`bot.effects`, timers to the timer set): the bot
+the chat outbox, cloud effects to the cloud executor in :mod:`bot.cloud_effects`, timers to the timer set): the bot
 itself only decides. From a runner report to the Slack call: ``bot/http.py`` → events stream → :meth:`Bot.handle`
 → :meth:`JobStore.apply` (job, history, dedup, the note onto the chat stream) → ``ChatOutbox.handle`` → the
 platform's deliverer.
@@ -97,7 +97,7 @@ class Bot:
         oncall: OnCall | None = None,
     ) -> None:
         self.store = store
-        self.cloud = cloud  # asked for prices only; the cloud executor (bot/effects.py) acts on it
+        self.cloud = cloud  # asked for prices only; the cloud executor (bot/cloud_effects.py) acts on it
         self.policy = policy
         self.recipes = dict(recipes)
         self.clock = clock

@@ -39,11 +39,11 @@ from bot.cloud.aliyun.settings import static_key_refusal
 from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.base import CloudProvider, RenewsStorageCredentials
 from bot.cloud.local.provider import LocalCloud
+from bot.cloud_effects import CloudEffects
 from bot.core import Bot
 from bot.costs import MIN_TOKEN_LENGTH as COSTS_TOKEN_LENGTH
 from bot.costs import costs_routes
 from bot.durability import DurableWrites
-from bot.effects import CloudEffects
 from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.keys import DEFAULT_KEYS, Keys
