@@ -47,12 +47,13 @@ from bot.keys import DEFAULT_KEYS
 from bot.queues import EVENT_FIELD
 from bot.redis_server import RedisHandle
 from bot.store import JobStore
+from handlers.clock import utcnow
 from handlers.decide import decide, new_job
 from handlers.jobs import ChatRef, Job
 from handlers.messages import Launched, Notify, ReportReceived, dump_message
 from handlers.policy_config import PolicyConfig
 from handlers.recipes import BUILT_IN
-from handlers.reports import Progress, Started, utcnow
+from handlers.reports import Progress, Started
 
 
 class TimingChat:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bot.demo import trainer_stays_with_you
 from bot.service import BotService
 from fakes.bot_harness import CHANNEL, running_bot, start_job, wait_job
-from handlers.cost import job_cost
+from handlers.job_cost import job_cost
 from handlers.jobs import Job, JobState
 
 USER = "console:ana"

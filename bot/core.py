@@ -8,7 +8,7 @@ Where things enter:
   due), applied through :func:`handlers.decide.decide` with a dedup key, so a redelivery changes nothing.
 
 Either way the change's outbox goes, in the same atomic write, straight to the queue of its executor (notes to
-the chat outbox, cloud effects to the cloud executor in :mod:`bot.effects`, timers to the timer set): the bot
+the chat outbox, cloud effects to the cloud executor in :mod:`bot.cloud_effects`, timers to the timer set): the bot
 itself only decides. From a runner report to the Slack call: ``bot/http.py`` → events stream → :meth:`Bot.handle`
 → :meth:`JobStore.apply` (job, history, dedup, the note onto the chat stream) → ``ChatOutbox.handle`` → the
 platform's deliverer.
@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from bot.charts.series import ChartSeries, Point
 from bot.chat import catalog
 from bot.chat.catalog import Lang, say
-from bot.chat.costs_text import costs_text
+from bot.chat.costs import costs_text
 from bot.chat.render import card_text, recipes_text
 from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability, launches_ahead
 from bot.costs import read_costs
@@ -38,6 +38,7 @@ from bot.rate_limit import Bucket, RateLimiter
 from bot.store import DEDUP_TTL, Applied, JobCapReached, JobStore
 from handlers.caps import Caps, Full, caps_for, concurrency_refusal, nodes_refusal, price_refusal
 from handlers.change import Change
+from handlers.clock import utcnow
 from handlers.commands import HELP_REASON, Command, UsageError, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.ids import new_job_id
@@ -74,7 +75,7 @@ from handlers.private_answers import answered_privately
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, RecipeError, find_recipe
 from handlers.report_freshness import REPORT_SEEN_SECONDS
-from handlers.reports import Failed, Interrupted, Progress, utcnow
+from handlers.reports import Failed, Interrupted, Progress
 from handlers.restart_overhead import first_step_was
 from handlers.spot import SpotView, managed, steers
 from handlers.transitions import next_state
@@ -96,7 +97,7 @@ class Bot:
         oncall: OnCall | None = None,
     ) -> None:
         self.store = store
-        self.cloud = cloud  # asked for prices only; the cloud executor (bot/effects.py) acts on it
+        self.cloud = cloud  # asked for prices only; the cloud executor (bot/cloud_effects.py) acts on it
         self.policy = policy
         self.recipes = dict(recipes)
         self.clock = clock

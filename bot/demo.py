@@ -24,9 +24,9 @@ from bot.chat.console import ConsoleChat
 from bot.chat.render import card_text
 from bot.service import BotService
 from bot.settings import Settings
-from handlers.cost import job_cost
+from handlers.clock import utcnow
+from handlers.job_cost import job_cost
 from handlers.jobs import TERMINAL_STATES, ChatRef, Job, JobState
-from handlers.reports import utcnow
 
 USER = "console:demo"
 CHANNEL = ChatRef(platform="console", channel="demo")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from bot.chat.slack.app import EVENTS_PATH
-from bot.costs_http import COSTS_PATH
+from bot.costs import COSTS_PATH
 from bot.http import REPORTS_PATH
 from bot.pagers.webhooks import OPSGENIE_PATH, PAGERDUTY_PATH
 from bot.sources.aliyun_http import CLOUDMONITOR_PATH, EVENTBRIDGE_PATH

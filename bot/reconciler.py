@@ -34,6 +34,7 @@ from bot.cloud.base import ListsGroups, ListsInstances
 from bot.keys import Keys
 from bot.store import JobStore
 from handlers.change import Change
+from handlers.clock import utcnow
 from handlers.jobs import Job
 from handlers.lifecycle import Lifecycle
 from handlers.reconcile import (
@@ -51,7 +52,6 @@ from handlers.reconcile import (
     release_group,
     silence_key,
 )
-from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,11 @@ from pydantic import ValidationError
 
 from bot.errors import InputRefused
 from bot.log_limit import LimitedLog
+from handlers.clock import utcnow
 from handlers.messages import ReportReceived, report_received
 from handlers.report_keys import claimed_sender, verify_report
 from handlers.report_scope import outside_prefix
-from handlers.reports import parse_report, utcnow
+from handlers.reports import parse_report
 
 log = logging.getLogger(__name__)
 

@@ -39,11 +39,11 @@ from bot.cloud.aliyun.settings import static_key_refusal
 from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.base import CloudProvider, RenewsStorageCredentials
 from bot.cloud.local.provider import LocalCloud
+from bot.cloud_effects import CloudEffects
 from bot.core import Bot
-from bot.costs_http import MIN_TOKEN_LENGTH as COSTS_TOKEN_LENGTH
-from bot.costs_http import costs_routes
+from bot.costs import MIN_TOKEN_LENGTH as COSTS_TOKEN_LENGTH
+from bot.costs import costs_routes
 from bot.durability import DurableWrites
-from bot.effects import CloudEffects
 from bot.errors import ConfigError
 from bot.http import REPORTS_PATH, build_app, server_logger
 from bot.keys import DEFAULT_KEYS, Keys
@@ -67,10 +67,10 @@ from bot.storage_renewal import StorageRenewal
 from bot.store import JobStore
 from bot.supervision import Supervisor
 from bot.timers import Timers
+from handlers.clock import utcnow
 from handlers.pagers import Tool
 from handlers.permissions import describe
 from handlers.report_keys import ReportKeys
-from handlers.reports import utcnow
 
 if TYPE_CHECKING:
     from bot.chat.dingtalk.adapter import DingTalk

@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     finetune_aliyun_webhook_sources: str = ""
     # Plain http accepted on those routes: only for a local test (the token would cross the network in the clear).
     finetune_aliyun_webhook_allow_insecure: bool = False
-    # GET /costs (bot/costs_http.py), mounted when set: the bearer token a finance sheet sends (16+ characters).
+    # GET /costs (bot/costs.py), mounted when set: the bearer token a finance sheet sends (16+ characters).
     finetune_costs_token: SecretStr | None = None
     # -- DingTalk (bot/chat/dingtalk): on when the app's client id is set; the rest is the dingtalk: section --
     dingtalk_client_id: str | None = None

@@ -29,8 +29,8 @@ import redis.asyncio as aioredis
 from bot.cloud.base import CloudError, RenewsStorageCredentials
 from bot.keys import Keys
 from bot.store import JobStore
+from handlers.clock import utcnow
 from handlers.reconcile import HOLDING
-from handlers.reports import utcnow
 from handlers.storage_sessions import RENEW_SECONDS
 
 log = logging.getLogger(__name__)

@@ -25,8 +25,8 @@ import redis.asyncio as aioredis
 
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.queues import EVENT_FIELD, STREAM_MAXLEN, route
+from handlers.clock import utcnow
 from handlers.messages import TIMERS, BusMessage, Message, parse_message
-from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from bot.errors import StoreUnavailable
 from bot.service import BotService, CloudFactory, open_cloud
 from bot.settings import Settings
 from fakes.fake_dingtalk import FakeDingTalk
+from handlers.clock import utcnow
 from handlers.jobs import ChatRef, Job
 from handlers.report_keys import claimed_sender, derive_report_key
-from handlers.reports import utcnow
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 CHANNEL = ChatRef(platform="console", channel="test")

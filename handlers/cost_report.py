@@ -2,7 +2,7 @@
 
 A pure function of job records and a clock. A job counts in a window when it was active at some moment of it
 (created before the window ends; not ended, or ended after it began), with its whole cost up to the window's end
-(:func:`handlers.cost.job_cost`): a job that spans the boundary of two windows counts in both, so the report
+(:func:`handlers.job_cost.job_cost`): a job that spans the boundary of two windows counts in both, so the report
 lists each job's row too, and a finance sheet that adds windows up can take each job once by its id.
 
 Savings compare like with like: ``paid`` is every job's spend, but the saving is 1 − (the spend of the jobs
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from handlers.cost import Cost, job_cost
+from handlers.job_cost import Cost, job_cost
 from handlers.jobs import TERMINAL_STATES, Job
 
 WINDOWS: Mapping[str, timedelta] = {"7d": timedelta(days=7), "30d": timedelta(days=30)}

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from handlers.clock import utcnow
 from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN, new_key_salt
-from handlers.reports import utcnow
 
 
 class JobState(StrEnum):

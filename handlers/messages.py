@@ -19,10 +19,11 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from handlers.clock import utcnow
 from handlers.ids import new_event_id
 from handlers.jobs import ChatRef, Market
 from handlers.notes import Note
-from handlers.reports import RunnerReport, utcnow
+from handlers.reports import RunnerReport
 from handlers.spec import Gang
 
 

@@ -21,7 +21,7 @@ cleaned but refused when it holds one: changed, it would name another object.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -35,14 +35,10 @@ from pydantic import (
     field_validator,
 )
 
+from handlers.clock import utcnow
 from handlers.failures import Failure
 from handlers.ids import JOB_ID_PATTERN, new_event_id
 from handlers.outside_text import clean_line, clean_text
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
 
 # The SNS message attributes a runner sets on a report it publishes (runner/reports/sns.py; the bot reads them in
 # handlers/aws_events.py): which report it is, its signature of the message and the time it signed

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-from handlers.sealed_keys import SEALED_KEY_PREFIX_PATTERN
+from handlers.attempt_keys import SEALED_KEY_PREFIX_PATTERN
 from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, SpecError, parse_spec
 from runner.agent import Runner
 from runner.exit_codes import EXIT_BAD_SPEC, EXIT_NO_REPORT_KEY

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from handlers.reports import utcnow
+from handlers.clock import utcnow
 from runner.beneath import regular_files
 from runner.checksums import ALGORITHM, part_count
 

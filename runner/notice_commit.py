@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from handlers.reports import GivenUp, Late
+from runner.checkpoint_sync import CheckpointSync
 from runner.checkpoints import Committed
 from runner.commit_plan import MiB, Plan, Situation, plan
 from runner.local_checkpoints import complete_checkpoints, list_checkpoint_dirs
-from runner.sync import CheckpointSync
 from runner.trainer import TrainerState
 
 log = logging.getLogger(__name__)

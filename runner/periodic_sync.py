@@ -1,9 +1,9 @@
 """Checkpoints to the store while the trainer trains: the periodic look, early commits, a gang's markers.
 
-Every ``sync_seconds`` the output directory is looked at (:class:`runner.sync.CheckpointSync` decides what goes
-up); a rebalance recommendation, a crashed trainer or a storage session running out commits the newest complete
-checkpoint at once. In a gang every node commits its own part of a step; node 0's runner writes the step's marker
-once every node's part is there, and only then is the checkpoint reported as saved.
+Every ``sync_seconds`` the output directory is looked at (:class:`runner.checkpoint_sync.CheckpointSync` decides
+what goes up); a rebalance recommendation, a crashed trainer or a storage session running out commits the newest
+complete checkpoint at once. In a gang every node commits its own part of a step; node 0's runner writes the step's
+marker once every node's part is there, and only then is the checkpoint reported as saved.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from handlers.spec import Gang, JobSpec
+from runner.checkpoint_sync import CheckpointSync, SyncReason
 from runner.checkpoints import CheckpointStore, Committed, Restored
 from runner.gang_checkpoints import GangCheckpointStore
 from runner.local_checkpoints import LocalCheckpoint
@@ -22,7 +23,6 @@ from runner.reports.attempt import AttemptReports
 from runner.retry import with_retries
 from runner.storage.attempt_credentials import AttemptCredentials
 from runner.storage.base import ObjectStore, StorageError
-from runner.sync import CheckpointSync, SyncReason
 
 log = logging.getLogger(__name__)
 

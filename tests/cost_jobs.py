@@ -1,7 +1,7 @@
 """Job records for the costs tests: jobs of two teams (and one of none) over a week, with round numbers.
 
 Each job bills at a price per hour, trains at 36 s a step, and has one start-up of 0.1 h, so what it cost and
-what on-demand would have cost are simple sums (``handlers/cost.py``). NOW is the injected clock's start.
+what on-demand would have cost are simple sums (``handlers/job_cost.py``). NOW is the injected clock's start.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ LaunchNode = Callable[[JobSpec, Launch], Awaitable[Instance]]
 
 
 def placed(spec: JobSpec, job: Job) -> JobSpec:
-    """The attempt's spec with its place in the job's world (what bot/effects.py gives a gang node's launch)."""
+    """The attempt's spec with its place in the job's world (what bot/cloud_effects.py gives a gang node's launch)."""
     attempt = job.attempt_numbered(spec.attempt)
     assert attempt is not None
     rank = rank_of(attempt)

@@ -21,9 +21,8 @@ import pytest
 from bot.cloud.aliyun.provider import AliyunCloud
 from bot.cloud.base import Instance
 from bot.cloud.local.metadata import LocalMetadataServer
-from handlers.attempt_keys import StorageCredentials
+from handlers.attempt_keys import StorageCredentials, seal
 from handlers.report_keys import ReportKeys
-from handlers.sealed_keys import seal
 from runner.reports.key_object import NoReportKey, fetch_sealed_key, own_key, storage_credentials
 from runner.storage.attempt_credentials import ADVISORY_SECONDS
 from runner.storage.open import open_store

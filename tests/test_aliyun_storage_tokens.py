@@ -17,8 +17,8 @@ import pytest
 from bot.cloud.aliyun.provider import AliyunCloud
 from bot.cloud.base import LaunchError, RenewsStorageCredentials
 from bot.errors import CloudError, ConfigError
+from handlers.attempt_keys import open_sealed
 from handlers.report_keys import ReportKeys
-from handlers.sealed_keys import open_sealed
 from handlers.storage_sessions import aliyun_session_policy
 from tests.aliyun_fakes import FakeAliyun, FakeToken
 from tests.policy_eval import Statement, allowed, policy_of

@@ -29,7 +29,7 @@ from bot.cloud.aws.autoscaling import group_distribution
 from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import CloudError, ForeignInstance, LaunchError, launches_ahead
-from bot.effects import CloudEffects
+from bot.cloud_effects import CloudEffects
 from bot.errors import ConfigError
 from bot.keys import Keys
 from bot.reconciler import Reconciler
@@ -454,7 +454,7 @@ async def test_terminate_never_touches_an_instance_not_tagged_for_the_job(world:
 
 
 async def test_every_refusal_is_a_cloud_error_never_a_raw_botocore_one(proxy: Ec2Proxy, make_cloud: Any) -> None:
-    """The executor catches CloudError only (bot/effects.py): a ClientError escaping would be taken for a bug."""
+    """The executor catches CloudError only (bot/cloud_effects.py): a ClientError escaping would be taken for a bug."""
     cloud: AwsCloud = make_cloud()
     instance = await cloud.launch(job_spec(cloud), ["g5.xlarge"], "spot")
     proxy.denied_actions = {"TerminateInstances"}

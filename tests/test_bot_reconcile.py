@@ -22,9 +22,9 @@ from bot.redis_server import connect
 from bot.store import JobStore
 from fakes.bot_harness import SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
 from fakes.restartable_valkey import RestartableValkey
+from handlers.clock import utcnow
 from handlers.jobs import Job, JobState
 from handlers.recipes import find_recipe
-from handlers.reports import utcnow
 from handlers.spec_build import build_spec
 from tests.test_bot_scenarios import wait_for_text
 

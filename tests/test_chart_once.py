@@ -18,10 +18,10 @@ from bot.chat.slack.upload import upload_to_thread
 from bot.keys import Keys
 from bot.store import JobStore
 from fakes.fake_slack import BOT_TOKEN, FakeSlack
+from handlers.clock import utcnow
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import Notify, dump_message
 from handlers.notes import ChartNote
-from handlers.reports import utcnow
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,
     fixture_redis_client,

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.chat.catalog import Lang
-from bot.chat.costs_chart import ON_DEMAND_COLOUR, PAID_COLOUR, costs_png
+from bot.chat.costs import ON_DEMAND_COLOUR, PAID_COLOUR, costs_png
 from bot.chat.delivery import Picture
 from bot.chat.refs import ChatRefs
 from bot.chat.slack.deliverer import SlackDeliverer

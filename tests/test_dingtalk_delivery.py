@@ -27,11 +27,11 @@ from bot.chat.dingtalk.webhooks import Markdown, Mentions, Webhooks
 from bot.store import JobStore
 from fakes.fake_dingtalk import FakeDingTalk
 from fakes.notes import notify
+from handlers.clock import utcnow
 from handlers.decide import decide
 from handlers.failures import Failure
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import CloudEvent, Notify, parse_message
-from handlers.reports import utcnow
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,
     fixture_redis_client,

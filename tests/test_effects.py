@@ -40,12 +40,13 @@ from fakes.bot_harness import (
 from fakes.fake_slack import FakeSlack, Message
 from fakes.notes import notify
 from fakes.restartable_valkey import RestartableValkey
+from handlers.clock import utcnow
 from handlers.decide import new_job
 from handlers.jobs import TERMINAL_STATES, ChatRef, JobState
 from handlers.messages import Notify
 from handlers.recipes import Recipe
 from handlers.report_keys import ReportKeys
-from handlers.reports import Notice, utcnow
+from handlers.reports import Notice
 from handlers.spec_build import build_spec
 
 

@@ -4,14 +4,17 @@ move, and reconciliation keeping every live node."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from handlers.cost import job_cost
 from handlers.decide import decide, new_job, stop_command
 from handlers.failures import Failure
 from handlers.gang import master_port, place_in
+from handlers.job_cost import job_cost
 from handlers.jobs import ChatRef, CheckpointRef, Job, JobState, Page
 from handlers.messages import (
     CloudEvent,
@@ -76,6 +79,13 @@ def test_the_world_meets_at_node_0_on_a_port_of_its_generation() -> None:
     # Every node's spec names the same meeting port, and the next generation (a regroup) meets on another.
     assert place_in(job, 0).master_port == place_in(job, 1).master_port == master_port(job.id, job.generation)
     assert master_port(job.id, job.generation + 1) != master_port(job.id, job.generation)
+    # Each node computes the port in its own process: the same there (no per-process salted hash), not just here.
+    code = f"from handlers.gang import master_port; print(master_port({job.id!r}, {job.generation}))"
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        command = [sys.executable, "-c", code]
+        out = subprocess.run(command, env=env, capture_output=True, text=True, check=True, timeout=120)
+        assert int(out.stdout) == place_in(job, 1).master_port
 
 
 def test_losing_node_0_replaces_it_alone_and_node_1_takes_rank_0() -> None:

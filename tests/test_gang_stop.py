@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bot.cloud.base import GangPlacement, Instance
 from bot.cloud.local.provider import LocalCloud
-from bot.effects import launching
+from bot.cloud_effects import launching
 from bot.service import CloudWiring
 from fakes.bot_harness import CHANNEL, SLEEPS, eventually, quick_recipe, running_bot, wait_job, write_config
 from handlers.decide import decide, new_job, stop_command

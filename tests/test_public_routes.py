@@ -15,7 +15,7 @@ from typing import Any, cast
 import yaml
 
 from bot.chat.slack.app import events_route
-from bot.costs_http import costs_routes
+from bot.costs import costs_routes
 from bot.http import build_app
 from bot.pagers.webhooks import pager_routes
 from bot.public_routes import INTERNAL_ROUTES, PUBLIC_ROUTES

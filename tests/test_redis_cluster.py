@@ -28,9 +28,9 @@ from fakes.notes import notify
 from fakes.valkey_cluster import ValkeyCluster
 from handlers.caps import Caps
 from handlers.change import Change
+from handlers.clock import utcnow
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import Launch, Launched, StartDeadline
-from handlers.reports import utcnow
 from tests.cluster_fixtures import fixture_valkey_cluster, fixture_valkey_cluster_server  # noqa: F401 - fixtures
 
 PREFIX = "fc:"

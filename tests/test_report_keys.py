@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from bot.report_gate import REFUSED_METRIC, ReportGate, ReportRefused
 from bot.sources.aws_intake import EVENTS_REFUSED_METRIC, AwsIntake
 from bot.sources.sqs import SqsSource
+from handlers.clock import utcnow
 from handlers.failures import Failure
 from handlers.jobs import Attempt
 from handlers.messages import CloudEvent, ReportReceived, parse_message
@@ -27,7 +28,6 @@ from handlers.reports import (
     RunnerReport,
     dump_report,
     parse_report,
-    utcnow,
 )
 from handlers.signing import sign
 from runner.reports.reporter import Reporter

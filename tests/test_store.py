@@ -21,6 +21,7 @@ from bot.store import Applied, Decider, JobStore
 from fakes.notes import notify
 from fakes.restartable_valkey import RestartableValkey
 from handlers.change import Change
+from handlers.clock import utcnow
 from handlers.failures import Failure
 from handlers.jobs import Attempt, ChatRef, Job, JobState
 from handlers.messages import (
@@ -33,7 +34,6 @@ from handlers.messages import (
     StopFailed,
     dump_message,
 )
-from handlers.reports import utcnow
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     RedisClientFactory,
     fixture_key_prefix,

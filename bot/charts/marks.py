@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.charts.series import Point
-from handlers.cost import billed
+from handlers.job_cost import billed
 from handlers.jobs import Attempt, Job, Market
 
 

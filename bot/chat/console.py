@@ -23,10 +23,10 @@ from datetime import datetime
 
 from bot.chat.catalog import plain
 from bot.chat.render import card_text, mentions, message_text
+from handlers.clock import utcnow
 from handlers.jobs import Job, JobState
 from handlers.messages import Notify
 from handlers.notes import ResumeFailedPage
-from handlers.reports import utcnow
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # a newline and a tab are the controls a terminal gets
 

@@ -43,8 +43,7 @@ from bot.bus_set import bus_for
 from bot.charts.series import ChartSeries
 from bot.chat.cards import CardRefresher
 from bot.chat.catalog import Lang, text
-from bot.chat.costs_chart import costs_png
-from bot.chat.costs_text import costs_text
+from bot.chat.costs import costs_png, costs_text
 from bot.chat.delivery import (
     CardDeliverer,
     Deliverer,

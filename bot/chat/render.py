@@ -15,9 +15,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from bot.chat.catalog import Lang, person, plain, say, text, word
-from handlers.cost import job_cost
 from handlers.failures import Failure
 from handlers.gang import rank_of
+from handlers.job_cost import job_cost
 from handlers.jobs import Attempt, Job, JobState
 from handlers.messages import Notify
 from handlers.notes import (

@@ -21,10 +21,10 @@ import aiohttp
 from bot.chat.catalog import plain
 from bot.chat.delivery import PermanentDeliveryError, TransientDeliveryError
 from bot.chat.render import message_text
+from handlers.clock import utcnow
 from handlers.jobs import Job
 from handlers.messages import Notify
 from handlers.notes import PagerCall
-from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
 

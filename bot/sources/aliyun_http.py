@@ -25,13 +25,14 @@ import hmac
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Collection
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aiohttp import web
 
 from bot.header_form import BEARER, FINETUNE_TOKEN, header_part
 from bot.log_limit import LimitedLog
 from handlers.aliyun_events import parse_cloudmonitor, parse_eventbridge, staleness
+from handlers.clock import utcnow
 from handlers.errors import UnrecognisedMessage
 from handlers.messages import BusMessage, CloudEvent
 
@@ -66,7 +67,7 @@ def aliyun_routes(
     sources: Collection[Network] = (),
     *,
     allow_insecure: bool = False,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    clock: Callable[[], datetime] = utcnow,
 ) -> list[web.RouteDef]:
     """The routes to mount on the bot's app (``app.add_routes(aliyun_routes(...))``).
 

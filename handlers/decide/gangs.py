@@ -17,13 +17,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from handlers.change import Change
-from handlers.cost import job_cost
 from handlers.decide import inputs, launching, recovery, steering
 from handlers.decide.builders import advance, change, ignore, make, notify
 from handlers.decide.launching import live, with_attempt
 from handlers.failures import Failure
 from handlers.gang import place_in, rank_of, regrouped
 from handlers.instance_claims import foreign_instance
+from handlers.job_cost import job_cost
 from handlers.jobs import TERMINAL_STATES, Attempt, CheckpointRef, Job, JobState
 from handlers.lifecycle import Lifecycle, best_step, furthest_step
 from handlers.messages import (

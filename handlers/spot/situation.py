@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from handlers.cost import job_cost
+from handlers.job_cost import job_cost
 from handlers.jobs import Job, PlanChoice
 from handlers.policy_reasons import WORDING
 from handlers.spot.policies import POLICIES, SPOT_FIRST, best_zone, policy_for
@@ -63,7 +63,7 @@ def live_situation(
     """The job's situation now, or None while nothing is measured (no total steps or no step time yet).
 
     ``spot_price`` and ``on_demand_price`` are one instance's (what the cloud lists): the situation's are the
-    job's, every node of a gang billing (as :func:`~handlers.cost.job_cost` counts what it spent).
+    job's, every node of a gang billing (as :func:`~handlers.job_cost.job_cost` counts what it spent).
     ``scores``: the zones' recent spot availability (0..1: a placement score / 10, a share of successful
     launches); ``refused``: when a launch in a zone last failed for capacity; ``checkpoint_steps``: the
     recipe's checkpoint interval in steps (the work a notice-less loss takes); ``known_restart``: the restart

@@ -29,11 +29,11 @@ from handlers.reports import (
 )
 from handlers.reports import Notice as NoticeReport
 from handlers.spec import JobSpec
+from runner.checkpoint_sync import SyncReason
 from runner.checkpoints import Committed, Restored
 from runner.notice_commit import NoticeOutcome
 from runner.progress import ProgressTail
 from runner.reports.reporter import Reporter
-from runner.sync import SyncReason
 
 
 class AttemptReports:

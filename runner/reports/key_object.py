@@ -12,7 +12,7 @@ credentials its key object carries: the user data then says where keys lie (``FI
 its key object first (:func:`fetch_attempt_key`), the spec with those credentials, and only then checks that the object
 is its own attempt's (:func:`own_key`).
 
-Alibaba, with a runner storage role: the same order with a sealed object (handlers/sealed_keys.py). The user data
+Alibaba, with a runner storage role: the same order with a sealed object (handlers/attempt_keys.py). The user data
 says ``FINETUNE_KEY_FROM=oss://<bucket>/attempt-keys/`` and carries the report key; the runner appends its instance id
 from the metadata service (hardened mode), reads the object with its instance role and opens it with that key
 (:func:`fetch_sealed_key`). The token inside is read and opened again as it nears its end, like AWS's session.
@@ -28,8 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from handlers.attempt_keys import INSTANCE_ID, AttemptKey, parse_attempt_key
-from handlers.sealed_keys import ECS_INSTANCE_ID, unseal
+from handlers.attempt_keys import ECS_INSTANCE_ID, INSTANCE_ID, AttemptKey, parse_attempt_key, unseal
 from handlers.spec import JobSpec
 from runner.errors import RunnerError
 from runner.notices.aliyun import AliyunMetadataSource

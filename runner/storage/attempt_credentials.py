@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from handlers.attempt_keys import AttemptKey, StorageCredentials, parse_attempt_key
+from handlers.clock import utcnow
 from runner.storage.base import StorageError
 
 if TYPE_CHECKING:
@@ -36,10 +37,6 @@ ADVISORY_SECONDS = 15 * 60  # botocore asks for fresh credentials from this long
 MANDATORY_SECONDS = 60  # ... and stops using them this long before it (the clocks of host and S3 may differ)
 LOW_SECONDS = 10 * 60  # with less than this left and nothing newer in the object, the runner commits what it has
 REREAD_SECONDS = 30.0  # the key object is read again at most this often (botocore asks on every request)
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class AttemptCredentials:
@@ -66,7 +63,7 @@ class AttemptCredentials:
         self.job_id = first.job_id
         self.attempt = first.attempt
         self.current: StorageCredentials = first.storage
-        self.clock = clock or _utcnow
+        self.clock = clock or utcnow
         self.reread_seconds = reread_seconds
         self.renewals = 0  # how often fresher credentials were found in the object
         self._read = read

@@ -212,7 +212,7 @@ BOT: dict[str, str] = {
     "reply.list-line": "{job}  {state:<13} {recipe:<12} step {step}/{total}",
     "reply.slow-down.commands": "⛔ slow down: at most {limit} commands a minute; try again in {wait} s",
     "reply.slow-down.starts": "⛔ slow down: at most {limit} starts a minute; try again in {wait} s",
-    # /finetune costs (bot/chat/costs_text.py).
+    # /finetune costs (bot/chat/costs.py).
     "costs.title": (
         "💰 Costs of the last {days} days ({start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} UTC), {scope}: {jobs} jobs"
     ),

@@ -175,7 +175,7 @@ MESSAGES: dict[str, str] = {
     "reply.list-line": "{job}  {state}  {recipe}  第 {step}/{total} 步",
     "reply.slow-down.commands": "⛔ 请慢一点：每分钟最多 {limit} 条命令；请 {wait} 秒后再试",
     "reply.slow-down.starts": "⛔ 请慢一点：每分钟最多启动 {limit} 个任务；请 {wait} 秒后再试",
-    # /finetune costs（bot/chat/costs_text.py）
+    # /finetune costs（bot/chat/costs.py）
     "costs.title": (
         "💰 最近 {days} 天的费用（{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M} UTC），{scope}：{jobs} 个任务"
     ),

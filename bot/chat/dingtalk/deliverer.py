@@ -40,10 +40,10 @@ from bot.chat.dingtalk.openapi import OpenApi
 from bot.chat.dingtalk.transport import Rejected
 from bot.chat.dingtalk.webhooks import Markdown, Webhooks
 from bot.chat.render import card_text
+from handlers.clock import utcnow
 from handlers.jobs import ChatRef, Job
 from handlers.messages import Notify
 from handlers.notes import InterruptionWarning
-from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ from bot.chat.slack.replies import EphemeralReplies
 from bot.chat.slack.startup import Identity, SlackSecrets, verify_app_token, verify_bot_token
 from bot.chat.slack.tenant import Tenant
 from bot.errors import ConfigError
+from handlers.clock import utcnow
 from handlers.jobs import ChatRef
-from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
 

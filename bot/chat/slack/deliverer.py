@@ -30,10 +30,10 @@ from bot.chat.refs import ChatRefs
 from bot.chat.slack.blocks import acked_page_layout, card_layout, mrkdwn, note_text, page_layout
 from bot.chat.slack.errors import call
 from bot.chat.slack.upload import upload_to_thread
+from handlers.clock import utcnow
 from handlers.jobs import ChatRef, Job
 from handlers.messages import Notify
 from handlers.notes import Acked
-from handlers.reports import utcnow
 
 log = logging.getLogger(__name__)
 

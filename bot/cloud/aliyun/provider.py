@@ -27,7 +27,7 @@ the same control object with ``{"type": "stop"}``.
 With a runner storage role (``aliyun.runner_storage_role_arn``) the instance role reaches no job object: per
 attempt the bot assumes that role with an inline policy naming only the job's prefix (STS ``AssumeRole``,
 :mod:`handlers.storage_sessions`) and writes the token to ``attempt-keys/<instance id>`` sealed with the attempt's
-report key (:mod:`handlers.sealed_keys`), rewrites it before it expires (bot/storage_renewal.py) and deletes it with
+report key (:mod:`handlers.attempt_keys`), rewrites it before it expires (bot/storage_renewal.py) and deletes it with
 the instance.
 
 Every SDK call runs in a worker thread (:mod:`bot.cloud.aliyun.api`). Prices are in the currency of the account's
@@ -58,12 +58,11 @@ from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, 
 from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.cloud.user_data import runner_boot_script
 from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError
-from handlers.attempt_keys import StorageCredentials
+from handlers.attempt_keys import StorageCredentials, seal, sealed_key_object
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.report_keys import ReportKeys
-from handlers.sealed_keys import seal, sealed_key_object
 from handlers.spec import (
     ATTEMPT_KEYS_PREFIX,
     AnyControl,
@@ -94,7 +93,7 @@ class AliyunCloud:
         if settings.runner_storage_role_arn is not None and report_keys is None:
             raise ConfigError(
                 "aliyun.runner_storage_role_arn needs report keys: each attempt's storage token is sealed with its "
-                "report key (handlers/sealed_keys.py)"
+                "report key (handlers/attempt_keys.py)"
             )
         secret = settings.access_key_secret.get_secret_value() if settings.access_key_secret else None
         self.api = AliyunApi(
@@ -279,7 +278,7 @@ class AliyunCloud:
             raise CloudUnavailable(f"AssumeRole: STS answered credentials of an unexpected shape ({shape})") from None
 
     async def _write_token(self, job_id: str, attempt: int, key_salt: str, instance_id: str) -> None:
-        """A fresh token, sealed with the attempt's report key for ``instance_id`` (handlers/sealed_keys.py)."""
+        """A fresh token, sealed with the attempt's report key for ``instance_id`` (handlers/attempt_keys.py)."""
         if self.report_keys is None:
             raise ValueError("no report keys to seal the storage token with")
         storage = await self._storage_token(job_id, attempt)

@@ -8,7 +8,7 @@ import pytest
 
 from bot.chat.render import card_text, message_text
 from fakes.notes import notify
-from handlers.cost import job_cost
+from handlers.job_cost import job_cost
 from handlers.jobs import Attempt, Job, JobState
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
