@@ -13,6 +13,8 @@ Conditions are CloudFormation's own: :func:`conditioned` evaluates the template'
 parameters (``Fn::Equals``, ``Fn::Not``, ``Fn::And``, ``Fn::Or``, ``Condition``), leaves out the resources and
 outputs whose condition is false, and replaces each ``Fn::If`` by its chosen branch (``AWS::NoValue`` removes the
 property or list item). A resource that still refers to one left out fails as CloudFormation fails the template.
+The template's ``Rules`` are checked first (:func:`check_rules`), as CloudFormation checks them before it makes
+anything; moto gets the template without them.
 """
 
 from __future__ import annotations
@@ -184,6 +186,47 @@ def evaluate_conditions(template: dict[str, Any], ctx: Context) -> dict[str, boo
     return {name: condition(name) for name in specs}
 
 
+def check_rules(template: dict[str, Any], ctx: Context) -> None:
+    """CloudFormation's ``Rules``: where a rule's ``RuleCondition`` holds, each of its ``Assertions`` must, else the
+    stack is refused with the assertion's description (``Fn::Equals``, ``Fn::Not``, ``Fn::And``, ``Fn::Or``,
+    ``Fn::Contains``; a list parameter is its list of values)."""
+    types = {name: str(spec.get("Type", "String")) for name, spec in template.get("Parameters", {}).items()}
+
+    def value(node: Any) -> Any:
+        if isinstance(node, dict) and set(node) == {"Ref"} and node["Ref"] in types:
+            kind, raw = types[node["Ref"]], str(ctx.ref(node["Ref"]))
+            return raw.split(",") if kind == "CommaDelimitedList" or kind.startswith("List<") else raw
+        if isinstance(node, list):
+            return [value(item) for item in node]
+        return ctx.resolve(node)
+
+    def truth(node: Any) -> bool:
+        if not (isinstance(node, dict) and len(node) == 1):
+            raise TemplateError(f"not a rule function: {node!r}")
+        ((key, args),) = node.items()
+        if key == "Fn::Equals":
+            left, right = (value(item) for item in args)
+            return str(left) == str(right)
+        if key == "Fn::Not":
+            (inner,) = args
+            return not truth(inner)
+        if key == "Fn::And":
+            return all([truth(item) for item in args])
+        if key == "Fn::Or":
+            return any([truth(item) for item in args])
+        if key == "Fn::Contains":
+            listed, item = value(args[0]), value(args[1])
+            return str(item) in [str(each) for each in listed]
+        raise TemplateError(f"{key} is not a rule function")
+
+    for name, rule in template.get("Rules", {}).items():
+        if "RuleCondition" in rule and not truth(rule["RuleCondition"]):
+            continue
+        for assertion in rule["Assertions"]:
+            if not truth(assertion["Assert"]):
+                raise TemplateError(f"rule {name}: {assertion.get('AssertDescription', 'an assertion is false')}")
+
+
 _NO_VALUE = object()
 
 
@@ -212,7 +255,8 @@ def conditioned(template: dict[str, Any], ctx: Context) -> dict[str, Any]:
         out = {key: chosen(value) for key, value in node.items()}
         return {key: value for key, value in out.items() if value is not _NO_VALUE}
 
-    result = {key: value for key, value in template.items() if key not in ("Conditions", "Resources", "Outputs")}
+    left = ("Conditions", "Rules", "Resources", "Outputs")
+    result = {key: value for key, value in template.items() if key not in left}
     result["Resources"] = chosen(kept(template["Resources"]))
     result["Outputs"] = chosen(kept(template.get("Outputs", {})))
     gone = set(template["Resources"]) - set(result["Resources"])
@@ -383,6 +427,11 @@ def _memorydb_subnet_group(ctx: Context, props: dict[str, Any]) -> Values:
     return {"Ref": props["SubnetGroupName"]}
 
 
+def _wait_condition_handle(ctx: Context, props: dict[str, Any]) -> Values:
+    """A handle nothing signals here: the bot stack's only orders resources by its Metadata (moto skips the type)."""
+    return {"Ref": f"https://cloudformation-waitcondition-{ctx.region}.s3.amazonaws.com/{uuid.uuid4().hex}"}
+
+
 def _memorydb_parameter_group(ctx: Context, props: dict[str, Any]) -> Values:
     return {"Ref": props["ParameterGroupName"], "Properties": props.get("Parameters", {})}
 
@@ -411,6 +460,7 @@ MAKERS: dict[str, Maker] = {
     "AWS::MemoryDB::ParameterGroup": _memorydb_parameter_group,
     "AWS::MemoryDB::User": _cache_user,
     "AWS::MemoryDB::ACL": _acl,
+    "AWS::CloudFormation::WaitConditionHandle": _wait_condition_handle,
 }
 
 # GetAtt of a resource moto's CloudFormation did create, for stand-ins made after the stack.
@@ -444,6 +494,7 @@ def deploy(
     imports = {item["Name"]: item["Value"] for item in cf.list_exports().get("Exports", []) if "Value" in item}
     defaults = {name: spec.get("Default") for name, spec in template.get("Parameters", {}).items()}
     ctx = Context(clients, {**defaults, **parameters}, stack_name, imports=imports)
+    check_rules(template, ctx)
     template = conditioned(template, ctx)
     supported = moto_types()
     lacking = {name: body for name, body in template["Resources"].items() if body["Type"] not in supported}
@@ -492,8 +543,8 @@ def deploy(
     )
     (stack,) = cf.describe_stacks(StackName=stack_name)["Stacks"]
     assert stack["StackStatus"] == "CREATE_COMPLETE", stack.get("StackStatusReason")
-    resources = {
-        item["LogicalResourceId"]: item["PhysicalResourceId"]
+    resources = {  # moto names no physical id for some types (AWS::EC2::SecurityGroupIngress)
+        item["LogicalResourceId"]: item.get("PhysicalResourceId", "")
         for item in cf.describe_stack_resources(StackName=stack_name)["StackResources"]
         if "LogicalResourceId" in item
     }

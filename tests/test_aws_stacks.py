@@ -48,7 +48,17 @@ from fakes.bot_harness import CHANNEL, wait_job
 from fakes.ports import free_port
 from handlers.jobs import JobState
 from handlers.report_keys import ReportKeys
-from tests.cfn_stand_ins import Context, Deployed, Maker, Values, deploy, load_template, moto_lacks
+from tests.cfn_stand_ins import (
+    Context,
+    Deployed,
+    Maker,
+    TemplateError,
+    Values,
+    conditioned,
+    deploy,
+    load_template,
+    moto_lacks,
+)
 from tests.test_aws_cloud import World
 from tests.test_aws_scenario import Ec2Bodies, spot_warning
 from tests.tls_valkey import TlsValkey, tls_valkey
@@ -75,6 +85,7 @@ BOT_STACK_LACKS = {
     "AWS::MemoryDB::User",
     "AWS::MemoryDB::ACL",
     "AWS::MemoryDB::Cluster",
+    "AWS::CloudFormation::WaitConditionHandle",
 }
 # The resources of each StateStore (the others' are left out by their conditions), and what the bot's config says
 # a state change waits for there.
@@ -82,6 +93,17 @@ STATE_STORES = {
     "replication-group": ({"RedisSubnetGroup", "RedisParameters", "Redis"}, "replica"),
     "serverless": ({"ServerlessUser", "ServerlessDefaultUser", "ServerlessUserGroup", "ServerlessCache"}, "none"),
     "memorydb": ({"MemoryDBSubnetGroup", "MemoryDBParameters", "MemoryDBUser", "MemoryDBAcl", "MemoryDB"}, "none"),
+}
+# What a CertificateArn adds (the condition PublicEndpoint): the HTTPS load balancer, its routes, and the one way in
+# to the bot's tasks. Without one (Slack in Socket Mode) none of it is made.
+PUBLIC_ENDPOINT = {
+    "LoadBalancerSecurityGroup",
+    "ServiceFromLoadBalancer",
+    "LoadBalancer",
+    "TargetGroup",
+    "HttpsListener",
+    "BotRoutes",
+    "PagerRoutes",
 }
 # deploy/aws/runner-image.yaml is linted (cfn-lint) and its component checked (tests/test_images.py), not deployed:
 # moto has no EC2 Image Builder at all.
@@ -334,6 +356,73 @@ async def test_each_state_store_creates_and_the_redis_url_reaches_it(store: str,
             await connection.aclose()
 
 
+@pytest.mark.parametrize("with_certificate", [True, False])
+def test_the_service_sits_behind_the_load_balancer_only_with_a_certificate(with_certificate: bool) -> None:
+    """The service as CloudFormation creates it (its conditions evaluated; moto's ECS would not show it)."""
+    certificate = "arn:aws:acm:us-east-1:123456789012:certificate/abc" if with_certificate else ""
+    ctx = Context(lambda service: None, {"CertificateArn": certificate, "StateStore": "serverless"}, "finetune-bot")
+    template = conditioned(load_template("bot.yaml"), ctx)
+    service = template["Resources"]["Service"]
+    assert service["DependsOn"] == "RoutesReady"
+    routes = template["Resources"]["RoutesReady"]["Metadata"]["Routes"]
+    if with_certificate:  # ECS takes a target group only once a listener rule uses it: the service waits for them
+        assert service["Properties"]["LoadBalancers"] == [
+            {"ContainerName": "bot", "ContainerPort": 8080, "TargetGroupArn": {"Ref": "TargetGroup"}}
+        ]
+        assert service["Properties"]["HealthCheckGracePeriodSeconds"] == 60
+        assert routes == [{"Ref": "BotRoutes"}, {"Ref": "PagerRoutes"}]
+        assert set(template["Resources"]) >= PUBLIC_ENDPOINT and "LoadBalancerDnsName" in template["Outputs"]
+    else:  # ECS refuses a grace period for a service with no load balancer
+        assert "LoadBalancers" not in service["Properties"]
+        assert "HealthCheckGracePeriodSeconds" not in service["Properties"]
+        assert routes == []
+        assert not PUBLIC_ENDPOINT & set(template["Resources"]) and "LoadBalancerDnsName" not in template["Outputs"]
+
+
+async def test_without_a_certificate_the_bot_stack_has_no_load_balancer_and_nothing_inbound(
+    tmp_path: Path, aws: str
+) -> None:
+    """A Socket Mode trial needs no domain, certificate or DNS: with no CertificateArn (and no PublicSubnets) the
+    stack makes no load balancer, the tasks' security group lets nothing in, and the service runs without a target
+    group (Slack by its websocket, the runners' reports and the spot warnings by the runner stack's queue). A
+    certificate without PublicSubnets is refused before anything is made."""
+
+    def client(service: str) -> Any:
+        return boto3.client(service, endpoint_url=aws, region_name="us-east-1")
+
+    template = load_template("bot.yaml")
+    conditioned_on = {name for name, body in template["Resources"].items() if body.get("Condition") == "PublicEndpoint"}
+    assert conditioned_on == PUBLIC_ENDPOINT
+    network = _runner_stack(client)
+    parameters = {
+        "VpcId": network.vpc,
+        "PrivateSubnets": ",".join(network.private.values()),
+        "StateStore": "serverless",
+        "DesiredCount": "2",
+    }
+    certificate = _bot_parameters(client, network)["CertificateArn"]
+    with pytest.raises(TemplateError, match=r"rule PublicEndpointNeedsPublicSubnets: .*needs PublicSubnets"):
+        deploy(client, "finetune-bot", template, {**parameters, "CertificateArn": certificate})
+    stacks = client("cloudformation").list_stacks()["StackSummaries"]
+    assert [stack["StackName"] for stack in stacks] == ["finetune"]  # the runner stack only
+    assert client("secretsmanager").list_secrets()["SecretList"] == []  # not one of the bot stack's made
+
+    stores = StoreStandIns(tmp_path)
+    with stores.servers:
+        stack = deploy(client, "finetune-bot", template, parameters, stores.makers)
+    assert not (set(stack.resources) | set(stack.stood_in)) & PUBLIC_ENDPOINT
+    assert "LoadBalancerDnsName" not in stack.outputs
+    assert client("elbv2").describe_load_balancers()["LoadBalancers"] == []
+    (service,) = client("ecs").describe_services(cluster=stack.outputs["ClusterName"], services=["finetune-bot"])[
+        "services"
+    ]
+    assert service["desiredCount"] == 2  # (moto's CloudFormation leaves out LoadBalancers: see the test above)
+    (group,) = client("ec2").describe_security_groups(GroupIds=[stack.resources["ServiceSecurityGroup"]])[
+        "SecurityGroups"
+    ]
+    assert group["IpPermissions"] == []  # nothing reaches the tasks from outside
+
+
 def _camel(snake: str) -> str:
     return "".join(part.capitalize() for part in snake.split("_"))
 
@@ -518,6 +607,11 @@ async def _check_bot_stack(
     assert paths == {"/slack/events", "/aws/sns", "/runner/reports", "/pagerduty/webhook", "/opsgenie/webhook"}
     (target_group,) = elb.describe_target_groups(TargetGroupArns=[resources["TargetGroup"]])["TargetGroups"]
     assert (target_group["HealthCheckPath"], target_group["Port"]) == ("/healthz", 8080)
+    (group,) = client("ec2").describe_security_groups(GroupIds=[resources["ServiceSecurityGroup"]])["SecurityGroups"]
+    assert [
+        (rule["FromPort"], rule["ToPort"], [pair["GroupId"] for pair in rule["UserIdGroupPairs"]], rule["IpRanges"])
+        for rule in group["IpPermissions"]
+    ] == [(8080, 8080, [resources["LoadBalancerSecurityGroup"]], [])]  # the bot's port, from the load balancer only
     role = iam.get_role(RoleName=outputs["BotRoleArn"].rsplit("/", 1)[1])["Role"]
     assert json.loads(json.dumps(role["AssumeRolePolicyDocument"]))["Statement"][0]["Principal"] == {
         "Service": "ecs-tasks.amazonaws.com"

@@ -1,4 +1,4 @@
-"""tests/cfn_stand_ins.py's Conditions: what CloudFormation creates for given parameters, and what it refuses.
+"""tests/cfn_stand_ins.py's Conditions and Rules: what CloudFormation creates for given parameters, and what it refuses.
 
 The bot stack's StateStore (deploy/aws/bot.yaml) is chosen by conditions; tests/test_aws_stacks.py deploys each
 choice. Here the evaluation itself, on a small template that uses every condition function.
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cfn_stand_ins import Context, TemplateError, conditioned, evaluate_conditions
+from tests.cfn_stand_ins import Context, TemplateError, check_rules, conditioned, evaluate_conditions
 from tests.test_images import _CfnLoader
 
 TEMPLATE = """
@@ -111,3 +111,31 @@ def test_a_malformed_condition_is_a_clear_error(conditions: str, error: str) -> 
     text = "Parameters:\n  Store: {Type: String, Default: a}\nConditions:\n" + conditions + "\nResources: {}\n"
     with pytest.raises(TemplateError, match=error):
         evaluate_conditions(_template(text), _ctx())
+
+
+RULES = """
+Parameters:
+  Certificate: {Type: String, Default: ""}
+  Subnets: {Type: CommaDelimitedList, Default: ""}
+Rules:
+  SubnetsWithACertificate:
+    RuleCondition: !Not [!Equals [!Ref Certificate, ""]]
+    Assertions:
+      - Assert: !Not [!Contains [!Ref Subnets, ""]]
+        AssertDescription: a certificate needs subnets
+Resources: {}
+"""
+
+
+def _rules_ctx(**parameters: str) -> Context:
+    return Context(lambda service: None, {"Certificate": "", "Subnets": "", **parameters}, "stack")
+
+
+def test_a_rule_refuses_parameters_its_assertion_does_not_hold_for() -> None:
+    template = _template(RULES)
+    check_rules(template, _rules_ctx())  # the rule's condition is false: nothing asserted
+    check_rules(template, _rules_ctx(Certificate="arn:cert", Subnets="subnet-a,subnet-b"))
+    with pytest.raises(TemplateError, match="rule SubnetsWithACertificate: a certificate needs subnets"):
+        check_rules(template, _rules_ctx(Certificate="arn:cert"))
+    with pytest.raises(TemplateError, match="not a rule function"):
+        check_rules(_template(RULES.replace("!Contains", "!Join")), _rules_ctx(Certificate="arn:cert"))

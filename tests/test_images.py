@@ -320,7 +320,7 @@ class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]
 
 
 _FUNCTIONS = ("Ref", "Sub", "GetAtt", "Join", "Select", "ImportValue", "Split", "FindInMap")
-_CONDITIONS = ("If", "Equals", "Not", "And", "Or", "Condition")
+_CONDITIONS = ("If", "Equals", "Not", "And", "Or", "Condition", "Contains")  # Contains: in Rules
 
 for _tag in _FUNCTIONS + _CONDITIONS:
 
