@@ -75,9 +75,10 @@ docs: $(STAMP)
 	$(MKDOCS) serve
 
 # make test builds the site with --strict (a broken link or anchor, a page missing from the nav: the build fails)
-# into a directory of its own, removed afterwards: site/ is never written in the work tree.
+# into a directory of its own, removed afterwards: site/ is never written in the work tree. Not --quiet: it hides
+# the warnings that --strict counts, and the build would pass with a broken link.
 docs-build: $(STAMP)
-	site=$$(mktemp -d) && $(MKDOCS) build --strict --quiet --site-dir "$$site"; status=$$?; rm -rf "$$site"; exit $$status
+	site=$$(mktemp -d) && $(MKDOCS) build --strict --site-dir "$$site"; status=$$?; rm -rf "$$site"; exit $$status
 
 # The quick check while editing: the unit tests alone (no server, no subprocess; tests/markers.py).
 unit: $(STAMP)
