@@ -1,4 +1,4 @@
-# finetune-bot as a service: `make dist && docker build -t finetune-bot:0.1.0 .` (README "The bot in production").
+# finetune-bot as a service: `make dist && docker build -t finetune-bot:0.1.0 .` (docs/production.md).
 # It installs the wheel `make dist` builds, with the bot's extra, into /opt/finetune: the path the runner image uses
 # too, so the interpreter a recipe's {python} names exists on both. Linted with hadolint in `make test`.
 FROM python:3.11-slim-bookworm AS build
@@ -21,7 +21,7 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/finetune --cre
         --shell /usr/sbin/nologin finetune \
     && useradd --system --uid 10002 --user-group --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin finetune-train
-# Configuration is by environment (README "Settings"); the config file is mounted and named by FINETUNE_CONFIG,
+# Configuration is by environment (docs/configuration.md); the config file is mounted and named by FINETUNE_CONFIG,
 # e.g. -v ./config.yaml:/etc/finetune/config.yaml:ro -e FINETUNE_CONFIG=/etc/finetune/config.yaml.
 # FINETUNE_HTTP_HOST: inside a container the bot listens on every interface (the default is 127.0.0.1).
 ENV PATH=/opt/finetune/bin:$PATH \

@@ -10,7 +10,7 @@ CHECKOV_VERSION := 3.3.30
 CHECKOV_VENV := $(VENV)/checkov
 CHECKOV := $(CHECKOV_VENV)/bin/checkov
 
-.PHONY: demo test unit lint bench clean dist lock checkov
+.PHONY: demo test unit lint bench clean dist lock checkov docs docs-build
 
 # pytest-xdist workers: twice the cores this process may use (most scenario tests wait on servers and subprocesses,
 # so two per core keeps the cores busy), at least 2, at most 8 (each worker runs its own Valkey, moto and trainers).
@@ -65,7 +65,20 @@ test: $(STAMP) $(PROMTOOL) $(CHECKOV)
 	$(MAKE) --no-print-directory checkov
 	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/alerts.test.yaml
+	$(MAKE) --no-print-directory docs-build
 	PROMTOOL=$(abspath $(PROMTOOL)) PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal
+
+# The guides as a site (mkdocs.yml, the Material theme): served with live reload on http://127.0.0.1:8000.
+# NO_MKDOCS_2_WARNING: Material's banner about its successor, printed on every run, says nothing about these docs.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(STAMP)
+	$(MKDOCS) serve
+
+# make test builds the site with --strict (a broken link or anchor, a page missing from the nav: the build fails)
+# into a directory of its own, removed afterwards: site/ is never written in the work tree. Not --quiet: it hides
+# the warnings that --strict counts, and the build would pass with a broken link.
+docs-build: $(STAMP)
+	site=$$(mktemp -d) && $(MKDOCS) build --strict --site-dir "$$site"; status=$$?; rm -rf "$$site"; exit $$status
 
 # The quick check while editing: the unit tests alone (no server, no subprocess; tests/markers.py).
 unit: $(STAMP)

@@ -17,7 +17,7 @@ consumer groups, so they split the work. Measured per configuration:
   (``cluster-node-timeout`` 2 s). Printed: when the bot changed a job of the dead primary again (after the kill),
   and whether every job ended at its last step with each card note delivered once (nothing lost, nothing twice).
   Durability ``none`` here: under ``replica`` a promoted primary has no replica of its own until the old host
-  returns, and its partitions' changes wait for one (the README says so); tests/test_cluster_durability.py
+  returns, and its partitions' changes wait for one (docs/production.md says so); tests/test_cluster_durability.py
   proves that nothing acknowledged is lost then.
 
     python bench/cluster_path.py [--jobs 32] [--events 2000] [--repeat 2] [--rate 200] [--no-failover]

@@ -77,7 +77,7 @@ async def one_run(endpoint: str, work: Path, name: str, command: list[str], wind
         FINETUNE_LOG_LEVEL="WARNING",
         FINETUNE_NOTICE_POLL_SECONDS="0.1",
         FINETUNE_REPORT_RESERVE_SECONDS="2",
-        # The trainer is this interpreter, which another user may not reach on a development host (README).
+        # The trainer is this interpreter, which another user may not reach on a development host (docs/runner.md).
         FINETUNE_TRAINER_USER=os.environ.get("FINETUNE_TRAINER_USER", "root"),
     )
     run_dir = work / name

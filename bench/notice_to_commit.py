@@ -80,7 +80,7 @@ async def one_run(endpoint: str, work: Path, name: str, command: list[str], inte
         FINETUNE_TRAINER_ECHO="0",
         FINETUNE_LOG_LEVEL="WARNING",
         FINETUNE_SYNC_SECONDS="3600",
-        # The trainer is this interpreter, which another user may not reach on a development host (README).
+        # The trainer is this interpreter, which another user may not reach on a development host (docs/runner.md).
         FINETUNE_TRAINER_USER=os.environ.get("FINETUNE_TRAINER_USER", "root"),
     )  # no periodic sync: the notice path does all the work
     runner = await asyncio.create_subprocess_exec(

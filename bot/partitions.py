@@ -2,7 +2,7 @@
 
 The count is chosen once, when the first bot meets an empty store (one on a single server, ``CLUSTER_PARTITIONS``
 on a cluster), and read back by every later bot and replica: a job's partition follows from its id and the count,
-so the count never changes under a live store (growing it is a migration, see the README).
+so the count never changes under a live store (growing it is a migration, see docs/production.md, Redis).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ async def open_keys(redis: aioredis.Redis, prefix: str = DEFAULT_PREFIX, partiti
     if cluster and keys.partitions == 1:
         raise ConfigError(
             f"the store under {prefix!r} at this Redis cluster has one partition (written by a bot on a single "
-            "server): its scripts cannot run on a cluster; copy it into a partitioned store (README: Redis)"
+            "server): its scripts cannot run on a cluster; copy it into a partitioned store (docs/production.md: Redis)"
         )
     return keys
 

@@ -1,6 +1,6 @@
 """Who may do what to which job: the permission table, as pure functions of the policy, the person and the job.
 
-The model (README "Permissions"):
+The model (docs/permissions.md):
 
 - anyone may ``start`` (within the caps and the rate) and read ``help``;
 - ``status``, ``list``, ``logs`` and ``chart`` show only the jobs of the channel asked in; admins see every

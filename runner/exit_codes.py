@@ -1,4 +1,4 @@
-"""The runner's exit codes (documented in the README): the bot and systemd units read them."""
+"""The runner's exit codes (documented in docs/runner.md): the bot and systemd units read them."""
 
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1

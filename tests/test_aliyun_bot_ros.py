@@ -23,7 +23,7 @@ from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
 from tests.test_aliyun_ros import PSEUDO, resource, walk
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "aliyun"
-# Bot-stack parameter -> the runner-stack output it is given (docs/production-aliyun.md).
+# Bot-stack parameter -> the runner-stack output it is given (docs/aliyun.md).
 FROM_RUNNER_STACK = {
     "VpcId": "VpcId",
     "ZoneId1": "ZoneId1",

@@ -350,7 +350,7 @@ def test_the_image_builder_component_installs_the_release_with_the_script(wheel:
     checks = " ".join(cmd for step in build["validate"] for cmd in step["inputs"]["commands"])
     assert f"/etc/systemd/system/{RUNNER_UNIT}" in checks and "/opt/finetune/bin/finetune-runner --help" in checks
     # What the AWS production guide tells you to upload is what the script needs, flat in one prefix.
-    readme = (ROOT / "docs" / "production-aws.md").read_text()
+    readme = (ROOT / "docs" / "aws.md").read_text()
     upload = re.search(r"aws s3 cp .*?--recursive|aws s3 sync .*", readme)
     assert upload is not None, "the AWS production guide must give the upload command"
     for name in ("install.sh", RUNNER_UNIT):

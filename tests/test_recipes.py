@@ -138,7 +138,7 @@ def readme_recipes() -> list[Recipe]:
 
 
 def test_the_pinned_ms_swift_accepts_every_flag_of_the_swift_recipes() -> None:
-    """The built-in deepseek-7b and the README's qwen-lora example, rendered as the runner runs them."""
+    """The built-in deepseek-7b and docs/bot.md's qwen-lora example, rendered as the runner runs them."""
     [qwen] = readme_recipes()
     rendered = [
         expand_argv(recipe.argv(recipe.resolve({}), python="python"), RUNNER_VALUES) for recipe in (DEEPSEEK_7B, qwen)

@@ -11,7 +11,7 @@
 # beside the wheel (runner.txt, bot.txt; base.txt for no extras; each pins pip itself too), and puts the systemd
 # unit in FINETUNE_SYSTEMD_DIR (/etc/systemd/system). It enables nothing: each instance's boot script
 # (bot/cloud/user_data.py) writes /etc/finetune-runner.env and starts finetune-runner.service; the bot's unit is
-# started once /etc/finetune/bot.env is written (README). Running it again upgrades in place.
+# started once /etc/finetune/bot.env is written (docs/production.md). Running it again upgrades in place.
 #
 # The unit files are looked up next to this script, then in ../systemd/ (the repository's layout).
 # Variables: FINETUNE_PREFIX; FINETUNE_EXTRAS (the wheel's extras, comma-separated; "" for none);

@@ -32,7 +32,7 @@ DEFAULT_RESTART = timedelta(minutes=6)
 # (one period): trying it again then costs nothing, since a refused launch holds nothing and a job on on-demand
 # launches spot ahead of its switch (handlers/decide/), and each zone is tried at most once a period, never in a
 # loop. A longer cool-down only kept jobs off spot that had come back: on the traces, 30 minutes cost deadline-aware
-# 0.02-0.05 of the optimum at every restart (README, The spot policy).
+# 0.02-0.05 of the optimum at every restart (docs/spot-policy.md).
 
 
 @dataclass(frozen=True, slots=True)

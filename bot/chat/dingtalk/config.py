@@ -4,7 +4,7 @@
 dingtalk:
   robot_webhook: https://oapi.dingtalk.com/robot/send?access_token=…   # the group's custom robot (alerts, pages)
   robot_secret: SEC…                                                   # its 加签 secret
-  card_template_id: 8f2c…schema                                        # job cards with buttons (see the README)
+  card_template_id: 8f2c…schema                                        # job cards with buttons (see docs/dingtalk.md)
   language: zh-CN                                                      # the default for every group
   corp_id: dingxxxxxxxxxxxx                                            # the organisation served (else the robot's)
   channels:

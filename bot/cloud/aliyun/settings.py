@@ -69,7 +69,7 @@ class AliyunSettings(BaseModel):
     # runner storage role, the bucket's jobs/ itself)
     # The runner stack's RunnerStorageRoleArn: per attempt the bot assumes it with an inline policy naming only the
     # job's prefix and hands the token to the runner sealed with its report key (handlers/attempt_keys.py). None: the
-    # runner uses its instance role for job objects (a stack from before the role).
+    # runner uses its instance role for job objects (a stack without the role).
     runner_storage_role_arn: str | None = Field(default=None, pattern=ALIYUN_ROLE_ARN_PATTERN)
     key_pair: str | None = None
     system_disk_category: str | None = None  # e.g. cloud_essd; default ECS's

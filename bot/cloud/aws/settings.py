@@ -39,7 +39,7 @@ class AwsSettings(BaseModel):
     runner_role_id: str | None = Field(default=None, pattern=ROLE_ID_PATTERN)
     # The runner stack's output RunnerStorageRoleArn: per attempt the bot assumes it with a session policy naming only
     # the job's prefix and hands those credentials to the runner in its key object (handlers/storage_sessions.py).
-    # None: runners use their instance profile for storage (a stack from before the role).
+    # None: runners use their instance profile for storage (a stack without the role).
     runner_storage_role_arn: str | None = Field(default=None, pattern=ROLE_ARN_PATTERN)
     # capacity failures within one launch before it reports a refusal to the spot authority; None: every candidate
     max_launch_failures: int | None = Field(default=3, ge=1)
