@@ -18,7 +18,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from bot.cloud.user_data import RUNNER_ENV_FILE, RUNNER_UNIT, runner_boot_script
 from bot.healthcheck import health_url
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+VERSION = (ROOT / "VERSION").read_text().strip()
 
 
 @pytest.fixture(scope="module")
