@@ -7,7 +7,6 @@ same state dir) is one line on stderr and exit status 2, never a traceback.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
@@ -16,9 +15,11 @@ import os
 import pwd
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bot.cli_help import ENVIRONMENT, HelpParser, ShowVersion, environment_help
 from bot.errors import ConfigError, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -118,6 +119,48 @@ async def _leaving(service: BotService) -> str:
     return f"Bye. {', '.join(active)} keep running on {service.bot.cloud.name}; the next bot carries on with them."
 
 
+# Each command: its name, its line in the list of commands, and the start of its own help.
+COMMANDS = (
+    (
+        "serve",
+        "run the bot with every configured adapter until SIGTERM",
+        "Run the bot with every configured chat adapter, cloud and event source until SIGTERM or SIGINT, then stop\n"
+        "cleanly. Configured by the environment variables below and the YAML file FINETUNE_CONFIG names.\n"
+        "Exit status: 0 after a clean stop; 1 when a part of the service ended by itself or Redis cannot be\n"
+        "reached; 2 for a bad setting (one line on stderr).",
+    ),
+    (
+        "demo",
+        "interrupt and recover a tiny fine-tune on this machine, end to end",
+        "Start a tiny fine-tune on a local spot instance, interrupt it with a spot notice, and watch the bot resume\n"
+        "it from its last checkpoint: a checklist of what happened, exit status 0 when every step passed.",
+    ),
+    (
+        "chat",
+        "a console chat against the bot's handlers",
+        "A terminal chat with the bot: type the chat commands (help lists them), see its messages.\n"
+        "Ctrl-D, Ctrl-C or SIGTERM ends it; the bot's log goes to bot.log in the state dir.",
+    ),
+    (
+        "simulate",
+        "replay the bot's spot policies on spot traces (JSON Lines scenarios on stdin, results on stdout)",
+        "Replay the bot's spot policies on spot traces: a JSON Lines scenario per line on stdin, a result line\n"
+        "per scenario and policy on stdout. Bad input is one line on stderr and exit status 2.",
+    ),
+)
+
+
+def command_epilog(command: str) -> str:
+    """The end of ``command``'s help: the policies ``simulate`` knows, the variables every command reads."""
+    text = environment_help(ENVIRONMENT[command]())
+    if command == "simulate":
+        from handlers.spot.rules import DEFAULT_POLICY, SIMULATED_POLICIES
+
+        names = [f"{name} (the default)" if name == DEFAULT_POLICY else name for name in SIMULATED_POLICIES]
+        text = f"policies: {', '.join(names)}\n\n{text}"
+    return text
+
+
 def _log_to(command: str, settings: Settings) -> Path | None:
     """Logging set up for ``command``: ``serve`` on stderr; ``chat`` into a file in the state dir (the terminal
     is the chat), whose path is returned. ConfigError for a bad FINETUNE_LOG_LEVEL."""
@@ -137,20 +180,13 @@ def _log_to(command: str, settings: Settings) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="finetune-bot", description="ChatOps for fine-tunes on spot GPUs")
+    parser = HelpParser(prog="finetune-bot", description="ChatOps for fine-tunes on spot GPUs")
+    parser.add_argument("--version", action=ShowVersion)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="run the bot with every configured adapter until SIGTERM")
-    commands.add_parser("demo", help="interrupt and recover a tiny fine-tune on this machine, end to end")
-    commands.add_parser("chat", help="a console chat against the bot's handlers")
-    simulate = commands.add_parser(
-        "simulate",
-        help="replay the bot's spot policies on spot traces (JSON Lines scenarios on stdin, results on stdout)",
-    )
-    simulate.add_argument(
-        "--policy",
-        action="append",
-        metavar="NAME",
-        help="deadline-aware (the default), greedy, on-demand or spot-only; repeat for several",
+    for name, summary, description in COMMANDS:
+        commands.add_parser(name, help=summary, description=description, epilog_from=partial(command_epilog, name))
+    commands.choices["simulate"].add_argument(
+        "--policy", action="append", metavar="NAME", help="a policy to replay (listed below); repeat for several"
     )
     args = parser.parse_args(argv)
     if args.command == "simulate":

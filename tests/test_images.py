@@ -154,6 +154,7 @@ def test_the_units_run_the_installed_programs() -> None:
     assert bot["User"] == "finetune" and bot["EnvironmentFile"] == "/etc/finetune/bot.env"
     assert "FINETUNE_HTTP_HOST=0.0.0.0" in bot["Environment"] and bot["RestartPreventExitStatus"] == "2"
     assert bot["ProtectSystem"] == "strict" and bot["StateDirectory"] == "finetune"
+    assert bot["KillMode"] == "mixed"  # the bot stops its embedded Valkey after its loops; systemd does not first
 
 
 def install(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
