@@ -52,6 +52,31 @@ def test_serve_answers_health_and_stops_cleanly_on_sigterm(tmp_path: Path) -> No
     assert not _valkey_serving(tmp_path / "state" / "redis")  # the embedded server went down with the bot
 
 
+def test_a_sigterm_to_the_whole_process_group_stops_the_loops_before_the_embedded_valkey(tmp_path: Path) -> None:
+    """Ctrl-C at a terminal, ``kill -TERM -<pgid>``, a supervisor signalling the group: the signal reaches the bot
+    alone (its Valkey leads a session of its own), so no loop finds the server gone while it stops."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "serve"],
+        env=bot_env(tmp_path, FINETUNE_HTTP_PORT=str(port)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group, as a shell's job is: the signal below goes to all of it
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+        os.killpg(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert "INFO bot: stopping" in output  # it did stop by the signal, cleanly
+    assert "cannot reach Redis" not in output and "Traceback" not in output, output
+    assert not _valkey_serving(tmp_path / "state" / "redis")  # stopped by the bot, last
+
+
 def _valkey_serving(data_dir: Path) -> bool:
     from bot.redis_server import _is_our_server
 

@@ -71,6 +71,7 @@ def test_every_bot_command_lists_the_variables_of_its_table() -> None:
         assert listed_variables(shown(bot_cli.main, command, "--help")) == expected, command
     serve = listed_variables(shown(bot_cli.main, "serve", "--help"))
     assert {"REDIS_URL", "SLACK_BOT_TOKEN", "FINETUNE_CONFIG", "FINETUNE_LOG_LEVEL", "AWS_REGION"} <= serve
+    assert listed_variables(shown(bot_cli.main, "chat", "--help")) == serve  # both run the service as configured
     demo = listed_variables(shown(bot_cli.main, "demo", "--help"))
     assert {"FINETUNE_STATE_DIR", "FINETUNE_TRAINER_USER"} <= demo and "FINETUNE_HTTP_PORT" not in demo
     assert "environment variables: none" in shown(bot_cli.main, "simulate", "--help")
