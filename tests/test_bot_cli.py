@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pwd
@@ -75,6 +76,28 @@ def test_a_sigterm_to_the_whole_process_group_stops_the_loops_before_the_embedde
     assert "INFO bot: stopping" in output  # it did stop by the signal, cleanly
     assert "cannot reach Redis" not in output and "Traceback" not in output, output
     assert not _valkey_serving(tmp_path / "state" / "redis")  # stopped by the bot, last
+
+
+async def test_a_sigterm_ends_the_demo_as_its_end_does() -> None:
+    """The demo's bot stops in order (its ``async with`` left, its Valkey last) and the status says which signal:
+    a real SIGTERM to this process, taken by the demo's handler."""
+    from bot.demo import until_signalled
+
+    started, left = asyncio.Event(), asyncio.Event()
+
+    async def demo() -> int:
+        try:
+            started.set()
+            await asyncio.Event().wait()
+        finally:
+            left.set()
+        return 0
+
+    running = asyncio.create_task(until_signalled(demo()))
+    await started.wait()
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await running == 128 + signal.SIGTERM
+    assert left.is_set()
 
 
 def _valkey_serving(data_dir: Path) -> bool:
