@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bot.cli_help import ENVIRONMENT, HelpParser, ShowVersion, environment_help
+from bot.cli_help import COMMANDS, HelpParser, ShowVersion, command_epilog
 from bot.errors import ConfigError, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -119,48 +119,6 @@ async def _leaving(service: BotService) -> str:
     return f"Bye. {', '.join(active)} keep running on {service.bot.cloud.name}; the next bot carries on with them."
 
 
-# Each command: its name, its line in the list of commands, and the start of its own help.
-COMMANDS = (
-    (
-        "serve",
-        "run the bot with every configured adapter until SIGTERM",
-        "Run the bot with every configured chat adapter, cloud and event source until SIGTERM or SIGINT, then stop\n"
-        "cleanly. Configured by the environment variables below and the YAML file FINETUNE_CONFIG names.\n"
-        "Exit status: 0 after a clean stop; 1 when a part of the service ended by itself or Redis cannot be\n"
-        "reached; 2 for a bad setting (one line on stderr).",
-    ),
-    (
-        "demo",
-        "interrupt and recover a tiny fine-tune on this machine, end to end",
-        "Start a tiny fine-tune on a local spot instance, interrupt it with a spot notice, and watch the bot resume\n"
-        "it from its last checkpoint: a checklist of what happened, exit status 0 when every step passed.",
-    ),
-    (
-        "chat",
-        "a console chat against the bot's handlers",
-        "A terminal chat with the bot: type the chat commands (help lists them), see its messages.\n"
-        "Ctrl-D, Ctrl-C or SIGTERM ends it; the bot's log goes to bot.log in the state dir.",
-    ),
-    (
-        "simulate",
-        "replay the bot's spot policies on spot traces (JSON Lines scenarios on stdin, results on stdout)",
-        "Replay the bot's spot policies on spot traces: a JSON Lines scenario per line on stdin, a result line\n"
-        "per scenario and policy on stdout. Bad input is one line on stderr and exit status 2.",
-    ),
-)
-
-
-def command_epilog(command: str) -> str:
-    """The end of ``command``'s help: the policies ``simulate`` knows, the variables every command reads."""
-    text = environment_help(ENVIRONMENT[command]())
-    if command == "simulate":
-        from handlers.spot.rules import DEFAULT_POLICY, SIMULATED_POLICIES
-
-        names = [f"{name} (the default)" if name == DEFAULT_POLICY else name for name in SIMULATED_POLICIES]
-        text = f"policies: {', '.join(names)}\n\n{text}"
-    return text
-
-
 def _log_to(command: str, settings: Settings) -> Path | None:
     """Logging set up for ``command``: ``serve`` on stderr; ``chat`` into a file in the state dir (the terminal
     is the chat), whose path is returned. ConfigError for a bad FINETUNE_LOG_LEVEL."""
@@ -180,7 +138,11 @@ def _log_to(command: str, settings: Settings) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = HelpParser(prog="finetune-bot", description="ChatOps for fine-tunes on spot GPUs")
+    parser = HelpParser(
+        prog="finetune-bot",
+        description="ChatOps for fine-tunes on spot GPUs",
+        epilog="finetune-bot COMMAND --help says what the command does and which environment variables it reads.",
+    )
     parser.add_argument("--version", action=ShowVersion)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, summary, description in COMMANDS:

@@ -1,6 +1,6 @@
-"""What ``finetune-bot``'s help says besides the arguments: the version and, for each command, the environment
-variables it reads, from one table (the settings model's fields and the few names the code reads itself;
-tests/test_cli_help.py holds the code to it).
+"""What ``finetune-bot``'s help says besides the arguments: the version and, for each command, what it does and
+the environment variables it reads, from one table (the settings model's fields and the few names the code reads
+itself; tests/test_cli_help.py holds the code to it).
 
 Both are made only when asked for: the settings model takes half a second to import, and ``simulate`` starts
 many times a run without ever showing its help.
@@ -54,6 +54,49 @@ ENVIRONMENT: dict[str, Callable[[], Groups]] = {
     "demo": _demo,
     "simulate": dict,
 }
+
+
+# Each command: its name, its line in the list of commands, and the start of its own help.
+COMMANDS = (
+    (
+        "serve",
+        "run the bot with every configured adapter until SIGTERM",
+        "Run the bot with every configured chat adapter, cloud and event source until SIGTERM or SIGINT, then stop\n"
+        "cleanly. Configured by the environment variables below and the YAML file FINETUNE_CONFIG names.\n"
+        "Exit status: 0 after a clean stop; 1 when a part of the service ended by itself or Redis cannot be\n"
+        "reached; 2 for a bad setting (one line on stderr).",
+    ),
+    (
+        "demo",
+        "interrupt and recover a tiny fine-tune on this machine, end to end",
+        "Start a tiny fine-tune on a local spot instance, interrupt it with a spot notice, and watch the bot resume\n"
+        "it from its last checkpoint: a checklist of what happened, exit status 0 when every step passed\n"
+        "(SIGTERM or Ctrl-C stops it cleanly, status 128 + the signal's number).",
+    ),
+    (
+        "chat",
+        "a console chat against the bot's handlers",
+        "A terminal chat with the bot: type the chat commands (help lists them), see its messages.\n"
+        "Ctrl-D, Ctrl-C or SIGTERM ends it; the bot's log goes to bot.log in the state dir.",
+    ),
+    (
+        "simulate",
+        "replay the bot's spot policies on spot traces (JSON Lines scenarios on stdin, results on stdout)",
+        "Replay the bot's spot policies on spot traces: a JSON Lines scenario per line on stdin, a result line\n"
+        "per scenario and policy on stdout. Bad input is one line on stderr and exit status 2.",
+    ),
+)
+
+
+def command_epilog(command: str) -> str:
+    """The end of ``command``'s help: the policies ``simulate`` knows, the variables every command reads."""
+    text = environment_help(ENVIRONMENT[command]())
+    if command == "simulate":
+        from handlers.spot.rules import DEFAULT_POLICY, SIMULATED_POLICIES
+
+        names = [f"{name} (the default)" if name == DEFAULT_POLICY else name for name in SIMULATED_POLICIES]
+        text = f"policies: {', '.join(names)}\n\n{text}"
+    return text
 
 
 def environment_help(groups: Groups, width: int = 100) -> str:
