@@ -1,4 +1,4 @@
-# finetune-bot as a service: `make dist && docker build -t finetune-bot:0.1.0 .` (docs/production.md).
+# finetune-bot as a service: `make release && docker build -t finetune-bot:0.1.0 .` (the tag is VERSION's; docs/production.md).
 # It installs the wheel `make dist` builds, with the bot's extra, into /opt/finetune: the path the runner image uses
 # too, so the interpreter a recipe's {python} names exists on both. Linted with hadolint in `make test`.
 FROM python:3.11-slim-bookworm AS build

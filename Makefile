@@ -2,7 +2,12 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# What is installed in .venv: every extra (make test and the rest), or only what the demo runs (make demo).
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+# The one place the version is written (pyproject.toml reads it too): the wheel's, the image's and the tag's.
+VERSION := $(shell cat VERSION)
+IMAGE := finetune-bot
 PROMTOOL := $(VENV)/bin/promtool
 # checkov, the infrastructure-as-code scanner, in an environment of its own: its many pinned dependencies would
 # fight the project's. One exact version, so a new release's checks arrive by a change here, not by surprise.
@@ -10,7 +15,7 @@ CHECKOV_VERSION := 3.3.30
 CHECKOV_VENV := $(VENV)/checkov
 CHECKOV := $(CHECKOV_VENV)/bin/checkov
 
-.PHONY: demo test unit lint bench clean dist lock checkov docs docs-build
+.PHONY: demo test unit lint bench clean dist lock release checkov docs docs-build
 
 # pytest-xdist workers: twice the cores this process may use (most scenario tests wait on servers and subprocesses,
 # so two per core keeps the cores busy), at least 2, at most 8 (each worker runs its own Valkey, moto and trainers).
@@ -20,11 +25,19 @@ CHECKOV := $(CHECKOV_VENV)/bin/checkov
 # again; with the cache, collecting costs a worker 12 s of CPU instead of 25 s.
 PYTEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(max(2, min(8, 2 * len(os.sched_getaffinity(0)))))')
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml VERSION | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[bot,trainer,swift,dev]'
 	touch $(STAMP)
+
+# The demo's own: the bot and the tiny trainer (torch, transformers), not ms-swift or the tools of make test; with
+# pip's progress, since a first run downloads about a gigabyte. make test later adds the rest to the same .venv.
+$(DEMO_STAMP): pyproject.toml VERSION | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[bot,trainer]'
+	touch $(DEMO_STAMP)
 
 # promtool, which checks and unit-tests deploy/prometheus/alerts.yaml: the one binary of Debian's prometheus package,
 # taken out of the .deb (apt-get download: nothing installed system-wide, no Prometheus daemon started, no root once
@@ -52,7 +65,7 @@ checkov: $(CHECKOV)
 	$(CHECKOV_RUN) --directory deploy
 	$(CHECKOV_RUN) --file Dockerfile
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/finetune-bot demo
 
 test: $(STAMP) $(PROMTOOL) $(CHECKOV)
@@ -90,6 +103,19 @@ dist: $(STAMP)
 	rm -rf dist
 	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
 	cp requirements/base.txt requirements/bot.txt requirements/runner.txt dist/
+
+# A release of VERSION: the wheel and its locks (make dist) in dist/, and the bot's image tag in dist/image-tag; the
+# locks are requirements/ as committed (make lock refreshes them, a change tested like any other). Refused while
+# CHANGELOG.md has no section for the version. It builds no image and pushes no tag (no Docker engine or remote is
+# assumed here): it prints the commands that do.
+release: $(STAMP)
+	@grep -q '^## \[$(VERSION)\]' CHANGELOG.md || { echo "make release: CHANGELOG.md has no '## [$(VERSION)]' section" >&2; exit 2; }
+	$(MAKE) --no-print-directory dist
+	test -f dist/finetune_chatops-$(VERSION)-py3-none-any.whl
+	echo '$(IMAGE):$(VERSION)' > dist/image-tag
+	@echo "release $(VERSION) in dist/: $$(cd dist && echo *); then:"
+	@echo "  docker build -t $(IMAGE):$(VERSION) .    # and push it where deploy/ takes it (ImageTag=$(VERSION))"
+	@echo "  git tag -a v$(VERSION) -m 'finetune-chatops $(VERSION)' && git push origin v$(VERSION)"
 
 # The locks, after a change to the dependencies in pyproject.toml (tests/test_lock.py says when they disagree):
 # base (the runner agent alone), bot (the bot's image), runner (the GPU image: the trainer and ms-swift); each holds

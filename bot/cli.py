@@ -7,7 +7,6 @@ same state dir) is one line on stderr and exit status 2, never a traceback.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
@@ -16,9 +15,11 @@ import os
 import pwd
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bot.cli_help import COMMANDS, HelpParser, ShowVersion, command_epilog
 from bot.errors import ConfigError, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -137,20 +138,17 @@ def _log_to(command: str, settings: Settings) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="finetune-bot", description="ChatOps for fine-tunes on spot GPUs")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="run the bot with every configured adapter until SIGTERM")
-    commands.add_parser("demo", help="interrupt and recover a tiny fine-tune on this machine, end to end")
-    commands.add_parser("chat", help="a console chat against the bot's handlers")
-    simulate = commands.add_parser(
-        "simulate",
-        help="replay the bot's spot policies on spot traces (JSON Lines scenarios on stdin, results on stdout)",
+    parser = HelpParser(
+        prog="finetune-bot",
+        description="ChatOps for fine-tunes on spot GPUs",
+        epilog="finetune-bot COMMAND --help says what the command does and which environment variables it reads.",
     )
-    simulate.add_argument(
-        "--policy",
-        action="append",
-        metavar="NAME",
-        help="deadline-aware (the default), greedy, on-demand or spot-only; repeat for several",
+    parser.add_argument("--version", action=ShowVersion)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, summary, description in COMMANDS:
+        commands.add_parser(name, help=summary, description=description, epilog_from=partial(command_epilog, name))
+    commands.choices["simulate"].add_argument(
+        "--policy", action="append", metavar="NAME", help="a policy to replay (listed below); repeat for several"
     )
     args = parser.parse_args(argv)
     if args.command == "simulate":

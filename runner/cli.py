@@ -25,7 +25,15 @@ from urllib.parse import urlparse
 from handlers.attempt_keys import SEALED_KEY_PREFIX_PATTERN
 from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, SpecError, parse_spec
 from runner.agent import Runner
-from runner.exit_codes import EXIT_BAD_SPEC, EXIT_NO_REPORT_KEY
+from runner.environment import RUNNER_ENVIRONMENT, environment_help
+from runner.exit_codes import (
+    EXIT_BAD_SPEC,
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NO_METADATA_GUARD,
+    EXIT_NO_REPORT_KEY,
+)
 from runner.options import RunnerOptions
 from runner.own_paths import UnsafePath, check_own_paths
 from runner.reports.key import report_key
@@ -172,10 +180,49 @@ def _hold(held: list[AttemptCredentials], fetched: FetchedKey | None) -> Attempt
     return credentials
 
 
+# What --help says of each exit code (the module's docstring says why each is what it is).
+EXIT_MEANINGS = {
+    EXIT_COMPLETED: "the job completed (or was already complete)",
+    EXIT_FAILED: "it failed",
+    EXIT_BAD_SPEC: "the spec, the command line or a setting is invalid: nothing was started",
+    EXIT_NO_REPORT_KEY: "no report key or sealed storage token came in time: nothing was started or reported",
+    EXIT_NO_METADATA_GUARD: "the trainer's user could not be kept from the metadata service: nothing started",
+    EXIT_INTERRUPTED: "interrupted by a notice or a stop after committing what it could: the job goes on elsewhere",
+}
+EXIT_CODES_HELP = "\n".join(["exit status:", *(f"  {code:<4}{meaning}" for code, meaning in EXIT_MEANINGS.items())])
+
+
+class ShowVersion(argparse.Action):
+    """``--version``: the installed distribution's version (the one in VERSION), looked up only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"{parser.prog} {version('finetune-chatops')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            print(f"{parser.prog} (not installed: no version)")
+        parser.exit()
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="finetune-runner", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="finetune-runner",
+        description="The on-host agent: runs one attempt of a fine-tune job (started by an instance's user data or "
+        "its systemd unit), reports its progress and commits its checkpoints.",
+    )
+    parser.add_argument("--version", action=ShowVersion)
     commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="run one attempt of a fine-tune job")
+    run_parser = commands.add_parser(
+        "run",
+        help="run one attempt of a fine-tune job",
+        description="Run one attempt of the job the spec describes, until it completes, fails or is interrupted.",
+        epilog=f"{EXIT_CODES_HELP}\n\n{environment_help(RUNNER_ENVIRONMENT)}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run_parser.add_argument("--spec", required=True, help="job spec: a path, s3://…, oss://… or file://…")
     run_parser.add_argument("--work-dir", help="local scratch space (default $FINETUNE_WORK_DIR or a temp dir)")
     args = parser.parse_args(argv)

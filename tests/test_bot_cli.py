@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pwd
@@ -50,6 +51,53 @@ def test_serve_answers_health_and_stops_cleanly_on_sigterm(tmp_path: Path) -> No
     assert "no policy.admins" in output  # the model in force, said at start
     assert "Traceback" not in output
     assert not _valkey_serving(tmp_path / "state" / "redis")  # the embedded server went down with the bot
+
+
+def test_a_sigterm_to_the_whole_process_group_stops_the_loops_before_the_embedded_valkey(tmp_path: Path) -> None:
+    """Ctrl-C at a terminal, ``kill -TERM -<pgid>``, a supervisor signalling the group: the signal reaches the bot
+    alone (its Valkey leads a session of its own), so no loop finds the server gone while it stops."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bot.cli", "serve"],
+        env=bot_env(tmp_path, FINETUNE_HTTP_PORT=str(port)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group, as a shell's job is: the signal below goes to all of it
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+        os.killpg(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert "INFO bot: stopping" in output  # it did stop by the signal, cleanly
+    assert "cannot reach Redis" not in output and "Traceback" not in output, output
+    assert not _valkey_serving(tmp_path / "state" / "redis")  # stopped by the bot, last
+
+
+async def test_a_sigterm_ends_the_demo_as_its_end_does() -> None:
+    """The demo's bot stops in order (its ``async with`` left, its Valkey last) and the status says which signal:
+    a real SIGTERM to this process, taken by the demo's handler."""
+    from bot.demo import until_signalled
+
+    started, left = asyncio.Event(), asyncio.Event()
+
+    async def demo() -> int:
+        try:
+            started.set()
+            await asyncio.Event().wait()
+        finally:
+            left.set()
+        return 0
+
+    running = asyncio.create_task(until_signalled(demo()))
+    await started.wait()
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await running == 128 + signal.SIGTERM
+    assert left.is_set()
 
 
 def _valkey_serving(data_dir: Path) -> bool:
