@@ -64,8 +64,10 @@ AWS_TEST_ENV = {
 
 
 def reset_moto(endpoint: str) -> None:
+    """Empty moto's state between tests. No tight timeout: on a busy machine the reset of a large state can take a
+    while, and a test must not fail for that (the suite's own timeout still ends a moto that hangs)."""
     request = urllib.request.Request(endpoint + "/moto-api/reset", method="POST")
-    urllib.request.urlopen(request, timeout=10).close()
+    urllib.request.urlopen(request, timeout=300).close()
 
 
 def env_with(**extra: str) -> dict[str, str]:
