@@ -343,7 +343,8 @@ class BotService:
         if self.dingtalk is not None:
             self.dingtalk.listen(bot.command, bot.answers_privately)
         if self.settings.finetune_sqs_queue_url:
-            sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish, parse=intake.parse)
+            region = config.aws.region if config.aws is not None else None
+            sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish, region=region, parse=intake.parse)
             self.loops.start(sqs.run(self.stopping), "sqs")
         # What exists now (modules, settings, adapters) lives as long as the bot: keep it out of the collector's
         # full passes, which otherwise stall the event loop for a second when the machine is busy.

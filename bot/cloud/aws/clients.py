@@ -3,21 +3,20 @@ calls raise the bot's error families, never botocore's (:mod:`bot.cloud.aws.erro
 nothing blocks the bot's event loop.
 
 Client config comes from the standard AWS variables: ``AWS_ENDPOINT_URL`` (botocore honours it, and
-``AWS_ENDPOINT_URL_<SERVICE>`` per service), ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, the credential chain.
+``AWS_ENDPOINT_URL_<SERVICE>`` per service), the credential chain; the region from :mod:`bot.cloud.aws.region`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
-import aioboto3  # type: ignore[import-untyped]
 from botocore.config import Config
 
 from bot.cloud.aws.errors import ErrorMapping, MappedClient, api_mapping, object_mapping
+from bot.cloud.aws.region import aws_session, region_name
 from bot.cloud.aws.settings import AwsSettings
 from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
@@ -45,10 +44,8 @@ class AwsClients:
     """One client per (service, retry policy), opened on first use and closed by ``close``."""
 
     def __init__(self, settings: AwsSettings) -> None:
-        self.region: str | None = (
-            settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        )
-        self._session = aioboto3.Session(region_name=self.region)
+        self.region: str | None = region_name(settings.region)
+        self._session = aws_session(settings.region)
         self._retries = settings.api_retries
         self._stack = AsyncExitStack()
         self._clients: dict[str, Any] = {}
