@@ -1,5 +1,5 @@
 """``finetune-bot``: ``serve`` runs the bot, ``demo`` plays the local story, ``chat`` is a console chat,
-``simulate`` replays the bot's spot policies on spot traces.
+``simulate`` replays the bot's spot policies on spot traces, ``check`` says whether the set-up is ready.
 
 Whatever is wrong with the setup (a bad variable, an unreadable config file, a port in use, another bot on the
 same state dir) is one line on stderr and exit status 2, never a traceback.
@@ -39,6 +39,7 @@ async def serve(settings: Settings) -> int:
     one of the service's loops ended by itself (bot/supervision.py)."""
     from bot.service import BotService
 
+    await _start_checks(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -55,6 +56,31 @@ async def serve(settings: Settings) -> int:
             return 1
         log.info("stopping")
     return 0
+
+
+async def _start_checks(settings: Settings) -> None:
+    """``check``'s cloud and event-source checks (bot/checks/run.py), said in the log; ConfigError (one line, exit 2)
+    on a cloud without credentials, a region or an event source."""
+    from bot.checks.report import line, start_refusal
+    from bot.checks.run import start_checks
+
+    checks = await start_checks(settings)
+    refusal = start_refusal(checks, settings.finetune_cloud)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    for found in checks:
+        (log.info if found.ok else log.warning)("check %s", line(found))
+
+
+async def check(settings: Settings) -> int:
+    """One line per check, ``✓`` or ``✗`` with the fix; 0 when all pass, else 1."""
+    from bot.checks.report import exit_status, line
+    from bot.checks.run import check_all
+
+    checks = await check_all(settings)
+    for found in checks:
+        print(line(found), flush=True)
+    return exit_status(checks)
 
 
 async def chat(settings: Settings, log_file: Path) -> int:
@@ -142,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("serve", help="run the bot with every configured adapter until SIGTERM")
     commands.add_parser("demo", help="interrupt and recover a tiny fine-tune on this machine, end to end")
     commands.add_parser("chat", help="a console chat against the bot's handlers")
+    commands.add_parser(
+        "check", help="check the set-up before the first job: one line per check, exit 0 when all pass, else 1"
+    )
     simulate = commands.add_parser(
         "simulate",
         help="replay the bot's spot policies on spot traces (JSON Lines scenarios on stdin, results on stdout)",
@@ -171,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         log_file = _log_to(args.command, settings)
         if args.command == "serve":
             return asyncio.run(serve(settings))
+        if args.command == "check":
+            return asyncio.run(check(settings))
         assert log_file is not None
         return asyncio.run(chat(settings, log_file))
     except ConfigError as exc:

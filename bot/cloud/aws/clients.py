@@ -15,7 +15,7 @@ from typing import Any
 
 from botocore.config import Config
 
-from bot.cloud.aws.errors import ErrorMapping, MappedClient, api_mapping, object_mapping
+from bot.cloud.aws.errors import ErrorMapping, MappedClient, api_mapping, cloud_errors, object_mapping
 from bot.cloud.aws.region import aws_session, region_name
 from bot.cloud.aws.settings import AwsSettings
 from bot.errors import CloudError, CloudRefused, CloudUnavailable
@@ -67,6 +67,14 @@ class AwsClients:
                 self._clients[key] = opened
             return opened
 
+    async def credential_source(self) -> str | None:
+        """Where botocore's chain finds credentials (``env``, ``shared-credentials-file``, ``container-role``,
+        ``iam-role``…), asking AWS nothing; None when it finds none. CloudUnavailable when looking fails (a profile
+        that does not exist, a metadata service that does not answer)."""
+        with cloud_errors("FindCredentials", "the AWS credential chain"):
+            found = await self._session.get_credentials()
+        return str(found.method or "found") if found is not None else None
+
     async def close(self) -> None:
         async with self._lock:
             self._clients.clear()
@@ -74,7 +82,15 @@ class AwsClients:
             self._stack = AsyncExitStack()
 
 
-_SERVICE_NAMES = {"ec2": "EC2", "autoscaling": "Auto Scaling", "fis": "FIS", "sts": "STS"}
+_SERVICE_NAMES = {
+    "ec2": "EC2",
+    "autoscaling": "Auto Scaling",
+    "fis": "FIS",
+    "sts": "STS",
+    "sqs": "SQS",
+    "sns": "SNS",
+    "iam": "IAM",
+}
 
 
 def _mapping(service: str) -> ErrorMapping:
