@@ -150,6 +150,10 @@ def _log_to(command: str, settings: Settings) -> Path | None:
     level = os.environ.get("FINETUNE_LOG_LEVEL") or ("INFO" if command in ("serve", "chat") else "WARNING")
     if level.upper() not in logging.getLevelNamesMapping():
         raise ConfigError(f"FINETUNE_LOG_LEVEL={level!r}: must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+    # The AWS SDK's INFO lines (where it found credentials, an endpoint) are chatter: the checks at start say what
+    # matters, and a refused start stays one line.
+    for name in ("botocore", "aiobotocore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     if command != "chat":
         logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
         return None
