@@ -19,11 +19,17 @@ from bot.chat.slack.config import SlackConfig
 from bot.chat.slack.probe import check_slack
 from bot.checks.report import exit_status, line, start_refusal
 from bot.checks.result import Check, failed, passed
+from bot.cloud.aliyun.provider import AliyunCloud
+from bot.cloud.aliyun.settings import AliyunSettings
+from bot.cloud.base import SetupScope
 from bot.owner_lock import OwnerLock
 from fakes.fake_dingtalk import FakeDingTalk
 from fakes.fake_slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack
+from handlers.report_keys import ReportKeys
+from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
 
 ROLE_ID = "AROAEXAMPLEEXAMPLE123"
+ALIYUN_REGION = "cn-hangzhou"
 BUCKET = "finetune-checkpoints"
 FIS_TRUST = {
     "Version": "2012-10-17",
@@ -246,3 +252,77 @@ async def test_dingtalk_gets_its_token_or_says_it_was_refused() -> None:
     assert good == Check("DingTalk app", True, f"{dingtalk.client_id} gets an access token")
     assert not bad.ok and "DingTalk refused its credentials" in bad.detail and "DINGTALK_CLIENT_SECRET" in bad.fix
     assert "not-the-secret" not in bad.detail
+
+
+# -- Alibaba Cloud (the local fake of the ECS / ESS OpenAPI, moto standing in for OSS) ---------------------------
+
+
+@pytest.fixture
+async def aliyun(aws: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeAliyun]:
+    monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")  # never ask a real metadata service
+    fake = await FakeAliyun(ALIYUN_REGION).start()
+    fake.vswitch_zones = {"vsw-j": "cn-hangzhou-j"}
+    boto3.client("s3", endpoint_url=aws).create_bucket(Bucket="ft-oss")
+    yield fake
+    await fake.stop()
+
+
+async def aliyun_checks(fake: FakeAliyun, oss: str, **changes: object) -> list[Check]:
+    section: dict[str, object] = {
+        "region": ALIYUN_REGION,
+        "bucket": "ft-oss",
+        "endpoint": fake.endpoint,
+        "ess_endpoint": fake.endpoint,
+        "access_key_id": ACCESS_KEY_ID,
+        "access_key_secret": ACCESS_KEY_SECRET,
+        "allow_static_keys": True,  # the fake's key pair
+        "oss_endpoint": oss,
+        "oss_addressing": "path",
+        "vswitches": {"cn-hangzhou-j": "vsw-j"},
+        "image_id": "m-finetune-runner",
+        "ram_role": "finetune-runner",
+        **changes,
+    }
+    cloud = AliyunCloud(AliyunSettings.model_validate(section), report_keys=ReportKeys("master"))
+    try:
+        return await cloud.check_setup(SetupScope(instance_types=("ecs.gn7i-c8g1.2xlarge",)))
+    finally:
+        await cloud.close()
+
+
+async def test_on_alibaba_the_launch_is_dry_run_and_the_bucket_found(aliyun: FakeAliyun, aws: str) -> None:
+    found = await aliyun_checks(aliyun, aws)
+    assert [(check.name, check.ok) for check in found] == [
+        ("Alibaba Cloud region", True),
+        ("Alibaba Cloud credentials", True),
+        ("ECS launch (dry run)", True),
+        ("OSS bucket ft-oss", True),
+    ], found
+    [launch] = aliyun.actions("RunInstances")
+    assert launch["DryRun"].lower() == "true" and launch["SpotStrategy"] == "SpotAsPriceGo" and launch["RamRoleName"]
+    assert aliyun.live() == []  # nothing started
+
+    aliyun.run_fault = lambda params: "Forbidden.RAM"
+    denied = {check.name: check for check in await aliyun_checks(aliyun, aws, bucket="ft-gone")}
+    assert not denied["ECS launch (dry run)"].ok and "ecs:RunInstances" in denied["ECS launch (dry run)"].fix
+    assert denied["OSS bucket ft-gone"].detail == "does not exist"
+    assert all(check.ok for name, check in denied.items() if name not in ("ECS launch (dry run)", "OSS bucket ft-gone"))
+
+
+async def test_on_alibaba_refused_credentials_block_the_start_and_nothing_more_is_asked(
+    aliyun: FakeAliyun, aws: str
+) -> None:
+    found = await aliyun_checks(aliyun, aws, access_key_id="LTAI-someone-else")
+    assert [(check.name, check.ok, check.blocks_start) for check in found] == [
+        ("Alibaba Cloud region", True, False),
+        ("Alibaba Cloud credentials", False, True),
+    ]
+    assert "InvalidAccessKeyId.NotFound" in found[1].detail
+    assert aliyun.actions("RunInstances") == []
+
+    found = await aliyun_checks(aliyun, aws, region="cn-nowhere")
+    assert [(check.name, check.ok) for check in found] == [
+        ("Alibaba Cloud region", True),
+        ("Alibaba Cloud credentials", False),
+    ]
+    assert found[1].detail == "accepted, but ECS offers no region cn-nowhere" and not found[1].blocks_start
