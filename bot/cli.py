@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from bot.errors import ConfigError, StoreUnavailable
 
 if TYPE_CHECKING:
+    from bot.checks.result import Check
     from bot.service import BotService
     from bot.settings import Settings
     from handlers.jobs import ChatRef
@@ -39,12 +40,13 @@ async def serve(settings: Settings) -> int:
     one of the service's loops ended by itself (bot/supervision.py)."""
     from bot.service import BotService
 
-    await _start_checks(settings)
+    checks = await _start_checks(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with BotService(settings) as service:
+        _log_checks(checks)  # once up: a start refused for any reason stays one line
         gc.freeze()  # what starting made lives as long as the process: kept out of every collection, the last included
         print(f"finetune-bot serving on port {service.port}", flush=True)
         stopped, failed = asyncio.create_task(stop.wait()), asyncio.create_task(service.loops.failed.wait())
@@ -58,16 +60,23 @@ async def serve(settings: Settings) -> int:
     return 0
 
 
-async def _start_checks(settings: Settings) -> None:
-    """``check``'s cloud and event-source checks (bot/checks/run.py), said in the log; ConfigError (one line, exit 2)
-    on a cloud without credentials, a region or an event source."""
-    from bot.checks.report import line, start_refusal
+async def _start_checks(settings: Settings) -> list[Check]:
+    """``check``'s cloud and event-source checks (bot/checks/run.py); ConfigError (one line, exit 2) on a cloud
+    without credentials, a region or an event source."""
+    from bot.checks.report import start_refusal
     from bot.checks.run import start_checks
 
     checks = await start_checks(settings)
     refusal = start_refusal(checks, settings.finetune_cloud)
     if refusal is not None:
         raise ConfigError(refusal)
+    return checks
+
+
+def _log_checks(checks: list[Check]) -> None:
+    """Each check in the log: a failure that does not stop the start (a missing bucket, scope…) as a warning."""
+    from bot.checks.report import line
+
     for found in checks:
         (log.info if found.ok else log.warning)("check %s", line(found))
 

@@ -109,6 +109,15 @@ async def test_the_local_defaults_pass_every_check(tmp_path: Path) -> None:
         pass  # the state dir and the embedded server's data were let go: a bot may start there now
 
 
+@pytest.mark.scenario  # bot processes
+async def test_a_configuration_that_does_not_parse_is_one_line_and_exit_2_as_for_serve(tmp_path: Path) -> None:
+    for command in ("check", "serve"):
+        status, lines, errors = await finetune_bot(command, bot_env(tmp_path, FINETUNE_CLOUD="aws"))
+        assert (status, lines) == (2, [])
+        said = "FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)"
+        assert errors == [f"finetune-bot: {said}"]
+
+
 # -- AWS -------------------------------------------------------------------------------------------------------
 
 
@@ -219,6 +228,35 @@ async def test_serve_on_aws_without_an_event_source_or_a_region_is_one_line_and_
     assert lines == [] and len(errors) == 1, errors
     assert errors[0].startswith(f"finetune-bot: cannot serve on aws: {named}") and " — fix: " in errors[0]
     assert not (tmp_path / "state" / "redis").exists()  # refused before anything started
+
+
+async def test_serve_says_its_checks_and_starts_despite_a_failure_that_does_not_block(tmp_path: Path, aws: str) -> None:
+    """A missing bucket is said at start (a warning), and the bot runs: it has spot warnings to handle meanwhile."""
+    sqs = boto3.client("sqs", endpoint_url=aws)
+    queue = sqs.create_queue(QueueName="finetune-events")["QueueUrl"]
+    env = bot_env(tmp_path, FINETUNE_CLOUD="aws", FINETUNE_CONFIG=aws_config(tmp_path), FINETUNE_SQS_QUEUE_URL=queue)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "serve", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        serving = await asyncio.wait_for(proc.stdout.readline(), 120)
+        assert serving.startswith(b"finetune-bot serving on port"), serving
+    finally:
+        proc.terminate()
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    logged = [text.split(" bot: check ", 1)[-1] for text in err.decode().splitlines() if " bot: check " in text]
+    assert f"✗ S3 bucket {BUCKET}: does not exist" in "\n".join(logged)
+    assert [text.split(":", 1)[0] for text in logged] == [
+        "✓ AWS region",
+        "✓ AWS credentials",
+        "✓ EC2 launch (dry run)",
+        f"✗ S3 bucket {BUCKET}",
+        "✗ SQS queue finetune-events",  # no redrive policy: said, not fatal
+        "✓ event source",
+        "✗ chat",
+    ]
 
 
 # -- the chat platforms, asked directly ----------------------------------------------------------------------
