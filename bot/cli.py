@@ -1,5 +1,5 @@
 """``finetune-bot``: ``serve`` runs the bot, ``demo`` plays the local story, ``chat`` is a console chat,
-``simulate`` replays the bot's spot policies on spot traces.
+``simulate`` replays the bot's spot policies on spot traces, ``check`` says whether the set-up is ready.
 
 Whatever is wrong with the setup (a bad variable, an unreadable config file, a port in use, another bot on the
 same state dir) is one line on stderr and exit status 2, never a traceback.
@@ -23,6 +23,7 @@ from bot.cli_help import COMMANDS, HelpParser, ShowVersion, command_epilog
 from bot.errors import ConfigError, StoreUnavailable
 
 if TYPE_CHECKING:
+    from bot.checks.result import Check
     from bot.service import BotService
     from bot.settings import Settings
     from handlers.jobs import ChatRef
@@ -40,11 +41,13 @@ async def serve(settings: Settings) -> int:
     one of the service's loops ended by itself (bot/supervision.py)."""
     from bot.service import BotService
 
+    checks = await _start_checks(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with BotService(settings) as service:
+        _log_checks(checks)  # once up: a start refused for any reason stays one line
         gc.freeze()  # what starting made lives as long as the process: kept out of every collection, the last included
         print(f"finetune-bot serving on port {service.port}", flush=True)
         stopped, failed = asyncio.create_task(stop.wait()), asyncio.create_task(service.loops.failed.wait())
@@ -56,6 +59,38 @@ async def serve(settings: Settings) -> int:
             return 1
         log.info("stopping")
     return 0
+
+
+async def _start_checks(settings: Settings) -> list[Check]:
+    """``check``'s cloud and event-source checks (bot/checks/run.py); ConfigError (one line, exit 2) on a cloud
+    without credentials, a region or an event source."""
+    from bot.checks.report import start_refusal
+    from bot.checks.run import start_checks
+
+    checks = await start_checks(settings)
+    refusal = start_refusal(checks, settings.finetune_cloud)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    return checks
+
+
+def _log_checks(checks: list[Check]) -> None:
+    """Each check in the log: a failure that does not stop the start (a missing bucket, scope…) as a warning."""
+    from bot.checks.report import line
+
+    for found in checks:
+        (log.info if found.ok else log.warning)("check %s", line(found))
+
+
+async def check(settings: Settings) -> int:
+    """One line per check, ``✓`` or ``✗`` with the fix; 0 when all pass, else 1."""
+    from bot.checks.report import exit_status, line
+    from bot.checks.run import check_all
+
+    checks = await check_all(settings)
+    for found in checks:
+        print(line(found), flush=True)
+    return exit_status(checks)
 
 
 async def chat(settings: Settings, log_file: Path) -> int:
@@ -125,6 +160,10 @@ def _log_to(command: str, settings: Settings) -> Path | None:
     level = os.environ.get("FINETUNE_LOG_LEVEL") or ("INFO" if command in ("serve", "chat") else "WARNING")
     if level.upper() not in logging.getLevelNamesMapping():
         raise ConfigError(f"FINETUNE_LOG_LEVEL={level!r}: must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+    # The AWS SDK's INFO lines (where it found credentials, an endpoint) are chatter: the checks at start say what
+    # matters, and a refused start stays one line.
+    for name in ("botocore", "aiobotocore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     if command != "chat":
         logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
         return None
@@ -169,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         log_file = _log_to(args.command, settings)
         if args.command == "serve":
             return asyncio.run(serve(settings))
+        if args.command == "check":
+            return asyncio.run(check(settings))
         assert log_file is not None
         return asyncio.run(chat(settings, log_file))
     except ConfigError as exc:

@@ -51,6 +51,7 @@ def _demo() -> Groups:
 ENVIRONMENT: dict[str, Callable[[], Groups]] = {
     "serve": _service,
     "chat": _service,
+    "check": _service,
     "demo": _demo,
     "simulate": dict,
 }
@@ -78,6 +79,14 @@ COMMANDS = (
         "a console chat against the bot's handlers",
         "A terminal chat with the bot: type the chat commands (help lists them), see its messages.\n"
         "Ctrl-D, Ctrl-C or SIGTERM ends it; the bot's log goes to bot.log in the state dir.",
+    ),
+    (
+        "check",
+        "check the set-up before the first job: one line per check, exit 0 when all pass, else 1",
+        "Check the set-up before the first job: the configuration, Redis, the cloud's credentials, region and what\n"
+        "the bot may do there (dry runs), the bucket, the event sources, the chat tokens and their scopes. One line\n"
+        "per check, a tick or a cross with what is wrong and the fix. Exit status: 0 when every check passes, 1\n"
+        "otherwise, 2 for a bad setting (one line on stderr).",
     ),
     (
         "simulate",

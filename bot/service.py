@@ -94,20 +94,13 @@ class CloudWiring:
 CloudFactory = Callable[[CloudWiring], CloudProvider]
 
 
-def open_cloud(wiring: CloudWiring) -> CloudProvider:
-    """The cloud ``FINETUNE_CLOUD`` names, built from its config section (ConfigError when that is missing).
-
-    AWS runners report through SNS -> SQS (the provider adds the topic to every spec), Alibaba runners to the
-    bot's public URL (``aliyun.report_url``) signed with their attempt's key (derived from ``FINETUNE_REPORT_SECRET``,
-    :mod:`handlers.report_keys`); local instances are processes
-    of their own, registered in Redis, whose reports reach any live replica through the instance
-    (``bot/cloud/local/instance.py``).
-    """
-    settings, config, redis = wiring.settings, wiring.config, wiring.redis
+def remote_cloud(settings: Settings, config: FileConfig, report_keys: ReportKeys) -> CloudProvider | None:
+    """The AWS or Alibaba cloud ``FINETUNE_CLOUD`` names, built from its config section (ConfigError when that is
+    missing or unusable); None for the local cloud. Opens no connection: ``finetune-bot check`` builds it too."""
     if settings.finetune_cloud == "aws":
         if config.aws is None:
             raise ConfigError("FINETUNE_CLOUD=aws needs an aws: section in FINETUNE_CONFIG (bucket, image_id, …)")
-        return AwsCloud(config.aws, report_keys=wiring.report_keys)
+        return AwsCloud(config.aws, report_keys=report_keys)
     if settings.finetune_cloud == "aliyun":
         if config.aliyun is None:
             raise ConfigError("FINETUNE_CLOUD=aliyun needs an aliyun: section in FINETUNE_CONFIG (region, bucket…)")
@@ -118,7 +111,23 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
             raise ConfigError(refusal)
         from bot.cloud.aliyun.provider import AliyunCloud  # only here: Alibaba's SDKs take a second to import
 
-        return AliyunCloud(config.aliyun, report_keys=wiring.report_keys)
+        return AliyunCloud(config.aliyun, report_keys=report_keys)
+    return None
+
+
+def open_cloud(wiring: CloudWiring) -> CloudProvider:
+    """The cloud ``FINETUNE_CLOUD`` names, built from its config section (ConfigError when that is missing).
+
+    AWS runners report through SNS -> SQS (the provider adds the topic to every spec), Alibaba runners to the
+    bot's public URL (``aliyun.report_url``) signed with their attempt's key (derived from ``FINETUNE_REPORT_SECRET``,
+    :mod:`handlers.report_keys`); local instances are processes
+    of their own, registered in Redis, whose reports reach any live replica through the instance
+    (``bot/cloud/local/instance.py``).
+    """
+    settings, config, redis = wiring.settings, wiring.config, wiring.redis
+    remote = remote_cloud(settings, config, wiring.report_keys)
+    if remote is not None:
+        return remote
     return LocalCloud(
         settings.finetune_state_dir,
         redis.client,
@@ -343,7 +352,8 @@ class BotService:
         if self.dingtalk is not None:
             self.dingtalk.listen(bot.command, bot.answers_privately)
         if self.settings.finetune_sqs_queue_url:
-            sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish, parse=intake.parse)
+            region = config.aws.region if config.aws is not None else None
+            sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish, region=region, parse=intake.parse)
             self.loops.start(sqs.run(self.stopping), "sqs")
         # What exists now (modules, settings, adapters) lives as long as the bot: keep it out of the collector's
         # full passes, which otherwise stall the event loop for a second when the machine is busy.

@@ -2,7 +2,8 @@
 
 :class:`FakeSlack` answers ``auth.test``, ``apps.connections.open``, ``chat.postMessage``, ``chat.update``,
 ``chat.postEphemeral``, ``views.open``, ``conversations.replies`` and ``conversations.history`` (with message
-metadata when asked for it; ``oldest`` is not applied) over real HTTP, checks the bearer token like Slack does,
+metadata when asked for it; ``oldest`` is not applied) over real HTTP, checks the bearer token like Slack does
+(and, as Slack does, names the bot token's ``scopes`` in the ``x-oauth-scopes`` header of each answer to it),
 plays the file upload flow (``files.getUploadURLExternal``; the bytes POSTed once to the URL it gave, their length
 the one announced; ``files.completeUploadExternal`` naming an uploaded file id, a channel and, when in a thread,
 a message of that channel; the shared file becomes a message with its ``files``),
@@ -37,6 +38,8 @@ SIGNING_SECRET = "test-signing-secret"
 TEAM = "T0TEST"
 APP = "A0TEST"
 BOT_USER = "U0BOT"
+# What the manifest in docs/slack.md grants the bot token.
+SCOPES = ("chat:write", "commands", "channels:history", "groups:history", "files:write")
 
 
 @dataclass
@@ -84,6 +87,7 @@ class FakeSlack:
     def __init__(self, token: str = BOT_TOKEN, app_token: str = APP_TOKEN) -> None:
         self.token = token
         self.app_token = app_token
+        self.scopes = list(SCOPES)  # what the bot token was granted (a test takes one away)
         self.calls: list[Call] = []
         self.messages: dict[tuple[str, str], Message] = {}
         self.ephemeral: list[dict[str, Any]] = []
@@ -197,7 +201,8 @@ class FakeSlack:
         answer = self._answer(method, args, token)
         error = None if answer.get("ok") else str(answer.get("error"))
         self.calls.append(Call(method, args, token, 200, error=error))
-        return web.json_response(answer)
+        scopes = {"x-oauth-scopes": ",".join(self.scopes)} if token == self.token else {}
+        return web.json_response(answer, headers=scopes)
 
     def _answer(self, method: str, args: dict[str, Any], token: str | None) -> dict[str, Any]:
         if method == "apps.connections.open":

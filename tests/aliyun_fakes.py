@@ -4,7 +4,9 @@ The official SDKs speak RPC style to it: ``POST /?<parameters>`` with ``x-acs-ac
 signed with ACS3-HMAC-SHA256. The fake checks that signature with the test's key pair, exactly as the real endpoint
 does (so the provider's credentials really travel), records every call, and keeps just enough state to behave:
 
-- ECS: RunInstances (with ClientToken idempotency), DescribeInstances, DeleteInstance, DescribeSpotPriceHistory,
+- ECS: DescribeRegions (``regions``); RunInstances (with ClientToken idempotency; ``DryRun=true`` answers
+  ``DryRunOperation`` once the request would pass, as ECS does, and starts nothing), DescribeInstances,
+  DeleteInstance, DescribeSpotPriceHistory,
   DescribePrice, ModifyInstanceMetadataOptions (kept in the instance's ``metadata_options``); ``no_stock`` zones
   answer ``OperationDenied.NoStock`` as ECS does, ``unsupported`` (zone, type) pairs
   ``InvalidResourceType.NotSupported``;
@@ -181,6 +183,7 @@ class FakeAliyun:
         self.deployment_sets_refused = False  # CreateDeploymentSet answers Forbidden.RAM, as for a bot without it
         self.secrets: dict[str, str] = {}  # KMS Secrets Manager: name -> the current version's value
         self.roles: set[str] = set()  # STS: the role ARNs the caller may assume
+        self.regions = [region, "cn-shanghai", "cn-beijing"]  # what DescribeRegions lists
         self.assumed: list[FakeToken] = []
         self.now: Callable[[], datetime] = lambda: datetime.now(UTC)
         self._tokens: dict[str, str] = {}
@@ -319,6 +322,8 @@ class FakeAliyun:
         fault = self.run_fault(params) if self.run_fault is not None else None
         if fault is not None:
             raise ApiError(403, fault, f"{fault} for {instance_type} in {zone}")
+        if params.get("DryRun", "").lower() == "true":  # the SDK sends Python's spelling, True
+            raise ApiError(400, "DryRunOperation", "Request validation has been passed with DryRun flag set.")
         self._check_capacity(zone, instance_type)
         deployment_set = self._deployment_set_of(params.get("DeploymentSetId", ""))
         tags = {tag["Key"]: tag.get("Value", "") for tag in indexed_objects(params, "Tag")}
@@ -337,6 +342,9 @@ class FakeAliyun:
         if deployment_set is not None:
             deployment_set.instances.append(instance.instance_id)
         return {"InstanceIdSets": {"InstanceIdSet": [instance.instance_id]}, "TradePrice": 0.0}
+
+    def _ecs_DescribeRegions(self, params: dict[str, str]) -> dict[str, Any]:
+        return {"Regions": {"Region": [{"RegionId": region, "LocalName": region} for region in self.regions]}}
 
     def _deployment_set_of(self, set_id: str) -> FakeDeploymentSet | None:
         if not set_id:

@@ -155,6 +155,7 @@ def test_the_bot_policy_covers_what_the_provider_calls(template: dict[str, Any])
     cloud = Path(__file__).resolve().parent.parent / "bot" / "cloud"
     source = "".join(module.read_text() for module in sorted(cloud.glob("aliyun/*.py")))
     called = {
+        "describe_regions": "ecs:DescribeRegions",
         "run_instances": "ecs:RunInstances",
         "describe_instances": "ecs:DescribeInstances",
         "delete_instance": "ecs:DeleteInstance",

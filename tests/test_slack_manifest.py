@@ -23,7 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.chat.slack.app import events_route
 from bot.chat.slack.config import SlackConfig
-from bot.chat.slack.scopes import APP_METHOD_SCOPES, BOT_METHOD_SCOPES, BOT_SCOPES
+from bot.chat.slack.scopes import APP_METHOD_SCOPES, BOT_METHOD_SCOPES, BOT_SCOPES, NEEDED, WANTED
 from bot.public_routes import PUBLIC_ROUTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,6 +134,12 @@ def test_the_manifest_asks_for_exactly_the_scopes_the_code_needs(kind: str) -> N
     assert len(asked) == len(set(asked))
     missing, extra = sorted(BOT_SCOPES - set(asked)), sorted(set(asked) - BOT_SCOPES)
     assert not missing and not extra, f"{MANIFESTS[kind].name}: missing {missing}, extra {extra}"
+
+
+def test_check_words_every_scope_the_code_needs_and_no_other() -> None:
+    """``finetune-bot check`` says what each missing scope costs: every scope of the table, each once."""
+    assert not set(NEEDED) & set(WANTED)
+    assert set(NEEDED) | set(WANTED) == BOT_SCOPES
 
 
 def bolt_listeners() -> set[str]:

@@ -112,6 +112,28 @@ async def test_events_reach_the_bus_by_every_route_and_leave_the_queue(aws: str)
     assert cloud.depth(queue) == cloud.depth(raw_queue) == 0
 
 
+async def test_the_consumer_finds_its_region_in_AWS_REGION_alone(aws: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on ECS, where only AWS_REGION is set: botocore alone reads AWS_DEFAULT_REGION, and a client made without a
+    region ended the consumer (and the bot) with NoRegionError."""
+    cloud = Aws(aws)
+    queue = cloud.queue("finetune-events")
+    cloud.sqs.send_message(QueueUrl=queue, MessageBody=rebalance("i-0region"))
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+
+    bus = RecordingBus()
+    source = SqsSource(queue, bus.publish, wait_seconds=1)
+    stop = asyncio.Event()
+    task = asyncio.create_task(source.run(stop))
+    try:
+        await until(lambda: len(bus.events) == 1 or task.done(), what="the message, or the consumer's end")
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 60)
+    assert not task.cancelled() and task.exception() is None, task.exception()
+    assert kinds(bus) == [("rebalance", "i-0region")] and cloud.depth(queue) == 0
+
+
 async def test_a_poison_message_ends_in_the_dead_letter_queue_while_good_ones_flow(aws: str) -> None:
     cloud = Aws(aws)
     dlq = cloud.queue("finetune-events-dlq")

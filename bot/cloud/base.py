@@ -7,6 +7,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from bot.checks.result import Check
 from bot.errors import CloudError as CloudError  # the port's errors, with the port
 from bot.errors import ForeignInstance as ForeignInstance
 from bot.errors import LaunchError as LaunchError
@@ -188,4 +189,27 @@ class ReadsAvailability(Protocol):
     async def zone_availability(self, instance_types: list[str], nodes: int = 1) -> dict[str, float]:
         """0..1 per zone name for a job of ``nodes`` instances at once (a gang needs them all in one zone), cached
         by the provider; empty when the cloud gives no signal now."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SetupScope:
+    """What a cloud's set-up check looks at beyond its own config section: what the bot launches (the recipes'
+    instance types for this cloud) and the event routes configured for it."""
+
+    instance_types: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ()  # SQS queue URLs the bot consumes (FINETUNE_SQS_QUEUE_URL)
+    queue_topics: tuple[str, ...] = ()  # SNS topics that should feed those queues (events and report topics)
+    https_topics: tuple[str, ...] = ()  # SNS topics that push to the bot's HTTPS endpoint (FINETUNE_SNS_TOPICS)
+
+
+@runtime_checkable
+class ChecksSetup(Protocol):
+    """A cloud that says whether the bot can do its work there, before the first job (``finetune-bot check``, and
+    ``serve`` at start): region, credentials, and dry runs of what the bot will call. Each probe asks the cloud
+    only what the bot's own permissions allow, and maps the SDK's errors through the package's errors module."""
+
+    async def check_setup(self, scope: SetupScope) -> list[Check]:
+        """One :class:`~bot.checks.result.Check` per thing looked at; a failure that leaves the bot unable to act
+        at all (no region, no credentials) ``blocks_start``, and the checks that would only repeat it are left out."""
         ...

@@ -42,8 +42,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from aiobotocore.session import get_session
-
+from bot.cloud.aws.region import aws_session
 from bot.errors import StoreUnavailable
 from bot.log_limit import LimitedLog
 from bot.report_gate import ReportRefused
@@ -90,7 +89,7 @@ class SqsSource:
         queue_url: str,
         publish: Publish,
         *,
-        region_name: str | None = None,
+        region: str | None = None,
         client_factory: ClientFactory | None = None,
         wait_seconds: int = MAX_WAIT_SECONDS,
         max_messages: int = MAX_MESSAGES,
@@ -103,7 +102,8 @@ class SqsSource:
             raise ValueError(f"max_messages must be within 1..{MAX_MESSAGES}")
         self.queue_url = queue_url
         self._publish = publish
-        self._client_factory = client_factory or (lambda: get_session().create_client("sqs", region_name=region_name))
+        # The region as every AWS client of the bot takes it (aws.region, AWS_REGION, AWS_DEFAULT_REGION, profile).
+        self._client_factory = client_factory or (lambda: aws_session(region).client("sqs"))
         self.wait_seconds = wait_seconds
         self.max_messages = max_messages
         self.max_backoff = max_backoff

@@ -4,7 +4,9 @@ One table, so that the app manifests in deploy/slack/ ask for what the code uses
 tests/test_slack_manifest.py finds every Web API method the bot's Slack modules call (through slack_sdk, including
 what a helper such as ``files_upload_v2`` calls underneath) and fails on one missing here, and holds both manifests
 to exactly :data:`BOT_SCOPES`. A method the bot starts calling therefore needs its scope here and in the manifests
-before the suite passes, not after a workspace refuses it with ``missing_scope``.
+before the suite passes, not after a workspace refuses it with ``missing_scope``. ``finetune-bot check`` compares
+them with what Slack says the token has (the ``x-oauth-scopes`` header of every Web API answer) and says what each
+missing one costs.
 """
 
 from __future__ import annotations
@@ -33,3 +35,16 @@ APP_METHOD_SCOPES: Final[dict[str, frozenset[str]]] = {
 FEATURE_SCOPES: Final[frozenset[str]] = frozenset({"commands"})
 
 BOT_SCOPES: Final[frozenset[str]] = frozenset().union(*BOT_METHOD_SCOPES.values()) | FEATURE_SCOPES
+
+# What each scope is for, as ``finetune-bot check`` words a missing one (tests/test_slack_manifest.py holds the two to
+# exactly BOT_SCOPES). Without these the bot cannot work in Slack at all:
+NEEDED: Final[dict[str, str]] = {
+    "chat:write": "posting and updating job cards and notes",
+    "commands": "the slash command",
+}
+# Without these it works, with less: each says what goes missing.
+WANTED: Final[dict[str, str]] = {
+    "channels:history": "a note re-sent after a crash may show twice in a public channel",
+    "groups:history": "a note re-sent after a crash may show twice in a private channel",
+    "files:write": "a job's chart is not uploaded into its thread",
+}

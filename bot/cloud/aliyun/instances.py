@@ -141,37 +141,11 @@ class AliyunInstances:
         """RunInstances for one candidate; a gang node joins its job's deployment set (found or made before the
         launch loop: ``deployment_sets`` holds its id), and its private address is waited for (RunInstances names
         only the id; the gang's other nodes meet node 0 at that address)."""
-        settings = self.settings
-        spot = candidate.market == "spot"
-        request = ecs_models.RunInstancesRequest(
-            region_id=settings.region,
-            zone_id=candidate.zone,
-            v_switch_id=settings.vswitches.get(candidate.zone),
-            instance_type=candidate.instance_type,
-            image_id=settings.image_id,
-            security_group_ids=list(settings.security_group_ids) or None,
-            instance_charge_type="PostPaid",
-            spot_strategy=spot_strategy(settings, candidate.market),
-            spot_price_limit=settings.spot_price_limit if spot else None,
-            spot_duration=settings.spot_duration if spot else None,
-            spot_interruption_behavior="Terminate" if spot else None,
-            internet_max_bandwidth_out=0,
-            user_data=base64.b64encode(script.encode()).decode(),
-            ram_role_name=settings.ram_role,
-            # Hardened metadata mode: every read needs a session token from a PUT (runner.notices.http).
-            http_endpoint="enabled",
-            http_tokens="required",
-            key_pair_name=settings.key_pair,
-            instance_name=instance_name(spec),
-            tag=[ecs_models.RunInstancesRequestTag(key=key, value=value) for key, value in tags_of_spec(spec).items()],
-            amount=1,
-            client_token=candidate_token(spec, candidate),
-            deployment_set_id=self.deployment_sets.get(gang.job_id) if gang is not None else None,
-        )
-        if settings.system_disk_category or settings.system_disk_size:
-            request.system_disk = ecs_models.RunInstancesRequestSystemDisk(
-                category=settings.system_disk_category, size=settings.system_disk_size
-            )
+        request = self.launch_request(candidate.zone, candidate.instance_type, candidate.market, tags_of_spec(spec))
+        request.user_data = base64.b64encode(script.encode()).decode()
+        request.instance_name = instance_name(spec)
+        request.client_token = candidate_token(spec, candidate)
+        request.deployment_set_id = self.deployment_sets.get(gang.job_id) if gang is not None else None
         try:
             reply = await self.api.ecs("run_instances", request)
         except CloudUnavailable:
@@ -186,6 +160,39 @@ class AliyunInstances:
             raise CloudRefused("RunInstances", "NoInstance", "ECS answered without an instance id")
         instance_id = str(ids[0])
         return Started(instance_id, await self.wait_for_address(instance_id) if gang is not None else None)
+
+    def launch_request(
+        self, zone: str, instance_type: str, market: Market, tags: dict[str, str]
+    ) -> ecs_models.RunInstancesRequest:
+        """What every launch asks of RunInstances (``finetune-bot check`` dry-runs it: bot/cloud/aliyun/probe.py)."""
+        settings = self.settings
+        spot = market == "spot"
+        request = ecs_models.RunInstancesRequest(
+            region_id=settings.region,
+            zone_id=zone,
+            v_switch_id=settings.vswitches.get(zone),
+            instance_type=instance_type,
+            image_id=settings.image_id,
+            security_group_ids=list(settings.security_group_ids) or None,
+            instance_charge_type="PostPaid",
+            spot_strategy=spot_strategy(settings, market),
+            spot_price_limit=settings.spot_price_limit if spot else None,
+            spot_duration=settings.spot_duration if spot else None,
+            spot_interruption_behavior="Terminate" if spot else None,
+            internet_max_bandwidth_out=0,
+            ram_role_name=settings.ram_role,
+            # Hardened metadata mode: every read needs a session token from a PUT (runner.notices.http).
+            http_endpoint="enabled",
+            http_tokens="required",
+            key_pair_name=settings.key_pair,
+            tag=[ecs_models.RunInstancesRequestTag(key=key, value=value) for key, value in tags.items()],
+            amount=1,
+        )
+        if settings.system_disk_category or settings.system_disk_size:
+            request.system_disk = ecs_models.RunInstancesRequestSystemDisk(
+                category=settings.system_disk_category, size=settings.system_disk_size
+            )
+        return request
 
     async def wait_for_address(self, instance_id: str) -> str | None:
         """The new instance's private address, polled as a scaling group's new instance is (``group_poll_seconds``

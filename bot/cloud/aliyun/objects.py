@@ -25,6 +25,7 @@ from botocore.config import Config
 
 from bot.cloud.aliyun.api import Credentials
 from bot.cloud.aws.errors import object_errors
+from bot.errors import ObjectRefused
 
 MAX_ATTEMPTS = 5  # per request, botocore's own retries included (as the runner's store does for OSS)
 
@@ -73,6 +74,20 @@ class OssObjects:
         with self._errors("DeleteObject", key):
             async with await self._client() as s3:
                 await s3.delete_object(Bucket=self.bucket, Key=key)
+
+    async def found(self, key: str) -> bool:
+        """Whether the object is there (GetObject, the permission the bot has under the job prefix): False for
+        ``NoSuchKey``; a missing bucket or a refusal raises :class:`~bot.errors.ObjectRefused`, as every call does."""
+        try:
+            with self._errors("GetObject", key):
+                async with await self._client() as s3:
+                    reply = await s3.get_object(Bucket=self.bucket, Key=key)
+                    await reply["Body"].read()  # a key that is never written: nothing to read
+        except ObjectRefused as exc:
+            if exc.code == "NoSuchKey":
+                return False
+            raise
+        return True
 
     async def _client(self) -> Any:
         """An S3 client signed with the credentials of this moment (a context manager: closed after the call)."""

@@ -47,14 +47,16 @@ from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
+from bot.checks.result import Check
 from bot.cloud.aliyun.api import AliyunApi
 from bot.cloud.aliyun.instances import LIVE_STATUSES, AliyunInstances, tags_of
 from bot.cloud.aliyun.objects import OssObjects
 from bot.cloud.aliyun.placement import AliyunPlacement
 from bot.cloud.aliyun.pricing import AliyunPricing
+from bot.cloud.aliyun.probe import AliyunProbe
 from bot.cloud.aliyun.scaling import AliyunGroups
 from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
-from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
+from bot.cloud.base import ChecksSetup, CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs, SetupScope
 from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.cloud.user_data import runner_boot_script
 from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError
@@ -429,6 +431,10 @@ class AliyunCloud:
             return
         log.info("interrupt test: released %s after %g s", instance_id, seconds)
 
+    async def check_setup(self, scope: SetupScope) -> list[Check]:
+        """Credentials, region and dry runs of what the bot calls (:mod:`bot.cloud.aliyun.probe`)."""
+        return await AliyunProbe(self.settings, self.api, self.instances, self.oss).checks(scope)
+
     async def close(self) -> None:
         """Cancel pending interrupt test releases (the instance then lives on; its runner has already checkpointed)."""
         for task in list(self._interrupt_tests):
@@ -446,4 +452,7 @@ if TYPE_CHECKING:  # AliyunCloud must stay a CloudProvider (mypy checks this lin
         return cloud
 
     def _launches(cloud: AliyunCloud) -> LaunchSteps:
+        return cloud
+
+    def _checks_setup(cloud: AliyunCloud) -> ChecksSetup:
         return cloud

@@ -3,21 +3,20 @@ calls raise the bot's error families, never botocore's (:mod:`bot.cloud.aws.erro
 nothing blocks the bot's event loop.
 
 Client config comes from the standard AWS variables: ``AWS_ENDPOINT_URL`` (botocore honours it, and
-``AWS_ENDPOINT_URL_<SERVICE>`` per service), ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, the credential chain.
+``AWS_ENDPOINT_URL_<SERVICE>`` per service), the credential chain; the region from :mod:`bot.cloud.aws.region`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
-import aioboto3  # type: ignore[import-untyped]
 from botocore.config import Config
 
-from bot.cloud.aws.errors import ErrorMapping, MappedClient, api_mapping, object_mapping
+from bot.cloud.aws.errors import ErrorMapping, MappedClient, api_mapping, cloud_errors, object_mapping
+from bot.cloud.aws.region import aws_session, region_name
 from bot.cloud.aws.settings import AwsSettings
 from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
@@ -45,10 +44,8 @@ class AwsClients:
     """One client per (service, retry policy), opened on first use and closed by ``close``."""
 
     def __init__(self, settings: AwsSettings) -> None:
-        self.region: str | None = (
-            settings.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        )
-        self._session = aioboto3.Session(region_name=self.region)
+        self.region: str | None = region_name(settings.region)
+        self._session = aws_session(settings.region)
         self._retries = settings.api_retries
         self._stack = AsyncExitStack()
         self._clients: dict[str, Any] = {}
@@ -70,6 +67,14 @@ class AwsClients:
                 self._clients[key] = opened
             return opened
 
+    async def credential_source(self) -> str | None:
+        """Where botocore's chain finds credentials (``env``, ``shared-credentials-file``, ``container-role``,
+        ``iam-role``…), asking AWS nothing; None when it finds none. CloudUnavailable when looking fails (a profile
+        that does not exist, a metadata service that does not answer)."""
+        with cloud_errors("FindCredentials", "the AWS credential chain"):
+            found = await self._session.get_credentials()
+        return str(found.method or "found") if found is not None else None
+
     async def close(self) -> None:
         async with self._lock:
             self._clients.clear()
@@ -77,7 +82,15 @@ class AwsClients:
             self._stack = AsyncExitStack()
 
 
-_SERVICE_NAMES = {"ec2": "EC2", "autoscaling": "Auto Scaling", "fis": "FIS", "sts": "STS"}
+_SERVICE_NAMES = {
+    "ec2": "EC2",
+    "autoscaling": "Auto Scaling",
+    "fis": "FIS",
+    "sts": "STS",
+    "sqs": "SQS",
+    "sns": "SNS",
+    "iam": "IAM",
+}
 
 
 def _mapping(service: str) -> ErrorMapping:

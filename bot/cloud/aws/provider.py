@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Literal
 
+from bot.checks.result import Check
 from bot.cloud.aws.autoscaling import GROUP_TAG, AwsGroups
 from bot.cloud.aws.clients import AwsClients, not_done, tags_of
 from bot.cloud.aws.fis import AwsFis
@@ -31,9 +32,10 @@ from bot.cloud.aws.instances import AwsInstances, user_data_script
 from bot.cloud.aws.objects import KEY_FAILURES, AwsObjects
 from bot.cloud.aws.placement import AwsPlacement
 from bot.cloud.aws.pricing import AwsPricing
+from bot.cloud.aws.probe import AwsProbe
 from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.aws.zones import AwsZones
-from bot.cloud.base import CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs
+from bot.cloud.base import ChecksSetup, CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs, SetupScope
 from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError, ObjectStoreUnavailable
 from handlers.jobs import Market
@@ -311,6 +313,10 @@ class AwsCloud:
         instance, job_id, _ = await self.instances.job_of(instance_id)
         return await self.fis_interrupt_tests.interrupt(instance_id, instance, job_id)
 
+    async def check_setup(self, scope: SetupScope) -> list[Check]:
+        """Region, credentials and dry runs of what the bot calls (:mod:`bot.cloud.aws.probe`)."""
+        return await AwsProbe(self.settings, self.clients, self.instances).checks(scope)
+
     async def close(self) -> None:
         await self.clients.close()
 
@@ -324,4 +330,7 @@ if TYPE_CHECKING:  # AwsCloud must stay a CloudProvider (mypy checks this line)
         return cloud
 
     def _launches(cloud: AwsCloud) -> LaunchSteps:
+        return cloud
+
+    def _checks_setup(cloud: AwsCloud) -> ChecksSetup:
         return cloud
