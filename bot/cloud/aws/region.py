@@ -27,12 +27,16 @@ class Region:
     source: str
 
 
+# The variables a region is read from, in order (the help of every command lists them: bot/cli_help.py).
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+
+
 def find_region(configured: str | None = None, environ: Mapping[str, str] | None = None) -> Region | None:
     """The region, in the order of the module docstring; None when none is set anywhere."""
     env = os.environ if environ is None else environ
     if configured:
         return Region(configured, "aws.region")
-    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+    for name in REGION_VARIABLES:
         value = (env.get(name) or "").strip()
         if value:
             return Region(value, name)
