@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from handlers.sealed_keys import SEALED_KEY_PREFIX_PATTERN
-from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, SpecError, parse_spec
+from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, parse_spec
 from runner.agent import Runner
 from runner.exit_codes import EXIT_BAD_SPEC, EXIT_NO_REPORT_KEY
 from runner.options import RunnerOptions
@@ -50,24 +50,24 @@ KEY_FROM_ENV = "FINETUNE_KEY_FROM"
 
 async def load_spec(location: str, credentials: AttemptCredentials | None = None) -> JobSpec:
     """Read the spec from a local path or an object-store URI (signed with ``credentials`` when given), then
-    validate it."""
+    validate it; ValueError saying why there is none to run."""
     if location.startswith(("s3://", "oss://", "file://")):
         parsed = urlparse(location)
         base, _, name = location.rpartition("/")
         if not name or (not parsed.netloc and not location.startswith("file://")):
-            raise SpecError(f"--spec {location!r} does not name an object")
+            raise ValueError(f"--spec {location!r} does not name an object")
         store = open_store(base + "/", credentials)
         try:
             raw = await store.get_bytes(name)
         finally:
             await store.close()
         if raw is None:
-            raise SpecError(f"--spec {location} does not exist")
+            raise ValueError(f"--spec {location} does not exist")
         return parse_spec(raw)
     try:
         return parse_spec(Path(location).read_bytes())
     except OSError as exc:
-        raise SpecError(f"cannot read --spec {location}: {exc.strerror}") from None
+        raise ValueError(f"cannot read --spec {location}: {exc.strerror}") from None
 
 
 def default_work_dir(spec: JobSpec) -> Path:
@@ -116,7 +116,7 @@ async def _run(args: argparse.Namespace, held: list[AttemptCredentials]) -> int:
     credentials = _hold(held, fetched)
     try:
         spec = await load_spec(args.spec, credentials)
-    except (SpecError, StorageError, ValueError) as exc:
+    except (StorageError, ValueError) as exc:
         raise _CannotStart(str(exc), EXIT_BAD_SPEC) from None
     if key_from is not None and spec.report_key_from not in (None, key_from):
         raise _CannotStart(f"the spec's report_key_from is not {KEY_FROM_ENV} ({key_from})", EXIT_BAD_SPEC)

@@ -31,10 +31,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     # The core imports nothing of the bot: its input errors are ValueErrors, as pydantic's validators and the
     # parsers' ``except ValueError`` expect.
     "handlers": {
-        "UnrecognisedMessage": "input from outside the core does not understand",
-        "ReasonError": "a refusal worded for the person who caused it",
-        "SpecError": "a spec that must not run",
-        "UnsafeJson": "JSON too large, too deep, or not JSON",
+        "CoreError": "the root",
     },
 }
 
