@@ -24,9 +24,6 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "runner": {
         "RunnerError": "the root",
-        "_CannotStart": "cli.py's own signal, caught in the same module",
-        "_Shrank": "upload.py's own signal, caught in the same module",
-        "_Cut": "storage/s3.py's own signal, caught in the same module",
     },
     # The core imports nothing of the bot: its input errors are ValueErrors, as pydantic's validators and the
     # parsers' ``except ValueError`` expect.
