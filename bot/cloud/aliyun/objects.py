@@ -7,11 +7,11 @@ would build for ``oss://`` (virtual-hosted addressing unless told otherwise, Sig
 botocore's checksum trailers, which OSS rejects; five attempts in botocore's standard retry mode), opened per call
 with the credentials of that moment, because the RAM role's STS key rotates.
 
-Errors are mapped here, at the edge, to the object-storage family of ``bot/errors.py``, as AWS's S3 writes are
+Errors are mapped here, at the edge, to the cloud's family of ``bot/errors.py``, as AWS's S3 writes are
 (:func:`bot.cloud.aws.errors.object_errors`): OSS answering with an error code becomes
-:class:`~bot.errors.ObjectRefused`; a 5xx still failing after botocore's retries, no answer at all, or a reply
-botocore cannot parse becomes :class:`~bot.errors.ObjectStoreUnavailable`. The credentials callable raises the
-cloud's own errors.
+:class:`~bot.errors.CloudRefused` naming the object; a 5xx still failing after botocore's retries, no answer at all,
+or a reply botocore cannot parse becomes :class:`~bot.errors.CloudUnavailable`. The credentials callable raises the
+same family.
 """
 
 from __future__ import annotations
@@ -88,5 +88,5 @@ class OssObjects:
         )
 
     def _errors(self, action: str, key: str) -> contextlib.AbstractContextManager[None]:
-        """OSS's error answers and the SDK's network failures, as the object store's errors naming the object."""
+        """OSS's error answers and the SDK's network failures, as the cloud's errors naming the object."""
         return object_errors(action, self.uri(key), "OSS")
