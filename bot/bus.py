@@ -43,7 +43,7 @@ from pydantic import BaseModel
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT, StreamIdT
 
-from bot.errors import StoreUnavailable
+from bot.errors import FinetuneError, StoreUnavailable
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.queues import EVENT_FIELD, STREAM_MAXLEN
 from handlers.backoff import backoff
@@ -133,7 +133,7 @@ class LatencySummary:
         return [*zip(self.buckets, itertools.accumulate(self.bucket_counts), strict=True), (float("inf"), self.count)]
 
 
-class HandBack(Exception):
+class HandBack(FinetuneError):
     """Raised by a handler that cannot finish because the consumer is stopping (e.g. it was waiting for an
     outside service to come back): the message goes back as if it had never been read, and this delivery does
     not count towards ``max_tries``. Raised while the consumer is not stopping, it is an ordinary failure.

@@ -39,10 +39,11 @@ from bot.store import DEDUP_TTL, Applied, JobCapReached, JobStore
 from handlers.caps import Caps, Full, caps_for, concurrency_refusal, nodes_refusal, price_refusal
 from handlers.change import Change
 from handlers.clock import utcnow
-from handlers.commands import HELP_REASON, Command, UsageError, parse
+from handlers.commands import HELP_REASON, Command, parse
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
+from handlers.errors import ReasonError
 from handlers.ids import new_job_id
-from handlers.job_options import JobOptionError, parse_job_options, reserved_parameter, split_overrides
+from handlers.job_options import parse_job_options, reserved_parameter, split_overrides
 from handlers.jobs import ChatRef, Job, Market
 from handlers.messages import (
     CLOUD_EFFECTS,
@@ -73,7 +74,7 @@ from handlers.permissions import (
 from handlers.policy_config import PolicyConfig
 from handlers.private_answers import answered_privately
 from handlers.reasons import Reason
-from handlers.recipes import Recipe, RecipeError, find_recipe
+from handlers.recipes import Recipe, find_recipe
 from handlers.report_freshness import REPORT_SEEN_SECONDS
 from handlers.reports import Failed, Interrupted, Progress
 from handlers.restart_overhead import first_step_was
@@ -118,7 +119,7 @@ class Bot:
             return slow
         try:
             command = parse(text)
-        except UsageError as exc:
+        except ReasonError as exc:
             return say(lang, exc.reason)
         refused = narrowed(self.policy, user, command.action)
         if refused is not None:
@@ -159,7 +160,7 @@ class Bot:
             if reserved is not None:
                 raise reserved
             params = recipe.resolve(overrides)
-        except (RecipeError, JobOptionError) as exc:
+        except ReasonError as exc:
             return catalog.text(lang, "reply.refused", why=say(lang, exc.reason))
         slow = await self._rate(user, "starts", self.policy.rate.starts_per_minute, lang)  # a start that could run
         if slow is not None:

@@ -5,9 +5,10 @@ its replica, promoted, never saw the change (or the effect, timer or note writte
 store follows every state-changing script with ``WAIT 1 <timeout>`` on the same connection (Redis's own way to
 say "one replica has everything this connection wrote"); with ``aof``, ``WAITAOF 1 0 <timeout>`` (the primary's
 append-only file holds it, fsynced: a lone server's crash and restart lose nothing). The write is acknowledged
-only then; when the wait runs out first the caller gets :class:`NotDurable` (a :class:`StoreUnavailable`, so the
-bus keeps the event and runs it again once Redis answers: the store's dedup keys make the rerun a no-op or the
-write itself, whichever survived). ``none`` (the default) waits for nothing, as before.
+only then; when the wait runs out first the caller gets :class:`~bot.errors.StoreUnavailable` ("the write reached the
+primary but not …": an outage to the bus, which keeps the event and runs it again once Redis answers; the store's
+dedup keys make the rerun a no-op or the write itself, whichever survived). ``none`` (the default) waits for
+nothing, as before.
 
 MemoryDB needs none of this: its multi-AZ transaction log acknowledges a write only once it is durable.
 """
@@ -24,16 +25,12 @@ from bot.errors import StoreUnavailable
 Durability = Literal["none", "replica", "aof"]
 
 
-class NotDurable(StoreUnavailable):
-    """A write that reached the primary but not, within the bounded wait, a replica (or the AOF)."""
-
-
 class RedisOptions(BaseModel):
     """The config file's ``redis:`` section."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     durability: Durability = "none"
-    # How long a state change may wait for its replica (or fsync) before it fails as NotDurable.
+    # How long a state change may wait for its replica (or fsync) before it fails as StoreUnavailable.
     durability_timeout_ms: int = Field(default=2000, ge=10, le=60_000)
 
 
@@ -58,10 +55,11 @@ class DurableWrites:
         return None
 
     def check(self, reply: Any) -> None:
-        """:class:`NotDurable` unless ``reply`` (WAIT's count, WAITAOF's pair, or an error) says it is durable."""
+        """StoreUnavailable (a write that reached the primary but not, within the bounded wait, a replica or the AOF)
+        unless ``reply`` (WAIT's count, WAITAOF's pair, or an error) says it is durable."""
         if isinstance(reply, Exception):
-            raise NotDurable(f"could not confirm the write ({self.mode}): {reply}") from reply
+            raise StoreUnavailable(f"could not confirm the write ({self.mode}): {reply}") from reply
         done = int(reply[0]) if self.mode == "aof" else int(reply)
         if done < 1:
             what = "the primary's append-only file" if self.mode == "aof" else "any replica"
-            raise NotDurable(f"the write reached the primary but not {what} within {self.timeout_ms} ms")
+            raise StoreUnavailable(f"the write reached the primary but not {what} within {self.timeout_ms} ms")

@@ -1,32 +1,35 @@
-"""The bot's one error tree: a root, :class:`FinetuneError`, and one branch per port family, so callers catch a
-family and never a platform's SDK type.
+"""The bot's one error tree: a root, :class:`FinetuneError`, and one family per port, with a class only where a
+caller catches it by type, so callers catch a family and never a platform's SDK type.
 
     FinetuneError
     ├── ConfigError            a setting or the config file is unusable
     │   └── AlreadyOwned       (bot/owner_lock.py) another live process works on that directory
-    ├── StoreError             the store (Redis)
-    │   ├── StoreUnavailable   no answer: down, restarting, loading, unreachable
-    │   │   └── NotDurable     (bot/durability.py) a write no replica (or AOF) confirmed in time
-    │   └── StoreConflict, JobCapReached  (bot/store.py) a change the store would not write
-    ├── CloudError             a cloud (AWS, Alibaba, local): launch, terminate, interrupt-test, list
+    ├── StoreUnavailable       the store (Redis) gave no answer: down, restarting, loading, unreachable, or a write no
+    │                          replica (or AOF) confirmed in time (bot/durability.py)
+    ├── JobCapReached          (bot/store.py) a write that would take a job past a node cap: nothing written
+    ├── CloudError             a cloud (AWS, Alibaba, local): launch, terminate, interrupt-test, list, and the objects
+    │   │                      the bot writes itself (specs, control and key objects on S3 / OSS)
     │   ├── LaunchError, ForeignInstance
-    │   ├── CloudRefused       the cloud's API answered with an error code
-    │   └── CloudUnavailable   no answer from the cloud's API (network, timeout, a broken reply)
-    ├── ObjectStoreError       object storage the bot writes itself (AWS S3, Alibaba OSS)
-    │   ├── ObjectRefused      an error answer (code and message)
-    │   └── ObjectStoreUnavailable  no answer
+    │   ├── CloudRefused       the cloud's API (or its object store) answered with an error code
+    │   └── CloudUnavailable   no answer from the cloud's API or its object store (network, timeout, a broken reply)
     ├── ChatError              a chat platform (Slack, DingTalk) did not take a message
-    └── InputRefused           input from outside that the bot does not take: a runner's report (ReportRefused), a
-                               Slack request (ingress.Refused), an SNS signature (SignatureError), a fetch of its
-                               certificate (FetchError), a simulator scenario (simulate.InputError)
+    │   ├── TransientDeliveryError   (bot/chat/delivery.py) try again, after ``retry_after`` when it said so
+    │   └── PermanentDeliveryError   (bot/chat/delivery.py) retrying changes nothing: dropped
+    │       └── Rejected             (bot/chat/dingtalk/transport.py) DingTalk refused: its status and code
+    ├── InputRefused           input from outside that the bot does not take: a runner's report, a Slack request, an
+    │                          SNS signature or its certificate, a simulator scenario; ``status`` is what the edge
+    │                          answers
+    └── HandBack               (bot/bus.py) a handler's word to the bus: hand the message back, the consumer stops
+
+What no caller tells apart is its parent: a store write that kept losing the race to other writers is a plain
+FinetuneError (the bus retries the event, as for any failure).
 
 Each adapter maps what its SDK raises once, at its own edge: redis-py in ``bot/redis_server.py`` (the client every
 bot module is handed), botocore in ``bot/cloud/aws/errors.py`` (the wrapper every AWS client and the S3 / OSS object
 clients are opened in), the Tea / darabonba SDK in ``bot/cloud/aliyun/errors.py`` (the API client's calls and the boot
-helpers'), slack_sdk in
-``bot/chat/slack/errors.py``, DingTalk's HTTP API in ``bot/chat/dingtalk/transport.py``; past that edge only these
-travel. The runner never imports the bot: its errors
-have their own root, ``runner.errors.RunnerError``.
+helpers'), slack_sdk in ``bot/chat/slack/errors.py``, DingTalk's HTTP API in ``bot/chat/dingtalk/transport.py``; past
+that edge only these travel. The runner never imports the bot: its errors have their own root,
+``runner.errors.RunnerError``; the pure core's, ``handlers.errors.CoreError``.
 
 Nothing here imports another bot module, so every module may import it (settings and chat adapters alike).
 """
@@ -42,28 +45,28 @@ class ConfigError(FinetuneError, ValueError):
     """A setting or the config file is unusable: one line saying which and why (the CLI exits 2, no traceback)."""
 
 
-class StoreError(FinetuneError):
-    """The store (Redis) did not do what the bot asked."""
-
-
-class StoreUnavailable(StoreError):
+class StoreUnavailable(FinetuneError):
     """Redis did not answer: down, restarting, loading its data, unreachable, or refusing the credentials. An outage,
-    not a bug: the bus, the outbox and the sources wait and try again; HTTP edges answer 503. The message names the
+    not a bug: the bus, the outbox and the sources wait and try again; HTTP edges answer 503. A write that reached the
+    primary but no replica (or the AOF) within ``redis.durability``'s bounded wait is one too. The message names the
     server but never a password."""
 
 
 class CloudError(FinetuneError, RuntimeError):
-    """A cloud did not do what the bot asked (launch, terminate, interrupt-test, stop the runner, list); the message
-    says why and what to fix. Every provider raises these, and only these, from the cloud port's methods."""
+    """A cloud did not do what the bot asked (launch, terminate, interrupt-test, stop the runner, list, write one of
+    its objects); the message says why and what to fix. Every provider raises these, and only these, from the cloud
+    port's methods."""
 
 
 class CloudUnavailable(CloudError):
-    """The cloud's API gave no usable answer (connection refused, timeout, a broken reply): trying later may work."""
+    """The cloud's API or its object store gave no usable answer (connection refused, timeout, a broken reply, a 5xx
+    the object store still answered after the SDK's retries): trying later may work."""
 
 
 class CloudRefused(CloudError):
     """The cloud's API answered ``action`` with an error ``code`` (``InvalidInstanceID.NotFound``,
-    ``OperationDenied.NoStock``, ``AccessDenied``, …): each cloud's SDK errors map to it (or to
+    ``OperationDenied.NoStock``, ``AccessDenied``, …), or its object store did (``action`` then names the call and the
+    object: ``PutObject s3://bucket/key``; ``NoSuchBucket``, ``HTTP 403``): each cloud's SDK errors map to it (or to
     :class:`CloudUnavailable`) once, at its client (``bot/cloud/aws/errors.py``, ``bot/cloud/aliyun/errors.py``)."""
 
     def __init__(self, action: str, code: str, message: str) -> None:
@@ -90,31 +93,19 @@ class ForeignInstance(CloudError):
     retried: no later try can make it that job's."""
 
 
-class ObjectStoreError(FinetuneError):
-    """Object storage (S3, OSS) refused or did not answer a write the bot made itself (specs, control objects, key
-    objects). The cloud provider turns it into its port's error (a LaunchError for a spec that could not be written)."""
-
-
-class ObjectRefused(ObjectStoreError):
-    """The object store answered with an error ``code`` (``AccessDenied``, ``NoSuchBucket``, ``HTTP 500``…);
-    ``action`` names the call and the object."""
-
-    def __init__(self, action: str, code: str, message: str) -> None:
-        super().__init__(f"{action}: {code}: {message}")
-        self.action = action
-        self.code = code
-        self.message = message
-
-
-class ObjectStoreUnavailable(ObjectStoreError):
-    """The object store gave no answer (connection refused, timeout, a broken reply), after the SDK's retries."""
-
-
 class ChatError(FinetuneError):
     """A chat platform did not take a message (see ``bot/chat/delivery.py`` for the transient / permanent split)."""
 
 
 class InputRefused(FinetuneError):
-    """Input from outside that the bot does not take (unsigned, forged, malformed, beyond a cap): the edge that
-    received it answers or logs why, and nothing changes. The pure core's counterpart for the messages it parses is
-    ``handlers.errors.UnrecognisedMessage``."""
+    """Input from outside that the bot does not take (unsigned, forged, malformed, beyond a cap): a runner's report, a
+    Slack request, an SNS message's signature or its certificate, a simulator scenario. The edge that received it
+    answers ``status`` (400 malformed, 401 unsigned, 403 forged or not ours, 503 not checked now: ask again later)
+    with ``reason``, and ``detail`` (a report's validation errors, for the sender) where there are any; nothing
+    changes. The pure core's counterpart for the messages it parses is ``handlers.errors.UnrecognisedMessage``."""
+
+    def __init__(self, reason: str, *, status: int = 400, detail: list[dict[str, object]] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        self.detail = detail or []

@@ -20,10 +20,10 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from bot.bus_set import Bus
-from bot.errors import StoreUnavailable
+from bot.errors import InputRefused, StoreUnavailable
 from bot.header_form import REPORT_SIGNATURE, REPORT_TIMESTAMP
 from bot.log_limit import LimitedLog
-from bot.report_gate import ReportGate, ReportRefused
+from bot.report_gate import ReportGate
 from bot.store import JobStore
 from handlers.jobs import JobState
 
@@ -89,8 +89,8 @@ def build_app(
         try:
             timestamp, signature = REPORT_TIMESTAMP.read(headers), REPORT_SIGNATURE.read(headers)
             message = await reports.admit(body, timestamp, signature, route="http")
-        except ReportRefused as refused:
-            if not refused.signed:
+        except InputRefused as refused:
+            if refused.status == 401:
                 return web.json_response({"error": "bad or missing signature"}, status=401)
             return web.json_response({"error": "malformed report", "detail": refused.detail}, status=400)
         # A runner's retry of the same report has the same message id: it dedups downstream.

@@ -8,7 +8,7 @@ lost connection fails every command of its pipeline.
 
 A command sent ``durable`` (a state change, see :mod:`bot.durability`) is followed in its pipeline by the wait the
 setting asks for, on the same connection (on a cluster: one wait per node that took such a write); it answers
-only once that wait confirms it, else it fails with :class:`~bot.durability.NotDurable`.
+only once that wait confirms it, else it fails with :class:`~bot.errors.StoreUnavailable`.
 """
 
 from __future__ import annotations

@@ -35,17 +35,6 @@ REFUSED_METRIC = "finetune_reports_refused_total"
 SaltLookup = Callable[[str, int], Awaitable[str | None]]
 
 
-class ReportRefused(InputRefused):
-    """Not a report the bot believes: ``signed`` False for a signature problem (HTTP 401), True for a signed
-    report that is malformed or beyond a cap (HTTP 400); ``detail`` the validation errors, for the sender."""
-
-    def __init__(self, reason: str, *, signed: bool, detail: list[dict[str, object]] | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.signed = signed
-        self.detail = detail or []
-
-
 class ReportGate:
     def __init__(
         self,
@@ -77,7 +66,9 @@ class ReportGate:
         route: str,
         queued_at: float | None = None,
     ) -> ReportReceived:
-        """The bus message of a report that passes; :class:`ReportRefused` (counted) for any other. ``queued_at``:
+        """The bus message of a report that passes; :class:`~bot.errors.InputRefused` (counted) for any other:
+        401 for a signature problem, 400 for a signed report that is malformed or beyond a cap (``detail``: the
+        validation errors, for the sender). ``queued_at``:
         when a queue received it (its freshness is judged against that, :mod:`handlers.report_freshness`, and so is
         an ended attempt's grace)."""
         sender = claimed_sender(body)
@@ -111,11 +102,12 @@ class ReportGate:
 
     def refuse(
         self, reason: str, *, route: str, signed: bool = False, detail: list[dict[str, object]] | None = None
-    ) -> ReportRefused:
-        """Count and log a refusal (also one decided elsewhere: a report on the wrong topic); returns the error."""
+    ) -> InputRefused:
+        """Count and log a refusal (also one decided elsewhere: a report on the wrong topic); returns the error:
+        ``signed`` (by its attempt, but not a report the bot takes) answers 400, anything else 401."""
         self.refused[route] += 1
         self._quiet.warning(f"report-refused:{route}", "%s", reason)
-        return ReportRefused(reason, signed=signed, detail=detail)
+        return InputRefused(reason, status=400 if signed else 401, detail=detail)
 
     def metrics(self) -> dict[str, float]:
         return {REFUSED_METRIC: float(sum(self.refused.values()))}

@@ -40,10 +40,6 @@ from handlers.spot.rules import DEFAULT_POLICY, SIMULATED_POLICIES
 from handlers.spot.simulator import Outcome, Run, Zone, simulate, to_ticks
 
 
-class InputError(InputRefused):
-    """Bad input (a scenario line or a trace file); the message is the one line the user sees."""
-
-
 class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     traces: list[str] = Field(min_length=1, max_length=64)
@@ -67,7 +63,7 @@ class Trace(BaseModel):
 
 
 def read_scenarios(lines: Iterable[str]) -> list[tuple[int, Scenario]]:
-    """(line number from 1, as an editor counts, scenario) for each non-blank line; InputError for the first bad
+    """(line number from 1, as an editor counts, scenario) for each non-blank line; InputRefused for the first bad
     one."""
     scenarios = []
     for number, line in enumerate(lines, start=1):
@@ -76,13 +72,13 @@ def read_scenarios(lines: Iterable[str]) -> list[tuple[int, Scenario]]:
         try:
             raw = json.loads(line, parse_float=Decimal, parse_constant=_no_constant)
         except ValueError as exc:
-            raise InputError(f"line {number}: not JSON ({exc})") from None
+            raise InputRefused(f"line {number}: not JSON ({exc})") from None
         if not isinstance(raw, dict):
-            raise InputError(f"line {number}: a scenario is a JSON object")
+            raise InputRefused(f"line {number}: a scenario is a JSON object")
         try:
             scenarios.append((number, Scenario.model_validate(raw)))
         except ValidationError as exc:
-            raise InputError(f"line {number}: {_first_error(exc)}") from None
+            raise InputRefused(f"line {number}: {_first_error(exc)}") from None
     return scenarios
 
 
@@ -90,17 +86,17 @@ def load_trace(path: str) -> Trace:
     try:
         raw = json.loads(Path(path).read_text())
     except OSError as exc:
-        raise InputError(f"trace {path}: cannot be read ({exc.strerror or exc})") from None
+        raise InputRefused(f"trace {path}: cannot be read ({exc.strerror or exc})") from None
     except ValueError as exc:
-        raise InputError(f"trace {path}: not JSON ({exc})") from None
+        raise InputRefused(f"trace {path}: not JSON ({exc})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("metadata"), dict):
-        raise InputError(f"trace {path}: not a spot trace (needs metadata.gap_seconds and data)")
+        raise InputRefused(f"trace {path}: not a spot trace (needs metadata.gap_seconds and data)")
     try:
         trace = Trace.model_validate({"gap_seconds": raw["metadata"].get("gap_seconds"), "data": raw.get("data")})
     except ValidationError as exc:
-        raise InputError(f"trace {path}: {_first_error(exc)}") from None
+        raise InputRefused(f"trace {path}: {_first_error(exc)}") from None
     if any(count < 0 for count in trace.data):
-        raise InputError(f"trace {path}: data: counts cannot be negative")
+        raise InputRefused(f"trace {path}: data: counts cannot be negative")
     return trace
 
 
@@ -109,7 +105,7 @@ def build_run(scenario: Scenario, traces: dict[str, Trace], number: int) -> Run:
     used = [traces[path] for path in scenario.traces]
     gaps = {trace.gap_seconds for trace in used}
     if len(gaps) != 1:
-        raise InputError(f"line {number}: traces with different gap_seconds ({', '.join(map(str, sorted(gaps)))})")
+        raise InputRefused(f"line {number}: traces with different gap_seconds ({', '.join(map(str, sorted(gaps)))})")
     gap = gaps.pop()
     start, work, deadline, overhead = to_ticks(
         gap,
@@ -124,7 +120,8 @@ def build_run(scenario: Scenario, traces: dict[str, Trace], number: int) -> Run:
     length = min(len(zone.counts) for zone in zones)
     if start >= length:
         hours = length * gap / 3600
-        raise InputError(f"line {number}: start_hour {scenario.start_hour} is past the end of the traces ({hours:g} h)")
+        past = f"start_hour {scenario.start_hour} is past the end of the traces ({hours:g} h)"
+        raise InputRefused(f"line {number}: {past}")
     return Run(
         zones=zones,
         gap_seconds=gap,
@@ -189,10 +186,10 @@ def result(number: int, policy: str, run: Run, outcome: Outcome, gang: str | Non
 
 
 def run_scenarios(lines: Iterable[str], policies: Sequence[str], out: TextIO) -> None:
-    """Check all input, then write one line per (scenario, policy). InputError before any output."""
+    """Check all input, then write one line per (scenario, policy). InputRefused before any output."""
     unknown = [name for name in policies if name not in SIMULATED_POLICIES]
     if unknown:
-        raise InputError(f"unknown policy {unknown[0]!r}; the policies are {', '.join(SIMULATED_POLICIES)}")
+        raise InputRefused(f"unknown policy {unknown[0]!r}; the policies are {', '.join(SIMULATED_POLICIES)}")
     scenarios = read_scenarios(lines)
     traces: dict[str, Trace] = {}
     for _, scenario in scenarios:
@@ -211,7 +208,7 @@ def main(policies: Sequence[str] | None, stdin: TextIO = sys.stdin, stdout: Text
     names = list(dict.fromkeys(policies or [DEFAULT_POLICY]))
     try:
         run_scenarios(stdin, names, stdout)
-    except InputError as exc:
+    except InputRefused as exc:  # a bad scenario line or trace file: its one line, exit 2
         print(f"finetune-bot simulate: {exc}", file=sys.stderr)
         return 2
     return 0

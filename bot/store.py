@@ -37,7 +37,7 @@ import pydantic_core
 import redis.asyncio as aioredis
 
 from bot.durability import DurableWrites
-from bot.errors import StoreError
+from bot.errors import FinetuneError
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.pipelining import Batcher
 from bot.queues import DESTINATIONS, EVENT_FIELD, STREAM_MAXLEN, route
@@ -216,11 +216,7 @@ return 1
 _SEND = _ROUTE + "\nroute(cjson.decode(ARGV[1]), 0, 2)\nreturn 1\n"
 
 
-class StoreConflict(StoreError):
-    """A transition kept losing the race against other writers; the caller may retry the whole event."""
-
-
-class JobCapReached(StoreError):
+class JobCapReached(FinetuneError):
     """A write that makes a job active found its nodes past a node cap (checked and taken in one step): nothing
     written. ``full``: which cap, its group's or all groups'."""
 
@@ -412,12 +408,13 @@ class JobStore:
             if written in _FULL:
                 raise JobCapReached(_FULL[written])
             await _backoff(attempt)  # another writer changed the job (or saw an input) since it was read: again
-        raise StoreConflict(f"could not apply a change to {job_id}: too many concurrent writers")
+        # Lost the race to other writers every time: an ordinary failure, so the bus retries the whole event.
+        raise FinetuneError(f"could not apply a change to {job_id}: too many concurrent writers")
 
     async def _confirm(self, job_id: str) -> None:
         """With a durability setting: wait until what the job's partition holds now is durable, as a write would
         (a tiny write in its slot, confirmed: replication keeps order, so its confirmation covers every earlier
-        write). So an input whose write reached only the primary (NotDurable, then redelivered) is not taken as
+        write). So an input whose write reached only the primary (StoreUnavailable, then redelivered) is not taken as
         done before its write is durable."""
         if self._batch.durability.wait is not None:
             await self._batch.execute("SET", self.keys.job_dedup(job_id, "confirmed"), "1", "PX", 60_000, durable=True)

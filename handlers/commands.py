@@ -1,7 +1,7 @@
 """The ``/finetune`` command grammar, shared by Slack, DingTalk and the console.
 
 Parsing only splits on whitespace and matches words: no quoting rules, no expansion, nothing a shell would
-interpret. Anything malformed raises :class:`UsageError` carrying the usage line to answer with, as a
+interpret. Anything malformed raises :class:`~handlers.reasons.ReasonError` carrying the usage line to answer with, as a
 :class:`~handlers.reasons.Reason` (English by ``str()``, the channel's language once the bot renders it).
 """
 
@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from handlers.cost_report import DEFAULT_WINDOW, WINDOWS
+from handlers.errors import ReasonError
 from handlers.ids import JOB_ID_PATTERN
 from handlers.outside_text import clean_line
-from handlers.reasons import ReasonError, Wording
+from handlers.reasons import Wording
 
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 _RECIPE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,40}$")
@@ -87,10 +88,6 @@ Action = Literal[
 ]
 
 
-class UsageError(ReasonError):
-    """A command that does not parse; the reason says what was wrong and shows the usage."""
-
-
 @dataclass(frozen=True, slots=True)
 class Command:
     action: Action
@@ -110,7 +107,7 @@ def parse(text: str) -> Command:
     is cleaned (:func:`handlers.outside_text.clean_line`): nothing of it that is echoed back holds an escape
     sequence, a control character or a mention marker."""
     if len(text) > MAX_COMMAND_LENGTH:
-        raise UsageError(WORDING("usage.too-long", limit=MAX_COMMAND_LENGTH, help=HELP_REASON))
+        raise ReasonError(WORDING("usage.too-long", limit=MAX_COMMAND_LENGTH, help=HELP_REASON))
     words = clean_line(text).split()
     if words and words[0].lower() == "/finetune":
         words = words[1:]
@@ -142,7 +139,7 @@ def parse(text: str) -> Command:
     if verb in ("stop", "interrupt-test", "logs", "chart", "ack"):
         _expect(verb, args, 1)
         return Command(verb, job_id=_job(verb, args[0]))  # type: ignore[arg-type]
-    raise UsageError(WORDING("usage.unknown", word=_shown(verb), help=HELP_REASON))
+    raise ReasonError(WORDING("usage.unknown", word=_shown(verb), help=HELP_REASON))
 
 
 def _start(args: list[str]) -> Command:
@@ -189,8 +186,9 @@ def _expect(verb: str, args: list[str], count: int) -> None:
         raise _usage(verb, "usage.no-arguments" if count == 0 else "usage.one-job")
 
 
-def _usage(verb: str, problem: str, /, **values: str) -> UsageError:
-    return UsageError(
+def _usage(verb: str, problem: str, /, **values: str) -> ReasonError:
+    """A command that does not parse: its reason (``usage.*``) says what was wrong and shows the usage."""
+    return ReasonError(
         WORDING("usage.error", verb=verb, problem=WORDING(problem, **values), usage=WORDING(f"usage.line.{verb}"))
     )
 

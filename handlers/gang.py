@@ -21,17 +21,13 @@ from __future__ import annotations
 import hashlib
 
 from handlers.jobs import Attempt, Job, Market
-from handlers.spec import Gang, SpecError
+from handlers.spec import Gang
 
 LOOPBACK = "127.0.0.1"
 # 10000-19999: below Linux's ephemeral range (32768-60999), so no outgoing connection holds one, and below the ports
 # the test fakes hand out per xdist worker (fakes/ports.py, from 20000), so a local gang never takes a fake's port.
 PORT_BASE = 10_000
 PORT_SPAN = 10_000
-
-
-class GangError(SpecError):
-    """A gang node that cannot be placed yet (its world's rank 0 has no address): the launch fails, saying why."""
 
 
 def master_port(job_id: str, generation: int) -> int:
@@ -49,13 +45,14 @@ def rank_of(attempt: Attempt) -> int | None:
 def place_in(job: Job, rank: int) -> Gang:
     """A node's place in the job's current world: rank ``rank``, meeting at rank 0's address.
 
-    GangError when rank 0's address is not known yet (its launch result has not come)."""
+    ValueError when rank 0's address is not known yet (its launch result has not come): the launch fails, saying
+    why."""
     if rank == 0:
         addr = LOOPBACK
     else:
         leader = job.gang_attempts.get(0)
         if leader is None or not leader.private_ip:
-            raise GangError(f"node 0 of {job.id} has no address yet: node {rank} cannot be told where to meet")
+            raise ValueError(f"node 0 of {job.id} has no address yet: node {rank} cannot be told where to meet")
         addr = leader.private_ip
     return Gang(
         nodes=job.nodes,

@@ -19,7 +19,8 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from handlers.reasons import ReasonError, Wording
+from handlers.errors import ReasonError
+from handlers.reasons import Wording
 
 JOB_OPTIONS = ("deadline", "budget", "nodes", "efa")
 MAX_NODES = 64
@@ -47,10 +48,6 @@ WORDING = Wording(
 )
 
 
-class JobOptionError(ReasonError):
-    """A deadline or budget that does not parse or is out of range; the reason is for the chat user."""
-
-
 class JobOptions(BaseModel):
     """What a job was started with: when it must be done by, and what it may cost at most (both optional)."""
 
@@ -69,26 +66,27 @@ def split_overrides(overrides: Mapping[str, str]) -> tuple[dict[str, str], dict[
 
 
 def parse_job_options(raw: Mapping[str, str], now: datetime) -> JobOptions:
-    """Typed options from their raw words (keys from :func:`split_overrides`); JobOptionError says what is wrong."""
+    """Typed options from their raw words (keys from :func:`split_overrides`); ReasonError (``option.*``) says what is
+    wrong."""
     deadline = parse_deadline(raw["deadline"], now) if "deadline" in raw else None
     budget = parse_budget(raw["budget"]) if "budget" in raw else None
     nodes = parse_nodes(raw["nodes"]) if "nodes" in raw else 1
     efa = parse_efa(raw["efa"]) if "efa" in raw else False
     if efa and nodes < 2:
-        raise JobOptionError(WORDING("option.efa-one-node"))
+        raise ReasonError(WORDING("option.efa-one-node"))
     return JobOptions(deadline=deadline, budget=budget, nodes=nodes, efa=efa)
 
 
 def parse_nodes(raw: str) -> int:
     """How many nodes train as one world: 1 (the default, no gang) to :data:`MAX_NODES`."""
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_NODES:
-        raise JobOptionError(WORDING("option.bad-nodes", raw=raw, maximum=MAX_NODES))
+        raise ReasonError(WORDING("option.bad-nodes", raw=raw, maximum=MAX_NODES))
     return int(raw)
 
 
 def parse_efa(raw: str) -> bool:
     if raw.lower() not in ("true", "false"):
-        raise JobOptionError(WORDING("option.bad-efa", raw=raw))
+        raise ReasonError(WORDING("option.bad-efa", raw=raw))
     return raw.lower() == "true"
 
 
@@ -103,20 +101,20 @@ def parse_deadline(raw: str, now: datetime) -> datetime:
         try:
             at = datetime.fromisoformat(raw.replace("z", "Z"))
         except ValueError:
-            raise JobOptionError(WORDING("option.bad-deadline", raw=raw)) from None
+            raise ReasonError(WORDING("option.bad-deadline", raw=raw)) from None
         if at.tzinfo is None:
-            raise JobOptionError(WORDING("option.bad-deadline", raw=raw))
+            raise ReasonError(WORDING("option.bad-deadline", raw=raw))
     if not MIN_DEADLINE <= at - now <= MAX_DEADLINE:
-        raise JobOptionError(WORDING("option.deadline-range", raw=raw))
+        raise ReasonError(WORDING("option.deadline-range", raw=raw))
     return at
 
 
 def parse_budget(raw: str) -> float:
     if not _AMOUNT.fullmatch(raw):
-        raise JobOptionError(WORDING("option.bad-budget", raw=raw))
+        raise ReasonError(WORDING("option.bad-budget", raw=raw))
     amount = float(raw)
     if not 0 < amount <= MAX_BUDGET:
-        raise JobOptionError(WORDING("option.budget-range", maximum=MAX_BUDGET))
+        raise ReasonError(WORDING("option.budget-range", maximum=MAX_BUDGET))
     return amount
 
 
@@ -124,5 +122,5 @@ def reserved_parameter(recipe: str, parameters: Mapping[str, object]) -> ReasonE
     """The error for a recipe that declares a parameter named like a job option, or None."""
     for name in JOB_OPTIONS:
         if name in parameters:
-            return JobOptionError(WORDING("option.reserved", recipe=recipe, name=name))
+            return ReasonError(WORDING("option.reserved", recipe=recipe, name=name))
     return None

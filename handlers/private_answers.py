@@ -9,7 +9,8 @@ group's. Anything else, and a command that does not parse (its answer is the usa
 
 from __future__ import annotations
 
-from handlers.commands import UsageError, parse
+from handlers.commands import parse
+from handlers.errors import ReasonError
 from handlers.permissions import is_admin
 from handlers.policy_config import PolicyConfig
 
@@ -18,7 +19,7 @@ def answered_privately(policy: PolicyConfig, user: str, text: str) -> bool:
     """Whether ``user``'s command ``text`` (what follows ``/finetune``) has an answer for ``user`` alone."""
     try:
         command = parse(text)
-    except UsageError:
+    except ReasonError:
         return False
     if command.action in ("costs", "logs"):
         return True

@@ -41,11 +41,3 @@ class Wording:
 
     def __call__(self, key: str, /, **values: Any) -> Reason:
         return Reason(key, self.sentences[key], values)
-
-
-class ReasonError(ValueError):
-    """An error whose message is meant for the person who caused it; ``str()`` is the English sentence."""
-
-    def __init__(self, reason: Reason) -> None:
-        super().__init__(reason.english)
-        self.reason = reason

@@ -24,8 +24,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from handlers.errors import ReasonError
 from handlers.job_options import MAX_NODES
-from handlers.reasons import ReasonError, Wording
+from handlers.reasons import Wording
 
 ParamValue = str | int | float | bool
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
@@ -34,10 +35,6 @@ _SAFE_TEXT = re.compile(r"^[A-Za-z0-9._:/@+#-]{1,200}$")
 # ("-", "--push_to_hub"), an argument file (argparse's "@file") or another option prefix ("+"). The value stays
 # one argv item either way; this keeps it from being read as anything but a value.
 _SAFE_FIRST = re.compile(r"^[A-Za-z0-9._/]")
-
-
-class RecipeError(ReasonError):
-    """An unknown recipe or a refused override; the reason is meant for the chat user."""
 
 
 WORDING = Wording(
@@ -95,7 +92,7 @@ class Parameter(BaseModel):
         return ", ".join(form + "…" if form.endswith("/") else form for form in self.allow or [])
 
     def parse(self, name: str, raw: str) -> ParamValue:
-        """The typed value of ``raw``, or RecipeError saying what is allowed."""
+        """The typed value of ``raw``, or ReasonError (``recipe.*``) saying what is allowed."""
         value: ParamValue
         try:
             if self.type == "int":
@@ -112,29 +109,29 @@ class Parameter(BaseModel):
             else:
                 value = raw
         except ValueError:
-            raise RecipeError(WORDING(f"recipe.not-{self.type}", name=name, raw=raw)) from None
+            raise ReasonError(WORDING(f"recipe.not-{self.type}", name=name, raw=raw)) from None
         if raw[:1] and not _SAFE_FIRST.match(raw):  # a negative number too: "-1e-05" looks like an option
-            raise RecipeError(WORDING("recipe.option-like", name=name, first=raw[0]))
+            raise ReasonError(WORDING("recipe.option-like", name=name, first=raw[0]))
         self.check(name, value)
         return value
 
     def check(self, name: str, value: ParamValue) -> None:
         if isinstance(value, int | float) and not isinstance(value, bool):
             if self.min is not None and value < self.min:
-                raise RecipeError(WORDING("recipe.below-minimum", name=name, value=value, minimum=_num(self.min)))
+                raise ReasonError(WORDING("recipe.below-minimum", name=name, value=value, minimum=_num(self.min)))
             if self.max is not None and value > self.max:
-                raise RecipeError(WORDING("recipe.above-maximum", name=name, value=value, maximum=_num(self.max)))
+                raise ReasonError(WORDING("recipe.above-maximum", name=name, value=value, maximum=_num(self.max)))
         if isinstance(value, str):
             for item in self.items(value):
                 if self.choices is not None and item not in self.choices:
-                    raise RecipeError(WORDING("recipe.not-a-choice", name=name, choices=", ".join(self.choices)))
+                    raise ReasonError(WORDING("recipe.not-a-choice", name=name, choices=", ".join(self.choices)))
                 if self.choices is None and (not _SAFE_TEXT.match(item) or ".." in item.split("/")):
-                    raise RecipeError(WORDING("recipe.unsafe-text", name=name))
+                    raise ReasonError(WORDING("recipe.unsafe-text", name=name))
                 if self.choices is None and not _SAFE_FIRST.match(item):
-                    raise RecipeError(WORDING("recipe.option-like", name=name, first=item[0]))
+                    raise ReasonError(WORDING("recipe.option-like", name=name, first=item[0]))
             for item in self.items(value):  # only once every entry is well formed: what it is, then where
                 if not self.allows(item):
-                    raise RecipeError(WORDING("recipe.not-allowed", name=name, value=item, forms=self.allowed_forms()))
+                    raise ReasonError(WORDING("recipe.not-allowed", name=name, value=item, forms=self.allowed_forms()))
 
     def items(self, value: str) -> list[str]:
         """The entries of a value: the comma-separated list of a ``many`` parameter, else the value itself."""
@@ -167,15 +164,15 @@ class Recipe(BaseModel):
         return self
 
     def resolve(self, overrides: dict[str, str]) -> dict[str, ParamValue]:
-        """Defaults with the user's overrides applied; RecipeError for unknown or out-of-range ones."""
+        """Defaults with the user's overrides applied; ReasonError (``recipe.*``) for unknown or out-of-range ones."""
         values = {name: spec.default for name, spec in self.parameters.items()}
         for name, raw in overrides.items():
             spec = self.parameters.get(name)
             if spec is None:
                 if not self.parameters:
-                    raise RecipeError(WORDING("recipe.no-parameters", recipe=self.name, name=name))
+                    raise ReasonError(WORDING("recipe.no-parameters", recipe=self.name, name=name))
                 allowed = ", ".join(sorted(self.parameters))
-                raise RecipeError(WORDING("recipe.no-parameter", recipe=self.name, name=name, allowed=allowed))
+                raise ReasonError(WORDING("recipe.no-parameter", recipe=self.name, name=name, allowed=allowed))
             values[name] = spec.parse(name, raw)
         return values
 
@@ -185,7 +182,7 @@ class Recipe(BaseModel):
         for name, value in stored.items():
             spec = self.parameters.get(name)
             if spec is None:
-                raise RecipeError(WORDING("recipe.parameter-gone", recipe=self.name, name=name))
+                raise ReasonError(WORDING("recipe.parameter-gone", recipe=self.name, name=name))
             spec.check(name, value)
             values[name] = value
         return values
@@ -379,5 +376,5 @@ BUILT_IN = {recipe.name: recipe for recipe in (TINY, DEEPSEEK_7B)}
 def find_recipe(name: str, recipes: dict[str, Recipe]) -> Recipe:
     recipe = recipes.get(name)
     if recipe is None:
-        raise RecipeError(WORDING("recipe.unknown", name=name, known=", ".join(sorted(recipes))))
+        raise ReasonError(WORDING("recipe.unknown", name=name, known=", ".join(sorted(recipes))))
     return recipe

@@ -4,10 +4,9 @@
 that catches ``ValueError`` lets through as a 500 with a traceback; a document nested a few thousand deep is legal
 JSON that nothing here needs. A string escape of half a surrogate pair (``"\\udcff"``) is legal JSON too, but
 the ``str`` it makes cannot be encoded (``UnicodeEncodeError`` wherever it is signed, hashed or sent on). :func:`loads`
-turns all three, and a body larger than the caller allows, into one :class:`UnsafeJson` (a ``ValueError``, so
-``except ValueError`` keeps working). Every document the bot receives
-(runner reports, SNS envelopes and their messages, EventBridge and CloudMonitor events, Slack interactions) is a
-few levels deep.
+turns all three, and a body larger than the caller allows, into one :class:`~handlers.errors.UnrecognisedMessage`
+(a ``ValueError``, so ``except ValueError`` keeps working). Every document the bot receives (runner reports, SNS
+envelopes and their messages, EventBridge and CloudMonitor events, Slack interactions) is a few levels deep.
 """
 
 from __future__ import annotations
@@ -16,29 +15,27 @@ import json
 import re
 from typing import Any
 
+from handlers.errors import UnrecognisedMessage
+
 MAX_DEPTH = 32
 MAX_BYTES = 1024 * 1024
 _SURROGATE = re.compile("[\ud800-\udfff]")  # once decoded, a pair is one character: any surrogate left is lone
-
-
-class UnsafeJson(ValueError):
-    """Not JSON the bot reads: too large, nested too deep, or not JSON at all."""
 
 
 def loads(data: str | bytes, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
     """``json.loads`` within ``max_bytes`` (of the encoded text) and ``max_depth`` levels of arrays and objects."""
     size = len(data) if isinstance(data, bytes) else len(data.encode(errors="surrogatepass"))
     if size > max_bytes:
-        raise UnsafeJson(f"a JSON document of {size} bytes (at most {max_bytes})")
+        raise UnrecognisedMessage(f"a JSON document of {size} bytes (at most {max_bytes})")
     try:
         document = json.loads(data)
     except RecursionError:
-        raise UnsafeJson(f"a JSON document nested deeper than {max_depth} levels") from None
+        raise UnrecognisedMessage(f"a JSON document nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise UnsafeJson(f"not JSON: {str(exc)[:120]}") from None
+        raise UnrecognisedMessage(f"not JSON: {str(exc)[:120]}") from None
     problem = _problem(document, max_depth)
     if problem:
-        raise UnsafeJson(problem)
+        raise UnrecognisedMessage(problem)
     return document
 
 

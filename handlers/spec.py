@@ -54,10 +54,6 @@ _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 
 
-class SpecError(ValueError):
-    """A spec that must not be run; the message names the offending field."""
-
-
 def check_checkpoint_uri(uri: str) -> str:
     """Accept ``s3://bucket/prefix/``, ``oss://bucket/prefix/`` or ``file:///abs/path/``; end it with ``/``."""
     parsed = urlparse(uri)
@@ -224,7 +220,7 @@ class JobSpec(BaseModel):
 
 
 def parse_spec(raw: str | bytes) -> JobSpec:
-    """Parse and validate a spec; raise :class:`SpecError` whose message names each bad field."""
+    """Parse and validate a spec; a ValueError (``invalid job spec: …``) whose message names each bad field."""
     try:
         return JobSpec.model_validate_json(raw)
     except ValidationError as exc:
@@ -232,7 +228,7 @@ def parse_spec(raw: str | bytes) -> JobSpec:
         for error in exc.errors():
             where = ".".join(str(part) for part in error["loc"]) or "spec"
             problems.append(f"{where}: {error['msg']}")
-        raise SpecError("invalid job spec: " + "; ".join(problems)) from None
+        raise ValueError("invalid job spec: " + "; ".join(problems)) from None
 
 
 # -- the control object: what the bot asks of a running runner, besides the spec --------------------------------

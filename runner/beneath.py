@@ -19,15 +19,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from runner.errors import RunnerError
-
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-class NotARegularFile(RunnerError, OSError):
-    """A name the runner reads is not a plain file (a FIFO, a device, a socket): reading it could block or lie.
-    An OSError too, so every reader that takes a vanished or unreadable file takes this one the same way."""
 
 
 def open_dir(path: Path) -> int:
@@ -44,7 +37,9 @@ def _relative_parts(relative: str | PurePosixPath) -> list[str]:
 
 def open_file_at(top_fd: int, relative: str | PurePosixPath) -> int:
     """Open the regular file ``relative`` below the directory ``top_fd`` for reading, each component without
-    following a link; the descriptor is blocking again. :class:`NotARegularFile` for anything but a plain file."""
+    following a link; the descriptor is blocking again. Anything but a plain file (a FIFO, a device, a socket: reading
+    it could block or lie) is an OSError (EINVAL), so every reader that takes a vanished or unreadable file takes it
+    the same way."""
     *dirs, name = _relative_parts(relative)
     fd = os.dup(top_fd)
     try:
@@ -58,7 +53,7 @@ def open_file_at(top_fd: int, relative: str | PurePosixPath) -> int:
         os.close(fd)
     try:
         if not stat.S_ISREG(os.fstat(found).st_mode):
-            raise NotARegularFile(errno.EINVAL, "not a regular file", str(relative))
+            raise OSError(errno.EINVAL, "not a regular file", str(relative))
         os.set_blocking(found, True)
     except BaseException:
         os.close(found)

@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from handlers.attempt_keys import SEALED_KEY_PREFIX_PATTERN
-from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, SpecError, parse_spec
+from handlers.spec import REPORT_KEY_PREFIX_PATTERN, JobSpec, parse_spec
 from runner.agent import Runner
 from runner.environment import RUNNER_ENVIRONMENT, environment_help
 from runner.exit_codes import (
@@ -35,7 +35,7 @@ from runner.exit_codes import (
     EXIT_NO_REPORT_KEY,
 )
 from runner.options import RunnerOptions
-from runner.own_paths import UnsafePath, check_own_paths
+from runner.own_paths import check_own_paths
 from runner.reports.key import report_key
 from runner.reports.key_object import (
     FetchedKey,
@@ -58,37 +58,29 @@ KEY_FROM_ENV = "FINETUNE_KEY_FROM"
 
 async def load_spec(location: str, credentials: AttemptCredentials | None = None) -> JobSpec:
     """Read the spec from a local path or an object-store URI (signed with ``credentials`` when given), then
-    validate it."""
+    validate it; ValueError saying why there is none to run."""
     if location.startswith(("s3://", "oss://", "file://")):
         parsed = urlparse(location)
         base, _, name = location.rpartition("/")
         if not name or (not parsed.netloc and not location.startswith("file://")):
-            raise SpecError(f"--spec {location!r} does not name an object")
+            raise ValueError(f"--spec {location!r} does not name an object")
         store = open_store(base + "/", credentials)
         try:
             raw = await store.get_bytes(name)
         finally:
             await store.close()
         if raw is None:
-            raise SpecError(f"--spec {location} does not exist")
+            raise ValueError(f"--spec {location} does not exist")
         return parse_spec(raw)
     try:
         return parse_spec(Path(location).read_bytes())
     except OSError as exc:
-        raise SpecError(f"cannot read --spec {location}: {exc.strerror}") from None
+        raise ValueError(f"cannot read --spec {location}: {exc.strerror}") from None
 
 
 def default_work_dir(spec: JobSpec) -> Path:
     root = os.environ.get("FINETUNE_WORK_DIR") or os.path.join(tempfile.gettempdir(), "finetune-runner")
     return Path(root) / spec.job_id / f"attempt-{spec.attempt}"
-
-
-class _CannotStart(Exception):
-    """Nothing was started: the message for stderr, and the exit code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -97,53 +89,67 @@ async def run(args: argparse.Namespace) -> int:
     held: list[AttemptCredentials] = []
     try:
         return await _run(args, held)
-    except _CannotStart as exc:
-        print(f"finetune-runner: {exc}", file=sys.stderr)
-        return exc.code
     finally:
         for credentials in held:
             await credentials.close()
+
+
+def _cannot_start(message: str, code: int) -> int:
+    """Nothing was started: say why on stderr, one line; the exit code."""
+    print(f"finetune-runner: {message}", file=sys.stderr)
+    return code
+
+
+def _cannot_report(exc: Exception) -> int:
+    """No report key (or no storage to read it from): unsigned, a report would be refused, so nothing starts."""
+    return _cannot_start(f"{exc}; this runner cannot report, so it starts nothing", EXIT_NO_REPORT_KEY)
 
 
 async def _run(args: argparse.Namespace, held: list[AttemptCredentials]) -> int:
     try:
         options = RunnerOptions.from_env(Path())
     except (StorageError, ValueError) as exc:  # a bad setting in the environment: nothing has started
-        raise _CannotStart(str(exc), EXIT_BAD_SPEC) from None
+        return _cannot_start(str(exc), EXIT_BAD_SPEC)
     patience = options.storage_patience_seconds
     key_from = os.environ.get(KEY_FROM_ENV) or None
     if key_from is not None and not any(
         re.fullmatch(pattern, key_from) for pattern in (REPORT_KEY_PREFIX_PATTERN, SEALED_KEY_PREFIX_PATTERN)
     ):
-        raise _CannotStart(
+        return _cannot_start(
             f"{KEY_FROM_ENV}={key_from!r} is neither s3://<bucket>/attempt-keys/<role id>: nor "
             "oss://<bucket>/attempt-keys/",
             EXIT_BAD_SPEC,
         )
-    fetched = await _fetch_key(key_from, patience) if key_from is not None else None
+    try:
+        fetched = await _fetch_key(key_from, patience) if key_from is not None else None
+    except (NoReportKey, StorageError) as exc:
+        return _cannot_report(exc)
     credentials = _hold(held, fetched)
     try:
         spec = await load_spec(args.spec, credentials)
-    except (SpecError, StorageError, ValueError) as exc:
-        raise _CannotStart(str(exc), EXIT_BAD_SPEC) from None
+    except (StorageError, ValueError) as exc:
+        return _cannot_start(str(exc), EXIT_BAD_SPEC)
     if key_from is not None and spec.report_key_from not in (None, key_from):
-        raise _CannotStart(f"the spec's report_key_from is not {KEY_FROM_ENV} ({key_from})", EXIT_BAD_SPEC)
+        return _cannot_start(f"the spec's report_key_from is not {KEY_FROM_ENV} ({key_from})", EXIT_BAD_SPEC)
     if fetched is None and spec.report_key_from is not None:
-        fetched = await _fetch_key(spec.report_key_from, patience)
+        try:
+            fetched = await _fetch_key(spec.report_key_from, patience)
+        except (NoReportKey, StorageError) as exc:
+            return _cannot_report(exc)
         credentials = _hold(held, fetched)
     key: str | None = None
     if fetched is not None:
         try:
             key = own_key(spec, fetched)
         except NoReportKey as exc:
-            raise _CannotStart(f"{exc}; this runner cannot report, so it starts nothing", EXIT_NO_REPORT_KEY) from None
+            return _cannot_report(exc)
     work_dir = Path(args.work_dir) if args.work_dir else default_work_dir(spec)
     log.info("job %s attempt %d, work dir %s", spec.job_id, spec.attempt, work_dir)
     if options.trainer.user is not None:  # a trainer of another user: no name of ours may be its to change
         try:
             check_own_paths(work_dir)
-        except (UnsafePath, OSError) as exc:
-            raise _CannotStart(f"{exc}; the runner starts no trainer here", EXIT_BAD_SPEC) from None
+        except OSError as exc:  # PermissionError: a path someone else could change
+            return _cannot_start(f"{exc}; the runner starts no trainer here", EXIT_BAD_SPEC)
     if credentials is not None:
         log.info("storage: the attempt's own session (until %s), not the instance's", credentials.current.expiration)
     try:
@@ -156,20 +162,18 @@ async def _run(args: argparse.Namespace, held: list[AttemptCredentials]) -> int:
             credentials=credentials,
         )
     except (StorageError, ValueError) as exc:  # a bad setting in the environment: nothing has started
-        raise _CannotStart(str(exc), EXIT_BAD_SPEC) from None
+        return _cannot_start(str(exc), EXIT_BAD_SPEC)
     return await runner.run()
 
 
 async def _fetch_key(key_from: str, patience: float) -> FetchedKey:
-    try:
-        if key_from.startswith("oss://"):  # Alibaba: sealed with this attempt's report key, from the user data
-            key = report_key()
-            if not key:
-                raise NoReportKey(f"{key_from} holds sealed objects, and no FINETUNE_REPORT_SECRET opens them")
-            return await fetch_sealed_key(key_from, key, patience)
-        return await fetch_attempt_key(key_from, patience)
-    except (NoReportKey, StorageError) as exc:  # unsigned, a report would be refused: say it here, start nothing
-        raise _CannotStart(f"{exc}; this runner cannot report, so it starts nothing", EXIT_NO_REPORT_KEY) from None
+    """The key object at ``key_from``; NoReportKey or StorageError when there is none to read."""
+    if key_from.startswith("oss://"):  # Alibaba: sealed with this attempt's report key, from the user data
+        key = report_key()
+        if not key:
+            raise NoReportKey(f"{key_from} holds sealed objects, and no FINETUNE_REPORT_SECRET opens them")
+        return await fetch_sealed_key(key_from, key, patience)
+    return await fetch_attempt_key(key_from, patience)
 
 
 def _hold(held: list[AttemptCredentials], fetched: FetchedKey | None) -> AttemptCredentials | None:

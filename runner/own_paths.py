@@ -11,7 +11,8 @@ opens to the trainer's group. Before a trainer of another user starts, both are 
 * the environment file is a plain file of root's with no other link to it; a mode that lets others read it is
   tightened to the owner's alone (said in the log).
 
-A path that fails is a host the runner cannot keep its key on: it says which and why, and starts nothing.
+A path that fails is a host the runner cannot keep its key on: a :class:`PermissionError` (an OSError, as every other
+way the path can fail is) says which and why, and the runner starts nothing.
 """
 
 from __future__ import annotations
@@ -24,15 +25,10 @@ import stat
 from pathlib import Path
 
 from handlers.spec import RUNNER_ENV_FILE
-from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-class UnsafePath(RunnerError):
-    """A path of the runner's that someone else could change or read."""
 
 
 def _trusted_owner(info: os.stat_result) -> bool:
@@ -41,23 +37,23 @@ def _trusted_owner(info: os.stat_result) -> bool:
 
 def _check_dir(path: Path, info: os.stat_result) -> None:
     if not _trusted_owner(info):
-        raise UnsafePath(f"{path} belongs to uid {info.st_uid}, not to root or the runner")
+        raise PermissionError(f"{path} belongs to uid {info.st_uid}, not to root or the runner")
     if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-        raise UnsafePath(f"{path} may be changed by others (mode {stat.S_IMODE(info.st_mode):o}, not sticky)")
+        raise PermissionError(f"{path} may be changed by others (mode {stat.S_IMODE(info.st_mode):o}, not sticky)")
 
 
 def open_own_dir(path: Path, create: bool = False) -> int:
     """A descriptor of the directory ``path``, every directory on the way checked and opened from the one above
     it without following a link; made where missing if ``create``. A link on the way is followed only if it is
     root's (or the runner's) in a directory that passed (``/var/run``): one the trainer made (a work directory
-    swapped for a link to ``/etc``) is refused. :class:`UnsafePath` when one is someone else's to change."""
+    swapped for a link to ``/etc``) is refused. PermissionError when one is someone else's to change."""
     wanted = Path(os.path.abspath(path))
     for _ in range(40):  # as many links as the kernel follows in one path
         resolved = _open_checked(wanted, create)
         if isinstance(resolved, int):
             return resolved
         wanted = resolved
-    raise UnsafePath(f"{path}: too many links on the way")
+    raise PermissionError(f"{path}: too many links on the way")
 
 
 def _open_checked(wanted: Path, create: bool) -> int | Path:
@@ -79,9 +75,10 @@ def _open_checked(wanted: Path, create: bool) -> int | Path:
                     raise
                 info = os.stat(part, dir_fd=fd, follow_symlinks=False)
                 if not stat.S_ISLNK(info.st_mode):
-                    raise UnsafePath(f"{here} is not a directory") from exc
+                    raise PermissionError(f"{here} is not a directory") from exc
                 if not _trusted_owner(info):
-                    raise UnsafePath(f"{here} is a link of uid {info.st_uid}'s, not root's or the runner's") from exc
+                    theirs = f"{here} is a link of uid {info.st_uid}'s, not root's or the runner's"
+                    raise PermissionError(theirs) from exc
                 target = os.readlink(part, dir_fd=fd)
                 return Path(os.path.normpath(here.parent / target)).joinpath(*parts[index + 1 :])
             os.close(fd)
@@ -105,13 +102,13 @@ def check_env_file(path: Path = Path(RUNNER_ENV_FILE)) -> None:
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise UnsafePath(f"{path} is not a plain file: {exc.strerror}") from exc
+            raise PermissionError(f"{path} is not a plain file: {exc.strerror}") from exc
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-                raise UnsafePath(f"{path} is not a plain file with one name")
+                raise PermissionError(f"{path} is not a plain file with one name")
             if not _trusted_owner(info):
-                raise UnsafePath(f"{path} belongs to uid {info.st_uid}, not to root or the runner")
+                raise PermissionError(f"{path} belongs to uid {info.st_uid}, not to root or the runner")
             if info.st_mode & 0o077:
                 log.warning("%s was readable by others (mode %o): now 600", path, stat.S_IMODE(info.st_mode))
                 os.fchmod(fd, 0o600)

@@ -23,10 +23,6 @@ FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 10.0
 
 
-class OutOfTime(StorageError):
-    """The step had not succeeded when its time ran out (an attempt still running was cancelled)."""
-
-
 async def with_retries(
     what: str,
     step: Callable[[], Awaitable[T]],
@@ -37,7 +33,8 @@ async def with_retries(
 ) -> T:
     """Run ``step``; on StorageError retry (0.5 s doubling to ``max_backoff``) until ``give_up_after`` seconds
     from now or the ``time.monotonic()`` instant ``until``, whichever is first. An attempt still running then
-    is cancelled and :class:`OutOfTime` raised. A missing object is not retried: waiting will not create it."""
+    is cancelled and a StorageError (``… did not succeed in time``) raised. A missing object is not retried:
+    waiting will not create it."""
     limits = (until, None if give_up_after is None else time.monotonic() + give_up_after)
     ends = [limit for limit in limits if limit is not None]
     if not ends:
@@ -51,7 +48,7 @@ async def with_retries(
                 return await step()
         except TimeoutError:
             message = f"{what} did not succeed in time"
-            raise OutOfTime(f"{message}; last error: {last}" if last else message) from last
+            raise StorageError(f"{message}; last error: {last}" if last else message) from last
         except ObjectMissing:
             raise
         except StorageError as exc:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from handlers.reports import StandbyCause
 from handlers.spec import Gang, JobSpec, control_key, node_control_key
-from runner.errors import ControlUnreadable
+from runner.errors import NoticeUnavailable
 from runner.local_checkpoints import newest_complete
 from runner.notice_path import NoticePath
 from runner.notices.control import read_go, read_regroup
@@ -80,7 +80,7 @@ class StandingBy:
             while True:
                 try:
                     word = await read_regroup(self.store, key)
-                except ControlUnreadable as exc:
+                except NoticeUnavailable as exc:
                     log.warning("%s", exc)
                     word = None
                 if word is not None and word.gang.generation > gang.generation:
@@ -106,7 +106,7 @@ class StandingBy:
                 if await read_go(self.store, key):
                     log.info("the previous attempt is done: restoring")
                     return None
-            except ControlUnreadable as exc:
+            except NoticeUnavailable as exc:
                 log.warning("%s", exc)
             ended = await self.notice.standing_by(None, None)
             if ended is not None:

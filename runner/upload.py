@@ -45,7 +45,13 @@ MAX_RESTARTS = 5  # a file truncated and rewritten under us more often than this
 
 
 class FileChanged(RunnerError):
-    """A checkpoint file changed after the checkpoint was complete: this upload cannot vouch for it."""
+    """A checkpoint file changed under its upload. ``rewritten``: it is shorter than parts already read (truncated
+    and being written anew), and :class:`FileUpload` starts it over, a few times; otherwise it changed after the
+    checkpoint was complete, and this upload cannot vouch for it (the caller tries the checkpoint again)."""
+
+    def __init__(self, message: str, *, rewritten: bool = False) -> None:
+        super().__init__(message)
+        self.rewritten = rewritten
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,10 +159,6 @@ class _Read:
     sent: _Sent
 
 
-class _Shrank(Exception):
-    """The file is shorter than parts already sent: it was truncated and rewritten, so start over."""
-
-
 def _read(root: Path, path: Path, offset: int, size: int, buffer: bytearray) -> _Read:
     started = time.time_ns()
     view = memoryview(buffer if len(buffer) >= size else bytearray(size))[:size]
@@ -167,7 +169,7 @@ def _read(root: Path, path: Path, offset: int, size: int, buffer: bytearray) -> 
         got = read_fully(file, offset, view)
         after = FileStamp.of_stat(os.fstat(file.fileno()))
     if got != size:
-        raise _Shrank(f"{path}: wanted {size} bytes at {offset}, got {got}")
+        raise FileChanged(f"{path}: wanted {size} bytes at {offset}, got {got}", rewritten=True)
     return _Read(view, _Sent(offset, size, crc(view), before, after, started))
 
 
@@ -229,7 +231,9 @@ class FileUpload:
                 try:
                     await self._stream()
                     return await self._finish()
-                except _Shrank as exc:
+                except FileChanged as exc:
+                    if not exc.rewritten:
+                        raise
                     restarts += 1
                     if restarts > MAX_RESTARTS:
                         raise FileChanged(f"{self.path} keeps being truncated and rewritten") from exc
@@ -301,7 +305,7 @@ class FileUpload:
             await self._drain_tasks()
             return await self._finish_single(final)
         if any(index * self.part_size + length > size for index, (length, _) in self._sending.items()):
-            raise _Shrank(f"{self.path} shrank to {size} bytes after parts were sent")
+            raise FileChanged(f"{self.path} shrank to {size} bytes after parts were sent", rewritten=True)
         if self._upload is None:
             self._upload = await self.store.begin_upload(self.key, self.part_size)
         count = -(-size // self.part_size)

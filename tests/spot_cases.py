@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from handlers.job_options import JobOptionError, parse_budget, parse_deadline, parse_job_options, reserved_parameter
+from handlers.errors import ReasonError
+from handlers.job_options import parse_budget, parse_deadline, parse_job_options, reserved_parameter
 from handlers.jobs import Job
 from handlers.policy_reasons import WORDING
 from handlers.reasons import Reason
@@ -101,7 +102,7 @@ def policy_reasons() -> list[Reason]:
         WORDING("gang.hold", node=1, zone="us-east-1a", minutes=10.0),  # a gang's lost node waits
         WORDING("gang.move", node=1, zone="us-east-1a", minutes=10.0),  # then the gang moves
     ]
-    errors: list[JobOptionError] = []
+    errors: list[ReasonError] = []
     for call in (
         lambda: parse_deadline("soon", NOW),
         lambda: parse_deadline("91d", NOW),
@@ -113,10 +114,11 @@ def policy_reasons() -> list[Reason]:
     ):
         try:
             call()
-        except JobOptionError as exc:
+        except ReasonError as exc:
             errors.append(exc)
     reserved = reserved_parameter("mine", {"deadline": 1})
     assert reserved is not None and len(errors) == 7
+    assert all(error.reason.key.startswith("option.") for error in [*errors, reserved])
     return [*reasons, *(error.reason for error in errors), reserved.reason]
 
 

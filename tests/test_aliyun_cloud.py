@@ -822,7 +822,7 @@ async def test_a_gang_node_whose_address_never_comes_is_launched_without_one(
     cloud = make_cloud(group_wait_seconds=0.2)
     fake.address_delay = 1_000_000
     node = await cloud.launch(node_spec(cloud, 1, 0), [GPU], "spot", gang=GangPlacement("ft-gang1"))
-    assert node.private_ip is None  # handlers/gang.py then refuses node 1's place, saying so (GangError)
+    assert node.private_ip is None  # handlers/gang.py then refuses node 1's place, saying so (a ValueError)
     assert fake.instances[node.instance_id].status == "Running"
     assert len(fake.actions("DescribeInstances")) >= 2  # asked again before giving up
 

@@ -11,7 +11,7 @@ import pytest
 
 from bot.cloud.aliyun.api import Credentials
 from bot.cloud.aliyun.objects import OssObjects
-from bot.errors import CloudUnavailable, FinetuneError, ObjectRefused, ObjectStoreError, ObjectStoreUnavailable
+from bot.errors import CloudError, CloudRefused, CloudUnavailable, FinetuneError
 from tests.broken_http import BrokenHttp
 from tests.s3_proxy import S3FaultProxy
 
@@ -73,19 +73,19 @@ async def test_put_and_delete_sign_each_call_with_the_credentials_of_that_moment
     assert proxy.signers("control-attempt-1")[2:] == ["STS.key3", "STS.key4"]
 
 
-async def test_a_refusal_is_object_refused_naming_the_object(bucket: Any, proxy: S3FaultProxy) -> None:
+async def test_a_refusal_is_cloud_refused_naming_the_object(bucket: Any, proxy: S3FaultProxy) -> None:
     proxy.refuse = lambda method, path: method == "PUT"
     oss = objects(proxy.endpoint, RotatingKeys())
-    with pytest.raises(ObjectRefused, match=r"PutObject oss://ft-oss/attempt-keys/i-abc: AccessDenied") as refused:
+    with pytest.raises(CloudRefused, match=r"PutObject oss://ft-oss/attempt-keys/i-abc: AccessDenied") as refused:
         await oss.put("attempt-keys/i-abc", b"sealed")
     assert refused.value.code == "AccessDenied"
     assert "HTTP 403" in refused.value.message
     assert "Contents" not in bucket.list_objects_v2(Bucket=BUCKET)
 
 
-async def test_a_missing_bucket_is_object_refused_with_osss_code(aws: str) -> None:
+async def test_a_missing_bucket_is_cloud_refused_with_osss_code(aws: str) -> None:
     oss = objects(aws, RotatingKeys())
-    with pytest.raises(ObjectRefused) as missing:
+    with pytest.raises(CloudRefused) as missing:
         await oss.delete("attempt-keys/i-abc")
     assert missing.value.code == "NoSuchBucket"
     assert missing.value.action == "DeleteObject oss://ft-oss/attempt-keys/i-abc"
@@ -93,7 +93,7 @@ async def test_a_missing_bucket_is_object_refused_with_osss_code(aws: str) -> No
 
 async def test_no_answer_is_unavailable(refused_port: int) -> None:
     oss = objects(f"http://127.0.0.1:{refused_port}", RotatingKeys(), max_attempts=1)
-    with pytest.raises(ObjectStoreUnavailable, match=r"PutObject oss://ft-oss/jobs/x: no answer from OSS"):
+    with pytest.raises(CloudUnavailable, match=r"PutObject oss://ft-oss/jobs/x: no answer from OSS"):
         await oss.put("jobs/x", b"x")
 
 
@@ -122,7 +122,7 @@ def test_oss_gets_virtual_hosting_sigv4_without_payload_hashing_or_checksum_trai
 async def test_an_outage_that_outlasts_the_retries_is_unavailable_not_refused(bucket: Any, proxy: S3FaultProxy) -> None:
     proxy.fail_writes = True  # 503 to every write: OSS down, or throttling without end
     oss = objects(proxy.endpoint, RotatingKeys(), max_attempts=2)
-    with pytest.raises(ObjectStoreUnavailable, match=r"PutObject oss://ft-oss/jobs/x: OSS answered .*HTTP 503"):
+    with pytest.raises(CloudUnavailable, match=r"PutObject oss://ft-oss/jobs/x: OSS answered .*HTTP 503"):
         await oss.put("jobs/x", b"x")
     assert proxy.arrivals("PUT", "jobs/x") > 1  # botocore's retries ran first
 
@@ -130,14 +130,14 @@ async def test_an_outage_that_outlasts_the_retries_is_unavailable_not_refused(bu
 @pytest.mark.parametrize(
     ("how", "expected"),
     [
-        ("hang-up", ObjectStoreUnavailable),
-        ("html-502", ObjectStoreUnavailable),
-        ("html-400", ObjectRefused),
-        ("empty-500", ObjectStoreUnavailable),
-        ("not-json-200", ObjectStoreUnavailable),
+        ("hang-up", CloudUnavailable),
+        ("html-502", CloudUnavailable),
+        ("html-400", CloudRefused),
+        ("empty-500", CloudUnavailable),
+        ("not-json-200", CloudUnavailable),
     ],
 )
-async def test_every_broken_answer_is_one_of_ours(how: str, expected: type[ObjectStoreError]) -> None:
+async def test_every_broken_answer_is_one_of_ours(how: str, expected: type[CloudError]) -> None:
     """``not-json-200``: botocore turns a 200 whose body it cannot read into a 500 ClientError, mapped as a 5xx."""
     server = await BrokenHttp(how).start()
     oss = objects(server.endpoint, RotatingKeys(), max_attempts=1)

@@ -2,8 +2,8 @@
 botocore / aiobotocore raises for the provider's calls (ClientError, EndpointConnectionError, NoCredentialsError, a cut
 connection, a reply it cannot parse) comes out as :class:`bot.errors.CloudError` (``CloudRefused``,
 ``CloudUnavailable``, or ``LaunchError`` on the launch path), never as botocore's own; its S3 writes (spec, stop
-request, key object) as :class:`bot.errors.ObjectStoreError`, as OSS's are, which the provider turns into its port's
-error naming what it was doing.
+request, key object) as ``CloudRefused`` or ``CloudUnavailable`` naming the object, as OSS's are, which the provider
+turns into its port's error naming what it was doing.
 
 Real servers only: moto answering AWS's error codes, a port nothing listens on, no credentials anywhere, and a
 server answering the broken ways a proxy or a dying endpoint does (``tests.broken_http``).
@@ -17,14 +17,7 @@ from typing import Any
 import pytest
 
 from bot.cloud.aws.provider import AwsCloud, AwsSettings
-from bot.errors import (
-    CloudError,
-    CloudUnavailable,
-    LaunchError,
-    ObjectRefused,
-    ObjectStoreError,
-    ObjectStoreUnavailable,
-)
+from bot.errors import CloudError, CloudRefused, CloudUnavailable, LaunchError
 from fakes.ports import free_port
 from handlers.report_keys import ReportKeys
 from handlers.spec import JobSpec
@@ -70,12 +63,14 @@ async def assert_all_ours(cloud: AwsCloud, calls: dict[str, Call], expected: typ
         assert isinstance(caught.value, expected), f"{name}: {type(caught.value)} {caught.value}"
 
 
-async def assert_writes_fail_as(cloud: AwsCloud, expected: type[ObjectStoreError]) -> None:
-    """Every S3 write raises exactly ``expected`` (one of the object store's errors, never botocore's)."""
+async def assert_writes_fail_as(cloud: AwsCloud, expected: type[CloudError]) -> None:
+    """Every S3 write raises exactly ``expected`` (CloudRefused or CloudUnavailable naming the object, never
+    botocore's)."""
     for name, call in WRITES.items():
         with pytest.raises(Exception) as caught:
             await call(cloud)
         assert type(caught.value) is expected, f"{name}: {type(caught.value)} {caught.value}"
+        assert " s3://my-bucket/" in str(caught.value), f"{name} does not name its object: {caught.value}"
 
 
 async def test_moto_refusing_is_a_cloud_error(cloud: AwsCloud) -> None:
@@ -84,11 +79,11 @@ async def test_moto_refusing_is_a_cloud_error(cloud: AwsCloud) -> None:
     await assert_all_ours(cloud, {"stop_runner": CALLS["stop_runner"]})
 
 
-async def test_s3_refusing_a_write_is_object_refused_with_its_code(cloud: AwsCloud) -> None:
+async def test_s3_refusing_a_write_is_cloud_refused_with_its_code(cloud: AwsCloud) -> None:
     """moto has no bucket ``my-bucket``: S3 answers NoSuchBucket to each write, naming the object."""
-    await assert_writes_fail_as(cloud, ObjectRefused)
+    await assert_writes_fail_as(cloud, CloudRefused)
     where = r"PutObject s3://my-bucket/jobs/ft-abc1/control/attempt-1\.json: NoSuchBucket"
-    with pytest.raises(ObjectRefused, match=where) as caught:
+    with pytest.raises(CloudRefused, match=where) as caught:
         await cloud.objects.put_stop("ft-abc1", 1)
     assert caught.value.code == "NoSuchBucket"
 
@@ -97,25 +92,25 @@ async def test_a_spec_s3_refused_is_a_launch_error_caused_by_the_object_store(cl
     """The provider keeps its port's contract (only CloudErrors) and says which write failed; nothing started."""
     with pytest.raises(LaunchError, match="could not upload the spec of ft-abc1 attempt 1") as caught:
         await cloud.launch(SPEC, ["g5.xlarge"], "spot")
-    assert isinstance(caught.value.__cause__, ObjectRefused)
+    assert isinstance(caught.value.__cause__, CloudRefused)
     ec2 = await cloud.clients.get("ec2")
     assert (await ec2.describe_instances())["Reservations"] == []
 
 
 # What each broken way makes of an S3 write: a 5xx, or a 200 botocore cannot read (it turns that into a 500), is
 # unavailable; a 400 is refused.
-WRITE_FAILS_AS: dict[str, type[ObjectStoreError]] = {
-    "hang-up": ObjectStoreUnavailable,
-    "html-502": ObjectStoreUnavailable,
-    "html-400": ObjectRefused,
-    "empty-500": ObjectStoreUnavailable,
-    "not-json-200": ObjectStoreUnavailable,
+WRITE_FAILS_AS: dict[str, type[CloudError]] = {
+    "hang-up": CloudUnavailable,
+    "html-502": CloudUnavailable,
+    "html-400": CloudRefused,
+    "empty-500": CloudUnavailable,
+    "not-json-200": CloudUnavailable,
 }
 
 
 @pytest.mark.parametrize("how", WAYS)
 async def test_a_broken_answer_is_a_cloud_error(how: str, aws: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The provider's calls come out as CloudErrors, its S3 writes as the object store's errors."""
+    """The provider's calls come out as CloudErrors, its S3 writes as CloudRefused or CloudUnavailable."""
     server = await BrokenHttp(how).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
     cloud = AwsCloud(SETTINGS, report_keys=ReportKeys("master"))
@@ -136,7 +131,7 @@ async def test_nothing_listening_is_a_cloud_error(aws: str, monkeypatch: pytest.
         answered = {name: call for name, call in CALLS.items() if name != "spot_zones"}  # the launch path's
         await assert_all_ours(cloud, answered, CloudUnavailable)
         await assert_all_ours(cloud, CALLS)
-        await assert_writes_fail_as(cloud, ObjectStoreUnavailable)
+        await assert_writes_fail_as(cloud, CloudUnavailable)
     finally:
         await cloud.close()
 
@@ -150,6 +145,6 @@ async def test_no_credentials_is_a_cloud_error(aws: str, monkeypatch: pytest.Mon
     cloud = AwsCloud(SETTINGS, report_keys=ReportKeys("master"))
     try:
         await assert_all_ours(cloud, CALLS)
-        await assert_writes_fail_as(cloud, ObjectStoreUnavailable)
+        await assert_writes_fail_as(cloud, CloudUnavailable)
     finally:
         await cloud.close()

@@ -19,9 +19,10 @@ from handlers import caps, commands, decide, failures, job_options, permissions,
 from handlers import policy_reasons as policy_wording
 from handlers import reconcile as reconcile_module
 from handlers.caps import Caps, caps_for, concurrency_refusal, nodes_refusal, price_refusal
-from handlers.commands import HELP, HELP_REASON, USAGE, Action, UsageError, parse
+from handlers.commands import HELP, HELP_REASON, USAGE, Action, parse
 from handlers.decide import ack_command, interrupt_test_command, resume_command, stop_command
 from handlers.decide import decide as decide_message
+from handlers.errors import ReasonError
 from handlers.failures import CODES, Failure
 from handlers.jobs import Attempt, ChatRef, CheckpointRef, Job, JobState, Page
 from handlers.messages import LaunchFailed, Notify, StartDeadline, dump_message, parse_message
@@ -59,7 +60,7 @@ from handlers.permissions import cost_refusal, job_refusal, narrowed
 from handlers.policy_config import PolicyConfig, Team
 from handlers.policy_reasons import POLICY_REASONS
 from handlers.reasons import Reason
-from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
+from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
 from handlers.reports import Late
 from runner.trainer import start_failure
@@ -354,14 +355,16 @@ def test_english_stays_the_default_and_word_for_word() -> None:
 
 
 def _parse_error(text: str) -> Reason:
-    with pytest.raises(UsageError) as caught:
+    with pytest.raises(ReasonError) as caught:
         parse(text)
+    assert caught.value.reason.key.startswith("usage.")
     return caught.value.reason
 
 
 def _recipe_error(call: Callable[[], object]) -> Reason:
-    with pytest.raises(RecipeError) as caught:
+    with pytest.raises(ReasonError) as caught:
         call()
+    assert caught.value.reason.key.startswith("recipe.")
     return caught.value.reason
 
 

@@ -3,8 +3,8 @@ module as the right class of the bot's families (``bot/errors.py``), and no othe
 exceptions.
 
 - botocore (AWS's APIs, S3 and OSS objects): ``bot/cloud/aws/errors.py``; an API call's error answer is
-  ``CloudRefused`` with its code, no answer ``CloudUnavailable``; an object call's error answer ``ObjectRefused``, a 5xx
-  or no answer ``ObjectStoreUnavailable``. The wrapper every AWS client is handed out in applies it to each call and
+  ``CloudRefused`` with its code, no answer ``CloudUnavailable``; an object call's the same naming the object, a 5xx
+  being no answer too. The wrapper every AWS client is handed out in applies it to each call and
   each paginated page (checked here on a real aioboto3 client with nothing listening; moto's error answers through
   the provider: tests/test_aws_errors.py).
 - the Tea / darabonba SDK (ECS, ESS, STS, KMS): ``bot/cloud/aliyun/errors.py``; an answer with a code is
@@ -41,7 +41,7 @@ from Tea.exceptions import ValidateException as TeaValidateException
 from bot.cloud.aliyun.errors import cloud_errors as aliyun_errors
 from bot.cloud.aws.errors import MappedClient, api_mapping, object_errors
 from bot.cloud.aws.errors import cloud_errors as aws_errors
-from bot.errors import CloudError, CloudRefused, CloudUnavailable, ObjectRefused, ObjectStoreUnavailable
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 from fakes.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,25 +85,25 @@ def test_each_botocore_failure_of_an_api_call_maps_to_its_family_class(
 @pytest.mark.parametrize(
     ("raised", "mapped", "code"),
     [
-        (client_error("NoSuchBucket", "gone", 404), ObjectRefused, "NoSuchBucket"),
-        (client_error("AccessDenied", "", 403), ObjectRefused, "AccessDenied"),
-        (client_error(None, status=403), ObjectRefused, "HTTP 403"),
-        (client_error("InternalError", "try again", 500), ObjectStoreUnavailable, None),
-        (EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), ObjectStoreUnavailable, None),
-        (ResponseParserError("not XML"), ObjectStoreUnavailable, None),
-        (aiohttp.ServerDisconnectedError(), ObjectStoreUnavailable, None),
-        (ConnectionResetError("reset by peer"), ObjectStoreUnavailable, None),
+        (client_error("NoSuchBucket", "gone", 404), CloudRefused, "NoSuchBucket"),
+        (client_error("AccessDenied", "", 403), CloudRefused, "AccessDenied"),
+        (client_error(None, status=403), CloudRefused, "HTTP 403"),
+        (client_error("InternalError", "try again", 500), CloudUnavailable, None),
+        (EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), CloudUnavailable, None),
+        (ResponseParserError("not XML"), CloudUnavailable, None),
+        (aiohttp.ServerDisconnectedError(), CloudUnavailable, None),
+        (ConnectionResetError("reset by peer"), CloudUnavailable, None),
     ],
     ids=lambda v: type(v).__name__,
 )
-def test_each_botocore_failure_of_an_object_call_maps_to_the_object_stores_class(
+def test_each_botocore_failure_of_an_object_call_maps_to_the_clouds_class_naming_the_object(
     raised: Exception, mapped: type[Exception], code: str | None
 ) -> None:
     with pytest.raises(Exception) as caught, object_errors("PutObject", "oss://bucket/ft/spec.json", "OSS"):
         raise raised
     assert type(caught.value) is mapped and caught.value.__cause__ is raised
     assert "PutObject oss://bucket/ft/spec.json" in str(caught.value)
-    if isinstance(caught.value, ObjectRefused):
+    if isinstance(caught.value, CloudRefused):
         assert caught.value.code == code
 
 

@@ -1,6 +1,7 @@
 """``redis.durability: replica`` on a real Valkey cluster: a state change is acknowledged only once a replica has
 it, so a primary killed right after (SIGKILL, its replica promoted) loses nothing the bot was told was written;
-and a change no replica confirms within the bounded wait fails as NotDurable (an outage: the bus runs it again)."""
+and a change no replica confirms within the bounded wait fails as StoreUnavailable (an outage: the bus runs it
+again)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from bot.durability import DurableWrites, NotDurable
-from bot.errors import ConfigError
+from bot.durability import DurableWrites
+from bot.errors import ConfigError, StoreUnavailable
 from bot.keys import Keys
 from bot.partitions import open_keys
 from bot.redis_server import RedisHandle
@@ -79,7 +80,8 @@ async def test_a_change_no_replica_confirms_in_time_fails_as_not_durable(
     replica = valkey_cluster.replica_of(primary)
     os.kill(replica.process.pid, signal.SIGSTOP)  # alive, connected, and silent: it acknowledges nothing
     try:
-        with pytest.raises(NotDurable, match="not any replica within 300 ms"):
+        not_durable = r"^the write reached the primary but not any replica within 300 ms$"
+        with pytest.raises(StoreUnavailable, match=not_durable):
             await store.apply(job_id, step(1), dedup_key="ev-1")
     finally:
         os.kill(replica.process.pid, signal.SIGCONT)
@@ -131,5 +133,5 @@ async def test_on_a_lone_server_aof_waits_for_its_fsync_and_replica_fails_for_wa
     assert await aof.create(Job(id="ft-aof", recipe="tiny", requested_by="U1"), {"type": "created"})
     assert (await aof.apply("ft-aof", step(1), dedup_key="ev-1")).changed
     lone = JobStore(redis_client, Keys(key_prefix), durability=DurableWrites("replica", timeout_ms=50))
-    with pytest.raises(NotDurable):
+    with pytest.raises(StoreUnavailable, match=r"^the write reached the primary but not any replica within 50 ms$"):
         await lone.apply("ft-aof", step(2), dedup_key="ev-2")

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from handlers.commands import Command, UsageError, parse
-from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, RecipeError, find_recipe
+from handlers.commands import Command, parse
+from handlers.errors import ReasonError
+from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, find_recipe
 
 
 @pytest.mark.parametrize(
@@ -59,9 +60,9 @@ def test_commands_parse(text: str, expected: Command) -> None:
     ],
 )
 def test_malformed_commands_answer_with_usage(text: str, words: str) -> None:
-    with pytest.raises(UsageError) as caught:
+    with pytest.raises(ReasonError) as caught:
         parse(text)
-    assert words in str(caught.value)
+    assert words in str(caught.value) and caught.value.reason.key.startswith("usage.")
 
 
 @settings(max_examples=500, deadline=None)
@@ -69,7 +70,8 @@ def test_malformed_commands_answer_with_usage(text: str, words: str) -> None:
 def test_fuzzed_input_never_crashes_and_yields_only_safe_values(text: str) -> None:
     try:
         command = parse(text)
-    except UsageError:
+    except ReasonError as refused:
+        assert refused.reason.key.startswith("usage.")
         return
     if command.job_id is not None:
         assert command.job_id.startswith("ft-")
@@ -85,7 +87,8 @@ def test_fuzzed_input_never_crashes_and_yields_only_safe_values(text: str) -> No
 def test_fuzzed_overrides_either_refused_or_typed_and_one_argv_item_each(overrides: dict[str, str]) -> None:
     try:
         values = TINY.resolve(overrides)
-    except RecipeError:
+    except ReasonError as refused:
+        assert refused.reason.key.startswith("recipe.")
         return
     argv = TINY.argv(values, python=sys.executable)
     assert len(argv) == len(TINY.command)  # a value never becomes a second argument
@@ -106,7 +109,7 @@ def test_fuzzed_overrides_either_refused_or_typed_and_one_argv_item_each(overrid
     ],
 )
 def test_override_values_never_start_like_an_option(name: str, raw: str, first: str) -> None:
-    with pytest.raises(RecipeError) as refused:
+    with pytest.raises(ReasonError) as refused:
         BUILT_IN["deepseek-7b"].resolve({name: raw})
     assert str(refused.value) == f"{name} may not start with {first!r}: a trainer could read it as an option"
 
@@ -133,7 +136,8 @@ def test_fuzzed_string_overrides_never_become_an_option(dataset: str) -> None:
     recipe = free_dataset_recipe()
     try:
         values = recipe.resolve({"dataset": dataset})
-    except RecipeError:
+    except ReasonError as refused:
+        assert refused.reason.key.startswith("recipe.")
         return
     argv = recipe.argv(values, python="python")
     entries = dataset.split(",")  # the dataset takes many values: one argv item each, right after the flag
@@ -144,17 +148,17 @@ def test_fuzzed_string_overrides_never_become_an_option(dataset: str) -> None:
 
 
 def test_recipes_refuse_unknown_and_out_of_range_overrides() -> None:
-    with pytest.raises(RecipeError, match=r"unknown recipe 'llama-70b'; known recipes: deepseek-7b, tiny"):
+    with pytest.raises(ReasonError, match=r"unknown recipe 'llama-70b'; known recipes: deepseek-7b, tiny"):
         find_recipe("llama-70b", BUILT_IN)
-    with pytest.raises(RecipeError, match="has no parameter 'batch'"):
+    with pytest.raises(ReasonError, match="has no parameter 'batch'"):
         TINY.resolve({"batch": "4"})
-    with pytest.raises(RecipeError, match=r"lr=5\.0 is above the maximum 1"):
+    with pytest.raises(ReasonError, match=r"lr=5\.0 is above the maximum 1"):
         TINY.resolve({"lr": "5"})
-    with pytest.raises(RecipeError, match="steps must be an int"):
+    with pytest.raises(ReasonError, match="steps must be an int"):
         TINY.resolve({"steps": "ten"})
-    with pytest.raises(RecipeError, match="lr must be a float"):
+    with pytest.raises(ReasonError, match="lr must be a float"):
         TINY.resolve({"lr": "nan"})
-    with pytest.raises(RecipeError, match="may only use"):
+    with pytest.raises(ReasonError, match="may only use"):
         BUILT_IN["deepseek-7b"].resolve({"dataset": "a;b"})
     values = TINY.resolve({"steps": "12", "lr": "0.01"})
     assert values["steps"] == 12 and values["lr"] == 0.01 and values["save_steps"] == 5

@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from handlers.commands import Command, UsageError, parse
+from handlers.commands import Command, parse
 from handlers.cost_report import NO_TEAM, active_in, cost_report, report_json
+from handlers.errors import ReasonError
 from handlers.jobs import JobState
 from handlers.permissions import cost_refusal, cost_teams
 from handlers.policy_config import PolicyConfig, Team
@@ -74,7 +75,7 @@ def test_costs_parses_a_window_and_a_team_and_refuses_anything_else() -> None:
     assert parse("costs 30D team=ml") == Command("costs", window="30d", team="ml")
     assert parse("costs team=ml 7d") == Command("costs", window="7d", team="ml")
     for bad in ("costs 90d", "costs 7d 30d", "costs team=a team=b", "costs team=", "costs team=a;b", "costs ml"):
-        with pytest.raises(UsageError, match="costs takes a window"):
+        with pytest.raises(ReasonError, match="costs takes a window"):
             parse(bad)
 
 

@@ -42,6 +42,7 @@ from fakes.bot_harness import SECRET, running_bot, slack_settings
 from fakes.fake_pagers import OPSGENIE_WEBHOOK_TOKEN, PAGERDUTY_WEBHOOK_SECRET, opsgenie_ack, pagerduty_ack
 from fakes.fake_slack import FakeSlack, form_body, signed_headers, slash_command
 from handlers import safe_json
+from handlers.errors import UnrecognisedMessage
 from handlers.report_keys import claimed_sender, derive_report_key
 from handlers.reports import Progress, dump_report
 from handlers.signing import sign
@@ -384,7 +385,7 @@ def test_json_from_outside_is_read_within_a_size_and_a_depth_and_encodes() -> No
     assert safe_json.loads(b'{"smile": "\\ud83d\\ude00"}') == {"smile": "\U0001f600"}  # a pair is one character
     hostile = (b"[" * 200_000, b"[" * 40 + b"]" * 40, b"x" * (2 * 1024 * 1024), b"\xff\xfe", b"{", LONE_SURROGATE)
     for document in (*hostile, b'{"\\ud800": 1}', b'["\\ude00\\ud83d"]'):
-        with pytest.raises(safe_json.UnsafeJson):
+        with pytest.raises(UnrecognisedMessage):
             safe_json.loads(document)
 
 

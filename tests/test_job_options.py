@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from handlers.commands import parse
+from handlers.errors import ReasonError
 from handlers.job_options import (
-    JobOptionError,
     JobOptions,
     parse_budget,
     parse_deadline,
@@ -16,7 +16,7 @@ from handlers.job_options import (
     reserved_parameter,
     split_overrides,
 )
-from handlers.recipes import TINY, RecipeError
+from handlers.recipes import TINY
 
 NOW = datetime(2026, 3, 2, 8, 30, tzinfo=UTC)
 
@@ -50,7 +50,7 @@ def test_a_deadline_is_a_duration_from_now_or_a_moment_with_its_zone(word: str, 
     ],
 )
 def test_a_bad_deadline_says_what_a_deadline_looks_like(word: str, key: str) -> None:
-    with pytest.raises(JobOptionError) as caught:
+    with pytest.raises(ReasonError) as caught:
         parse_deadline(word, NOW)
     assert caught.value.reason.key == key
 
@@ -58,15 +58,16 @@ def test_a_bad_deadline_says_what_a_deadline_looks_like(word: str, key: str) -> 
 def test_a_budget_is_an_amount_in_the_account_currency() -> None:
     assert parse_budget("120") == 120.0 and parse_budget("99.50") == 99.5
     for word, key in (("1e3", "option.bad-budget"), ("12.345", "option.bad-budget"), ("0", "option.budget-range")):
-        with pytest.raises(JobOptionError) as caught:
+        with pytest.raises(ReasonError) as caught:
             parse_budget(word)
         assert caught.value.reason.key == key
 
 
 def test_start_with_a_deadline_and_a_budget_keeps_them_away_from_the_recipe() -> None:
     command = parse("start tiny deadline=36h steps=30 budget=120")
-    with pytest.raises(RecipeError):  # the recipe alone would refuse them: they are not its parameters
+    with pytest.raises(ReasonError) as refused:  # the recipe alone would refuse them: they are not its parameters
         TINY.resolve(command.overrides)
+    assert refused.value.reason.key == "recipe.no-parameter"
     options, overrides = split_overrides(command.overrides)
     assert overrides == {"steps": "30"} and TINY.resolve(overrides)["steps"] == 30
     assert parse_job_options(options, NOW) == JobOptions(deadline=NOW + timedelta(hours=36), budget=120.0)
@@ -96,6 +97,6 @@ def test_nodes_and_efa_are_job_options_on_any_recipe_with_their_bounds() -> None
         ({"efa": "yes", "nodes": "2"}, "option.bad-efa"),
         ({"efa": "true"}, "option.efa-one-node"),
     ):
-        with pytest.raises(JobOptionError) as caught:
+        with pytest.raises(ReasonError) as caught:
             parse_job_options(raw, NOW)
         assert caught.value.reason.key == key, raw

@@ -24,6 +24,7 @@ from fakes.bot_harness import quick_recipe, running_bot, running_dingtalk_bot, s
 from fakes.fake_dingtalk import FakeDingTalk
 from fakes.fake_slack import FakeSlack
 from handlers import commands
+from handlers.errors import ReasonError
 from handlers.failures import Failure
 from handlers.jobs import JobState
 from handlers.outside_text import clean_line, clean_text
@@ -124,7 +125,7 @@ def test_outside_text_loses_markers_controls_and_escapes_once_where_it_enters() 
     with pytest.raises(ValueError, match="URI"):
         parse_report({**wire, "type": "completed", "output_uri": "s3://bucket/out\x1b[2J"})
     # A person typed it: the command parser cleans it before echoing any of it back.
-    with pytest.raises(commands.UsageError) as unknown:
+    with pytest.raises(ReasonError) as unknown:
         commands.parse(f"frobnicate{PERSON_OPEN}x\x1b[31m")
     assert PERSON_OPEN not in str(unknown.value.reason.values) and "\x1b" not in str(unknown.value.reason.values)
 

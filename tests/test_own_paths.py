@@ -16,7 +16,7 @@ import pytest
 
 from bot.cloud.user_data import RUNNER_ENV_FILE as BOOT_SCRIPT_ENV_FILE
 from bot.cloud.user_data import runner_boot_script
-from runner.own_paths import UnsafePath, check_env_file, check_own_paths, open_own_dir
+from runner.own_paths import check_env_file, check_own_paths, open_own_dir
 from tests.runner_harness import read_reports, runner_env, start_runner, write_spec
 
 
@@ -47,24 +47,24 @@ def test_a_readable_environment_file_is_made_roots_alone(tmp_path: Path, nobody:
 def test_an_environment_file_someone_else_can_name_is_refused(tmp_path: Path, nobody: pwd.struct_passwd) -> None:
     path = env_file(tmp_path)
     os.chown(path, nobody.pw_uid, nobody.pw_gid)
-    with pytest.raises(UnsafePath, match="belongs to uid"):
+    with pytest.raises(PermissionError, match="belongs to uid"):
         check_env_file(path)
     os.chown(path, 0, 0)
     os.chown(path.parent, nobody.pw_uid, nobody.pw_gid)  # its directory the trainer's: the file could be replaced
-    with pytest.raises(UnsafePath, match="belongs to uid"):
+    with pytest.raises(PermissionError, match="belongs to uid"):
         check_env_file(path)
     os.chown(path.parent, 0, 0)
     path.parent.chmod(0o777)  # writable by all, not sticky: anyone may replace the name
-    with pytest.raises(UnsafePath, match="not sticky"):
+    with pytest.raises(PermissionError, match="not sticky"):
         check_env_file(path)
     path.parent.chmod(0o755)
     os.link(path, tmp_path / "second-name")
-    with pytest.raises(UnsafePath, match="one name"):
+    with pytest.raises(PermissionError, match="one name"):
         check_env_file(path)
     (tmp_path / "second-name").unlink()
     path.rename(tmp_path / "real.env")
     path.symlink_to(tmp_path / "real.env")
-    with pytest.raises(UnsafePath, match="not a plain file"):
+    with pytest.raises(PermissionError, match="not a plain file"):
         check_env_file(path)
 
 
@@ -81,12 +81,12 @@ def test_a_work_directory_below_one_of_the_trainers_is_refused(tmp_path: Path, n
     theirs = tmp_path / "shared"
     theirs.mkdir()
     os.chown(theirs, nobody.pw_uid, nobody.pw_gid)
-    with pytest.raises(UnsafePath, match="belongs to uid"):
+    with pytest.raises(PermissionError, match="belongs to uid"):
         check_own_paths(theirs / "job" / "attempt-1", tmp_path / "no.env")
     link = tmp_path / "finetune-runner"
     link.symlink_to("/etc", target_is_directory=True)
     os.lchown(link, nobody.pw_uid, nobody.pw_gid)  # the trainer's link to /etc where the work dir would be
-    with pytest.raises(UnsafePath, match="is a link of uid"):
+    with pytest.raises(PermissionError, match="is a link of uid"):
         check_own_paths(link, tmp_path / "no.env")
     ours = tmp_path / "ours" / "job" / "attempt-1"
     check_own_paths(ours, tmp_path / "no.env")  # made on the way, root's

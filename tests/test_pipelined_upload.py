@@ -150,8 +150,9 @@ async def test_a_file_changed_after_the_marker_fails_the_commit(store: ObjectSto
         await wait_until(lambda: slots.waiting > 0)
         with (local / "weights.bin").open("r+b") as handle:  # the trainer still writes a "complete" checkpoint
             handle.write(b"late")
-    with pytest.raises(FileChanged):
+    with pytest.raises(FileChanged, match="changed after its checkpoint was complete") as changed:
         await asyncio.wait_for(running, 60)
+    assert not changed.value.rewritten  # not one to start over: the caller tries the checkpoint again
     assert await store.get_bytes(f"checkpoint-6/{MANIFEST_NAME}") is None
 
 

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from handlers.recipes import DEEPSEEK_7B, TINY, Parameter, Recipe, RecipeError
+from handlers.errors import ReasonError
+from handlers.recipes import DEEPSEEK_7B, TINY, Parameter, Recipe
 from runner.trainer import expand_argv
 
 RUNNER_VALUES = {
@@ -92,7 +93,7 @@ def test_deepseek_takes_a_local_model_local_data_sets_and_float32() -> None:
     ],
 )
 def test_deepseek_refuses_what_could_become_a_flag_or_leave_its_paths(name: str, raw: str, message: str) -> None:
-    with pytest.raises(RecipeError, match=message):
+    with pytest.raises(ReasonError, match=message):
         DEEPSEEK_7B.resolve({name: raw})
 
 
@@ -113,7 +114,7 @@ def test_tiny_takes_nproc_for_torchrun_ranks() -> None:
     argv = TINY.argv(TINY.resolve({"nproc": "2"}), python="python3")
     assert option(argv, "--processes") == ["2"]
     assert TINY.argv(TINY.resolve({}), python="python3")[-2:] == ["--processes", "1"]
-    with pytest.raises(RecipeError, match="above the maximum 8"):
+    with pytest.raises(ReasonError, match="above the maximum 8"):
         TINY.resolve({"nproc": "9"})
 
 
@@ -187,7 +188,7 @@ def test_deepseek_takes_the_guides_paths_and_the_deepseek_and_qwen_hub_ids(model
     ],
 )
 def test_deepseek_refuses_models_and_data_sets_outside_what_it_allows(name: str, raw: str) -> None:
-    with pytest.raises(RecipeError) as refused:
+    with pytest.raises(ReasonError) as refused:
         DEEPSEEK_7B.resolve({name: raw})
     assert refused.value.reason.key == "recipe.not-allowed"
     assert "it may be: /mnt/oss-data/…" in str(refused.value)
@@ -195,7 +196,7 @@ def test_deepseek_refuses_models_and_data_sets_outside_what_it_allows(name: str,
 
 @pytest.mark.parametrize("raw", ["/mnt/oss-data/../../etc/shadow", "/mnt/oss-data/x/../../../root", "Qwen/../evil/x"])
 def test_a_path_that_climbs_out_of_its_root_is_refused_and_never_matches(raw: str) -> None:
-    with pytest.raises(RecipeError):
+    with pytest.raises(ReasonError):
         DEEPSEEK_7B.resolve({"model": raw})
     # Matching alone, whatever the other checks do: the normalised path is outside every allowed form.
     assert not DEEPSEEK_7B.parameters["model"].allows(raw)
@@ -210,7 +211,7 @@ def test_an_allow_list_is_text_only_and_holds_its_default() -> None:
         Parameter(type="str", default="x/y", allow=["/mnt/oss-data/"])
     exact = Parameter(type="str", default="tiny-llama", allow=["tiny-llama", "/data/"])
     assert exact.parse("model", "/data/a") == "/data/a"
-    with pytest.raises(RecipeError, match="it may be: tiny-llama, /data/…"):
+    with pytest.raises(ReasonError, match="it may be: tiny-llama, /data/…"):
         exact.parse("model", "tiny-llama-2")
 
 
@@ -226,7 +227,7 @@ def test_an_allow_list_is_text_only_and_holds_its_default() -> None:
 )
 def test_no_override_turns_on_remote_code(overrides: dict[str, str]) -> None:
     for recipe in (DEEPSEEK_7B, TINY, *readme_recipes()):
-        with pytest.raises(RecipeError):
+        with pytest.raises(ReasonError):
             recipe.resolve(overrides)
 
 

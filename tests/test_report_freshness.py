@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.report_gate import ReportGate, ReportRefused
+from bot.errors import InputRefused
+from bot.report_gate import ReportGate
 from bot.sources.aws_intake import AwsIntake
 from handlers.aws_events import unwrap
 from handlers.ids import new_job_id
@@ -98,9 +99,9 @@ async def test_the_gate_takes_a_report_ten_minutes_after_signing_when_its_queue_
     timestamp, signature = signed(body)
     message = await gate.admit(body, timestamp, signature, route="sqs", queued_at=SIGNED + 1)
     assert isinstance(message.report, Completed) and message.report.job_id == JOB
-    with pytest.raises(ReportRefused, match="signed 600 s before it arrived"):  # the same, straight over HTTP
+    with pytest.raises(InputRefused, match="signed 600 s before it arrived"):  # the same, straight over HTTP
         await gate.admit(body, timestamp, signature, route="http")
-    with pytest.raises(ReportRefused, match="before the queue received it"):  # published again, ten minutes on
+    with pytest.raises(InputRefused, match="before the queue received it"):  # published again, ten minutes on
         await gate.admit(body, timestamp, signature, route="sqs", queued_at=SIGNED + TEN_MINUTES)
     assert gate.refused == {"http": 1, "sqs": 1}
 
@@ -152,7 +153,7 @@ async def test_the_aws_intake_judges_a_report_by_its_queue_time() -> None:
     [raw] = await intake.parse(body, attributes, float(SIGNED + 3))  # raw delivery: SQS's sent time
     assert raw.id == taken.id
     again = datetime.fromtimestamp(SIGNED + TEN_MINUTES, UTC).isoformat()
-    with pytest.raises(ReportRefused, match="before the queue received it"):
+    with pytest.raises(InputRefused, match="before the queue received it"):
         await intake.parse(envelope(body, again, attributes))
-    with pytest.raises(ReportRefused, match="before it arrived"):  # raw, no sent time known: the bot's clock
+    with pytest.raises(InputRefused, match="before it arrived"):  # raw, no sent time known: the bot's clock
         await intake.parse(body, attributes)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from bot.report_gate import REFUSED_METRIC, ReportGate, ReportRefused
+from bot.errors import InputRefused
+from bot.report_gate import REFUSED_METRIC, ReportGate
 from bot.sources.aws_intake import EVENTS_REFUSED_METRIC, AwsIntake
 from bot.sources.sqs import SqsSource
 from handlers.clock import utcnow
@@ -132,7 +133,7 @@ def test_a_report_counts_only_with_the_key_of_the_attempt_it_names() -> None:
 async def test_a_body_naming_no_attempt_has_no_key_to_check(body: bytes) -> None:
     assert claimed_sender(body) is None
     salts = Salts()
-    with pytest.raises(ReportRefused) as refused:
+    with pytest.raises(InputRefused) as refused:
         await gate_of(salts).admit(body, "1", "v1=00", route="http")
     assert "names no job and attempt" in refused.value.reason and salts.asked == []  # nothing to look up
 
@@ -144,13 +145,13 @@ async def test_the_gate_counts_what_it_refuses_and_names_the_attempt_in_the_bus_
     message = await gate.admit(*signed(key_of("ft-bbbb", 1), dump_report(report)), route="http")
     assert message.report == report and message.id == f"report:ft-bbbb:1:{report.id}"
     assert salts.asked == [("ft-bbbb", 1)]  # the key comes from the salt stored with the attempt
-    with pytest.raises(ReportRefused) as unsigned:
+    with pytest.raises(InputRefused) as unsigned:
         await gate.admit(dump_report(report).encode(), None, None, route="sqs")
-    assert not unsigned.value.signed and salts.asked == [("ft-bbbb", 1)]  # unsigned: no look-up
+    assert unsigned.value.status == 401 and salts.asked == [("ft-bbbb", 1)]  # unsigned: no look-up
     malformed = dump_report(report).replace('"step":5', '"step":"five"')
-    with pytest.raises(ReportRefused) as bad:
+    with pytest.raises(InputRefused) as bad:
         await gate.admit(*signed(key_of("ft-bbbb", 1), malformed), route="http")
-    assert bad.value.signed and bad.value.detail  # signed by its attempt, but not a report: 400, not 401
+    assert bad.value.status == 400 and bad.value.detail  # signed by its attempt, but not a report: 400, not 401
     assert gate.refused == {"sqs": 1, "http": 1} and gate.metrics() == {REFUSED_METRIC: 2.0}
 
 
@@ -158,14 +159,15 @@ async def test_the_gate_refuses_an_attempt_the_store_does_not_hold_whatever_key_
     gate = gate_of()
     stranger = Progress(job_id="ft-cccc", attempt=1, step=5)  # no such attempt: no salt, so no key
     for salt in ("a1" * 16, "00" * 16):
-        with pytest.raises(ReportRefused) as refused:
+        with pytest.raises(InputRefused) as refused:
             key = derive_report_key(MASTER, "ft-cccc", 1, salt)
             await gate.admit(*signed(key, dump_report(stranger)), route="http")
-        assert not refused.value.signed and "ft-cccc has no attempt 1" in refused.value.reason
+        assert refused.value.status == 401 and "ft-cccc has no attempt 1" in refused.value.reason
     unplanned = Progress(job_id="ft-bbbb", attempt=3, step=5)
-    with pytest.raises(ReportRefused):
+    with pytest.raises(InputRefused, match="ft-bbbb has no attempt 3") as refused:
         key = derive_report_key(MASTER, "ft-bbbb", 3, "b1" * 16)
         await gate.admit(*signed(key, dump_report(unplanned)), route="sqs")
+    assert refused.value.status == 401
 
 
 @pytest.mark.parametrize(
@@ -183,9 +185,9 @@ async def test_the_gate_refuses_an_attempt_the_store_does_not_hold_whatever_key_
 )
 async def test_a_report_naming_storage_outside_its_jobs_prefix_is_refused(report: RunnerReport) -> None:
     gate = gate_of()
-    with pytest.raises(ReportRefused) as refused:
+    with pytest.raises(InputRefused) as refused:
         await gate.admit(*signed(key_of("ft-bbbb", 1), dump_report(report)), route="http")
-    assert refused.value.signed and refused.value.detail == [{"loc": ["uri"], "msg": "outside the job's prefix"}]
+    assert refused.value.status == 400 and refused.value.detail == [{"loc": ["uri"], "msg": "outside the job's prefix"}]
     assert "outside the job's prefix s3://ft-bucket/jobs/ft-bbbb/" in refused.value.reason
     own = Completed(job_id="ft-bbbb", attempt=1, output_uri="s3://ft-bucket/jobs/ft-bbbb/output/")
     assert (await gate.admit(*signed(key_of("ft-bbbb", 1), dump_report(own)), route="http")).report == own
@@ -320,7 +322,7 @@ async def test_without_an_events_topic_configured_a_report_topic_still_carries_n
         "TopicArn": "arn:aws:sns:us-east-1:1:reports",
         "Message": spot_warning("i-0forged"),
     }
-    with pytest.raises(ReportRefused):
+    with pytest.raises(InputRefused, match="which is not an events topic"):
         await intake.parse(json.dumps(envelope))
     [event] = await intake.parse(json.dumps({**envelope, "TopicArn": "arn:aws:sns:us-east-1:1:events"}))
     assert isinstance(event, CloudEvent) and event.instance_id == "i-0forged"

@@ -16,12 +16,12 @@ import pytest
 from aiohttp import web
 
 from bot.bus import EVENT_FIELD, EventBus
+from bot.errors import InputRefused
 from bot.redis_server import connect
 from bot.report_gate import ReportGate
 from bot.sources.aws_intake import AwsIntake
 from bot.sources.sns_http import SNS_PATH, sns_routes
 from bot.sources.sns_signature import (
-    SignatureError,
     SnsVerifier,
     UrlFetcher,
     fetch_url,
@@ -399,10 +399,12 @@ def test_the_certificate_host_is_pinned_to_the_topics_region_and_partition() -> 
     china_url = cert_url("0123456789abcdef0123456789abcdef", "sns.cn-north-1.amazonaws.com.cn")
     message = {"TopicArn": china_topic, "SigningCertURL": china_url}
     assert verifier.certificate_url(message) == china_url
-    with pytest.raises(SignatureError, match="the topic's region"):
+    with pytest.raises(InputRefused, match="the topic's region") as forged:
         verifier.certificate_url({**message, "TopicArn": TOPIC})
-    with pytest.raises(SignatureError, match="the topic's region"):
+    assert forged.value.status == 403
+    with pytest.raises(InputRefused, match="the topic's region") as forged:
         verifier.certificate_url({**message, "TopicArn": "not-an-arn"})
+    assert forged.value.status == 403
 
 
 async def test_the_cache_is_keyed_by_the_checked_url_and_a_flood_of_new_names_fetches_within_the_budget(
@@ -431,7 +433,11 @@ async def test_the_cache_is_keyed_by_the_checked_url_and_a_flood_of_new_names_fe
     fetcher.release.set()
     answers = await asyncio.gather(*posts)
     assert sorted(status for status, _ in answers) == [200] * 2 + [503] * 18
-    assert all("signing certificates fetched in the last 600 s" in a["error"] for st, a in answers if st == 503)
+    assert all(
+        a["error"].startswith("signature not checked now: ") and "certificates fetched in the last 600 s" in a["error"]
+        for st, a in answers
+        if st == 503
+    )
     assert len(fetcher.urls) == verifier.fetches == 3 and fetcher.most_at_once == 1
 
     # A cached certificate still serves; once the window has passed, a new one is fetched again.

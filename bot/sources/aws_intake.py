@@ -11,7 +11,7 @@ an SNS envelope is taken only for what its topic carries:
 
 A message without an envelope (an EventBridge rule targeting the queue directly, or raw delivery) has no topic to
 check: the queue's policy decides who may send it, and a report still needs its signature. Refusals raise
-:class:`~bot.report_gate.ReportRefused` and are counted: the SQS consumer moves such a message to the dead-letter
+:class:`~bot.errors.InputRefused` and are counted: the SQS consumer moves such a message to the dead-letter
 queue with the reason, the HTTPS endpoint answers 403; neither publishes anything.
 """
 
@@ -21,8 +21,9 @@ import logging
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
+from bot.errors import InputRefused
 from bot.log_limit import LimitedLog
-from bot.report_gate import ReportGate, ReportRefused
+from bot.report_gate import ReportGate
 from handlers.aws_events import parse_aws_message, parse_delivery, unwrap
 from handlers.messages import BusMessage
 from handlers.reports import SIGNATURE_ATTRIBUTE, TIMESTAMP_ATTRIBUTE
@@ -65,7 +66,7 @@ class AwsIntake:
     async def parse(
         self, body: str | bytes, attributes: Mapping[str, str] | None = None, sent_at: float | None = None
     ) -> Sequence[BusMessage]:
-        """The bus messages of one delivery; ReportRefused (counted) or UnrecognisedMessage (not counted).
+        """The bus messages of one delivery; InputRefused (counted) or UnrecognisedMessage (not counted).
         ``sent_at``: when SQS received it (a report's freshness is judged by when its queue took it)."""
         delivery = unwrap(body, attributes, sent_at)
         topic = delivery.topic
@@ -87,7 +88,7 @@ class AwsIntake:
             self.events_refused[self.route] += 1
             reason = f"refused a cloud event ({self.route}) on {topic}, which is not an events topic"
             self._quiet.warning(f"event-refused:{self.route}", "%s", reason)
-            raise ReportRefused(reason, signed=False)
+            raise InputRefused(reason, status=401)
         return parse_delivery(delivery)
 
     def _carries_events(self, topic: str) -> bool:
@@ -104,4 +105,4 @@ async def parse_plain(
     return parse_aws_message(body, attributes, sent_at)
 
 
-__all__ = ["AwsIntake", "ReportRefused", "parse_plain"]
+__all__ = ["AwsIntake", "parse_plain"]

@@ -31,11 +31,11 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.errors import InputRefused
 from bot.header_form import SNS_MESSAGE_TYPE
 from bot.log_limit import LimitedLog
-from bot.report_gate import ReportRefused
 from bot.sources.aws_intake import parse_plain
-from bot.sources.sns_signature import FetchLimited, SignatureError, SnsVerifier, UrlFetcher, fetch_url
+from bot.sources.sns_signature import SnsVerifier, UrlFetcher, fetch_url
 from handlers import safe_json
 from handlers.aws_events import SNS_TYPES
 from handlers.errors import UnrecognisedMessage
@@ -87,10 +87,9 @@ def sns_routes(
             return _refuse(quiet, request, 403, stale)
         try:
             await verifier.verify(message)
-        except FetchLimited as exc:  # a certificate not fetched now: SNS delivers a retryable (5xx) one again
-            return _refuse(quiet, request, 503, f"signature not checked now: {exc}")
-        except SignatureError as exc:
-            return _refuse(quiet, request, 403, f"signature refused: {exc}")
+        except InputRefused as exc:  # 503: a certificate not fetched now, SNS delivers a retryable (5xx) one again
+            said = "signature not checked now" if exc.status == 503 else "signature refused"
+            return _refuse(quiet, request, exc.status, f"{said}: {exc}")
         kind = message["Type"]
         if kind == "SubscriptionConfirmation":
             return await _confirm(message, verifier, confirm)
@@ -166,7 +165,7 @@ async def _publish(
 ) -> web.Response:
     try:
         bus_messages = await parse(raw)
-    except ReportRefused as exc:  # counted and logged where refused
+    except InputRefused as exc:  # counted and logged where refused
         return web.json_response({"error": "refused", "reason": exc.reason}, status=403)
     except UnrecognisedMessage as exc:
         log.warning("unrecognised SNS notification %s: %s; body: %s", message.get("MessageId"), exc, raw[:4000])

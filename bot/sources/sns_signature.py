@@ -17,9 +17,11 @@ message is either from a topic someone else made or a downgrade, and each refusa
 Certificates are cached by that validated URL: SNS rotates them rarely, and a fetch per message would make the
 endpoint a request amplifier. A stranger who knows an allowed topic can still name a new ``<hex>`` in every
 message, so fetches are limited too: one at a time (a message waiting for it finds the certificate cached when its
-turn comes) and at most ``max_fetches`` per ``fetch_window`` seconds; past that, :class:`FetchLimited` (the
-endpoint answers 503, so SNS delivers a genuine message again later). The scheme, the host pattern and the fetcher
-are injectable so tests can serve their own certificate; production keeps the strict defaults.
+turn comes) and at most ``max_fetches`` per ``fetch_window`` seconds; past that, an :class:`~bot.errors.InputRefused`
+of status 503 (the endpoint answers it, so SNS delivers a genuine message again later). A message unsigned, forged,
+or signed with a certificate that cannot be trusted is one of status 403, its reason saying which. The scheme, the
+host pattern and the fetcher are injectable so tests can serve their own certificate; production keeps the strict
+defaults.
 """
 
 from __future__ import annotations
@@ -58,34 +60,28 @@ SHA1_REFUSED_METRIC = "finetune_sns_sha1_refused_total"
 UrlFetcher = Callable[[str], Awaitable[bytes]]
 
 
-class SignatureError(InputRefused):
-    """The message is unsigned, forged, or its certificate cannot be trusted; the text says which."""
-
-
-class FetchLimited(SignatureError):
-    """A certificate not cached, and the fetch budget spent: the sender should try again later."""
-
-
-class FetchError(InputRefused):
-    """A GET of an SNS URL did not return what was expected."""
+def _forged(reason: str) -> InputRefused:
+    """The message is unsigned, forged, or its certificate cannot be trusted (403); ``reason`` says which."""
+    return InputRefused(reason, status=403)
 
 
 def string_to_sign(message: Mapping[str, Any]) -> bytes:
-    """The canonical bytes SNS signed for ``message`` (raises :class:`SignatureError` if a signed field is missing)."""
+    """The canonical bytes SNS signed for ``message`` (a 403 :class:`~bot.errors.InputRefused` if a signed field is
+    missing)."""
     kind = message.get("Type")
     if kind == "Notification":
         keys = NOTIFICATION_KEYS
     elif kind in ("SubscriptionConfirmation", "UnsubscribeConfirmation"):
         keys = CONFIRMATION_KEYS
     else:
-        raise SignatureError(f"no signing rule for message type {kind!r}")
+        raise _forged(f"no signing rule for message type {kind!r}")
     parts: list[str] = []
     for key in keys:
         value = message.get(key)
         if value is None and key == "Subject":
             continue  # optional: signed only when present
         if not isinstance(value, str):
-            raise SignatureError(f"signed field {key} is missing or not a string")
+            raise _forged(f"signed field {key} is missing or not a string")
         parts.append(f"{key}\n{value}\n")
     return "".join(parts).encode()
 
@@ -116,10 +112,10 @@ async def fetch_url(url: str, max_bytes: int = MAX_CERT_BYTES) -> bytes:
         session.get(url, allow_redirects=False) as response,
     ):
         if response.status != 200:
-            raise FetchError(f"GET {url} answered {response.status}")
+            raise InputRefused(f"GET {url} answered {response.status}")
         body = await response.content.read(max_bytes + 1)
         if len(body) > max_bytes:
-            raise FetchError(f"GET {url} returned more than {max_bytes} bytes")
+            raise InputRefused(f"GET {url} returned more than {max_bytes} bytes")
         return body
 
 
@@ -157,12 +153,13 @@ class SnsVerifier:
         return is_allowed_url(url, self.host_pattern, self.schemes)
 
     async def verify(self, message: Mapping[str, Any]) -> None:
-        """Return if ``message`` is signed by SNS; raise :class:`SignatureError` saying why not otherwise."""
+        """Return if ``message`` is signed by SNS; raise a 403 InputRefused saying why not otherwise
+        (503: its certificate is not fetched now)."""
         version = message.get("SignatureVersion")
         if version == "1":
             if not self.allow_sha1:
                 self.sha1_refused += 1
-                raise SignatureError(
+                raise _forged(
                     "SignatureVersion 1 (SHA1) is refused: create the topic with SignatureVersion 2, "
                     "or set FINETUNE_SNS_ALLOW_SHA1=1"
                 )
@@ -170,40 +167,40 @@ class SnsVerifier:
         elif version == "2":
             algorithm = hashes.SHA256()
         else:
-            raise SignatureError(f"unsupported or missing SignatureVersion {version!r}")
+            raise _forged(f"unsupported or missing SignatureVersion {version!r}")
         signature_text = message.get("Signature")
         if not isinstance(signature_text, str) or not signature_text:
-            raise SignatureError("no Signature")
+            raise _forged("no Signature")
         try:
             signature = base64.b64decode(signature_text, validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise SignatureError("Signature is not base64") from exc
+            raise _forged("Signature is not base64") from exc
         signed = string_to_sign(message)
         key = (await self._certificate(self.certificate_url(message))).public_key()
         if not isinstance(key, rsa.RSAPublicKey):
-            raise SignatureError("the signing certificate does not hold an RSA key")
+            raise _forged("the signing certificate does not hold an RSA key")
         try:
             key.verify(signature, signed, padding.PKCS1v15(), algorithm)
         except InvalidSignature as exc:
-            raise SignatureError("the signature does not match the message") from exc
+            raise _forged("the signature does not match the message") from exc
 
     def certificate_url(self, message: Mapping[str, Any]) -> str:
         """The message's SigningCertURL in its one accepted form (see the module docstring), rebuilt from its
-        checked parts: the URL fetched and the certificate cache's key; else :class:`SignatureError` saying why."""
+        checked parts: the URL fetched and the certificate cache's key; else a 403 InputRefused saying why."""
         url = message.get("SigningCertURL")
         if not self.allows_url(url):
-            raise SignatureError(f"SigningCertURL {url!r} is not an SNS certificate URL")
+            raise _forged(f"SigningCertURL {url!r} is not an SNS certificate URL")
         parts = urlsplit(url)
         host = parts.hostname or ""
         if parts.query or parts.fragment or CERT_PATH.fullmatch(parts.path) is None:
-            raise SignatureError(f"SigningCertURL {url!r} is not SNS's SimpleNotificationService-<hex>.pem")
+            raise _forged(f"SigningCertURL {url!r} is not SNS's SimpleNotificationService-<hex>.pem")
         if parts.port is not None and parts.scheme == "https":
-            raise SignatureError(f"SigningCertURL {url!r} names a port")
+            raise _forged(f"SigningCertURL {url!r} names a port")
         pinned = self.host_pattern.fullmatch(host)
         if pinned is not None and "region" in pinned.groupdict():
             partition, region = _topic_region(message.get("TopicArn"))
             if pinned["region"] != region or bool(pinned["china"]) != (partition == "aws-cn"):
-                raise SignatureError(f"SigningCertURL {url!r} is not the SNS host of the topic's region")
+                raise _forged(f"SigningCertURL {url!r} is not the SNS host of the topic's region")
         port = f":{parts.port}" if parts.port is not None else ""
         return f"{parts.scheme}://{host}{port}{parts.path}"
 
@@ -218,7 +215,7 @@ class SnsVerifier:
             self._certs.move_to_end(url)
         now = datetime.fromtimestamp(self._clock(), UTC)
         if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
-            raise SignatureError(f"the signing certificate {url} is not valid now")
+            raise _forged(f"the signing certificate {url} is not valid now")
         return cert
 
     async def _fetch_certificate(self, url: str) -> x509.Certificate:
@@ -227,20 +224,21 @@ class SnsVerifier:
         while self._fetched_at and self._fetched_at[0] <= now - self.fetch_window:
             self._fetched_at.popleft()
         if len(self._fetched_at) >= self.max_fetches:
-            raise FetchLimited(
+            raise InputRefused(
                 f"{self.max_fetches} signing certificates fetched in the last {self.fetch_window:.0f} s: "
-                f"not fetching {url} now"
+                f"not fetching {url} now",
+                status=503,  # the sender should try again later
             )
         self._fetched_at.append(now)
         self.fetches += 1
         try:
             pem = await self._fetch(url)
         except Exception as exc:
-            raise SignatureError(f"cannot fetch the signing certificate {url}: {exc}") from exc
+            raise _forged(f"cannot fetch the signing certificate {url}: {exc}") from exc
         try:
             cert = x509.load_pem_x509_certificate(pem)
         except ValueError as exc:
-            raise SignatureError(f"{url} is not a PEM certificate") from exc
+            raise _forged(f"{url} is not a PEM certificate") from exc
         self._certs[url] = cert
         while len(self._certs) > self._cache_size:
             self._certs.popitem(last=False)

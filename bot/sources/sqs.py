@@ -43,9 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.cloud.aws.region import aws_session
-from bot.errors import StoreUnavailable
+from bot.errors import InputRefused, StoreUnavailable
 from bot.log_limit import LimitedLog
-from bot.report_gate import ReportRefused
 from bot.sources.aws_intake import parse_plain
 from handlers.backoff import backoff
 from handlers.errors import UnrecognisedMessage
@@ -164,7 +163,7 @@ class SqsSource:
         receives = message.get("Attributes", {}).get("ApproximateReceiveCount", "?")
         try:
             bus_messages = await self._parse(message.get("Body", ""), _string_attributes(message), _sent_at(message))
-        except ReportRefused as refused:  # counted and logged where refused
+        except InputRefused as refused:  # counted and logged where refused
             self.stats.refused += 1
             await self._dead_letter(client, message, refused.reason)
             return

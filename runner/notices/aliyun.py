@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from handlers.reports import InstanceNotice
 from runner.notices.aws import parse_time
-from runner.notices.base import MetadataUnavailable
+from runner.notices.base import NoticeUnavailable
 from runner.notices.http import TokenMetadataHttp
 
 DEFAULT_ENDPOINT = "http://100.100.100.200"
@@ -33,5 +33,5 @@ class AliyunMetadataSource(TokenMetadataHttp):
         try:
             deadline = parse_time(body.strip())
         except ValueError as exc:
-            raise MetadataUnavailable(f"termination-time is not a timestamp: {body[:60]!r}") from exc
+            raise NoticeUnavailable(f"termination-time is not a timestamp: {body[:60]!r}") from exc
         return [InstanceNotice(kind="spot-interruption", source=self.name, deadline=deadline)]

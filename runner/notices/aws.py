@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 
 from handlers.reports import InstanceNotice
-from runner.notices.base import MetadataUnavailable
+from runner.notices.base import NoticeUnavailable
 from runner.notices.http import TokenMetadataHttp
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
@@ -47,14 +47,14 @@ def _deadline(doc: dict[str, str]) -> datetime:
     try:
         return parse_time(doc["time"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise MetadataUnavailable(f"instance-action has no valid time: {doc!r}") from exc
+        raise NoticeUnavailable(f"instance-action has no valid time: {doc!r}") from exc
 
 
 def _json(body: str) -> dict[str, str]:
     try:
         doc = json.loads(body)
     except ValueError as exc:
-        raise MetadataUnavailable(f"metadata answered malformed JSON: {body[:100]!r}") from exc
+        raise NoticeUnavailable(f"metadata answered malformed JSON: {body[:100]!r}") from exc
     if not isinstance(doc, dict):
-        raise MetadataUnavailable(f"metadata answered unexpected JSON: {body[:100]!r}")
+        raise NoticeUnavailable(f"metadata answered unexpected JSON: {body[:100]!r}")
     return doc

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from handlers.reports import InstanceNotice
-from runner.errors import MetadataUnavailable, NoticeUnavailable
+from runner.errors import NoticeUnavailable
 
-__all__ = ["MetadataUnavailable", "NoticeSource", "NoticeUnavailable"]
+__all__ = ["NoticeSource", "NoticeUnavailable"]
 
 
 class NoticeSource(Protocol):

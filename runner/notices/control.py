@@ -27,7 +27,7 @@ from handlers.spec import (
     node_control_key,
     parse_control,
 )
-from runner.errors import ControlUnreadable
+from runner.errors import NoticeUnavailable
 from runner.storage.base import ObjectStore, StorageError
 
 CONTROL_POLL_SECONDS = 5.0
@@ -42,18 +42,18 @@ def gang_control_keys(attempt: int, generation: int, node_rank: int) -> list[str
 
 
 async def read_control(store: ObjectStore, key: str) -> AnyControl | None:
-    """The control object at ``key``, or None when there is none; :class:`ControlUnreadable` when it cannot be read
+    """The control object at ``key``, or None when there is none; :class:`NoticeUnavailable` when it cannot be read
     or makes no sense."""
     try:
         raw = await store.get_bytes(key)
     except StorageError as exc:
-        raise ControlUnreadable(f"control object unreadable: {exc}") from exc
+        raise NoticeUnavailable(f"control object unreadable: {exc}") from exc
     if raw is None:
         return None
     try:
         return parse_control(raw)
     except ValueError as exc:
-        raise ControlUnreadable(f"control object is malformed or asks for an unknown type: {raw[:100]!r}") from exc
+        raise NoticeUnavailable(f"control object is malformed or asks for an unknown type: {raw[:100]!r}") from exc
 
 
 async def read_regroup(store: ObjectStore, key: str) -> RegroupControl | None:

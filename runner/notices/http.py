@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from runner.notices.base import MetadataUnavailable
+from runner.notices.base import NoticeUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +27,6 @@ _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=0.5)  # a polling round: a slow s
 _ONE_TIME_READ_TIMEOUT = aiohttp.ClientTimeout(total=5.0)  # a read made once, whose answer is needed later
 INSTANCE_ID_TRIES = 5
 TOKEN_TTL_SECONDS = 21600  # the longest both clouds allow
-
-
-class TokenRefused(MetadataUnavailable):
-    """HTTP 401: the request's token expired or was revoked."""
 
 
 class MetadataHttp:
@@ -45,20 +41,20 @@ class MetadataHttp:
         headers: dict[str, str] | None = None,
         timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT,
     ) -> str | None:
-        """The body at ``path``; None on 404; TokenRefused on 401; MetadataUnavailable on anything else."""
+        """The body at ``path``; None on 404; NoticeUnavailable on anything else."""
+        return _body(method, path, *await self._send(method, path, headers, timeout))
+
+    async def _send(
+        self, method: str, path: str, headers: dict[str, str] | None, timeout: aiohttp.ClientTimeout
+    ) -> tuple[int, str]:
+        """The service's HTTP status and, on a 200, its body; NoticeUnavailable when it gives no answer."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=_REQUEST_TIMEOUT)
         try:
             async with self._session.request(method, self.base + path, headers=headers, timeout=timeout) as response:
-                if response.status == 404:
-                    return None
-                if response.status == 401:
-                    raise TokenRefused(f"{method} {path} answered HTTP 401")
-                if response.status != 200:
-                    raise MetadataUnavailable(f"{method} {path} answered HTTP {response.status}")
-                return await response.text()
+                return response.status, await response.text() if response.status == 200 else ""
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise MetadataUnavailable(f"{method} {path}: {exc!r}") from exc
+            raise NoticeUnavailable(f"{method} {path}: {exc!r}") from exc
 
     async def instance_id(self, tries: int = INSTANCE_ID_TRIES) -> str | None:
         """This instance's id (both services use the same path), None when the service does not say (404) or gives
@@ -68,7 +64,7 @@ class MetadataHttp:
         for attempt in range(tries):
             try:
                 return await self.get("/latest/meta-data/instance-id", timeout=_ONE_TIME_READ_TIMEOUT)
-            except MetadataUnavailable as exc:
+            except NoticeUnavailable as exc:
                 log.warning("instance id: %s (try %d of %d)", exc, attempt + 1, tries)
                 if attempt + 1 < tries:
                     await asyncio.sleep(min(2.0**attempt, 8.0))
@@ -108,19 +104,29 @@ class TokenMetadataHttp(MetadataHttp):
         """GET with a session token; on a 401 (expired or revoked) fetch a fresh token and ask once more."""
         for _ in range(2):
             token = await self._valid_token(timeout)
-            try:
-                return await self.request("GET", path, {self.token_header: token}, timeout)
-            except TokenRefused:
-                self._token = None
-        raise MetadataUnavailable(f"GET {path} refused a fresh token (401)")
+            status, body = await self._send("GET", path, {self.token_header: token}, timeout)
+            if status != 401:
+                return _body("GET", path, status, body)
+            self._token = None  # expired or revoked
+        raise NoticeUnavailable(f"GET {path} refused a fresh token (401)")
 
     async def _valid_token(self, timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT) -> str:
         if self._token is not None and self.clock() < self._token_expires:
             return self._token
         token = await self.request("PUT", "/latest/api/token", {self.ttl_header: str(self.token_ttl)}, timeout)
         if not token:
-            raise MetadataUnavailable("PUT /latest/api/token gave no token")
+            raise NoticeUnavailable("PUT /latest/api/token gave no token")
         self._token = token.strip()
         # Renew at 80% of the TTL so a token never expires between two polls.
         self._token_expires = self.clock() + self.token_ttl * 0.8
         return self._token
+
+
+def _body(method: str, path: str, status: int, body: str) -> str | None:
+    """A metadata service's answer read the one way: the body on a 200, None on a 404 (nothing to tell), and
+    NoticeUnavailable for anything else (a 401 included: a token refused)."""
+    if status == 404:
+        return None
+    if status != 200:
+        raise NoticeUnavailable(f"{method} {path} answered HTTP {status}")
+    return body

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from runner.errors import ReportNotDelivered, ReportRejected
+from runner.errors import ReportRejected
 
-__all__ = ["ReportNotDelivered", "ReportRejected", "ReportTarget"]
+__all__ = ["ReportRejected", "ReportTarget"]
 
 
 class ReportTarget(Protocol):
     name: str
 
     async def deliver(self, line: str, report_type: str) -> None:
-        """Send one report; raise to have it retried (ReportRejected: dropped, not retried)."""
+        """Send one report; raise to have it retried (a RunnerError saying why, from a target of ours), except
+        ReportRejected: dropped, not retried."""
         ...
 
     async def close(self) -> None: ...

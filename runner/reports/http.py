@@ -7,7 +7,7 @@ import time
 import aiohttp
 
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from runner.reports.base import ReportNotDelivered, ReportRejected
+from runner.errors import ReportRejected, RunnerError
 from runner.reports.key import KEY_VARIABLE, report_key
 
 _TIMEOUT = aiohttp.ClientTimeout(total=10)
@@ -40,10 +40,10 @@ class HttpTarget:
                     return
                 detail = (await response.text(errors="replace"))[:200]
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:  # aiohttp's edge: no answer, mapped once
-            raise ReportNotDelivered(f"{self.url} did not answer: {exc!r}") from exc
+            raise RunnerError(f"{self.url} did not answer: {exc!r}") from exc
         if 400 <= response.status < 500 and response.status not in _RETRYABLE:
             raise ReportRejected(f"{self.url} refused the report: HTTP {response.status} {detail}")
-        raise ReportNotDelivered(f"{self.url} answered HTTP {response.status} {detail}")
+        raise RunnerError(f"{self.url} answered HTTP {response.status} {detail}")
 
     async def close(self) -> None:
         if self._session is not None:

@@ -367,30 +367,29 @@ class S3Store:
         failures = 0
         async with self._slots.hold():
             while True:
-                try:
-                    offset = await self._stream_range(client, key, etag, tmp, offset, end, ranged or offset > start)
-                    if offset == end:
-                        return
+                offset, cut = await self._stream_range(client, key, etag, tmp, offset, end, ranged or offset > start)
+                if cut is not None:
+                    problem = f"was cut at byte {offset}: {cut}"
+                elif offset == end:
+                    return
+                else:
                     problem = f"ended early at byte {offset}"
-                except _Cut as cut:
-                    offset = cut.offset
-                    problem = f"was cut at byte {offset}: {cut.cause}"
                 failures += 1
                 if failures > RANGE_RETRIES:
-                    raise StorageError(f"{self.uri(key)}: range {start}-{end} {problem}")
+                    raise StorageError(f"{self.uri(key)}: range {start}-{end} {problem}") from cut
                 log.warning("download of %s %s; resuming (%d of %d)", self.uri(key), problem, failures, RANGE_RETRIES)
                 await asyncio.sleep(backoff(failures, base=0.2, cap=5.0, jitter=0))
 
     async def _stream_range(
         self, client: Any, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool
-    ) -> int:
-        """Write what one GET of ``[start, end)`` delivers to disk; returns the offset reached, or raises
-        :class:`_Cut` with it when the connection failed mid-way (what did arrive is kept)."""
+    ) -> tuple[int, Exception | None]:
+        """Write what one GET of ``[start, end)`` delivers to disk; returns the offset reached and, when the
+        connection failed mid-way, what cut it (what did arrive is kept)."""
         extra = {"Range": f"bytes={start}-{end - 1}"} if ranged else {}
         try:
             got = await client.get_object(Bucket=self.bucket, Key=self.prefix + key, IfMatch=etag, **extra)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-            raise _Cut(start, exc) from exc
+            return start, exc
         offset = start
         body = got["Body"]
         async with body:  # entering yields the raw aiohttp response; read via the checked wrapper
@@ -412,10 +411,10 @@ class S3Store:
                     await asyncio.to_thread(_write_chunks, tmp, offset, chunks)
                     offset += pending
                 if failure is not None:
-                    raise _Cut(offset, failure) from failure
+                    return offset, failure
                 if not pending:
                     break
-        return offset
+        return offset, None
 
     async def put_bytes(self, key: str, data: Buffer) -> None:
         with self._errors("upload to", key):
@@ -585,15 +584,6 @@ async def _awaited(job: Awaitable[T]) -> T:
 
 _TROUBLE_STATUS = {429, 500, 502, 503, 504}  # what a store under strain answers; a 404 is an answer
 _TRANSIENT_BODY_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, BotoCoreError)
-
-
-class _Cut(Exception):
-    """A GET's body stopped before its end; ``offset`` is how far it got."""
-
-    def __init__(self, offset: int, cause: BaseException) -> None:
-        super().__init__(f"cut at {offset}: {cause}")
-        self.offset = offset
-        self.cause = cause
 
 
 def _is_missing(exc: ClientError) -> bool:

@@ -33,6 +33,7 @@ from bot.chat.dingtalk.transport import call
 from bot.errors import ChatError, StoreUnavailable
 from bot.log_limit import LimitedLog
 from handlers import safe_json
+from handlers.errors import UnrecognisedMessage
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ class DingTalkStream:
         """One frame through the SDK's router (which sends the ack); ``disconnect`` closes for a reconnect."""
         try:
             frame = safe_json.loads(raw)
-        except safe_json.UnsafeJson as exc:  # said once, without a traceback: the frame is not one to retry
+        except UnrecognisedMessage as exc:  # said once, without a traceback: the frame is not one to retry
             self.quiet.warning("dingtalk-frame", "DingTalk stream frame refused: %s", exc)
             return
         try:

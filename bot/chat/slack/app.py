@@ -30,10 +30,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.chat.slack.actions import ACTION_IDS, ButtonActions
 from bot.chat.slack.commands import SlashCommand
-from bot.chat.slack.ingress import Gate, Refused
+from bot.chat.slack.ingress import Gate
 from bot.chat.slack.once import FirstDelivery, once_per_request
 from bot.chat.slack.startup import Identity
 from bot.chat.slack.tenant import Tenant, pinned_tenant
+from bot.errors import InputRefused
 from bot.log_limit import LimitedLog
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ def events_route(
     async def slack_events(request: web.Request) -> web.Response:
         try:
             accepted = gate.check(await request.read(), request.headers)
-        except Refused as exc:
+        except InputRefused as exc:
             refusals.warning(
                 "slack-refused", "refused a request to %s from %s: %s", EVENTS_PATH, request.remote, exc.reason
             )

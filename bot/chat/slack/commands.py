@@ -19,7 +19,8 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from bot.chat.catalog import Lang, say, text
 from bot.chat.slack.blocks import reply_text
 from bot.chat.slack.replies import EphemeralReplies
-from handlers.commands import HELP_REASON, UsageError, parse
+from handlers.commands import HELP_REASON, parse
+from handlers.errors import ReasonError
 from handlers.jobs import ChatRef
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class SlashCommand:
         lang = self.language_for(command.get("channel_id"))
         try:
             parsed = parse(typed)
-        except UsageError as exc:
+        except ReasonError as exc:
             await ack(text=reply_text(say(lang, exc.reason)), response_type="ephemeral")
             return
         if parsed.action == "help":

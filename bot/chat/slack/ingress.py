@@ -11,8 +11,8 @@ minutes of now. This module checks, cheapest first:
 
 Slack's certificate check (``ssl_check=1``) is answered 200 and does nothing, as bolt answers it. Bolt then gets
 the fields already decoded (as JSON), so its own body parser, which takes any body containing the word "payload"
-for an interaction, never guesses. A refusal is a :class:`Refused` with the status and a short reason for the
-answer and the log; nothing in a refused request reaches the bot.
+for an interaction, never guesses. A refusal is an :class:`~bot.errors.InputRefused` with the status and a short
+reason for the answer and the log; nothing in a refused request reaches the bot.
 """
 
 from __future__ import annotations
@@ -37,15 +37,6 @@ MAX_TEXT = 4000  # far above what a person types after /finetune
 COMMAND_FIELDS = ("command", "user_id", "channel_id", "trigger_id")
 
 
-class Refused(InputRefused):
-    """A request ``/slack/events`` does not take: ``status`` to answer and ``reason`` to say why (short)."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
 @dataclass(frozen=True, slots=True)
 class SlackRequest:
     kind: str  # "command", "block_actions" or "ssl_check"
@@ -61,17 +52,17 @@ class Gate:
         self.clock = clock
 
     def check(self, raw: bytes, headers: Mapping[str, str]) -> SlackRequest:
-        """The request's decoded fields, or :class:`Refused`."""
+        """The request's decoded fields, or :class:`~bot.errors.InputRefused` (its ``status`` to answer)."""
         if _ssl_check(raw):
             return SlackRequest("ssl_check", {})
         self._verify(raw, headers)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise Refused(400, "the body is not UTF-8") from None
+            raise InputRefused("the body is not UTF-8") from None
         content_type = headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
         if content_type != FORM:
-            raise Refused(400, f"expected a form-encoded body ({FORM}), not {content_type or 'no content type'}")
+            raise InputRefused(f"expected a form-encoded body ({FORM}), not {content_type or 'no content type'}")
         fields = _form(text)
         if "payload" in fields:
             return _interaction(fields["payload"])
@@ -81,24 +72,24 @@ class Gate:
         timestamp = SLACK_TIMESTAMP.read(headers)
         signature = SLACK_SIGNATURE.read(headers)
         if timestamp is None:
-            raise Refused(401, "no readable X-Slack-Request-Timestamp")
+            raise InputRefused("no readable X-Slack-Request-Timestamp", status=401)
         if signature is None:
-            raise Refused(401, "no readable X-Slack-Signature")
+            raise InputRefused("no readable X-Slack-Signature", status=401)
         if abs(self.clock() - int(timestamp)) > WINDOW_SECONDS:
-            raise Refused(401, "the timestamp is more than five minutes away")
+            raise InputRefused("the timestamp is more than five minutes away", status=401)
         base = b"v0:" + timestamp.encode() + b":" + raw
         expected = "v0=" + hmac.new(self.secret, base, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(expected, signature):
-            raise Refused(401, "the signature does not match")
+            raise InputRefused("the signature does not match", status=401)
 
     def _command(self, fields: dict[str, str]) -> SlackRequest:
         missing = [name for name in COMMAND_FIELDS if not fields.get(name)]
         if missing:
-            raise Refused(400, f"a slash command without {', '.join(missing)}")
+            raise InputRefused(f"a slash command without {', '.join(missing)}")
         if fields["command"] != self.command:
-            raise Refused(400, f"not this app's command ({fields['command'][:40]!r})")
+            raise InputRefused(f"not this app's command ({fields['command'][:40]!r})")
         if len(fields.get("text", "")) > MAX_TEXT:
-            raise Refused(400, f"command text over {MAX_TEXT} characters")
+            raise InputRefused(f"command text over {MAX_TEXT} characters")
         return SlackRequest("command", fields)
 
 
@@ -111,10 +102,10 @@ def _form(text: str) -> dict[str, str]:
     try:
         pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=bool(text), errors="strict")
     except (ValueError, UnicodeDecodeError):
-        raise Refused(400, "the body is not form-encoded") from None
+        raise InputRefused("the body is not form-encoded") from None
     fields = dict(pairs)
     if len(fields) != len(pairs):
-        raise Refused(400, "a form field appears twice")
+        raise InputRefused("a form field appears twice")
     return fields
 
 
@@ -122,23 +113,23 @@ def _interaction(raw: str) -> SlackRequest:
     try:
         payload = safe_json.loads(raw)
     except ValueError:
-        raise Refused(400, "payload is not JSON") from None
+        raise InputRefused("payload is not JSON") from None
     if not isinstance(payload, dict):
-        raise Refused(400, "payload is not a JSON object")
+        raise InputRefused("payload is not a JSON object")
     kind = payload.get("type")
     if kind != "block_actions":
-        raise Refused(400, f"interaction type {str(kind)[:40]!r} is not one this app handles")
+        raise InputRefused(f"interaction type {str(kind)[:40]!r} is not one this app handles")
     user = payload.get("user")
     if not isinstance(user, dict) or not isinstance(user.get("id"), str) or not user["id"]:
-        raise Refused(400, "block_actions without user.id")
+        raise InputRefused("block_actions without user.id")
     if not _channel(payload):
-        raise Refused(400, "block_actions without a channel")
+        raise InputRefused("block_actions without a channel")
     actions = payload.get("actions")
     if not isinstance(actions, list) or not actions:
-        raise Refused(400, "block_actions without actions")
+        raise InputRefused("block_actions without actions")
     for action in actions:
         if not isinstance(action, dict) or not ACTION_IDS.fullmatch(str(action.get("action_id", ""))):
-            raise Refused(400, "an action that is not one of this app's buttons")
+            raise InputRefused("an action that is not one of this app's buttons")
     return SlackRequest("block_actions", payload)
 
 

@@ -7,11 +7,11 @@ would build for ``oss://`` (virtual-hosted addressing unless told otherwise, Sig
 botocore's checksum trailers, which OSS rejects; five attempts in botocore's standard retry mode), opened per call
 with the credentials of that moment, because the RAM role's STS key rotates.
 
-Errors are mapped here, at the edge, to the object-storage family of ``bot/errors.py``, as AWS's S3 writes are
+Errors are mapped here, at the edge, to the cloud's family of ``bot/errors.py``, as AWS's S3 writes are
 (:func:`bot.cloud.aws.errors.object_errors`): OSS answering with an error code becomes
-:class:`~bot.errors.ObjectRefused`; a 5xx still failing after botocore's retries, no answer at all, or a reply
-botocore cannot parse becomes :class:`~bot.errors.ObjectStoreUnavailable`. The credentials callable raises the
-cloud's own errors.
+:class:`~bot.errors.CloudRefused` naming the object; a 5xx still failing after botocore's retries, no answer at all,
+or a reply botocore cannot parse becomes :class:`~bot.errors.CloudUnavailable`. The credentials callable raises the
+same family.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from botocore.config import Config
 
 from bot.cloud.aliyun.api import Credentials
 from bot.cloud.aws.errors import object_errors
-from bot.errors import ObjectRefused
+from bot.errors import CloudRefused
 
 MAX_ATTEMPTS = 5  # per request, botocore's own retries included (as the runner's store does for OSS)
 
@@ -77,13 +77,13 @@ class OssObjects:
 
     async def found(self, key: str) -> bool:
         """Whether the object is there (GetObject, the permission the bot has under the job prefix): False for
-        ``NoSuchKey``; a missing bucket or a refusal raises :class:`~bot.errors.ObjectRefused`, as every call does."""
+        ``NoSuchKey``; a missing bucket or a refusal raises :class:`~bot.errors.CloudRefused`, as every call does."""
         try:
             with self._errors("GetObject", key):
                 async with await self._client() as s3:
                     reply = await s3.get_object(Bucket=self.bucket, Key=key)
                     await reply["Body"].read()  # a key that is never written: nothing to read
-        except ObjectRefused as exc:
+        except CloudRefused as exc:
             if exc.code == "NoSuchKey":
                 return False
             raise
@@ -103,5 +103,5 @@ class OssObjects:
         )
 
     def _errors(self, action: str, key: str) -> contextlib.AbstractContextManager[None]:
-        """OSS's error answers and the SDK's network failures, as the object store's errors naming the object."""
+        """OSS's error answers and the SDK's network failures, as the cloud's errors naming the object."""
         return object_errors(action, self.uri(key), "OSS")

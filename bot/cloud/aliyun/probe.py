@@ -29,7 +29,7 @@ from bot.cloud.aliyun.objects import OssObjects
 from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import SetupScope
 from bot.cloud.launching import MANAGED_TAG
-from bot.errors import CloudError, CloudRefused, CloudUnavailable, ObjectRefused, ObjectStoreError
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
 POLICY = "BotPolicy in deploy/aliyun/finetune.ros.yaml"
 CREDENTIALS_FIX = (
@@ -131,13 +131,13 @@ class AliyunProbe:
         name = f"OSS bucket {bucket}"
         try:
             await self.oss.found(f"{self.settings.prefix}{PROBE_KEY}")
-        except ObjectRefused as exc:
+        except CloudRefused as exc:
             if exc.code == "NoSuchBucket":
                 return failed(name, "does not exist", "create it (the runner stack's bucket), or fix aliyun.bucket")
             if exc.code in ("AccessDenied", "403"):
                 fix = f"the bot's RAM policy needs oss:GetObject and oss:PutObject under {self.settings.prefix}"
                 return failed(name, "access denied", f"{fix} ({POLICY})")
             return failed(name, f"refused: {exc.code}: {exc.message}", "check aliyun.oss_endpoint and aliyun.bucket")
-        except (ObjectStoreError, CloudError) as exc:
+        except CloudError as exc:
             return failed(name, f"OSS did not answer: {exc}", "check aliyun.oss_endpoint and the network path to OSS")
         return passed(name, f"exists, and the bot may read under {self.settings.prefix}")

@@ -59,7 +59,7 @@ from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
 from bot.cloud.base import ChecksSetup, CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs, SetupScope
 from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.cloud.user_data import runner_boot_script
-from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError
+from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError
 from handlers.attempt_keys import StorageCredentials, seal, sealed_key_object
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
@@ -82,7 +82,7 @@ from handlers.storage_sessions import SESSION_SECONDS, aliyun_session_policy, du
 log = logging.getLogger(__name__)
 
 # a sealed token that could not be written
-TOKEN_FAILURES = (CloudRefused, CloudUnavailable, ObjectStoreError, ValueError)
+TOKEN_FAILURES = (CloudRefused, CloudUnavailable, ValueError)
 
 
 class AliyunCloud:
@@ -247,7 +247,7 @@ class AliyunCloud:
         key = self.spec_key(spec.job_id, spec.attempt)
         try:
             await self.oss.put(key, spec.model_dump_json().encode())
-        except (CloudRefused, CloudUnavailable, ObjectStoreError) as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise LaunchError(f"could not upload the spec to oss://{self.settings.bucket}/{key}: {exc}") from exc
         return f"oss://{self.settings.bucket}/{key}"
 
@@ -417,7 +417,7 @@ class AliyunCloud:
         key = key or self.control_key(job_id, attempt)
         try:
             await self.oss.put(key, dump_control(request))
-        except (CloudRefused, CloudUnavailable, ObjectStoreError) as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise CloudError(f"could not write oss://{self.settings.bucket}/{key}: {exc}") from exc
         return key
 

@@ -52,8 +52,8 @@ class AwsClients:
         self._lock = asyncio.Lock()
 
     async def get(self, service: str, *, retries: bool = True) -> Any:
-        """The service's client (a :class:`~bot.cloud.aws.errors.MappedClient`): S3's calls raise the object store's
-        errors, every other service's the cloud port's."""
+        """The service's client (a :class:`~bot.cloud.aws.errors.MappedClient`): its calls raise the cloud port's
+        errors (S3's naming the object)."""
         key = f"{service}:{'retry' if retries else 'once'}"
         async with self._lock:
             opened = self._clients.get(key)

@@ -5,9 +5,9 @@ Every botocore client the bot opens is handed out wrapped (:class:`MappedClient`
 A call either got an error answer (``ClientError``, with the API's code and message) or no usable answer at all
 (:data:`_NO_ANSWER`: connection refused, a timeout, a reply botocore cannot parse, a hang-up the HTTP stack let
 through). An API call's error answer becomes :class:`~bot.errors.CloudRefused` (its code and message), no answer
-:class:`~bot.errors.CloudUnavailable` (:func:`cloud_errors`); an object call's (:func:`object_errors`) becomes
-:class:`~bot.errors.ObjectRefused`, or :class:`~bot.errors.ObjectStoreUnavailable` for no answer or a 5xx still
-failing after botocore's retries, so S3 and OSS fail alike. Past the wrapper only those travel.
+:class:`~bot.errors.CloudUnavailable` (:func:`cloud_errors`). An object call's (:func:`object_errors`) is mapped
+the same way, naming the object, except that a 5xx still failing after botocore's retries is no answer either, so S3
+and OSS fail alike. Past the wrapper only those two travel.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import aiohttp
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 
-from bot.errors import CloudRefused, CloudUnavailable, ObjectRefused, ObjectStoreUnavailable
+from bot.errors import CloudRefused, CloudUnavailable
 
 # No usable answer: botocore's own errors (EndpointConnectionError, ReadTimeoutError, NoCredentialsError…), a reply
 # it cannot parse (ResponseParserError is no BotoCoreError), and what aiohttp or the socket let through.
@@ -59,8 +59,9 @@ def cloud_errors(action: str, service: str) -> Iterator[None]:
 @contextlib.contextmanager
 def object_errors(action: str, uri: str, store: str) -> Iterator[None]:
     """One object call ``action`` on ``uri`` (``s3://…``, ``oss://…``) of ``store`` ("S3", "OSS"), its failures as
-    the object store's errors: an error code is :class:`~bot.errors.ObjectRefused`; a 5xx still failing after
-    botocore's retries, or no answer, :class:`~bot.errors.ObjectStoreUnavailable` (trying later may work)."""
+    the cloud's errors: an error code is :class:`~bot.errors.CloudRefused` (its ``action`` the call and the object);
+    a 5xx still failing after botocore's retries, or no answer, :class:`~bot.errors.CloudUnavailable` (trying later
+    may work)."""
     where = f"{action} {uri}"
     try:
         yield
@@ -72,10 +73,10 @@ def object_errors(action: str, uri: str, store: str) -> Iterator[None]:
         if status:
             message = f"{message} (HTTP {status})"
         if isinstance(status, int) and status >= 500:
-            raise ObjectStoreUnavailable(f"{where}: {store} answered {code}: {message}") from exc
-        raise ObjectRefused(where, code, message) from exc
+            raise CloudUnavailable(f"{where}: {store} answered {code}: {message}") from exc
+        raise CloudRefused(where, code, message) from exc
     except _NO_ANSWER as exc:
-        raise ObjectStoreUnavailable(f"{where}: no answer from {store}: {exc}") from exc
+        raise CloudUnavailable(f"{where}: no answer from {store}: {exc}") from exc
 
 
 def api_mapping(service: str) -> ErrorMapping:
@@ -95,7 +96,7 @@ def object_mapping(scheme: str, store: str) -> ErrorMapping:
 
 class MappedClient:
     """A botocore client whose every call (and every page of a paginator) raises the bot's families, never
-    botocore's: the call sites catch :class:`~bot.errors.CloudError` (or the object store's) subclasses only.
+    botocore's: the call sites catch :class:`~bot.errors.CloudError` subclasses only.
     Attributes that are not calls (``meta``) are the client's own."""
 
     def __init__(self, client: Any, mapping: ErrorMapping) -> None:

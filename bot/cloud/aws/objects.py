@@ -5,11 +5,10 @@ Once the instance id is known, the attempt's report key goes to the one object t
 also carries the attempt's storage session, limited to the job's own prefix (:mod:`handlers.storage_sessions`) and
 rewritten before it expires (driven by bot/storage_renewal.py).
 
-S3 refusing or not answering a write or delete comes out as the object store's errors of ``bot/errors.py``
-(:class:`~bot.errors.ObjectRefused`, :class:`~bot.errors.ObjectStoreUnavailable`), mapped by
-:func:`bot.cloud.aws.errors.object_errors` exactly as OSS's are; STS not issuing a storage session is a
-:class:`~bot.errors.CloudError`. The provider (``bot/cloud/aws/provider.py``) turns either into the cloud port's error
-for what it was doing.
+S3 refusing or not answering a write or delete comes out as :class:`~bot.errors.CloudRefused` or
+:class:`~bot.errors.CloudUnavailable` naming the object, mapped by :func:`bot.cloud.aws.errors.object_errors` exactly
+as OSS's are; STS not issuing a storage session is a :class:`~bot.errors.CloudError`. The provider
+(``bot/cloud/aws/provider.py``) turns either into the cloud port's error for what it was doing.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from urllib.parse import urlencode
 
 from bot.cloud.aws.clients import AwsClients
 from bot.cloud.aws.settings import AwsSettings
-from bot.errors import CloudError, CloudRefused, CloudUnavailable, ObjectStoreError
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 from handlers.attempt_keys import READER_TAG, StorageCredentials, dump_attempt_key, key_object, reader
 from handlers.report_keys import ReportKeys
 from handlers.spec import (
@@ -38,7 +37,7 @@ from handlers.storage_sessions import SESSION_SECONDS, dump_session_policy, part
 log = logging.getLogger(__name__)
 
 # A key object (or its session) that could not be written: S3's, STS's, or a session policy that would not build.
-KEY_FAILURES = (ObjectStoreError, CloudError, ValueError)
+KEY_FAILURES = (CloudError, ValueError)
 
 
 class AwsObjects:
@@ -76,7 +75,8 @@ class AwsObjects:
         return f"s3://{self.settings.bucket}/{key}"
 
     async def upload_spec(self, spec: JobSpec) -> str:
-        """The attempt's spec, where its runner reads it; its ``s3://`` URI. ObjectStoreError when S3 would not."""
+        """The attempt's spec, where its runner reads it; its ``s3://`` URI. CloudRefused or CloudUnavailable when
+        S3 would not."""
         key = self.spec_key(spec.job_id, spec.attempt)
         await self._put(key, spec.model_dump_json().encode())
         return self.uri(key)
@@ -131,32 +131,32 @@ class AwsObjects:
             return
         key = key_object(role_id, instance_id)
         try:
-            s3 = await self.clients.get("s3")  # its calls raise the object store's errors
+            s3 = await self.clients.get("s3")
             await s3.delete_object(Bucket=self.settings.bucket, Key=key)
-        except ObjectStoreError as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             log.warning("could not delete the key object of %s: %s", instance_id, exc)
 
     async def put_stop(self, job_id: str, attempt: int) -> None:
         """:class:`~handlers.spec.StopControl` in the attempt's control object, which its runner polls;
-        ObjectStoreError when S3 would not take it."""
+        CloudRefused or CloudUnavailable when S3 would not take it."""
         await self._put(self.control_key(job_id, attempt), dump_control(StopControl()))
 
     async def put_go(self, job_id: str, attempt: int) -> None:
         """:class:`~handlers.spec.GoControl` in the attempt's control object, where a runner launched ahead of a
-        switch of market waits; ObjectStoreError when S3 would not take it."""
+        switch of market waits; CloudRefused or CloudUnavailable when S3 would not take it."""
         await self._put(self.control_key(job_id, attempt), dump_control(GoControl()))
 
     async def put_node_control(
         self, job_id: str, attempt: int, generation: int, node_rank: int, control: RegroupControl
     ) -> str:
         """A gang node's regroup in its own control object, which its runner polls; the key written.
-        ObjectStoreError when S3 would not take it."""
+        CloudRefused or CloudUnavailable when S3 would not take it."""
         key = self.node_control_key(job_id, attempt, generation, node_rank)
         await self._put(key, dump_control(control))
         return key
 
     async def _put(self, key: str, body: bytes, *, tagging: str | None = None) -> None:
-        """One JSON object written whole; S3's failures as the object store's errors naming it."""
+        """One JSON object written whole; S3's failures as the cloud's errors naming it."""
         extra = {"Tagging": tagging} if tagging is not None else {}
-        s3 = await self.clients.get("s3")  # its calls raise the object store's errors
+        s3 = await self.clients.get("s3")
         await s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body, ContentType="application/json", **extra)

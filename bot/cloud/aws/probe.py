@@ -28,7 +28,7 @@ from bot.cloud.aws.region import NO_REGION_FIX, find_region
 from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import SetupScope
 from bot.cloud.launching import MANAGED_TAG
-from bot.errors import CloudError, CloudRefused, CloudUnavailable, ObjectRefused, ObjectStoreError
+from bot.errors import CloudError, CloudRefused, CloudUnavailable
 
 POLICY = "BotPolicy in deploy/aws/finetune.yaml"
 CREDENTIALS_FIX = (
@@ -182,14 +182,14 @@ class AwsProbe:
         s3 = await self.clients.get("s3", retries=False)
         try:
             await s3.head_bucket(Bucket=bucket)
-        except ObjectRefused as exc:
+        except CloudRefused as exc:
             if exc.code in ("404", "NoSuchBucket", "NotFound"):
                 fix = "create it (the runner stack's CheckpointBucket), or set aws.bucket to its name"
                 return failed(name, "does not exist", fix)
             if exc.code in ("403", "AccessDenied"):
                 return failed(name, "access denied", f"the bot's role needs s3:ListBucket on it ({POLICY})")
             return failed(name, f"refused: {exc.code}: {exc}", "see the message")
-        except ObjectStoreError as exc:
+        except CloudUnavailable as exc:
             return failed(name, f"S3 did not answer: {exc}", "check the network path to S3")
         return passed(name, "exists, and the bot may list it")
 

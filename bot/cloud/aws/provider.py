@@ -37,7 +37,7 @@ from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.aws.zones import AwsZones
 from bot.cloud.base import ChecksSetup, CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs, SetupScope
 from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
-from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError, ObjectStoreError, ObjectStoreUnavailable
+from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
@@ -144,7 +144,7 @@ class AwsCloud:
         spec = self._complete_spec(spec)
         try:
             spec_uri = await self.objects.upload_spec(spec)
-        except ObjectStoreError as exc:
+        except (CloudRefused, CloudUnavailable) as exc:
             raise LaunchError(f"could not upload the spec of {spec.job_id} attempt {spec.attempt}: {exc}") from exc
         return spec, user_data_script(spec_uri, self.settings, self.region, self.key_prefix_uri())
 
@@ -269,9 +269,8 @@ class AwsCloud:
         _, job_id, attempt = await self.instances.job_of(instance_id)
         try:
             await self.objects.put_stop(job_id, attempt)
-        except ObjectStoreError as exc:
-            failed = CloudUnavailable if isinstance(exc, ObjectStoreUnavailable) else CloudError
-            raise failed(f"could not write the stop request of {instance_id}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise not_done(exc, f"could not write the stop request of {instance_id}: {exc}") from exc
 
     async def write_node_control(
         self, job_id: str, attempt: int, generation: int, node_rank: int, control: RegroupControl
@@ -288,9 +287,8 @@ class AwsCloud:
             raise CloudError(f"no live instance is tagged for {job_id} attempt {attempt}: no control object written")
         try:
             await self.objects.put_node_control(job_id, attempt, generation, node_rank, control)
-        except ObjectStoreError as exc:
-            failed = CloudUnavailable if isinstance(exc, ObjectStoreUnavailable) else CloudError
-            raise failed(f"could not write the regroup of {job_id} attempt {attempt}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise not_done(exc, f"could not write the regroup of {job_id} attempt {attempt}: {exc}") from exc
 
     @property
     def launches_ahead(self) -> bool:
@@ -303,9 +301,8 @@ class AwsCloud:
         attempt-<n>.json``, where it waits (under the bot role's grant for ``jobs/*/control/*``)."""
         try:
             await self.objects.put_go(job_id, attempt)
-        except ObjectStoreError as exc:
-            failed = CloudUnavailable if isinstance(exc, ObjectStoreUnavailable) else CloudError
-            raise failed(f"could not write the go of {job_id} attempt {attempt}: {exc}") from exc
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise not_done(exc, f"could not write the go of {job_id} attempt {attempt}: {exc}") from exc
 
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         """A real spot interruption through AWS FIS (:mod:`bot.cloud.aws.fis`); the interruption comes from EC2."""
