@@ -62,12 +62,13 @@ def test_blocks_are_read_as_a_reader_types_them() -> None:
 
 def checkout_after_make(folder: Path) -> Path:
     """A folder laid out as a checkout after ``make``, its ``.venv`` this interpreter's, stamped as installed."""
-    for name in ("Makefile", "pyproject.toml", "bench"):
+    for name in ("Makefile", "pyproject.toml", "VERSION", "bench"):
         (folder / name).symlink_to(ROOT / name)
     venv = folder / ".venv"
     venv.mkdir()
     (venv / "bin").symlink_to(Path(sys.prefix) / "bin")
-    (venv / ".installed").touch()  # newer than pyproject.toml: make demo installs nothing
+    for stamp in (".installed", ".installed-demo"):  # newer than pyproject.toml and VERSION: make installs nothing
+        (venv / stamp).touch()
     return folder
 
 
