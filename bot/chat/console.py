@@ -89,7 +89,8 @@ class ConsoleDeliverer(PortDeliverer):
 
     async def post_image(self, job: Job, note: Notify, draw: Draw, card: MessageRef | None) -> None:
         png = await draw("en", self.chat.clock())
-        name = _UNSAFE_NAME.sub("", f"{job.id}-{note.id}")[:80] + ".png"
+        stem = note.id if note.id.startswith(job.id) else f"{job.id}-{note.id}"  # the job's id first, once
+        name = _UNSAFE_NAME.sub("", stem)[:100] + ".png"
         path = await asyncio.to_thread(_write_png, self.charts, name, png)
         await self.chat.chart_written(job, note, path)
 
