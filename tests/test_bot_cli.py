@@ -105,6 +105,8 @@ def test_the_console_is_who_the_process_runs_as_whatever_user_the_environment_na
         ("policy:\n  max_concurrent_nodes: 0\n", "policy.max_concurrent_nodes"),
         # A key under a name it never has (one spelling per key: no old name is read as today's).
         ("aws:\n  bucket: my-finetune-checkpoints\n  image_id: ami-0abc\n  drill_notice: PT5M\n", "aws.drill_notice"),
+        # A typo: the closest key there is named.
+        ("policy:\n  admin: ['console:ana']\n", "policy.admin: no such key (did you mean policy.admins?)"),
     ],
 )
 def test_a_bad_config_file_is_one_clear_error(tmp_path: Path, text: str, named: str) -> None:
