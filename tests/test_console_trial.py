@@ -76,6 +76,12 @@ def chat(python: Path, state_dir: Path, **extra: str) -> pexpect.spawn:
     return child
 
 
+def at_prompt(child: pexpect.spawn) -> None:
+    """Wait until the prompt is drawn again: only then is the terminal raw, so Ctrl-D reaches the prompt (between
+    two prompts it is cooked, and a Ctrl-D is gone before the next prompt reads)."""
+    child.expect_exact("/finetune")
+
+
 def screen(child: pexpect.spawn) -> str:
     shown = child.logfile_read
     assert isinstance(shown, io.StringIO)
@@ -95,8 +101,10 @@ def test_the_console_trial_as_root_finishes_a_tiny_job_and_shows_its_chart_log_h
     child = chat(private_python, open_state_dir)
     try:
         if os.geteuid() == 0:  # the trainer stays with root, and the console says why and how to choose
-            child.expect_exact(f"(the trainers of local jobs run as root: {private_python} is closed to other users")
-            child.expect_exact("set FINETUNE_TRAINER_USER=<user>")
+            child.expect_exact("(the trainers of local jobs run as root: ")
+            child.expect_exact(" is closed to other users, so the unprivileged trainer user could not reach ")
+            child.expect_exact(f"{private_python};")
+            child.expect_exact("set FINETUNE_TRAINER_USER=<user> (one who can) to choose their user)")
         child.sendline("stat")
         child.expect_exact("unknown command 'stat': did you mean status?")
         child.sendline("start tiny steps=12 save_steps=4 step_seconds=0")
@@ -119,6 +127,7 @@ def test_the_console_trial_as_root_finishes_a_tiny_job_and_shows_its_chart_log_h
 
         child.sendline("costs")  # the console's user is an admin of its console: every team's spend
         child.expect(r"💰 Costs of the last 7 days \(.*\), every team: 1 jobs")
+        at_prompt(child)
         child.sendeof()
         child.expect("Bye.")
         child.expect(pexpect.EOF)
@@ -145,6 +154,7 @@ def test_a_trainer_user_who_cannot_reach_the_interpreter_fails_the_job_naming_th
             r"\(a folder on the way is closed to nobody\); install it where nobody can reach it, or set "
             r"FINETUNE_TRAINER_USER to a user who can"
         )
+        at_prompt(child)
         child.sendeof()
         child.expect(pexpect.EOF)
     finally:
@@ -159,6 +169,9 @@ def test_the_console_runs_on_the_bot_s_python_with_no_trainer_note_when_the_user
     try:
         child.sendline("help")
         child.expect_exact("/finetune history <job> — the job's history, with times")
+        child.sendline("list")
+        child.expect_exact("no jobs yet: /finetune start tiny")  # the whole reply: its "/finetune" is not the prompt
+        at_prompt(child)
         child.sendeof()
         child.expect(pexpect.EOF)
     finally:

@@ -32,47 +32,55 @@ def trainer_stays_with_root(state_dir: Path, environ: Mapping[str, str]) -> str 
     bot is not root, the operator named the user, or everything is in reach."""
     if os.geteuid() != 0 or TRAINER_USER_ENV in environ:
         return None
-    closed = out_of_reach(Path(sys.executable), _SOURCE_TREE, state_dir)
-    if closed is None:
+    found = out_of_reach(Path(sys.executable), _SOURCE_TREE, state_dir)
+    if found is None:
         return None
+    needed, closed = found
     return (
-        f"the trainers of local jobs run as root: {closed} is closed to other users, so the unprivileged trainer user "
-        f"could not start them; set {TRAINER_USER_ENV}=<user> (one who can reach {closed}) to choose their user"
+        f"the trainers of local jobs run as root: {closed} is closed to other users, so the unprivileged trainer "
+        f"user could not reach {needed}; set {TRAINER_USER_ENV}=<user> (one who can) to choose their user"
     )
 
 
-def out_of_reach(program: Path, *folders: Path) -> Path | None:
+def out_of_reach(program: Path, *folders: Path) -> tuple[Path, Path] | None:
     """The first of ``program`` (run) and ``folders`` (entered) that a user with no group in common could not
-    reach, or None. A link is followed both ways: the folders on the way to it and those on the way to its target."""
-    if not _runnable(program):
-        return program
+    reach, with what stops it (a folder on the way, or the program itself); None when all are in reach. A link is
+    followed both ways: the folders on the way to it and those on the way to its target."""
+    closed = _closed_to_run(program)
+    if closed is not None:
+        return program, closed
     for folder in folders:
-        if not _enterable(folder):
-            return folder
+        closed = _closed_to_enter(folder)
+        if closed is not None:
+            return folder, closed
     return None
 
 
-def _runnable(program: Path) -> bool:
+def _closed_to_run(program: Path) -> Path | None:
     named = program.absolute()
+    closed = _closed_to_enter(named.parent)
+    if closed is not None:
+        return closed
     target = named.resolve()
     try:
         executable = bool(target.stat().st_mode & stat.S_IXOTH)
     except OSError:
-        return False
-    return executable and _enterable(named.parent) and _enterable(target.parent)
+        return target
+    return _closed_to_enter(target.parent) or (None if executable else target)
 
 
-def _enterable(folder: Path) -> bool:
-    """Whether others may pass through ``folder`` and every folder above it (the part not made yet: as it will be)."""
+def _closed_to_enter(folder: Path) -> Path | None:
+    """The first folder from the root down to ``folder`` that others may not pass through (the part not made yet:
+    as it will be, with the usual modes); None when there is none."""
     named = folder.absolute()
     for path in (named, named.resolve()):
-        for place in [path, *path.parents]:
+        for place in [*reversed(path.parents), path]:
             try:
                 mode = place.stat().st_mode
             except FileNotFoundError:
-                continue  # made later, with the usual modes
+                break  # made later
             except OSError:
-                return False
+                return place
             if not mode & stat.S_IXOTH:
-                return False
-    return True
+                return place
+    return None
