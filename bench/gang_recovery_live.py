@@ -38,7 +38,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.demo import trainer_stays_with_you
 from bot.service import BotService
 from fakes.bot_harness import CHANNEL, running_bot, start_job, wait_job
 from handlers.job_cost import job_cost
@@ -134,9 +133,6 @@ async def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--step-seconds", type=float, default=0.25)
     options = parser.parse_args()
-    said = trainer_stays_with_you()
-    if said:
-        print(said)
     print(f"{len(os.sched_getaffinity(0))} cores; load average {os.getloadavg()[0]:.2f} at the start")
     for nodes in (int(n) for n in options.nodes.split(",")):
         ones: list[ReplaceOne] = []

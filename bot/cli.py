@@ -99,14 +99,17 @@ async def chat(settings: Settings, log_file: Path) -> int:
     Ctrl-D or Ctrl-C (at the prompt or while a command runs) and SIGTERM all end it the same clean way.
     """
     from bot.chat.console import ConsoleChat
+    from bot.cloud.local.provider import LocalCloud
     from bot.service import BotService
     from handlers.jobs import ChatRef
 
     user = f"console:{console_user()}"
     channel = ChatRef(platform="console", channel="terminal")
-    async with BotService(settings, ConsoleChat()) as service:
+    async with BotService(settings, ConsoleChat(), admins=[user]) as service:  # an admin of its own console
         gc.freeze()
         print(f"finetune-bot chat as {user} — type 'help', Ctrl-D to quit (bot log: {log_file})", flush=True)
+        if isinstance(service.bot.cloud, LocalCloud) and service.bot.cloud.trainer_note:
+            print(f"({service.bot.cloud.trainer_note})", flush=True)
         session = asyncio.create_task(_converse(service, user, channel))
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT arrives while a command runs (no prompt then)

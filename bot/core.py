@@ -30,7 +30,7 @@ from bot.chat import catalog
 from bot.chat.catalog import Lang, say
 from bot.chat.costs import costs_text
 from bot.chat.render import card_text, recipes_text
-from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability, launches_ahead
+from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability, ReadsTrainerLogs, launches_ahead
 from bot.costs import read_costs
 from bot.keys import Keys
 from bot.log_limit import LimitedLog
@@ -60,6 +60,7 @@ from handlers.messages import (
 )
 from handlers.notes import ChartNote
 from handlers.oncall import OnCall
+from handlers.outside_text import clean_line
 from handlers.pagers import Tool, parse_page_key
 from handlers.permissions import (
     channel_id,
@@ -84,6 +85,8 @@ from handlers.transitions import next_state
 log = logging.getLogger(__name__)
 
 LIST_LENGTH = 20  # jobs ``list`` shows, newest first
+LOG_LINES = 30  # lines of the trainer's log ``logs`` shows
+LOG_LINE_LENGTH = 300  # characters of each
 SPOT_VIEW_SECONDS = 60.0  # how long what the cloud said of zones and prices is used before asking again
 
 
@@ -132,7 +135,7 @@ class Bot:
             return await self._start(user, chat, command, lang)
         if command.action == "costs":
             return await self._costs(user, chat, command, lang)
-        if command.action in ("status", "logs", "chart"):
+        if command.action in ("status", "logs", "history", "chart"):
             return await self._read(user, chat, command, lang)
         return await self._job_command(user, chat, command, lang)
 
@@ -351,8 +354,12 @@ class Bot:
             return card_text(job, self.clock(), lang)
         if command.action == "chart":  # drawn and posted in the job's thread by the chat outbox, as any note
             chart = Notify(job_id=job.id, channel="thread", note=ChartNote(occasion="asked", by=user))
-            await self.store.send([chart], job.chat.platform if job.chat is not None else "")
-            return catalog.text(lang, "reply.chart", job=job.id)
+            platform = job.chat.platform if job.chat is not None else ""
+            await self.store.send([chart], platform)
+            on_console = platform in ("", "console")  # the console writes it to a file and says where
+            return catalog.text(lang, "reply.chart-file" if on_console else "reply.chart", job=job.id)
+        if command.action == "logs":
+            return await self._trainer_log(job, lang)
         # The history is the operators' record: its lines stay as written (English), whatever the channel reads.
         entries = await self.store.history(job.id, count=30, with_times=True)
         return "\n".join(
@@ -360,6 +367,19 @@ class Bot:
             + " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("event", "written"))
             for entry in entries
         )
+
+    async def _trainer_log(self, job: Job, lang: Lang) -> str:
+        """The tail of the trainer's log of the job's latest attempt that wrote one, where the cloud lets the bot
+        read it; each line cleaned as any text from outside (no escape, no mention marker)."""
+        history = f"/finetune history {job.id}"
+        if not isinstance(self.cloud, ReadsTrainerLogs):
+            return catalog.text(lang, "reply.logs-elsewhere", job=job.id, cloud=self.cloud.name, history=history)
+        for attempt in reversed(job.attempts):
+            lines = await self.cloud.trainer_log(job.id, attempt.number, LOG_LINES)
+            if lines is not None:
+                head = catalog.text(lang, "reply.logs", job=job.id, attempt=attempt.number, count=len(lines))
+                return "\n".join([head, *(clean_line(line)[:LOG_LINE_LENGTH] for line in lines)])
+        return catalog.text(lang, "reply.no-logs", job=job.id, history=history)
 
     async def _refuse(self, user: str, chat: ChatRef, command: Command, why: Reason, lang: Lang) -> str:
         """Record the refusal (apart from the actions) and answer it in one sentence; nothing else happens."""

@@ -13,8 +13,6 @@ import asyncio
 import logging
 import os
 import signal
-import stat
-import sys
 import time
 from collections.abc import Callable, Coroutine
 from datetime import datetime
@@ -24,6 +22,7 @@ from typing import Any
 from bot.chat.catalog import plain
 from bot.chat.console import ConsoleChat
 from bot.chat.render import card_text
+from bot.cloud.local.provider import LocalCloud
 from bot.service import BotService
 from bot.settings import Settings
 from handlers.clock import utcnow
@@ -65,6 +64,8 @@ async def run_demo(state_dir: Path) -> int:
     settings = Settings(finetune_state_dir=state_dir, finetune_http_port=0, finetune_local_grace_seconds=30)
     chat = ConsoleChat(write=lambda text: say("  " + text.replace("\n", "\n  ")))
     async with BotService(settings, chat) as service:
+        if isinstance(service.bot.cloud, LocalCloud) and service.bot.cloud.trainer_note:
+            say(f"({service.bot.cloud.trainer_note})")  # run as root from a folder other users cannot reach
         say(f"> /finetune start tiny steps={STEPS}")
         say(await service.bot.command(USER, CHANNEL, f"start tiny steps={STEPS}"))
         [job] = await service.bot.store.list_jobs()
@@ -106,29 +107,6 @@ def summarize(job: Job, chat: ConsoleChat, now: datetime) -> int:
     return 0 if all(checks.values()) else 1
 
 
-def trainer_stays_with_you() -> str | None:
-    """A demo run as root from a Python other users cannot reach (a virtualenv under ``/root``, mode 0700): the
-    local instance's runner would start the trainer as ``finetune-train`` and fail on the interpreter. The demo's
-    trainer is the built-in ``tiny`` recipe typed at your own console, so it runs as you, and the demo says so;
-    set ``FINETUNE_TRAINER_USER`` to choose otherwise. Returns the line to say, or None when nothing changes."""
-    if os.geteuid() != 0 or "FINETUNE_TRAINER_USER" in os.environ or others_can_run(Path(sys.executable)):
-        return None
-    os.environ["FINETUNE_TRAINER_USER"] = "root"
-    return (
-        f"(run as root with {sys.executable}, which other users cannot reach: the trainer runs as root too; "
-        "FINETUNE_TRAINER_USER chooses its user)"
-    )
-
-
-def others_can_run(program: Path) -> bool:
-    """Whether a user with no group in common could run ``program``: every directory above it searchable, and the
-    file itself executable, for "others"."""
-    target = program.resolve()
-    if not target.exists() or not target.stat().st_mode & stat.S_IXOTH:
-        return False
-    return all(folder.stat().st_mode & stat.S_IXOTH for folder in target.parents)
-
-
 def main() -> int:
     logging.basicConfig(
         level=os.environ.get("FINETUNE_LOG_LEVEL", "ERROR"), format="%(levelname)s %(name)s: %(message)s"
@@ -136,9 +114,6 @@ def main() -> int:
     root = Path(os.environ.get("FINETUNE_STATE_DIR") or ".finetune-state").resolve()
     state_dir = root / "demo" / datetime.now().strftime("%Y%m%d-%H%M%S")
     say(f"finetune-bot demo (state in {state_dir})")
-    kept = trainer_stays_with_you()
-    if kept is not None:
-        say(kept)
     return asyncio.run(until_signalled(run_demo(state_dir)))
 
 

@@ -17,7 +17,7 @@ import gc
 import logging
 import os
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,7 +30,7 @@ from aiohttp import web
 from bot.bus import default_consumer_name
 from bot.bus_set import Bus, bus_for
 from bot.chat.base import ChatPort, PortDeliverer
-from bot.chat.console import ConsoleChat
+from bot.chat.console import ConsoleChat, ConsoleDeliverer
 from bot.chat.delivery import Platform
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.outbox import ChatOutbox
@@ -143,6 +143,15 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
     )
 
 
+def with_admins(config: FileConfig, admins: Sequence[str]) -> FileConfig:
+    """``config`` with ``admins`` among its policy's admins."""
+    added = [admin for admin in admins if admin not in config.policy.admins]
+    if not added:
+        return config
+    policy = config.policy.model_copy(update={"admins": [*config.policy.admins, *added]})
+    return config.model_copy(update={"policy": policy})
+
+
 class BotService:
     """``cloud``: how to build the cloud (default :func:`open_cloud`); a test builds its own on the same wiring."""
 
@@ -152,8 +161,12 @@ class BotService:
         chat: ChatPort | None = None,
         cloud: CloudFactory = open_cloud,
         clock: Callable[[], datetime] = utcnow,
+        admins: Sequence[str] = (),
     ) -> None:
         self.settings = settings
+        # Admins besides the config's: the console's own user in ``chat`` (whoever runs the bot holds its config and
+        # its state already: refusing them their own jobs' costs protects nothing).
+        self.admins = tuple(admins)
         self.clock = clock  # the bot's and the timers' idea of now: tests step it to walk an escalation ladder
         self.chat = chat or ConsoleChat()
         self.cloud_factory = cloud
@@ -230,7 +243,7 @@ class BotService:
         self._own_state_dir()  # first: a second bot says only that, and touches nothing of the first one's
         self._stack.callback(self._owner.release)
         try:
-            config = load_config(self.settings)
+            config = with_admins(load_config(self.settings), self.admins)
             log.info(describe(config.policy))  # the permission model in force
             if not config.policy.admins:
                 log.warning("no policy.admins: only a job's owner and team act on it, and nobody sees every channel")
@@ -437,7 +450,9 @@ class BotService:
             platforms["slack"] = Platform(self._slack.deliverer(refs, self.clock))
         if self.dingtalk is not None:
             platforms["dingtalk"] = Platform(self.dingtalk.deliverer)
-        console = Platform(PortDeliverer(self.chat), coalesce_cards=False)
+        charts = self.settings.finetune_state_dir / "charts"  # a terminal shows no image: a job's chart is a file
+        port = ConsoleDeliverer(self.chat, charts) if isinstance(self.chat, ConsoleChat) else PortDeliverer(self.chat)
+        console = Platform(port, coalesce_cards=False)
         return ChatOutbox(chat_redis, store, platforms, fallback=console, refs=refs, consumer=consumer, pager=pager)
 
     async def _connect_slack(self, config: FileConfig) -> SlackAdapter | None:

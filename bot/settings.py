@@ -27,6 +27,7 @@ from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.slack.config import SlackConfig
 from bot.cloud.aliyun.settings import AliyunSettings
 from bot.cloud.aws.settings import AwsSettings
+from bot.config_keys import closest_key
 from bot.durability import RedisOptions
 from bot.errors import ConfigError
 from bot.redis_server import check_redis_url, plaintext_remote, redacted
@@ -194,8 +195,20 @@ def parse_file_config(text: str, source: str) -> FileConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source} is not valid YAML: {exc}") from None
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(_config_problem(error) for error in exc.errors())
         raise ConfigError(f"{source}: {problems}") from None
+
+
+def _config_problem(error: Mapping[str, Any]) -> str:
+    """One problem of the config file, at its place; a key it does not have, with the closest one it has."""
+    loc = error.get("loc", ())
+    where = ".".join(map(str, loc))
+    if error.get("type") != "extra_forbidden":
+        return f"{where}: {error['msg']}"
+    close = closest_key(FileConfig, loc)
+    if close is None:
+        return f"{where}: no such key"
+    return f"{where}: no such key (did you mean {'.'.join([*map(str, loc[:-1]), close])}?)"
 
 
 def all_recipes(config: FileConfig) -> dict[str, Recipe]:

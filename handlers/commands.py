@@ -7,6 +7,7 @@ interpret. Anything malformed raises :class:`~handlers.reasons.ReasonError` carr
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -37,6 +38,7 @@ USAGE = {
     "status": "status [job]",
     "list": "list",
     "logs": "logs <job>",
+    "history": "history <job>",
     "chart": "chart <job>",
     "ack": "ack <job>",
     "resume": "resume <job> [on-demand]",
@@ -51,7 +53,8 @@ DOES = {
     "interrupt-test": "a real spot interruption of the job's instance (a multi-node job's node K), to check recovery",
     "status": "the job's card (without a job: the list)",
     "list": "the latest jobs, with their step",
-    "logs": "the job's history, with times",
+    "logs": "the tail of the trainer's log (its latest attempt's)",
+    "history": "the job's history, with times",
     "chart": "the job's loss curve with its cost, posted in its thread",
     "ack": "acknowledge the job's on-call page",
     "resume": "continue a failed or stopped job from its checkpoint (optionally on on-demand)",
@@ -67,6 +70,7 @@ WORDING = Wording(
         "usage.error": "{verb} {problem}. Usage: /finetune {usage}",
         "usage.too-long": "command too long (over {limit} characters)\n{help}",
         "usage.unknown": "unknown command {word}\n{help}",
+        "usage.unknown-close": "unknown command {word}: did you mean {verb}? ({help} lists every command)",
         "usage.at-most-one-job": "takes at most one job id",
         "usage.resume-args": "takes a job id and optionally the word on-demand",
         "usage.needs-recipe": "needs a recipe",
@@ -84,7 +88,7 @@ HELP_REASON = WORDING("help", **{_slot(verb): WORDING(f"usage.line.{verb}") for 
 HELP = HELP_REASON.english
 
 Action = Literal[
-    "start", "stop", "interrupt-test", "status", "list", "logs", "chart", "ack", "resume", "costs", "help"
+    "start", "stop", "interrupt-test", "status", "list", "logs", "history", "chart", "ack", "resume", "costs", "help"
 ]
 
 
@@ -136,10 +140,21 @@ def parse(text: str) -> Command:
         if node is None or int(node.group(1)) > 63:
             raise _usage(verb, "usage.node", word=_shown(args[1]))
         return Command("interrupt-test", job_id=_job(verb, args[0]), node=int(node.group(1)))
-    if verb in ("stop", "interrupt-test", "logs", "chart", "ack"):
+    if verb in ("stop", "interrupt-test", "logs", "history", "chart", "ack"):
         _expect(verb, args, 1)
         return Command(verb, job_id=_job(verb, args[0]))  # type: ignore[arg-type]
+    meant = _meant(verb)
+    if meant is not None:
+        raise ReasonError(WORDING("usage.unknown-close", word=_shown(verb), verb=meant, help="/finetune help"))
     raise ReasonError(WORDING("usage.unknown", word=_shown(verb), help=HELP_REASON))
+
+
+def _meant(verb: str) -> str | None:
+    """The command a mistyped ``verb`` most likely meant: one it begins (``stat`` → ``status``, not ``start``),
+    else the closest spelling (``lgos`` → ``logs``); None when nothing is close."""
+    begun = [known for known in USAGE if known.startswith(verb)]
+    close = difflib.get_close_matches(verb, begun, n=1, cutoff=0) or difflib.get_close_matches(verb, USAGE, n=1)
+    return close[0] if close else None
 
 
 def _start(args: list[str]) -> Command:

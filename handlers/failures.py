@@ -37,6 +37,7 @@ FailureCode = Literal[
     "trainer-not-found",
     "trainer-not-on-path",
     "trainer-not-executable",
+    "trainer-out-of-reach",
     "trainer-not-started",
     "metadata-guard-failed",
     "trainer-exited",
@@ -61,6 +62,10 @@ WORDING = Wording(
         "failure.trainer-not-found": "cannot start the trainer: {program!r} not found",
         "failure.trainer-not-on-path": "cannot start the trainer: {program!r} not found on PATH ({path})",
         "failure.trainer-not-executable": "cannot start the trainer: {program!r} is not executable",
+        "failure.trainer-out-of-reach": (
+            "cannot start the trainer: {program!r} is out of reach of its user {user} (a folder on the way is closed "
+            "to {user}); install it where {user} can reach it, or set {setting} to a user who can"
+        ),
         "failure.trainer-not-started": "cannot start the trainer {program!r}: {error}",
         "failure.metadata-guard-failed": (
             "the trainer was not started: the metadata service could not be closed to its user ({error})"

@@ -12,11 +12,12 @@ an attempt that trained past it, or committed a checkpoint past it, made progres
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.jobs import Job
+from handlers.jobs import CheckpointRef, Job
 
 
 class Lifecycle(BaseModel):
@@ -52,6 +53,15 @@ class Lifecycle(BaseModel):
 def furthest_step(job: Job, step: int) -> int:
     """The job's step once word comes that it got to ``step``: it never goes back (reports come out of order)."""
     return max(job.step or 0, step)
+
+
+def restored(job: Job, step: int | None, uri: str | None, at: datetime) -> dict[str, Any]:
+    """The job's updates when a runner restored the checkpoint of ``step`` (at ``uri``) and it is newer than the
+    job's own: one committed while no bot heard of it (the bot was down, the instance trained on). The job's
+    checkpoint and step move up to it, so the card never shows an older checkpoint under "resumed from step N"."""
+    if step is None or not uri or (job.checkpoint is not None and job.checkpoint.step >= step):
+        return {}
+    return {"checkpoint": CheckpointRef(step=step, uri=uri, at=at), "step": furthest_step(job, step)}
 
 
 def best_step(job: Job) -> int:

@@ -3,11 +3,11 @@
 The model (docs/permissions.md):
 
 - anyone may ``start`` (within the caps and the rate) and read ``help``;
-- ``status``, ``list``, ``logs`` and ``chart`` show only the jobs of the channel asked in; admins see every
-  channel's;
-- ``stop``, ``interrupt-test``, ``resume`` and ``logs`` of a job belong to its owner (who started it), the members
-  of its team and the admins; ``ack`` and ``resume`` of a job with an open page also to the on-call the page
-  named (or who is on shift now);
+- ``status``, ``list``, ``logs``, ``history`` and ``chart`` show only the jobs of the channel asked in; admins see
+  every channel's;
+- ``stop``, ``interrupt-test``, ``resume``, ``logs`` and ``history`` of a job belong to its owner (who started it),
+  the members of its team and the admins; ``ack`` and ``resume`` of a job with an open page also to the on-call the
+  page named (or who is on shift now);
 - ``costs`` shows a team's spend to its members, every team's (and the jobs of no team) to the admins;
 - ``policy.allow`` rules narrow who may use an action at all (an action no rule names is not narrowed).
 
@@ -25,10 +25,11 @@ from handlers.oncall import OnCall, on_call_now
 from handlers.policy_config import PolicyConfig
 from handlers.reasons import Reason, Wording
 
-JOB_ACTIONS: frozenset[Action] = frozenset({"stop", "interrupt-test", "resume", "logs", "ack"})  # owner's, team's
+# The owner's, the team's (and the admins').
+JOB_ACTIONS: frozenset[Action] = frozenset({"stop", "interrupt-test", "resume", "logs", "history", "ack"})
 PAGE_ACTIONS: frozenset[Action] = frozenset({"ack", "resume"})  # also the paged on-call's
 # Only in the job's channel (admins: anywhere). A chart shows what the status shows: whoever may see one sees both.
-CHANNEL_BOUND: frozenset[Action] = frozenset({"status", "logs", "chart"})
+CHANNEL_BOUND: frozenset[Action] = frozenset({"status", "logs", "history", "chart"})
 
 WORDING = Wording(
     {

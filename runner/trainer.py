@@ -37,7 +37,7 @@ from runner.errors import RunnerError
 from runner.stop_request import STOP_FILE_ENV, stopped_path, watched_path
 from runner.trainer_box import TrainerBox, become_subreaper, descendants
 from runner.trainer_env import TrainerSetup, build_environment
-from runner.trainer_user import TrainerUser
+from runner.trainer_user import TRAINER_USER_ENV, TrainerUser
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def cannot_start(
     if found is None:
         return start_failure(program, full_env)
     if setup.user is not None and not runnable_by(found, setup.user):
-        return Failure.of("trainer-not-executable", program=found)
+        return Failure.of("trainer-out-of-reach", program=found, user=setup.user.name, setting=TRAINER_USER_ENV)
     return None
 
 

@@ -132,7 +132,7 @@ def test_the_console_is_who_the_process_runs_as_whatever_user_the_environment_na
     real = pwd.getpwuid(os.getuid()).pw_name
     assert real != "alice"
     config = tmp_path / "bot.yaml"
-    config.write_text("policy:\n  admins: ['console:alice']\n")  # alice sees every team's costs; others none
+    config.write_text("policy:\n  admins: ['console:alice']\n")
     result = subprocess.run(
         [sys.executable, "-m", "bot.cli", "chat"],
         input="costs\n",
@@ -143,7 +143,8 @@ def test_the_console_is_who_the_process_runs_as_whatever_user_the_environment_na
     )
     assert result.returncode == 0, result.stderr
     assert f"finetune-bot chat as console:{real} " in result.stdout and "console:alice" not in result.stdout
-    assert "costs are shown to a team's members and the admins; you are on no team" in result.stdout
+    # The console's own user is an admin of its console (the config names alice only): its costs are answered.
+    assert "you are on no team" not in result.stdout and "no job was active in this window" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -152,6 +153,8 @@ def test_the_console_is_who_the_process_runs_as_whatever_user_the_environment_na
         ("policy:\n  max_concurrent_nodes: 0\n", "policy.max_concurrent_nodes"),
         # A key under a name it never has (one spelling per key: no old name is read as today's).
         ("aws:\n  bucket: my-finetune-checkpoints\n  image_id: ami-0abc\n  drill_notice: PT5M\n", "aws.drill_notice"),
+        # A typo: the closest key there is named.
+        ("policy:\n  admin: ['console:ana']\n", "policy.admin: no such key (did you mean policy.admins?)"),
     ],
 )
 def test_a_bad_config_file_is_one_clear_error(tmp_path: Path, text: str, named: str) -> None:

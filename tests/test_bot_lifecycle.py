@@ -3,9 +3,12 @@ loop for a trainer that cannot start, stops that end, and a stopped job that res
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import signal
+import time
 from pathlib import Path
 
 from bot.cloud.local.provider import LocalCloud
@@ -110,3 +113,76 @@ async def test_stop_then_resume_finishes_from_the_kept_checkpoint(tmp_path: Path
         done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED)
         assert done.attempt == 2 and done.attempts[1].resumed_from_step == kept
         assert done.step == kept + 3 and done.steps_lost == 0
+
+
+# Trains one step every 100 ms and saves a complete checkpoint-<step> after each; resumed, it stands at its
+# checkpoint (no step after it) until SIGTERM, so what the card shows is what the restore said.
+SAVES_EACH_STEP = """
+import json, os, pathlib, signal, sys, time
+out = pathlib.Path(os.environ['FINETUNE_OUTPUT_DIR'])
+progress = pathlib.Path(os.environ['FINETUNE_PROGRESS_FILE'])
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+if os.environ.get('FINETUNE_RESUME_FROM'):
+    while not stop:
+        time.sleep(0.1)
+    sys.exit(0)
+step = 0
+while not stop:
+    step += 1
+    ckpt = out / ('checkpoint-%d' % step)
+    ckpt.mkdir(parents=True)
+    (ckpt / 'state.json').write_text(json.dumps({'step': step}))
+    (ckpt / '.finetune-complete').touch()
+    with progress.open('a') as f:
+        f.write(json.dumps({'step': step, 'total_steps': 400}) + '\\n')
+    time.sleep(0.1)
+"""
+
+
+async def test_after_a_restart_the_card_shows_the_checkpoint_the_relaunch_restored(tmp_path: Path) -> None:
+    """The console trial's Ctrl-C: the bot (and its embedded Redis) goes, the instance trains on and commits
+    checkpoints nobody hears, then dies. The restarted bot relaunches; the runner restores the newest commit, and
+    the card printed when the job runs again shows that checkpoint and step, as the "resumed" line beside it does."""
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("saver", SAVES_EACH_STEP)])
+    state = tmp_path / "state"
+    async with running_bot(state, config, keep_instances=True) as (service, _chat):
+        job_id = await start_job(service, "console:ana", "start saver")
+        await wait_job(service, job_id, lambda job: job.checkpoint is not None)
+        cloud = service.bot.cloud
+        assert isinstance(cloud, LocalCloud)
+        [record] = [record for record in await cloud.instances() if record.job_id == job_id]
+    # The bot is gone. Whatever it heard was before now: the trainer's own progress file says how far that was.
+    progress = state / "instances" / record.instance_id / "work" / "progress.jsonl"
+    known = json.loads(progress.read_text().splitlines()[-1])["step"]
+    unheard = await committed_past(state / "bucket" / "jobs" / job_id, known)
+    os.kill(record.pid, signal.SIGKILL)  # then the instance goes, its runner and trainer with it
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(record.runner_pid, signal.SIGKILL)
+
+    async with running_bot(state, config) as (service, chat):
+        again = await wait_job(
+            service, job_id, lambda job: job.state is JobState.RUNNING and job.attempt == 2, timeout=180
+        )
+        restored = again.attempts[-1].resumed_from_step
+        assert restored is not None and restored >= unheard > known
+        assert again.checkpoint is not None and again.checkpoint.step == restored and again.step == restored
+        await wait_for_text(chat, "thread", f"from step {restored}")
+        await wait_for_text(chat, "card", "(spot, attempt 2)")
+        [card] = [
+            text
+            for job, channel, text in chat.transcript
+            if job == job_id and channel == "card" and "RUNNING" in text and "attempt 2" in text
+        ]
+        assert f"Checkpoint: step {restored} · " in card and f"{restored}/400" in card, card
+
+
+async def committed_past(checkpoints: Path, step: int, timeout: float = 120) -> int:
+    """The step of a checkpoint committed (its manifest written) past ``step``, once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = [int(path.parent.name.split("-")[1]) for path in checkpoints.glob("checkpoint-*/MANIFEST.json")]
+        if steps and max(steps) > step:
+            return max(steps)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no checkpoint past step {step} was committed in {timeout:.0f}s")

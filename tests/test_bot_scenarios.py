@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from bot.demo import others_can_run, run_demo, trainer_stays_with_you
+from bot.demo import run_demo
 from fakes.bot_harness import (
     CHANNEL,
     FAILS_ON_RESUME,
@@ -36,31 +35,6 @@ from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 @pytest.mark.scenario
 async def test_the_demo_story_end_to_end(tmp_path: Path) -> None:
     assert await run_demo(tmp_path / "state") == 0
-
-
-def test_a_root_demo_from_a_private_python_keeps_its_trainer_with_the_one_who_ran_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """make demo as root from a virtualenv under /root (0700): the trainer could not start as finetune-train."""
-    private, shared = tmp_path / "private", tmp_path / "shared"
-    for folder, mode in ((private, 0o700), (shared, 0o755)):
-        folder.mkdir()
-        (folder / "python").write_bytes(b"")
-        (folder / "python").chmod(0o755)
-        folder.chmod(mode)
-    tmp_path.chmod(0o755)
-    reachable = all(folder.stat().st_mode & 0o001 for folder in tmp_path.parents)
-    assert not others_can_run(private / "python")
-    assert others_can_run(shared / "python") is reachable
-    monkeypatch.delenv("FINETUNE_TRAINER_USER", raising=False)
-    monkeypatch.setattr("sys.executable", str(private / "python"))
-    said = trainer_stays_with_you()
-    if os.geteuid() == 0:
-        assert said is not None and os.environ["FINETUNE_TRAINER_USER"] == "root"
-    else:  # not root: the runner runs the trainer as this user anyway, and nothing changes
-        assert said is None and "FINETUNE_TRAINER_USER" not in os.environ
-    monkeypatch.setenv("FINETUNE_TRAINER_USER", "finetune-train")  # chosen: kept
-    assert trainer_stays_with_you() is None and os.environ["FINETUNE_TRAINER_USER"] == "finetune-train"
 
 
 async def test_runner_reports_must_be_signed_and_duplicates_change_nothing(tmp_path: Path) -> None:

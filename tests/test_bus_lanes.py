@@ -155,7 +155,7 @@ async def test_read_ahead_is_bounded_and_the_rest_is_left_to_other_replicas(runn
         got.append("helper")
 
     running.start(helper, quick)
-    await wait_for(lambda: helper.handled == 7)  # handled and acknowledged, not only begun: else an idle claim may move them
+    await wait_for(lambda: helper.handled == 7)  # acknowledged, not only begun: else an idle claim may move them
     release.set()
     await wait_for(lambda: greedy.handled == 3)
     assert await pending(greedy) == 0

@@ -417,6 +417,7 @@ def handler_reasons() -> list[Reason]:
         *(_parse_error(text) for text in ("x" * 2001, "deploy prod", "status a b", "resume ft-7k2q now", "start")),
         *(_parse_error(text) for text in ("start BAD/x", "start tiny lr", "start tiny a=1 a=2", "stop job;rm")),
         *(_parse_error(text) for text in ("list all", "logs", "costs 90d", "interrupt-test ft-7k2q node=99")),
+        _parse_error("stat ft-7k2q"),  # a mistyped command: the one it most likely meant
         _recipe_error(lambda: find_recipe("llama-70b", dict(BUILT_IN))),
         _recipe_error(lambda: TINY.resolve({"batch": "1"})),
         _recipe_error(lambda: bare.resolve({"batch": "1"})),
@@ -478,6 +479,12 @@ def failure_samples() -> list[Failure]:
         start_failure("/opt/bin/sft", env),
         start_failure("/opt/bin/sft", env, PermissionError()),
         start_failure("/opt/bin/sft", env, OSError(8, "Exec format error")),
+        Failure.of(  # tests/test_trainer_sandbox.py
+            "trainer-out-of-reach",
+            program="/root/.venv/bin/python",
+            user="finetune-train",
+            setting="FINETUNE_TRAINER_USER",
+        ),
         Failure.of("replacement-gone", instance="i-2"),
         Failure.of("metadata-guard-failed", error="iptables exited 4"),  # tests/test_metadata_guard.py
         Failure.of("capacity", error="InsufficientInstanceCapacity"),  # an attempt's end (tests/test_spot_decide.py)
@@ -603,6 +610,31 @@ REPLIES: list[tuple[str, dict[str, Any], str, str]] = [
         {"job": "ft-ab12"},
         "📈 The chart of ft-ab12 is on its way to the job's thread.",
         "📈 任务 ft-ab12 的图表即将发到它的消息串里。",
+    ),
+    (
+        "reply.chart-file",
+        {"job": "ft-ab12"},
+        "📈 Drawing the chart of ft-ab12: the path of its PNG file follows.",
+        "📈 正在绘制任务 ft-ab12 的图表：PNG 文件的路径随后给出。",
+    ),
+    (
+        "reply.logs",
+        {"job": "ft-ab12", "count": 2, "attempt": 3},
+        "📜 ft-ab12: the last 2 line(s) of the trainer's log (attempt 3)",
+        "📜 ft-ab12：训练程序日志的最后 2 行（第 3 次尝试）",
+    ),
+    (
+        "reply.no-logs",
+        {"job": "ft-ab12", "history": "/finetune history ft-ab12"},
+        "ft-ab12: no trainer has written a log yet; /finetune history ft-ab12 shows the job's history",
+        "ft-ab12：训练程序还没有写日志；/finetune history ft-ab12 可查看任务记录",
+    ),
+    (
+        "reply.logs-elsewhere",
+        {"job": "ft-ab12", "cloud": "aws", "history": "/finetune history ft-ab12"},
+        "ft-ab12: the trainer's log stays on its instance on aws, out of the bot's reach; /finetune history ft-ab12 "
+        "shows the job's history",
+        "ft-ab12：训练程序的日志留在 aws 上的实例里，机器人读不到；/finetune history ft-ab12 可查看任务记录",
     ),
     ("reply.refused", {"why": "x"}, "⛔ x", "⛔ x"),  # only a frame: the reason inside is in the language
     ("reply.ignored", {"action": "ack", "job": "ft-ab12", "why": "y"}, "⛔ ack ft-ab12: y", "⛔ ack ft-ab12：y"),

@@ -31,6 +31,7 @@ from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, find_recipe
         ("status ft-7k2q", Command("status", job_id="ft-7k2q")),
         ("list", Command("list")),
         ("logs ft-7k2q", Command("logs", job_id="ft-7k2q")),
+        ("history ft-7k2q", Command("history", job_id="ft-7k2q")),
         ("ack ft-7k2q", Command("ack", job_id="ft-7k2q")),
         ("resume ft-7k2q", Command("resume", job_id="ft-7k2q")),
         ("resume ft-7k2q on-demand", Command("resume", job_id="ft-7k2q", on_demand=True)),
@@ -56,7 +57,14 @@ def test_commands_parse(text: str, expected: Command) -> None:
         ("stop job;rm", "is not a job id"),
         ("resume ft-7k2q now", "optionally the word on-demand"),
         ("list all", "list takes no arguments"),
-        ("deploy prod", "unknown command 'deploy'"),
+        ("deploy prod", "unknown command 'deploy'\n/finetune start <recipe>"),
+        # A mistyped command: the one it begins, else the closest spelling; the help stays one command away.
+        ("stat ft-7k2q", "unknown command 'stat': did you mean status? (/finetune help lists every command)"),
+        ("STATS", "did you mean status?"),
+        ("sta", "did you mean start?"),
+        ("lgos ft-7k2q", "did you mean logs?"),
+        ("histroy ft-7k2q", "did you mean history?"),
+        ("intterupt-test ft-7k2q", "did you mean interrupt-test?"),
     ],
 )
 def test_malformed_commands_answer_with_usage(text: str, words: str) -> None:

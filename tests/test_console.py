@@ -24,8 +24,8 @@ from tests.test_bot_cli import bot_env
 from tests.test_outside_text import LOUD
 
 TIMEOUT = 90
-REDRAWN_LOG = re.compile(r"/finetune ?(?:\x1b\[[0-9;?]*[A-Za-z])*log")
-LOGS_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d created ")
+REDRAWN_HALF = re.compile(r"/finetune ?(?:\x1b\[[0-9;?]*[A-Za-z])*histor")
+HISTORY_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d created ")
 
 
 def spawn(tmp_path: Path, **env: str) -> pexpect.spawn:
@@ -79,15 +79,15 @@ def test_updates_go_above_a_half_typed_command_and_ctrl_c_leaves_cleanly(tmp_pat
         job = child.match.group(1)
         child.expect("RUNNING")  # the job card, printed when the job's state changes
 
-        child.send("log")  # half a command: then an update arrives, from outside, while the line waits
-        child.expect_exact("log")
+        child.send("histor")  # half a command: then an update arrives, from outside, while the line waits
+        child.expect_exact("histor")
         deadline = datetime.now(UTC) + timedelta(minutes=10)
         notice = Notice(job_id=job, attempt=1, kind="spot-interruption", source="test", deadline=deadline)
         post_report(port, notice.model_dump_json().encode(), launched_salt(tmp_path, job, 1))
         child.expect("Spot interruption warning")
-        child.expect(REDRAWN_LOG)  # the prompt is drawn again below the update, with the half-typed "log" on it
-        child.sendline(f"s {job}")  # the rest of it: the line typed before the update is intact
-        child.expect(LOGS_LINE)
+        child.expect(REDRAWN_HALF)  # the prompt is drawn again below the update, with the half-typed word on it
+        child.sendline(f"y {job}")  # the rest of it: the line typed before the update is intact
+        child.expect(HISTORY_LINE)
         child.expect(r"notice|spot-interruption")
         at_prompt(child)
 

@@ -125,6 +125,26 @@ def test_a_reclaim_without_notice_loses_at_most_the_checkpoint_interval() -> Non
     assert job.steps_lost == 2  # reached 12, resumed from the step-10 checkpoint
 
 
+def test_a_restore_newer_than_the_jobs_checkpoint_moves_its_checkpoint_and_step_and_the_card_agrees() -> None:
+    """The bot was away while the instance trained on and committed step 25 (nobody heard it); the relaunch restores
+    that: the job's checkpoint and step follow, and the card does not show step 10 under "resumed from step 25"."""
+    job = running_job()  # step 12 heard
+    saved = report(job, CheckpointSaved, step=10, uri="s3://b/ft-ab12/checkpoint-10/", bytes=1, seconds=0.1)
+    job = decide(job, saved, at(21)).job
+    job = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="reconcile"), at(30)).job
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
+    newest = "s3://b/ft-ab12/checkpoint-25/"
+    resumed = decide(job, report(job, Started, resumed_from_step=25, restored_uri=newest, time=at(40)), at(40)).job
+    assert resumed.checkpoint is not None and (resumed.checkpoint.step, resumed.checkpoint.uri) == (25, newest)
+    assert resumed.step == 25 and resumed.steps_lost == 0
+    fields = dict(render.card(resumed, at(41), "en").fields)
+    assert fields["Checkpoint"] == f"step 25 · {newest}" and "25/30" in fields["Step"]
+    # A restore older than the job's checkpoint (the newest was unusable) leaves the job's own as it was.
+    older = "s3://b/ft-ab12/checkpoint-5/"
+    kept = decide(job, report(job, Started, resumed_from_step=5, restored_uri=older, time=at(40)), at(40)).job
+    assert kept.checkpoint is not None and kept.checkpoint.step == 10 and kept.step == 12
+
+
 def test_resume_failures_page_and_commands_leave_resume_failed() -> None:
     job = running_job()
     job = decide(

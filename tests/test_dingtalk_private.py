@@ -1,4 +1,4 @@
-"""Private answers stay private on DingTalk: ``costs``, ``logs`` and an admin's ``list`` asked in a group reach the
+"""Private answers stay private on DingTalk: ``costs``, ``history`` and an admin's ``list`` asked in a group reach the
 asker alone, through the robot's one-to-one message (``/v1.0/robot/oToMessages/batchSend``), and nothing of them
 lands in the group; where that cannot be, the group gets one line saying why, in its language, and never the answer.
 
@@ -23,7 +23,7 @@ ENGLISH_GROUP = "cidEnglish0001=="
 
 def test_costs_logs_and_only_an_admins_list_are_answered_privately() -> None:
     policy = PolicyConfig(admins=["dingtalk:boss"])
-    for text in ("costs", "costs 30d team=ml", "logs ft-7k2q"):
+    for text in ("costs", "costs 30d team=ml", "logs ft-7k2q", "history ft-7k2q"):
         assert answered_privately(policy, "dingtalk:bob", text)
     assert answered_privately(policy, "dingtalk:boss", "list")
     assert answered_privately(policy, "dingtalk:boss", "status")  # without a job: the same list
@@ -44,7 +44,7 @@ async def test_costs_logs_and_an_admins_list_asked_in_a_group_reach_the_asker_al
         assert everyone.splitlines()[0].endswith("全部团队：4 个任务") and "slack:U0ALICE" in everyone
         listed = await ask_privately(dingtalk, "list", "boss", DINGTALK_GROUP)  # every group's jobs
         assert set(seeded) <= {line.split()[0] for line in listed.split("\n\n")}
-        logs = await ask_privately(dingtalk, f"logs {bobs.id}", "bob", DINGTALK_GROUP)
+        logs = await ask_privately(dingtalk, f"history {bobs.id}", "bob", DINGTALK_GROUP)
         assert logs.endswith(" seeded")  # the job's history, with times
         assert [m["user"] for m in dingtalk.direct_messages] == ["boss", "boss", "bob"]
         assert all(call[1] == "/v1.0/robot/oToMessages/batchSend" for call in dingtalk.calls)

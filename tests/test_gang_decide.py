@@ -109,6 +109,22 @@ def test_losing_node_0_replaces_it_alone_and_node_1_takes_rank_0() -> None:
     assert [a.number for a in job.gang_attempts.values()] == [2, 3] and job.steps_lost == 0
 
 
+def test_a_gang_restored_from_a_checkpoint_newer_than_the_jobs_moves_its_checkpoint_and_step() -> None:
+    """Node 0 committed step 12 and nobody heard it (the bot was down): the gang's restore says so when it trains
+    again, and the job's checkpoint and step follow (its card never shows step 9 under "resumed from step 12")."""
+    job = running_gang()
+    told = report(job, 1, Interrupted, node_rank=0, generation=1, reason="spot-interruption", step=9, uri="f:/9/")
+    job, _ = step(job, told)
+    job, _ = step(job, report(job, 2, Standby, node_rank=1, generation=1, step=9, cause="stopped"))
+    job, _ = step(job, Launched(job_id=job.id, attempt=3, instance_id="i-2", zone="za", private_ip="10.0.0.9"))
+    job, _ = step(job, report(job, 3, Started, node_rank=1, generation=2, resumed_from_step=12, restored_uri="f:/12/"))
+    assert job.checkpoint is not None and job.checkpoint.step == 9  # one node started is not the gang's restore
+    job, _ = step(job, report(job, 2, Started, node_rank=0, generation=2, resumed_from_step=12, restored_uri="f:/12/"))
+    assert job.state is JobState.RUNNING
+    assert job.checkpoint is not None and (job.checkpoint.step, job.checkpoint.uri) == (12, "f:/12/")
+    assert job.step == 12
+
+
 def test_a_replacement_refused_for_capacity_holds_then_the_gang_moves_whole() -> None:
     job = running_gang()
     job, _ = step(job, report(job, 1, Standby, node_rank=0, generation=1, step=5, cause="trainer-exited"))

@@ -43,13 +43,18 @@ def refusal(user: str, action: Action, subject: Job, where: ChatRef = A) -> str 
 # Who may do what to alice's job (home channel A, team ml), asking in channel A; None: allowed.
 TABLE: list[tuple[str, Action, str | None]] = [
     *((user, "stop", None) for user in ("slack:U0ALICE", "slack:U0TINA", "slack:U0ADMIN")),
-    *((user, action, "refused.not-yours") for user in ("slack:U0BOB", "slack:U0MAL") for action in ("stop", "logs")),
+    *(
+        (user, action, "refused.not-yours")
+        for user in ("slack:U0BOB", "slack:U0MAL")
+        for action in ("stop", "logs", "history")
+    ),
     ("slack:U0BOB", "interrupt-test", "refused.not-yours"),
     ("slack:U0BOB", "resume", "refused.not-yours"),
     ("slack:U0BOB", "ack", "refused.not-yours"),
     ("slack:U0OLGA", "ack", "refused.not-yours"),  # on call, but the job has no page
     ("slack:U0TINA", "interrupt-test", None),
     ("slack:U0TINA", "logs", None),
+    ("slack:U0TINA", "history", None),
     ("slack:U0MAL", "status", None),  # anyone in the job's channel sees its card
     ("slack:U0MAL", "chart", None),  # and its chart: who may see the one may see the other
 ]
@@ -63,7 +68,7 @@ def test_the_owner_the_team_and_the_admins_act_on_a_job_and_nobody_else(
 
 
 def test_another_channel_sees_neither_the_card_nor_the_log_except_for_admins() -> None:
-    for action in ("status", "logs", "chart"):
+    for action in ("status", "logs", "history", "chart"):
         assert refusal("slack:U0MAL", action, job(), where=B) == "refused.other-channel"
         assert refusal("slack:U0ALICE", action, job(), where=B) == "refused.other-channel"  # the owner asks at home
         assert refusal("slack:U0ADMIN", action, job(), where=B) is None

@@ -112,8 +112,8 @@ async def test_in_slack_only_the_owner_the_team_and_the_admins_act_on_a_job_and_
 
         # A team member and the owner read the log in the job's channel; Tina stops one job, the admin the other
         # (from channel B: an admin sees and acts everywhere).
-        logs = said((await command(service, f"logs {first}", user=TINA, channel=A))[1])
-        assert " created " in logs and f"slack:{ALICE}" in logs
+        history = said((await command(service, f"history {first}", user=TINA, channel=A))[1])
+        assert " created " in history and f"slack:{ALICE}" in history
         assert said((await command(service, f"stop {first}", user=TINA, channel=A))[1]).startswith(f"OK: stop {first}")
         assert await click(service, ACTION_STOP, second, user=ADMIN, channel=B) == 200
         done = await slack.wait_for(lambda: told(slack, ADMIN))

@@ -168,8 +168,12 @@ async def test_a_trainer_its_user_cannot_reach_fails_before_anything_is_restored
     runner = await start_runner(spec, reachable / "work", runner_env(FINETUNE_TRAINER_USER=trainer_account.pw_name))
     assert await asyncio.wait_for(runner.wait(), 60) == 1
     [failed] = read_reports(reports)
-    assert failed["failure"]["code"] == "trainer-not-executable"
-    assert failed["failure"]["values"]["program"] == str(program)
+    assert failed["failure"]["code"] == "trainer-out-of-reach"
+    assert failed["failure"]["values"] == {
+        "program": str(program),
+        "user": trainer_account.pw_name,
+        "setting": "FINETUNE_TRAINER_USER",
+    }
     assert not (tmp_path / "store").exists()
 
 

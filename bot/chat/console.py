@@ -1,7 +1,8 @@
 """The console chat: the bot's messages printed to a terminal, for ``finetune-bot chat`` and the demo.
 
 A terminal cannot edit a message in place, so the job card is printed again only when the job's state
-changes, not on every step.
+changes, not on every step. Nor can it show an image: a job's chart (``/finetune chart``) is written to a PNG file
+in the state directory, and its path is printed (:class:`ConsoleDeliverer`).
 
 :func:`read_commands` is the input side. On a terminal it is a prompt_toolkit prompt, and everything printed
 while it waits (the bot's updates, answers) goes above the line being typed, which stays intact; Ctrl-D and
@@ -20,8 +21,11 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
+from pathlib import Path
 
-from bot.chat.catalog import plain
+from bot.chat.base import PortDeliverer
+from bot.chat.catalog import plain, text
+from bot.chat.delivery import Draw, MessageRef
 from bot.chat.render import card_text, mentions, message_text
 from handlers.clock import utcnow
 from handlers.jobs import Job, JobState
@@ -62,6 +66,43 @@ class ConsoleChat:
             return  # one terminal is both the alert channel and the thread: say it once
         self._last = text
         self.write(text)
+
+    async def chart_written(self, job: Job, note: Notify, path: Path) -> None:
+        """Say where the job's chart was written, under its caption."""
+        said = terminal_text(message_text(job, note, self.clock()) + "\n" + text("en", "console.chart-file", path=path))
+        self.transcript.append((job.id, note.channel, said))
+        self._last = said
+        self.write(said)
+
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class ConsoleDeliverer(PortDeliverer):
+    """The console as the chat outbox's deliverer: each note printed, and a job's chart, which a terminal cannot
+    show, written to a PNG file in ``charts`` (one file per chart asked) whose path is printed."""
+
+    def __init__(self, chat: ConsoleChat, charts: Path) -> None:
+        super().__init__(chat)
+        self.chat = chat
+        self.charts = charts
+
+    async def post_image(self, job: Job, note: Notify, draw: Draw, card: MessageRef | None) -> None:
+        png = await draw("en", self.chat.clock())
+        stem = note.id if note.id.startswith(job.id) else f"{job.id}-{note.id}"  # the job's id first, once
+        name = _UNSAFE_NAME.sub("", stem)[:100] + ".png"
+        path = await asyncio.to_thread(_write_png, self.charts, name, png)
+        await self.chat.chart_written(job, note, path)
+
+
+def _write_png(folder: Path, name: str, png: bytes) -> Path:
+    """``png`` in ``folder/name``, whole or not at all (a reader never opens half an image)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = (folder / name).resolve()
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(png)
+    partial.replace(path)
+    return path
 
 
 PROMPT = "/finetune "

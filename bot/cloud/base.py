@@ -174,6 +174,16 @@ class RegroupsGangs(Protocol):
 
 
 @runtime_checkable
+class ReadsTrainerLogs(Protocol):
+    """A cloud whose trainers' logs the bot can read (the local cloud's are files on this machine; a cloud
+    instance's stays on it)."""
+
+    async def trainer_log(self, job_id: str, attempt: int, lines: int) -> list[str] | None:
+        """The last ``lines`` lines the trainer of ``job_id``'s ``attempt`` wrote; None when it wrote no log."""
+        ...
+
+
+@runtime_checkable
 class ListsZones(Protocol):
     """What the spot policy asks of a cloud: the zones a spot launch may be pinned to, in preference order
     (local, AWS and Alibaba Cloud all say; a cloud that cannot leaves the choice of zone to its launch)."""

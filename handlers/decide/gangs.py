@@ -25,7 +25,7 @@ from handlers.gang import place_in, rank_of, regrouped
 from handlers.instance_claims import foreign_instance
 from handlers.job_cost import job_cost
 from handlers.jobs import TERMINAL_STATES, Attempt, CheckpointRef, Job, JobState
-from handlers.lifecycle import Lifecycle, best_step, furthest_step
+from handlers.lifecycle import Lifecycle, best_step, furthest_step, restored
 from handlers.messages import (
     CloudEvent,
     GangHoldDue,
@@ -284,7 +284,7 @@ def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Chan
         moved = moved.model_copy(update={"updated_at": now})
         card = notify(moved, "card", CardRefresh(cause="started"))
         return make(moved, {**history, "waiting_for": waiting}, [*outbox, card])
-    updates: dict[str, Any] = {}
+    updates: dict[str, Any] = restored(job, message.resumed_from_step, message.restored_uri, message.time)
     notes: list[Message] = []
     if job.generation > 1:  # the gang trains again after a loss: what it cost
         lost_attempt = max((a for a in moved.attempts if a.ended_at is not None), key=lambda a: a.ended_at or now)

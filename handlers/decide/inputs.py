@@ -18,7 +18,7 @@ from handlers.decide.builders import advance, change, chart_note, ignore, make, 
 from handlers.failures import Failure
 from handlers.instance_claims import foreign_instance
 from handlers.jobs import TERMINAL_STATES, CheckpointRef, Job, JobState
-from handlers.lifecycle import Lifecycle, furthest_step
+from handlers.lifecycle import Lifecycle, furthest_step, restored
 from handlers.messages import (
     CloudEvent,
     Launched,
@@ -203,6 +203,7 @@ def _started(job: Job, report: Started, now: datetime) -> Change:
         }
     )
     updates: dict[str, Any] = {"attempts": [*job.attempts[:-1], attempt]}
+    updates.update(restored(job, report.resumed_from_step, report.restored_uri, report.time))
     fields: dict[str, Any] = {"attempt": attempt.number, "resumed_from_step": report.resumed_from_step}
     resumed = Resumed(attempt=attempt.number, step=report.resumed_from_step)
     if attempt.number > 1:

@@ -205,7 +205,15 @@ BOT: dict[str, str] = {
     "reply.starting": "Starting {job}: {recipe} ({params})",
     "reply.ok": "OK: {action} {job} ({state})",
     "reply.chart": "📈 The chart of {job} is on its way to the job's thread.",
+    "reply.chart-file": "📈 Drawing the chart of {job}: the path of its PNG file follows.",
+    "console.chart-file": "the chart is in {path}",
     "reply.no-job": "no job {job}",
+    "reply.logs": "📜 {job}: the last {count} line(s) of the trainer's log (attempt {attempt})",
+    "reply.no-logs": "{job}: no trainer has written a log yet; {history} shows the job's history",
+    "reply.logs-elsewhere": (
+        "{job}: the trainer's log stays on its instance on {cloud}, out of the bot's reach; {history} shows the "
+        "job's history"
+    ),
     "reply.refused": "⛔ {why}",
     "reply.ignored": "⛔ {action} {job}: {why}",
     "reply.no-jobs": "no jobs yet: /finetune start tiny",

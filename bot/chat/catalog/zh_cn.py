@@ -168,7 +168,12 @@ MESSAGES: dict[str, str] = {
     "reply.starting": "正在启动 {job}：{recipe}（{params}）",
     "reply.ok": "已受理：{action} {job}（{state}）",
     "reply.chart": "📈 任务 {job} 的图表即将发到它的消息串里。",
+    "reply.chart-file": "📈 正在绘制任务 {job} 的图表：PNG 文件的路径随后给出。",
+    "console.chart-file": "图表在 {path}",
     "reply.no-job": "找不到任务 {job}",
+    "reply.logs": "📜 {job}：训练程序日志的最后 {count} 行（第 {attempt} 次尝试）",
+    "reply.no-logs": "{job}：训练程序还没有写日志；{history} 可查看任务记录",
+    "reply.logs-elsewhere": "{job}：训练程序的日志留在 {cloud} 上的实例里，机器人读不到；{history} 可查看任务记录",
     "reply.refused": "⛔ {why}",
     "reply.ignored": "⛔ {action} {job}：{why}",
     "reply.no-jobs": "还没有任务：/finetune start tiny",
@@ -223,6 +228,7 @@ MESSAGES: dict[str, str] = {
     "usage.line.status": "status [任务]",
     "usage.line.list": "list",
     "usage.line.logs": "logs <任务>",
+    "usage.line.history": "history <任务>",
     "usage.line.chart": "chart <任务>",
     "usage.line.ack": "ack <任务>",
     "usage.line.resume": "resume <任务> [on-demand]",
@@ -234,7 +240,8 @@ MESSAGES: dict[str, str] = {
         "/finetune {interrupt_test} —— 中断测试\n"
         "/finetune {status} —— 查看任务状态\n"
         "/finetune {list} —— 列出最近的任务及其步数\n"
-        "/finetune {logs} —— 查看任务记录（带时间）\n"
+        "/finetune {logs} —— 查看训练程序日志的末尾（最近一次尝试的）\n"
+        "/finetune {history} —— 查看任务记录（带时间）\n"
         "/finetune {chart} —— 在任务的消息串里发出损失与费用图\n"
         "/finetune {ack} —— 认领值班告警\n"
         "/finetune {resume} —— 从检查点继续失败或已停止的任务（可改用按量付费）\n"
@@ -244,6 +251,7 @@ MESSAGES: dict[str, str] = {
     "usage.error": "{verb}：{problem}。用法：/finetune {usage}",
     "usage.too-long": "命令太长（超过 {limit} 个字符）\n{help}",
     "usage.unknown": "未知命令 {word}\n{help}",
+    "usage.unknown-close": "未知命令 {word}：是不是想用 {verb}？（{help} 列出所有命令）",
     "usage.at-most-one-job": "最多只能带一个任务编号",
     "usage.resume-args": "需要一个任务编号，后面可以再加 on-demand",
     "usage.needs-recipe": "需要指定配方",
@@ -379,6 +387,10 @@ MESSAGES: dict[str, str] = {
     "failure.trainer-not-found": "无法启动训练程序：找不到 {program!r}",
     "failure.trainer-not-on-path": "无法启动训练程序：在可执行文件搜索路径（{path}）中找不到 {program!r}",
     "failure.trainer-not-executable": "无法启动训练程序：{program!r} 不可执行",
+    "failure.trainer-out-of-reach": (
+        "无法启动训练程序：训练用户 {user} 访问不到 {program!r}（路径上有目录对 {user} 关闭）；"
+        "请把它安装到 {user} 能访问的位置，或把 {setting} 设为能访问它的用户"
+    ),
     "failure.trainer-not-started": "无法启动训练程序 {program!r}：{error}",
     "failure.metadata-guard-failed": "未启动训练程序：无法阻止训练用户访问实例元数据服务（{error}）",
     "failure.trainer-exited": "训练程序以退出码 {exit_code} 结束；已重启 {restarts} 次，不再重试：{line}",

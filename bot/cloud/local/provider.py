@@ -45,6 +45,7 @@ from bot.cloud.base import CloudError, ForeignInstance, GangPlacement, Instance,
 from bot.cloud.local.env import instance_environment
 from bot.cloud.local.instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
 from bot.cloud.local.registry import LocalInstanceRecord, LocalRegistry, local_instance_id
+from bot.cloud.local.trainer_user import TRAINER_USER_ENV, trainer_stays_with_root
 from bot.keys import DEFAULT_KEYS, Keys
 from bot.partitions import is_cluster_client
 from handlers.gang import LOOPBACK
@@ -99,7 +100,14 @@ class LocalCloud:
         self.keys = keys
         self._registry = LocalRegistry(redis, keys) if redis is not None else None
         self.grace_seconds = grace_seconds
-        self.runner_env = runner_env or {}
+        self.runner_env = dict(runner_env or {})
+        # A bot run as root from a place other users cannot reach keeps its trainers as root (said once, here).
+        self.trainer_note: str | None = None
+        if TRAINER_USER_ENV not in self.runner_env:
+            self.trainer_note = trainer_stays_with_root(state_dir, os.environ)
+        if self.trainer_note is not None:
+            self.runner_env[TRAINER_USER_ENV] = "root"
+            log.warning("%s", self.trainer_note)
         self.report_keys = report_keys  # each runner gets its attempt's key (FINETUNE_REPORT_SECRET), never the master
         self.orphan_seconds = orphan_seconds
         self._http: aiohttp.ClientSession | None = None
@@ -290,6 +298,12 @@ class LocalCloud:
         task.add_done_callback(lambda _done: self._starting.discard(process))
         return process
 
+    async def trainer_log(self, job_id: str, attempt: int, lines: int) -> list[str] | None:
+        """The tail of the trainer's log of ``job_id``'s ``attempt``: the file its runner writes in the instance's
+        work directory (its output, stdout and stderr; the runner's own log is ``runner.log`` beside it)."""
+        path = self.state_dir / "instances" / local_instance_id(job_id, attempt) / "work" / "trainer.log"
+        return await asyncio.to_thread(_last_lines, path, lines)
+
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:
         return self.spot_price if market == "spot" else self.on_demand_price
 
@@ -468,6 +482,22 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _last_lines(path: Path, count: int, most: int = 64 * 1024) -> list[str] | None:
+    """The last ``count`` lines of ``path``, read from its last ``most`` bytes (a log may be long); None when it
+    does not exist."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(size - most, 0))
+            tail = handle.read()
+    except FileNotFoundError:
+        return None
+    found = tail.decode(errors="replace").splitlines()
+    if size > most:
+        found = found[1:]  # the first one read may be the end of a line
+    return found[-count:]
 
 
 def _tail(path: Path, lines: int = 5) -> str:
