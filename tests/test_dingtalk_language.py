@@ -17,6 +17,7 @@ import pytest
 
 from fakes.bot_harness import SLEEPS, quick_recipe, running_dingtalk_bot, wait_job, write_config
 from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
+from handlers.commands import USAGE
 from handlers.jobs import JobState
 from tests.test_permissions_chat import ask_privately
 
@@ -74,8 +75,9 @@ async def test_a_group_gets_every_answer_in_chinese_and_an_english_group_in_engl
             "/finetune start ＜配方＞ ［参数=值 …］ ［deadline=36h］ ［budget=120］ ［nodes=2］ "
             "—— 按配方启动微调任务（配方见下），可设截止时间与预算"
         )
-        assert all(CJK.search(line) for line in help_lines[:11])  # each command, one line saying what it does
-        assert help_lines[11].startswith("配方") and any(line.strip().startswith("sleepy") for line in help_lines)
+        commands = len(USAGE)  # each command, one line saying what it does, then the recipes
+        assert all(CJK.search(line) for line in help_lines[:commands])
+        assert help_lines[commands].startswith("配方") and any(line.strip().startswith("sleepy") for line in help_lines)
 
         unknown = await ask(dingtalk, "start llama-70b")
         assert unknown.startswith("⛔ 未知配方 'llama-70b'；可用的配方：") and "sleepy" in unknown
