@@ -1,4 +1,7 @@
-"""Every command block of the local quickstart (docs/quickstart.md) runs, in order, as a reader types them.
+"""Every command block of the local quickstart (docs/quickstart.md) runs, in order, as a reader types them; so do
+those of "Slack from your laptop" (docs/quickstart-slack.md, up to its AWS part) and "DingTalk in five steps"
+(docs/quickstart-dingtalk.md), against the fake Slack in Socket Mode and the fake DingTalk Stream gateway, with the
+fake's tokens pasted where the reader pastes theirs.
 
 The ```` ```sh ```` blocks (and the ``$`` lines of a ```` ```console ```` block) go into one bash script, run with
 ``-e`` in a folder laid out as a checkout after ``make``: the Makefile and pyproject.toml, ``bench/`` (the spot
@@ -9,16 +12,27 @@ at once. A block a test cannot type (the interactive chat) says so on the line b
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import signal
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
+from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
+from fakes.fake_slack import APP_TOKEN, BOT_TOKEN, FakeSlack, slash_command
+from fakes.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "docs" / "quickstart.md"
+SLACK_QUICKSTART = ROOT / "docs" / "quickstart-slack.md"
+SLACK_AWS_PART = "## The bot on my laptop, the runners on AWS"  # needs an AWS account: docs/aws.md's steps
+DINGTALK_QUICKSTART = ROOT / "docs" / "quickstart-dingtalk.md"
+DINGTALK_CONFIG_PART = "## Next: alerts, cards, groups"
 NOT_RUN = "<!-- not run: interactive -->"
 MAX_NOT_RUN = 1
 COMMAND_LANGUAGES = ("sh", "console")
@@ -72,14 +86,8 @@ def checkout_after_make(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.scenario
-def test_every_command_block_of_the_quickstart_runs(tmp_path: Path) -> None:
-    run, _ = command_blocks(QUICKSTART.read_text())
-    script = ["set -eo pipefail"]
-    for number, block in enumerate(run, start=1):
-        script += [f"echo '### block {number}' >&2", block]
-    (tmp_path / "checkout").mkdir()
-    folder = checkout_after_make(tmp_path / "checkout")
+def reader_env() -> dict[str, str]:
+    """The environment the blocks run in: this checkout's code, the trainer kept with the runner."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),  # this checkout's code, whatever the interpreter's install points at
@@ -88,8 +96,19 @@ def test_every_command_block_of_the_quickstart_runs(tmp_path: Path) -> None:
     }
     env.pop("MAKEFLAGS", None)
     env.pop("MAKELEVEL", None)
+    return env
+
+
+@pytest.mark.scenario
+def test_every_command_block_of_the_quickstart_runs(tmp_path: Path) -> None:
+    run, _ = command_blocks(QUICKSTART.read_text())
+    script = ["set -eo pipefail"]
+    for number, block in enumerate(run, start=1):
+        script += [f"echo '### block {number}' >&2", block]
+    (tmp_path / "checkout").mkdir()
+    folder = checkout_after_make(tmp_path / "checkout")
     done = subprocess.run(
-        ["bash", "-c", "\n".join(script)], cwd=folder, env=env, capture_output=True, text=True, timeout=280
+        ["bash", "-c", "\n".join(script)], cwd=folder, env=reader_env(), capture_output=True, text=True, timeout=280
     )
     reached = re.findall(r"^### block (\d+)$", done.stderr, re.M)
     assert done.returncode == 0, (
@@ -101,3 +120,110 @@ def test_every_command_block_of_the_quickstart_runs(tmp_path: Path) -> None:
     assert "✔ finished" in out and "✘" not in out  # make demo's checklist
     assert "⛔ steps=999999 is above the maximum 10000" in out  # the chat's answer to a mistake
     assert '"policy": "deadline-aware"' in out and '"met_deadline": true' in out  # simulate's lines
+
+
+@pytest.mark.unit
+def test_the_slack_quickstart_runs_every_block_of_its_laptop_part() -> None:
+    laptop, aws = SLACK_QUICKSTART.read_text().split(SLACK_AWS_PART)
+    run, skipped = command_blocks(laptop)
+    assert not skipped and [block.split()[0] for block in run] == ["make", "umask", "finetune-bot", "finetune-bot"]
+    assert "xoxb-…" in run[1] and "xapp-…" in run[1]  # the tokens the reader pastes, which the test replaces
+    assert "aws " in "".join(command_blocks(aws)[0])  # what is left out is the part that needs an AWS account
+
+
+async def run_chat_quickstart(
+    tmp_path: Path,
+    blocks: list[str],
+    env: dict[str, str],
+    connected: Callable[[], Awaitable[None]],
+    talk: Callable[[], Awaitable[None]],
+) -> str:
+    """Run a chat quickstart's blocks as the reader does, its last (``finetune-bot serve``) until the reader's
+    Ctrl-C: once the bot has ``connected`` to the fake platform, ``talk`` says something to it. The output."""
+    *setup, serve = blocks
+    assert serve.strip() == "finetune-bot serve"
+    script = ["set -eo pipefail"]
+    for number, block in enumerate(setup, start=1):
+        script += [f"echo '### block {number}' >&2", block]
+    script += [f"echo '### block {len(blocks)}' >&2", f"exec {serve.strip()}"]
+    (tmp_path / "checkout").mkdir()
+    folder = checkout_after_make(tmp_path / "checkout")
+    log = tmp_path / "out.log"
+    # The bot's port one that is free here (the reader's default may be taken on a shared machine).
+    env = {**reader_env(), "FINETUNE_HTTP_PORT": str(free_port()), **env}
+    with log.open("wb") as out:
+        bot = await asyncio.create_subprocess_exec(
+            "bash", "-c", "\n".join(script), cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        up = asyncio.ensure_future(connected())
+        done, _ = await asyncio.wait({up, asyncio.ensure_future(bot.wait())}, return_when="FIRST_COMPLETED")
+        assert up in done, f"the bot ended before it connected:\n{log.read_text()[-4000:]}"
+        await talk()
+    finally:
+        if bot.returncode is None:
+            bot.send_signal(signal.SIGINT)  # the reader's Ctrl-C
+        status = await bot.wait()
+    said = log.read_text()
+    reached = re.findall(r"^### block (\d+)$", said, re.M)
+    assert reached == [str(number) for number in range(1, len(blocks) + 1)], said[-4000:]
+    assert "✔ finished" in said and "✘" not in said  # make demo's checklist
+    checks = [line for line in said.splitlines() if line[:1] in ("✓", "✗")]
+    assert checks and all(line.startswith("✓") for line in checks), "\n".join(checks)
+    assert status == 0, said[-4000:]  # the Ctrl-C a clean stop
+    return said
+
+
+@pytest.mark.scenario
+@pytest.mark.timeout(600)
+async def test_the_slack_quickstart_runs_against_a_fake_slack_in_socket_mode(tmp_path: Path) -> None:
+    run, _ = command_blocks(SLACK_QUICKSTART.read_text().split(SLACK_AWS_PART)[0])
+    blocks = [block.replace("xoxb-…", BOT_TOKEN).replace("xapp-…", APP_TOKEN) for block in run]
+    async with FakeSlack() as slack:
+
+        async def talk() -> None:
+            envelope = await slack.send_envelope("slash_commands", slash_command("help"))
+            answer = (await slack.ack_of(envelope, timeout=60))["payload"]["text"]
+            assert answer.startswith("/finetune start") and "/finetune help" in answer  # every command, as in Slack
+
+        # Slack is the fake: the one variable the reader does not set.
+        said = await run_chat_quickstart(
+            tmp_path, blocks, {"SLACK_API_URL": slack.api_url}, lambda: slack.connected(timeout=540), talk
+        )
+    assert any(line.startswith("✓ Slack") for line in said.splitlines())
+
+
+@pytest.mark.unit
+def test_the_dingtalk_quickstart_runs_every_block_of_its_first_part() -> None:
+    first, rest = DINGTALK_QUICKSTART.read_text().split(DINGTALK_CONFIG_PART)
+    run, skipped = command_blocks(first)
+    assert not skipped and [block.split()[0] for block in run] == ["make", "umask", "finetune-bot", "finetune-bot"]
+    assert "DINGTALK_CLIENT_ID=ding…" in run[1] and "DINGTALK_CLIENT_SECRET=…" in run[1]
+    assert not command_blocks(rest)[0]  # after it, a config file to write, no command
+
+
+@pytest.mark.scenario
+@pytest.mark.timeout(600)
+async def test_the_dingtalk_quickstart_runs_against_a_fake_dingtalk_stream(tmp_path: Path) -> None:
+    run, _ = command_blocks(DINGTALK_QUICKSTART.read_text().split(DINGTALK_CONFIG_PART)[0])
+    async with FakeDingTalk() as dingtalk:
+        blocks = [
+            block.replace("DINGTALK_CLIENT_ID=ding…", f"DINGTALK_CLIENT_ID={dingtalk.client_id}").replace(
+                "DINGTALK_CLIENT_SECRET=…", f"DINGTALK_CLIENT_SECRET={dingtalk.client_secret}"
+            )
+            for block in run
+        ]
+
+        async def talk() -> None:
+            said = group_message("@Finetune Bot help", "staff-1", "cid-group", dingtalk.session_webhook("quick"))
+            await dingtalk.push(message_frame(said))
+            await dingtalk.wait_until(lambda: bool(dingtalk.session_replies), what="the answer to help")
+            [reply] = dingtalk.session_replies
+            assert "/finetune help" in str(reply["body"]["markdown"]["text"])
+
+        # DingTalk is the fake: its endpoints are the variables the reader does not set.
+        endpoints = {"DINGTALK_OPENAPI_ENDPOINT": dingtalk.url, "DINGTALK_OAPI_ENDPOINT": dingtalk.url}
+        said = await run_chat_quickstart(
+            tmp_path, blocks, endpoints, lambda: dingtalk.wait_connected(timeout=540), talk
+        )
+    assert any(line.startswith("✓ DingTalk") for line in said.splitlines())
