@@ -31,7 +31,7 @@ def keys_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
 def _step(kind: Any, part: str | int) -> list[Any]:
     """What sits at ``part`` inside a value of type ``kind``."""
     found: list[Any] = []
-    for one in _alternatives(kind):
+    for one in alternatives(kind):
         origin = get_origin(one)
         if isinstance(one, type) and issubclass(one, BaseModel):
             for name, field in one.model_fields.items():
@@ -47,17 +47,18 @@ def _step(kind: Any, part: str | int) -> list[Any]:
 def _keys(kind: Any) -> list[str]:
     return [
         field.alias or name
-        for one in _alternatives(kind)
+        for one in alternatives(kind)
         if isinstance(one, type) and issubclass(one, BaseModel)
         for name, field in one.model_fields.items()
     ]
 
 
-def _alternatives(kind: Any) -> list[Any]:
-    """``kind`` without ``Optional``, unions and ``Annotated``: the types a value of it may have."""
+def alternatives(kind: Any) -> list[Any]:
+    """``kind`` without unions and ``Annotated``: the types a value of it may have (``None``'s among them where it
+    is optional). The configuration reference reads the settings models' types through it too."""
     origin = get_origin(kind)
     if origin is Annotated:
-        return _alternatives(get_args(kind)[0])
+        return alternatives(get_args(kind)[0])
     if origin in (Union, types.UnionType):
-        return [inner for arg in get_args(kind) for inner in _alternatives(arg)]
+        return [inner for arg in get_args(kind) for inner in alternatives(arg)]
     return [kind]

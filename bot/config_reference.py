@@ -30,6 +30,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from bot.config_keys import alternatives
 from bot.settings import FileConfig, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -335,9 +336,8 @@ def _model_in(annotation: Any) -> tuple[type[BaseModel], str] | None:
 
 
 def _alternatives(annotation: Any) -> list[Any]:
-    if get_origin(annotation) in (Union, types.UnionType):
-        return [arg for arg in get_args(annotation) if arg is not type(None)]
-    return [annotation]
+    """The types a value may have, ``None`` aside (whether it may be missing is said apart)."""
+    return [arg for arg in alternatives(annotation) if arg is not type(None)]
 
 
 def _row(name: str, field: FieldInfo, description: str) -> str:
