@@ -30,15 +30,8 @@ def bot_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_serve_answers_health_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bot.cli", "serve"],
-        env=bot_env(tmp_path, FINETUNE_HTTP_PORT=str(port)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _start_serve(tmp_path, port)
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             assert 'finetune_jobs{state="RUNNING"} 0' in response.read().decode()
         proc.send_signal(signal.SIGTERM)
@@ -56,17 +49,9 @@ def test_serve_answers_health_and_stops_cleanly_on_sigterm(tmp_path: Path) -> No
 def test_a_sigterm_to_the_whole_process_group_stops_the_loops_before_the_embedded_valkey(tmp_path: Path) -> None:
     """Ctrl-C at a terminal, ``kill -TERM -<pgid>``, a supervisor signalling the group: the signal reaches the bot
     alone (its Valkey leads a session of its own), so no loop finds the server gone while it stops."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bot.cli", "serve"],
-        env=bot_env(tmp_path, FINETUNE_HTTP_PORT=str(port)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own group, as a shell's job is: the signal below goes to all of it
-    )
+    # Its own group, as a shell's job is: the signal below goes to all of it.
+    proc = _start_serve(tmp_path, free_port(), start_new_session=True)
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
         os.killpg(proc.pid, signal.SIGTERM)
         output, _ = proc.communicate(timeout=30)
     finally:
@@ -202,15 +187,22 @@ def test_the_aws_cloud_without_the_runner_role_id_is_one_clear_error(tmp_path: P
 # -- one owner per state dir, and one clean line for every bad setting ------------------------------------------
 
 
-def _start_serve(tmp_path: Path, port: int) -> subprocess.Popen[str]:
+def _start_serve(tmp_path: Path, port: int, start_new_session: bool = False) -> subprocess.Popen[str]:
+    """``serve`` on the embedded defaults, once it answers ``/healthz`` (killed if it never does)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "bot.cli", "serve"],
         env=bot_env(tmp_path, FINETUNE_HTTP_PORT=str(port)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=start_new_session,
     )
-    wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     return proc
 
 
