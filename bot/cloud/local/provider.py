@@ -501,7 +501,9 @@ def _last_lines(path: Path, count: int, most: int = 64 * 1024) -> list[str] | No
 
 
 def _tail(path: Path, lines: int = 5) -> str:
+    """The last ``lines`` of a log on one line, for an error message."""
     try:
-        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+        found = _last_lines(path, lines)
     except OSError:
-        return "(no log)"
+        found = None
+    return "(no log)" if found is None else " | ".join(found)
