@@ -2,7 +2,7 @@
 
 Every quickstart (docs/quickstart.md, quickstart-slack.md, quickstart-dingtalk.md) begins with ``make demo``, the
 same command in the same kind of checkout, and ``tests/test_bot_scenarios.py`` tells the demo story end to end: one
-real run of it (the bot, a local instance, the tiny trainer interrupted and resumed: ~10 s of CPU, ~35 s of wall
+real run of it (the bot, a local instance, the tiny trainer interrupted and resumed: ~10 s of CPU, half a minute of wall
 time) serves them all. Each test then goes on from a copy of the checkout that run left (:func:`after_the_demo`).
 """
 
