@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests import cpu_log
+from tests.demo_checkout import Demo, made_demo
 from tests.gang_reference import ADAPTER, GANG_STEPS, two_node_adapter
 from tests.markers import assign_kinds, fill_machine_caches, guard_unit_tests
 from tests.runner_harness import made_once, run_tiny_directly
@@ -100,6 +101,12 @@ def two_node_reference(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     root = made_once(tmp_path_factory, "gang-reference", lambda root: two_node_adapter(root, GANG_STEPS))
     assert not (root / "node-1" / ADAPTER).exists()  # the final adapter is global rank 0's to write
     return (root / "node-0" / ADAPTER).read_bytes()
+
+
+@pytest.fixture(scope="session")
+def make_demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """``make demo`` in a fresh checkout, run once for every test that begins with it (tests/demo_checkout.py)."""
+    return made_demo(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,7 @@ SERVER_FIXTURES = frozenset(
         "trainer_account",
         "reference_run",
         "two_node_reference",
+        "make_demo",
     }
 )
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.demo import run_demo
 from fakes.bot_harness import (
     CHANNEL,
     FAILS_ON_RESUME,
@@ -30,11 +29,17 @@ from handlers.jobs import JobState
 from handlers.messages import ReportReceived, dump_message
 from handlers.reports import Progress
 from handlers.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from tests.demo_checkout import Demo
 
 
 @pytest.mark.scenario
-async def test_the_demo_story_end_to_end(tmp_path: Path) -> None:
-    assert await run_demo(tmp_path / "state") == 0
+def test_the_demo_story_end_to_end(make_demo: Demo) -> None:
+    """``make demo`` (the run the quickstarts begin with: tests/demo_checkout.py) tells the whole story: the
+    interruption alerted, the checkpoint committed, the relaunch resumed with no step lost, the job finished."""
+    assert make_demo.status == 0, make_demo.failure()
+    checklist = [line.strip() for line in make_demo.said().splitlines() if line.strip()[:1] in ("✔", "✘")]
+    assert len(checklist) == 4 and all(line.startswith("✔") for line in checklist), checklist
+    assert checklist[-1] == "✔ finished" and "0 steps lost" in checklist[2]
 
 
 async def test_runner_reports_must_be_signed_and_duplicates_change_nothing(tmp_path: Path) -> None:

@@ -13,7 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def loaded_after(module: str) -> set[str]:
-    code = f"import sys, {module}; print(' '.join(sorted(name.split('.')[0] for name in sys.modules)))"
+    return loaded_by(f"import {module}")
+
+
+def loaded_by(statements: str) -> set[str]:
+    """The top-level packages a fresh interpreter holds after ``statements`` (one marked absent, ``None`` in
+    ``sys.modules``, is not loaded)."""
+    listed = "' '.join(sorted(name.split('.')[0] for name, module in sys.modules.items() if module is not None))"
+    code = f"import sys\n{statements}\nprint({listed})"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     return set(out.stdout.split())
 
@@ -109,10 +116,13 @@ def test_the_aws_sdk_and_the_cipher_load_only_for_a_runner_that_uses_them() -> N
 @pytest.mark.scenario
 def test_the_torchrun_launcher_of_the_tiny_run_loads_no_transformers() -> None:
     """``runner.hf.tiny --processes N`` only supervises its ranks: it imports the command line, not the training
-    (torch, transformers and peft, 3 s of CPU), which the ranks import."""
+    (torch, transformers and peft, 3 s of CPU), which the ranks import, without the libraries installed beside it
+    that the tiny run never uses (ms-swift's ``datasets`` and ``scipy``: a second of CPU)."""
     heavy = {"torch", "transformers", "peft"}
     assert not loaded_after("runner.hf.tiny") & heavy
-    assert loaded_after("runner.hf.tiny_training") >= heavy
+    training = loaded_by("from runner.hf.tiny import load_training\nload_training()")
+    assert training >= heavy
+    assert not training & {"datasets", "scipy", "pandas", "pyarrow"}
 
 
 @pytest.mark.scenario

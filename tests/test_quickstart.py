@@ -6,18 +6,18 @@ fake's tokens pasted where the reader pastes theirs.
 The ```` ```sh ```` blocks (and the ``$`` lines of a ```` ```console ```` block) go into one bash script, run with
 ``-e`` in a folder laid out as a checkout after ``make``: the Makefile and pyproject.toml, ``bench/`` (the spot
 traces), and ``.venv`` pointing at the interpreter running the tests, stamped as installed so ``make demo`` starts
-at once. A block a test cannot type (the interactive chat) says so on the line before it with
+at once. Each guide's first block runs ``make demo``: that command runs once for the three (``make_demo``,
+tests/demo_checkout.py), and each guide's blocks run in a copy of the checkout it left, its output standing in its
+place. A block a test cannot type (the interactive chat) says so on the line before it with
 ``<!-- not run: interactive -->``; there may be at most :data:`MAX_NOT_RUN` of them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -26,6 +26,7 @@ import pytest
 from fakes.fake_dingtalk import FakeDingTalk, group_message, message_frame
 from fakes.fake_slack import APP_TOKEN, BOT_TOKEN, FakeSlack, slash_command
 from fakes.ports import free_port
+from tests.demo_checkout import Demo, reader_env
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "docs" / "quickstart.md"
@@ -74,39 +75,14 @@ def test_blocks_are_read_as_a_reader_types_them() -> None:
     assert command_blocks(text) == (["make demo\n", "finetune-bot --help\n"], ["finetune-bot chat\n"])
 
 
-def checkout_after_make(folder: Path) -> Path:
-    """A folder laid out as a checkout after ``make``, its ``.venv`` this interpreter's, stamped as installed."""
-    for name in ("Makefile", "pyproject.toml", "VERSION", "bench"):
-        (folder / name).symlink_to(ROOT / name)
-    venv = folder / ".venv"
-    venv.mkdir()
-    (venv / "bin").symlink_to(Path(sys.prefix) / "bin")
-    for stamp in (".installed", ".installed-demo"):  # newer than pyproject.toml and VERSION: make installs nothing
-        (venv / stamp).touch()
-    return folder
-
-
-def reader_env() -> dict[str, str]:
-    """The environment the blocks run in: this checkout's code, the trainer kept with the runner."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),  # this checkout's code, whatever the interpreter's install points at
-        # pytest's temporary folders are private (0700): the trainer stays with the runner (tests/conftest.py)
-        "FINETUNE_TRAINER_USER": os.environ.get("FINETUNE_TRAINER_USER", "root"),
-    }
-    env.pop("MAKEFLAGS", None)
-    env.pop("MAKELEVEL", None)
-    return env
-
-
 @pytest.mark.scenario
-def test_every_command_block_of_the_quickstart_runs(tmp_path: Path) -> None:
+def test_every_command_block_of_the_quickstart_runs(tmp_path: Path, make_demo: Demo) -> None:
+    assert make_demo.status == 0, make_demo.failure()
     run, _ = command_blocks(QUICKSTART.read_text())
+    folder, run[0] = make_demo.after_the_demo(tmp_path / "checkout", run[0])
     script = ["set -eo pipefail"]
     for number, block in enumerate(run, start=1):
         script += [f"echo '### block {number}' >&2", block]
-    (tmp_path / "checkout").mkdir()
-    folder = checkout_after_make(tmp_path / "checkout")
     done = subprocess.run(
         ["bash", "-c", "\n".join(script)], cwd=folder, env=reader_env(), capture_output=True, text=True, timeout=280
     )
@@ -133,21 +109,23 @@ def test_the_slack_quickstart_runs_every_block_of_its_laptop_part() -> None:
 
 async def run_chat_quickstart(
     tmp_path: Path,
+    demo: Demo,
     blocks: list[str],
     env: dict[str, str],
     connected: Callable[[], Awaitable[None]],
     talk: Callable[[], Awaitable[None]],
 ) -> str:
-    """Run a chat quickstart's blocks as the reader does, its last (``finetune-bot serve``) until the reader's
-    Ctrl-C: once the bot has ``connected`` to the fake platform, ``talk`` says something to it. The output."""
+    """Run a chat quickstart's blocks as the reader does after ``demo`` (its first block), its last (``finetune-bot
+    serve``) until the reader's Ctrl-C: once the bot has ``connected`` to the fake platform, ``talk`` says something
+    to it. The output."""
+    assert demo.status == 0, demo.failure()
     *setup, serve = blocks
     assert serve.strip() == "finetune-bot serve"
+    folder, setup[0] = demo.after_the_demo(tmp_path / "checkout", setup[0])
     script = ["set -eo pipefail"]
     for number, block in enumerate(setup, start=1):
         script += [f"echo '### block {number}' >&2", block]
     script += [f"echo '### block {len(blocks)}' >&2", f"exec {serve.strip()}"]
-    (tmp_path / "checkout").mkdir()
-    folder = checkout_after_make(tmp_path / "checkout")
     log = tmp_path / "out.log"
     # The bot's port one that is free here (the reader's default may be taken on a shared machine).
     env = {**reader_env(), "FINETUNE_HTTP_PORT": str(free_port()), **env}
@@ -176,7 +154,7 @@ async def run_chat_quickstart(
 
 @pytest.mark.scenario
 @pytest.mark.timeout(600)
-async def test_the_slack_quickstart_runs_against_a_fake_slack_in_socket_mode(tmp_path: Path) -> None:
+async def test_the_slack_quickstart_runs_against_a_fake_slack_in_socket_mode(tmp_path: Path, make_demo: Demo) -> None:
     run, _ = command_blocks(SLACK_QUICKSTART.read_text().split(SLACK_AWS_PART)[0])
     blocks = [block.replace("xoxb-…", BOT_TOKEN).replace("xapp-…", APP_TOKEN) for block in run]
     async with FakeSlack() as slack:
@@ -188,7 +166,7 @@ async def test_the_slack_quickstart_runs_against_a_fake_slack_in_socket_mode(tmp
 
         # Slack is the fake: the one variable the reader does not set.
         said = await run_chat_quickstart(
-            tmp_path, blocks, {"SLACK_API_URL": slack.api_url}, lambda: slack.connected(timeout=540), talk
+            tmp_path, make_demo, blocks, {"SLACK_API_URL": slack.api_url}, lambda: slack.connected(timeout=540), talk
         )
     assert any(line.startswith("✓ Slack") for line in said.splitlines())
 
@@ -204,7 +182,7 @@ def test_the_dingtalk_quickstart_runs_every_block_of_its_first_part() -> None:
 
 @pytest.mark.scenario
 @pytest.mark.timeout(600)
-async def test_the_dingtalk_quickstart_runs_against_a_fake_dingtalk_stream(tmp_path: Path) -> None:
+async def test_the_dingtalk_quickstart_runs_against_a_fake_dingtalk_stream(tmp_path: Path, make_demo: Demo) -> None:
     run, _ = command_blocks(DINGTALK_QUICKSTART.read_text().split(DINGTALK_CONFIG_PART)[0])
     async with FakeDingTalk() as dingtalk:
         blocks = [
@@ -224,6 +202,6 @@ async def test_the_dingtalk_quickstart_runs_against_a_fake_dingtalk_stream(tmp_p
         # DingTalk is the fake: its endpoints are the variables the reader does not set.
         endpoints = {"DINGTALK_OPENAPI_ENDPOINT": dingtalk.url, "DINGTALK_OAPI_ENDPOINT": dingtalk.url}
         said = await run_chat_quickstart(
-            tmp_path, blocks, endpoints, lambda: dingtalk.wait_connected(timeout=540), talk
+            tmp_path, make_demo, blocks, endpoints, lambda: dingtalk.wait_connected(timeout=540), talk
         )
     assert any(line.startswith("✓ DingTalk") for line in said.splitlines())

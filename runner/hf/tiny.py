@@ -9,7 +9,8 @@ It is a stock HF ``Trainer`` around a 2-layer ``LlamaForCausalLM`` built from a 
 by peft LoRA (r=4 on q_proj/v_proj), trained on a synthetic data set generated in code: nothing is downloaded,
 no tokenizer is involved, and 30 steps train in under a second on one CPU thread (the process takes ~3.5 s of CPU,
 mostly importing torch, transformers and peft: :mod:`runner.hf.tiny_training`, which the torchrun launcher of
-``--processes N`` does not import; :func:`collector_paused` keeps the garbage collector out of it).
+``--processes N`` does not import; :func:`load_training` keeps the garbage collector out of it, and the libraries
+the run never uses, :data:`UNUSED_LIBRARIES`).
 ``--step-seconds`` stretches every step so a test or a demo can deliver a spot notice mid-training.
 
 ``--processes N`` (N > 1) makes this process torchrun (``torch.distributed.run`` with a standalone rendezvous on
@@ -66,7 +67,7 @@ import gc
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 
@@ -136,6 +137,24 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
+UNUSED_LIBRARIES = ("datasets", "scipy")
+"""Installed beside the trainer (ms-swift needs them) and never used by the tiny run, which trains on a torch
+``Dataset`` made in code: transformers' ``Trainer`` imports ``datasets`` (pandas and pyarrow with it) whenever it is
+installed, and its object-detection losses import ``scipy.optimize``. About 1 s of CPU of every start."""
+
+
+def load_training() -> tuple[Callable[[], None], Callable[[argparse.Namespace, int], int]]:
+    """Import the training (torch, transformers and peft: :mod:`runner.hf.tiny_training`) as cheaply as it can be:
+    :data:`UNUSED_LIBRARIES` marked absent first (``None`` in ``sys.modules``, Python's own way of saying a module is
+    not there: transformers' ``importlib.util.find_spec`` then finds nothing, and skips them), the collector paused.
+    Its ``(leave_process_group, train)``."""
+    for name in UNUSED_LIBRARIES:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+    with collector_paused():
+        from runner.hf.tiny_training import leave_process_group, train
+    return leave_process_group, train
+
+
 def launch_ranks(nproc: int, argv: Sequence[str]) -> int:
     """Be torchrun: start ``nproc`` ranks of this same module (each sees ``LOCAL_RANK`` and trains) and wait.
 
@@ -180,9 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if nodes > 1:  # one rank on this node: it is the node's only process, no launcher needed
             world_size = join_world_alone(nodes)
     # Only a process that trains loads torch, transformers and peft (3 s of CPU): the launcher above needs none.
-    with collector_paused():
-        from runner.hf.tiny_training import leave_process_group, train
-
+    leave_process_group, train = load_training()
     code = train(args, world_size)
     leave_process_group()  # only after a clean run: a rank that raised leaves the cleanup to torchrun
     return code
