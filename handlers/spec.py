@@ -149,8 +149,8 @@ class HangRule(BaseModel):
     job (a 7B step of seconds is acted on in minutes, not after the bot's silent-job alarm)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    floor_seconds: float = Field(default=120.0, ge=1.0, le=86_400)
-    factor: float = Field(default=10.0, ge=2.0, le=1_000)
+    floor_seconds: float = Field(default=120.0, ge=1.0, le=86_400)  # no step for less than this is never a hang
+    factor: float = Field(default=10.0, ge=2.0, le=1_000)  # × the measured step time: no step for longer is a hang
 
     def limit(self, step_seconds: float | None) -> float:
         """How long without a step is a hang, given the trainer's step time (None: not measured yet)."""
