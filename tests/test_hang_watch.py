@@ -22,7 +22,8 @@ from handlers.messages import Launch, Launched, Notify, ReportReceived
 from handlers.notes import HungNote
 from handlers.recipes import TINY
 from handlers.reports import Hung, Progress, Started, parse_report
-from handlers.spec import HangRule
+from handlers.spec import HangRule, parse_spec
+from handlers.spec_build import build_spec
 from runner.hang_watch import HangJudge, save_in_flight, top_frames
 from runner.manifest import COMPLETE_MARKER
 from tests.runner_harness import of_type, read_reports, runner_env, start_runner, write_spec
@@ -107,6 +108,14 @@ def test_bad_hang_settings_are_refused_naming_the_field() -> None:
         with pytest.raises(ValidationError):
             HangRule.model_validate(bad)
     assert TINY.hang == HangRule() and HangRule().limit(None) == 120.0 and HangRule().limit(30.0) == 300.0
+
+
+def test_a_recipes_hang_settings_reach_the_runner_in_its_spec() -> None:
+    recipe = TINY.model_copy(update={"hang": HangRule(floor_seconds=2.0, factor=20.0)})
+    job = new_job("ft-hang2", "tiny", {}, "console:ana", None, T0).job
+    spec = build_spec(job, 1, recipe, "file:///tmp/ckpt/", [], "none", sys.executable)
+    assert parse_spec(spec.model_dump_json()).hang == HangRule(floor_seconds=2.0, factor=20.0)
+    assert build_spec(job, 1, TINY, "file:///tmp/ckpt/", [], "none", sys.executable).hang == HangRule()
 
 
 # -- the bot's side ---------------------------------------------------------------------------------------------
