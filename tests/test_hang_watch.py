@@ -18,7 +18,7 @@ from handlers.change import Change
 from handlers.decide import decide, new_job
 from handlers.jobs import ChatRef, Job, JobState
 from handlers.lifecycle import Lifecycle
-from handlers.messages import Launch, Launched, Notify, ReportReceived
+from handlers.messages import Launched, Notify, RelaunchDue, ReportReceived, Terminate
 from handlers.notes import HungNote
 from handlers.recipes import TINY
 from handlers.reports import Hung, Progress, Started, parse_report
@@ -152,7 +152,11 @@ def test_a_second_hang_relaunches_elsewhere_and_counts_towards_the_bound() -> No
     assert change.job.attempts[0].end_reason is not None and "hung twice" in change.job.attempts[0].end_reason
     assert change.job.attempts_without_progress == 1  # it trained past its start, and still counts
     assert "relaunching on another" in english
-    assert any(isinstance(item, Launch) or getattr(item, "type", "") == "relaunch-due" for item in change.outbox)
+    # Counted, it relaunches after the bound's pause (a relaunch without progress waits), on a new instance: the old
+    # one is released.
+    [due] = [item for item in change.outbox if isinstance(item, RelaunchDue)]
+    assert due.attempt == 2 and due.due == T0 + timedelta(seconds=30 + 30)
+    assert [item.instance_id for item in change.outbox if isinstance(item, Terminate)] == ["i-1"]
 
     # The bound: one relaunch without progress allowed, one had already: this hang ends the job instead (its failure
     # says so, not a note that promises a relaunch).
