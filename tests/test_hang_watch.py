@@ -141,7 +141,8 @@ def told(job: Job, report: dict[str, Any], lifecycle: Lifecycle | None = None) -
     assert isinstance(hung, Hung)
     change = decide(job, ReportReceived(report=hung), T0 + timedelta(seconds=30), lifecycle=lifecycle)
     assert change is not None
-    [note] = hung_notes(change)
+    [note] = hung_notes(change)  # one note, in the job's thread
+    assert note.channel == "thread"
     return change, message_text(change.job, note, T0, "en"), message_text(change.job, note, T0, "zh-CN")
 
 
