@@ -32,6 +32,7 @@ FailureCode = Literal[
     # How an attempt ended, inside "no-progress" (``last``).
     "interrupted",
     "instance-gone",
+    "hung",
     # The runner's ``failed`` report (runner/reports/attempt.py, runner/trainer.py).
     "storage-unreachable",
     "trainer-not-found",
@@ -58,6 +59,7 @@ WORDING = Wording(
         "failure.capacity": "capacity: {error}",
         "failure.interrupted": "interrupted: {notice}",
         "failure.instance-gone": "instance gone: {detail}",
+        "failure.hung": "the trainer hung twice on one instance, the second time at step {step}",
         "failure.storage-unreachable": "checkpoint storage unreachable: {error}",
         "failure.trainer-not-found": "cannot start the trainer: {program!r} not found",
         "failure.trainer-not-on-path": "cannot start the trainer: {program!r} not found on PATH ({path})",

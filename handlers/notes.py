@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from handlers.failures import Failure
 from handlers.jobs import Market
 from handlers.policy_reasons import POLICY_REASONS
-from handlers.reports import Late
+from handlers.reports import Late, StackFrame
 
 
 class _Note(BaseModel):
@@ -103,6 +103,20 @@ class RelaunchPaused(_Note):
     count: int
     limit: int
     seconds: float
+
+
+class HungNote(_Note):
+    """The trainer hung (the runner's watchdog): at ``step``, no step for ``seconds`` (its limit ``limit``), the top
+    of its stack (``frames``, most recent first), and what follows: restarted in place from ``restart_from`` (None:
+    from the start), a relaunch on another instance (its second hang in the attempt), or a gang's regroup."""
+
+    type: Literal["hung"] = "hung"
+    step: int | None = None
+    seconds: float = 0.0
+    limit: float = 0.0
+    frames: list[StackFrame] = Field(default_factory=list)
+    then: Literal["restart", "relaunch", "regroup"] = "restart"
+    restart_from: int | None = None
 
 
 # -- the spot policy (handlers/spot/) ----------------------------------------------------------------
@@ -291,6 +305,7 @@ Note = Annotated[
     | GroupReleased
     | NoReports
     | RelaunchPaused
+    | HungNote
     | CompletedNote
     | FailedNote
     | ChartNote

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from handlers.errors import ReasonError
 from handlers.job_options import MAX_NODES
 from handlers.reasons import Wording
+from handlers.spec import HangRule
 
 ParamValue = str | int | float | bool
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
@@ -152,6 +153,8 @@ class Recipe(BaseModel):
     # The most nodes a member's job of this recipe may have (``nodes=``); an admin lifts it per team (handlers/caps).
     max_nodes: int = Field(default=1, ge=1, le=MAX_NODES)
     env: dict[str, str] = Field(default_factory=dict)
+    # The runner's hang watchdog: no step for max(floor_seconds, factor × the step time) is a hang (runner/hang_watch).
+    hang: HangRule = Field(default_factory=HangRule)
 
     @model_validator(mode="after")
     def _placeholders_declared(self) -> Recipe:

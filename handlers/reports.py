@@ -264,6 +264,33 @@ class Standby(_Report):
     exit_code: int | None = None
 
 
+class StackFrame(BaseModel):
+    """One frame of a hung trainer's stack: the function and where it is (the file as the trainer's process named
+    it, the line)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    function: LogLine
+    file: LogLine
+    line: int = Field(ge=0)
+
+
+class Hung(_Report):
+    """The trainer stopped stepping without exiting (the runner's watchdog, ``runner/hang_watch.py``): it hung at
+    ``step`` (None: before a step of this run), with no step for ``seconds`` against its limit ``limit_seconds``.
+    ``frames``: the top of the hanging thread's stack, most recent first, from ``ranks`` processes' dumps. The
+    trainer was ended; ``restart_from`` is the committed step it was started again from (None: from the start).
+    ``ends_attempt``: a second hang in this attempt: the runner exits and the job moves to another instance."""
+
+    type: Literal["hung"] = "hung"
+    step: int | None = None
+    seconds: float = Field(ge=0)
+    limit_seconds: float = Field(ge=0)
+    frames: Few[StackFrame] = Field(default_factory=list)
+    ranks: int = Field(default=0, ge=0, le=4096)
+    restart_from: int | None = None
+    ends_attempt: bool = False
+
+
 def _cap_failure(value: Any, wire: bool) -> Any:
     """``value`` (a Failure, or its dict from the wire) with every string value within :data:`TEXT_CHARS`."""
     if isinstance(value, Failure):
@@ -299,7 +326,7 @@ def _clip(item: Any) -> Any:
 
 
 RunnerReport = Annotated[
-    Started | Progress | CheckpointSaved | Notice | Interrupted | Completed | Failed | RunnerWarning | Standby,
+    Started | Progress | CheckpointSaved | Notice | Interrupted | Completed | Failed | RunnerWarning | Standby | Hung,
     Field(discriminator="type"),
 ]
 _REPORT_ADAPTER: TypeAdapter[RunnerReport] = TypeAdapter(RunnerReport)
@@ -313,6 +340,7 @@ REPORT_TYPES = (
     "failed",
     "warning",
     "standby",
+    "hung",
 )
 
 

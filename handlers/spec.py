@@ -142,6 +142,21 @@ class Gang(BaseModel):
         return self
 
 
+class HangRule(BaseModel):
+    """When the runner's watchdog calls a trainer hung: no step for ``max(floor_seconds, factor × its measured step
+    time)`` (never before its first step, never while a save it writes is moving). A recipe setting: the floor keeps
+    a slow first stretch (compilation, a long save's stall) from being taken for a hang, the factor scales with the
+    job (a 7B step of seconds is acted on in minutes, not after the bot's silent-job alarm)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    floor_seconds: float = Field(default=120.0, ge=1.0, le=86_400)  # no step for less than this is never a hang
+    factor: float = Field(default=10.0, ge=2.0, le=1_000)  # × the measured step time: no step for longer is a hang
+
+    def limit(self, step_seconds: float | None) -> float:
+        """How long without a step is a hang, given the trainer's step time (None: not measured yet)."""
+        return max(self.floor_seconds, self.factor * step_seconds if step_seconds else 0.0)
+
+
 class JobSpec(BaseModel):
     """One attempt of one job, as the runner on the instance sees it."""
 
@@ -171,6 +186,7 @@ class JobSpec(BaseModel):
     # A switch of market launched ahead (make-before-break): the job's previous attempt still trains until this
     # runner stands by, then commits; this one restores only once its control object says go.
     handover: bool = False
+    hang: HangRule = Field(default_factory=HangRule)  # the hang watchdog's limits (runner/hang_watch.py)
 
     @model_validator(mode="after")
     def _gang_env_is_the_runners(self) -> JobSpec:

@@ -35,6 +35,7 @@ def build_spec(
         report=report,
         notice=notice,
         gang=gang,
+        hang=recipe.hang,
         **salt,
         handover=job.standby is not None and job.standby.number == attempt,  # launched ahead of a switch of market
     )

@@ -36,6 +36,7 @@ Trigger = Literal[
     "stop-no-instance",
     "stop-timeout",
     "stop-failed",
+    "hung",
 ]
 
 TRANSITIONS: dict[tuple[S, Trigger], S] = {
@@ -114,6 +115,11 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     **{(state, "stop-no-instance"): S.STOPPED for state in (S.PROVISIONING, S.RUNNING, S.INTERRUPTED, S.RECOVERING)},
     (S.STOPPING, "stop-timeout"): S.STOPPED,
     (S.STOPPING, "stop-failed"): S.STOPPED,
+    # The runner's second hang in an attempt ends it (runner/hang_watch.py): relaunched elsewhere, as an attempt that
+    # ended on its own (a hang can be the host's); a stop under way keeps what was committed.
+    (S.RUNNING, "hung"): S.RECOVERING,
+    (S.INTERRUPTED, "hung"): S.RECOVERING,
+    (S.STOPPING, "hung"): S.STOPPED,
 }
 
 

@@ -46,6 +46,7 @@ class ProgressTail:
         self._skipping = False  # inside a line longer than LINE_LIMIT, skipped to its end
         self._refused = False  # said once that the file is not one to read
         self._steps: deque[tuple[float, int]] = deque(maxlen=20)  # (when we saw it, step)
+        self.steps_seen = 0  # step lines read so far, of every trainer of the attempt: one more per step trained
 
     @property
     def step_seconds(self) -> float | None:
@@ -123,6 +124,7 @@ class ProgressTail:
         step = record.get("step")
         if isinstance(step, int):
             self.state.step = step
+            self.steps_seen += 1
         total = record.get("total_steps")
         if isinstance(total, int):
             self.state.total_steps = total

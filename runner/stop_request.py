@@ -27,13 +27,14 @@ A plain PyTorch loop::
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,39 @@ STOPPED_SUFFIX = ".stopped"
 """Appended to the stop file's path: the ranks agreed to stop on a request and saved (written by each node's local
 rank 0). A node of a gang whose runner made no request learns from it that its trainer ended on a peer's notice,
 not because the job is done."""
+
+
+STACKS_SUFFIX = ".stacks."
+"""Appended to the stop file's path, then the process id: where a trainer process writes its Python stacks when the
+runner sends it :data:`STACK_SIGNAL` (a hung trainer: ``runner.hang_watch``). The file's presence says the process
+takes that signal; the runner sends it to no other (its default action would end the process)."""
+
+STACK_SIGNAL = signal.SIGUSR1
+"""The signal that makes a trainer process dump every thread's stack (``faulthandler``) into its stacks file."""
+
+_stack_files: list[IO[str]] = []  # kept open for as long as faulthandler may write to them (the process's life)
+
+
+def stacks_path(stop_file: str | os.PathLike[str], pid: int) -> str:
+    return f"{os.fspath(stop_file)}{STACKS_SUFFIX}{pid}"
+
+
+def register_stack_dump(stop_file: str | None) -> None:
+    """Make :data:`STACK_SIGNAL` dump this process's threads into its stacks file, next to the stop file. The dump
+    is the interpreter's own (``faulthandler``, C level): it is written even while the main thread waits in a
+    collective or a sleep that never returns. Once per process; a failure only loses the stacks."""
+    if stop_file is None or not hasattr(faulthandler, "register"):  # not on Windows
+        return
+    path = stacks_path(stop_file, os.getpid())
+    if any(handle.name == path for handle in _stack_files):
+        return
+    try:
+        handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 (open for the process's life, see above)
+        faulthandler.register(STACK_SIGNAL, file=handle, all_threads=True, chain=False)
+    except (OSError, RuntimeError, ValueError) as exc:
+        log.warning("cannot register the stack dump at %s: %s", path, exc)
+        return
+    _stack_files.append(handle)
 
 
 def watched_path(stop_file: str | os.PathLike[str]) -> str:
@@ -87,6 +121,7 @@ class StopRequest:
                 _touch(watched_path(self.path))
             except OSError as exc:  # then the runner signals as well, which still works for a direct trainer
                 log.warning("cannot write %s: %s", watched_path(self.path), exc)
+            register_stack_dump(self.path)  # a hung rank's stacks, when the runner asks (runner/hang_watch.py)
         if install_signal_handler:
             if threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, self._on_sigterm)

@@ -5,7 +5,10 @@ starts and when the attempt ends. While it runs, periodic sync and progress repo
 notices are read: a rebalance commits the newest checkpoint early, an interrupting one ends the watch. How the
 trainer ended decides what follows, each handed to the part it belongs to (:class:`Exits`): exit 0 completes the
 job, an interrupting notice goes to the notice path, a gang's trainer that ended stands by for the next
-generation, and a crash is restarted from the newest complete checkpoint up to ``max_restarts`` times.
+generation, and a crash is restarted from the newest complete checkpoint up to ``max_restarts`` times. A trainer
+that stops stepping without exiting is hung (:mod:`runner.hang_watch`): its stacks recorded and reported, it is
+ended and restarted from the newest complete checkpoint; a second hang in the attempt ends the attempt (exit 75),
+so the job moves to another instance (a hang can be the host's).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Any
 from handlers.failures import Failure
 from handlers.reports import InstanceNotice, StandbyCause
 from handlers.spec import JobSpec
-from runner.exit_codes import EXIT_FAILED
+from runner.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED
+from runner.hang_watch import HangWatch, Stacks, Stall, dump_stacks
 from runner.local_checkpoints import newest_complete
 from runner.options import RunnerOptions
 from runner.periodic_sync import PeriodicSync
@@ -31,12 +35,29 @@ from runner.trainer_box import TrainerBox
 
 log = logging.getLogger(__name__)
 
+HANGS_PER_ATTEMPT = 2  # the hang that ends the attempt: the first is restarted in place
+
 
 @dataclass(frozen=True, slots=True)
 class Regrouped:
     """A gang node that stood by was given the next generation: train again from ``resume_from``."""
 
     resume_from: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """One node's hung trainer was ended: start it again from ``resume_from`` (None: from the start)."""
+
+    resume_from: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """The trainer was found hung (``stall``), its processes' stacks recorded (``stacks``) while it still ran."""
+
+    stall: Stall
+    stacks: Stacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +117,7 @@ class TrainerSupervisor:
             await asyncio.to_thread(self._box.sweep, trainer.process.pid if trainer is not None else None)
 
     async def supervise(self, resume_from: Path | None, exits: Exits) -> int:
-        restarts = 0
+        restarts = hangs = 0
         while True:
             await self.end_trainer()  # an earlier trainer's leftovers must not race this one's hand-over
             try:
@@ -113,6 +134,16 @@ class TrainerSupervisor:
                 self.reports.failed(exc.failure, step=self.reports.progress.state.step)
                 return EXIT_FAILED
             outcome = await self._watch(trainer)
+            if isinstance(outcome, Hang):
+                hangs += 1
+                hung = await self._hung(trainer, outcome, hangs >= HANGS_PER_ATTEMPT, exits)
+                if isinstance(hung, int):
+                    return hung
+                if isinstance(hung, Regrouped):
+                    resume_from, restarts = hung.resume_from, 0
+                else:
+                    resume_from = hung.resume_from or resume_from
+                continue
             if isinstance(outcome, InstanceNotice):
                 interrupted = await exits.interrupted(trainer, outcome)
                 await self.end_trainer(trainer)
@@ -146,19 +177,52 @@ class TrainerSupervisor:
                 f"from step {newest.step if newest else 'scratch'}",
             )
 
-    async def _watch(self, trainer: TrainerProcess) -> int | InstanceNotice:
-        """Until the trainer exits (its code) or an interrupting notice arrives (the notice)."""
-        background = [
+    async def _hung(self, trainer: TrainerProcess, hang: Hang, last: bool, exits: Exits) -> int | Regrouped | Restart:
+        """End a hung trainer and say so; what follows: a restart from the newest complete checkpoint (one node), a
+        gang node's standing by (as when its trainer exits), or the attempt's exit code (``last``: its second
+        hang; the job moves elsewhere)."""
+        stall = hang.stall
+        log.error(
+            "the trainer is hung at step %s: no step for %.0fs (limit %.0fs); its stacks (%s):\n%s",
+            stall.step, stall.seconds, stall.limit, hang.stacks.how, hang.stacks.text() or "(none could be taken)",
+        )  # fmt: skip
+        trainer.kill()
+        await self.end_trainer(trainer)
+        await trainer.wait()
+        newest = newest_complete(self.output_dir)
+        await self.periodic_sync.commit_newest("periodic", newest)
+        gang = self.spec.gang is not None
+        restart_from = None if last or gang or newest is None else newest.step
+        self.reports.hung(hang.stall, hang.stacks, restart_from=restart_from, ends_attempt=last and not gang)
+        if gang:
+            return await exits.stood_by("trainer-exited", trainer.process.returncode, trainer)
+        if last:
+            return EXIT_INTERRUPTED
+        return Restart(newest.path if newest is not None else None)
+
+    async def _watch_hang(self, trainer: TrainerProcess) -> Hang:
+        """Until the trainer is hung: then its stacks, taken while it still runs."""
+        watch = HangWatch(self.spec.hang, self.reports.progress, self.output_dir)
+        stall = await watch.hung()
+        pids = self._box.members() if self._box is not None else [trainer.process.pid]
+        stacks = await asyncio.to_thread(dump_stacks, pids, self.files.stop_file)
+        return Hang(stall, stacks)
+
+    async def _watch(self, trainer: TrainerProcess) -> int | InstanceNotice | Hang:
+        """Until the trainer exits (its code), an interrupting notice arrives (the notice) or it hangs (the hang)."""
+        background: list[asyncio.Task[Any]] = [
             asyncio.create_task(self.periodic_sync.loop(), name="sync"),
             asyncio.create_task(self.reports.progress_loop(), name="progress"),
         ]
         if self.credentials_watch is not None:
             background.append(asyncio.create_task(self.credentials_watch(), name="credentials"))
         exited = asyncio.create_task(trainer.wait(), name="trainer")
+        hung = asyncio.create_task(self._watch_hang(trainer), name="hang-watch")
+        background.append(hung)
         try:
             while True:
                 next_notice = asyncio.create_task(self.notices.get())
-                await asyncio.wait({exited, next_notice}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({exited, next_notice, hung}, return_when=asyncio.FIRST_COMPLETED)
                 if exited.done():
                     # A trainer that finished on its own wins over a notice that raced it.
                     if next_notice.done():
@@ -170,6 +234,9 @@ class TrainerSupervisor:
                             self.periodic_sync.sync.aclose()
                         )  # the job is done: its final output matters, not checkpoints
                     return exited.result()
+                if hung.done() and not next_notice.done():
+                    next_notice.cancel()
+                    return hung.result()
                 notice = next_notice.result()
                 self.reports.notice(notice)
                 if notice.interrupts:

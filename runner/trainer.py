@@ -34,7 +34,7 @@ from typing import Any, BinaryIO, Literal
 
 from handlers.failures import Failure
 from runner.errors import RunnerError
-from runner.stop_request import STOP_FILE_ENV, stopped_path, watched_path
+from runner.stop_request import STACKS_SUFFIX, STOP_FILE_ENV, stopped_path, watched_path
 from runner.trainer_box import TrainerBox, become_subreaper, descendants
 from runner.trainer_env import TrainerSetup, build_environment
 from runner.trainer_user import TRAINER_USER_ENV, TrainerUser
@@ -224,6 +224,9 @@ class TrainerProcess:
         argv = expand_argv(command, ours)
         # A request left by an earlier trainer of this attempt must not stop this one.
         for stale in (files.stop_file, Path(watched_path(files.stop_file)), Path(stopped_path(files.stop_file))):
+            stale.unlink(missing_ok=True)
+        # An earlier trainer's stacks files: a process of this one that reuses a pid must not look registered.
+        for stale in files.work_dir.glob(f"{files.stop_file.name}{STACKS_SUFFIX}*"):
             stale.unlink(missing_ok=True)
         _link_package(files.import_dir)
         sink = _open_log(files.log_path)  # before the trainer can put anything in its place

@@ -140,6 +140,12 @@ def test_the_console_is_who_the_process_runs_as_whatever_user_the_environment_na
         ("aws:\n  bucket: my-finetune-checkpoints\n  image_id: ami-0abc\n  drill_notice: PT5M\n", "aws.drill_notice"),
         # A typo: the closest key there is named.
         ("policy:\n  admin: ['console:ana']\n", "policy.admin: no such key (did you mean policy.admins?)"),
+        # A recipe's hang watchdog that would call every step a hang.
+        (
+            "recipes:\n  - name: slow\n    description: d\n    model: m\n    command: [python]\n"
+            "    hang:\n      factor: 0\n",
+            "recipes.0.hang.factor: Input should be greater than or equal to 2",
+        ),
     ],
 )
 def test_a_bad_config_file_is_one_clear_error(tmp_path: Path, text: str, named: str) -> None:

@@ -33,6 +33,7 @@ from handlers.notes import (
     CompletedNote,
     FailedNote,
     GroupReleased,
+    HungNote,
     InstanceGone,
     InstanceReleased,
     InterruptedNote,
@@ -62,7 +63,7 @@ from handlers.policy_reasons import POLICY_REASONS
 from handlers.reasons import Reason
 from handlers.recipes import BUILT_IN, TINY, Parameter, Recipe, find_recipe
 from handlers.reconcile import CloudInstance, reconcile
-from handlers.reports import Late
+from handlers.reports import Late, StackFrame
 from runner.trainer import start_failure
 from tests.spot_cases import policy_reasons
 
@@ -78,6 +79,7 @@ def spot_policy_reasons() -> list[Reason]:
 
 NO_ROOM = Failure.of("launch-failed", error="no capacity")
 LATE = Failure.of("start-timeout")
+HANG_FRAME = StackFrame(function="_hang_forever", file="/opt/runner/hf/tiny_training.py", line=92)
 # A sample of every note type, in each shape its wording has; the union itself says which types exist.
 SAMPLES: list[Note] = [
     CardRefresh(cause="progress"),
@@ -106,6 +108,10 @@ SAMPLES: list[Note] = [
     RebalanceCheckpoint(step=20, seconds=1.25),
     InstanceGone(instance="i-1"),
     RelaunchPaused(attempt=2, count=2, limit=3, seconds=60.0),
+    HungNote(step=7, seconds=2.1, limit=1.5, frames=[HANG_FRAME, HANG_FRAME], then="restart", restart_from=5),
+    HungNote(step=7, seconds=130.0, limit=120.0, then="restart"),
+    HungNote(step=3, seconds=130.0, limit=120.0, frames=[HANG_FRAME], then="relaunch"),
+    HungNote(step=3, seconds=130.0, limit=120.0, frames=[HANG_FRAME], then="regroup"),
     CompletedNote(output_uri="oss://bucket/jobs/ft-ab12/output/"),
     ChartNote(occasion="completed"),
     ChartNote(occasion="asked", by="slack:U0ANA"),
@@ -490,6 +496,7 @@ def failure_samples() -> list[Failure]:
         Failure.of("capacity", error="InsufficientInstanceCapacity"),  # an attempt's end (tests/test_spot_decide.py)
         Failure.of("no-progress", count=3, last=Failure.of("interrupted", notice="spot-interruption")),
         Failure.of("no-progress", count=2, last=Failure.of("instance-gone", detail="aws-eventbridge")),
+        Failure.of("no-progress", count=4, last=Failure.of("hung", step="7")),  # handlers/decide/inputs.py
         Failure.of("storage-unreachable", error="HTTP 503"),
         Failure.of("trainer-exited", exit_code=1, restarts=2, line="CUDA out of memory"),
         Failure.of("trainer-exited-silent", exit_code=1, restarts=0),

@@ -27,6 +27,7 @@ from handlers.notes import (
     CompletedNote,
     FailedNote,
     GroupReleased,
+    HungNote,
     InstanceGone,
     InstanceReleased,
     InterruptedNote,
@@ -340,6 +341,21 @@ def _released(job: Job, note: InstanceReleased | GroupReleased, now: datetime, l
     return text(lang, "note.instance-released", instance=note.instance, why=why)
 
 
+def _hung(job: Job, note: HungNote, now: datetime, lang: Lang) -> str:
+    # The frames are the trainer's (cleaned where the report entered) and lose any person marker here all the same.
+    if note.then == "restart" and note.restart_from is not None:
+        then = text(lang, "note.hung.restart", step=note.restart_from)
+    else:
+        then = text(lang, "note.hung.restart-start" if note.then == "restart" else f"note.hung.{note.then}")
+    frames = "".join(
+        text(lang, "note.hung.frame", function=plain(frame.function), file=plain(frame.file), line=frame.line)
+        for frame in note.frames
+    )
+    frames = text(lang, "note.hung.frames") + frames if frames else text(lang, "note.hung.no-stacks")
+    step = note.step if note.step is not None else "?"
+    return text(lang, "note.hung", step=step, seconds=note.seconds, limit=note.limit, then=then, frames=frames)
+
+
 def _card(job: Job, note: CardRefresh, now: datetime, lang: Lang) -> str:
     return card_text(job, now, lang)  # a card note is drawn as the card; said here only if an adapter asks
 
@@ -367,6 +383,7 @@ _WORDS: dict[type[BaseModel], _Words] = {
     RelaunchPaused: lambda job, note, now, lang: text(
         lang, "note.relaunch-paused", attempt=note.attempt, count=note.count, limit=note.limit, seconds=note.seconds
     ),
+    HungNote: _hung,
     CompletedNote: _completed,
     FailedNote: _failed,
     ChartNote: lambda job, note, now, lang: chart_caption(job, now, lang),

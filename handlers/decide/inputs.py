@@ -10,7 +10,7 @@ The pieces a gang's node says the same way (a notice, a rebalance, a fenced repo
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from handlers.change import Change
 from handlers.decide import launching, recovery, steering
@@ -30,6 +30,7 @@ from handlers.messages import (
 from handlers.notes import (
     CardRefresh,
     CompletedNote,
+    HungNote,
     InstanceGone,
     InterruptedNote,
     InterruptionWarning,
@@ -43,6 +44,7 @@ from handlers.reports import (
     CheckpointSaved,
     Completed,
     Failed,
+    Hung,
     Interrupted,
     Notice,
     Progress,
@@ -112,7 +114,51 @@ def report_rest(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle
         return Change(job, standby_history(report))
     if isinstance(report, RunnerWarning):
         return Change(job, {"event": "runner-warning", "kind": report.kind, "message": report.message})
+    if isinstance(report, Hung):
+        return hung(job, report, now, limits, spot)
     return ignore(job, f"report:{report.type}", "not for this job's state")
+
+
+def hung(job: Job, report: Hung, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change:
+    """The runner found its trainer hung and ended it: the thread hears where it hung and what follows. The first
+    hang of an attempt is restarted in place (a gang's node regroups); the second ends the attempt, and the job
+    relaunches on another instance (a hang can be the host's), the attempt counted towards the relaunch bound."""
+    frames = report.frames[:5]
+    then: Literal["restart", "relaunch", "regroup"] = "restart"
+    if job.nodes > 1:
+        then = "regroup"
+    elif report.ends_attempt:
+        then = "relaunch"
+    note = HungNote(
+        step=report.step,
+        seconds=report.seconds,
+        limit=report.limit_seconds,
+        frames=frames,
+        then=then,
+        restart_from=report.restart_from,
+    )
+    history: dict[str, Any] = {
+        "event": "hung",
+        "step": report.step,
+        "seconds": report.seconds,
+        "frames": [f"{frame.function} ({frame.file}:{frame.line})" for frame in frames],
+        "ends_attempt": report.ends_attempt,
+    }
+    told: list[Message] = [notify(job, "thread", note)]
+    if then != "relaunch":
+        return Change(job, history, told)
+    state = next_state(job.state, "hung")
+    if state is None:
+        return Change(job, {**history, "ignored": f"the job is {job.state}"}, told)
+    why = Failure.of("hung", step=str(report.step) if report.step is not None else "?")
+    ended = launching.end_attempt(job, report.time, why.english)
+    release = launching.releases(job)
+    if state is JobState.STOPPED:  # a stop was under way: the job keeps what was committed
+        kept = job.checkpoint.step if job.checkpoint is not None else None
+        return change(ended, state, now, history, [*release, *told, notify(ended, "thread", Stopped(step=kept))])
+    market = job.current.market if job.current else "spot"
+    moved = ended.model_copy(update={"state": state})
+    return recovery.again(job, moved, market, now, history, release, told, limits, why, spot, counts=True)
 
 
 def standby_history(report: Standby) -> dict[str, Any]:

@@ -85,14 +85,17 @@ def again(
     limits: Lifecycle,
     why: Failure,
     spot: SpotView | None = None,
+    counts: bool = False,
 ) -> Change:
     """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:
     an attempt without progress makes the next launch wait, and too many in a row end the job instead. A job the
     spot policy steers relaunches where the policy says (or waits, or stops for its budget); any other job where
-    ``spot-first`` says (the zone, or on-demand once no zone has spot; a job on on-demand stays there)."""
+    ``spot-first`` says (the zone, or on-demand once no zone has spot; a job on on-demand stays there). ``counts``:
+    the attempt counts towards the bound whatever progress it made (it ended hung: a hang that comes back after
+    every resume must not relaunch for ever)."""
     if before.standby is not None:  # the next attempt was launched ahead already: it goes on from what was committed
         return steering.hand_over(moved, before.standby, now, history, [*release, *notes])
-    in_a_row = without_progress(before)
+    in_a_row = before.attempts_without_progress + 1 if counts else without_progress(before)
     if gives_up(limits, in_a_row):
         reason = Failure.of("no-progress", count=in_a_row, last=why)
         trigger: Trigger = "no-progress" if before.attempt > 1 else "no-progress-first"

@@ -12,6 +12,9 @@ mostly importing torch, transformers and peft: :mod:`runner.hf.tiny_training`, w
 ``--processes N`` does not import; :func:`load_training` keeps the garbage collector out of it, and the libraries
 the run never uses, :data:`UNUSED_LIBRARIES`).
 ``--step-seconds`` stretches every step so a test or a demo can deliver a spot notice mid-training.
+``--hang-after-step N`` makes the run hang after step N (alive, never exiting: asleep in ``_hang_forever`` inside the
+next step), on its first ``--hangs`` runs only (counted in a file next to the stop file), so a test can watch the
+runner's hang watchdog restart it and the restarted run finish.
 
 ``--processes N`` (N > 1) makes this process torchrun (``torch.distributed.run`` with a standalone rendezvous on
 a free port): it starts N ranks of this same module, which train the same model data-parallel (DDP on gloo, CPU;
@@ -89,6 +92,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--processes", type=int, default=1, help="data-parallel ranks, started with torchrun on gloo (default 1)"
     )
+    parser.add_argument(
+        "--hang-after-step", type=int, default=0, help="hang (alive, no exit) after this step; 0: never (default)"
+    )
+    parser.add_argument("--hangs", type=int, default=1, help="how many runs of this work dir hang (default 1)")
     args = parser.parse_args(argv)
     if args.max_steps < 1:
         parser.error("--max-steps must be >= 1")
@@ -100,6 +107,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--save-seconds must be >= 0")
     if args.processes < 1:
         parser.error("--processes must be >= 1")
+    if args.hang_after_step < 0:
+        parser.error("--hang-after-step must be >= 0")
+    if args.hangs < 0:
+        parser.error("--hangs must be >= 0")
     return args
 
 

@@ -82,6 +82,44 @@ class StepDelayCallback(TrainerCallback):
         return control
 
 
+HANGS_SUFFIX = ".tiny-hangs"
+"""Appended to the stop file's path: one line per run of the work dir that hung (``--hang-after-step``)."""
+
+
+def _hang_forever() -> None:
+    """Never return, never exit: what a rank stuck in a collective or a driver call looks like from outside."""
+    while True:
+        time.sleep(3600)
+
+
+class HangCallback(TrainerCallback):
+    """Hang at the start of the step after ``after_step`` (a test knob), on the first ``hangs`` runs of the work dir
+    only, so the run the runner restarts trains on."""
+
+    def __init__(self, after_step: int, hangs: int) -> None:
+        super().__init__()
+        self.after_step = after_step
+        self.hangs = hangs
+        stop_file = os.environ.get("FINETUNE_STOP_FILE") or os.path.join(os.environ["FINETUNE_OUTPUT_DIR"], "stop")
+        self.record = stop_file + HANGS_SUFFIX
+
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        if self.after_step and state.global_step == self.after_step and self._hung_before() < self.hangs:
+            with open(self.record, "a", encoding="utf-8") as record:
+                record.write(f"{os.getpid()}\n")
+            _hang_forever()
+        return control
+
+    def _hung_before(self) -> int:
+        try:
+            with open(self.record, encoding="utf-8") as record:
+                return len(record.read().splitlines())
+        except FileNotFoundError:
+            return 0
+
+
 def build_model(seed: int) -> PeftModel:
     """The tiny Llama base (seeded by ``BASE_MODEL_SEED``) wrapped with a LoRA adapter (seeded by ``seed``)."""
     config = LlamaConfig(
@@ -211,7 +249,12 @@ def train(args: argparse.Namespace, world_size: int) -> int:
         args=training_args,
         train_dataset=PatternDataset(),
         # The save delay runs before the spot callback's on_save, which marks the checkpoint complete.
-        callbacks=[SaveDelayCallback(args.save_seconds), spot, StepDelayCallback(args.step_seconds)],
+        callbacks=[
+            SaveDelayCallback(args.save_seconds),
+            spot,
+            StepDelayCallback(args.step_seconds),
+            HangCallback(args.hang_after_step, args.hangs),
+        ],
     )
     done = _checkpoint_step(resume_from) if resume_from is not None else 0
     if resume_from is not None and done >= args.max_steps:

@@ -18,6 +18,7 @@ from handlers.reports import (
     CheckpointSaved,
     Completed,
     Failed,
+    Hung,
     InstanceNotice,
     Interrupted,
     Progress,
@@ -31,6 +32,7 @@ from handlers.reports import Notice as NoticeReport
 from handlers.spec import JobSpec
 from runner.checkpoint_sync import SyncReason
 from runner.checkpoints import Committed, Restored
+from runner.hang_watch import Stacks, Stall
 from runner.notice_commit import NoticeOutcome
 from runner.progress import ProgressTail
 from runner.reports.reporter import Reporter
@@ -105,6 +107,21 @@ class AttemptReports:
 
     def warning(self, kind: str, message: str) -> None:
         self.emit(RunnerWarning(**self.ids, kind=kind, message=message))
+
+    def hung(self, stall: Stall, stacks: Stacks, restart_from: int | None, ends_attempt: bool) -> None:
+        """The trainer was found hung and ended: where it hung, for how long, the top of its stack."""
+        self.emit(
+            Hung(
+                **self.ids,
+                step=stall.step,
+                seconds=round(stall.seconds, 1),
+                limit_seconds=round(stall.limit, 1),
+                frames=stacks.frames,
+                ranks=len(stacks.dumps),
+                restart_from=restart_from,
+                ends_attempt=ends_attempt,
+            )
+        )
 
     def outage(self, kind: str) -> Callable[[str], None]:
         """Report the first failure of an outage of one notice source (the watcher calls this once per outage)."""

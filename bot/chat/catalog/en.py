@@ -167,6 +167,16 @@ BOT: dict[str, str] = {
         "⏳ Attempt {attempt} ended without progress ({count} in a row; the job ends after {limit}). "
         "Relaunching in {seconds:g}s."
     ),
+    "note.hung": (
+        "🧊 The trainer hung at step {step}: no step for {seconds:.0f}s (its limit {limit:.0f}s). {then}{frames}"
+    ),
+    "note.hung.restart": "Ended it; training again from the checkpoint of step {step}.",
+    "note.hung.restart-start": "Ended it; training again from the start.",
+    "note.hung.relaunch": "Its second hang on this instance: relaunching on another.",
+    "note.hung.regroup": "Ended it; the gang starts again from its newest checkpoint.",
+    "note.hung.frames": "\nWhere it hung (innermost first):",
+    "note.hung.frame": "\n    {function} ({file}:{line})",
+    "note.hung.no-stacks": "\nNo stack could be taken (see the runner's log).",
     "note.interrupt-test-failed": "⚠️ interrupt-test failed for {job}: {error}",
     "note.interrupt-test-done.fis": (
         "ℹ️ FIS experiment {reference} started: a spot interruption notice for {instance}, "

@@ -136,6 +136,14 @@ MESSAGES: dict[str, str] = {
     "note.relaunch-paused": (
         "⏳ 第 {attempt} 次尝试没有进展（已连续 {count} 次；超过 {limit} 次后任务结束）。{seconds:g} 秒后重新启动。"
     ),
+    "note.hung": "🧊 训练进程在第 {step} 步卡住：{seconds:.0f} 秒没有新的一步（上限 {limit:.0f} 秒）。{then}{frames}",
+    "note.hung.restart": "已结束它，从第 {step} 步的检查点重新训练。",
+    "note.hung.restart-start": "已结束它，从头重新训练。",
+    "note.hung.relaunch": "这是它在此实例上第二次卡住：换一台实例重新启动。",
+    "note.hung.regroup": "已结束它；整组节点从最新的检查点重新开始。",
+    "note.hung.frames": "\n卡住的位置（最内层在前）：",
+    "note.hung.frame": "\n    {function}（{file}:{line}）",
+    "note.hung.no-stacks": "\n没能取得调用栈（见 runner 的日志）。",
     "note.interrupt-test-failed": "⚠️ 任务 {job} 的中断测试失败：{error}",
     "note.interrupt-test-done.fis": (
         "ℹ️ FIS 实验 {reference} 已开始：实例 {instance} 收到抢占中断通知，{seconds:.0f} 秒后被中断"
@@ -383,6 +391,7 @@ MESSAGES: dict[str, str] = {
     "failure.capacity": "容量不足：{error}",
     "failure.interrupted": "被中断（{notice}）",
     "failure.instance-gone": "实例已消失（{detail}）",
+    "failure.hung": "训练进程在同一实例上卡住两次，第二次在第 {step} 步",
     "failure.storage-unreachable": "无法访问检查点存储：{error}",
     "failure.trainer-not-found": "无法启动训练程序：找不到 {program!r}",
     "failure.trainer-not-on-path": "无法启动训练程序：在可执行文件搜索路径（{path}）中找不到 {program!r}",
