@@ -150,7 +150,7 @@ class TrainerSupervisor:
 
     async def _watch(self, trainer: TrainerProcess) -> int | InstanceNotice:
         """Until the trainer exits (its code) or an interrupting notice arrives (the notice)."""
-        background = [
+        background: list[asyncio.Task[Any]] = [
             asyncio.create_task(self.periodic_sync.loop(), name="sync"),
             asyncio.create_task(self.reports.progress_loop(), name="progress"),
         ]

@@ -171,7 +171,7 @@ def test_cloudmonitor_refusals_say_why(body: str, reason: str) -> None:
         ({**cloudevent(INTERRUPTION, interruption_content(INSTANCE), INSTANCE), "source": "acs.oss"}, "not an ECS"),
         (cloudevent(INTERRUPTION, "{not json", INSTANCE), "data is a string but not JSON"),
         (cloudevent(INTERRUPTION, "[1]", INSTANCE), "data is not a JSON object"),
-        (cloudevent("Instance:SystemFailure.Reboot", {"instanceId": INSTANCE}, INSTANCE), "not one this bot handles"),
+        (cloudevent("Disk:ErrorDetected", {"instanceId": INSTANCE}, INSTANCE), "not one this bot handles"),
     ],
 )
 def test_eventbridge_refusals_say_why(document: dict[str, Any], reason: str) -> None:
