@@ -85,11 +85,14 @@ def again(
     limits: Lifecycle,
     why: Failure,
     spot: SpotView | None = None,
+    first_at_once: bool = False,
 ) -> Change:
     """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:
     an attempt without progress makes the next launch wait, and too many in a row end the job instead. A job the
     spot policy steers relaunches where the policy says (or waits, or stops for its budget); any other job where
-    ``spot-first`` says (the zone, or on-demand once no zone has spot; a job on on-demand stays there)."""
+    ``spot-first`` says (the zone, or on-demand once no zone has spot; a job on on-demand stays there).
+    ``first_at_once``: the cloud took the attempt before it could train (a spot warning before its runner started),
+    so the first such relaunch in a row does not wait; it still counts towards the bound."""
     if before.standby is not None:  # the next attempt was launched ahead already: it goes on from what was committed
         return steering.hand_over(moved, before.standby, now, history, [*release, *notes])
     in_a_row = without_progress(before)
@@ -100,7 +103,7 @@ def again(
         detail = {"attempts_without_progress": in_a_row, "after": history.get("event")}
         # The notes said "relaunching"; the failure's own message (or page) says what happens instead.
         return failure(counted, trigger, reason, now, [], limits, None, **detail)
-    pause = relaunch_pause(limits, in_a_row)
+    pause = relaunch_pause(limits, in_a_row - 1 if first_at_once else in_a_row)
     counted = moved.model_copy(update={"attempts_without_progress": in_a_row})
     if pause:
         paused = RelaunchPaused(
