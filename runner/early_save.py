@@ -51,6 +51,7 @@ async def commit_fresh(
         await sync.commit_newest("rebalance")
         return None
     log.info("early signal: asked the trainer for a fresh checkpoint past step %d (request %d)", floor, number)
+    sync.sync.early_past = floor  # whichever look commits it first, it is reported as the early one
     until = time.monotonic() + wait_seconds
     while trainer.running and time.monotonic() < until:
         fresh = newest_complete(output_dir)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -215,7 +215,9 @@ def _early_signal(job: Job, note: Rebalance, now: datetime, lang: Lang) -> str:
     """What the early signal was, then what the spot authority did about it (nothing more than the checkpoint: no
     tail)."""
     if note.signal == "scheduled-event":
-        head = text(lang, "note.scheduled-event", event=note.event or "?", due=_time(note.due, lang))
+        # A day or two ahead: the date counts, as on the card's deadline.
+        due = text(lang, "card.deadline", at=note.due.astimezone(UTC)) if note.due else text(lang, "time.unknown")
+        head = text(lang, "note.scheduled-event", event=note.event or "?", due=due)
     else:
         head = text(lang, "note.rebalance")
     if note.action == "commit" or note.left_minutes is None or note.restart_minutes is None:
