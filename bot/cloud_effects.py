@@ -50,6 +50,7 @@ from pydantic import ValidationError
 from bot.bus import HandBack, default_consumer_name
 from bot.bus_set import bus_for
 from bot.cloud.base import (
+    AsksSaves,
     CloudError,
     CloudProvider,
     ForeignInstance,
@@ -71,6 +72,7 @@ from handlers.messages import (
     Notify,
     Regroup,
     ReleaseGang,
+    SaveRunner,
     StopFailed,
     StopRunner,
     Terminate,
@@ -83,7 +85,7 @@ from handlers.spec_build import build_spec
 
 log = logging.getLogger(__name__)
 
-CloudEffect = Launch | Terminate | InterruptTest | StopRunner | HandOver | Regroup | ReleaseGang
+CloudEffect = Launch | Terminate | InterruptTest | StopRunner | SaveRunner | HandOver | Regroup | ReleaseGang
 FollowUp = Launched | LaunchFailed | StopFailed | Notify
 # A failing terminate is tried again in place (the instance bills meanwhile) for about this long before the bus
 # counts it as a failed delivery.
@@ -162,6 +164,8 @@ class CloudEffects:
             return await self._hand_over(effect)
         if isinstance(effect, StopRunner):
             return await self._stop_runner(effect, job)
+        if isinstance(effect, SaveRunner):
+            return await self._save_runner(effect, job)
         try:
             done = await self.cloud.interrupt_test(effect.instance_id)
         except CloudError as exc:
@@ -187,6 +191,19 @@ class CloudEffects:
             reason = str(exc) or type(exc).__name__
             return f"failed: {reason}", [StopFailed(job_id=job.id, instance_id=effect.instance_id, reason=reason)]
         return "done", []
+
+    async def _save_runner(self, effect: SaveRunner, job: Job) -> tuple[str, list[FollowUp]]:
+        """Ask the runner for a fresh checkpoint, training on (an early signal only the bot heard). Advice: a cloud
+        that cannot ask, or a store that will not take it, costs the early checkpoint, nothing else."""
+        if not isinstance(self.cloud, AsksSaves):
+            log.info("%s cannot ask a runner to save; %s keeps its periodic checkpoints", self.cloud.name, job.id)
+            return "unsupported", []
+        try:
+            await self.cloud.save_runner(effect.instance_id, effect.at)
+        except CloudError as exc:
+            log.warning("save request to %s of %s failed: %s", effect.instance_id, job.id, exc)
+            return f"failed: {exc}", []
+        return "written", []
 
     async def _regroup(self, effect: Regroup) -> tuple[str, list[FollowUp]]:
         """Tell a gang node standing by its place in the next world; a store that will not take it is raised to

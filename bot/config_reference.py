@@ -132,6 +132,11 @@ OTHER_VARIABLES: dict[str, tuple[Reader, str]] = {
         "runner",
         "a gang node stopping: how long it waits for every node's part of its step; default 300",
     ),
+    "FINETUNE_EARLY_SAVE_SECONDS": (
+        "runner",
+        "an early signal (rebalance, scheduled event): how long the trainer's fresh save is waited for before the "
+        "newest existing checkpoint is committed instead; default 600",
+    ),
     "FINETUNE_NOTICE_POLL_SECONDS": (
         "runner",
         "how often the metadata service is polled for a notice; default 0.5, never slower than 1",

@@ -77,7 +77,7 @@ from handlers.private_answers import answered_privately
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, find_recipe
 from handlers.report_freshness import REPORT_SEEN_SECONDS
-from handlers.reports import Failed, Interrupted, Progress
+from handlers.reports import Failed, Interrupted, Notice, Progress
 from handlers.restart_overhead import first_step_was
 from handlers.spot import SpotView, managed, steers
 from handlers.transitions import next_state
@@ -565,9 +565,11 @@ def _remembered_for(messages: Sequence[BusMessage]) -> int:
 
 def _asks_policy(message: BusMessage) -> bool:
     """Inputs on which a steered job's spot policy may be asked: the instance lost, a launch refused, a runner
-    failure that relaunches, the start that did not come, and the policy's own tick."""
+    failure that relaunches, the start that did not come, the policy's own tick, an early signal (a move ahead of
+    it) and a spot warning (one before the runner started relaunches at once)."""
     if isinstance(message, ReportReceived):
-        return isinstance(message.report, Interrupted | Failed)
+        report = message.report
+        return isinstance(report, Interrupted | Failed) or (isinstance(report, Notice) and report.kind != "stop")
     if isinstance(message, CloudEvent):
-        return message.kind == "instance-gone"
+        return True
     return isinstance(message, LaunchFailed | PolicyTick | StartDeadline)

@@ -21,6 +21,11 @@ Events map as follows:
   sends it five minutes before the instance is released, so the deadline is the event time + 5 min (the receipt
   time when the shape has no time). A warning with another or no action is still a warning: losing one costs far
   more than a loose deadline.
+- ``Instance:SystemMaintenance.*`` and ``Instance:SystemFailure.*`` (scheduled O&M events: a restart, stop or
+  redeployment for maintenance or a host failure risk, sent 24 to 48 hours ahead; ``content``: ``eventId``,
+  ``eventType``, ``eventStatus``, ``notBefore``, ``instanceId``) → ``scheduled-event`` while pending (Inquiring,
+  Scheduled, Executing), its deadline ``notBefore``; Executed, Avoided, Canceled and Failed are understood and
+  ignored. One id per event (``eventId``), whatever its status: the bot acts on it once.
 - ``Instance:StateChange`` with ``content.state`` Stopping, Stopped, Deleted, Released (or the other spellings of
   "on its way out") → ``instance-gone``; Pending, Starting, Running and Created are understood and ignored.
 
@@ -53,6 +58,10 @@ from handlers.messages import CloudEvent, CloudEventKind
 ECS_SOURCE = "acs.ecs"
 INTERRUPTION = "Instance:PreemptibleInstanceInterruption"
 STATE_CHANGE = "Instance:StateChange"
+# Scheduled O&M events (``Instance:SystemMaintenance.Reboot``, ``Instance:SystemFailure.Redeploy``, …): early signals.
+SYSTEM_EVENTS = ("Instance:SystemMaintenance.", "Instance:SystemFailure.")
+SYSTEM_EVENT_PENDING = frozenset({"inquiring", "scheduled", "executing"})
+SYSTEM_EVENT_OVER = frozenset({"executed", "avoided", "canceled", "failed"})
 NOTICE_LEAD = timedelta(minutes=5)  # CloudMonitor: "five minutes before a preemptible instance is released"
 MAX_AGE = timedelta(hours=25)  # Alibaba retries a push for a day at most; an hour's margin
 MAX_CLOCK_SKEW = timedelta(minutes=5)
@@ -60,7 +69,6 @@ GONE_STATES = frozenset({"stopping", "stopped", "deleted", "released", "releasin
 LIVE_STATES = frozenset({"pending", "starting", "running", "created"})
 _INSTANCE_ID = re.compile(r"^i-[0-9a-z]{4,64}$")
 _ID_NAMESPACE = uuid.UUID("8f0d2a5e-53c1-4c2e-9b7e-2f4a6c1d9e30")
-
 
 
 class _SystemEvent(BaseModel):
@@ -140,7 +148,7 @@ def _from_system_event(document: Mapping[str, Any], received_at: datetime) -> li
     if event.product is not None and event.product.upper() != "ECS":
         raise UnrecognisedMessage(f"system event {event.name!r} of product {event.product!r} is not an ECS event")
     at = _event_time(event.event_time, received_at)
-    return _from_content(_event_name(event.name), event.content, event.resource_id, at)
+    return _from_content(event.name, event.content, event.resource_id, at)
 
 
 def _from_cloudevent(document: Mapping[str, Any], received_at: datetime) -> list[CloudEvent]:
@@ -171,10 +179,13 @@ def _from_cloudevent(document: Mapping[str, Any], received_at: datetime) -> list
         resource = data.get("resourceId") or resource
         if data.get("eventTime"):
             at = _event_time(str(data["eventTime"]), at)
-    return _from_content(_event_name(envelope.type.removeprefix("ecs:")), content, resource, at)
+    return _from_content(envelope.type.removeprefix("ecs:"), content, resource, at)
 
 
-def _from_content(name: str, content: Mapping[str, Any], resource: str | None, at: datetime) -> list[CloudEvent]:
+def _from_content(full: str, content: Mapping[str, Any], resource: str | None, at: datetime) -> list[CloudEvent]:
+    name = _event_name(full)
+    if name.startswith(SYSTEM_EVENTS):
+        return _system_event(name, full, content, resource, at)
     if name == INTERRUPTION:
         instance_id = _instance_id(content.get("instanceId"), resource, name)
         action = str(content.get("action") or "unknown")
@@ -192,7 +203,40 @@ def _from_content(name: str, content: Mapping[str, Any], resource: str | None, a
             message_id = event_message_id("instance-gone", instance_id, key)
             return [_cloud_event("instance-gone", message_id, at, instance_id, f"state {state}")]
         raise UnrecognisedMessage(f"{name} for {instance_id} has an unknown state {state!r}")
-    raise UnrecognisedMessage(f"event {name!r} is not one this bot handles ({INTERRUPTION}, {STATE_CHANGE})")
+    raise UnrecognisedMessage(
+        f"event {name!r} is not one this bot handles ({INTERRUPTION}, {STATE_CHANGE}, "
+        f"{SYSTEM_EVENTS[0]}*, {SYSTEM_EVENTS[1]}*)"
+    )
+
+
+def _system_event(
+    name: str, full: str, content: Mapping[str, Any], resource: str | None, at: datetime
+) -> list[CloudEvent]:
+    """A scheduled O&M event (maintenance, a host failure ahead): an early signal while it is pending; understood
+    and dropped once it is over (its instance's state changes say the rest)."""
+    instance_id = _instance_id(content.get("instanceId"), resource, name)
+    parts = full.split(":")
+    status = str(content.get("eventStatus") or (parts[2] if len(parts) > 2 else "") or "Scheduled")
+    if status.lower() in SYSTEM_EVENT_OVER:
+        return []
+    if status.lower() not in SYSTEM_EVENT_PENDING:
+        raise UnrecognisedMessage(f"{name} for {instance_id} has an unknown status {status!r}")
+    event_type = name.split(":", 1)[1]
+    due = _not_before(content.get("notBefore"), name)
+    which = str(content.get("eventId") or (due.isoformat() if due else ""))
+    message_id = event_message_id("scheduled-event", instance_id, f"{event_type}/{which}")
+    return [_cloud_event("scheduled-event", message_id, at, instance_id, event_type, due)]
+
+
+def _not_before(value: object, name: str) -> datetime | None:
+    """``content.notBefore`` (``2019-04-12T01:01:01Z``, UTC): when the O&M action may start; None when absent."""
+    if value is None or value == "":
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise UnrecognisedMessage(f"{name} has an unreadable notBefore {value!r}") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _event_name(name: str) -> str:

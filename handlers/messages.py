@@ -50,7 +50,9 @@ def report_received(report: RunnerReport) -> ReportReceived:
     return ReportReceived(id=f"report:{report.job_id}:{report.attempt}:{report.id}", report=report)
 
 
-CloudEventKind = Literal["spot-interruption", "rebalance", "instance-gone"]  # the one definition (both clouds)
+# The one definition (both clouds). "rebalance" (AWS) and "scheduled-event" (an Alibaba system event: maintenance,
+# retirement) are early signals: the instance is at risk, not yet taken.
+CloudEventKind = Literal["spot-interruption", "rebalance", "scheduled-event", "instance-gone"]
 
 
 class CloudEvent(_Message):
@@ -193,6 +195,17 @@ class StopRunner(_Message):
     instance_id: str
 
 
+class SaveRunner(_Message):
+    """Ask the runner of ``instance_id`` for a fresh checkpoint without stopping (:class:`~handlers.spec.SaveControl`
+    in its control object): an early signal only the bot heard (an Alibaba scheduled system event). ``at``: the
+    signal's time, so a second signal is a second request and a redelivery of the same is not."""
+
+    type: Literal["save-runner"] = "save-runner"
+    job_id: str
+    instance_id: str
+    at: datetime
+
+
 class HandOver(_Message):
     """Tell the runner of ``attempt``, launched ahead of a switch of market, to go: the previous attempt's checkpoint
     is in (or its instance is gone). A state in its control object, like a stop: writing it again changes nothing."""
@@ -276,6 +289,7 @@ Message = (
     | Terminate
     | InterruptTest
     | StopRunner
+    | SaveRunner
     | HandOver
     | Regroup
     | ReleaseGang
@@ -286,7 +300,7 @@ Message = (
 BusMessage = Annotated[Message, Field(discriminator="type")]
 MESSAGE_TYPES: frozenset[str] = frozenset(model.model_fields["type"].default for model in get_args(Message))
 # The effects the cloud executor carries out (each goes to its queue, see bot/queues.py).
-CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner, HandOver, Regroup, ReleaseGang)
+CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner, SaveRunner, HandOver, Regroup, ReleaseGang)
 
 
 # Inputs that are timers: the bot puts one back on the timer queue until its ``due`` time has come.

@@ -82,8 +82,32 @@ class Resumed(_Note):
     skipped: int = Field(default=0, ge=0)  # invalid checkpoints restore passed over
 
 
+EarlySignalKind = Literal["rebalance", "scheduled-event"]
+EarlyAction = Literal["commit", "ahead", "short"]
+
+
 class Rebalance(_Note):
+    """An early signal for the current instance (an AWS rebalance recommendation, an Alibaba scheduled system event
+    ``event`` due ``due``): a fresh checkpoint is committed without stopping, and what the spot authority did about
+    it (``action``): only that (``commit``), a replacement launched ahead (``ahead``), or staying because too little
+    work is left to pay for a move (``short``), with the minutes it weighed."""
+
     type: Literal["rebalance"] = "rebalance"
+    signal: EarlySignalKind = "rebalance"
+    event: str | None = None
+    due: datetime | None = None
+    action: EarlyAction = "commit"
+    left_minutes: float | None = None
+    restart_minutes: float | None = None
+
+
+class WarnedBeforeStart(_Note):
+    """A spot warning for an instance whose runner had not started: it will not live to train, so it is released
+    and the job relaunched at once."""
+
+    type: Literal["warned-before-start"] = "warned-before-start"
+    instance: str
+    source: str
 
 
 class RebalanceCheckpoint(_Note):
@@ -298,6 +322,7 @@ Note = Annotated[
     | InterruptedNote
     | Resumed
     | Rebalance
+    | WarnedBeforeStart
     | RebalanceCheckpoint
     | InstanceGone
     | SpotPolicyNote

@@ -135,7 +135,9 @@ class CheckpointSaved(_Report):
     reason: Literal["periodic", "rebalance", "notice", "final"] = "periodic"
 
 
-NoticeKind = Literal["spot-interruption", "rebalance", "stop"]
+# "rebalance": the cloud's early signal the runner saw itself; "save": the bot's save request, after an early signal
+# only the bot heard (an Alibaba scheduled system event). Both ask for a fresh checkpoint and stop nothing.
+NoticeKind = Literal["spot-interruption", "rebalance", "stop", "save"]
 
 
 class InstanceNotice(BaseModel):
@@ -150,8 +152,8 @@ class InstanceNotice(BaseModel):
 
     @property
     def interrupts(self) -> bool:
-        """Rebalance only advises; every other kind ends this attempt."""
-        return self.kind != "rebalance"
+        """An early signal (rebalance, save) only advises; every other kind ends this attempt."""
+        return self.kind not in ("rebalance", "save")
 
 
 class Notice(_Report, InstanceNotice):

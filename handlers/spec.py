@@ -298,7 +298,16 @@ class GoControl(BaseModel):
     type: Literal["go"] = "go"
 
 
-AnyControl = StopControl | InterruptTestControl | RegroupControl | GoControl
+class SaveControl(BaseModel):
+    """Save a checkpoint now and commit it, training on (an early signal only the bot heard: an Alibaba scheduled
+    system event). ``at``: the signal's time; a new one is a new request."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["save"] = "save"
+    at: AwareDatetime
+
+
+AnyControl = StopControl | InterruptTestControl | RegroupControl | GoControl | SaveControl
 ControlRequest = Annotated[AnyControl, Field(discriminator="type")]
 _CONTROL: TypeAdapter[AnyControl] = TypeAdapter(ControlRequest)
 

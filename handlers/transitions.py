@@ -20,6 +20,7 @@ Trigger = Literal[
     "checkpoint",
     "rebalance",
     "spot-interruption",
+    "warned-before-start",
     "interrupted",
     "instance-gone",
     "completed",
@@ -58,6 +59,10 @@ TRANSITIONS: dict[tuple[S, Trigger], S] = {
     (S.PROVISIONING, "instance-gone"): S.RECOVERING,
     (S.PROVISIONING, "stop"): S.STOPPING,
     (S.PROVISIONING, "completed"): S.SUCCEEDED,
+    # A spot warning for an instance whose runner has not started (launched, pulling its image, restoring): it will
+    # not live to train; released and relaunched at once (handlers/decide/early_signals.py).
+    (S.PROVISIONING, "warned-before-start"): S.RECOVERING,
+    (S.RECOVERING, "warned-before-start"): S.RECOVERING,
     (S.RUNNING, "progress"): S.RUNNING,
     (S.RUNNING, "checkpoint"): S.RUNNING,
     (S.RUNNING, "rebalance"): S.RUNNING,

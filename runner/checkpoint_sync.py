@@ -72,6 +72,7 @@ class CheckpointSync:
         self.given_up: dict[int, str] = {}  # notice mode: steps dropped on purpose, never started again
         self.failures: dict[int, BaseException] = {}  # the last failure of each step's upload
         self.reason: SyncReason = "periodic"  # what the next commit is reported as
+        self.early_past: int | None = None  # an early signal's fresh save: the first commit past this step is its
         self.notice_mode = False
         self.save_seconds: float | None = None  # how long the trainer's last observed save took
         self.checkpoint_bytes: int | None = None  # how big its last complete checkpoint was
@@ -245,7 +246,10 @@ class CheckpointSync:
         if self.committed is not None and committed.step <= self.committed.step:
             return
         self.committed = committed
-        self.on_commit(committed, self.reason)
+        early = self.early_past is not None and committed.step > self.early_past and not self.notice_mode
+        self.on_commit(committed, "rebalance" if early else self.reason)
+        if early:
+            self.early_past = None
         if not self.notice_mode:
             self.reason = "periodic"
         for older in [step for step in self.flights if step < committed.step]:

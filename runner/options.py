@@ -29,6 +29,7 @@ class RunnerOptions:
     metadata_guard: MetadataGuard | None = None  # the rule that keeps the trainer's user from the metadata service
     collective_timeout_seconds: float = 120.0  # a gang's trainer: how long a collective waits for a lost peer
     gang_wait_seconds: float = 300.0  # a gang node stopping: how long it waits for every node's part of its step
+    early_save_seconds: float = 600.0  # an early signal: how long the trainer's fresh save is waited for
 
     @classmethod
     def from_env(cls, work_dir: Path) -> RunnerOptions:
@@ -53,6 +54,7 @@ class RunnerOptions:
             metadata_guard=metadata_guard(os.environ.get(METADATA_GUARD_ENV), user),
             collective_timeout_seconds=number("FINETUNE_COLLECTIVE_TIMEOUT_SECONDS", 120.0),
             gang_wait_seconds=number("FINETUNE_GANG_WAIT_SECONDS", 300.0),
+            early_save_seconds=number("FINETUNE_EARLY_SAVE_SECONDS", 600.0),
         )
 
     def report_reserve(self, window: float) -> float:

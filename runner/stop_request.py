@@ -158,7 +158,7 @@ class StopRequest:
         default the current CUDA device for NCCL, else the CPU.
         """
         local = self.requested
-        dist = _initialised_distributed()
+        dist = initialised_distributed()
         if dist is None or dist.get_world_size() < 2:
             return local
         import torch
@@ -170,7 +170,7 @@ class StopRequest:
         return bool(flag.item())
 
 
-def _initialised_distributed() -> Any:
+def initialised_distributed() -> Any:
     """``torch.distributed`` if this process is one rank of an initialised group, else None (no torch import)."""
     if "torch" not in sys.modules:
         return None
@@ -183,12 +183,12 @@ def _initialised_distributed() -> Any:
 
 def barrier() -> None:
     """Wait for every rank (no-op outside ``torch.distributed``): all files of a checkpoint written, on all ranks."""
-    dist = _initialised_distributed()
+    dist = initialised_distributed()
     if dist is not None and dist.get_world_size() > 1:
         dist.barrier()
 
 
 def is_main_rank() -> bool:
     """Rank 0 of the group, or the only process."""
-    dist = _initialised_distributed()
+    dist = initialised_distributed()
     return dist is None or dist.get_rank() == 0

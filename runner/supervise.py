@@ -2,7 +2,8 @@
 
 The trainer runs in a process box (:mod:`runner.trainer_box`): whatever it started is swept before the next one
 starts and when the attempt ends. While it runs, periodic sync and progress reports go on in the background and
-notices are read: a rebalance commits the newest checkpoint early, an interrupting one ends the watch. How the
+notices are read: an early signal (a rebalance, the bot's save request) commits a fresh checkpoint without stopping
+the trainer (:mod:`runner.early_save`), an interrupting one ends the watch. How the
 trainer ended decides what follows, each handed to the part it belongs to (:class:`Exits`): exit 0 completes the
 job, an interrupting notice goes to the notice path, a gang's trainer that ended stands by for the next
 generation, and a crash is restarted from the newest complete checkpoint up to ``max_restarts`` times. A trainer
@@ -24,6 +25,7 @@ from typing import Any
 from handlers.failures import Failure
 from handlers.reports import InstanceNotice, StandbyCause
 from handlers.spec import JobSpec
+from runner.early_save import commit_fresh
 from runner.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED
 from runner.hang_watch import HangWatch, Stacks, Stall, dump_stacks
 from runner.local_checkpoints import newest_complete
@@ -219,6 +221,7 @@ class TrainerSupervisor:
         exited = asyncio.create_task(trainer.wait(), name="trainer")
         hung = asyncio.create_task(self._watch_hang(trainer), name="hang-watch")
         background.append(hung)
+        early: asyncio.Task[int | None] | None = None
         try:
             while True:
                 next_notice = asyncio.create_task(self.notices.get())
@@ -241,13 +244,20 @@ class TrainerSupervisor:
                 self.reports.notice(notice)
                 if notice.interrupts:
                     return notice
-                background.append(
-                    asyncio.create_task(self.periodic_sync.commit_newest("rebalance"), name="rebalance-sync")
-                )
+                if early is None or early.done():  # one fresh save at a time: a second signal joins the first
+                    early = asyncio.create_task(self._early_save(trainer), name="early-save")
+                    background.append(early)
         finally:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+
+    async def _early_save(self, trainer: TrainerProcess) -> int | None:
+        """An early signal (rebalance, the bot's save request): a fresh checkpoint committed, training goes on."""
+        progress = self.reports.progress
+        return await commit_fresh(
+            trainer, self.periodic_sync, lambda: progress.state.step, self.options.early_save_seconds
+        )
 
     # -- the output directory ---------------------------------------------------------------------------------
 

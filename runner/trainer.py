@@ -34,6 +34,7 @@ from typing import Any, BinaryIO, Literal
 
 from handlers.failures import Failure
 from runner.errors import RunnerError
+from runner.save_request import save_path, save_watched_path
 from runner.stop_request import STACKS_SUFFIX, STOP_FILE_ENV, stopped_path, watched_path
 from runner.trainer_box import TrainerBox, become_subreaper, descendants
 from runner.trainer_env import TrainerSetup, build_environment
@@ -228,6 +229,8 @@ class TrainerProcess:
         # An earlier trainer's stacks files: a process of this one that reuses a pid must not look registered.
         for stale in files.work_dir.glob(f"{files.stop_file.name}{STACKS_SUFFIX}*"):
             stale.unlink(missing_ok=True)
+        for stale in (Path(save_path(files.stop_file)), Path(save_watched_path(files.stop_file))):  # nor save it
+            stale.unlink(missing_ok=True)
         _link_package(files.import_dir)
         sink = _open_log(files.log_path)  # before the trainer can put anything in its place
         switch: dict[str, Any] = {}
@@ -271,6 +274,12 @@ class TrainerProcess:
     def watches_stop_file(self) -> bool:
         """The trainer said it watches the stop file (``runner.stop_request``), so it needs no signal."""
         return os.path.exists(watched_path(self.files.stop_file))
+
+    @property
+    def watches_save_requests(self) -> bool:
+        """The trainer said it honours save requests (``runner.save_request``): an early signal asks it for a fresh
+        checkpoint rather than committing the newest existing one."""
+        return os.path.exists(save_watched_path(self.files.stop_file))
 
     async def wait(self) -> int:
         """The trainer's exit code, once it and everything it started are gone. asyncio's own wait also waits

@@ -4,6 +4,7 @@
   ``eventTime`` in basic ISO 8601 at UTC+8, ``resourceId`` as an ACS resource name, ``content``;
 - ``subscription``: what a CloudMonitor event subscription pushes (and its "debug event subscription" sends):
   ``status`` and ``instanceName``, no ``id``, no time;
+- ``system_event_content``: a scheduled O&M event's content (``Instance:SystemMaintenance.Reboot:Scheduled``);
 - ``cloudevent``: an EventBridge CloudEvent 1.0 from the system bus (``source: acs.ecs``, ``type: ecs:<name>``, the
   ``aliyun*`` extension attributes), ``data`` being the event's content.
 """
@@ -28,6 +29,25 @@ def interruption_content(instance_id: str) -> dict[str, Any]:
 
 def state_content(instance_id: str, state: str) -> dict[str, Any]:
     return {"resourceId": instance_id, "resourceType": "ALIYUN::ECS::Instance", "state": state}
+
+
+def system_event_content(
+    instance_id: str,
+    event_type: str = "SystemMaintenance.Reboot",
+    status: str = "Scheduled",
+    *,
+    event_id: str = "e-bp11trd0000000pqum2",
+    not_before: str = "2019-04-12T01:01:01Z",
+) -> dict[str, Any]:
+    """A scheduled O&M event's content, as "ECS event notifications" shows it for ``SystemMaintenance.Reboot``."""
+    return {
+        "eventId": event_id,
+        "publishTime": "2019-04-09T04:18:26Z",
+        "notBefore": not_before,
+        "instanceId": instance_id,
+        "eventType": event_type,
+        "eventStatus": status,
+    }
 
 
 def notification(

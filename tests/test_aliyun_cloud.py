@@ -466,6 +466,22 @@ async def test_stop_runner_writes_a_stop_control_object(
     assert fake.instances[instance.instance_id].status == "Running"  # the runner stops; the bot releases later
 
 
+async def test_save_runner_asks_for_a_fresh_checkpoint_and_stops_nothing(
+    fake: FakeAliyun, aws: str, make_cloud: Callable[..., AliyunCloud]
+) -> None:
+    """A scheduled system event only the bot heard reaches the runner as a save request in its control object."""
+    cloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud), [GPU], "spot")
+    await cloud.save_runner(instance.instance_id, datetime(2026, 12, 7, 12, tzinfo=UTC))
+    store = oss_store(aws, "jobs/ft-abc1/")
+    try:
+        (notice,) = await ControlObjectSource(store, attempt=1).poll()
+    finally:
+        await store.close()
+    assert notice.kind == "save" and not notice.interrupts
+    assert fake.instances[instance.instance_id].status == "Running"
+
+
 async def test_hand_over_writes_go_where_the_runner_launched_ahead_waits(
     fake: FakeAliyun, aws: str, make_cloud: Callable[..., AliyunCloud]
 ) -> None:

@@ -27,6 +27,7 @@ from tests.aliyun_payloads import (
     resource,
     state_content,
     subscription,
+    system_event_content,
 )
 
 INSTANCE = "i-bp1ecr0000005go2go"
@@ -171,7 +172,7 @@ def test_cloudmonitor_refusals_say_why(body: str, reason: str) -> None:
         ({**cloudevent(INTERRUPTION, interruption_content(INSTANCE), INSTANCE), "source": "acs.oss"}, "not an ECS"),
         (cloudevent(INTERRUPTION, "{not json", INSTANCE), "data is a string but not JSON"),
         (cloudevent(INTERRUPTION, "[1]", INSTANCE), "data is not a JSON object"),
-        (cloudevent("Instance:SystemFailure.Reboot", {"instanceId": INSTANCE}, INSTANCE), "not one this bot handles"),
+        (cloudevent("Disk:ErrorDetected", {"instanceId": INSTANCE}, INSTANCE), "not one this bot handles"),
     ],
 )
 def test_eventbridge_refusals_say_why(document: dict[str, Any], reason: str) -> None:
@@ -188,3 +189,64 @@ def test_staleness_dates_a_push_by_its_event_time_else_by_its_receipt() -> None:
     assert staleness(undated, RECEIVED) is None  # a subscription push has no time: its receipt dates it
     ahead = staleness(dated, EVENT_AT - timedelta(minutes=6))
     assert ahead is not None and "in the future" in ahead
+
+
+# -- scheduled O&M events: early signals ------------------------------------------------------------------------
+
+MAINTENANCE = "Instance:SystemMaintenance.Reboot"
+NOT_BEFORE = datetime(2019, 4, 12, 1, 1, 1, tzinfo=UTC)
+
+
+def test_a_scheduled_maintenance_is_an_early_signal_due_at_its_not_before() -> None:
+    content = system_event_content(INSTANCE)
+    (event,) = cloudmonitor(notification(f"{MAINTENANCE}:Scheduled", content, INSTANCE, level="CRITICAL"))
+    assert (event.kind, event.instance_id, event.source) == ("scheduled-event", INSTANCE, ECS_SOURCE)
+    assert event.deadline == NOT_BEFORE and event.detail == "SystemMaintenance.Reboot"
+    assert event.at == EVENT_AT
+
+
+def test_one_scheduled_event_is_one_message_whatever_its_status_shape_or_route() -> None:
+    """Scheduled, then Executing; CloudMonitor and EventBridge: the bot acts on the event once."""
+    scheduled = system_event_content(INSTANCE)
+    executing = system_event_content(INSTANCE, status="Executing")
+    shapes = [
+        cloudmonitor(notification(f"{MAINTENANCE}:Scheduled", scheduled, INSTANCE)),
+        cloudmonitor(notification(f"{MAINTENANCE}:Executing", executing, INSTANCE)),
+        cloudmonitor(subscription(f"{MAINTENANCE}:Inquiring", {**scheduled, "eventStatus": "Inquiring"}, INSTANCE)),
+        eventbridge(cloudevent(f"{MAINTENANCE}:Scheduled", scheduled, INSTANCE)),
+    ]
+    assert {event.id for (event,) in shapes} == {
+        event_message_id("scheduled-event", INSTANCE, "SystemMaintenance.Reboot/e-bp11trd0000000pqum2")
+    }
+    other = cloudmonitor(
+        notification(f"{MAINTENANCE}:Scheduled", system_event_content(INSTANCE, event_id="e-2"), INSTANCE)
+    )
+    assert other[0].id not in {event.id for (event,) in shapes}  # another event of the same kind acts again
+
+
+@pytest.mark.parametrize("event_type", ["SystemFailure.Reboot", "SystemMaintenance.Stop", "SystemFailure.Redeploy"])
+def test_host_failure_and_other_maintenance_events_are_early_signals_too(event_type: str) -> None:
+    content = system_event_content(INSTANCE, event_type)
+    (event,) = cloudmonitor(notification(f"Instance:{event_type}:Scheduled", content, INSTANCE))
+    assert event.kind == "scheduled-event" and event.detail == event_type
+
+
+@pytest.mark.parametrize("status", ["Executed", "Avoided", "Canceled", "Failed"])
+def test_a_scheduled_event_that_is_over_is_understood_and_dropped(status: str) -> None:
+    content = system_event_content(INSTANCE, status=status)
+    assert cloudmonitor(notification(f"{MAINTENANCE}:{status}", content, INSTANCE)) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ({**system_event_content(INSTANCE), "eventStatus": "Pondering"}, "unknown status 'Pondering'"),
+        ({**system_event_content(INSTANCE), "notBefore": "soon"}, "unreadable notBefore 'soon'"),
+        ({**system_event_content("not-an-instance"), "instanceId": "not-an-instance"}, "names no valid instance id"),
+    ],
+)
+def test_malformed_scheduled_events_are_refused_and_say_why(content: dict[str, Any], reason: str) -> None:
+    document = notification(f"{MAINTENANCE}:Scheduled", content, INSTANCE)
+    document["resourceId"] = "acs:ecs:cn-hangzhou:1:disk/d-1"  # no instance to fall back to
+    with pytest.raises(UnrecognisedMessage, match=reason):
+        cloudmonitor(document)

@@ -44,6 +44,7 @@ from tests.aliyun_payloads import (
     interruption_content,
     notification,
     state_content,
+    system_event_content,
 )
 from tests.redis_fixtures import (  # noqa: F401 - fixtures
     fixture_key_prefix,
@@ -161,6 +162,32 @@ async def test_eventbridge_cloudevents_have_their_own_route(make_intake: Callabl
     assert (event["kind"], event["instance_id"]) == ("instance-gone", INSTANCE)
     status, answer = await intake.post(CLOUDMONITOR_PATH, gone, headers=WITH_TOKEN)
     assert status == 400 and "EventBridge" in answer["reason"]
+
+
+async def test_a_scheduled_system_event_is_published_as_an_early_signal_and_a_malformed_one_refused(
+    make_intake: Callable[..., Awaitable[Intake]],
+) -> None:
+    intake = await make_intake()
+    maintenance = "Instance:SystemMaintenance.Reboot"
+    pushed = notification(f"{maintenance}:Scheduled", system_event_content(INSTANCE), INSTANCE, level="CRITICAL")
+    status, answer = await intake.post(CLOUDMONITOR_PATH, pushed, headers=WITH_TOKEN)
+    assert status == 200
+    (event,) = await intake.published()
+    message = parse_message(event)
+    assert isinstance(message, CloudEvent) and answer == {"accepted": [message.id]}
+    assert (message.kind, message.instance_id, message.detail) == (
+        "scheduled-event",
+        INSTANCE,
+        "SystemMaintenance.Reboot",
+    )
+    assert message.deadline == datetime(2019, 4, 12, 1, 1, 1, tzinfo=UTC)  # notBefore
+
+    odd = notification(f"{maintenance}:Scheduled", {**system_event_content(INSTANCE), "eventStatus": "Soon"}, INSTANCE)
+    status, answer = await intake.post(CLOUDMONITOR_PATH, odd, headers=WITH_TOKEN)
+    assert status == 400 and "unknown status 'Soon'" in answer["reason"]
+    over = notification(f"{maintenance}:Executed", system_event_content(INSTANCE, status="Executed"), INSTANCE)
+    assert await intake.post(CLOUDMONITOR_PATH, over, headers=WITH_TOKEN) == (200, {"accepted": []})
+    assert len(await intake.published()) == 1  # neither the refused nor the finished one published anything
 
 
 async def test_a_live_state_is_accepted_and_publishes_nothing(make_intake: Callable[..., Awaitable[Intake]]) -> None:

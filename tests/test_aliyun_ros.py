@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ import pytest
 import yaml
 
 from bot.sources.aliyun_http import EVENTBRIDGE_PATH, TOKEN_HEADER
-from handlers.aliyun_events import ECS_SOURCE, INTERRUPTION, STATE_CHANGE
+from handlers.aliyun_events import ECS_SOURCE, INTERRUPTION, STATE_CHANGE, parse_eventbridge
+from tests.aliyun_payloads import cloudevent, system_event_content
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "aliyun" / "finetune.ros.yaml"
 PSEUDO = {"ALIYUN::NoValue", "ALIYUN::Region", "ALIYUN::AccountId", "ALIYUN::StackName", "ALIYUN::StackId"}
@@ -131,7 +133,16 @@ def test_eventbridge_pushes_interruptions_over_https_with_the_token_in_a_header(
     rule = resource(template, "InterruptionRule", "ALIYUN::EventBridge::Rule")
     assert rule["EventBusName"] == "default" and rule["Status"] == "ENABLE"
     assert rule["FilterPattern"]["source"] == [ECS_SOURCE]
-    assert {f"ecs:{INTERRUPTION}", f"ecs:{STATE_CHANGE}"} == set(rule["FilterPattern"]["type"])
+    types = rule["FilterPattern"]["type"]
+    assert {f"ecs:{INTERRUPTION}", f"ecs:{STATE_CHANGE}"} == {kind for kind in types if isinstance(kind, str)}
+    # Scheduled O&M events by prefix (their type ends in the event's status): each reaches the bot as an early signal.
+    prefixes = [kind["prefix"] for kind in types if isinstance(kind, dict)]
+    assert sorted(prefixes) == ["ecs:Instance:SystemFailure.", "ecs:Instance:SystemMaintenance."]
+    for prefix in prefixes:
+        name = prefix.removeprefix("ecs:") + "Reboot:Scheduled"
+        pushed = cloudevent(name, system_event_content("i-bp1ecr0000005go2go"), "i-bp1ecr0000005go2go")
+        (event,) = parse_eventbridge(json.dumps(pushed), datetime(2026, 3, 1, tzinfo=UTC))
+        assert event.kind == "scheduled-event"
     (target,) = rule["Targets"]
     assert target["Type"] == "https" and target["Endpoint"] == {"Fn::Sub": "${BotWebhookUrl}" + EVENTBRIDGE_PATH}
     params = {param["ResourceKey"]: param for param in target["ParamList"]}

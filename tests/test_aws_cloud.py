@@ -423,6 +423,16 @@ async def test_stop_runner_writes_the_control_object(world: World, make_cloud: A
         await cloud.stop_runner("i-0123456789abcdef0")
 
 
+async def test_save_runner_writes_a_save_request_to_the_control_object(world: World, make_cloud: Any) -> None:
+    cloud: AwsCloud = make_cloud()
+    instance = await cloud.launch(job_spec(cloud, attempt=2), ["g5.xlarge"], "spot")
+    await cloud.save_runner(instance.instance_id, datetime(2026, 12, 7, 12, tzinfo=UTC))
+    written = json.loads(world.object("jobs/ft-abc1/control/attempt-2.json"))
+    assert written == {"type": "save", "at": "2026-12-07T12:00:00Z"}
+    with pytest.raises(CloudError, match="does not exist"):
+        await cloud.save_runner("i-0123456789abcdef0", datetime(2026, 12, 7, 12, tzinfo=UTC))
+
+
 async def test_hand_over_writes_go_to_the_attempt_launched_ahead(world: World, make_cloud: Any) -> None:
     cloud: AwsCloud = make_cloud()
     await cloud.launch(job_spec(cloud, attempt=3), ["g5.xlarge"], "spot")

@@ -55,6 +55,7 @@ from handlers.notes import (
     SpotPolicyNote,
     Stopped,
     StopRequested,
+    WarnedBeforeStart,
 )
 from handlers.oncall import OnCall
 from handlers.permissions import cost_refusal, job_refusal, narrowed
@@ -105,6 +106,16 @@ SAMPLES: list[Note] = [
     Resumed(attempt=2, zone="cn-hangzhou-h", step=15, lost=0, downtime=41.5),
     Resumed(attempt=3, zone=None, step=None, lost=2, downtime=9, skipped=1),
     Rebalance(),
+    Rebalance(
+        signal="scheduled-event",
+        event="SystemMaintenance.Reboot",
+        due=datetime(2026, 12, 9, 1, 1, tzinfo=UTC),
+        action="ahead",
+        left_minutes=95.0,
+        restart_minutes=6.0,
+    ),
+    Rebalance(action="short", left_minutes=4.0, restart_minutes=6.0),
+    WarnedBeforeStart(instance="i-1", source="aws.ec2"),
     RebalanceCheckpoint(step=20, seconds=1.25),
     InstanceGone(instance="i-1"),
     RelaunchPaused(attempt=2, count=2, limit=3, seconds=60.0),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -46,6 +46,7 @@ from handlers.notes import (
     SpotPolicyNote,
     Stopped,
     StopRequested,
+    WarnedBeforeStart,
 )
 from handlers.pagers import TOOL_NAMES
 from handlers.recipes import Recipe
@@ -211,6 +212,20 @@ def _warning(job: Job, note: InterruptionWarning, now: datetime, lang: Lang) -> 
     )
 
 
+def _early_signal(job: Job, note: Rebalance, now: datetime, lang: Lang) -> str:
+    """What the early signal was, then what the spot authority did about it (nothing more than the checkpoint: no
+    tail)."""
+    if note.signal == "scheduled-event":
+        # A day or two ahead: the date counts, as on the card's deadline.
+        due = text(lang, "card.deadline", at=note.due.astimezone(UTC)) if note.due else text(lang, "time.unknown")
+        head = text(lang, "note.scheduled-event", event=note.event or "?", due=due)
+    else:
+        head = text(lang, "note.rebalance")
+    if note.action == "commit" or note.left_minutes is None or note.restart_minutes is None:
+        return head
+    return head + text(lang, f"note.early.{note.action}", left=note.left_minutes, restart=note.restart_minutes)
+
+
 def _interrupted(job: Job, note: InterruptedNote, now: datetime, lang: Lang) -> str:
     timing = text(lang, "list.separator").join(
         text(lang, "timing.item", name=word(lang, f"phase.{name}", name), seconds=value)
@@ -367,7 +382,10 @@ _WORDS: dict[type[BaseModel], _Words] = {
     InterruptionWarning: _warning,
     InterruptedNote: _interrupted,
     Resumed: _resumed,
-    Rebalance: lambda job, note, now, lang: text(lang, "note.rebalance"),
+    Rebalance: _early_signal,
+    WarnedBeforeStart: lambda job, note, now, lang: text(
+        lang, "note.warned-before-start", instance=note.instance, source=note.source
+    ),
     RebalanceCheckpoint: lambda job, note, now, lang: text(
         lang, "note.rebalance-checkpoint", step=note.step, seconds=note.seconds
     ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
 from bot.checks.result import Check
@@ -151,6 +152,16 @@ class HandsOver(Protocol):
 
     async def hand_over(self, job_id: str, attempt: int) -> None:
         """Write it (writing it again changes nothing); CloudError when the store would not."""
+        ...
+
+
+@runtime_checkable
+class AsksSaves(Protocol):
+    """A cloud that asks a runner for a fresh checkpoint without stopping it (:class:`~handlers.spec.SaveControl` in
+    the attempt's control object): an early signal only the bot heard (an Alibaba scheduled system event)."""
+
+    async def save_runner(self, instance_id: str, at: datetime) -> None:
+        """Write it (writing the same again changes nothing); CloudError when the store would not."""
         ...
 
 

@@ -172,6 +172,8 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
             return inputs.rebalance(job, message.source, now)
         if message.kind == "stop":
             return ignore(job, "notice:stop", "the runner acknowledges a stop")
+        if message.kind == "save":
+            return ignore(job, "notice:save", "the runner acknowledges a save request")
         return inputs.spot_interruption(job, message.source, message.deadline, now)
     if isinstance(message, Interrupted):
         return _node_lost(job, attempt, now, limits, message, spot=spot)
@@ -355,6 +357,8 @@ def cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: S
         return inputs.spot_interruption(job, event.source, event.deadline, now)
     if event.kind == "rebalance":
         return inputs.rebalance(job, event.source, now)
+    if event.kind == "scheduled-event":
+        return inputs.scheduled_event(job, event, now)
     return _node_lost(job, attempt, now, limits, None, gone=event, spot=spot)
 
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from handlers.change import Change
-from handlers.decide import launching, recovery, steering
+from handlers.decide import early_signals, launching, recovery, steering
 from handlers.decide.builders import advance, change, chart_note, ignore, make, notify
 from handlers.failures import Failure
 from handlers.instance_claims import foreign_instance
@@ -34,7 +34,6 @@ from handlers.notes import (
     InstanceGone,
     InterruptedNote,
     InterruptionWarning,
-    Rebalance,
     RebalanceCheckpoint,
     Resumed,
     Stopped,
@@ -82,9 +81,13 @@ def report(
         return _checkpoint_saved(job, report, now)
     if isinstance(report, Notice):
         if report.kind == "rebalance":
-            return rebalance(job, report.source, now)
+            return rebalance(job, report.source, now, spot)
         if report.kind == "stop":
             return ignore(job, "notice:stop", "the runner acknowledges a stop")
+        if report.kind == "save":
+            return ignore(job, "notice:save", "the runner acknowledges a save request")
+        if early_signals.before_start(job):  # the runner saw it while restoring: it will not train there
+            return early_signals.warned_before_start(job, report.source, report.deadline, now, limits, spot)
         return spot_interruption(job, report.source, report.deadline, now)
     if isinstance(report, Interrupted):
         return _interrupted(job, report, now, limits, spot)
@@ -196,10 +199,14 @@ def cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: S
             return ignored
         notes = _warning_notes(job, old.number, event.source, event.deadline)
         return Change(job, ignored.history, list(notes))
+    if event.kind == "spot-interruption" and early_signals.before_start(job):
+        return early_signals.warned_before_start(job, event.source, event.deadline, now, limits, spot)
     if event.kind == "spot-interruption":
         return spot_interruption(job, event.source, event.deadline, now)
     if event.kind == "rebalance":
-        return rebalance(job, event.source, now)
+        return rebalance(job, event.source, now, spot)
+    if event.kind == "scheduled-event":
+        return scheduled_event(job, event, now, spot)
     state = next_state(job.state, "instance-gone")
     if state is None:
         return ignore(job, "cloud:instance-gone", f"the job is {job.state}")
@@ -275,10 +282,17 @@ def _started(job: Job, report: Started, now: datetime) -> Change:
     return change(moved, state, now, {"event": "started", **fields}, outbox)
 
 
-def rebalance(job: Job, source: str, now: datetime) -> Change:
-    """Advice, not an interruption: the runner commits early; the thread hears about it."""
-    return advance(
-        job, "rebalance", now, {}, {"event": "rebalance", "source": source}, [notify(job, "thread", Rebalance())]
+def rebalance(job: Job, source: str, now: datetime, spot: SpotView | None = None) -> Change:
+    """Advice, not an interruption: the runner commits a fresh checkpoint early, the spot authority may move the job
+    ahead of it (:mod:`handlers.decide.early_signals`); the thread hears what was done."""
+    return early_signals.early_signal(job, "rebalance", source, now, spot)
+
+
+def scheduled_event(job: Job, event: CloudEvent, now: datetime, spot: SpotView | None = None) -> Change:
+    """A scheduled system event for one of the job's instances (Alibaba: maintenance, retirement): as a rebalance,
+    and the runner, which cannot see it, is asked for the fresh checkpoint."""
+    return early_signals.early_signal(
+        job, "scheduled-event", event.source, now, spot, event.detail or None, event.deadline, event.instance_id
     )
 
 

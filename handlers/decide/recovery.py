@@ -86,13 +86,16 @@ def again(
     why: Failure,
     spot: SpotView | None = None,
     counts: bool = False,
+    first_at_once: bool = False,
 ) -> Change:
     """Relaunch after the current attempt of ``before`` ended on its own (``moved`` is the job after it), bounded:
     an attempt without progress makes the next launch wait, and too many in a row end the job instead. A job the
     spot policy steers relaunches where the policy says (or waits, or stops for its budget); any other job where
     ``spot-first`` says (the zone, or on-demand once no zone has spot; a job on on-demand stays there). ``counts``:
     the attempt counts towards the bound whatever progress it made (it ended hung: a hang that comes back after
-    every resume must not relaunch for ever)."""
+    every resume must not relaunch for ever). ``first_at_once``: the cloud took the attempt before it could train
+    (a spot warning before its runner started), so the first such relaunch in a row does not wait; it still counts
+    towards the bound."""
     if before.standby is not None:  # the next attempt was launched ahead already: it goes on from what was committed
         return steering.hand_over(moved, before.standby, now, history, [*release, *notes])
     in_a_row = before.attempts_without_progress + 1 if counts else without_progress(before)
@@ -103,7 +106,7 @@ def again(
         detail = {"attempts_without_progress": in_a_row, "after": history.get("event")}
         # The notes said "relaunching"; the failure's own message (or page) says what happens instead.
         return failure(counted, trigger, reason, now, [], limits, None, **detail)
-    pause = relaunch_pause(limits, in_a_row)
+    pause = relaunch_pause(limits, in_a_row - 1 if first_at_once else in_a_row)
     counted = moved.model_copy(update={"attempts_without_progress": in_a_row})
     if pause:
         paused = RelaunchPaused(

@@ -156,6 +156,12 @@ def switched(
     )
 
 
+def launch_ahead(job: Job, market: Market, zone: str | None, now: datetime) -> Change:
+    """Move ``job`` make-before-break (an early signal, :mod:`handlers.decide.early_signals`): its next attempt is
+    launched beside the current one, which trains on until that one stands by, then checkpoints and hands over."""
+    return _launch_ahead(job, market, zone, now)
+
+
 def _launch_ahead(job: Job, market: Market, zone: str | None, now: datetime) -> Change:
     """The next attempt on the other market, launched while the current one trains on: a refusal costs nothing (the
     job stays where it is, the zone counts as refused), and the current one is asked to checkpoint and stop only
@@ -187,8 +193,8 @@ def ahead(job: Job, standby: Attempt, message: BusMessage, now: datetime, limits
     if isinstance(message, ReportReceived) and message.report.attempt == standby.number:
         return _ahead_report(job, standby, message.report, now, limits)
     if isinstance(message, CloudEvent) and message.instance_id == standby.instance_id:
-        if message.kind == "rebalance":
-            return ignore(job, "cloud:rebalance", f"attempt {standby.number} only waits for its hand-over")
+        if message.kind in ("rebalance", "scheduled-event"):
+            return ignore(job, f"cloud:{message.kind}", f"attempt {standby.number} only waits for its hand-over")
         gone = {"event": f"cloud:{message.kind}", **fields, "instance": message.instance_id}
         return _give_up_standby(_spot_lost(job, standby, now), now, gone)
     return None

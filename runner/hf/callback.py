@@ -12,7 +12,8 @@ The runner agent starts the training command with these environment variables an
 * ``FINETUNE_PROGRESS_FILE`` (optional): this callback appends one JSON line per step to it:
   ``{"step": int, "total_steps": int, "loss": float | null, "epoch": float | null}``.
 * ``FINETUNE_STOP_FILE``: the runner's stop request (see ``runner.stop_request``); it exists once the job must
-  stop. A SIGTERM means the same.
+  stop. A SIGTERM means the same. ``$FINETUNE_STOP_FILE.save`` is the runner's save request (``runner.save_request``):
+  save a checkpoint at the next step boundary and train on (an early signal: a rebalance, a scheduled event).
 
 At every optimizer-step boundary the callback looks for the request; under ``torch.distributed`` the ranks
 agree on it first (an all-reduce), so every rank stops after the same step. Then it asks the Trainer to save a
@@ -61,6 +62,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from runner.save_request import SaveRequest
 from runner.stop_request import StopRequest, barrier
 
 __all__ = ["COMPLETE_MARKER", "SpotCheckpointCallback", "checkpoint_dir"]
@@ -110,6 +112,7 @@ class SpotCheckpointCallback(TrainerCallback):
         """
         super().__init__()
         self.stop = StopRequest(stop_file, install_signal_handler=install_signal_handler)
+        self.save = SaveRequest(stop_file)  # the runner's "save now, keep training" (an early signal)
         self.interrupted: bool = False
         if progress_file is None:
             progress_file = os.environ.get("FINETUNE_PROGRESS_FILE") or None
@@ -159,6 +162,9 @@ class SpotCheckpointCallback(TrainerCallback):
             control.should_training_stop = True
             self.stop.mark_stopped()
             log.warning("stop requested: saving checkpoint at step %d and stopping", state.global_step)
+        elif not self.interrupted and self.save.due():  # the same answer on every rank: a collective too
+            control.should_save = True
+            log.warning("save requested (an early signal): saving at step %d, training on", state.global_step)
         # DefaultFlowCallback runs before us: if it asked for a log, on_log follows for this same step with the
         # loss, so skip the loss-less line to keep one line per step.
         if not control.should_log:

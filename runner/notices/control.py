@@ -1,8 +1,9 @@
 """The bot's control channel: an object the runner polls next to its checkpoints.
 
 ``<checkpoint_uri>control/attempt-<n>.json`` holds a :data:`handlers.spec.ControlRequest` (the one definition the
-bot writes too): stop (checkpoint, commit, exit) or interrupt-test (act as on a spot notice with its deadline,
-for clouds without a fault-injection service). An object rather than SSM Run Command: it needs only the storage
+bot writes too): stop (checkpoint, commit, exit), interrupt-test (act as on a spot notice with its deadline,
+for clouds without a fault-injection service) or save (a fresh checkpoint, training on: an early signal only the
+bot heard, such as an Alibaba scheduled system event). An object rather than SSM Run Command: it needs only the storage
 access the runner already has, and works the same on S3, OSS and a local directory.
 
 A node of a gang also polls its own object of its generation, ``control/attempt-<n>/generation-<g>/node-<k>.json``
@@ -22,6 +23,7 @@ from handlers.spec import (
     GoControl,
     InterruptTestControl,
     RegroupControl,
+    SaveControl,
     StopControl,
     control_key,
     node_control_key,
@@ -84,6 +86,8 @@ class ControlObjectSource:
             request = await read_control(self.store, key)
             if isinstance(request, StopControl):
                 notices.append(InstanceNotice(kind="stop", source="control", deadline=None))
+            elif isinstance(request, SaveControl):  # an early signal only the bot heard: save, train on
+                notices.append(InstanceNotice(kind="save", source="control", deadline=None))
             elif isinstance(request, InterruptTestControl):
                 notices.append(
                     InstanceNotice(kind="spot-interruption", source="interrupt-test", deadline=request.deadline)

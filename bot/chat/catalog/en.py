@@ -158,6 +158,21 @@ BOT: dict[str, str] = {
     "note.resume-requested": "🔁 {by} asked to resume {job} on {market}.",
     "note.rebalance": "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early.",
     "note.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
+    "note.scheduled-event": (
+        "🛠️ Scheduled system event {event} for the instance (not before {due}); checkpointing early, training on."
+    ),
+    "note.early.ahead": (
+        " Moving ahead of it: a replacement instance launches now and takes over from a fresh checkpoint once it is "
+        "up (~{left:.0f} min of training left; a restart costs ~{restart:.0f} min)."
+    ),
+    "note.early.short": (
+        " Staying: ~{left:.0f} min of training left is too little to pay for a move "
+        "(a restart costs ~{restart:.0f} min)."
+    ),
+    "note.warned-before-start": (
+        "⚠️ Spot interruption warning for {instance} (from {source}) before its runner started: it will not live to "
+        "train. Released; relaunching now."
+    ),
     "note.spot-policy": "🧭 {reason}",
     "note.instance-gone": ("⚠️ Instance {instance} went away without notice; relaunching from the last checkpoint."),
     "note.instance-released": "🧹 Released instance {instance}: {why}.",

@@ -128,6 +128,15 @@ MESSAGES: dict[str, str] = {
     "note.resume-requested": "🔁 {by} 请求以{market}方式恢复任务 {job}。",
     "note.rebalance": "↔️ 再平衡建议：实例被回收的风险升高，提前保存检查点。",
     "note.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
+    "note.scheduled-event": "🛠️ 实例有计划内的系统事件 {event}（不早于 {due}）；提前保存检查点，训练继续。",
+    "note.early.ahead": (
+        "提前迁移：现在启动一台替代实例，待其就绪后从新的检查点接手"
+        "（剩余训练约 {left:.0f} 分钟；一次重启约 {restart:.0f} 分钟）。"
+    ),
+    "note.early.short": "不迁移：剩余训练约 {left:.0f} 分钟，不值得为此迁移（一次重启约 {restart:.0f} 分钟）。",
+    "note.warned-before-start": (
+        "⚠️ 实例 {instance} 在运行器启动前收到竞价中断预警（来自 {source}）：它撑不到训练。已释放，正在重新启动。"
+    ),
     "note.spot-policy": "🧭 {reason}",
     "note.instance-gone": "⚠️ 实例 {instance} 未经通知即消失；正在从最近的检查点重新启动。",
     "note.instance-released": "🧹 已释放实例 {instance}：{why}。",

@@ -72,6 +72,7 @@ from handlers.spec import (
     InterruptTestControl,
     JobSpec,
     RegroupControl,
+    SaveControl,
     StopControl,
     control_key,
     dump_control,
@@ -406,6 +407,12 @@ class AliyunCloud:
     async def hand_over(self, job_id: str, attempt: int) -> None:
         """Go, to the runner of ``attempt`` launched ahead of a switch of market (its control object on OSS)."""
         await self._write_control(job_id, attempt, GoControl())
+
+    async def save_runner(self, instance_id: str, at: datetime) -> None:
+        """Ask the runner for a fresh checkpoint, training on: :class:`~handlers.spec.SaveControl` in its control
+        object on OSS (a scheduled system event for its instance)."""
+        _, job_id, attempt = await self.instances.job_of(instance_id)
+        await self._write_control(job_id, attempt, SaveControl(at=at))
 
     async def _write_control(
         self,

@@ -24,6 +24,7 @@ from handlers.attempt_keys import READER_TAG, StorageCredentials, dump_attempt_k
 from handlers.report_keys import ReportKeys
 from handlers.spec import (
     ATTEMPT_KEYS_PREFIX,
+    AnyControl,
     GoControl,
     JobSpec,
     RegroupControl,
@@ -140,6 +141,11 @@ class AwsObjects:
         """:class:`~handlers.spec.StopControl` in the attempt's control object, which its runner polls;
         CloudRefused or CloudUnavailable when S3 would not take it."""
         await self._put(self.control_key(job_id, attempt), dump_control(StopControl()))
+
+    async def put_control(self, job_id: str, attempt: int, control: AnyControl) -> None:
+        """``control`` in the attempt's control object, which its runner polls; CloudRefused or CloudUnavailable
+        when S3 would not take it."""
+        await self._put(self.control_key(job_id, attempt), dump_control(control))
 
     async def put_go(self, job_id: str, attempt: int) -> None:
         """:class:`~handlers.spec.GoControl` in the attempt's control object, where a runner launched ahead of a

@@ -22,6 +22,7 @@ steps; the launch itself is :mod:`bot.cloud.launching`.
 from __future__ import annotations
 
 from collections.abc import Collection
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from bot.checks.result import Check
@@ -42,7 +43,7 @@ from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
 from handlers.report_keys import ReportKeys
-from handlers.spec import JobSpec, RegroupControl
+from handlers.spec import JobSpec, RegroupControl, SaveControl
 
 
 class AwsCloud:
@@ -271,6 +272,15 @@ class AwsCloud:
             await self.objects.put_stop(job_id, attempt)
         except (CloudRefused, CloudUnavailable) as exc:
             raise not_done(exc, f"could not write the stop request of {instance_id}: {exc}") from exc
+
+    async def save_runner(self, instance_id: str, at: datetime) -> None:
+        """Ask the runner for a fresh checkpoint, training on: :class:`~handlers.spec.SaveControl` in its control
+        object on S3 (the runner sees a rebalance recommendation itself; this is for a signal only the bot heard)."""
+        _, job_id, attempt = await self.instances.job_of(instance_id)
+        try:
+            await self.objects.put_control(job_id, attempt, SaveControl(at=at))
+        except (CloudRefused, CloudUnavailable) as exc:
+            raise not_done(exc, f"could not write the save request of {instance_id}: {exc}") from exc
 
     async def write_node_control(
         self, job_id: str, attempt: int, generation: int, node_rank: int, control: RegroupControl

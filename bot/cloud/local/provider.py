@@ -53,7 +53,16 @@ from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
 from handlers.report_keys import ReportKeys
-from handlers.spec import AnyControl, GoControl, JobSpec, RegroupControl, control_key, dump_control, node_control_key
+from handlers.spec import (
+    AnyControl,
+    GoControl,
+    JobSpec,
+    RegroupControl,
+    SaveControl,
+    control_key,
+    dump_control,
+    node_control_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +146,11 @@ class LocalCloud:
     async def hand_over(self, job_id: str, attempt: int) -> None:
         """Go, to the runner of ``attempt`` launched ahead of a switch of market (its control object)."""
         self._write_control(job_id, control_key(attempt), GoControl())
+
+    async def save_runner(self, instance_id: str, at: datetime) -> None:
+        """Ask the runner for a fresh checkpoint, training on (its control object)."""
+        record = await self._running(instance_id)
+        self._write_control(record.job_id, control_key(record.attempt), SaveControl(at=at))
 
     def _write_control(self, job_id: str, key: str, control: AnyControl) -> None:
         parsed = urlsplit(self.checkpoint_uri(job_id))
