@@ -176,7 +176,8 @@ class PeriodicSync:
         if marker is None:
             return None
         committed = self.sync.committed
-        uri = committed.uri if committed is not None and committed.step == step else self.store.uri(f"checkpoint-{step}/")
+        fallback = self.store.uri(f"checkpoint-{step}/")
+        uri = committed.uri if committed is not None and committed.step == step else fallback
         self.reports.checkpoint_saved(Committed(step, uri, marker.bytes, 0.0), "periodic")
         return rebuilt
 

@@ -1,12 +1,12 @@
 """Waiting for the bot's word with no trainer running: a gang node for its regroup, a runner launched ahead for its go.
 
 A gang node whose trainer ended without a notice of its own (the gang stopped, or a peer was lost) commits its
-part (a peer lost: it says so first, and the step its trainer held when the world broke becomes the gang's
-checkpoint, the lost nodes' parts rebuilt by rule: ``runner.held``), says ``standby`` and keeps its instance until the bot gives it the next generation or stops it. A runner
-launched ahead of a switch of market (``JobSpec.handover``) says ``standby`` (cause handover) and restores nothing
-until the previous attempt has committed its last checkpoint and the bot says go (a gang's replacement, launched the
-moment a node is lost, waits the same way for the survivors' checkpoint). Either way a notice that interrupts ends
-the wait (:meth:`runner.notice_path.NoticePath.standing_by`).
+part, says ``standby`` and keeps its instance until the bot gives it the next generation or stops it. A peer lost:
+it says so first (``peer-lost``), and the step its trainer held when the world broke becomes the gang's checkpoint,
+the lost nodes' parts rebuilt by rule (``runner.held``). A runner launched ahead of a switch of market
+(``JobSpec.handover``), or a gang's replacement launched the moment its node was lost, says ``standby`` (cause
+handover) and restores nothing until the checkpoint it must restore is committed and the bot says go. Either way a
+notice that interrupts ends the wait (:meth:`runner.notice_path.NoticePath.standing_by`).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from handlers.notes import (
     CompletedNote,
     FailedNote,
     GroupReleased,
+    HeldStep,
     InstanceGone,
     InstanceReleased,
     InterruptedNote,
@@ -105,6 +106,8 @@ SAMPLES: list[Note] = [
     Rebalance(),
     RebalanceCheckpoint(step=20, seconds=1.25),
     InstanceGone(instance="i-1"),
+    HeldStep(node=0, step=27, rebuilt={"node-1": "seed-step-rank"}),
+    HeldStep(node=1, step=27, rebuilt={"node-0": "checkpoint-20"}),
     RelaunchPaused(attempt=2, count=2, limit=3, seconds=60.0),
     CompletedNote(output_uri="oss://bucket/jobs/ft-ab12/output/"),
     ChartNote(occasion="completed"),
@@ -279,7 +282,7 @@ def _value(annotation: Any, filled: bool) -> Any:
     if origin is list:
         return [_value(args[0], filled)]
     if origin is dict:
-        return {"save": 1.5}
+        return {"save": 1.5} if args[1] is float else {"node-1": _value(args[1], filled)}
     if annotation is Failure:  # its values depend on its code: one with none
         return Failure.of("start-timeout")
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):

@@ -21,14 +21,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import warnings
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
-from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments, set_seed
 from transformers.trainer_callback import ExportableState
 
 from runner.held import DERIVED, HELD_MARKER
@@ -60,9 +58,7 @@ class StepSeedCallback(TrainerCallback):
 
 
 def _seed_all(value: int) -> None:
-    random.seed(value)
-    np.random.seed(value)
-    torch.manual_seed(value)
+    set_seed(value)  # Python's, numpy's and torch's generators (every device's)
 
 
 def world_broke(error: BaseException) -> bool:
@@ -99,9 +95,11 @@ def save_held(trainer: Trainer, seed: int | None) -> str | None:
     if seed is None:
         trainer._save_rng_state(folder)
     else:
-        for rank in range(world):
+        own = os.path.join(folder, f"rng_state_{args.process_index}.pth" if world > 1 else "rng_state.pth")
+        for rank in range(world):  # each in the Trainer's own format: seeded by the rule, saved as this rank's
             _seed_all(step_seed(seed, max(step - 1, 0), rank))  # as at the start of the step it holds
-            torch.save(_rng_states(), os.path.join(folder, f"rng_state_{rank}.pth" if world > 1 else "rng_state.pth"))
+            trainer._save_rng_state(folder)
+            os.replace(own, os.path.join(folder, f"rng_state_{rank}.pth" if world > 1 else "rng_state.pth"))
     exported: dict[str, Any] = state.stateful_callbacks  # type: ignore[assignment]  # a dict once training began
     for callback in [*trainer.callback_handler.callbacks, trainer.control]:
         if isinstance(callback, ExportableState):  # as Trainer._save_checkpoint updates them
@@ -121,15 +119,3 @@ def save_held(trainer: Trainer, seed: int | None) -> str | None:
         os.close(fd)
     log.warning("the world broke after step %d: saved the step this rank holds in %s", step, folder)
     return folder
-
-
-def _rng_states() -> dict[str, Any]:
-    """What ``Trainer._save_rng_state`` saves on a CPU host (and the CUDA states where there are GPUs)."""
-    states: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "cpu": torch.random.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.random.get_rng_state_all()
-    return states
