@@ -139,7 +139,8 @@ async def test_a_node_whose_instance_vanishes_costs_no_step_the_survivor_held(
         assert done.steps_lost == 0 and done.step == 16
         vanished = done.attempt_numbered(lost.number)
         assert vanished is not None and vanished.ended_at is not None
-        assert vanished.ended_at <= replacement.launched_at  # the loss dated from the survivor's word
+        assert vanished.ended_at <= replacement.launched_at  # the loss dated from the survivor's word,
+        assert "a survivor's collective failed" in (vanished.end_reason or "")  # on which the bot looked at once
         await eventually(lambda: settled(service))
         thread = "\n".join(text for _, said, text in chat.transcript if said == "thread")
         assert f"committed step {held}, the step the survivors held" in thread
