@@ -43,6 +43,7 @@ def _tree() -> Path:
 
 TREE = _tree()
 sys.path.insert(0, str(TREE))
+os.chdir(TREE)  # the instances' runners and trainers (``python -m``) import from their working directory first
 os.environ["PYTHONPATH"] = os.pathsep.join([str(TREE), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 from bot.cloud.local.provider import LocalCloud  # noqa: E402
