@@ -256,7 +256,8 @@ def _replacement_go(before: Job, job: Job) -> list[Message]:
     def ready(gang: Job) -> Attempt | None:
         nodes = live(gang)
         survivors = [a for a in nodes if a.next_rank is not None]
-        fresh = [a for a in nodes if a.next_rank is None and a.generation == gang.generation and a.instance_id]
+        # The replacement: its standby may come before its launch's result, so it is up once it says so.
+        fresh = [a for a in nodes if a.next_rank is None and a.generation == gang.generation]
         if len(fresh) != 1 or fresh[0].standby_step is None or fresh[0].started_generation == gang.generation:
             return None
         if not survivors or any(a.standby_step is None for a in survivors):
