@@ -64,6 +64,8 @@ from handlers.backoff import backoff
 from handlers.gang import place_in, rank_of
 from handlers.jobs import ACTIVE_STATES, Job, JobState
 from handlers.messages import (
+    CheckNodes,
+    CloudEvent,
     HandOver,
     InterruptTest,
     Launch,
@@ -85,8 +87,10 @@ from handlers.spec_build import build_spec
 
 log = logging.getLogger(__name__)
 
-CloudEffect = Launch | Terminate | InterruptTest | StopRunner | SaveRunner | HandOver | Regroup | ReleaseGang
-FollowUp = Launched | LaunchFailed | StopFailed | Notify
+CloudEffect = (
+    Launch | Terminate | InterruptTest | StopRunner | SaveRunner | HandOver | Regroup | ReleaseGang | CheckNodes
+)
+FollowUp = Launched | LaunchFailed | StopFailed | Notify | CloudEvent
 # A failing terminate is tried again in place (the instance bills meanwhile) for about this long before the bus
 # counts it as a failed delivery.
 TERMINATE_PATIENCE_SECONDS = 300.0
@@ -158,6 +162,8 @@ class CloudEffects:
             return "released", []
         if job is None:
             return "no job", []
+        if isinstance(effect, CheckNodes):
+            return await self._check_nodes(effect)
         if isinstance(effect, Regroup):
             return await self._regroup(effect)
         if isinstance(effect, HandOver):
@@ -216,6 +222,32 @@ class CloudEffects:
             effect.job_id, effect.attempt, effect.generation, effect.node_rank, control
         )
         return "written", []
+
+    async def _check_nodes(self, effect: CheckNodes) -> tuple[str, list[FollowUp]]:
+        """A survivor's world broke: each peer instance the cloud no longer lists live is gone, as of the survivor's
+        word (the event's id fixed per instance, so a reconcile that finds it too, or a retry, changes nothing more).
+        A peer still listed live is left to its own runner's word and to reconciliation."""
+        try:
+            listed = {instance.instance_id: instance for instance in await self.cloud.list_instances()}
+        except CloudError as exc:  # reconciliation still finds it; nothing here is worth a retry loop
+            log.warning("could not look at the peers of %s: %s", effect.job_id, exc)
+            return f"failed: {exc}", []
+        gone = [i for i in effect.instance_ids if i not in listed or not listed[i].live]
+        events: list[FollowUp] = [
+            CloudEvent(
+                id=f"peer-gone-{effect.job_id}-{instance_id}",
+                at=effect.lost_at,
+                kind="instance-gone",
+                instance_id=instance_id,
+                job_id=effect.job_id,
+                source="peer-lost",
+                detail="a survivor's collective failed and the cloud no longer lists the instance",
+            )
+            for instance_id in gone
+        ]
+        if gone:
+            log.warning("%s: %s gone (a survivor's world broke)", effect.job_id, ", ".join(gone))
+        return f"gone: {','.join(gone)}", events
 
     async def _hand_over(self, effect: HandOver) -> tuple[str, list[FollowUp]]:
         """Tell the runner launched ahead of a switch of market to go; a store that will not take it is raised to

@@ -6,7 +6,7 @@ same atomic step as the change to:
 - ``chat``: a :class:`~handlers.messages.Notify`, as the chat outbox's entry (the note and the job's platform), and
   a :class:`~handlers.messages.CostsChart` (the platform it was asked on, in its channel's own lane);
 - ``cloud``: ``launch``, ``terminate``, ``interrupt-test``, ``stop-runner``, ``hand-over``, ``regroup``,
-  ``release-gang`` (:data:`handlers.messages.CLOUD_EFFECTS`), for the cloud executor;
+  ``release-gang``, ``check-nodes`` (:data:`handlers.messages.CLOUD_EFFECTS`), for the cloud executor;
 - ``timers``: ``start-deadline``, ``page-step``, ``relaunch-due``, ``stop-deadline`` and ``policy-tick``
   (:data:`handlers.messages.TIMERS`), scored by when they fall due (then they are inputs);
 - ``events``: anything else (an input the bot decides on).

@@ -235,6 +235,16 @@ class ReleaseGang(_Message):
     job_id: str
 
 
+class CheckNodes(_Message):
+    """A gang node's world broke (its runner said ``peer-lost``): look at its peers' instances now, and each one the
+    cloud no longer lists live is lost, as of ``lost_at`` (the survivor's word), instead of at the next reconcile."""
+
+    type: Literal["check-nodes"] = "check-nodes"
+    job_id: str
+    instance_ids: list[str]
+    lost_at: datetime
+
+
 NotifyChannel = Literal["card", "thread", "alert", "page", "pager"]
 
 
@@ -293,6 +303,7 @@ Message = (
     | HandOver
     | Regroup
     | ReleaseGang
+    | CheckNodes
     | Notify
     | CostsChart
 )
@@ -300,7 +311,17 @@ Message = (
 BusMessage = Annotated[Message, Field(discriminator="type")]
 MESSAGE_TYPES: frozenset[str] = frozenset(model.model_fields["type"].default for model in get_args(Message))
 # The effects the cloud executor carries out (each goes to its queue, see bot/queues.py).
-CLOUD_EFFECTS = (Launch, Terminate, InterruptTest, StopRunner, SaveRunner, HandOver, Regroup, ReleaseGang)
+CLOUD_EFFECTS = (
+    Launch,
+    Terminate,
+    InterruptTest,
+    StopRunner,
+    SaveRunner,
+    HandOver,
+    Regroup,
+    ReleaseGang,
+    CheckNodes,
+)
 
 
 # Inputs that are timers: the bot puts one back on the timer queue until its ``due`` time has come.

@@ -121,6 +121,17 @@ class InstanceGone(_Note):
     instance: str
 
 
+class HeldStep(_Note):
+    """A gang node was lost without notice and the survivors committed the step they held (``node``: the survivor
+    that said so): each lost node's part rebuilt by a rule (``rebuilt``: "node-<k>" -> "seed-step-rank", or
+    "checkpoint-<s>", its last committed part)."""
+
+    type: Literal["held-step"] = "held-step"
+    node: int
+    step: int
+    rebuilt: dict[str, str]
+
+
 class RelaunchPaused(_Note):
     type: Literal["relaunch-paused"] = "relaunch-paused"
     attempt: int
@@ -325,6 +336,7 @@ Note = Annotated[
     | WarnedBeforeStart
     | RebalanceCheckpoint
     | InstanceGone
+    | HeldStep
     | SpotPolicyNote
     | InstanceReleased
     | GroupReleased

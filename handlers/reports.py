@@ -248,7 +248,7 @@ class RunnerWarning(_Report):
     message: Text
 
 
-StandbyCause = Literal["stopped", "trainer-exited", "handover"]
+StandbyCause = Literal["stopped", "trainer-exited", "handover", "peer-lost"]
 
 
 class Standby(_Report):
@@ -257,13 +257,20 @@ class Standby(_Report):
     next generation) or stop. ``step``: the newest checkpoint every node's part of which is committed (None: none
     yet); ``cause``: why its trainer ended; ``exit_code``: the trainer's, when it failed.
 
-    ``cause`` "handover": a runner launched ahead of a switch of market (``JobSpec.handover``) is up and waits for
+    ``cause`` "peer-lost": the trainer's world broke (a peer gone, no notice of its own): said at once, before the
+commit and the ``standby`` with the step that follows it.
+
+``cause`` "handover": a runner launched ahead of a switch of market (``JobSpec.handover``) is up and waits for
     the bot's go, before it restores anything; the job's previous attempt commits and stops on that word."""
 
     type: Literal["standby"] = "standby"
     step: int | None = None
     cause: StandbyCause
     exit_code: int | None = None
+    # The survivors held ``step`` when a peer was lost without notice: each lost node's part, rebuilt by which rule
+    # ("seed-step-rank", or "checkpoint-<s>": that node's last committed part). Cause "peer-lost": sent at once,
+    # before anything is committed, so the bot looks at the peers' instances in seconds.
+    rebuilt: dict[ShortText, ShortText] | None = Field(default=None, max_length=64)
 
 
 class StackFrame(BaseModel):

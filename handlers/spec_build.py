@@ -37,5 +37,15 @@ def build_spec(
         gang=gang,
         hang=recipe.hang,
         **salt,
-        handover=job.standby is not None and job.standby.number == attempt,  # launched ahead of a switch of market
+        # Launched ahead of a switch of market, or a gang's replacement launched while the survivors still commit.
+        handover=(job.standby is not None and job.standby.number == attempt) or _replacement(job, attempt, gang),
     )
+
+
+def _replacement(job: Job, attempt: int, gang: Gang | None) -> bool:
+    """A fresh node of a gang whose survivors wait for their regroup: it waits for the bot's go before it restores,
+    the go coming once every survivor has committed (``handlers.decide.gangs``)."""
+    planned = job.attempt_numbered(attempt)
+    if gang is None or planned is None or planned.next_rank is not None:
+        return False
+    return any(a.next_rank is not None and a.ended_at is None for a in job.attempts)

@@ -22,11 +22,13 @@ import contextlib
 import hashlib
 import logging
 import time
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runner.checkpoints import CheckpointInvalid, CheckpointStore
-from runner.manifest import MANIFEST_NAME, ManifestFile
+from runner.held import DERIVED
+from runner.manifest import MANIFEST_NAME, Manifest, ManifestFile
 from runner.storage.base import ObjectStore, StorageError
 from runner.upload import RateMeter
 
@@ -50,6 +52,9 @@ class GangMarker(BaseModel):
     step: int
     parts: dict[str, str]  # "node-<k>" -> SHA-256 of that part's MANIFEST.json as stored
     bytes: int = Field(ge=0)
+    # "node-<k>" -> the rule its part was rebuilt by, where node k was lost without notice and the survivors
+    # committed the step they held (runner.held): "seed-step-rank", or "checkpoint-<s>" (its last committed part).
+    rebuilt: dict[str, str] = Field(default_factory=dict)
 
 
 class GangCheckpointStore(CheckpointStore):
@@ -83,7 +88,7 @@ class GangCheckpointStore(CheckpointStore):
             log.warning("checkpoint-%d/%s is malformed", step, GANG_MARKER)
             return None
 
-    async def mark_if_complete(self, step: int) -> GangMarker | None:
+    async def mark_if_complete(self, step: int, rebuilt: dict[str, str] | None = None) -> GangMarker | None:
         """Write ``GANG.json`` for ``step`` if every node's part is committed (node 0's runner); the marker, or None
         while a part is missing. A marker already there is returned as it is."""
         existing = await self.marker(step)
@@ -100,7 +105,13 @@ class GangCheckpointStore(CheckpointStore):
             digests[part.rstrip("/")] = hashlib.sha256(raw).hexdigest()
             total += manifest.total_bytes
         marker = GangMarker(
-            job_id=self.job_id, nodes=self.nodes, generation=self.generation, step=step, parts=digests, bytes=total
+            job_id=self.job_id,
+            nodes=self.nodes,
+            generation=self.generation,
+            step=step,
+            parts=digests,
+            bytes=total,
+            rebuilt=rebuilt or {},
         )
         await self.store.put_bytes(f"checkpoint-{step}/{GANG_MARKER}", marker.model_dump_json(indent=1).encode())
         log.info("checkpoint-%d: every node's part is committed (%s)", step, GANG_MARKER)
@@ -188,3 +199,38 @@ class GangCheckpointStore(CheckpointStore):
         if doomed:
             log.info("pruned checkpoints %s", doomed)
         return doomed
+
+    # -- a node lost without notice: the survivors' held step ---------------------------------------------------
+
+    async def missing_parts(self, step: int) -> list[int]:
+        """The node ranks whose part of ``step`` has no manifest (yet)."""
+        return [rank for rank in range(self.nodes) if await self.store.get_bytes(_manifest_key(step, rank)) is None]
+
+    async def rebuild_part(self, step: int, rank: int, held: set[str], source: int | None, scratch: Path) -> str:
+        """Commit lost node ``rank``'s part of the survivors' held ``step``, by rule; the rule, for the marker.
+
+        ``source`` None: the held part already holds every rank's state as a function of (seed, step, rank), so
+        the lost node's part lists no files of its own. Else the files of its part of checkpoint-``source`` (the
+        gang's newest marked one) that the held part (``held``: its paths) does not have, copied under this step
+        (through ``scratch``: the store has no copy of its own). The manifest goes last, as in any commit."""
+        files: list[ManifestFile] = []
+        if source is not None:
+            old, _raw = await self._read_manifest(source, part_name(rank))
+            for item in old.files:
+                if item.path in held:
+                    continue
+                local = scratch / f"rebuilt-{rank}" / item.path
+                local.parent.mkdir(parents=True, exist_ok=True)
+                await self.store.download_file(f"checkpoint-{source}/{part_name(rank)}{item.path}", local)
+                await self.store.upload_file(local, f"checkpoint-{step}/{part_name(rank)}{item.path}")
+                local.unlink()
+                files.append(item)
+        manifest = Manifest(job_id=self.job_id, attempt=self.attempt, step=step, files=files)
+        await self.store.put_bytes(_manifest_key(step, rank), manifest.to_json())
+        rule = DERIVED if source is None else f"checkpoint-{source}"
+        log.warning("checkpoint-%d: node %d's part rebuilt by rule (%s)", step, rank, rule)
+        return rule
+
+
+def _manifest_key(step: int, rank: int) -> str:
+    return f"checkpoint-{step}/{part_name(rank)}{MANIFEST_NAME}"

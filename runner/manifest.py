@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from handlers.clock import utcnow
 from runner.beneath import regular_files
 from runner.checksums import ALGORITHM, part_count
+from runner.held import HELD_MARKER
 
 MANIFEST_NAME = "MANIFEST.json"
 COMPLETE_MARKER = ".finetune-complete"
@@ -65,4 +66,5 @@ def checkpoint_files(directory: Path) -> list[Path]:
     """The files of a local checkpoint that belong in the store (our marker is local bookkeeping only); a link is
     none of them, nor is what a link leads to: the trainer writes the checkpoint, and a link would have the runner
     upload what it points at (``runner.beneath``)."""
-    return [directory / relative for relative in regular_files(directory) if Path(relative).name != COMPLETE_MARKER]
+    local = (COMPLETE_MARKER, HELD_MARKER)
+    return [directory / relative for relative in regular_files(directory) if Path(relative).name not in local]

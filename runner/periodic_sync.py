@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 from pathlib import Path
 
 from handlers.spec import Gang, JobSpec
 from runner.checkpoint_sync import CheckpointSync, SyncReason
-from runner.checkpoints import CheckpointStore, Committed, Restored
+from runner.checkpoints import CheckpointInvalid, CheckpointStore, Committed, Restored
 from runner.gang_checkpoints import GangCheckpointStore
+from runner.held import DERIVED, HeldCheckpoint
 from runner.local_checkpoints import LocalCheckpoint
+from runner.manifest import checkpoint_files
 from runner.options import RunnerOptions
 from runner.reports.attempt import AttemptReports
 from runner.retry import with_retries
@@ -135,6 +138,48 @@ class PeriodicSync:
         except StorageError as exc:
             log.error("restoring for the next generation failed: %s", exc)
             return Restored()
+
+    async def commit_held(self, held: HeldCheckpoint) -> dict[str, str] | None:
+        """A survivor whose world broke committed its part of the step it held (``held``): the lost nodes' parts
+        are rebuilt by rule and the step is marked as the gang's checkpoint, and reported. The parts rebuilt and
+        their rules; None when the step could not be completed (no rule applies, or the store failed).
+
+        Which nodes are lost: with two nodes, the other one; with more, the parts still missing after a short
+        wait for the other survivors' own (every survivor of a data-parallel world holds the same step)."""
+        checkpoints = self._gang_checkpoints()
+        step = held.step
+        marking = self._marking.pop(step, None)
+        if marking is not None:  # node 0's look for every part: this path writes the marker, saying what it rebuilt
+            marking.cancel()
+        try:
+            deadline = time.monotonic() + (0.0 if self._gang.nodes <= 2 else min(self.options.gang_wait_seconds, 30.0))
+            missing = await checkpoints.missing_parts(step)
+            while missing and time.monotonic() < deadline:
+                await asyncio.sleep(self._gang_poll_seconds)
+                missing = await checkpoints.missing_parts(step)
+            source = None
+            if held.rebuilt != DERIVED:
+                source = await checkpoints.newest_marked(None, 0.0, self._gang_poll_seconds)
+                if source is None:
+                    log.warning("checkpoint-%d: no committed part to rebuild a lost node's from", step)
+                    return None
+            local = self.output_dir / f"checkpoint-{step}"
+            own = {path.relative_to(local).as_posix() for path in checkpoint_files(local)}
+            rebuilt: dict[str, str] = {}
+            with tempfile.TemporaryDirectory(dir=self.output_dir.parent, prefix="rebuild-") as scratch:
+                for rank in missing:
+                    rebuilt[f"node-{rank}"] = await checkpoints.rebuild_part(step, rank, own, source, Path(scratch))
+            marker = await checkpoints.mark_if_complete(step, rebuilt)
+        except (StorageError, CheckpointInvalid, OSError) as exc:
+            log.error("checkpoint-%d: the held step could not be committed as the gang's: %s", step, exc)
+            return None
+        if marker is None:
+            return None
+        committed = self.sync.committed
+        fallback = self.store.uri(f"checkpoint-{step}/")
+        uri = committed.uri if committed is not None and committed.step == step else fallback
+        self.reports.checkpoint_saved(Committed(step, uri, marker.bytes, 0.0), "periodic")
+        return rebuilt
 
     def _checkpoint_store(self) -> CheckpointStore:
         gang = self.spec.gang

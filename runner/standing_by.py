@@ -1,10 +1,12 @@
 """Waiting for the bot's word with no trainer running: a gang node for its regroup, a runner launched ahead for its go.
 
 A gang node whose trainer ended without a notice of its own (the gang stopped, or a peer was lost) commits its
-part, says ``standby`` and keeps its instance until the bot gives it the next generation or stops it. A runner
-launched ahead of a switch of market (``JobSpec.handover``) says ``standby`` (cause handover) and restores nothing
-until the previous attempt has committed its last checkpoint and the bot says go. Either way a notice that
-interrupts ends the wait (:meth:`runner.notice_path.NoticePath.standing_by`).
+part, says ``standby`` and keeps its instance until the bot gives it the next generation or stops it. A peer lost:
+it says so first (``peer-lost``), and the step its trainer held when the world broke becomes the gang's checkpoint,
+the lost nodes' parts rebuilt by rule (``runner.held``). A runner launched ahead of a switch of market
+(``JobSpec.handover``), or a gang's replacement launched the moment its node was lost, says ``standby`` (cause
+handover) and restores nothing until the checkpoint it must restore is committed and the bot says go. Either way a
+notice that interrupts ends the wait (:meth:`runner.notice_path.NoticePath.standing_by`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from handlers.reports import StandbyCause
 from handlers.spec import Gang, JobSpec, control_key, node_control_key
 from runner.errors import NoticeUnavailable
+from runner.held import read_held
 from runner.local_checkpoints import newest_complete
 from runner.notice_path import NoticePath
 from runner.notices.control import read_go, read_regroup
@@ -60,15 +63,21 @@ class StandingBy:
         storage session)."""
         gang = spec.gang
         assert gang is not None
+        if cause == "trainer-exited":  # a peer may be lost: said at once, so the bot looks at it in seconds
+            self.reports.standby("peer-lost", exit_code=exit_code)
         newest = newest_complete(
             self.periodic_sync.output_dir, trainer_exited_cleanly=cause == "stopped" and not trainer.killed
         )
+        held = read_held(newest.path) if newest is not None and cause == "trainer-exited" else None
         await self.periodic_sync.commit_newest("notice" if cause == "stopped" else "periodic", newest)
         own = self.periodic_sync.sync.committed_step
+        rebuilt = None
+        if held is not None and own == held.step:  # the step this node held when its world broke: the gang's
+            rebuilt = await self.periodic_sync.commit_held(held)
         # After a stop every node saves the same step, so its marker comes; a lost peer's part never will.
         wait = self.options.gang_wait_seconds if cause == "stopped" else 0.0
         step = await self.periodic_sync.newest_marked(own, wait)
-        self.reports.standby(cause, step=step, exit_code=exit_code)
+        self.reports.standby(cause, step=step, exit_code=exit_code, rebuilt=rebuilt)
         log.warning("standing by for the gang's next generation (checkpoint-%s complete)", step)
         background = []
         if self.credentials is not None:

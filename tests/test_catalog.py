@@ -33,6 +33,7 @@ from handlers.notes import (
     CompletedNote,
     FailedNote,
     GroupReleased,
+    HeldStep,
     HungNote,
     InstanceGone,
     InstanceReleased,
@@ -118,6 +119,8 @@ SAMPLES: list[Note] = [
     WarnedBeforeStart(instance="i-1", source="aws.ec2"),
     RebalanceCheckpoint(step=20, seconds=1.25),
     InstanceGone(instance="i-1"),
+    HeldStep(node=0, step=27, rebuilt={"node-1": "seed-step-rank"}),
+    HeldStep(node=1, step=27, rebuilt={"node-0": "checkpoint-20"}),
     RelaunchPaused(attempt=2, count=2, limit=3, seconds=60.0),
     HungNote(step=7, seconds=2.1, limit=1.5, frames=[HANG_FRAME, HANG_FRAME], then="restart", restart_from=5),
     HungNote(step=7, seconds=130.0, limit=120.0, then="restart"),
@@ -296,7 +299,7 @@ def _value(annotation: Any, filled: bool) -> Any:
     if origin is list:
         return [_value(args[0], filled)]
     if origin is dict:
-        return {"save": 1.5}
+        return {"save": 1.5} if args[1] is float else {"node-1": _value(args[1], filled)}
     if annotation is Failure:  # its values depend on its code: one with none
         return Failure.of("start-timeout")
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):

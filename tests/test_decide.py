@@ -121,8 +121,10 @@ def test_a_reclaim_without_notice_loses_at_most_the_checkpoint_interval() -> Non
     gone = decide(job, CloudEvent(kind="instance-gone", instance_id="i-1", source="aws.ec2"), at(30))
     assert gone.job.state is JobState.RECOVERING and gone.job.attempt == 2
     job = decide(gone.job, Launched(job_id=job.id, attempt=2, instance_id="i-2"), at(31)).job
-    job = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40)).job
-    assert job.steps_lost == 2  # reached 12, resumed from the step-10 checkpoint
+    started = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40))
+    assert started.job.steps_lost == 2  # reached 12, resumed from the step-10 checkpoint
+    [note] = [m["note"] for m in dumped(started) if m.get("channel") == "thread"]
+    assert (note["type"], note["step"], note["lost"]) == ("resumed", 10, 2)  # and the thread says what it cost
 
 
 def test_a_restore_newer_than_the_jobs_checkpoint_moves_its_checkpoint_and_step_and_the_card_agrees() -> None:

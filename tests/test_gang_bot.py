@@ -101,32 +101,51 @@ async def test_a_drilled_node_alone_is_replaced_and_the_gang_resumes_bitwise_equ
         assert final == two_node_reference
 
 
-async def test_a_node_killed_without_notice_is_replaced_alone_from_the_last_complete_checkpoint(
+async def test_a_node_whose_instance_vanishes_costs_no_step_the_survivor_held(
     tmp_path: Path, two_node_reference: bytes
 ) -> None:
-    async with running_bot(tmp_path / "state") as (service, _chat):
+    """Node 1's whole instance is killed between periodic saves (its process and its runner's tree: no notice, no
+    cloud event; the bot would hear of it at its next reconcile). Node 0's trainer, its collective broken, saves the
+    step it holds; its runner says so at once, the bot finds node 1's instance gone and launches the replacement,
+    which waits for node 0's commit of that step (node 1's part rebuilt by rule) and restores it: no step lost."""
+    async with running_bot(tmp_path / "state") as (service, chat):
         cloud = service.bot.cloud
         assert isinstance(cloud, LocalCloud)
         job_id = await start_job(service, "console:ana", DRILLED)
-        running = await wait_job(
-            service, job_id, lambda job: job.state is JobState.RUNNING and job.checkpoint is not None, 300
-        )
+        running = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 7)
+        reached = running.step or 0
         lost, kept = running.gang_attempts[1], running.gang_attempts[0]
         assert lost.instance_id is not None
         record = await cloud.registry.get(lost.instance_id)
         assert record is not None
-        os.killpg(record.runner_pid, signal.SIGKILL)  # the machine is gone: no notice, nothing runs after
+        os.kill(record.pid, signal.SIGKILL)  # the machine is gone: it tells nobody,
+        os.killpg(record.runner_pid, signal.SIGKILL)  # and nothing of it runs after
 
         done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED, timeout=500)
         history = await service.bot.store.history(job_id)
+        [peer_lost] = [e for e in history if e.get("event") == "peer-lost"]
+        assert peer_lost["node_rank"] == 0 and peer_lost["peers"] == [lost.instance_id]
         [lost_event] = [e for e in history if e.get("event") == "node-lost"]
         assert (lost_event["attempt"], lost_event["node_rank"]) == (lost.number, 1)
         [standby] = [e for e in history if e.get("event") == "standby"]
-        assert standby["node_rank"] == 0 and standby["cause"] == "trainer-exited" and standby["step"] >= 5
+        held = standby["step"]
+        assert standby["node_rank"] == 0 and standby["cause"] == "trainer-exited" and held >= reached >= 7
+        assert standby["rebuilt"] == {"node-1": "seed-step-rank"}  # the step it held, not the last periodic save
         assert len(done.instance_ids) == 3  # only the lost node replaced
         survivor = done.attempt_numbered(kept.number)
         assert survivor is not None and survivor.instance_id == kept.instance_id
-        assert done.attempts[-1].resumed_from_step == survivor.resumed_from_step == standby["step"]
+        replacement = done.attempts[-1]
+        assert replacement.resumed_from_step == survivor.resumed_from_step == held
+        assert done.steps_lost == 0 and done.step == 16
+        vanished = done.attempt_numbered(lost.number)
+        assert vanished is not None and vanished.ended_at is not None
+        assert vanished.ended_at <= replacement.launched_at  # the loss dated from the survivor's word,
+        assert "a survivor's collective failed" in (vanished.end_reason or "")  # on which the bot looked at once
+        await eventually(lambda: settled(service))
+        thread = "\n".join(text for _, said, text in chat.transcript if said == "thread")
+        assert f"committed step {held}, the step the survivors held" in thread
+        assert "node 1's RNG and data order rebuilt from (seed, step, rank)" in thread
+        assert f"from step {held}: 0 steps lost" in thread
         assert done.output_uri is not None
         assert (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes() == two_node_reference
 

@@ -1,5 +1,6 @@
 """A gang's decisions as pure functions: the launch order, RUNNING once every node started, losing one node (the
-replacement waits for the survivors' standby, the survivors' regroup for the replacement's start), the hold and the
+replacement launched at once waits for the survivors' standby, the survivors' regroup for the replacement's start;
+a survivor's broken world looked at in seconds, the step it held committed), the hold and the
 move, and reconciliation keeping every live node."""
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from handlers.gang import master_port, place_in
 from handlers.job_cost import job_cost
 from handlers.jobs import ChatRef, CheckpointRef, Job, JobState, Page
 from handlers.messages import (
+    CheckNodes,
     CloudEvent,
     GangHoldDue,
+    HandOver,
     Launch,
     Launched,
     LaunchFailed,
@@ -93,12 +96,16 @@ def test_losing_node_0_replaces_it_alone_and_node_1_takes_rank_0() -> None:
     told = report(job, 1, Interrupted, node_rank=0, generation=1, reason="spot-interruption", step=9, uri="f:/9/")
     job, outbox = step(job, told)
     assert job.state is JobState.RECOVERING and job.generation == 2
-    assert not of(outbox, Launch) and not of(outbox, Terminate)  # node 0 still completes its marker; no standby yet
-    job, outbox = step(job, report(job, 2, Standby, node_rank=1, generation=1, step=9, cause="stopped"))
-    [replace] = of(outbox, Launch)
+    assert not of(outbox, Terminate)  # node 0 still completes its marker
+    [replace] = of(outbox, Launch)  # the moment the node is lost: the replacement's launch overlaps the commit
     assert (replace.attempt, replace.zone) == (3, "za")
     assert place_in(job, job.attempts[-1].node_rank or 0).master_addr == "10.0.0.8"  # the survivor's address
     job, _ = step(job, Launched(job_id=job.id, attempt=3, instance_id="i-2", zone="za", private_ip="10.0.0.9"))
+    job, outbox = step(job, report(job, 3, Standby, node_rank=1, generation=2, cause="handover"))
+    assert not of(outbox, HandOver)  # up, but the survivor has not committed: it waits before it restores
+    job, outbox = step(job, report(job, 2, Standby, node_rank=1, generation=1, step=9, cause="stopped"))
+    [go] = of(outbox, HandOver)
+    assert go.attempt == 3
     job, outbox = step(job, report(job, 3, Started, node_rank=1, generation=2, resumed_from_step=9))
     [regroup] = of(outbox, Regroup)
     assert (regroup.attempt, regroup.generation, regroup.node_rank) == (2, 1, 1)  # where node 1 polls now
@@ -416,3 +423,43 @@ def test_a_gang_with_a_deadline_that_loses_its_last_node_goes_where_its_policy_s
     lost = decide(one_left, gone, NOW, spot=ZA)
     assert lost is not None and lost.job.plan is not None and lost.job.plan.action == "on-demand"
     assert [(m.attempt, m.market) for m in of(lost.outbox, Launch)] == [(3, "on-demand")]
+
+
+def test_a_survivors_broken_world_is_a_loss_as_of_its_word_and_the_step_it_held_is_said_with_its_rule() -> None:
+    """Node 1 vanished with its whole instance (no cloud event): node 0's runner says ``peer-lost`` at once, the bot
+    looks at the peer's instance (``CheckNodes``); the cloud's answer makes node 1 lost as of that word, not of the
+    answer, the replacement launches then, and node 0's standby at the step it held says how node 1's part was
+    rebuilt."""
+    job = running_gang()
+    job, _ = step(job, report(job, 1, Progress, node_rank=0, generation=1, step=7, total_steps=16))
+    broke = NOW + timedelta(seconds=3)
+    said = ReportReceived(
+        report=Standby(job_id=job.id, attempt=1, time=broke, node_rank=0, generation=1, cause="peer-lost", exit_code=75)
+    )
+    job, outbox = step(job, said)
+    [check] = of(outbox, CheckNodes)
+    assert check.instance_ids == ["i-1"] and check.lost_at == broke
+    assert job.state is JobState.RUNNING and job.gang_attempts[0].standby_step is None  # nothing committed yet
+    gone = CloudEvent(kind="instance-gone", instance_id="i-1", source="peer-lost", at=broke)
+    job, outbox = step(job, gone, minutes=2)  # however late the cloud's answer is handled
+    lost = job.attempt_numbered(2)
+    assert lost is not None and lost.ended_at == broke
+    [replace] = of(outbox, Launch)
+    assert replace.attempt == 3
+    rebuilt = {"node-1": "seed-step-rank"}
+    held = report(job, 1, Standby, node_rank=0, generation=1, step=7, cause="trainer-exited", rebuilt=rebuilt)
+    job, outbox = step(job, held, minutes=2)
+    [note] = [n.note for n in of(outbox, Notify) if n.channel == "thread"]
+    assert (note.type, note.node, note.step, note.rebuilt) == ("held-step", 0, 7, {"node-1": "seed-step-rank"})
+    job, _ = step(job, Launched(job_id=job.id, attempt=3, instance_id="i-2", zone="za", private_ip="10.0.0.9"))
+    job, outbox = step(job, report(job, 3, Standby, node_rank=1, generation=2, cause="handover"))
+    assert [go.attempt for go in of(outbox, HandOver)] == [3]
+    restarted = NOW + timedelta(seconds=33)
+    for attempt, rank in ((3, 1), (1, 0)):
+        started_report = Started(
+            job_id=job.id, attempt=attempt, time=restarted, node_rank=rank, generation=2, resumed_from_step=7
+        )
+        job, outbox = step(job, ReportReceived(report=started_report), minutes=2)
+    [resumed] = [n.note for n in of(outbox, Notify) if n.channel == "thread"]
+    assert job.state is JobState.RUNNING and job.steps_lost == 0
+    assert (resumed.step, resumed.lost, resumed.downtime) == (7, 0, 30.0)  # from the loss, not from the relaunch

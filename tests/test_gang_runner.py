@@ -159,7 +159,7 @@ async def test_a_notice_on_node_1_stops_both_at_one_step_and_a_replacement_resum
     assert final == two_node_reference
 
 
-async def test_a_node_lost_without_a_notice_leaves_the_other_standing_by_at_the_last_complete_checkpoint(
+async def test_a_node_lost_without_a_notice_leaves_the_other_standing_by_with_the_step_it_held(
     tmp_path: Path, aws: str, s3: Any, imds_for: Any, two_node_reference: bytes
 ) -> None:
     node0, node1, spare = [await imds_for(name) for name in ("i-0node0", "i-0node1", "i-0node1b")]
@@ -181,10 +181,15 @@ async def test_a_node_lost_without_a_notice_leaves_the_other_standing_by_at_the_
     os.killpg(runner1.pid, signal.SIGKILL)  # the instance is gone: no notice, nothing runs after
     await runner1.wait()
 
-    standby = await wait_for_report(reports0, lambda r: r["type"] == "standby", timeout=300)
-    assert standby["cause"] == "trainer-exited" and standby["exit_code"] != 0  # its collective failed
+    said = await wait_for_report(reports0, lambda r: r["type"] == "standby", timeout=300)
+    assert said["cause"] == "peer-lost" and said["exit_code"] != 0 and said["step"] is None  # at once: it broke
+    standby = await wait_for_report(
+        reports0, lambda r: r["type"] == "standby" and r["cause"] == "trainer-exited", timeout=300
+    )
     marked = sorted(int(key.split("/")[0].split("-")[1]) for key in keys(s3) if key.endswith("/GANG.json"))
-    assert standby["step"] == marked[-1] >= 5  # the newest checkpoint every part of which is committed
+    assert standby["step"] == marked[-1] >= 5  # the step its trainer held, committed as the gang's checkpoint
+    assert standby["rebuilt"] == {"node-1": "seed-step-rank"}  # node 1's part: its RNG derived by rule
+    assert progress_steps(tmp_path / "n0" / "progress.jsonl")[-1] <= standby["step"]  # no step it trained lost
     assert runner0.returncode is None
 
     s3.put_object(

@@ -17,6 +17,7 @@ from handlers.jobs import ChatRef
 from handlers.messages import (
     MESSAGE_TYPES,
     BusMessage,
+    CheckNodes,
     CloudEvent,
     CostsChart,
     GangHoldDue,
@@ -80,6 +81,7 @@ SAMPLES: list[BusMessage] = [
         gang=Gang(nodes=2, node_rank=0, generation=2, master_addr="10.0.0.5", master_port=12345),
     ),
     ReleaseGang(**JOB),
+    CheckNodes(**JOB, instance_ids=["i-1"], lost_at=DUE),
     CostsChart(chat=ChatRef(platform="slack", channel="C0ML"), window="7d", end=DUE, teams=("ml",), by="slack:U1"),
 ]
 

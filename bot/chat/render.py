@@ -27,6 +27,7 @@ from handlers.notes import (
     CompletedNote,
     FailedNote,
     GroupReleased,
+    HeldStep,
     HungNote,
     InstanceGone,
     InstanceReleased,
@@ -277,6 +278,18 @@ def _resumed(job: Job, note: Resumed, now: datetime, lang: Lang) -> str:
     )
 
 
+def _held_step(note: HeldStep, lang: Lang) -> str:
+    """The survivors' step and, per lost node, the rule its part was rebuilt by."""
+    parts = []
+    for part, rule in sorted(note.rebuilt.items()):
+        node = part.removeprefix("node-")
+        if rule.startswith("checkpoint-"):
+            parts.append(text(lang, "note.held-step.from-part", node=node, step=rule.removeprefix("checkpoint-")))
+        else:
+            parts.append(text(lang, "note.held-step.derived", node=node))
+    return text(lang, "note.held-step", node=note.node, step=note.step, rebuilt="; ".join(parts))
+
+
 def chart_caption(job: Job, now: datetime, lang: Lang) -> str:
     """What is posted with the job's chart (and, where no image can go, instead of it)."""
     progress = f"{job.step or 0}/{job.total_steps}" if job.total_steps else str(job.step or 0)
@@ -390,6 +403,7 @@ _WORDS: dict[type[BaseModel], _Words] = {
         lang, "note.rebalance-checkpoint", step=note.step, seconds=note.seconds
     ),
     InstanceGone: lambda job, note, now, lang: text(lang, "note.instance-gone", instance=note.instance),
+    HeldStep: lambda job, note, now, lang: _held_step(note, lang),
     SpotPolicyNote: lambda job, note, now, lang: text(
         lang, "note.spot-policy", reason=policy_reason(lang, note.reason, note.values)
     ),

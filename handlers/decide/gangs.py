@@ -27,8 +27,10 @@ from handlers.job_cost import job_cost
 from handlers.jobs import TERMINAL_STATES, Attempt, CheckpointRef, Job, JobState
 from handlers.lifecycle import Lifecycle, best_step, furthest_step, restored
 from handlers.messages import (
+    CheckNodes,
     CloudEvent,
     GangHoldDue,
+    HandOver,
     Launch,
     Launched,
     LaunchFailed,
@@ -38,7 +40,16 @@ from handlers.messages import (
     StartDeadline,
     Terminate,
 )
-from handlers.notes import CardRefresh, CompletedNote, InstanceGone, Note, Resumed, SpotPolicyNote, Stopped
+from handlers.notes import (
+    CardRefresh,
+    CompletedNote,
+    HeldStep,
+    InstanceGone,
+    Note,
+    Resumed,
+    SpotPolicyNote,
+    Stopped,
+)
 from handlers.policy_reasons import WORDING
 from handlers.reports import (
     CheckpointSaved,
@@ -198,34 +209,67 @@ def _first_steps(job: Job, at: datetime) -> dict[str, Any]:
 
 
 def _standby(job: Job, attempt: Attempt, message: Standby, now: datetime) -> Change:
-    """A survivor stands by with the newest complete checkpoint; once every survivor does, the lost node's
-    replacement launches (so it restores the very checkpoint they will: the marker of a checkpoint a lost node 0
-    was still completing may come after its ``interrupted`` report)."""
+    """A survivor stands by with the newest complete checkpoint (``peer-lost``: its world just broke, said before
+    it commits anything: :func:`_peer_lost`); the replacement, launched the moment its node was lost, says it is up
+    and waits (``handover``). Once both are so, the replacement is told to go, so it restores the very checkpoint the
+    survivors will (the step they held, or the marker of a checkpoint a lost node 0 was still completing, which may
+    come after its ``interrupted`` report)."""
+    if message.cause == "peer-lost":
+        return _peer_lost(job, attempt, message, now)
+    if message.cause == "handover":
+        moved = with_attempt(job, attempt.model_copy(update={"standby_step": 0}))
+        history = {"event": "replacement-waits", "attempt": attempt.number, "node_rank": rank_of(attempt)}
+        return make(moved.model_copy(update={"updated_at": now}), history, _replacement_go(job, moved))
     history = inputs.standby_history(message)
     moved = with_attempt(job, attempt.model_copy(update={"standby_step": message.step if message.step else 0}))
     moved = moved.model_copy(update={"updated_at": now})
-    return make(moved, history, _replacement_launch(job, moved, now))
+    notes: list[Message] = []
+    if message.rebuilt and message.step is not None:  # the step the survivors held is the gang's checkpoint
+        history["rebuilt"] = dict(message.rebuilt)
+        held = HeldStep(node=rank_of(attempt) or 0, step=message.step, rebuilt=dict(message.rebuilt))
+        notes.append(notify(moved, "thread", held))
+    return make(moved, history, [*_replacement_go(job, moved), *notes])
 
 
-def _replacement_launch(before: Job, job: Job, now: datetime) -> list[Message]:
-    """The launch of the pending replacement, once (in ``job``, not yet in ``before``) every survivor stands by."""
+def _peer_lost(job: Job, attempt: Attempt, message: Standby, now: datetime) -> Change:
+    """A node's world broke with no notice of its own: its peers' instances are looked at now (a gone one is lost
+    as of this word, :func:`cloud`), not at the next reconcile."""
+    peers = [a.instance_id for a in live(job) if a.number != attempt.number and a.instance_id]
+    history = {"event": "peer-lost", "attempt": attempt.number, "node_rank": rank_of(attempt), "peers": peers}
+    if not peers or job.state in TERMINAL_STATES:
+        return make(job, history, [])
+    return make(job, history, [CheckNodes(job_id=job.id, instance_ids=peers, lost_at=message.time)])
 
-    def ready(gang: Job) -> Attempt | None:
-        nodes = live(gang)
-        pending = [a for a in nodes if a.instance_id is None and a.generation == gang.generation]
-        survivors = [a for a in nodes if a.next_rank is not None]
-        if len(pending) != 1 or not survivors or any(a.standby_step is None for a in survivors):
-            return None
-        return pending[0]
 
-    replacement = ready(job)
-    if replacement is None or ready(before) is not None:
-        return []
+def _replacement_launch(job: Job, replacement: Attempt, now: datetime) -> list[Message]:
+    """The replacement's launch, the moment its node is lost: its runner is up while the survivors commit, and waits
+    for its go (:func:`_replacement_go`) before it restores."""
     zone = next((a.zone for a in live(job) if a.zone), None)
     return [
         Launch(job_id=job.id, attempt=replacement.number, market=replacement.market, zone=zone),
         StartDeadline(job_id=job.id, attempt=replacement.number, due=now + launching.START_TIMEOUT),
     ]
+
+
+def _replacement_go(before: Job, job: Job) -> list[Message]:
+    """The replacement's go, once (in ``job``, not yet in ``before``) it is up and waiting and every survivor stands
+    by with the gang's checkpoint."""
+
+    def ready(gang: Job) -> Attempt | None:
+        nodes = live(gang)
+        survivors = [a for a in nodes if a.next_rank is not None]
+        # The replacement: its standby may come before its launch's result, so it is up once it says so.
+        fresh = [a for a in nodes if a.next_rank is None and a.generation == gang.generation]
+        if len(fresh) != 1 or fresh[0].standby_step is None or fresh[0].started_generation == gang.generation:
+            return None
+        if not survivors or any(a.standby_step is None for a in survivors):
+            return None
+        return fresh[0]
+
+    replacement = ready(job)
+    if replacement is None or ready(before) is not None:
+        return []
+    return [HandOver(job_id=job.id, attempt=replacement.number)]
 
 
 def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Change:
@@ -245,6 +289,7 @@ def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Chan
                 "started_generation": generation,
                 "restore_seconds": message.restore_seconds,
                 "resumed_from_step": message.resumed_from_step,
+                "standby_step": None,  # a replacement that waited for its go trains now
             }
         ),
     )
@@ -387,7 +432,7 @@ def _node_lost(
     checkpoint = _newer_checkpoint(job, told)
     if checkpoint is not None:
         updates["checkpoint"] = checkpoint
-    ended_at = told.time if told is not None else now
+    ended_at = told.time if told is not None else _lost_at(gone, now)
     if told is not None:
         why = Failure.of("interrupted", notice=told.reason)
     else:
@@ -435,10 +480,15 @@ def _node_lost(
     outbox: list[Message] = [
         *release,
         notify(moved, "thread", note),
-        *_replacement_launch(job, moved, now),  # now if every survivor stands by already, else at the last one's
+        *_replacement_launch(moved, replacement, now),  # now: it waits for the survivors' checkpoint, up
         notify(moved, "card", CardRefresh(cause="launch")),
     ]
     return make(moved, {**history, "state": state.value}, outbox)
+
+
+def _lost_at(gone: CloudEvent | None, now: datetime) -> datetime:
+    """When a node went without a word: a survivor's report of its broken world says (``CheckNodes``), else now."""
+    return min(gone.at, now) if gone is not None and gone.source == "peer-lost" else now
 
 
 def _stopping_node_ended(job: Job, attempt: Attempt, now: datetime, told: Interrupted | None) -> Change:

@@ -211,7 +211,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             world_size = join_world_alone(nodes)
     # Only a process that trains loads torch, transformers and peft (3 s of CPU): the launcher above needs none.
     leave_process_group, train = load_training()
+    from runner.hf.tiny_training import EXIT_WORLD_BROKE  # loaded by now: no cost
+
     code = train(args, world_size)
+    if code == EXIT_WORLD_BROKE:  # the group cannot be left (its peers are gone): out at once, the save is done
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     leave_process_group()  # only after a clean run: a rank that raised leaves the cleanup to torchrun
     return code
 

@@ -32,6 +32,7 @@ from transformers import (
 )
 
 from runner.hf.callback import SpotCheckpointCallback
+from runner.hf.held_state import StepSeedCallback, save_held, world_broke
 
 BASE_MODEL_SEED = 1234
 """Seed of the frozen random "pre-trained" base model: fixed, so every run trains on the very same base."""
@@ -41,6 +42,8 @@ SEQ_LEN = 32
 VOCAB_SIZE = 128
 BATCH_SIZE = 4
 TRAINER_STATE = "trainer_state.json"
+EXIT_WORLD_BROKE = 75
+"""A peer was lost: this rank saved the step it holds (``runner.hf.held_state``) and leaves without the group."""
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
@@ -254,6 +257,7 @@ def train(args: argparse.Namespace, world_size: int) -> int:
             spot,
             StepDelayCallback(args.step_seconds),
             HangCallback(args.hang_after_step, args.hangs),
+            StepSeedCallback(args.seed),  # every rank's RNG a function of (seed, step, rank): rebuilt by rule
         ],
     )
     done = _checkpoint_step(resume_from) if resume_from is not None else 0
@@ -271,7 +275,15 @@ def train(args: argparse.Namespace, world_size: int) -> int:
             trainer.save_model(output_dir)
         _say({"global_step": done, "interrupted": stopped})
         return 0
-    result = trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume_from)
+    except Exception as exc:
+        if not world_broke(exc):
+            raise
+        # A peer is gone: every rank holds the same step (data-parallel), so the survivors keep it.
+        print(f"runner.hf.tiny: the world broke ({exc}); saving the step this rank holds", file=sys.stderr)
+        save_held(trainer, args.seed)
+        return EXIT_WORLD_BROKE
     stopped = spot.stopped()  # the same answer on every rank
     summary = {"global_step": result.global_step, "interrupted": stopped}
     if stopped:

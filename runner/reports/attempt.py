@@ -102,8 +102,14 @@ class AttemptReports:
             )
         )
 
-    def standby(self, cause: StandbyCause, step: int | None = None, exit_code: int | None = None) -> None:
-        self.emit(Standby(**self.ids, step=step, cause=cause, exit_code=exit_code))
+    def standby(
+        self,
+        cause: StandbyCause,
+        step: int | None = None,
+        exit_code: int | None = None,
+        rebuilt: dict[str, str] | None = None,
+    ) -> None:
+        self.emit(Standby(**self.ids, step=step, cause=cause, exit_code=exit_code, rebuilt=rebuilt))
 
     def warning(self, kind: str, message: str) -> None:
         self.emit(RunnerWarning(**self.ids, kind=kind, message=message))
