@@ -85,6 +85,8 @@ class Attempt(BaseModel):
     # The runner's restore (its Started report) and the first step's report: the restart overhead (restart_overhead.py).
     restore_seconds: float | None = None
     first_step_at: datetime | None = None
+    # The provider's figure of its launch, request to host booted (the local cloud's profile; None: not given).
+    launch_seconds: float | None = None
     # A gang node (handlers/gang.py): its rank in the world its runner is in now, and that world's generation (None:
     # a single-node job). ``started_generation``: the newest generation it reported ``started`` in;
     # ``next_rank``: its rank in the job's next generation, until its regroup is written.
