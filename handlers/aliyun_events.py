@@ -62,6 +62,7 @@ _INSTANCE_ID = re.compile(r"^i-[0-9a-z]{4,64}$")
 _ID_NAMESPACE = uuid.UUID("8f0d2a5e-53c1-4c2e-9b7e-2f4a6c1d9e30")
 
 
+
 class _SystemEvent(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 

@@ -107,7 +107,6 @@ class RelaunchPaused(_Note):
 
 # -- the spot policy (handlers/spot/) ----------------------------------------------------------------
 
-
 class SpotPolicyNote(_Note):
     """Why the spot policy moved a job (off spot, to waiting, back to spot, a stop for the budget): its reason as
     a catalogue key (``spot-policy.*``) and the values that fill it in, so the thread reads it in its language."""

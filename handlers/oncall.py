@@ -145,7 +145,9 @@ def step_targets(oncall: OnCall, step: int, now: datetime) -> tuple[list[Paged],
             everyone = "channel" if target == "channel" else "here"
         elif target not in EVERYONE and target not in TOOLS:
             names.append(target)
-    mention = [Paged(name=name, **oncall.people[name].model_dump(exclude={"console"})) for name in dict.fromkeys(names)]
+    mention = [
+        Paged(name=name, **oncall.people[name].model_dump(exclude={"console"})) for name in dict.fromkeys(names)
+    ]
     if not mention and everyone is None and not step_tools(oncall, step):
         everyone = "here"  # a page that mentions no one notifies no one (a paging tool notifies its on-call)
     return mention, everyone

@@ -56,7 +56,9 @@ from handlers.spot import SpotView
 from handlers.transitions import Trigger, next_state
 
 
-def report(job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None) -> Change | None:
+def report(
+    job: Job, report: RunnerReport, now: datetime, limits: Lifecycle, spot: SpotView | None
+) -> Change | None:
     if report.attempt != job.attempt:
         if isinstance(report, Completed) and job.attempt_numbered(report.attempt) is not None:
             return _completed(job, report, now)  # an attempt judged gone finished the job after all

@@ -233,7 +233,9 @@ def _give_up_standby(job: Job, now: datetime, history: dict[str, Any], outbox: S
     return Change(released.job, {**history, **released.history}, [*outbox, *released.outbox])
 
 
-def hand_over(job: Job, standby: Attempt, now: datetime, history: dict[str, Any], release: Sequence[Message]) -> Change:
+def hand_over(
+    job: Job, standby: Attempt, now: datetime, history: dict[str, Any], release: Sequence[Message]
+) -> Change:
     """The previous attempt's checkpoint is in (or its instance is gone): the attempt launched ahead becomes the
     job's current one and is told to go; it restores the newest complete checkpoint and reports ``started``."""
     attempt = standby.model_copy(update={"handed_over_at": now, "from_step": best_step(job)})

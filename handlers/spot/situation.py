@@ -154,6 +154,7 @@ def lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime], cooldow
     return lost
 
 
+
 @dataclass(frozen=True, slots=True)
 class SpotView:
     """What the bot read from the cloud for the policy: the zones (in preference order; ``""`` alone: the cloud
