@@ -189,6 +189,8 @@ class Job(BaseModel):
     generation: int = 1
     efa: bool = False
     held_since: datetime | None = None  # a gang's survivors wait for a replacement the cloud refused, since then
+    # A gang that lost a node restarts whole (handlers/decide/gang_recovery.py) once its survivors stand by.
+    restart_whole: bool = False
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from handlers.change import Change
-from handlers.decide import inputs, launching, recovery, steering
+from handlers.decide import gang_recovery, inputs, launching, recovery, steering
 from handlers.decide.builders import advance, change, ignore, make, notify
 from handlers.decide.launching import live, with_attempt
 from handlers.failures import Failure
@@ -202,6 +202,9 @@ def _standby(job: Job, attempt: Attempt, message: Standby, now: datetime) -> Cha
     history = inputs.standby_history(message)
     moved = with_attempt(job, attempt.model_copy(update={"standby_step": message.step if message.step else 0}))
     moved = moved.model_copy(update={"updated_at": now})
+    restart = gang_recovery.restart_when_stood_by(moved, now)  # the authority chose a whole-gang restart
+    if restart is not None:
+        return Change(restart.job, {**restart.history, **history}, restart.outbox)
     return make(moved, history, _replacement_launch(job, moved, now))
 
 
@@ -413,6 +416,16 @@ def _node_lost(
         if spot is not None and managed(job):
             return steering.steer(job, moved, now, history, told_all, spot, "interrupted", limits=limits)
         return launching.relaunch(job, moved, attempt.market, now, history, told_all, timedelta(), None, True)
+    choice, times = gang_recovery.choose(moved)
+    history.update(gang_recovery.history(choice, times))
+    chose = notify(moved, "thread", gang_recovery.note(moved, choice, times))
+    if choice == "whole-gang":  # once every survivor stands by with the step it holds: every node again
+        whole = moved.model_copy(update={"restart_whole": True})
+        restart = gang_recovery.restart_when_stood_by(whole, now)
+        told_whole: list[Message] = [*release, notify(whole, "thread", note), chose]
+        if restart is not None:
+            return Change(restart.job, {**restart.history, **history}, [*told_whole, *restart.outbox])
+        return make(whole, {**history, "state": state.value}, told_whole)
     generation = job.generation + 1
     survivors = {number: rank for number, rank in ranks.items()}
     for survivor in live(moved):
@@ -431,6 +444,7 @@ def _node_lost(
     outbox: list[Message] = [
         *release,
         notify(moved, "thread", note),
+        chose,
         *_replacement_launch(job, moved, now),  # now if every survivor stands by already, else at the last one's
         notify(moved, "card", CardRefresh(cause="launch")),
     ]
