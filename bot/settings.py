@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     # The real cloud the local one stands in for (bot/cloud/local/profile.py): a built-in's name (instant, aws-p5)
     # or a .toml / .json / .yaml file of the same keys; and wall seconds per profile second (unset: the profile's).
     finetune_local_profile: str = "instant"
-    finetune_local_time_scale: float | None = Field(default=None, ge=0, le=1000)
+    finetune_local_time_scale: float | None = Field(default=None, gt=0, le=1000)
     # Where the local cloud's runners keep checkpoints: a directory under the state dir by default, or an object
     # store URI (s3://bucket/prefix, oss://bucket/prefix with OSS_ENDPOINT) the runners reach with their own env.
     finetune_local_checkpoints: str | None = Field(default=None, pattern=r"^(s3|oss|file)://[^\s]+$")

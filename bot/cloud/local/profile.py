@@ -47,9 +47,10 @@ class LocalProfile(BaseModel):
     restore_bytes_per_second: float | None = Field(default=None, gt=0)  # a fresh node's fetch; None: this disk's
     fresh_bytes: int = Field(default=0, ge=0, le=10**14)  # what a fresh node fetches besides the checkpoint
     zone_capacity: int | None = Field(default=None, ge=1, le=10_000)  # nodes a zone starts at once; None: any
-    # Wall seconds per profile second: 1 holds a launch as long as the profile says; 0 holds it not at all and the
-    # profile's clock jumps instead (tests and benches); 0.05 shows a two-minute launch in six seconds (a demo).
-    time_scale: float = Field(default=1.0, ge=0, le=1000)
+    # Wall seconds per profile second: 1 holds a boot as long as the profile says; 0.02 holds a four-minute boot
+    # for five seconds and the profile's clock jumps the rest (tests, benches, a demo). Never 0: boots that overlap
+    # on a cloud must overlap here too, and a boot held for no time at all ends before the next launch begins.
+    time_scale: float = Field(default=1.0, gt=0, le=1000)
 
     @property
     def instant(self) -> bool:
@@ -81,8 +82,8 @@ def load_profile(value: str, time_scale: float | None = None) -> LocalProfile:
     text = value.strip() or INSTANT.name
     profile = BUILT_IN[text] if text in BUILT_IN else _from_file(Path(text))
     if time_scale is not None:
-        if not 0 <= time_scale <= 1000:
-            raise ConfigError(f"time scale {time_scale}: must be between 0 and 1000")
+        if not 0 < time_scale <= 1000:
+            raise ConfigError(f"time scale {time_scale}: must be more than 0 and at most 1000")
         profile = profile.model_copy(update={"time_scale": time_scale})
     return profile
 
