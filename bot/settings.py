@@ -57,8 +57,8 @@ class Settings(BaseSettings):
     finetune_local_zones: str = Field(default="local-a", pattern=r"^[a-z0-9-]{1,40}(,[a-z0-9-]{1,40}){0,15}$")
     finetune_local_spot_price: float = Field(default=0.30, gt=0, le=10_000)
     finetune_local_on_demand_price: float = Field(default=1.00, gt=0, le=10_000)
-    # The real cloud the local one stands in for (bot/cloud/local/profile.py): a built-in's name (instant, aws-p5)
-    # or a .toml / .json / .yaml file of the same keys; and wall seconds per profile second (unset: the profile's).
+    # The real cloud the local one stands in for (launch, restore, per-zone capacity; docs/multi-node.md): a
+    # built-in's name (instant, aws-p5) or a .toml / .json / .yaml file of the same keys.
     finetune_local_profile: str = "instant"
     finetune_local_time_scale: float | None = Field(default=None, gt=0, le=1000)
     # Where the local cloud's runners keep checkpoints: a directory under the state dir by default, or an object
