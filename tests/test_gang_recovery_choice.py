@@ -106,6 +106,24 @@ def test_under_aws_p5_the_authority_replaces_the_lost_node_alone(nodes: int) -> 
     assert lost.generation == 2 and not lost.restart_whole
     [note] = [m.note for m in outbox if isinstance(getattr(m, "note", None), SpotPolicyNote)]
     assert note.reason == "gang.replace-one" and note.values["nodes"] == nodes
+    # The replacement up and the survivors regrouped into its world: the figures are still the whole gang's launch.
+    [replacement] = [a for a in lost.attempts if a.number == lost.attempt]
+    assert replacement.launched_with == 1
+    for attempt in lost.gang_attempts.values():
+        started = Started(
+            job_id=job.id,
+            attempt=attempt.number,
+            node_rank=attempt.next_rank if attempt.next_rank is not None else attempt.node_rank,
+            generation=2,
+            instance_id=attempt.instance_id or "i-new",
+            restore_seconds=RESTORE,
+            time=NOW + timedelta(seconds=5),
+        )
+        if attempt.instance_id is None:
+            up = Launched(job_id=job.id, attempt=attempt.number, instance_id="i-new", zone="za", at=NOW)
+            lost, _ = step(lost, up)
+        lost, _ = step(lost, ReportReceived(report=started))
+    assert lost.state is JobState.RUNNING and gang_recovery.recovery_times(lost) == times
 
 
 @pytest.mark.parametrize("nodes", [2, 4])

@@ -2,10 +2,10 @@
 restore times say is sooner training again (:func:`handlers.spot.gang.replace_or_restart`).
 
 Measured: each fresh node's launch (the provider's figure of it, where it gives one, plus the wait from its
-instance up to its runner's start less its restore) and its restore (its ``started`` report). A generation the
-whole gang was launched in gives both figures replace-one and whole-gang need: its first node, launched alone, is
-what one replacement takes; its slowest is what a whole gang waits for. Where the job has no such figure yet, the
-defaults of :mod:`handlers.spot.gang` stand (a cloud's: replace-one).
+instance up to its runner's start less its restore) and its restore (its ``started`` report). A whole gang's
+launch (``Attempt.launched_with``) gives both figures replace-one and whole-gang need: its node 0, launched alone
+first, is what one replacement takes; its slowest is what a whole gang waits for. Where the job has no such figure
+yet, the defaults of :mod:`handlers.spot.gang` stand (a cloud's: replace-one).
 
 A whole-gang restart waits for every survivor to stand by with its part committed (so the gang restarts from the
 step they hold), then releases them and launches every node again in their zone.
@@ -40,15 +40,16 @@ def launch_s(attempt: Attempt) -> float | None:
 
 
 def recovery_times(job: Job) -> RecoveryTimes:
-    """The job's measured figures where it has them (a generation whose every node was launched), else defaults."""
+    """The job's measured figures where it has them (a whole gang's launch), else defaults."""
     alone: list[float] = []
     slowest: list[float] = []
     restores: list[float] = []
-    for generation in sorted({a.generation for a in job.attempts if a.generation is not None}):
-        nodes = sorted((a for a in job.attempts if a.generation == generation), key=lambda a: a.number)
+    whole = sorted((a for a in job.attempts if a.launched_with == job.nodes), key=lambda a: a.number)
+    for start in range(0, len(whole) - job.nodes + 1, job.nodes):  # a whole gang's numbers run on, node 0's first
+        nodes = whole[start : start + job.nodes]
         launches = [launch_s(a) for a in nodes]
-        if len(nodes) != job.nodes or any(value is None for value in launches):
-            continue  # a replacement's generation, or one not up yet
+        if any(value is None for value in launches):
+            continue  # not every node of it started
         measured = [value for value in launches if value is not None]
         alone.append(measured[0])
         slowest.append(max(measured))
