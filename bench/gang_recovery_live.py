@@ -63,6 +63,7 @@ def offset(service: BotService) -> float:
     entry's) from before the recovery's boots is on the profile's timeline at this offset taken before they end."""
     cloud = service.bot.cloud
     assert isinstance(cloud, LocalCloud)
+    cloud.clock.now()  # takes in every boot over by now
     return cloud.clock.offset
 
 
@@ -97,10 +98,16 @@ async def training_again(service: BotService, job_id: str, generation: int, save
     return now(service)
 
 
-def marker_time(job: Job) -> float:
-    """When node 0's runner wrote the gang marker of ``job``'s checkpoint (every part committed)."""
+async def marker_time(job: Job) -> float:
+    """When node 0's runner wrote the gang marker of ``job``'s checkpoint (every part committed; the job may know the
+    checkpoint from a node's report a moment before the marker is there)."""
     assert job.checkpoint is not None and job.checkpoint.uri.startswith("file://"), job.checkpoint
-    return (Path(job.checkpoint.uri.removeprefix("file://")) / "GANG.json").stat().st_mtime
+    marker = Path(job.checkpoint.uri.removeprefix("file://")) / "GANG.json"
+    for _ in range(1200):
+        if marker.exists():
+            break
+        await asyncio.sleep(0.05)
+    return marker.stat().st_mtime
 
 
 async def replace_one(root: Path, nodes: int, steps: int, step_seconds: float) -> ReplaceOne:
@@ -113,7 +120,7 @@ async def replace_one(root: Path, nodes: int, steps: int, step_seconds: float) -
         lost = await wait_job(service, job_id, lambda j: j.state is JobState.RECOVERING and j.checkpoint is not None)
         assert lost.checkpoint is not None
         ahead = offset(service)  # before the replacement's boot is over
-        committed = marker_time(lost) + ahead  # written before any node could train on
+        committed = await marker_time(lost) + ahead  # written before any node could train on
         again = await training_again(service, job_id, before.generation, lost.checkpoint.step)
         history = await service.bot.store.history(job_id)
         [chosen] = [e.get("recovery") for e in history if e.get("event") == "node-lost"]
@@ -136,7 +143,7 @@ async def whole_gang(root: Path, nodes: int, steps: int, step_seconds: float) ->
         assert reply.startswith("OK"), reply
         stopped = await wait_job(service, job_id, lambda j: j.state is JobState.STOPPED, 600)
         assert stopped.checkpoint is not None, "stopped without a checkpoint"
-        committed = marker_time(stopped) + offset(service)
+        committed = await marker_time(stopped) + offset(service)
         resumed = now(service)  # at once, as a tool that restarts the whole gang would once every node is down
         reply = await service.bot.command(USER, CHANNEL, f"resume {job_id}")
         assert reply.startswith("OK"), reply
@@ -178,7 +185,8 @@ async def main() -> None:
         print(f"  committed → training again, whole gang:   {figures([w.training_again for w in wholes])} s")
         print(f"    of which the resume → training again:   {figures([w.from_resume for w in wholes])} s")
         print(f"  survivors' idle node-seconds per recovery: {figures([r.idle_node_seconds for r in ones])}")
-        print(f"  their share of the node-seconds paid:      {figures([100 * r.idle_share for r in ones])} %")
+        if not PROFILE.get("finetune_local_profile") or PROFILE["finetune_local_profile"] == "instant":
+            print(f"  their share of the node-seconds paid:      {figures([100 * r.idle_share for r in ones])} %")
         print(f"  steps lost: replace-one {[r.steps_lost for r in ones]}, whole gang {[w.steps_lost for w in wholes]}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
