@@ -43,12 +43,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.cloud.local.provider import LocalCloud
 from bot.service import BotService
-from fakes.bot_harness import CHANNEL, running_bot, start_job, wait_job
+from fakes.bot_harness import CHANNEL, running_bot, start_job, wait_job, write_config
 from handlers.job_cost import job_cost
 from handlers.jobs import Job, JobState
 
 USER = "console:ana"
 PROFILE: dict[str, object] = {}  # the local cloud's profile settings (--profile, --time-scale)
+
+
+def team_config(root: Path, nodes: int) -> Path | None:
+    """Past the ``tiny`` recipe's four nodes: a team of the bench's user whose caps allow ``nodes`` (twice, for the
+    whole gang's relaunch beside the old one's last reports)."""
+    if nodes <= 4:
+        return None
+    team = {"members": [USER], "channels": [f"console:{CHANNEL.channel}"], "max_nodes": nodes}
+    team["max_concurrent_nodes"] = 2 * nodes
+    return write_config(root / "bot.yaml", policy={"teams": {"bench": team}})
 
 
 def now(service: BotService) -> float:
@@ -111,7 +121,7 @@ async def marker_time(job: Job) -> float:
 
 
 async def replace_one(root: Path, nodes: int, steps: int, step_seconds: float) -> ReplaceOne:
-    async with running_bot(root / "state", **PROFILE) as (service, _chat):
+    async with running_bot(root / "state", team_config(root, nodes), **PROFILE) as (service, _chat):
         job_id = await start_job(service, USER, command(nodes, steps, step_seconds))
         before = await training(service, job_id, steps // 4)
         drilled = now(service)
@@ -136,7 +146,7 @@ async def replace_one(root: Path, nodes: int, steps: int, step_seconds: float) -
 
 
 async def whole_gang(root: Path, nodes: int, steps: int, step_seconds: float) -> WholeGang:
-    async with running_bot(root / "state", **PROFILE) as (service, _chat):
+    async with running_bot(root / "state", team_config(root, nodes), **PROFILE) as (service, _chat):
         job_id = await start_job(service, USER, command(nodes, steps, step_seconds))
         before = await training(service, job_id, steps // 4)
         reply = await service.bot.command(USER, CHANNEL, f"stop {job_id}")
