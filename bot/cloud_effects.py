@@ -317,6 +317,7 @@ class CloudEffects:
             price_per_hour=instance.price_per_hour,
             on_demand_price_per_hour=instance.on_demand_price_per_hour,
             private_ip=instance.private_ip,
+            launch_seconds=instance.launch_seconds,
         )
         return INSTANCE + instance.instance_id, [launched]
 

@@ -190,6 +190,10 @@ FIELD_NOTES: dict[str, str] = {
     "Settings.finetune_local_grace_seconds": "the local cloud: seconds from a spot notice to the instance's reclaim",
     "Settings.finetune_local_spot_price": "the local cloud's spot price per hour",
     "Settings.finetune_local_on_demand_price": "the local cloud's on-demand price per hour",
+    "Settings.finetune_local_time_scale": (
+        "wall seconds per profile second: the local cloud holds a boot this share of its profile time (unset: the "
+        "profile's own)"
+    ),
     "Settings.finetune_sns_topics": "topic ARNs whose HTTPS subscription `POST /aws/sns` accepts, comma-separated "
     "(instead of the queue)",
     "Settings.finetune_report_topics": "further topics runner reports count from, comma-separated (besides "

@@ -38,6 +38,7 @@ from bot.chat.refs import ChatRefs
 from bot.cloud.aliyun.settings import static_key_refusal
 from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.base import CloudProvider, RenewsStorageCredentials
+from bot.cloud.local.profile import load_profile
 from bot.cloud.local.provider import LocalCloud
 from bot.cloud_effects import CloudEffects
 from bot.core import Bot
@@ -140,6 +141,7 @@ def open_cloud(wiring: CloudWiring) -> CloudProvider:
         zones=tuple(settings.finetune_local_zones.split(",")),
         spot_price=settings.finetune_local_spot_price,
         on_demand_price=settings.finetune_local_on_demand_price,
+        profile=load_profile(settings.finetune_local_profile, settings.finetune_local_time_scale),
     )
 
 

@@ -27,6 +27,7 @@ from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.slack.config import SlackConfig
 from bot.cloud.aliyun.settings import AliyunSettings
 from bot.cloud.aws.settings import AwsSettings
+from bot.cloud.local.profile import load_profile
 from bot.config_keys import closest_key
 from bot.durability import RedisOptions
 from bot.errors import ConfigError
@@ -56,6 +57,10 @@ class Settings(BaseSettings):
     finetune_local_zones: str = Field(default="local-a", pattern=r"^[a-z0-9-]{1,40}(,[a-z0-9-]{1,40}){0,15}$")
     finetune_local_spot_price: float = Field(default=0.30, gt=0, le=10_000)
     finetune_local_on_demand_price: float = Field(default=1.00, gt=0, le=10_000)
+    # The real cloud the local one stands in for (launch, restore, per-zone capacity; docs/multi-node.md): a
+    # built-in's name (instant, aws-p5) or a .toml / .json / .yaml file of the same keys.
+    finetune_local_profile: str = "instant"
+    finetune_local_time_scale: float | None = Field(default=None, gt=0, le=1000)
     # Where the local cloud's runners keep checkpoints: a directory under the state dir by default, or an object
     # store URI (s3://bucket/prefix, oss://bucket/prefix with OSS_ENDPOINT) the runners reach with their own env.
     finetune_local_checkpoints: str | None = Field(default=None, pattern=r"^(s3|oss|file)://[^\s]+$")
@@ -95,6 +100,12 @@ class Settings(BaseSettings):
     opsgenie_region: Literal["us", "eu"] = "us"  # api.opsgenie.com or api.eu.opsgenie.com
     opsgenie_api_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")  # instead of the region's
     opsgenie_webhook_token: SecretStr | None = None  # the custom header a Webhook integration sends: mounts its route
+
+    @field_validator("finetune_local_profile")
+    @classmethod
+    def _local_profile(cls, value: str) -> str:
+        load_profile(value)  # a bad one is refused here, before anything starts (ConfigError: one line)
+        return value.strip() or "instant"
 
     @field_validator("redis_url")
     @classmethod

@@ -73,6 +73,7 @@ def new_gang(job: Job, first: int, market: Market, from_step: int | None) -> lis
             node_rank=rank,
             generation=job.generation,
             from_step=from_step,
+            launched_with=job.nodes,
         )
         for rank in range(job.nodes)
     ]

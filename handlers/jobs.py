@@ -85,6 +85,10 @@ class Attempt(BaseModel):
     # The runner's restore (its Started report) and the first step's report: the restart overhead (restart_overhead.py).
     restore_seconds: float | None = None
     first_step_at: datetime | None = None
+    # The provider's figure of its launch, request to host booted (the local cloud's profile; None: not given), and
+    # how many nodes were launched with it in one go (a whole gang's: its size; a replacement: 1).
+    launch_seconds: float | None = None
+    launched_with: int = 1
     # A gang node (handlers/gang.py): its rank in the world its runner is in now, and that world's generation (None:
     # a single-node job). ``started_generation``: the newest generation it reported ``started`` in;
     # ``next_rank``: its rank in the job's next generation, until its regroup is written.
@@ -187,6 +191,8 @@ class Job(BaseModel):
     generation: int = 1
     efa: bool = False
     held_since: datetime | None = None  # a gang's survivors wait for a replacement the cloud refused, since then
+    # A gang that lost a node restarts whole (handlers/decide/gang_recovery.py) once its survivors stand by.
+    restart_whole: bool = False
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = 0

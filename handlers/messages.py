@@ -81,6 +81,7 @@ class Launched(_Message):
     price_per_hour: float | None = None
     on_demand_price_per_hour: float | None = None
     private_ip: str | None = None  # where a gang's other nodes reach this one (None: the cloud did not say)
+    launch_seconds: float | None = None  # the provider's figure of the launch, request to host booted (None: none)
 
 
 class LaunchFailed(_Message):

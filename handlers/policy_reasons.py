@@ -54,6 +54,23 @@ WORDING = Wording(
             "node {node}'s replacement still had no capacity in {zone} after {minutes} min: the whole gang moves "
             "elsewhere, from its newest complete checkpoint"
         ),
+        # a gang's recovery from a lost node (handlers/decide/gang_recovery.py)
+        "gang.replace-one": (
+            "replacing the lost node alone: about {replace_s} s to train again (a launch of {launch_s} s and a "
+            "restore of {restore_s} s while the others hold), against {whole_s} s for all {nodes} nodes again"
+        ),
+        "gang.whole-gang": (
+            "restarting all {nodes} nodes: about {whole_s} s to train again, against {replace_s} s for the lost "
+            "node alone (launches here take {launch_s} s, less than the others' regroup)"
+        ),
+        "gang.replace-one.default": (
+            "replacing the lost node alone: about {replace_s} s to train again against {whole_s} s for all "
+            "{nodes} nodes (a cloud's launch and restore times: this job has not measured its own yet)"
+        ),
+        "gang.whole-gang.default": (
+            "restarting all {nodes} nodes: about {whole_s} s to train again against {replace_s} s for the lost "
+            "node alone (a cloud's launch and restore times: this job has not measured its own yet)"
+        ),
     }
 )
 

@@ -101,6 +101,11 @@ def policy_reasons() -> list[Reason]:
         *unmeasured_reasons(),
         WORDING("gang.hold", node=1, zone="us-east-1a", minutes=10.0),  # a gang's lost node waits
         WORDING("gang.move", node=1, zone="us-east-1a", minutes=10.0),  # then the gang moves
+        # a gang's recovery from a lost node: which, and why (handlers/decide/gang_recovery.py)
+        WORDING("gang.replace-one", replace_s=237, whole_s=252, launch_s=232, restore_s=0.1, nodes=2),
+        WORDING("gang.whole-gang", replace_s=6, whole_s=2, launch_s=1, restore_s=0.1, nodes=2),
+        WORDING("gang.replace-one.default", replace_s=185, whole_s=200, launch_s=120, restore_s=60.0, nodes=2),
+        WORDING("gang.whole-gang.default", replace_s=185, whole_s=160, launch_s=120, restore_s=60.0, nodes=2),
     ]
     errors: list[ReasonError] = []
     for call in (

@@ -65,13 +65,17 @@ async def test_tiny_nodes_2_runs_to_completion_on_two_instances_and_the_card_sho
 
 
 DRILLED = "start tiny nodes=2 steps=16 save_steps=5 step_seconds=0.5"  # GANG_STEPS: two_node_reference
+# The drills replace one node, as the spot authority does where a launch costs what it costs on a cloud: on the local
+# cloud's instant launches it restarts the whole gang (tests/test_gang_recovery_choice.py), so they run under aws-p5,
+# its boots held 0.5 % of their time (about a second; bot/cloud/local/profile_clock.py).
+CLOUD = {"finetune_local_profile": "aws-p5", "finetune_local_time_scale": 0.005}
 
 
 @pytest.mark.parametrize("drilled", [1, 0])
 async def test_a_drilled_node_alone_is_replaced_and_the_gang_resumes_bitwise_equal_with_no_step_lost(
     tmp_path: Path, two_node_reference: bytes, drilled: int
 ) -> None:
-    async with running_bot(tmp_path / "state") as (service, _chat):
+    async with running_bot(tmp_path / "state", **CLOUD) as (service, _chat):
         job_id = await start_job(service, "console:ana", DRILLED)
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 7, 300)
         before = await service.bot.store.get(job_id)
@@ -108,7 +112,7 @@ async def test_a_node_whose_instance_vanishes_costs_no_step_the_survivor_held(
     cloud event; the bot would hear of it at its next reconcile). Node 0's trainer, its collective broken, saves the
     step it holds; its runner says so at once, the bot finds node 1's instance gone and launches the replacement,
     which waits for node 0's commit of that step (node 1's part rebuilt by rule) and restores it: no step lost."""
-    async with running_bot(tmp_path / "state") as (service, chat):
+    async with running_bot(tmp_path / "state", **CLOUD) as (service, chat):
         cloud = service.bot.cloud
         assert isinstance(cloud, LocalCloud)
         job_id = await start_job(service, "console:ana", DRILLED)
@@ -154,7 +158,7 @@ async def test_a_replacement_refused_for_capacity_holds_then_the_whole_gang_move
     tmp_path: Path, two_node_reference: bytes
 ) -> None:
     clock = SteppedClock()
-    zones = {"finetune_local_zones": "local-a,local-b"}
+    zones = {"finetune_local_zones": "local-a,local-b", **CLOUD}
     async with running_bot(tmp_path / "state", clock=clock, **zones) as (service, chat):
         cloud = service.bot.cloud
         assert isinstance(cloud, LocalCloud)

@@ -36,6 +36,8 @@ class Instance:
     price_per_hour: float | None
     on_demand_price_per_hour: float | None
     private_ip: str | None = None  # a gang's other nodes meet this one there (handlers/gang.py); None: unknown
+    # The provider's own figure of the launch, request to host booted, where it has one (the local cloud's profile).
+    launch_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

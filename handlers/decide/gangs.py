@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from handlers.change import Change
-from handlers.decide import inputs, launching, recovery, steering
+from handlers.decide import gang_recovery, inputs, launching, recovery, steering
 from handlers.decide.builders import advance, change, ignore, make, notify
 from handlers.decide.launching import live, with_attempt
 from handlers.failures import Failure
@@ -228,6 +228,9 @@ def _standby(job: Job, attempt: Attempt, message: Standby, now: datetime) -> Cha
         history["rebuilt"] = dict(message.rebuilt)
         held = HeldStep(node=rank_of(attempt) or 0, step=message.step, rebuilt=dict(message.rebuilt))
         notes.append(notify(moved, "thread", held))
+    restart = gang_recovery.restart_when_stood_by(moved, now)  # the authority chose a whole-gang restart
+    if restart is not None:
+        return Change(restart.job, {**restart.history, **history}, [*notes, *restart.outbox])
     return make(moved, history, [*_replacement_go(job, moved), *notes])
 
 
@@ -462,6 +465,16 @@ def _node_lost(
         if spot is not None and managed(job):
             return steering.steer(job, moved, now, history, told_all, spot, "interrupted", limits=limits)
         return launching.relaunch(job, moved, attempt.market, now, history, told_all, timedelta(), None, True)
+    choice, times = gang_recovery.choose(moved)
+    history.update(gang_recovery.history(choice, times))
+    chose = notify(moved, "thread", gang_recovery.note(moved, choice, times))
+    if choice == "whole-gang":  # once every survivor stands by with the step it holds: every node again
+        whole = moved.model_copy(update={"restart_whole": True})
+        restart = gang_recovery.restart_when_stood_by(whole, now)
+        told_whole: list[Message] = [*release, notify(whole, "thread", note), chose]
+        if restart is not None:
+            return Change(restart.job, {**restart.history, **history}, [*told_whole, *restart.outbox])
+        return make(whole, {**history, "state": state.value}, told_whole)
     generation = job.generation + 1
     survivors = {number: rank for number, rank in ranks.items()}
     for survivor in live(moved):
@@ -480,6 +493,7 @@ def _node_lost(
     outbox: list[Message] = [
         *release,
         notify(moved, "thread", note),
+        chose,
         *_replacement_launch(moved, replacement, now),  # now: it waits for the survivors' checkpoint, up
         notify(moved, "card", CardRefresh(cause="launch")),
     ]

@@ -44,6 +44,7 @@ def launch_details(message: Launched) -> dict[str, object]:
         "on_demand_price_per_hour": message.on_demand_price_per_hour,
         "private_ip": message.private_ip,
         "launched_at": message.at,
+        "launch_seconds": message.launch_seconds,
     }
 
 

@@ -59,3 +59,57 @@ def wait_or_move(hold: GangHold) -> GangMove:
     wait_cost = hold.survivors * hold_h + p * hold.nodes * replace_h + (1 - p) * hold.nodes * (hold_h + move_h)
     move_cost = hold.nodes * move_h
     return "move" if wait_cost > move_cost else "wait"
+
+
+GangRecovery = Literal["replace-one", "whole-gang"]
+
+# Until the job has measured its own: a cloud's launch (request to host booted; 1-3 minutes for a GPU host), a fresh
+# node's restore, and the survivors' regroup into the replacement's world (they read their regroup at the control
+# poll and start their trainers again after the replacement is up; measured on the local cloud at 3-5 s, the gap
+# between replace-one and whole-gang there, bench/gang_recovery_live.py).
+DEFAULT_LAUNCH_SECONDS = 120.0
+DEFAULT_LAUNCH_SPREAD_SECONDS = 60.0  # launches take 1-3 minutes: 120 s ± 60 s
+DEFAULT_RESTORE_SECONDS = 60.0
+DEFAULT_REGROUP_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryTimes:
+    """What a gang's recovery from one lost node costs, per fresh node, in seconds (measured, or the defaults)."""
+
+    nodes: int
+    launch_seconds: float  # one node launched alone: request to its runner up (boot, what a fresh host fetches)
+    restore_seconds: float  # a fresh node's restore of the gang's checkpoint
+    regroup_seconds: float = DEFAULT_REGROUP_SECONDS  # the survivors joining the replacement's world
+    # Every node launched at once, to the slowest one's runner up (a gang waits for its slowest): the job's own
+    # whole-gang launch where it measured one, else one launch per wave of the zone's capacity.
+    gang_launch_seconds: float | None = None
+    zone_capacity: int | None = None  # nodes a zone launches at once (None: as many as asked)
+    measured: bool = False  # launch and restore are the job's own figures
+    launch_spread_seconds: float = DEFAULT_LAUNCH_SPREAD_SECONDS  # launches take launch_seconds ± this
+
+    def replace_one(self) -> float:
+        """One node launched and restored while the survivors hold their state, then the regroup."""
+        return self.launch_seconds + self.restore_seconds + self.regroup_seconds
+
+    def whole_gang(self) -> float:
+        """Every node launched and restored again, side by side, in waves of the zone's capacity; a gang waits for
+        its slowest node, so each wave costs at least one node's launch."""
+        if self.gang_launch_seconds is not None:
+            return self.gang_launch_seconds + self.restore_seconds
+        # The expected slowest of n launches spread evenly over launch ± spread: launch + spread × (n - 1) / (n + 1).
+        slowest = self.launch_seconds + self.launch_spread_seconds * (self.nodes - 1) / (self.nodes + 1)
+        waves = 1 if self.zone_capacity is None else -(-self.nodes // self.zone_capacity)
+        return slowest + (waves - 1) * self.launch_seconds + self.restore_seconds
+
+
+# A whole-gang restart gives up the survivors' instances and asks the zone for every node again (a spot zone may not
+# have them all): it is chosen only where it is faster than replace-one by more than this share.
+WHOLE_GANG_MARGIN = 0.1
+
+
+def replace_or_restart(times: RecoveryTimes) -> GangRecovery:
+    """``whole-gang`` only where restarting every node is clearly faster than replacing the lost one: where a launch
+    costs less than the survivors' regroup (the local cloud's instant launches), not where it costs minutes."""
+    faster = times.whole_gang() < (1 - WHOLE_GANG_MARGIN) * times.replace_one()
+    return "whole-gang" if faster else "replace-one"

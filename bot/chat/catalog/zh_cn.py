@@ -384,6 +384,22 @@ MESSAGES: dict[str, str] = {
     "gang.move": (
         "节点 {node} 的替换实例在 {zone} 等待 {minutes} 分钟后仍没有容量：整组迁往别处，从最新的完整检查点继续"
     ),
+    "gang.replace-one": (
+        "只替换丢失的节点：约 {replace_s} 秒后恢复训练（启动 {launch_s} 秒、恢复 {restore_s} 秒，其余节点保持），"
+        "全部 {nodes} 个节点重启则需 {whole_s} 秒"
+    ),
+    "gang.whole-gang": (
+        "重启全部 {nodes} 个节点：约 {whole_s} 秒后恢复训练，只替换丢失的节点需 {replace_s} 秒"
+        "（此处启动只需 {launch_s} 秒，少于其余节点重新组队的时间）"
+    ),
+    "gang.replace-one.default": (
+        "只替换丢失的节点：约 {replace_s} 秒后恢复训练，全部 {nodes} 个节点重启需 {whole_s} 秒"
+        "（按云上的启动和恢复时间估计：本作业尚未测得自己的）"
+    ),
+    "gang.whole-gang.default": (
+        "重启全部 {nodes} 个节点：约 {whole_s} 秒后恢复训练，只替换丢失的节点需 {replace_s} 秒"
+        "（按云上的启动和恢复时间估计：本作业尚未测得自己的）"
+    ),
     "spot-policy.spot.first": "抢占式实例（{zone}）：优先使用抢占式实例，各处都没有容量时才改用按量付费",
     "spot-policy.on-demand.first": "现在使用按量付费：没有可用区有抢占式容量",
     "spot-policy.unmeasured.wait": "等待抢占式容量：没有可用区有容量，且尚未测得训练步时",

@@ -88,6 +88,10 @@ class InstanceConfig(BaseModel):
     market: Market = "spot"
     price_per_hour: float | None = None
     on_demand_price_per_hour: float | None = None
+    # The instance holds its runner after it is registered for its profile's boot (launch and fetch), in wall time
+    # ``boot_seconds × time_scale`` (bot/cloud/local/profile_clock.py); 0 under the instant profile.
+    boot_seconds: float = Field(default=0.0, ge=0)  # in the profile's seconds
+    time_scale: float = Field(default=1.0, ge=0)  # wall seconds per profile second
 
 
 class LocalInstance:
@@ -107,6 +111,7 @@ class LocalInstance:
         self._upstreams_at = 0.0
         self._stop_sent = False
         self._reclaim: asyncio.Task[None] | None = None
+        self._taken = asyncio.Event()  # reclaimed or terminated: a boot still under way ends without a runner
 
     async def run(self) -> int:
         owner = self.keys.local_owner(self.config.instance_id)
@@ -126,6 +131,13 @@ class LocalInstance:
         try:
             await self.metadata.start()
             await self._start_control()
+            if self.config.boot_seconds * self.config.time_scale > 0:
+                # Registered first, as a cloud's launch call returns while the host boots; the runner after the boot.
+                if not await self._register():
+                    return 1
+                if not await self._boot():
+                    await self._gone(-signal.SIGKILL)
+                    return 0
             self.runner = await self._start_runner()
             if not await self._register():
                 return 1  # no control plane to register with: nobody would ever see this instance
@@ -197,8 +209,13 @@ class LocalInstance:
                 start_new_session=True,  # its own process group: terminate takes the trainer with it
             )
 
+    async def _boot(self) -> bool:
+        """The profile's boot: False when the instance was taken during it."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._taken.wait(), self.config.boot_seconds * self.config.time_scale)
+        return not self._taken.is_set()
+
     async def _register(self) -> bool:
-        assert self.runner is not None
         config = self.config
         record = LocalInstanceRecord(
             instance_id=config.instance_id,
@@ -208,12 +225,13 @@ class LocalInstance:
             token=self.token,
             metadata=self.metadata.endpoint,
             pid=os.getpid(),
-            runner_pid=self.runner.pid,
+            runner_pid=self.runner.pid if self.runner is not None else 0,
             instance_type=config.instance_type,
             zone=config.zone,
             market=config.market,
             price_per_hour=config.price_per_hour,
             on_demand_price_per_hour=config.on_demand_price_per_hour,
+            boot_seconds=config.boot_seconds,
             launched_at=datetime.now(UTC),
         )
         if not await self._with_redis("registering", lambda: self._write_record(record)):
@@ -288,6 +306,7 @@ class LocalInstance:
                     return
 
     def _kill_runner(self) -> None:
+        self._taken.set()
         if self.runner is not None and self.runner.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.runner.pid, signal.SIGKILL)

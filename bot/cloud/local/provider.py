@@ -44,6 +44,8 @@ import redis.asyncio as aioredis
 from bot.cloud.base import CloudError, ForeignInstance, GangPlacement, Instance, LaunchError
 from bot.cloud.local.env import instance_environment
 from bot.cloud.local.instance import EXIT_TAKEN, TOKEN_HEADER, InstanceConfig
+from bot.cloud.local.profile import INSTANT, LocalProfile
+from bot.cloud.local.profile_clock import ProfileClock
 from bot.cloud.local.registry import LocalInstanceRecord, LocalRegistry, local_instance_id
 from bot.cloud.local.trainer_user import TRAINER_USER_ENV, trainer_stays_with_root
 from bot.keys import DEFAULT_KEYS, Keys
@@ -96,7 +98,11 @@ class LocalCloud:
         zones: tuple[str, ...] = ("local-a",),
         spot_price: float = LOCAL_SPOT_PRICE,
         on_demand_price: float = LOCAL_ON_DEMAND_PRICE,
+        profile: LocalProfile = INSTANT,
     ) -> None:
+        # The real cloud it stands in for (launch, restore, capacity), and its timeline (profile_clock.py).
+        self.profile = profile
+        self.clock = ProfileClock(profile)
         self.zones = zones or ("local-a",)
         self.spot_price = spot_price
         self.on_demand_price = on_demand_price
@@ -193,6 +199,7 @@ class LocalCloud:
             found.price_per_hour,
             found.on_demand_price_per_hour,
             private_ip=LOOPBACK,  # every local instance is this machine: a gang's nodes meet on loopback
+            launch_seconds=found.boot_seconds,
         )
 
     async def _placement(self, market: Market, zone: str | None, avoid_zones: Collection[str]) -> str:
@@ -265,6 +272,8 @@ class LocalCloud:
             market=market,
             price_per_hour=self.spot_price if market == "spot" else self.on_demand_price,
             on_demand_price_per_hour=self.on_demand_price,
+            boot_seconds=self.clock.boot(zone),
+            time_scale=self.profile.time_scale,
         )
         # Its user data, in effect (the attempt's report key): readable by the instance's owner only.
         descriptor = os.open(home / "instance.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

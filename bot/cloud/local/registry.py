@@ -42,6 +42,7 @@ class LocalInstanceRecord(BaseModel):
     market: Market = "spot"
     price_per_hour: float | None = None
     on_demand_price_per_hour: float | None = None
+    boot_seconds: float = 0.0  # its profile's boot (launch and fetch), in the profile's seconds
     launched_at: datetime
     ended_at: datetime | None = None
     exit_code: int | None = None
