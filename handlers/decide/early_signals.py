@@ -65,7 +65,7 @@ def warned_before_start(
         Notify(id=f"{prefix}.thread", job_id=job.id, channel="thread", note=told),
     ]
     release = [Terminate(job_id=job.id, instance_id=instance)]
-    return recovery.again(warned, ended, current.market, now, history, release, notes, limits, why, spot, True)
+    return recovery.again(warned, ended, current.market, now, history, release, notes, limits, why, spot, first_at_once=True)
 
 
 def early_signal(

@@ -85,6 +85,7 @@ def again(
     limits: Lifecycle,
     why: Failure,
     spot: SpotView | None = None,
+    *,
     counts: bool = False,
     first_at_once: bool = False,
 ) -> Change:
