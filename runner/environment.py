@@ -25,6 +25,7 @@ RUNNER_ENVIRONMENT: dict[str, tuple[str, ...]] = {
         "FINETUNE_CREDENTIALS_WAIT_SECONDS",
         "FINETUNE_COLLECTIVE_TIMEOUT_SECONDS",
         "FINETUNE_GANG_WAIT_SECONDS",
+        "FINETUNE_EARLY_SAVE_SECONDS",
     ),
     "the trainer": (
         "FINETUNE_TRAINER_USER",
