@@ -201,3 +201,32 @@ def test_a_runner_acknowledging_a_save_request_moves_nothing() -> None:
     job = running(total_steps=3000)
     change = decide(job, report(job, Notice, kind="save", source="control"), at(21), spot=VIEW)
     assert change is not None and change.job == job and change.outbox == []
+
+
+def test_a_gang_node_warned_before_its_runner_started_is_lost_at_once_and_replaced() -> None:
+    """Node 1 of a two-node gang is warned while it restores (node 0 already started): posted, its instance
+    released, its replacement launched now; the other route's copy of the warning posts nothing more."""
+    job = new_job("ft-gang1", "tiny", {}, "console:ana", ChatRef(platform="console", channel="c"), T0, nodes=2).job
+    for attempt, instance in ((1, "i-0"), (2, "i-1")):
+        up = Launched(job_id=job.id, attempt=attempt, instance_id=instance, zone="us-east-1a", private_ip="10.0.0.7")
+        job = decide(job, up, at(attempt)).job
+    job = decide(job, report(job, Started, attempt=1, node_rank=0, generation=1, instance_id="i-0"), at(5)).job
+    assert job.state is JobState.PROVISIONING
+    change = decide(job, warning("i-1"), at(10))
+    moved = change.job
+    assert moved.state is JobState.RECOVERING and moved.interruptions == 1
+    sent = kinds(change)
+    assert sent[:2] == ["notify:alertinterruption-warning", "notify:threadwarned-before-start"]
+    assert "terminate" in sent and "launch" in sent and "notify:threadinstance-gone" not in sent
+    [released] = [item for item in dumped(change) if item["type"] == "terminate"]
+    [launch] = [item for item in dumped(change) if item["type"] == "launch"]
+    assert released["instance_id"] == "i-1" and launch["attempt"] == 3  # node 1 again, at once
+    assert moved.attempt_numbered(2).ended_at == at(10)  # type: ignore[union-attr]
+    assert moved.attempt_numbered(1).ended_at is None  # type: ignore[union-attr]  # node 0 goes on
+    assert change.history["event"] == "warned-before-start"
+    # Node 1's runner saw the same warning while it restored: its attempt has ended, nothing more is done, and the
+    # notes it would post carry the ids already posted (the outbox posts an id once).
+    posted = {item.id for item in change.outbox if isinstance(item, Notify) and item.channel != "card"}
+    again = decide(moved, report(moved, Notice, attempt=2, kind="spot-interruption", source="aws-imds"), at(11))
+    assert again is not None and again.job.attempts == moved.attempts
+    assert {item.id for item in again.outbox if isinstance(item, Notify)} <= posted

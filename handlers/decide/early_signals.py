@@ -20,7 +20,7 @@ from handlers.change import Change
 from handlers.decide import launching, recovery, steering
 from handlers.decide.builders import advance, ignore
 from handlers.failures import Failure
-from handlers.jobs import Job, JobState
+from handlers.jobs import Attempt, Job, JobState
 from handlers.lifecycle import Lifecycle
 from handlers.messages import Message, Notify, SaveRunner, Terminate
 from handlers.notes import EarlySignalKind, InterruptionWarning, Rebalance, WarnedBeforeStart
@@ -36,6 +36,24 @@ def before_start(job: Job) -> bool:
     current = job.current
     launched = current is not None and current.instance_id is not None and current.ended_at is None
     return job.state in BEFORE_START and launched and current is not None and current.started_at is None
+
+
+def node_warned_before_start(job: Job, attempt: Attempt) -> bool:
+    """Is a gang's node (``attempt``) launched but its runner not started (restoring, or a replacement waiting for
+    its go)? A warning for it ends that node at once, as the gang's loss of a node."""
+    return job.state in BEFORE_START and attempt.instance_id is not None and attempt.started_at is None
+
+
+def warned_notes(job: Job, attempt: int, instance: str, source: str, deadline: datetime | None) -> list[Message]:
+    """The alert and the thread's word for a warning before the runner started. Their ids are the attempt's: a
+    later warning of the same attempt (the other route, the runner or the cloud) posts nothing."""
+    prefix = f"{job.id}.{attempt}.interruption-warning"
+    alert = InterruptionWarning(instance=instance, source=source, deadline=deadline)
+    told = WarnedBeforeStart(instance=instance, source=source)
+    return [
+        Notify(id=f"{prefix}.alert", job_id=job.id, channel="alert", note=alert),
+        Notify(id=f"{prefix}.thread", job_id=job.id, channel="thread", note=told),
+    ]
 
 
 def warned_before_start(
@@ -56,16 +74,11 @@ def warned_before_start(
         "source": source,
         "deadline": deadline.isoformat() if deadline else None,
     }
-    # The ids of the attempt's warning notes: a later warning of the same attempt (the other route) posts nothing.
-    prefix = f"{job.id}.{current.number}.interruption-warning"
-    alert = InterruptionWarning(instance=instance, source=source, deadline=deadline)
-    told = WarnedBeforeStart(instance=instance, source=source)
-    notes = [
-        Notify(id=f"{prefix}.alert", job_id=job.id, channel="alert", note=alert),
-        Notify(id=f"{prefix}.thread", job_id=job.id, channel="thread", note=told),
-    ]
+    notes = warned_notes(job, current.number, instance, source, deadline)
     release = [Terminate(job_id=job.id, instance_id=instance)]
-    return recovery.again(warned, ended, current.market, now, history, release, notes, limits, why, spot, first_at_once=True)
+    return recovery.again(
+        warned, ended, current.market, now, history, release, notes, limits, why, spot, first_at_once=True
+    )
 
 
 def early_signal(

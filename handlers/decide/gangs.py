@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from handlers.change import Change
-from handlers.decide import gang_recovery, inputs, launching, recovery, steering
+from handlers.decide import early_signals, gang_recovery, inputs, launching, recovery, steering
 from handlers.decide.builders import advance, change, ignore, make, notify
 from handlers.decide.launching import live, with_attempt
 from handlers.failures import Failure
@@ -35,6 +35,7 @@ from handlers.messages import (
     Launched,
     LaunchFailed,
     Message,
+    Notify,
     Regroup,
     ReleaseGang,
     StartDeadline,
@@ -185,6 +186,8 @@ def report(job: Job, message: RunnerReport, now: datetime, limits: Lifecycle, sp
             return ignore(job, "notice:stop", "the runner acknowledges a stop")
         if message.kind == "save":
             return ignore(job, "notice:save", "the runner acknowledges a save request")
+        if early_signals.node_warned_before_start(job, attempt):  # its runner saw it while restoring
+            return _warned_before_start(job, attempt, message.source, message.deadline, now, limits, spot)
         return inputs.spot_interruption(job, message.source, message.deadline, now)
     if isinstance(message, Interrupted):
         return _node_lost(job, attempt, now, limits, message, spot=spot)
@@ -402,12 +405,35 @@ def cloud(job: Job, event: CloudEvent, now: datetime, limits: Lifecycle, spot: S
     if attempt is None:
         return ignore(job, f"cloud:{event.kind}", f"{event.instance_id} is not a live node of {job.id}")
     if event.kind == "spot-interruption":
+        if early_signals.node_warned_before_start(job, attempt):
+            return _warned_before_start(job, attempt, event.source, event.deadline, now, limits, spot)
         return inputs.spot_interruption(job, event.source, event.deadline, now)
     if event.kind == "rebalance":
         return inputs.rebalance(job, event.source, now)
     if event.kind == "scheduled-event":
         return inputs.scheduled_event(job, event, now)
     return _node_lost(job, attempt, now, limits, None, gone=event, spot=spot)
+
+
+def _warned_before_start(
+    job: Job,
+    attempt: Attempt,
+    source: str,
+    deadline: datetime | None,
+    now: datetime,
+    limits: Lifecycle,
+    spot: SpotView | None,
+) -> Change | None:
+    """A node warned before its runner started will not live to train: posted, and lost at once (released, its
+    replacement launched now) instead of when its instance vanishes."""
+    gone = CloudEvent(kind="instance-gone", instance_id=attempt.instance_id or "", source=source, at=now)
+    lost = _node_lost(job, attempt, now, limits, None, gone=gone, spot=spot)
+    if lost.job is job:  # not a loss the gang can take now: the warning alone is said
+        return inputs.spot_interruption(job, source, deadline, now)
+    notes = early_signals.warned_notes(job, attempt.number, attempt.instance_id or "", source, deadline)
+    history = {**lost.history, "event": "warned-before-start", "lost": "node-lost", "source": source}
+    said = [m for m in lost.outbox if not (isinstance(m, Notify) and isinstance(m.note, InstanceGone))]
+    return Change(lost.job, history, [*notes, *said])
 
 
 def _node_lost(
