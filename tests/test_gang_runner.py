@@ -34,6 +34,7 @@ from tests.runner_harness import (
     same_tensors,
     start_runner,
     wait_for_report,
+    wait_until,
     write_spec,
 )
 
@@ -177,7 +178,9 @@ async def test_a_node_lost_without_a_notice_leaves_the_other_standing_by_with_th
         runner_env(**env, AWS_EC2_METADATA_SERVICE_ENDPOINT=node1.endpoint),
         new_session=True,
     )
-    await wait_for_report(reports0, lambda r: r["type"] == "checkpoint_saved", timeout=400)
+    saved = await wait_for_report(reports0, lambda r: r["type"] == "checkpoint_saved", timeout=400)
+    # Past that save, so that node 0 holds a step whose node-1 part nobody committed (the part is rebuilt by rule).
+    await wait_until(lambda: any(step > saved["step"] for step in progress_steps(tmp_path / "n0" / "progress.jsonl")))
     os.killpg(runner1.pid, signal.SIGKILL)  # the instance is gone: no notice, nothing runs after
     await runner1.wait()
 
