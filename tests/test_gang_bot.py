@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bot.chat.render import card_text
+from bot.cloud.local.profile import AWS_P5
 from bot.cloud.local.provider import LocalCloud
 from fakes.bot_harness import CHANNEL, SteppedClock, eventually, running_bot, settled, start_job, wait_job
 from handlers.jobs import JobState
@@ -76,18 +77,40 @@ CLOUD = {"finetune_local_profile": "aws-p5", "finetune_local_time_scale": 0.005}
 async def test_a_drilled_node_alone_is_replaced_and_the_gang_resumes_bitwise_equal_with_no_step_lost(
     tmp_path: Path, two_node_reference: bytes, drilled: int
 ) -> None:
-    async with running_bot(tmp_path / "state", **CLOUD) as (service, _chat):
+    """Under ``aws-p5`` the spot authority replaces the lost node alone (from the job's own measured launches), and on
+    the profile's timeline (bot/cloud/local/profile_clock.py: the boots held 0.5 % of their time on the wall, the
+    rest the clock's jump) that is sooner training again than the whole gang's start: one boot against a whole
+    gang's slowest."""
+    async with running_bot(tmp_path / "state", **CLOUD) as (service, chat):
+        cloud = service.bot.cloud
+        assert isinstance(cloud, LocalCloud) and cloud.profile.launch_seconds == AWS_P5.launch_seconds
+        asked = cloud.clock.now()
         job_id = await start_job(service, "console:ana", DRILLED)
+        await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 1, 300)
+        whole_start = cloud.clock.now() - asked  # every node launched, booted, restored, one world: a whole gang
         await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING and (job.step or 0) >= 7, 300)
         before = await service.bot.store.get(job_id)
         assert before is not None
+        assert (before.attempts[0].launch_seconds or 0) >= AWS_P5.launch_seconds  # the profile's boot
         lost, kept = before.gang_attempts[drilled], before.gang_attempts[1 - drilled]
         reply = await service.bot.command("console:ana", CHANNEL, f"interrupt-test {job_id} node={drilled}")
         assert reply.startswith(f"OK: interrupt-test {job_id}"), reply
+        recovering = await wait_job(
+            service, job_id, lambda j: j.state is JobState.RECOVERING and j.generation == 2, 300
+        )
+        committed = cloud.clock.now()
+        assert recovering.checkpoint is not None
+        held = recovering.checkpoint.step
+        await wait_job(service, job_id, lambda j: j.state is JobState.RUNNING and (j.step or 0) > held, 300)
+        replace_one = cloud.clock.now() - committed
+        # On the profile's timeline: one boot (and the survivors' regroup) against a whole gang's slowest boot.
+        assert replace_one >= AWS_P5.launch_seconds and replace_one < whole_start, (replace_one, whole_start)
 
         done = await wait_job(service, job_id, lambda job: job.state is JobState.SUCCEEDED, timeout=500)
         history = await service.bot.store.history(job_id)
         [lost_event] = [e for e in history if e.get("event") == "node-lost"]
+        assert lost_event["recovery"] == "replace-one" and lost_event["measured"] is True
+        assert lost_event["replace_s"] < lost_event["whole_s"]  # from the job's own launches: the profile's
         saved = lost_event["step"]
         assert lost_event["attempt"] == lost.number and lost_event["node_rank"] == drilled and saved >= 7
         standby = [e for e in history if e.get("event") == "standby"]
@@ -104,6 +127,9 @@ async def test_a_drilled_node_alone_is_replaced_and_the_gang_resumes_bitwise_equ
         assert done.output_uri is not None
         final = (Path(done.output_uri.removeprefix("file://")) / ADAPTER).read_bytes()
         assert final == two_node_reference
+        await eventually(lambda: settled(service))
+        thread = "\n".join(text for _, said, text in chat.transcript if said == "thread")
+        assert "replacing the lost node alone" in thread
 
 
 async def test_a_node_whose_instance_vanishes_costs_no_step_the_survivor_held(
