@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runner.stop_request import STOP_FILE_ENV, initialised_distributed
+from runner.stop_request import STOP_FILE_ENV, agree_max
 
 log = logging.getLogger(__name__)
 
@@ -86,20 +86,18 @@ class SaveRequest:
             except OSError as exc:  # then the runner commits the newest existing checkpoint instead
                 log.warning("cannot write %s: %s", save_watched_path(stop_file), exc)
 
+    def asked(self) -> int:
+        """The number of the newest request this process sees (0: none); what the ranks agree on."""
+        return read_number(self.path) if self.path is not None else 0
+
+    def honour(self, agreed: int) -> bool:
+        """Whether to save at this step boundary for the ranks' ``agreed`` number (a request not yet honoured)."""
+        if agreed <= self.honoured:
+            return False
+        self.honoured = agreed
+        return True
+
     def due(self, device: Any = None) -> bool:
         """Whether to save at this step boundary, the same answer on every rank (a collective when
         ``torch.distributed`` is initialised: every rank calls it at the same point)."""
-        number = read_number(self.path) if self.path is not None else 0
-        dist = initialised_distributed()
-        if dist is not None and dist.get_world_size() > 1:
-            import torch
-
-            if device is None:
-                device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-            value = torch.tensor([number], dtype=torch.int64, device=device)
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-            number = int(value.item())
-        if number <= self.honoured:
-            return False
-        self.honoured = number
-        return True
+        return self.honour(agree_max([self.asked()], device)[0])

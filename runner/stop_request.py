@@ -33,6 +33,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from types import FrameType
 from typing import IO, Any
 
@@ -157,17 +158,23 @@ class StopRequest:
         the same step). ``device`` is where the flag lives for the all-reduce (the rank's GPU under NCCL); by
         default the current CUDA device for NCCL, else the CPU.
         """
-        local = self.requested
-        dist = initialised_distributed()
-        if dist is None or dist.get_world_size() < 2:
-            return local
-        import torch
+        return bool(agree_max([int(self.requested)], device)[0])
 
-        if device is None:
-            device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-        flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+
+def agree_max(values: Sequence[int], device: Any = None) -> list[int]:
+    """The largest of each value over every rank, in one all-reduce (MAX); the values themselves outside
+    ``torch.distributed``. A collective when it is initialised: every rank calls it at the same point. ``device``:
+    where the values live for it (the rank's GPU under NCCL; by default the current CUDA device, else the CPU)."""
+    dist = initialised_distributed()
+    if dist is None or dist.get_world_size() < 2:
+        return list(values)
+    import torch
+
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    agreed = torch.tensor(list(values), dtype=torch.int64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    return [int(value) for value in agreed.tolist()]
 
 
 def initialised_distributed() -> Any:

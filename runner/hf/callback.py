@@ -63,7 +63,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from runner.save_request import SaveRequest
-from runner.stop_request import StopRequest, barrier
+from runner.stop_request import StopRequest, agree_max, barrier
 
 __all__ = ["COMPLETE_MARKER", "SpotCheckpointCallback", "checkpoint_dir"]
 
@@ -156,13 +156,15 @@ class SpotCheckpointCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
         # Every rank calls this after every optimizer step, so the agreement (a collective) is safe here.
-        if not self.interrupted and self.stop.agreed():
+        # One collective for both requests: the ranks agree on the stop and on the newest save request at once.
+        stop, save = (0, 0) if self.interrupted else agree_max([int(self.stop.requested), self.save.asked()])
+        if stop:
             self.interrupted = True
             control.should_save = True
             control.should_training_stop = True
             self.stop.mark_stopped()
             log.warning("stop requested: saving checkpoint at step %d and stopping", state.global_step)
-        elif not self.interrupted and self.save.due():  # the same answer on every rank: a collective too
+        elif self.save.honour(save):
             control.should_save = True
             log.warning("save requested (an early signal): saving at step %d, training on", state.global_step)
         # DefaultFlowCallback runs before us: if it asked for a log, on_log follows for this same step with the
