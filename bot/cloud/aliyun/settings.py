@@ -66,8 +66,8 @@ class AliyunRegion(BaseModel):
     vswitches: dict[str, str] = Field(min_length=1)  # zone id -> vSwitch id, zones of this region
     image_id: str = Field(min_length=1)  # the runner image, copied into this region (images are regional)
     zones: list[str] = Field(default_factory=list)  # preference order when prices tie (default: vswitches order)
-    security_group_ids: list[str] = Field(default_factory=list)
-    key_pair: str | None = None
+    security_group_ids: list[str] = Field(default_factory=list)  # this region's groups for the runners
+    key_pair: str | None = None  # an ECS key pair of this region (key pairs are regional)
     endpoint: str | None = None  # this region's ECS OpenAPI; default the SDK's (http://127.0.0.1:PORT in tests)
 
     @field_validator("endpoint")
