@@ -4,8 +4,10 @@ The official SDKs speak RPC style to it: ``POST /?<parameters>`` with ``x-acs-ac
 signed with ACS3-HMAC-SHA256. The fake checks that signature with the test's key pair, exactly as the real endpoint
 does (so the provider's credentials really travel), records every call, and keeps just enough state to behave:
 
-- ECS: DescribeRegions (``regions``); RunInstances (with ClientToken idempotency; ``DryRun=true`` answers
-  ``DryRunOperation`` once the request would pass, as ECS does, and starts nothing), DescribeInstances,
+- ECS, one region per fake (as ECS's endpoints are regional: a multi-region test starts one fake per region): a
+  request naming another ``RegionId`` is refused (``InvalidRegionId.NotFound``), and instances, stock and prices are
+  this region's alone. DescribeRegions (``regions``); RunInstances (with ClientToken idempotency; ``DryRun=true``
+  answers ``DryRunOperation`` once the request would pass, as ECS does, and starts nothing), DescribeInstances,
   DeleteInstance, DescribeSpotPriceHistory,
   DescribePrice, ModifyInstanceMetadataOptions (kept in the instance's ``metadata_options``); ``no_stock`` zones
   answer ``OperationDenied.NoStock`` as ECS does, ``unsupported`` (zone, type) pairs
@@ -236,9 +238,13 @@ class FakeAliyun:
             action = request.headers.get("x-acs-action") or params.get("Action", "")
             version = request.headers.get("x-acs-version") or params.get("Version", "")
             self.calls.append((action, params))
-            handler = getattr(self, f"_{SERVICES.get(version, 'none')}_{action}", None)
+            service = SERVICES.get(version, "none")
+            handler = getattr(self, f"_{service}_{action}", None)
             if handler is None:
                 raise ApiError(400, "InvalidAction.NotFound", f"{action} {version} is not supported here")
+            if service == "ecs" and params.get("RegionId", self.region) != self.region:
+                self.rejected.append(f"region {params['RegionId']}")
+                raise ApiError(404, "InvalidRegionId.NotFound", f"this endpoint serves {self.region} only")
             answer: dict[str, Any] = handler(params)
         except ApiError as exc:
             payload = {"RequestId": request_id, "Code": exc.code, "Message": exc.message, "HostId": request.host}

@@ -215,6 +215,15 @@ class ReadsAvailability(Protocol):
         ...
 
 
+@runtime_checkable
+class SpansRegions(Protocol):
+    """A cloud that launches in more than one region while its bucket stays in one: a runner elsewhere restores
+    and commits across regions, and those bytes cost ``transfer_price_per_gb`` (:mod:`handlers.regions`)."""
+
+    home_region: str  # the bucket's region (and the bot's)
+    transfer_price_per_gb: float  # what moving a GB between regions costs, in the cloud's price currency
+
+
 @dataclass(frozen=True, slots=True)
 class SetupScope:
     """What a cloud's set-up check looks at beyond its own config section: what the bot launches (the recipes'

@@ -43,9 +43,10 @@ class Credentials:
 
 
 class AliyunApi:
-    """One ECS and one ESS client for a region. Credentials: the given key pair, else ``ALIBABA_CLOUD_ACCESS_KEY_ID``
-    / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET`` (/ ``ALIBABA_CLOUD_SECURITY_TOKEN``), else the SDK's default chain (the
-    credentials file, the ECS RAM role of the machine the bot runs on, …)."""
+    """ECS, ESS and STS clients of the home region, and an ECS client for each other region a launch may go to
+    (:meth:`add_region`: ECS's endpoints are regional). Credentials: the given key pair, else
+    ``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET`` (/ ``ALIBABA_CLOUD_SECURITY_TOKEN``), else the
+    SDK's default chain (the credentials file, the ECS RAM role of the machine the bot runs on, …)."""
 
     def __init__(
         self,
@@ -71,6 +72,7 @@ class AliyunApi:
             self._static = None
             self._chain = _default_chain()
         self._ecs = EcsClient(self._config(endpoint))
+        self._regional: dict[str, Any] = {region: self._ecs}  # region -> its ECS client
         self._ess = EssClient(self._config(ess_endpoint))
         # STS has no SDK here: the generic OpenAPI client signs AssumeRole as the ECS one signs its calls
         self._sts = OpenApiClient(self._config(sts_endpoint or f"https://sts.{region}.aliyuncs.com"))
@@ -78,8 +80,17 @@ class AliyunApi:
             autoretry=False, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS
         )
 
-    def _config(self, endpoint: str | None) -> Config:
-        config = Config(region_id=self.region, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS)
+    def add_region(self, region: str, endpoint: str | None = None) -> None:
+        """An ECS client for ``region`` (the SDK's endpoint for it, or ``endpoint``), sharing these credentials; the
+        home region's client stays as it is unless ``endpoint`` names another."""
+        if region == self.region and endpoint is None:
+            return
+        self._regional[region] = EcsClient(self._config(endpoint, region))
+
+    def _config(self, endpoint: str | None, region: str | None = None) -> Config:
+        config = Config(
+            region_id=region or self.region, connect_timeout=CONNECT_TIMEOUT_MS, read_timeout=READ_TIMEOUT_MS
+        )
         if self._static is not None:
             config.access_key_id = self._static.access_key_id
             config.access_key_secret = self._static.access_key_secret
@@ -90,9 +101,13 @@ class AliyunApi:
             config.protocol, config.endpoint = endpoint_parts(endpoint)
         return config
 
-    async def ecs(self, action: str, request: Any) -> dict[str, Any]:
-        """Call ECS ``action`` (the SDK's snake-case name, e.g. ``run_instances``); the answer's JSON."""
-        return await self._call(self._ecs, action, request)
+    async def ecs(self, action: str, request: Any, region: str | None = None) -> dict[str, Any]:
+        """Call ECS ``action`` (the SDK's snake-case name, e.g. ``run_instances``) in ``region`` (default the home
+        region; one added with :meth:`add_region`); the answer's JSON."""
+        client = self._regional.get(region or self.region)
+        if client is None:
+            raise CloudUnavailable(f"no ECS client for region {region}: not among aliyun.regions")
+        return await self._call(client, action, request)
 
     async def ess(self, action: str, request: Any) -> dict[str, Any]:
         """Call Auto Scaling (ESS, API 2022-02-22) ``action``; the answer's JSON."""

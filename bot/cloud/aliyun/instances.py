@@ -1,6 +1,10 @@
 """ECS instances of the Alibaba Cloud provider: the calls the shared launch loop makes (:mod:`bot.cloud.launching`):
 ``RunInstances`` with ``SpotStrategy`` ``SpotAsPriceGo`` (or ``SpotWithPriceLimit`` when a price limit is configured;
-``NoSpot`` for on-demand) in the hardened metadata mode, and describe / list / delete after launch."""
+``NoSpot`` for on-demand) in the hardened metadata mode, and describe / list / delete after launch.
+
+Across regions (``aliyun.regions``): a launch goes to its zone's region (that region's ECS client, vSwitch, image,
+security groups, key pair); the instances are listed in every region, and an instance id is looked up in each
+region until one has it (home first), then remembered."""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ from typing import Any
 from alibabacloud_ecs20140526 import models as ecs_models
 
 from bot.cloud.aliyun.api import AliyunApi
+from bot.cloud.aliyun.placement import AliyunPlacement
 from bot.cloud.aliyun.pricing import AliyunPricing
-from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.settings import AliyunSettings, LaunchRegion, candidate_zones, launch_regions
 from bot.cloud.base import GangPlacement, Instance, LaunchError
 from bot.cloud.launching import (
     ATTEMPT_TAG,
@@ -31,6 +36,7 @@ from bot.cloud.launching import (
 from bot.errors import CloudError, CloudRefused, CloudUnavailable
 from handlers.jobs import Market
 from handlers.reconcile import CloudInstance
+from handlers.regions import region_of
 from handlers.spec import JobSpec
 from handlers.spot.zones import Candidate, ErrorKind, as_scores, classify_aliyun_launch_error
 
@@ -80,11 +86,29 @@ class AliyunInstances:
 
     refusals: tuple[type[Exception], ...] = (CloudRefused,)
 
-    def __init__(self, settings: AliyunSettings, api: AliyunApi, pricing: AliyunPricing) -> None:
+    def __init__(
+        self, settings: AliyunSettings, api: AliyunApi, pricing: AliyunPricing, gangs: AliyunPlacement
+    ) -> None:
         self.settings = settings
         self.api = api
         self.pricing = pricing
-        self.deployment_sets: dict[str, str] = {}  # job id -> its deployment set's id (a gang's, once found or made)
+        self.gangs = gangs
+        self.regions = launch_regions(settings)
+        self._launch_region = {zone: launch for launch in self.regions for zone in launch.vswitches}
+        self.where: dict[str, str] = {}  # instance id -> its region, once launched, listed or found
+        # (job id, region) -> the job's deployment set there (a gang's, once found or made)
+        self.deployment_sets: dict[tuple[str, str], str] = {}
+
+    def launch_region(self, zone: str) -> LaunchRegion:
+        """The configured region ``zone`` is in (the home region's keys for a zone no region names)."""
+        return self._launch_region.get(zone) or next(
+            (launch for launch in self.regions if launch.region == region_of(zone)), self.regions[0]
+        )
+
+    def region_names(self) -> list[str]:
+        """Every region instances may be in, home first (the home region even where it launches nothing)."""
+        names = [launch.region for launch in self.regions]
+        return names if self.settings.region in names else [self.settings.region, *names]
 
     def classify(self, code: str) -> ErrorKind:
         return classify_aliyun_launch_error(code)
@@ -122,58 +146,78 @@ class AliyunInstances:
 
     async def live_instance(self, job_id: str, attempt: int) -> dict[str, Any] | None:
         """The live instance tagged with this (job, attempt), if any; the API's errors raised."""
-        request = ecs_models.DescribeInstancesRequest(
-            region_id=self.settings.region,
-            tag=[
-                ecs_models.DescribeInstancesRequestTag(key=JOB_TAG, value=job_id),
-                ecs_models.DescribeInstancesRequestTag(key=ATTEMPT_TAG, value=str(attempt)),
-            ],
-        )
-        reply = await self.api.ecs("describe_instances", request)
-        for found in reply.get("Instances", {}).get("Instance", []):
-            if str(found.get("Status", "")) in LIVE_STATUSES:
-                return dict(found)
+        for region in self.region_names():
+            request = ecs_models.DescribeInstancesRequest(
+                region_id=region,
+                tag=[
+                    ecs_models.DescribeInstancesRequestTag(key=JOB_TAG, value=job_id),
+                    ecs_models.DescribeInstancesRequestTag(key=ATTEMPT_TAG, value=str(attempt)),
+                ],
+            )
+            reply = await self.api.ecs("describe_instances", request, region)
+            for found in reply.get("Instances", {}).get("Instance", []):
+                if str(found.get("Status", "")) in LIVE_STATUSES:
+                    self.where[str(found.get("InstanceId"))] = region
+                    return dict(found)
         return None
 
     async def run_instance(
         self, spec: JobSpec, script: str, candidate: Candidate, gang: GangPlacement | None = None
     ) -> Started:
-        """RunInstances for one candidate; a gang node joins its job's deployment set (found or made before the
-        launch loop: ``deployment_sets`` holds its id), and its private address is waited for (RunInstances names
-        only the id; the gang's other nodes meet node 0 at that address)."""
+        """RunInstances for one candidate, in its zone's region; a gang node joins its job's deployment set of that
+        region (found or made here before the first node there: LaunchError when ECS will not), and its private
+        address is waited for (RunInstances names only the id; the gang's other nodes meet node 0 at that address)."""
+        region = self.launch_region(candidate.zone).region
         request = self.launch_request(candidate.zone, candidate.instance_type, candidate.market, tags_of_spec(spec))
-        request.user_data = base64.b64encode(script.encode()).decode()
+        request.user_data = base64.b64encode(self.script_in(script, region).encode()).decode()
         request.instance_name = instance_name(spec)
         request.client_token = candidate_token(spec, candidate)
-        request.deployment_set_id = self.deployment_sets.get(gang.job_id) if gang is not None else None
+        if gang is not None:
+            request.deployment_set_id = await self.deployment_set(gang.job_id, spec.attempt, region)
         try:
-            reply = await self.api.ecs("run_instances", request)
+            reply = await self.api.ecs("run_instances", request, region)
         except CloudUnavailable:
             # No answer: ECS may have started it all the same. The same client token returns that instance
             # instead of starting a second one.
             try:
-                reply = await self.api.ecs("run_instances", request)
+                reply = await self.api.ecs("run_instances", request, region)
             except CloudUnavailable as exc:
                 raise LaunchError(f"ECS did not answer RunInstances: {exc}") from exc
         ids = reply.get("InstanceIdSets", {}).get("InstanceIdSet", [])
         if not ids:
             raise CloudRefused("RunInstances", "NoInstance", "ECS answered without an instance id")
         instance_id = str(ids[0])
+        self.where[instance_id] = region
         return Started(instance_id, await self.wait_for_address(instance_id) if gang is not None else None)
+
+    def script_in(self, script: str, region: str) -> str:
+        """The boot script for a runner in ``region``: the launch's names the bucket's internal endpoint, which
+        answers within the home region only; a runner elsewhere gets the public one."""
+        home = f"\nOSS_ENDPOINT={self.settings.runner_oss_endpoint}\n"
+        return script.replace(home, f"\nOSS_ENDPOINT={self.settings.runner_oss_endpoint_in(region)}\n", 1)
+
+    async def deployment_set(self, job_id: str, attempt: int, region: str) -> str:
+        """The job's deployment set in ``region`` (sets are regional), found or made once per region."""
+        key = (job_id, region)
+        if key not in self.deployment_sets:
+            self.deployment_sets[key] = await self.gangs.ensure_set(job_id, attempt, region)
+        return self.deployment_sets[key]
 
     def launch_request(
         self, zone: str, instance_type: str, market: Market, tags: dict[str, str]
     ) -> ecs_models.RunInstancesRequest:
-        """What every launch asks of RunInstances (``finetune-bot check`` dry-runs it: bot/cloud/aliyun/probe.py)."""
+        """What every launch asks of RunInstances in ``zone``'s region (``finetune-bot check`` dry-runs it in each:
+        bot/cloud/aliyun/probe.py)."""
         settings = self.settings
+        launch = self.launch_region(zone)
         spot = market == "spot"
         request = ecs_models.RunInstancesRequest(
-            region_id=settings.region,
+            region_id=launch.region,
             zone_id=zone,
-            v_switch_id=settings.vswitches.get(zone),
+            v_switch_id=launch.vswitches.get(zone),
             instance_type=instance_type,
-            image_id=settings.image_id,
-            security_group_ids=list(settings.security_group_ids) or None,
+            image_id=launch.image_id,
+            security_group_ids=list(launch.security_group_ids) or None,
             instance_charge_type="PostPaid",
             spot_strategy=spot_strategy(settings, market),
             spot_price_limit=settings.spot_price_limit if spot else None,
@@ -184,7 +228,7 @@ class AliyunInstances:
             # Hardened metadata mode: every read needs a session token from a PUT (runner.notices.http).
             http_endpoint="enabled",
             http_tokens="required",
-            key_pair_name=settings.key_pair,
+            key_pair_name=launch.key_pair,
             tag=[ecs_models.RunInstancesRequestTag(key=key, value=value) for key, value in tags.items()],
             amount=1,
         )
@@ -215,34 +259,46 @@ class AliyunInstances:
             await asyncio.sleep(self.settings.group_poll_seconds)
 
     async def list_instances(self) -> list[CloudInstance]:
-        """Every instance of the region tagged ``finetune:job`` (ECS lists no released ones), for reconciliation."""
+        """Every instance tagged ``finetune:job`` in every region (ECS lists no released ones), for reconciliation;
+        CloudError when one region will not say (a partial list would look like orphans gone)."""
+        found: list[CloudInstance] = []
+        for region in self.region_names():
+            found.extend(await self._listed_in(region))
+        return found
+
+    async def _listed_in(self, region: str) -> list[CloudInstance]:
         found: list[CloudInstance] = []
         page = 1
         while True:
             request = ecs_models.DescribeInstancesRequest(
-                region_id=self.settings.region,
+                region_id=region,
                 tag=[ecs_models.DescribeInstancesRequestTag(key=JOB_TAG)],
                 page_number=page,
                 page_size=LIST_PAGE_SIZE,
             )
             try:
-                reply = await self.api.ecs("describe_instances", request)
+                reply = await self.api.ecs("describe_instances", request, region)
             except (CloudRefused, CloudUnavailable) as exc:
-                raise CloudError(f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
+                raise CloudError(f"could not list the instances tagged {JOB_TAG} in {region}: {exc}") from exc
             items = reply.get("Instances", {}).get("Instance", [])
+            for item in items:
+                self.where[str(item.get("InstanceId"))] = region
             found.extend(_listed(item) for item in items)
             if not items or page * LIST_PAGE_SIZE >= int(reply.get("TotalCount") or 0):
                 return found
             page += 1
 
     async def describe(self, instance_id: str) -> dict[str, Any] | None:
-        reply = await self.api.ecs(
-            "describe_instances",
-            ecs_models.DescribeInstancesRequest(region_id=self.settings.region, instance_ids=json.dumps([instance_id])),
-        )
-        for instance in reply.get("Instances", {}).get("Instance", []):
-            if instance.get("InstanceId") == instance_id:
-                return dict(instance)
+        """The instance as ECS describes it, from the region it is in (remembered, else each region in turn); None
+        when no region has it."""
+        known = self.where.get(instance_id)
+        for region in [known] if known else self.region_names():
+            request = ecs_models.DescribeInstancesRequest(region_id=region, instance_ids=json.dumps([instance_id]))
+            reply = await self.api.ecs("describe_instances", request, region)
+            for instance in reply.get("Instances", {}).get("Instance", []):
+                if instance.get("InstanceId") == instance_id:
+                    self.where[instance_id] = region
+                    return dict(instance)
         return None
 
     async def job_of(self, instance_id: str) -> tuple[dict[str, Any], str, int]:
@@ -257,9 +313,15 @@ class AliyunInstances:
         return instance, job_id, attempt
 
     async def delete(self, instance_id: str) -> None:
+        """Release the instance in its region (one no region has: nothing to do)."""
+        region = self.where.get(instance_id)
+        if region is None:
+            if len(self.region_names()) > 1 and await self.describe(instance_id) is None:
+                return
+            region = self.where.get(instance_id, self.settings.region)
+        request = ecs_models.DeleteInstanceRequest(instance_id=instance_id, force=True)
         try:
-            await self.api.ecs("delete_instance", ecs_models.DeleteInstanceRequest(instance_id=instance_id, force=True))
+            await self.api.ecs("delete_instance", request, region)
         except CloudRefused as exc:
             if exc.code not in _NOT_FOUND:
                 raise
-

@@ -1,6 +1,9 @@
 """What Alibaba Cloud capacity costs, and how likely spot is: ``DescribeSpotPriceHistory``, ``DescribePrice`` and
 ``DescribeAvailableResource`` (stock), each cached where ECS would otherwise be asked on every launch. Prices are in
-the currency of the account's site (CNY on the China site, USD on the international one), per hour."""
+the currency of the account's site (CNY on the China site, USD on the international one), per hour.
+
+Across regions (``aliyun.regions``) each is asked for its own zones (ECS answers per ``RegionId``), and the answers
+are merged by zone name (zone names carry their region); pay-as-you-go prices are the home region's."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Any
 from alibabacloud_ecs20140526 import models as ecs_models
 
 from bot.cloud.aliyun.api import AliyunApi
-from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.settings import AliyunSettings, launch_regions
 from bot.cloud.base import log_once
 from bot.errors import CloudRefused, CloudUnavailable
 from handlers.jobs import Market
@@ -31,20 +34,40 @@ class AliyunPricing:
     def __init__(self, settings: AliyunSettings, api: AliyunApi) -> None:
         self.settings = settings
         self.api = api
+        # region -> its candidate zones, home first
+        self.zones = {launch.region: set(launch.zones) for launch in launch_regions(settings)}
         self._on_demand: dict[str, tuple[float, float]] = {}  # type -> (price, monotonic time read)
-        self._stock: dict[str, tuple[float, list[tuple[str, str]]]] = {}  # type -> (time read, [(zone, status)])
+        # (region, type) -> (time read, [(zone, status)])
+        self._stock: dict[tuple[str, str], tuple[float, list[tuple[str, str]]]] = {}
 
     async def spot_prices(self, instance_types: list[str]) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
-        """The current spot price per (zone, type) in our zones, and the on-demand ("origin") price per type, from
-        ``DescribeSpotPriceHistory`` (one call per type, concurrently). Empty when ECS will not say: the zones are
-        then tried in the configured order."""
-        zones = set(candidate_zones(self.settings))
+        """The current spot price per (zone, type) in our zones of every region, and the on-demand ("origin") price
+        per type (the home region's where it says one), from ``DescribeSpotPriceHistory`` (one call per type and
+        region, concurrently). A region that will not say adds nothing: its zones are then tried in the configured
+        order."""
+        answers = await asyncio.gather(*(self._spot_prices_in(region, instance_types) for region in self.zones))
+        prices: dict[tuple[str, str], float] = {}
+        origins: dict[str, float] = {}
+        for region_prices, region_origins in answers:  # home first: its origin prices win
+            prices.update(region_prices)
+            for instance_type, price in region_origins.items():
+                origins.setdefault(instance_type, price)
+        now = time.monotonic()
+        for instance_type, price in origins.items():
+            self._on_demand.setdefault(instance_type, (price, now))
+        return prices, origins
+
+    async def _spot_prices_in(
+        self, region: str, instance_types: list[str]
+    ) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
+        """One region's spot prices in its candidate zones and origin prices; empty when ECS will not say."""
+        zones = self.zones[region]
 
         async def history(instance_type: str) -> list[dict[str, Any]]:
             request = ecs_models.DescribeSpotPriceHistoryRequest(
-                region_id=self.settings.region, instance_type=instance_type, network_type="vpc", ostype="linux"
+                region_id=region, instance_type=instance_type, network_type="vpc", ostype="linux"
             )
-            reply = await self.api.ecs("describe_spot_price_history", request)
+            reply = await self.api.ecs("describe_spot_price_history", request, region)
             return list(reply.get("SpotPrices", {}).get("SpotPriceType", []))
 
         try:
@@ -61,13 +84,15 @@ class AliyunPricing:
                 ):
                     origin[instance_type] = (at, float(item["OriginPrice"]))
         except (CloudRefused, CloudUnavailable, KeyError, TypeError, ValueError) as exc:
-            log_once(log, "spot-prices", "spot price history unavailable (%s); zones ordered without prices", exc)
+            log_once(
+                log,
+                f"spot-prices:{region}",
+                "spot price history of %s unavailable (%s); its zones ordered without prices",
+                region,
+                exc,
+            )
             return {}, {}
-        origins = {instance_type: price for instance_type, (_, price) in origin.items()}
-        now = time.monotonic()
-        for instance_type, price in origins.items():
-            self._on_demand.setdefault(instance_type, (price, now))
-        return latest_prices(points), origins
+        return latest_prices(points), {instance_type: price for instance_type, (_, price) in origin.items()}
 
     async def spot_price(self, zone: str, instance_type: str) -> float | None:
         """The current spot price of the type in the zone; None when ECS will not say."""
@@ -103,25 +128,32 @@ class AliyunPricing:
         return price
 
     async def zone_availability(self, instance_types: list[str]) -> dict[str, float]:
-        """The live signal the spot authority weighs, per zone (0..1): the best spot stock status of these types
-        from ``DescribeAvailableResource`` (cached ``STOCK_TTL_SECONDS`` per type), lowered where the spot price
-        history says the price is close to the on-demand one. Empty (no signal) when ECS will not say."""
+        """The live signal the spot authority weighs, per zone (0..1) of every region: the best spot stock status of
+        these types from ``DescribeAvailableResource`` (cached ``STOCK_TTL_SECONDS`` per region and type), lowered
+        where that region's spot price history says the price is close to its on-demand one; merged by zone name.
+        Empty (no signal) when no region will say."""
+        regions = await asyncio.gather(*(self._availability_in(region, instance_types) for region in self.zones))
+        return {zone: value for found in regions for zone, value in found.items()}
+
+    async def _availability_in(self, region: str, instance_types: list[str]) -> dict[str, float]:
         stock: list[tuple[str, str]] = []
         for instance_type in instance_types:
-            stock.extend(await self.stock_of(instance_type))
+            stock.extend(await self.stock_of(instance_type, region))
         if not stock:
             return {}
-        zones = set(candidate_zones(self.settings))
-        prices, origins = await self.spot_prices(instance_types)
+        zones = self.zones[region]
+        prices, origins = await self._spot_prices_in(region, instance_types)
         return stock_availability([item for item in stock if item[0] in zones], prices, origins)
 
-    async def stock_of(self, instance_type: str) -> list[tuple[str, str]]:
-        """(zone, stock status) of a preemptible ``instance_type`` in our region, [] when ECS will not say."""
-        cached = self._stock.get(instance_type)
+    async def stock_of(self, instance_type: str, region: str | None = None) -> list[tuple[str, str]]:
+        """(zone, stock status) of a preemptible ``instance_type`` in ``region`` (default the home region), [] when
+        ECS will not say."""
+        region = region or self.settings.region
+        cached = self._stock.get((region, instance_type))
         if cached is not None and time.monotonic() - cached[0] < STOCK_TTL_SECONDS:
             return cached[1]
         request = ecs_models.DescribeAvailableResourceRequest(
-            region_id=self.settings.region,
+            region_id=region,
             destination_resource="InstanceType",
             instance_charge_type="PostPaid",
             spot_strategy="SpotAsPriceGo",
@@ -129,7 +161,7 @@ class AliyunPricing:
             instance_type=instance_type,
         )
         try:
-            reply = await self.api.ecs("describe_available_resource", request)
+            reply = await self.api.ecs("describe_available_resource", request, region)
             found: list[tuple[str, str]] = []
             for zone in reply.get("AvailableZones", {}).get("AvailableZone", []):
                 status = str(zone.get("StatusCategory") or "")
@@ -139,9 +171,15 @@ class AliyunPricing:
                             status = str(supported.get("StatusCategory") or status)
                 found.append((str(zone["ZoneId"]), status))
         except (CloudRefused, CloudUnavailable, KeyError, TypeError, AttributeError) as exc:
-            log_once(log, "stock", "available resources unavailable (%s); zones ordered without stock", exc)
+            log_once(
+                log,
+                f"stock:{region}",
+                "available resources of %s unavailable (%s); zones ordered without stock",
+                region,
+                exc,
+            )
             return []
-        self._stock[instance_type] = (time.monotonic(), found)
+        self._stock[(region, instance_type)] = (time.monotonic(), found)
         return found
 
     async def hourly_price(self, instance_types: list[str], market: Market) -> float | None:

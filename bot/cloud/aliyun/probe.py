@@ -5,10 +5,11 @@ Through the provider's own clients (:mod:`bot.cloud.aliyun.api`, the SDK's error
 allows (deploy/aliyun/finetune.ros.yaml, BotPolicy):
 
 - credentials found (a key pair, an STS token, the ECS RAM role of the machine), then ECS ``DescribeRegions``: they
-  are accepted, and ``aliyun.region`` is a region ECS offers. Without credentials, or with refused ones, ``serve``
-  refuses to start;
+  are accepted, and ``aliyun.region`` (and every region of ``aliyun.regions``) is a region ECS offers. Without
+  credentials, or with refused ones, ``serve`` refuses to start;
 - instances mode: ``RunInstances`` with ``DryRun=true``, as a launch calls it (image, vSwitch, groups, RAM role, the
-  ``finetune:managed`` tag, the spot strategy): ECS answers ``DryRunOperation`` when it would have started it.
+  ``finetune:managed`` tag, the spot strategy), in each launch region: ECS answers ``DryRunOperation`` when it would
+  have started it.
   Scaling-group mode: ``DescribeScalingGroups`` finds every configured group;
 - the OSS bucket: ``GetObject`` of a key under the job prefix that is never written (``NoSuchKey``: the bucket is
   there and the bot may read under the prefix; ``NoSuchBucket``, ``AccessDenied``: not).
@@ -26,7 +27,7 @@ from bot.checks.result import Check, failed, passed
 from bot.cloud.aliyun.api import AliyunApi
 from bot.cloud.aliyun.instances import AliyunInstances
 from bot.cloud.aliyun.objects import OssObjects
-from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
+from bot.cloud.aliyun.settings import AliyunSettings, launch_regions
 from bot.cloud.base import SetupScope
 from bot.cloud.launching import MANAGED_TAG
 from bot.errors import CloudError, CloudRefused, CloudUnavailable
@@ -59,7 +60,13 @@ class AliyunProbe:
         found.append(accepted)
         if not accepted.ok:
             return found
-        found.append(await self._launch(scope.instance_types))
+        if self.settings.mode == "scaling-group":
+            found.append(await self._groups())
+        else:
+            regions = launch_regions(self.settings)
+            for launch in regions:
+                named = "ECS launch (dry run)" if len(regions) == 1 else f"ECS launch in {launch.region} (dry run)"
+                found.append(await self._launch(named, launch.zones, scope.instance_types))
         found.append(await self._bucket())
         return found
 
@@ -74,30 +81,33 @@ class AliyunProbe:
         except CloudUnavailable as exc:
             return failed(name, f"not checked, ECS did not answer: {exc}", "check the network path to ECS")
         regions = [str(region.get("RegionId")) for region in reply.get("Regions", {}).get("Region", [])]
+        offered = f"one of {', '.join(regions[:8])}{'…' if len(regions) > 8 else ''}"
         if self.settings.region not in regions:
-            fix = f"set aliyun.region to one of {', '.join(regions[:8])}{'…' if len(regions) > 8 else ''}"
-            return failed(name, f"accepted, but ECS offers no region {self.settings.region}", fix)
+            return failed(
+                name, f"accepted, but ECS offers no region {self.settings.region}", f"set aliyun.region to {offered}"
+            )
+        unknown = [region for region in self.settings.regions if region not in regions]
+        if unknown:
+            fix = f"name regions ECS offers under aliyun.regions ({offered})"
+            return failed(name, f"accepted, but ECS offers no region {', '.join(unknown)}", fix)
         return passed(name, f"accepted by ECS ({len(regions)} regions, {self.settings.region} among them)")
 
-    async def _launch(self, instance_types: tuple[str, ...]) -> Check:
-        if self.settings.mode == "scaling-group":
-            return await self._groups()
-        name = "ECS launch (dry run)"
-        zones = candidate_zones(self.settings)
+    async def _launch(self, name: str, zones: tuple[str, ...], instance_types: tuple[str, ...]) -> Check:
         if not instance_types:
             return failed(name, "no recipe names an Alibaba instance type", "add instance_types.aliyun to a recipe")
         instance_type, zone = instance_types[0], zones[0]
         request = self.instances.launch_request(zone, instance_type, "spot", {MANAGED_TAG: "true"})
         request.dry_run = True
         try:
-            reply = await self.api.ecs("run_instances", request)
+            reply = await self.api.ecs("run_instances", request, request.region_id)
         except CloudRefused as exc:
             if exc.code == "DryRunOperation":
                 return passed(name, f"RunInstances of a preemptible {instance_type} in {zone} would be allowed")
             if exc.code.startswith(DENIED):
                 fix = f"the bot's RAM policy needs ecs:RunInstances with the {MANAGED_TAG} tag, ram:PassRole ({POLICY})"
                 return failed(name, f"RunInstances denied: {exc.code}: {exc.message}", fix)
-            fix = "check aliyun.image_id, aliyun.vswitches, aliyun.security_group_ids and the recipes' instance types"
+            keys = f"aliyun.regions.{request.region_id}" if self.settings.regions else "aliyun"
+            fix = f"check {keys}.image_id, .vswitches, .security_group_ids and the recipes' instance types"
             return failed(name, f"RunInstances refused: {exc.code}: {exc.message}", fix)
         except CloudUnavailable as exc:
             return failed(name, f"ECS did not answer: {exc}", "check the network path to ECS")

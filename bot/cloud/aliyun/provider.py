@@ -20,6 +20,11 @@ Two modes:
   Completion or stop sets it back to 0. A group belongs to the job named in its configuration's tags while it has
   capacity; a group at 0 is free.
 
+Regions (``aliyun.regions``): the bucket, the bot and scaling groups stay in the home region (``aliyun.region``);
+instances may launch in every configured region, each through its own ECS endpoint, and a runner outside the home
+region reaches the bucket at its public endpoint (OSS's internal endpoints answer within their own region only).
+What crosses regions is counted at ``aliyun.transfer_price_per_gb`` (:class:`~bot.cloud.base.SpansRegions`).
+
 No FIS on Alibaba Cloud: an interrupt test writes the runner's control object (``{"type": "interrupt-test"…}``)
 next to the checkpoints, and releases the instance when the grace period is over, as ECS would reclaim it. A stop is
 the same control object with ``{"type": "stop"}``.
@@ -55,8 +60,17 @@ from bot.cloud.aliyun.placement import AliyunPlacement
 from bot.cloud.aliyun.pricing import AliyunPricing
 from bot.cloud.aliyun.probe import AliyunProbe
 from bot.cloud.aliyun.scaling import AliyunGroups
-from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones
-from bot.cloud.base import ChecksSetup, CloudProvider, GangPlacement, Instance, LaunchError, RegroupsGangs, SetupScope
+from bot.cloud.aliyun.settings import AliyunSettings, candidate_zones, launch_regions
+from bot.cloud.base import (
+    ChecksSetup,
+    CloudProvider,
+    GangPlacement,
+    Instance,
+    LaunchError,
+    RegroupsGangs,
+    SetupScope,
+    SpansRegions,
+)
 from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.cloud.user_data import runner_boot_script
 from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError
@@ -107,6 +121,8 @@ class AliyunCloud:
             access_key_id=settings.access_key_id,
             access_key_secret=secret,
         )
+        for launch in launch_regions(settings):
+            self.api.add_region(launch.region, launch.endpoint)
         self.oss = OssObjects(  # the bot's own objects, with the API's credentials of each moment
             settings.bucket,
             endpoint=settings.bot_oss_endpoint,
@@ -115,10 +131,13 @@ class AliyunCloud:
             credentials=self.api.credentials,
         )
         self.pricing = AliyunPricing(settings, self.api)
-        self.instances = AliyunInstances(settings, self.api, self.pricing)
-        self.gangs = AliyunPlacement(settings.region, self.api)
+        self.gangs = AliyunPlacement([launch.region for launch in launch_regions(settings)], self.api)
+        self.instances = AliyunInstances(settings, self.api, self.pricing, self.gangs)
         self.groups = AliyunGroups(settings, self.api, self.pricing, self.instances)
         self._interrupt_tests: set[asyncio.Task[None]] = set()
+        # SpansRegions: the bucket's region, and what a runner elsewhere pays per GB to reach it
+        self.home_region = settings.region
+        self.transfer_price_per_gb = settings.transfer_price_per_gb
 
     # -- where things live --------------------------------------------------------------------------------
 
@@ -136,7 +155,8 @@ class AliyunCloud:
         """Delete the job's deployment set (none, or gone: fine; CloudError while ECS still counts a node in it,
         so the caller tries again)."""
         await self.gangs.release(job_id)
-        self.instances.deployment_sets.pop(job_id, None)
+        for key in [key for key in self.instances.deployment_sets if key[0] == job_id]:
+            del self.instances.deployment_sets[key]
 
     # -- launch ---------------------------------------------------------------------------------------------
 
@@ -186,8 +206,8 @@ class AliyunCloud:
         return spec, self.user_data(spec_uri, spec.job_id, spec.attempt, spec.key_salt)
 
     async def place_gang(self, gang: GangPlacement, spec: JobSpec) -> None:
-        found = await self.gangs.ensure_set(gang.job_id, spec.attempt)
-        self.instances.deployment_sets[gang.job_id] = found
+        """Nothing before the launch loop: deployment sets are regional, so the node's set is found or made in the
+        region of the zone it launches in (:meth:`AliyunInstances.run_instance`)."""
 
     async def launch_in_group(
         self,
@@ -462,4 +482,7 @@ if TYPE_CHECKING:  # AliyunCloud must stay a CloudProvider (mypy checks this lin
         return cloud
 
     def _checks_setup(cloud: AliyunCloud) -> ChecksSetup:
+        return cloud
+
+    def _spans_regions(cloud: AliyunCloud) -> SpansRegions:
         return cloud

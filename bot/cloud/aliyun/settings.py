@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from bot.cloud.user_data import plain_path
+from handlers.regions import region_of
 from handlers.spec import check_report_target
 from handlers.storage_sessions import ALIYUN_ROLE_ARN_PATTERN
 
 _REGION = re.compile(r"^[a-z]{2}-[a-z0-9]+(-[a-z0-9]+)*$")
+
+# What a runner outside the home region pays to reach the bucket, per GB, in the account's currency (CNY on the China
+# site, as the spot prices): OSS's outbound traffic over the Internet in the Chinese mainland, daytime tier (0.25 at
+# night; uploads into OSS are free). An assumption to set per account: the international site bills in USD.
+ALIYUN_TRANSFER_PRICE_PER_GB = 0.5
 
 
 def endpoint_parts(endpoint: str) -> tuple[str, str]:
@@ -42,6 +49,54 @@ def static_key_refusal(settings: AliyunSettings, environ: Mapping[str, str]) -> 
     if environ.get("ALIBABA_CLOUD_SECURITY_TOKEN"):
         return None  # STS credentials (short-lived) handed over by whoever runs the bot
     return f"ALIBABA_CLOUD_ACCESS_KEY_ID without ALIBABA_CLOUD_SECURITY_TOKEN: {STATIC_KEYS_REFUSED}"
+
+
+def _check_region(value: str) -> str:
+    if not _REGION.fullmatch(value):
+        raise ValueError(f"{value!r} is not an Alibaba Cloud region id (e.g. cn-hangzhou)")
+    return value
+
+
+class AliyunRegion(BaseModel):
+    """What a launch needs in one region of ``aliyun.regions`` (vSwitches, security groups, custom images and key
+    pairs are all regional on ECS; the RAM role is account-wide, so it stays ``aliyun.ram_role``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vswitches: dict[str, str] = Field(min_length=1)  # zone id -> vSwitch id, zones of this region
+    image_id: str = Field(min_length=1)  # the runner image, copied into this region (images are regional)
+    zones: list[str] = Field(default_factory=list)  # preference order when prices tie (default: vswitches order)
+    security_group_ids: list[str] = Field(default_factory=list)  # this region's groups for the runners
+    key_pair: str | None = None  # an ECS key pair of this region (key pairs are regional)
+    endpoint: str | None = None  # this region's ECS OpenAPI; default the SDK's (http://127.0.0.1:PORT in tests)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            endpoint_parts(value)
+        return value
+
+    @model_validator(mode="after")
+    def _zones(self) -> AliyunRegion:
+        unknown = [zone for zone in self.zones if zone not in self.vswitches]
+        if unknown:
+            raise ValueError(f"zones {unknown} have no vSwitch in vswitches")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRegion:
+    """One region a launch may go to, resolved: ``aliyun.regions.<region>``, or the top-level keys for the home
+    region when ``regions`` is not set."""
+
+    region: str
+    vswitches: Mapping[str, str]
+    zones: tuple[str, ...]  # candidate zones in preference order (``zones`` first, then the other vSwitches' zones)
+    security_group_ids: tuple[str, ...]
+    image_id: str | None
+    key_pair: str | None
+    endpoint: str | None
 
 
 class AliyunSettings(BaseModel):
@@ -87,15 +142,32 @@ class AliyunSettings(BaseModel):
     runner_path: str = "/opt/finetune"
     work_dir: str = "/var/lib/finetune"
     on_demand_prices: dict[str, float] = Field(default_factory=dict)  # per type; overrides DescribePrice
+    # Every region instances may launch in (instances mode), region id -> its launch keys; the home region first,
+    # then this order. Without it, the top-level vswitches, zones, security_group_ids, image_id and key_pair are the
+    # home region's (aliyun.region: the bucket, the bot). With it, those keys go under each region instead.
+    regions: dict[str, AliyunRegion] = Field(default_factory=dict)
+    # A runner outside the home region reaches the bucket at this endpoint (the internal one is the home region's
+    # alone); default https://oss-<region>.aliyuncs.com. Its VPC needs a way out (a NAT gateway): runners get no
+    # public address.
+    oss_public_endpoint: str | None = None
+    # per GB a runner outside the home region restores or commits, in the account's currency (see docs/aliyun.md)
+    transfer_price_per_gb: float = Field(default=ALIYUN_TRANSFER_PRICE_PER_GB, ge=0)
 
-    @field_validator("region")
+    _region = field_validator("region")(_check_region)
+
+    @field_validator("regions")
     @classmethod
-    def _region(cls, value: str) -> str:
-        if not _REGION.fullmatch(value):
-            raise ValueError(f"{value!r} is not an Alibaba Cloud region id (e.g. cn-hangzhou)")
+    def _regions(cls, value: dict[str, AliyunRegion]) -> dict[str, AliyunRegion]:
+        for region, launch in value.items():
+            _check_region(region)
+            strangers = [zone for zone in launch.vswitches if region_of(zone) != region]
+            if strangers:
+                raise ValueError(f"{region}: zones {strangers} are not in {region}")
         return value
 
-    @field_validator("endpoint", "ess_endpoint", "sts_endpoint", "oss_endpoint", "oss_internal_endpoint")
+    @field_validator(
+        "endpoint", "ess_endpoint", "sts_endpoint", "oss_endpoint", "oss_internal_endpoint", "oss_public_endpoint"
+    )
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
         if value is not None:
@@ -117,7 +189,16 @@ class AliyunSettings(BaseModel):
             raise ValueError("set both access_key_id and access_key_secret, or neither (the SDK's chain is used)")
         if self.access_key_id is not None and not self.allow_static_keys:
             raise ValueError(f"access_key_id: {STATIC_KEYS_REFUSED}")
-        if self.mode == "instances":
+        if self.regions:
+            top = ("vswitches", "zones", "security_group_ids", "image_id", "key_pair")
+            mixed = [key for key in top if getattr(self, key)]
+            if mixed:
+                raise ValueError(
+                    f"with regions, {', '.join(mixed)} go under each region (aliyun.regions.<region>), not at the top"
+                )
+            if self.mode != "instances":
+                raise ValueError("regions is for instances mode; scaling-group mode runs in aliyun.region alone")
+        elif self.mode == "instances":
             if not self.image_id:
                 raise ValueError("instances mode needs image_id (a custom image with the runner installed)")
             if not self.vswitches:
@@ -142,7 +223,47 @@ class AliyunSettings(BaseModel):
     def runner_oss_endpoint(self) -> str:
         return self.oss_internal_endpoint or f"https://oss-{self.region}-internal.aliyuncs.com"
 
+    def runner_oss_endpoint_in(self, region: str) -> str:
+        """The bucket's endpoint for a runner in ``region``: the internal one at home; elsewhere the public one (OSS's
+        internal endpoints answer only within their own region)."""
+        if region == self.region:
+            return self.runner_oss_endpoint
+        return self.oss_public_endpoint or f"https://oss-{self.region}.aliyuncs.com"
+
+
+def _preferred(zones: list[str], vswitches: Mapping[str, str]) -> tuple[str, ...]:
+    return (*zones, *(zone for zone in vswitches if zone not in zones))
+
+
+def launch_regions(settings: AliyunSettings) -> list[LaunchRegion]:
+    """The regions a launch may go to, home first, then ``regions`` in configured order."""
+    if not settings.regions:
+        home = LaunchRegion(
+            region=settings.region,
+            vswitches=dict(settings.vswitches),
+            zones=_preferred(settings.zones, settings.vswitches),
+            security_group_ids=tuple(settings.security_group_ids),
+            image_id=settings.image_id,
+            key_pair=settings.key_pair,
+            endpoint=settings.endpoint,
+        )
+        return [home]
+    ordered = sorted(settings.regions.items(), key=lambda item: item[0] != settings.region)  # stable: home first
+    return [
+        LaunchRegion(
+            region=region,
+            vswitches=dict(launch.vswitches),
+            zones=_preferred(launch.zones, launch.vswitches),
+            security_group_ids=tuple(launch.security_group_ids),
+            image_id=launch.image_id,
+            key_pair=launch.key_pair,
+            endpoint=launch.endpoint or (settings.endpoint if region == settings.region else None),
+        )
+        for region, launch in ordered
+    ]
+
 
 def candidate_zones(settings: AliyunSettings) -> list[str]:
-    """Candidate zones in preference order: ``zones`` first, then the other zones with a vSwitch."""
-    return list(settings.zones) + [zone for zone in settings.vswitches if zone not in settings.zones]
+    """Candidate zones in preference order: every launch region's (home first), each ``zones`` first, then the other
+    zones with a vSwitch."""
+    return [zone for launch in launch_regions(settings) for zone in launch.zones]
