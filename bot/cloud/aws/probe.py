@@ -10,8 +10,9 @@ clients (:mod:`bot.cloud.aws.clients`: the region of :mod:`bot.cloud.aws.region`
   the ``finetune:managed`` tags, the spot market): ``DryRunOperation`` means allowed. Auto Scaling mode launches
   through its own service role and has no dry run: ``DescribeAutoScalingGroups`` answers instead;
 - the bucket (``HeadBucket``: ``s3:ListBucket``);
-- each SQS queue's attributes, in the queue's region (it exists, the bot may read it, it has a dead-letter queue) and its SNS
-  subscriptions (``ListSubscriptionsByTopic`` of each events or report topic); each HTTPS topic's subscription;
+- each SQS queue's attributes, asked in the queue's region (it exists, the bot may read it, it has a dead-letter
+  queue) and its SNS subscriptions (``ListSubscriptionsByTopic`` of each events or report topic of that region);
+  each HTTPS topic's subscription;
 - the FIS role, when configured (``GetRole``: it exists and FIS may assume it).
 """
 
@@ -214,6 +215,8 @@ class AwsProbe:
             return [failed(name, f"refused: {exc.code}: {exc.message}", f"the bot's role needs {actions} on it")]
         except CloudUnavailable as exc:
             return [failed(name, f"SQS did not answer: {exc}", "check the network path to SQS")]
+        # A region's queue is fed by its own region's topics (the home queue also by the reports topic).
+        feeding = [topic for topic in topics if _region_of_arn(topic) in (region, None)]
         attributes: dict[str, str] = reply.get("Attributes", {})
         waiting = attributes.get("ApproximateNumberOfMessages", "?")
         arn = attributes.get("QueueArn", "")
@@ -226,10 +229,10 @@ class AwsProbe:
             )
         else:
             dead_letters = str(json.loads(redrive).get("deadLetterTargetArn", "?")).rsplit(":", 1)[-1]
-            unchecked = "" if topics else "; no events topic named (FINETUNE_EVENTS_TOPICS): subscriptions not checked"
+            unchecked = (
+                "" if feeding else f"; no topic of {region} named (FINETUNE_EVENTS_TOPICS): subscriptions not checked"
+            )
             found = passed(name, f"{waiting} messages waiting, dead letters to {dead_letters}{unchecked}")
-        # A region's queue is fed by its own region's topics (the home queue also by the reports topic).
-        feeding = [topic for topic in topics if _region_of_arn(topic) in (region, None)]
         return [found, *[await self._queue_subscription(topic, queue, arn) for topic in feeding]]
 
     async def _queue_subscription(self, topic: str, queue: str, queue_arn: str) -> Check:
