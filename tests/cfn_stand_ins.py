@@ -493,7 +493,8 @@ def deploy(
     cf = clients("cloudformation")
     imports = {item["Name"]: item["Value"] for item in cf.list_exports().get("Exports", []) if "Value" in item}
     defaults = {name: spec.get("Default") for name, spec in template.get("Parameters", {}).items()}
-    ctx = Context(clients, {**defaults, **parameters}, stack_name, imports=imports)
+    region = str(cf.meta.region_name)  # the stack's region: AWS::Region, and where its stand-ins are made
+    ctx = Context(clients, {**defaults, **parameters}, stack_name, region=region, imports=imports)
     check_rules(template, ctx)
     template = conditioned(template, ctx)
     supported = moto_types()
