@@ -231,7 +231,10 @@ _NO_VALUE = object()
 
 
 def conditioned(template: dict[str, Any], ctx: Context) -> dict[str, Any]:
-    """``template`` as CloudFormation creates it for ``ctx``'s parameters (see the module docstring)."""
+    """``template`` as CloudFormation creates it for ``ctx``'s parameters, each left out taking its default (see
+    the module docstring)."""
+    for name, spec in template.get("Parameters", {}).items():
+        ctx.parameters.setdefault(name, spec.get("Default"))
     truths = evaluate_conditions(template, ctx)
 
     def kept(section: dict[str, Any]) -> dict[str, Any]:

@@ -276,6 +276,24 @@ async def test_another_region_gets_its_own_events_route_and_the_bot_reads_it_in_
     assert source.dead_letter_url is not None and "finetune-events-dlq" in source.dead_letter_url
 
 
+@pytest.mark.parametrize("others", ["", "https://sqs.us-west-2.amazonaws.com/123456789012/finetune-events"])
+def test_the_bot_task_reads_the_queue_and_topic_of_every_region(others: str) -> None:
+    """FINETUNE_SQS_QUEUE_URL and FINETUNE_EVENTS_TOPICS: the runner stack's of this region, then the other regions'."""
+    west_topic = "arn:aws:sns:us-west-2:123456789012:finetune-events"
+    parameters = {"OtherRegionsQueueUrls": others, "OtherRegionsEventsTopics": west_topic if others else ""}
+    imports = {"finetune-EventsQueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/finetune-events"}
+    imports["finetune-EventsTopicArn"] = "arn:aws:sns:us-east-1:123456789012:finetune-events"
+    ctx = Context(lambda service: None, parameters, "finetune-bot", imports=imports)
+    template = conditioned(load_template("bot.yaml"), ctx)
+    (container,) = template["Resources"]["TaskDefinition"]["Properties"]["ContainerDefinitions"]
+    env = {item["Name"]: ctx.resolve(item["Value"]) for item in container["Environment"]}
+    queues = env["FINETUNE_SQS_QUEUE_URL"].split(",")
+    assert queues == [imports["finetune-EventsQueueUrl"], *([others] if others else [])]
+    assert Settings(finetune_sqs_queue_url=env["FINETUNE_SQS_QUEUE_URL"]).finetune_sqs_queue_url == queues
+    topics = [imports["finetune-EventsTopicArn"], *([west_topic] if others else [])]
+    assert Settings(finetune_events_topics=env["FINETUNE_EVENTS_TOPICS"]).events_topics == topics
+
+
 async def _no_attempts(job_id: str, attempt: int) -> str | None:
     return None
 
