@@ -65,10 +65,9 @@ class Settings(BaseSettings):
     # Where the local cloud's runners keep checkpoints: a directory under the state dir by default, or an object
     # store URI (s3://bucket/prefix, oss://bucket/prefix with OSS_ENDPOINT) the runners reach with their own env.
     finetune_local_checkpoints: str | None = Field(default=None, pattern=r"^(s3|oss|file)://[^\s]+$")
-    # AWS event intake: the SQS queues EventBridge (via SNS or directly) feeds, one per region the bot launches in
-    # (a comma-separated list of queue URLs; each queue's region is read from its URL, a local endpoint's is
-    # aws.region: bot/cloud/aws/queue_url.py), and the SNS topics the HTTPS endpoint (POST /aws/sns) accepts; a
-    # comma-separated list of topic ARNs.
+    # AWS event intake: the SQS queues EventBridge (via SNS or directly) feeds, one per region the jobs launch in,
+    # comma-separated; each is read in the region its URL names (https://sqs.us-west-2.amazonaws.com/…), a local
+    # endpoint's in aws.region (bot/cloud/aws/queue_url.py). The SNS HTTPS endpoint's topics: FINETUNE_SNS_TOPICS.
     finetune_sqs_queue_url: Annotated[list[str], NoDecode] = Field(default_factory=list)
     finetune_sns_topics: str = ""
     # SNS SignatureVersion 1 (SHA1) is refused unless this is set (the stacks' topics sign with version 2).
