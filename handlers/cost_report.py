@@ -133,9 +133,9 @@ def cost_report(jobs: Iterable[Job], window: str, end: datetime, teams: Iterable
         by_user[job.requested_by] = by_user.get(job.requested_by, Spend()).plus(job, cost)
         by_recipe[job.recipe] = by_recipe.get(job.recipe, Spend()).plus(job, cost)
         zones = _zone_spend(job, end)
-        for zone, spend in zones.items():
+        for zone, there in zones.items():
             before = by_zone.get(zone, ZoneSpend())
-            by_zone[zone] = ZoneSpend(before.jobs + 1, before.paid + spend.paid, before.hours + spend.hours)
+            by_zone[zone] = ZoneSpend(before.jobs + 1, before.paid + there.paid, before.hours + there.hours)
         spend = Spend().plus(job, cost)
         rows.append(JobSpend(job.id, team, job.requested_by, job.recipe, job.state.value, spend, tuple(zones)))
     groups = (_by_spend(by_team), _by_spend(by_user), _by_spend(by_recipe))

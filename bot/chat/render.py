@@ -212,8 +212,10 @@ def _warning(job: Job, note: InterruptionWarning, now: datetime, lang: Lang) -> 
     return text(lang, "note.interruption-warning", job=job.id, instance=instance, source=note.source, deadline=deadline)
 
 
-def instance_where(job: Job, instance: str, lang: Lang) -> str:
+def instance_where(job: Job, instance: str | None, lang: Lang) -> str | None:
     """``instance`` with its zone, which names its region too (``i-0ab… in us-west-2b``), when the job knows it."""
+    if instance is None:
+        return None
     attempts = [*job.attempts, *([job.standby] if job.standby is not None else [])]
     zone = next((attempt.zone for attempt in attempts if attempt.instance_id == instance and attempt.zone), None)
     return text(lang, "note.instance-in-zone", instance=instance, zone=zone) if zone else instance
