@@ -323,7 +323,7 @@ async def test_serve_says_its_checks_and_starts_despite_a_failure_that_does_not_
         "✓ AWS credentials",
         "✓ EC2 launch (dry run)",
         f"✗ S3 bucket {BUCKET}",
-        "✗ SQS queue finetune-events",  # no redrive policy: said, not fatal
+        "✗ SQS queue finetune-events (us-east-1)",  # no redrive policy: said, not fatal
         "✓ event source",
         "✗ chat",
     ]
