@@ -32,9 +32,11 @@ def queue_region(url: str) -> str | None:
     """The region ``url`` names; None for a local endpoint's (the home region's). ValueError for a URL that is no
     SQS queue's, with the reason in one line."""
     parts = urlsplit(url.strip())
+    if parts.username or parts.password:  # not repeated here: it may hold a secret
+        raise ValueError("a queue URL holds no user or password: the bot signs with its AWS credentials")
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise ValueError(f"{url!r} is not a queue URL ({EXAMPLE})")
-    if not QUEUE_PATH.match(parts.path):
+    if parts.query or parts.fragment or not QUEUE_PATH.match(parts.path):
         raise ValueError(f"{url!r} does not end in /<account>/<queue> ({EXAMPLE})")
     host = parts.hostname.lower()
     if host == LEGACY_HOST:
