@@ -37,6 +37,8 @@ from bot.chat.outbox import ChatOutbox
 from bot.chat.refs import ChatRefs
 from bot.cloud.aliyun.settings import static_key_refusal
 from bot.cloud.aws.provider import AwsCloud
+from bot.cloud.aws.queue_url import queue_name, queue_region
+from bot.cloud.aws.region import region_name
 from bot.cloud.base import CloudProvider, RenewsStorageCredentials
 from bot.cloud.local.profile import load_profile
 from bot.cloud.local.provider import LocalCloud
@@ -366,10 +368,12 @@ class BotService:
             await self._slack.start(bot.command, store.claim_once)
         if self.dingtalk is not None:
             self.dingtalk.listen(bot.command, bot.answers_privately)
-        if self.settings.finetune_sqs_queue_url:
-            region = config.aws.region if config.aws is not None else None
-            sqs = SqsSource(self.settings.finetune_sqs_queue_url, bus.publish, region=region, parse=intake.parse)
-            self.loops.start(sqs.run(self.stopping), "sqs")
+        queues = self.settings.finetune_sqs_queue_url
+        home = region_name(config.aws.region if config.aws is not None else None) if queues else None
+        for url in queues:  # one queue per region, each read in its own region
+            region = queue_region(url) or home
+            sqs = SqsSource(url, bus.publish, region=region, parse=intake.parse)
+            self.loops.start(sqs.run(self.stopping), f"sqs {region}/{queue_name(url)}")
         # What exists now (modules, settings, adapters) lives as long as the bot: keep it out of the collector's
         # full passes, which otherwise stall the event loop for a second when the machine is busy.
         gc.freeze()

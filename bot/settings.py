@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -21,11 +21,12 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.chat.dingtalk.config import DingTalkConfig
 from bot.chat.slack.config import SlackConfig
 from bot.cloud.aliyun.settings import AliyunSettings
+from bot.cloud.aws.queue_url import check_queue_urls
 from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.local.profile import load_profile
 from bot.config_keys import closest_key
@@ -64,9 +65,10 @@ class Settings(BaseSettings):
     # Where the local cloud's runners keep checkpoints: a directory under the state dir by default, or an object
     # store URI (s3://bucket/prefix, oss://bucket/prefix with OSS_ENDPOINT) the runners reach with their own env.
     finetune_local_checkpoints: str | None = Field(default=None, pattern=r"^(s3|oss|file)://[^\s]+$")
-    # AWS event intake: the SQS queue EventBridge (via SNS or directly) feeds, and the SNS topics the HTTPS
-    # endpoint (POST /aws/sns) accepts; a comma-separated list of topic ARNs.
-    finetune_sqs_queue_url: str | None = None
+    # AWS event intake: the SQS queues EventBridge (via SNS or directly) feeds, one per region the jobs launch in,
+    # comma-separated; each is read in the region its URL names (https://sqs.us-west-2.amazonaws.com/…), a local
+    # endpoint's in aws.region (bot/cloud/aws/queue_url.py). The SNS HTTPS endpoint's topics: FINETUNE_SNS_TOPICS.
+    finetune_sqs_queue_url: Annotated[list[str], NoDecode] = Field(default_factory=list)
     finetune_sns_topics: str = ""
     # SNS SignatureVersion 1 (SHA1) is refused unless this is set (the stacks' topics sign with version 2).
     finetune_sns_allow_sha1: bool = False
@@ -106,6 +108,14 @@ class Settings(BaseSettings):
     def _local_profile(cls, value: str) -> str:
         load_profile(value)  # a bad one is refused here, before anything starts (ConfigError: one line)
         return value.strip() or "instant"
+
+    @field_validator("finetune_sqs_queue_url", mode="before")
+    @classmethod
+    def _queue_urls(cls, value: object) -> list[str]:
+        listed = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else None
+        if listed is None or not all(isinstance(url, str) for url in listed):
+            raise ValueError("a comma-separated list of SQS queue URLs")
+        return check_queue_urls(listed)
 
     @field_validator("redis_url")
     @classmethod

@@ -1,4 +1,4 @@
-"""Spend over a window, by team, user and recipe: what ``/finetune costs`` and ``GET /costs`` report.
+"""Spend over a window, by team, user, recipe and zone: what ``/finetune costs`` and ``GET /costs`` report.
 
 A pure function of job records and a clock. A job counts in a window when it was active at some moment of it
 (created before the window ends; not ended, or ended after it began), with its whole cost up to the window's end
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from handlers.job_cost import Cost, job_cost
+from handlers.job_cost import Cost, billed, job_cost
 from handlers.jobs import TERMINAL_STATES, Job
 
 WINDOWS: Mapping[str, timedelta] = {"7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -63,6 +63,16 @@ class Spend:
 
 
 @dataclass(frozen=True, slots=True)
+class ZoneSpend:
+    """What was billed in one zone (its name says its region: ``us-west-2b``): the attempts that ran there. A job
+    that moved counts in each zone it ran in, with only what it paid there."""
+
+    jobs: int = 0
+    paid: float = 0.0
+    hours: float = 0.0  # billed instance-hours
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpend:
     """One job's line of the report."""
 
@@ -72,6 +82,7 @@ class JobSpend:
     recipe: str
     state: str
     spend: Spend
+    zones: tuple[str, ...] = ()  # where its attempts ran, first first
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,7 @@ class CostReport:
     by_user: dict[str, Spend] = field(default_factory=dict)
     by_recipe: dict[str, Spend] = field(default_factory=dict)
     jobs: tuple[JobSpend, ...] = ()
+    by_zone: dict[str, ZoneSpend] = field(default_factory=dict)  # attempts with no zone known are left out
 
 
 def window_start(window: str, end: datetime) -> datetime:
@@ -109,6 +121,7 @@ def cost_report(jobs: Iterable[Job], window: str, end: datetime, teams: Iterable
     by_team: dict[str, Spend] = {}
     by_user: dict[str, Spend] = {}
     by_recipe: dict[str, Spend] = {}
+    by_zone: dict[str, ZoneSpend] = {}
     rows: list[JobSpend] = []
     for job in sorted(jobs, key=lambda job: (job.created_at, job.id)):
         if not active_in(job, start, end) or (allowed is not None and job.team not in allowed):
@@ -119,9 +132,29 @@ def cost_report(jobs: Iterable[Job], window: str, end: datetime, teams: Iterable
         by_team[team] = by_team.get(team, Spend()).plus(job, cost)
         by_user[job.requested_by] = by_user.get(job.requested_by, Spend()).plus(job, cost)
         by_recipe[job.recipe] = by_recipe.get(job.recipe, Spend()).plus(job, cost)
-        rows.append(JobSpend(job.id, team, job.requested_by, job.recipe, job.state.value, Spend().plus(job, cost)))
+        zones = _zone_spend(job, end)
+        for zone, there in zones.items():
+            before = by_zone.get(zone, ZoneSpend())
+            by_zone[zone] = ZoneSpend(before.jobs + 1, before.paid + there.paid, before.hours + there.hours)
+        spend = Spend().plus(job, cost)
+        rows.append(JobSpend(job.id, team, job.requested_by, job.recipe, job.state.value, spend, tuple(zones)))
     groups = (_by_spend(by_team), _by_spend(by_user), _by_spend(by_recipe))
-    return CostReport(window, start, end, allowed, total, *groups, jobs=tuple(rows))
+    zones_first = dict(sorted(by_zone.items(), key=lambda item: (-item[1].paid, item[0])))
+    return CostReport(window, start, end, allowed, total, *groups, jobs=tuple(rows), by_zone=zones_first)
+
+
+def _zone_spend(job: Job, end: datetime) -> dict[str, ZoneSpend]:
+    """What ``job``'s attempts (and an instance launched ahead) billed in each zone, up to ``end``."""
+    spent: dict[str, ZoneSpend] = {}
+    ahead = [job.standby] if job.standby is not None else []
+    for attempt in [*job.attempts, *ahead]:
+        if attempt.instance_id is None or not attempt.zone:
+            continue
+        until = min(attempt.ended_at or end, end)
+        hours = max((until - attempt.launched_at).total_seconds(), 0.0) / 3600
+        before = spent.get(attempt.zone, ZoneSpend(jobs=1))
+        spent[attempt.zone] = ZoneSpend(1, before.paid + billed(attempt, until), before.hours + hours)
+    return spent
 
 
 def _by_spend(groups: dict[str, Spend]) -> dict[str, Spend]:
@@ -140,8 +173,13 @@ def report_json(report: CostReport) -> dict[str, Any]:
         "by_team": {name: spend_json(spend) for name, spend in report.by_team.items()},
         "by_user": {name: spend_json(spend) for name, spend in report.by_user.items()},
         "by_recipe": {name: spend_json(spend) for name, spend in report.by_recipe.items()},
+        "by_zone": {
+            zone: {"jobs": spend.jobs, "paid": round(spend.paid, 2), "hours": round(spend.hours, 2)}
+            for zone, spend in report.by_zone.items()
+        },
         "jobs": [
             {"job": row.job, "team": row.team, "user": row.user, "recipe": row.recipe, "state": row.state}
+            | {"zones": list(row.zones)}
             | spend_json(row.spend)
             for row in report.jobs
         ],

@@ -231,7 +231,10 @@ _NO_VALUE = object()
 
 
 def conditioned(template: dict[str, Any], ctx: Context) -> dict[str, Any]:
-    """``template`` as CloudFormation creates it for ``ctx``'s parameters (see the module docstring)."""
+    """``template`` as CloudFormation creates it for ``ctx``'s parameters, each left out taking its default (see
+    the module docstring)."""
+    for name, spec in template.get("Parameters", {}).items():
+        ctx.parameters.setdefault(name, spec.get("Default"))
     truths = evaluate_conditions(template, ctx)
 
     def kept(section: dict[str, Any]) -> dict[str, Any]:
@@ -493,7 +496,8 @@ def deploy(
     cf = clients("cloudformation")
     imports = {item["Name"]: item["Value"] for item in cf.list_exports().get("Exports", []) if "Value" in item}
     defaults = {name: spec.get("Default") for name, spec in template.get("Parameters", {}).items()}
-    ctx = Context(clients, {**defaults, **parameters}, stack_name, imports=imports)
+    region = str(cf.meta.region_name)  # the stack's region: AWS::Region, and where its stand-ins are made
+    ctx = Context(clients, {**defaults, **parameters}, stack_name, region=region, imports=imports)
     check_rules(template, ctx)
     template = conditioned(template, ctx)
     supported = moto_types()

@@ -7,7 +7,9 @@ ArnEquals, ArnLike, NumericEquals, Bool and Null; a key absent from the request 
 StringNotEquals (which it passes), as on AWS. Policy variables (``${aws:userid}``) in a resource or a condition's
 value take the request's value of that key, literally (no wildcard in it counts); with the key absent the resource
 or value matches nothing.
-Templates are resolved with fixed stand-ins (:func:`resolve`), so a test names a resource as ``resolve`` makes it.
+Templates are resolved with fixed stand-ins (:func:`resolve`), so a test names a resource as ``resolve`` makes it,
+as deployed in the home region (:data:`CONDITIONS`: ``Fn::If`` takes that branch, a resource of a false condition
+has no statements).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ PSEUDO = {
     "ALIYUN::Region": "cn-hangzhou",
     "ALIYUN::AccountId": "1234567890",
 }
+# The templates' conditions as the home region's stacks have them (HomeRegion empty: the whole stack).
+CONDITIONS = {"IsHome": True, "IsRegion": False}
+NO_VALUE = ("AWS::NoValue", "ALIYUN::NoValue")
 _SUB = re.compile(r"\$\{([^}]+)\}")
 _GLOB_CHARS = re.compile(r"([*?\[])")
 POLICY_TYPES = ("AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "ALIYUN::RAM::")
@@ -47,6 +52,16 @@ def templates() -> dict[str, dict[str, Any]]:
     return found
 
 
+def _no_value(node: Any) -> bool:
+    """Whether ``node`` is nothing as deployed: a NoValue, or an ``Fn::If`` whose branch is one."""
+    if isinstance(node, dict) and set(node) == {"Ref"}:
+        return node["Ref"] in NO_VALUE
+    if isinstance(node, dict) and set(node) == {"Fn::If"}:
+        condition, then, otherwise = node["Fn::If"]
+        return _no_value(then if CONDITIONS[condition] else otherwise)
+    return False
+
+
 def ref(name: str) -> str:
     """What a Ref of a parameter or resource resolves to here."""
     return PSEUDO.get(name, f"ref-{name}")
@@ -60,9 +75,12 @@ def att(name: str, attribute: str = "Arn") -> str:
 def resolve(node: Any) -> Any:
     """The template value with Ref, Fn::Sub, Fn::GetAtt, Fn::Join and Fn::ImportValue replaced by stand-ins."""
     if isinstance(node, list):
-        return [resolve(item) for item in node]
+        return [resolve(item) for item in node if not _no_value(item)]
     if not isinstance(node, dict):
         return node
+    if set(node) == {"Fn::If"}:
+        condition, then, otherwise = node["Fn::If"]
+        return resolve(then if CONDITIONS[condition] else otherwise)
     if set(node) == {"Ref"}:
         return ref(node["Ref"])
     if set(node) == {"Fn::GetAtt"}:
@@ -121,14 +139,14 @@ def statements(template: str, document: Mapping[str, Any]) -> Iterator[Statement
     """Every permission statement (not trust policies) of every IAM or RAM resource in ``document``."""
     for name, resource in document["Resources"].items():
         kind = str(resource["Type"])
-        if not kind.startswith(POLICY_TYPES):
+        if not kind.startswith(POLICY_TYPES) or not CONDITIONS.get(resource.get("Condition", ""), True):
             continue
         properties = resource.get("Properties", {})
         documents = [(str(properties.get("PolicyName", name)), properties.get("PolicyDocument"))]
         documents += [(str(p["PolicyName"]), p["PolicyDocument"]) for p in properties.get("Policies", [])]
         for policy, body in documents:
-            for statement in (body or {}).get("Statement", []):
-                yield Statement(f"{template} {name} {policy}", resolve(statement))
+            for statement in resolve((body or {}).get("Statement", [])):
+                yield Statement(f"{template} {name} {policy}", statement)
 
 
 def policy_of(template: str, resource: str) -> list[Statement]:

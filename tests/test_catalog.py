@@ -365,8 +365,8 @@ def test_english_stays_the_default_and_word_for_word() -> None:
     ]
     warning = Notify(job_id="ft-ab12", channel="alert", note=SAMPLES[1])
     assert message_text(job(), warning, NOW) == (
-        "⚠️ Spot interruption warning for ft-ab12 on i-1 (from aws-imds); the machine goes at 08:30:00 UTC. "
-        "Checkpointing now."
+        "⚠️ Spot interruption warning for ft-ab12 on i-1 in cn-hangzhou-h (from aws-imds); the machine goes at "
+        "08:30:00 UTC. Checkpointing now."
     )
     assert card_text(job(), NOW, "zh-CN").splitlines()[1] == "  状态: 🟢 运行中"
 

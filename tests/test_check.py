@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -31,6 +32,7 @@ from tests.aliyun_fakes import ACCESS_KEY_ID, ACCESS_KEY_SECRET, FakeAliyun
 ROLE_ID = "AROAEXAMPLEEXAMPLE123"
 ALIYUN_REGION = "cn-hangzhou"
 BUCKET = "finetune-checkpoints"
+QUEUE_IN_WEST = "https://sqs.us-west-2.amazonaws.com/123456789012/finetune-events"  # as the region's stack says
 FIS_TRUST = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Allow", "Principal": {"Service": "fis.amazonaws.com"}, "Action": "sts:AssumeRole"}],
@@ -144,7 +146,8 @@ async def test_on_aws_each_missing_part_is_one_failed_line_and_nothing_else_fail
     failures = [text for text in lines if not text.startswith("✓ ")]
     assert len(failures) == 3, lines
     bucket, queue, token = failures
-    assert queue.startswith("✗ SQS queue gone: ") and "does not exist" in queue and "FINETUNE_SQS_QUEUE_URL" in queue
+    assert queue.startswith("✗ SQS queue gone (us-east-1): ") and "does not exist" in queue
+    assert "FINETUNE_SQS_QUEUE_URL" in queue
     assert bucket.startswith(f"✗ S3 bucket {BUCKET}: does not exist — fix: ") and "aws.bucket" in bucket
     assert token.startswith("✗ Slack bot token: refused by Slack: invalid_auth — fix: ") and "SLACK_BOT_TOKEN" in token
     passing = {text[2:].split(":", 1)[0] for text in lines if text.startswith("✓ ")}
@@ -198,7 +201,7 @@ async def test_on_aws_a_complete_setup_passes_and_a_missing_subscription_or_scop
         "& Permissions) and reinstall it",
     ]
     assert "✓ SNS finetune-events → finetune-events: subscribed" in lines
-    assert "✓ SQS queue finetune-events: 0 messages waiting, dead letters to finetune-events-dlq" in lines
+    assert "✓ SQS queue finetune-events (us-east-1): 0 messages waiting, dead letters to finetune-events-dlq" in lines
 
     sns.subscribe(TopicArn=reports, Protocol="sqs", Endpoint=queue_arn)
     slack.scopes.append("commands")
@@ -209,11 +212,78 @@ async def test_on_aws_a_complete_setup_passes_and_a_missing_subscription_or_scop
     assert any(text.startswith("✓ Slack scopes: chat:write, commands, channels:history") for text in lines)
 
 
+def regional_queue(region: str, endpoint: str) -> tuple[Any, str, str]:
+    """A runner stack's queue in ``region`` (with its dead-letter queue) fed by the region's events topic, as
+    deploy/aws/finetune.yaml makes them: the SQS client, the queue's ARN and the topic's."""
+    sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=region)
+    sns = boto3.client("sns", endpoint_url=endpoint, region_name=region)
+    dead = sqs.create_queue(QueueName="finetune-events-dlq")["QueueUrl"]
+    dead_arn = sqs.get_queue_attributes(QueueUrl=dead, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    redrive = json.dumps({"deadLetterTargetArn": dead_arn, "maxReceiveCount": 5})
+    queue = sqs.create_queue(QueueName="finetune-events", Attributes={"RedrivePolicy": redrive})["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    topic = sns.create_topic(Name="finetune-events")["TopicArn"]
+    return sns, queue_arn, topic
+
+
+async def test_on_aws_check_asks_each_regions_queue_and_topic_in_that_region(tmp_path: Path, aws: str) -> None:
+    """Two runner stacks: the home region's queue by moto's URL (no region in it: the home region), the other's by
+    the URL AWS gives (its region read from it); each is asked in its region, with its own region's topic."""
+    boto3.client("s3", endpoint_url=aws).create_bucket(Bucket=BUCKET)
+    home_sns, home_arn, home_topic = regional_queue("us-east-1", aws)
+    west_sns, west_arn, west_topic = regional_queue("us-west-2", aws)
+    home_sns.subscribe(TopicArn=home_topic, Protocol="sqs", Endpoint=home_arn)
+    home_queue = boto3.client("sqs", endpoint_url=aws).get_queue_url(QueueName="finetune-events")["QueueUrl"]
+    assert "us-east-1" not in home_queue and home_arn != west_arn  # one name, two regions
+    env = bot_env(
+        tmp_path,
+        FINETUNE_CLOUD="aws",
+        FINETUNE_CONFIG=aws_config(tmp_path),
+        FINETUNE_SQS_QUEUE_URL=f"{home_queue},{QUEUE_IN_WEST}",
+        FINETUNE_EVENTS_TOPICS=f"{home_topic},{west_topic}",
+    )
+    status, lines, errors = await finetune_bot("check", env)
+    assert status == 1, lines + errors  # no chat, and the west queue's subscription
+    intake = [text for text in lines if text[2:].startswith(("SQS", "SNS"))]
+    fix = f"aws sns subscribe --topic-arn {west_topic} --protocol sqs --notification-endpoint {west_arn}"
+    assert f"✓ event source: SQS queues {home_queue}, {QUEUE_IN_WEST}" in lines
+    assert intake == [
+        "✓ SQS queue finetune-events (us-east-1): 0 messages waiting, dead letters to finetune-events-dlq",
+        "✓ SNS finetune-events → finetune-events: subscribed",
+        "✓ SQS queue finetune-events (us-west-2): 0 messages waiting, dead letters to finetune-events-dlq",
+        f"✗ SNS finetune-events → finetune-events: the queue is not subscribed to the topic — fix: {fix}, and let the "
+        "topic send to the queue in its policy",
+    ], lines
+
+    west_sns.subscribe(TopicArn=west_topic, Protocol="sqs", Endpoint=west_arn)
+    status, lines, errors = await finetune_bot("check", env)
+    intake = [text for text in lines if text[2:].startswith(("SQS", "SNS"))]
+    assert len(intake) == 4 and all(text.startswith("✓ ") for text in intake), lines
+
+
+@pytest.mark.parametrize(
+    "queues",
+    [
+        "https://sqs.amazonaws.com/123456789012/finetune-events",  # an AWS host without its region
+        "https://sqs.us-west-2.amazonaws.com/finetune-events",  # no account
+        f"{QUEUE_IN_WEST},{QUEUE_IN_WEST}",
+        "sqs://finetune-events",
+    ],
+)
+async def test_serve_with_a_bad_queue_url_is_one_line_and_exit_2(tmp_path: Path, aws: str, queues: str) -> None:
+    env = bot_env(tmp_path, FINETUNE_CLOUD="aws", FINETUNE_CONFIG=aws_config(tmp_path), FINETUNE_SQS_QUEUE_URL=queues)
+    status, lines, errors = await finetune_bot("serve", env)
+    assert status == 2
+    assert lines == [] and len(errors) == 1, errors
+    assert "FINETUNE_SQS_QUEUE_URL=" in errors[0] and "Traceback" not in errors[0]
+    assert not (tmp_path / "state" / "redis").exists()  # refused before anything started
+
+
 @pytest.mark.parametrize(
     ("unset", "extra", "named"),
     [
         ((), {}, "event source: none: FINETUNE_SQS_QUEUE_URL and FINETUNE_SNS_TOPICS are unset"),
-        (("AWS_REGION", "AWS_DEFAULT_REGION"), {"FINETUNE_SQS_QUEUE_URL": "https://sqs.x/1/q"}, "AWS region: none set"),
+        (("AWS_REGION", "AWS_DEFAULT_REGION"), {"FINETUNE_SQS_QUEUE_URL": QUEUE_IN_WEST}, "AWS region: none set"),
     ],
 )
 async def test_serve_on_aws_without_an_event_source_or_a_region_is_one_line_and_exit_2(
@@ -253,7 +323,7 @@ async def test_serve_says_its_checks_and_starts_despite_a_failure_that_does_not_
         "✓ AWS credentials",
         "✓ EC2 launch (dry run)",
         f"✗ S3 bucket {BUCKET}",
-        "✗ SQS queue finetune-events",  # no redrive policy: said, not fatal
+        "✗ SQS queue finetune-events (us-east-1)",  # no redrive policy: said, not fatal
         "✓ event source",
         "✗ chat",
     ]

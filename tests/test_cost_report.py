@@ -37,6 +37,25 @@ def test_a_week_holds_the_jobs_active_in_it_with_their_sums_by_team_user_and_rec
     assert {recipe: round(s.paid, 2) for recipe, s in report.by_recipe.items()} == {"tiny": 4.86, "deepseek-7b": 2.05}
 
 
+def test_each_zone_it_ran_in_shows_what_was_billed_there_and_names_its_region() -> None:
+    """tina's job moved from us-east-1a (2.1 h at $0.50) to us-west-2b (2.0 h at $0.50): each zone holds its own
+    attempt's bill; jobs whose attempts say no zone (the rest of the week) are in no zone."""
+    jobs = week_of_jobs()
+    moved = jobs[1]
+    first, second = moved.attempts
+    zoned = [first.model_copy(update={"zone": "us-east-1a"}), second.model_copy(update={"zone": "us-west-2b"})]
+    jobs[1] = moved.model_copy(update={"attempts": zoned})
+    report = cost_report(jobs, "7d", NOW)
+    assert list(report.by_zone) == ["us-east-1a", "us-west-2b"]  # the bigger bill first
+    east, west = report.by_zone.values()
+    assert (east.jobs, round(east.paid, 2), round(east.hours, 2)) == (1, 1.05, 2.1)
+    assert (west.jobs, round(west.paid, 2), round(west.hours, 2)) == (1, 1.0, 2.0)
+    assert round(east.paid + west.paid, 2) == round(report.by_user[TINA].paid, 2)  # the job's bill, split
+    data = report_json(report)
+    assert data["by_zone"]["us-west-2b"] == {"jobs": 1, "paid": 1.0, "hours": 2.0}
+    assert [row["zones"] for row in data["jobs"]] == [[], ["us-east-1a", "us-west-2b"], [], []]
+
+
 def test_the_window_moves_with_the_clock_and_thirty_days_hold_the_older_job() -> None:
     later = cost_report(week_of_jobs(), "7d", NOW + timedelta(days=4))
     assert [row.job for row in later.jobs] == ["ft-bbbb", "ft-cccc", "ft-eeee"]  # alice's ended 5.6 days before

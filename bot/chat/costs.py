@@ -1,7 +1,8 @@
 """``/finetune costs`` in chat: the report in words (:func:`costs_text`), and its bar chart (:func:`costs_png`).
 
-The words: the report's total, then each group (team, user, recipe), in the channel's language. Names are shown as
-they are stored (``slack:U0…``), never as mentions: a report names people, it does not call them.
+The words: the report's total, then each group (team, user, recipe), then what each zone billed (a zone's name
+says its region), in the channel's language. Names are shown as they are stored (``slack:U0…``), never as mentions:
+a report names people, it does not call them.
 
 The chart: per team, what was paid beside what on-demand would have cost (PNG bytes). Drawn by the chat outbox when
 it delivers a :class:`~handlers.messages.CostsChart` (``/finetune costs`` asked in a channel), and posted there with
@@ -48,6 +49,12 @@ def costs_text(report: CostReport, lang: Lang) -> str:
     ):
         lines.append(text(lang, heading))
         lines += [f"  {_line(lang, name, spend)}" for name, spend in groups.items()]
+    if report.by_zone:  # where the money went: each zone names its region (us-west-2b)
+        lines.append(text(lang, "costs.by-zone"))
+        lines += [
+            "  " + text(lang, "costs.zone-line", zone=zone, paid=spend.paid, hours=spend.hours, jobs=spend.jobs)
+            for zone, spend in report.by_zone.items()
+        ]
     return "\n".join(lines)
 
 

@@ -208,9 +208,17 @@ def message_text(job: Job, notify: Notify, now: datetime, lang: Lang = "en") -> 
 
 def _warning(job: Job, note: InterruptionWarning, now: datetime, lang: Lang) -> str:
     deadline = _time(note.deadline, lang)
-    return text(
-        lang, "note.interruption-warning", job=job.id, instance=note.instance, source=note.source, deadline=deadline
-    )
+    instance = instance_where(job, note.instance, lang)
+    return text(lang, "note.interruption-warning", job=job.id, instance=instance, source=note.source, deadline=deadline)
+
+
+def instance_where(job: Job, instance: str | None, lang: Lang) -> str | None:
+    """``instance`` with its zone, which names its region too (``i-0ab… in us-west-2b``), when the job knows it."""
+    if instance is None:
+        return None
+    attempts = [*job.attempts, *([job.standby] if job.standby is not None else [])]
+    zone = next((attempt.zone for attempt in attempts if attempt.instance_id == instance and attempt.zone), None)
+    return text(lang, "note.instance-in-zone", instance=instance, zone=zone) if zone else instance
 
 
 def _early_signal(job: Job, note: Rebalance, now: datetime, lang: Lang) -> str:
@@ -397,7 +405,7 @@ _WORDS: dict[type[BaseModel], _Words] = {
     Resumed: _resumed,
     Rebalance: _early_signal,
     WarnedBeforeStart: lambda job, note, now, lang: text(
-        lang, "note.warned-before-start", instance=note.instance, source=note.source
+        lang, "note.warned-before-start", instance=instance_where(job, note.instance, lang), source=note.source
     ),
     RebalanceCheckpoint: lambda job, note, now, lang: text(
         lang, "note.rebalance-checkpoint", step=note.step, seconds=note.seconds

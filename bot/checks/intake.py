@@ -7,8 +7,8 @@ from bot.checks.result import Check, failed, passed
 from bot.settings import Settings
 
 AWS_SOURCE_FIX = (
-    "set FINETUNE_SQS_QUEUE_URL to the runner stack's EventsQueueUrl (or FINETUNE_SNS_TOPICS for the HTTPS endpoint "
-    "POST /aws/sns)"
+    "set FINETUNE_SQS_QUEUE_URL to the runner stacks' EventsQueueUrl, one per region, comma-separated (or "
+    "FINETUNE_SNS_TOPICS for the HTTPS endpoint POST /aws/sns)"
 )
 ALIYUN_SOURCE_FIX = (
     "set FINETUNE_ALIYUN_WEBHOOK_TOKEN and point CloudMonitor or EventBridge at https://<bot>/aliyun/cloudmonitor "
@@ -27,8 +27,9 @@ def event_source(settings: Settings) -> Check:
         return passed(name, "the local cloud's instances tell the bot themselves")
     if settings.finetune_cloud == "aws":
         routes = []
-        if settings.finetune_sqs_queue_url:
-            routes.append(f"SQS queue {settings.finetune_sqs_queue_url}")
+        queues = settings.finetune_sqs_queue_url
+        if queues:
+            routes.append(f"SQS queue{'s' if len(queues) > 1 else ''} {', '.join(queues)}")
         if settings.sns_topics:
             routes.append(f"SNS over HTTPS from {len(settings.sns_topics)} topic(s)")
         if routes:

@@ -100,10 +100,9 @@ def scope_of(settings: Settings, config: FileConfig) -> SetupScope:
     topics = [*settings.events_topics, *settings.report_topics]
     if config.aws is not None and config.aws.report_topic_arn:
         topics.append(config.aws.report_topic_arn)
-    queue = settings.finetune_sqs_queue_url
     return SetupScope(
         instance_types=tuple(types),
-        queues=(queue,) if queue else (),
+        queues=tuple(settings.finetune_sqs_queue_url),
         queue_topics=tuple(dict.fromkeys(topics)),
         https_topics=tuple(settings.sns_topics),
     )

@@ -1,4 +1,6 @@
-"""The SQS consumer: EventBridge targets and SNS subscriptions in, bus messages out.
+"""The SQS consumer: EventBridge targets and SNS subscriptions in, bus messages out. The bot runs one per queue in
+``FINETUNE_SQS_QUEUE_URL`` (one queue per region), each with a client of its queue's region
+(:mod:`bot.cloud.aws.queue_url`), all publishing to the one bus, whose deterministic ids deduplicate across them.
 
 Delivery rules (at least once; nothing lost; poison kept as evidence):
 

@@ -102,6 +102,7 @@ BOT: dict[str, str] = {
     "phase.upload": "upload",
     "phase.total": "total",
     # Thread messages, alerts and pages, by note type.
+    "note.instance-in-zone": "{instance} in {zone}",
     "note.interruption-warning": (
         "⚠️ Spot interruption warning for {job} on {instance} (from {source}); "
         "the machine goes at {deadline}. Checkpointing now."
@@ -259,6 +260,8 @@ BOT: dict[str, str] = {
     "costs.by-team": "By team:",
     "costs.by-user": "By user:",
     "costs.by-recipe": "By recipe:",
+    "costs.by-zone": "By zone:",
+    "costs.zone-line": "{zone}: ${paid:.2f} paid · {hours:.1f} instance-hours · {jobs} jobs",
     "costs.no-team": "(no team)",
     "costs.line": (
         "{name}: ${paid:.2f} paid · ${on_demand:.2f} on-demand · saved {saved} · {jobs} jobs · "

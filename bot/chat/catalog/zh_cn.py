@@ -74,6 +74,7 @@ MESSAGES: dict[str, str] = {
     "phase.upload": "上传",
     "phase.total": "合计",
     # 按主题的群消息、告警与值班通知
+    "note.instance-in-zone": "{instance}（{zone}）",
     "note.interruption-warning": (
         "⚠️ 任务 {job} 所在的抢占式实例 {instance} 收到中断预警（来源：{source}），"
         "将于 {deadline} 被回收。正在保存检查点。"
@@ -211,6 +212,8 @@ MESSAGES: dict[str, str] = {
     "costs.by-team": "按团队：",
     "costs.by-user": "按用户：",
     "costs.by-recipe": "按配方：",
+    "costs.by-zone": "按可用区：",
+    "costs.zone-line": "{zone}：实付 ${paid:.2f} · 实例 {hours:.1f} 小时 · {jobs} 个任务",
     "costs.no-team": "（无团队）",
     "costs.line": (
         "{name}：实付 ${paid:.2f} · 按量付费需 ${on_demand:.2f} · 节省 {saved} · {jobs} 个任务 · "

@@ -51,10 +51,11 @@ class AwsClients:
         self._clients: dict[str, Any] = {}
         self._lock = asyncio.Lock()
 
-    async def get(self, service: str, *, retries: bool = True) -> Any:
-        """The service's client (a :class:`~bot.cloud.aws.errors.MappedClient`): its calls raise the cloud port's
-        errors (S3's naming the object)."""
-        key = f"{service}:{'retry' if retries else 'once'}"
+    async def get(self, service: str, *, retries: bool = True, region: str | None = None) -> Any:
+        """The service's client (a :class:`~bot.cloud.aws.errors.MappedClient`) in ``region`` (default the home
+        region): its calls raise the cloud port's errors (S3's naming the object)."""
+        region = region or self.region
+        key = f"{service}:{region}:{'retry' if retries else 'once'}"
         async with self._lock:
             opened = self._clients.get(key)
             if opened is None:
@@ -62,7 +63,9 @@ class AwsClients:
                 config = Config(retries=attempts, connect_timeout=10, read_timeout=60)
                 mapping = _mapping(service)
                 with mapping("OpenClient", {}):
-                    client = await self._stack.enter_async_context(self._session.client(service, config=config))
+                    client = await self._stack.enter_async_context(
+                        self._session.client(service, region_name=region, config=config)
+                    )
                 opened = MappedClient(client, mapping)
                 self._clients[key] = opened
             return opened

@@ -10,8 +10,9 @@ clients (:mod:`bot.cloud.aws.clients`: the region of :mod:`bot.cloud.aws.region`
   the ``finetune:managed`` tags, the spot market): ``DryRunOperation`` means allowed. Auto Scaling mode launches
   through its own service role and has no dry run: ``DescribeAutoScalingGroups`` answers instead;
 - the bucket (``HeadBucket``: ``s3:ListBucket``);
-- each SQS queue's attributes (it exists, the bot may read it, it has a dead-letter queue) and its SNS
-  subscriptions (``ListSubscriptionsByTopic`` of each events or report topic); each HTTPS topic's subscription;
+- each SQS queue's attributes, asked in the queue's region (it exists, the bot may read it, it has a dead-letter
+  queue) and its SNS subscriptions (``ListSubscriptionsByTopic`` of each events or report topic of that region);
+  each HTTPS topic's subscription;
 - the FIS role, when configured (``GetRole``: it exists and FIS may assume it).
 """
 
@@ -24,6 +25,7 @@ from urllib.parse import unquote
 from bot.checks.result import Check, failed, passed
 from bot.cloud.aws.clients import DENIED, AwsClients
 from bot.cloud.aws.instances import AwsInstances
+from bot.cloud.aws.queue_url import queue_name, queue_region
 from bot.cloud.aws.region import NO_REGION_FIX, find_region
 from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import SetupScope
@@ -196,9 +198,11 @@ class AwsProbe:
     # -- event intake -------------------------------------------------------------------------------------
 
     async def _queue(self, url: str, topics: tuple[str, ...]) -> list[Check]:
-        queue = url.rstrip("/").rsplit("/", 1)[-1]
-        name = f"SQS queue {queue}"
-        sqs = await self.clients.get("sqs", retries=False)
+        """One queue, asked in its own region (read from its URL; a local endpoint's is the home region)."""
+        queue = queue_name(url)
+        region = queue_region(url) or self.clients.region
+        name = f"SQS queue {queue} ({region})"
+        sqs = await self.clients.get("sqs", retries=False, region=region)
         try:
             reply = await sqs.get_queue_attributes(
                 QueueUrl=url, AttributeNames=["QueueArn", "RedrivePolicy", "ApproximateNumberOfMessages"]
@@ -211,6 +215,8 @@ class AwsProbe:
             return [failed(name, f"refused: {exc.code}: {exc.message}", f"the bot's role needs {actions} on it")]
         except CloudUnavailable as exc:
             return [failed(name, f"SQS did not answer: {exc}", "check the network path to SQS")]
+        # A region's queue is fed by its own region's topics (the home queue also by the reports topic).
+        feeding = [topic for topic in topics if _region_of_arn(topic) in (region, None)]
         attributes: dict[str, str] = reply.get("Attributes", {})
         waiting = attributes.get("ApproximateNumberOfMessages", "?")
         arn = attributes.get("QueueArn", "")
@@ -223,9 +229,11 @@ class AwsProbe:
             )
         else:
             dead_letters = str(json.loads(redrive).get("deadLetterTargetArn", "?")).rsplit(":", 1)[-1]
-            unchecked = "" if topics else "; no events topic named (FINETUNE_EVENTS_TOPICS): subscriptions not checked"
+            unchecked = (
+                "" if feeding else f"; no topic of {region} named (FINETUNE_EVENTS_TOPICS): subscriptions not checked"
+            )
             found = passed(name, f"{waiting} messages waiting, dead letters to {dead_letters}{unchecked}")
-        return [found, *[await self._queue_subscription(topic, queue, arn) for topic in topics]]
+        return [found, *[await self._queue_subscription(topic, queue, arn) for topic in feeding]]
 
     async def _queue_subscription(self, topic: str, queue: str, queue_arn: str) -> Check:
         name = f"SNS {_short(topic)} → {queue}"
@@ -257,7 +265,7 @@ class AwsProbe:
         return failed(name, "nothing subscribed over HTTPS", fix)
 
     async def _subscriptions(self, topic: str, name: str) -> list[dict[str, Any]] | Check:
-        sns = await self.clients.get("sns", retries=False)
+        sns = await self.clients.get("sns", retries=False, region=_region_of_arn(topic))
         listed: list[dict[str, Any]] = []
         params: dict[str, str] = {"TopicArn": topic}
         try:
@@ -297,6 +305,12 @@ class AwsProbe:
         if "fis.amazonaws.com" not in (unquote(trust) if isinstance(trust, str) else json.dumps(trust)):
             return failed(name, "FIS may not assume it", "let fis.amazonaws.com assume it (its trust policy)")
         return passed(name, "exists, and FIS may assume it")
+
+
+def _region_of_arn(arn: str) -> str | None:
+    """The region an ARN names (``arn:aws:sns:us-west-2:…``); None when it names none."""
+    parts = arn.split(":")
+    return parts[3] or None if len(parts) > 3 else None
 
 
 def _short(arn: str) -> str:
