@@ -77,6 +77,15 @@ class ListsGroups(Protocol):
 
 
 @runtime_checkable
+class SpansRegions(Protocol):
+    """A cloud whose bucket stays in its home region while its instances may run in others: an attempt outside
+    the home region pays ``transfer_price_per_gb`` for each checkpoint GB its runner moves (handlers/egress.py)."""
+
+    home_region: str  # the bucket's region (and the topic's, the bot's)
+    transfer_price_per_gb: float
+
+
+@runtime_checkable
 class RenewsStorageCredentials(Protocol):
     """A cloud whose runners hold short storage sessions the bot must rewrite before they expire (AWS with a runner
     storage role, :mod:`handlers.storage_sessions`); bot/storage_renewal.py drives it."""

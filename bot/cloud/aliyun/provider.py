@@ -122,6 +122,15 @@ class AliyunCloud:
 
     # -- where things live --------------------------------------------------------------------------------
 
+    @property
+    def home_region(self) -> str:
+        """The bucket's region (bot.cloud.base.SpansRegions)."""
+        return self.settings.region
+
+    @property
+    def transfer_price_per_gb(self) -> float:
+        return self.settings.transfer_price_per_gb
+
     def checkpoint_uri(self, job_id: str) -> str:
         return f"oss://{self.settings.bucket}/{self.settings.prefix}{job_id}/"
 

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from bot.cloud.user_data import plain_path
+from handlers.regions import AWS_TRANSFER_PRICE_PER_GB
 from handlers.spec import check_report_target
 from handlers.storage_sessions import ALIYUN_ROLE_ARN_PATTERN
 
@@ -87,6 +88,9 @@ class AliyunSettings(BaseModel):
     runner_path: str = "/opt/finetune"
     work_dir: str = "/var/lib/finetune"
     on_demand_prices: dict[str, float] = Field(default_factory=dict)  # per type; overrides DescribePrice
+    # $ per GB of checkpoint a runner outside the home region (the bucket's) restores or commits: part of the job's
+    # cost (the card's egress)
+    transfer_price_per_gb: float = Field(default=AWS_TRANSFER_PRICE_PER_GB, ge=0)
 
     @field_validator("region")
     @classmethod
