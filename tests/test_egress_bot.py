@@ -68,7 +68,9 @@ async def test_a_job_reclaimed_at_home_restores_in_another_region_and_pays_the_t
     ) as (service, _chat):
         cloud = service.bot.cloud
         assert isinstance(cloud, LocalCloud) and cloud.home_region == HOME
-        job_id = await start_job(service, "console:ana", "start synthetic steps=40 step_seconds=0.1 save_steps=5")
+        # 15 s of steps: still training when the capacity goes after its first checkpoint (every step after the
+        # move is only waited for).
+        job_id = await start_job(service, "console:ana", "start synthetic steps=100 step_seconds=0.15 save_steps=10")
         job = await wait_job(service, job_id, lambda job: job.checkpoint is not None and (job.step or 0) >= 8)
         first = job.attempts[0]
         assert first.zone == f"{HOME}a" and first.egress_price_per_gb == 0.0
