@@ -58,9 +58,11 @@ from bot.cloud.base import (
     HandsOver,
     LaunchError,
     RegroupsGangs,
+    SpansRegions,
 )
 from bot.store import JobStore
 from handlers.backoff import backoff
+from handlers.egress import egress_price
 from handlers.gang import place_in, rank_of
 from handlers.jobs import ACTIVE_STATES, Job, JobState
 from handlers.messages import (
@@ -316,10 +318,19 @@ class CloudEffects:
             market=instance.market,
             price_per_hour=instance.price_per_hour,
             on_demand_price_per_hour=instance.on_demand_price_per_hour,
+            egress_price_per_gb=self._egress_price(instance.zone),
             private_ip=instance.private_ip,
             launch_seconds=instance.launch_seconds,
         )
         return INSTANCE + instance.instance_id, [launched]
+
+    def _egress_price(self, zone: str) -> float:
+        """What an attempt in ``zone`` pays per checkpoint GB it moves: the cloud's inter-region price outside the
+        bucket's region, nothing inside it (or on a cloud of one region)."""
+        cloud = self.cloud
+        if not isinstance(cloud, SpansRegions):
+            return 0.0
+        return egress_price(zone, cloud.home_region, cloud.transfer_price_per_gb)
 
     async def _terminate(self, instance_id: str, job_id: str) -> None:
         tries, waited = 0, 0.0

@@ -47,7 +47,10 @@ OTHER_VARIABLES: dict[str, tuple[Reader, str]] = {
         "log level (`DEBUG` … `CRITICAL`); default `INFO` for `serve` and `chat`, else `WARNING`; "
         "the runner's too (default `INFO`)",
     ),
-    "AWS_REGION": ("bot", "the AWS region when `aws.region` is not set; the runner's S3 client reads it too"),
+    "AWS_REGION": (
+        "bot",
+        "the AWS region when `aws.region` is not set; the runner's S3 client's when `FINETUNE_STORAGE_REGION` is not",
+    ),
     "AWS_DEFAULT_REGION": ("bot", "the AWS region when neither `aws.region` nor `AWS_REGION` is set"),
     "ALIBABA_CLOUD_ACCESS_KEY_ID": (
         "bot",
@@ -162,6 +165,11 @@ OTHER_VARIABLES: dict[str, tuple[Reader, str]] = {
         "runner",
         "`auto`, `virtual` or `path`: how buckets are addressed (default: "
         "botocore's for `s3://`, `virtual` for `oss://`)",
+    ),
+    "FINETUNE_STORAGE_REGION": (
+        "runner",
+        "the `s3://` bucket's region, which the runner signs for and reaches wherever its instance runs (the bot "
+        "sets the home region `aws.region`); default `AWS_REGION`",
     ),
     "FINETUNE_OUTPUT_DIR": ("trainer", "where the trainer writes `checkpoint-<step>/` and its final output"),
     "FINETUNE_RESUME_FROM": ("trainer", "the restored checkpoint to resume from, or empty"),

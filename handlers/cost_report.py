@@ -37,6 +37,7 @@ class Spend:
     lost_hours: float = 0.0
     restarts: int = 0
     restart_hours: float = 0.0  # from each lost instance to its replacement's start (the jobs' downtime)
+    egress: float = 0.0  # checkpoints moved between regions (part of ``paid``: handlers/egress.py)
 
     @property
     def saved(self) -> float:
@@ -59,6 +60,7 @@ class Spend:
             lost_hours=self.lost_hours + cost.lost_hours,
             restarts=self.restarts + cost.restarts,
             restart_hours=self.restart_hours + cost.downtime_hours,
+            egress=self.egress + cost.egress,
         )
 
 
@@ -199,4 +201,5 @@ def spend_json(spend: Spend) -> dict[str, Any]:
         "lost_hours": round(spend.lost_hours, 2),
         "restarts": spend.restarts,
         "restart_hours": round(spend.restart_hours, 2),
+        "egress": round(spend.egress, 2),
     }

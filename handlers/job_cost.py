@@ -1,7 +1,8 @@
 """What a job cost, against what its *useful* work would have cost on one on-demand instance.
 
 - paid: Σ over attempts of price × billed time (launch to end); a price that changed during an attempt is
-  billed piece by piece (``price_changes``), else the attempt's price at launch;
+  billed piece by piece (``price_changes``), else the attempt's price at launch; plus the egress: checkpoint bytes
+  an attempt outside the bucket's region restored or committed, at the inter-region price (:mod:`handlers.egress`);
 - the on-demand counterfactual: the useful training time (steps done × the measured time per step) plus one
   start-up, at the on-demand price: what a single on-demand instance would have billed for the same result;
 - savings = 1 − paid / counterfactual. Interrupted time, redone steps and extra start-ups are what spot cost on
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from handlers.egress import attempt_egress
 from handlers.jobs import Attempt, Job
 
 # A price that took effect at a moment, per hour.
@@ -26,7 +28,7 @@ PricePoint = tuple[datetime, float]
 
 @dataclass(frozen=True, slots=True)
 class Cost:
-    paid: float  # Σ price × billed time, every attempt
+    paid: float  # Σ price × billed time, every attempt, plus the egress
     on_demand: float  # (useful hours + one start-up) × the on-demand price; 0 when that price is unknown
     hours: float  # billed hours, every attempt
     useful_hours: float  # steps done × hours per step
@@ -35,6 +37,7 @@ class Cost:
     restarts: int  # attempts after the first that got an instance
     downtime_hours: float  # from each lost instance to its replacement's start
     seconds_per_step: float | None  # measured over every attempt's training time; None before any step
+    egress: float = 0.0  # checkpoint bytes moved between regions × the price per GB (part of ``paid``)
 
     @property
     def savings(self) -> float | None:
@@ -50,11 +53,12 @@ def job_cost(job: Job, now: datetime, price_changes: Mapping[int, Sequence[Price
     launched = [attempt for attempt in job.attempts if attempt.instance_id is not None]
     # An instance launched ahead of a switch of market bills while it waits for its hand-over.
     ahead = [job.standby] if job.standby is not None and job.standby.instance_id is not None else []
-    paid = hours = training = 0.0
+    paid = hours = training = egress = 0.0
     for attempt in [*launched, *ahead]:
         end = attempt.ended_at or now
         hours += _span(attempt.launched_at, end) / 3600
         paid += billed(attempt, end, (price_changes or {}).get(attempt.number, ()))
+        egress += attempt_egress(attempt)
         if attempt.started_at is not None:
             training += _span(attempt.started_at, end)
     first = launched[0] if launched else None
@@ -67,7 +71,7 @@ def job_cost(job: Job, now: datetime, price_changes: Mapping[int, Sequence[Price
     useful = steps_done * per_step if per_step is not None else 0.0
     price = _on_demand_price(launched)
     return Cost(
-        paid=paid,
+        paid=paid + egress,
         on_demand=(useful + startup) / 3600 * price * width if price is not None else 0.0,
         hours=hours,
         useful_hours=useful / 3600,
@@ -76,6 +80,7 @@ def job_cost(job: Job, now: datetime, price_changes: Mapping[int, Sequence[Price
         restarts=max(len(launched) - width, 0),  # a gang launches its nodes at once: none of them is a restart
         downtime_hours=job.downtime_seconds / 3600,
         seconds_per_step=per_step,
+        egress=egress,
     )
 
 

@@ -71,6 +71,10 @@ class Attempt(BaseModel):
     zone: str | None = None
     price_per_hour: float | None = None
     on_demand_price_per_hour: float | None = None
+    # Checkpoint bytes across regions (handlers/egress.py): what it pays per GB moved (its zone's region is not the
+    # bucket's: the cloud's inter-region price; else 0), and the bytes its runner restored and committed.
+    egress_price_per_gb: float = Field(default=0.0, ge=0.0)
+    moved_bytes: int = Field(default=0, ge=0)
     launched_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     ended_at: datetime | None = None

@@ -80,6 +80,7 @@ class Launched(_Message):
     market: Market = "spot"
     price_per_hour: float | None = None
     on_demand_price_per_hour: float | None = None
+    egress_price_per_gb: float = Field(default=0.0, ge=0.0)  # per checkpoint GB moved (0: in the bucket's region)
     private_ip: str | None = None  # where a gang's other nodes reach this one (None: the cloud did not say)
     launch_seconds: float | None = None  # the provider's figure of the launch, request to host booted (None: none)
 

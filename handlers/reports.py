@@ -113,6 +113,7 @@ class Started(_Report):
     resumed_from_step: int | None = None
     restored_uri: Uri | None = None
     restore_seconds: float = 0.0
+    restored_bytes: int = Field(default=0, ge=0)  # fetched from the store (the job's cost counts them across regions)
     skipped: Few[SkippedCheckpoint] = Field(default_factory=list)
     instance_id: ShortText | None = None
     restarts: int = 0

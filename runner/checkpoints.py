@@ -69,7 +69,8 @@ class Restored:
     path: Path | None = None
     uri: str | None = None
     seconds: float = 0.0
-    bytes: int = 0
+    bytes: int = 0  # the checkpoint's size
+    fetched_bytes: int = 0  # what came over the network (files reused from a local copy did not)
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
 
 
@@ -235,7 +236,9 @@ class CheckpointStore:
         for step in await self.stored_steps():
             try:
                 reused = output_dir / f"checkpoint-{step}" if reuse else None
-                path, result.bytes = await self._download(step, await self._verified_files(step), output_dir, reused)
+                entries = await self._verified_files(step)
+                path, result.fetched_bytes = await self._download(step, entries, output_dir, reused)
+                result.bytes = sum(item.size for _, item in entries)
             except CheckpointInvalid as exc:
                 log.warning("skipping checkpoint-%d: %s", step, exc)
                 result.skipped.append(
@@ -269,7 +272,7 @@ class CheckpointStore:
         self, step: int, entries: list[tuple[str, ManifestFile]], output_dir: Path, reuse: Path | None = None
     ) -> tuple[Path, int]:
         """Fetch every ``(prefix, file)`` into one ``output_dir/checkpoint-<step>``; a file of ``reuse`` (an earlier
-        local copy) whose checksums match is taken from there instead of the store."""
+        local copy) whose checksums match is taken from there instead of the store. The path, and the bytes fetched."""
         staging = output_dir / f".restore-{uuid.uuid4().hex[:8]}-checkpoint-{step}"
         try:
             # Let every download finish before judging: one failing early must not leave others writing into a
@@ -286,7 +289,7 @@ class CheckpointStore:
             if final.exists():
                 shutil.rmtree(final)
             staging.rename(final)
-            return final, sum(item.size for _, item in entries)
+            return final, sum(outcome for outcome in outcomes if isinstance(outcome, int))
         finally:
             if staging.exists():
                 shutil.rmtree(staging)
@@ -310,12 +313,13 @@ class CheckpointStore:
             raise CheckpointInvalid("bad-manifest", "manifest names a path outside the checkpoint")
         return manifest, raw
 
-    async def _fetch(self, prefix: str, item: ManifestFile, staging: Path, reuse: Path | None = None) -> None:
-        """Download one file and check it. A flaky network is retried here (with backoff, for a while) and then
-        raised as the StorageError it is; only a missing object or wrong bytes make the checkpoint invalid."""
+    async def _fetch(self, prefix: str, item: ManifestFile, staging: Path, reuse: Path | None = None) -> int:
+        """Download one file and check it; the bytes fetched (0: reused). A flaky network is retried here (with
+        backoff, for a while) and then raised as the StorageError it is; only a missing object or wrong bytes make
+        the checkpoint invalid."""
         target = staging / item.path
         if reuse is not None and await asyncio.to_thread(_reused, reuse / item.path, target, item):
-            return
+            return 0
         try:
             await with_retries(
                 f"downloading {prefix}{item.path}",
@@ -326,6 +330,7 @@ class CheckpointStore:
             raise CheckpointInvalid("missing", f"partial: {item.path} is missing ({exc})") from exc
         if not await asyncio.to_thread(_matches, target, item):
             raise CheckpointInvalid("checksum", f"checksum mismatch in {item.path}")
+        return item.size
 
     async def prune(self, keep: int) -> list[int]:
         """Delete all but the newest ``keep`` committed checkpoints, and uncommitted leftovers older than them.

@@ -38,6 +38,7 @@ RUNNER_ENVIRONMENT: dict[str, tuple[str, ...]] = {
         "FINETUNE_S3_PART_MIB",
         "FINETUNE_S3_CONCURRENCY",
         "FINETUNE_S3_ADDRESSING",
+        "FINETUNE_STORAGE_REGION",
         "AWS_REGION",
         "AWS_DEFAULT_REGION",
         "AWS_ENDPOINT_URL",

@@ -234,6 +234,7 @@ async def test_spot_launch_tags_market_options_and_user_data(world: World, proxy
     assert script.startswith("#!/bin/bash\n")
     assert "FINETUNE_SPEC=s3://ft-ckpt/jobs/ft-abc1/spec-attempt-1.json\n" in script
     assert "AWS_REGION=us-east-1\n" in script
+    assert "FINETUNE_STORAGE_REGION=us-east-1\n" in script  # the bucket's (home) region, wherever the runner is
     assert "systemctl enable --now finetune-runner.service" in script
     assert not any(word in script for word in ("pip ", "apt", "curl", "wget"))  # installs nothing at boot
     spec = parse_spec(world.object("jobs/ft-abc1/spec-attempt-1.json"))

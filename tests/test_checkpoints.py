@@ -58,6 +58,7 @@ async def test_commit_then_restore_round_trips_every_byte(store: ObjectStore, tm
     restored = await checkpoints.restore(tmp_path / "fresh")
     assert restored.step == 7 and restored.skipped == []
     assert restored.path == tmp_path / "fresh" / "checkpoint-7"
+    assert restored.bytes == restored.fetched_bytes == committed.bytes  # every byte came over the network
     for name in ("adapter_model.safetensors", "nested/optimizer.pt", "trainer_state.json"):
         assert (restored.path / name).read_bytes() == (source / name).read_bytes()
     assert (restored.path / COMPLETE_MARKER).exists()

@@ -85,6 +85,7 @@ def test_limited_to_teams_leaves_the_others_and_the_jobs_of_no_team_out() -> Non
         "lost_hours": 0.0,
         "restarts": 0,
         "restart_hours": 0.0,
+        "egress": 0.0,
     }
     assert data["jobs"][0]["job"] == "ft-cccc" and data["jobs"][0]["user"] == BOB
 

@@ -53,6 +53,7 @@ async def test_the_finance_sheet_gets_the_weeks_and_the_months_report_with_its_t
             "lost_hours": 0.2,
             "restarts": 1,
             "restart_hours": 0.5,
+            "egress": 0.0,
         }
         assert [row["job"] for row in week["jobs"]] == ["ft-aaaa", "ft-bbbb", "ft-cccc", "ft-eeee"]
 

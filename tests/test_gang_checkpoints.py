@@ -130,6 +130,9 @@ async def test_a_survivors_local_copy_is_trusted_only_where_it_verifies(store: O
     assert restored.step == 5 and restored.path == output / "checkpoint-5"
     for name in ("adapter_model.safetensors", "rng_state_0.pth", "trainer_state.json"):
         assert (restored.path / name).read_bytes() == (stored / name).read_bytes()
+    # The model was taken from the local copy: only what did not verify came over the network (and is paid for).
+    model_size = (stored / model).stat().st_size
+    assert 0 < restored.fetched_bytes <= restored.bytes - model_size
     assert (restored.path / "rng_state_1.pth").exists()
 
 

@@ -314,6 +314,7 @@ async def test_a_runner_launched_ahead_waits_for_go_and_restores_what_the_previo
     (store / "control" / "attempt-2.json").write_text(json.dumps({"type": "go"}))
     started = await wait_for_report(reports, lambda r: r["type"] == "started" and r["attempt"] == 2)
     assert started["resumed_from_step"] == interrupted["step"]
+    assert started["restored_bytes"] == 1  # its w.bin, fetched from the store (what the job pays for across regions)
 
     (store / "control" / "attempt-2.json").write_text(json.dumps({"type": "stop"}))
     assert await asyncio.wait_for(ahead.wait(), 60) == 75

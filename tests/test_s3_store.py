@@ -324,6 +324,16 @@ def test_client_settings_resolution() -> None:
         client_settings("s3", {"FINETUNE_S3_ADDRESSING": "sideways"})
 
 
+def test_the_storage_region_wins_over_the_instances_own() -> None:
+    """A runner launched in us-west-2 reaches a bucket of us-east-1 at us-east-1's endpoint."""
+    away = {"AWS_REGION": "us-west-2", "AWS_DEFAULT_REGION": "us-west-2", "FINETUNE_STORAGE_REGION": "us-east-1"}
+    assert client_settings("s3", away).region == "us-east-1"
+    assert client_settings("s3", {"AWS_REGION": "us-west-2"}).region == "us-west-2"
+    for bad in ("us-east-1/../x", "US-EAST-1", "https://s3.us-east-1.amazonaws.com"):
+        with pytest.raises(StorageError, match="FINETUNE_STORAGE_REGION"):
+            client_settings("s3", {"FINETUNE_STORAGE_REGION": bad})
+
+
 @pytest.fixture
 async def proxied(bucket: Any, aws: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[S3Store, Any]]:
     from tests.s3_proxy import S3FaultProxy

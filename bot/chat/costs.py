@@ -65,11 +65,13 @@ def _line(lang: Lang, name: str, spend: Spend) -> str:
         if savings is None
         else text(lang, "costs.saved", saved=spend.saved, savings=savings)
     )
+    egress = text(lang, "costs.egress", egress=spend.egress) if spend.egress > 0 else ""
     return text(
         lang,
         "costs.line",
         name=name,
         paid=spend.paid,
+        egress=egress,
         on_demand=spend.on_demand,
         saved=saved,
         jobs=spend.jobs,

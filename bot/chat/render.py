@@ -111,7 +111,9 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
     cost = job_cost(job, now)
     if cost.hours > 0:
         saving = text(lang, "card.saving", savings=cost.savings) if cost.savings is not None else ""
-        fields.append((text(lang, "label.cost"), text(lang, "card.cost", paid=cost.paid, saving=saving)))
+        egress = text(lang, "card.egress", egress=cost.egress) if cost.egress > 0 else ""
+        paid = text(lang, "card.cost", paid=cost.paid, egress=egress, saving=saving)
+        fields.append((text(lang, "label.cost"), paid))
     if job.checkpoint is not None:
         checkpoint = text(lang, "card.checkpoint", step=job.checkpoint.step, uri=job.checkpoint.uri)
         fields.append((text(lang, "label.checkpoint"), checkpoint))

@@ -77,6 +77,22 @@ class ListsGroups(Protocol):
 
 
 @runtime_checkable
+class SpansRegions(Protocol):
+    """A cloud whose bucket stays in its home region while its instances may run in others: an attempt outside
+    the home region pays ``transfer_price_per_gb`` for each checkpoint GB its runner moves (handlers/egress.py)."""
+
+    @property
+    def home_region(self) -> str:
+        """The bucket's region (and the topic's, the bot's)."""
+        ...
+
+    @property
+    def transfer_price_per_gb(self) -> float:
+        """What moving a GB between regions costs, in the cloud's price currency."""
+        ...
+
+
+@runtime_checkable
 class RenewsStorageCredentials(Protocol):
     """A cloud whose runners hold short storage sessions the bot must rewrite before they expire (AWS with a runner
     storage role, :mod:`handlers.storage_sessions`); bot/storage_renewal.py drives it."""
@@ -213,15 +229,6 @@ class ReadsAvailability(Protocol):
         """0..1 per zone name for a job of ``nodes`` instances at once (a gang needs them all in one zone), cached
         by the provider; empty when the cloud gives no signal now."""
         ...
-
-
-@runtime_checkable
-class SpansRegions(Protocol):
-    """A cloud that launches in more than one region while its bucket stays in one: a runner elsewhere restores
-    and commits across regions, and those bytes cost ``transfer_price_per_gb`` (:mod:`handlers.regions`)."""
-
-    home_region: str  # the bucket's region (and the bot's)
-    transfer_price_per_gb: float  # what moving a GB between regions costs, in the cloud's price currency
 
 
 @dataclass(frozen=True, slots=True)

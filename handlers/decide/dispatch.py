@@ -11,6 +11,7 @@ from datetime import datetime
 from handlers.change import Change
 from handlers.decide import gangs, inputs, launching, recovery, steering
 from handlers.decide.builders import ignore
+from handlers.egress import with_moved_bytes
 from handlers.failures import Failure
 from handlers.jobs import Job
 from handlers.lifecycle import Lifecycle
@@ -52,6 +53,8 @@ def decide(
     limits = lifecycle or DEFAULT_LIFECYCLE
     if isinstance(message, PageStep):
         return page_step(job, message, oncall or OnCall(), now)
+    if isinstance(message, ReportReceived):  # bytes moved are paid for, whatever the report then changes
+        job = with_moved_bytes(job, message.report)
     if job.standby is not None:  # a switch of market launched ahead: what its launch and its runner say
         ahead = steering.ahead(job, job.standby, message, now, limits)
         if ahead is not None:

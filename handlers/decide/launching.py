@@ -42,6 +42,7 @@ def launch_details(message: Launched) -> dict[str, object]:
         "market": message.market,
         "price_per_hour": message.price_per_hour,
         "on_demand_price_per_hour": message.on_demand_price_per_hour,
+        "egress_price_per_gb": message.egress_price_per_gb,
         "private_ip": message.private_ip,
         "launched_at": message.at,
         "launch_seconds": message.launch_seconds,

@@ -71,6 +71,7 @@ class AttemptReports:
                 resumed_from_step=restored.step,
                 restored_uri=restored.uri,
                 restore_seconds=round(restored.seconds, 3),
+                restored_bytes=restored.fetched_bytes,
                 skipped=restored.skipped,
                 instance_id=instance_id,
             )

@@ -21,6 +21,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
@@ -67,6 +68,7 @@ ABORT_SECONDS = 10.0  # how long a background abort of a given-up multipart uplo
 CLOSE_WAIT_SECONDS = 5.0  # how long close() lets background aborts finish
 
 T = TypeVar("T")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+)+-\d{1,2}$")  # us-east-1, cn-north-1, us-gov-west-1
 
 
 class CredentialProvider(Protocol):
@@ -109,9 +111,7 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
         raise StorageError(f"AWS_MAX_ATTEMPTS must be a whole number of at least 1, not {raw_attempts!r}")
     attempts = int(raw_attempts)
     if scheme == "s3":
-        # botocore itself only reads AWS_DEFAULT_REGION; None lets it fall back to the profile / us-east-1.
-        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-        return ClientSettings(None, region, override, max_attempts=attempts)
+        return ClientSettings(None, storage_region(env), override, max_attempts=attempts)
     if scheme == "oss":
         endpoint = env.get("OSS_ENDPOINT") or env.get("AWS_ENDPOINT_URL")
         if not endpoint:
@@ -135,6 +135,17 @@ def client_settings(scheme: str, env: Mapping[str, str]) -> ClientSettings:
             max_attempts=attempts,
         )
     raise StorageError(f"unsupported scheme {scheme!r} for the S3 store")
+
+
+def storage_region(env: Mapping[str, str]) -> str | None:
+    """The region an ``s3://`` bucket is reached in: ``FINETUNE_STORAGE_REGION`` (the bucket's own, which the bot sets:
+    a runner launched in another region still signs for, and talks to, the bucket's regional endpoint), else the
+    instance's ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` (botocore itself reads only the latter); None: botocore's
+    profile, then us-east-1."""
+    named = env.get("FINETUNE_STORAGE_REGION") or None
+    if named is not None and not _REGION.fullmatch(named):
+        raise StorageError(f"FINETUNE_STORAGE_REGION must be a region name such as us-east-1, not {named!r}")
+    return named or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
 
 
 def _oss_region(endpoint: str) -> str:

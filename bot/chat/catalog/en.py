@@ -78,7 +78,8 @@ BOT: dict[str, str] = {
     "card.eta.hours": "{hours:.1f} h",
     "card.eta.minutes": "{minutes:.0f} min",
     "card.eta.seconds": "{seconds:.0f}s",
-    "card.cost": "${paid:.4f}{saving}",
+    "card.cost": "${paid:.4f}{egress}{saving}",
+    "card.egress": " · egress ${egress:.4f}",
     "card.saving": " · saving {savings:.0%} vs on-demand",
     "card.checkpoint": "step {step} · {uri}",
     "card.interruptions": "{count} · {lost} steps lost · {downtime:.0f}s downtime",
@@ -264,10 +265,11 @@ BOT: dict[str, str] = {
     "costs.zone-line": "{zone}: ${paid:.2f} paid · {hours:.1f} instance-hours · {jobs} jobs",
     "costs.no-team": "(no team)",
     "costs.line": (
-        "{name}: ${paid:.2f} paid · ${on_demand:.2f} on-demand · saved {saved} · {jobs} jobs · "
+        "{name}: ${paid:.2f} paid{egress} · ${on_demand:.2f} on-demand · saved {saved} · {jobs} jobs · "
         "{steps_lost} steps lost · {restart_hours:.1f} h restarts"
     ),
     "costs.saved": "${saved:.2f} ({savings:.0%})",
+    "costs.egress": " (egress ${egress:.2f})",
     "costs.saved-unknown": "n/a",
     "costs.chart-title": "Costs of the last {days} days by team: paid and on-demand",
     "costs.chart.paid": "paid",

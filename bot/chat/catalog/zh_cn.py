@@ -50,7 +50,8 @@ MESSAGES: dict[str, str] = {
     "card.eta.hours": "{hours:.1f} 小时",
     "card.eta.minutes": "{minutes:.0f} 分钟",
     "card.eta.seconds": "{seconds:.0f} 秒",
-    "card.cost": "${paid:.4f}{saving}",
+    "card.cost": "${paid:.4f}{egress}{saving}",
+    "card.egress": " · 跨区域传输 ${egress:.4f}",
     "card.saving": " · 比按量付费节省 {savings:.0%}",
     "card.checkpoint": "第 {step} 步 · {uri}",
     "card.interruptions": "{count} 次 · 丢失 {lost} 步 · 停机 {downtime:.0f} 秒",
@@ -216,10 +217,11 @@ MESSAGES: dict[str, str] = {
     "costs.zone-line": "{zone}：实付 ${paid:.2f} · 实例 {hours:.1f} 小时 · {jobs} 个任务",
     "costs.no-team": "（无团队）",
     "costs.line": (
-        "{name}：实付 ${paid:.2f} · 按量付费需 ${on_demand:.2f} · 节省 {saved} · {jobs} 个任务 · "
+        "{name}：实付 ${paid:.2f}{egress} · 按量付费需 ${on_demand:.2f} · 节省 {saved} · {jobs} 个任务 · "
         "丢失 {steps_lost} 步 · 重启耗时 {restart_hours:.1f} 小时"
     ),
     "costs.saved": "${saved:.2f}（{savings:.0%}）",
+    "costs.egress": "（跨区域传输 ${egress:.2f}）",
     "costs.saved-unknown": "无法计算",
     "costs.chart-title": "最近 {days} 天各团队的费用：实付与按量付费",
     "costs.chart.paid": "实付",

@@ -135,11 +135,17 @@ class AliyunCloud:
         self.instances = AliyunInstances(settings, self.api, self.pricing, self.gangs)
         self.groups = AliyunGroups(settings, self.api, self.pricing, self.instances)
         self._interrupt_tests: set[asyncio.Task[None]] = set()
-        # SpansRegions: the bucket's region, and what a runner elsewhere pays per GB to reach it
-        self.home_region = settings.region
-        self.transfer_price_per_gb = settings.transfer_price_per_gb
 
     # -- where things live --------------------------------------------------------------------------------
+
+    @property
+    def home_region(self) -> str:
+        """The bucket's region (bot.cloud.base.SpansRegions)."""
+        return self.settings.region
+
+    @property
+    def transfer_price_per_gb(self) -> float:
+        return self.settings.transfer_price_per_gb
 
     def checkpoint_uri(self, job_id: str) -> str:
         return f"oss://{self.settings.bucket}/{self.settings.prefix}{job_id}/"

@@ -42,6 +42,8 @@ def user_data_script(spec_uri: str, settings: AwsSettings, region: str | None, k
         env["FINETUNE_KEY_FROM"] = key_from
     if region and REGION.fullmatch(region):  # the runner's S3 / SNS clients need it; IMDS would do, more slowly
         env |= {"AWS_REGION": region, "AWS_DEFAULT_REGION": region}
+        # The bucket stays in the home region: a runner anywhere reaches it at the bucket's regional endpoint.
+        env["FINETUNE_STORAGE_REGION"] = region
     return runner_boot_script(env, settings.runner_path)
 
 

@@ -78,6 +78,15 @@ class AwsCloud:
 
     # -- where things live --------------------------------------------------------------------------------
 
+    @property
+    def home_region(self) -> str:
+        """The bucket's region (bot.cloud.base.SpansRegions); empty when only botocore's own chain knows it."""
+        return self.region or ""
+
+    @property
+    def transfer_price_per_gb(self) -> float:
+        return self.settings.transfer_price_per_gb
+
     def checkpoint_uri(self, job_id: str) -> str:
         return f"s3://{self.settings.bucket}/{self.settings.prefix}{job_id}/"
 

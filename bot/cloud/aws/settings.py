@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from bot.cloud.user_data import plain_path
 from handlers.attempt_keys import ROLE_ID_PATTERN
+from handlers.regions import AWS_TRANSFER_PRICE_PER_GB
 from handlers.spec import check_report_target
 from handlers.storage_sessions import ROLE_ARN_PATTERN
 
@@ -53,6 +54,9 @@ class AwsSettings(BaseModel):
     runner_path: str = "/opt/finetune"
     work_dir: str = "/opt/dlami/nvme/finetune"
     on_demand_prices: dict[str, float] = Field(default_factory=dict)
+    # $ per GB of checkpoint a runner outside the home region (the bucket's) restores or commits: AWS's inter-region
+    # price, part of the job's cost (the card's egress)
+    transfer_price_per_gb: float = Field(default=AWS_TRANSFER_PRICE_PER_GB, ge=0)
     # botocore's retries of a call that may be retried (after the first try, with its backoff); a test passes fewer
     api_retries: int = Field(default=3, ge=0, le=10)
 

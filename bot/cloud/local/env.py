@@ -30,9 +30,9 @@ BASICS = frozenset(
         "CUDA_VISIBLE_DEVICES",
     }
 )
-# The store (the local cloud's stand-in for an instance's role: its endpoint, region and credentials), the model
-# hub's cache and offline switches, the runner's storage knobs.
-PREFIXES = ("LC_", "AWS_", "OSS_", "ALIBABA_CLOUD_", "HF_", "TRANSFORMERS_", "FINETUNE_S3_")
+# The store (the local cloud's stand-in for an instance's role: its endpoint, region and credentials, and the bucket's
+# own region, as user data says it), the model hub's cache and offline switches, the runner's storage knobs.
+PREFIXES = ("LC_", "AWS_", "OSS_", "ALIBABA_CLOUD_", "HF_", "TRANSFORMERS_", "FINETUNE_S3_", "FINETUNE_STORAGE_REGION")
 # The runner's own tuning knobs (an image or a unit may set them on a real instance).
 RUNNER_KNOBS = frozenset(
     {

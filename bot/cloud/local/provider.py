@@ -15,7 +15,8 @@ derived from them, and a launch retried after a crash returns the instance the f
 An instance gets what a real one would (:mod:`bot.cloud.local.env`): its spec, its attempt's report key, its
 metadata endpoint and the process basics; never the bot's own environment (chat tokens, the master report secret).
 
-Zones and spot capacity: the cloud has ``zones`` (``local-a`` alone by default), each with spot capacity until
+Zones and spot capacity: the cloud has ``zones`` (``local-a`` alone by default; named as a real cloud's, such as
+``eu-west-1a,us-west-2a``, they span regions: the first one's is the home region), each with spot capacity until
 :meth:`LocalCloud.take_spot_capacity` takes it away (shared in Redis, so every replica sees it): a spot launch
 pinned there is refused as a capacity error, an unpinned one goes to another zone with capacity or is refused too
 (the market is the spot authority's to change); and every spot instance held there is reclaimed (a notice, then
@@ -54,6 +55,7 @@ from handlers.gang import LOOPBACK
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudInstance
+from handlers.regions import AWS_TRANSFER_PRICE_PER_GB, region_of
 from handlers.report_keys import ReportKeys
 from handlers.spec import (
     AnyControl,
@@ -104,6 +106,10 @@ class LocalCloud:
         self.profile = profile
         self.clock = ProfileClock(profile)
         self.zones = zones or ("local-a",)
+        # Regions as a real cloud's (bot.cloud.base.SpansRegions): its zones' names say them, the first zone's is the
+        # home region (the bucket's), and an instance in another pays this per checkpoint GB it moves.
+        self.home_region = region_of(self.zones[0])
+        self.transfer_price_per_gb = AWS_TRANSFER_PRICE_PER_GB
         self.spot_price = spot_price
         self.on_demand_price = on_demand_price
         self.dialect = dialect
