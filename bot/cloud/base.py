@@ -215,6 +215,16 @@ class ReadsAvailability(Protocol):
         ...
 
 
+@runtime_checkable
+class SpansRegions(Protocol):
+    """A cloud whose launches may go to several regions while its bucket stays in one: its zones, availability and
+    launches span every configured region (zone names carry their region: :func:`handlers.regions.region_of`), and a
+    runner outside ``home_region`` moves its checkpoint's bytes across regions at ``transfer_price_per_gb``."""
+
+    home_region: str  # the bucket's region (and the bot's): a runner anywhere restores from and commits to it there
+    transfer_price_per_gb: float  # $ per GB (10^9 bytes) moved between regions, part of the job's cost
+
+
 @dataclass(frozen=True, slots=True)
 class SetupScope:
     """What a cloud's set-up check looks at beyond its own config section: what the bot launches (the recipes'
