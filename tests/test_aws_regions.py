@@ -13,6 +13,7 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -25,8 +26,10 @@ from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import LaunchError, SpansRegions
 from bot.errors import ConfigError
 from bot.settings import parse_file_config
+from fakes.bot_harness import SECRET, running_bot, start_job, wait_job
 from handlers.change import Change
 from handlers.decide import decide, new_job
+from handlers.jobs import JobState
 from handlers.messages import Launched, LaunchFailed
 from handlers.regions import AWS_TRANSFER_PRICE_PER_GB
 from handlers.report_keys import ReportKeys
@@ -34,6 +37,8 @@ from handlers.spot import SpotView
 from tests.aws_fakes import REGION_FORM_KEY, Ec2Proxy, spot_request
 from tests.outboxes import dumped
 from tests.test_aws_cloud import BUCKET, SALT, World, build_world, job_spec
+from tests.test_aws_scenario import Ec2Bodies
+from tests.test_bot_scenarios import wait_for_text
 
 HOME, OTHER = "us-east-1", "us-west-2"
 HOME_ZONES = ["us-east-1a", "us-east-1b"]
@@ -285,6 +290,62 @@ async def test_the_spot_authority_places_the_job_in_the_region_with_room_and_the
     assert (tags["finetune:job"], tags["finetune:attempt"]) == ("ft-west", str(result.attempt))
     assert change.job.current is not None and change.job.current.zone == result.zone
     assert result.zone in card_text(change.job, now)  # the card names the zone, and so the region
+
+
+class BothRegions:
+    """What Ec2Bodies reads of EC2 (an instance's user data), from whichever region holds the instance."""
+
+    def __init__(self, regions: TwoRegions) -> None:
+        self.regions = regions
+
+    def user_data(self, instance_id: str) -> str:
+        for region in (self.regions.other, self.regions.home):
+            if region.ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [instance_id]}])[
+                "Reservations"
+            ]:
+                return region.user_data(instance_id)
+        raise AssertionError(f"{instance_id} is in neither region")
+
+
+async def test_start_runs_the_job_on_spot_in_the_region_with_room_and_the_card_names_its_zone(
+    tmp_path: Path, regions: TwoRegions, proxy: Ec2Proxy
+) -> None:
+    """Through the bot: ``start`` launches (the home region has no spot room, placement scores favour us-west-2) a
+    spot instance in us-west-2, tagged with the job and attempt; its runner (booted from that instance's user data,
+    reading its key object in the home bucket, reporting over SNS -> SQS in the home region) trains to the end, and
+    the card names the instance's zone."""
+    proxy.run_instances_fault = no_spot_at_home
+    proxy.regional_placement_scores = scores_favouring_the_other_region(regions)
+    endpoint = regions.world.endpoint
+    sns, sqs = boto3.client("sns", endpoint_url=endpoint), boto3.client("sqs", endpoint_url=endpoint)
+    report_topic = sns.create_topic(Name="finetune-reports")["TopicArn"]
+    queue_url = sqs.create_queue(QueueName="finetune-events")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=report_topic, Protocol="sqs", Endpoint=queue_arn)
+    settings = regions.settings(report_topic_arn=report_topic)
+    (tmp_path / "instances").mkdir()
+    cloud = Ec2Bodies(
+        AwsCloud(settings, report_keys=ReportKeys(SECRET)), BothRegions(regions), tmp_path / "instances", endpoint
+    )
+    # HOOK (issue 51, events from every region): add us-west-2's queue to FINETUNE_SQS_QUEUE_URL here, and below
+    # publish the spot warning of the us-west-2 instance to that region's EventBridge / queue.
+    intake = {"finetune_sqs_queue_url": queue_url, "finetune_report_topics": report_topic}
+    async with running_bot(tmp_path / "state", cloud=lambda _: cloud, **intake) as (service, chat):
+        job_id = await start_job(service, "console:ana", "start tiny steps=12 step_seconds=0.25")
+        running = await wait_job(service, job_id, lambda j: j.state is JobState.RUNNING, timeout=180)
+        first = running.attempts[0]
+        assert first.market == "spot" and first.zone in OTHER_ZONES and first.instance_id
+        described = regions.other.instance(first.instance_id)
+        assert described["InstanceLifecycle"] == "spot"
+        tags = {tag["Key"]: tag["Value"] for tag in described["Tags"]}
+        assert (tags["finetune:job"], tags["finetune:attempt"]) == (job_id, "1")
+        await wait_for_text(chat, "card", first.zone)  # the card names the zone, and so the region
+        done = await wait_job(service, job_id, lambda j: j.state in (JobState.SUCCEEDED, JobState.FAILED), timeout=240)
+    assert done.state is JobState.SUCCEEDED and done.step == 12
+    assert [attempt.zone for attempt in done.attempts] == [first.zone]
+    refused = [form for form in proxy.actions("RunInstances") if form[REGION_FORM_KEY] == HOME]
+    assert all(spot_request(form) for form in refused)  # never on-demand at home by itself
+    assert regions.world.keys_under("attempt-keys/") == []  # released with its instance
 
 
 # -- the settings --------------------------------------------------------------------------------------------
