@@ -389,7 +389,7 @@ def test_regions_in_the_configuration() -> None:
         ),
         (
             "  regions:\n    us-west-X: {image_id: ami-2}\n",
-            "aws.regions.us-west-X.[key]: Value error, 'us-west-X' is not",
+            "aws.regions: Value error, 'us-west-X' is not an AWS region name",
         ),
         (
             "  mode: autoscaling\n  regions:\n    us-west-2: {image_id: ami-2}\n",

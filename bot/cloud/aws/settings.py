@@ -4,9 +4,9 @@ provider so reading the configuration opens no AWS client)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from bot.cloud.user_data import plain_path
 from handlers.attempt_keys import ROLE_ID_PATTERN
@@ -36,9 +36,6 @@ def region_name(value: str) -> str:
     return value
 
 
-RegionName = Annotated[str, AfterValidator(region_name)]
-
-
 class AwsRegionSettings(BaseModel):
     """What a launch needs in one region (``aws.regions.<region>``): AMIs, subnets, security groups and key pairs are
     regional, so each region names its own."""
@@ -49,14 +46,14 @@ class AwsRegionSettings(BaseModel):
     # up once (the runner stack exports such a list); without subnets the default VPC is used with ``zones``.
     subnets: dict[str, str] | list[str] = Field(default_factory=dict)
     zones: list[str] = Field(default_factory=list)  # preference order when scores and prices tie
-    security_group_ids: list[str] = Field(default_factory=list)
+    security_group_ids: list[str] = Field(default_factory=list)  # the runners' groups, of the subnets' VPC
     image_id: str | None = None  # an AMI with the runner under runner_path and its systemd unit
     launch_template: str | None = None  # instances mode: a template of yours holding image, groups, volumes
     instance_profile: str | None = None  # a name, or an ARN (arn:aws:iam::…:instance-profile/…)
     # The runner role's unique id (the runner stack's output RunnerRoleId in this region): its sessions on an
     # instance are ``<role id>:<instance id>``, the name of the one key object that instance may read.
     runner_role_id: str | None = Field(default=None, pattern=ROLE_ID_PATTERN)
-    key_name: str | None = None
+    key_name: str | None = None  # an EC2 key pair of this region for SSH, or none
 
     @model_validator(mode="after")
     def _image_or_template(self) -> AwsRegionSettings:
@@ -108,7 +105,7 @@ class AwsSettings(BaseModel):
     api_retries: int = Field(default=3, ge=0, le=10)
     # Where launches may go when more than one region: region name -> what a launch needs there, in preference order
     # after the home region. Without it the keys above (subnets, zones, image_id, …) are the home region's.
-    regions: dict[RegionName, AwsRegionSettings] = Field(default_factory=dict)
+    regions: dict[str, AwsRegionSettings] = Field(default_factory=dict)
     # $/GB of a checkpoint restored or committed by a runner outside the home region (AWS's published inter-region
     # price); part of the job's cost.
     transfer_price_per_gb: float = Field(default=AWS_TRANSFER_PRICE_PER_GB, ge=0)
@@ -123,10 +120,10 @@ class AwsSettings(BaseModel):
     @field_validator("regions")
     @classmethod
     def _regions(cls, value: dict[str, AwsRegionSettings], info: ValidationInfo) -> dict[str, AwsRegionSettings]:
-        if info.data.get("mode") == "autoscaling":
-            for name, region in value.items():
-                if not region.subnets:
-                    raise ValueError(f"{name}: autoscaling mode needs subnets (zone name -> subnet id, or a list)")
+        for name, region in value.items():
+            region_name(name)
+            if info.data.get("mode") == "autoscaling" and not region.subnets:
+                raise ValueError(f"{name}: autoscaling mode needs subnets (zone name -> subnet id, or a list)")
         return value
 
     @field_validator("report_topic_arn")
