@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from bot.chat.render import card_text
 from bot.cloud.aws.provider import AwsCloud
 from bot.cloud.aws.settings import AwsSettings
-from bot.cloud.base import LaunchError, SpansRegions
+from bot.cloud.base import LaunchError, SetupScope, SpansRegions
 from bot.errors import ConfigError
 from bot.settings import parse_file_config
 from fakes.bot_harness import SECRET, running_bot, start_job, wait_job
@@ -45,6 +45,7 @@ HOME_ZONES = ["us-east-1a", "us-east-1b"]
 OTHER_ZONES = ["us-west-2a", "us-west-2b"]
 HOME_ROLE, OTHER_ROLE = "AROAHOMERUNNERROLE", "AROAWESTRUNNERROLE"  # each region's runner stack has its own role
 TYPES = ["g5.xlarge", "g6.xlarge"]
+DEAD_IMAGE = "ami-0000000000000dead"
 
 
 @dataclass
@@ -290,6 +291,27 @@ async def test_the_spot_authority_places_the_job_in_the_region_with_room_and_the
     assert (tags["finetune:job"], tags["finetune:attempt"]) == ("ft-west", str(result.attempt))
     assert change.job.current is not None and change.job.current.zone == result.zone
     assert result.zone in card_text(change.job, now)  # the card names the zone, and so the region
+
+
+async def test_check_dry_runs_a_launch_in_each_region(
+    regions: TwoRegions, proxy: Ec2Proxy, open_clouds: list[AwsCloud]
+) -> None:
+    good = AwsCloud(regions.settings())
+    wrong_image = regions.settings().regions[OTHER].model_copy(update={"image_id": DEAD_IMAGE})
+    bad = AwsCloud(regions.settings(regions={**regions.settings().regions, OTHER: wrong_image}))
+    open_clouds.extend([good, bad])
+    scope = SetupScope(instance_types=("g5.xlarge",))
+    said = {check.name: check for check in await good.check_setup(scope)}
+    assert said["AWS region"].ok and f"launches also in {OTHER}" in said["AWS region"].detail
+    assert said[f"EC2 launch in {HOME} (dry run)"].ok and said[f"EC2 launch in {OTHER} (dry run)"].ok
+    dry_runs = [(form[REGION_FORM_KEY], form["ImageId"]) for form in proxy.actions("RunInstances")]
+    assert dry_runs == [(HOME, regions.home.image_id), (OTHER, regions.other.image_id)]
+    # EC2 refuses an image that is not in the region (moto's dry run does not look: the proxy answers as EC2 does).
+    proxy.run_instances_fault = lambda form: "InvalidAMIID.NotFound" if form.get("ImageId") == DEAD_IMAGE else None
+    said = {check.name: check for check in await bad.check_setup(scope)}
+    assert said[f"EC2 launch in {HOME} (dry run)"].ok
+    wrong = said[f"EC2 launch in {OTHER} (dry run)"]  # only the region whose image is wrong
+    assert not wrong.ok and "InvalidAMIID.NotFound" in wrong.detail and f"aws.regions.{OTHER}.image_id" in wrong.fix
 
 
 class BothRegions:

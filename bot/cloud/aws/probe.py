@@ -140,6 +140,8 @@ class AwsProbe:
                 return failed(name, f"RunInstances denied: {exc.message or exc.code}", fix)
             fixes = (text for prefix, text in LAUNCH_FIXES.items() if exc.code.startswith(prefix))
             fix = next(fixes, "see the message")
+            if self.settings.regions:  # the keys of a launch are the region's own
+                fix = fix.replace("aws.", f"aws.regions.{region}.")
             return failed(name, f"RunInstances refused: {exc.code}: {exc.message}", fix)
         except CloudUnavailable as exc:
             return failed(name, f"EC2 did not answer: {exc}", "check the network path to EC2")
