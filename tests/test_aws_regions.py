@@ -9,6 +9,7 @@ moto keeps each region's EC2 apart by the region a request is signed for, as AWS
 from __future__ import annotations
 
 import base64
+import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from handlers.report_keys import ReportKeys
 from handlers.spot import SpotView
 from tests.aws_fakes import REGION_FORM_KEY, Ec2Proxy, spot_request
 from tests.outboxes import dumped
-from tests.test_aws_cloud import BUCKET, SALT, World, build_world, job_spec
+from tests.test_aws_cloud import BUCKET, SALT, World, build_world, job_spec, patched_moto  # noqa: F401 (fixture)
 from tests.test_aws_scenario import Ec2Bodies
 from tests.test_bot_scenarios import wait_for_text
 
@@ -118,10 +119,15 @@ class TwoRegions:
         return self.home if zone.startswith(HOME) else self.other
 
 
+def two_regions(endpoint: str) -> TwoRegions:
+    world = build_world(endpoint)  # bucket, VPC, subnets in us-east-1a/b/c, security group, instance profile, image
+    home, other = region_of_moto(endpoint, HOME, HOME_ZONES, world), region_of_moto(endpoint, OTHER, OTHER_ZONES)
+    return TwoRegions(world, home, other)
+
+
 @pytest.fixture
 def regions(aws: str) -> TwoRegions:
-    world = build_world(aws)  # bucket, VPC, subnets in us-east-1a/b/c, security group, instance profile, image
-    return TwoRegions(world, region_of_moto(aws, HOME, HOME_ZONES, world), region_of_moto(aws, OTHER, OTHER_ZONES))
+    return two_regions(aws)
 
 
 @pytest.fixture
@@ -291,6 +297,32 @@ async def test_the_spot_authority_places_the_job_in_the_region_with_room_and_the
     assert (tags["finetune:job"], tags["finetune:attempt"]) == ("ft-west", str(result.attempt))
     assert change.job.current is not None and change.job.current.zone == result.zone
     assert result.zone in card_text(change.job, now)  # the card names the zone, and so the region
+
+
+@pytest.mark.usefixtures("patched_moto")
+async def test_in_auto_scaling_mode_the_jobs_group_follows_the_chosen_zone_to_its_region(
+    open_clouds: list[AwsCloud],
+) -> None:
+    """The job's group is made in the pinned zone's region; a relaunch in the other region sets the group it left to
+    0 first, so that group does not replace its instance beside the new one."""
+    endpoint = os.environ["AWS_ENDPOINT_URL"]  # the in-process moto patched_moto started
+    regions = two_regions(endpoint)
+    cloud = AwsCloud(regions.settings(mode="autoscaling", group_poll_seconds=0.2, group_wait_seconds=10))
+    open_clouds.append(cloud)
+    west = boto3.client("autoscaling", endpoint_url=endpoint, region_name=OTHER)
+    first = await cloud.launch(job_spec(cloud), TYPES, "spot", zone="us-west-2b")
+    assert first.zone == "us-west-2b"
+    (group,) = west.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]
+    assert group["VPCZoneIdentifier"] == regions.other.subnets["us-west-2b"] and group["DesiredCapacity"] == 1
+    assert regions.other.instance(first.instance_id)["Placement"]["AvailabilityZone"] == "us-west-2b"
+
+    second = await cloud.launch(job_spec(cloud, attempt=2), TYPES, "spot", zone="us-east-1a")
+    assert second.zone == "us-east-1a"
+    (left,) = west.describe_auto_scaling_groups(AutoScalingGroupNames=["finetune-ft-abc1"])["AutoScalingGroups"]
+    assert left["DesiredCapacity"] == 0
+    assert {group.desired for group in await cloud.list_groups()} == {0, 1}  # both regions' groups listed
+    await cloud.terminate(second.instance_id, "ft-abc1")  # found in its region, its group there set to 0 first
+    assert {group.desired for group in await cloud.list_groups()} == {0}
 
 
 async def test_check_dry_runs_a_launch_in_each_region(

@@ -228,7 +228,10 @@ class AwsCloud:
         region = self._calls.region(zone) if zone else first(self.regions)
         for other in self.regions.values():
             if other is not region:
-                await other.groups.release_group(group_name(spec.job_id))
+                try:
+                    await other.groups.release_group(group_name(spec.job_id))
+                except CloudError as exc:  # said, not fatal: the launch here goes on
+                    log.warning("could not set %s in %s to 0: %s", group_name(spec.job_id), other.name, exc)
         instance = await region.groups.launch(
             spec, self._boot_script(spec, region), instance_types, market, avoid_zones, zone
         )
@@ -301,7 +304,7 @@ class AwsCloud:
         """Spot: the lowest current price of these types in the zones of every launch region; on-demand: the lowest
         list price."""
         if market == "spot":
-            prices, _ = await self._calls.spot_signals(instance_types)
+            prices = await self._calls.spot_prices(instance_types)
             if prices:
                 return min(prices.values())
         return await first(self.regions).pricing.hourly_price(instance_types, "on-demand")

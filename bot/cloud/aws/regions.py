@@ -120,14 +120,18 @@ class AcrossRegions:
     async def zones(self) -> list[str]:
         return [zone for region in self.regions.values() for zone in await region.zones.zones()]
 
-    async def spot_signals(
-        self, instance_types: list[str], nodes: int = 1
-    ) -> tuple[dict[tuple[str, str], float], dict[str, int] | None]:
+    async def spot_prices(self, instance_types: list[str]) -> dict[tuple[str, str], float]:
+        """The current spot price per (zone, type) in every region (a region that will not say adds none)."""
         asked = [region.pricing.spot_prices(instance_types) for region in self.regions.values()]
         prices: dict[tuple[str, str], float] = {}
         for found in await asyncio.gather(*asked):
             prices |= found
-        return prices, await self.scores.placement_scores(instance_types, nodes)
+        return prices
+
+    async def spot_signals(
+        self, instance_types: list[str], nodes: int = 1
+    ) -> tuple[dict[tuple[str, str], float], dict[str, int] | None]:
+        return await self.spot_prices(instance_types), await self.scores.placement_scores(instance_types, nodes)
 
     async def run_instance(
         self, spec: JobSpec, script: str, candidate: Candidate, gang: GangPlacement | None = None
