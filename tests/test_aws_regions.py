@@ -107,6 +107,7 @@ class TwoRegions:
         values: dict[str, Any] = {
             "bucket": BUCKET,
             "region": HOME,
+            "fis_role_arn": "arn:aws:iam::123456789012:role/finetune-fis",
             "regions": {
                 HOME: self.home.launch_settings(HOME_ROLE),
                 OTHER: self.other.launch_settings(OTHER_ROLE),
@@ -200,6 +201,13 @@ async def test_a_home_region_without_spot_room_hands_the_launch_to_the_other_reg
     assert (listed[instance.instance_id].job_id, listed[instance.instance_id].attempt) == ("ft-abc1", 2)
     await again.stop_runner(instance.instance_id)
     assert regions.world.object("jobs/ft-abc1/control/attempt-2.json")
+    tested = await again.interrupt_test(instance.instance_id)  # FIS in the instance's region
+    experiments = {
+        name: boto3.client("fis", endpoint_url=regions.world.endpoint, region_name=name).list_experiments()
+        for name in (HOME, OTHER)
+    }
+    assert [item["id"] for item in experiments[OTHER]["experiments"]] == [tested.reference]
+    assert experiments[HOME]["experiments"] == []
     await again.terminate(instance.instance_id, "ft-abc1")
     assert regions.other.instance(instance.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
     assert regions.world.keys_under("attempt-keys/") == []

@@ -73,8 +73,7 @@ class AwsCloud:
         # the instance reads that from IMDS).
         self.report_keys = report_keys
         self.clients = AwsClients(settings)  # the home region's: S3, STS, SNS, SQS, IAM, placement scores
-        self.region = self.clients.region
-        self.home_region = self.region or ""
+        self.home_region = self.clients.region or ""  # the bucket's (empty: no region found; the check says so)
         self.transfer_price_per_gb = settings.transfer_price_per_gb
         launch_regions = settings.launch_regions(self.home_region)
         for name, launch in launch_regions.items():
