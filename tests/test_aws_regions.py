@@ -258,6 +258,17 @@ async def test_zones_scores_and_prices_span_the_regions_in_one_placement_score_c
     assert regions.other.instance(pinned.instance_id)["Placement"]["AvailabilityZone"] == "us-west-2b"
 
 
+async def test_a_region_whose_zones_cannot_be_listed_is_left_out_not_the_launch(
+    regions: TwoRegions, proxy: Ec2Proxy, open_clouds: list[AwsCloud]
+) -> None:
+    broken = regions.settings().regions[OTHER].model_copy(update={"subnets": ["subnet-0000000000gone"]})
+    cloud = AwsCloud(regions.settings(regions={**regions.settings().regions, OTHER: broken}))
+    open_clouds.append(cloud)
+    assert await cloud.spot_zones(TYPES) == HOME_ZONES
+    instance = await cloud.launch(job_spec(cloud), TYPES, "spot")
+    assert instance.zone in HOME_ZONES
+
+
 async def test_the_spot_authority_places_the_job_in_the_region_with_room_and_the_card_names_its_zone(
     regions: TwoRegions, proxy: Ec2Proxy, open_clouds: list[AwsCloud]
 ) -> None:

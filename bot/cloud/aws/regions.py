@@ -10,6 +10,7 @@ otherwise asked of each region in turn.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ from handlers.regions import region_of
 from handlers.report_keys import ReportKeys
 from handlers.spec import JobSpec
 from handlers.spot.zones import Candidate, ErrorKind, classify_launch_error
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,7 +121,19 @@ class AcrossRegions:
         return None
 
     async def zones(self) -> list[str]:
-        return [zone for region in self.regions.values() for zone in await region.zones.zones()]
+        """Every region's zones in preference order; a region whose zones cannot be listed now is left out (said),
+        unless no region's can: then the launch fails saying why."""
+        found: list[str] = []
+        failures: list[LaunchError] = []
+        for region in self.regions.values():
+            try:
+                found.extend(await region.zones.zones())
+            except LaunchError as exc:
+                log.warning("%s is left out of this launch: %s", region.name, exc)
+                failures.append(exc)
+        if not found and failures:
+            raise failures[0]
+        return found
 
     async def spot_prices(self, instance_types: list[str]) -> dict[tuple[str, str], float]:
         """The current spot price per (zone, type) in every region (a region that will not say adds none)."""
