@@ -80,12 +80,16 @@ class LaunchError(CloudError):
     """No capacity, no permission, a bad template: the attempt did not start.
 
     ``capacity``: every try was refused for capacity (the spot policy may try another zone, on-demand, or later);
-    ``zone``: the zone the launch was pinned to, if it was."""
+    ``zone``: the zone the launch was pinned to, if it was; ``refused_zones``: the zones that refused it for capacity,
+    in the order tried (a region whose zones all refused is one the spot authority avoids for a while)."""
 
-    def __init__(self, message: str, *, capacity: bool = False, zone: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, capacity: bool = False, zone: str | None = None, refused_zones: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.capacity = capacity
         self.zone = zone
+        self.refused_zones = refused_zones
 
 
 class ForeignInstance(CloudError):

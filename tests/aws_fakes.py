@@ -5,18 +5,23 @@
 
 - RunInstances answered with EC2's real capacity error (HTTP 500 + EC2 error XML) for chosen requests,
   since moto never runs out of capacity;
-- GetSpotPlacementScores answered with chosen scores (moto does not implement it: it answers HTTP 500);
-- DescribeSpotPriceHistory answered with chosen prices (moto's are one constant);
+- GetSpotPlacementScores answered with chosen scores (moto does not implement it: it answers HTTP 500), for one
+  region or, as EC2 does for ``RegionNames``, for each region asked;
+- DescribeSpotPriceHistory answered with chosen prices (moto's are one constant), those of the asking region's zones;
 - FIS answered with AccessDeniedException, as for a bot without the FIS permissions;
 - placement groups (moto 5.2.5 has none): CreatePlacementGroup / DeletePlacementGroup / DescribePlacementGroups
   on the proxy's own record, with EC2's error codes, and RunInstances naming an unknown group refused as EC2 does.
 
 ``deliver_fis_interruption`` plays EC2's part of a started FIS experiment (moto only records experiments):
 it resolves the template's tag target against the instances and reclaims the matching spot instances.
+
+Every EC2 query request is recorded with the region it was signed for (moto reads the region the same way) under the
+form key ``@region``, so a fault can answer one region and not another.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,11 +45,27 @@ def ec2_error(code: str, message: str) -> str:
     )
 
 
+REGION_FORM_KEY = "@region"  # the region an EC2 request was signed for, added to its recorded form
+_SIGNED_REGION = re.compile(r"Credential=[^/]+/\d{8}/(?P<region>[a-z0-9-]+)/")
+_ZONE_REGION = re.compile(r"^(?P<region>.+\d)[a-z]$")
+
+
+def signed_region(authorization: str) -> str:
+    """The region a SigV4 ``Authorization`` header was signed for (empty when it names none)."""
+    found = _SIGNED_REGION.search(authorization)
+    return found.group("region") if found else ""
+
+
 def placement_scores_xml(scores: dict[str, int], region: str = "us-east-1") -> str:
+    return placement_scores_by_region_xml({region: scores})
+
+
+def placement_scores_by_region_xml(scores: dict[str, dict[str, int]]) -> str:
     items = "".join(
         f"<item><region>{region}</region><availabilityZoneId>{zone_id}</availabilityZoneId>"
         f"<score>{score}</score></item>"
-        for zone_id, score in scores.items()
+        for region, by_zone in scores.items()
+        for zone_id, score in by_zone.items()
     )
     return (
         f'<?xml version="1.0" encoding="UTF-8"?>\n<GetSpotPlacementScoresResponse xmlns="{EC2_XMLNS}">'
@@ -99,6 +120,8 @@ class Ec2Proxy:
         self.upstream = upstream.rstrip("/")
         self.run_instances_fault: RunInstancesFault | None = None
         self.placement_scores: dict[str, int] | None = None  # zone id -> score; None: moto's own answer
+        # region -> zone id -> score, answered for the regions a request names (RegionNames); None: not faked
+        self.regional_placement_scores: dict[str, dict[str, int]] | None = None
         self.spot_prices: dict[tuple[str, str], float] | None = None
         self.deny_fis = False
         self.denied_actions: set[str] = set()  # EC2 actions refused with UnauthorizedOperation
@@ -142,6 +165,7 @@ class Ec2Proxy:
             form = dict(parse_qsl(body.decode(), keep_blank_values=True))
         action = form.get("Action", "")
         if action:
+            form[REGION_FORM_KEY] = signed_region(request.headers.get("Authorization", ""))
             self.calls.append((action, form))
         if action == "RunInstances" and self.run_instances_fault is not None:
             code = self.run_instances_fault(form)
@@ -160,10 +184,18 @@ class Ec2Proxy:
             return web.Response(
                 status=400, text=ec2_error("InvalidPlacementGroup.Unknown", message), content_type="text/xml"
             )
+        if action == "GetSpotPlacementScores" and self.regional_placement_scores is not None:
+            asked = [value for key, value in form.items() if key.startswith("RegionName.")]
+            scores = {region: self.regional_placement_scores.get(region, {}) for region in asked}
+            return web.Response(text=placement_scores_by_region_xml(scores), content_type="text/xml")
         if action == "GetSpotPlacementScores" and self.placement_scores is not None:
             return web.Response(text=placement_scores_xml(self.placement_scores), content_type="text/xml")
         if action == "DescribeSpotPriceHistory" and self.spot_prices is not None:
-            return web.Response(text=spot_prices_xml(self.spot_prices), content_type="text/xml")
+            region = form[REGION_FORM_KEY]
+            here = {
+                key: price for key, price in self.spot_prices.items() if not region or _zone_region(key[0]) == region
+            }
+            return web.Response(text=spot_prices_xml(here), content_type="text/xml")
         return await self._forward(request, body)
 
     def _placement_group(self, action: str, form: dict[str, str]) -> web.Response:
@@ -200,6 +232,11 @@ class Ec2Proxy:
             payload = await reply.read()
             out_headers = {key: value for key, value in reply.headers.items() if key.lower() not in _HOP_HEADERS}
             return web.Response(status=reply.status, body=payload, headers=out_headers)
+
+
+def _zone_region(zone: str) -> str:
+    found = _ZONE_REGION.fullmatch(zone)
+    return found.group("region") if found else ""
 
 
 def spot_request(form: dict[str, str]) -> bool:

@@ -138,6 +138,12 @@ def test_the_console_is_who_the_process_runs_as_whatever_user_the_environment_na
         ("policy:\n  max_concurrent_nodes: 0\n", "policy.max_concurrent_nodes"),
         # A key under a name it never has (one spelling per key: no old name is read as today's).
         ("aws:\n  bucket: my-finetune-checkpoints\n  image_id: ami-0abc\n  drill_notice: PT5M\n", "aws.drill_notice"),
+        # A launch region without an image or a template (issue 51): named by its place.
+        (
+            "aws:\n  bucket: my-finetune-checkpoints\n  region: us-east-1\n  regions:\n"
+            "    us-west-2: {subnets: [subnet-0abc]}\n",
+            "aws.regions.us-west-2: Value error, set image_id",
+        ),
         # A typo: the closest key there is named.
         ("policy:\n  admin: ['console:ana']\n", "policy.admin: no such key (did you mean policy.admins?)"),
         # A recipe's hang watchdog that would call every step a hang.

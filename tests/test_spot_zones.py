@@ -180,6 +180,33 @@ def test_a_fatal_error_ends_the_plan() -> None:
     )
 
 
+def test_a_region_that_refused_max_times_hands_the_launch_to_the_next_region() -> None:
+    """Capacity failures count per region: three refusals in us-east-1 skip its last zone and move the launch to
+    us-west-2 within the same attempt; the plan ends once every region refused, naming the zones that did."""
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-west-2a", "us-west-2b"]
+    scores = {"us-east-1a": 9, "us-east-1b": 9, "us-east-1c": 9, "us-east-1d": 9, "us-west-2a": 5, "us-west-2b": 4}
+    launch = LaunchPlan(order_spot_candidates(zones, ["g5.xlarge"], scores, {}), max_failures=3)
+    tried = []
+    while (candidate := launch.next()) is not None:
+        tried.append(candidate.zone)
+        launch.failed(candidate, "InsufficientInstanceCapacity")
+    assert tried == ["us-east-1a", "us-east-1b", "us-east-1c", "us-west-2a", "us-west-2b"]
+    assert launch.refused and launch.capacity_failures == 5
+    assert launch.refused_zones == tried
+
+
+def test_a_region_with_room_is_reached_after_the_home_region_refused() -> None:
+    zones = ["us-east-1a", "us-east-1b", "us-west-2a"]
+    launch = LaunchPlan(order_spot_candidates(zones, TYPES, None, {}), max_failures=2)
+    first, second = launch.next(), launch.next()
+    assert first is not None and second is not None
+    launch.failed(first, "InsufficientInstanceCapacity")
+    launch.failed(second, "InsufficientInstanceCapacity")
+    third = launch.next()
+    assert third is not None and third.zone == "us-west-2a"  # us-east-1's other candidates skipped
+    assert launch.refused_zones == ["us-east-1a"]  # both types refused there
+
+
 def test_an_empty_plan_says_why() -> None:
     launch = LaunchPlan([])
     assert launch.next() is None

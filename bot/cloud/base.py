@@ -78,8 +78,10 @@ class ListsGroups(Protocol):
 
 @runtime_checkable
 class SpansRegions(Protocol):
-    """A cloud whose bucket stays in its home region while its instances may run in others: an attempt outside
-    the home region pays ``transfer_price_per_gb`` for each checkpoint GB its runner moves (handlers/egress.py)."""
+    """A cloud whose launches may go to several regions while its bucket stays in one: its zones, availability and
+    launches span every configured region (zone names carry their region: :func:`handlers.regions.region_of`), and a
+    runner outside ``home_region`` moves its checkpoint's bytes across regions at ``transfer_price_per_gb``
+    (:mod:`handlers.egress`)."""
 
     @property
     def home_region(self) -> str:

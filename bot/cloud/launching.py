@@ -6,12 +6,13 @@ its sealed storage token) handed over, and an instance that cannot get it releas
 steps (:class:`LaunchSteps`). The loop (:func:`launch_instance`) is the same everywhere too: a launch retried after a
 crash finds the instance its first try started; otherwise the (zone, type) candidates come in the order the pure
 :mod:`handlers.spot.zones` gives (zones the spot authority pinned, else the cloud's in preference order, zones to avoid
-last), a capacity error moves on to the next candidate until ``max_failures`` of them (the launch then reports a
-capacity refusal and the authority chooses again), any other refusal ends the launch at once. Each try carries an
-idempotency token derived from the attempt and the candidate, so a request sent again after no answer starts nothing
-new. Each cloud supplies only its calls (:class:`InstanceCalls`). The scaling-group modes (AWS Auto Scaling, Alibaba
-ESS) share the wait for the group's new instance (:func:`wait_for_group_instance`), and both modes the tags, the
-instance's name and how a found instance is priced.
+last), a capacity error moves on to the next candidate until ``max_failures`` of them in its region (then on to
+the next region's; once every region refused, the launch reports a capacity refusal naming the zones that refused,
+and the authority chooses again), any other refusal ends the launch at once. Each try carries an idempotency token
+derived from the attempt and the candidate, so a request sent again after no answer starts nothing new. Each cloud
+supplies only its calls (:class:`InstanceCalls`). The scaling-group modes (AWS Auto Scaling, Alibaba ESS) share the
+wait for the group's new instance (:func:`wait_for_group_instance`), and both modes the tags, the instance's name and
+how a found instance is priced.
 """
 
 from __future__ import annotations
@@ -305,7 +306,7 @@ async def launch_instance(
             on_demand,
             private_ip=started.private_ip,
         )
-    raise LaunchError(plan.summary(), capacity=plan.refused, zone=zone)
+    raise LaunchError(plan.summary(), capacity=plan.refused, zone=zone, refused_zones=tuple(plan.refused_zones))
 
 
 async def wait_for_group_instance(

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Literal
 
 from handlers.jobs import Market
+from handlers.regions import region_of
 
 ErrorKind = Literal["capacity", "skip", "fatal"]
 
@@ -256,10 +257,12 @@ class LaunchPlan:
     """The sequence of launch tries for one attempt, all on the market the decision chose, driven by the outcome
     of each try.
 
-    The plan never changes market: it ends once ``max_failures`` tries failed for capacity (None: only once
-    every candidate was tried), and the launch then reports a capacity refusal, which goes back to the decision
-    (another zone, on-demand, or waiting). A ``fatal`` error ends the plan at once. ``classify`` reads the
-    cloud's error codes (EC2's by default).
+    The plan never changes market. ``max_failures`` capacity failures in one region end that region's tries: the
+    plan moves on to the next candidate in another region (spot is scarce per region, so the region's other zones
+    would most likely refuse too), and ends once every region did so, or every candidate was tried (None: every
+    candidate is tried). The launch then reports a capacity refusal naming the zones that refused
+    (:attr:`refused_zones`), which goes back to the decision (another zone or region, on-demand, or waiting). A
+    ``fatal`` error ends the plan at once. ``classify`` reads the cloud's error codes (EC2's by default).
     """
 
     candidates: list[Candidate]
@@ -268,18 +271,23 @@ class LaunchPlan:
     capacity_failures: int = 0
     failures: list[str] = field(default_factory=list)
     fatal: str | None = None
+    refused_zones: list[str] = field(default_factory=list)  # zones that refused for capacity, in the order tried
+    _region_failures: dict[str, int] = field(default_factory=dict)
     _next: int = 0
 
     def next(self) -> Candidate | None:
         """The candidate to try now, or None when nothing is left to try."""
         if self.fatal is not None:
             return None
-        if self.max_failures is not None and self.capacity_failures >= self.max_failures:
-            return None
-        if self._next >= len(self.candidates):
-            return None
-        self._next += 1
-        return self.candidates[self._next - 1]
+        while self._next < len(self.candidates):
+            candidate = self.candidates[self._next]
+            self._next += 1
+            if not self._region_done(region_of(candidate.zone)):
+                return candidate
+        return None
+
+    def _region_done(self, region: str) -> bool:
+        return self.max_failures is not None and self._region_failures.get(region, 0) >= self.max_failures
 
     @property
     def refused(self) -> bool:
@@ -293,6 +301,10 @@ class LaunchPlan:
         self.failures.append(f"{note} ({message})" if message else note)
         if kind == "capacity":
             self.capacity_failures += 1
+            region = region_of(candidate.zone)
+            self._region_failures[region] = self._region_failures.get(region, 0) + 1
+            if candidate.zone not in self.refused_zones:
+                self.refused_zones.append(candidate.zone)
         if kind == "fatal":
             self.fatal = note + (f" ({message})" if message else "")
         return kind

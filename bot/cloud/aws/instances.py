@@ -28,22 +28,26 @@ from bot.errors import CloudError, CloudRefused, CloudUnavailable
 from handlers.jobs import Market
 from handlers.reconcile import CloudInstance
 from handlers.spec import JobSpec
-from handlers.spot.zones import Candidate, ErrorKind, classify_launch_error
+from handlers.spot.zones import Candidate
 
 NOT_FOUND_INSTANCE = frozenset({"InvalidInstanceID.NotFound"})
 
 
-def user_data_script(spec_uri: str, settings: AwsSettings, region: str | None, key_from: str | None = None) -> str:
+def user_data_script(
+    spec_uri: str, settings: AwsSettings, storage_region: str | None, key_from: str | None = None
+) -> str:
     """The instance's user-data: point the runner's unit at this attempt's spec object and start it. ``key_from``
     (where key objects lie, no key in it): the runner reads its key object first, since with a storage role the spec
-    itself is readable only with the storage credentials that object holds."""
+    itself is readable only with the storage credentials that object holds. ``storage_region``: the bucket's (the home
+    region), never the instance's own: a runner launched in another region reaches the bucket at its regional
+    endpoint (its S3 client takes the region from ``AWS_REGION``)."""
     env = {"FINETUNE_SPEC": spec_uri, "FINETUNE_WORK_DIR": settings.work_dir}
     if key_from is not None:
         env["FINETUNE_KEY_FROM"] = key_from
-    if region and REGION.fullmatch(region):  # the runner's S3 / SNS clients need it; IMDS would do, more slowly
-        env |= {"AWS_REGION": region, "AWS_DEFAULT_REGION": region}
+    if storage_region and REGION.fullmatch(storage_region):  # the runner's S3 client needs it; IMDS would say the
+        env |= {"AWS_REGION": storage_region, "AWS_DEFAULT_REGION": storage_region}  # instance's, not the bucket's
         # The bucket stays in the home region: a runner anywhere reaches it at the bucket's regional endpoint.
-        env["FINETUNE_STORAGE_REGION"] = region
+        env["FINETUNE_STORAGE_REGION"] = storage_region
     return runner_boot_script(env, settings.runner_path)
 
 
@@ -70,9 +74,8 @@ def _listed(instance: Mapping[str, Any]) -> CloudInstance:
 
 
 class AwsInstances:
-    """EC2's side of a launch (one :class:`~bot.cloud.launching.InstanceCalls`) and of an instance's life after."""
-
-    refusals: tuple[type[Exception], ...] = (CloudRefused,)
+    """EC2's side of a launch in one region (the calls :class:`bot.cloud.aws.regions.AcrossRegions` makes there) and
+    of an instance's life after."""
 
     def __init__(
         self,
@@ -87,24 +90,6 @@ class AwsInstances:
         self.placement = zones
         self.pricing = pricing
         self.gangs = gangs or AwsPlacement(clients)
-
-    def classify(self, code: str) -> ErrorKind:
-        return classify_launch_error(code)
-
-    def refusal(self, exc: Exception) -> tuple[str, str]:
-        return (exc.code, exc.message) if isinstance(exc, CloudRefused) else ("", str(exc))
-
-    async def zones(self) -> list[str]:
-        return await self.placement.zones()
-
-    async def spot_signals(
-        self, instance_types: list[str], nodes: int = 1
-    ) -> tuple[dict[tuple[str, str], float], dict[str, int] | None]:
-        prices = await self.pricing.spot_prices(instance_types)
-        return prices, await self.pricing.placement_scores(instance_types, nodes)
-
-    async def on_demand_price(self, instance_type: str) -> float | None:
-        return await self.pricing.on_demand_price(instance_type)
 
     async def attempt_instance(self, spec: JobSpec) -> Instance | None:
         """The live instance already tagged with this (job, attempt), if any."""
@@ -222,19 +207,22 @@ class AwsInstances:
 
     async def list_instances(self) -> list[CloudInstance]:
         """Every instance tagged ``finetune:job`` in the region, whatever its state, for reconciliation."""
+        return [_listed(instance) for instance in await self.tagged_instances()]
+
+    async def tagged_instances(self) -> list[dict[str, Any]]:
+        """Every instance tagged ``finetune:job`` in the region, as EC2 describes it."""
         ec2 = await self.clients.get("ec2")
-        found: list[CloudInstance] = []
+        found: list[dict[str, Any]] = []
         try:
             pages = ec2.get_paginator("describe_instances").paginate(
                 Filters=[{"Name": "tag-key", "Values": [JOB_TAG]}], PaginationConfig={"PageSize": 500}
             )
             async for page in pages:
                 for reservation in page.get("Reservations", []):
-                    found.extend(_listed(instance) for instance in reservation.get("Instances", []))
+                    found.extend(dict(instance) for instance in reservation.get("Instances", []))
         except (CloudRefused, CloudUnavailable) as exc:
             raise not_done(exc, f"could not list the instances tagged {JOB_TAG}: {exc}") from exc
         return found
-
 
     async def terminate(self, instance_id: str) -> None:
         """TerminateInstances (an instance already gone is fine)."""

@@ -1,18 +1,17 @@
-"""What AWS capacity costs, and how likely spot is: spot prices, spot placement scores, on-demand list prices."""
+"""What AWS capacity costs in one region: spot prices and on-demand list prices (placement scores span regions:
+:mod:`bot.cloud.aws.scores`)."""
 
 from __future__ import annotations
 
 import logging
-import time
 from datetime import UTC, datetime
 
 from bot.cloud.aws.clients import AwsClients
 from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.aws.zones import AwsZones
-from bot.cloud.base import log_once
 from bot.errors import CloudRefused, CloudUnavailable
 from handlers.jobs import Market
-from handlers.spot.zones import SpotPrice, latest_prices, score_availability, scores_by_zone
+from handlers.spot.zones import SpotPrice, latest_prices
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +28,14 @@ ON_DEMAND_PRICES: dict[str, float] = {
     "p4d.24xlarge": 32.77,
 }
 
-_SCORES_RETRY_SECONDS = 3600.0  # after a refusal, ask for placement scores again only this much later
-SCORES_TTL_SECONDS = 600.0  # placement scores per (instance types, region, nodes) are asked again only this much later
-
 
 class AwsPricing:
-    """Prices and placement scores, cached where AWS would otherwise be asked on every launch."""
+    """One region's prices."""
 
     def __init__(self, settings: AwsSettings, clients: AwsClients, zones: AwsZones) -> None:
         self.settings = settings
         self.clients = clients
         self.zones = zones
-        self._scores_retry_at = 0.0
-        self._scores: dict[tuple[tuple[str, ...], str | None, int], tuple[float, dict[str, int]]] = {}
 
     async def on_demand_price(self, instance_type: str) -> float | None:
         """The configured price of the type, else its us-east-1 list price; None when neither says."""
@@ -86,44 +80,3 @@ class AwsPricing:
             log.warning("spot price history unavailable (%s); zones ordered without prices", exc)
             return {}
         return latest_prices(points)
-
-    async def zone_availability(self, instance_types: list[str], nodes: int = 1) -> dict[str, float]:
-        """The live signal the spot authority weighs: each zone's spot placement score / 10 (empty: no signal)."""
-        return score_availability(await self.placement_scores(instance_types, nodes) or {})
-
-    async def placement_scores(self, instance_types: list[str], nodes: int = 1) -> dict[str, int] | None:
-        """Spot placement scores per zone name for ``nodes`` instances in one zone (a gang's every node: EC2
-        scores the chance of the whole target capacity, and one instance's score says little of sixteen), cached
-        ``SCORES_TTL_SECONDS`` per (instance types, region, nodes); None where the API is refused or missing (moto
-        has none: it answers HTTP 500). Then ordering falls back to price and configuration, logged once per
-        process, and the scores are asked again only an hour later."""
-        key = (tuple(sorted(instance_types)), self.clients.region, max(nodes, 1))
-        cached = self._scores.get(key)
-        if cached is not None and time.monotonic() - cached[0] < SCORES_TTL_SECONDS:
-            return cached[1]
-        if time.monotonic() < self._scores_retry_at:
-            return None
-        ec2 = await self.clients.get("ec2", retries=False)
-        try:
-            reply = await ec2.get_spot_placement_scores(
-                InstanceTypes=instance_types,
-                TargetCapacity=max(nodes, 1),
-                TargetCapacityUnitType="units",
-                SingleAvailabilityZone=True,
-                RegionNames=[ec2.meta.region_name],
-            )
-            names, _ = await self.zones.zone_info()
-        except (CloudRefused, CloudUnavailable) as exc:  # moto: HTTP 500, not XML
-            reason = exc.code if isinstance(exc, CloudRefused) else type(exc.__cause__ or exc).__name__
-            self._scores_retry_at = time.monotonic() + _SCORES_RETRY_SECONDS
-            log_once(
-                log,
-                "placement-scores",
-                "spot placement scores unavailable (%s); choosing zones by spot price and the configured order",
-                reason,
-            )
-            return None
-        scores = ((str(s["AvailabilityZoneId"]), int(s["Score"])) for s in reply.get("SpotPlacementScores", []))
-        by_zone = scores_by_zone(scores, names)
-        self._scores[key] = (time.monotonic(), by_zone)
-        return by_zone

@@ -6,9 +6,10 @@ clients (:mod:`bot.cloud.aws.clients`: the region of :mod:`bot.cloud.aws.region`
 
 - the region, and where it came from; credentials found by botocore's chain, then STS ``GetCallerIdentity`` (no
   permission needed): without either the bot can do nothing, so ``serve`` refuses to start;
-- ``RunInstances`` with ``DryRun=True``, as a launch would call it (image, groups, instance profile, subnet,
-  the ``finetune:managed`` tags, the spot market): ``DryRunOperation`` means allowed. Auto Scaling mode launches
-  through its own service role and has no dry run: ``DescribeAutoScalingGroups`` answers instead;
+- in each launch region (``aws.regions``, else the home region), ``RunInstances`` with ``DryRun=True``, as a launch
+  would call it there (image, groups, instance profile, subnet, the ``finetune:managed`` tags, the spot market):
+  ``DryRunOperation`` means allowed. Auto Scaling mode launches through its own service role and has no dry run:
+  ``DescribeAutoScalingGroups`` answers instead;
 - the bucket (``HeadBucket``: ``s3:ListBucket``);
 - each SQS queue's attributes, asked in the queue's region (it exists, the bot may read it, it has a dead-letter
   queue) and its SNS subscriptions (``ListSubscriptionsByTopic`` of each events or report topic of that region);
@@ -19,6 +20,7 @@ clients (:mod:`bot.cloud.aws.clients`: the region of :mod:`bot.cloud.aws.region`
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -53,16 +55,22 @@ LAUNCH_FIXES = {
 }
 
 
+# A launch region's parts the probe uses: its name, the settings bound to it, its clients and its instances.
+LaunchRegion = tuple[str, AwsSettings, AwsClients, AwsInstances]
+
+
 class AwsProbe:
-    def __init__(self, settings: AwsSettings, clients: AwsClients, instances: AwsInstances) -> None:
-        self.settings = settings
+    def __init__(self, settings: AwsSettings, clients: AwsClients, launches: Sequence[LaunchRegion]) -> None:
+        self.settings = settings  # the home region's (bucket, queues, topics, FIS role)
         self.clients = clients
-        self.instances = instances
+        self.launches = list(launches)
 
     async def checks(self, scope: SetupScope) -> list[Check]:
         region = find_region(self.settings.region)
+        elsewhere = [name for name, *_ in self.launches if region is None or name != region.name]
+        also = f"; launches also in {', '.join(elsewhere)}" if elsewhere and self.settings.regions else ""
         found: list[Check] = [
-            passed("AWS region", f"{region.name} (from {region.source})")
+            passed("AWS region", f"{region.name} (from {region.source}){also}")
             if region is not None
             else failed("AWS region", "none set", NO_REGION_FIX, blocks_start=True)
         ]
@@ -75,7 +83,8 @@ class AwsProbe:
         found.append(identity)
         if not identity.ok:
             return found
-        found.append(await self._launch(scope.instance_types))
+        for launch in self.launches:
+            found.append(await self._launch(launch, scope.instance_types))
         found.append(await self._bucket())
         for queue in scope.queues:
             found.extend(await self._queue(queue, scope.queue_topics))
@@ -110,16 +119,18 @@ class AwsProbe:
 
     # -- launching ----------------------------------------------------------------------------------------
 
-    async def _launch(self, instance_types: tuple[str, ...]) -> Check:
+    async def _launch(self, launch: LaunchRegion, instance_types: tuple[str, ...]) -> Check:
+        region, settings, clients, instances = launch
+        where = f" in {region}" if self.settings.regions else ""
         if self.settings.mode == "autoscaling":
-            return await self._groups()
-        name = "EC2 launch (dry run)"
+            return await self._groups(clients, where)
+        name = f"EC2 launch{where} (dry run)"
         if not instance_types:
             return failed(name, "no recipe names an AWS instance type", "add instance_types.aws to a recipe")
         instance_type = instance_types[0]
-        ec2 = await self.clients.get("ec2", retries=False)
+        ec2 = await clients.get("ec2", retries=False)
         try:
-            reply = await ec2.run_instances(**self._launch_params(instance_type))
+            reply = await ec2.run_instances(**self._launch_params(settings, instances, instance_type))
         except CloudRefused as exc:
             if exc.code == "DryRunOperation":
                 return passed(name, f"RunInstances of a spot {instance_type} would be allowed")
@@ -131,6 +142,8 @@ class AwsProbe:
                 return failed(name, f"RunInstances denied: {exc.message or exc.code}", fix)
             fixes = (text for prefix, text in LAUNCH_FIXES.items() if exc.code.startswith(prefix))
             fix = next(fixes, "see the message")
+            if self.settings.regions:  # the keys of a launch are the region's own
+                fix = fix.replace("aws.", f"aws.regions.{region}.")
             return failed(name, f"RunInstances refused: {exc.code}: {exc.message}", fix)
         except CloudUnavailable as exc:
             return failed(name, f"EC2 did not answer: {exc}", "check the network path to EC2")
@@ -141,11 +154,12 @@ class AwsProbe:
             "terminate it, and point AWS_ENDPOINT_URL at a real EC2 endpoint",
         )
 
-    def _launch_params(self, instance_type: str) -> dict[str, Any]:
+    @staticmethod
+    def _launch_params(settings: AwsSettings, instances: AwsInstances, instance_type: str) -> dict[str, Any]:
         """RunInstances as a launch calls it (bot/cloud/aws/instances.py), with DryRun and no user data."""
         tags = [{"Key": MANAGED_TAG, "Value": "true"}]
         params: dict[str, Any] = {
-            **self.instances.instance_settings(),
+            **instances.instance_settings(),
             "InstanceType": instance_type,
             "MinCount": 1,
             "MaxCount": 1,
@@ -156,17 +170,17 @@ class AwsProbe:
                 "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
             },
         }
-        subnets = self.settings.subnets
+        subnets = settings.subnets
         first = next(iter(subnets.values()), None) if isinstance(subnets, dict) else next(iter(subnets), None)
         if first:
             params["SubnetId"] = first
-        if self.settings.launch_template:
-            params["LaunchTemplate"] = {"LaunchTemplateName": self.settings.launch_template, "Version": "$Default"}
+        if settings.launch_template:
+            params["LaunchTemplate"] = {"LaunchTemplateName": settings.launch_template, "Version": "$Default"}
         return params
 
-    async def _groups(self) -> Check:
-        name = "Auto Scaling"
-        asg = await self.clients.get("autoscaling", retries=False)
+    async def _groups(self, clients: AwsClients, where: str) -> Check:
+        name = f"Auto Scaling{where}"
+        asg = await clients.get("autoscaling", retries=False)
         try:
             await asg.describe_auto_scaling_groups(MaxRecords=1)
         except CloudRefused as exc:
