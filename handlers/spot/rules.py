@@ -16,7 +16,7 @@ deadline, even if spot were lost at the worst moment? A policy takes a risk only
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,12 +38,17 @@ class ZoneView:
     spot was there (0..1; a trace's recent past, a placement score), None when unknown. ``age_s``: how long the
     zone has been as it is now (with spot, or without), None when unknown: the simulator tells it where it tells
     everything, the live bot never knows it, and no policy of the bot reads it (the bench's plan does).
+    ``move_cost``: dollars a stretch there moves across regions (the checkpoint restored from the home region's
+    bucket and committed back; 0 in the home region); ``restart_extra_s``: its start-up beyond ``restart_s`` (the
+    slower cross-region restore). :mod:`handlers.spot.zones` works both out.
     """
 
     name: str
     available: bool | None = None
     availability: float | None = None
     age_s: float | None = None
+    move_cost: float = 0.0
+    restart_extra_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +170,8 @@ def _on_demand_cost_to_finish(s: Situation) -> float:
 
 
 def _pick_zone(s: Situation, prefer_availability: bool) -> ZoneView | None:
-    """Stay where the job's spot instance is; else the best other zone (by recent availability, else order)."""
+    """Stay where the job's spot instance is; else the best other zone (by recent availability weighed against
+    what moving there costs: :func:`cheapest_zone`), else the first in order."""
     held = held_zone(s)
     if held is not None:
         return held
@@ -174,7 +180,27 @@ def _pick_zone(s: Situation, prefer_availability: bool) -> ZoneView | None:
         return None
     if not prefer_availability:
         return zones[0]
-    return max(zones, key=lambda zone: zone.availability if zone.availability is not None else 0.5)
+    premium = s.work_left_s / 3600 * max(s.on_demand_price - s.spot_price, 0.0)
+    return cheapest_zone(zones, premium, s.spot_price)
+
+
+def cheapest_zone(zones: Sequence[ZoneView], premium: float | None, spot_price: float) -> ZoneView | None:
+    """The zone whose stretch costs least in expectation: the move's transfer, its extra start-up at the spot price,
+    and the share of time it goes without spot (1 − availability; unknown: ½) times ``premium``, what the work left
+    costs more on on-demand than on spot. So another region's zone wins only where its availability is worth its
+    move; with no move anywhere it is the best availability, ties in order. ``premium`` None (no work measured
+    yet): availability first, the move's cost breaking ties."""
+
+    def chance(zone: ZoneView) -> float:
+        return zone.availability if zone.availability is not None else 0.5
+
+    def cost(zone: ZoneView) -> tuple[float, float, float]:
+        move = zone.move_cost + zone.restart_extra_s / 3600 * spot_price
+        if premium is None:
+            return (-chance(zone), move, 0.0)
+        return (move + (1 - chance(zone)) * premium, -chance(zone), move)
+
+    return min(zones, key=cost) if zones else None
 
 
 def _values(s: Situation) -> dict[str, float]:
