@@ -143,6 +143,47 @@ def test_the_offline_optimum_is_the_least_cost_of_every_plan() -> None:
                 assert outcome.cost(run) >= expected - 1e-9, name
 
 
+def test_with_regions_the_optimum_pays_each_move_out_of_the_home_region_and_its_longer_start_up() -> None:
+    optimum = bench_module().offline_optimum
+    rng = random.Random(51)
+    moved = 0
+    for _ in range(40):
+        plain = random_run(rng, 5)
+        counts = [rng.choice([0, 1, 1]) for _ in plain.zones[0].counts]
+        far = Zone("far-b", counts, region="far")  # another region's zone; the first zone's region is home
+        extra = rng.randint(0, 1)
+        run = replace(
+            plain,
+            zones=(plain.zones[0], far),
+            home_region=plain.zones[0].in_region,
+            move_cost=rng.choice([0.25, 1.5]),
+            far_overhead=plain.overhead + extra,
+        )
+        expected = brute_force(run)
+        assert optimum(run) == pytest.approx(expected), run
+        moved += optimum(run) > optimum(replace(run, move_cost=0.0, far_overhead=None)) + 1e-9
+    assert moved >= 5  # the move's cost is what made the difference in a good share of the runs
+
+
+def test_a_stretch_outside_the_home_region_pays_the_move_and_the_longer_start_up() -> None:
+    home = Zone("us-east-1a", [0, 0, 0, 0, 0, 0, 0, 0])
+    far = Zone("us-west-2a", [1, 1, 1, 1, 1, 1, 1, 1])
+    run = Run((home, far), 3600, 0, 3, 7, 1, 1.0, 3.0, home_region="us-east-1", move_cost=0.8, far_overhead=2)
+    outcome = simulate(run, spot_only)
+    assert outcome.region_moves == 1
+    assert outcome.spot_ticks == 5  # two ticks of start-up (the slower restore), three of work
+    assert outcome.transfer_cost(run) == pytest.approx(0.8)
+    assert outcome.cost(run) == pytest.approx(5 * 1.0 + 0.8)
+    seen: list[Situation] = []
+
+    def watching(s: Situation) -> Choice:
+        seen.append(s)
+        return spot_only(s)
+
+    simulate(run, watching)
+    assert [(z.move_cost, z.restart_extra_s) for z in seen[0].zones] == [(0.0, 0.0), (0.8, 3600.0)]
+
+
 def keeps_the_deadline_whatever_comes(run: Run, plan: tuple[object, ...]) -> bool:
     """Whether on-demand alone could still finish after every tick of ``plan``: the plan's first ticks, then
     on-demand to the end, meet the deadline on the traces with no spot after those ticks."""
