@@ -128,21 +128,21 @@ def zone(name: str, availability: float, move: float = 0.0, extra: float = 0.0, 
 
 
 def test_a_same_region_zone_is_preferred_unless_the_other_region_s_availability_is_worth_the_move() -> None:
-    # 24 h of work left at $1 spot / $3 on-demand: a point of availability is worth $0.48 of on-demand avoided.
+    # $1 spot / $3 on-demand, one-hour periods: a period off spot costs $2 more; a point of availability, $0.02.
     def pick(*zones: ZoneView) -> str | None:
         return deadline_aware(situation(zones=zones, work_left_s=24 * HOUR, time_left_s=36 * HOUR)).zone
 
-    near = zone("us-east-1a", 0.80)
-    dear = zone("us-west-2a", 0.85, move=8.0, extra=160.0)  # 200 GB both ways: 5 points ($2.40) are not worth $8
-    cheap = zone("us-west-2a", 0.85, move=0.8, extra=16.0)  # 20 GB: they are
-    assert pick(near, dear) == "us-east-1a"
-    assert pick(near, cheap) == "us-west-2a"
-    far_better = zone("us-west-2a", 0.99, move=8.0, extra=160.0)  # 19 points ($9.12) are worth even 200 GB
-    assert pick(near, far_better) == "us-west-2a"
-    # Equal availability: the zone that moves nothing, wherever it is in the order.
-    assert pick(zone("us-west-2a", 0.8, move=0.8), near) == "us-east-1a"
+    near = zone("us-east-1a", 0.80)  # $0.40 expected off spot until the next look
+    assert pick(near, zone("us-west-2a", 0.99, move=8.0, extra=160.0)) == "us-east-1a"  # 200 GB: $8 + $0.02
+    assert pick(near, zone("us-west-2a", 0.85, move=0.2)) == "us-east-1a"  # $0.20 + $0.30
+    assert pick(near, zone("us-west-2a", 0.95, move=0.1)) == "us-west-2a"  # $0.10 + $0.10: worth the move
+    assert pick(near, zone("us-west-2a", 0.95, move=0.1, extra=900.0)) == "us-east-1a"  # + 15 min at $1: $0.25
+    # Nothing moves: the best availability, as before regions; equal availability: the zone that moves nothing.
+    assert pick(near, zone("us-east-1b", 0.9)) == "us-east-1b"
+    assert pick(zone("us-west-2a", 0.8, move=0.01), near) == "us-east-1a"
     # Greedy stays the baseline: the first zone with spot in the configured order (home region first).
-    assert greedy(situation(zones=(near, cheap), work_left_s=24 * HOUR, time_left_s=36 * HOUR)).zone == "us-east-1a"
+    far = zone("us-west-2a", 0.95, move=0.1)
+    assert greedy(situation(zones=(near, far), work_left_s=24 * HOUR, time_left_s=36 * HOUR)).zone == "us-east-1a"
 
 
 def test_the_zone_of_the_job_s_spot_instance_is_kept_whatever_a_move_would_cost() -> None:

@@ -19,6 +19,7 @@ from handlers.spot.rules import (
     SpotPolicy,
     ZoneView,
     cheapest_zone,
+    period_premium,
 )
 
 SPOT_FIRST = "spot-first"
@@ -29,8 +30,8 @@ def spot_first(s: Situation) -> Choice:
     on-demand when no zone has spot; a job on on-demand stays there."""
     if s.holding.market == "on-demand":
         return Choice("on-demand", None, WORDING("spot-policy.on-demand.kept"))
-    premium = s.work_left_s / 3600 * max(s.on_demand_price - s.spot_price, 0.0)
-    zone = best_zone(s.zones, s.holding.zone if s.holding.market == "spot" else None, premium, s.spot_price)
+    held = s.holding.zone if s.holding.market == "spot" else None
+    zone = best_zone(s.zones, held, period_premium(s), s.spot_price)
     if zone is None:
         return Choice("on-demand", None, WORDING("spot-policy.on-demand.first"))
     return Choice("spot", zone.name, WORDING("spot-policy.spot.first", zone=zone.name or "-"))

@@ -180,16 +180,22 @@ def _pick_zone(s: Situation, prefer_availability: bool) -> ZoneView | None:
         return None
     if not prefer_availability:
         return zones[0]
-    premium = s.work_left_s / 3600 * max(s.on_demand_price - s.spot_price, 0.0)
-    return cheapest_zone(zones, premium, s.spot_price)
+    return cheapest_zone(zones, period_premium(s), s.spot_price)
+
+
+def period_premium(s: Situation) -> float:
+    """What one period off spot costs more than on it (on on-demand): what a zone's availability is worth until the
+    policy looks again, the horizon it weighs a move against (a longer one moved jobs out of their home region for
+    availability the next hours did not keep: ``bench/policy_regions.py``)."""
+    return s.period_s / 3600 * max(s.on_demand_price - s.spot_price, 0.0)
 
 
 def cheapest_zone(zones: Sequence[ZoneView], premium: float | None, spot_price: float) -> ZoneView | None:
     """The zone whose stretch costs least in expectation: the move's transfer, its extra start-up at the spot price,
-    and the share of time it goes without spot (1 − availability; unknown: ½) times ``premium``, what the work left
-    costs more on on-demand than on spot. So another region's zone wins only where its availability is worth its
-    move; with no move anywhere it is the best availability, ties in order. ``premium`` None (no work measured
-    yet): availability first, the move's cost breaking ties."""
+    and the share of time it goes without spot (1 − availability; unknown: ½) times ``premium``
+    (:func:`period_premium`). So another region's zone wins only where its availability is worth its move; with no
+    move anywhere it is the best availability, ties in order. ``premium`` None (no work measured yet): availability
+    first, the move's cost breaking ties."""
 
     def chance(zone: ZoneView) -> float:
         return zone.availability if zone.availability is not None else 0.5
