@@ -166,3 +166,18 @@ def test_the_bot_reads_the_home_region_and_price_from_a_cloud_that_spans_regions
     assert spans_regions(LocalCloud(tmp_path), 0.625) is None  # one region: no move costs anything
     regions = spans_regions(_SpanningCloud(tmp_path), 0.5)
     assert regions == Regions("us-east-1", 0.01, 0.5e9)
+
+
+def test_a_zone_whose_longer_start_up_the_deadline_cannot_cover_is_not_chosen() -> None:
+    # 4 h of work, 6 h left, one-hour restarts and periods: 1 h of slack, one restart's worth.
+    tight = {"work_left_s": 4 * HOUR, "time_left_s": 6 * HOUR}
+    home = zone("us-east-1a", 0.9, up=False)
+    slow = zone("us-west-2a", 0.9, move=0.1, extra=HOUR)  # a restore from another region that takes an hour more
+    quick = zone("us-west-2a", 0.9, move=0.1, extra=0.0)
+    assert deadline_aware(situation(zones=(home, quick), **tight)).zone == "us-west-2a"
+    # The slow zone is no candidate: as with no spot anywhere, the slack allows one more period of waiting.
+    assert deadline_aware(situation(zones=(home, slow), **tight)).action == "wait"
+    assert greedy(situation(zones=(home, slow), **tight)).action == "wait"
+    assert (
+        deadline_aware(situation(zones=(home, slow), work_left_s=4 * HOUR, time_left_s=12 * HOUR)).zone == "us-west-2a"
+    )

@@ -291,6 +291,42 @@ def test_the_bench_runs_each_split_it_names(tmp_path: Path, capsys: pytest.Captu
         assert f"-{year}, one zone: 10 scenarios" in shown and shown.count("one zone") == 1, shown
 
 
+def test_the_regions_bench_puts_a_job_where_spot_is_and_pays_its_move(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # us-east-1 never has spot, us-west-2 always: homed in us-east-1, a job confined there pays on-demand, one free to
+    # move pays spot and one move; homed in us-west-2 nothing moves. Hourly ticks, 60 minutes of restart.
+    from bench import policy_regions
+
+    folder = tmp_path / "availability" / "1-node" / "aws-01-01-2024"
+    folder.mkdir(parents=True)
+    for zone, count in (("us-east-1a", 0), ("us-west-2a", 1)):
+        trace = {"metadata": {"gap_seconds": 3600}, "data": [count] * 60}
+        (folder / f"{zone}_v100_1.json").write_text(json.dumps(trace))
+    dates = policy_traces_dates(tmp_path)
+    results = policy_regions.evaluate(dates, 1, 60.0, 200.0, None)
+    assert len(results) == 2 * 5  # two home regions (us-east-1 first), five (work, deadline) pairs
+    east, west = results[:5], results[5:]
+    assert all(r.moves == 0 and r.ratios["deadline-aware"] == pytest.approx(1.0) for r in west)  # nothing to move
+    # 4 h of work by 6 h: the move's two hours of start-up (the restart, and 160 s more restore) leave no room for a
+    # fallback, so every policy pays on-demand at home, which the all-knowing optimum beats by moving just in time.
+    tight = east[0]
+    assert tight.moves == 0 and all(ratio == pytest.approx(tight.confined) for ratio in tight.ratios.values())
+    for r in east[1:]:
+        assert r.moves == 1  # deadline-aware moved once, to us-west-2
+        assert r.ratios["deadline-aware"] == pytest.approx(1.0)  # spot there is the optimum, the move and all
+        assert r.ratios["deadline-aware, one region"] > 1.5 and r.confined > 1.5  # on-demand at $3.06 against spot
+    assert all(all(r.met.values()) for r in results)
+    flags = ["--starts", "1", "--overheads", "60", "--checkpoints", "200"]
+    assert policy_regions.main(["--traces", str(tmp_path), *flags]) == 0
+    shown = capsys.readouterr().out
+    assert "2 zones in us-east-1, us-west-2" in shown and "  60 m      200 GB    10" in shown, shown
+
+
+def policy_traces_dates(root: Path) -> list[object]:
+    return list(bench_module().load_dates(root))
+
+
 def test_the_overheads_table_puts_the_safe_optimum_between_the_optimum_and_the_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -175,12 +175,23 @@ def _pick_zone(s: Situation, prefer_availability: bool) -> ZoneView | None:
     held = held_zone(s)
     if held is not None:
         return held
-    zones = _spot_zones(s)
+    zones = [zone for zone in _spot_zones(s) if _start_fits(s, zone)]
     if not zones:
         return None
     if not prefer_availability:
         return zones[0]
     return cheapest_zone(zones, period_premium(s), s.spot_price)
+
+
+def _start_fits(s: Situation, zone: ZoneView) -> bool:
+    """Whether the deadline leaves room for the zone's longer start-up (another region's restore): the slack covers
+    it, and after a period there a fresh on-demand instance could still finish. The deadline rules count a new
+    instance's ``restart_s`` alone, so a zone that needs more is left out here."""
+    if s.time_left_s is None or zone.restart_extra_s <= 0:
+        return True
+    made = max(0.0, s.period_s - s.restart_s - zone.restart_extra_s)
+    after = s.time_left_s - s.period_s - (s.restart_s + max(s.work_left_s - made, 0.0) + s.checkpoint_interval_s)
+    return after >= 0 and slack_s(s) >= s.restart_s + zone.restart_extra_s
 
 
 def period_premium(s: Situation) -> float:
