@@ -51,8 +51,8 @@ is worth more in a period than the move costs; a zone whose longer start-up the 
 candidate (for greedy too: without it greedy moved into far zones it then had to leave for on-demand, 1.343 against
 1.324 at 30 minutes, 200 GB, ``--starts 2``). Weighed over the whole work left instead of a period, it moved jobs out
 of their home region for availability that the next hours did not keep: +0.017 / +0.031 over greedy at 6 minutes
-(20 / 200 GB, ``--starts 2``, before that check), +0.015 / +0.009 at 30. The dates include the 2023-02-15 one the deadline rules were
-tuned on, and the zone weighing was chosen on these same dates: these figures are not held out.
+(20 / 200 GB, ``--starts 2``, before that check), +0.015 / +0.009 at 30. The dates include the 2023-02-15 one the
+deadline rules were tuned on, and the zone weighing was chosen on these same dates: these figures are not held out.
 
 ``--cache FILE`` keeps the optima between runs (a JSON file; delete it when the traces change).
 """
