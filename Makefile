@@ -135,6 +135,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bus_throughput.py
 	$(BIN)/python bench/slack_latency.py
 	$(BIN)/python bench/policy_traces.py
+	$(BIN)/python bench/policy_regions.py
 	$(BIN)/python bench/policy_bound.py --dates
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/gang_recovery.py

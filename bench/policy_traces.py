@@ -151,10 +151,15 @@ def offline_optimum(run: Run, safe: bool = False) -> float:
     next must stay in those states (were spot gone for good from any other, it would be late), so this *safe
     optimum* is the least any such online policy can pay: what is left between it and a policy is what the
     policy did not know, not what the deadline cost.
+
+    Regions (``Run.home_region``): a new instance in a zone outside the home region pays ``Run.move_cost`` once and
+    starts for ``Run.far_overhead`` ticks, as the simulator has it.
     """
     inf = np.inf
     work, overhead, k = run.work, run.overhead, len(run.zones)
-    phases = max(overhead, 1)
+    overheads = [overhead] + [run.overhead_in(zone) for zone in run.zones]
+    fees = [0.0] + [run.move_cost if run.far(zone) else 0.0 for zone in run.zones]
+    phases = max(*overheads, 1)
     h = float(run.hours_per_tick)
     prices = [run.on_demand_price * h] + [run.spot_price * h] * k  # holding 0 is on-demand, 1.. the zones
     held = np.full((k + 1, phases, work + 1), inf)
@@ -176,14 +181,15 @@ def offline_optimum(run: Run, safe: bool = False) -> float:
                 continue
             left = prefix[x - 1] if x > 0 else np.full(work + 1, inf)
             others = np.minimum(left, suffix[x + 1])
-            price = prices[x]
+            price, starts = prices[x], overheads[x]
             state = new_held[x]
-            if overhead >= 1:
+            if starts >= 1:
                 state[: phases - 1] = held[x, 1:] + price  # starting: one overhead tick fewer
-                state[phases - 1] = others + price  # a new instance spends its first overhead tick
+                # A new instance spends its first overhead tick (and pays its move across regions).
+                state[starts - 1] = np.minimum(state[starts - 1], others + price + fees[x])
                 state[0, 1:] = np.minimum(state[0, 1:], held[x, 0, :-1] + price)  # running: one tick of progress
             else:
-                state[0, 1:] = np.minimum(held[x, 0, :-1], others[:-1]) + price
+                state[0, 1:] = np.minimum(held[x, 0, :-1], others[:-1] + fees[x]) + price
         if safe:
             _keep_safe(new_held, new_idle, to_make, end - t - 1, overhead)
         held, idle = new_held, new_idle

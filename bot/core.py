@@ -76,10 +76,11 @@ from handlers.policy_config import PolicyConfig
 from handlers.private_answers import answered_privately
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, find_recipe
+from handlers.regions import AWS_TRANSFER_PRICE_PER_GB
 from handlers.report_freshness import REPORT_SEEN_SECONDS
 from handlers.reports import Failed, Interrupted, Notice, Progress
 from handlers.restart_overhead import first_step_was
-from handlers.spot import SpotView, managed, steers
+from handlers.spot import Regions, SpotView, managed, steers
 from handlers.transitions import next_state
 
 log = logging.getLogger(__name__)
@@ -533,6 +534,7 @@ class Bot:
             scores=scores,
             restart_s=await self.store.restart_estimate(recipe.name, types, nodes),
             launches_ahead=launches_ahead(self.cloud),
+            regions=spans_regions(self.cloud, self.policy.spot.cross_region_gb_per_s),
         )
         self._views[(recipe.name, nodes)] = (time.monotonic(), view)
         return view
@@ -544,6 +546,16 @@ class Bot:
         if report is not None:
             return str(report.job_id)
         return getattr(message, "job_id", None)
+
+
+def spans_regions(cloud: CloudProvider, cross_region_gb_per_s: float) -> Regions | None:
+    """What a move out of the cloud's home region (its bucket's) costs, where the cloud spans regions (its
+    ``home_region`` and ``transfer_price_per_gb``, bot/cloud/base.py's ``SpansRegions``); None: one region."""
+    home = getattr(cloud, "home_region", None)
+    if not isinstance(home, str) or not home:
+        return None
+    price = getattr(cloud, "transfer_price_per_gb", AWS_TRANSFER_PRICE_PER_GB)
+    return Regions(home, float(price), cross_region_gb_per_s * 1e9)
 
 
 def _parsed(raw: dict[str, Any]) -> BusMessage | None:

@@ -165,6 +165,7 @@ class Job(BaseModel):
     total_steps: int | None = None
     loss: float | None = None
     checkpoint: CheckpointRef | None = None
+    checkpoint_bytes: int | None = None  # the size of its newest committed checkpoint (what a cross-region move moves)
     interruptions: int = 0
     attempts_without_progress: int = 0  # ended in a row without getting further (bounded relaunches)
     steps_lost: int = 0

@@ -34,6 +34,9 @@ class SpotSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = DEFAULT_POLICY
     tick_seconds: float = Field(default=300.0, ge=1, le=86_400)
+    # A checkpoint's restore from the home region's bucket in another region, GB/s, until a job measures its own:
+    # AWS caps an instance's flows to another region at 5 Gb/s.
+    cross_region_gb_per_s: float = Field(default=0.625, gt=0, le=1000)
 
     @field_validator("name")
     @classmethod

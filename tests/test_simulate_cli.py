@@ -43,7 +43,7 @@ def trace(path: Path, counts: list[int], gap: int = 3600) -> str:
     return str(path)
 
 
-def scenario(traces: list[str], **changes: Any) -> str:
+def scenario(traces: list[Any], **changes: Any) -> str:
     values: dict[str, Any] = {
         "traces": traces,
         "nodes": 1,
@@ -125,6 +125,24 @@ def test_the_default_policy_is_deadline_aware_and_it_meets_deadlines_on_the_samp
     assert results[1]["cost"] < results[1]["on_demand_cost"]
 
 
+def test_a_move_to_another_region_pays_the_checkpoint_s_transfer_and_its_slower_restore(tmp_path: Path) -> None:
+    # Home us-east-1a has no spot; us-west-2's zone (its region said by the scenario) has. A 200 GB checkpoint at
+    # $0.02 a GB, in and out: $8; restored at 0.1 GB/s against 1.25 in the region: 1840 s more than the hour's
+    # restart, so two ticks of start-up there, then three of work: five spot hours at $0.50.
+    home = trace(tmp_path / "us-east-1a_v100_1.json", [0] * 11)
+    far = trace(tmp_path / "far.json", [1] * 11)
+    zones: list[Any] = [home, {"trace": far, "region": "us-west-2"}]
+    moving = scenario(zones, transfer_price_per_gb=0.02, checkpoint_gb=200, cross_region_gb_per_s=0.1)
+    staying = scenario(zones, transfer_price_per_gb=0.02)  # no checkpoint size: nothing moves, the line is as ever
+    done = simulate(moving + "\n" + staying + "\n", "spot-only")
+    assert done.returncode == 0, done.stderr
+    moved, plain = [json.loads(line) for line in done.stdout.splitlines()]
+    assert list(moved) == [*KEYS, "region_moves", "transfer_cost"] and list(plain) == KEYS
+    assert moved["region_moves"] == 1 and moved["transfer_cost"] == pytest.approx(8.0)
+    assert moved["spot_hours"] == 5 and moved["cost"] == pytest.approx(5 * 0.5 + 8.0)
+    assert plain["spot_hours"] == 4 and plain["cost"] == pytest.approx(4 * 0.5)
+
+
 GANG = Path(__file__).resolve().parents[1] / "bench" / "data" / "spot-traces" / "preemption" / "4-node"
 
 
@@ -199,6 +217,8 @@ def test_a_four_node_gang_is_priced_whole_gang_and_replace_one(tmp_path: Path) -
         ("SCENARIO", ("fastest",), "unknown policy 'fastest'"),
         ("SCENARIO", ("deadline-aware-plan",), "unknown policy 'deadline-aware-plan'"),  # the bench's alone
         ('SCENARIO live="yes"', (), "line 1: live:"),
+        ("SCENARIO checkpoint_gb=-1", (), "line 1: checkpoint_gb:"),
+        ("SCENARIO cross_region_gb_per_s=0", (), "line 1: cross_region_gb_per_s:"),
     ],
 )
 def test_bad_input_is_one_clear_line_exit_2_and_no_output(

@@ -143,6 +143,47 @@ def test_the_offline_optimum_is_the_least_cost_of_every_plan() -> None:
                 assert outcome.cost(run) >= expected - 1e-9, name
 
 
+def test_with_regions_the_optimum_pays_each_move_out_of_the_home_region_and_its_longer_start_up() -> None:
+    optimum = bench_module().offline_optimum
+    rng = random.Random(51)
+    moved = 0
+    for _ in range(40):
+        plain = random_run(rng, 5)
+        counts = [rng.choice([0, 1, 1]) for _ in plain.zones[0].counts]
+        far = Zone("far-b", counts, region="far")  # another region's zone; the first zone's region is home
+        extra = rng.randint(0, 1)
+        run = replace(
+            plain,
+            zones=(plain.zones[0], far),
+            home_region=plain.zones[0].in_region,
+            move_cost=rng.choice([0.25, 1.5]),
+            far_overhead=plain.overhead + extra,
+        )
+        expected = brute_force(run)
+        assert optimum(run) == pytest.approx(expected), run
+        moved += optimum(run) > optimum(replace(run, move_cost=0.0, far_overhead=None)) + 1e-9
+    assert moved >= 5  # the move's cost is what made the difference in a good share of the runs
+
+
+def test_a_stretch_outside_the_home_region_pays_the_move_and_the_longer_start_up() -> None:
+    home = Zone("us-east-1a", [0, 0, 0, 0, 0, 0, 0, 0])
+    far = Zone("us-west-2a", [1, 1, 1, 1, 1, 1, 1, 1])
+    run = Run((home, far), 3600, 0, 3, 7, 1, 1.0, 3.0, home_region="us-east-1", move_cost=0.8, far_overhead=2)
+    outcome = simulate(run, spot_only)
+    assert outcome.region_moves == 1
+    assert outcome.spot_ticks == 5  # two ticks of start-up (the slower restore), three of work
+    assert outcome.transfer_cost(run) == pytest.approx(0.8)
+    assert outcome.cost(run) == pytest.approx(5 * 1.0 + 0.8)
+    seen: list[Situation] = []
+
+    def watching(s: Situation) -> Choice:
+        seen.append(s)
+        return spot_only(s)
+
+    simulate(run, watching)
+    assert [(z.move_cost, z.restart_extra_s) for z in seen[0].zones] == [(0.0, 0.0), (0.8, 3600.0)]
+
+
 def keeps_the_deadline_whatever_comes(run: Run, plan: tuple[object, ...]) -> bool:
     """Whether on-demand alone could still finish after every tick of ``plan``: the plan's first ticks, then
     on-demand to the end, meet the deadline on the traces with no spot after those ticks."""
@@ -248,6 +289,42 @@ def test_the_bench_runs_each_split_it_names(tmp_path: Path, capsys: pytest.Captu
         shown = capsys.readouterr().out
         assert f"\n{title} split: 10 scenarios" in shown, shown
         assert f"-{year}, one zone: 10 scenarios" in shown and shown.count("one zone") == 1, shown
+
+
+def test_the_regions_bench_puts_a_job_where_spot_is_and_pays_its_move(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # us-east-1 never has spot, us-west-2 always: homed in us-east-1, a job confined there pays on-demand, one free to
+    # move pays spot and one move; homed in us-west-2 nothing moves. Hourly ticks, 60 minutes of restart.
+    from bench import policy_regions
+
+    folder = tmp_path / "availability" / "1-node" / "aws-01-01-2024"
+    folder.mkdir(parents=True)
+    for zone, count in (("us-east-1a", 0), ("us-west-2a", 1)):
+        trace = {"metadata": {"gap_seconds": 3600}, "data": [count] * 60}
+        (folder / f"{zone}_v100_1.json").write_text(json.dumps(trace))
+    dates = policy_traces_dates(tmp_path)
+    results = policy_regions.evaluate(dates, 1, 60.0, 200.0, None)
+    assert len(results) == 2 * 5  # two home regions (us-east-1 first), five (work, deadline) pairs
+    east, west = results[:5], results[5:]
+    assert all(r.moves == 0 and r.ratios["deadline-aware"] == pytest.approx(1.0) for r in west)  # nothing to move
+    # 4 h of work by 6 h: the move's two hours of start-up (the restart, and 160 s more restore) leave no room for a
+    # fallback, so every policy pays on-demand at home, which the all-knowing optimum beats by moving just in time.
+    tight = east[0]
+    assert tight.moves == 0 and all(ratio == pytest.approx(tight.confined) for ratio in tight.ratios.values())
+    for r in east[1:]:
+        assert r.moves == 1  # deadline-aware moved once, to us-west-2
+        assert r.ratios["deadline-aware"] == pytest.approx(1.0)  # spot there is the optimum, the move and all
+        assert r.ratios["deadline-aware, one region"] > 1.5 and r.confined > 1.5  # on-demand at $3.06 against spot
+    assert all(all(r.met.values()) for r in results)
+    flags = ["--starts", "1", "--overheads", "60", "--checkpoints", "200"]
+    assert policy_regions.main(["--traces", str(tmp_path), *flags]) == 0
+    shown = capsys.readouterr().out
+    assert "2 zones in us-east-1, us-west-2" in shown and "  60 m      200 GB    10" in shown, shown
+
+
+def policy_traces_dates(root: Path) -> list[object]:
+    return list(bench_module().load_dates(root))
 
 
 def test_the_overheads_table_puts_the_safe_optimum_between_the_optimum_and_the_policy(

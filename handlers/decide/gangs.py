@@ -361,7 +361,8 @@ def _checkpoint(job: Job, message: CheckpointSaved, now: datetime) -> Change:
         return ignore(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
     checkpoint = CheckpointRef(step=message.step, uri=message.uri, at=message.time)
     reached = furthest_step(job, message.step)
-    moved = job.model_copy(update={"checkpoint": checkpoint, "step": reached, "updated_at": now})
+    update = {"checkpoint": checkpoint, "step": reached, "checkpoint_bytes": message.bytes, "updated_at": now}
+    moved = job.model_copy(update=update)
     history = {"event": "checkpoint", "step": message.step, "reason": message.reason}
     return make(moved, history, [notify(moved, "card", CardRefresh(cause="checkpoint"))])
 

@@ -387,7 +387,7 @@ def _checkpoint_saved(job: Job, report: CheckpointSaved, now: datetime) -> Chang
         job,
         "checkpoint",
         now,
-        {"checkpoint": checkpoint, "step": furthest_step(job, report.step)},
+        {"checkpoint": checkpoint, "step": furthest_step(job, report.step), "checkpoint_bytes": report.bytes},
         {"event": "checkpoint", "step": report.step, "reason": report.reason},
         outbox,
     )
@@ -401,7 +401,10 @@ def _late_commit(job: Job, report: CheckpointSaved, now: datetime) -> Change:
     attempt = job.attempt_numbered(report.attempt)
     if not newer or later_started or attempt is None:
         return ignore(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
-    updates: dict[str, Any] = {"checkpoint": CheckpointRef(step=report.step, uri=report.uri, at=report.time)}
+    updates: dict[str, Any] = {
+        "checkpoint": CheckpointRef(step=report.step, uri=report.uri, at=report.time),
+        "checkpoint_bytes": report.bytes,
+    }
     if attempt.reached_step is not None and attempt.lost_steps is not None:
         lost = max(attempt.reached_step - report.step, 0)
         updates["steps_lost"] = max(job.steps_lost + lost - attempt.lost_steps, 0)

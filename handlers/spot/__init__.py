@@ -14,7 +14,7 @@ stop), and nothing else does: no cloud provider changes zone or market by itself
 
 from handlers.spot.policies import POLICIES, SPOT_FIRST, policy_for, spot_first
 from handlers.spot.rules import DEFAULT_POLICY, Choice, Event, Situation, ZoneView
-from handlers.spot.situation import SpotView, choose, estimated_availability, managed, policy_of, steers
+from handlers.spot.situation import Regions, SpotView, choose, estimated_availability, managed, policy_of, steers
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -22,6 +22,7 @@ __all__ = [
     "SPOT_FIRST",
     "Choice",
     "Event",
+    "Regions",
     "Situation",
     "SpotView",
     "ZoneView",

@@ -11,7 +11,16 @@ from __future__ import annotations
 from datetime import datetime
 
 from handlers.policy_reasons import WORDING
-from handlers.spot.rules import DEFAULT_POLICY, SIMULATED_POLICIES, Choice, Situation, SpotPolicy, ZoneView
+from handlers.spot.rules import (
+    DEFAULT_POLICY,
+    SIMULATED_POLICIES,
+    Choice,
+    Situation,
+    SpotPolicy,
+    ZoneView,
+    cheapest_zone,
+    period_premium,
+)
 
 SPOT_FIRST = "spot-first"
 
@@ -21,22 +30,26 @@ def spot_first(s: Situation) -> Choice:
     on-demand when no zone has spot; a job on on-demand stays there."""
     if s.holding.market == "on-demand":
         return Choice("on-demand", None, WORDING("spot-policy.on-demand.kept"))
-    zone = best_zone(s.zones, s.holding.zone if s.holding.market == "spot" else None)
+    held = s.holding.zone if s.holding.market == "spot" else None
+    zone = best_zone(s.zones, held, period_premium(s), s.spot_price)
     if zone is None:
         return Choice("on-demand", None, WORDING("spot-policy.on-demand.first"))
     return Choice("spot", zone.name, WORDING("spot-policy.spot.first", zone=zone.name or "-"))
 
 
-def best_zone(zones: tuple[ZoneView, ...] | list[ZoneView], held: str | None = None) -> ZoneView | None:
-    """The zone to run spot in: the held one while it has spot, else the best known availability (ties: order)."""
+def best_zone(
+    zones: tuple[ZoneView, ...] | list[ZoneView],
+    held: str | None = None,
+    premium: float | None = None,
+    spot_price: float = 0.0,
+) -> ZoneView | None:
+    """The zone to run spot in: the held one while it has spot, else the best known availability weighed against
+    what a move to another region costs (:func:`~handlers.spot.rules.cheapest_zone`; ties: order)."""
     open_zones = [zone for zone in zones if zone.available is not False]
     for zone in open_zones:
         if held is not None and zone.name == held:
             return zone
-    if not open_zones:
-        return None
-    best = max(zone.availability if zone.availability is not None else 0.5 for zone in open_zones)
-    return next(zone for zone in open_zones if (zone.availability if zone.availability is not None else 0.5) == best)
+    return cheapest_zone(open_zones, premium, spot_price)
 
 
 POLICIES: dict[str, SpotPolicy] = {**SIMULATED_POLICIES, SPOT_FIRST: spot_first}

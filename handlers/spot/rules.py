@@ -16,7 +16,7 @@ deadline, even if spot were lost at the worst moment? A policy takes a risk only
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,12 +38,17 @@ class ZoneView:
     spot was there (0..1; a trace's recent past, a placement score), None when unknown. ``age_s``: how long the
     zone has been as it is now (with spot, or without), None when unknown: the simulator tells it where it tells
     everything, the live bot never knows it, and no policy of the bot reads it (the bench's plan does).
+    ``move_cost``: dollars a stretch there moves across regions (the checkpoint restored from the home region's
+    bucket and committed back; 0 in the home region); ``restart_extra_s``: its start-up beyond ``restart_s`` (the
+    slower cross-region restore). :mod:`handlers.spot.zones` works both out.
     """
 
     name: str
     available: bool | None = None
     availability: float | None = None
     age_s: float | None = None
+    move_cost: float = 0.0
+    restart_extra_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,16 +170,54 @@ def _on_demand_cost_to_finish(s: Situation) -> float:
 
 
 def _pick_zone(s: Situation, prefer_availability: bool) -> ZoneView | None:
-    """Stay where the job's spot instance is; else the best other zone (by recent availability, else order)."""
+    """Stay where the job's spot instance is; else the best other zone (by recent availability weighed against
+    what moving there costs: :func:`cheapest_zone`), else the first in order."""
     held = held_zone(s)
     if held is not None:
         return held
-    zones = _spot_zones(s)
+    zones = [zone for zone in _spot_zones(s) if _start_fits(s, zone)]
     if not zones:
         return None
     if not prefer_availability:
         return zones[0]
-    return max(zones, key=lambda zone: zone.availability if zone.availability is not None else 0.5)
+    return cheapest_zone(zones, period_premium(s), s.spot_price)
+
+
+def _start_fits(s: Situation, zone: ZoneView) -> bool:
+    """Whether the deadline leaves room for the zone's longer start-up (another region's restore): the slack covers
+    it, and after a period there a fresh on-demand instance could still finish. The deadline rules count a new
+    instance's ``restart_s`` alone, so a zone that needs more is left out here."""
+    if s.time_left_s is None or zone.restart_extra_s <= 0:
+        return True
+    made = max(0.0, s.period_s - s.restart_s - zone.restart_extra_s)
+    after = s.time_left_s - s.period_s - (s.restart_s + max(s.work_left_s - made, 0.0) + s.checkpoint_interval_s)
+    return after >= 0 and slack_s(s) >= s.restart_s + zone.restart_extra_s
+
+
+def period_premium(s: Situation) -> float:
+    """What one period off spot costs more than on it (on on-demand): what a zone's availability is worth until the
+    policy looks again, the horizon it weighs a move against (a longer one moved jobs out of their home region for
+    availability the next hours did not keep: ``bench/policy_regions.py``)."""
+    return s.period_s / 3600 * max(s.on_demand_price - s.spot_price, 0.0)
+
+
+def cheapest_zone(zones: Sequence[ZoneView], premium: float | None, spot_price: float) -> ZoneView | None:
+    """The zone whose stretch costs least in expectation: the move's transfer, its extra start-up at the spot price,
+    and the share of time it goes without spot (1 − availability; unknown: ½) times ``premium``
+    (:func:`period_premium`). So another region's zone wins only where its availability is worth its move; with no
+    move anywhere it is the best availability, ties in order. ``premium`` None (no work measured yet): availability
+    first, the move's cost breaking ties."""
+
+    def chance(zone: ZoneView) -> float:
+        return zone.availability if zone.availability is not None else 0.5
+
+    def cost(zone: ZoneView) -> tuple[float, float, float]:
+        move = zone.move_cost + zone.restart_extra_s / 3600 * spot_price
+        if premium is None:
+            return (-chance(zone), move, 0.0)
+        return (move + (1 - chance(zone)) * premium, -chance(zone), move)
+
+    return min(zones, key=cost) if zones else None
 
 
 def _values(s: Situation) -> dict[str, float]:

@@ -42,6 +42,11 @@ bill; the last pays the checkpoint and the restore (the new one bills, nothing t
 no overlap. A spot instance launched ahead that is reclaimed while it starts is given up: the old one trains on,
 with no start-up of its own, and the zone is out for the cool-down. The offline optimum is of the model without
 launches ahead, so a live run can cost less than the same policy told everything.
+
+Regions (issue 51): a run with a ``home_region`` (where the bucket has the checkpoint) charges each stretch started in
+a zone of another region ``move_cost`` (the checkpoint restored from the home bucket and committed back) and gives it
+``far_overhead`` ticks of start-up (the slower restore); the policy sees both in that zone's
+:class:`~handlers.spot.rules.ZoneView`, as the bot's do. On-demand runs in the home region.
 """
 
 from __future__ import annotations
@@ -52,9 +57,11 @@ from fractions import Fraction
 from itertools import accumulate, groupby
 
 from handlers.jobs import Market
+from handlers.regions import region_of
 from handlers.spot.gang import GangHold, short_of_slack, wait_or_move
 from handlers.spot.rules import NOTHING, Choice, Event, Holding, Situation, SpotPolicy, ZoneView
 from handlers.spot.situation import zone_view
+from handlers.spot.zones import STAY, Move
 
 # How far back a zone's availability share looks (the policy's "recent availability"), in hours.
 AVAILABILITY_WINDOW_HOURS = 24
@@ -62,10 +69,16 @@ AVAILABILITY_WINDOW_HOURS = 24
 
 @dataclass(frozen=True, slots=True)
 class Zone:
-    """One zone's trace: how many spot instances it had (or kept) at each tick."""
+    """One zone's trace: how many spot instances it had (or kept) at each tick, and its region (None: the one its
+    name says, :func:`~handlers.regions.region_of`)."""
 
     name: str
     counts: Sequence[int]
+    region: str | None = None
+
+    @property
+    def in_region(self) -> str:
+        return self.region if self.region is not None else region_of(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +98,22 @@ class Run:
     replace_overhead: int | None = None  # ticks of one node's replacement (a gang's replace-one); None: none
     hold: int = 1  # ticks of one hold: wait_or_move chooses again after each
     live: bool = False  # tell the policy only what the bot knows of the zones (the module's docstring)
+    # Regions: the home region (its bucket has the checkpoint; None: nothing moves), what a stretch in a zone outside
+    # it pays for the checkpoint's transfer (restored in, committed out), and its start-up there in ticks (the slower
+    # restore; None: ``overhead``).
+    home_region: str | None = None
+    move_cost: float = 0.0
+    far_overhead: int | None = None
+
+    def far(self, zone: Zone) -> bool:
+        """Whether a stretch in ``zone`` moves the checkpoint across regions."""
+        return self.home_region is not None and zone.in_region != self.home_region
+
+    def overhead_in(self, zone: Zone | None) -> int:
+        """A new instance's start-up in ``zone`` (None: on-demand, in the home region)."""
+        if zone is None or not self.far(zone) or self.far_overhead is None:
+            return self.overhead
+        return self.far_overhead
 
     @property
     def replaces_one(self) -> bool:
@@ -116,6 +145,7 @@ class Outcome:
     moves: int = 0  # holds that ended with wait_or_move's "move"
     survivor_node_ticks: int = 0  # node-ticks the survivors billed while they held, training nothing
     refusals: int = 0  # spot launches refused for capacity (``live`` only: otherwise the policy knows)
+    region_moves: int = 0  # stretches started outside the home region, each paying the run's ``move_cost``
 
     def cost(self, run: Run) -> float:
         h = run.hours_per_tick
@@ -123,7 +153,15 @@ class Outcome:
             self.spot_ticks * h * _exact(run.spot_price)
             + self.on_demand_ticks * h * _exact(run.on_demand_price)
             + self.survivor_cost_exact(run)
+            + self.transfer_cost_exact(run)
         )
+
+    def transfer_cost(self, run: Run) -> float:
+        """What the checkpoint's moves across regions cost (part of :meth:`cost`)."""
+        return float(self.transfer_cost_exact(run))
+
+    def transfer_cost_exact(self, run: Run) -> Fraction:
+        return self.region_moves * _exact(run.move_cost)
 
     def survivor_cost(self, run: Run) -> float:
         """What the survivors paid while they held (part of :meth:`cost`)."""
@@ -169,6 +207,7 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
     cooldown = 1  # a zone refused or reclaimed is without spot until the policy's next look (situation.lost_zones)
     lost_until = [run.start] * len(run.zones)  # live: the tick from which a refused or reclaimed zone is unknown again
     ahead_of: tuple[Market, str | None] | None = None  # live: the instance that trains on while its successor starts
+    moves = [_move(run, zone) for zone in run.zones]
     while progress < run.work:
         available = [t < len(zone) and zone[t] for zone in up]
         holding = NOTHING
@@ -213,9 +252,16 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
                 holding = Holding(market, zone_name, starting * gap)
         while True:
             views = tuple(
-                zone_view(zone.name, holding, t < lost_until[i], _share(prefix[i], t, window))
+                zone_view(zone.name, holding, t < lost_until[i], _share(prefix[i], t, window), moves[i])
                 if run.live
-                else ZoneView(zone.name, available[i], _share(prefix[i], t, window), _age(ages[i], t, gap))
+                else ZoneView(
+                    zone.name,
+                    available[i],
+                    _share(prefix[i], t, window),
+                    _age(ages[i], t, gap),
+                    moves[i].cost,
+                    moves[i].extra_s,
+                )
                 for i, zone in enumerate(run.zones)
             )
             situation = Situation(
@@ -262,7 +308,11 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
             t += 1
             continue
         if held != previous:  # a new instance (the first launch, a move, a return after a loss or a wait)
-            starting = run.overhead
+            zone = run.zones[_index(run, held[1])] if held[0] == "spot" else None
+            starting = run.overhead_in(zone)
+            if zone is not None and run.far(zone):
+                out.region_moves += 1
+                cost += _exact(run.move_cost)
             ahead_of = previous if _launches_ahead(run, previous, held, available) else None
         if ahead_of is not None and (starting <= 1 or not _up(run, ahead_of, available)):
             ahead_of = None  # the checkpoint and the restore (or the old instance was taken: the new one goes on)
@@ -282,6 +332,13 @@ def simulate(run: Run, policy: SpotPolicy) -> Outcome:
         t += 1
     out.finish = t - run.start
     return out
+
+
+def _move(run: Run, zone: Zone) -> Move:
+    """What the policy is told a stretch in ``zone`` moves across regions: the run's transfer and extra start-up."""
+    if not run.far(zone):
+        return STAY
+    return Move(run.move_cost, (run.overhead_in(zone) - run.overhead) * run.gap_seconds)
 
 
 def _launches_ahead(

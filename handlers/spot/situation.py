@@ -22,9 +22,18 @@ from datetime import datetime, timedelta
 from handlers.job_cost import job_cost
 from handlers.jobs import Job, PlanChoice
 from handlers.policy_reasons import WORDING
+from handlers.regions import region_of
 from handlers.spot.policies import POLICIES, SPOT_FIRST, best_zone, policy_for
 from handlers.spot.rules import DEFAULT_POLICY, NOTHING, Choice, Event, Holding, Situation, ZoneView
-from handlers.spot.zones import weigh_availability
+from handlers.spot.zones import (
+    CROSS_REGION_BYTES_PER_S,
+    IN_REGION_BYTES_PER_S,
+    STAY,
+    Move,
+    move_to,
+    refused_regions,
+    weigh_availability,
+)
 
 # Until the job has measured its own start-up: boot, runner install, checkpoint restore.
 DEFAULT_RESTART = timedelta(minutes=6)
@@ -59,6 +68,7 @@ def live_situation(
     checkpoint_steps: int | None = None,
     known_restart: float | None = None,
     launches_ahead: bool = True,
+    regions: Regions | None = None,
 ) -> Situation | None:
     """The job's situation now, or None while nothing is measured (no total steps or no step time yet).
 
@@ -69,6 +79,8 @@ def live_situation(
     recipe's checkpoint interval in steps (the work a notice-less loss takes); ``known_restart``: the restart
     overhead measured by earlier jobs of the recipe on its instance type (the job's own comes first);
     ``launches_ahead``: the cloud can launch a job's next instance while its current one runs (not a group mode).
+    ``regions``: where the job's checkpoint is and what moving it costs (None: one region, nothing moves); a region
+    whose every zone refused within one cool-down is avoided for the cool-down after its last refusal.
     """
     cost = job_cost(job, now)
     if not job.total_steps or cost.seconds_per_step is None:
@@ -76,9 +88,10 @@ def live_situation(
     per_step = cost.seconds_per_step
     done = job.step or 0
     restart = _measured_restart(job) or known_restart or DEFAULT_RESTART.total_seconds()
-    lost = lost_zones(job, now, refused or {}, period)
+    lost = lost_zones(job, now, refused or {}, period) | region_lost(job, now, refused or {}, period, zones)
     holding = _holding(job, now, restart)
-    views = tuple(zone_view(zone, holding, zone in lost, (scores or {}).get(zone)) for zone in zones)
+    moves = {zone: _move(job, zone, regions) for zone in zones}
+    views = tuple(zone_view(zone, holding, zone in lost, (scores or {}).get(zone), moves[zone]) for zone in zones)
     return Situation(
         event=event,
         work_left_s=max(job.total_steps - done, 0) * per_step,
@@ -98,13 +111,43 @@ def live_situation(
     )
 
 
-def zone_view(zone: str, holding: Holding, lost: bool, score: float | None) -> ZoneView:
+def zone_view(zone: str, holding: Holding, lost: bool, score: float | None, move: Move = STAY) -> ZoneView:
     """A zone as the bot knows it: with spot where its spot instance runs (or starts: its launch found spot), without
-    for the cool-down after a refusal or a reclaim, else unknown until a launch there tries it. The simulator's
-    ``live`` runs see the zones through this too."""
+    for the cool-down after a refusal or a reclaim, else unknown until a launch there tries it; with what a stretch
+    there moves across regions. The simulator's ``live`` runs see the zones through this too."""
     if lost:
-        return ZoneView(zone, False, score)
-    return ZoneView(zone, True if holding.market == "spot" and holding.zone == zone else None, score)
+        available: bool | None = False
+    else:
+        available = True if holding.market == "spot" and holding.zone == zone else None
+    return ZoneView(zone, available, score, move_cost=move.cost, restart_extra_s=move.extra_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Regions:
+    """Where a job's checkpoint lives and what moving it costs: the cloud's home region (its bucket's) and
+    inter-region price per GB (``SpansRegions``), and the restore's rate from another region when the job has not
+    measured one (``policy.spot.cross_region_gb_per_s``)."""
+
+    home: str
+    price_per_gb: float
+    cross_bytes_per_s: float = CROSS_REGION_BYTES_PER_S
+
+
+def _move(job: Job, zone: str, regions: Regions | None) -> Move:
+    """What a stretch of ``job`` in ``zone`` moves across regions, at the restore rates the job measured (its
+    attempts' restores in and outside the home region, of its checkpoint's size), else the defaults."""
+    if regions is None:
+        return STAY
+    cross, local = regions.cross_bytes_per_s, IN_REGION_BYTES_PER_S
+    size = job.checkpoint_bytes
+    for attempt in job.attempts:
+        if size and attempt.zone and attempt.restore_seconds:
+            rate = size / attempt.restore_seconds
+            if region_of(attempt.zone) == regions.home:
+                local = rate
+            else:
+                cross = rate
+    return move_to(zone, regions.home, size, regions.price_per_gb, cross, local)
 
 
 def projection(s: Situation, choice: Choice, now: datetime) -> Projection:
@@ -142,16 +185,30 @@ def _measured_restart(job: Job) -> float | None:
 def lost_zones(job: Job, now: datetime, refused: Mapping[str, datetime], cooldown: timedelta) -> set[str]:
     """Zones where the job's spot instance was reclaimed, or a launch refused for capacity, within the cool-down
     (the policy's period)."""
-    lost = {zone for zone, at in refused.items() if now - at < cooldown}
+    return {zone for zone, at in lost_at(job, refused).items() if now - at < cooldown}
+
+
+def lost_at(job: Job, refused: Mapping[str, datetime]) -> dict[str, datetime]:
+    """When each zone last refused the job's spot launch for capacity, or took its spot instance."""
+    lost = dict(refused)
     for attempt in job.attempts:
         reason = attempt.end_reason or ""
         # A spot instance the cloud took (a notice, or gone without one); not one the bot stopped (a person's stop,
         # the policy's switch of market: the runner's notice kind is "stop"), nor an on-demand one.
         taken = reason.startswith(("interrupted", "instance gone")) and reason != "interrupted: stop"
         reclaimed = taken and attempt.market == "spot"
-        if attempt.zone and attempt.ended_at and reclaimed and now - attempt.ended_at < cooldown:
-            lost.add(attempt.zone)
+        if attempt.zone and attempt.ended_at and reclaimed:
+            lost[attempt.zone] = max(attempt.ended_at, lost.get(attempt.zone, attempt.ended_at))
     return lost
+
+
+def region_lost(
+    job: Job, now: datetime, refused: Mapping[str, datetime], cooldown: timedelta, zones: Sequence[str]
+) -> set[str]:
+    """The zones of the regions whose every zone refused or reclaimed within one cool-down
+    (:func:`~handlers.spot.zones.refused_regions`)."""
+    out = refused_regions(lost_at(job, refused), zones, now, cooldown)
+    return {zone for zone in zones if zone and region_of(zone) in out}
 
 
 
@@ -172,6 +229,7 @@ class SpotView:
     # make-before-break; not in a group mode (AWS Auto Scaling, Alibaba scaling groups), whose one group per job
     # holds one instance and would end the current one to start the next.
     launches_ahead: bool = True
+    regions: Regions | None = None  # the cloud spans regions: what a move out of the home region costs
 
 
 # How far back the job's own launches count for the estimate of a zone's availability.
@@ -236,6 +294,7 @@ def choose(job: Job, view: SpotView, now: datetime, event: Event) -> tuple[Choic
         checkpoint_steps=view.checkpoint_steps,
         known_restart=view.restart_s,
         launches_ahead=view.launches_ahead,
+        regions=view.regions,
     )
     current = job.current
     if name == SPOT_FIRST and event == "interrupted" and current is not None and current.market == "on-demand":
@@ -257,7 +316,10 @@ def _unmeasured(job: Job, name: str, view: SpotView, scores: Mapping[str, float]
     if name == "on-demand":
         return Choice("on-demand", None, WORDING("spot-policy.on-demand.only"))
     lost = lost_zones(job, now, job.refused_zones, view.period)  # refused or reclaimed within the cool-down
-    views = [ZoneView(zone, False if zone in lost else None, scores.get(zone)) for zone in view.zones]
+    lost |= region_lost(job, now, job.refused_zones, view.period, view.zones)
+    views = [
+        zone_view(zone, NOTHING, zone in lost, scores.get(zone), _move(job, zone, view.regions)) for zone in view.zones
+    ]
     zone = best_zone(views)
     if zone is not None:
         return Choice("spot", zone.name, WORDING("spot-policy.unmeasured", zone=zone.name or "-"))

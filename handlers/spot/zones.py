@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from handlers.jobs import Market
-from handlers.regions import region_of
+from handlers.regions import region_of, transfer_cost
 
 ErrorKind = Literal["capacity", "skip", "fatal"]
 
@@ -315,3 +315,67 @@ class LaunchPlan:
         if not self.failures:
             return "no candidate to launch: no zone or no instance type configured"
         return "every candidate failed: " + "; ".join(self.failures)
+
+
+# -- regions --------------------------------------------------------------------------------------------------
+
+# A restore's rate when nothing was measured, in bytes per second. Within the bucket's region: 10 Gb/s, what
+# s3transfer's CRT manager targets when it cannot tell the instance's own (the local cloud's ``aws-p5`` profile).
+# From another region: 5 Gb/s, the cap AWS puts on an instance's flows to another region below 32 vCPUs (half its
+# bandwidth above: a GPU instance gets at least that), "Maximizing Amazon S3 transfer throughput to Amazon EC2
+# instances", AWS re:Post.
+IN_REGION_BYTES_PER_S = 1.25e9
+CROSS_REGION_BYTES_PER_S = 0.625e9
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """What a stretch in a zone outside the home region costs beyond one in it: dollars (the checkpoint restored
+    from the home bucket and committed back to it) and seconds of start-up (the slower restore)."""
+
+    cost: float = 0.0
+    extra_s: float = 0.0
+
+
+STAY = Move()
+
+
+def move_to(
+    zone: str,
+    home_region: str | None,
+    checkpoint_bytes: int | None,
+    price_per_gb: float,
+    cross_bytes_per_s: float = CROSS_REGION_BYTES_PER_S,
+    in_bytes_per_s: float = IN_REGION_BYTES_PER_S,
+) -> Move:
+    """The move to ``zone`` for a job whose checkpoint (``checkpoint_bytes``; None: none yet) is in
+    ``home_region``'s bucket (None: the cloud spans one region, nothing moves). The restore's time is counted beyond
+    the in-region restore the measured restart already holds."""
+    if home_region is None or not zone or not checkpoint_bytes or region_of(zone) == home_region:
+        return STAY
+    cost = 2 * transfer_cost(checkpoint_bytes, price_per_gb)  # restored in, committed out
+    extra = max(checkpoint_bytes / cross_bytes_per_s - checkpoint_bytes / in_bytes_per_s, 0.0)
+    return Move(cost, extra)
+
+
+def refused_regions(
+    lost_at: Mapping[str, datetime], zones: Iterable[str], now: datetime, cooldown: timedelta
+) -> set[str]:
+    """Regions whose every zone (of ``zones``, the candidates) refused spot for capacity, or took the job's spot
+    instance, within one cool-down of the region's last such loss, while that last one is within the cool-down: the
+    whole region is avoided until the cool-down after its last refusal, even where an earlier zone's own is over.
+    ``lost_at``: when each zone last refused or reclaimed."""
+    by_region: dict[str, list[str]] = {}
+    for zone in zones:
+        if zone:
+            by_region.setdefault(region_of(zone), []).append(zone)
+    out = set()
+    for region, members in by_region.items():
+        times = [lost_at.get(zone) for zone in members]
+        if any(at is None for at in times):
+            continue
+        known = [at for at in times if at is not None]
+        last = max(known)
+        if now - last < cooldown and all(last - at < cooldown for at in known):
+            out.add(region)
+    return out
