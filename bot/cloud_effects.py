@@ -304,8 +304,14 @@ class CloudEffects:
             log.warning("launch of %s attempt %d failed: %s", job.id, effect.attempt, exc)
             reason = str(exc) or type(exc).__name__
             capacity = isinstance(exc, LaunchError) and exc.capacity
+            refused_zones = exc.refused_zones if isinstance(exc, LaunchError) else ()
             failed = LaunchFailed(
-                job_id=job.id, attempt=effect.attempt, reason=reason, capacity=capacity, zone=effect.zone
+                job_id=job.id,
+                attempt=effect.attempt,
+                reason=reason,
+                capacity=capacity,
+                zone=effect.zone,
+                refused_zones=refused_zones,
             )
             return f"failed: {reason}", [failed]
         self.launched += 1

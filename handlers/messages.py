@@ -87,7 +87,8 @@ class Launched(_Message):
 
 class LaunchFailed(_Message):
     """``capacity``: every try was refused for capacity (another zone, market or later may have room); ``zone``:
-    the zone the launch was pinned to, if it was."""
+    the zone the launch was pinned to, if it was; ``refused_zones``: every zone whose try was refused for capacity
+    (an unpinned launch may have tried several, in several regions)."""
 
     type: Literal["launch-failed"] = "launch-failed"
     job_id: str
@@ -95,6 +96,7 @@ class LaunchFailed(_Message):
     reason: str
     capacity: bool = False
     zone: str | None = None
+    refused_zones: tuple[str, ...] = ()
 
 
 class StartDeadline(_Message):

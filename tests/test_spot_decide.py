@@ -538,3 +538,21 @@ def test_a_runner_that_fails_while_the_switch_stops_it_leaves_the_job_going_on_t
     # A person's stop that meets a failure still ends the job.
     stopping = stop_command(job, "console:ana", NOW)
     assert decide(stopping.job, ReportReceived(report=crashed), NOW, spot=ONE_ZONE).job.state is JobState.STOPPED
+
+
+def test_an_unpinned_launch_refused_in_every_zone_of_a_region_records_each_and_the_next_goes_to_another_region() -> (
+    None
+):
+    regions = SpotView(
+        zones=("us-east-1a", "us-east-1b", "us-west-2a"),
+        spot_price=0.3,
+        on_demand_price=1.0,
+        period=timedelta(minutes=5),
+    )
+    job = created(deadline=NOW + timedelta(hours=2), spot=regions).job
+    refusal = LaunchFailed(
+        job_id=job.id, attempt=1, reason="no room", capacity=True, refused_zones=("us-east-1a", "us-east-1b")
+    )
+    change = decide(job, refusal, NOW, spot=regions)
+    assert {"us-east-1a", "us-east-1b"} <= set(change.job.refused_zones)
+    assert effect(change, "launch")["zone"] == "us-west-2a"

@@ -76,11 +76,15 @@ def steer(
 
 def capacity(job: Job, message: LaunchFailed, now: datetime, spot: SpotView) -> Change:
     """A spot launch refused for capacity: the zone counts as without spot for a while (so nothing launches there
-    in a loop), and the policy chooses again (another zone, on-demand, or waiting for the next tick)."""
+    in a loop), every other zone the launch tried too (a region whose every zone refused is then avoided:
+    :func:`handlers.spot.zones.refused_regions`), and the policy chooses again (another zone, on-demand, or waiting
+    for the next tick)."""
     current = job.current
     zone = message.zone or (current.zone if current is not None else None) or ""
     ended = launching.end_attempt(job, now, Failure.of("capacity", error=message.reason).english)
     history = {"event": "launch-failed", "capacity": True, "zone": zone, "reason": message.reason}
+    for tried in message.refused_zones:
+        ended = refused(ended, tried, now)
     return steer(job, refused(ended, zone, now), now, history, [], spot, "capacity")
 
 
