@@ -30,7 +30,15 @@ from bot.chat import catalog
 from bot.chat.catalog import Lang, say
 from bot.chat.costs import costs_text
 from bot.chat.render import card_text, recipes_text
-from bot.cloud.base import CloudError, CloudProvider, ListsZones, ReadsAvailability, ReadsTrainerLogs, launches_ahead
+from bot.cloud.base import (
+    CloudError,
+    CloudProvider,
+    ListsZones,
+    ReadsAvailability,
+    ReadsTrainerLogs,
+    SpansRegions,
+    launches_ahead,
+)
 from bot.costs import read_costs
 from bot.keys import Keys
 from bot.log_limit import LimitedLog
@@ -76,7 +84,6 @@ from handlers.policy_config import PolicyConfig
 from handlers.private_answers import answered_privately
 from handlers.reasons import Reason
 from handlers.recipes import Recipe, find_recipe
-from handlers.regions import AWS_TRANSFER_PRICE_PER_GB
 from handlers.report_freshness import REPORT_SEEN_SECONDS
 from handlers.reports import Failed, Interrupted, Notice, Progress
 from handlers.restart_overhead import first_step_was
@@ -551,10 +558,9 @@ class Bot:
 def spans_regions(cloud: CloudProvider, cross_region_gb_per_s: float) -> Regions | None:
     """What a move out of the cloud's home region (its bucket's) costs, where the cloud spans regions (its
     ``home_region`` and ``transfer_price_per_gb``, bot/cloud/base.py's ``SpansRegions``); None: one region."""
-    home = getattr(cloud, "home_region", None)
-    if not isinstance(home, str) or not home:
+    if not isinstance(cloud, SpansRegions) or not cloud.home_region:
         return None
-    price = getattr(cloud, "transfer_price_per_gb", AWS_TRANSFER_PRICE_PER_GB)
+    home, price = cloud.home_region, cloud.transfer_price_per_gb
     return Regions(home, float(price), cross_region_gb_per_s * 1e9)
 
 

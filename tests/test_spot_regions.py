@@ -155,17 +155,13 @@ def test_the_zone_of_the_job_s_spot_instance_is_kept_whatever_a_move_would_cost(
 # -- the bot's side -----------------------------------------------------------------------------------------------
 
 
-class _SpanningCloud(LocalCloud):
-    """The local cloud as a cloud that spans regions says it (bot/cloud/base.py's ``SpansRegions``)."""
-
-    home_region = "us-east-1"
-    transfer_price_per_gb = 0.01
-
-
 def test_the_bot_reads_the_home_region_and_price_from_a_cloud_that_spans_regions(tmp_path: Path) -> None:
-    assert spans_regions(LocalCloud(tmp_path), 0.625) is None  # one region: no move costs anything
-    regions = spans_regions(_SpanningCloud(tmp_path), 0.5)
-    assert regions == Regions("us-east-1", 0.01, 0.5e9)
+    local = spans_regions(LocalCloud(tmp_path), 0.625)  # zones of one region: its home, so no move costs anything
+    assert local == Regions("local", 0.02, 0.625e9)
+    assert move_to("local-a", local.home, 20 * 10**9, local.price_per_gb) == move_to("local-a", None, None, 0.02)
+    spanning = LocalCloud(tmp_path, zones=("us-east-1a", "us-west-2a"))  # the first zone's region is its home
+    spanning.transfer_price_per_gb = 0.01
+    assert spans_regions(spanning, 0.5) == Regions("us-east-1", 0.01, 0.5e9)
 
 
 def test_a_zone_whose_longer_start_up_the_deadline_cannot_cover_is_not_chosen() -> None:

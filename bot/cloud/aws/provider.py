@@ -418,9 +418,9 @@ class AwsCloud:
     async def interrupt_test(self, instance_id: str) -> InterruptTestResult:
         """A real spot interruption through AWS FIS in the instance's region (:mod:`bot.cloud.aws.fis`); the
         interruption comes from EC2."""
-        first(self.regions).fis.role()  # not set up: say so before looking anything up
+        first(self.regions).interrupt_tests.role()  # not set up: say so before looking anything up
         region, instance, job_id, _ = await self._job_of(instance_id)
-        return await region.fis.interrupt(instance_id, instance, job_id)
+        return await region.interrupt_tests.interrupt(instance_id, instance, job_id)
 
     async def check_setup(self, scope: SetupScope) -> list[Check]:
         """Region, credentials and dry runs of what the bot calls, the launch in each region

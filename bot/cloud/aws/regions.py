@@ -48,7 +48,7 @@ class AwsRegion:
     gangs: AwsPlacement
     instances: AwsInstances
     groups: AwsGroups
-    fis: AwsFis
+    interrupt_tests: AwsFis
     objects: AwsObjects  # the home region's bucket, this region's runner role (its key objects' names)
 
 
@@ -71,7 +71,7 @@ def open_region(
         gangs=gangs,
         instances=instances,
         groups=AwsGroups(settings, clients, zones, pricing, instances),
-        fis=AwsFis(settings, clients),
+        interrupt_tests=AwsFis(settings, clients),
         objects=AwsObjects(settings, home_clients, report_keys),
     )
 
