@@ -257,6 +257,17 @@ class DeadlineAware:
       (``bench/policy_traces.py --live``, restarts of 3, 12 and 30 minutes), its own rules cost 0.035-0.073 of
       the optimum more than greedy's on the 4- and 16-node dates, and for one node that stops first more in 8
       of 9 cells (up to 0.092; 0.007 less on the held-out split at 30 minutes).
+    - A restart too long for spot's stretches: greedy's rules, for every job. Leaving spot early and returning
+      to it each bet a restart on the spot stretch a return catches: that stretch must outlast the spot start-up
+      (``R``) and then save, at the price gap, what the start-up costs and what the fallback to on-demand costs
+      when the stretch ends, ``R · (spot + on-demand)`` — so it must last ``2R / (1 − ρ)``, ρ the spot price over
+      the on-demand price. Where the typical stretch (``spot_stretch_s``: the median stretch of spot in one zone
+      on the tuning split, 37 min, ``bench/spot_learned.py``) is shorter than that, most such bets lose, so
+      greedy's rules hold once ``restart_s > (1 − ρ) · spot_stretch_s / 2`` (12.9 min at V100 prices). It
+      generalises as far as the break-even and the stretch do: the break-even is the prices' and the restart's,
+      no fitted number; the stretch is the one figure taken from the traces, and the other dates' medians
+      (24-93 min) put their switches at 8-33 min, on either side of this one, with deadline-aware ahead of greedy
+      below their own switch and level with it or behind above (``bench/policy_traces.py``'s recorded table).
     - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
       (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
     - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
@@ -270,6 +281,7 @@ class DeadlineAware:
     kappa: float = 0.2
     reserve: float = 1.0
     gate: float = 4.0
+    spot_stretch_s: float = 37 * 60  # the median spot stretch of one zone, tuning split (see the docstring)
 
     def __call__(self, s: Situation) -> Choice:
         zone = _pick_zone(s, prefer_availability=True)
@@ -288,6 +300,8 @@ class DeadlineAware:
             return Choice("wait", None, WORDING("spot-policy.wait.budget", budget=s.budget))
         if not s.switch_ahead and not s.told:
             return greedy(s)  # a switch that stops first, blind to where spot is: see the docstring
+        if self.restart_too_long(s):
+            return greedy(s)  # a return to spot would not outlast its restarts: see the docstring
         if s.holding.market == "on-demand":
             spare = s.time_left_s - s.period_s - (2 * s.restart_s + s.work_left_s + s.checkpoint_interval_s)
             cheaper = (s.restart_s + s.work_left_s) * s.spot_price < s.work_left_s * s.on_demand_price
@@ -311,6 +325,11 @@ class DeadlineAware:
             if slack < kept:
                 return Choice("on-demand", None, WORDING("spot-policy.on-demand.reserve", slack_h=_hours(slack)))
         return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(slack)))
+
+    def restart_too_long(self, s: Situation) -> bool:
+        """Whether the typical spot stretch is shorter than a return's break-even, ``2 · restart_s / (1 − ρ)``."""
+        share_saved = 1 - s.spot_price / s.on_demand_price if s.on_demand_price > 0 else 0.0
+        return 2 * s.restart_s > share_saved * self.spot_stretch_s
 
     def behind(self, s: Situation) -> bool:
         """Behind ``pace`` × an even pace: the work left is more than that share of all the work (start-ups
