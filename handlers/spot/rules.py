@@ -258,16 +258,17 @@ class DeadlineAware:
       the optimum more than greedy's on the 4- and 16-node dates, and for one node that stops first more in 8
       of 9 cells (up to 0.092; 0.007 less on the held-out split at 30 minutes).
     - A restart too long for spot's stretches: greedy's rules, for every job. Leaving spot early and returning
-      to it each bet a restart on the spot stretch a return catches: that stretch must outlast the spot start-up
-      (``R``) and then save, at the price gap, what the start-up costs and what the fallback to on-demand costs
-      when the stretch ends, ``R · (spot + on-demand)`` — so it must last ``2R / (1 − ρ)``, ρ the spot price over
-      the on-demand price. Where the typical stretch (``spot_stretch_s``: the median stretch of spot in one zone
-      on the tuning split, 37 min, ``bench/spot_learned.py``) is shorter than that, most such bets lose, so
-      greedy's rules hold once ``restart_s > (1 − ρ) · spot_stretch_s / 2`` (12.9 min at V100 prices). It
-      generalises as far as the break-even and the stretch do: the break-even is the prices' and the restart's,
-      no fitted number; the stretch is the one figure taken from the traces, and the other dates' medians
-      (24-93 min) put their switches at 8-33 min, on either side of this one, with deadline-aware ahead of greedy
-      below their own switch and level with it or behind above (``bench/policy_traces.py``'s recorded table).
+      to it bet restarts on the spot stretch a return catches: it pays only if that stretch outlasts the spot
+      start-up (``R``) and then saves, at the price gap, the two start-ups the return adds (its own, and the one
+      after the stretch ends, both at spot's price at the least: the fallback waits for spot where the slack
+      allows). So the stretch must last ``R · (1 + ρ) / (1 − ρ)``, ρ the spot price over the on-demand price
+      (1.86 restarts at V100 prices). Where the typical stretch (``spot_stretch_s``: the median stretch of spot in
+      one zone on the tuning split, 37 min, ``bench/spot_learned.py``) is shorter than that, most returns lose,
+      so greedy's rules hold once ``restart_s > spot_stretch_s · (1 − ρ) / (1 + ρ)`` (19.9 min at V100 prices).
+      Why it generalises: the break-even is the prices' and the restart's, no fitted number; the stretch is the
+      one figure taken from traces, from the tuning split alone; and the switch sits below where the rules
+      stop paying on the tuning split (between 21 and 27 min), so a date whose stretches run a little shorter
+      still finds greedy's rules where its own would lose. ``bench/policy_traces.py`` records the result.
     - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
       (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
     - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
@@ -327,9 +328,9 @@ class DeadlineAware:
         return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(slack)))
 
     def restart_too_long(self, s: Situation) -> bool:
-        """Whether the typical spot stretch is shorter than a return's break-even, ``2 · restart_s / (1 − ρ)``."""
-        share_saved = 1 - s.spot_price / s.on_demand_price if s.on_demand_price > 0 else 0.0
-        return 2 * s.restart_s > share_saved * self.spot_stretch_s
+        """Whether the typical spot stretch is shorter than a return's break-even, ``restart_s · (1 + ρ) / (1 − ρ)``."""
+        ratio = s.spot_price / s.on_demand_price if s.on_demand_price > 0 else 1.0
+        return s.restart_s * (1 + ratio) > self.spot_stretch_s * (1 - ratio)
 
     def behind(self, s: Situation) -> bool:
         """Behind ``pace`` × an even pace: the work left is more than that share of all the work (start-ups
