@@ -75,9 +75,9 @@ program solved in expectation over an availability model fitted on the tuning sp
     30 min    1.095 / 1.119   1.095 / 1.112   1.154 / 1.156
 
 Under deadline-aware everywhere (at 30 min, where deadline-aware is greedy, by 0.002 to 0.024), under greedy on
-every split at every restart, within 1.05 of the optimum at 3 and 6 min on every split and at 12 min on two of three. It needs each
-zone's age, which the live bot does not have; told the ages the bot could know it lost to deadline-aware at 30 min,
-so the bot does not offer it.
+every split at every restart, within 1.05 of the optimum at 3 and 6 min on every split and at 12 min on two of
+three. It needs each zone's age, which the live bot does not have; told the ages the bot could know it lost to
+deadline-aware at 30 min, so the bot does not offer it.
 
 ``--cache FILE`` keeps the optima (which do not depend on the policies) in a JSON file between runs, so trying a
 change to a policy costs only the policies' own replay; delete the file when the traces change.
