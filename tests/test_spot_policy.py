@@ -11,20 +11,21 @@ from handlers.spot.rules import (
     NOTHING,
     SIMULATED_POLICIES,
     Holding,
+    SpotPolicy,
     ZoneView,
-    deadline_aware,
     fallback_slack,
     greedy,
     on_demand,
     spot_only,
 )
 from handlers.spot.simulator import Outcome, Run, simulate
-from tests.spot_cases import HOUR, RESERVE, hourly_run, policy_reasons, situation, zones
+from tests.spot_cases import HOUR, OWN_RULES, RESERVE, hourly_run, policy_reasons, situation, zones
 
 
-def played(policy_name: str, run: Run) -> tuple[str, Outcome]:
-    """The policy's action at each tick (s spot, D on-demand, . nothing, X stop), and the outcome."""
-    outcome = simulate(run, SIMULATED_POLICIES[policy_name])
+def played(policy: str | SpotPolicy, run: Run) -> tuple[str, Outcome]:
+    """The policy's (a name, or the policy) action at each tick (s spot, D on-demand, . nothing, X stop), and the
+    outcome."""
+    outcome = simulate(run, SIMULATED_POLICIES[policy] if isinstance(policy, str) else policy)
     shown = "".join({"spot": "s", "on-demand": "D", "wait": ".", "stop": "X"}[c.action] for c in outcome.choices)
     return shown, outcome
 
@@ -84,44 +85,44 @@ def test_a_deadline_that_is_just_feasible_leaves_no_room_for_spot() -> None:
         assert outcome.finish == 5 and outcome.met(run)
     # One hour more is enough for a spot attempt: lost at once, on-demand still makes it, to the hour.
     run = hourly_run([[1, 0, 0, 0, 0, 0, 0]], work=4, deadline=6)
-    shown, outcome = played("deadline-aware", run)
+    shown, outcome = played(OWN_RULES, run)
     assert shown == "sDDDDD"
     assert outcome.finish == 6 and outcome.met(run) and outcome.preemptions == 1
     # With an hour less than that, it is too late from the start: finish as soon as possible.
-    choice = deadline_aware(situation(zones=zones(True), work_left_s=4 * HOUR, time_left_s=4 * HOUR))
+    choice = OWN_RULES(situation(zones=zones(True), work_left_s=4 * HOUR, time_left_s=4 * HOUR))
     assert choice.action == "on-demand" and choice.reason.key == "spot-policy.late"
 
 
 def test_a_zone_that_comes_back_is_waited_for_while_the_slack_allows() -> None:
     # Spot goes for two hours with 10 h of slack: waiting costs nothing, the job resumes in the same zone.
     run = hourly_run([[1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]], work=4, deadline=12, overhead=0)
-    shown, outcome = played("deadline-aware", run)
+    shown, outcome = played(OWN_RULES, run)
     assert shown == "ss..ss"
     assert outcome.on_demand_ticks == 0 and outcome.preemptions == 1
     assert {choice.zone for choice in outcome.choices if choice.action == "spot"} == {"zone-a"}
     # With another zone up, it moves there at once instead of waiting.
     run = hourly_run([[1, 1, 0, 0, 1, 1], [0, 0, 1, 1, 1, 1]], work=4, deadline=12, overhead=0)
-    outcome = simulate(run, deadline_aware)
+    outcome = simulate(run, OWN_RULES)
     assert [choice.zone for choice in outcome.choices] == ["zone-a", "zone-a", "zone-b", "zone-b"]
 
 
 def test_no_spot_and_little_slack_left_means_on_demand_now_with_its_reason() -> None:
-    choice = deadline_aware(situation(zones=zones(False, share=0.0), **RESERVE))
+    choice = OWN_RULES(situation(zones=zones(False, share=0.0), **RESERVE))
     assert choice.action == "on-demand" and choice.reason.key == "spot-policy.on-demand.reserve"
     # The same slack in 1 h restarts is 1.1 restarts: on-demand now could never return to spot (its own
     # start-up and the way back would cost two), so it waits on, as long as a spot start-up still fits ...
     few = {**RESERVE, "restart_s": HOUR, "work_left_s": 7.9 * HOUR}
-    assert deadline_aware(situation(zones=zones(False, share=0.0), **few)).action == "wait"
+    assert OWN_RULES(situation(zones=zones(False, share=0.0), **few)).action == "wait"
     # ... and once none fits, not even a zone with spot can help: on-demand at once (the cost of later).
-    none_fits = deadline_aware(situation(zones=zones(False, True, share=0.0), **{**few, "work_left_s": 8.1 * HOUR}))
+    none_fits = OWN_RULES(situation(zones=zones(False, True, share=0.0), **{**few, "work_left_s": 8.1 * HOUR}))
     assert none_fits.action == "on-demand" and none_fits.reason.key == "spot-policy.on-demand.deadline"
     # Waiting until the fallback test fails is not on: the reason gives the work left and the time to go.
-    choice = deadline_aware(situation(zones=zones(False, share=0.0), work_left_s=6 * HOUR, time_left_s=7 * HOUR))
+    choice = OWN_RULES(situation(zones=zones(False, share=0.0), work_left_s=6 * HOUR, time_left_s=7 * HOUR))
     assert choice.action == "on-demand"
     assert str(choice.reason) == "on-demand now: 6 h of work left, 7 h to the deadline"
     # Plenty of slack and zones that are usually up: it waits.
-    assert deadline_aware(situation(zones=zones(False, True, share=0.9), restart_s=0.0)).action == "spot"
-    assert deadline_aware(situation(zones=zones(False, False, share=0.9), restart_s=0.0)).action == "wait"
+    assert OWN_RULES(situation(zones=zones(False, True, share=0.9), restart_s=0.0)).action == "spot"
+    assert OWN_RULES(situation(zones=zones(False, False, share=0.9), restart_s=0.0)).action == "wait"
 
 
 def test_it_goes_back_from_on_demand_to_spot_when_that_is_safe() -> None:
@@ -129,7 +130,7 @@ def test_it_goes_back_from_on_demand_to_spot_when_that_is_safe() -> None:
     # pace with 6 h (6 restarts) to spare, room to come back: on-demand. Spot is back at t = 6 with 8 h left
     # and 4 h of work: 8 - 1 - (2 + 4) >= 0, so it goes back, and finishes in time.
     run = hourly_run([[0] * 6 + [1] * 8], work=6, deadline=14)
-    shown, outcome = played("deadline-aware", run)
+    shown, outcome = played(OWN_RULES, run)
     assert shown == "...DDDsssss"
     back = outcome.choices[6]
     assert back.reason.key == "spot-policy.spot.back" and back.zone == "zone-a"
@@ -137,14 +138,14 @@ def test_it_goes_back_from_on_demand_to_spot_when_that_is_safe() -> None:
     # Spot back only at t = 9 (5 h left, 1 h of work): 5 - 1 - (2 + 1) >= 0, yet the rest on spot, start-up
     # included (2 h at $1), is cheaper than 1 h at $3: back it goes. At $2.5 spot it would not be.
     run = hourly_run([[0] * 9 + [1] * 5], work=6, deadline=14)
-    assert played("deadline-aware", run)[0] == "...DDDDDDss"
+    assert played(OWN_RULES, run)[0] == "...DDDDDDss"
     pricey = situation(
         zones=zones(True), holding=Holding("on-demand"), work_left_s=HOUR, time_left_s=5 * HOUR, spot_price=2.5
     )
-    assert deadline_aware(pricey).action == "on-demand"
+    assert OWN_RULES(pricey).action == "on-demand"
     # Without the slack for two more start-ups it stays on on-demand.
     tight = situation(zones=zones(True), holding=Holding("on-demand"), work_left_s=4 * HOUR, time_left_s=6 * HOUR)
-    assert deadline_aware(tight).action == "on-demand"
+    assert OWN_RULES(tight).action == "on-demand"
 
 
 def test_live_a_job_whose_switch_stops_first_keeps_greedys_rules_one_that_launches_ahead_its_own() -> None:
@@ -154,16 +155,16 @@ def test_live_a_job_whose_switch_stops_first_keeps_greedys_rules_one_that_launch
     # own rules: back to spot at once.
     on_demand_now = {"holding": Holding("on-demand"), "time_left_s": 12 * HOUR, "told": False}
     unknown = (ZoneView("zone-a", None, 0.9),)
-    stays = deadline_aware(situation(zones=unknown, **on_demand_now))
+    stays = OWN_RULES(situation(zones=unknown, **on_demand_now))
     assert stays == greedy(situation(zones=unknown, **on_demand_now)) and stays.action == "on-demand"
-    assert deadline_aware(situation(zones=unknown, switch_ahead=True, **on_demand_now)).action == "spot"
+    assert OWN_RULES(situation(zones=unknown, switch_ahead=True, **on_demand_now)).action == "spot"
     # No spot, slack of many restarts, behind an even pace: its own rules leave spot early, greedy's wait.
     early = {**RESERVE, "zones": zones(False, share=0.0), "told": False}
-    assert deadline_aware(situation(**early)).action == "wait"
-    assert deadline_aware(situation(**{**early, "switch_ahead": True})).action == "on-demand"
+    assert OWN_RULES(situation(**early)).action == "wait"
+    assert OWN_RULES(situation(**{**early, "switch_ahead": True})).action == "on-demand"
     # Told where spot is (the simulator's view), a return is never refused: its own rules.
     told = {**on_demand_now, "told": True}
-    assert deadline_aware(situation(zones=(ZoneView("zone-a", True, 0.25),), **told)).action == "spot"
+    assert OWN_RULES(situation(zones=(ZoneView("zone-a", True, 0.25),), **told)).action == "spot"
 
 
 def test_a_budget_that_would_be_exceeded_stops_the_job() -> None:
@@ -171,7 +172,7 @@ def test_a_budget_that_would_be_exceeded_stops_the_job() -> None:
     # $2 spent and $3 to go on spot (exactly the budget): it waits for spot; the second loss would need
     # $4 + $2 = $6 > $5, so it stops with a checkpoint, having spent $4.
     run = hourly_run([[1, 1, 0, 1, 1, 0, 1, 1, 1, 1]], work=3, deadline=20, budget=5.0)
-    shown, outcome = played("deadline-aware", run)
+    shown, outcome = played(OWN_RULES, run)
     assert shown == "ss.ssX"
     assert outcome.stopped and outcome.finish is None and outcome.cost(run) == 4.0
     stop = outcome.choices[-1]
@@ -183,25 +184,25 @@ def test_a_budget_that_would_be_exceeded_stops_the_job() -> None:
     # A budget that covers it changes nothing.
     free = hourly_run([[1, 1, 0, 1, 1, 0, 1, 1, 1, 1]], work=3, deadline=20)
     roomy = hourly_run([[1, 1, 0, 1, 1, 0, 1, 1, 1, 1]], work=3, deadline=20, budget=100.0)
-    assert played("deadline-aware", free)[0] == played("deadline-aware", roomy)[0]
+    assert played(OWN_RULES, free)[0] == played(OWN_RULES, roomy)[0]
 
 
 def test_without_a_deadline_the_job_goes_to_spot_as_it_always_did() -> None:
-    choice = deadline_aware(situation(zones=zones(False, True), time_left_s=None))
+    choice = OWN_RULES(situation(zones=zones(False, True), time_left_s=None))
     assert (choice.action, choice.zone, choice.reason.key) == ("spot", "zone-b", "spot-policy.spot.no-deadline")
     assert greedy(situation(zones=zones(False), time_left_s=None)).action == "wait"
     # A job without a deadline that is on on-demand (a person's `resume … on-demand`) stays there.
-    kept = deadline_aware(situation(zones=zones(True), time_left_s=None, holding=Holding("on-demand")))
+    kept = OWN_RULES(situation(zones=zones(True), time_left_s=None, holding=Holding("on-demand")))
     assert (kept.action, kept.reason.key) == ("on-demand", "spot-policy.on-demand.kept")
 
 
 def test_the_zone_with_the_best_recent_availability_is_taken_and_kept() -> None:
     views = (*zones(True, share=0.3), *zones(True, True, share=0.8)[1:])
-    assert deadline_aware(situation(zones=views)).zone == "zone-b"
-    kept = deadline_aware(situation(zones=views, holding=Holding("spot", "zone-a")))
+    assert OWN_RULES(situation(zones=views)).zone == "zone-b"
+    kept = OWN_RULES(situation(zones=views, holding=Holding("spot", "zone-a")))
     assert kept.zone == "zone-a"  # staying costs no start-up
     assert spot_only(situation(zones=views)).zone == "zone-a"  # the baseline goes by order
-    assert deadline_aware(situation(zones=views, holding=NOTHING)).action == "spot"
+    assert OWN_RULES(situation(zones=views, holding=NOTHING)).action == "spot"
 
 
 def test_every_policy_reason_is_a_catalogue_sentence_with_its_values() -> None:

@@ -216,18 +216,18 @@ def test_the_safe_optimum_is_the_least_cost_of_every_plan_that_keeps_the_deadlin
 # -- the deadline-aware policies on traces they were not tuned on ----------------------------------------------
 
 # Restart minutes -> how far above greedy's mean cost / optimum each policy may be on the held-out dates.
-# deadline-aware: below greedy at 3 to 12 minutes, within 2% of it at 30 (the known gap: issue 19 item 5);
+# deadline-aware: below greedy at 3 to 12 minutes, greedy itself at 30 (past its switch to greedy's rules);
 # deadline-aware-plan: below greedy at 3 to 12 minutes, within 1% at 30 (0.008 above it in this sample of two
 # starts, 0.002 below in the bench's three).
 OVER_GREEDY = {
-    "deadline-aware": {3.0: 0.0, 6.0: 0.0, 12.0: 0.0, 30.0: 0.02},
+    "deadline-aware": {3.0: 0.0, 6.0: 0.0, 12.0: 0.0, 30.0: 0.0},
     "deadline-aware-plan": {3.0: 0.0, 6.0: 0.0, 12.0: 0.0, 30.0: 0.01},
 }
 # Restart minutes -> the most its mean cost / optimum may be there: what it achieves in this sample, rounded up, so a
-# regression of a few thousandths fails (deadline-aware 1.050, 1.083, 1.127, 1.190; the plan 1.035, 1.053, 1.110,
+# regression of a few thousandths fails (deadline-aware 1.050, 1.083, 1.124, 1.175; the plan 1.035, 1.053, 1.110,
 # 1.183).
 AT_MOST = {
-    "deadline-aware": {3.0: 1.05, 6.0: 1.085, 12.0: 1.13, 30.0: 1.195},
+    "deadline-aware": {3.0: 1.05, 6.0: 1.085, 12.0: 1.125, 30.0: 1.18},
     "deadline-aware-plan": {3.0: 1.04, 6.0: 1.055, 12.0: 1.115, 30.0: 1.185},
 }
 

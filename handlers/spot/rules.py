@@ -277,7 +277,8 @@ class DeadlineAware:
     """Uniform Progress ("Can't Be Late", NSDI'24), made aware of recent availability, with a way back to spot.
 
     Every threshold is in restarts (``restart_s``, the measured start-up) or in shares of the time left, so
-    the same rules hold at any restart overhead; the *slack* is the time to spare beyond a fresh on-demand
+    the same rules hold at any restart overhead up to the one switch that weighs the restart against spot's
+    typical stretch (below: past it, greedy's rules); the *slack* is the time to spare beyond a fresh on-demand
     instance (start-up included) finishing the work.
 
     - Spot whenever a zone has it and the slack covers the new instance's whole start-up (a start-up cut short
@@ -300,6 +301,18 @@ class DeadlineAware:
       (``bench/policy_traces.py --live``, restarts of 3, 12 and 30 minutes), its own rules cost 0.035-0.073 of
       the optimum more than greedy's on the 4- and 16-node dates, and for one node that stops first more in 8
       of 9 cells (up to 0.092; 0.007 less on the held-out split at 30 minutes).
+    - A restart too long for spot's stretches: greedy's rules, for every job. Leaving spot early and returning to
+      it bet restarts on the spot stretch a return catches: it pays only if that stretch outlasts the spot
+      start-up (``R``) and then saves, at the price gap, the two start-ups the return adds (its own, and the one
+      after the stretch ends, both at spot's price at the least: the fallback waits for spot where the slack
+      allows). So the stretch must last ``R · (1 + ρ) / (1 − ρ)``, ρ the spot price over the on-demand price (1.86
+      restarts at V100 prices). Where the typical stretch (``spot_stretch_s``: the median stretch of spot in one
+      zone on the tuning split, 37 min: ``bench/spot_learned.py``'s ``ONE_ZONE``) is shorter than that, most
+      returns lose, so greedy's rules hold once ``restart_s > spot_stretch_s · (1 − ρ) / (1 + ρ)`` (19.9 min at
+      V100 prices). Why it generalises: the break-even is the prices' and the restart's, no fitted number; the
+      stretch is the one figure taken from traces, from the tuning split alone; and the switch sits below where
+      the rules stop paying on the tuning split (between 21 and 27 min), so a date whose stretches run a little
+      shorter still finds greedy's rules where its own would lose. ``bench/policy_traces.py`` records the result.
     - Budget: stop (with a checkpoint) once even all-spot would go over it; never choose on-demand that would
       (spot or waiting instead, even at the deadline's expense: a budget is a limit, a deadline a target).
     - No deadline: spot as the bot always did (its launch plan falls back to on-demand on capacity errors),
@@ -313,6 +326,7 @@ class DeadlineAware:
     kappa: float = 0.2
     reserve: float = 1.0
     gate: float = 4.0
+    spot_stretch_s: float = 37 * 60  # the median spot stretch of one zone, tuning split (see the docstring)
 
     def __call__(self, s: Situation) -> Choice:
         zone = _pick_zone(s, prefer_availability=True)
@@ -331,6 +345,8 @@ class DeadlineAware:
             return Choice("wait", None, WORDING("spot-policy.wait.budget", budget=s.budget))
         if not s.switch_ahead and not s.told:
             return greedy(s)  # a switch that stops first, blind to where spot is: see the docstring
+        if self.restart_too_long(s):
+            return greedy(s)  # a return to spot would not outlast its restarts: see the docstring
         if s.holding.market == "on-demand":
             spare = s.time_left_s - s.period_s - (2 * s.restart_s + s.work_left_s + s.checkpoint_interval_s)
             cheaper = (s.restart_s + s.work_left_s) * s.spot_price < s.work_left_s * s.on_demand_price
@@ -354,6 +370,11 @@ class DeadlineAware:
             if slack < kept:
                 return Choice("on-demand", None, WORDING("spot-policy.on-demand.reserve", slack_h=_hours(slack)))
         return Choice("wait", None, WORDING("spot-policy.wait", slack_h=_hours(slack)))
+
+    def restart_too_long(self, s: Situation) -> bool:
+        """Whether the typical spot stretch is shorter than a return's break-even, ``restart_s · (1 + ρ) / (1 − ρ)``."""
+        ratio = s.spot_price / s.on_demand_price if s.on_demand_price > 0 else 1.0
+        return s.restart_s * (1 + ratio) > self.spot_stretch_s * (1 - ratio)
 
     def behind(self, s: Situation) -> bool:
         """Behind ``pace`` × an even pace: the work left is more than that share of all the work (start-ups
