@@ -3,12 +3,14 @@ cannot: spot refused for capacity in the home region (InsufficientInstanceCapaci
 placement scores across regions (one GetSpotPlacementScores call naming both) favouring the other region.
 
 The home region us-east-1 holds the bucket; us-west-2 has its own VPC, subnets, security group, image and runner role.
-moto keeps each region's EC2 apart by the region a request is signed for, as AWS does.
+moto keeps each region's EC2 (and SQS, EventBridge) apart by the region a request is signed for, as AWS does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import os
 import re
 from collections.abc import AsyncIterator
@@ -27,7 +29,7 @@ from bot.cloud.aws.settings import AwsSettings
 from bot.cloud.base import LaunchError, SetupScope, SpansRegions
 from bot.errors import ConfigError
 from bot.settings import parse_file_config
-from fakes.bot_harness import SECRET, running_bot, start_job, wait_job
+from fakes.bot_harness import SECRET, eventually, running_bot, settled, start_job, wait_job
 from handlers.change import Change
 from handlers.decide import decide, new_job
 from handlers.jobs import JobState
@@ -380,13 +382,20 @@ class BothRegions:
         raise AssertionError(f"{instance_id} is in neither region")
 
 
-async def test_start_runs_the_job_on_spot_in_the_region_with_room_and_the_card_names_its_zone(
+async def test_start_runs_the_job_on_spot_in_the_region_with_room_and_a_warning_from_there_relaunches_it(
     tmp_path: Path, regions: TwoRegions, proxy: Ec2Proxy
 ) -> None:
-    """Through the bot: ``start`` launches (the home region has no spot room, placement scores favour us-west-2) a
-    spot instance in us-west-2, tagged with the job and attempt; its runner (booted from that instance's user data,
-    reading its key object in the home bucket, reporting over SNS -> SQS in the home region) trains to the end, and
-    the card names the instance's zone."""
+    """Issue 51's story through the bot: ``start`` launches (the home region has no spot room, placement scores favour
+    us-west-2) a spot instance in us-west-2, tagged with the job and attempt; its runner (booted from that instance's
+    user data, reading its key object in the home bucket, reporting over SNS -> SQS in the home region) trains, and
+    the card names the instance's zone. EC2's spot warning for it goes to us-west-2's EventBridge, whose rule puts it
+    on us-west-2's queue (FINETUNE_SQS_QUEUE_URL lists both regions' queues); the bot takes it from there, alerts in
+    the job's thread naming the zone, and relaunches; the new attempt resumes from the checkpoint the notice made and
+    finishes, and the card names where it ran.
+
+    moto's EventBridge has no SNS target (deploy/aws/finetune.yaml routes a region's rules through its events topic),
+    so the rule here targets the queue directly: the delivery without an SNS envelope that the intake takes as well
+    (the SNS hop is tests/test_aws_scenario.py's)."""
     proxy.run_instances_fault = no_spot_at_home
     proxy.regional_placement_scores = scores_favouring_the_other_region(regions)
     endpoint = regions.world.endpoint
@@ -395,17 +404,29 @@ async def test_start_runs_the_job_on_spot_in_the_region_with_room_and_the_card_n
     queue_url = sqs.create_queue(QueueName="finetune-events")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(TopicArn=report_topic, Protocol="sqs", Endpoint=queue_arn)
+    # us-west-2's runner stack: its events queue (by the URL AWS gives, which names the region) and the spot rule.
+    west_sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=OTHER)
+    west_sqs.create_queue(QueueName="finetune-events")
+    west_queue_url = f"https://sqs.{OTHER}.amazonaws.com/123456789012/finetune-events"
+    west_queue_arn = west_sqs.get_queue_attributes(QueueUrl=west_queue_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    assert f":{OTHER}:" in west_queue_arn
+    west_events = boto3.client("events", endpoint_url=endpoint, region_name=OTHER)
+    pattern = {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}
+    west_events.put_rule(Name="finetune-spot-warning", EventPattern=json.dumps(pattern))
+    west_events.put_targets(Rule="finetune-spot-warning", Targets=[{"Id": "finetune-events", "Arn": west_queue_arn}])
     settings = regions.settings(report_topic_arn=report_topic)
     (tmp_path / "instances").mkdir()
     cloud = Ec2Bodies(
         AwsCloud(settings, report_keys=ReportKeys(SECRET)), BothRegions(regions), tmp_path / "instances", endpoint
     )
-    # HOOK (issue 51, events from every region): add us-west-2's queue to FINETUNE_SQS_QUEUE_URL here, and below
-    # publish the spot warning of the us-west-2 instance to that region's EventBridge / queue.
-    intake = {"finetune_sqs_queue_url": queue_url, "finetune_report_topics": report_topic}
+    intake = {"finetune_sqs_queue_url": f"{queue_url},{west_queue_url}", "finetune_report_topics": report_topic}
     async with running_bot(tmp_path / "state", cloud=lambda _: cloud, **intake) as (service, chat):
-        job_id = await start_job(service, "console:ana", "start tiny steps=12 step_seconds=0.25")
-        running = await wait_job(service, job_id, lambda j: j.state is JobState.RUNNING, timeout=180)
+        job_id = await start_job(service, "console:ana", "start tiny steps=20 step_seconds=0.25")
+        running = await wait_job(
+            service, job_id, lambda j: j.state is JobState.RUNNING and (j.step or 0) >= 6, timeout=180
+        )
         first = running.attempts[0]
         assert first.market == "spot" and first.zone in OTHER_ZONES and first.instance_id
         described = regions.other.instance(first.instance_id)
@@ -413,12 +434,59 @@ async def test_start_runs_the_job_on_spot_in_the_region_with_room_and_the_card_n
         tags = {tag["Key"]: tag["Value"] for tag in described["Tags"]}
         assert (tags["finetune:job"], tags["finetune:attempt"]) == (job_id, "1")
         await wait_for_text(chat, "card", first.zone)  # the card names the zone, and so the region
-        done = await wait_job(service, job_id, lambda j: j.state in (JobState.SUCCEEDED, JobState.FAILED), timeout=240)
-    assert done.state is JobState.SUCCEEDED and done.step == 12
-    assert [attempt.zone for attempt in done.attempts] == [first.zone]
-    refused = [form for form in proxy.actions("RunInstances") if form[REGION_FORM_KEY] == HOME]
-    assert all(spot_request(form) for form in refused)  # never on-demand at home by itself
-    assert regions.world.keys_under("attempt-keys/") == []  # released with its instance
+        assert all(spot_request(form) for form in proxy.actions("RunInstances") if form[REGION_FORM_KEY] == HOME)
+
+        # EC2 posts the notice on the instance, and the warning to us-west-2's EventBridge.
+        process, imds = cloud.bodies[first.instance_id]
+        imds.interrupt(seconds=120)
+        warning = {
+            "Source": "aws.ec2",
+            "DetailType": "EC2 Spot Instance Interruption Warning",
+            "Detail": json.dumps({"instance-id": first.instance_id, "instance-action": "terminate"}),
+            "Resources": [f"arn:aws:ec2:{OTHER}:123456789012:instance/{first.instance_id}"],
+        }
+        assert west_events.put_events(Entries=[warning])["FailedEntryCount"] == 0
+        warned_in = f"{first.instance_id} in {first.zone} (from aws.ec2)"
+        await wait_for_text(chat, "thread", warned_in)  # through us-west-2's queue: no other carries it
+
+        relaunched = await wait_job(
+            service, job_id, lambda j: len(j.attempts) >= 2 and j.state is JobState.RUNNING, timeout=180
+        )
+        second = relaunched.attempts[1]
+        assert second.number == 2 and second.instance_id not in (None, first.instance_id)
+        assert second.market in ("spot", "on-demand") and second.zone  # wherever the spot authority put it
+        placed = regions.region(second.zone).instance(second.instance_id)
+        assert placed["Placement"]["AvailabilityZone"] == second.zone
+        assert (placed.get("InstanceLifecycle") == "spot") == (second.market == "spot")
+        tags = {tag["Key"]: tag["Value"] for tag in placed["Tags"]}
+        assert (tags["finetune:job"], tags["finetune:attempt"]) == (job_id, "2")
+        done = await wait_job(
+            service,
+            job_id,
+            lambda j: j.state in (JobState.SUCCEEDED, JobState.RESUME_FAILED, JobState.FAILED),
+            timeout=240,
+        )
+        assert await asyncio.wait_for(process.wait(), 30) == 75  # the first runner checkpointed on the notice
+        await eventually(lambda: settled(service))
+        west_left = west_sqs.get_queue_attributes(QueueUrl=west_queue_url, AttributeNames=["All"])["Attributes"]
+        assert west_left["ApproximateNumberOfMessages"] == west_left["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+    assert done.state is JobState.SUCCEEDED and done.step == 20
+    assert [attempt.zone for attempt in done.attempts] == [first.zone, second.zone]
+    assert done.attempts[1].resumed_from_step is not None
+    assert done.interruptions == 1 and done.steps_lost == 0
+    said = [(channel, text) for job, channel, text in chat.transcript if job == job_id]
+    warned = [index for index, (channel, text) in enumerate(said) if channel == "thread" and warned_in in text]
+    alerts = [text for channel, text in said if channel == "alert"]
+    assert len(warned) == 1 and len(alerts) == 1 and warned_in in alerts[0]
+    resumed = f"Resumed on attempt 2 in {second.zone} from step {done.attempts[1].resumed_from_step}: 0 steps lost"
+    assert any(resumed in text for channel, text in said[warned[0] :] if channel == "thread")
+    cards = [text for channel, text in said[warned[0] :] if channel == "card"]
+    assert any(second.zone in card for card in cards)  # a card since the warning names where the job went on
+    for attempt in done.attempts:  # both instances released: the old by the bot, the last by its runner
+        state = regions.region(str(attempt.zone)).instance(str(attempt.instance_id))["State"]["Name"]
+        assert state in ("shutting-down", "terminated")
+    assert regions.world.keys_under("attempt-keys/") == []  # released with their instances
 
 
 # -- the settings --------------------------------------------------------------------------------------------
