@@ -15,7 +15,7 @@ from handlers.spot import Regions, SpotView, choose
 from handlers.spot.rules import Holding, ZoneView, deadline_aware, greedy
 from handlers.spot.situation import live_situation
 from handlers.spot.zones import move_to, refused_regions
-from tests.spot_cases import HOUR, situation
+from tests.spot_cases import HOUR, OWN_RULES, situation
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=2)
@@ -130,7 +130,8 @@ def zone(name: str, availability: float, move: float = 0.0, extra: float = 0.0, 
 def test_a_same_region_zone_is_preferred_unless_the_other_region_s_availability_is_worth_the_move() -> None:
     # $1 spot / $3 on-demand, one-hour periods: a period off spot costs $2 more; a point of availability, $0.02.
     def pick(*zones: ZoneView) -> str | None:
-        return deadline_aware(situation(zones=zones, work_left_s=24 * HOUR, time_left_s=36 * HOUR)).zone
+        # its own rules (one-hour restarts are past the switch to greedy's, whose zone is the configured order's)
+        return OWN_RULES(situation(zones=zones, work_left_s=24 * HOUR, time_left_s=36 * HOUR)).zone
 
     near = zone("us-east-1a", 0.80)  # $0.40 expected off spot until the next look
     assert pick(near, zone("us-west-2a", 0.99, move=8.0, extra=160.0)) == "us-east-1a"  # 200 GB: $8 + $0.02
