@@ -23,7 +23,7 @@ same optimum (all regions, moves paid, ``policy_traces.offline_optimum``):
 
     python bench/policy_regions.py [--starts N] [--overheads 6,12,30] [--checkpoints 20,200] [--cache FILE]
 
-Recorded (``--starts 6 --cache /tmp/regions.json``, 2026-12-07, 130 s; mean cost / optimum, deadlines met / runs, then
+Recorded (``--starts 6 --cache /tmp/regions.json``, 2026-12-07, 87 s with the optima cached; mean cost / optimum, deadlines met / runs, then
 deadline-aware less greedy run by run ± its standard error)::
 
     restart  checkpoint  runs  greedy        deadline-aware,      deadline-aware  - greedy (± s.e.)  one-region  moves
@@ -32,15 +32,16 @@ deadline-aware less greedy run by run ± its standard error)::
      6 m      200 GB   240  1.379 240/240  1.447 240/240      1.349 240/240  -0.0302 ± 0.0163   1.384       2.25
     12 m       20 GB   240  1.136 240/240  1.698 240/240      1.109 240/240  -0.0268 ± 0.0091   1.590       2.21
     12 m      200 GB   240  1.399 240/240  1.482 240/240      1.352 240/240  -0.0468 ± 0.0152   1.389       2.22
-    30 m       20 GB   240  1.240 240/240  1.728 240/240      1.226 240/240  -0.0136 ± 0.0075   1.570       1.79
-    30 m      200 GB   240  1.404 240/240  1.527 240/240      1.365 240/240  -0.0391 ± 0.0147   1.384       1.77
+    30 m       20 GB   240  1.240 240/240  1.754 240/240      1.240 240/240  +0.0000 ± 0.0000   1.570       1.81
+    30 m      200 GB   240  1.404 240/240  1.550 240/240      1.404 240/240  +0.0000 ± 0.0000   1.384       1.77
 
 Every deadline met. Confined to its home region a job pays 1.38-1.59 × what it could with every region (the
-one-region optimum), and deadline-aware on one region 1.45-1.73 ×: the traces' regions are rarely all without spot
-at once, where each region alone often is. Across regions deadline-aware costs less than greedy in every cell of this
-sample, by 1.6 to 3.1 standard errors; on the smaller one of ``--starts 2`` (80 runs a cell, the dates' first and
-last start hours) it is 0.007-0.008 over greedy at 6 and 30 minutes (both sizes, about two standard errors each) and
-under it at 12: no better than greedy there, on those starts. The difference is the deadline rules
+one-region optimum), and deadline-aware on one region 1.45-1.75 ×: the traces' regions are rarely all without spot
+at once, where each region alone often is. Across regions deadline-aware costs less than greedy at 6 and 12 minutes
+(by 1.6 to 3.1 standard errors) and is greedy at 30 (past the switch of ``rules.DeadlineAware``: greedy's rules, its
+zone order included); on the smaller sample of ``--starts 2`` (80 runs a cell, the dates' first and last start hours)
+it was 0.007-0.008 over greedy at 6 minutes (both sizes, about two standard errors each) and under it at 12 (measured
+before the switch). The difference is the deadline rules
 (``rules.DeadlineAware``), not the zone: choosing zones in the configured order (home first, as greedy does) moves
 deadline-aware's figures by 0.002 at most, either way (measured before the start-up check below).
 
