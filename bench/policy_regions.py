@@ -23,8 +23,8 @@ same optimum (all regions, moves paid, ``policy_traces.offline_optimum``):
 
     python bench/policy_regions.py [--starts N] [--overheads 6,12,30] [--checkpoints 20,200] [--cache FILE]
 
-Recorded (``--starts 6 --cache /tmp/regions.json``, 2026-12-07, 87 s with the optima cached; mean cost / optimum, deadlines met / runs, then
-deadline-aware less greedy run by run ± its standard error)::
+Recorded (``--starts 6 --cache /tmp/regions.json``, 2026-12-07, 87 s with the optima cached; mean cost /
+optimum, deadlines met / runs, then deadline-aware less greedy run by run ± its standard error)::
 
     restart  checkpoint  runs  greedy        deadline-aware,      deadline-aware  - greedy (± s.e.)  one-region  moves
                                                one region                                            optimum     / run
