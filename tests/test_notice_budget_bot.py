@@ -27,7 +27,7 @@ async def test_a_job_whose_commit_cannot_fit_a_short_notice_is_warned_in_its_thr
     config = write_config(tmp_path / "bot.yaml", recipes=[slow_saver()], policy={"admins": ["console:ana"]})
     async with running_bot(tmp_path / "state", config, grace=2.0) as (service, chat):
         job_id = await start_job(service, "console:ana", "start slow-saver steps=400 step_seconds=0.1 save_steps=5")
-        job = await wait_job(service, job_id, lambda job: job.notice_budget_warned, timeout=300)
+        job = await wait_job(service, job_id, lambda job: job.notice_budget_warned)
         assert job.current is not None and job.current.notice_seconds == 2.0  # the local cloud's grace
         budget = notice_budget(job)
         assert budget is not None and not budget.fits and budget.commit_seconds >= 3.0  # the 4 s save, measured
