@@ -15,6 +15,7 @@ from handlers.notice_budget import notice_budget, steps_at_risk
 from handlers.reports import CheckpointSaved, Progress, Started
 from handlers.spot.rules import deadline_aware
 from handlers.spot.situation import live_situation
+from tests.test_gang_decide import running_gang
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MiB = 1024 * 1024
@@ -139,3 +140,14 @@ def test_the_authority_counts_a_save_interval_at_risk_for_a_job_that_cannot_comm
     assert situation(quick).checkpoint_interval_s == 0.0
     assert deadline_aware(situation(quick)).action == "spot"
     assert deadline_aware(situation(slow)).action == "on-demand"
+
+
+def test_a_gangs_checkpoint_from_node_0_warns_the_same_way() -> None:
+    job = running_gang()
+    job = job.model_copy(update={"attempts": [a.model_copy(update={"notice_seconds": 10.0}) for a in job.attempts]})
+    fields = {"bytes": 64 * MiB, "save_seconds": 9.0, "upload_bytes_per_second": 4 * MiB}
+    report = CheckpointSaved(job_id=job.id, attempt=1, step=10, uri="s3://b/c-10/", seconds=0.1, node_rank=0, **fields)
+    change = decide(job, ReportReceived(report=report), at(30))
+    assert change is not None and change.job.notice_budget_warned and change.job.checkpoint_interval_steps == 10
+    [note] = budget_notes(change.outbox)
+    assert (note.commit_seconds, note.notice_seconds) == (25.0, 10.0)
