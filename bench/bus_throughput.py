@@ -77,6 +77,7 @@ class TimingChat:
 class NoCloud:
     name = "local"
     notice = "none"
+    notice_seconds = 120.0
 
 
 async def make_jobs(store: JobStore, prefix: str, count: int) -> list[str]:

@@ -327,6 +327,7 @@ class CloudEffects:
             egress_price_per_gb=self._egress_price(instance.zone),
             private_ip=instance.private_ip,
             launch_seconds=instance.launch_seconds,
+            notice_seconds=self.cloud.notice_seconds,
         )
         return INSTANCE + instance.instance_id, [launched]
 

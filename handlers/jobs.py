@@ -93,6 +93,9 @@ class Attempt(BaseModel):
     # how many nodes were launched with it in one go (a whole gang's: its size; a replacement: 1).
     launch_seconds: float | None = None
     launched_with: int = 1
+    # The cloud's spot notice, from its notice to the reclaim (AWS 120 s, Alibaba 5 min, the local cloud its grace):
+    # the window a notice-driven commit has (handlers/notice_budget.py). None: the launch did not say.
+    notice_seconds: float | None = None
     # A gang node (handlers/gang.py): its rank in the world its runner is in now, and that world's generation (None:
     # a single-node job). ``started_generation``: the newest generation it reported ``started`` in;
     # ``next_rank``: its rank in the job's next generation, until its regroup is written.
@@ -166,6 +169,12 @@ class Job(BaseModel):
     loss: float | None = None
     checkpoint: CheckpointRef | None = None
     checkpoint_bytes: int | None = None  # the size of its newest committed checkpoint (what a cross-region move moves)
+    # The notice budget (handlers/notice_budget.py): the runner's measured save and upload rate, the steps between
+    # its periodic saves, and whether the thread was warned that a notice-driven commit would not fit.
+    checkpoint_save_seconds: float | None = None
+    upload_bytes_per_second: float | None = None
+    checkpoint_interval_steps: int | None = None
+    notice_budget_warned: bool = False
     interruptions: int = 0
     attempts_without_progress: int = 0  # ended in a row without getting further (bounded relaunches)
     steps_lost: int = 0

@@ -83,6 +83,7 @@ class Launched(_Message):
     egress_price_per_gb: float = Field(default=0.0, ge=0.0)  # per checkpoint GB moved (0: in the bucket's region)
     private_ip: str | None = None  # where a gang's other nodes reach this one (None: the cloud did not say)
     launch_seconds: float | None = None  # the provider's figure of the launch, request to host booted (None: none)
+    notice_seconds: float | None = Field(default=None, gt=0)  # the cloud's spot notice to its reclaim (None: unknown)
 
 
 class LaunchFailed(_Message):

@@ -116,6 +116,18 @@ class RebalanceCheckpoint(_Note):
     seconds: float = 0.0
 
 
+class NoticeBudgetNote(_Note):
+    """A notice-driven commit of the job's checkpoint would take longer than the cloud's notice
+    (:mod:`handlers.notice_budget`): a ``save_seconds`` save, then ``bytes`` at ``bytes_per_second``; said once."""
+
+    type: Literal["notice-budget"] = "notice-budget"
+    commit_seconds: float
+    notice_seconds: float
+    save_seconds: float = 0.0
+    bytes: int = 0
+    bytes_per_second: float | None = None
+
+
 class InstanceGone(_Note):
     type: Literal["instance-gone"] = "instance-gone"
     instance: str
@@ -335,6 +347,7 @@ Note = Annotated[
     | Rebalance
     | WarnedBeforeStart
     | RebalanceCheckpoint
+    | NoticeBudgetNote
     | InstanceGone
     | HeldStep
     | SpotPolicyNote

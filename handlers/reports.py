@@ -128,12 +128,19 @@ class Progress(_Report):
 
 
 class CheckpointSaved(_Report):
+    """A checkpoint committed. ``seconds``: from complete on disk to its manifest stored. The runner's measured
+    rates, for the bot's notice budget (:mod:`handlers.notice_budget`), where it has them: ``save_seconds``, the
+    trainer's last observed save (first sight of its directory to complete), and ``upload_bytes_per_second``, this
+    run's upload rate (bytes per second of the time an upload was in flight)."""
+
     type: Literal["checkpoint_saved"] = "checkpoint_saved"
     step: int
     uri: Uri
     bytes: int
     seconds: float
     reason: Literal["periodic", "rebalance", "notice", "final"] = "periodic"
+    save_seconds: float | None = Field(default=None, ge=0)
+    upload_bytes_per_second: float | None = Field(default=None, gt=0)
 
 
 # "rebalance": the cloud's early signal the runner saw itself; "save": the bot's save request, after an early signal

@@ -19,7 +19,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -245,6 +245,8 @@ class CheckpointSync:
             self.save_seconds = flight.upload.complete_at - first_seen
         if self.committed is not None and committed.step <= self.committed.step:
             return
+        rate = self.checkpoints.meter.rate
+        committed = replace(committed, save_seconds=self.save_seconds, upload_bytes_per_second=rate)
         self.committed = committed
         early = self.early_past is not None and committed.step > self.early_past and not self.notice_mode
         self.on_commit(committed, "rebalance" if early else self.reason)

@@ -61,6 +61,10 @@ class Committed:
     uri: str
     bytes: int
     seconds: float  # from the checkpoint being complete on disk to its manifest being stored
+    # What the sync measured by then, for the bot's notice budget: the trainer's last observed save, and this run's
+    # upload rate (None: not measured yet).
+    save_seconds: float | None = None
+    upload_bytes_per_second: float | None = None
 
 
 @dataclass(slots=True)

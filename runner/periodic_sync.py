@@ -12,6 +12,7 @@ import asyncio
 import logging
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from handlers.spec import Gang, JobSpec
@@ -230,7 +231,7 @@ class PeriodicSync:
         """Node 0: look for every node's part of ``committed.step`` until it is there, then write the marker and
         report the checkpoint; given up once a newer step is marked (storage trouble is retried)."""
         marker = await self._gang_checkpoints().mark_when_complete(committed.step, self._gang_poll_seconds)
-        self.reports.checkpoint_saved(Committed(committed.step, committed.uri, marker.bytes, committed.seconds), reason)
+        self.reports.checkpoint_saved(replace(committed, bytes=marker.bytes), reason)
         for older, task in list(self._marking.items()):
             if older < committed.step:
                 task.cancel()

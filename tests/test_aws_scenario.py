@@ -46,6 +46,7 @@ class Ec2Bodies:
         self.endpoint = endpoint
         self.name = cloud.name
         self.notice = cloud.notice
+        self.notice_seconds = cloud.notice_seconds
         self.bodies: dict[str, tuple[asyncio.subprocess.Process, LocalMetadataServer]] = {}
 
     def checkpoint_uri(self, job_id: str) -> str:

@@ -45,6 +45,7 @@ from handlers.notes import (
     InterruptTestStarted,
     NoReports,
     Note,
+    NoticeBudgetNote,
     Paged,
     PagerCall,
     Rebalance,
@@ -118,6 +119,10 @@ SAMPLES: list[Note] = [
     Rebalance(action="short", left_minutes=4.0, restart_minutes=6.0),
     WarnedBeforeStart(instance="i-1", source="aws.ec2"),
     RebalanceCheckpoint(step=20, seconds=1.25),
+    NoticeBudgetNote(
+        commit_seconds=151.2, notice_seconds=120, save_seconds=31, bytes=112 * 2**30, bytes_per_second=1e9
+    ),
+    NoticeBudgetNote(commit_seconds=3.4, notice_seconds=2, save_seconds=1.2, bytes=4 * 2**20),
     InstanceGone(instance="i-1"),
     HeldStep(node=0, step=27, rebuilt={"node-1": "seed-step-rank"}),
     HeldStep(node=1, step=27, rebuilt={"node-0": "checkpoint-20"}),

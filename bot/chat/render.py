@@ -37,6 +37,7 @@ from handlers.notes import (
     InterruptTestFailed,
     InterruptTestStarted,
     NoReports,
+    NoticeBudgetNote,
     PagerCall,
     Rebalance,
     RebalanceCheckpoint,
@@ -49,10 +50,12 @@ from handlers.notes import (
     StopRequested,
     WarnedBeforeStart,
 )
+from handlers.notice_budget import notice_budget
 from handlers.pagers import TOOL_NAMES
 from handlers.recipes import Recipe
 from handlers.reports import Late
 
+MiB = 1024 * 1024
 BAR_CELLS, BAR_FILLED, BAR_EMPTY = 10, "▰", "▱"  # the card's progress bar: the same in every language
 
 STATE_ICON = {
@@ -117,6 +120,11 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
     if job.checkpoint is not None:
         checkpoint = text(lang, "card.checkpoint", step=job.checkpoint.step, uri=job.checkpoint.uri)
         fields.append((text(lang, "label.checkpoint"), checkpoint))
+    budget = notice_budget(job)
+    if budget is not None:
+        said = "card.notice-budget" if budget.fits else "card.notice-budget.short"
+        shown = text(lang, said, commit=_about(budget.commit_seconds), notice=_about(budget.notice_seconds))
+        fields.append((text(lang, "label.notice-budget"), shown))
     if job.interruptions:
         interruptions = text(
             lang,
@@ -394,6 +402,28 @@ def _hung(job: Job, note: HungNote, now: datetime, lang: Lang) -> str:
     return text(lang, "note.hung", step=step, seconds=note.seconds, limit=note.limit, then=then, frames=frames)
 
 
+def _notice_budget(job: Job, note: NoticeBudgetNote, now: datetime, lang: Lang) -> str:
+    rate = (
+        text(lang, "note.notice-budget.rate", mib_per_second=note.bytes_per_second / MiB)
+        if note.bytes_per_second
+        else text(lang, "note.notice-budget.no-rate")
+    )
+    return text(
+        lang,
+        "note.notice-budget",
+        commit=_about(note.commit_seconds),
+        save=_about(note.save_seconds),
+        mib=note.bytes / MiB,
+        rate=rate,
+        notice=_about(note.notice_seconds),
+    )
+
+
+def _about(seconds: float) -> str:
+    """Seconds as the card and the thread say them: a tenth below ten, whole ones above."""
+    return f"{seconds:.1f}" if seconds < 10 else f"{seconds:.0f}"
+
+
 def _card(job: Job, note: CardRefresh, now: datetime, lang: Lang) -> str:
     return card_text(job, now, lang)  # a card note is drawn as the card; said here only if an adapter asks
 
@@ -412,6 +442,7 @@ _WORDS: dict[type[BaseModel], _Words] = {
     RebalanceCheckpoint: lambda job, note, now, lang: text(
         lang, "note.rebalance-checkpoint", step=note.step, seconds=note.seconds
     ),
+    NoticeBudgetNote: _notice_budget,
     InstanceGone: lambda job, note, now, lang: text(lang, "note.instance-gone", instance=note.instance),
     HeldStep: lambda job, note, now, lang: _held_step(note, lang),
     SpotPolicyNote: lambda job, note, now, lang: text(

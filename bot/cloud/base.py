@@ -120,6 +120,7 @@ class CloudProvider(ListsInstances, Protocol):
 
     name: str  # the key of the recipe's instance_types to use
     notice: Literal["aws", "aliyun", "none"]  # which metadata service the runner should watch
+    notice_seconds: float  # a spot notice to the reclaim: what a notice-driven commit has (handlers.notice_budget)
 
     def checkpoint_uri(self, job_id: str) -> str: ...
 

@@ -51,6 +51,7 @@ from handlers.notes import (
     SpotPolicyNote,
     Stopped,
 )
+from handlers.notice_budget import measured
 from handlers.policy_reasons import WORDING
 from handlers.reports import (
     CheckpointSaved,
@@ -361,10 +362,11 @@ def _checkpoint(job: Job, message: CheckpointSaved, now: datetime) -> Change:
         return ignore(job, "report:checkpoint_saved", "not newer than the job's checkpoint")
     checkpoint = CheckpointRef(step=message.step, uri=message.uri, at=message.time)
     reached = furthest_step(job, message.step)
-    update = {"checkpoint": checkpoint, "step": reached, "checkpoint_bytes": message.bytes, "updated_at": now}
-    moved = job.model_copy(update=update)
+    budget, warning = measured(job, message)
+    moved = job.model_copy(update={"checkpoint": checkpoint, "step": reached, **budget, "updated_at": now})
     history = {"event": "checkpoint", "step": message.step, "reason": message.reason}
-    return make(moved, history, [notify(moved, "card", CardRefresh(cause="checkpoint"))])
+    warned = [notify(moved, "thread", warning)] if warning is not None else []
+    return make(moved, history, [notify(moved, "card", CardRefresh(cause="checkpoint")), *warned])
 
 
 def _output_committed(attempt: Attempt, message: Completed) -> bool:

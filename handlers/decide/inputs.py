@@ -38,6 +38,7 @@ from handlers.notes import (
     Resumed,
     Stopped,
 )
+from handlers.notice_budget import measured
 from handlers.pagers import resolutions
 from handlers.reports import (
     CheckpointSaved,
@@ -383,11 +384,14 @@ def _checkpoint_saved(job: Job, report: CheckpointSaved, now: datetime) -> Chang
     outbox = [notify(job, "card", CardRefresh(cause="checkpoint"))]
     if report.reason == "rebalance":
         outbox.append(notify(job, "thread", RebalanceCheckpoint(step=report.step, seconds=report.seconds)))
+    budget, warning = measured(job, report)
+    if warning is not None:
+        outbox.append(notify(job, "thread", warning))
     return advance(
         job,
         "checkpoint",
         now,
-        {"checkpoint": checkpoint, "step": furthest_step(job, report.step), "checkpoint_bytes": report.bytes},
+        {"checkpoint": checkpoint, "step": furthest_step(job, report.step), **budget},
         {"event": "checkpoint", "step": report.step, "reason": report.reason},
         outbox,
     )

@@ -46,6 +46,7 @@ def launch_details(message: Launched) -> dict[str, object]:
         "private_ip": message.private_ip,
         "launched_at": message.at,
         "launch_seconds": message.launch_seconds,
+        "notice_seconds": message.notice_seconds,
     }
 
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from handlers.job_cost import job_cost
 from handlers.jobs import Job, PlanChoice
+from handlers.notice_budget import steps_at_risk
 from handlers.policy_reasons import WORDING
 from handlers.regions import region_of
 from handlers.spot.policies import POLICIES, SPOT_FIRST, best_zone, policy_for
@@ -76,8 +77,9 @@ def live_situation(
     job's, every node of a gang billing (as :func:`~handlers.job_cost.job_cost` counts what it spent).
     ``scores``: the zones' recent spot availability (0..1: a placement score / 10, a share of successful
     launches); ``refused``: when a launch in a zone last failed for capacity; ``checkpoint_steps``: the
-    recipe's checkpoint interval in steps (the work a notice-less loss takes); ``known_restart``: the restart
-    overhead measured by earlier jobs of the recipe on its instance type (the job's own comes first);
+    recipe's checkpoint interval in steps (the work a notice-less loss takes; a job whose notice-driven commit does
+    not fit its cloud's notice counts its own save interval, :mod:`handlers.notice_budget`); ``known_restart``: the
+    restart overhead measured by earlier jobs of the recipe on its instance type (the job's own comes first);
     ``launches_ahead``: the cloud can launch a job's next instance while its current one runs (not a group mode).
     ``regions``: where the job's checkpoint is and what moving it costs (None: one region, nothing moves); a region
     whose every zone refused within one cool-down is avoided for the cool-down after its last refusal.
@@ -100,7 +102,8 @@ def live_situation(
         elapsed_s=max((now - job.created_at).total_seconds(), 0.0),
         restart_s=restart,
         period_s=period.total_seconds(),
-        checkpoint_interval_s=(checkpoint_steps or 0) * per_step,
+        # A job whose commit cannot fit the notice loses its save interval's work on a notice, as without one.
+        checkpoint_interval_s=max(checkpoint_steps or 0, steps_at_risk(job)) * per_step,
         holding=holding,
         zones=views,
         spot_price=spot_price * job.nodes,

@@ -145,6 +145,8 @@ class AttemptReports:
                 bytes=committed.bytes,
                 seconds=round(committed.seconds, 3),
                 reason=reason,
+                save_seconds=round(committed.save_seconds, 3) if committed.save_seconds is not None else None,
+                upload_bytes_per_second=committed.upload_bytes_per_second,
             )
         )
 
@@ -209,3 +211,4 @@ class AttemptReports:
             self.emit(
                 Progress(**self.ids, step=state.step, total_steps=state.total_steps, loss=state.loss, epoch=state.epoch)
             )
+

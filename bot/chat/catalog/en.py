@@ -50,6 +50,7 @@ BOT: dict[str, str] = {
     "label.eta": "ETA",
     "label.cost": "Cost",
     "label.checkpoint": "Checkpoint",
+    "label.notice-budget": "Notice budget",
     "label.interruptions": "Interruptions",
     "label.problem": "Problem",
     "label.on-call": "On-call",
@@ -82,6 +83,10 @@ BOT: dict[str, str] = {
     "card.egress": " · egress ${egress:.4f}",
     "card.saving": " · saving {savings:.0%} vs on-demand",
     "card.checkpoint": "step {step} · {uri}",
+    "card.notice-budget": "commit ~{commit}s of {notice}s",
+    "card.notice-budget.short": (
+        "commit ~{commit}s of {notice}s: does not fit, a notice loses the work since the last save"
+    ),
     "card.interruptions": "{count} · {lost} steps lost · {downtime:.0f}s downtime",
     "card.acked": "acknowledged by {by} at {at}",
     "card.paged": "paged {sent} time(s), not acknowledged yet",
@@ -160,6 +165,13 @@ BOT: dict[str, str] = {
     "note.resume-requested": "🔁 {by} asked to resume {job} on {market}.",
     "note.rebalance": "↔️ Rebalance recommendation: the instance is at elevated risk; checkpointing early.",
     "note.rebalance-checkpoint": "💾 Early checkpoint at step {step} committed in {seconds:.1f}s.",
+    "note.notice-budget": (
+        "⏱️ A commit on a spot notice would take ~{commit}s ({save}s to save, then {mib:.1f} MiB at {rate}), longer "
+        "than the cloud's {notice}s notice: a notice will lose the work since the last periodic save. Save smaller "
+        "checkpoints, or more often; the spot policy counts the risk."
+    ),
+    "note.notice-budget.rate": "{mib_per_second:.1f} MiB/s",
+    "note.notice-budget.no-rate": "an unmeasured rate",
     "note.scheduled-event": (
         "🛠️ Scheduled system event {event} for the instance (not before {due}); checkpointing early, training on."
     ),

@@ -22,6 +22,7 @@ MESSAGES: dict[str, str] = {
     "label.eta": "预计剩余",
     "label.cost": "费用",
     "label.checkpoint": "检查点",
+    "label.notice-budget": "通知预算",
     "label.interruptions": "中断",
     "label.problem": "问题",
     "label.on-call": "值班",
@@ -54,6 +55,8 @@ MESSAGES: dict[str, str] = {
     "card.egress": " · 跨区域传输 ${egress:.4f}",
     "card.saving": " · 比按量付费节省 {savings:.0%}",
     "card.checkpoint": "第 {step} 步 · {uri}",
+    "card.notice-budget": "提交约 {commit} 秒 / 通知 {notice} 秒",
+    "card.notice-budget.short": "提交约 {commit} 秒 / 通知 {notice} 秒：来不及，一次通知会丢失上次保存以来的训练",
     "card.interruptions": "{count} 次 · 丢失 {lost} 步 · 停机 {downtime:.0f} 秒",
     "card.acked": "已由 {by} 于 {at} 确认",
     "card.paged": "已通知 {sent} 次，尚无人确认",
@@ -130,6 +133,13 @@ MESSAGES: dict[str, str] = {
     "note.resume-requested": "🔁 {by} 请求以{market}方式恢复任务 {job}。",
     "note.rebalance": "↔️ 再平衡建议：实例被回收的风险升高，提前保存检查点。",
     "note.rebalance-checkpoint": "💾 第 {step} 步的提前检查点已在 {seconds:.1f} 秒内提交。",
+    "note.notice-budget": (
+        "⏱️ 收到抢占通知后提交检查点约需 {commit} 秒（保存 {save} 秒，再以 {rate} 上传 {mib:.1f} MiB），"
+        "超过云的 {notice} 秒通知：一次通知将丢失上次定期保存以来的训练。请减小检查点或更频繁地保存；"
+        "抢占策略已计入这一风险。"
+    ),
+    "note.notice-budget.rate": "{mib_per_second:.1f} MiB/秒",
+    "note.notice-budget.no-rate": "未测得的速率",
     "note.scheduled-event": "🛠️ 实例有计划内的系统事件 {event}（不早于 {due}）；提前保存检查点，训练继续。",
     "note.early.ahead": (
         "提前迁移：现在启动一台替代实例，待其就绪后从新的检查点接手"

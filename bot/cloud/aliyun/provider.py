@@ -74,6 +74,7 @@ from bot.cloud.base import (
 from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.cloud.user_data import runner_boot_script
 from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError
+from handlers.aliyun_events import NOTICE_LEAD
 from handlers.attempt_keys import StorageCredentials, seal, sealed_key_object
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
@@ -103,6 +104,7 @@ TOKEN_FAILURES = (CloudRefused, CloudUnavailable, ValueError)
 class AliyunCloud:
     name = "aliyun"
     notice: Literal["aws", "aliyun", "none"] = "aliyun"
+    notice_seconds = NOTICE_LEAD.total_seconds()
 
     def __init__(self, settings: AliyunSettings, *, report_keys: ReportKeys | None = None) -> None:
         self.settings = settings  # (cloud events arrive through the CloudMonitor / EventBridge routes, not from here)

@@ -52,6 +52,7 @@ from bot.cloud.base import (
 )
 from bot.cloud.launching import Handover, LaunchSteps, check_owner, launch_attempt, renew
 from bot.errors import CloudError, CloudRefused, CloudUnavailable, ConfigError
+from handlers.aws_events import SPOT_NOTICE_LEAD
 from handlers.jobs import Market
 from handlers.notes import InterruptTestResult
 from handlers.reconcile import CloudGroup, CloudInstance
@@ -65,6 +66,7 @@ log = logging.getLogger(__name__)
 class AwsCloud:
     name = "aws"
     notice: Literal["aws", "aliyun", "none"] = "aws"
+    notice_seconds = SPOT_NOTICE_LEAD.total_seconds()
 
     def __init__(self, settings: AwsSettings, *, report_keys: ReportKeys | None = None) -> None:
         self.settings = settings  # (cloud events arrive through EventBridge -> SQS / SNS, not from here)

@@ -121,6 +121,7 @@ class LocalCloud:
         self.keys = keys
         self._registry = LocalRegistry(redis, keys) if redis is not None else None
         self.grace_seconds = grace_seconds
+        self.notice_seconds = grace_seconds  # its spot notice: the grace from the notice to the reclaim
         self.runner_env = dict(runner_env or {})
         # A bot run as root from a place other users cannot reach keeps its trainers as root (said once, here).
         self.trainer_note: str | None = None
