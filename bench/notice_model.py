@@ -68,13 +68,15 @@ Recorded (defaults)::
     ecs.ebmgn8v.48xlarge 70B LoRA x8    0.31  300 s   1.00 s   0.02 / 0.01 s   0.42 s   1.00 s   3.68 s yes  OSS share
     ecs.ebmgn8v.48xlarge 70B full x8  140.00  300 s  448.0 s   9.78 / 2.27 s  186.7 s  448.0 s  535.6 s NO   OSS share
 
-What it says: on AWS every case fits the two minutes with room to spare, and the cores are not the limit at today's
-figures: the ranks' save (7.8–9.8 s) and, for 70B over eight nodes, S3's request rate on one prefix (19 s). On
-p4d.24xlarge the commit's CPU (40 cores free at 1.53 s/GiB: 28 GB/s) is below its 50 GB/s network, which is what a
-commit that scales with cores (item 3) has to reach. On Alibaba the limits are the cloud's, not ours: a cloud disk
-at 6 Gbit/s makes a 112 GB save take 2.5 minutes (save to memory instead: the host has 1 TiB), and the account's
-20 Gbit/s of OSS upload, shared by eight nodes, makes 1.12 TB take 7.5 minutes against a 5-minute notice: a 70B full
-fine-tune there cannot be made durable on the notice at any speed of ours, only by periodic saves.
+What it says: on AWS every case fits the two minutes several times over. What sets the time is the ranks' own save
+(eight writers at 0.6 s per GiB, 14 GB/s, just under the assumed 16 GB/s of the drives) and, for 70B over eight
+nodes, S3's 3,500 PUTs/s on one prefix (58.7 GB/s for the whole job: 19 s; ``--part-mib 64`` takes it to 14 s, set
+by the save). The commit's CPU is not the limit anywhere, but on p4d.24xlarge its 40 free cores at 1.53 s/GiB
+(28 GB/s) are under the 50 GB/s network: at 3 s/GiB it would equal the save. On Alibaba the limits are the cloud's:
+a cloud disk at 6 Gbit/s makes a 112 GB save take 2.5 minutes (the host's 1 TiB of memory would hold it), and the
+account's 20 Gbit/s of OSS upload, shared by eight nodes, makes 1.12 TB take 7.5 minutes against a 5-minute notice:
+a 70B full fine-tune there cannot be made durable on the notice at any speed of the runner's, only by the periodic
+saves before it.
 """
 
 from __future__ import annotations
