@@ -1,7 +1,8 @@
 """Notice → durable on real GPU hosts, from the figures measured here and the hosts' documented limits.
 
     python bench/notice_model.py [--save-cpu-s-per-gib 0.6] [--commit-cpu-s-per-gib 1.53] [--overlap 1.19]
-        [--step-seconds 2] [--detect-seconds 0.49] [--part-mib 16] [--nvme-gbytes-per-s 2] [--oss-upload-gbps 20]
+        [--step-seconds 2] [--detect-seconds 0.49] [--part-mib 16] [--commit-cores N] [--nvme-gbytes-per-s 2]
+        [--oss-upload-gbps 20]
 
 Pure arithmetic, no I/O: whether a checkpoint written on the notice (every rank saving its shard to local disk)
 and committed to the object store (the runner's parallel upload, overlapped with the save) is durable before the
@@ -72,11 +73,13 @@ What it says: on AWS every case fits the two minutes several times over. What se
 (eight writers at 0.6 s per GiB, 14 GB/s, just under the assumed 16 GB/s of the drives) and, for 70B over eight
 nodes, S3's 3,500 PUTs/s on one prefix (58.7 GB/s for the whole job: 19 s; ``--part-mib 64`` takes it to 14 s, set
 by the save). The commit's CPU is not the limit anywhere, but on p4d.24xlarge its 40 free cores at 1.53 s/GiB
-(28 GB/s) are under the 50 GB/s network: at 3 s/GiB it would equal the save. On Alibaba the limits are the cloud's:
-a cloud disk at 6 Gbit/s makes a 112 GB save take 2.5 minutes (the host's 1 TiB of memory would hold it), and the
-account's 20 Gbit/s of OSS upload, shared by eight nodes, makes 1.12 TB take 7.5 minutes against a 5-minute notice:
-a 70B full fine-tune there cannot be made durable on the notice at any speed of the runner's, only by the periodic
-saves before it.
+(28 GB/s) are under the 50 GB/s network: at 3 s/GiB it would equal the save. All of that is for a commit whose
+throughput grows with its cores (issue 52, item 3). Today's is one process that the GIL holds to about one core
+(``--commit-cores 1``): 0.70 GB/s, so 7B full takes 192 s and 70B full 240 s, past AWS's two minutes on both hosts.
+On Alibaba the limits are the cloud's: a cloud disk at 6 Gbit/s makes a 112 GB save take 2.5 minutes (the host's
+1 TiB of memory would hold it), and the account's 20 Gbit/s of OSS upload, shared by eight nodes, makes 1.12 TB take
+7.5 minutes against a 5-minute notice: a 70B full fine-tune there cannot be made durable on the notice at any speed
+of the runner's, only by the periodic saves before it.
 """
 
 from __future__ import annotations
@@ -120,11 +123,13 @@ class Measured:
     detect_s: float = 0.49  # notice detection p99 (notice_latency.py)
     step_s: float = 2.0  # the step in flight before the save starts (assumed)
     part_bytes: int = 16 * MiB  # runner.storage.s3.DEFAULT_PART_SIZE
+    commit_cores: int | None = None  # at most this many cores for the commit (None: every core the ranks leave)
 
     def __post_init__(self) -> None:
         _check(self, "overlap", low=1.0, inclusive=True)
         _check(self, "save_cpu_s_per_gib", "commit_cpu_s_per_gib", "part_bytes")
         _check(self, "detect_s", "step_s", inclusive=True)
+        _check(self, "commit_cores", optional=True)
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,8 @@ class Estimate:
 def estimate(host: Host, job: Job, measured: Measured) -> Estimate:
     size = job.checkpoint_bytes / job.nodes
     commit_cores = host.vcpus // 2 - host.gpus  # physical cores, less one per rank writing its shard
+    if measured.commit_cores is not None:
+        commit_cores = min(commit_cores, measured.commit_cores)
     save_cpu = host.gpus * GiB / measured.save_cpu_s_per_gib
     commit_cpu = commit_cores * GiB / measured.commit_cpu_s_per_gib
     network = {"network": host.network}
@@ -264,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--detect-seconds", type=float, default=defaults.detect_s)
     parser.add_argument("--step-seconds", type=float, default=defaults.step_s)
     parser.add_argument("--part-mib", type=float, default=defaults.part_bytes / MiB)
+    parser.add_argument("--commit-cores", type=int, default=None, help="cap the commit's cores (today's: 1 process)")
     parser.add_argument("--nvme-gbytes-per-s", type=float, default=2.0, help="one NVMe drive's write (assumed)")
     parser.add_argument("--oss-upload-gbps", type=float, default=20.0, help="the account's OSS upload in the region")
     args = parser.parse_args(argv)
@@ -276,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             detect_s=args.detect_seconds,
             step_s=args.step_seconds,
             part_bytes=round(args.part_mib * MiB) if math.isfinite(args.part_mib) else args.part_mib,
+            commit_cores=args.commit_cores,
         )
         host_list = hosts(args.nvme_gbytes_per_s, args.oss_upload_gbps)
     except ValueError as error:

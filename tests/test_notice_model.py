@@ -42,6 +42,7 @@ def test_one_case_by_hand() -> None:
     assert e.durable_s == pytest.approx(14.8)
     assert e.bound == "S requests"
     assert e.fits
+    assert estimate(HOST, JOB, replace(MEASURED, commit_cores=1)).commit_cpu_s == pytest.approx(8.0)  # 1 GiB/s
     tighter = estimate(replace(HOST, notice_s=14), JOB, MEASURED)
     assert not tighter.fits
 
@@ -62,6 +63,7 @@ def test_the_commit_cpu_binds_when_the_cores_are_few() -> None:
         lambda: Measured(save_cpu_s_per_gib=-1),
         lambda: Measured(overlap=0.9),
         lambda: Measured(step_s=math.nan),
+        lambda: Measured(commit_cores=0),
         lambda: Host("h", vcpus=16, gpus=8, network=1, disk_write=1, notice_s=120, store_name="S"),
         lambda: Host("h", vcpus=192, gpus=8, network=math.inf, disk_write=1, notice_s=120, store_name="S"),
         lambda: Host("h", vcpus=192, gpus=8, network=1, disk_write=1, notice_s=120, store_name="S", store_shared=0),
