@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from bench import notice_model
 from bench.notice_model import GiB, Host, Job, Measured, MiB, estimate, main
 
 # By hand: 16 GiB over 2 nodes is 8 GiB a node. Two ranks at 0.5 CPU-s/GiB save 4 GiB/s; the disk writes 2 GiB/s,
@@ -102,3 +103,11 @@ def test_a_shared_store_limit_is_split_among_the_nodes() -> None:
     assert e.upload_s == pytest.approx(8.0)
     assert e.bound == "S share"
     assert estimate(host, Job("one node", 8 * GiB), MEASURED).upload_s == pytest.approx(4.0)
+
+
+def test_the_recorded_table_is_what_the_defaults_print() -> None:
+    # The docstring (and docs/benchmarks.md, copied from it) records the defaults' table: a changed input changes both.
+    assert notice_model.__doc__ is not None
+    recorded = notice_model.__doc__.split("Recorded (defaults)::\n\n", 1)[1].split("\n\n", 1)[0]
+    printed = notice_model.table(Measured(), notice_model.hosts())
+    assert [line.strip() for line in recorded.splitlines()] == [line.strip() for line in printed.splitlines()]
