@@ -24,8 +24,8 @@ max(save, upload) for a steady writer at 1 GiB (docs/benchmarks.md); the default
 Measured here (2-core development machine, moto as the store; docs/benchmarks.md, ``bench/upload_throughput.py``,
 ``bench/notice_to_commit.py``): a whole commit costs the client **1.53 CPU-s per GiB** (1 GiB, one file; the store
 alone 1.40); a 1 GiB checkpoint saved at disk speed by one process took **0.6 s** (1.7 s in a run at load 5–8;
-no GPU-to-host copy in it), taken here as one core's rate for one rank; notice detection
-p99 **0.49 s**. Each is a flag, so the parallel commit's figures (issue 52, item 3) plug in as they are measured.
+no GPU-to-host copy in it), taken here as one core's rate for one rank; notice detection p99 **0.49 s**. Each is a
+flag, so the parallel commit's figures (issue 52, item 3) plug in as they are measured.
 
 Host limits (documented unless marked *assumed*):
 
