@@ -131,6 +131,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/notice_to_commit.py
 	$(BIN)/python bench/notice_during_save.py
 	$(BIN)/python bench/upload_throughput.py
+	$(BIN)/python bench/notice_model.py
 	$(BIN)/python bench/notice_latency.py
 	$(BIN)/python bench/bus_throughput.py
 	$(BIN)/python bench/slack_latency.py
