@@ -96,6 +96,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--hang-after-step", type=int, default=0, help="hang (alive, no exit) after this step; 0: never (default)"
     )
     parser.add_argument("--hangs", type=int, default=1, help="how many runs of this work dir hang (default 1)")
+    parser.add_argument(
+        "--tuner", choices=("lora", "full"), default="lora", help="train a LoRA adapter, or every parameter"
+    )
+    parser.add_argument(
+        "--sharded",
+        choices=("true", "false"),
+        default="false",
+        help="every rank saves its own shard through torch.distributed.checkpoint (needs --tuner full)",
+    )
     args = parser.parse_args(argv)
     if args.max_steps < 1:
         parser.error("--max-steps must be >= 1")
@@ -111,6 +120,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--hang-after-step must be >= 0")
     if args.hangs < 0:
         parser.error("--hangs must be >= 0")
+    args.sharded = args.sharded == "true"
+    if args.sharded and args.tuner != "full":
+        parser.error("--sharded true needs --tuner full")
+    if args.sharded and (args.hang_after_step or args.save_seconds):
+        parser.error("--sharded true takes neither --hang-after-step nor --save-seconds")
     return args
 
 
@@ -154,8 +168,9 @@ UNUSED_LIBRARIES = ("datasets", "scipy")
 installed, and its object-detection losses import ``scipy.optimize``. About 1 s of CPU of every start."""
 
 
-def load_training() -> tuple[Callable[[], None], Callable[[argparse.Namespace, int], int]]:
-    """Import the training (torch, transformers and peft: :mod:`runner.hf.tiny_training`) as cheaply as it can be:
+def load_training(sharded: bool = False) -> tuple[Callable[[], None], Callable[[argparse.Namespace, int], int]]:
+    """Import the training (torch, transformers and peft: :mod:`runner.hf.tiny_training`, and
+    :mod:`runner.hf.tiny_sharded` for ``sharded``) as cheaply as it can be:
     :data:`UNUSED_LIBRARIES` marked absent first (``None`` in ``sys.modules``, Python's own way of saying a module is
     not there: transformers' ``importlib.util.find_spec`` then finds nothing, and skips them), the collector paused.
     Its ``(leave_process_group, train)``."""
@@ -163,6 +178,11 @@ def load_training() -> tuple[Callable[[], None], Callable[[argparse.Namespace, i
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     with collector_paused():
         from runner.hf.tiny_training import leave_process_group, train
+
+        if sharded:
+            from runner.hf.tiny_sharded import train_sharded
+
+            return leave_process_group, train_sharded
     return leave_process_group, train
 
 
@@ -210,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if nodes > 1:  # one rank on this node: it is the node's only process, no launcher needed
             world_size = join_world_alone(nodes)
     # Only a process that trains loads torch, transformers and peft (3 s of CPU): the launcher above needs none.
-    leave_process_group, train = load_training()
+    leave_process_group, train = load_training(args.sharded)
     from runner.hf.tiny_training import EXIT_WORLD_BROKE  # loaded by now: no cost
 
     code = train(args, world_size)
