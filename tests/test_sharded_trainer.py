@@ -1,0 +1,123 @@
+"""A sharded full fine-tune through the real runner: ``tiny tuner=full sharded=true nproc=2`` (FSDP2 on gloo, CPU).
+
+Each rank writes its own shard of the weights and of the AdamW state through ``torch.distributed.checkpoint``,
+rank 0 the metadata. A notice mid-run: both ranks agree on the step, save it, and the runner commits both shards and
+the metadata as one checkpoint; a fresh runner restores them all and the final weights are bitwise those of an
+uninterrupted two-rank run. The ranks are frozen (SIGSTOP) from the moment rank 0 reported a step until the runner
+has written its stop request, so the step they stop at does not depend on timing. Cost: three two-rank runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.cloud.local.metadata import LocalMetadataServer
+from handlers.jobs import Job
+from handlers.recipes import TINY
+from handlers.spec_build import build_spec
+from tests.runner_harness import made_once, of_type, progress_steps, read_reports, runner_env, same_tensors, start_runner
+from tests.test_torchrun_trainer import freeze_ranks, until
+
+STEPS = 12  # 8 steps per epoch (64 sequences, 4 per rank, 2 ranks): into the second epoch
+OVERRIDES = {
+    "steps": str(STEPS),
+    "save_steps": "5",
+    "nproc": "2",
+    "step_seconds": "0.25",
+    "tuner": "full",
+    "sharded": "true",
+    "lr": "0.01",
+}
+WEIGHTS = "model.safetensors"
+SHARDED_CHECKPOINT = {".metadata", "__0_0.distcp", "__1_0.distcp", "trainer_state.json"}
+"""What a step's checkpoint holds: DCP's metadata (rank 0), each rank's shard, and the step."""
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def sharded_spec(path: Path, store: Path, reports: Path, attempt: int) -> Path:
+    """The spec the bot sends for ``/finetune start tiny tuner=full sharded=true nproc=2 …``."""
+    job = Job(id="ft-sharded", recipe=TINY.name, params=TINY.resolve(OVERRIDES), requested_by="console:test")
+    spec = build_spec(job, attempt, TINY, f"file://{store}/", [f"file://{reports}"], "aws", sys.executable)
+    path.write_text(spec.model_dump_json())
+    return path
+
+
+def run_uninterrupted(root: Path) -> None:
+    """The same command without the runner and without waiting between steps: its final weights in ``root``."""
+    job = Job(id="ft-sharded", recipe=TINY.name, params=TINY.resolve(OVERRIDES), requested_by="console:test")
+    command = build_spec(job, 1, TINY, "file:///unused/", [], "none", sys.executable).command
+    command[command.index("--step-seconds") + 1] = "0"
+    command = [sys.executable if item == "${FINETUNE_PYTHON}" else item for item in command]
+    with tempfile.TemporaryDirectory(prefix="shards-") as scratch:  # short: Unix socket paths stay in 108 bytes
+        env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(root), FINETUNE_RESUME_FROM="", HF_HUB_OFFLINE="1")
+        env.update(TMPDIR=scratch)
+        env.pop("FINETUNE_STOP_FILE", None)
+        run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The final weights of the uninterrupted two-rank run, made once."""
+    return (made_once(tmp_path_factory, "sharded-reference", run_uninterrupted) / WEIGHTS).read_bytes()
+
+
+@pytest.fixture
+async def imds() -> AsyncIterator[LocalMetadataServer]:
+    server = await LocalMetadataServer(instance_id="i-0shards").start()
+    yield server
+    await server.stop()
+
+
+async def test_two_ranks_commit_their_shards_as_one_checkpoint_on_notice_and_resume_bitwise_equal(
+    tmp_path: Path, imds: LocalMetadataServer, reference: bytes
+) -> None:
+    store, reports, work = tmp_path / "store", tmp_path / "reports.jsonl", tmp_path / "a1"
+    env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_SYNC_SECONDS="600")
+    first = await start_runner(sharded_spec(tmp_path / "a1.json", store, reports, 1), work, env)
+    ranks = await freeze_ranks(first, work / "progress.jsonl", 6)
+    frozen_at = progress_steps(work / "progress.jsonl")[-1]
+    imds.interrupt(seconds=120)
+    await until(lambda: (work / "stop-request").exists())
+    for rank in ranks:
+        os.kill(rank, signal.SIGCONT)
+    assert await asyncio.wait_for(first.wait(), 180) == 75
+
+    [interrupted] = of_type(read_reports(reports), "interrupted")
+    reached = progress_steps(work / "progress.jsonl")[-1]
+    assert interrupted["saved_in_time"] is True
+    assert interrupted["step"] == reached and frozen_at <= reached <= frozen_at + 1 < STEPS
+    # Both ranks' shards and rank 0's metadata, committed as one checkpoint (one manifest vouching for them all).
+    committed = store / f"checkpoint-{reached}"
+    manifest = json.loads((committed / "MANIFEST.json").read_text())
+    assert {item["path"] for item in manifest["files"]} == SHARDED_CHECKPOINT
+    assert {path.name for path in committed.iterdir()} == SHARDED_CHECKPOINT | {"MANIFEST.json"}
+    assert json.loads((committed / "trainer_state.json").read_text()) == {"global_step": reached}
+    shards = [(committed / name).stat().st_size for name in ("__0_0.distcp", "__1_0.distcp")]
+    assert min(shards) > 100_000  # each rank's slice of the weights and of the AdamW state, not an empty file
+    # The periodic save went through DCP's background save and was marked complete too.
+    periodic = work / "output" / "checkpoint-5"
+    assert {path.name for path in periodic.iterdir()} == SHARDED_CHECKPOINT | {".finetune-complete"}
+    assert max(int(p.name.split("-")[1]) for p in (work / "output").glob("checkpoint-*")) == reached
+
+    imds.interruption = None
+    second = await start_runner(sharded_spec(tmp_path / "a2.json", store, reports, 2), tmp_path / "a2", env)
+    assert await asyncio.wait_for(second.wait(), 300) == 0
+    attempt2 = [r for r in read_reports(reports) if r["attempt"] == 2]
+    assert of_type(attempt2, "started")[0]["resumed_from_step"] == reached
+    assert progress_steps(tmp_path / "a2" / "progress.jsonl")[0] == reached + 1
+    assert of_type(attempt2, "completed")[0]["step"] == STEPS
+    final = (store / "output" / WEIGHTS).read_bytes()
+    assert same_tensors(final, reference)
+    assert final == reference
