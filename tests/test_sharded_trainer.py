@@ -25,7 +25,15 @@ from bot.cloud.local.metadata import LocalMetadataServer
 from handlers.jobs import Job
 from handlers.recipes import TINY
 from handlers.spec_build import build_spec
-from tests.runner_harness import made_once, of_type, progress_steps, read_reports, runner_env, same_tensors, start_runner
+from tests.runner_harness import (
+    made_once,
+    of_type,
+    progress_steps,
+    read_reports,
+    runner_env,
+    same_tensors,
+    start_runner,
+)
 from tests.test_torchrun_trainer import freeze_ranks, until
 
 STEPS = 12  # 8 steps per epoch (64 sequences, 4 per rank, 2 ranks): into the second epoch

@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -42,6 +41,9 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.fsdp import fully_shard
 from transformers import LlamaForCausalLM
 
@@ -113,7 +115,7 @@ def state_of(model: LlamaForCausalLM, optimizer: torch.optim.Optimizer) -> dict[
 def restore(model: LlamaForCausalLM, optimizer: torch.optim.Optimizer, folder: str, world: World) -> int:
     """Every rank reads its shard of ``folder`` (a DCP checkpoint) into the model and the optimizer; the step."""
     state = state_of(model, optimizer)
-    dcp.load(state, checkpoint_id=folder, no_dist=world.size <= 1)
+    dcp_load(state, checkpoint_id=folder, no_dist=world.size <= 1)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     with open(os.path.join(folder, TRAINER_STATE), encoding="utf-8") as fh:
         return int(json.load(fh)["global_step"])
@@ -148,7 +150,7 @@ class Saver:
         """A periodic save: the state copied aside now, written by DCP's thread while training goes on."""
         self.settle()
         folder = self.folder(step)
-        future = dcp.async_save(
+        future = dcp_async_save(
             state, checkpoint_id=folder, process_group=self.world.saves, no_dist=self.world.size <= 1
         )
         assert isinstance(future, Future)  # the default stager copies at once: a plain future, no staging one
@@ -172,7 +174,7 @@ class Saver:
         """Save ``step`` at once, after the save in flight; marked complete when every rank's shard is written."""
         self.settle()
         folder = self.folder(step)
-        dcp.save(state, checkpoint_id=folder, process_group=self.world.saves, no_dist=self.world.size <= 1)
+        dcp_save(state, checkpoint_id=folder, process_group=self.world.saves, no_dist=self.world.size <= 1)
         mark_complete(folder, step, self.world)
         self.last_step = step
 
@@ -192,7 +194,9 @@ def save_final(model: LlamaForCausalLM, output_dir: str, world: World) -> None:
     options = StateDictOptions(full_state_dict=world.size > 1, cpu_offload=world.size > 1)
     weights = get_model_state_dict(model, options=options)
     if world.rank == 0:
-        save_file({name: tensor.contiguous() for name, tensor in weights.items()}, os.path.join(output_dir, FULL_WEIGHTS))
+        tensors = {name: tensor.contiguous() for name, tensor in weights.items() if isinstance(tensor, torch.Tensor)}
+        assert tensors.keys() == weights.keys()  # gathered in full: plain tensors, nothing else
+        save_file(tensors, os.path.join(output_dir, FULL_WEIGHTS))
         model.config.save_pretrained(output_dir)
 
 
