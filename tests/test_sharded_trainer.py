@@ -18,13 +18,18 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 
 from bot.cloud.local.metadata import LocalMetadataServer
+from fakes.ports import free_port
 from handlers.jobs import Job
 from handlers.recipes import TINY
+from handlers.spec import Gang, RegroupControl, dump_control, node_control_key
 from handlers.spec_build import build_spec
+from tests.gang_reference import two_node_adapter
 from tests.runner_harness import (
     made_once,
     of_type,
@@ -33,6 +38,8 @@ from tests.runner_harness import (
     runner_env,
     same_tensors,
     start_runner,
+    wait_for_report,
+    write_spec,
 )
 from tests.test_torchrun_trainer import freeze_ranks, until
 
@@ -129,3 +136,113 @@ async def test_two_ranks_commit_their_shards_as_one_checkpoint_on_notice_and_res
     final = (store / "output" / WEIGHTS).read_bytes()
     assert same_tensors(final, reference)
     assert final == reference
+
+
+GANG_STEPS = ["--max-steps", "20", "--save-steps", "5", "--lr", "0.01", "--tuner", "full", "--sharded", "true"]
+BUCKET = "sharded-gang"
+PREFIX = "jobs/ft-shards/"
+
+
+def gang(node_rank: int, generation: int, port: int) -> Gang:
+    return Gang(nodes=2, node_rank=node_rank, generation=generation, master_addr="127.0.0.1", master_port=port)
+
+
+def node_spec(path: Path, reports: Path, member: Gang, step_seconds: str = "0.25") -> Path:
+    return write_spec(
+        path,
+        job_id="ft-shards",
+        checkpoint_uri=f"s3://{BUCKET}/{PREFIX}",
+        report=[f"file://{reports}"],
+        notice="aws",
+        command=[sys.executable, "-m", "runner.hf.tiny", *GANG_STEPS, "--step-seconds", step_seconds],
+        gang=member.model_dump(),
+    )
+
+
+@pytest.fixture(scope="module")
+def gang_reference(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The final weights of an uninterrupted two-node sharded run (one rank per node, one world), made once."""
+    root = made_once(
+        tmp_path_factory, "sharded-gang-reference", lambda root: two_node_adapter(root, GANG_STEPS, WEIGHTS)
+    )
+    return (root / "node-0" / WEIGHTS).read_bytes()
+
+
+@pytest.fixture
+async def imds_for() -> AsyncIterator[Any]:
+    servers: list[LocalMetadataServer] = []
+
+    async def start(instance_id: str) -> LocalMetadataServer:
+        server = await LocalMetadataServer(instance_id=instance_id).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+async def test_a_gang_commits_each_nodes_shards_as_its_part_and_a_replacement_resumes_bitwise_equal(
+    tmp_path: Path, aws: str, imds_for: Any, gang_reference: bytes
+) -> None:
+    s3 = boto3.client("s3", endpoint_url=aws)
+    s3.create_bucket(Bucket=BUCKET)
+
+    def keys() -> set[str]:
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=PREFIX)
+        return {item["Key"][len(PREFIX) :] for page in pages for item in page.get("Contents", [])}
+
+    node0, node1, spare = [await imds_for(name) for name in ("i-0shard0", "i-0shard1", "i-0shard1b")]
+    reports0, reports1, reports2 = (tmp_path / f"reports-{name}.jsonl" for name in ("n0", "n1", "n1b"))
+    first_port, second_port = free_port(), free_port()
+    env = {"AWS_ENDPOINT_URL": aws, "FINETUNE_COLLECTIVE_TIMEOUT_SECONDS": "120"}
+    runner0 = await start_runner(
+        node_spec(tmp_path / "n0.json", reports0, gang(0, 1, first_port)),
+        tmp_path / "n0",
+        runner_env(**env, AWS_EC2_METADATA_SERVICE_ENDPOINT=node0.endpoint),
+    )
+    runner1 = await start_runner(
+        node_spec(tmp_path / "n1.json", reports1, gang(1, 1, first_port)),
+        tmp_path / "n1",
+        runner_env(**env, AWS_EC2_METADATA_SERVICE_ENDPOINT=node1.endpoint),
+    )
+    # The periodic (background) save of step 5 counts once both nodes' parts are in: the notice knows its rate.
+    saved = await wait_for_report(reports0, lambda r: r["type"] == "checkpoint_saved", timeout=400)
+    assert saved["step"] == 5
+    await wait_for_report(reports1, lambda r: r["type"] == "progress" and r["step"] >= 7)
+    node1.interrupt(seconds=120)
+    assert await asyncio.wait_for(runner1.wait(), 300) == 75
+
+    [interrupted] = of_type(read_reports(reports1), "interrupted")
+    stopped = interrupted["step"]
+    assert interrupted["saved_in_time"] is True and 7 <= stopped < 20
+    standby = await wait_for_report(reports0, lambda r: r["type"] == "standby", timeout=300)
+    assert standby["step"] == stopped and standby["cause"] == "stopped"
+    # Each node's shard is its part: rank 0's with the metadata, rank 1's alone; GANG.json makes them one checkpoint.
+    stored = {key for key in keys() if key.startswith(f"checkpoint-{stopped}/")}
+    assert stored == {
+        f"checkpoint-{stopped}/GANG.json",
+        *(f"checkpoint-{stopped}/node-0/{name}" for name in (".metadata", "__0_0.distcp", "trainer_state.json")),
+        *(f"checkpoint-{stopped}/node-1/{name}" for name in ("__1_0.distcp", "trainer_state.json")),
+        f"checkpoint-{stopped}/node-0/MANIFEST.json",
+        f"checkpoint-{stopped}/node-1/MANIFEST.json",
+    }
+
+    regroup = RegroupControl(gang=gang(0, 2, second_port))
+    s3.put_object(Bucket=BUCKET, Key=PREFIX + node_control_key(1, 1, 0), Body=dump_control(regroup))
+    runner2 = await start_runner(
+        node_spec(tmp_path / "n1b.json", reports2, gang(1, 2, second_port), step_seconds="0"),
+        tmp_path / "n1b",
+        runner_env(**env, AWS_EC2_METADATA_SERVICE_ENDPOINT=spare.endpoint),
+    )
+    assert await asyncio.wait_for(runner2.wait(), 400) == 0
+    assert await asyncio.wait_for(runner0.wait(), 120) == 0
+    [replacement] = of_type(read_reports(reports2), "started")
+    assert (replacement["resumed_from_step"], replacement["generation"]) == (stopped, 2)
+    # The replacement restored the union of the parts: both shards and the metadata, in one checkpoint folder.
+    restored = tmp_path / "n1b" / "output" / f"checkpoint-{stopped}"
+    assert {".metadata", "__0_0.distcp", "__1_0.distcp"} <= {path.name for path in restored.iterdir()}
+    assert progress_steps(tmp_path / "n1b" / "progress.jsonl")[0] == stopped + 1
+    final = s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}output/{WEIGHTS}")["Body"].read()
+    assert same_tensors(final, gang_reference)
+    assert final == gang_reference
