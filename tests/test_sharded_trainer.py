@@ -68,14 +68,15 @@ def sharded_spec(path: Path, store: Path, reports: Path, attempt: int) -> Path:
     return path
 
 
-def run_uninterrupted(root: Path) -> None:
+def run_uninterrupted(root: Path, resume_from: Path | None = None) -> None:
     """The same command without the runner and without waiting between steps: its final weights in ``root``."""
     job = Job(id="ft-sharded", recipe=TINY.name, params=TINY.resolve(OVERRIDES), requested_by="console:test")
     command = build_spec(job, 1, TINY, "file:///unused/", [], "none", sys.executable).command
     command[command.index("--step-seconds") + 1] = "0"
     command = [sys.executable if item == "${FINETUNE_PYTHON}" else item for item in command]
     with tempfile.TemporaryDirectory(prefix="shards-") as scratch:  # short: Unix socket paths stay in 108 bytes
-        env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(root), FINETUNE_RESUME_FROM="", HF_HUB_OFFLINE="1")
+        env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(root), FINETUNE_RESUME_FROM=str(resume_from or ""))
+        env.update(HF_HUB_OFFLINE="1")
         env.update(TMPDIR=scratch)
         env.pop("FINETUNE_STOP_FILE", None)
         run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -86,6 +87,20 @@ def run_uninterrupted(root: Path) -> None:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """The final weights of the uninterrupted two-rank run, made once."""
     return (made_once(tmp_path_factory, "sharded-reference", run_uninterrupted) / WEIGHTS).read_bytes()
+
+
+@pytest.mark.scenario  # its fixture runs the trainer
+def test_a_background_save_holds_the_step_it_was_asked_for_while_training_went_on(
+    tmp_path: Path, reference: bytes, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """checkpoint-10 of the reference run was written by ``async_save`` while the ranks trained on without a pause
+    (no step delay): resumed from it, a fresh run ends bitwise equal, so the background save took a copy of step 10
+    and nothing of the steps after it."""
+    periodic = made_once(tmp_path_factory, "sharded-reference", run_uninterrupted) / "checkpoint-10"
+    assert (periodic / ".finetune-complete").exists()
+    assert json.loads((periodic / "trainer_state.json").read_text()) == {"global_step": 10}
+    run_uninterrupted(tmp_path / "resumed", resume_from=periodic)
+    assert (tmp_path / "resumed" / WEIGHTS).read_bytes() == reference
 
 
 @pytest.fixture
