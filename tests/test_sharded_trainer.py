@@ -103,6 +103,32 @@ def test_a_background_save_holds_the_step_it_was_asked_for_while_training_went_o
     assert (tmp_path / "resumed" / WEIGHTS).read_bytes() == reference
 
 
+def run_full(output: Path, resume_from: Path | None = None) -> None:
+    """``tiny tuner=full`` without ``sharded``: one process, the Hugging Face ``Trainer``, 7 steps, saves every 5."""
+    command = [sys.executable, "-m", "runner.hf.tiny", "--max-steps", "7", "--save-steps", "5", "--lr", "0.01"]
+    env = dict(os.environ, FINETUNE_OUTPUT_DIR=str(output), FINETUNE_RESUME_FROM=str(resume_from or ""))
+    env.update(HF_HUB_OFFLINE="1")
+    env.pop("FINETUNE_STOP_FILE", None)
+    run = subprocess.run([*command, "--tuner", "full"], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+@pytest.mark.scenario  # runs the trainer
+def test_a_full_fine_tune_saves_every_weight_and_the_optimizer_and_resumes_bitwise_equal(tmp_path: Path) -> None:
+    run_full(tmp_path / "whole")
+    reference = (tmp_path / "whole" / WEIGHTS).read_bytes()
+    saved = tmp_path / "whole" / "checkpoint-5"
+    assert {WEIGHTS, "optimizer.pt", "scheduler.pt", "rng_state.pth", ".finetune-complete"} <= {
+        path.name for path in saved.iterdir()
+    }
+    assert not (saved / "adapter_model.safetensors").exists()  # no adapter: the whole model trains
+    run_full(tmp_path / "resumed", resume_from=saved)
+    assert (tmp_path / "resumed" / WEIGHTS).read_bytes() == reference
+    # Resumed from the last step's checkpoint: nothing left to train, its weights are the final output.
+    run_full(tmp_path / "last", resume_from=tmp_path / "whole" / "checkpoint-7")
+    assert same_tensors((tmp_path / "last" / WEIGHTS).read_bytes(), reference)
+
+
 @pytest.fixture
 async def imds() -> AsyncIterator[LocalMetadataServer]:
     server = await LocalMetadataServer(instance_id="i-0shards").start()
