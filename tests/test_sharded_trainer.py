@@ -103,6 +103,44 @@ def test_a_background_save_holds_the_step_it_was_asked_for_while_training_went_o
     assert (tmp_path / "resumed" / WEIGHTS).read_bytes() == reference
 
 
+async def test_a_notice_waits_for_the_background_save_in_flight_then_saves_its_own_step(
+    tmp_path: Path, imds: LocalMetadataServer
+) -> None:
+    """``--hold-saves`` keeps checkpoint-12's background save in flight until the ranks wait for it, so the notice
+    always finds it unfinished: the stop finishes and marks it first, then saves the step the ranks reached, which
+    the runner commits."""
+    store, reports, work = tmp_path / "store", tmp_path / "reports.jsonl", tmp_path / "a1"
+    arguments = ["--max-steps", "48", "--save-steps", "12", "--lr", "0.01", "--tuner", "full", "--sharded", "true"]
+    command = [sys.executable, "-m", "runner.hf.tiny", *arguments, "--processes", "2", "--step-seconds", "0.25"]
+    spec = write_spec(
+        tmp_path / "a1.json",
+        job_id="ft-held",
+        checkpoint_uri=f"file://{store}/",
+        report=[f"file://{reports}"],
+        notice="aws",
+        command=[*command, "--hold-saves"],
+    )
+    env = runner_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.endpoint, FINETUNE_SYNC_SECONDS="600")
+    runner = await start_runner(spec, work, env)
+    ranks = await freeze_ranks(runner, work / "progress.jsonl", 13)  # past checkpoint-12's start, before step 24's
+    assert progress_steps(work / "progress.jsonl")[-1] < 24
+    periodic = work / "output" / "checkpoint-12"
+    assert not (periodic / ".finetune-complete").exists()  # held in flight
+    imds.interrupt(seconds=120)
+    await until(lambda: (work / "stop-request").exists())
+    for rank in ranks:
+        os.kill(rank, signal.SIGCONT)
+    assert await asyncio.wait_for(runner.wait(), 180) == 75
+
+    [interrupted] = of_type(read_reports(reports), "interrupted")
+    reached = progress_steps(work / "progress.jsonl")[-1]
+    assert interrupted["saved_in_time"] is True and 13 <= interrupted["step"] == reached < 24
+    # The save in flight was finished and marked, not abandoned, before the stop's own save.
+    assert {path.name for path in periodic.iterdir()} == SHARDED_CHECKPOINT | {".finetune-complete"}
+    manifest = json.loads((store / f"checkpoint-{reached}" / "MANIFEST.json").read_text())
+    assert {item["path"] for item in manifest["files"]} == SHARDED_CHECKPOINT
+
+
 def run_full(output: Path, resume_from: Path | None = None) -> None:
     """``tiny tuner=full`` without ``sharded``: one process, the Hugging Face ``Trainer``, 7 steps, saves every 5."""
     command = [sys.executable, "-m", "runner.hf.tiny", "--max-steps", "7", "--save-steps", "5", "--lr", "0.01"]

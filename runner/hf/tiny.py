@@ -3,7 +3,7 @@
 Run::
 
     FINETUNE_OUTPUT_DIR=/tmp/out python -m runner.hf.tiny [--max-steps 30] [--save-steps 5] [--lr 0.05]
-        [--seed 0] [--step-seconds 0] [--save-seconds 0] [--processes 1]
+        [--seed 0] [--step-seconds 0] [--save-seconds 0] [--processes 1] [--tuner lora|full] [--sharded false|true]
 
 It is a stock HF ``Trainer`` around a 2-layer ``LlamaForCausalLM`` built from a ``LlamaConfig`` in code, wrapped
 by peft LoRA (r=4 on q_proj/v_proj), trained on a synthetic data set generated in code: nothing is downloaded,
@@ -15,6 +15,11 @@ the run never uses, :data:`UNUSED_LIBRARIES`).
 ``--hang-after-step N`` makes the run hang after step N (alive, never exiting: asleep in ``_hang_forever`` inside the
 next step), on its first ``--hangs`` runs only (counted in a file next to the stop file), so a test can watch the
 runner's hang watchdog restart it and the restarted run finish.
+
+``--tuner full`` trains every parameter of the model (no LoRA; the checkpoint holds the whole model and its AdamW
+state). ``--sharded true`` (with ``--tuner full``) trains it sharded across the ranks (FSDP2) and saves each rank's
+shard through ``torch.distributed.checkpoint``, periodic saves in the background: :mod:`runner.hf.tiny_sharded`.
+``--hold-saves`` (sharded, a test knob) keeps a background save in flight until the run waits for it.
 
 ``--processes N`` (N > 1) makes this process torchrun (``torch.distributed.run`` with a standalone rendezvous on
 a free port): it starts N ranks of this same module, which train the same model data-parallel (DDP on gloo, CPU;
@@ -105,6 +110,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="false",
         help="every rank saves its own shard through torch.distributed.checkpoint (needs --tuner full)",
     )
+    parser.add_argument(
+        "--hold-saves",
+        action="store_true",
+        help="a background save finishes only when the run waits for it (sharded; a test knob)",
+    )
     args = parser.parse_args(argv)
     if args.max_steps < 1:
         parser.error("--max-steps must be >= 1")
@@ -125,6 +135,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--sharded true needs --tuner full")
     if args.sharded and (args.hang_after_step or args.save_seconds):
         parser.error("--sharded true takes neither --hang-after-step nor --save-seconds")
+    if args.hold_saves and not args.sharded:
+        parser.error("--hold-saves needs --sharded true")
     return args
 
 

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.distributed.checkpoint.planner import WriteItem
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -134,14 +137,31 @@ def mark_complete(folder: str, step: int, world: World) -> None:
         os.close(fd)
 
 
-class Saver:
-    """Checkpoints through DCP: in the background (periodic), or at once (a stop, a save request); one at a time."""
+class HeldPlanner(DefaultSavePlanner):
+    """DCP's own planner, whose writes wait until ``release`` is set (``--hold-saves``): a background save then
+    stays in flight, its folder begun, until the trainer waits for it."""
 
-    def __init__(self, output_dir: str, world: World, last_step: int) -> None:
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__()
+        self.release = release
+
+    def resolve_data(self, write_item: WriteItem) -> Any:
+        self.release.wait()
+        return super().resolve_data(write_item)
+
+
+class Saver:
+    """Checkpoints through DCP: in the background (periodic), or at once (a stop, a save request); one at a time.
+    ``hold``: a background save finishes only when the trainer waits for it (a test knob: a notice then always
+    finds a save in flight)."""
+
+    def __init__(self, output_dir: str, world: World, last_step: int, hold: bool = False) -> None:
         self.output_dir = output_dir
         self.world = world
         self.in_flight: SaveInFlight | None = None
         self.last_step = last_step  # the newest step saved or being saved (the one resumed from, at first)
+        self.hold = hold
+        self.release = threading.Event()
 
     def folder(self, step: int) -> str:
         return os.path.join(self.output_dir, f"checkpoint-{step}")
@@ -150,8 +170,10 @@ class Saver:
         """A periodic save: the state copied aside now, written by DCP's thread while training goes on."""
         self.settle()
         folder = self.folder(step)
+        self.release.clear()
+        planner = HeldPlanner(self.release) if self.hold else None
         future = dcp_async_save(
-            state, checkpoint_id=folder, process_group=self.world.saves, no_dist=self.world.size <= 1
+            state, checkpoint_id=folder, process_group=self.world.saves, no_dist=self.world.size <= 1, planner=planner
         )
         assert isinstance(future, Future)  # the default stager copies at once: a plain future, no staging one
         self.in_flight = SaveInFlight(step, folder, future)
@@ -167,6 +189,7 @@ class Saver:
         if self.in_flight is None:
             return
         saving, self.in_flight = self.in_flight, None
+        self.release.set()
         saving.future.result()
         mark_complete(saving.folder, saving.step, self.world)
 
@@ -223,7 +246,7 @@ def train_sharded(args: argparse.Namespace, world_size: int) -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, foreach=False)
     step = restore(model, optimizer, resume_from, world) if resume_from is not None else 0
     data = PatternDataset()
-    saver = Saver(output_dir, world, step)
+    saver = Saver(output_dir, world, step, hold=args.hold_saves)
     per_epoch = len(data) // (BATCH_SIZE * world.size)
     stopped = False
     while step < args.max_steps:
