@@ -54,6 +54,7 @@ WORDING = Wording(
         "recipe.unsafe-text": "{name} may only use letters, digits and . _ : / @ + # -",
         "recipe.option-like": "{name} may not start with {first!r}: a trainer could read it as an option",
         "recipe.not-allowed": "{name} {value!r} is not allowed; it may be: {forms}",
+        "recipe.needs": "{name}={value} needs {other}={wanted}",
     }
 )
 
@@ -67,6 +68,8 @@ class Parameter(BaseModel):
     choices: list[str] | None = None
     many: bool = False
     allow: list[str] | None = None  # exact values, and prefixes ending in "/" (hub organisations, path roots)
+    # What a value other than the default asks of the other parameters (``sharded`` needs ``tuner=full``).
+    needs: dict[str, ParamValue] = Field(default_factory=dict)
     help: str = ""
 
     @model_validator(mode="after")
@@ -164,7 +167,24 @@ class Recipe(BaseModel):
                     raise ValueError(f"command uses {{{name}}} but the recipe declares no such parameter")
                 if name != "python" and self.parameters[name].many and arg != "{" + name + "}":
                     raise ValueError(f"{{{name}}} takes many values: it must be a whole argv item")
+        for name, spec in self.parameters.items():
+            for other, wanted in spec.needs.items():
+                if other not in self.parameters:
+                    raise ValueError(f"{name} needs {other}, which the recipe does not declare")
+                self.parameters[other].check(other, wanted)
         return self
+
+    def _check_needs(self, values: dict[str, ParamValue]) -> dict[str, ParamValue]:
+        """ReasonError (``recipe.needs``) when a value asks of another parameter what it was not given."""
+        for name, spec in self.parameters.items():
+            if values[name] == spec.default:
+                continue
+            for other, wanted in spec.needs.items():
+                if values[other] != wanted:
+                    raise ReasonError(
+                        WORDING("recipe.needs", name=name, value=_text(values[name]), other=other, wanted=_text(wanted))
+                    )
+        return values
 
     def resolve(self, overrides: dict[str, str]) -> dict[str, ParamValue]:
         """Defaults with the user's overrides applied; ReasonError (``recipe.*``) for unknown or out-of-range ones."""
@@ -177,7 +197,7 @@ class Recipe(BaseModel):
                 allowed = ", ".join(sorted(self.parameters))
                 raise ReasonError(WORDING("recipe.no-parameter", recipe=self.name, name=name, allowed=allowed))
             values[name] = spec.parse(name, raw)
-        return values
+        return self._check_needs(values)
 
     def resolve_values(self, stored: dict[str, ParamValue]) -> dict[str, ParamValue]:
         """Re-check values kept with a job (they were validated at start; the recipe may have changed since)."""
@@ -188,7 +208,7 @@ class Recipe(BaseModel):
                 raise ReasonError(WORDING("recipe.parameter-gone", recipe=self.name, name=name))
             spec.check(name, value)
             values[name] = value
-        return values
+        return self._check_needs(values)
 
     def total_steps(self, values: dict[str, ParamValue]) -> int | None:
         """How many steps a job with these values trains, when the recipe says which parameter tells."""
@@ -244,6 +264,10 @@ TINY = Recipe(
         "{step_seconds}",
         "--processes",
         "{nproc}",
+        "--tuner",
+        "{tuner}",
+        "--sharded",
+        "{sharded}",
     ],
     parameters={
         "steps": Parameter(type="int", default=30, min=1, max=10_000, help="optimizer steps"),
@@ -252,6 +276,13 @@ TINY = Recipe(
         "seed": Parameter(type="int", default=0, min=0, max=2**31 - 1),
         "step_seconds": Parameter(type="float", default=0.2, min=0.0, max=10.0, help="slow each step down"),
         "nproc": Parameter(type="int", default=1, min=1, max=8, help="data-parallel ranks (torchrun, gloo)"),
+        "tuner": Parameter(type="str", default="lora", choices=["lora", "full"], help="LoRA, or every parameter"),
+        "sharded": Parameter(
+            type="bool",
+            default=False,
+            needs={"tuner": "full"},
+            help="every rank saves its own shard (torch.distributed.checkpoint, FSDP2)",
+        ),
     },
     total_steps_param="steps",
     instance_types={"local": ["local.cpu"], "aws": ["g5.xlarge", "g6.xlarge"], "aliyun": ["ecs.gn7i-c8g1.2xlarge"]},

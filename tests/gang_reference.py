@@ -14,8 +14,9 @@ ADAPTER = "adapter_model.safetensors"
 GANG_STEPS = ["--max-steps", "16", "--save-steps", "5"]
 
 
-def two_node_adapter(root: Path, arguments: list[str]) -> bytes:
-    """Two trainers (one rank each) as one world over loopback; the final adapter global rank 0 writes."""
+def two_node_adapter(root: Path, arguments: list[str], final: str = ADAPTER) -> bytes:
+    """Two trainers (one rank each) as one world over loopback; the final adapter (or the ``final`` file) global
+    rank 0 writes."""
     port = str(free_port())
     runs = []
     for rank in (0, 1):
@@ -36,4 +37,4 @@ def two_node_adapter(root: Path, arguments: list[str]) -> bytes:
     for run in runs:
         output = run.communicate(timeout=400)[0]
         assert run.returncode == 0, output[-3000:]
-    return (root / "node-0" / ADAPTER).read_bytes()
+    return (root / "node-0" / final).read_bytes()

@@ -453,6 +453,7 @@ def handler_reasons() -> list[Reason]:
         _recipe_error(lambda: Parameter(type="str", default="a").parse("dataset", "a;b")),
         _recipe_error(lambda: Parameter(type="str", default="a").parse("dataset", "--push_to_hub")),
         _recipe_error(lambda: BUILT_IN["deepseek-7b"].resolve({"model": "someone/evil"})),
+        _recipe_error(lambda: TINY.resolve({"sharded": "true"})),
         recipes.WORDING("recipe.not-str", name="mode", raw="x"),  # a str parameter takes any text: never raised
         narrowed(policy, "dingtalk:bob", "start"),
         *(cost_refusal(teamed, "dingtalk:bob", team) for team in ("nope", "ml", None)),

@@ -113,9 +113,45 @@ def test_a_list_parameter_must_fill_a_whole_argv_item_and_be_text() -> None:
 def test_tiny_takes_nproc_for_torchrun_ranks() -> None:
     argv = TINY.argv(TINY.resolve({"nproc": "2"}), python="python3")
     assert option(argv, "--processes") == ["2"]
-    assert TINY.argv(TINY.resolve({}), python="python3")[-2:] == ["--processes", "1"]
+    assert option(TINY.argv(TINY.resolve({}), python="python3"), "--processes") == ["1"]
     with pytest.raises(ReasonError, match="above the maximum 8"):
         TINY.resolve({"nproc": "9"})
+    assert TINY.argv(TINY.resolve({}), python="python3")[-4:] == ["--tuner", "lora", "--sharded", "false"]
+
+
+def test_tiny_takes_a_sharded_full_fine_tune_and_refuses_a_sharded_adapter() -> None:
+    argv = TINY.argv(TINY.resolve({"tuner": "full", "sharded": "true", "nproc": "2"}), python="python3")
+    assert (option(argv, "--tuner"), option(argv, "--sharded")) == (["full"], ["true"])
+    with pytest.raises(ReasonError, match=r"^sharded=true needs tuner=full$"):
+        TINY.resolve({"sharded": "true"})
+    with pytest.raises(ReasonError, match="sharded=true needs tuner=full"):  # a stored job's values, re-checked
+        TINY.resolve_values({"tuner": "lora", "sharded": True})
+    with pytest.raises(ReasonError, match="tuner must be one of lora, full"):
+        TINY.resolve({"tuner": "qlora"})
+    with pytest.raises(ReasonError, match="tuner may not start with '-'"):
+        TINY.resolve({"tuner": "--lora_rank"})
+    with pytest.raises(ReasonError, match="sharded must be a bool"):
+        TINY.resolve({"sharded": "--push_to_hub"})
+
+
+def test_a_needs_rule_names_a_declared_parameter_and_one_of_its_values() -> None:
+    def recipe(needs: dict[str, str | int | float | bool]) -> Recipe:
+        return Recipe(
+            name="bad",
+            description="x",
+            model="x",
+            command=["train", "{a}", "{b}"],
+            parameters={
+                "a": Parameter(type="bool", default=False, needs=needs),
+                "b": Parameter(type="str", default="x", choices=["x", "y"]),
+            },
+        )
+
+    assert recipe({"b": "y"}).resolve({"a": "true", "b": "y"}) == {"a": True, "b": "y"}
+    with pytest.raises(ValidationError, match="a needs c, which the recipe does not declare"):
+        recipe({"c": "y"})
+    with pytest.raises(ValidationError, match="b must be one of x, y"):
+        recipe({"b": "z"})
 
 
 PARSE_WITH_SWIFT = """

@@ -3,7 +3,7 @@
 Run::
 
     FINETUNE_OUTPUT_DIR=/tmp/out python -m runner.hf.tiny [--max-steps 30] [--save-steps 5] [--lr 0.05]
-        [--seed 0] [--step-seconds 0] [--save-seconds 0] [--processes 1]
+        [--seed 0] [--step-seconds 0] [--save-seconds 0] [--processes 1] [--tuner lora|full] [--sharded false|true]
 
 It is a stock HF ``Trainer`` around a 2-layer ``LlamaForCausalLM`` built from a ``LlamaConfig`` in code, wrapped
 by peft LoRA (r=4 on q_proj/v_proj), trained on a synthetic data set generated in code: nothing is downloaded,
@@ -15,6 +15,11 @@ the run never uses, :data:`UNUSED_LIBRARIES`).
 ``--hang-after-step N`` makes the run hang after step N (alive, never exiting: asleep in ``_hang_forever`` inside the
 next step), on its first ``--hangs`` runs only (counted in a file next to the stop file), so a test can watch the
 runner's hang watchdog restart it and the restarted run finish.
+
+``--tuner full`` trains every parameter of the model (no LoRA; the checkpoint holds the whole model and its AdamW
+state). ``--sharded true`` (with ``--tuner full``) trains it sharded across the ranks (FSDP2) and saves each rank's
+shard through ``torch.distributed.checkpoint``, periodic saves in the background: :mod:`runner.hf.tiny_sharded`.
+``--hold-saves`` (sharded, a test knob) keeps a background save in flight until the run waits for it.
 
 ``--processes N`` (N > 1) makes this process torchrun (``torch.distributed.run`` with a standalone rendezvous on
 a free port): it starts N ranks of this same module, which train the same model data-parallel (DDP on gloo, CPU;
@@ -96,6 +101,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--hang-after-step", type=int, default=0, help="hang (alive, no exit) after this step; 0: never (default)"
     )
     parser.add_argument("--hangs", type=int, default=1, help="how many runs of this work dir hang (default 1)")
+    parser.add_argument(
+        "--tuner", choices=("lora", "full"), default="lora", help="train a LoRA adapter, or every parameter"
+    )
+    parser.add_argument(
+        "--sharded",
+        choices=("true", "false"),
+        default="false",
+        help="every rank saves its own shard through torch.distributed.checkpoint (needs --tuner full)",
+    )
+    parser.add_argument(
+        "--hold-saves",
+        action="store_true",
+        help="a background save finishes only when the run waits for it (sharded; a test knob)",
+    )
     args = parser.parse_args(argv)
     if args.max_steps < 1:
         parser.error("--max-steps must be >= 1")
@@ -111,6 +130,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--hang-after-step must be >= 0")
     if args.hangs < 0:
         parser.error("--hangs must be >= 0")
+    args.sharded = args.sharded == "true"
+    if args.sharded and args.tuner != "full":
+        parser.error("--sharded true needs --tuner full")
+    if args.sharded and (args.hang_after_step or args.save_seconds):
+        parser.error("--sharded true takes neither --hang-after-step nor --save-seconds")
+    if args.hold_saves and not args.sharded:
+        parser.error("--hold-saves needs --sharded true")
     return args
 
 
@@ -154,8 +180,9 @@ UNUSED_LIBRARIES = ("datasets", "scipy")
 installed, and its object-detection losses import ``scipy.optimize``. About 1 s of CPU of every start."""
 
 
-def load_training() -> tuple[Callable[[], None], Callable[[argparse.Namespace, int], int]]:
-    """Import the training (torch, transformers and peft: :mod:`runner.hf.tiny_training`) as cheaply as it can be:
+def load_training(sharded: bool = False) -> tuple[Callable[[], None], Callable[[argparse.Namespace, int], int]]:
+    """Import the training (torch, transformers and peft: :mod:`runner.hf.tiny_training`, and
+    :mod:`runner.hf.tiny_sharded` for ``sharded``) as cheaply as it can be:
     :data:`UNUSED_LIBRARIES` marked absent first (``None`` in ``sys.modules``, Python's own way of saying a module is
     not there: transformers' ``importlib.util.find_spec`` then finds nothing, and skips them), the collector paused.
     Its ``(leave_process_group, train)``."""
@@ -163,6 +190,11 @@ def load_training() -> tuple[Callable[[], None], Callable[[argparse.Namespace, i
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     with collector_paused():
         from runner.hf.tiny_training import leave_process_group, train
+
+        if sharded:
+            from runner.hf.tiny_sharded import train_sharded
+
+            return leave_process_group, train_sharded
     return leave_process_group, train
 
 
@@ -210,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if nodes > 1:  # one rank on this node: it is the node's only process, no launcher needed
             world_size = join_world_alone(nodes)
     # Only a process that trains loads torch, transformers and peft (3 s of CPU): the launcher above needs none.
-    leave_process_group, train = load_training()
+    leave_process_group, train = load_training(args.sharded)
     from runner.hf.tiny_training import EXIT_WORLD_BROKE  # loaded by now: no cost
 
     code = train(args, world_size)

@@ -45,6 +45,8 @@ TRAINER_STATE = "trainer_state.json"
 EXIT_WORLD_BROKE = 75
 """A peer was lost: this rank saved the step it holds (``runner.hf.held_state``) and leaves without the group."""
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+FULL_WEIGHTS = "model.safetensors"
+"""The whole model's weights, as ``save_pretrained`` names them (``--tuner full``)."""
 
 
 class PatternDataset(Dataset[dict[str, torch.Tensor]]):
@@ -123,8 +125,8 @@ class HangCallback(TrainerCallback):
             return 0
 
 
-def build_model(seed: int) -> PeftModel:
-    """The tiny Llama base (seeded by ``BASE_MODEL_SEED``) wrapped with a LoRA adapter (seeded by ``seed``)."""
+def build_base() -> LlamaForCausalLM:
+    """The tiny Llama "pre-trained" base, a pure function of ``BASE_MODEL_SEED`` (the RNG left seeded by it)."""
     config = LlamaConfig(
         vocab_size=VOCAB_SIZE,
         hidden_size=32,
@@ -147,8 +149,16 @@ def build_model(seed: int) -> PeftModel:
     )
     config._attn_implementation = "eager"
     set_seed(BASE_MODEL_SEED)
-    base = LlamaForCausalLM(config)  # type: ignore[no-untyped-call,unused-ignore]  # untyped in transformers 5.19
+    return LlamaForCausalLM(config)  # type: ignore[no-untyped-call,unused-ignore]  # untyped in transformers 5.19
+
+
+def build_model(seed: int, tuner: str = "lora") -> PeftModel | LlamaForCausalLM:
+    """The tiny base wrapped with a LoRA adapter (seeded by ``seed``), or the base itself, every parameter trained
+    (``tuner`` ``full``)."""
+    base = build_base()
     set_seed(seed)
+    if tuner == "full":
+        return base
     lora = LoraConfig(
         r=4,
         lora_alpha=8,
@@ -218,7 +228,7 @@ def train(args: argparse.Namespace, world_size: int) -> int:
     torch.set_num_threads(1)
     # peft 0.21 probes the attribute transformers 5 renamed to is_activation_checkpointing: harmless noise.
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-    model = build_model(args.seed)
+    model = build_model(args.seed, args.tuner)
     training_args = TrainingArguments(
         output_dir=output_dir,
         max_steps=args.max_steps,
@@ -265,11 +275,7 @@ def train(args: argparse.Namespace, world_size: int) -> int:
         # Nothing left to train (e.g. the notice came after the last step, so that run saved its final
         # checkpoint but not the final output). Don't call train(): resuming from a checkpoint at max_steps
         # runs one *extra* optimizer step unless max_steps is a multiple of the steps per epoch.
-        weights = load_file(os.path.join(resume_from, ADAPTER_WEIGHTS))
-        set_peft_model_state_dict(model, weights)
-        loaded = get_peft_model_state_dict(model)
-        if loaded.keys() != weights.keys() or not all(torch.equal(loaded[k], weights[k]) for k in weights):
-            raise RuntimeError(f"{resume_from}: its adapter does not match this model")
+        _load_weights(model, resume_from)
         stopped = spot.stopped()
         if not stopped:
             trainer.save_model(output_dir)
@@ -294,6 +300,20 @@ def train(args: argparse.Namespace, world_size: int) -> int:
     trainer.save_model(output_dir)
     _say(summary)
     return 0
+
+
+def _load_weights(model: PeftModel | LlamaForCausalLM, checkpoint: str) -> None:
+    """The trained weights of a checkpoint into ``model``: its adapter (LoRA) or the whole model (full)."""
+    if isinstance(model, PeftModel):
+        weights = load_file(os.path.join(checkpoint, ADAPTER_WEIGHTS))
+        set_peft_model_state_dict(model, weights)
+        loaded = get_peft_model_state_dict(model)
+    else:
+        weights = load_file(os.path.join(checkpoint, FULL_WEIGHTS))
+        model.load_state_dict(weights)
+        loaded = model.state_dict()
+    if loaded.keys() != weights.keys() or not all(torch.equal(loaded[k], weights[k]) for k in weights):
+        raise RuntimeError(f"{checkpoint}: its weights do not match this model")
 
 
 def _say(summary: dict[str, Any]) -> None:

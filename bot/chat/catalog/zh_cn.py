@@ -349,6 +349,7 @@ MESSAGES: dict[str, str] = {
     "recipe.unsafe-text": "{name} 只能包含字母、数字和 . _ : / @ + # -",
     "recipe.option-like": "{name} 不能以 {first!r} 开头：训练程序可能把它当成命令行选项",
     "recipe.not-allowed": "{name} 不允许取 {value!r}；只能是：{forms}",
+    "recipe.needs": "{name}={value} 需要 {other}={wanted}",
     # 命令为何没有生效（handlers/decide/builders.py）
     "ignored.stop": "任务当前状态为 {state}",
     "ignored.interrupt-test": "任务当前状态为 {state}，不在运行中",
