@@ -8,7 +8,10 @@ we had to kill may have left its newest directory half-written, so then only the
 Hugging Face's ``Trainer`` writes ``trainer_state.json`` last in every save, periodic or on SIGTERM
 (``enable_jit_checkpoint``), and a SIGTERM save keeps ``checkpoint-is-incomplete.txt`` in the directory until it is
 done: a directory whose ``trainer_state.json`` is whole and has no such sentinel is complete without our marker, so
-a plain ``Trainer`` script's newest save is committed as soon as it is written, not once the next one appears.
+a plain ``Trainer`` script's newest save is committed as soon as it is written, not once the next one appears. A
+trainer that runs our callback (it says so: ``runner.stop_request``'s ``.watched`` file beside ``output/``) is judged
+by our marker alone: with several ranks, rank 0 writes ``trainer_state.json`` while the others may still be writing
+their files, and only the callback waits for all of them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from runner.manifest import COMPLETE_MARKER
+from runner.stop_request import STOP_FILE_NAME, watched_path
 
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 HF_TRAINER_STATE = "trainer_state.json"
@@ -53,8 +57,16 @@ def list_checkpoint_dirs(output_dir: Path) -> list[LocalCheckpoint]:
 
 
 def is_marked_complete(path: Path) -> bool:
-    """The trainer said ``path`` is complete: our marker, or the training stack's own sign."""
-    return (path / COMPLETE_MARKER).exists() or finished_by_stack(path)
+    """The trainer said ``path`` is complete: our marker, or (a trainer without our callback) the stack's own sign."""
+    if (path / COMPLETE_MARKER).exists():
+        return True
+    return not runs_our_callback(path.parent) and finished_by_stack(path)
+
+
+def runs_our_callback(output_dir: Path) -> bool:
+    """The trainer writing ``output_dir`` watches the stop file (our callback, the ms-swift plugin, ``StopRequest``):
+    it marks each checkpoint complete itself, once every rank has written its part."""
+    return os.path.exists(watched_path(output_dir.parent / STOP_FILE_NAME))
 
 
 def finished_by_stack(path: Path) -> bool:
