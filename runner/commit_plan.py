@@ -14,11 +14,11 @@ the trainer watches the stop file. Rules:
 * The trainer never trains a step that will not be committed. It is asked for a fresh save (``ask``) only if
   the save and the upload of everything ahead of it and of the fresh checkpoint fit in the time left with
   margin; otherwise it is held where it is (``halt``: frozen, no save started that cannot finish). Before this
-  run has measured an upload rate, the save is judged at a modest assumed rate (:data:`ASSUMED_UPLOAD_RATE`, well
-  under any cloud host's link to its region's store): asked if it fits even so, else held until the first
-  measurement of the upload in flight (``wait``); without a size to judge by, held too. With nothing to protect
-  and nothing to judge by, it is asked. What is complete goes up first either way (older steps first on the
-  wire): asking never delays it. A hold is undone when a later look finds that a save fits.
+  run has measured an upload rate, it is held while an upload in flight measures the link (``wait``: a part or
+  two), and where nothing is going up that could, the save is judged at a modest assumed rate
+  (:data:`ASSUMED_UPLOAD_RATE`): asked if it fits even so, else held too; without a size to judge by, held.
+  With nothing to protect and nothing to judge by, it is asked. What is complete goes up first either way (older
+  steps first on the wire): asking never delays it. A hold is undone when a later look finds that a save fits.
 * A save in flight when the notice comes is let finish. A trainer that watches the stop file stops right after
   it (the callback ends training at the save): asking costs no extra save, so it is always asked. A trainer
   that only handles SIGTERM would train one more step and save that: it is asked at once if that second save
@@ -128,6 +128,9 @@ def plan(situation: Situation) -> Plan:
         if unprotected:
             return Plan(steps, drops, "ask", "nothing newer than the committed checkpoint to protect")
         return Plan(steps, drops, "wait", "no checkpoint size seen yet", "no-rate", saving=_step(saving))
+    if rate is None and any(c.in_flight and c.bytes_left for c in (*keep, *writing)):
+        # An upload under way measures the link within a part or two: decided again then.
+        return Plan(steps, drops, "wait", "no upload rate measured yet", "no-rate", saving=_step(saving))
     assumed = rate is None
     rate = ASSUMED_UPLOAD_RATE if rate is None else rate
     save = situation.save_seconds
