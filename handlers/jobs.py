@@ -86,6 +86,7 @@ class Attempt(BaseModel):
     # job's total counts them then; a commit that lands later, or the next attempt's restore, corrects it).
     reached_step: int | None = None
     lost_steps: int | None = None
+    steps_unknown: bool = False  # its runner could not see the trainer's step (no progress file): lost unknown
     # The runner's restore (its Started report) and the first step's report: the restart overhead (restart_overhead.py).
     restore_seconds: float | None = None
     first_step_at: datetime | None = None
@@ -178,6 +179,7 @@ class Job(BaseModel):
     interruptions: int = 0
     attempts_without_progress: int = 0  # ended in a row without getting further (bounded relaunches)
     steps_lost: int = 0
+    steps_lost_unknown: bool = False  # an interruption lost an unknown number of steps besides ``steps_lost``
     downtime_seconds: float = 0.0
     output_uri: str | None = None
     failure: Failure | None = None  # why it ended

@@ -66,8 +66,8 @@ class InterruptedNote(_Note):
     seconds: dict[str, float] = Field(default_factory=dict)
     saved_in_time: bool = True
     late: Late | None = None
-    reached: int | None = None  # the step the trainer had reached (None: its trainer writes no progress)
-    lost: int | None = None  # reached - step: trained, not committed
+    reached: int | None = None  # the step the trainer had reached (None: the runner could not see it)
+    lost: int | None = None  # reached - step: trained, not committed (None: unknown, never 0)
 
 
 class Resumed(_Note):
@@ -77,7 +77,7 @@ class Resumed(_Note):
     attempt: int
     zone: str | None = None
     step: int | None = None
-    lost: int = 0
+    lost: int | None = 0  # None: unknown (the interrupted trainer's step was never seen)
     downtime: float = 0.0
     skipped: int = Field(default=0, ge=0)  # invalid checkpoints restore passed over
 

@@ -35,7 +35,7 @@ from runner.beneath import fd_name, open_file_beneath
 from runner.checksums import encode, file_part_crcs
 from runner.errors import RunnerError
 from runner.final_output import output_files
-from runner.local_checkpoints import checkpoint_step
+from runner.local_checkpoints import checkpoint_step, is_marked_complete
 from runner.manifest import (
     COMPLETE_MARKER,
     MANIFEST_NAME,
@@ -131,7 +131,7 @@ class CheckpointUpload:
             while not self.complete.is_set():
                 self._raise_failed()
                 self._start_new(await asyncio.to_thread(checkpoint_files, self.local_dir))
-                if await asyncio.to_thread((self.local_dir / COMPLETE_MARKER).exists):
+                if await asyncio.to_thread(is_marked_complete, self.local_dir):
                     self.mark_complete()
                     break
                 with contextlib.suppress(TimeoutError):

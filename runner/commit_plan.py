@@ -13,9 +13,12 @@ the trainer watches the stop file. Rules:
   unless even its bytes alone could not go up in the time left.
 * The trainer never trains a step that will not be committed. It is asked for a fresh save (``ask``) only if
   the save and the upload of everything ahead of it and of the fresh checkpoint fit in the time left with
-  margin; otherwise it is held where it is (``halt``: frozen, no save started that cannot finish). Without a
-  rate or a size to judge by, it is asked if there is nothing to protect, and otherwise held until the first
-  measurement of the upload in flight (``wait``). A hold is undone when a later look finds that a save fits.
+  margin; otherwise it is held where it is (``halt``: frozen, no save started that cannot finish). Before this
+  run has measured an upload rate, it is held while an upload in flight measures the link (``wait``: a part or
+  two), and where nothing is going up that could, the save is judged at a modest assumed rate
+  (:data:`ASSUMED_UPLOAD_RATE`): asked if it fits even so, else held too; without a size to judge by, held.
+  With nothing to protect and nothing to judge by, it is asked. What is complete goes up first either way (older
+  steps first on the wire): asking never delays it. A hold is undone when a later look finds that a save fits.
 * A save in flight when the notice comes is let finish. A trainer that watches the stop file stops right after
   it (the callback ends training at the save): asking costs no extra save, so it is always asked. A trainer
   that only handles SIGTERM would train one more step and save that: it is asked at once if that second save
@@ -38,6 +41,7 @@ MARGIN_FACTOR = 1.25  # estimates from a handful of measurements: a quarter on t
 MARGIN_SECONDS = 2.0  # … and a fixed reserve for the manifest, the last part and a busy machine
 ASSUMED_SAVE_RATE = 200 * MiB  # bytes/s a trainer writes a checkpoint at, when this run never saw it save
 ASSUMED_SAVE_SECONDS = 1.0  # … plus this much to get going
+ASSUMED_UPLOAD_RATE = 25 * MiB  # bytes/s an upload is judged at before this run measured one (200 Mbit/s)
 
 # ask: a fresh save now (the stop request); halt: no save, the trainer held where it is (frozen) once no save is
 # being written; wait: held too, decided again at the next look (no rate measured yet).
@@ -119,10 +123,16 @@ def plan(situation: Situation) -> Plan:
     if saving is not None and situation.watches_stop_file:
         why = f"the trainer is saving checkpoint-{saving.step} and stops right after it"
         return Plan(steps, drops, "ask", why, saving=saving.step)
-    if rate is None or size is None:
-        if keep or saving is not None:
-            return Plan(steps, drops, "wait", "no upload rate measured yet", "no-rate", saving=_step(saving))
-        return Plan(steps, drops, "ask", "nothing newer than the committed checkpoint to protect")
+    unprotected = not keep and saving is None
+    if size is None:
+        if unprotected:
+            return Plan(steps, drops, "ask", "nothing newer than the committed checkpoint to protect")
+        return Plan(steps, drops, "wait", "no checkpoint size seen yet", "no-rate", saving=_step(saving))
+    if rate is None and any(c.in_flight and c.bytes_left for c in (*keep, *writing)):
+        # An upload under way measures the link within a part or two: decided again then.
+        return Plan(steps, drops, "wait", "no upload rate measured yet", "no-rate", saving=_step(saving))
+    assumed = rate is None
+    rate = ASSUMED_UPLOAD_RATE if rate is None else rate
     save = situation.save_seconds
     if save is None:
         save = ASSUMED_SAVE_SECONDS + size / ASSUMED_SAVE_RATE
@@ -135,12 +145,17 @@ def plan(situation: Situation) -> Plan:
         finishing = save * max(1.0 - saving.bytes_total / expected, 0.0) if expected else save
     need = max(finishing + step + save, (ahead + size) / rate)
     behind = f" after checkpoint-{saving.step}" if saving is not None else ""
+    at = f"an assumed {rate / MiB:.1f} MiB/s (none measured yet)" if assumed else f"{rate / MiB:.1f} MiB/s"
     numbers = (
         f"a fresh save of ~{size / MiB:.0f} MiB{behind} needs ~{need:.0f}s (save ~{save:.0f}s, "
-        f"{(ahead + size) / MiB:.0f} MiB to upload at {rate / MiB:.1f} MiB/s); {left:.0f}s left"
+        f"{(ahead + size) / MiB:.0f} MiB to upload at {at}); {left:.0f}s left"
     )
     if fits(need, left):
         return Plan(steps, drops, "ask", numbers, need_seconds=need, left_seconds=left, saving=_step(saving))
+    if assumed and unprotected:
+        return Plan(steps, drops, "ask", "nothing newer than the committed checkpoint to protect")
+    if assumed:  # decided again once the upload in flight has measured the link
+        return Plan(steps, drops, "wait", f"no upload rate measured yet: {numbers}", "no-rate", saving=_step(saving))
     return Plan(steps, drops, "halt", numbers, "too-slow", need_seconds=need, left_seconds=left, saving=_step(saving))
 
 

@@ -35,8 +35,7 @@ from pathlib import Path
 
 from handlers.reports import StackFrame
 from handlers.spec import HangRule
-from runner.local_checkpoints import list_checkpoint_dirs
-from runner.manifest import COMPLETE_MARKER
+from runner.local_checkpoints import is_marked_complete, list_checkpoint_dirs
 from runner.progress import ProgressTail
 from runner.stop_request import STACK_SIGNAL, stacks_path
 
@@ -147,13 +146,14 @@ class HangWatch:
 
 def save_in_flight(output_dir: Path, step: int | None) -> SaveMark | None:
     """The save the trainer is writing, as a mark that changes whenever its files do: the newest checkpoint
-    directory at or past ``step`` without its completion marker (an older one is a killed trainer's leftover). Only
-    ``lstat``: nothing the trainer put there is followed or read."""
+    directory at or past ``step`` not marked complete (an older one is a killed trainer's leftover). Only
+    ``lstat`` (and Hugging Face's small state file, read without following a link): nothing else the trainer put there
+    is followed or read."""
     found = list_checkpoint_dirs(output_dir)
     if not found:
         return None
     newest = found[-1]
-    if (step is not None and newest.step < step) or (newest.path / COMPLETE_MARKER).exists():
+    if (step is not None and newest.step < step) or is_marked_complete(newest.path):
         return None
     files = size = changed = 0
     with contextlib.suppress(OSError):

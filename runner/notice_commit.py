@@ -24,7 +24,7 @@ from handlers.reports import GivenUp, Late
 from runner.checkpoint_sync import CheckpointSync
 from runner.checkpoints import Committed
 from runner.commit_plan import MiB, Plan, Situation, plan
-from runner.local_checkpoints import complete_checkpoints, list_checkpoint_dirs
+from runner.local_checkpoints import complete_checkpoints, list_checkpoint_dirs, stack_step
 from runner.trainer import TrainerState
 
 log = logging.getLogger(__name__)
@@ -165,6 +165,8 @@ class NoticeCommit:
         outcome.given_up = self._given_up_list(outcome, why, gone_without_saving)
         committed_step = outcome.committed.step if outcome.committed else None
         outcome.reached_step = await self.trainer_step() if self.trainer_step is not None else None
+        if outcome.reached_step is None and fresh_step is not None:
+            outcome.reached_step = self._saved_at(fresh_step)
         if outcome.reached_step is not None:
             outcome.saved_in_time = committed_step is not None and committed_step >= outcome.reached_step
         else:  # a trainer that writes no progress: only a commit made after the notice counts
@@ -176,6 +178,14 @@ class NoticeCommit:
         outcome.note = self._note(outcome, why, gone_without_saving)
         outcome.late = self._late(outcome, reasoning, gone_without_saving)
         return outcome
+
+    def _saved_at(self, fresh_step: int) -> int | None:
+        """A trainer that writes no progress: the step its fresh save holds, once complete (a trainer asked to stop
+        saves the step it is at and trains no further; Hugging Face's ``global_step`` where it says so)."""
+        for checkpoint in complete_checkpoints(self.sync.output_dir):
+            if checkpoint.step == fresh_step:
+                return stack_step(checkpoint.path) or fresh_step
+        return None
 
     def _settled(self, state: TrainerState, fresh_step: int | None, gone: bool) -> bool:
         """Whether anything more could still be committed before the cutoff."""

@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 STOP_FILE_ENV = "FINETUNE_STOP_FILE"
 """The variable that names the stop request file (set by the runner in the trainer's environment)."""
 
+STOP_FILE_NAME = "stop-request"
+"""The stop request file's name, in the runner's work directory beside the trainer's ``output/``."""
+
 WATCHED_SUFFIX = ".watched"
 """Appended to the stop file's path: the trainer watches the file, so the runner sends it no signal."""
 

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, Literal
 from handlers.failures import Failure
 from runner.errors import RunnerError
 from runner.save_request import save_path, save_watched_path
-from runner.stop_request import STACKS_SUFFIX, STOP_FILE_ENV, stopped_path, watched_path
+from runner.stop_request import STACKS_SUFFIX, STOP_FILE_ENV, STOP_FILE_NAME, stopped_path, watched_path
 from runner.trainer_box import TrainerBox, become_subreaper, descendants
 from runner.trainer_env import TrainerSetup, build_environment
 from runner.trainer_user import TRAINER_USER_ENV, TrainerUser
@@ -81,7 +81,7 @@ class TrainerFiles:
             output_dir=work_dir / "output",
             progress_file=work_dir / "progress.jsonl",
             log_path=work_dir / "trainer.log",
-            stop_file=work_dir / "stop-request",
+            stop_file=work_dir / STOP_FILE_NAME,
             import_dir=work_dir / "pythonpath",
         )
 

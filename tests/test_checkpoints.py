@@ -14,7 +14,7 @@ import pytest
 import runner.checkpoints as checkpoints_module
 import runner.storage.s3 as s3_module
 from runner.checkpoints import CheckpointStore
-from runner.local_checkpoints import complete_checkpoints
+from runner.local_checkpoints import complete_checkpoints, stack_step
 from runner.manifest import COMPLETE_MARKER, MANIFEST_NAME
 from runner.storage.base import ObjectStore, StorageError
 from runner.storage.file import FileStore
@@ -121,6 +121,37 @@ def test_local_completeness_rules(tmp_path: Path) -> None:
     assert [c.step for c in complete_checkpoints(tmp_path)] == [5, 10]  # 10 superseded by 15; 15 may be mid-write
     assert [c.step for c in complete_checkpoints(tmp_path, trainer_exited_cleanly=True)] == [5, 10, 15]
 
+
+
+def test_a_hugging_face_save_is_complete_by_its_own_sign_once_its_state_is_whole_and_its_sentinel_gone(
+    tmp_path: Path,
+) -> None:
+    output = tmp_path / "output"
+    newest = output / "checkpoint-13"  # the newest: no newer directory vouches for it, nor our marker
+    newest.mkdir(parents=True)
+    (newest / "model.safetensors").write_bytes(b"w" * 64)
+    assert complete_checkpoints(output) == []
+    sentinel = newest / "checkpoint-is-incomplete.txt"  # a SIGTERM save in progress (enable_jit_checkpoint)
+    sentinel.write_text("Checkpoint started at step 13 and in progress...")
+    (newest / "trainer_state.json").write_text('{"global_step": 13, "log_hist')  # torn: still being written
+    assert complete_checkpoints(output) == []
+    (newest / "trainer_state.json").write_text(json.dumps({"global_step": 13, "log_history": []}))
+    assert complete_checkpoints(output) == []  # whole, but the sentinel says the save goes on
+    sentinel.unlink()
+    [done] = complete_checkpoints(output)
+    assert done.step == 13 and stack_step(done.path) == 13
+    # A trainer running our callback (it watches the stop file) is judged by our marker alone: its other ranks may
+    # still be writing their files when rank 0 writes trainer_state.json.
+    (tmp_path / "stop-request.watched").touch()
+    assert complete_checkpoints(output) == []
+    (newest / COMPLETE_MARKER).touch()
+    assert [c.step for c in complete_checkpoints(output)] == [13]
+    (newest / COMPLETE_MARKER).unlink()
+    (tmp_path / "stop-request.watched").unlink()
+    (newest / "trainer_state.json").unlink()
+    (newest / "trainer_state.json").symlink_to(tmp_path / "elsewhere.json")  # never followed
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"global_step": 13}))
+    assert complete_checkpoints(output) == []
 
 async def test_a_network_that_keeps_failing_fails_the_restore_instead_of_skipping_a_good_checkpoint(
     aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -75,8 +75,22 @@ def test_a_sigterm_trainer_saving_is_asked_only_if_the_save_after_it_fits_and_he
     assert "after checkpoint-20" in tight.why
 
 
-def test_a_save_in_flight_without_a_rate_waits_for_the_measurement() -> None:
+def test_a_save_in_flight_without_a_rate_or_a_size_waits_for_the_measurement() -> None:
     assert plan(situation(60, writing(20, 10), rate=None)).fresh == "wait"
+
+
+def test_without_a_rate_or_an_upload_to_measure_it_a_save_that_fits_at_the_assumed_rate_is_asked_for() -> None:
+    # The third finding: a 10 s notice, checkpoint-10 complete, nothing measured yet: a small save fits even at an
+    # assumed 25 MiB/s, so the SIGTERM-saving trainer is asked (and checkpoint-10 still goes up first).
+    # Nothing going up could measure the link (checkpoint-10's upload not started yet, say: a retry's back-off).
+    decided = plan(situation(10, complete(10, 5, in_flight=False), rate=None, step_seconds=0.5))
+    assert decided.keep == (10,) and decided.fresh == "ask" and "assumed 25.0 MiB/s" in decided.why
+    # 1 GiB each at 25 MiB/s is ~82 s: not asked.
+    big = plan(situation(60, complete(10, 1024, in_flight=False), rate=None))
+    assert big.fresh == "wait" and big.because == "no-rate" and "no upload rate measured yet" in big.why
+    # An upload in flight measures the link within a part or two: its measurement decides, not a guess.
+    measuring = plan(situation(10, complete(10, 5), rate=None, step_seconds=0.5))
+    assert measuring.fresh == "wait" and measuring.why == "no upload rate measured yet"
 
 
 def test_a_checkpoint_being_written_that_cannot_go_up_in_time_is_dropped() -> None:

@@ -11,7 +11,16 @@ from handlers.change import Change
 from handlers.decide import ack_command, decide, interrupt_test_command, new_job, resume_command, stop_command
 from handlers.failures import Failure
 from handlers.jobs import ChatRef, Job, JobState
-from handlers.messages import CloudEvent, Launched, LaunchFailed, PageStep, ReportReceived, StartDeadline, parse_message
+from handlers.messages import (
+    CloudEvent,
+    Launched,
+    LaunchFailed,
+    Notify,
+    PageStep,
+    ReportReceived,
+    StartDeadline,
+    parse_message,
+)
 from handlers.reports import CheckpointSaved, Completed, Failed, Interrupted, Notice, Progress, Started
 from handlers.transitions import TRANSITIONS
 from tests.outboxes import dumped
@@ -82,6 +91,7 @@ def test_interruption_and_recovery_with_fencing() -> None:
             reason="spot-interruption",
             step=13,
             uri="s3://b/ft-ab12/checkpoint-13/",
+            reached_step=13,
             time=at(22),
             seconds={"save": 0.2, "upload": 0.1, "total": 0.3},
         ),
@@ -236,9 +246,7 @@ def test_an_attempt_judged_gone_whose_completion_comes_after_the_relaunch_succee
 
 def test_a_crash_in_the_first_attempt_fails_the_job_with_its_log() -> None:
     job = running_job()
-    failed = decide(
-        job, report(job, Failed, failure=EXITED(1), log_tail=["OOM"], exit_code=1), at(30)
-    )
+    failed = decide(job, report(job, Failed, failure=EXITED(1), log_tail=["OOM"], exit_code=1), at(30))
     assert failed.job.state is JobState.FAILED
     assert dumped(failed)[-2]["note"]["log_tail"] == ["OOM"]
     assert dumped(failed)[-1]["note"] == {"type": "chart", "occasion": "failed", "by": None}
@@ -478,3 +486,37 @@ def test_a_progress_report_older_than_the_last_moves_neither_the_step_nor_the_lo
     older = decide(newer, report(newer, Progress, step=13, total_steps=30, loss=1.0), at(31)).job
     assert (older.step, older.loss) == (14, 0.9)
     assert "14/30 · loss 0.9" in render.card_text(older, at(31))
+
+
+def test_a_trainer_whose_step_the_runner_cannot_see_loses_an_unknown_number_of_steps_never_0() -> None:
+    # A plain Trainer script writes no progress file: the job's step is only what its checkpoints said (10), and the
+    # runner's report has no reached step. Counting from the step heard would say 0 lost; it is unknown.
+    job = new_job("ft-ab12", "tiny", {"steps": 30}, "console:ana", ChatRef(platform="console", channel="c"), T0).job
+    job = decide(job, Launched(job_id=job.id, attempt=1, instance_id="i-1", zone="us-east-1a"), at(1)).job
+    job = decide(job, report(job, Started, time=at(5)), at(5)).job
+    job = decide(
+        job, report(job, CheckpointSaved, step=10, uri="s3://b/ft-ab12/checkpoint-10/", seconds=0.1, bytes=1), at(21)
+    ).job
+    told = report(
+        job,
+        Interrupted,
+        reason="spot-interruption",
+        step=10,
+        uri="s3://b/ft-ab12/checkpoint-10/",
+        time=at(22),
+        saved_in_time=False,
+    )
+    interrupted = decide(job, told, at(22))
+    job = interrupted.job
+    assert job.steps_lost == 0 and job.steps_lost_unknown and job.attempts[0].steps_unknown
+    [note] = [item for item in interrupted.outbox if isinstance(item, Notify) and item.channel == "thread"]
+    assert render.message_text(job, note, at(22)).count("steps lost: unknown") == 1
+    assert "丢失步数：未知" in render.message_text(job, note, at(22), "zh-CN")
+    assert "steps lost: unknown" in render.card_text(job, at(22))
+
+    job = decide(job, Launched(job_id=job.id, attempt=2, instance_id="i-2", zone="us-east-1c"), at(31)).job
+    resumed = decide(job, report(job, Started, resumed_from_step=10, time=at(40)), at(40))
+    [note] = [item for item in resumed.outbox if isinstance(item, Notify) and item.channel == "thread"]
+    assert dumped(resumed)[1]["note"]["lost"] is None
+    assert "steps lost: unknown" in render.message_text(resumed.job, note, at(40))
+    assert "0 steps lost" not in render.message_text(resumed.job, note, at(40))

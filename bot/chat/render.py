@@ -130,7 +130,7 @@ def card(job: Job, now: datetime, lang: Lang = "en") -> Card:
             lang,
             "card.interruptions",
             count=job.interruptions,
-            lost=job.steps_lost,
+            lost=lost_text(job.steps_lost, job.steps_lost_unknown, lang),
             downtime=job.downtime_seconds,
         )
         fields.append((text(lang, "label.interruptions"), interruptions))
@@ -256,9 +256,18 @@ def _interrupted(job: Job, note: InterruptedNote, now: datetime, lang: Lang) -> 
     lost = ""
     if note.lost is not None and note.reached is not None:
         lost = text(lang, "note.interrupted.lost", lost=note.lost, reached=note.reached)
+    else:
+        lost = text(lang, "note.interrupted.lost-unknown")
     if note.step is None:
         return text(lang, "note.interrupted.nothing", cause=cause, timing=timing, lost=lost)
     return text(lang, "note.interrupted.late", step=note.step, cause=cause, timing=timing, lost=lost)
+
+
+def lost_text(lost: int, unknown: bool, lang: Lang) -> str:
+    """Steps lost, as said: a count, "unknown" (a trainer whose step the runner could not see), never a made-up 0."""
+    if not unknown:
+        return text(lang, "lost.count", lost=lost)
+    return text(lang, "lost.at-least", lost=lost) if lost else text(lang, "lost.unknown")
 
 
 def late_text(late: Late | None, lang: Lang) -> str:
@@ -290,7 +299,7 @@ def _resumed(job: Job, note: Resumed, now: datetime, lang: Lang) -> str:
         attempt=note.attempt,
         zone=note.zone or text(lang, "note.resumed.new-zone"),
         start=start,
-        lost=note.lost,
+        lost=lost_text(note.lost or 0, note.lost is None, lang),
         downtime=note.downtime,
         skipped=text(lang, "note.resumed.skipped", count=note.skipped) if note.skipped else "",
     )
@@ -324,7 +333,7 @@ def _completed(job: Job, note: CompletedNote, now: datetime, lang: Lang) -> str:
         job=job.id,
         attempts=len(job.attempts),
         interruptions=job.interruptions,
-        lost=job.steps_lost,
+        lost=lost_text(job.steps_lost, job.steps_lost_unknown, lang),
         downtime=job.downtime_seconds,
         paid=cost.paid,
         saving=saving,

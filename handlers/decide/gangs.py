@@ -347,8 +347,11 @@ def started(job: Job, attempt: Attempt, message: Started, now: datetime) -> Chan
         downtime = max((message.time - (lost_attempt.ended_at or message.time)).total_seconds(), 0.0)
         updates["steps_lost"] = max(job.steps_lost + lost - (lost_attempt.lost_steps or 0), 0)
         updates["downtime_seconds"] = job.downtime_seconds + downtime
-        history.update(lost=lost, downtime=round(downtime, 1))
-        note = Resumed(attempt=attempt.number, step=message.resumed_from_step, lost=lost, downtime=round(downtime, 1))
+        told_lost: int | None = None if lost_attempt.steps_unknown else lost  # the furthest step heard was no measure
+        history.update(lost=told_lost, downtime=round(downtime, 1))
+        note = Resumed(
+            attempt=attempt.number, step=message.resumed_from_step, lost=told_lost, downtime=round(downtime, 1)
+        )
         notes.append(notify(moved, "thread", note.model_copy(update={"zone": attempt.zone})))
     moved = moved.model_copy(update=updates)
     card = notify(moved, "card", CardRefresh(cause="started"))
@@ -461,6 +464,7 @@ def _node_lost(
     if job.state in (JobState.RUNNING, JobState.PROVISIONING):  # no warning came first: count it here
         updates["interruptions"] = job.interruptions + 1
     reached, lost_steps = inputs.steps_lost(job, told) if told is not None else (None, 0)
+    unknown = told is not None and lost_steps is None
     checkpoint = _newer_checkpoint(job, told)
     if checkpoint is not None:
         updates["checkpoint"] = checkpoint
@@ -470,11 +474,19 @@ def _node_lost(
     else:
         why = Failure.of("instance-gone", detail=(gone.detail or gone.source) if gone is not None else "lost")
     ended = attempt.model_copy(
-        update={"ended_at": ended_at, "end_reason": why.english, "reached_step": reached, "lost_steps": lost_steps}
+        update={
+            "ended_at": ended_at,
+            "end_reason": why.english,
+            "reached_step": reached,
+            "lost_steps": lost_steps,
+            "steps_unknown": unknown,
+        }
     )
-    if reached is not None:
+    if reached is not None and lost_steps is not None:
         updates["step"] = furthest_step(job, reached)
         updates["steps_lost"] = job.steps_lost + lost_steps
+    if unknown:
+        updates["steps_lost_unknown"] = True
     ranks, free = regrouped(job, attempt)
     # A node that reported its interruption still completes its part (node 0: the marker) until its deadline, when
     # its cloud takes it: it is not terminated here (reconciliation releases an instance that outlives it).

@@ -187,7 +187,7 @@ def fenced(job: Job, report: RunnerReport, now: datetime) -> Change:
     if isinstance(report, Notice) and report.kind == "spot-interruption":
         notes = _warning_notes(job, report.attempt, report.source, report.deadline)
     elif isinstance(report, Interrupted):
-        notes = [notify(job, "thread", interrupted_note(report))]
+        notes = [notify(job, "thread", interrupted_note(report, *steps_lost(job, report)))]
     return Change(job, ignored.history, list(notes))
 
 
@@ -266,15 +266,21 @@ def _started(job: Job, report: Started, now: datetime) -> Change:
         downtime = (report.time - (previous.ended_at or previous.launched_at)).total_seconds()
         counted = previous.lost_steps or 0  # already in the total since its interruption: corrected, not added
         updates["steps_lost"] = max(job.steps_lost + lost - counted, 0)
+        told_lost: int | None = None if previous.steps_unknown else lost  # the furthest step heard was no measure
         updates["downtime_seconds"] = job.downtime_seconds + max(downtime, 0.0)
         fields.update(
-            lost=lost,
+            lost=told_lost,
             downtime=round(max(downtime, 0.0), 1),
             zone=attempt.zone,
             skipped=[skip.model_dump() for skip in report.skipped],
         )
         resumed = resumed.model_copy(
-            update={"lost": lost, "downtime": fields["downtime"], "zone": attempt.zone, "skipped": len(report.skipped)}
+            update={
+                "lost": told_lost,
+                "downtime": fields["downtime"],
+                "zone": attempt.zone,
+                "skipped": len(report.skipped),
+            }
         )
     moved = job.model_copy(update=updates)
     outbox = [notify(moved, "card", CardRefresh(cause="started"))]
@@ -330,11 +336,14 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
     if job.state is JobState.RUNNING:  # no warning came first: count the interruption here
         updates["interruptions"] = job.interruptions + 1
     reached, lost = steps_lost(job, report)
-    if reached is not None and job.current is not None:
+    if reached is not None and lost is not None and job.current is not None:
         updates["step"] = furthest_step(job, reached)
         updates["steps_lost"] = job.steps_lost + lost
         counted = job.current.model_copy(update={"reached_step": reached, "lost_steps": lost})
         updates["attempts"] = [*job.attempts[:-1], counted]
+    elif job.current is not None:
+        updates["steps_lost_unknown"] = True
+        updates["attempts"] = [*job.attempts[:-1], job.current.model_copy(update={"steps_unknown": True})]
     updated = job.model_copy(update=updates)
     why = Failure.of("interrupted", notice=report.reason)
     ended = launching.end_attempt(updated, report.time, why.english)
@@ -361,12 +370,13 @@ def _interrupted(job: Job, report: Interrupted, now: datetime, limits: Lifecycle
     )
 
 
-def steps_lost(job: Job, report: Interrupted) -> tuple[int | None, int]:
-    """The step the trainer stopped at (the runner's word; without it, from a trainer that writes no progress, the
-    furthest step heard) and the steps trained past the committed checkpoint."""
-    reached = report.reached_step if report.reached_step is not None else job.step
+def steps_lost(job: Job, report: Interrupted) -> tuple[int | None, int | None]:
+    """The step the trainer stopped at (the runner's word) and the steps trained past the committed checkpoint; both
+    None when the runner could not see the trainer's step (it writes no progress and saved nothing fresh): the
+    furthest step heard is then only the last checkpoint, and counting from it would say 0 lost."""
+    reached = report.reached_step
     if reached is None:
-        return None, 0
+        return None, None
     committed = report.step if report.step is not None else (job.checkpoint.step if job.checkpoint else 0)
     return reached, max(reached - committed, 0)
 
@@ -419,7 +429,7 @@ def _late_commit(job: Job, report: CheckpointSaved, now: datetime) -> Change:
     return make(moved, history, [notify(moved, "card", CardRefresh(cause="checkpoint"))])
 
 
-def interrupted_note(report: Interrupted, reached: int | None = None, lost: int | None = None) -> InterruptedNote:
+def interrupted_note(report: Interrupted, reached: int | None, lost: int | None) -> InterruptedNote:
     return InterruptedNote(
         step=report.step,
         seconds=report.seconds,

@@ -87,7 +87,10 @@ BOT: dict[str, str] = {
     "card.notice-budget.short": (
         "commit ~{commit}s of {notice}s: does not fit, a notice loses the work since the last save"
     ),
-    "card.interruptions": "{count} · {lost} steps lost · {downtime:.0f}s downtime",
+    "card.interruptions": "{count} · {lost} · {downtime:.0f}s downtime",
+    "lost.count": "{lost} steps lost",
+    "lost.unknown": "steps lost: unknown",
+    "lost.at-least": "at least {lost} steps lost (and an unknown number)",
     "card.acked": "acknowledged by {by} at {at}",
     "card.paged": "paged {sent} time(s), not acknowledged yet",
     "card.plan": "{reason}{projection}",
@@ -122,6 +125,7 @@ BOT: dict[str, str] = {
         "💾 No checkpoint yet: nothing was saved in time ({cause}) ({timing}){lost}. Relaunching from the start…"
     ),
     "note.interrupted.lost": ": {lost} steps lost (the trainer had reached step {reached})",
+    "note.interrupted.lost-unknown": "; steps lost: unknown (the trainer's step was not seen)",
     # Why the newest work of an interrupted attempt did not make it (the runner's codes).
     "late.unknown": "the runner did not say why",
     "late.upload-failed": "upload failed before the deadline: {error}",
@@ -134,14 +138,14 @@ BOT: dict[str, str] = {
     "late.trainer-gone": "the trainer exited without saving a checkpoint",
     "late.not-uploaded": "the fresh checkpoint-{step} did not finish uploading before the deadline",
     "note.resumed": (
-        "🔁 Resumed on attempt {attempt} in {zone} {start}: {lost} steps lost, {downtime:.0f}s downtime{skipped}."
+        "🔁 Resumed on attempt {attempt} in {zone} {start}: {lost}, {downtime:.0f}s downtime{skipped}."
     ),
     "note.resumed.new-zone": "a new zone",
     "note.resumed.from-step": "from step {step}",
     "note.resumed.from-start": "from the start (no checkpoint yet)",
     "note.resumed.skipped": "; skipped {count} invalid checkpoint(s)",
     "note.completed": (
-        "✅ {job} finished: {attempts} attempt(s), {interruptions} interruption(s), {lost} steps lost, "
+        "✅ {job} finished: {attempts} attempt(s), {interruptions} interruption(s), {lost}, "
         "{downtime:.0f}s downtime, cost ${paid:.4f}{saving}. Output: {output}"
     ),
     "note.completed.saving": ", saved {savings:.0%} against on-demand",

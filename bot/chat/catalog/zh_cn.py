@@ -57,7 +57,10 @@ MESSAGES: dict[str, str] = {
     "card.checkpoint": "第 {step} 步 · {uri}",
     "card.notice-budget": "提交约 {commit} 秒 / 通知 {notice} 秒",
     "card.notice-budget.short": "提交约 {commit} 秒 / 通知 {notice} 秒：来不及，一次通知会丢失上次保存以来的训练",
-    "card.interruptions": "{count} 次 · 丢失 {lost} 步 · 停机 {downtime:.0f} 秒",
+    "card.interruptions": "{count} 次 · {lost} · 停机 {downtime:.0f} 秒",
+    "lost.count": "丢失 {lost} 步",
+    "lost.unknown": "丢失步数：未知",
+    "lost.at-least": "至少丢失 {lost} 步（另有未知步数）",
     "card.acked": "已由 {by} 于 {at} 确认",
     "card.paged": "已通知 {sent} 次，尚无人确认",
     "card.plan": "{reason}{projection}",
@@ -91,6 +94,7 @@ MESSAGES: dict[str, str] = {
         "💾 还没有检查点：回收前未能保存任何检查点（{cause}）（{timing}）{lost}。正在从头重新启动…"
     ),
     "note.interrupted.lost": "：丢失 {lost} 步（训练进程已到第 {reached} 步）",
+    "note.interrupted.lost-unknown": "；丢失步数：未知（未能获知训练进程的步数）",
     # 中断时最新进度未能保存的原因（运行器给出的代码）
     "late.unknown": "运行器未说明原因",
     "late.upload-failed": "回收前上传失败：{error}",
@@ -103,14 +107,14 @@ MESSAGES: dict[str, str] = {
     "late.trainer-gone": "训练进程未保存检查点就退出了",
     "late.not-uploaded": "新的 checkpoint-{step} 未能在回收前上传完",
     "note.resumed": (
-        "🔁 第 {attempt} 次尝试已在 {zone} {start}恢复：丢失 {lost} 步，停机 {downtime:.0f} 秒{skipped}。"
+        "🔁 第 {attempt} 次尝试已在 {zone} {start}恢复：{lost}，停机 {downtime:.0f} 秒{skipped}。"
     ),
     "note.resumed.new-zone": "新的可用区",
     "note.resumed.from-step": "从第 {step} 步",
     "note.resumed.from-start": "从头（还没有检查点）",
     "note.resumed.skipped": "；跳过了 {count} 个无效检查点",
     "note.completed": (
-        "✅ 任务 {job} 已完成：共 {attempts} 次尝试、{interruptions} 次中断，丢失 {lost} 步，"
+        "✅ 任务 {job} 已完成：共 {attempts} 次尝试、{interruptions} 次中断，{lost}，"
         "停机 {downtime:.0f} 秒，费用 ${paid:.4f}{saving}。输出：{output}"
     ),
     "note.completed.saving": "，比按量付费节省 {savings:.0%}",
