@@ -15,11 +15,11 @@ figure docs/benchmarks.md has always compared the commit with). CPU is ``getrusa
 thread) and ``psutil`` for the store's processes; the load average at the start of each row says how free the
 cores were (five helpers and CI share this machine's 2).
 
-Today (00:07 UTC, 2 cores, load 0.4-1.8, medians of 2 / 1 runs):
+Today (2 cores; sink: load 0.1-0.7, medians of 3; moto: load 0.8-1.8, one run):
 
-    sink  1 file  0.38 s 0.67 GiB/s cores 1.04+0.44  client 1.56 CPU-s/GiB   alone: client 1.24
-          4 files 1.16 s 0.86 GiB/s cores 1.05+0.69  client 1.23
-          8 files 2.30 s 0.87 GiB/s cores 1.08+0.68  client 1.25 (1.01x the store alone; 1.76 of 2 cores)
+    sink  1 file  0.33 s 0.77 GiB/s cores 0.92+0.70  client 1.20 CPU-s/GiB   alone: client 1.17
+          4 files 1.08 s 0.93 GiB/s cores 1.06+0.72  client 1.15
+          8 files 2.19 s 0.91 GiB/s cores 1.05+0.74  client 1.15 (0.98x the store alone; 1.80 of 2 cores)
     moto  1 file  2.00 s 0.13 GiB/s cores 0.21+1.08  client 1.67, moto 8.64   alone: client 1.27
           4 files 7.55 s 0.13 GiB/s cores 0.18+1.41  client 1.33, moto 10.63
           8 files 16.64 s 0.12 GiB/s cores 0.16+1.22 client 1.32, moto 10.17
