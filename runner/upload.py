@@ -14,6 +14,11 @@ written: a part may be read before the trainer wrote (or rewrote) its bytes. So:
   tail goes first, the object is completed, and the stamp must still be the final one;
 * the manifest keeps the parts' CRCs: exactly what was sent and verified, with no second hash of the file.
 
+A file that stops changing for ``settle_seconds`` before the marker (a trainer that writes its weights in one call,
+then its other files) is finished then, as at the marker: its parts settled against that stamp and the object
+completed in the store. The marker then costs it one look at its stamp; should it have changed after all, it is
+uploaded again from the start. So save and upload overlap for such a writer too: only the manifest waits.
+
 A file that vanishes before the checkpoint is complete (a trainer writing to a temporary name and renaming it)
 is given up quietly; one that vanishes or changes after it is complete fails the upload (FileNotFoundError or
 :class:`FileChanged`), and the caller tries the checkpoint again.
@@ -173,6 +178,12 @@ def _read(root: Path, path: Path, offset: int, size: int, buffer: bytearray) -> 
     return _Read(view, _Sent(offset, size, crc(view), before, after, started))
 
 
+def _changed(path: Path, early: bool) -> FileChanged:
+    if early:  # still being written: start over, as for a file truncated under us
+        return FileChanged(f"{path} changed after it was uploaded whole", rewritten=True)
+    return FileChanged(f"{path} changed after its checkpoint was complete")
+
+
 class FileUpload:
     """One file of one checkpoint on its way up; ``run`` returns once ``final`` is set and the object is whole.
 
@@ -221,6 +232,8 @@ class FileUpload:
         self._next_index = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._tail: asyncio.Task[None] | None = None
+        self._early: tuple[UploadedFile, FileStamp] | None = None  # completed before the marker, at this stamp
+        self._early_task: asyncio.Task[None] | None = None
         self._counted = {}
 
     async def run(self) -> UploadedFile | None:
@@ -262,6 +275,14 @@ class FileUpload:
             self._raise_failed()
             stamp = await asyncio.to_thread(FileStamp.of, self.path)
             self.size = stamp.size
+            if self._early is not None:
+                if stamp != self._early[1]:
+                    raise FileChanged(f"{self.path} changed after it was uploaded whole", rewritten=True)
+                await self._wait_final()
+                continue
+            if self._early_task is not None:  # finishing it early: nothing more to send meanwhile
+                await self._wait_final()
+                continue
             now = time.monotonic()
             if stamp != stable:
                 stable, stable_since = stamp, now
@@ -278,8 +299,11 @@ class FileUpload:
                 self._next_index = full
             elif settled and stamp.size and not self._tasks:
                 self._send_settled(stamp)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.final.wait(), self.poll_seconds)
+            await self._wait_final()
+
+    async def _wait_final(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.final.wait(), self.poll_seconds)
 
     def _send_settled(self, stamp: FileStamp) -> None:
         """A file quiet for a while is likely final: send a small one whole, a large one's short tail part."""
@@ -287,40 +311,60 @@ class FileUpload:
             if self._single is None or self._single.after != stamp:
                 self._spawn(self._send_single())
             return
-        tail = stamp.size - self._next_index * self.part_size
-        if self._upload is not None and tail > 0:
-            sent = self._parts.get(self._next_index)
-            if sent is None or sent.after != stamp:
-                self._tail = self._spawn(self._send_part(self._next_index, tail))
-                self._sending[self._next_index] = (tail, self._tail)
+        if self._upload is not None:
+            self._early_task = self._spawn(self._finish_early(stamp))
+
+    async def _finish_early(self, stamp: FileStamp) -> None:
+        """The file has been quiet for a while: finish it now as if ``stamp`` were final, before the marker."""
+        self._early = (await self._finish_parts(stamp, early=True), stamp)
 
     # -- once the checkpoint is complete ---------------------------------------------------------------------
 
     async def _finish(self) -> UploadedFile:
+        early = self._early_task
+        if early is not None:  # finishing the file already: never two finishes of one upload at once
+            self._tasks.discard(early)
+            await early
         final = await asyncio.to_thread(FileStamp.of, self.path)
         self.size = size = final.size
+        if self._early is not None:
+            if final != self._early[1]:
+                raise FileChanged(f"{self.path} changed after it was uploaded whole", rewritten=True)
+            await self._check_unchanged(final)
+            return self._early[0]
         if -(-size // self.part_size) > MAX_PARTS:
             return await self._whole_file(final)
         if self._upload is None and size <= self.part_size:
             await self._drain_tasks()
             return await self._finish_single(final)
+        return await self._finish_parts(final, early=False)
+
+    async def _finish_parts(self, final: FileStamp, *, early: bool) -> UploadedFile:
+        """Complete the multipart upload as the file is at ``final``. ``early``: before the marker, where a change
+        is the trainer still writing (the upload starts over), not a checkpoint changed after it was complete."""
+        size = final.size
         if any(index * self.part_size + length > size for index, (length, _) in self._sending.items()):
             raise FileChanged(f"{self.path} shrank to {size} bytes after parts were sent", rewritten=True)
         if self._upload is None:
             self._upload = await self.store.begin_upload(self.key, self.part_size)
         count = -(-size // self.part_size)
         # Parts never sent (the tail) first: they are what the commit waits for; the rest only re-read.
-        for index in sorted(range(count), key=lambda index: index in self._sending):
-            length = min(self.part_size, size - index * self.part_size)
-            self._spawn(self._settle_part(index, length, final))
-        await self._drain_tasks()
+        settling = [
+            self._spawn(self._settle_part(index, length, final, early))
+            for index in sorted(range(count), key=lambda index: index in self._sending)
+            for length in [min(self.part_size, size - index * self.part_size)]
+        ]
+        if early:
+            await self._drain(settling)  # this is itself one of the tasks: wait on its own only
+        else:
+            await self._drain_tasks()
         crcs = tuple(self._parts[index].crc for index in range(count))
         await self._upload.complete()
         self._upload = None
-        await self._check_unchanged(final)
+        await self._check_unchanged(final, early)
         return UploadedFile(size, self.part_size, crcs)
 
-    async def _settle_part(self, index: int, length: int, final: FileStamp) -> None:
+    async def _settle_part(self, index: int, length: int, final: FileStamp, early: bool = False) -> None:
         """Make part ``index`` hold the final bytes: keep it if provably unchanged, else compare, else resend."""
         sending = self._sending.get(index)
         if sending is not None:
@@ -331,8 +375,9 @@ class FileUpload:
         async with self.store.slot(self.priority) as buffer:
             read = await asyncio.to_thread(_read, self.root, self.path, index * self.part_size, length, buffer)
             if read.sent.after != final:
-                raise FileChanged(f"{self.path} changed after its checkpoint was complete")
+                raise _changed(self.path, early)
             if sent is not None and sent.size == length and sent.crc == read.sent.crc:
+                self._parts[index] = read.sent  # the same bytes, now known to be the final ones
                 return
             await self._put(index, read)
 
@@ -366,9 +411,9 @@ class FileUpload:
         self._counted = {0: final.size}
         return UploadedFile(final.size, part_size, tuple(crcs))
 
-    async def _check_unchanged(self, final: FileStamp) -> None:
+    async def _check_unchanged(self, final: FileStamp, early: bool = False) -> None:
         if await asyncio.to_thread(FileStamp.of, self.path) != final:
-            raise FileChanged(f"{self.path} changed after its checkpoint was complete")
+            raise _changed(self.path, early)
 
     # -- sending -------------------------------------------------------------------------------------------
 
@@ -426,6 +471,17 @@ class FileUpload:
         while self._tasks:
             await asyncio.wait(self._tasks, return_when=asyncio.FIRST_EXCEPTION)
             self._raise_failed()
+
+    async def _drain(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Until ``tasks`` are done, raising the first failure among them."""
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                self._tasks.discard(task)
+                failure = None if task.cancelled() else task.exception()
+                if failure is not None:
+                    raise failure
 
     async def _cancel_tasks(self) -> None:
         tasks, self._tasks = self._tasks, set()
