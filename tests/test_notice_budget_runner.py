@@ -17,13 +17,15 @@ from tests.s3_proxy import S3FaultProxy
 
 BUCKET = "budget-bucket"
 URI = f"s3://{BUCKET}/jobs/ft-test/"
-# 12 MiB written at 6 MiB/s (a save of at least 2 s) every 3 steps of 0.2 s, six steps in all.
+# 12 MiB written at 6 MiB/s (a save of at least 2 s) at step 3, then 57 more steps of 0.2 s: the periodic commit
+# (about 1.5 s through the 8 MiB/s link) has the rest of the run to finish, on a busy machine too (a run that ended
+# first would complete with no periodic report at all).
 COMMAND = [
     sys.executable,
     "-m",
     "tests.trainers.synthetic",
-    *("--checkpoint-mib", "12", "--write-mib-per-second", "6", "--save-every", "3"),
-    *("--step-seconds", "0.2", "--max-steps", "6"),
+    *("--checkpoint-mib", "12", "--write-mib-per-second", "6", "--save-at", "3"),
+    *("--step-seconds", "0.2", "--max-steps", "60"),
 ]
 
 
