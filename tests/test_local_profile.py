@@ -109,3 +109,19 @@ def test_the_instant_profile_holds_nothing() -> None:
     clock = ProfileClock(INSTANT, wall=Wall())
     start = clock.now()
     assert clock.boot("za") == 0.0 and clock.now() == start
+
+
+def test_a_gangs_nodes_of_one_generation_boot_together_however_late_the_second_launch_call_comes() -> None:
+    """A busy machine can take longer between a gang's two launch calls than node 0's held boot: the second node
+    still counts node 0 as booting beside it (one launch on a cloud), and the next generation's lone replacement
+    gets the middle again."""
+    wall = Wall()
+    clock = ProfileClock(AWS_P5.model_copy(update={"time_scale": 0.01}), wall=wall)
+    fetch = AWS_P5.fetch_seconds()
+    first = clock.boot("za", "ft-1/1")
+    wall.t += first * 0.01 + 5.0  # node 0's hold is over before node 1's launch call
+    assert clock.boot("za", "ft-1/1") == pytest.approx(140 + fetch)
+    wall.t += 10.0  # every hold over
+    assert clock.boot("za", "ft-2/1") == pytest.approx(120 + fetch)  # another job's launch is its own
+    wall.t += 10.0
+    assert clock.boot("za", "ft-1/2") == pytest.approx(120 + fetch)  # a replacement, alone in its generation

@@ -19,8 +19,6 @@ ACCOUNT = "123456789012"
         (f"https://sqs.ap-southeast-1.amazonaws.com/{ACCOUNT}/finetune-events.fifo", "ap-southeast-1"),
         (f"https://sqs.cn-north-1.amazonaws.com.cn/{ACCOUNT}/finetune-events", "cn-north-1"),
         (f"https://sqs.us-gov-west-1.amazonaws.com/{ACCOUNT}/finetune-events", "us-gov-west-1"),
-        (f"https://eu-central-1.queue.amazonaws.com/{ACCOUNT}/finetune-events", "eu-central-1"),  # the older form
-        (f"https://queue.amazonaws.com/{ACCOUNT}/finetune-events", "us-east-1"),  # the first endpoint
         (f"https://vpce-0a1b2c3d-4e5f.sqs.us-east-2.vpce.amazonaws.com/{ACCOUNT}/finetune-events", "us-east-2"),
         (f"http://sqs.eu-west-1.localhost.localstack.cloud:4566/{ACCOUNT}/finetune-events", "eu-west-1"),
         (f"http://127.0.0.1:5000/{ACCOUNT}/finetune-events", None),  # moto: the home region
@@ -36,6 +34,8 @@ def test_the_region_is_read_from_the_url(url: str, region: str | None) -> None:
     ("url", "reason"),
     [
         (f"https://sqs.amazonaws.com/{ACCOUNT}/q", "no region in its host"),
+        (f"https://queue.amazonaws.com/{ACCOUNT}/q", "no region in its host"),  # one spelling: sqs.<region>…
+        (f"https://eu-central-1.queue.amazonaws.com/{ACCOUNT}/q", "no region in its host"),
         (f"https://sqs.Not_A_Region.amazonaws.com/{ACCOUNT}/q", "no region in its host"),
         ("https://sqs.us-west-2.amazonaws.com/q", "does not end in /<account>/<queue>"),
         ("https://sqs.us-west-2.amazonaws.com/12345/q", "does not end in /<account>/<queue>"),

@@ -1,9 +1,9 @@
 """Which region an SQS queue is in, read from its URL: the bot consumes one queue per region (issue 51), and a
 queue is reached only through a client of its own region (SQS finds it by the region a request is signed for).
 
-AWS's queue URLs say their region: ``https://sqs.us-west-2.amazonaws.com/<account>/<name>`` (also ``.amazonaws.com.cn``,
-the older ``us-west-2.queue.amazonaws.com``, ``queue.amazonaws.com`` for us-east-1, and a VPC endpoint's
-``vpce-….sqs.us-west-2.vpce.amazonaws.com``); so do LocalStack's (``sqs.us-west-2.localhost.localstack.cloud``). A
+AWS's queue URLs say their region: ``https://sqs.us-west-2.amazonaws.com/<account>/<name>`` (also ``.amazonaws.com.cn``
+and a VPC endpoint's ``vpce-….sqs.us-west-2.vpce.amazonaws.com``), the one spelling the runner stack's output and
+``GetQueueUrl`` give; so do LocalStack's (``sqs.us-west-2.localhost.localstack.cloud``). A
 local endpoint's URL (moto's ``http://127.0.0.1:5000/<account>/<name>``) says none: that queue is in the bot's home
 region (``aws.region``). An AWS host whose region cannot be read, or a URL that is not ``<account>/<name>``, is
 refused.
@@ -18,12 +18,9 @@ REGION = r"[a-z]{2}(?:-[a-z]+)+-\d{1,2}"
 # The hosts that say their region, each with it as the group "region".
 REGION_HOSTS = (
     re.compile(rf"^sqs\.(?P<region>{REGION})\.amazonaws\.com(?:\.cn)?$"),
-    re.compile(rf"^(?P<region>{REGION})\.queue\.amazonaws\.com(?:\.cn)?$"),
     re.compile(rf"^vpce-[a-z0-9-]+\.sqs\.(?P<region>{REGION})\.vpce\.amazonaws\.com(?:\.cn)?$"),
     re.compile(rf"^sqs\.(?P<region>{REGION})\.localhost\.localstack\.cloud$"),
 )
-LEGACY_HOST = "queue.amazonaws.com"  # the first SQS endpoint: us-east-1's
-LEGACY_REGION = "us-east-1"
 QUEUE_PATH = re.compile(r"^/(?P<account>\d{12})/(?P<name>[A-Za-z0-9_-]{1,80}(?:\.fifo)?)/?$")
 EXAMPLE = "https://sqs.<region>.amazonaws.com/<account>/<queue>"
 
@@ -39,8 +36,6 @@ def queue_region(url: str) -> str | None:
     if parts.query or parts.fragment or not QUEUE_PATH.match(parts.path):
         raise ValueError(f"{url!r} does not end in /<account>/<queue> ({EXAMPLE})")
     host = parts.hostname.lower()
-    if host == LEGACY_HOST:
-        return LEGACY_REGION
     for pattern in REGION_HOSTS:
         found = pattern.match(host)
         if found:

@@ -11,8 +11,11 @@ plus the profile's boots on its critical path: the figure tests and benches comp
 Which boot a launch gets: a profile's launches take ``launch_seconds ± launch_spread_seconds``, and a gang waits
 for its slowest node. The local cloud gives the k-th node booting at once in a zone the expected slowest of k
 draws from that range, ``low + (high - low) × k / (k + 1)``: one replacement gets the middle, the last node of a
-whole gang its gang's expected slowest, and the same launches always get the same boots. A zone boots at most
-``zone_capacity`` nodes at once; a further one starts its boot when the earliest of those ends.
+whole gang its gang's expected slowest, and the same launches always get the same boots. A gang's nodes of one
+generation are one launch on a cloud (node 0's call returns while it boots, and the others follow at once), so they
+count as booting together whatever the wall clock did between the bot's calls: on a busy machine a second between
+two launch calls outlasts a boot held 0.5 % of its time, and the gang would otherwise boot one node at a time. A zone
+boots at most ``zone_capacity`` nodes at once; a further one starts its boot when the earliest of those ends.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class ProfileClock:
         self._wall = wall
         self.offset = 0.0  # seconds the profile's boots ran ahead of the wall clock
         self._boots: list[Boot] = []
+        self._launched: dict[str, int] = {}  # nodes booted so far per launch group (a gang's generation)
 
     def now(self) -> float:
         """Seconds since the epoch on the profile's timeline."""
@@ -47,8 +51,9 @@ class ProfileClock:
         self._boots = [b for b in self._boots if b.wall_end > wall or b.end > wall + self.offset]
         return wall + self.offset
 
-    def boot(self, zone: str) -> float:
-        """A new node's boot in ``zone`` (profile seconds, its wait for a slot included), from now on."""
+    def boot(self, zone: str, group: str | None = None) -> float:
+        """A new node's boot in ``zone`` (profile seconds, its wait for a slot included), from now on. ``group``: the
+        launch it is part of (a gang's generation), whose earlier nodes count as booting beside it."""
         profile = self.profile
         start = self.now()
         booting = sorted(b.end for b in self._boots if b.zone == zone and b.end > start)
@@ -56,7 +61,10 @@ class ProfileClock:
         capacity = profile.zone_capacity
         if capacity is not None and len(booting) >= capacity:
             begins = booting[len(booting) - capacity]  # a slot frees when the earliest of the last ``capacity`` ends
-        k = 1 + sum(1 for end in booting if end > begins)
+        together = self._launched.get(group, 0) if group is not None else 0
+        if group is not None:
+            self._launched[group] = together + 1
+        k = 1 + max(sum(1 for end in booting if end > begins), together)
         low = max(profile.launch_seconds - profile.launch_spread_seconds, 0.0)
         high = profile.launch_seconds + profile.launch_spread_seconds
         seconds = begins - start + low + (high - low) * k / (k + 1) + profile.fetch_seconds()

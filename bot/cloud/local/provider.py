@@ -279,7 +279,7 @@ class LocalCloud:
             market=market,
             price_per_hour=self.spot_price if market == "spot" else self.on_demand_price,
             on_demand_price_per_hour=self.on_demand_price,
-            boot_seconds=self.clock.boot(zone),
+            boot_seconds=self.clock.boot(zone, launch_group(spec)),
             time_scale=self.profile.time_scale,
         )
         # Its user data, in effect (the attempt's report key): readable by the instance's owner only.
@@ -470,6 +470,11 @@ class LocalCloud:
                 return await response.json()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise CloudError(f"instance {record.instance_id} is not running ({action}: {exc})") from exc
+
+
+def launch_group(spec: JobSpec) -> str | None:
+    """The launch a node's boot belongs to (:meth:`ProfileClock.boot`): a gang's nodes of one generation."""
+    return f"{spec.job_id}/{spec.gang.generation}" if spec.gang is not None else None
 
 
 def _same_server(one: str, other: str) -> bool:
