@@ -72,6 +72,7 @@ class RoundResult:
     parked: int = 0
     held: int = 0  # messages the dead replica held when it died
     takeover: float | None = None  # seconds until another consumer had them all (None: it held nothing, or never)
+    thread: list[str] = field(default_factory=list)  # what the job's thread said, kept where a note was off
 
     @property
     def ok(self) -> bool:
@@ -316,6 +317,8 @@ class Cluster:
                 result.missing.append(words)
             elif count > 1 and not any(words in duplicate for duplicate in result.duplicates):
                 result.duplicates.append(f"{count}x {words}")
+        if result.missing or result.duplicates:
+            result.thread = [said[:120] for said in thread]  # a failed round says what was posted instead
 
     async def _check_reports(self, result: RoundResult) -> None:
         assert self.redis is not None
