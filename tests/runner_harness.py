@@ -83,10 +83,12 @@ async def start_runner(
 
 
 async def take_instance(runner: asyncio.subprocess.Process, at: datetime) -> None:
-    """The cloud reclaims the instance at ``at``: SIGKILL to the runner's process group, nothing runs after.
+    """The cloud reclaims the instance at ``at``: SIGKILL to the runner's process group, nothing runs after. A runner
+    that exited before (its report sent, exit 75) left nothing to wait for: its group goes then.
 
     (The trainer has a session of its own, and dies with the runner through its parent-death signal.)"""
-    await asyncio.sleep(max((at - datetime.now(UTC)).total_seconds(), 0.0))
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(runner.wait(), max((at - datetime.now(UTC)).total_seconds(), 0.0))
     with contextlib.suppress(ProcessLookupError):
         os.killpg(runner.pid, signal.SIGKILL)
     await runner.wait()
