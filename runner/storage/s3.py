@@ -218,6 +218,10 @@ class S3Store:
         self._session: Any = None
         self.lane_count = lanes if lanes is not None else default_lane_count(concurrency)
         self._lanes: SendLanes | None = None
+        self._hooks: list[tuple[str, Callable[..., Any]]] = [
+            ("before-call.s3.DeleteObjects", _add_content_md5),
+            ("needs-retry.s3", self._note_failure),
+        ]
 
     def client_config(self) -> Config:
         """Few retries' worth of patience, a pool as wide as our concurrency, no redundant hashing."""
@@ -517,9 +521,18 @@ class S3Store:
             aws_session_token=settings.session_token,
             config=self.client_config(),
         ) as client:
-            client.meta.events.register("before-call.s3.DeleteObjects", _add_content_md5)
-            client.meta.events.register("needs-retry.s3", self._note_failure)
+            for event, handler in self._hooks:
+                client.meta.events.register(event, handler)
             yield client
+
+    def hook(self, event: str, handler: Callable[..., Any]) -> None:
+        """Register a botocore event handler on every client of this store: its own, and each send lane's (there it
+        runs in the lane's thread). Before the first send: the lanes' clients are made then."""
+        if self._lanes is not None:
+            raise RuntimeError("hook() after the store's send lanes started")
+        self._hooks.append((event, handler))
+        if self._s3 is not None:
+            self._s3.meta.events.register(event, handler)
 
     async def _send(self, request: Callable[[Any], Awaitable[T]]) -> T:
         """``request(client)`` on one of the send lanes (started with the store's own client, at first use)."""
