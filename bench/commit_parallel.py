@@ -62,6 +62,17 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds of each of this process's threads (Linux: /proc/self/task), by thread id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            found[int(tid)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return found
+
+
 def server_processes(module: str) -> list[psutil.Process]:
     """The store's processes: this process's child running ``module``, and its own children."""
     found = [child for child in psutil.Process().children() if module in " ".join(child.cmdline())]
@@ -104,6 +115,7 @@ class Run:
     client_cpu: float
     store_cpu: float
     gib: float
+    busiest_thread_cpu: float  # the client thread that worked most: one core's worth of it bounds the throughput
 
     @property
     def client_cores(self) -> float:
@@ -114,6 +126,10 @@ class Run:
         return self.store_cpu / self.wall
 
     @property
+    def busiest_per_gib(self) -> float:
+        return self.busiest_thread_cpu / self.gib
+
+    @property
     def client_per_gib(self) -> float:
         return self.client_cpu / self.gib
 
@@ -122,25 +138,31 @@ class Run:
         return self.store_cpu / self.gib
 
 
-async def measure(endpoint: str, server: list[psutil.Process], source: Path, commit: bool, check: bool) -> Run:
+async def measure(
+    endpoint: str, server: list[psutil.Process], source: Path, commit: bool, check: bool, lanes: int | None
+) -> Run:
     """One commit of the directory ``source`` (``commit``) or one ``upload_file`` of its first file; ``check``:
-    against moto, which keeps what it gets (the sink keeps nothing to check)."""
+    against moto, which keeps what it gets (the sink keeps nothing to check); ``lanes``: the store's send lanes
+    (None: its default, one per core this process may use)."""
     if check:
         reset_moto(endpoint)
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-    store = S3Store(f"s3://{BUCKET}/runs/")
+    store = S3Store(f"s3://{BUCKET}/runs/", lanes=lanes)
     files = sorted(source.iterdir())
     size = sum(path.stat().st_size for path in files) if commit else files[0].stat().st_size
     try:
-        await store.put_bytes("warm-up", b"x")  # a client and a connection, as the runner has by the notice
+        await store.put_bytes("warm-up", b"x")  # a client, its lanes and a connection, as the runner has by then
         os.sync()
+        threads0 = thread_cpu()
         client0, store0, wall0 = cpu_seconds(), process_cpu(server), time.perf_counter()
         if commit:
             await CheckpointStore(store, "ft-bench", 1).commit(source, 1)
         else:
             await store.upload_file(files[0], "alone.bin")
         wall = time.perf_counter() - wall0
-        run = Run(wall, cpu_seconds() - client0, process_cpu(server) - store0, size / GiB)
+        client, server_cpu, threads = cpu_seconds() - client0, process_cpu(server) - store0, thread_cpu()
+        busiest = max(cpu - threads0.get(tid, 0.0) for tid, cpu in threads.items())
+        run = Run(wall, client, server_cpu, size / GiB, busiest)
         if commit and check:
             stored = {info.key: info.size for info in await store.list_objects("checkpoint-1/")}
             wanted = {f"checkpoint-1/{path.name}": path.stat().st_size for path in files}
@@ -153,12 +175,24 @@ async def measure(endpoint: str, server: list[psutil.Process], source: Path, com
         await store.close()
 
 
+def report(count: int, lanes: int, load: float, run: Run, runs: list[Run]) -> None:
+    print(
+        f" {count:5} {lanes:5} {load:5.1f} {run.wall:7.2f} {run.gib / run.wall:7.2f}        "
+        f"{run.client_cores:4.2f}+{run.store_cores:4.2f}={run.client_cores + run.store_cores:4.2f}"
+        f"            {run.client_per_gib:5.2f} {run.store_per_gib:5.2f}         "
+        f"{run.client_per_gib / run.store_per_gib:4.2f}x"
+        f"      {run.busiest_per_gib:5.2f} ({1 / run.busiest_per_gib:4.1f})"
+        f"   (walls {' '.join(f'{r.wall:.2f}' for r in runs)})"
+    )
+
+
 def median_run(runs: list[Run]) -> Run:
     return Run(
         statistics.median(run.wall for run in runs),
         statistics.median(run.client_cpu for run in runs),
         statistics.median(run.store_cpu for run in runs),
         runs[0].gib,
+        statistics.median(run.busiest_thread_cpu for run in runs),
     )
 
 
@@ -168,8 +202,10 @@ async def main() -> None:
     parser.add_argument("--mib", type=int, default=256, help="size of each file")
     parser.add_argument("--reps", type=int, default=2, help="commits per row (medians shown)")
     parser.add_argument("--store", choices=("moto", "sink"), default="moto")
+    parser.add_argument("--lanes", default="", help="send lanes to compare, comma-separated (default: the store's)")
     args = parser.parse_args()
     counts = [int(count) for count in args.files.split(",")]
+    lane_counts: list[int | None] = [int(count) for count in args.lanes.split(",")] if args.lanes else [None]
     moto = args.store == "moto"
     with contextlib.ExitStack() as stack:
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="commit-bench-"))
@@ -179,24 +215,24 @@ async def main() -> None:
         source = Path(scratch) / "checkpoint-1"
         source.mkdir()
         print(f"{args.store} at {endpoint} ({len(server)} processes), {os.cpu_count()} CPUs, {args.mib} MiB per file\n")
-        print(" files  load  wall s   GiB/s  cores: client+store=total  CPU-s/GiB: client store  client/store")
+        default_lanes = S3Store(f"s3://{BUCKET}/").lane_count
+        print(f"send lanes by default: {default_lanes} (this process may use {len(os.sched_getaffinity(0))} cores)")
+        print(
+            " files lanes  load  wall s   GiB/s  cores: client+store=total  CPU-s/GiB: client store  client/store"
+            "  busiest thread CPU-s/GiB (GiB/s it allows)"
+        )
         alone: list[Run] = []
         for count in counts:
             for index in range(len(list(source.iterdir())), count):
                 write_synthetic(source / f"shard-{index}.bin", args.mib * MiB)
             load = os.getloadavg()[0]
-            runs = []
-            for _ in range(args.reps):
-                runs.append(await measure(endpoint, server, source, commit=True, check=moto))
-                alone.append(await measure(endpoint, server, source, commit=False, check=moto))
-            run = median_run(runs)
-            print(
-                f" {count:5} {load:5.1f} {run.wall:7.2f} {run.gib / run.wall:7.2f}        "
-                f"{run.client_cores:4.2f}+{run.store_cores:4.2f}={run.client_cores + run.store_cores:4.2f}"
-                f"            {run.client_per_gib:5.2f} {run.store_per_gib:5.2f}         "
-                f"{run.client_per_gib / run.store_per_gib:4.2f}x"
-                f"   (walls {' '.join(f'{r.wall:.2f}' for r in runs)})"
-            )
+            runs: dict[int | None, list[Run]] = {lanes: [] for lanes in lane_counts}
+            for _ in range(args.reps):  # interleaved, so that each lane count sees the same load
+                for lanes in lane_counts:
+                    runs[lanes].append(await measure(endpoint, server, source, True, moto, lanes))
+                alone.append(await measure(endpoint, server, source, False, moto, lane_counts[0]))
+            for lanes, rows in runs.items():
+                report(count, lanes or default_lanes, load, median_run(rows), rows)
         solo = median_run(alone)
         print(
             f"\nS3Store.upload_file of one {args.mib} MiB file alone (median of {len(alone)}): "
