@@ -1,6 +1,7 @@
 """The S3 store's send lanes (runner/storage/lanes.py), against moto through the fault proxy: a commit of several files
-sent from several lane threads lands byte-exact with its manifest; a part refused on a lane fails the upload and
-aborts it; credentials the bot renews mid-commit sign every lane's requests; close() leaves no lane thread behind.
+sent from several lane threads lands byte-exact with its manifest (and comes back through them); a part refused on a
+lane fails the upload and aborts it; credentials the bot renews mid-commit sign every lane's requests; close() leaves
+no lane thread behind.
 
 Which thread sent a request is what a botocore ``before-send`` hook sees (it runs on the sending client's loop), so
 these tests fail if parts go back to being sent from the caller's loop.
@@ -87,6 +88,8 @@ async def test_a_commit_through_several_lanes_lands_byte_exact_and_close_stops_t
 ) -> None:
     store = S3Store(f"s3://{BUCKET}/job/", part_size=PART, multipart_threshold=PART, concurrency=6, lanes=LANES)
     wire = watched(store)
+    reads = Wire()
+    store.hook("before-send.s3.GetObject", reads.note)
     checkpoints = CheckpointStore(store, "ft-lanes", 1)
     shards = write_shards(tmp_path / "out" / "checkpoint-4", 5)
     before = lane_threads()
@@ -107,6 +110,9 @@ async def test_a_commit_through_several_lanes_lands_byte_exact_and_close_stops_t
     assert len(wire.sends) == sum(-(-len(data) // PART) for data in shards.values()) + 1 == 15
     assert len(wire.threads()) >= 2 and all(name.startswith("send-lane-") for name in wire.threads())
     assert lane_threads() == before  # close() joined every lane's thread
+    # The restores' ranged GETs stream on the lanes too (the manifest's small read on the store's own client).
+    downloads = {thread for thread, _, url in reads.sends if "/shard-" in url}
+    assert len(downloads) >= 2 and all(name.startswith("send-lane-") for name in downloads)
 
     # A closed store opens its lanes afresh when used again.
     try:

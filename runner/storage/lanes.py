@@ -92,6 +92,7 @@ class _Lane:
                 task.cancel()
             self.loop.run_until_complete(asyncio.gather(*stray, return_exceptions=True))
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())  # downloads write to disk in threads
             self.loop.close()
 
     async def open(self) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import io
 import logging
@@ -173,10 +174,11 @@ class S3Store:
     flight for the whole store, so upload buffers stay near ``concurrency * part_size``. ``env`` replaces
     ``os.environ`` as the source of the client settings (the bot passes its configured OSS endpoint this way).
     ``credentials``: a botocore credential provider that comes before every other (AWS: the attempt's storage session
-    from its key object, :mod:`runner.storage.attempt_credentials`); None: the usual chain. ``lanes``: how many
-    threads send parts and whole objects, each on a loop and client of its own (:mod:`runner.storage.lanes`; default:
-    one per core this process may use, at most ``concurrency``); the rest (lists, reads, multipart bookkeeping) goes
-    through the store's own client on the caller's loop, whose credentials every lane signs with.
+    from its key object, :mod:`runner.storage.attempt_credentials`); None: the usual chain.
+    ``lanes``: how many threads send parts and whole objects and stream ranged downloads, each on a loop and client of
+    its own (:mod:`runner.storage.lanes`; default: one per core this process may use, at most ``concurrency``); the
+    rest (lists, small reads, multipart bookkeeping) goes through the store's own client on the caller's loop, whose
+    credentials every lane signs with.
     """
 
     def __init__(
@@ -362,9 +364,7 @@ class S3Store:
                 step = self._range_size(size)
                 ranges = [(start, min(start + step, size)) for start in range(0, size, step)]
                 ranged = len(ranges) > 1
-                await _all_or_nothing(
-                    self._download_range(client, key, etag, tmp, start, end, ranged) for start, end in ranges
-                )
+                await _all_or_nothing(self._download_range(key, etag, tmp, start, end, ranged) for start, end in ranges)
                 await asyncio.to_thread(os.replace, tmp, path)
             except BaseException:
                 await asyncio.shield(asyncio.to_thread(tmp.unlink, missing_ok=True))
@@ -381,9 +381,7 @@ class S3Store:
         per_slot = -(-size // self.concurrency)
         return max(self.part_size, -(-per_slot // MiB) * MiB)
 
-    async def _download_range(
-        self, client: Any, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool
-    ) -> None:
+    async def _download_range(self, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool) -> None:
         """GET bytes ``[start, end)`` into the file; If-Match makes a concurrent overwrite fail, not mix.
 
         A body cut short (a reset connection, a proxy that gives up) is a network fault, not a bad object:
@@ -393,7 +391,11 @@ class S3Store:
         failures = 0
         async with self._slots.hold():
             while True:
-                offset, cut = await self._stream_range(client, key, etag, tmp, offset, end, ranged or offset > start)
+                resume = ranged or offset > start
+                stream = functools.partial(
+                    self._stream_range, key=key, etag=etag, tmp=tmp, start=offset, end=end, ranged=resume
+                )
+                offset, cut = await self._send(stream)  # on a lane: its loop reads the body, as it sends parts
                 if cut is not None:
                     problem = f"was cut at byte {offset}: {cut}"
                 elif offset == end:
