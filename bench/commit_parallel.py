@@ -5,7 +5,7 @@ last) of 1 / 4 / 8 files of 256 MiB against one local moto server: wall time, th
 this process and of moto's, both on this machine), and the client's CPU per GiB against moto's own and against
 the runner's S3 store uploading one file alone (``S3Store.upload_file``) in the same run.
 
-    python bench/commit_parallel.py [--store moto|sink] [--files 1,4,8] [--mib 256] [--reps 2]
+    python bench/commit_parallel.py [--store moto|sink] [--files 1,4,8] [--mib 256] [--reps 2] [--lanes 1,2]
 
 moto is one Python process: it can use about one core, and here it burns 10-20 CPU-s per GiB, so against it the
 commit is moto's throughput and the client idles. ``--store sink`` (:mod:`bench.s3_sink`, two processes that read
@@ -13,9 +13,34 @@ every body and keep nothing) shows what the client can do. The aim (issue 52): 8
 cores, the client's CPU per GiB at most 1.2x the store's own (the store alone: ``S3Store.upload_file``, the
 figure docs/benchmarks.md has always compared the commit with). CPU is ``getrusage`` for this process (every
 thread) and ``psutil`` for the store's processes; the load average at the start of each row says how free the
-cores were (five helpers and CI share this machine's 2).
+cores were (other sessions and CI share this machine's 2). ``--lanes`` compares the store's send lanes
+(:mod:`runner.storage.lanes`), interleaved so that each count sees the same load; the last column is the busiest
+client thread's CPU per GiB, and the GiB/s one core's worth of it allows: what bounds the commit whatever the cores,
+and the figure a shared machine does not blur.
 
-Today (2 cores; sink: load 0.1-0.7, medians of 3; moto: load 0.8-1.8, one run):
+Today (2 cores, sink, medians of 3; the sink itself takes 0.6-0.8 of the cores):
+
+    load 2.4-2.9, lanes 1 and 2 interleaved (one send lane is about the one event loop of before):
+    files lanes  wall s  GiB/s  cores client+store  CPU-s/GiB client  busiest thread CPU-s/GiB (GiB/s)
+      1     1    0.47    0.53    0.60+0.42            1.15               0.48 (2.1)
+      1     2    0.51    0.49    0.55+0.41            1.12               0.32 (3.1)
+      4     1    1.79    0.56    0.56+0.43            1.00               0.60 (1.7)
+      4     2    1.54    0.65    0.65+0.53            1.01               0.32 (3.1)
+      8     1    3.08    0.65    0.63+0.47            0.97               0.58 (1.7)
+      8     2    3.35    0.60    0.56+0.51            0.93               0.30 (3.3)   alone: client 1.00 CPU-s/GiB
+    8 files, before the lanes (all sends on one loop) and after, interleaved, load 2.8-3.4:
+      before: 1.86 / 1.70 s, 1.07 / 1.18 GiB/s, cores 1.01+0.77 / 1.07+0.72 = 1.78, client 0.94 / 0.90, busiest 0.59
+      lanes:  1.80 / 1.82 s, 1.11 / 1.10 GiB/s, cores 1.12+0.70 / 1.07+0.67 = 1.82 / 1.74, client 1.01 / 0.98,
+              busiest 0.30 / 0.31 (0.98x-1.01x the store alone, 1.00)
+    taskset -c 0 (one lane by default), load 3.4: 3.29 s, 0.61 GiB/s, cores 0.55+0.42, client 0.91, busiest 0.57
+
+On these 2 cores the client and the sink together fill both before and after the lanes (1.8 cores): what the lanes
+change is the ceiling. Before, one thread (the event loop: 1.90 of its 1.97 CPU-s in ``socket.send``, cProfile)
+carried 0.59 CPU-s of every GiB, so no number of cores took the commit past ~1.7 GiB/s; with K lanes the busiest
+thread carries about 0.6 / K (0.30 with two), so it grows with the cores it is given, up to the lanes (one per core,
+at most the store's requests in flight, 8 by default).
+
+Before the lanes (2 cores; sink: load 0.1-0.7, medians of 3; moto: load 0.8-1.8, one run):
 
     sink  1 file  0.33 s 0.77 GiB/s cores 0.92+0.70  client 1.20 CPU-s/GiB   alone: client 1.17
           4 files 1.08 s 0.93 GiB/s cores 1.06+0.72  client 1.15
