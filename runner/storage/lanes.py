@@ -78,7 +78,6 @@ class _Lane:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name=f"send-lane-{index}", daemon=True)
         self.busy = 0  # requests the caller's loop has handed it and not yet seen finish
-        self.sent = 0  # requests it carried that succeeded
         self._stack = AsyncExitStack()
         self._client: Any = None
 
@@ -102,10 +101,7 @@ class _Lane:
         return await request(self._client)
 
     async def shut(self) -> None:
-        try:
-            await self._stack.aclose()
-        finally:
-            self.loop.stop()
+        await self._stack.aclose()
 
     async def on_loop(self, job: Awaitable[T]) -> T:
         """Run ``job`` (a coroutine) on this lane's loop; cancelling the caller cancels it there."""
@@ -124,18 +120,10 @@ class SendLanes:
         self._order = itertools.count()
         self._started: asyncio.Future[None] | None = None
 
-    @property
-    def sent(self) -> list[int]:
-        """Requests each lane has carried (successful ones)."""
-        return [lane.sent for lane in self._lanes]
-
-    @property
-    def threads(self) -> list[threading.Thread]:
-        return [lane.thread for lane in self._lanes]
-
     async def start(self) -> None:
         """Start every lane and make its client (concurrently: each is some tens of ms of botocore's setup)."""
-        if self._started is None:
+        started = self._started
+        if started is None:
             started = self._started = asyncio.get_running_loop().create_future()
             self._lanes = [_Lane(index, self._make_client) for index in range(self.count)]
             try:
@@ -148,7 +136,7 @@ class SendLanes:
                 started.exception()  # retrieved here: no "never retrieved" warning when nobody else waits
                 raise
             started.set_result(None)
-        await asyncio.shield(self._started)
+        await asyncio.shield(started)
 
     async def run(self, request: Callable[[Any], Awaitable[T]]) -> T:
         """``await request(client)`` on a lane's loop with that lane's client; its result or exception comes back."""
@@ -157,11 +145,9 @@ class SendLanes:
         _, lane = min(enumerate(self._lanes), key=lambda at: (at[1].busy, (at[0] - turn) % self.count))
         lane.busy += 1
         try:
-            result = await lane.on_loop(lane.call(request))
+            return await lane.on_loop(lane.call(request))
         finally:
             lane.busy -= 1
-        lane.sent += 1
-        return result
 
     async def close(self) -> None:
         """Close every lane's client, stop its loop and join its thread."""
@@ -169,7 +155,9 @@ class SendLanes:
         for lane in lanes:
             if lane.thread.is_alive():
                 try:
-                    await lane.on_loop(lane.shut())  # stops the loop, whatever closing the client did
+                    await lane.on_loop(lane.shut())
                 except Exception as exc:
                     log.warning("closing the client of %s failed: %s", lane.thread.name, exc)
+                finally:
+                    lane.loop.call_soon_threadsafe(lane.loop.stop)  # its thread then ends what is left and closes it
                 await asyncio.to_thread(lane.thread.join)
