@@ -20,19 +20,20 @@ and the figure a shared machine does not blur.
 
 Today (2 cores, sink, medians of 3; the sink itself takes 0.6-0.8 of the cores):
 
-    load 2.4-2.9, lanes 1 and 2 interleaved (one send lane is about the one event loop of before):
+    load 0.2-0.7, lanes 1 and 2 interleaved (one send lane is about the one event loop of before):
     files lanes  wall s  GiB/s  cores client+store  CPU-s/GiB client  busiest thread CPU-s/GiB (GiB/s)
-      1     1    0.47    0.53    0.60+0.42            1.15               0.48 (2.1)
-      1     2    0.51    0.49    0.55+0.41            1.12               0.32 (3.1)
-      4     1    1.79    0.56    0.56+0.43            1.00               0.60 (1.7)
-      4     2    1.54    0.65    0.65+0.53            1.01               0.32 (3.1)
-      8     1    3.08    0.65    0.63+0.47            0.97               0.58 (1.7)
-      8     2    3.35    0.60    0.56+0.51            0.93               0.30 (3.3)   alone: client 1.00 CPU-s/GiB
-    8 files, before the lanes (all sends on one loop) and after, interleaved, load 2.8-3.4:
-      before: 1.86 / 1.70 s, 1.07 / 1.18 GiB/s, cores 1.01+0.77 / 1.07+0.72 = 1.78, client 0.94 / 0.90, busiest 0.59
-      lanes:  1.80 / 1.82 s, 1.11 / 1.10 GiB/s, cores 1.12+0.70 / 1.07+0.67 = 1.82 / 1.74, client 1.01 / 0.98,
-              busiest 0.30 / 0.31 (0.98x-1.01x the store alone, 1.00)
-    taskset -c 0 (one lane by default), load 3.4: 3.29 s, 0.61 GiB/s, cores 0.55+0.42, client 0.91, busiest 0.57
+      1     1    0.34    0.73    0.89+0.61            1.23               0.48 (2.1)
+      1     2    0.28    0.89    0.97+0.71            1.09               0.36 (2.8)
+      4     1    0.95    1.05    0.97+0.82            0.93               0.51 (2.0)
+      4     2    0.96    1.04    1.01+0.80            0.97               0.31 (3.2)
+      8     1    1.88    1.06    1.02+0.75            0.96               0.56 (1.8)
+      8     2    1.90    1.05    0.98+0.87 = 1.85     0.93               0.30 (3.3)   alone: client 0.98 (0.95x)
+    8 files, before the lanes (all sends on one loop) and after, one after the other:
+      load 1.6 / 1.9: before 1.63 s, 1.22 GiB/s, cores 1.11+0.69 = 1.80, client 0.90, busiest 0.57
+                      lanes  1.83 s, 1.09 GiB/s, cores 1.07+0.78 = 1.85, client 0.98, busiest 0.29
+      load 2.8-3.4, twice each, interleaved: before 1.86 / 1.70 s, 1.78 cores, busiest 0.59;
+                      lanes 1.80 / 1.82 s, 1.82 / 1.74 cores, client 0.98-1.01 against 1.00 alone, busiest 0.30
+    taskset -c 0 (client and sink on one core, one lane by default), load 2.0: 3.37 s, 0.59 GiB/s, 0.57+0.41 cores
 
 On these 2 cores the client and the sink together fill both before and after the lanes (1.8 cores): what the lanes
 change is the ceiling. Before, one thread (the event loop: 1.90 of its 1.97 CPU-s in ``socket.send``, cProfile)

@@ -79,8 +79,9 @@ the time is the commit's eight send lanes (8 cores at 1.10 CPU-s per GiB, 7.8 GB
 7.8 s overlapping it), and for 70B over eight nodes S3's 3,500 PUTs/s on one prefix (58.7 GB/s for the whole job:
 25 s; ``--part-mib 64``: the lanes again, 24 s). More requests in flight (``FINETUNE_S3_CONCURRENCY``, and with it
 more lanes, up to 16) take the commit towards the host's network (``--commit-cores 16``: 7B full durable in 11.8 s,
-70B full with 64 MiB parts in 14.1 s, both set by the save). Before the send lanes the commit's sends ran on one event loop, about one core
-(``--commit-cores 1``: 0.98 GB/s, 7B full 139 s and 70B full 173 s, past AWS's two minutes on both hosts).
+70B full with 64 MiB parts in 14.1 s, both set by the save). Before the send lanes the commit's sends ran on one
+event loop, about one core (``--commit-cores 1``: 0.98 GB/s, 7B full 139 s and 70B full 173 s, past AWS's two
+minutes on both hosts).
 On Alibaba the limits are the cloud's: a cloud disk at 6 Gbit/s makes a 112 GB save take 2.5 minutes (the host's
 1 TiB of memory would hold it), and the account's 20 Gbit/s of OSS upload, shared by eight nodes, makes 1.12 TB take
 7.5 minutes against a 5-minute notice: a 70B full fine-tune there cannot be made durable on the notice at any speed
