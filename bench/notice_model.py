@@ -1,7 +1,7 @@
 """Notice → durable on real GPU hosts, from the figures measured here and the hosts' documented limits.
 
-    python bench/notice_model.py [--save-cpu-s-per-gib 0.6] [--commit-cpu-s-per-gib 1.53] [--overlap 1.19]
-        [--step-seconds 2] [--detect-seconds 0.49] [--part-mib 16] [--commit-cores N] [--nvme-gbytes-per-s 2]
+    python bench/notice_model.py [--save-cpu-s-per-gib 0.6] [--commit-cpu-s-per-gib 1.10] [--overlap 1.19]
+        [--step-seconds 2] [--detect-seconds 0.49] [--part-mib 16] [--commit-cores 8] [--nvme-gbytes-per-s 2]
         [--oss-upload-gbps 20]
 
 Pure arithmetic, no I/O: whether a checkpoint written on the notice (every rank saving its shard to local disk)
@@ -13,7 +13,8 @@ share; 1 GB = 10^9 bytes)::
                                                                          store's shared bandwidth / nodes, the
                                                                          store's request rate × part / nodes)
     CPU bound       = max(B / (ranks × 1 GiB / save CPU-s),   a rank saves with one core; the commit gets the
-                          B / (cores × 1 GiB / commit CPU-s)) physical cores the ranks leave (vCPUs / 2 − ranks)
+                          B / (cores × 1 GiB / commit CPU-s)) physical cores the ranks leave (vCPUs / 2 − ranks),
+                                                              at most its send lanes (8: one per request in flight)
     save            = B / min(disk write, the ranks' CPU)
     upload          = B / min(network, the commit's CPU)
     durable         = detect + a step + overlap × max(save, upload)
@@ -21,11 +22,14 @@ share; 1 GB = 10^9 bytes)::
 ``overlap`` is the runner's own: parts go up while the file grows, so notice → committed is measured at 0.96–1.19 ×
 max(save, upload) for a steady writer at 1 GiB (docs/benchmarks.md); the default takes the worse.
 
-Measured here (2-core development machine, moto as the store; docs/benchmarks.md, ``bench/upload_throughput.py``,
-``bench/notice_to_commit.py``): a whole commit costs the client **1.53 CPU-s per GiB** (1 GiB, one file; the store
-alone 1.40); a 1 GiB checkpoint saved at disk speed by one process took **0.6 s** (1.7 s in a run at load 5–8;
-no GPU-to-host copy in it), taken here as one core's rate for one rank; notice detection p99 **0.49 s**. Each is a
-flag, so the parallel commit's figures (issue 52, item 3) plug in as they are measured.
+Measured here (2-core development machine; docs/benchmarks.md, ``bench/commit_parallel.py``,
+``bench/notice_to_commit.py``): a commit of 8 files of 256 MiB costs the client **1.10 CPU-s per GiB** (against
+``bench/s3_sink.py``, a store that costs little; against moto, whose slow answers the client waits on, 1.3–1.5), and
+its sends run on the store's send lanes (``runner.storage.lanes``: a thread, event loop and client each, one per core
+up to the requests in flight, 8 by default, ``FINETUNE_S3_CONCURRENCY``), so it grows with its cores up to 8: no
+thread of it is busy for more than 0.35 CPU-s of a GiB with two lanes (0.93 when every send ran on one event loop); a
+1 GiB checkpoint saved at disk speed by one process took **0.6 s** (1.7 s in a run at load 5–8; no GPU-to-host copy
+in it), taken here as one core's rate for one rank; notice detection p99 **0.49 s**. Each is a flag.
 
 Host limits (documented unless marked *assumed*):
 
@@ -57,26 +61,27 @@ layer × 12 bytes); 70B full 1,120 GB over 8 nodes (140 GB a node). A step in fl
 Recorded (defaults)::
 
     host                 job         GB/node notice physical CPU save/commit     save   upload  durable fits set by
-    p5.48xlarge          7B LoRA        0.50  120 s   0.03 s   0.03 / 0.01 s   0.03 s   0.01 s   2.53 s yes  save CPU
-    p5.48xlarge          7B full      112.00  120 s   7.00 s   7.82 / 1.81 s   7.82 s   2.24 s   11.8 s yes  save CPU
-    p5.48xlarge          70B LoRA x8    0.31  120 s   0.04 s   0.02 / 0.01 s   0.02 s   0.04 s   2.54 s yes  S3 requests
-    p5.48xlarge          70B full x8  140.00  120 s   19.1 s   9.78 / 2.27 s   9.78 s   19.1 s   25.2 s yes  S3 requests
-    p4d.24xlarge         7B LoRA        0.50  120 s   0.03 s   0.03 / 0.02 s   0.03 s   0.02 s   2.53 s yes  save CPU
-    p4d.24xlarge         7B full      112.00  120 s   7.00 s   7.82 / 3.99 s   7.82 s   3.99 s   11.8 s yes  save CPU
-    p4d.24xlarge         70B LoRA x8    0.31  120 s   0.04 s   0.02 / 0.01 s   0.02 s   0.04 s   2.54 s yes  S3 requests
-    p4d.24xlarge         70B full x8  140.00  120 s   19.1 s   9.78 / 4.99 s   9.78 s   19.1 s   25.2 s yes  S3 requests
-    ecs.ebmgn8v.48xlarge 7B LoRA        0.50  300 s   0.67 s   0.03 / 0.01 s   0.67 s   0.20 s   3.28 s yes  disk
-    ecs.ebmgn8v.48xlarge 7B full      112.00  300 s  149.3 s   7.82 / 1.81 s  149.3 s   44.8 s  180.2 s yes  disk
-    ecs.ebmgn8v.48xlarge 70B LoRA x8    0.31  300 s   1.00 s   0.02 / 0.01 s   0.42 s   1.00 s   3.68 s yes  OSS share
-    ecs.ebmgn8v.48xlarge 70B full x8  140.00  300 s  448.0 s   9.78 / 2.27 s  186.7 s  448.0 s  535.6 s NO   OSS share
+    p5.48xlarge          7B LoRA        0.50  120 s   0.03 s   0.03 / 0.06 s   0.03 s   0.06 s   2.57 s yes  commit CPU
+    p5.48xlarge          7B full      112.00  120 s   7.00 s   7.82 / 14.3 s   7.82 s   14.3 s   19.6 s yes  commit CPU
+    p5.48xlarge          70B LoRA x8    0.31  120 s   0.04 s   0.02 / 0.04 s   0.02 s   0.04 s   2.54 s yes  S3 requests
+    p5.48xlarge          70B full x8  140.00  120 s   19.1 s   9.78 / 17.9 s   9.78 s   19.1 s   25.2 s yes  S3 requests
+    p4d.24xlarge         7B LoRA        0.50  120 s   0.03 s   0.03 / 0.06 s   0.03 s   0.06 s   2.57 s yes  commit CPU
+    p4d.24xlarge         7B full      112.00  120 s   7.00 s   7.82 / 14.3 s   7.82 s   14.3 s   19.6 s yes  commit CPU
+    p4d.24xlarge         70B LoRA x8    0.31  120 s   0.04 s   0.02 / 0.04 s   0.02 s   0.04 s   2.54 s yes  S3 requests
+    p4d.24xlarge         70B full x8  140.00  120 s   19.1 s   9.78 / 17.9 s   9.78 s   19.1 s   25.2 s yes  S3 requests
+    ecs.ebmgn8v.48xlarge 7B LoRA        0.50  300 s   0.67 s   0.03 / 0.06 s   0.67 s   0.20 s   3.28 s yes  disk
+    ecs.ebmgn8v.48xlarge 7B full      112.00  300 s  149.3 s   7.82 / 14.3 s  149.3 s   44.8 s  180.2 s yes  disk
+    ecs.ebmgn8v.48xlarge 70B LoRA x8    0.31  300 s   1.00 s   0.02 / 0.04 s   0.42 s   1.00 s   3.68 s yes  OSS share
+    ecs.ebmgn8v.48xlarge 70B full x8  140.00  300 s  448.0 s   9.78 / 17.9 s  186.7 s  448.0 s  535.6 s NO   OSS share
 
-What it says: on AWS every case fits the two minutes several times over. What sets the time is the ranks' own save
-(eight writers at 0.6 s per GiB, 14 GB/s, just under the assumed 16 GB/s of the drives) and, for 70B over eight
-nodes, S3's 3,500 PUTs/s on one prefix (58.7 GB/s for the whole job: 19 s; ``--part-mib 64`` takes it to 14 s, set
-by the save). The commit's CPU is not the limit anywhere, but on p4d.24xlarge its 40 free cores at 1.53 s/GiB
-(28 GB/s) are under the 50 GB/s network: at 3 s/GiB it would equal the save. All of that is for a commit whose
-throughput grows with its cores (issue 52, item 3). Today's is one process that the GIL holds to about one core
-(``--commit-cores 1``): 0.70 GB/s, so 7B full takes 192 s and 70B full 240 s, past AWS's two minutes on both hosts.
+What it says: on AWS every case fits the two minutes several times over. For one node's full checkpoint what sets
+the time is the commit's eight send lanes (8 cores at 1.10 CPU-s per GiB, 7.8 GB/s: 7B full 14.3 s, the ranks' save
+7.8 s overlapping it), and for 70B over eight nodes S3's 3,500 PUTs/s on one prefix (58.7 GB/s for the whole job:
+25 s; ``--part-mib 64``: the lanes again, 24 s). More requests in flight (``FINETUNE_S3_CONCURRENCY``, and with it
+more lanes, up to 16) take the commit towards the host's network (``--commit-cores 16``: 7B full durable in 11.8 s,
+70B full with 64 MiB parts in 14.1 s, both set by the save). Before the send lanes the commit's sends ran on one
+event loop, about one core (``--commit-cores 1``: 0.98 GB/s, 7B full 139 s and 70B full 173 s, past AWS's two
+minutes on both hosts).
 On Alibaba the limits are the cloud's: a cloud disk at 6 Gbit/s makes a 112 GB save take 2.5 minutes (the host's
 1 TiB of memory would hold it), and the account's 20 Gbit/s of OSS upload, shared by eight nodes, makes 1.12 TB take
 7.5 minutes against a 5-minute notice: a 70B full fine-tune there cannot be made durable on the notice at any speed
@@ -119,12 +124,12 @@ class Measured:
     """What this project's code costs, measured on the development machine."""
 
     save_cpu_s_per_gib: float = 0.6  # one rank writing its shard (notice_to_commit.py, 1 GiB at disk speed)
-    commit_cpu_s_per_gib: float = 1.53  # a whole commit's client CPU (upload_throughput.py, 1 GiB, one file)
+    commit_cpu_s_per_gib: float = 1.10  # a commit's client CPU (commit_parallel.py, 8 files of 256 MiB, sink)
     overlap: float = 1.19  # notice → committed over max(save, upload), the worse of the measured 0.96 / 1.19
     detect_s: float = 0.49  # notice detection p99 (notice_latency.py)
     step_s: float = 2.0  # the step in flight before the save starts (assumed)
     part_bytes: int = 16 * MiB  # runner.storage.s3.DEFAULT_PART_SIZE
-    commit_cores: int | None = None  # at most this many cores for the commit (None: every core the ranks leave)
+    commit_cores: int | None = 8  # the store's send lanes: one per request in flight (None: every core left)
 
     def __post_init__(self) -> None:
         _check(self, "overlap", low=1.0, inclusive=True)
@@ -272,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--detect-seconds", type=float, default=defaults.detect_s)
     parser.add_argument("--step-seconds", type=float, default=defaults.step_s)
     parser.add_argument("--part-mib", type=float, default=defaults.part_bytes / MiB)
-    parser.add_argument("--commit-cores", type=int, default=None, help="cap the commit's cores (today's: 1 process)")
+    parser.add_argument("--commit-cores", type=int, default=defaults.commit_cores, help="cap the commit's cores")
     parser.add_argument("--nvme-gbytes-per-s", type=float, default=2.0, help="one NVMe drive's write (assumed)")
     parser.add_argument("--oss-upload-gbps", type=float, default=20.0, help="the account's OSS upload in the region")
     args = parser.parse_args(argv)

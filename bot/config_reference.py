@@ -160,7 +160,10 @@ OTHER_VARIABLES: dict[str, tuple[Reader, str]] = {
     ),
     "FINETUNE_TRAINER_PYTHONPATH": ("runner", "put on the trainer's `PYTHONPATH` after the runner's package"),
     "FINETUNE_S3_PART_MIB": ("runner", "the part size of S3 / OSS transfers in MiB; default 16"),
-    "FINETUNE_S3_CONCURRENCY": ("runner", "parts in flight at once; default 8"),
+    "FINETUNE_S3_CONCURRENCY": (
+        "runner",
+        "parts in flight at once, and the most send lanes (threads) they go out on; default 8",
+    ),
     "FINETUNE_S3_ADDRESSING": (
         "runner",
         "`auto`, `virtual` or `path`: how buckets are addressed (default: "

@@ -89,10 +89,10 @@ def test_the_command_line_refuses_in_one_line(capsys: pytest.CaptureFixture[str]
 def test_the_command_line_takes_new_measured_figures(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 0
     default = capsys.readouterr().out
-    assert main(["--commit-cpu-s-per-gib", "3"]) == 0
+    assert main(["--commit-cpu-s-per-gib", "3", "--commit-cores", "40"]) == 0
     slower = capsys.readouterr().out
     p4d_full = [line for line in slower.splitlines() if line.startswith("p4d.24xlarge") and "7B full" in line]
-    assert p4d_full and "7.82 / 7.82 s" in p4d_full[0]  # the commit's CPU now as slow as the save's
+    assert p4d_full and "7.82 / 7.82 s" in p4d_full[0]  # the commit's CPU on p4d's 40 free cores as slow as the save
     assert default != slower
 
 
@@ -111,3 +111,12 @@ def test_the_recorded_table_is_what_the_defaults_print() -> None:
     recorded = notice_model.__doc__.split("Recorded (defaults)::\n\n", 1)[1].split("\n\n", 1)[0]
     printed = notice_model.table(Measured(), notice_model.hosts())
     assert [line.strip() for line in recorded.splitlines()] == [line.strip() for line in printed.splitlines()]
+
+
+def test_the_commit_gets_no_more_cores_than_its_send_lanes() -> None:
+    # 48 vCPUs: 24 cores, 22 after the two ranks; the store sends on 8 lanes, so the commit's CPU sends 8 GiB/s at
+    # 1 CPU-s/GiB: 1 s for the node's 8 GiB (22 cores would be 0.36 s).
+    host = replace(HOST, vcpus=48)
+    assert Measured().commit_cores == 8
+    assert estimate(host, JOB, replace(MEASURED, commit_cores=8)).commit_cpu_s == pytest.approx(1.0)
+    assert estimate(host, JOB, replace(MEASURED, commit_cores=None)).commit_cpu_s == pytest.approx(8 / 22)

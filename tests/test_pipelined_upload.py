@@ -217,7 +217,7 @@ async def test_a_file_written_by_another_thread_goes_up_part_by_part_while_it_gr
         def note(request: Any, **_: Any) -> None:
             on_wire.append(request.headers["x-amz-checksum-crc32c"].decode())
 
-        (await store._client()).meta.events.register("before-send.s3.UploadPart", note)
+        store.hook("before-send.s3.UploadPart", note)
     upload = checkpoints.start_upload(local, 8, poll_seconds=0.05, settle_seconds=5.0)
     running = asyncio.create_task(upload.run())
     loop = asyncio.get_running_loop()

@@ -102,8 +102,8 @@ async def test_s3_uploads_carry_crc32c_checksums(store: S3Store, bucket: Any, wo
         name = request.url.split("?")[0].rsplit("/", 1)[-1]
         sent.setdefault(name, []).append(request.headers.get("x-amz-checksum-crc32c", b"").decode())
 
-    (await store._client()).meta.events.register("before-send.s3.PutObject", note)
-    (await store._client()).meta.events.register("before-send.s3.UploadPart", note)
+    store.hook("before-send.s3.PutObject", note)
+    store.hook("before-send.s3.UploadPart", note)
     await store.upload_file(work / "small.bin", "small.bin")
     await store.upload_file(work / "big.bin", "big.bin")
 

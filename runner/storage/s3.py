@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import io
 import logging
@@ -24,7 +25,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from handlers.backoff import backoff
 from runner.checksums import ALGORITHM, crc, encode
 from runner.storage.aliyun_credentials import DEFAULT_METADATA_ENDPOINT, RamRoleCredentialProvider
 from runner.storage.base import Buffer, ObjectInfo, ObjectMissing, StorageError, read_fully
+from runner.storage.lanes import BorrowedCredentialProvider, BorrowedCredentials, SendLanes, default_lane_count
 from runner.storage.slots import BufferSlots
 
 log = logging.getLogger(__name__)
@@ -173,6 +175,10 @@ class S3Store:
     ``os.environ`` as the source of the client settings (the bot passes its configured OSS endpoint this way).
     ``credentials``: a botocore credential provider that comes before every other (AWS: the attempt's storage session
     from its key object, :mod:`runner.storage.attempt_credentials`); None: the usual chain.
+    ``lanes``: how many threads send parts and whole objects and stream ranged downloads, each on a loop and client of
+    its own (:mod:`runner.storage.lanes`; default: one per core this process may use, at most ``concurrency``); the
+    rest (lists, small reads, multipart bookkeeping) goes through the store's own client on the caller's loop, whose
+    credentials every lane signs with.
     """
 
     def __init__(
@@ -184,6 +190,7 @@ class S3Store:
         concurrency: int = DEFAULT_CONCURRENCY,
         env: Mapping[str, str] | None = None,
         credentials: CredentialProvider | None = None,
+        lanes: int | None = None,
     ) -> None:
         parsed = urlparse(base_uri)
         if parsed.scheme not in ("s3", "oss") or not parsed.netloc:
@@ -192,6 +199,8 @@ class S3Store:
             raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (the S3 minimum)")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if lanes is not None and lanes < 1:
+            raise ValueError("lanes must be at least 1")
         self.bucket = parsed.netloc
         self.prefix = parsed.path.lstrip("/")
         if self.prefix and not self.prefix.endswith("/"):
@@ -208,6 +217,13 @@ class S3Store:
         self._client_lock = asyncio.Lock()
         self._stack = AsyncExitStack()
         self._s3: Any = None
+        self._session: Any = None
+        self.lane_count = lanes if lanes is not None else default_lane_count(concurrency)
+        self._lanes: SendLanes | None = None
+        self._hooks: list[tuple[str, Callable[..., Any]]] = [
+            ("before-call.s3.DeleteObjects", _add_content_md5),
+            ("needs-retry.s3", self._note_failure),
+        ]
 
     def client_config(self) -> Config:
         """Few retries' worth of patience, a pool as wide as our concurrency, no redundant hashing."""
@@ -257,13 +273,14 @@ class S3Store:
 
     async def upload_file(self, path: Path, key: str, priority: int = 0) -> None:
         with self._errors("upload to", key):
-            client = await self._client()
             size = (await asyncio.to_thread(path.stat)).st_size
             if size <= self.multipart_threshold:
                 async with self._slots.lend(priority) as buffer:
                     data, crc = await asyncio.to_thread(_read_range, path, 0, size, buffer)
-                    await client.put_object(
-                        Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **self._crc_args(crc)
+                    await self._send(
+                        lambda lane: lane.put_object(
+                            Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **self._crc_args(crc)
+                        )
                     )
             else:
                 await self._upload_multipart(path, size, key, priority)
@@ -347,9 +364,7 @@ class S3Store:
                 step = self._range_size(size)
                 ranges = [(start, min(start + step, size)) for start in range(0, size, step)]
                 ranged = len(ranges) > 1
-                await _all_or_nothing(
-                    self._download_range(client, key, etag, tmp, start, end, ranged) for start, end in ranges
-                )
+                await _all_or_nothing(self._download_range(key, etag, tmp, start, end, ranged) for start, end in ranges)
                 await asyncio.to_thread(os.replace, tmp, path)
             except BaseException:
                 await asyncio.shield(asyncio.to_thread(tmp.unlink, missing_ok=True))
@@ -366,9 +381,7 @@ class S3Store:
         per_slot = -(-size // self.concurrency)
         return max(self.part_size, -(-per_slot // MiB) * MiB)
 
-    async def _download_range(
-        self, client: Any, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool
-    ) -> None:
+    async def _download_range(self, key: str, etag: str, tmp: Path, start: int, end: int, ranged: bool) -> None:
         """GET bytes ``[start, end)`` into the file; If-Match makes a concurrent overwrite fail, not mix.
 
         A body cut short (a reset connection, a proxy that gives up) is a network fault, not a bad object:
@@ -378,7 +391,11 @@ class S3Store:
         failures = 0
         async with self._slots.hold():
             while True:
-                offset, cut = await self._stream_range(client, key, etag, tmp, offset, end, ranged or offset > start)
+                resume = ranged or offset > start
+                stream = functools.partial(
+                    self._stream_range, key=key, etag=etag, tmp=tmp, start=offset, end=end, ranged=resume
+                )
+                offset, cut = await self._send(stream)  # on a lane: its loop reads the body, as it sends parts
                 if cut is not None:
                     problem = f"was cut at byte {offset}: {cut}"
                 elif offset == end:
@@ -428,10 +445,10 @@ class S3Store:
         return offset, None
 
     async def put_bytes(self, key: str, data: Buffer) -> None:
+        checksum = self._crc_args(crc(data))
         with self._errors("upload to", key):
-            client = await self._client()
-            await client.put_object(
-                Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **self._crc_args(crc(data))
+            await self._send(
+                lambda lane: lane.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=_body(data), **checksum)
             )
 
     async def get_bytes(self, key: str) -> bytes | None:
@@ -469,37 +486,79 @@ class S3Store:
         if self._cleanup:
             await asyncio.wait(set(self._cleanup), timeout=CLOSE_WAIT_SECONDS)
         async with self._client_lock:
-            await self._stack.aclose()
-            self._stack = AsyncExitStack()
-            self._s3 = None
+            lanes, self._lanes = self._lanes, None
+            try:
+                if lanes is not None:
+                    await lanes.close()
+            finally:
+                await self._stack.aclose()
+                self._stack = AsyncExitStack()
+                self._s3 = None
+                self._session = None
 
     async def _client(self) -> Any:
         """Created on first use, so building a store costs nothing and needs no running loop."""
         if self._s3 is None:
             async with self._client_lock:
                 if self._s3 is None:
-                    settings = self.settings
                     session = get_session()
                     provider: CredentialProvider | None = self.credentials
-                    if provider is None and settings.ram_role:
-                        provider = RamRoleCredentialProvider(settings.ram_role, settings.metadata_endpoint)
+                    if provider is None and self.settings.ram_role:
+                        provider = RamRoleCredentialProvider(self.settings.ram_role, self.settings.metadata_endpoint)
                     if provider is not None:
                         session.get_component("credential_provider").insert_before("env", provider)
-                    client = await self._stack.enter_async_context(
-                        session.create_client(
-                            "s3",
-                            endpoint_url=settings.endpoint_url,
-                            region_name=settings.region,
-                            aws_access_key_id=settings.access_key_id,
-                            aws_secret_access_key=settings.secret_access_key,
-                            aws_session_token=settings.session_token,
-                            config=self.client_config(),
-                        )
-                    )
-                    client.meta.events.register("before-call.s3.DeleteObjects", _add_content_md5)
-                    client.meta.events.register("needs-retry.s3", self._note_failure)
-                    self._s3 = client
+                    self._s3 = await self._stack.enter_async_context(self._new_client(session))
+                    self._session = session
         return self._s3
+
+    @contextlib.asynccontextmanager
+    async def _new_client(self, session: Any) -> AsyncIterator[Any]:
+        settings = self.settings
+        async with session.create_client(
+            "s3",
+            endpoint_url=settings.endpoint_url,
+            region_name=settings.region,
+            aws_access_key_id=settings.access_key_id,
+            aws_secret_access_key=settings.secret_access_key,
+            aws_session_token=settings.session_token,
+            config=self.client_config(),
+        ) as client:
+            for event, handler in self._hooks:
+                client.meta.events.register(event, handler)
+            yield client
+
+    def hook(self, event: str, handler: Callable[..., Any]) -> None:
+        """Register a botocore event handler on every client of this store: its own, and each send lane's (there it
+        runs in the lane's thread). Before the first send: the lanes' clients are made then."""
+        if self._lanes is not None:
+            raise RuntimeError("hook() after the store's send lanes started")
+        self._hooks.append((event, handler))
+        if self._s3 is not None:
+            self._s3.meta.events.register(event, handler)
+
+    async def _send(self, request: Callable[[Any], Awaitable[T]]) -> T:
+        """``request(client)`` on one of the send lanes (started with the store's own client, at first use)."""
+        if self._lanes is None:
+            await self._client()
+            async with self._client_lock:
+                if self._lanes is None:
+                    self._lanes = SendLanes(self.lane_count, await self._lane_client_factory())
+        return await self._lanes.run(request)
+
+    async def _lane_client_factory(self) -> Callable[[], AbstractAsyncContextManager[Any]]:
+        """What each lane makes its client with, in its own thread: the store's settings, and the credentials the
+        store's own client signs with, borrowed (an explicit key pair is simply the same key pair)."""
+        owner = None if self.settings.access_key_id else await self._session.get_credentials()
+        home = asyncio.get_running_loop()
+
+        def make() -> AbstractAsyncContextManager[Any]:
+            session = get_session()
+            if owner is not None:
+                borrowed = BorrowedCredentialProvider(BorrowedCredentials(owner, home))
+                session.get_component("credential_provider").insert_before("env", borrowed)
+            return self._new_client(session)
+
+        return make
 
     def _note_failure(
         self, response: tuple[Any, Any] | None = None, caught_exception: BaseException | None = None, **_: Any
@@ -541,14 +600,15 @@ class S3PartUpload:
         store = self.store
         checksum = store._crc_args(crc)
         with store._errors("upload to", self.key):
-            client = await store._client()
-            sent = await client.upload_part(
-                Bucket=store.bucket,
-                Key=store.prefix + self.key,
-                UploadId=self.upload_id,
-                PartNumber=index + 1,
-                Body=_body(data),
-                **checksum,
+            sent = await store._send(
+                lambda lane: lane.upload_part(
+                    Bucket=store.bucket,
+                    Key=store.prefix + self.key,
+                    UploadId=self.upload_id,
+                    PartNumber=index + 1,
+                    Body=_body(data),
+                    **checksum,
+                )
             )
         done = {"PartNumber": index + 1, "ETag": sent["ETag"]}
         if "ChecksumCRC32C" in checksum:
