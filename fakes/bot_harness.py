@@ -72,6 +72,9 @@ ckpt.mkdir(parents=True)
 """
 
 SLEEPS = "import time; time.sleep(600)"
+# A relaunch at once after an attempt that made no progress (a SLEEPS job's always): a test of something else need not
+# wait out the lifecycle's default pause of 30 s (``policy.lifecycle.relaunch_pause_seconds``).
+NO_RELAUNCH_PAUSE = {"lifecycle": {"relaunch_pause_seconds": 0}}
 
 # Counts steps; on SIGTERM (a notice, an interrupt test, a stop) saves checkpoint-<step> (marked complete) and exits;
 # resumed from a checkpoint, it trains three more steps and finishes.

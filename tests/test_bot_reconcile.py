@@ -20,7 +20,7 @@ from bot.keys import DEFAULT_KEYS
 from bot.reconciler import Reconciler
 from bot.redis_server import connect
 from bot.store import JobStore
-from fakes.bot_harness import SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
+from fakes.bot_harness import NO_RELAUNCH_PAUSE, SLEEPS, quick_recipe, running_bot, start_job, wait_job, write_config
 from fakes.restartable_valkey import RestartableValkey
 from handlers.clock import utcnow
 from handlers.jobs import Job, JobState
@@ -235,7 +235,7 @@ async def test_an_orphan_of_an_ended_or_unknown_job_is_released_and_said_so(tmp_
 async def test_a_silent_job_is_probed_once_and_a_gone_instance_relaunches_once_whatever_the_replicas(
     tmp_path: Path,
 ) -> None:
-    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)], policy=NO_RELAUNCH_PAUSE)
     async with running_bot(tmp_path / "state", config) as (service, chat):
         store = service.bot.store
         job_id = await start_job(service, "console:ana", "start sleepy")

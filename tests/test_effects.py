@@ -25,6 +25,7 @@ from bot.store import JobStore
 from fakes.bot_harness import (
     CHANNEL,
     INTERRUPTIBLE,
+    NO_RELAUNCH_PAUSE,
     SECRET,
     SLEEPS,
     attempt_salt,
@@ -195,7 +196,7 @@ async def test_a_redis_restart_while_starts_are_in_flight_leaves_no_job_stuck(
 async def test_an_old_attempts_late_warning_is_still_posted_once(tmp_path: Path, valkey: RestartableValkey) -> None:
     """Finding 2: the runner's spot notice comes in only after the job relaunched (the replica holding it died);
     it moves nothing, but the alert is posted; told again (redelivered, or by the cloud), it is not posted twice."""
-    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)], policy=NO_RELAUNCH_PAUSE)
     async with running_bot(tmp_path / "state", config, redis_url=valkey.url) as (service, chat):
         job_id = await start_job(service, "console:ana", "start sleepy")
         first = await wait_job(service, job_id, lambda job: job.state is JobState.RUNNING)

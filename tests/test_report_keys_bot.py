@@ -17,6 +17,7 @@ from bot.cloud.local.provider import LocalCloud
 from bot.service import BotService
 from fakes.bot_harness import (
     CHANNEL,
+    NO_RELAUNCH_PAUSE,
     SECRET,
     SLEEPS,
     SteppedClock,
@@ -220,7 +221,7 @@ async def instances_running(service: BotService, job: Job) -> list[str]:
 async def test_a_completion_signed_with_an_ended_attempts_key_after_its_grace_changes_nothing(tmp_path: Path) -> None:
     """The attack of the issue: a key read off an ended attempt (its user data) marks the live job done later."""
     clock = SteppedClock()
-    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)])
+    config = write_config(tmp_path / "bot.yaml", recipes=[quick_recipe("sleepy", SLEEPS)], policy=NO_RELAUNCH_PAUSE)
     async with running_bot(tmp_path / "state", config, clock=clock) as (service, chat):
         job_id = await start_job(service, "console:ana", "start sleepy")
         await wait_job(service, job_id, lambda j: j.state is JobState.RUNNING and bool(j.instance_ids))
