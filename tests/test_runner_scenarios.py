@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -15,8 +16,10 @@ import pytest
 
 from bot.cloud.local.metadata import LocalMetadataServer
 from runner.checkpoints import CheckpointStore
+from runner.stop_request import STOP_FILE_NAME
 from runner.storage.s3 import S3Store
 from tests.runner_harness import (
+    child_pids,
     of_type,
     read_reports,
     runner_env,
@@ -24,6 +27,7 @@ from tests.runner_harness import (
     start_runner,
     tiny_command,
     wait_for_report,
+    wait_until,
     write_spec,
 )
 from tests.s3_proxy import S3FaultProxy
@@ -76,7 +80,13 @@ async def test_notice_mid_training_loses_no_step_and_resumes_bitwise_equal(
     assert early["reason"] == "rebalance" and early["step"] > seen["step"]
     assert f"checkpoint-{early['step']}/MANIFEST.json" in keys(s3)
     await wait_for_report(reports, lambda r: r["type"] == "progress" and r["step"] >= 11)
+    # The trainer frozen (SIGSTOP) from the notice until the runner has asked it to stop: the step it stops at does
+    # not depend on how soon a busy machine lets the runner see the notice (it would otherwise train to the end).
+    [trainer] = child_pids(first.pid)
+    os.kill(trainer, signal.SIGSTOP)
     imds.interrupt(seconds=120)
+    await wait_until(lambda: (tmp_path / "a1" / STOP_FILE_NAME).exists())
+    os.kill(trainer, signal.SIGCONT)
     assert await asyncio.wait_for(first.wait(), 120) == 75
 
     attempt1 = read_reports(reports)
