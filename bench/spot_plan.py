@@ -144,8 +144,11 @@ def _solve(key: Key, ticks: int, work: int, phases: int) -> np.ndarray:
             options[1, holding] = _running(held, on_demand, phase, key.on_demand_cost)
         for phase, holding in enumerate(spot):
             options[2, holding] = np.where(up[:, None], _running(held, spot, phase, key.spot_cost), LATE)
-        actions[left] = options.argmin(axis=0)  # the first of equals: wait, then on-demand, then spot
-        value = options.min(axis=0)
+        # The first of equals: wait, then on-demand, then spot (argmin's order, without its slow reduction over
+        # the first axis).
+        cheaper = np.minimum(options[1], options[2])
+        actions[left] = np.where(options[0] <= cheaper, 0, np.where(options[1] <= options[2], 1, 2))
+        value = np.minimum(options[0], cheaper)
         value[:, :, 0] = 0.0
     return actions
 
