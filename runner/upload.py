@@ -277,7 +277,7 @@ class FileUpload:
             self.size = stamp.size
             if self._early is not None:
                 if stamp != self._early[1]:
-                    raise FileChanged(f"{self.path} changed after it was uploaded whole", rewritten=True)
+                    raise _changed(self.path, early=True)
                 await self._wait_final()
                 continue
             if self._early_task is not None:  # finishing it early: nothing more to send meanwhile
@@ -329,7 +329,7 @@ class FileUpload:
         self.size = size = final.size
         if self._early is not None:
             if final != self._early[1]:
-                raise FileChanged(f"{self.path} changed after it was uploaded whole", rewritten=True)
+                raise _changed(self.path, early=True)
             await self._check_unchanged(final)
             return self._early[0]
         if -(-size // self.part_size) > MAX_PARTS:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import boto3
@@ -16,26 +16,9 @@ import pytest
 from runner.checkpoints import CheckpointStore
 from runner.manifest import COMPLETE_MARKER, MANIFEST_NAME
 from runner.storage.base import ObjectStore, StorageError
-from runner.storage.file import FileStore
-from runner.storage.s3 import MiB, S3Store
+from runner.storage.s3 import S3Store
 from tests.s3_proxy import S3FaultProxy
-from tests.test_pipelined_upload import part_crcs, restored_bytes
-
-PART = 5 * MiB
-
-
-@pytest.fixture(params=["file", "s3"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
-    backend: ObjectStore
-    if request.param == "file":
-        backend = FileStore(f"file://{tmp_path}/bucket/job/")
-        backend.part_size = PART
-    else:
-        endpoint = request.getfixturevalue("aws")
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="ckpts")
-        backend = S3Store("s3://ckpts/job/", part_size=PART, multipart_threshold=PART, concurrency=4)
-    yield backend
-    await backend.close()
+from tests.test_pipelined_upload import PART, fixture_store, part_crcs, restored_bytes  # noqa: F401 - fixture
 
 
 async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 120.0) -> None:

@@ -28,8 +28,10 @@ from tests.runner_harness import wait_until
 PART = 5 * MiB
 
 
-@pytest.fixture(params=["file", "s3"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
+@pytest.fixture(params=["file", "s3"], name="store")
+async def fixture_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
+    """Each store a commit goes to: a ``file://`` one, and moto's S3 with 5 MiB parts (tests/test_commit_parallel.py
+    imports it as ``fixture_store``)."""
     backend: ObjectStore
     if request.param == "file":
         backend = FileStore(f"file://{tmp_path}/bucket/job/")
