@@ -70,16 +70,21 @@ def runs_our_callback(output_dir: Path) -> bool:
 
 
 def finished_by_stack(path: Path) -> bool:
-    """Hugging Face finished this save: ``trainer_state.json`` is there and whole, and no sentinel of a save in
-    progress is left. Only ``lstat`` and one small read (cached while the file is unchanged); never through a
-    link."""
+    """Hugging Face finished this save (:func:`stack_step`)."""
+    return stack_step(path) is not None
+
+
+def stack_step(path: Path) -> int | None:
+    """The step Hugging Face says this checkpoint holds, once it finished the save: ``trainer_state.json`` is there
+    and whole (its ``global_step``), and no sentinel of a save in progress is left; None before. Only ``lstat`` and
+    one small read (cached while the file is unchanged); never through a link."""
     try:
         info = (path / HF_TRAINER_STATE).lstat()
     except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or (path / HF_IN_PROGRESS).exists() or (path / HF_IN_PROGRESS).is_symlink():
-        return False
-    return hf_global_step(path / HF_TRAINER_STATE, info.st_mtime_ns, info.st_size) is not None
+        return None
+    if not stat.S_ISREG(info.st_mode) or os.path.lexists(path / HF_IN_PROGRESS):
+        return None
+    return hf_global_step(path / HF_TRAINER_STATE, info.st_mtime_ns, info.st_size)
 
 
 @lru_cache(maxsize=256)
@@ -94,15 +99,6 @@ def hf_global_step(state_file: Path, mtime_ns: int, size: int) -> int | None:
         return None
     step = state.get("global_step") if isinstance(state, dict) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
-
-
-def stack_step(path: Path) -> int | None:
-    """The step the training stack says this complete checkpoint holds (Hugging Face's ``global_step``)."""
-    try:
-        info = (path / HF_TRAINER_STATE).lstat()
-    except OSError:
-        return None
-    return hf_global_step(path / HF_TRAINER_STATE, info.st_mtime_ns, info.st_size) if finished_by_stack(path) else None
 
 
 def complete_checkpoints(output_dir: Path, trainer_exited_cleanly: bool = False) -> list[LocalCheckpoint]:
