@@ -253,7 +253,6 @@ def _interrupted(job: Job, note: InterruptedNote, now: datetime, lang: Lang) -> 
     if note.saved_in_time and note.step is not None:
         return text(lang, "note.interrupted.saved", step=note.step, timing=timing)
     cause = late_text(note.late, lang)
-    lost = ""
     if note.lost is not None and note.reached is not None:
         lost = text(lang, "note.interrupted.lost", lost=note.lost, reached=note.reached)
     else:
